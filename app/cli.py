@@ -1,0 +1,281 @@
+"""The ``mmc`` command line: fit, predict, audit, report, dashboard.
+
+Every user error prints one line to stderr (``mmc: error: ...``) and exits with status 2; nothing is
+written unless the command succeeds (outputs are written to a temporary file and renamed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+__all__ = ["main", "build_parser"]
+
+EXIT_USAGE = 2
+
+
+class CLIError(Exception):
+    pass
+
+
+def _float_pair(text: str):
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO,HI (two numbers), got {text!r}") from None
+    return lo, hi
+
+
+def _columns(text: str):
+    cols = [c.strip() for c in text.split(",") if c.strip()]
+    if not cols:
+        raise argparse.ArgumentTypeError("expected comma-separated column names")
+    return cols
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, like every other user error
+        self.exit(EXIT_USAGE, f"mmc: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="mmc", description="Moment multicalibration: fit, apply and audit mean and variance "
+                "predictors that are calibrated on every subgroup.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    f = sub.add_parser("fit", help="fit a moment-multicalibrated model on a table",
+                       description="Fit mean and central-moment predictors that are multicalibrated on every group.")
+    f.add_argument("--data", required=True, help="training table (CSV or Parquet)")
+    f.add_argument("--label", required=True, help="label column")
+    f.add_argument("--pred", help="base prediction column (label units), used as the initial mean")
+    f.add_argument("--group-cols", type=_columns, default=[], help="columns whose values define groups, e.g. sex,race")
+    f.add_argument("--max-order", type=int, default=1, help="intersections of values of up to R different columns (default 1)")
+    f.add_argument("--groups", help="JSON file of named groups defined by conditions (see README)")
+    f.add_argument("--alpha", type=float, default=0.001, help="mean violation threshold, mass-weighted (default 0.001)")
+    f.add_argument("--beta", type=float, default=0.0001, help="moment violation threshold, mass-weighted (default 0.0001)")
+    f.add_argument("--buckets", type=int, default=10, help="buckets m per predictor (default 10)")
+    f.add_argument("--moments", type=int, default=2, help="fit central moments 2..K; 1 = mean only (default 2)")
+    f.add_argument("--step", choices=["exact", "paper"], default="exact", help="step rule (default exact)")
+    f.add_argument("--odd-moments", choices=["absolute", "signed"], default="absolute",
+                   help="odd moments as E|y-mu|^a (default) or E(y-mu)^a")
+    f.add_argument("--label-range", type=_float_pair, help="LO,HI of the label (default: observed min,max)")
+    f.add_argument("--calibration-fraction", type=float, default=0.25,
+                   help="share of rows held out of fitting for interval calibration (default 0.25; 0 = none)")
+    f.add_argument("--early-stopping", action="store_true", help="keep the round with the best held-out error")
+    f.add_argument("--max-rounds", type=int, help="cap on mean rounds (a capped run is reported as not converged)")
+    f.add_argument("--seed", type=int, default=0, help="seed of the calibration split (default 0)")
+    f.add_argument("--out", required=True, help="where to write the model (JSON)")
+
+    pr = sub.add_parser("predict", help="predict mean, moments and intervals for new rows")
+    pr.add_argument("--model", required=True)
+    pr.add_argument("--data", required=True)
+    pr.add_argument("--pred", help="base prediction column, required if the model was fitted with --pred")
+    pr.add_argument("--delta", type=float, default=0.1, help="interval miscoverage (default 0.1)")
+    pr.add_argument("--gamma", type=float, default=0.05, help="smallest cell mass the guarantees cover (default 0.05)")
+    pr.add_argument("--interval", choices=["guaranteed", "plugin", "multimoment", "calibrated", "split-conformal",
+                                           "mondrian", "gaussian"], help="add lower/upper columns from this method")
+    pr.add_argument("--out", required=True)
+
+    au = sub.add_parser("audit", help="audit a fitted model on labelled data (per-group tables as JSON)")
+    au.add_argument("--model", required=True)
+    au.add_argument("--data", required=True)
+    au.add_argument("--label", required=True)
+    au.add_argument("--pred")
+    au.add_argument("--delta", type=float, default=0.1)
+    au.add_argument("--gamma", type=float, default=0.05)
+    au.add_argument("--out", required=True)
+
+    rp = sub.add_parser("report", help="write a PDF audit report")
+    rp.add_argument("--model", required=True)
+    rp.add_argument("--data", required=True)
+    rp.add_argument("--label", required=True)
+    rp.add_argument("--pred")
+    rp.add_argument("--delta", type=float, default=0.1)
+    rp.add_argument("--gamma", type=float, default=0.05)
+    rp.add_argument("--out", required=True)
+
+    d = sub.add_parser("dashboard", help="start the Streamlit dashboard")
+    d.add_argument("--port", type=int, default=8501)
+    d.add_argument("--data", help="CSV/Parquet to open instead of the bundled demo dataset")
+    d.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; anything else serves the network: a warning is printed)")
+    return p
+
+
+def _check_out(path: str):
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CLIError(f"output folder does not exist: {folder}")
+    if os.path.isdir(path):
+        raise CLIError(f"--out {path} is a folder; give a file name")
+
+
+def _check_prob(name: str, v: float):
+    if not (0 < v < 1):
+        raise CLIError(f"{name} must be strictly between 0 and 1, got {v}")
+
+
+def cmd_fit(args) -> int:
+    from mmc_core import GroupSet, MomentMulticalibrator
+    from .io import numeric_column, read_table
+
+    _check_out(args.out)
+    df = read_table(args.data)
+    y = numeric_column(df, args.label, "label column")
+    base = numeric_column(df, args.pred, "prediction column") if args.pred else None
+    if args.max_order < 1:
+        raise CLIError(f"--max-order must be >= 1, got {args.max_order}")
+    for c in args.group_cols:
+        if c not in df.columns:
+            raise CLIError(f"group column '{c}' is not in the data")
+        if c == args.label:
+            raise CLIError(f"the label '{c}' cannot define groups (groups must be computable on new rows)")
+    groups = GroupSet.from_columns(df, args.group_cols, args.max_order) if args.group_cols else GroupSet([])
+    if args.groups:
+        try:
+            with open(args.groups, "r", encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise CLIError(f"cannot read --groups {args.groups}: {e.strerror if hasattr(e, 'strerror') else e}") from None
+        extra = GroupSet.from_json(text)
+        for col in extra.columns():
+            if col not in df.columns:
+                raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
+        groups = groups + extra
+    est = MomentMulticalibrator(alpha=args.alpha, beta=args.beta, n_buckets=args.buckets, n_moments=args.moments,
+                                step=args.step, odd_moments=args.odd_moments, label_range=args.label_range,
+                                calibration_fraction=args.calibration_fraction, early_stopping=args.early_stopping,
+                                max_rounds=args.max_rounds, random_state=args.seed)
+    est.fit(df, y, groups, base_prediction=base, label_name=args.label, base_name=args.pred)
+    est.save(args.out)
+    info = est.model_.info
+    if info["empty_groups"]:
+        print(f"note: {len(info['empty_groups'])} group(s) have no fitting rows: "
+              + ", ".join(info["empty_groups"][:10]), file=sys.stderr)
+    if est.label_scale_.source == "observed":
+        print(f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
+              "(pass --label-range LO,HI to declare it)", file=sys.stderr)
+    summary = {k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups")}
+    summary.update(kept_round=info["kept_round"], n_fit=info["n_fit"], n_calibration=info["n_calibration"],
+                   label_range=[est.label_scale_.lo, est.label_scale_.hi], model=args.out)
+    print(json.dumps(summary))
+    return 0
+
+
+def _load_for_apply(args, need_label: bool):
+    from mmc_core import FittedModel
+    from .io import numeric_column, read_table
+
+    model = FittedModel.load(args.model)
+    df = read_table(args.data)
+    missing = sorted(c for c in model.groups.columns() if c not in df.columns)
+    if missing:
+        raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+    base = None
+    if model.uses_base:
+        if not args.pred:
+            col = model.init_mean.get("column")
+            raise CLIError(f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass --pred COL")
+        base = numeric_column(df, args.pred, "prediction column")
+    elif args.pred:
+        print("note: the model was fitted without a base prediction; --pred is ignored", file=sys.stderr)
+    y = numeric_column(df, args.label, "label column") if need_label else None
+    return model, df, base, y
+
+
+def cmd_predict(args) -> int:
+    import pandas as pd
+
+    from .io import write_csv
+
+    _check_out(args.out)
+    _check_prob("--delta", args.delta)
+    _check_prob("--gamma", args.gamma)
+    model, df, base, _ = _load_for_apply(args, need_label=False)
+    preds = model.predict(df, base)
+    out = df.copy()
+    for k, v in preds.items():
+        out[k] = v
+    if args.interval:
+        from mmc_core.intervals import predict_intervals
+
+        lower, upper = predict_intervals(model, df, base=base, method=args.interval, delta=args.delta, gamma=args.gamma)
+        out["lower"], out["upper"] = lower, upper
+    write_csv(pd.DataFrame(out), args.out)
+    return 0
+
+
+def cmd_audit(args) -> int:
+    from mmc_core.metrics import audit
+    from mmc_core.model import atomic_write_text
+
+    _check_out(args.out)
+    _check_prob("--delta", args.delta)
+    _check_prob("--gamma", args.gamma)
+    model, df, base, y = _load_for_apply(args, need_label=True)
+    result = audit(model, df, y, base=base, delta=args.delta, gamma=args.gamma)
+    atomic_write_text(args.out, json.dumps(result.to_json(), allow_nan=False))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .io import write_bytes
+    from .report import build_report_pdf
+
+    _check_out(args.out)
+    _check_prob("--delta", args.delta)
+    _check_prob("--gamma", args.gamma)
+    model, df, base, y = _load_for_apply(args, need_label=True)
+    pdf = build_report_pdf(model, df, y, base=base, delta=args.delta, gamma=args.gamma,
+                           label=args.label, data_name=os.path.basename(args.data))
+    write_bytes(args.out, pdf)
+    return 0
+
+
+def cmd_dashboard(args) -> int:
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dashboard.py")
+    if args.data and not os.path.exists(args.data):
+        raise CLIError(f"data file not found: {args.data}")
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"WARNING: serving the dashboard on {args.host}: anyone who can reach this machine can open it "
+              "and upload data. Use the default 127.0.0.1 unless you mean it.", file=sys.stderr)
+    cmd = [sys.executable, "-m", "streamlit", "run", script, "--server.port", str(args.port),
+           "--server.address", args.host, "--server.headless", "true", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]
+    if args.data:
+        cmd += ["--", "--data", os.path.abspath(args.data)]
+    print(f"mmc dashboard: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    proc = subprocess.Popen(cmd)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        return proc.wait()
+
+
+COMMANDS = {"fit": cmd_fit, "predict": cmd_predict, "audit": cmd_audit, "report": cmd_report, "dashboard": cmd_dashboard}
+
+
+def main(argv=None) -> int:
+    from mmc_core.errors import MMCError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (MMCError, CLIError) as e:
+        print(f"mmc: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("mmc: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("mmc: error: out of memory: the table or the number of groups is too large for this machine", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Reading user tables and writing outputs safely (the table-facing edge).
+
+Every problem is raised as :class:`mmc_core.errors.DataError` with a message naming the file or column.
+Outputs are written to a temporary file in the target folder and renamed, so a failure never leaves a
+partial file; CSV cells that a spreadsheet would run as a formula are escaped.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+
+import numpy as np
+import pandas as pd
+
+from mmc_core.errors import DataError
+
+__all__ = ["read_table", "read_table_bytes", "numeric_column", "write_csv", "write_bytes", "escape_formulas",
+           "MAX_ROWS", "MAX_COLUMNS", "MAX_FILE_BYTES"]
+
+MAX_FILE_BYTES = 200 * 1024 * 1024
+MAX_ROWS = 5_000_000
+MAX_COLUMNS = 2_000
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _check_shape(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    if df.shape[1] > MAX_COLUMNS:
+        raise DataError(f"{name} has {df.shape[1]} columns; the limit is {MAX_COLUMNS}")
+    if df.shape[0] > MAX_ROWS:
+        raise DataError(f"{name} has {df.shape[0]} rows; the limit is {MAX_ROWS:,}")
+    if df.shape[0] == 0:
+        raise DataError(f"{name} has a header but no data rows")
+    cols = [str(c) for c in df.columns]
+    if len(cols) == 1 and any(d in cols[0] for d in (";", "\t", "|")):
+        raise DataError(f"{name} has a single column '{cols[0][:60]}': is it delimited by ';' or tabs? Save it as comma-separated CSV")
+    return df
+
+
+def read_table_bytes(data: bytes, name: str) -> pd.DataFrame:
+    """Parse CSV or Parquet bytes (chosen by the file name's ending)."""
+    if len(data) > MAX_FILE_BYTES:
+        raise DataError(f"{name} is {len(data) / 1e6:.0f} MB; the limit is {MAX_FILE_BYTES / 1e6:.0f} MB")
+    if len(data) == 0 or not data.strip():
+        raise DataError(f"{name} is empty")
+    if name.lower().endswith((".parquet", ".pq")):
+        try:
+            df = pd.read_parquet(io.BytesIO(data))
+        except Exception as e:  # noqa: BLE001 - pyarrow raises many types for corrupt files
+            raise DataError(f"{name} is not a readable Parquet file ({type(e).__name__})") from None
+        df.columns = [str(c) for c in df.columns]
+        return _check_shape(df, name)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{name} is not UTF-8 text (bad byte at position {e.start}); save it as UTF-8 CSV") from None
+    header = next(csv.reader(io.StringIO(text.splitlines()[0] if text.splitlines() else "")), [])
+    stripped = [h.strip() for h in header]
+    dups = sorted({h for h in stripped if stripped.count(h) > 1})
+    if dups:
+        raise DataError(f"{name} has duplicate column name(s): {', '.join(dups[:5])}")
+    if any(h == "" for h in stripped) and len(stripped) > 1:
+        raise DataError(f"{name} has an empty column name (column {stripped.index('') + 1})")
+    try:
+        df = pd.read_csv(io.StringIO(text), na_values=["", "NA", "NaN", "nan", "."], keep_default_na=True,
+                         low_memory=False)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{name} is empty") from None
+    except pd.errors.ParserError as e:
+        raise DataError(f"{name} is not a well-formed CSV: {str(e).splitlines()[0]}") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    return _check_shape(df, name)
+
+
+def read_table(path) -> pd.DataFrame:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise DataError(f"data file not found: {path}")
+    if os.path.isdir(path):
+        raise DataError(f"{path} is a folder, not a data file")
+    size = os.path.getsize(path)
+    if size > MAX_FILE_BYTES:
+        raise DataError(f"{path} is {size / 1e6:.0f} MB; the limit is {MAX_FILE_BYTES / 1e6:.0f} MB")
+    with open(path, "rb") as f:
+        return read_table_bytes(f.read(), os.path.basename(path))
+
+
+def numeric_column(df: pd.DataFrame, col: str, role: str = "column") -> np.ndarray:
+    """A finite float column or a DataError naming it."""
+    if col not in df.columns:
+        raise DataError(f"{role} '{col}' is not in the data (columns: {', '.join(map(str, df.columns[:30]))})")
+    s = df[col]
+    if not (pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s)):
+        conv = pd.to_numeric(s, errors="coerce")
+        bad = conv.isna() & s.notna()
+        if bad.any():
+            example = s[bad].iloc[0]
+            raise DataError(f"{role} '{col}' is not numeric (e.g. {str(example)[:40]!r} in row {int(np.flatnonzero(bad.to_numpy())[0]) + 1})")
+        s = conv
+    arr = s.to_numpy(dtype=float, na_value=np.nan)
+    miss = ~np.isfinite(arr)
+    if miss.all():
+        raise DataError(f"{role} '{col}' has no usable values (all missing)")
+    if miss.any():
+        raise DataError(f"{role} '{col}' has {int(miss.sum())} missing or infinite value(s) (first in data row {int(np.flatnonzero(miss)[0]) + 1}); drop or fill them first")
+    return arr
+
+
+def escape_formulas(df: pd.DataFrame) -> pd.DataFrame:
+    """Prefix text cells that start like a spreadsheet formula with a quote (CSV injection)."""
+    out = df.copy()
+    for c in out.columns:
+        s = out[c]
+        if pd.api.types.is_string_dtype(s) or s.dtype == object:
+            mask = s.map(lambda v: isinstance(v, str) and v.startswith(_FORMULA_START))
+            if mask.any():
+                out[c] = s.astype(object)
+                out.loc[mask, c] = "'" + s[mask].astype(str)
+    ren = {c: ("'" + c if isinstance(c, str) and c.startswith(_FORMULA_START) else c) for c in out.columns}
+    return out.rename(columns=ren)
+
+
+def write_bytes(path, data: bytes):
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise DataError(f"output folder does not exist: {folder}")
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_csv(df: pd.DataFrame, path):
+    write_bytes(path, escape_formulas(df).to_csv(index=False, float_format="%.10g").encode("utf-8"))

@@ -1,0 +1,298 @@
+"""The public estimator: scikit-learn style fit / predict over tables, labels and groups."""
+from __future__ import annotations
+
+import numbers
+import time
+
+import numpy as np
+
+from .descent import STEP_RULES, CellState, DescentParams, descend
+from .errors import DataError, MMCError
+from .groups import GroupSet
+from .model import FittedModel
+from .moments import LabelScale, MomentKind, pseudo_label
+
+__all__ = ["MomentMulticalibrator", "validate_params", "to_label_array"]
+
+
+def _check_unit_interval(name: str, v, open_right: bool = True):
+    if not isinstance(v, numbers.Real) or isinstance(v, bool) or not np.isfinite(v) or not 0 < v < 1:
+        raise MMCError(f"{name} must be a number strictly between 0 and 1, got {v!r}")
+
+
+def validate_params(alpha, beta, n_buckets, n_moments, step, odd_moments, calibration_fraction, max_rounds=None):
+    """Check the estimator's parameters; raise MMCError naming the parameter."""
+    _check_unit_interval("alpha", alpha)
+    _check_unit_interval("beta", beta)
+    if not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000:
+        raise MMCError(f"buckets must be an integer from 1 to 1000, got {n_buckets!r}")
+    if not isinstance(n_moments, numbers.Integral) or isinstance(n_moments, bool) or not 1 <= n_moments <= 8:
+        raise MMCError(f"moments must be an integer from 1 (mean only) to 8, got {n_moments!r}")
+    if step not in STEP_RULES:
+        raise MMCError(f"step must be one of {', '.join(STEP_RULES)}, got {step!r}")
+    if odd_moments not in MomentKind.ALL:
+        raise MMCError(f"odd_moments must be one of {', '.join(MomentKind.ALL)}, got {odd_moments!r}")
+    if not isinstance(calibration_fraction, numbers.Real) or not 0 <= calibration_fraction < 1:
+        raise MMCError(f"calibration fraction must be in [0, 1), got {calibration_fraction!r}")
+    if max_rounds is not None and (not isinstance(max_rounds, numbers.Integral) or max_rounds < 0):
+        raise MMCError(f"max_rounds must be a non-negative integer or None, got {max_rounds!r}")
+    if 1.0 / alpha**2 > 1e12 or 1.0 / beta**2 > 1e12:
+        raise MMCError("alpha and beta must be at least 1e-6")
+
+
+def to_label_array(values, name: str, n: int | None = None) -> np.ndarray:
+    """A finite float vector, or a DataError naming ``name``."""
+    try:
+        arr = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise DataError(f"{name} must be numeric (found non-numeric values)") from None
+    if arr.ndim != 1:
+        raise DataError(f"{name} must be one column, got shape {arr.shape}")
+    if n is not None and arr.size != n:
+        raise DataError(f"{name} has {arr.size} values for {n} rows")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        raise DataError(f"{name} has {int(bad.sum())} missing or infinite value(s) (first at row {int(np.flatnonzero(bad)[0])})")
+    return arr
+
+
+def _n_rows(X) -> int:
+    if hasattr(X, "shape"):
+        return int(X.shape[0])
+    return len(next(iter(X.values())))
+
+
+def _take(X, idx):
+    """Rows ``idx`` of a DataFrame or a dict of columns, as a dict of numpy columns."""
+    if hasattr(X, "iloc"):
+        return {c: X[c].to_numpy()[idx] for c in X.columns}
+    return {c: np.asarray(v)[idx] for c, v in X.items()}
+
+
+class MomentMulticalibrator:
+    """Mean and higher-central-moment predictors that are multicalibrated on every group.
+
+    Implements AlternatingGradientDescent of Jung, Lee, Pai, Roth, Vohra, "Moment Multicalibration for
+    Uncertainty Estimation", on a (practical-mode) sample: at termination the mean predictor is
+    alpha-multicalibrated and each (mean, a-th moment) pair is (alpha, beta + a alpha, a/m)
+    mean-conditioned moment multicalibrated on the fitting rows.
+
+    Parameters
+    ----------
+    alpha, beta : float in (0, 1)
+        Mass-weighted violation thresholds: a cell S is violated when P(S) |mean residual over S| >= alpha
+        (mean) or >= beta (pseudo-moment). The guarantee on S is an error of at most alpha / P(S).
+    n_buckets : int
+        m, the number of level sets of each predictor (mean buckets on [0, 1]; moment buckets on the
+        moment's attainable range).
+    n_moments : int
+        k: central moments 2..k are fitted; 1 fits the mean only (plain multicalibration).
+    step : {"exact", "paper"}
+        "paper": eta = alpha (beta) as in the paper; "exact": shift each violating cell by its mean residual.
+    odd_moments : {"absolute", "signed"}
+        Odd moments as E|y - mu|^a (usable for intervals) or E(y - mu)^a.
+    label_range : (lo, hi) or None
+        The label's range; None uses the observed min / max of the fitting labels (recorded as "observed").
+    calibration_fraction : float in [0, 1)
+        Share of rows held out of the descent (seeded). They track held-out violations during fitting and
+        are kept for interval calibration.
+    early_stopping : bool
+        Keep the round with the lowest held-out squared error of the mean instead of the last one
+        (needs calibration_fraction > 0); the model records which round it kept.
+    max_rounds : int or None
+        Optional cap on mean rounds; a capped run reports ``converged_ = False``.
+    random_state : int
+        Seed of the calibration split.
+    """
+
+    def __init__(self, alpha=0.001, beta=0.0001, n_buckets=10, n_moments=2, step="exact",
+                 odd_moments="absolute", label_range=None, calibration_fraction=0.0,
+                 early_stopping=False, max_rounds=None, random_state=0):
+        self.alpha = alpha
+        self.beta = beta
+        self.n_buckets = n_buckets
+        self.n_moments = n_moments
+        self.step = step
+        self.odd_moments = odd_moments
+        self.label_range = label_range
+        self.calibration_fraction = calibration_fraction
+        self.early_stopping = early_stopping
+        self.max_rounds = max_rounds
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------------------------------
+    def _params(self) -> DescentParams:
+        return DescentParams(float(self.alpha), float(self.beta), int(self.n_buckets),
+                             tuple(range(2, int(self.n_moments) + 1)), self.step, self.odd_moments,
+                             None if self.max_rounds is None else int(self.max_rounds))
+
+    def fit(self, X, y, groups=None, base_prediction=None, callback=None, label_name: str = "label",
+            base_name: str | None = None):
+        """Fit on a table.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame or dict of column -> array, n rows
+            Must contain every column the groups refer to.
+        y : array of shape (n,)
+            Labels in their own units.
+        groups : GroupSet, list of group dicts, or None
+            The groups to calibrate on (the whole population is always added).
+        base_prediction : array of shape (n,) or None
+            A base model's mean prediction in label units, used as the initial mean predictor.
+        callback : callable(dict) -> bool, optional
+            Called after every round with its history row; return True to stop (the model is then marked
+            not converged).
+
+        Returns
+        -------
+        self
+        """
+        validate_params(self.alpha, self.beta, self.n_buckets, self.n_moments, self.step,
+                        self.odd_moments, self.calibration_fraction, self.max_rounds)
+        n = _n_rows(X)
+        if n < 2:
+            raise DataError(f"need at least 2 rows to fit, got {n}")
+        y = to_label_array(y, f"label '{label_name}'", n)
+        if self.label_range is None:
+            scale = LabelScale.observed(y)
+        else:
+            try:
+                lo, hi = (float(v) for v in self.label_range)
+            except (TypeError, ValueError):
+                raise MMCError(f"label range must be two numbers LO,HI, got {self.label_range!r}") from None
+            scale = LabelScale(lo, hi, "declared")
+        yu = scale.to_unit(y, f"label '{label_name}'")
+        base_u = None
+        if base_prediction is not None:
+            bname = f"base prediction '{base_name}'" if base_name else "base prediction"
+            base = to_label_array(base_prediction, bname, n)
+            base_u = scale.to_unit(base, bname)
+        if groups is None:
+            gset = GroupSet([])
+        elif isinstance(groups, GroupSet):
+            gset = groups
+        else:
+            gset = GroupSet.from_json(groups)
+
+        params = self._params()
+        rng = np.random.default_rng(self.random_state)
+        n_cal = int(round(self.calibration_fraction * n))
+        if self.calibration_fraction > 0 and (n_cal < 1 or n - n_cal < 2):
+            raise DataError(f"calibration fraction {self.calibration_fraction} leaves too few rows (n={n})")
+        perm = rng.permutation(n)
+        cal_idx = np.sort(perm[:n_cal])
+        fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
+        Xf = _take(X, fit_idx)
+        memb = gset.evaluate(Xf, fit_idx.size)
+        mu0 = base_u[fit_idx] if base_u is not None else np.full(fit_idx.size, float(np.mean(yu[fit_idx])))
+        init_moments = {a: float(np.clip(np.mean(pseudo_label(a, yu[fit_idx] - mu0, self.odd_moments)),
+                                         *params.projection(a))) for a in params.moments}
+        moms0 = {a: np.full(fit_idx.size, v) for a, v in init_moments.items()}
+        t0 = time.perf_counter()
+        state = CellState(params, memb, yu[fit_idx], mu0, moms0)
+        holdout = None
+        if n_cal:
+            memb_h = gset.evaluate(_take(X, cal_idx), n_cal)
+            mu_h = base_u[cal_idx] if base_u is not None else np.full(n_cal, float(np.mean(yu[fit_idx])))
+            holdout = CellState(params, memb_h, yu[cal_idx], mu_h,
+                                {a: np.full(n_cal, v) for a, v in init_moments.items()})
+        res = descend(params, state, holdout, callback)
+        seconds = time.perf_counter() - t0
+
+        init_mean = {"kind": "base", "column": base_name} if base_u is not None else \
+            {"kind": "constant", "value": float(np.mean(yu[fit_idx]))}
+        best_round = None
+        kept_round = len(res.round_ends) - 1
+        if self.early_stopping:
+            if not n_cal:
+                raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
+            losses = [h["holdout_mse"] for h in res.history]
+            best_round = int(np.argmin(losses))
+            kept_round = best_round
+        log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
+        model = FittedModel(params, scale, gset, init_mean, init_moments, list(log),
+                            list(res.round_ends[: kept_round + 1]))
+        model.info = {
+            "mode": "practical (one fitting sample, audited exactly)",
+            "converged": bool(res.converged and kept_round == len(res.round_ends) - 1),
+            "run_converged": bool(res.converged),
+            "stopped_by_user": bool(res.stopped),
+            "rounds": int(res.history[-1]["round"]) if res.history else 0,
+            "kept_round": int(kept_round),
+            "mean_updates": int(res.mean_updates),
+            "moment_updates": int(res.moment_updates),
+            "max_moment_updates_per_call": int(res.max_moment_updates_per_call),
+            "seconds": float(seconds),
+            "n_rows": int(n),
+            "n_fit": int(fit_idx.size),
+            "n_calibration": int(n_cal),
+            "calibration_fraction": float(self.calibration_fraction),
+            "seed": self.random_state if isinstance(self.random_state, int) else None,
+            "n_groups": len(gset),
+            "empty_groups": [gset.names[g] for g in np.flatnonzero(memb.sizes == 0)],
+            "label": label_name,
+            "early_stopping": bool(self.early_stopping),
+            "history": res.history,
+        }
+        self.model_ = model
+        self.history_ = res.history
+        self.converged_ = model.info["converged"]
+        self.n_rounds_ = model.info["rounds"]
+        self.mean_updates_ = res.mean_updates
+        self.moment_updates_ = res.moment_updates
+        self.fit_seconds_ = seconds
+        self.label_scale_ = scale
+        self.groups_ = gset
+        self.fit_index_ = fit_idx
+        self.calibration_index_ = cal_idx
+        self.empty_groups_ = model.info["empty_groups"]
+        if kept_round == len(res.round_ends) - 1:
+            self.fit_mean_unit_ = res.state.mu.copy()
+            self.fit_moments_unit_ = {a: v.copy() for a, v in res.state.mom.items()}
+        else:
+            self.fit_mean_unit_, self.fit_moments_unit_ = model.predict_unit(Xf, mu0 if base_u is not None else None, fit_idx.size)
+        return self
+
+    # ------------------------------------------------------------------------------------------
+    def _check_fitted(self):
+        if not hasattr(self, "model_"):
+            raise MMCError("this MomentMulticalibrator is not fitted yet: call fit() or load() first")
+
+    def predict_moments(self, X, base_prediction=None) -> dict:
+        """Predictions in label units: {"mean": (n,), "moment_2": (n,), ..., "moment_k": (n,)}."""
+        self._check_fitted()
+        n = _n_rows(X)
+        base = None
+        if base_prediction is not None:
+            base = to_label_array(base_prediction, "base prediction", n)
+        elif self.model_.uses_base:
+            raise MMCError("this model was fitted on a base prediction: pass base_prediction")
+        return self.model_.predict(X, base) if base is not None else self.model_.predict(X)
+
+    def predict(self, X, base_prediction=None) -> np.ndarray:
+        """Mean prediction, shape (n,), in label units."""
+        return self.predict_moments(X, base_prediction)["mean"]
+
+    def save(self, path):
+        self._check_fitted()
+        self.model_.save(path)
+
+    @classmethod
+    def from_model(cls, model: FittedModel) -> "MomentMulticalibrator":
+        p = model.params
+        est = cls(alpha=p.alpha, beta=p.beta, n_buckets=p.m, n_moments=len(p.moments) + 1, step=p.step,
+                  odd_moments=p.odd_moments, label_range=(model.scale.lo, model.scale.hi),
+                  calibration_fraction=model.info.get("calibration_fraction", 0.0),
+                  early_stopping=model.info.get("early_stopping", False), max_rounds=p.max_rounds,
+                  random_state=model.info.get("seed", 0))
+        est.model_ = model
+        est.history_ = model.info.get("history", [])
+        est.converged_ = model.info.get("converged")
+        est.groups_ = model.groups
+        est.label_scale_ = model.scale
+        return est
+
+    @classmethod
+    def load(cls, path) -> "MomentMulticalibrator":
+        return cls.from_model(FittedModel.load(path))

@@ -1,0 +1,429 @@
+"""Named, possibly overlapping groups defined by conditions on columns, and their membership.
+
+A group is a conjunction of conditions; the group with no conditions is the whole population. Definitions
+are data (parsed from JSON by an explicit grammar, never evaluated as code) so that a fitted model can
+compute memberships of *new* rows.
+
+Condition grammar (JSON object)::
+
+    {"column": "race",   "op": "==",      "value": "B"}
+    {"column": "race",   "op": "in",      "values": ["B", "C"]}
+    {"column": "age",    "op": "between", "lo": 50, "hi": 65}      # 50 <= age < 65 (either bound may be null)
+    {"column": "income", "op": ">=",      "value": 30000}            # also "!=", "not in", "<", "<=", ">"
+
+Group file (``mmc fit --groups FILE.json``)::
+
+    {"format": "mmc-groups", "version": 1,
+     "groups": [{"name": "Black women", "where": [{"column": "black", "op": "==", "value": 1},
+                                                   {"column": "female", "op": "==", "value": 1}]}]}
+
+A bare list of groups is accepted too. Rows whose value is missing (NaN / empty) satisfy no condition
+except ``!=`` and ``not in``. A category never seen when fitting simply matches no rows at predict time.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import GroupDefinitionError
+
+__all__ = ["Condition", "Group", "GroupSet", "Membership", "MAX_GROUPS"]
+
+MAX_GROUPS = 5000  # more groups than this is refused: cell statistics grow as groups x buckets^2
+_OPS = ("==", "!=", "in", "not in", "<", "<=", ">", ">=", "between")
+_NAME_RE = re.compile(r"^[^\x00-\x1f]{1,200}$")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def _is_numeric_column(col: np.ndarray) -> bool:
+    return col.dtype.kind in "biuf"
+
+
+def _column(table, name: str) -> np.ndarray:
+    """The column as float (numeric and boolean columns) or as an object array of text / None."""
+    try:
+        col = table[name]
+    except (KeyError, IndexError, TypeError):
+        cols = list(table.keys()) if hasattr(table, "keys") else []
+        raise GroupDefinitionError(
+            f"group column '{name}' is not in the data (columns: {', '.join(map(str, cols[:30]))})"
+        ) from None
+    arr = np.asarray(col)
+    if arr.dtype.kind in "biuf":
+        return arr.astype(float)
+    # Strings, pandas StringDtype, categoricals, mixed objects: compare as text; missing stays missing.
+    import pandas as pd  # table-facing edge: pandas' notion of "missing" covers None, NaN, pd.NA, NaT
+
+    obj = np.asarray(col, dtype=object)
+    miss = np.asarray(pd.isna(obj), dtype=bool)
+    out = np.empty(obj.shape, dtype=object)
+    out[~miss] = [v if isinstance(v, str) else _format_value(v) for v in obj[~miss]]
+    out[miss] = None
+    return out
+
+
+def _missing(arr: np.ndarray) -> np.ndarray:
+    if _is_numeric_column(arr):
+        return np.isnan(arr)
+    return np.equal(arr, None)
+
+
+def _format_value(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Condition:
+    column: str
+    op: str
+    value: object = None  # for ==, !=, <, <=, >, >=
+    values: tuple = ()  # for in / not in
+    lo: float | None = None  # for between: lo <= x < hi
+    hi: float | None = None
+
+    # ---- parsing ---------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d, where: str = "condition") -> "Condition":
+        if not isinstance(d, dict):
+            raise GroupDefinitionError(f"{where}: a condition must be a JSON object, got {type(d).__name__}")
+        unknown = set(d) - {"column", "op", "value", "values", "lo", "hi"}
+        if unknown:
+            raise GroupDefinitionError(f"{where}: unknown key(s) {sorted(unknown)}")
+        col, op = d.get("column"), d.get("op", "==")
+        if not isinstance(col, str) or not col:
+            raise GroupDefinitionError(f"{where}: 'column' must be a non-empty string")
+        if op not in _OPS:
+            raise GroupDefinitionError(f"{where}: unknown op {op!r}; use one of {', '.join(_OPS)}")
+
+        def scalar(v, key):
+            if v is None or isinstance(v, bool) or not isinstance(v, (str, int, float)):
+                raise GroupDefinitionError(f"{where}: '{key}' must be a string or a number, got {v!r}")
+            if isinstance(v, float) and not math.isfinite(v):
+                raise GroupDefinitionError(f"{where}: '{key}' must be finite")
+            return v
+
+        if op in ("in", "not in"):
+            vals = d.get("values")
+            if not isinstance(vals, list) or not vals:
+                raise GroupDefinitionError(f"{where}: op '{op}' needs a non-empty list 'values'")
+            return cls(col, op, values=tuple(scalar(v, "values") for v in vals))
+        if op == "between":
+            lo, hi = d.get("lo"), d.get("hi")
+            for key, v in (("lo", lo), ("hi", hi)):
+                if v is not None and (not _is_number(v) or not math.isfinite(v)):
+                    raise GroupDefinitionError(f"{where}: '{key}' must be a finite number or null")
+            if lo is None and hi is None:
+                raise GroupDefinitionError(f"{where}: 'between' needs 'lo' or 'hi'")
+            if lo is not None and hi is not None and not lo < hi:
+                raise GroupDefinitionError(f"{where}: 'between' needs lo < hi, got [{lo}, {hi})")
+            return cls(col, op, lo=lo, hi=hi)
+        v = scalar(d.get("value"), "value")
+        if op in ("<", "<=", ">", ">=") and not _is_number(v):
+            raise GroupDefinitionError(f"{where}: op '{op}' needs a numeric 'value', got {v!r}")
+        return cls(col, op, value=v)
+
+    def to_dict(self) -> dict:
+        d = {"column": self.column, "op": self.op}
+        if self.op in ("in", "not in"):
+            d["values"] = list(self.values)
+        elif self.op == "between":
+            d["lo"], d["hi"] = self.lo, self.hi
+        else:
+            d["value"] = self.value
+        return d
+
+    def label(self) -> str:
+        if self.op == "==":
+            return f"{self.column}={_format_value(self.value)}"
+        if self.op in ("in", "not in"):
+            return f"{self.column} {self.op} {{{', '.join(_format_value(v) for v in self.values)}}}"
+        if self.op == "between":
+            lo = "-inf" if self.lo is None else _format_value(self.lo)
+            hi = "inf" if self.hi is None else _format_value(self.hi)
+            return f"{self.column} in [{lo}, {hi})"
+        return f"{self.column}{self.op}{_format_value(self.value)}"
+
+    # ---- evaluation ------------------------------------------------------------------------------
+    def _coerce(self, arr: np.ndarray, v):
+        """The value in the column's terms: numbers for numeric columns, text for text columns."""
+        if _is_numeric_column(arr):
+            if _is_number(v):
+                return float(v)
+            try:
+                return float(v)
+            except (TypeError, ValueError):
+                raise GroupDefinitionError(
+                    f"column '{self.column}' is numeric but the group compares it with the text {v!r}"
+                ) from None
+        return _format_value(v) if _is_number(v) else v
+
+    def mask(self, table, columns: dict | None = None) -> np.ndarray:
+        if columns is None:
+            columns = {}
+        if self.column not in columns:
+            columns[self.column] = _column(table, self.column)
+        arr = columns[self.column]
+        numeric = _is_numeric_column(arr)
+        if self.op == "between":
+            if not numeric:
+                raise GroupDefinitionError(f"column '{self.column}' is not numeric; 'between' needs numbers")
+            with np.errstate(invalid="ignore"):
+                m = np.ones(arr.shape, bool)
+                if self.lo is not None:
+                    m &= arr >= self.lo
+                if self.hi is not None:
+                    m &= arr < self.hi
+            return m
+        if self.op in ("<", "<=", ">", ">="):
+            if not numeric:
+                raise GroupDefinitionError(f"column '{self.column}' is not numeric; '{self.op}' needs numbers")
+            v = float(self.value)
+            with np.errstate(invalid="ignore"):
+                return {"<": arr < v, "<=": arr <= v, ">": arr > v, ">=": arr >= v}[self.op]
+        if self.op in ("==", "!="):
+            v = self._coerce(arr, self.value)
+            eq = arr == v
+            eq = np.asarray(eq, dtype=bool)
+            return eq if self.op == "==" else ~eq
+        vals = [self._coerce(arr, v) for v in self.values]
+        m = np.isin(arr, np.array(vals, dtype=arr.dtype if numeric else object))
+        return m if self.op == "in" else ~m
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    where: tuple = ()  # tuple[Condition, ...]; empty = whole population
+
+    @classmethod
+    def from_dict(cls, d, where: str = "group") -> "Group":
+        if not isinstance(d, dict):
+            raise GroupDefinitionError(f"{where}: a group must be a JSON object with 'name' and 'where'")
+        unknown = set(d) - {"name", "where"}
+        if unknown:
+            raise GroupDefinitionError(f"{where}: unknown key(s) {sorted(unknown)}")
+        name = d.get("name")
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise GroupDefinitionError(f"{where}: 'name' must be a printable string of 1-200 characters")
+        conds = d.get("where", [])
+        if not isinstance(conds, list):
+            raise GroupDefinitionError(f"{where} '{name}': 'where' must be a list of conditions")
+        return cls(name, tuple(Condition.from_dict(c, f"{where} '{name}' condition {i + 1}") for i, c in enumerate(conds)))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "where": [c.to_dict() for c in self.where]}
+
+    def columns(self) -> set:
+        return {c.column for c in self.where}
+
+
+@dataclass
+class Membership:
+    """Which rows belong to which group, in compressed form.
+
+    ``rows[indptr[g]:indptr[g+1]]`` are the (sorted) row indices of group g. The row-major view
+    (``row_indptr``, ``row_groups``) is built on first use; it lets an update touching rows R refresh
+    exactly the (row, group) pairs of R.
+    """
+
+    n: int
+    names: list
+    indptr: np.ndarray
+    rows: np.ndarray
+    _row_indptr: np.ndarray | None = field(default=None, repr=False)
+    _row_groups: np.ndarray | None = field(default=None, repr=False)
+    _row_ids: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.names)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def group_rows(self, g: int) -> np.ndarray:
+        return self.rows[self.indptr[g] : self.indptr[g + 1]]
+
+    def pair_groups(self) -> np.ndarray:
+        """Group id of each stored (group, row) pair, aligned with ``rows``."""
+        return np.repeat(np.arange(self.n_groups, dtype=np.int64), self.sizes)
+
+    def _build_row_major(self):
+        gids = self.pair_groups().astype(np.int32)
+        order = np.argsort(self.rows, kind="stable")
+        self._row_groups = gids[order]
+        counts = np.bincount(self.rows, minlength=self.n)
+        self._row_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._row_ids = np.repeat(np.arange(self.n, dtype=np.int32), counts)
+
+    def pairs_for_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For rows R (distinct), all (position in R, group) pairs with R[position] in group."""
+        if self._row_indptr is None:
+            self._build_row_major()
+        if rows.size * 4 > self.n:
+            # Many rows: one masked pass over all pairs beats gathering row by row.
+            inside = np.zeros(self.n, dtype=bool)
+            inside[rows] = True
+            sel = inside[self._row_ids]
+            pos = np.empty(self.n, dtype=np.int64)
+            pos[rows] = np.arange(rows.size)
+            return pos[self._row_ids[sel]], self._row_groups[sel]
+        starts = self._row_indptr[rows]
+        counts = self._row_indptr[rows + 1] - starts
+        total = int(counts.sum())
+        local = np.repeat(np.arange(rows.size, dtype=np.int64), counts)
+        offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+        return local, self._row_groups[np.arange(total, dtype=np.int64) + offsets]
+
+    def to_dense(self) -> np.ndarray:
+        """Boolean (n, |G|) matrix; for tests and small tables."""
+        out = np.zeros((self.n, self.n_groups), dtype=bool)
+        out[self.rows, self.pair_groups()] = True
+        return out
+
+
+def _quartile_edges(values: np.ndarray) -> list:
+    v = values[np.isfinite(values)]
+    qs = np.unique(np.quantile(v, [0.25, 0.5, 0.75]))
+    return [float(q) for q in qs]
+
+
+@dataclass
+class GroupSet:
+    """An ordered collection of groups; the first is always the whole population ``all``."""
+
+    groups: list
+
+    def __post_init__(self):
+        if not self.groups or self.groups[0].where:
+            self.groups.insert(0, Group("all", ()))
+        names = [g.name for g in self.groups]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise GroupDefinitionError(f"duplicate group name(s): {', '.join(dup[:10])}")
+        if len(self.groups) > MAX_GROUPS:
+            raise GroupDefinitionError(
+                f"{len(self.groups)} groups requested; the limit is {MAX_GROUPS} "
+                "(lower --max-order or use fewer --group-cols)"
+            )
+
+    # ---- construction ----------------------------------------------------------------------------
+    @classmethod
+    def from_json(cls, obj) -> "GroupSet":
+        if isinstance(obj, (str, bytes)):
+            try:
+                obj = json.loads(obj)
+            except json.JSONDecodeError as e:
+                raise GroupDefinitionError(f"group definitions are not valid JSON: {e.msg} (line {e.lineno})") from None
+        if isinstance(obj, dict):
+            if obj.get("format", "mmc-groups") != "mmc-groups":
+                raise GroupDefinitionError(f"not a group definition file (format {obj.get('format')!r})")
+            if obj.get("version", 1) != 1:
+                raise GroupDefinitionError(f"group file version {obj.get('version')!r} is not supported (expected 1)")
+            obj = obj.get("groups")
+        if not isinstance(obj, list):
+            raise GroupDefinitionError("group definitions must be a list of groups or {'groups': [...]}")
+        groups = [Group.from_dict(g, f"group {i + 1}") for i, g in enumerate(obj)]
+        return cls([g for g in groups if not (g.name == "all" and not g.where)])
+
+    def to_json(self) -> dict:
+        return {"format": "mmc-groups", "version": 1, "groups": [g.to_dict() for g in self.groups]}
+
+    @classmethod
+    def from_columns(cls, table, columns, max_order: int = 1, max_values: int = 10) -> "GroupSet":
+        """Every value of each column (numeric columns with more than ``max_values`` distinct values are cut
+        at their quartiles, computed on ``table``) plus all intersections of values of *different* columns
+        up to ``max_order``, plus the whole population."""
+        if max_order < 1:
+            raise GroupDefinitionError(f"--max-order must be >= 1, got {max_order}")
+        columns = list(columns)
+        if len(set(columns)) != len(columns):
+            raise GroupDefinitionError("a group column is listed twice")
+        per_col = []
+        for c in columns:
+            arr = _column(table, c)
+            conds = []
+            if _is_numeric_column(arr):
+                finite = arr[np.isfinite(arr)]
+                distinct = np.unique(finite)
+                if distinct.size == 0:
+                    raise GroupDefinitionError(f"group column '{c}' has no values")
+                if distinct.size > max_values:
+                    edges = _quartile_edges(arr)
+                    bounds = [None] + edges + [None]
+                    conds = [Condition(c, "between", lo=bounds[i], hi=bounds[i + 1]) for i in range(len(bounds) - 1)]
+                else:
+                    conds = [Condition(c, "==", value=(int(v) if float(v).is_integer() else float(v))) for v in distinct]
+            else:
+                miss = _missing(arr)
+                vals = sorted({str(v) for v in arr[~miss]})
+                if not vals:
+                    raise GroupDefinitionError(f"group column '{c}' has no values")
+                if len(vals) > 200:
+                    raise GroupDefinitionError(
+                        f"group column '{c}' has {len(vals)} distinct values; a group per value is not useful "
+                        "(bin it first or define groups in a JSON file)"
+                    )
+                conds = [Condition(c, "==", value=v) for v in vals]
+            per_col.append(conds)
+        count = sum(math.prod(len(per_col[i]) for i in combo)
+                    for r in range(1, min(max_order, len(per_col)) + 1)
+                    for combo in itertools.combinations(range(len(per_col)), r))
+        if count + 1 > MAX_GROUPS:
+            raise GroupDefinitionError(
+                f"these columns and --max-order {max_order} give {count + 1} groups; the limit is {MAX_GROUPS}"
+            )
+        groups = []
+        for r in range(1, min(max_order, len(per_col)) + 1):
+            for combo in itertools.combinations(range(len(per_col)), r):
+                for conds in itertools.product(*(per_col[i] for i in combo)):
+                    groups.append(Group(" & ".join(c.label() for c in conds), tuple(conds)))
+        return cls(groups)
+
+    def __add__(self, other: "GroupSet") -> "GroupSet":
+        return GroupSet(list(self.groups) + [g for g in other.groups if g.where])
+
+    # ---- evaluation ------------------------------------------------------------------------------
+    @property
+    def names(self) -> list:
+        return [g.name for g in self.groups]
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def columns(self) -> set:
+        return set().union(*(g.columns() for g in self.groups))
+
+    def evaluate(self, table, n: int | None = None) -> Membership:
+        """Membership of the table's rows. Condition masks are computed once and shared by the groups."""
+        if n is None:
+            n = len(next(iter(table.values()))) if isinstance(table, dict) else len(table)
+        cache: dict = {}
+        columns: dict = {}
+        indptr = [0]
+        chunks = []
+        for g in self.groups:
+            m = np.ones(n, dtype=bool)
+            for c in g.where:
+                key = (c.column, c.op, c.value, c.values, c.lo, c.hi)
+                if key not in cache:
+                    cache[key] = c.mask(table, columns)
+                m &= cache[key]
+            idx = np.flatnonzero(m).astype(np.int64)
+            chunks.append(idx)
+            indptr.append(indptr[-1] + idx.size)
+        rows = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+        return Membership(n, self.names, np.asarray(indptr, dtype=np.int64), rows)

@@ -1,0 +1,246 @@
+"""A fitted model: initial predictors plus the ordered log of updates, saved as versioned JSON.
+
+Predicting on new rows replays the log: at each step the cells are recomputed from the predictions as they
+stand then, exactly as during fitting, so replaying on the fitting rows reproduces the fitted predictions
+bit for bit. Floats are written with ``repr`` precision, so a save/load round trip is exact too.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .descent import STEP_RULES, DescentParams, Update, select_rows
+from .errors import ModelFormatError
+from .groups import GroupSet, Membership
+from .moments import LabelScale, MomentKind
+
+__all__ = ["FittedModel", "FORMAT", "VERSION", "atomic_write_text"]
+
+FORMAT = "mmc-audit-model"
+VERSION = 1
+
+
+def atomic_write_text(path, text: str):
+    """Write to a temporary file in the target folder, then rename: never a partial file."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass
+class FittedModel:
+    params: DescentParams
+    scale: LabelScale
+    groups: GroupSet
+    init_mean: dict  # {"kind": "constant", "value": u} or {"kind": "base"}  (unit scale)
+    init_moments: dict  # a -> constant (unit scale)
+    log: list
+    round_ends: list
+    info: dict = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)
+
+    # ---- prediction ------------------------------------------------------------------------------
+    @property
+    def moments(self) -> tuple:
+        return tuple(self.params.moments)
+
+    @property
+    def uses_base(self) -> bool:
+        return self.init_mean.get("kind") == "base"
+
+    def initial(self, n: int, base_unit: np.ndarray | None = None):
+        if self.uses_base:
+            if base_unit is None:
+                col = self.init_mean.get("column") or "the base prediction"
+                raise ModelFormatError(
+                    f"this model was fitted on top of a base prediction ({col}); pass it (--pred COL)"
+                )
+            mu = np.clip(np.asarray(base_unit, dtype=float), 0.0, 1.0)
+            if mu.shape != (n,):
+                raise ModelFormatError(f"base prediction has {mu.size} values for {n} rows")
+        else:
+            mu = np.full(n, float(self.init_mean["value"]))
+        moms = {a: np.full(n, float(self.init_moments[a])) for a in self.moments}
+        return mu, moms
+
+    def replay(self, memb: Membership, mu: np.ndarray, moms: dict, upto: int | None = None):
+        """Apply the first ``upto`` log entries (all by default) to the predictions, in place."""
+        p = self.params
+        mgrid = p.mean_grid
+        grids = {a: p.grid(a) for a in self.moments}
+        for upd in self.log[: len(self.log) if upto is None else upto]:
+            rows_g = memb.group_rows(upd.group)
+            if rows_g.size == 0:
+                continue
+            cells = mgrid.index(mu[rows_g])
+            n_cells = p.m
+            if upd.partition:
+                cells = cells * p.m + grids[upd.partition].index(moms[upd.partition][rows_g])
+                n_cells = p.m * p.m
+            rows, d = select_rows(upd, rows_g, cells, n_cells)
+            lo, hi = p.projection(upd.target)
+            if upd.target == 1:
+                mu[rows] = np.clip(mu[rows] - d, lo, hi)
+            else:
+                moms[upd.target][rows] = np.clip(moms[upd.target][rows] - d, lo, hi)
+        return mu, moms
+
+    def predict_unit(self, table, base_unit: np.ndarray | None = None, n: int | None = None, upto=None):
+        """Mean and moment predictions on the unit scale for the rows of ``table``."""
+        memb = self.groups.evaluate(table, n)
+        mu, moms = self.initial(memb.n, base_unit)
+        return self.replay(memb, mu, moms, upto)
+
+    def predict(self, table, base: np.ndarray | None = None) -> dict:
+        """Predictions in the label's own units: {"mean": ..., "moment_2": ..., ...}."""
+        base_unit = None
+        if base is not None:
+            base_unit = (np.asarray(base, dtype=float) - self.scale.lo) / self.scale.span
+        n = len(base) if base is not None else None
+        mu, moms = self.predict_unit(table, base_unit, n)
+        out = {"mean": self.scale.mean_from_unit(mu)}
+        for a in self.moments:
+            out[f"moment_{a}"] = self.scale.moment_from_unit(moms[a], a)
+        return out
+
+    # ---- JSON ------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        p = self.params
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "params": {"alpha": p.alpha, "beta": p.beta, "buckets": p.m, "moments": list(p.moments),
+                       "step": p.step, "odd_moments": p.odd_moments, "max_rounds": p.max_rounds},
+            "label_scale": {"lo": self.scale.lo, "hi": self.scale.hi, "source": self.scale.source},
+            "groups": self.groups.to_json(),
+            "init": {"mean": self.init_mean, "moments": {str(a): v for a, v in self.init_moments.items()}},
+            "log": [u.to_json() for u in self.log],
+            "round_ends": list(self.round_ends),
+            "info": self.info,
+            "extras": self.extras,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), allow_nan=False, sort_keys=True, separators=(",", ":"))
+
+    def save(self, path):
+        atomic_write_text(path, self.to_json())
+
+    @classmethod
+    def load(cls, path) -> "FittedModel":
+        try:
+            with open(path, "r", encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            raise ModelFormatError(f"model file not found: {path}") from None
+        except UnicodeDecodeError:
+            raise ModelFormatError(f"{path} is not a text (JSON) model file") from None
+        return cls.from_json(text, str(path))
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "model") -> "FittedModel":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ModelFormatError(f"{where} is not valid JSON (truncated or edited?): {e.msg} at line {e.lineno}") from None
+        return cls.from_dict(d, where)
+
+    @classmethod
+    def from_dict(cls, d, where: str = "model") -> "FittedModel":
+        def bad(msg):
+            return ModelFormatError(f"{where}: {msg}")
+
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise bad(f"not an mmc-audit model (missing \"format\": \"{FORMAT}\")")
+        if d.get("version") != VERSION:
+            raise bad(f"model schema version {d.get('version')!r} is not supported (this mmc-audit reads version {VERSION})")
+        for key in ("params", "label_scale", "groups", "init", "log", "round_ends"):
+            if key not in d:
+                raise bad(f"missing field '{key}'")
+        pr = d["params"]
+        try:
+            alpha, beta, m = float(pr["alpha"]), float(pr["beta"]), pr["buckets"]
+            moments = tuple(pr["moments"])
+            step, odd = pr["step"], pr["odd_moments"]
+            max_rounds = pr.get("max_rounds")
+        except (KeyError, TypeError, ValueError) as e:
+            raise bad(f"params are incomplete or malformed ({e})") from None
+        if not (0 < alpha < 1) or not (0 < beta < 1):
+            raise bad(f"params alpha={alpha}, beta={beta} must lie in (0, 1)")
+        if not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= 1000:
+            raise bad(f"params buckets={m!r} must be an integer in [1, 1000]")
+        if any(not isinstance(a, int) or isinstance(a, bool) or not 2 <= a <= 20 for a in moments) \
+                or list(moments) != list(range(2, len(moments) + 2)):
+            raise bad(f"params moments={list(moments)!r} must be 2..K with K <= 20")
+        if step not in STEP_RULES or odd not in MomentKind.ALL:
+            raise bad(f"params step={step!r} / odd_moments={odd!r} are not recognised")
+        params = DescentParams(alpha, beta, m, moments, step, odd, max_rounds)
+        ls = d["label_scale"]
+        try:
+            scale = LabelScale(float(ls["lo"]), float(ls["hi"]), str(ls.get("source", "declared")))
+        except Exception as e:  # noqa: BLE001 - any malformed scale is a format error
+            raise bad(f"label_scale is malformed ({e})") from None
+        try:
+            groups = GroupSet.from_json(d["groups"])
+        except ValueError as e:
+            raise bad(f"groups: {e}") from None
+        G = len(groups)
+        init = d["init"]
+        init_mean = init.get("mean") if isinstance(init, dict) else None
+        if not isinstance(init_mean, dict) or init_mean.get("kind") not in ("constant", "base"):
+            raise bad("init.mean must be {\"kind\": \"constant\", \"value\": v} or {\"kind\": \"base\"}")
+        if init_mean["kind"] == "constant":
+            v = init_mean.get("value")
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= 1.0:
+                raise bad(f"init.mean.value={v!r} must be a number in [0, 1]")
+        raw_moms = init.get("moments", {})
+        init_moments = {}
+        for a in moments:
+            v = raw_moms.get(str(a)) if isinstance(raw_moms, dict) else None
+            lo, hi = params.projection(a)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not lo <= v <= hi:
+                raise bad(f"init.moments['{a}']={v!r} must be a number in [{lo}, {hi}]")
+            init_moments[a] = float(v)
+        log = []
+        if not isinstance(d["log"], list):
+            raise bad("log must be a list")
+        for k, e in enumerate(d["log"]):
+            try:
+                upd = Update.from_json(e)
+                ok = (len(e) == 5 and (upd.target == 1 or upd.target in moments)
+                      and (upd.partition == 0 or upd.partition in moments)
+                      and (upd.target == 1 or upd.partition == upd.target)
+                      and 0 <= upd.group < G and upd.cells.size == upd.deltas.size and upd.cells.size > 0
+                      and upd.cells.min() >= 0 and upd.cells.max() < (m if upd.partition == 0 else m * m)
+                      and np.all(np.isfinite(upd.deltas)) and np.all(np.abs(upd.deltas) <= 2.0))
+            except (TypeError, ValueError, IndexError):
+                ok = False
+            if not ok:
+                raise bad(f"log entry {k} is malformed or out of range")
+            log.append(upd)
+        ends = d["round_ends"]
+        if not isinstance(ends, list) or any(not isinstance(x, int) or not 0 <= x <= len(log) for x in ends) \
+                or ends != sorted(ends):
+            raise bad("round_ends must be a non-decreasing list of log positions")
+        info = d.get("info", {})
+        extras = d.get("extras", {})
+        if not isinstance(info, dict) or not isinstance(extras, dict):
+            raise bad("info and extras must be objects")
+        return cls(params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
