@@ -99,10 +99,76 @@ def select_rows(upd: Update, rows_g: np.ndarray, cells_g: np.ndarray, n_cells: i
     return rows_g[sel], d[sel]
 
 
+class _PairSums:
+    """Cell sums over (row, group) pairs: works for any membership; cost per update ~ rows x groups per row."""
+
+    def __init__(self, memb: Membership):
+        self.memb = memb
+        self.G = memb.n_groups
+
+    def context(self, rows):
+        return self.memb.pairs_for_rows(rows)
+
+    def full(self, nc, cells, weights):
+        r = self.memb.rows
+        keys = self.memb.pair_groups() * nc + cells[r]
+        return np.bincount(keys, weights=None if weights is None else weights[r], minlength=self.G * nc).astype(float)
+
+    def shift(self, arr, nc, ctx, c_old, c_new, w_old, w_new, mask=None):
+        loc, pg = ctx
+        if mask is not None:
+            keep = mask[loc]
+            loc, pg = loc[keep], pg[keep]
+        arr += np.bincount(pg * nc + c_new[loc], weights=None if w_new is None else w_new[loc], minlength=arr.size)
+        arr -= np.bincount(pg * nc + c_old[loc], weights=None if w_old is None else w_old[loc], minlength=arr.size)
+
+
+class _SignatureSums:
+    """Cell sums through membership signatures.
+
+    Rows with the same set of groups (a "signature": with groups built from a few categorical columns there
+    are few) are summed per (signature, cell) with one bincount over rows; a small dense product with the
+    signature x group matrix gives the (group, cell) sums. An update then costs ~ rows changed, instead of
+    rows x groups per row.
+    """
+
+    def __init__(self, memb: Membership, sig: np.ndarray, A: np.ndarray):
+        self.sig, self.A, self.ns = sig, A, A.shape[0]
+
+    def context(self, rows):
+        return self.sig[rows]
+
+    def full(self, nc, cells, weights):
+        d = np.bincount(self.sig * nc + cells, weights=weights, minlength=self.ns * nc).astype(float)
+        return (self.A.T @ d.reshape(self.ns, nc)).ravel()
+
+    def shift(self, arr, nc, s, c_old, c_new, w_old, w_new, mask=None):
+        if mask is not None:
+            s, c_old, c_new = s[mask], c_old[mask], c_new[mask]
+            w_old = None if w_old is None else w_old[mask]
+            w_new = None if w_new is None else w_new[mask]
+        size = self.ns * nc
+        d = np.bincount(s * nc + c_new, weights=w_new, minlength=size).astype(float)
+        d -= np.bincount(s * nc + c_old, weights=w_old, minlength=size)
+        d = d.reshape(self.ns, nc)
+        touched = np.flatnonzero(d.any(axis=1))
+        if touched.size:
+            arr += (self.A[touched].T @ d[touched]).ravel()
+
+
+def make_summer(memb: Membership):
+    """Signature sums when the signature x group matrix is small, pair sums otherwise (see benchmarks)."""
+    sig, n_sig = memb.signatures()
+    if n_sig * memb.n_groups <= 4_000_000 and n_sig * 2 <= max(memb.n, 2):
+        return _SignatureSums(memb, sig, memb.signature_matrix(sig, n_sig))
+    return _PairSums(memb)
+
+
 class CellState:
     """Predictions and incrementally maintained cell statistics over one set of rows."""
 
-    def __init__(self, params: DescentParams, memb: Membership, y: np.ndarray, mu: np.ndarray, moments: dict):
+    def __init__(self, params: DescentParams, memb: Membership, y: np.ndarray, mu: np.ndarray, moments: dict,
+                 summer=None):
         self.p = params
         self.memb = memb
         self.n = memb.n
@@ -113,6 +179,7 @@ class CellState:
         self.mom = {a: np.array(moments[a], dtype=float) for a in params.moments}
         self.bmu = params.mean_grid.index(self.mu)
         self.bmom = {a: params.grid(a).index(self.mom[a]) for a in params.moments}
+        self.sums = summer if summer is not None else make_summer(memb)
         self.full_recompute()
 
     # ---- statistics ------------------------------------------------------------------------------
@@ -120,72 +187,57 @@ class CellState:
         return pseudo_label(a, y - mu, self.p.odd_moments)
 
     def full_recompute(self):
-        memb, m, mm = self.memb, self.m, self.m * self.m
-        pg = memb.pair_groups()
-        r = memb.rows
+        m, mm, sums = self.m, self.m * self.m, self.sums
         res = self.mu - self.y
-        k0 = pg * m + self.bmu[r]
-        self.S0 = np.bincount(k0, weights=res[r], minlength=self.G * m)
-        self.C0 = np.bincount(k0, minlength=self.G * m).astype(float)
+        self.S0 = sums.full(m, self.bmu, res)
+        self.C0 = sums.full(m, self.bmu, None)
         self.SA, self.CA, self.TA = {}, {}, {}
         for a in self.p.moments:
-            ka = pg * mm + self.bmu[r] * m + self.bmom[a][r]
-            self.SA[a] = np.bincount(ka, weights=res[r], minlength=self.G * mm)
-            self.CA[a] = np.bincount(ka, minlength=self.G * mm).astype(float)
-            mres = self.mom[a] - self.label(a, self.mu, self.y)
-            self.TA[a] = np.bincount(ka, weights=mres[r], minlength=self.G * mm)
-
-    @staticmethod
-    def _shift(arr, k_old, k_new, w_old, w_new):
-        size = arr.size
-        arr += np.bincount(k_new, weights=w_new, minlength=size)
-        arr -= np.bincount(k_old, weights=w_old, minlength=size)
+            cells = self.bmu * m + self.bmom[a]
+            self.SA[a] = sums.full(mm, cells, res)
+            self.CA[a] = sums.full(mm, cells, None)
+            self.TA[a] = sums.full(mm, cells, self.mom[a] - self.label(a, self.mu, self.y))
 
     def set_mean(self, rows: np.ndarray, new: np.ndarray):
         if rows.size == 0:
             return
-        m, mm = self.m, self.m * self.m
-        loc, pg = self.memb.pairs_for_rows(rows)
+        m, mm, sums = self.m, self.m * self.m, self.sums
+        ctx = sums.context(rows)
         y = self.y[rows]
         old = self.mu[rows]
         b_old, b_new = self.bmu[rows], self.p.mean_grid.index(new)
         r_old, r_new = old - y, new - y
-        ones = np.ones(loc.size)
-        k_old, k_new = pg * m + b_old[loc], pg * m + b_new[loc]
-        self._shift(self.S0, k_old, k_new, r_old[loc], r_new[loc])
-        moved = b_old[loc] != b_new[loc]
+        moved = b_old != b_new
+        sums.shift(self.S0, m, ctx, b_old, b_new, r_old, r_new)
         if moved.any():
-            self._shift(self.C0, k_old[moved], k_new[moved], ones[moved], ones[moved])
+            sums.shift(self.C0, m, ctx, b_old, b_new, None, None, moved)
         for a in self.p.moments:
-            ba = self.bmom[a][rows][loc]
-            ka_old, ka_new = pg * mm + b_old[loc] * m + ba, pg * mm + b_new[loc] * m + ba
-            self._shift(self.SA[a], ka_old, ka_new, r_old[loc], r_new[loc])
+            ba = self.bmom[a][rows]
+            c_old, c_new = b_old * m + ba, b_new * m + ba
+            sums.shift(self.SA[a], mm, ctx, c_old, c_new, r_old, r_new)
             if moved.any():
-                self._shift(self.CA[a], ka_old[moved], ka_new[moved], ones[moved], ones[moved])
+                sums.shift(self.CA[a], mm, ctx, c_old, c_new, None, None, moved)
             ma = self.mom[a][rows]
-            t_old = (ma - self.label(a, old, y))[loc]
-            t_new = (ma - self.label(a, new, y))[loc]
-            self._shift(self.TA[a], ka_old, ka_new, t_old, t_new)
+            sums.shift(self.TA[a], mm, ctx, c_old, c_new, ma - self.label(a, old, y), ma - self.label(a, new, y))
         self.mu[rows] = new
         self.bmu[rows] = b_new
 
     def set_moment(self, a: int, rows: np.ndarray, new: np.ndarray):
         if rows.size == 0:
             return
-        m, mm = self.m, self.m * self.m
-        loc, pg = self.memb.pairs_for_rows(rows)
+        m, mm, sums = self.m, self.m * self.m, self.sums
+        ctx = sums.context(rows)
         old = self.mom[a][rows]
         b_old, b_new = self.bmom[a][rows], self.p.grid(a).index(new)
-        bmu = self.bmu[rows][loc]
-        k_old, k_new = pg * mm + bmu * m + b_old[loc], pg * mm + bmu * m + b_new[loc]
+        bmu = self.bmu[rows]
+        c_old, c_new = bmu * m + b_old, bmu * m + b_new
         lab = self.label(a, self.mu[rows], self.y[rows])
-        self._shift(self.TA[a], k_old, k_new, (old - lab)[loc], (new - lab)[loc])
-        moved = b_old[loc] != b_new[loc]
+        sums.shift(self.TA[a], mm, ctx, c_old, c_new, old - lab, new - lab)
+        moved = b_old != b_new
         if moved.any():
-            res = (self.mu[rows] - self.y[rows])[loc]
-            ones = np.ones(int(moved.sum()))
-            self._shift(self.SA[a], k_old[moved], k_new[moved], res[moved], res[moved])
-            self._shift(self.CA[a], k_old[moved], k_new[moved], ones, ones)
+            res = self.mu[rows] - self.y[rows]
+            sums.shift(self.SA[a], mm, ctx, c_old, c_new, res, res, moved)
+            sums.shift(self.CA[a], mm, ctx, c_old, c_new, None, None, moved)
         self.mom[a][rows] = new
         self.bmom[a][rows] = b_new
 

@@ -213,6 +213,12 @@ class MomentMulticalibrator:
         log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
         model = FittedModel(params, scale, gset, init_mean, init_moments, list(log),
                             list(res.round_ends[: kept_round + 1]))
+        if n_cal:
+            # Interval calibration uses only the held-out rows (never the rows the moments were fitted on).
+            from . import intervals
+
+            model.extras["intervals"] = intervals.calibrate(
+                model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx])
         model.info = {
             "mode": "practical (one fitting sample, audited exactly)",
             "converged": bool(res.converged and kept_round == len(res.round_ends) - 1),

@@ -288,6 +288,38 @@ class Membership:
         offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
         return local, self._row_groups[np.arange(total, dtype=np.int64) + offsets]
 
+    def signatures(self) -> tuple[np.ndarray, int]:
+        """Signature id of each row: rows with the same set of groups share an id.
+
+        A row's signature is hashed as the wrapping sum of random 64-bit keys of its groups; two different
+        group sets collide with probability about (number of signatures)^2 / 2^64.
+        """
+        if self._row_indptr is None:
+            self._build_row_major()
+        keys = np.random.default_rng(0x5EED).integers(1, 2**63 - 1, size=max(self.n_groups, 1), dtype=np.int64)
+        keys = keys.astype(np.uint64) * np.uint64(2) + np.uint64(1)
+        h = np.zeros(self.n, dtype=np.uint64)
+        counts = np.diff(self._row_indptr)
+        nonempty = np.flatnonzero(counts > 0)
+        if nonempty.size:
+            with np.errstate(over="ignore"):
+                h[nonempty] = np.add.reduceat(keys[self._row_groups], self._row_indptr[nonempty])
+        _, sig = np.unique(h, return_inverse=True)
+        sig = sig.ravel().astype(np.int64)
+        return sig, int(sig.max()) + 1 if sig.size else 0
+
+    def signature_matrix(self, sig: np.ndarray, n_sig: int) -> np.ndarray:
+        """Dense (signatures x groups) 0/1 matrix, from one representative row per signature."""
+        rep = np.zeros(n_sig, dtype=np.int64)
+        rep[sig[::-1]] = np.arange(sig.size - 1, -1, -1)
+        A = np.zeros((n_sig, self.n_groups))
+        starts, ends = self._row_indptr[rep], self._row_indptr[rep + 1]
+        counts = ends - starts
+        sig_ids = np.repeat(np.arange(n_sig), counts)
+        offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+        A[sig_ids, self._row_groups[np.arange(int(counts.sum())) + offsets]] = 1.0
+        return A
+
     def to_dense(self) -> np.ndarray:
         """Boolean (n, |G|) matrix; for tests and small tables."""
         out = np.zeros((self.n, self.n_groups), dtype=bool)
