@@ -263,7 +263,10 @@ COMMANDS = {"fit": cmd_fit, "predict": cmd_predict, "audit": cmd_audit, "report"
 def main(argv=None) -> int:
     from mmc_core.errors import MMCError
 
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # usage errors and --help: argparse has printed its message
+        return int(e.code or 0)
     try:
         return COMMANDS[args.command](args)
     except (MMCError, CLIError) as e:

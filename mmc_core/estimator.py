@@ -120,6 +120,25 @@ class MomentMulticalibrator:
         self.max_rounds = max_rounds
         self.random_state = random_state
 
+    _PARAM_NAMES = ("alpha", "beta", "n_buckets", "n_moments", "step", "odd_moments", "label_range",
+                    "calibration_fraction", "early_stopping", "max_rounds", "random_state")
+
+    def get_params(self, deep: bool = True) -> dict:
+        """Constructor parameters (scikit-learn convention)."""
+        return {k: getattr(self, k) for k in self._PARAM_NAMES}
+
+    def set_params(self, **params) -> "MomentMulticalibrator":
+        for k, v in params.items():
+            if k not in self._PARAM_NAMES:
+                raise MMCError(f"unknown parameter {k!r}; valid: {', '.join(self._PARAM_NAMES)}")
+            setattr(self, k, v)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = MomentMulticalibrator().get_params()
+        changed = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k])
+        return f"MomentMulticalibrator({changed})"
+
     # ------------------------------------------------------------------------------------------
     def _params(self) -> DescentParams:
         return DescentParams(float(self.alpha), float(self.beta), int(self.n_buckets),

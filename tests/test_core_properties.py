@@ -1,0 +1,93 @@
+"""Invariants of the core on random small tables, groups and parameters (hypothesis)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
+from tests.reference import audit_sample
+
+
+@st.composite
+def problems(draw):
+    n = draw(st.integers(8, 120))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    table = {"a": rng.integers(0, draw(st.integers(1, 4)), n), "b": rng.integers(0, draw(st.integers(1, 3)), n)}
+    kind = draw(st.sampled_from(["uniform", "binary", "beta", "ties"]))
+    y = {"uniform": rng.random(n), "binary": (rng.random(n) < 0.3).astype(float),
+         "beta": rng.beta(0.5, 2.0, n), "ties": rng.integers(0, 3, n) / 2.0}[kind]
+    base = rng.random(n) if draw(st.booleans()) else None
+    params = dict(
+        alpha=draw(st.sampled_from([0.005, 0.02, 0.08])),
+        beta=draw(st.sampled_from([0.002, 0.01, 0.05])),
+        n_buckets=draw(st.integers(1, 6)),
+        n_moments=draw(st.integers(1, 4)),
+        step=draw(st.sampled_from(["exact", "paper"])),
+        odd_moments=draw(st.sampled_from(["absolute", "signed"])),
+        label_range=(0.0, 1.0),
+    )
+    order = draw(st.integers(1, 2))
+    return table, y, base, params, order
+
+
+@given(problems())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_core_invariants(problem):
+    table, y, base, params, order = problem
+    groups = GroupSet.from_columns(table, ["a", "b"], order)
+    est = MomentMulticalibrator(**params).fit(table, y, groups, base_prediction=base)
+    model = est.model_
+    p = model.params
+    # terminates, within the paper's bounds
+    assert est.converged_
+    assert model.info["mean_updates"] <= 1 / p.alpha**2 - 1
+    assert model.info["max_moment_updates_per_call"] <= 1 / p.beta**2 - 1
+    # ranges
+    mu, moms = est.fit_mean_unit_, est.fit_moments_unit_
+    assert np.all((mu >= 0) & (mu <= 1))
+    for a in p.moments:
+        lo, hi = p.projection(a)
+        assert np.all((moms[a] >= lo) & (moms[a] <= hi))
+    # the guarantee, checked by a straightforward reference computation
+    audit = audit_sample(p, groups.evaluate(table).to_dense(), y, mu, moms)
+    assert all(abs(r[3]) < p.alpha for r in audit["mean"])
+    assert all(abs(r["v_mean"]) < p.alpha and abs(r["v_moment"]) < p.beta for r in audit["joint"])
+    # replay equals fit; save/load is exact
+    mu2, moms2 = model.predict_unit(table, base)
+    assert np.array_equal(mu2, mu) and all(np.array_equal(moms2[a], moms[a]) for a in p.moments)
+    again = FittedModel.from_json(model.to_json())
+    mu3, moms3 = again.predict_unit(table, base)
+    assert np.array_equal(mu3, mu) and all(np.array_equal(moms3[a], moms[a]) for a in p.moments)
+    # deterministic
+    est2 = MomentMulticalibrator(**params).fit(table, y, groups, base_prediction=base)
+    strip = lambda m: {k: v for k, v in json.loads(m.to_json()).items() if k != "info"}  # noqa: E731
+    assert strip(est2.model_) == strip(model)
+
+
+@given(st.integers(0, 10_000), st.sampled_from(["exact", "paper"]))
+@settings(max_examples=25, deadline=None)
+def test_potential_decreases_by_at_least_alpha_squared_per_mean_update(seed, step):
+    """The potential argument behind the 1/alpha^2 bound: every mean cell update lowers
+    (1/n) sum (mu - y)^2 by at least alpha^2 (on the fitting sample, y is the target)."""
+    from mmc_core.descent import CellState, DescentParams, Update, descend
+
+    rng = np.random.default_rng(seed)
+    n = 200
+    table = {"a": rng.integers(0, 3, n), "b": rng.integers(0, 2, n)}
+    y = rng.random(n)
+    memb = GroupSet.from_columns(table, ["a", "b"], 2).evaluate(table)
+    p = DescentParams(alpha=0.01, beta=0.01, m=4, moments=(), step=step)
+    state = CellState(p, memb, y, np.zeros(n), {})
+    log: list[Update] = []
+    descend(p, state, log=log)
+    replay = CellState(p, memb, y, np.zeros(n), {})
+    prev = replay.mean_potential()
+    for upd in log:
+        replay.apply(upd)
+        cur = replay.mean_potential()
+        assert prev - cur >= upd.cells.size * p.alpha**2 - 1e-12
+        prev = cur
