@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--early-stopping", action="store_true", help="keep the round with the best held-out error")
     f.add_argument("--max-rounds", type=int, help="cap on mean rounds (a capped run is reported as not converged)")
     f.add_argument("--seed", type=int, default=0, help="seed of the calibration split (default 0)")
+    f.add_argument("--save-partial", action="store_true",
+                   help="if interrupted (Ctrl-C), still save the model reached so far, marked as not converged")
     f.add_argument("--out", required=True, help="where to write the model (JSON)")
 
     pr = sub.add_parser("predict", help="predict mean, moments and intervals for new rows")
@@ -150,9 +152,34 @@ def cmd_fit(args) -> int:
                                 step=args.step, odd_moments=args.odd_moments, label_range=args.label_range,
                                 calibration_fraction=args.calibration_fraction, early_stopping=args.early_stopping,
                                 max_rounds=args.max_rounds, random_state=args.seed)
-    est.fit(df, y, groups, base_prediction=base, label_name=args.label, base_name=args.pred)
-    est.save(args.out)
+    # Ctrl-C stops the descent at the end of the current round instead of killing it mid-update.
+    interrupted = []
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum, frame):
+        if interrupted:  # a second Ctrl-C aborts at once
+            raise KeyboardInterrupt
+        interrupted.append(True)
+        print("\nmmc: stopping after the current round (Ctrl-C again to abort)...", file=sys.stderr, flush=True)
+
+    try:
+        signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not in the main thread
+        previous = None
+    try:
+        est.fit(df, y, groups, base_prediction=base, label_name=args.label, base_name=args.pred,
+                callback=lambda row: bool(interrupted))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     info = est.model_.info
+    if interrupted:
+        print(f"mmc: interrupted after {info['rounds']} round(s), {info['mean_updates']} mean and "
+              f"{info['moment_updates']} moment updates; the model is NOT converged", file=sys.stderr)
+        if not args.save_partial:
+            print("mmc: nothing was written (use --save-partial to keep a partial model)", file=sys.stderr)
+            return 130
+    est.save(args.out)
     if info["empty_groups"]:
         print(f"note: {len(info['empty_groups'])} group(s) have no fitting rows: "
               + ", ".join(info["empty_groups"][:10]), file=sys.stderr)
@@ -187,6 +214,15 @@ def _load_for_apply(args, need_label: bool):
     return model, df, base, y
 
 
+def _note_base_range(model, base):
+    if base is None:
+        return
+    out = (base < model.scale.lo) | (base > model.scale.hi)
+    if out.any():
+        print(f"note: {int(out.sum())} base prediction(s) lie outside the model's label range "
+              f"[{model.scale.lo:g}, {model.scale.hi:g}] and were clipped to it", file=sys.stderr)
+
+
 def cmd_predict(args) -> int:
     import pandas as pd
 
@@ -197,6 +233,7 @@ def cmd_predict(args) -> int:
     _check_prob("--gamma", args.gamma)
     model, df, base, _ = _load_for_apply(args, need_label=False)
     preds = model.predict(df, base)
+    _note_base_range(model, base)
     out = df.copy()
     for k, v in preds.items():
         out[k] = v
