@@ -30,6 +30,15 @@ def _float_pair(text: str):
     return lo, hi
 
 
+def _threshold(text: str):
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+
+
 def _columns(text: str):
     cols = [c.strip() for c in text.split(",") if c.strip()]
     if not cols:
@@ -55,8 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--group-cols", type=_columns, default=[], help="columns whose values define groups, e.g. sex,race")
     f.add_argument("--max-order", type=int, default=1, help="intersections of values of up to R different columns (default 1)")
     f.add_argument("--groups", help="JSON file of named groups defined by conditions (see README)")
-    f.add_argument("--alpha", type=float, default=0.001, help="mean violation threshold, mass-weighted (default 0.001)")
-    f.add_argument("--beta", type=float, default=0.0001, help="moment violation threshold, mass-weighted (default 0.0001)")
+    f.add_argument("--alpha", type=_threshold, default="auto",
+                   help="mean violation threshold, mass-weighted: a cell S is flagged when P(S)*|mean residual| >= A; "
+                        "'auto' (default) = just above the sampling noise of the data")
+    f.add_argument("--beta", type=_threshold, default="auto",
+                   help="moment violation threshold, mass-weighted (default 'auto', as for --alpha)")
     f.add_argument("--buckets", type=int, default=10, help="buckets m per predictor (default 10)")
     f.add_argument("--moments", type=int, default=2, help="fit central moments 2..K; 1 = mean only (default 2)")
     f.add_argument("--step", choices=["exact", "paper"], default="exact", help="step rule (default exact)")
@@ -187,7 +199,7 @@ def cmd_fit(args) -> int:
         print(f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
               "(pass --label-range LO,HI to declare it)", file=sys.stderr)
     summary = {k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups")}
-    summary.update(kept_round=info["kept_round"], n_fit=info["n_fit"], n_calibration=info["n_calibration"],
+    summary.update(alpha=est.alpha_, beta=est.beta_, kept_round=info["kept_round"], n_fit=info["n_fit"], n_calibration=info["n_calibration"],
                    label_range=[est.label_scale_.lo, est.label_scale_.hi], model=args.out)
     print(json.dumps(summary))
     return 0
