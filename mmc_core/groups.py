@@ -62,10 +62,16 @@ def _column(table, name: str) -> np.ndarray:
     # Strings, pandas StringDtype, categoricals, mixed objects: compare as text; missing stays missing.
     import pandas as pd  # table-facing edge: pandas' notion of "missing" covers None, NaN, pd.NA, NaT
 
-    obj = np.asarray(col, dtype=object)
-    miss = np.asarray(pd.isna(obj), dtype=bool)
-    out = np.empty(obj.shape, dtype=object)
-    out[~miss] = [v if isinstance(v, str) else _format_value(v) for v in obj[~miss]]
+    ser = pd.Series(col) if not isinstance(col, pd.Series) else col
+    if isinstance(ser.dtype, pd.CategoricalDtype):
+        ser = ser.astype(object)
+    miss = ser.isna().to_numpy()
+    out = np.array(ser.to_numpy(dtype=object, na_value=None), dtype=object, copy=True)
+    if not pd.api.types.is_string_dtype(ser.dtype) or ser.dtype == object:
+        # mixed objects (numbers and text): compare everything as text, numbers formatted like group labels
+        nonstr = ~miss & ~np.frompyfunc(lambda v: isinstance(v, str), 1, 1)(out).astype(bool)
+        if nonstr.any():
+            out[nonstr] = [_format_value(v) for v in out[nonstr]]
     out[miss] = None
     return out
 
