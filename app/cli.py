@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "'auto' (default) = just above the sampling noise of the data")
     f.add_argument("--beta", type=_threshold, default="auto",
                    help="moment violation threshold, mass-weighted (default 'auto', as for --alpha)")
-    f.add_argument("--buckets", type=int, default=10, help="buckets m per predictor (default 10)")
+    f.add_argument("--buckets", type=int, default=5, help="buckets m per predictor (default 5)")
     f.add_argument("--moments", type=int, default=2, help="fit central moments 2..K; 1 = mean only (default 2)")
     f.add_argument("--step", choices=["exact", "paper"], default="exact", help="step rule (default exact)")
     f.add_argument("--odd-moments", choices=["absolute", "signed"], default="absolute",
@@ -199,7 +199,7 @@ def cmd_fit(args) -> int:
         print(f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
               "(pass --label-range LO,HI to declare it)", file=sys.stderr)
     summary = {k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups")}
-    summary.update(alpha=est.alpha_, beta=est.beta_, kept_round=info["kept_round"], n_fit=info["n_fit"], n_calibration=info["n_calibration"],
+    summary.update(alpha=est.alpha_, beta=est.beta_, moment_betas={str(a): b for a, b in est.moment_betas_.items()}, kept_round=info["kept_round"], n_fit=info["n_fit"], n_calibration=info["n_calibration"],
                    label_range=[est.label_scale_.lo, est.label_scale_.hi], model=args.out)
     print(json.dumps(summary))
     return 0

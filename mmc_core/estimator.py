@@ -20,12 +20,12 @@ def _check_unit_interval(name: str, v, open_right: bool = True):
         raise MMCError(f"{name} must be a number strictly between 0 and 1, got {v!r}")
 
 
-AUTO_REFERENCE_MASS = 0.1
+AUTO_REFERENCE_MASS = 0.05
 AUTO_LEVEL = 0.1
 
 
 def auto_threshold(spread: float, n_cells: int, n: int) -> float:
-    """The "auto" alpha / beta: the smallest threshold at which a cell holding 10% of the rows, with no real
+    """The "auto" alpha / beta: the smallest threshold at which a cell holding 5% of the rows, with no real
     error, would still not be flagged by sampling noise alone (Gaussian tail with a Bonferroni correction
     over all audited cells at level 0.1). Reusing one sample for every audit overfits when alpha is below
     this noise level (measured on the wage demo data: held-out squared error +37% at alpha = 0.001)."""
@@ -122,7 +122,7 @@ class MomentMulticalibrator:
         Seed of the calibration split.
     """
 
-    def __init__(self, alpha="auto", beta="auto", n_buckets=10, n_moments=2, step="exact",
+    def __init__(self, alpha="auto", beta="auto", n_buckets=5, n_moments=2, step="exact",
                  odd_moments="absolute", label_range=None, calibration_fraction=0.0,
                  early_stopping=False, max_rounds=None, random_state=0):
         self.alpha = alpha
@@ -157,10 +157,10 @@ class MomentMulticalibrator:
         return f"MomentMulticalibrator({changed})"
 
     # ------------------------------------------------------------------------------------------
-    def _params(self, alpha: float, beta: float) -> DescentParams:
+    def _params(self, alpha: float, beta: float, moment_betas: tuple = ()) -> DescentParams:
         return DescentParams(float(alpha), float(beta), int(self.n_buckets),
                              tuple(range(2, int(self.n_moments) + 1)), self.step, self.odd_moments,
-                             None if self.max_rounds is None else int(self.max_rounds))
+                             None if self.max_rounds is None else int(self.max_rounds), moment_betas)
 
     def fit(self, X, y, groups=None, base_prediction=None, callback=None, label_name: str = "label",
             base_name: str | None = None):
@@ -226,10 +226,18 @@ class MomentMulticalibrator:
         resid = yu[fit_idx] - mu0
         alpha = auto_threshold(float(np.std(resid)), G * m * (1 + len(moments) * m), nf) \
             if self.alpha == "auto" else float(self.alpha)
-        beta = (auto_threshold(max(float(np.std(pseudo_label(a, resid, self.odd_moments))) for a in moments),
-                               G * m * m * len(moments), nf) if moments else 0.01) \
-            if self.beta == "auto" else float(self.beta)
-        params = self._params(alpha, beta)
+        moment_betas = ()
+        if self.beta != "auto":
+            beta = float(self.beta)
+        elif not moments:
+            beta = 0.01  # unused: no moments are fitted
+        else:
+            # each moment on its own scale: a fourth moment's errors are far smaller than a variance's
+            per = {a: auto_threshold(float(np.std(pseudo_label(a, resid, self.odd_moments))), G * m * m, nf)
+                   for a in moments}
+            beta = per[2]
+            moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
+        params = self._params(alpha, beta, moment_betas)
         init_moments = {a: float(np.clip(np.mean(pseudo_label(a, resid, self.odd_moments)),
                                          *params.projection(a))) for a in params.moments}
         moms0 = {a: np.full(fit_idx.size, v) for a, v in init_moments.items()}
@@ -289,6 +297,7 @@ class MomentMulticalibrator:
         }
         self.model_ = model
         self.alpha_, self.beta_ = params.alpha, params.beta
+        self.moment_betas_ = {a: params.beta_for(a) for a in params.moments}
         self.history_ = res.history
         self.converged_ = model.info["converged"]
         self.n_rounds_ = model.info["rounds"]

@@ -50,7 +50,7 @@ class FreshDescent:
     def __init__(self, sampler, groups: GroupSet, params: DescentParams, n: int, delta: float = 1e-3,
                  seed: int = 0, init_mean: float = 0.0, init_moment: float = 0.0, truth=None):
         eps = 2 * math.sqrt(math.log(2 / delta) / (2 * n))
-        if eps > params.alpha or (params.moments and eps > params.beta):
+        if eps > params.alpha or any(eps > params.beta_for(a) for a in params.moments):
             raise ValueError(
                 f"n={n} rows per audit is too small for alpha={params.alpha}, beta={params.beta}: the paper needs "
                 f"2 sqrt(ln(2/delta)/(2n)) = {eps:.4g} <= alpha, beta"
@@ -92,14 +92,14 @@ class FreshDescent:
         st = self._audit_state()
         p, G = self.p, len(self.groups)
         if kind == "moment":
-            res = self._flag(st.TA[a], st.CA[a], p.beta)
+            res = self._flag(st.TA[a], st.CA[a], p.beta_for(a))
             if res is None:
                 self.queue.pop(0)
                 ev = {"kind": "moment_pass", "moment": a}
             else:
                 flagged, margin, sign = res
                 g = int(np.argmax(margin)) // (p.m * p.m)
-                upd = self._update(a, a, g, flagged, sign, p.m * p.m, p.beta)
+                upd = self._update(a, a, g, flagged, sign, p.m * p.m, p.beta_for(a))
                 self.moment_updates += upd.cells.size
                 ev = self._event("moment_update", upd, st, a)
         else:

@@ -123,7 +123,8 @@ class FittedModel:
             "format": FORMAT,
             "version": VERSION,
             "params": {"alpha": p.alpha, "beta": p.beta, "buckets": p.m, "moments": list(p.moments),
-                       "step": p.step, "odd_moments": p.odd_moments, "max_rounds": p.max_rounds},
+                       "step": p.step, "odd_moments": p.odd_moments, "max_rounds": p.max_rounds,
+                       "moment_betas": {str(a): b for a, b in p.moment_betas}},
             "label_scale": {"lo": self.scale.lo, "hi": self.scale.hi, "source": self.scale.source},
             "groups": self.groups.to_json(),
             "init": {"mean": self.init_mean, "moments": {str(a): v for a, v in self.init_moments.items()}},
@@ -187,7 +188,16 @@ class FittedModel:
             raise bad(f"params moments={list(moments)!r} must be 2..K with K <= 20")
         if step not in STEP_RULES or odd not in MomentKind.ALL:
             raise bad(f"params step={step!r} / odd_moments={odd!r} are not recognised")
-        params = DescentParams(alpha, beta, m, moments, step, odd, max_rounds)
+        raw_mb = pr.get("moment_betas", {})
+        if not isinstance(raw_mb, dict):
+            raise bad("params.moment_betas must be an object {moment: beta}")
+        moment_betas = []
+        for key, v in raw_mb.items():
+            if key not in {str(a) for a in moments} or not isinstance(v, (int, float)) or isinstance(v, bool) \
+                    or not 0 < v < 1:
+                raise bad(f"params.moment_betas[{key!r}]={v!r} must be a number in (0, 1) for a fitted moment")
+            moment_betas.append((int(key), float(v)))
+        params = DescentParams(alpha, beta, m, moments, step, odd, max_rounds, tuple(sorted(moment_betas)))
         ls = d["label_scale"]
         try:
             scale = LabelScale(float(ls["lo"]), float(ls["hi"]), str(ls.get("source", "declared")))

@@ -38,3 +38,16 @@ def test_auto_does_not_fit_noise_where_a_tiny_alpha_does():
     assert tiny > 1.02  # the unguarded descent hurts held-out error (so this test can fail)
     assert auto < 1.01
     assert est.model_.info["alpha_rule"] == "auto" and est.alpha_ == est.model_.params.alpha
+
+
+def test_auto_beta_is_per_moment_and_saved():
+    from mmc_core.synthetic import demo_distribution
+    from mmc_core import FittedModel
+
+    t = demo_distribution().sample_table(4000, np.random.default_rng(0))
+    est = MomentMulticalibrator(n_moments=4, label_range=(0, 100)).fit(
+        t, t["outcome"], GroupSet.from_columns(t, ["race", "age"], 2), base_prediction=t["base_pred"])
+    b = est.moment_betas_
+    assert set(b) == {2, 3, 4} and b[4] < b[2]  # the fourth moment lives on a far smaller scale
+    again = FittedModel.from_json(est.model_.to_json())
+    assert {a: again.params.beta_for(a) for a in (2, 3, 4)} == b

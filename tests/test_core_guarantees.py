@@ -42,9 +42,9 @@ def test_wrapper_guarantees_hold_exactly_on_fitting_sample(step, k, odd):
         a = r["a"]
         # mean consistency and beta-pseudo-moment consistency on every G(mu, m_a, i, j)
         assert abs(r["v_mean"]) < p.alpha
-        assert abs(r["v_moment"]) < p.beta
+        assert abs(r["v_moment"]) < p.beta_for(a)
         # 3. (alpha, beta + a alpha, a/m) mean-conditioned moment calibration (lemma fine-consist...)
-        bound = (p.beta + a * p.alpha) / r["P"] + a / p.m
+        bound = (p.beta_for(a) + a * p.alpha) / r["P"] + a / p.m
         assert abs(r["pred_moment"] - r["emp_moment"]) <= bound + 1e-12
     # 1. update counts within thm:wrapper-distr-known
     info = est.model_.info
