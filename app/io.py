@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from mmc_core.errors import DataError
+from mmc_core.model import _default_mode
 
 __all__ = ["read_table", "read_table_bytes", "numeric_column", "write_csv", "write_bytes", "escape_formulas",
            "MAX_ROWS", "MAX_COLUMNS", "MAX_FILE_BYTES"]
@@ -130,6 +131,7 @@ def write_bytes(path, data: bytes):
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, _default_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

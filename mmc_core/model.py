@@ -25,6 +25,13 @@ FORMAT = "mmc-audit-model"
 VERSION = 1
 
 
+def _default_mode() -> int:
+    """The mode a plainly created file would get (0666 minus the umask); mkstemp's 0600 is too private."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_text(path, text: str):
     """Write to a temporary file in the target folder, then rename: never a partial file."""
     path = os.fspath(path)
@@ -33,6 +40,7 @@ def atomic_write_text(path, text: str):
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, _default_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
