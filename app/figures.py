@@ -1,0 +1,862 @@
+"""Plotly figures built from the audit tables (tables first, plots from tables).
+
+Every builder takes the tables of an :class:`mmc_core.metrics.AuditResult` (or a fitted model's history)
+and returns a ``plotly.graph_objects.Figure``. The Streamlit dashboard shows these figures and the PDF
+report (``app/report.py``) exports the very same figures with kaleido, so what a user sees on screen and
+on paper is identical.
+
+Conventions shared by all figures:
+
+* values are in the label's own units (the axis titles say so: "outcome units", "outcome units²");
+  the convergence figure is the exception: the paper's violations are mass-weighted on the label scaled
+  to [0, 1], and its axes say that;
+* one colour-blind-safe palette (Okabe-Ito) for categorical marks, RdBu (centred on the target coverage
+  1 - delta) for coverage, a sequential scale for widths;
+* groups whose mass is below gamma (the guarantees do not cover them) carry a "†" after their name and
+  are drawn hollow / noted under the figure;
+* long group names are shortened on the axis; the full name is in the hover text;
+* figure heights grow with the number of groups so no label is cut off.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+__all__ = [
+    "convergence_figure", "variance_disparity_figure", "coverage_heatmap", "coverage_by_bucket_heatmap",
+    "width_heatmap", "calibration_before_after_figure", "moment_reliability_figure",
+    "label_info", "OKABE_ITO", "BELOW_GAMMA_MARK",
+]
+
+# Okabe & Ito (2008): distinguishable under all common colour-vision deficiencies.
+OKABE_ITO = {
+    "black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
+    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "grey": "#999999",
+}
+FIT_COLOR = OKABE_ITO["blue"]        # multicalibrated / fitting sample / predicted
+HOLDOUT_COLOR = OKABE_ITO["orange"]  # held-out rows / base model
+OBSERVED_COLOR = OKABE_ITO["vermillion"]
+MUTED = "#8c8c8c"
+BELOW_GAMMA_MARK = " †"
+COVERAGE_SCALE = "RdBu"      # red = under-covers, white = on target (1 - delta), blue = over-covers
+#                              (see coverage_colorscale: the white point is placed exactly at 1 - delta)
+WIDTH_SCALE = "Blues"        # sequential single hue: wider = darker
+FONT = dict(family="DejaVu Sans, Arial, Helvetica, sans-serif", size=13, color="#222222")
+MAX_NAME = 40                # characters of a group name shown on an axis
+
+METHOD_LABELS = {
+    "guaranteed": "guaranteed", "plugin": "plug-in", "multimoment": "multi-moment", "calibrated": "calibrated",
+    "split-conformal": "split conformal", "mondrian": "Mondrian", "gaussian": "Gaussian",
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# shared helpers
+def _method_tick(method: str) -> str:
+    """A method's axis label on at most two short lines (narrow heatmap columns stay readable)."""
+    label = METHOD_LABELS.get(method, method)
+    for sep in (" ", "-"):
+        if len(label) > 9 and sep in label:
+            a, b = label.split(sep, 1)
+            return f"{a}{sep if sep == '-' else ''}<br>{b}"
+    return label
+
+
+# ---------------------------------------------------------------------------------------------------
+def _get(obj, key, default=None):
+    if obj is None:
+        return default
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    if isinstance(obj, pd.Series):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def label_info(audit) -> dict:
+    """Label name, unit strings and range, read from ``audit.params`` (tolerant of key spellings)."""
+    p = getattr(audit, "params", None) or {}
+    name = None
+    lo = hi = None
+    lab = _get(p, "label")
+    if isinstance(lab, Mapping):  # mmc_core.metrics: {"lo", "hi", "source", "name"}
+        name = lab.get("name") or None
+        lo, hi = lab.get("lo"), lab.get("hi")
+    for k in ("label", "label_name"):
+        v = _get(p, k)
+        if name is None and isinstance(v, str) and v:
+            name = v
+    name = str(name or "label")
+    units = _get(p, "label_units") or _get(p, "units") or f"{name} units"
+    rng = _get(p, "label_range")
+    if isinstance(rng, Mapping):
+        lo, hi = rng.get("lo"), rng.get("hi")
+    elif isinstance(rng, Sequence) and not isinstance(rng, str) and len(rng) >= 2:
+        lo, hi = rng[0], rng[1]
+    if lo is None:
+        lo, hi = _get(p, "label_lo"), _get(p, "label_hi")
+    try:
+        lo, hi = float(lo), float(hi)
+    except (TypeError, ValueError):
+        lo = hi = None
+    source = lab.get("source") if isinstance(lab, Mapping) else _get(p, "label_source")
+    return {"name": name, "units": units, "lo": lo, "hi": hi, "source": source}
+
+
+def _unit_power(units: str, a: int) -> str:
+    sup = {1: "", 2: "²", 3: "³", 4: "⁴", 5: "⁵", 6: "⁶", 7: "⁷", 8: "⁸", 9: "⁹"}
+    return f"{units}{sup.get(a, f'^{a}')}"
+
+
+def _short(name: str, n: int = MAX_NAME) -> str:
+    """Shorten a group name to ``n`` characters. Conjunctions ("a=1 & b=2") are shortened part by part, so
+    every condition stays visible: "maritl=2. Married & educ…=4. College Grad"."""
+    name = str(name)
+    if len(name) <= n:
+        return name
+    parts = name.split(" & ")
+    if len(parts) > 1:
+        budget = n - 3 * (len(parts) - 1)
+        if budget >= 6 * len(parts):
+            sizes = [len(q) for q in parts]
+            while sum(sizes) > budget:  # take one character at a time from the longest part
+                sizes[sizes.index(max(sizes))] -= 1
+            return " & ".join(_short_part(q, k) for q, k in zip(parts, sizes))
+    return name[: n - 1] + "…"
+
+
+def _short_part(part: str, k: int) -> str:
+    """One condition in ``k`` characters: a long column name is shortened first ("educati…=2. HS Grad"),
+    then the end of the value is cut ("maritl=1. Never Ma…")."""
+    if len(part) <= k:
+        return part
+    col, sep, val = part.partition("=")
+    if sep and len(col) > 6:
+        cut = min(len(part) - k, len(col) - 5)
+        part = col[: len(col) - cut - 1] + "…=" + val
+    return part if len(part) <= k else part[: k - 1] + "…"
+
+
+def _display_names(names, below=None, n: int = MAX_NAME) -> list:
+    """Shortened, unique axis labels; groups below gamma get the † mark."""
+    out, seen = [], {}
+    below = below if below is not None else [False] * len(names)
+    for name, b in zip(names, below):
+        s = _short(name, n)
+        if s in seen:
+            seen[s] += 1
+            s = f"{s[: max(1, n - 4)]}…#{seen[s]}"
+        else:
+            seen[s] = 1
+        out.append(s + (BELOW_GAMMA_MARK if b else ""))
+    return out
+
+
+def _below_gamma(audit, names) -> list:
+    """True for groups whose mass is below gamma (``large_enough`` is False)."""
+    bg = getattr(audit, "by_group", None)
+    if bg is None or "large_enough" not in getattr(bg, "columns", []):
+        gamma = _get(getattr(audit, "params", None), "gamma")
+        if bg is not None and gamma is not None and "mass" in bg.columns:
+            return [bool(bg["mass"].get(n, 1.0) < gamma) for n in names]
+        return [False] * len(names)
+    le = bg["large_enough"]
+    return [not bool(le.get(n, True)) if n in le.index else False for n in names]
+
+
+def _rows_height(n_rows: int, per_row: float = 24, extra: float = 190, minimum: float = 360) -> int:
+    return int(max(minimum, extra + per_row * n_rows))
+
+
+def _left_margin(labels) -> int:
+    longest = max((len(str(s)) for s in labels), default=5)
+    return int(min(330, 30 + 7.6 * longest))
+
+
+def _base_layout(fig: go.Figure, title: str, height: int, subtitle: str | None = None, left: int = 80,
+                 bottom: int = 60, legend: bool = True) -> go.Figure:
+    text = f"<b>{title}</b>" + (f"<br><span style='font-size:12px;color:#555'>{subtitle}</span>" if subtitle else "")
+    fig.update_layout(
+        template="plotly_white", font=FONT, height=height,
+        title=dict(text=text, x=10 / 900, xanchor="left", xref="container", y=1.0 - 14.0 / height,
+                   yref="container", yanchor="top", font=dict(size=16)),
+        margin=dict(l=left, r=30, t=95 if subtitle else 70, b=bottom),
+        hoverlabel=dict(font_size=12),
+        showlegend=legend,
+        legend=dict(orientation="h", yanchor="bottom", y=1.005, xanchor="right", x=1.0, font=dict(size=12),
+                    bgcolor="rgba(255,255,255,0.8)"),
+    )
+    return fig
+
+
+def _footer(fig: go.Figure, axis_px: int = 58, legend_rows: int = 0, note: str | None = None) -> None:
+    """Lay out what sits under the plot area, top to bottom: the x-axis title (``axis_px``), a horizontal
+    legend of ``legend_rows`` rows, a one-line note. Sets the bottom margin to fit and places legend and
+    note in paper coordinates computed from pixels, so nothing overlaps whatever the figure height."""
+    legend_px = 24 * legend_rows
+    note_px = 22 if note else 0
+    bottom = axis_px + legend_px + note_px + 10
+    fig.update_layout(margin=dict(b=bottom))
+    m = fig.layout.margin
+    plot_h = max(80.0, float(fig.layout.height) - float(m.t or 0) - bottom)
+    if legend_rows:
+        fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-axis_px / plot_h, xanchor="left", x=0.0,
+                                      font=dict(size=11)))
+    if note:
+        fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-(axis_px + legend_px + 2) / plot_h,
+                           xanchor="left", yanchor="top", showarrow=False, align="left",
+                           font=dict(size=11, color="#555555"))
+
+
+def _empty(title: str, message: str, height: int = 320) -> go.Figure:
+    fig = go.Figure()
+    _base_layout(fig, title, height, legend=False)
+    fig.add_annotation(text=message, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
+                       font=dict(size=14, color="#555555"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def _fmt(v, digits: int = 3) -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    if not math.isfinite(v):
+        return "–"
+    return f"{v:.{digits}g}"
+
+
+def _method_order(cols) -> list:
+    return [str(c) for c in cols]
+
+
+def _bucket_labels(cols, info: dict, m=None, edges=None) -> list:
+    """Mean-bucket column names: integers are turned into label-unit ranges ([lo, hi), the last closed), from
+    the audit's bucket edges when given, else from the label range."""
+    cols = list(cols)
+    ints = all(isinstance(c, (int, np.integer)) or (isinstance(c, str) and c.isdigit()) for c in cols)
+    if ints and edges is not None and len(edges) >= 2:
+        e = [float(v) for v in edges]
+        last = len(e) - 2
+        out = []
+        for c in cols:
+            i = int(c)
+            if 0 <= i <= last:
+                out.append(f"[{e[i]:.3g}, {e[i + 1]:.3g}{']' if i == last else ')'}")
+            else:
+                out.append(str(c))
+        return out
+    if ints and info["lo"] is not None and info["hi"] is not None and cols:
+        idx = [int(c) for c in cols]
+        m = int(m) if m else max(max(idx) + 1, len(cols))
+        w = (info["hi"] - info["lo"]) / m
+        out = []
+        for i in idx:
+            a, b = info["lo"] + i * w, info["lo"] + (i + 1) * w
+            out.append(f"[{a:.3g}, {b:.3g}{']' if i == m - 1 else ')'}")
+        return out
+    return [str(c) for c in cols]
+
+
+def _coverage_range(z: np.ndarray, target: float) -> tuple[float, float]:
+    """Colour range of a coverage heatmap: from the lowest value (at least 0.05 below the target) to 1."""
+    finite = z[np.isfinite(z)]
+    lo = min(float(finite.min()) if finite.size else target, target - 0.05)
+    hi = max(1.0, float(finite.max()) if finite.size else 1.0)
+    return max(0.0, lo), hi
+
+
+def coverage_colorscale(zmin: float, zmax: float, target: float) -> list:
+    """A diverging RdBu scale whose white centre sits exactly at ``target`` (1 - delta) on [zmin, zmax].
+
+    The two sides are stretched to the same intensity per unit of coverage: a cell 0.05 below the target is
+    as dark red as a cell 0.05 above it is dark blue, so the (short) over-coverage side is not exaggerated.
+    """
+    from plotly.colors import sample_colorscale
+    from plotly.colors import diverging
+
+    RdBu = diverging.RdBu  # red (low) ... rgb(247,247,247) ... blue (high)
+
+    c = (target - zmin) / (zmax - zmin)
+    red, blue = target - zmin, zmax - target
+    fr = min(1.0, red / blue) if blue > 0 else 1.0
+    fb = min(1.0, blue / red) if red > 0 else 1.0
+    n = 6
+    scale = []
+    if c > 0:
+        cols = sample_colorscale(RdBu, list(np.linspace(0.5 - 0.5 * fr, 0.5, n)))
+        scale += [[c * i / (n - 1), col] for i, col in enumerate(cols)]
+    if c < 1:
+        cols = sample_colorscale(RdBu, list(np.linspace(0.5, 0.5 + 0.5 * fb, n)))
+        scale += [[c + (1 - c) * i / (n - 1), col] for i, col in enumerate(cols)][1 if c > 0 else 0:]
+    return scale
+
+
+# ---------------------------------------------------------------------------------------------------
+# convergence
+# ---------------------------------------------------------------------------------------------------
+def _log_hline(fig: go.Figure, y: float, text: str, row: int, color: str, below: bool = False,
+               right: bool = True) -> None:
+    """A horizontal reference line with a label on a log-scaled subplot.
+
+    (``add_hline``'s own annotation is misplaced on log axes: annotations take log10 coordinates there.)
+    """
+    fig.add_hline(y=y, line=dict(color=color, dash="dot", width=1.5), row=row, col=1)
+    axis = "" if row == 1 else str(row)
+    fig.add_annotation(text=text, xref=f"x{axis} domain", yref=f"y{axis}", x=1.0 if right else 0.0,
+                       y=math.log10(y), xanchor="right" if right else "left", yanchor="top" if below else "bottom",
+                       showarrow=False, font=dict(size=11, color=color), bgcolor="rgba(255,255,255,0.7)")
+
+
+def convergence_figure(history: list[dict], alpha: float, beta: float, mean_bound: float | None = None, *,
+                       moment_bound: float | None = None, kept_round: int | None = None,
+                       title: str = "Convergence of the alternating descent") -> go.Figure:
+    """Per-round audit statistics of a (possibly still running) fit.
+
+    Three stacked panels sharing the round axis:
+
+    1. largest mass-weighted mean violation on the fitting rows (and on the held-out rows when present)
+       against the threshold alpha;
+    2. largest moment violation after each round's moment fit (and before it, and held out) against beta;
+    3. counts: mean cells still violating alpha (bars), cumulative mean and moment updates, and the
+       theoretical bound on mean updates 1/alpha^2 - 1 (``mean_bound``), on a log scale.
+
+    Works for a partial history (live updates) and for a single row; an empty history gives a placeholder.
+    Violations are on the label scaled to [0, 1] and weighted by cell mass, as in the paper.
+    """
+    rows = [dict(r) for r in (history or [])]
+    if not rows:
+        return _empty(title, "No rounds yet: the history fills in as the fit runs.", height=360)
+    df = pd.DataFrame(rows)
+    if "round" not in df:
+        df["round"] = np.arange(len(df))
+    x = df["round"].astype(int).to_numpy()
+
+    def col(name):
+        if name not in df:
+            return None
+        v = pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float)
+        return None if np.all(np.isnan(v)) else v
+
+    def pos(v):  # log axes cannot show zeros
+        return None if v is None else np.where(v > 0, v, np.nan)
+
+    mode = "lines+markers" if len(df) <= 60 else "lines"
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=("Largest mean violation", "Largest moment violation",
+                                        "Violating cells and updates"))
+
+    mv, hmv = col("max_mean_violation"), col("holdout_max_mean_violation")
+    fig.add_trace(go.Scatter(x=x, y=pos(mv), mode=mode, name="mean: fitting rows",
+                             line=dict(color=FIT_COLOR, width=2.5), legendgroup="fit",
+                             hovertemplate="round %{x}<br>fitting rows: %{y:.3g}<extra></extra>"), 1, 1)
+    if hmv is not None:
+        fig.add_trace(go.Scatter(x=x, y=pos(hmv), mode=mode, name="mean: held-out rows",
+                                 line=dict(color=HOLDOUT_COLOR, width=2.5, dash="dash"),
+                                 hovertemplate="round %{x}<br>held-out rows: %{y:.3g}<extra></extra>"), 1, 1)
+    _log_hline(fig, alpha, f"α = {alpha:.3g} (threshold)", 1, OKABE_ITO["black"])
+
+    xv, bv, hxv = col("max_moment_violation"), col("moment_violation_before_fit"), col("holdout_max_moment_violation")
+    if bv is not None:
+        fig.add_trace(go.Scatter(x=x, y=pos(bv), mode=mode, name="moment: before the round's moment fit",
+                                 line=dict(color=MUTED, width=1.5, dash="dot"), marker=dict(size=5),
+                                 hovertemplate="round %{x}<br>before moment fit: %{y:.3g}<extra></extra>"), 2, 1)
+    if xv is not None:
+        fig.add_trace(go.Scatter(x=x, y=pos(xv), mode=mode, name="moment: fitting rows",
+                                 line=dict(color=OKABE_ITO["green"], width=2.5),
+                                 hovertemplate="round %{x}<br>fitting rows: %{y:.3g}<extra></extra>"), 2, 1)
+    if hxv is not None:
+        fig.add_trace(go.Scatter(x=x, y=pos(hxv), mode=mode, name="moment: held-out rows",
+                                 line=dict(color=OKABE_ITO["purple"], width=2.5, dash="dash"),
+                                 hovertemplate="round %{x}<br>held-out rows: %{y:.3g}<extra></extra>"), 2, 1)
+    _log_hline(fig, beta, f"β = {beta:.3g} (threshold)", 2, OKABE_ITO["black"])
+    if not any(v is not None and np.any(v > 0) for v in (xv, bv, hxv)):
+        fig.add_annotation(text="no moment violations to show (mean-only model, or every moment cell within β)",
+                           xref="x2 domain", yref="y2 domain", x=0.5, y=0.5, showarrow=False,
+                           font=dict(size=12, color="#555555"))
+
+    vc, mu, mo = col("violating_cells"), col("mean_updates"), col("moment_updates")
+    if vc is not None:
+        fig.add_trace(go.Bar(x=x, y=pos(vc), name="mean cells violating α", marker_color=OKABE_ITO["sky"],
+                             opacity=0.75, hovertemplate="round %{x}<br>violating cells: %{y:d}<extra></extra>"),
+                      3, 1)
+    if mu is not None:
+        fig.add_trace(go.Scatter(x=x, y=pos(mu), mode=mode, name="cumulative mean updates",
+                                 line=dict(color=OKABE_ITO["vermillion"], width=2.5),
+                                 hovertemplate="round %{x}<br>mean updates: %{y:,.0f}<extra></extra>"), 3, 1)
+    if mo is not None:
+        fig.add_trace(go.Scatter(x=x, y=pos(mo), mode=mode, name="cumulative moment updates",
+                                 line=dict(color=OKABE_ITO["black"], width=2, dash="dashdot"),
+                                 hovertemplate="round %{x}<br>moment updates: %{y:,.0f}<extra></extra>"), 3, 1)
+    if mean_bound is not None and math.isfinite(mean_bound) and mean_bound > 0:
+        _log_hline(fig, mean_bound, f"bound on mean updates 1/α²−1 = {mean_bound:,.0f}", 3, OKABE_ITO["vermillion"],
+                   below=True)
+    if moment_bound is not None and math.isfinite(moment_bound) and moment_bound > 0:
+        _log_hline(fig, moment_bound, f"bound on moment updates = {moment_bound:,.0f}", 3, OKABE_ITO["black"],
+                   right=False)
+    if kept_round is not None and len(x) and kept_round != int(x[-1]):
+        for r in (1, 2, 3):
+            fig.add_vline(x=kept_round, line=dict(color=OKABE_ITO["green"], width=1.5, dash="dash"), row=r, col=1)
+        fig.add_annotation(text=f"kept round {kept_round}", x=kept_round, y=1.0, xref="x", yref="paper",
+                           showarrow=False, yanchor="bottom", font=dict(size=11, color=OKABE_ITO["green"]))
+
+    def log_range(*arrays):
+        v = np.concatenate([np.atleast_1d(np.asarray(a, dtype=float)) for a in arrays if a is not None])
+        v = v[np.isfinite(v) & (v > 0)]
+        if v.size == 0:
+            return None
+        lo, hi = math.log10(v.min()), math.log10(v.max())
+        pad = max(0.15, 0.08 * (hi - lo))
+        return [lo - pad, hi + pad]
+
+    bounds = [b for b in (mean_bound, moment_bound) if b is not None and math.isfinite(b) and b > 0]
+    fig.update_yaxes(type="log", exponentformat="power", title_text="mass-weighted<br>violation", row=1, col=1, dtick="D2", tickformat=".0e",
+                     range=log_range(mv, hmv, [alpha]))
+    fig.update_yaxes(type="log", exponentformat="power", title_text="mass-weighted<br>violation", row=2, col=1, dtick="D2", tickformat=".0e",
+                     range=log_range(xv, bv, hxv, [beta]))
+    fig.update_yaxes(type="log", exponentformat="power", title_text="count (log)", row=3, col=1,
+                     range=log_range(vc, mu, mo, [1.0], bounds))
+    fig.update_xaxes(title_text="round", row=3, col=1)
+    n = len(x)
+    fig.update_xaxes(range=[x.min() - 0.6, x.max() + 0.6] if n else None, dtick=1 if n <= 15 else None,
+                     showticklabels=True)
+    fig.update_layout(barmode="overlay")
+    status = f"{n} round{'s' if n != 1 else ''} shown"
+    _base_layout(fig, title, 760, subtitle=f"Violations on the label scaled to [0, 1], weighted by cell mass; "
+                 f"{status}.", left=90)
+    _footer(fig, axis_px=60, legend_rows=2)
+    for a in fig.layout.annotations[:3]:  # subplot titles: left-aligned and bold-ish
+        a.update(x=0.0, xanchor="left", font=dict(size=13, color="#333333"))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------
+# variance disparities
+# ---------------------------------------------------------------------------------------------------
+def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+    return df[name].astype(float).to_numpy() if name in df.columns else np.full(len(df), np.nan)
+
+
+def variance_disparity_figure(audit, top: int | None = 30) -> go.Figure:
+    """Predicted vs observed spread per group, in absolute terms and relative to the whole population.
+
+    Left panel: standard deviations in label units, the square roots of the mean predicted variance m_2(x)
+    and of the observed mean squared residual (y - mu(x))^2, joined by a grey bar; the dashed line is the
+    whole population's observed SD. Right panel: the same two variances as ratios to the whole population's
+    (``var_ratio`` and ``emp_var_ratio`` of the audit) with their 95% bootstrap intervals; the line at 1 is
+    the overall level. A group whose observed ratio is far from its predicted ratio is one whose uncertainty
+    the model misjudges. Groups are sorted by the observed ratio; with ``top`` only the ``top`` groups
+    with the largest predicted/observed disagreement are shown. Groups below gamma are drawn hollow and
+    carry a dagger.
+    """
+    info = label_info(audit)
+    title = "Variance disparities: predicted vs observed spread per group"
+    bg = getattr(audit, "by_group", None)
+    if bg is None or not {"pred_var", "emp_var"} <= set(bg.columns) or len(bg) == 0:
+        return _empty(title, "The audit has no per-group variances.")
+    pv_all, ev_all = _col(bg, "pred_var"), _col(bg, "emp_var")
+    ok = np.isfinite(ev_all) & (_col(bg, "count") > 0 if "count" in bg.columns else True)
+    if not np.isfinite(pv_all).any():
+        return _empty(title, "The model predicts the mean only: there are no predicted variances to audit.")
+    bg = bg[ok]
+    if len(bg) == 0:
+        return _empty(title, "No group has rows to estimate a variance on.")
+    n_all = len(bg)
+    pv, ev = _col(bg, "pred_var"), _col(bg, "emp_var")
+    selection = ""
+    if top is not None and len(bg) > top:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gap = np.abs(np.log(np.clip(pv, 1e-300, None) / np.clip(ev, 1e-300, None)))
+        # groups the guarantees cover (mass >= gamma) first: tiny groups have noisy variances
+        small = np.asarray(_below_gamma(audit, bg.index), dtype=bool)
+        key = np.nan_to_num(gap, nan=-1.0) - 1e6 * small
+        keep = np.argsort(-key, kind="stable")[:top]
+        bg = bg.iloc[np.sort(keep)]
+        selection = " (groups of mass ≥ γ first)" if small.any() else ""
+    er = _col(bg, "emp_var_ratio")
+    order = np.argsort(np.nan_to_num(er, nan=np.inf), kind="stable")
+    bg = bg.iloc[order]
+    names = [str(n) for n in bg.index]
+    below = _below_gamma(audit, bg.index)
+    disp = _display_names(names, below)
+    k = len(disp)
+    ypos = np.arange(k, dtype=float)  # numeric rows so the two markers of a group can sit side by side
+
+    pv, ev = _col(bg, "pred_var"), _col(bg, "emp_var")
+    pred_sd, emp_sd = np.sqrt(np.clip(pv, 0, None)), np.sqrt(np.clip(ev, 0, None))
+    pr, pr_lo, pr_hi = _col(bg, "var_ratio"), _col(bg, "var_ratio_lo"), _col(bg, "var_ratio_hi")
+    er, er_lo, er_hi = _col(bg, "emp_var_ratio"), _col(bg, "emp_var_ratio_lo"), _col(bg, "emp_var_ratio_hi")
+    counts = bg["count"].to_numpy() if "count" in bg else np.full(k, np.nan)
+    mass = _col(bg, "mass")
+    u2 = _unit_power(info["units"], 2)
+    custom = np.column_stack([names, counts, mass, pv, ev, pr, pr_lo, pr_hi, er, er_lo, er_hi]).astype(object)
+    hover = ("<b>%{customdata[0]}</b><br>rows %{customdata[1]} (mass %{customdata[2]:.3f})<br>"
+             f"predicted variance %{{customdata[3]:.4g}} {u2}<br>observed variance %{{customdata[4]:.4g}} {u2}<br>"
+             "relative to all rows: predicted %{customdata[5]:.2f} [%{customdata[6]:.2f}, %{customdata[7]:.2f}], "
+             "observed %{customdata[8]:.2f} [%{customdata[9]:.2f}, %{customdata[10]:.2f}]<extra></extra>")
+
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, column_widths=[0.48, 0.52], horizontal_spacing=0.035,
+                        subplot_titles=(f"Standard deviation ({info['units']})",
+                                        "Variance relative to all rows (95% bootstrap interval)"))
+    big = ~np.asarray(below, dtype=bool)
+
+    def sym(base):
+        return np.where(big, base, base + "-open")
+
+    cx, cy = [], []
+    for y_, a, b in zip(ypos, pred_sd, emp_sd):
+        cx += [a, b, None]
+        cy += [y_, y_, None]
+    fig.add_trace(go.Scatter(x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip",
+                             showlegend=False), 1, 1)
+    fig.add_trace(go.Scatter(x=pred_sd, y=ypos, mode="markers", name="predicted (√ mean predicted variance)",
+                             legendgroup="pred", marker=dict(color=FIT_COLOR, size=10, symbol=sym("circle"),
+                                                             line=dict(width=2, color=FIT_COLOR)),
+                             customdata=custom, hovertemplate=hover), 1, 1)
+    fig.add_trace(go.Scatter(x=emp_sd, y=ypos, mode="markers", name="observed (√ mean squared residual y − μ(x))",
+                             legendgroup="obs", marker=dict(color=OBSERVED_COLOR, size=10, symbol=sym("diamond"),
+                                                            line=dict(width=2, color=OBSERVED_COLOR)),
+                             customdata=custom, hovertemplate=hover), 1, 1)
+
+    def err(v, lo, hi):
+        return dict(type="data", symmetric=False, array=np.where(np.isfinite(hi), hi - v, np.nan),
+                    arrayminus=np.where(np.isfinite(lo), v - lo, np.nan), thickness=1.6, width=3)
+
+    off = 0.17
+    fig.add_trace(go.Scatter(x=pr, y=ypos - off, mode="markers", name="predicted", legendgroup="pred",
+                             showlegend=False, error_x=dict(err(pr, pr_lo, pr_hi), color=FIT_COLOR),
+                             marker=dict(color=FIT_COLOR, size=8, symbol=sym("circle"),
+                                         line=dict(width=1.5, color=FIT_COLOR)),
+                             customdata=custom, hovertemplate=hover), 1, 2)
+    fig.add_trace(go.Scatter(x=er, y=ypos + off, mode="markers", name="observed", legendgroup="obs",
+                             showlegend=False, error_x=dict(err(er, er_lo, er_hi), color=OBSERVED_COLOR),
+                             marker=dict(color=OBSERVED_COLOR, size=8, symbol=sym("diamond"),
+                                         line=dict(width=1.5, color=OBSERVED_COLOR)),
+                             customdata=custom, hovertemplate=hover), 1, 2)
+    ov = getattr(audit, "overall", None)
+    ov_emp = _get(ov, "emp_var")
+    try:
+        ov_sd = math.sqrt(max(float(ov_emp), 0.0))
+    except (TypeError, ValueError):
+        ov_sd = float("nan")
+    if math.isfinite(ov_sd):
+        fig.add_vline(x=ov_sd, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2 - 1)
+    fig.add_vline(x=1.0, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2)
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=MUTED, dash="dash", width=1.5),
+                             name="all rows (overall level)"), 1, 2)
+
+    allv = np.concatenate([pr, pr_lo, pr_hi, er, er_lo, er_hi, [1.0]])
+    allv = allv[np.isfinite(allv) & (allv > 0)]
+    lo_ax, hi_ax = float(np.min(allv)), float(np.max(allv))
+    pad = (math.log10(hi_ax) - math.log10(lo_ax)) * 0.06 + 0.02
+    fig.update_xaxes(type="log", range=[math.log10(lo_ax) - pad, math.log10(hi_ax) + pad], row=1, col=2,
+                     title_text="ratio to all rows (log scale)",
+                     dtick=1 if hi_ax / lo_ax > 300 else ("D2" if hi_ax / lo_ax > 3 else None))
+    sds = np.concatenate([pred_sd, emp_sd, [ov_sd]])
+    sd_max = float(np.nanmax(sds)) if np.isfinite(sds).any() else 1.0
+    fig.update_xaxes(range=[0, sd_max * 1.06], row=1, col=1, title_text=f"SD ({info['units']})")
+    fig.update_yaxes(tickmode="array", tickvals=ypos, ticktext=disp, range=[-0.7, k - 0.3], automargin=True,
+                     showgrid=False, zeroline=False)
+    fig.update_yaxes(showticklabels=False, row=1, col=2)
+    for y_ in ypos[1::2]:  # zebra bands help the eye across the two panels
+        fig.add_hrect(y0=y_ - 0.5, y1=y_ + 0.5, fillcolor="#f3f3f3", line_width=0, layer="below")
+    height = _rows_height(k, per_row=26, extra=260)
+    shown = (f"the {k} of {n_all} groups where predicted and observed variance disagree most{selection}"
+             if k < n_all else f"all {n_all} groups")
+    _base_layout(fig, title, height, subtitle=f"{info['name']}: {shown}; sorted by observed variance relative to "
+                 "all rows.", left=_left_margin(disp))
+    _footer(fig, axis_px=60, legend_rows=2,
+            note=f"{BELOW_GAMMA_MARK.strip()} hollow marks: group mass below γ; the guarantees do not cover it."
+            if any(below) else None)
+    for a in fig.layout.annotations[:2]:
+        a.update(font=dict(size=13, color="#333333"))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------
+# heatmaps
+# ---------------------------------------------------------------------------------------------------
+def _group_table(audit, attr: str) -> pd.DataFrame | None:
+    t = getattr(audit, attr, None)
+    if t is None or not isinstance(t, pd.DataFrame) or t.empty:
+        return None
+    return t
+
+
+def _heatmap(z: pd.DataFrame, audit, title: str, subtitle: str, x_labels: list, x_title: str, colorscale,
+             zmin: float, zmax: float, colorbar_title: str, value_fmt: str, hover_value: str,
+             zmid: float | None = None) -> go.Figure:
+    """``value_fmt``: Python format spec of the printed values; ``hover_value``: hover label of the value.
+    Infinite values (unbounded intervals) print as ∞ and take the top colour; missing cells stay blank."""
+    names = [str(n) for n in z.index]
+    below = _below_gamma(audit, z.index)
+    disp = _display_names(names, below)
+    raw = z.to_numpy(dtype=float)
+    text = np.where(np.isnan(raw), "", np.where(np.isinf(raw), np.where(raw > 0, "∞", "−∞"), ""))
+    fin = np.isfinite(raw)
+    text = text.astype(object)
+    fmt = value_fmt if callable(value_fmt) else (lambda v: format(v, value_fmt))
+    text[fin] = [fmt(v) for v in raw[fin]]
+    vals = np.where(np.isposinf(raw), zmax, np.where(np.isneginf(raw), zmin, raw))
+    custom = np.empty(vals.shape, dtype=object)
+    bg = getattr(audit, "by_group", None)
+    for i, n in enumerate(names):
+        extra = ""
+        if bg is not None and n in bg.index and "count" in bg.columns:
+            extra = f"<br>rows {int(bg.loc[n, 'count'])}"
+        for j in range(vals.shape[1]):
+            custom[i, j] = f"<b>{n}</b>{extra}"
+    n_cols = vals.shape[1]
+    text_size = 12 if n_cols <= 8 else (10 if n_cols <= 12 else 8)
+    fig = go.Figure(go.Heatmap(
+        z=vals, x=x_labels, y=disp, colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
+        text=text, texttemplate="%{text}", textfont=dict(size=text_size), customdata=custom, hoverongaps=False,
+        xgap=1, ygap=1,
+        hovertemplate="%{customdata}<br>%{x}<br>" + hover_value + " %{text}<extra></extra>",
+        colorbar=dict(title=dict(text=colorbar_title, side="right"), thickness=14, len=min(1.0, 0.9))))
+    fig.update_yaxes(autorange="reversed", type="category", automargin=True, title_text="group")
+    fig.update_xaxes(type="category", side="top", title_text=x_title, tickangle=0 if n_cols <= 8 else -35,
+                     automargin=True)
+    height = _rows_height(len(disp), per_row=22, extra=230)
+    _base_layout(fig, title, height, subtitle=subtitle, left=_left_margin(disp), legend=False)
+    fig.update_layout(margin=dict(t=125 if n_cols <= 8 else 150), plot_bgcolor="#f2f2f2")
+    _footer(fig, axis_px=8, note=f"{BELOW_GAMMA_MARK.strip()} group mass below γ = "
+            f"{_fmt(_get(getattr(audit, 'params', None), 'gamma'))}: the guarantees do not cover it."
+            if any(below) else None)
+    return fig
+
+
+def coverage_heatmap(audit, delta: float) -> go.Figure:
+    """Empirical interval coverage per group (rows) and method (columns).
+
+    Diverging RdBu scale centred on the target 1 - delta (white): red cells under-cover, blue cells
+    over-cover (conservative intervals). Values are printed in the cells.
+    """
+    title = "Interval coverage by group and method"
+    cov = _group_table(audit, "coverage")
+    if cov is None:
+        return _empty(title, "The audit has no coverage table.")
+    target = 1.0 - float(delta)
+    zmin, zmax = _coverage_range(cov.to_numpy(dtype=float), target)
+    scale = coverage_colorscale(zmin, zmax, target)
+    methods = _method_order(cov.columns)
+    labels = [_method_tick(m) for m in methods]
+    return _heatmap(cov, audit, title, f"share of rows inside their interval; target 1 − δ = {target:.2f} (white); "
+                    "red = under-covers, blue = over-covers", labels, "interval method", scale,
+                    zmin, zmax, "coverage", ".2f", "coverage")
+
+
+def coverage_by_bucket_heatmap(audit, delta: float) -> go.Figure:
+    """Coverage of the calibrated intervals per group and predicted-mean bucket (centred on 1 - delta)."""
+    info = label_info(audit)
+    title = "Coverage of the calibrated intervals by predicted-mean bucket"
+    cb = _group_table(audit, "coverage_by_bucket")
+    if cb is None:
+        return _empty(title, "The audit has no coverage-by-bucket table.")
+    params = getattr(audit, "params", None)
+    m = _get(params, "buckets") or _get(params, "m")
+    labels = _bucket_labels(cb.columns, info, m, _get(params, "mean_buckets"))
+    keep = cb.notna().any(axis=0).to_numpy()  # drop buckets no group's predictions fall in
+    cb, labels = cb.loc[:, keep], [lab for lab, k in zip(labels, keep) if k]
+    if cb.empty:
+        return _empty(title, "No coverage values in any bucket.")
+    target = 1.0 - float(delta)
+    zmin, zmax = _coverage_range(cb.to_numpy(dtype=float), target)
+    scale = coverage_colorscale(zmin, zmax, target)
+    return _heatmap(cb, audit, title, f"target 1 − δ = {target:.2f} (white); blank = no rows of the group in the "
+                    "bucket; red = under-covers", labels, f"predicted mean μ(x) ({info['units']})", scale,
+                    zmin, zmax, "coverage", ".2f", "coverage")
+
+
+def width_heatmap(audit) -> go.Figure:
+    """Mean interval width per group and method, in label units (sequential colour scale).
+
+    The colour scale is capped at the widest non-outlying method so a very wide method (typically the
+    worst-case "guaranteed" intervals) does not wash out the others; the printed values are exact.
+    """
+    info = label_info(audit)
+    title = "Mean interval width by group and method"
+    wd = _group_table(audit, "width")
+    if wd is None:
+        return _empty(title, "The audit has no width table.")
+    vals = wd.to_numpy(dtype=float)
+    finite = vals[np.isfinite(vals)]
+    zmax = float(np.max(finite)) if finite.size else 1.0
+    zmin = float(np.min(finite)) * 0.9 if finite.size else 0.0
+    capped = False
+    if finite.size:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+            col_max = np.nanmax(np.where(np.isfinite(vals), vals, np.nan), axis=0)
+        cm = col_max[np.isfinite(col_max)]
+        if cm.size >= 3:
+            typical = cm[cm <= 2.5 * np.median(cm)]
+            if typical.size and typical.size < cm.size:
+                zmax, capped = float(typical.max()) * 1.05, True
+    methods = _method_order(wd.columns)
+    labels = [_method_tick(m) for m in methods]
+    def digits(v: float) -> str:
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+    sub = f"mean of upper − lower bound ({info['units']}); narrower is better only where coverage holds"
+    if capped:
+        sub += f"; colour scale capped at {zmax:.3g} (darkest = at or above)"
+    return _heatmap(wd, audit, title, sub, labels, "interval method", WIDTH_SCALE, zmin, zmax,
+                    f"width ({info['units']})", digits, f"mean width ({info['units']})")
+
+
+# ---------------------------------------------------------------------------------------------------
+# calibration and moments
+# ---------------------------------------------------------------------------------------------------
+def calibration_before_after_figure(audit, top: int | None = 20) -> go.Figure:
+    """Worst-cell mean calibration error per group: base model vs multicalibrated (label units).
+
+    For each group, the largest |mean prediction - mean label| over its predicted-mean buckets. Groups are
+    the ``top`` with the largest error before or after; a grey connector shows the change.
+    """
+    info = label_info(audit)
+    title = "Mean calibration: worst cell per group, before and after"
+    bg = getattr(audit, "by_group", None)
+    if bg is None or "calib_error_worst" not in bg.columns or len(bg) == 0:
+        return _empty(title, "The audit has no calibration errors.")
+    after = bg["calib_error_worst"].astype(float)
+    has_base = "calib_error_worst_base" in bg.columns and np.isfinite(bg["calib_error_worst_base"].astype(float)).any()
+    before = bg["calib_error_worst_base"].astype(float) if has_base else pd.Series(np.nan, index=bg.index)
+    key = np.fmax(after.to_numpy(), before.to_numpy())
+    small = np.asarray(_below_gamma(audit, bg.index), dtype=bool)
+    # groups the guarantees cover (mass >= gamma) first: worst cells of tiny groups are mostly noise
+    order = pd.Series(np.nan_to_num(key, nan=-1.0) - 1e6 * small, index=bg.index).sort_values(ascending=False)
+    n_all = int(np.isfinite(key).sum())
+    order = order[np.isfinite(key)[bg.index.get_indexer(order.index)]]
+    if top is not None:
+        order = order.iloc[:top]
+    idx = list(order.index)[::-1]  # largest at the top
+    names = [str(n) for n in idx]
+    below = _below_gamma(audit, idx)
+    disp = _display_names(names, below)
+    a, b = after.loc[idx].to_numpy(), before.loc[idx].to_numpy()
+    wa = bg["calib_error_worst_weighted"].astype(float).loc[idx].to_numpy() if "calib_error_worst_weighted" in bg \
+        else np.full(len(idx), np.nan)
+    wb = bg["calib_error_worst_weighted_base"].astype(float).loc[idx].to_numpy() \
+        if "calib_error_worst_weighted_base" in bg else np.full(len(idx), np.nan)
+    counts = bg["count"].loc[idx].to_numpy() if "count" in bg else np.full(len(idx), np.nan)
+    custom = np.column_stack([names, counts, b, a, wb, wa])
+    u = info["units"]
+    hover = ("<b>%{customdata[0]}</b><br>rows %{customdata[1]}<br>"
+             f"base: %{{customdata[2]:.3g}} {u} (mass-weighted %{{customdata[4]:.2g}})<br>"
+             f"multicalibrated: %{{customdata[3]:.3g}} {u} (mass-weighted %{{customdata[5]:.2g}})<extra></extra>")
+    fig = go.Figure()
+    if has_base:
+        cx, cy = [], []
+        for d, x0, x1 in zip(disp, b, a):
+            if np.isfinite(x0) and np.isfinite(x1):
+                cx += [x0, x1, None]
+                cy += [d, d, None]
+        fig.add_trace(go.Scatter(x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip",
+                                 showlegend=False))
+        fig.add_trace(go.Scatter(x=b, y=disp, mode="markers", name="base model",
+                                 marker=dict(color=HOLDOUT_COLOR, size=15, symbol="diamond",
+                                             line=dict(width=1, color="#7a5500")),
+                                 customdata=custom, hovertemplate=hover))
+    fig.add_trace(go.Scatter(x=a, y=disp, mode="markers", name="multicalibrated",
+                             marker=dict(color=FIT_COLOR, size=9, symbol="circle", line=dict(width=1, color="#003d5c")),
+                             customdata=custom, hovertemplate=hover))
+    fig.update_yaxes(categoryorder="array", categoryarray=disp, automargin=True)
+    fig.update_xaxes(rangemode="tozero",
+                     title_text=f"largest |mean prediction − mean {info['name']}| over the group's buckets ({u})")
+    height = _rows_height(len(disp), per_row=26, extra=220)
+    shown = (f"the {len(disp)} of {n_all} groups with the largest error"
+             + (" (groups of mass ≥ γ first)" if small.any() else "") if len(disp) < n_all else f"all {n_all} groups")
+    sub = f"per predicted-mean bucket; {shown}" + ("" if has_base else "; no base prediction was given")
+    _base_layout(fig, title, height, subtitle=sub, left=_left_margin(disp))
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
+    _footer(fig, axis_px=60, note=f"{BELOW_GAMMA_MARK.strip()} group mass below γ: small cells make worst-cell "
+            "errors noisy." if any(below) else None)
+    return fig
+
+
+_MOMENT_NAMES = {2: "variance", 3: "third absolute central moment", 4: "fourth central moment"}
+
+
+def moment_reliability_figure(audit, moment: int = 2) -> go.Figure:
+    """Predicted vs observed a-th central moment per (group, mean bucket, moment bucket) cell.
+
+    Each marker is one cell; its area is proportional to the cell's mass. Points on the diagonal are
+    calibrated. Cells of groups below gamma are drawn hollow.
+    """
+    info = label_info(audit)
+    a = int(moment)
+    mname = _MOMENT_NAMES.get(a, f"{a}th central moment")
+    title = f"Moment reliability: predicted vs observed {mname} per cell"
+    mc = getattr(audit, "moment_cells", None)
+    if mc is None or not isinstance(mc, pd.DataFrame) or mc.empty or "moment" not in mc.columns:
+        return _empty(title, "The audit has no moment cells.")
+    df = mc[mc["moment"].astype(int) == a]
+    df = df[np.isfinite(df["predicted"].astype(float)) & np.isfinite(df["empirical"].astype(float))]
+    if df.empty:
+        have = sorted(set(int(v) for v in mc["moment"]))
+        return _empty(title, f"No cells for moment {a} (the audit has moments {have}).")
+    u2 = _unit_power(info["units"], a)
+    mass = df["mass"].astype(float).to_numpy() if "mass" in df else np.ones(len(df))
+    mmax = float(np.nanmax(mass)) if len(mass) else 1.0
+    size = 5 + 28 * np.sqrt(np.clip(mass, 0, None) / (mmax if mmax > 0 else 1.0))
+    below = np.asarray(_below_gamma(audit, df["group"]), dtype=bool) if "group" in df else np.zeros(len(df), bool)
+    pred, emp = df["predicted"].astype(float).to_numpy(), df["empirical"].astype(float).to_numpy()
+    cols = [c for c in ("group", "mean_bucket", "moment_bucket", "count", "mass") if c in df.columns]
+    custom = df[cols].to_numpy(dtype=object)
+    hv = "<br>".join(f"{c.replace('_', ' ')} %{{customdata[{i}]}}" for i, c in enumerate(cols))
+    hover = (hv + f"<br>predicted %{{x:.4g}} {u2}<br>observed %{{y:.4g}} {u2}<extra></extra>")
+    fig = go.Figure()
+    for flag, name, sym in ((False, "cell (area ∝ mass)", "circle"), (True, "cell of a group below γ", "circle-open")):
+        k = below == flag
+        if not k.any():
+            continue
+        fig.add_trace(go.Scatter(x=pred[k], y=emp[k], mode="markers", name=name, customdata=custom[k],
+                                 hovertemplate=hover,
+                                 marker=dict(size=size[k], color=FIT_COLOR if not flag else OKABE_ITO["grey"],
+                                             symbol=sym, opacity=0.55 if not flag else 0.8,
+                                             line=dict(width=1, color="#1f3b57" if not flag else "#666666"))))
+    both = np.concatenate([pred, emp])
+    vmax = float(np.nanmax(both))
+    vmin = float(min(0.0, np.nanmin(both)))  # 0 unless signed odd moments
+    positive = both[both > 0]
+    use_log = (a >= 3 and positive.size == both.size and positive.size > 0
+               and positive.max() / positive.min() > 100.0)
+    if use_log:  # higher moments are heavy-tailed: a linear axis piles every cell into one corner
+        llo, lhi = math.log10(positive.min()), math.log10(positive.max())
+        pad = 0.05 * (lhi - llo)
+        lo, hi = 10 ** (llo - pad), 10 ** (lhi + pad)
+        rng = [llo - pad, lhi + pad]
+    else:
+        span = vmax - vmin if vmax > vmin else 1.0
+        lo, hi = vmin - 0.03 * span, vmax + 0.05 * span
+        rng = [lo, hi]
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="perfect calibration (diagonal)",
+                             line=dict(color=OKABE_ITO["vermillion"], dash="dash", width=2), hoverinfo="skip"))
+    axis_type = "log" if use_log else "linear"
+    scale_note = " (log scale)" if use_log else ""
+    ticks = {}
+    if use_log:
+        ticks = dict(dtick=1 if rng[1] - rng[0] >= 2 else "D2", tickformat="~s")
+    fig.update_xaxes(type=axis_type, range=rng, title_text=f"predicted {mname} ({u2}){scale_note}", zeroline=False,
+                     **ticks)
+    fig.update_yaxes(type=axis_type, range=rng, title_text=f"observed {mname} ({u2}){scale_note}", zeroline=False,
+                     **ticks)
+    w_err = ""
+    if "error" in df.columns and "mass" in df.columns:
+        e = df["error"].astype(float).to_numpy()
+        tot = float(np.nansum(mass))
+        if tot > 0:
+            w_err = f"; mass-weighted mean |error| {np.nansum(np.abs(e) * mass) / tot:.3g} {u2}"
+    _base_layout(fig, title, 640, subtitle=f"{len(df)} cells (group × mean bucket × moment bucket){w_err}",
+                 left=90)
+    _footer(fig, axis_px=60, legend_rows=1)
+    return fig

@@ -1,0 +1,818 @@
+"""The PDF audit report: the dashboard's figures and tables on paper.
+
+``build_report_pdf`` computes the audit (unless given one), builds the same plotly figures the dashboard
+shows (``app/figures.py``), exports them to PNG with kaleido and the system Chromium, and lays them out
+with fpdf2 together with the run's parameters, a data summary, compact tables and the audit's findings in
+plain language.
+
+One kaleido server (a headless Chromium) is started per process on first use and reused by every later
+report; without it each figure would start its own Chromium (2-4 s each).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import math
+import os
+import threading
+import time
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+
+from mmc_core.errors import MMCError
+
+from . import figures as F
+
+__all__ = ["build_report_pdf", "figure_to_png", "chromium_available", "CHROMIUM_MESSAGE"]
+
+CHROMIUM_MESSAGE = ("PDF export needs Chromium: run `apt-get install chromium` (Debian/Ubuntu) or set "
+                    "BROWSER_PATH to a Chrome/Chromium executable; the audit itself (`mmc audit`) works without it")
+KALEIDO_MESSAGE = "PDF export needs the kaleido and fpdf2 packages: run `pip install kaleido fpdf2`"
+EXPORT_WIDTH = 900          # px: figure width used for export (fonts are sized for this)
+EXPORT_SCALE = 2.0          # device pixels per px (sharp on paper)
+EXPORT_TIMEOUT = 120.0      # s per figure, including the first Chromium start
+MAX_HEATMAP_ROWS = 42       # groups per heatmap page; more groups are split over several figures
+
+FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/TTF", "/usr/share/fonts/dejavu",
+             "/usr/local/share/fonts", "/Library/Fonts", "C:/Windows/Fonts")
+
+_export_lock = threading.Lock()
+
+_HOW_TO_READ = (
+    "The model predicts, for every row, a mean and central moments (the variance "
+    "and, if fitted, higher moments) of the label. Multicalibration means these predictions are correct on "
+    "average not only overall but inside every group listed here and inside every bucket of predicted "
+    "values within a group: among rows of a group whose predicted mean is about 40, the labels average about "
+    "40, and their spread matches the predicted variance. The audit measures this on the data given to the "
+    "report, which should be rows the model was not fitted on; all numbers are in the label's own units "
+    "unless an axis says otherwise."
+)
+_PROMISES = (
+    "**What it promises.** On the fitting rows the guarantees hold by construction: in every cell the mean "
+    "error is below α and every moment error below β (both weighted by the cell's share of rows). On new rows "
+    "they hold up to sampling error, which is small for large groups and large for small ones. The "
+    "'guaranteed' intervals cover the label with probability at least 1 − δ in every cell of mass at least γ "
+    "(they are honest, and wide); the 'calibrated' intervals aim at 1 − δ in every group using held-out rows, "
+    "and are much narrower."
+)
+_NOT_PROMISES = (
+    "**What it does not promise.** It says nothing about groups that were not defined (check that the groups "
+    "match the people you care about), nothing reliable about groups below γ (marked †), and "
+    "nothing about individuals: a calibrated variance describes a group of similar rows, not one person. It "
+    "does not make a model fair in other senses (equal error rates, equal outcomes), and calibrated "
+    "predictions can still be uninformative. Coverage is an average over rows, not a per-person promise."
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# figure export
+# ---------------------------------------------------------------------------------------------------
+def chromium_available() -> str | None:
+    """The Chrome/Chromium executable kaleido will use, or None."""
+    try:
+        from choreographer.browsers.chromium import Chromium
+    except ImportError:
+        return None
+    try:
+        path = Chromium.find_browser(skip_local=False)
+    except Exception:  # noqa: BLE001 - best effort: any failure means "not found"
+        return None
+    if path and os.path.isfile(path) and os.access(path, os.X_OK):
+        return str(path)
+    return None
+
+
+def _server():
+    import kaleido
+
+    return kaleido._global_server  # noqa: SLF001 - only to check that its thread is alive
+
+
+def _ensure_kaleido():
+    """Start (once per process) the kaleido server, or raise MMCError with what to install."""
+    try:
+        import kaleido  # noqa: F401
+        import plotly.io  # noqa: F401
+    except ImportError:
+        raise MMCError(KALEIDO_MESSAGE) from None
+    warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
+    srv = _server()
+    if srv.is_running():
+        t = getattr(srv, "_thread", None)
+        if t is not None and t.is_alive():
+            return
+        kaleido.stop_sync_server(silence_warnings=True)
+    if chromium_available() is None:
+        raise MMCError(CHROMIUM_MESSAGE)
+    kaleido.start_sync_server(silence_warnings=True)
+
+
+def _is_kaleido_error(e: BaseException) -> bool:
+    mod = type(e).__module__ or ""
+    return mod.startswith(("kaleido", "choreographer")) or "Chrome" in str(e) or "Kaleido" in str(e)
+
+
+def figure_to_png(fig, width: int = EXPORT_WIDTH, height: int | None = None, scale: float = EXPORT_SCALE) -> bytes:
+    """Render a plotly figure to PNG bytes with the shared kaleido server (system Chromium).
+
+    Raises MMCError with an actionable one-line message if Chromium or kaleido is missing or the browser
+    dies; a watchdog makes sure a crashed browser cannot hang the caller.
+    """
+    import plotly.io as pio
+
+    height = int(height or fig.layout.height or 500)
+    with _export_lock:
+        _ensure_kaleido()
+        box: dict = {}
+
+        def work():
+            try:
+                box["png"] = pio.to_image(fig, format="png", width=width, height=height, scale=scale)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = e
+
+        th = threading.Thread(target=work, name="mmc-report-export", daemon=True)
+        th.start()
+        deadline = time.monotonic() + EXPORT_TIMEOUT
+        while th.is_alive():
+            th.join(0.05)
+            if not th.is_alive():
+                break
+            srv_thread = getattr(_server(), "_thread", None)
+            if srv_thread is None or not srv_thread.is_alive():
+                import kaleido
+
+                kaleido.stop_sync_server(silence_warnings=True)
+                raise MMCError(CHROMIUM_MESSAGE + " (the browser process stopped unexpectedly)")
+            if time.monotonic() > deadline:
+                raise MMCError(f"PDF export timed out after {EXPORT_TIMEOUT:.0f} s rendering a figure; "
+                               "check that Chromium starts (`chromium --headless --version`)")
+        if "error" in box:
+            e = box["error"]
+            if _is_kaleido_error(e):
+                raise MMCError(f"{CHROMIUM_MESSAGE} ({type(e).__name__}: {str(e).splitlines()[0][:160]})") from None
+            raise e
+        return box["png"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# PDF layout
+# ---------------------------------------------------------------------------------------------------
+def _find_font(name: str) -> str | None:
+    for d in FONT_DIRS:
+        p = os.path.join(d, name)
+        if os.path.isfile(p):
+            return p
+    return None
+
+
+_ASCII = {
+    "α": "alpha", "β": "beta", "γ": "gamma", "δ": "delta", "μ": "mu", "σ": "sigma", "−": "-", "–": "-",
+    "—": "-", "†": "+", "…": "...", "²": "^2", "³": "^3", "⁴": "^4", "≥": ">=", "≤": "<=", "×": "x", "·": "-",
+    "√": "sqrt", "∝": "~", "‘": "'", "’": "'", "“": '"', "”": '"', "≈": "~", "→": "->",
+}
+
+
+def _make_pdf(title_left: str):
+    try:
+        from fpdf import FPDF
+    except ImportError:
+        raise MMCError(KALEIDO_MESSAGE) from None
+
+    class ReportPDF(FPDF):
+        unicode = False
+        family = "helvetica"
+
+        def text_(self, s) -> str:
+            s = str(s)
+            if self.unicode:
+                return s
+            for a, b in _ASCII.items():
+                s = s.replace(a, b)
+            return s.encode("latin-1", "replace").decode("latin-1")
+
+        def footer(self):
+            self.set_y(-11)
+            self.set_font(self.family, "", 7.5)
+            self.set_text_color(120, 120, 120)
+            self.cell(0, 5, self.text_(title_left), align="L")
+            self.set_x(self.l_margin)
+            self.cell(0, 5, f"page {self.page_no()} of {{nb}}", align="R")
+            self.set_text_color(0, 0, 0)
+
+    pdf = ReportPDF(orientation="P", unit="mm", format="A4")
+    pdf.set_margins(12, 12, 12)
+    pdf.set_auto_page_break(True, margin=15)
+    regular, bold = _find_font("DejaVuSans.ttf"), _find_font("DejaVuSans-Bold.ttf")
+    italic = _find_font("DejaVuSans-Oblique.ttf")
+    if regular and bold:
+        try:
+            pdf.add_font("DejaVu", "", regular)
+            pdf.add_font("DejaVu", "B", bold)
+            pdf.add_font("DejaVu", "I", italic or regular)
+            pdf.unicode, pdf.family = True, "DejaVu"
+        except Exception:  # noqa: BLE001 - a broken font file: fall back to the core fonts
+            pdf.unicode, pdf.family = False, "helvetica"
+    pdf.set_title(pdf.text_(title_left))
+    pdf.set_creator("mmc-audit")
+    return pdf
+
+
+class _Doc:
+    """Small layout helpers over fpdf2 (headings, paragraphs, key-value and data tables, figures)."""
+
+    BLUE = (0, 84, 147)
+
+    def __init__(self, pdf):
+        self.pdf = pdf
+        self.t = pdf.text_
+        self.figure_pages: list[int] = []
+
+    @property
+    def width(self) -> float:
+        return self.pdf.w - self.pdf.l_margin - self.pdf.r_margin
+
+    def space_left(self) -> float:
+        return self.pdf.h - self.pdf.b_margin - self.pdf.get_y()
+
+    def ensure(self, mm: float):
+        if self.space_left() < mm:
+            self.pdf.add_page()
+
+    def heading(self, text: str, size: float = 13, space: float = 3):
+        self.ensure(22)
+        p = self.pdf
+        p.ln(space)
+        p.set_font(p.family, "B", size)
+        p.set_text_color(*self.BLUE)
+        p.multi_cell(0, size * 0.5, self.t(text), new_x="LMARGIN", new_y="NEXT")
+        p.set_text_color(0, 0, 0)
+        p.ln(1)
+
+    def para(self, text: str, size: float = 9.5, style: str = "", color=(0, 0, 0), h: float | None = None,
+             markdown: bool = False):
+        """A paragraph; ``markdown`` only for our own texts (user and audit strings may contain ``--``)."""
+        p = self.pdf
+        p.set_font(p.family, style, size)
+        p.set_text_color(*color)
+        p.multi_cell(0, h or size * 0.47, self.t(text), new_x="LMARGIN", new_y="NEXT", markdown=markdown,
+                     align="L")
+        p.set_text_color(0, 0, 0)
+        p.ln(1.2)
+
+    def bullets(self, items, size: float = 9.5):
+        p = self.pdf
+        p.set_font(p.family, "", size)
+        for it in items:
+            p.set_x(p.l_margin + 2)
+            p.cell(4, size * 0.47, self.t("•") if p.unicode else "-")
+            p.multi_cell(self.width - 6, size * 0.47, self.t(it), new_x="LMARGIN", new_y="NEXT", align="L")
+            p.ln(0.8)
+        p.ln(1)
+
+    def kv_table(self, rows, col_widths=(34, 152), size: float = 8.5):
+        p = self.pdf
+        p.set_font(p.family, "", size)
+        p.set_draw_color(190, 190, 190)
+        with p.table(col_widths=col_widths, first_row_as_headings=False, line_height=size * 0.5,
+                     text_align=("LEFT", "LEFT"), borders_layout="HORIZONTAL_LINES", padding=0.8) as tb:
+            for k, v in rows:
+                r = tb.row()
+                p.set_font(p.family, "B", size)
+                r.cell(self.t(k))
+                p.set_font(p.family, "", size)
+                r.cell(self.t(v))
+        p.ln(2)
+
+    def table_height(self, df: pd.DataFrame, col_widths, size: float = 8.0) -> float:
+        """Estimated height (mm) of ``data_table(df)``: wrapped lines per row times the line height."""
+        p = self.pdf
+        p.set_font(p.family, "B", size)
+        scale = self.width / float(sum(col_widths))
+        line = size * 0.5
+
+        def lines(values, bold=False):
+            p.set_font(p.family, "B" if bold else "", size)
+            return max(math.ceil(p.get_string_width(self.t(v)) / max(1.0, w * scale - 1.6)) or 1
+                       for v, w in zip(values, col_widths))
+
+        h = lines([str(c) for c in df.columns], True) * line + 1.6
+        for _, row in df.iterrows():
+            h += lines([str(v) for v in row]) * line + 1.6
+        return h + 2
+
+    def data_table(self, df: pd.DataFrame, col_widths=None, size: float = 8.0, align=None, title: str | None = None):
+        p = self.pdf
+        if col_widths is not None:  # keep the table (and its title) on one page when it fits on one
+            need = self.table_height(df, col_widths, size) + (12 if title else 0)
+            if need < p.h - p.t_margin - p.b_margin:
+                self.ensure(need)
+        if title:
+            self.heading(title, size=11, space=2)
+        p.set_font(p.family, "", size)
+        p.set_draw_color(150, 150, 150)
+        cols = [str(c) for c in df.columns]
+        align = align or ["LEFT"] + ["RIGHT"] * (len(cols) - 1)
+        with p.table(col_widths=col_widths, line_height=size * 0.5, text_align=align,
+                     headings_style=_headings_style(p, size), borders_layout="SINGLE_TOP_LINE",
+                     padding=0.7, first_row_as_headings=True) as tb:
+            r = tb.row()
+            for c in cols:
+                r.cell(self.t(c))
+            for _, row in df.iterrows():
+                r = tb.row()
+                for v in row:
+                    r.cell(self.t(v))
+        p.ln(2)
+
+    def figure_size(self, width_px: int, height_px: int, max_height: float | None = None) -> tuple[float, float]:
+        p = self.pdf
+        w = self.width
+        h = w * height_px / width_px
+        limit = min(max_height or 1e9, p.h - p.t_margin - p.b_margin - 24)
+        if h > limit:
+            w, h = w * limit / h, limit
+        return w, h
+
+    def caption_height(self, caption: str | None, size: float = 8.3) -> float:
+        if not caption:
+            return 0.0
+        p = self.pdf
+        p.set_font(p.family, "", size)
+        n = math.ceil(p.get_string_width(self.t(caption)) / (self.width - 2)) + 0.3
+        return n * size * 0.47 + 2.5
+
+    def figure(self, png: bytes, width_px: int, height_px: int, caption: str | None = None,
+               max_height: float | None = None):
+        """Place a figure at full text width (scaled down to fit the page if it is too tall)."""
+        p = self.pdf
+        w, h = self.figure_size(width_px, height_px, max_height)
+        cap_h = self.caption_height(caption)
+        if self.space_left() < h + cap_h:
+            p.add_page()
+        x = p.l_margin + (self.width - w) / 2
+        p.image(io.BytesIO(png), x=x, y=p.get_y(), w=w, h=h)
+        self.figure_pages.append(p.page_no())
+        p.set_y(p.get_y() + h + 1.5)
+        if caption:
+            self.para(caption, size=8.3, color=(70, 70, 70))
+
+
+def _headings_style(p, size):
+    from fpdf.fonts import FontFace
+
+    return FontFace(family=p.family, emphasis="BOLD", size_pt=size, color=(255, 255, 255), fill_color=(0, 84, 147))
+
+
+# ---------------------------------------------------------------------------------------------------
+# tables
+# ---------------------------------------------------------------------------------------------------
+def _num(v, digits: int = 3) -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    if not math.isfinite(v):
+        return "–"
+    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+        return f"{v:.{digits - 1}e}"
+    return f"{v:.{digits}g}"
+
+
+def _pct(v) -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if not math.isfinite(v) else f"{100 * v:.1f}%"
+
+
+def _short(s, n=30) -> str:
+    return F._short(str(s), n)  # noqa: SLF001 - the figures' conjunction-aware shortening
+
+
+def _below(audit, names) -> list:
+    return F._below_gamma(audit, names)  # noqa: SLF001 - shared definition of "below gamma"
+
+
+def _name_col(audit, names, n=30) -> list:
+    below = _below(audit, names)
+    return [_short(nm, n) + (F.BELOW_GAMMA_MARK if b else "") for nm, b in zip(names, below)]
+
+
+def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
+    """The groups whose predicted and observed variance disagree most (largest |log(predicted/observed)|)."""
+    bg = getattr(audit, "by_group", None)
+    if bg is None or not {"pred_var", "emp_var"} <= set(bg.columns):
+        return None
+    pv, ev = bg["pred_var"].astype(float), bg["emp_var"].astype(float)
+    ok = np.isfinite(pv) & np.isfinite(ev) & (pv > 0) & (ev > 0)
+    if "count" in bg:
+        ok &= bg["count"].astype(float) >= 20  # a variance from a handful of rows is noise
+    d = bg[ok]
+    if d.empty:
+        return None
+    gap = np.abs(np.log(d["pred_var"].astype(float) / d["emp_var"].astype(float)))
+    small = pd.Series(_below(audit, d.index), index=d.index, dtype=float)
+    d = d.loc[(gap - 1e6 * small).sort_values(ascending=False).index[:top]]  # mass >= gamma first
+
+    def ci(v, lo, hi):
+        return f"{_num(v, 2)} [{_num(lo, 2)}, {_num(hi, 2)}]"
+
+    col = (lambda c: d[c] if c in d else pd.Series(np.nan, index=d.index))
+    return pd.DataFrame({
+        "group": _name_col(audit, d.index, 34),
+        "rows": [f"{int(v):,}" for v in d["count"]] if "count" in d else "–",
+        "pred. SD": [_num(math.sqrt(v)) for v in d["pred_var"].astype(float)],
+        "obs. SD": [_num(math.sqrt(v)) for v in d["emp_var"].astype(float)],
+        "pred./obs.": [_num(p_ / e_) for p_, e_ in zip(d["pred_var"].astype(float), d["emp_var"].astype(float))],
+        "pred. vs all": [ci(*t) for t in zip(col("var_ratio"), col("var_ratio_lo"), col("var_ratio_hi"))],
+        "obs. vs all": [ci(*t) for t in zip(col("emp_var_ratio"), col("emp_var_ratio_lo"), col("emp_var_ratio_hi"))],
+    })
+
+
+def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
+    cov, wid = getattr(audit, "coverage", None), getattr(audit, "width", None)
+    if cov is None or cov.empty:
+        return None
+    target = 1 - delta
+    big = ~np.asarray(_below(audit, cov.index), dtype=bool)
+    rows = []
+    for m in cov.columns:
+        c = cov[m].astype(float)
+        overall = c.get("all", np.nan) if "all" in c.index else np.nan
+        cb = c[big] if big.any() else c
+        worst = cb.idxmin() if cb.notna().any() else None
+        rows.append({
+            "method": F.METHOD_LABELS.get(str(m), str(m)),
+            "coverage (all)": _pct(overall),
+            "worst group (mass ≥ γ)": f"{_short(worst, 26)}: {_pct(cb.min())}" if worst is not None else "–",
+            f"groups under {target - 0.05:.0%}": f"{int((cb < target - 0.05).sum())} of {int(cb.notna().sum())}",
+            "mean width (all)": _num(wid[m].astype(float).get("all", np.nan)) if wid is not None and m in wid else "–",
+        })
+    return pd.DataFrame(rows)
+
+
+def _calibration_table(audit, top: int = 12) -> pd.DataFrame | None:
+    bg = getattr(audit, "by_group", None)
+    if bg is None or "calib_error_worst" not in bg:
+        return None
+    has_base = "calib_error_worst_base" in bg and np.isfinite(bg["calib_error_worst_base"].astype(float)).any()
+    key = bg["calib_error_worst_base"].astype(float) if has_base else bg["calib_error_worst"].astype(float)
+    key = key.fillna(-1.0) - 1e6 * pd.Series(_below(audit, bg.index), index=bg.index, dtype=float)
+    d = bg.loc[key.sort_values(ascending=False).index[:top]]  # groups of mass >= gamma first
+    out = {"group": _name_col(audit, d.index, 34), "rows": [f"{int(v):,}" for v in d["count"]] if "count" in d else "–"}
+    if "mean_label" in d:
+        out["mean label"] = [_num(v) for v in d["mean_label"]]
+    if has_base:
+        out["worst cell, base"] = [_num(v) for v in d["calib_error_worst_base"]]
+    out["worst cell, after"] = [_num(v) for v in d["calib_error_worst"]]
+    if "calib_error_worst_weighted" in d:
+        if has_base and "calib_error_worst_weighted_base" in d:
+            out["weighted, base"] = [_num(v) for v in d["calib_error_worst_weighted_base"]]
+        out["weighted, after"] = [_num(v) for v in d["calib_error_worst_weighted"]]
+    return pd.DataFrame(out)
+
+
+class _Relabelled:
+    """The audit with ``params["label"]`` set to the report's label name (used in axis titles)."""
+
+    def __init__(self, audit, label: str):
+        self._audit = audit
+        params = getattr(audit, "params", None)
+        try:
+            params = dict(params) if params is not None else {}
+        except (TypeError, ValueError):
+            params = {}
+        params["label"] = label
+        self.params = params
+
+    def __getattr__(self, name):
+        return getattr(self._audit, name)
+
+    @classmethod
+    def wrap(cls, audit, label: str):
+        if F.label_info(audit)["name"] == label:
+            return audit
+        return cls(audit, label)
+
+
+def _subset(audit, names) -> SimpleNamespace:
+    """The audit restricted to some groups (for splitting tall heatmaps over pages)."""
+    names = list(names)
+
+    def take(t):
+        if isinstance(t, pd.DataFrame) and not t.empty:
+            return t.loc[[n for n in names if n in t.index]]
+        return t
+
+    return SimpleNamespace(by_group=getattr(audit, "by_group", None), coverage=take(getattr(audit, "coverage", None)),
+                           width=take(getattr(audit, "width", None)),
+                           coverage_by_bucket=take(getattr(audit, "coverage_by_bucket", None)),
+                           params=getattr(audit, "params", {}), overall=getattr(audit, "overall", {}))
+
+
+def _chunks(index, size: int) -> list:
+    idx = list(index)
+    if len(idx) <= size:
+        return [idx]
+    k = math.ceil(len(idx) / size)
+    step = math.ceil(len(idx) / k)
+    return [idx[i: i + step] for i in range(0, len(idx), step)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# the report
+# ---------------------------------------------------------------------------------------------------
+def _param_rows(model, audit, delta, gamma, label) -> list:
+    p, info, sc = model.params, dict(model.info or {}), model.scale
+    moments = tuple(p.moments)
+    k = max(moments) if moments else 1
+    mb = p.mean_update_bound()
+    beta_bound = 1.0 / p.beta ** 2 - 1.0 if p.beta > 0 else float("inf")
+    rounds = info.get("rounds", "–")
+    kept = info.get("kept_round")
+    rounds_txt = f"{rounds}" + (f" (kept round {kept}: stopped at the best held-out error)"
+                                if kept is not None and rounds != "–" and kept != rounds else "")
+    conv = info.get("converged")
+    conv_txt = "yes" if conv else ("no (stopped by the user)" if info.get("stopped_by_user") else
+                                   "no (round cap or early stop: the guarantees below are not reached)")
+    if conv is None:
+        conv_txt = "unknown"
+    odd = "; odd moments as E|y − μ|^a" if p.odd_moments == "absolute" and any(a % 2 for a in moments) else \
+        ("; odd moments signed" if any(a % 2 for a in moments) else "")
+    src = getattr(sc, "source", "declared")
+    src_txt = "declared by the user" if src == "declared" else "observed min/max of the fitting data (not declared)"
+    auto = [n_ for n_, r in (("α", "alpha_rule"), ("β", "beta_rule")) if info.get(r) == "auto"]
+    auto_txt = f"; {' and '.join(auto)} chosen automatically just above the sampling noise" if auto else ""
+    secs = f", {float(info['seconds']):.2f} s" if "seconds" in info else ""
+    rows = [
+        ("Label", f"{label} in [{sc.lo:g}, {sc.hi:g}], range {src_txt}"),
+        ("Mode", str(info.get("mode", "–"))),
+        ("Thresholds", f"α = {p.alpha:.3g} (means), β = {p.beta:.3g} (moments); mass-weighted, label scaled "
+                       f"to [0, 1]{auto_txt}"),
+        ("Predictors", (f"mean and central moments 2..{k}{odd}" if moments else "mean only")
+         + f"; m = {p.m} buckets per predictor (mean bucket width {(sc.hi - sc.lo) / p.m:.3g} {label} units)"),
+        ("Step rule", f"{p.step}" + (" (shift each violating cell by its mean residual)" if p.step == "exact"
+                                     else " (the paper's fixed step α or β)")),
+        ("Converged", f"{conv_txt}; {rounds_txt} round{'s' if rounds != 1 else ''}{secs}"),
+        ("Mean updates", f"{info.get('mean_updates', '–'):,} of at most 1/α² − 1 = {mb:,.0f}"
+         if isinstance(info.get("mean_updates"), int) else "–"),
+        ("Moment updates", (f"{info.get('moment_updates'):,} in total; at most "
+                            f"{info.get('max_moment_updates_per_call', '–'):,} per moment pass "
+                            f"(bound 1/β² − 1 = {beta_bound:,.0f} per pass)")
+         if isinstance(info.get("moment_updates"), int) and isinstance(info.get("max_moment_updates_per_call"), int)
+         else str(info.get("moment_updates", "–"))),
+        ("Fitting rows", f"{info.get('n_fit', '–'):,} fitted, {info.get('n_calibration', 0):,} held out for "
+                         "interval calibration" if isinstance(info.get("n_fit"), int) else "–"),
+        ("Audit settings", f"δ = {delta:g} (target coverage {1 - delta:.0%}), γ = {gamma:g} (smallest cell mass "
+                           "the guarantees cover)"),
+    ]
+    return rows
+
+
+def _data_rows(audit, model, y, data_name, gamma) -> tuple[list, list]:
+    bg = getattr(audit, "by_group", None)
+    n = len(y)
+    rows = [("Data", f"{data_name}: {n:,} labelled rows audited")]
+    notes = []
+    if bg is not None and len(bg):
+        rows.append(("Groups", f"{len(bg):,} (overlapping; the whole population is the group 'all')"))
+        if "count" in bg:
+            small = bg.sort_values("count").head(3)
+            rows.append(("Smallest groups", "; ".join(f"{_short(g, 40)} ({int(c):,} rows)"
+                                                    for g, c in zip(small.index, small["count"]))))
+            empty = [str(g) for g, c in zip(bg.index, bg["count"]) if int(c) == 0]
+            if empty:
+                notes.append(f"{len(empty)} group(s) have no rows in this data: " + ", ".join(empty[:8]))
+        below = [g for g, b in zip(bg.index, _below(audit, bg.index)) if b]
+        rows.append(("Groups below γ", (f"{len(below)}: " + ", ".join(_short(g, 40) for g in below[:6])
+                                        + (f" and {len(below) - 6} more (marked † in the figures)"
+                                           if len(below) > 6 else "")) if below else
+                     f"none (every group has mass ≥ γ = {gamma:g})"))
+    return rows, notes
+
+
+def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, label: str = "label",
+                     data_name: str = "data", audit=None) -> bytes:
+    """Build the PDF audit report and return its bytes.
+
+    Parameters
+    ----------
+    model : mmc_core.FittedModel
+    table : DataFrame (or dict of columns) with the group columns, n rows
+    y : array (n,), labels in their own units
+    base : array (n,) or None, the base model's predictions (label units); needed if the model used one
+    delta, gamma : interval miscoverage and the smallest cell mass the guarantees cover
+    label, data_name : names printed in the report
+    audit : a precomputed ``mmc_core.metrics.AuditResult`` for the same arguments (computed if None)
+
+    Raises
+    ------
+    MMCError
+        If Chromium (or kaleido / fpdf2) is missing: a one-line message saying what to install.
+    """
+    # Fail fast, before the (possibly long) audit, if figures cannot be exported.
+    with _export_lock:
+        _ensure_kaleido()
+    if audit is None:
+        from mmc_core.metrics import audit as run_audit
+
+        audit = run_audit(model, table, y, base=base, delta=delta, gamma=gamma)
+    y = np.asarray(y, dtype=float)
+    info = dict(model.info or {})
+    if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
+        label = str(info["label"])
+    label = str(label or "label")
+    audit = _Relabelled.wrap(audit, label)
+    title = f"Moment multicalibration audit: {label}"
+    pdf = _make_pdf(f"mmc-audit report: {label} on {data_name}")
+    doc = _Doc(pdf)
+    t = pdf.text_
+
+    # ---- page 1: summary ----------------------------------------------------------------------
+    pdf.add_page()
+    pdf.set_font(pdf.family, "B", 18)
+    pdf.set_text_color(*_Doc.BLUE)
+    pdf.multi_cell(0, 9, t(title), new_x="LMARGIN", new_y="NEXT")
+    pdf.set_text_color(90, 90, 90)
+    pdf.set_font(pdf.family, "", 9)
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    pdf.multi_cell(0, 5, t(f"Data: {data_name} · {len(y):,} rows · {len(model.groups.names):,} groups · "
+                           f"generated {stamp} by mmc-audit"), new_x="LMARGIN", new_y="NEXT")
+    pdf.set_text_color(0, 0, 0)
+    pdf.ln(2)
+
+    findings = []
+    try:
+        findings = list(audit.findings(top=5))
+    except Exception:  # noqa: BLE001 - findings are a convenience; the tables below carry the numbers
+        findings = []
+    doc.heading("Key findings", size=12, space=1)
+    if findings:
+        doc.bullets(findings)
+    else:
+        doc.para("No findings were produced by the audit.", style="I")
+    if not info.get("converged", True):
+        doc.para("**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
+                 "fitting rows.", color=(170, 40, 0), markdown=True)
+
+    doc.heading("Model and run", size=12)
+    doc.kv_table(_param_rows(model, audit, delta, gamma, label))
+    doc.heading("Data", size=12)
+    drows, dnotes = _data_rows(audit, model, y, data_name, gamma)
+    doc.kv_table(drows)
+    for n_ in dnotes:
+        doc.para(n_, size=8.5, style="I")
+    if len(y) == info.get("n_rows"):
+        doc.para("These data have as many rows as the model was fitted on: if they are the fitting rows, the "
+                 "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
+                 size=8.5, style="I", color=(170, 40, 0))
+    ct = _coverage_table(audit, delta)
+    if ct is not None:
+        doc.data_table(ct, col_widths=(30, 26, 62, 34, 34), align=["LEFT", "RIGHT", "LEFT", "RIGHT", "RIGHT"],
+                       title=f"Interval coverage by method (target {1 - delta:.0%})")
+    unavailable = F._get(getattr(audit, "params", None), "methods_unavailable") or {}  # noqa: SLF001
+    if unavailable:
+        by_reason: dict = {}
+        for meth, why in dict(unavailable).items():
+            by_reason.setdefault(str(why), []).append(F.METHOD_LABELS.get(str(meth), str(meth)))
+        doc.para("Interval methods not computed: " + "; ".join(f"{', '.join(ms)}: {why}"
+                                                               for why, ms in by_reason.items()) + ".",
+                 size=8.3, color=(70, 70, 70))
+
+    # ---- page 2: how to read + convergence ---------------------------------------------------
+    doc.ensure(95)
+    doc.heading("How to read this report", size=12, space=4 if pdf.get_y() > pdf.t_margin + 1 else 0)
+    doc.para(_HOW_TO_READ, size=9)
+    doc.para(_PROMISES, size=9, markdown=True)
+    doc.para(_NOT_PROMISES, size=9, markdown=True)
+    doc.para("Notation: α, β are the mean and moment thresholds; δ the interval miscoverage; γ the smallest "
+             "cell mass covered by the guarantees. Group names ending in † have mass below γ.",
+             size=8.3, color=(70, 70, 70))
+
+    def add_figure(fig, heading, caption, max_height=None, fill=False):
+        """Heading + figure + caption, kept together; ``fill``: shrink to the space left on the page."""
+        png = figure_to_png(fig)
+        hpx = int(fig.layout.height or 500)
+        if fill:
+            room = doc.space_left() - 16 - doc.caption_height(caption)
+            if room >= 120:
+                max_height = min(max_height or 1e9, room)
+        w, h = doc.figure_size(EXPORT_WIDTH, hpx, max_height)
+        doc.ensure(12 + h + doc.caption_height(caption))
+        doc.heading(heading)
+        doc.figure(png, EXPORT_WIDTH, hpx, caption, max_height=max_height)
+
+    section = {"n": 0}
+
+    def numbered(text: str) -> str:
+        section["n"] += 1
+        return f"{section['n']}. {text}"
+
+    skipped = []
+    p = model.params
+    hist = list(info.get("history") or [])
+    add_figure(F.convergence_figure(hist, p.alpha, p.beta, p.mean_update_bound(),
+                                    kept_round=info.get("kept_round")),
+               numbered("Convergence of the fit"),
+               "Top: the largest mass-weighted mean error over all cells, per round, on the fitting rows (blue) "
+               "and the held-out rows (orange); the fit stops when the blue line is below α. Middle: the same "
+               "for the moments against β. Bottom: cells still violating α, and cumulative updates against the "
+               "theoretical bound. A held-out line far above the fitting line signals over-fitting of small cells.",
+               fill=True)
+
+    bg = getattr(audit, "by_group", None)
+    has_var = isinstance(bg, pd.DataFrame) and "pred_var" in bg and np.isfinite(bg["pred_var"].astype(float)).any()
+    if has_var:
+        pdf.add_page()
+        add_figure(F.variance_disparity_figure(audit, top=20), numbered("Variance disparities by group"),
+                   "Left: the predicted spread (square root of the mean predicted variance) and the observed spread "
+                   "(root mean squared residual around the predicted mean) per group. Right: both variances "
+                   "relative to all rows, with 95% bootstrap intervals. Where blue and orange disagree, the model "
+                   "misjudges the uncertainty of that group; where both sit away from 1, the group is genuinely "
+                   "more (or less) variable than the population.",
+                   max_height=160)
+        vt = _variance_table(audit, top=8)
+        if vt is not None:
+            doc.data_table(vt, col_widths=(58, 12, 15, 15, 16, 35, 35),
+                           title="Groups whose predicted and observed variance disagree most")
+            doc.para(f"SD in {label} units; pred./obs.: predicted over observed variance (1 = right); "
+                     "vs all: the group's variance over the whole population's, with a 95% bootstrap interval.",
+                     size=8, color=(70, 70, 70))
+    else:
+        skipped.append("variance disparities and moment reliability (the model predicts the mean only)")
+
+    cov = getattr(audit, "coverage", None)
+    has_cov = isinstance(cov, pd.DataFrame) and not cov.empty and len(cov.columns) > 0
+    if has_cov:
+        chunks = _chunks(list(cov.index), MAX_HEATMAP_ROWS)
+
+        def parts(builder, heading, caption):
+            heading = numbered(heading)
+            for i, names in enumerate(chunks):
+                part = f" (part {i + 1} of {len(chunks)})" if len(chunks) > 1 else ""
+                sub = _subset(audit, names) if len(chunks) > 1 else audit
+                pdf.add_page()
+                add_figure(builder(sub), heading + part, caption, fill=True)
+
+        parts(lambda a: F.coverage_heatmap(a, delta), "Interval coverage by group and method",
+              f"Share of rows whose label falls inside its interval, per group and interval method. White is "
+              f"the target {1 - delta:.0%}; red cells under-cover (the intervals are too narrow there), blue "
+              "cells over-cover (too wide). 'guaranteed' are the paper's worst-case intervals. The summary by "
+              "method is on page 1.")
+        cb = getattr(audit, "coverage_by_bucket", None)
+        if isinstance(cb, pd.DataFrame) and cb.notna().to_numpy().any():
+            bm = F._get(getattr(audit, "params", None), "bucket_method") or "calibrated"  # noqa: SLF001
+            parts(lambda a: F.coverage_by_bucket_heatmap(a, delta),
+                  "Coverage by predicted mean",
+                  f"Coverage of the {bm} intervals per group and bucket of the predicted mean: multicalibrated "
+                  "intervals should be close to the target in every cell, not only on average. Blank: no rows "
+                  "there. Cells with few rows are noisy.")
+        parts(F.width_heatmap, "Interval widths",
+              f"Mean interval width in {label} units. Read together with the coverage: the best method is "
+              "the narrowest one that still reaches the target in every group.")
+    else:
+        skipped.append("interval coverage and widths (no interval method is available for this model)")
+
+    pdf.add_page()
+    add_figure(F.calibration_before_after_figure(audit, top=20), numbered("Mean calibration before and after"),
+               "For each group, the largest gap between the average prediction and the average label over the "
+               "group's buckets of predicted values, for the base model (or the constant the fit started from) "
+               "and after multicalibration.",
+               max_height=140)
+    calt = _calibration_table(audit, top=10)
+    if calt is not None:
+        w = [60, 14] + [(186 - 74) / (len(calt.columns) - 2)] * (len(calt.columns) - 2)
+        doc.data_table(calt, col_widths=w,
+                       title=f"Calibration errors ({label} units; weighted: times the cell's share of rows)")
+
+    moments = tuple(model.params.moments)
+    mc = getattr(audit, "moment_cells", None)
+    has_mom = isinstance(mc, pd.DataFrame) and "moment" in mc and not mc.empty
+
+    def has_moment(a):
+        return has_mom and (mc["moment"].astype(int) == a).any()
+
+    if has_moment(2):
+        pdf.add_page()
+        a_max = max(moments) if moments else 2
+        second = a_max >= 3 and has_moment(a_max)
+        add_figure(F.moment_reliability_figure(audit, 2), numbered("Variance reliability"),
+                   "Each dot is a cell (a group × a bucket of the predicted mean × a bucket of the predicted "
+                   "variance); its area is the cell's share of rows. Dots on the dashed diagonal have the predicted "
+                   "variance they observe; small cells scatter more.", max_height=118 if second else 160)
+        if second:
+            add_figure(F.moment_reliability_figure(audit, a_max), numbered(f"Moment {a_max} reliability"),
+                       f"As above for the {a_max}th central moment.", max_height=105)
+
+    if skipped:
+        doc.ensure(30)
+        doc.heading("Not in this report", size=11)
+        doc.bullets([s_[0].upper() + s_[1:] + "." for s_ in skipped], size=9)
+
+    out = pdf.output()
+    return bytes(out)

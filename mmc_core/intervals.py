@@ -1,0 +1,908 @@
+"""Prediction intervals from a fitted model (Section 5 of the paper, its Appendix, and beyond).
+
+Seven methods, all computed by the same code path (:func:`interval_table`) so they can be compared fairly.
+Every method returns ``(lower, upper)`` in the label's ORIGINAL units; internally everything runs on the
+unit scale and interval ends map back affinely (``lo + span * u``). Intervals are not clipped to the label
+range (a width wider than the range is shown as such).
+
+``guaranteed``  (thm:ciguarantee). For a usable moment a (even; odd only when the model fits absolute
+    central moments, the footnote of Section 5) and the guarantees the descent achieves, alpha' = alpha,
+    beta' = beta_a + a alpha (beta_a = the moment's own threshold, the model's beta unless the "auto" rule
+    set one per moment), eps = a / m (lem:fine-consist-mean-conditioned-moment-cal), the half-width is
+
+        alpha/gamma + eps + w_mu + ((M_a(x) + eps + beta'/gamma) / delta)^(1/a),   w_mu = 1/m,
+
+    with M_a(x) = m_a(x) + w_a (w_a = the moment grid's bucket width) as in the paper, except in the top
+    moment bucket: moment predictions are projected onto [0, 1] but bucketed over [0, r_a], so a cell of
+    the top bucket can hold predictions up to 1.0 and its average prediction is only bounded by 1.0; there
+    M_a(x) = max(m_a(x) + w_a, 1.0). The numerator is then capped at r_a (the largest a-th absolute central
+    moment any [0, 1] label can have, so the true cell moment never exceeds it): a valid and never looser
+    bound. The interval covers with probability >= 1 - delta on every cell G(mu, m_a, i, j) of mass >= gamma
+    of the distribution the model is multicalibrated on (exactly: the fitting rows; out of sample: up to the
+    finite-sample slack of Section 4). These intervals are honest and usually very wide. ``a`` is the usable
+    moment with the smallest mean width on the calibration rows (on the predicted rows if the model has none);
+    pass ``moment=a`` to fix it.
+``plugin``  mu(x) +- (m_a(x) / delta)^(1/a): what exact calibration would give. ``a`` is chosen on the
+    held-out calibration rows: the narrowest (mean width) among the moments whose held-out coverage reaches
+    1 - delta, else the one with the highest held-out coverage.
+``multimoment``  the Appendix's submodular cover: cells G(mu, m_a, i, j) (all usable a, all groups) of mass
+    >= gamma are added greedily, each time the one with the smallest increase of the mass-weighted width
+    per newly covered mass, until every row is covered; a row's half-width is the largest guaranteed
+    half-width among the chosen cells containing it. The population is the rows passed in (the Appendix
+    assumes P_X known; the rows at hand stand in for it, so pass the whole table, not a handful of rows).
+    Rows that no cell of mass >= gamma contains get the label range [lo, hi]: there is no valid interval
+    for them (assumption 3 of the Appendix); :func:`greedy_cover` reports how many.
+``calibrated``  beyond the paper: the standardized score s = |y - mu(x)| / sqrt(max(m_2(x), floor)) on the
+    held-out calibration rows (never the rows the moments were fitted on; ``floor`` = FLOOR_FRACTION x the
+    calibration rows' mean m_2) and a threshold q(x) = sum of theta_g over x's groups that is itself
+    multicalibrated over the model's groups (group-conditional quantile fitting with significance-gated
+    exact coordinate steps, a per-group conformal rank and a global PAC-style margin: :func:`fit_threshold`);
+    the interval is mu(x) +- q(x) sqrt(max(m_2(x), floor)). A mean-only model uses the unstandardized score
+    |y - mu(x)|. Measured on the issue-4 protocol (benchmarks/coverage_protocol.py, 10 splits): average group
+    coverage 0.92-0.94 at 0.67-0.94 of the Mondrian width; no under-covered group on 80-100% of the splits of
+    the NELS and synthetic tables, 70-80% on the heavy-tailed wage table. Per-group validity at 2% group size
+    needs more calibration rows than 25% of a few thousand; ``approach="mondrian-relaxed"`` trades average
+    coverage (0.93-0.96) for fewer under-covered groups (see the benchmark's notes).
+``split-conformal``  marginal split conformal on |y - base| (the conformal rank ceil((n + 1)(1 - delta))).
+``mondrian``  per-group split conformal on |y - base|; a row gets the widest interval among its groups.
+    Groups with fewer than ceil(1/delta) - 1 calibration rows have an infinite conformal quantile and are
+    skipped (otherwise every row in them would get an infinite interval); their coverage is not guaranteed.
+``gaussian``  base +- z_{1 - delta/2} * sd, sd^2 the pooled mean squared residual of the base on the
+    calibration rows.
+
+The three baselines are centred on the base prediction when the model was fitted on one, otherwise on the
+model's initial constant mean (the fitting rows' label mean): the record says which (``center``).
+
+Calibration record (``model.extras["intervals"]``, written by :func:`calibrate`, validated on use)::
+
+    {"format": "mmc-intervals", "version": 1,
+     "n": n_cal,                             # calibration rows
+     "deltas": [...],                        # DELTA_GRID: the deltas the data-driven methods are fitted for
+     "center": "base" | "constant",
+     "moment_quantiles": {"a": [201 quantiles of m_a(x) on the calibration rows, unit scale]},
+     "plugin_coverage": {"a": [held-out coverage of the plug-in interval, per delta]},
+     "split_conformal": [q or null per delta],            # unit scale; null = infinite
+     "mondrian": {"n": [rows per group], "q": [[q or null per delta] per group]},
+     "gaussian": {"sd": sd},
+     "calibrated": {"approach": str, "options": {...}, "floor_fraction": f0, "scale": "m2" | "none",
+                    "floor": f,                # variance floor, unit scale
+                    "combine": "sum" | "max", "n": [rows per group],
+                    "theta": [[theta_g or null per group] per delta], "unconverged_deltas": [...]}}
+
+Any delta works at predict time. The data-driven methods are fitted for every delta of ``DELTA_GRID``
+(exact there: 0.1, 0.05, 0.2, 0.01, ...); any other delta uses the largest grid delta below it (more
+coverage, never less), and a delta below the grid's smallest value is refused. Storing the thresholds on
+a grid keeps the model file small (about 2 x groups x 27 numbers) whatever the number of calibration rows.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .errors import MMCError, ModelFormatError
+from .moments import MomentKind, max_central_moment
+
+__all__ = [
+    "METHODS", "DELTA_GRID", "APPROACHES", "DEFAULT_APPROACH", "calibrate", "predict_intervals",
+    "interval_table", "available_methods", "interval_info", "guaranteed_halfwidth", "plugin_halfwidth",
+    "greedy_cover", "fit_threshold", "normal_ppf", "conformal_quantile", "grid_delta", "usable_moments",
+]
+
+METHODS = ("guaranteed", "plugin", "multimoment", "calibrated", "split-conformal", "mondrian", "gaussian")
+DELTA_GRID = (0.005, 0.01, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.07, 0.075, 0.08, 0.09, 0.1, 0.11, 0.12,
+              0.125, 0.13, 0.14, 0.15, 0.175, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
+APPROACHES = ("gcp", "gcp-cv", "mondrian-std", "mondrian-relaxed")
+DEFAULT_APPROACH = "gcp"
+RECORD_FORMAT = "mmc-intervals"
+RECORD_VERSION = 1
+N_MOMENT_QUANTILES = 201
+# Variance floor of the standardized score, as a fraction of the calibration rows' mean m_2 (an sd floor of half
+# the root-mean predicted sd): a cell whose variance prediction collapsed towards 0 (a small cell fitted exactly
+# on the fitting rows) would otherwise get a near-zero-width interval and an exploding score. Measured on the
+# protocol: floors between 0.25 and 0.5 make the score's per-group quantiles the most homogeneous on the wage
+# table (and do not matter on the others); 0.01 left them 3x more dispersed.
+FLOOR_FRACTION = 0.25
+
+
+# ---- small numerical helpers ---------------------------------------------------------------------------
+def normal_ppf(p: float) -> float:
+    """Inverse standard normal CDF (Acklam's rational approximation, one Halley step: ~1e-15)."""
+    p = float(p)
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"probability must be in (0, 1), got {p}")
+    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
+         -3.066479806614716e01, 2.506628277459239e00)
+    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
+         -1.328068155288572e01)
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
+         4.374664141464968e00, 2.938163982698783e00)
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
+    lo = 0.02425
+    if p < lo:
+        q = math.sqrt(-2 * math.log(p))
+        x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
+            ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+    elif p <= 1 - lo:
+        q = p - 0.5
+        r = q * q
+        x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / \
+            (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    else:
+        q = math.sqrt(-2 * math.log1p(-p))
+        x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
+            ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+    e = 0.5 * math.erfc(-x / math.sqrt(2)) - p
+    u = e * math.sqrt(2 * math.pi) * math.exp(x * x / 2)
+    return x - u / (1 + x * u / 2)
+
+
+def conformal_quantile(scores, delta: float) -> float:
+    """The split-conformal quantile: the ceil((n + 1)(1 - delta))-th smallest score (inf if that exceeds n)."""
+    s = np.sort(np.asarray(scores, dtype=float))
+    k = math.ceil((s.size + 1) * (1 - delta) - 1e-12)
+    return float(s[k - 1]) if 1 <= k <= s.size else (math.inf if k > s.size else -math.inf)
+
+
+def _check_prob(name: str, v):
+    if not isinstance(v, numbers.Real) or isinstance(v, bool) or not math.isfinite(v) or not 0 < v < 1:
+        raise MMCError(f"{name} must be a number strictly between 0 and 1, got {v!r}")
+
+
+def grid_delta(delta: float, deltas=DELTA_GRID) -> int:
+    """Index of the largest grid delta <= ``delta`` (conservative); MMCError below the grid."""
+    _check_prob("delta", delta)
+    arr = np.asarray(deltas, dtype=float)
+    ok = np.flatnonzero(arr <= delta * (1 + 1e-9))
+    if ok.size == 0:
+        raise MMCError(f"delta={delta} is below {arr[0]}, the smallest miscoverage the data-driven intervals "
+                       "are calibrated for")
+    return int(ok[-1])
+
+
+def _group_sorted(memb, values: np.ndarray):
+    """Per-group sorted values: (sorted values aligned with memb's (group, row) pairs, group starts)."""
+    pg = memb.pair_groups()
+    v = values[memb.rows]
+    order = np.lexsort((v, pg))
+    return v[order], memb.indptr[:-1]
+
+
+def _group_conformal(memb, scores: np.ndarray, deltas) -> np.ndarray:
+    """(G, D) conformal quantile of ``scores`` within each group for each delta (inf when too few rows)."""
+    sv, starts = _group_sorted(memb, scores)
+    n_g = memb.sizes.astype(float)[:, None]
+    d = np.asarray(deltas, dtype=float)[None, :]
+    k = np.ceil((n_g + 1) * (1 - d) - 1e-12).astype(np.int64)
+    ok = (k >= 1) & (k <= n_g)
+    idx = np.where(ok, starts[:, None] + k - 1, 0)
+    out = np.where(ok, sv[idx] if sv.size else 0.0, np.inf)
+    return out
+
+
+def _to_json_list(arr) -> list:
+    return [None if not math.isfinite(float(v)) else float(v) for v in np.ravel(arr)]
+
+
+def _from_json_list(lst, where: str, length: int | None = None, allow_null: bool = True) -> np.ndarray:
+    if not isinstance(lst, list) or (length is not None and len(lst) != length):
+        raise ModelFormatError(f"model extras: intervals.{where} must be a list"
+                               + (f" of {length} numbers" if length is not None else ""))
+    out = np.empty(len(lst))
+    for i, v in enumerate(lst):
+        if v is None and allow_null:
+            out[i] = np.inf
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out[i] = float(v)
+        else:
+            raise ModelFormatError(f"model extras: intervals.{where}[{i}] = {v!r} is not a number")
+    return out
+
+
+# ---- moments usable for intervals ------------------------------------------------------------------------
+def usable_moments(model) -> tuple:
+    """Moments usable in tail bounds: even a always; odd a only when they are absolute central moments."""
+    return tuple(a for a in model.moments if a % 2 == 0 or model.params.odd_moments == MomentKind.ABSOLUTE)
+
+
+def _need_moments(model, method: str) -> tuple:
+    use = usable_moments(model)
+    if not model.moments:
+        raise MMCError(f"the '{method}' interval needs moment predictors, but this model fits the mean only "
+                       "(refit with --moments 2 or more)")
+    if not use:
+        raise MMCError(f"the '{method}' interval needs an even moment or absolute odd moments; this model has "
+                       f"signed moments {list(model.moments)} only")
+    return use
+
+
+def guaranteed_halfwidth(model, mom_a: np.ndarray, a: int, delta: float, gamma: float) -> np.ndarray:
+    """thm:ciguarantee half-width (unit scale) for moment ``a`` with the guarantees the descent achieves.
+
+    alpha/gamma + eps + w_mu + (min(r_a, M_a(x) + eps + beta'/gamma) / delta)^(1/a), eps = a/m,
+    beta' = beta_a + a alpha (beta_a: the moment's own threshold), w_mu = 1/m, M_a(x) = m_a(x) + w_a (top moment bucket: max(m_a(x) + w_a, 1.0),
+    since predictions there may reach the projection's upper end 1.0). See the module docstring.
+    """
+    p = model.params
+    eps = a / p.m
+    beta_p = _beta(p, a) + a * p.alpha
+    grid = p.grid(a)
+    mom_a = np.asarray(mom_a, dtype=float)
+    upper = mom_a + grid.width
+    top = grid.index(mom_a) == p.m - 1
+    upper = np.where(top, np.maximum(upper, p.projection(a)[1]), upper)
+    num = np.minimum(max_central_moment(a), upper + eps + beta_p / gamma)
+    return p.alpha / gamma + eps + 1.0 / p.m + (num / delta) ** (1.0 / a)
+
+
+def _beta(p, a: int) -> float:
+    """The moment-a threshold the descent used (per-moment when the model has them, else the common beta)."""
+    return float(p.beta_for(a)) if hasattr(p, "beta_for") else float(p.beta)
+
+
+def plugin_halfwidth(mom_a: np.ndarray, a: int, delta: float) -> np.ndarray:
+    """(m_a(x) / delta)^(1/a), unit scale."""
+    return (np.maximum(np.asarray(mom_a, dtype=float), 0.0) / delta) ** (1.0 / a)
+
+
+# ---- the multicalibrated threshold -----------------------------------------------------------------------
+def _pairs(memb):
+    return memb.rows, memb.pair_groups()
+
+
+def _row_sum(memb, theta: np.ndarray) -> np.ndarray:
+    pr, pg = _pairs(memb)
+    return np.bincount(pr, weights=theta[pg], minlength=memb.n)
+
+
+def _row_max(memb, theta: np.ndarray) -> np.ndarray:
+    """max over the groups containing each row of theta (inf entries skipped; rows with none: inf)."""
+    pr, pg = _pairs(memb)
+    t = theta[pg]
+    fin = np.isfinite(t)
+    out = np.full(memb.n, -np.inf)
+    np.maximum.at(out, pr[fin], t[fin])
+    out[out == -np.inf] = np.inf
+    return out
+
+
+# Defaults of the ``gcp`` threshold, chosen with benchmarks/coverage_protocol.py (see its notes): the global
+# finite-sample margin MARGIN_Z * sqrt(delta (1 - delta) / n) (a PAC-style, training-conditional correction: with
+# probability about 93% over the calibration draw the population coverage reaches 1 - delta), patches only
+# for group deviations beyond Z_UNDER (too little coverage) / Z_OVER (too much) binomial standard errors.
+MARGIN_Z = 1.5
+Z_UNDER = 2.0
+Z_OVER = 3.0
+
+
+def fit_threshold(memb, s: np.ndarray, delta: float, approach: str = DEFAULT_APPROACH, *,
+                  z_under: float = Z_UNDER, z_over: float = Z_OVER, margin_z: float = MARGIN_Z,
+                  margin: float = 0.0, group_margin=0.0, correction: str = "conformal",
+                  max_iter: int | None = None, return_info: bool = False, cv_folds: int = 5,
+                  cv_z: float = 2.33, seed: int = 0):
+    """A threshold q(x) on the score ``s`` multicalibrated over the groups, for miscoverage ``delta``.
+
+    Returns ``(theta, combine)`` (and a dict of details with ``return_info``): q(x) = the sum of theta_g over
+    the groups containing x (``combine="sum"``) or their max (``combine="max"``).
+
+    ``gcp`` (group-conditional quantile fitting, as in batch multivalid conformal prediction / BatchGCP):
+    q(x) = sum_g theta_g 1[x in g], fitted by exact coordinate steps of the pinball loss. Start from the
+    whole population's target quantile; then, while some group's coverage on the calibration rows is more
+    than ``z_under`` binomial standard errors below its target level (or ``z_over`` above it), shift that
+    group's theta so that its coverage is exactly its target (the group's target quantile of s - q; the most
+    significant deviation first). At the fixed point every group's calibration coverage lies within
+    [target - z_under se, target + z_over se]. Requiring significance keeps small groups from being fitted to
+    noise (they borrow strength from the larger groups that contain them): with exact patching of every
+    deviation the held-out coverage was measurably worse. Finite-sample correction: group g's target is
+    ceil((n_g + 1) * level) / n_g (the split-conformal rank within the group) with
+    level = 1 - delta + margin + margin_z * sqrt(delta (1 - delta) / n) + group_margin * se_g.
+
+    ``gcp-cv``: ``gcp`` with the global ``margin`` chosen by ``cv_folds``-fold cross-validation on the
+    calibration rows: the smallest margin in 0, 0.005, ..., 0.05 whose out-of-fold coverage is not below
+    1 - delta overall nor significantly below it (one-sided z > ``cv_z``) in any group (``margin_z`` is 0 then).
+
+    ``mondrian-std``: theta_g = the split-conformal quantile of s within g; q(x) = max over x's groups.
+    Valid for every group with at least ceil(1/delta) - 1 calibration rows, by construction; conservative.
+
+    ``mondrian-relaxed``: ``mondrian-std`` at a common relaxed miscoverage delta' >= delta, the largest (by
+    bisection) for which every group's calibration coverage under the max-combined thresholds stays within
+    ``z_under`` standard errors of the same targets as ``gcp``, and the whole population reaches its level.
+    """
+    n, G = memb.n, memb.n_groups
+    s = np.asarray(s, dtype=float)
+    n_g = memb.sizes.astype(float)
+    info = {"iterations": 0, "converged": True}
+    if approach == "mondrian-std":
+        out = (_group_conformal(memb, s, [delta])[:, 0], "max")
+        return (*out, info) if return_info else out
+    se = np.sqrt(delta * (1 - delta) / np.maximum(n_g, 1.0))
+    if approach == "mondrian-relaxed":
+        level = 1.0 - delta + margin + margin_z * math.sqrt(delta * (1 - delta) / max(n, 1))
+        target = np.minimum(1.0, np.ceil((n_g + 1) * level - 1e-12) / np.maximum(n_g, 1.0))
+        pr, pg = _pairs(memb)
+
+        def relaxed(d):
+            th = _group_conformal(memb, s, [d])[:, 0]
+            cov_row = s <= _row_max(memb, th)
+            cov = np.bincount(pg, weights=cov_row[pr].astype(float), minlength=G) / np.maximum(n_g, 1.0)
+            ok = bool(np.all((cov >= target - z_under * se)[n_g > 0]) and cov_row.mean() >= min(level, 1.0))
+            return ok, th
+
+        lo, hi = delta, max(delta, 0.6)
+        for _ in range(25):
+            mid = 0.5 * (lo + hi)
+            if relaxed(mid)[0]:
+                lo = mid
+            else:
+                hi = mid
+        info["relaxed_delta"] = lo
+        out = (relaxed(lo)[1], "max")
+        return (*out, info) if return_info else out
+    if approach == "gcp-cv":
+        margin = cv_margin(memb, s, delta, folds=cv_folds, z_crit=cv_z, seed=seed, z_under=z_under,
+                           z_over=z_over, correction=correction, group_margin=group_margin)
+        margin_z = 0.0
+        info["margin"] = margin
+    elif approach != "gcp":
+        raise MMCError(f"unknown threshold approach {approach!r}; expected one of {', '.join(APPROACHES)}")
+    level = np.minimum(1.0, 1.0 - delta + margin + margin_z * math.sqrt(delta * (1 - delta) / max(n, 1))
+                       + np.asarray(group_margin, dtype=float) * se)
+    if correction == "conformal":
+        target = np.minimum(1.0, np.ceil((n_g + 1) * level - 1e-12) / np.maximum(n_g, 1.0))
+    elif correction == "none":
+        target = np.broadcast_to(level, (G,)).astype(float)
+    else:
+        raise MMCError(f"unknown correction {correction!r}; expected 'conformal' or 'none'")
+    theta = np.zeros(G)
+    if n == 0 or G == 0 or math.ceil((n + 1) * float(np.ravel(level)[0]) - 1e-12) > n:
+        # too few calibration rows for the whole population's conformal rank: an infinite threshold (honest)
+        theta[0] = np.inf
+        info["too_few_rows"] = True
+        return (theta, "sum", info) if return_info else (theta, "sum")
+    theta[0] = _level_quantile(s, target[0])  # group 0 is the whole population
+    pr, pg = _pairs(memb)
+    q = np.full(n, theta[0])
+    covered = s <= q
+    cnt = np.bincount(pg, weights=covered[pr].astype(float), minlength=G)
+    max_iter = 20 * G + 100 if max_iter is None else max_iter
+    it = 0
+    while True:
+        zscore = np.where(n_g > 0, (cnt / np.maximum(n_g, 1.0) - target) / se, 0.0)
+        excess = np.maximum(-zscore - z_under, 0.0) + np.maximum(zscore - z_over, 0.0)
+        k = int(np.argmax(excess))
+        if excess[k] <= 0:
+            break
+        if it >= max_iter:
+            info["converged"] = False
+            break
+        it += 1
+        rows = memb.group_rows(k)
+        step = _level_quantile(s[rows] - q[rows], target[k])
+        theta[k] += step
+        q[rows] += step
+        new = s[rows] <= q[rows]
+        changed = rows[new != covered[rows]]
+        if changed.size:
+            loc, gids = memb.pairs_for_rows(changed)
+            sign = np.where(new[np.searchsorted(rows, changed)], 1.0, -1.0)
+            cnt += np.bincount(gids, weights=sign[loc], minlength=G)
+            covered[changed] = ~covered[changed]
+    info["iterations"] = it
+    return (theta, "sum", info) if return_info else (theta, "sum")
+
+
+def _subset_membership(memb, rows: np.ndarray):
+    """The membership of a subset of rows (renumbered 0..len(rows)-1, order kept)."""
+    from .groups import Membership
+
+    inside = np.zeros(memb.n, dtype=bool)
+    inside[rows] = True
+    pos = np.full(memb.n, -1, dtype=np.int64)
+    pos[rows] = np.arange(rows.size)
+    keep = inside[memb.rows]
+    pg = memb.pair_groups()[keep]
+    new_rows = pos[memb.rows[keep]]
+    counts = np.bincount(pg, minlength=memb.n_groups)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return Membership(int(rows.size), list(memb.names), indptr, new_rows)
+
+
+def cv_margin(memb, s: np.ndarray, delta: float, margins=None, folds: int = 5, z_crit: float = 2.33,
+              seed: int = 0, **kw) -> float:
+    """The smallest global margin (coverage units) whose K-fold out-of-fold coverage passes a one-sided
+    binomial (normal) test of coverage >= 1 - delta at ``z_crit`` in every group, and >= 1 - delta overall."""
+    margins = np.arange(0.0, 0.0501, 0.005) if margins is None else np.asarray(margins, dtype=float)
+    n = memb.n
+    fold = np.random.default_rng(seed).permutation(n) % folds
+    n_g = memb.sizes.astype(float)
+    se = np.sqrt(delta * (1 - delta) / np.maximum(n_g, 1.0))
+    pr, pg = _pairs(memb)
+    for mg in margins:
+        covered = np.zeros(n, dtype=bool)
+        for k in range(folds):
+            tr, te = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
+            mt = _subset_membership(memb, tr)
+            theta, combine = fit_threshold(mt, s[tr], delta, "gcp", margin=mg, margin_z=0.0, **kw)
+            me = _subset_membership(memb, te)
+            q = _threshold_rows(me, theta, combine)
+            covered[te] = s[te] <= q
+        cov = np.bincount(pg, weights=covered[pr].astype(float), minlength=memb.n_groups) / np.maximum(n_g, 1.0)
+        z = (cov - (1 - delta)) / se
+        if covered.mean() >= 1 - delta and np.all(z[n_g > 0] >= -z_crit):
+            return float(mg)
+    return float(margins[-1])
+
+
+def _level_quantile(r: np.ndarray, level: float) -> float:
+    """The smallest value c with mean(r <= c) >= level (the ceil(level * n)-th smallest)."""
+    r = np.sort(r)
+    k = min(max(math.ceil(level * r.size - 1e-9), 1), r.size)
+    return float(r[k - 1])
+
+
+# ---- calibration (called by MomentMulticalibrator.fit on the held-out rows) -----------------------------
+def _predict_on(model, table, base_unit, n):
+    memb = model.groups.evaluate(table, n)
+    mu, moms = model.initial(memb.n, base_unit)
+    mu, moms = model.replay(memb, mu, moms)
+    return memb, mu, moms
+
+
+def _std_scale(model, moms: dict, floor: float | None):
+    if 2 not in model.moments:
+        return None
+    return np.sqrt(np.maximum(moms[2], floor))
+
+
+def calibrate(model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DEFAULT_APPROACH,
+              options: dict | None = None) -> dict:
+    """Everything the data-driven intervals need, computed on held-out calibration rows.
+
+    ``model`` is final (its log is the kept one); ``y_cal_unit`` are the labels on the unit scale,
+    ``base_cal_unit`` the base prediction on the unit scale (or None). Returns the JSON-serialisable record
+    described in the module docstring. ``approach`` / ``options`` select the threshold of the ``calibrated``
+    method (see :func:`fit_threshold`).
+    """
+    y = np.asarray(y_cal_unit, dtype=float)
+    n = int(y.size)
+    if n == 0:
+        raise MMCError("interval calibration needs at least one held-out row")
+    base_unit = None if base_cal_unit is None else np.clip(np.asarray(base_cal_unit, dtype=float), 0.0, 1.0)
+    memb, mu, moms = _predict_on(model, table_cal, base_unit, n)
+    deltas = np.asarray(DELTA_GRID)
+    if base_unit is not None:
+        center, center_kind = base_unit, "base"
+    else:
+        center, center_kind = np.full(n, _initial_constant(model)), "constant"
+    r_base = np.abs(y - center)
+    rec = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "n": n, "deltas": [float(d) for d in deltas],
+           "center": center_kind}
+    # moments: distribution of the predictions (for choosing a) and held-out plug-in coverage
+    qs = np.linspace(0, 1, N_MOMENT_QUANTILES)
+    rec["moment_quantiles"] = {str(a): _to_json_list(np.quantile(moms[a], qs)) for a in model.moments}
+    cover = {}
+    for a in usable_moments(model):
+        dev = np.abs(y - mu) ** a
+        cov = np.mean(dev[:, None] <= np.maximum(moms[a], 0.0)[:, None] / deltas[None, :], axis=0)
+        cover[str(a)] = _to_json_list(cov)
+    rec["plugin_coverage"] = cover
+    # baselines
+    srt = np.sort(r_base)
+    k = np.ceil((n + 1) * (1 - deltas) - 1e-12).astype(np.int64)
+    rec["split_conformal"] = _to_json_list(np.where(k <= n, srt[np.clip(k, 1, n) - 1], np.inf))
+    mq = _group_conformal(memb, r_base, deltas)
+    rec["mondrian"] = {"n": [int(v) for v in memb.sizes], "q": [_to_json_list(row) for row in mq]}
+    rec["gaussian"] = {"sd": float(np.sqrt(np.mean(r_base**2)))}
+    # the multicalibrated threshold on the standardized score
+    opts = dict(options or {})
+    floor_fraction = float(opts.pop("floor_fraction", FLOOR_FRACTION))
+    if 2 in model.moments:
+        floor = float(floor_fraction * max(float(np.mean(moms[2])), 1e-12))
+        s = np.abs(y - mu) / np.sqrt(np.maximum(moms[2], floor))
+        scale_kind = "m2"
+    else:
+        floor, scale_kind = 0.0, "none"
+        s = np.abs(y - mu)
+    thetas, combine, unconverged = [], "sum", []
+    for d in deltas:
+        th, combine, info = fit_threshold(memb, s, float(d), approach, return_info=True, **opts)
+        thetas.append(_to_json_list(th))
+        if not info["converged"]:
+            unconverged.append(float(d))
+    rec["calibrated"] = {"approach": approach, "options": _json_options(opts), "floor_fraction": floor_fraction,
+                         "scale": scale_kind, "floor": floor, "combine": combine,
+                         "n": [int(v) for v in memb.sizes], "theta": thetas, "unconverged_deltas": unconverged}
+    return rec
+
+
+def _json_options(opts: dict) -> dict:
+    out = {}
+    for k, v in opts.items():
+        if isinstance(v, (bool, str)) or v is None:
+            out[k] = v
+        elif isinstance(v, numbers.Real):
+            out[k] = float(v)
+        else:
+            out[k] = [float(x) for x in np.ravel(v)]
+    return out
+
+
+def _initial_constant(model) -> float:
+    if model.init_mean.get("kind") == "constant":
+        return float(model.init_mean["value"])
+    return 0.5
+
+
+# ---- validation of the stored record ----------------------------------------------------------------------
+def _record(model, method: str) -> dict:
+    rec = model.extras.get("intervals") if isinstance(model.extras, dict) else None
+    if not rec:
+        raise MMCError(
+            f"the '{method}' interval needs held-out calibration rows, but this model was fitted without them "
+            "(calibration fraction 0): refit with --calibration-fraction 0.25 (or calibration_fraction=0.25)")
+    if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
+        raise ModelFormatError("model extras: 'intervals' is not an mmc-intervals calibration record")
+    if rec.get("version") != RECORD_VERSION:
+        raise ModelFormatError(f"model extras: intervals version {rec.get('version')!r} is not supported "
+                               f"(this mmc-audit reads version {RECORD_VERSION})")
+    return rec
+
+
+def _record_deltas(rec) -> np.ndarray:
+    d = _from_json_list(rec.get("deltas"), "deltas", allow_null=False)
+    if d.size == 0 or np.any(d <= 0) or np.any(d >= 1) or np.any(np.diff(d) <= 0):
+        raise ModelFormatError("model extras: intervals.deltas must be increasing numbers in (0, 1)")
+    return d
+
+
+def _record_matrix(rec_part, key, where, n_rows, n_cols, nonneg=True) -> np.ndarray:
+    rows = rec_part.get(key) if isinstance(rec_part, dict) else None
+    if not isinstance(rows, list) or len(rows) != n_rows:
+        raise ModelFormatError(f"model extras: intervals.{where}.{key} must be a list of {n_rows} lists")
+    out = np.vstack([_from_json_list(r, f"{where}.{key}[{i}]", n_cols) for i, r in enumerate(rows)]) \
+        if n_rows else np.zeros((0, n_cols))
+    if nonneg and np.any(out < 0):
+        raise ModelFormatError(f"model extras: intervals.{where}.{key} has negative values")
+    return out
+
+
+def _finite_nonneg(v, where):
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        raise ModelFormatError(f"model extras: intervals.{where} = {v!r} must be a non-negative number")
+    return float(v)
+
+
+# ---- prediction -------------------------------------------------------------------------------------------
+def _n_rows(table) -> int:
+    if hasattr(table, "shape"):
+        return int(table.shape[0])
+    try:
+        return len(next(iter(table.values())))
+    except StopIteration:
+        raise MMCError("the table has no columns") from None
+
+
+class _Context:
+    """Predictions shared by all methods for one table."""
+
+    def __init__(self, model, table, base=None):
+        self.model = model
+        scale = model.scale
+        n = _n_rows(table)
+        self.base_unit = None
+        if base is not None:
+            b = np.asarray(base, dtype=float)
+            if b.ndim != 1 or not np.all(np.isfinite(b)):
+                raise MMCError("the base prediction must be one column of finite numbers")
+            if b.size != n:
+                raise MMCError(f"the base prediction has {b.size} values for {n} rows")
+            self.base_unit = np.clip((b - scale.lo) / scale.span, 0.0, 1.0)
+        elif model.uses_base:
+            col = model.init_mean.get("column")
+            raise MMCError(f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass it "
+                           "(base=..., or --pred COL)")
+        self.memb, self.mu, self.moms = _predict_on(model, table, self.base_unit if model.uses_base else None, n)
+        self.n = self.memb.n
+
+    def center(self, rec) -> np.ndarray:
+        kind = rec.get("center")
+        if kind == "base":
+            if self.base_unit is None:
+                raise MMCError("this model's baselines were calibrated on a base prediction: pass it")
+            return self.base_unit
+        if kind == "constant":
+            return np.full(self.n, _initial_constant(self.model))
+        raise ModelFormatError(f"model extras: intervals.center = {kind!r} must be 'base' or 'constant'")
+
+
+def _reference_moments(ctx, a):
+    """m_a values of the calibration rows (stored quantiles) or, lacking them, of the predicted rows."""
+    rec = ctx.model.extras.get("intervals") if isinstance(ctx.model.extras, dict) else None
+    if rec:
+        mq = rec.get("moment_quantiles")
+        if isinstance(mq, dict) and str(a) in mq:
+            v = _from_json_list(mq[str(a)], f"moment_quantiles.{a}", allow_null=False)
+            if np.any(v < 0):
+                raise ModelFormatError(f"model extras: intervals.moment_quantiles.{a} has negative values")
+            return v
+    return ctx.moms[a]
+
+
+def _choose_guaranteed(ctx, delta, gamma, moment=None):
+    use = _need_moments(ctx.model, "guaranteed")
+    if moment is not None:
+        if moment not in use:
+            raise MMCError(f"moment {moment} is not usable for intervals; usable: {list(use)}")
+        return moment
+    widths = {a: float(np.mean(guaranteed_halfwidth(ctx.model, _reference_moments(ctx, a), a, delta, gamma)))
+              for a in use}
+    return min(widths, key=widths.get)
+
+
+def _choose_plugin(ctx, delta, moment=None):
+    use = _need_moments(ctx.model, "plugin")
+    if moment is not None:
+        if moment not in use:
+            raise MMCError(f"moment {moment} is not usable for intervals; usable: {list(use)}")
+        return moment, None
+    rec = ctx.model.extras.get("intervals") if isinstance(ctx.model.extras, dict) else None
+    widths = {a: float(np.mean(plugin_halfwidth(_reference_moments(ctx, a), a, delta))) for a in use}
+    if not rec:
+        return min(widths, key=widths.get), None
+    rec = _record(ctx.model, "plugin")
+    deltas = _record_deltas(rec)
+    k = grid_delta(delta, deltas)
+    pc = rec.get("plugin_coverage")
+    if not isinstance(pc, dict):
+        raise ModelFormatError("model extras: intervals.plugin_coverage must be an object")
+    cov = {}
+    for a in use:
+        if str(a) not in pc:
+            raise ModelFormatError(f"model extras: intervals.plugin_coverage lacks moment {a}")
+        c = _from_json_list(pc[str(a)], f"plugin_coverage.{a}", deltas.size, allow_null=False)
+        if np.any((c < 0) | (c > 1)):
+            raise ModelFormatError(f"model extras: intervals.plugin_coverage.{a} must lie in [0, 1]")
+        cov[a] = float(c[k])
+    ok = [a for a in use if cov[a] >= 1 - delta]
+    best = min(ok, key=widths.get) if ok else max(use, key=cov.get)
+    return best, cov[best]
+
+
+def _half_guaranteed(ctx, delta, gamma, moment=None):
+    _check_prob("gamma", gamma)
+    a = _choose_guaranteed(ctx, delta, gamma, moment)
+    return ctx.mu, guaranteed_halfwidth(ctx.model, ctx.moms[a], a, delta, gamma), {"moment": a}
+
+
+def _half_plugin(ctx, delta, gamma, moment=None):
+    a, cov = _choose_plugin(ctx, delta, moment)
+    return ctx.mu, plugin_halfwidth(ctx.moms[a], a, delta), {"moment": a, "holdout_coverage": cov}
+
+
+def greedy_cover(pair_rows: np.ndarray, pair_sets: np.ndarray, pair_width: np.ndarray, n_rows: int,
+                 n_sets: int, eligible: np.ndarray, row_mass: np.ndarray | None = None):
+    """The greedy algorithm for the Appendix's submodular-cost submodular cover.
+
+    Sets and rows are given as incidence pairs: row ``pair_rows[k]`` lies in set ``pair_sets[k]``, where
+    its width is ``pair_width[k]``. Only ``eligible`` sets may be chosen. Cost of a collection C:
+    f(C) = sum_x P(x) max_{S in C, x in S} width(S, x); coverage g(C) = mass of the rows in some S of C.
+    Each step adds the eligible set with the smallest (f(C + S) - f(C)) / (g(C + S) - g(C)) among the sets
+    that cover new mass, until no eligible set covers anything new.
+
+    Returns ``(chosen sets in order, per-row width (0 where uncovered), covered mask)``.
+    """
+    pair_rows = np.asarray(pair_rows, dtype=np.int64)
+    pair_sets = np.asarray(pair_sets, dtype=np.int64)
+    pair_width = np.asarray(pair_width, dtype=float)
+    w = np.full(n_rows, 1.0 / max(n_rows, 1)) if row_mass is None else np.asarray(row_mass, dtype=float)
+    elig = np.zeros(n_sets, dtype=bool)
+    elig[np.asarray(eligible, dtype=np.int64)] = True
+    keep = elig[pair_sets]
+    pr, ps, pw = pair_rows[keep], pair_sets[keep], pair_width[keep]
+    cur = np.zeros(n_rows)
+    covered = np.zeros(n_rows, dtype=bool)
+    chosen_mask = np.zeros(n_sets, dtype=bool)
+    chosen = []
+    while True:
+        new_mass = np.bincount(ps, weights=w[pr] * ~covered[pr], minlength=n_sets)
+        cand = (new_mass > 0) & ~chosen_mask
+        if not cand.any():
+            break
+        inc = np.bincount(ps, weights=w[pr] * np.maximum(pw - cur[pr], 0.0), minlength=n_sets)
+        ratio = np.where(cand, inc / np.where(cand, new_mass, 1.0), np.inf)
+        best = int(np.argmin(ratio))
+        chosen.append(best)
+        chosen_mask[best] = True
+        sel = ps == best
+        r = pr[sel]
+        cur[r] = np.maximum(cur[r], pw[sel])
+        covered[r] = True
+    return chosen, cur, covered
+
+
+def _multimoment_cells(ctx, delta, gamma):
+    """Incidence pairs (row, cell) over all usable moments, each cell's mass, and the widths."""
+    model = ctx.model
+    use = _need_moments(model, "multimoment")
+    p = model.params
+    m, G = p.m, ctx.memb.n_groups
+    pr, pg = _pairs(ctx.memb)
+    bmu = p.mean_grid.index(ctx.mu)
+    rows, sets, widths = [], [], []
+    per_a = G * m * m
+    for k, a in enumerate(use):
+        bm = p.grid(a).index(ctx.moms[a])
+        cell = k * per_a + pg * (m * m) + bmu[pr] * m + bm[pr]
+        wa = guaranteed_halfwidth(model, ctx.moms[a], a, delta, gamma)
+        rows.append(pr)
+        sets.append(cell)
+        widths.append(wa[pr])
+    pr_all, pw_all = np.concatenate(rows), np.concatenate(widths)
+    # number the non-empty cells 0..K-1 (order kept): moments x groups x m^2 can be far too many to index
+    _, ps_all = np.unique(np.concatenate(sets), return_inverse=True)
+    ps_all = ps_all.ravel()
+    n_sets = int(ps_all.max()) + 1 if ps_all.size else 0
+    mass = np.bincount(ps_all, minlength=n_sets) / max(ctx.n, 1)
+    return pr_all, ps_all, pw_all, n_sets, mass, use
+
+
+def _half_multimoment(ctx, delta, gamma, moment=None):
+    _check_prob("gamma", gamma)
+    pr, ps, pw, n_sets, mass, use = _multimoment_cells(ctx, delta, gamma)
+    eligible = np.flatnonzero(mass >= gamma * (1 - 1e-12))
+    chosen, cur, covered = greedy_cover(pr, ps, pw, ctx.n, n_sets, eligible)
+    half = np.where(covered, cur, np.nan)
+    info = {"sets_chosen": len(chosen), "uncovered_rows": int((~covered).sum()), "moments": list(use)}
+    return ctx.mu, half, info
+
+
+def _threshold_rows(memb, theta: np.ndarray, combine: str) -> np.ndarray:
+    if combine == "sum":  # an infinite theta (too few calibration rows) makes its rows' intervals unbounded
+        return _row_sum(memb, theta)
+    if combine == "max":
+        return _row_max(memb, theta)
+    raise ModelFormatError(f"model extras: intervals.calibrated.combine = {combine!r} must be 'sum' or 'max'")
+
+
+def _half_calibrated(ctx, delta, gamma, moment=None):
+    rec = _record(ctx.model, "calibrated")
+    deltas = _record_deltas(rec)
+    k = grid_delta(delta, deltas)
+    part = rec.get("calibrated")
+    if not isinstance(part, dict):
+        raise ModelFormatError("model extras: intervals.calibrated must be an object")
+    G = ctx.memb.n_groups
+    rows = part.get("theta")
+    if not isinstance(rows, list) or len(rows) != deltas.size:
+        raise ModelFormatError(f"model extras: intervals.calibrated.theta must be a list of {deltas.size} lists")
+    theta = _from_json_list(rows[k], f"calibrated.theta[{k}]", G)
+    floor = _finite_nonneg(part.get("floor"), "calibrated.floor")
+    scale_kind = part.get("scale")
+    if scale_kind == "m2":
+        if 2 not in ctx.model.moments:
+            raise ModelFormatError("model extras: intervals.calibrated.scale is 'm2' but the model has no m_2")
+        scale = np.sqrt(np.maximum(ctx.moms[2], floor))
+    elif scale_kind == "none":
+        scale = np.ones(ctx.n)
+    else:
+        raise ModelFormatError(f"model extras: intervals.calibrated.scale = {scale_kind!r} must be 'm2' or 'none'")
+    q = _threshold_rows(ctx.memb, theta, part.get("combine"))
+    half = np.maximum(q, 0.0) * scale
+    return ctx.mu, half, {"grid_delta": float(deltas[k]), "approach": part.get("approach")}
+
+
+def _half_split(ctx, delta, gamma, moment=None):
+    rec = _record(ctx.model, "split-conformal")
+    deltas = _record_deltas(rec)
+    k = grid_delta(delta, deltas)
+    q = _from_json_list(rec.get("split_conformal"), "split_conformal", deltas.size)
+    if np.any(q < 0):
+        raise ModelFormatError("model extras: intervals.split_conformal has negative values")
+    return ctx.center(rec), np.full(ctx.n, q[k]), {"grid_delta": float(deltas[k])}
+
+
+def _half_mondrian(ctx, delta, gamma, moment=None):
+    rec = _record(ctx.model, "mondrian")
+    deltas = _record_deltas(rec)
+    k = grid_delta(delta, deltas)
+    G = ctx.memb.n_groups
+    qm = _record_matrix(rec.get("mondrian"), "q", "mondrian", G, deltas.size)
+    half = _row_max(ctx.memb, qm[:, k])
+    skipped = int(np.sum(~np.isfinite(qm[:, k])))
+    return ctx.center(rec), half, {"grid_delta": float(deltas[k]), "groups_skipped": skipped}
+
+
+def _half_gaussian(ctx, delta, gamma, moment=None):
+    rec = _record(ctx.model, "gaussian")
+    g = rec.get("gaussian")
+    sd = _finite_nonneg(g.get("sd") if isinstance(g, dict) else None, "gaussian.sd")
+    z = normal_ppf(1 - delta / 2)
+    return ctx.center(rec), np.full(ctx.n, z * sd), {"z": z}
+
+
+_HALF = {"guaranteed": _half_guaranteed, "plugin": _half_plugin, "multimoment": _half_multimoment,
+         "calibrated": _half_calibrated, "split-conformal": _half_split, "mondrian": _half_mondrian,
+         "gaussian": _half_gaussian}
+
+
+def _unit_interval(ctx, method, delta, gamma, moment=None):
+    if method not in _HALF:
+        raise MMCError(f"unknown interval method {method!r}; expected one of {', '.join(METHODS)}")
+    _check_prob("delta", delta)
+    _check_prob("gamma", gamma)
+    center, half, info = _HALF[method](ctx, delta, gamma, moment)
+    lo, hi = center - half, center + half
+    if method == "multimoment":  # uncovered rows: no valid interval, the whole label range
+        bad = np.isnan(half)
+        lo, hi = np.where(bad, 0.0, lo), np.where(bad, 1.0, hi)
+    return lo, hi, info
+
+
+def _to_original(model, lo, hi):
+    s = model.scale
+    return s.lo + s.span * lo, s.lo + s.span * hi
+
+
+def predict_intervals(model, table, base=None, method: str = "calibrated", delta: float = 0.1,
+                      gamma: float = 0.05, *, moment: int | None = None):
+    """``(lower, upper)`` numpy arrays in the label's original units for the rows of ``table``.
+
+    ``base`` is the base prediction in label units (required when the model was fitted on one). ``moment``
+    fixes the moment of ``guaranteed`` / ``plugin`` (default: chosen as described in the module docstring).
+    """
+    ctx = _Context(model, table, base)
+    lo, hi, _ = _unit_interval(ctx, method, delta, gamma, moment)
+    return _to_original(model, lo, hi)
+
+
+def available_methods(model) -> tuple:
+    """The methods this model can compute (the rest raise MMCError saying why)."""
+    out = []
+    has_rec = bool(isinstance(model.extras, dict) and model.extras.get("intervals"))
+    for m in METHODS:
+        if m in ("guaranteed", "plugin", "multimoment") and not usable_moments(model):
+            continue
+        if m in ("calibrated", "split-conformal", "mondrian", "gaussian") and not has_rec:
+            continue
+        out.append(m)
+    return tuple(out)
+
+
+def interval_table(model, table, base=None, delta: float = 0.1, gamma: float = 0.05, methods=None,
+                   skip_unavailable: bool = True, with_info: bool = False):
+    """{method: (lower, upper)} in original units, the model's predictions computed once for all methods.
+
+    ``methods`` defaults to every method; with ``skip_unavailable`` the ones the model cannot compute (see
+    :func:`available_methods`, or a delta below the calibration grid) are left out instead of raising (a
+    damaged calibration record still raises ModelFormatError). ``with_info`` also returns
+    {method: details} (the moment chosen, the grid delta used, uncovered rows, ...).
+    """
+    _check_prob("delta", delta)
+    _check_prob("gamma", gamma)
+    ctx = _Context(model, table, base)
+    methods = METHODS if methods is None else tuple(methods)
+    avail = set(available_methods(model))
+    out, info = {}, {}
+    for m in methods:
+        if m not in _HALF:
+            raise MMCError(f"unknown interval method {m!r}; expected one of {', '.join(METHODS)}")
+        if skip_unavailable and m not in avail:
+            continue
+        try:
+            lo, hi, inf = _unit_interval(ctx, m, delta, gamma)
+        except ModelFormatError:
+            raise
+        except MMCError as e:  # e.g. a delta below the calibration grid
+            if not skip_unavailable:
+                raise
+            info[m] = {"unavailable": str(e)}
+            continue
+        out[m] = _to_original(model, lo, hi)
+        info[m] = inf
+    return (out, info) if with_info else out
+
+
+def interval_info(model, table, base=None, delta: float = 0.1, gamma: float = 0.05) -> dict:
+    """Per method, the details of how its intervals were formed on these rows (see :func:`interval_table`)."""
+    return interval_table(model, table, base, delta, gamma, with_info=True)[1]

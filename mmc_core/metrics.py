@@ -1,0 +1,525 @@
+"""The audit: one object with per-group tables for a fitted model on labelled rows (in the spirit of
+fairlearn's MetricFrame).
+
+``audit(model, table, y, base=None, delta=0.1, gamma=0.05, ...)`` returns an :class:`AuditResult`. Every
+number is in the label's ORIGINAL units (means affinely, a-th moments times span**a). All per-group and
+per-cell statistics are weighted ``bincount`` calls over the (group, row) membership pairs: no Python loop
+over rows, groups or cells (the bootstrap loops over blocks of replicates only).
+
+"Before / after": the ``*_base`` columns describe the base prediction the model started from (the one
+passed as ``base``), bucketed by its own values; a model fitted without a base prediction started from a
+constant (the fitting rows' label mean), and that constant is the "before" (``params["base"]`` says which).
+
+Tables (pandas DataFrames)
+--------------------------
+``by_group`` (index: group name, in the model's order; "all" first), columns:
+    count, mass (count / n), mean_label, mean_pred, mean_pred_base,
+    calib_error_worst / calib_error_worst_base: the largest |mean prediction - mean label| over the group's
+        mean buckets G(p, i) (unweighted: a cell of one row counts fully),
+    calib_error_worst_weighted / calib_error_worst_weighted_base: the largest (count(cell) / n) * |mean
+        prediction - mean label| over the same cells (the paper's mass-weighted statistic, label units),
+    pred_var: mean predicted variance m_2(x) (NaN for a mean-only model),
+    emp_var: mean squared residual (y - mu(x))^2, the variance m_2 should match,
+    label_var: variance of the label within the group (around the group's mean; includes the spread of mu),
+    var_ratio, var_ratio_lo, var_ratio_hi: pred_var / pred_var(all) with a percentile bootstrap CI
+        (rows resampled; level 95%) -- the "variance disparity",
+    emp_var_ratio, emp_var_ratio_lo, emp_var_ratio_hi: the same for emp_var,
+    large_enough: mass >= gamma (the size thm:ciguarantee needs of a cell),
+    guarantee_share: share of the group's rows lying in a cell G(mu, m_a, i, j) of mass >= gamma
+        (a = the moment the guaranteed interval uses; NaN without usable moments).
+``coverage`` / ``width``: index group, one column per interval method computed: the share of the group's rows
+    with lower <= y <= upper, and the mean width upper - lower (inf when some interval is unbounded).
+``calibration_cells`` (long): group, bucket, bucket_lo, bucket_hi (label units), count, mass, mean_label,
+    mean_pred, error (= mean_pred - mean_label) for the model's cells G(mu, i); count_base, mass_base,
+    mean_label_base, mean_pred_base, error_base for the base's cells G(base, i). One row per (group, bucket)
+    non-empty for either.
+``moment_cells`` (long): group, moment, mean_bucket, moment_bucket, count, mass, predicted (mean predicted
+    a-th moment over the cell), empirical (the cell's empirical central moment around its own label mean:
+    mean (y - mean_y)^a, |.|^a for absolute odd moments), error = predicted - empirical. Non-empty cells only.
+``coverage_by_bucket``: index group, columns the mean buckets 0..m-1: coverage of ``bucket_method`` within
+    G(mu, i) (NaN for empty cells).
+``overall``: a pandas Series: the "all" row of by_group plus ``coverage:<method>`` and ``width:<method>``.
+``params``: dict: delta, gamma, n, label {lo, hi, source, name (the fitted label's name)}, methods (computed),
+    methods_unavailable {method: reason}, bucket_method, base (what the "before" prediction is), n_boot, seed,
+    bootstrap_level, interval_details {method: the moment chosen, grid delta used, uncovered rows, ...},
+    mean_buckets (edges in label units), moments, odd_moments, label_outside_range (rows outside the range).
+
+Views: ``difference(column)`` and ``ratio(column)`` (column of by_group, or "coverage:<method>" /
+"width:<method>") against overall, like MetricFrame. ``findings(top=5)`` are plain-language sentences.
+
+JSON (``to_json()``), strict (NaN and infinities become null)::
+
+    {"format": "mmc-audit-audit", "version": 1,
+     "overall": {column: value},
+     "by_group" | "coverage" | "width" | "calibration_cells" | "moment_cells" | "coverage_by_bucket":
+         DataFrame.to_dict(orient="split") -> {"index": [...], "columns": [...], "data": [[...], ...]},
+     "params": {...}, "findings": [sentence, ...]}
+
+Read a table back with ``pd.DataFrame(**d["by_group"])``.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as iv
+from .errors import DataError, MMCError, ModelFormatError
+from .moments import MomentKind
+
+__all__ = ["audit", "AuditResult", "FORMAT", "VERSION"]
+
+FORMAT = "mmc-audit-audit"
+VERSION = 1
+_TABLES = ("by_group", "coverage", "width", "calibration_cells", "moment_cells", "coverage_by_bucket")
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+def _json_clean(obj):
+    """Strict-JSON version of nested dicts / lists / numpy scalars (NaN and +-inf -> None)."""
+    if isinstance(obj, dict):
+        return {str(k): _json_clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_clean(v) for v in obj]
+    if isinstance(obj, (np.bool_, bool)):
+        return bool(obj)
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        v = float(obj)
+        return v if math.isfinite(v) else None
+    if isinstance(obj, np.ndarray):
+        return _json_clean(obj.tolist())
+    if obj is None or isinstance(obj, (str, int)):
+        return obj
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    return str(obj)
+
+
+def _div(a, b):
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
+
+
+def _binom_z(k, n, p):
+    """One-sided z statistic (continuity-corrected) of k successes in n against rate p."""
+    n = np.asarray(n, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (np.asarray(k, dtype=float) + 0.5 - n * p) / np.sqrt(n * p * (1 - p))
+
+
+class _Pairs:
+    """The (row, group) membership pairs and group-wise sums over them."""
+
+    def __init__(self, memb):
+        self.memb = memb
+        self.pr = memb.rows
+        self.pg = memb.pair_groups()
+        self.G = memb.n_groups
+        self.n = memb.n
+
+    def gsum(self, values=None):
+        w = None if values is None else np.asarray(values, dtype=float)[self.pr]
+        return np.bincount(self.pg, weights=w, minlength=self.G).astype(float)
+
+    def cell_sums(self, cell_of_row, n_cells, values=None):
+        key = self.pg * n_cells + np.asarray(cell_of_row)[self.pr]
+        w = None if values is None else np.asarray(values, dtype=float)[self.pr]
+        return np.bincount(key, weights=w, minlength=self.G * n_cells).reshape(self.G, n_cells).astype(float)
+
+
+def _bootstrap_ratios(pairs: _Pairs, values: dict, n_boot: int, seed: int, level: float = 0.95,
+                      block_elems: int = 4_000_000) -> dict:
+    """Percentile bootstrap CI of (group mean of v) / (overall mean of v) for each array v in ``values``.
+
+    Rows are resampled with replacement (n draws per replicate; each replicate's row weights are one
+    bincount). Group sums of a block of replicates: rows with the same set of groups (membership signature)
+    are summed first, one bincount over (replicate, signature) keys, and a matrix product with the
+    signatures x groups 0/1 matrix gives every group; with too many distinct signatures, one bincount over
+    (replicate, group) keys of the membership pairs instead. Returns {name: (lo, hi)} arrays of shape (G,);
+    the whole population is group 0.
+    """
+    n, G = pairs.n, pairs.G
+    out = {k: [] for k in values}
+    if n_boot <= 0 or n == 0:
+        return {k: (np.full(G, np.nan), np.full(G, np.nan)) for k in values}
+    rng = np.random.default_rng(seed)
+    memb = pairs.memb
+    sig = A = None
+    if hasattr(memb, "signatures"):
+        sig, n_sig = memb.signatures()
+        if n_sig * G <= 4_000_000 and n_sig <= n:
+            A = memb.signature_matrix(sig, n_sig)
+        else:
+            sig = None
+    width = n if A is not None else pairs.pr.size + n
+    block = max(1, min(n_boot, block_elems // max(width, 1)))
+    done = 0
+    while done < n_boot:
+        b = min(block, n_boot - done)
+        idx = rng.integers(0, n, size=(b, n))
+        w = np.bincount((idx + (np.arange(b) * n)[:, None]).ravel(), minlength=b * n).reshape(b, n).astype(float)
+        if A is not None:
+            keys = (np.arange(b)[:, None] * n_sig + sig[None, :]).ravel()
+
+            def gsum(weights):
+                return np.bincount(keys, weights=weights.ravel(), minlength=b * n_sig).reshape(b, n_sig) @ A
+
+            cnt = gsum(w)
+            sums = {k: gsum(w * v[None, :]) for k, v in values.items()}
+        else:
+            keys = (np.arange(b)[:, None] * G + pairs.pg[None, :]).ravel()
+            wp = w[:, pairs.pr]
+            cnt = np.bincount(keys, weights=wp.ravel(), minlength=b * G).reshape(b, G)
+            sums = {k: np.bincount(keys, weights=(wp * v[pairs.pr][None, :]).ravel(), minlength=b * G).reshape(b, G)
+                    for k, v in values.items()}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for k, s_ in sums.items():
+                mean = s_ / cnt
+                out[k].append(mean / mean[:, :1])
+        done += b
+    res = {}
+    a = (1 - level) / 2
+    for k, chunks in out.items():
+        r = np.vstack(chunks)
+        r = np.where(np.isfinite(r), r, np.nan)
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lo = np.nanquantile(r, a, axis=0)
+            hi = np.nanquantile(r, 1 - a, axis=0)
+        res[k] = (lo, hi)
+    return res
+
+
+def _worst_cells(pairs: _Pairs, pred_u, y_u, m: int, n: int, span: float):
+    """Per-group worst |mean pred - mean label| over the mean buckets of ``pred_u`` (unweighted, weighted),
+    and the long table pieces (counts, sums) of the cells."""
+    b = np.clip(np.floor(np.asarray(pred_u) * m), 0, m - 1).astype(np.int64)
+    cnt = pairs.cell_sums(b, m)
+    sp = pairs.cell_sums(b, m, pred_u)
+    sy = pairs.cell_sums(b, m, y_u)
+    err = _div(sp - sy, cnt) * span  # signed, label units
+    absw = np.abs(sp - sy) / max(n, 1) * span
+    with np.errstate(invalid="ignore"):
+        worst = np.where(cnt.sum(1) > 0, np.nanmax(np.where(cnt > 0, np.abs(err), -np.inf), axis=1), np.nan)
+        worst_w = np.where(cnt.sum(1) > 0, np.max(np.where(cnt > 0, absw, -np.inf), axis=1), np.nan)
+    return worst, worst_w, cnt, sp, sy, err
+
+
+# ---- the result object -----------------------------------------------------------------------------------
+class AuditResult:
+    """Per-group audit tables of one model on one labelled table (see the module docstring)."""
+
+    def __init__(self, overall, by_group, coverage, width, calibration_cells, moment_cells, coverage_by_bucket,
+                 params):
+        self.overall = overall
+        self.by_group = by_group
+        self.coverage = coverage
+        self.width = width
+        self.calibration_cells = calibration_cells
+        self.moment_cells = moment_cells
+        self.coverage_by_bucket = coverage_by_bucket
+        self.params = params
+
+    # ---- MetricFrame-style views ----
+    def _column(self, column: str) -> tuple[pd.Series, float]:
+        if column.startswith("coverage:") or column.startswith("width:"):
+            kind, method = column.split(":", 1)
+            tab = self.coverage if kind == "coverage" else self.width
+            if method not in tab.columns:
+                raise MMCError(f"no {kind} for method {method!r}; computed: {', '.join(tab.columns)}")
+            return tab[method], float(self.overall[column])
+        if column not in self.by_group.columns:
+            raise MMCError(f"unknown column {column!r}; by_group has {', '.join(self.by_group.columns)} "
+                           "(or use 'coverage:<method>' / 'width:<method>')")
+        return self.by_group[column], float(self.overall[column])
+
+    def difference(self, column: str) -> pd.Series:
+        """Each group's value minus the overall value."""
+        s, o = self._column(column)
+        return (s.astype(float) - o).rename(f"{column} - overall")
+
+    def ratio(self, column: str) -> pd.Series:
+        """Each group's value divided by the overall value (NaN when the overall value is 0)."""
+        s, o = self._column(column)
+        return (s.astype(float) / o if o != 0 else s.astype(float) * np.nan).rename(f"{column} / overall")
+
+    # ---- plain language ----
+    def findings(self, top: int = 5) -> list:
+        """Up to ``top`` plain-language sentences on the largest issues, most severe first."""
+        bg = self.by_group
+        delta = self.params["delta"]
+        unit = self.params.get("unit", "")
+        cands = []  # (severity, sentence)
+        big = bg.index[(bg["count"] >= 20).to_numpy()]
+        if "var_ratio" in bg.columns:
+            for g in big:
+                if g == "all":
+                    continue
+                r, lo, hi = bg.at[g, "var_ratio"], bg.at[g, "var_ratio_lo"], bg.at[g, "var_ratio_hi"]
+                if not (np.isfinite(r) and np.isfinite(lo) and np.isfinite(hi)) or lo <= 1 <= hi:
+                    continue
+                sev = abs(math.log(r))
+                if r >= 1:
+                    txt = f"{r:.1f} times"
+                else:
+                    txt = f"{r:.2f} times (about 1/{1 / r:.1f} of)"
+                cands.append((sev, f"The model's predicted variance for group {g} is {txt} the overall level "
+                                   f"(95% CI {lo:.2f}-{hi:.2f})."))
+        cov = self.coverage
+        for method in [m for m in ("calibrated", "mondrian", "split-conformal", "gaussian") if m in cov.columns][:2]:
+            k = cov[method].to_numpy() * bg["count"].to_numpy()
+            z = _binom_z(k, bg["count"].to_numpy(), 1 - delta)
+            for g, zz in zip(bg.index, z):
+                c = cov.at[g, method]
+                if bg.at[g, "count"] >= 20 and np.isfinite(zz) and zz < -2.33:
+                    cands.append((abs(zz) / 2.33, f"The {method} {1 - delta:.0%} intervals cover only {c:.0%} of "
+                                                  f"group {g} (n={int(bg.at[g, 'count'])}), significantly below "
+                                                  f"the target."))
+        if "calib_error_worst_base" in bg.columns:
+            before = bg["calib_error_worst_weighted_base"].to_numpy()
+            after = bg["calib_error_worst_weighted"].to_numpy()
+            for g, b_, a_ in zip(bg.index, before, after):
+                ub, ua = bg.at[g, "calib_error_worst_base"], bg.at[g, "calib_error_worst"]
+                if np.isfinite(b_) and np.isfinite(a_) and b_ > 2 * a_ and np.isfinite(ub) and ub > 0:
+                    cands.append((min(b_ / max(a_, 1e-12), 50) / 25,
+                                  f"For group {g}, the base prediction's worst bucket is off by {ub:.3g}{unit} on "
+                                  f"average; after multicalibration the worst is {ua:.3g}{unit}."))
+        if "pred_var" in bg.columns and np.isfinite(bg["pred_var"]).any():
+            for g in big:
+                p, e = bg.at[g, "pred_var"], bg.at[g, "emp_var"]
+                if np.isfinite(p) and np.isfinite(e) and e > 0 and p > 0:
+                    r = p / e
+                    if r < 0.7 or r > 1.4:
+                        verb = "understates" if r < 1 else "overstates"
+                        cands.append((abs(math.log(r)) * 0.8,
+                                      f"For group {g}, the predicted variance ({p:.3g}) {verb} the observed residual "
+                                      f"variance ({e:.3g}) by {abs(1 - r):.0%}."))
+        cands.sort(key=lambda t: -t[0])
+        seen, out = set(), []
+        for _, s in cands:
+            if s not in seen:
+                out.append(s)
+                seen.add(s)
+            if len(out) >= top:
+                break
+        return out
+
+    # ---- serialisation ----
+    def to_json(self) -> dict:
+        d = {"format": FORMAT, "version": VERSION,
+             "overall": _json_clean({k: v for k, v in self.overall.items()})}
+        for name in _TABLES:
+            d[name] = _json_clean(getattr(self, name).to_dict(orient="split"))
+        d["params"] = _json_clean(self.params)
+        d["findings"] = self.findings()
+        return d
+
+    def __repr__(self) -> str:
+        return (f"AuditResult(n={self.params['n']}, groups={len(self.by_group)}, "
+                f"methods={list(self.coverage.columns)})")
+
+
+# ---- the audit -------------------------------------------------------------------------------------------
+def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, methods=iv.METHODS,
+          n_boot: int = 200, seed: int = 0, bucket_method: str | None = None) -> AuditResult:
+    """Audit ``model`` on the rows of ``table`` with labels ``y`` (original units).
+
+    ``base``: the base prediction in label units (required if the model was fitted on one; optional
+    otherwise, then used only as the "before" prediction). ``methods``: interval methods to evaluate (those the
+    model cannot compute are listed in ``params["methods_unavailable"]``). ``bucket_method``: the method of
+    ``coverage_by_bucket`` (default ``calibrated`` if available, else the first computed).
+    """
+    iv._check_prob("delta", delta)
+    iv._check_prob("gamma", gamma)
+    if not isinstance(n_boot, int) or n_boot < 0:
+        raise MMCError(f"n_boot must be a non-negative integer, got {n_boot!r}")
+    scale = model.scale
+    span = scale.span
+    y = np.asarray(y, dtype=float)
+    if y.ndim != 1 or not np.all(np.isfinite(y)):
+        raise DataError("the labels must be one column of finite numbers")
+    n = y.size
+    if n == 0:
+        raise DataError("the audit needs at least one labelled row")
+    base_arr = None
+    if base is not None:
+        base_arr = np.asarray(base, dtype=float)
+        if base_arr.shape != (n,) or not np.all(np.isfinite(base_arr)):
+            raise DataError(f"the base prediction must be {n} finite numbers")
+    # one context: predictions and memberships computed once for every method
+    ctx = iv._Context(model, table, base_arr)
+    if ctx.n != n:
+        raise DataError(f"the table has {ctx.n} rows but there are {n} labels")
+    memb, mu, moms = ctx.memb, ctx.mu, ctx.moms
+    pairs = _Pairs(memb)
+    G, names = memb.n_groups, list(memb.names)
+    yu = (y - scale.lo) / span  # not clipped: labels outside the range stay honest
+    if base_arr is not None:
+        before_u, base_kind = np.clip((base_arr - scale.lo) / span, 0.0, 1.0), "base prediction"
+    else:
+        before_u, base_kind = np.full(n, iv._initial_constant(model)), "initial constant (label mean of the fitting rows)"
+    m = model.params.m
+
+    cnt = pairs.gsum()
+    bg = pd.DataFrame(index=pd.Index(names, name="group"))
+    bg["count"] = cnt.astype(np.int64)
+    bg["mass"] = cnt / n
+    bg["mean_label"] = scale.mean_from_unit(_div(pairs.gsum(yu), cnt))
+    bg["mean_pred"] = scale.mean_from_unit(_div(pairs.gsum(mu), cnt))
+    bg["mean_pred_base"] = scale.mean_from_unit(_div(pairs.gsum(before_u), cnt))
+    w, ww, c_m, sp_m, sy_m, err_m = _worst_cells(pairs, mu, yu, m, n, span)
+    wb, wwb, c_b, sp_b, sy_b, err_b = _worst_cells(pairs, before_u, yu, m, n, span)
+    bg["calib_error_worst"], bg["calib_error_worst_weighted"] = w, ww
+    bg["calib_error_worst_base"], bg["calib_error_worst_weighted_base"] = wb, wwb
+    res2 = (yu - mu) ** 2
+    emp = _div(pairs.gsum(res2), cnt)
+    ybar = _div(pairs.gsum(yu), cnt)
+    label_var = _div(pairs.gsum(yu**2), cnt) - ybar**2
+    boot_vals = {"emp": res2}
+    if 2 in model.moments:
+        pv = _div(pairs.gsum(moms[2]), cnt)
+        boot_vals["pred"] = moms[2]
+    else:
+        pv = np.full(G, np.nan)
+    ci = _bootstrap_ratios(pairs, boot_vals, n_boot, seed)
+    bg["pred_var"] = scale.moment_from_unit(pv, 2)
+    bg["emp_var"] = scale.moment_from_unit(emp, 2)
+    bg["label_var"] = scale.moment_from_unit(np.maximum(label_var, 0.0), 2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        bg["var_ratio"] = pv / pv[0]
+        bg["emp_var_ratio"] = emp / emp[0]
+    lo_p, hi_p = ci.get("pred", (np.full(G, np.nan), np.full(G, np.nan)))
+    bg["var_ratio_lo"], bg["var_ratio_hi"] = lo_p, hi_p
+    bg["emp_var_ratio_lo"], bg["emp_var_ratio_hi"] = ci["emp"]
+    bg["large_enough"] = (cnt / n) >= gamma
+
+    # ---- intervals ----
+    methods = tuple(methods)
+    avail = set(iv.available_methods(model))
+    unavailable, cov_cols, wid_cols, details = {}, {}, {}, {}
+    for meth in methods:
+        if meth not in iv.METHODS:
+            raise MMCError(f"unknown interval method {meth!r}; expected one of {', '.join(iv.METHODS)}")
+        if meth not in avail:
+            unavailable[meth] = _unavailable_reason(model, meth)
+            continue
+        try:
+            lo_u, hi_u, info = iv._unit_interval(ctx, meth, delta, gamma)
+        except ModelFormatError:
+            raise  # a damaged model file is an error, not a missing method
+        except MMCError as e:
+            unavailable[meth] = str(e)
+            continue
+        inside = ((yu >= lo_u) & (yu <= hi_u)).astype(float)
+        cov_cols[meth] = _div(pairs.gsum(inside), cnt)
+        width = (hi_u - lo_u) * span
+        fin = np.isfinite(width)
+        wsum = pairs.gsum(np.where(fin, width, 0.0))
+        nonfin = pairs.gsum((~fin).astype(float))
+        wid_cols[meth] = np.where(nonfin > 0, np.inf, _div(wsum, cnt))
+        details[meth] = _json_clean(info)
+        if meth == bucket_method or (bucket_method is None and meth == "calibrated"):
+            bucket_inside = inside
+    coverage = pd.DataFrame(cov_cols, index=bg.index)
+    width_t = pd.DataFrame(wid_cols, index=bg.index)
+    if bucket_method is None:
+        bucket_method = "calibrated" if "calibrated" in cov_cols else (next(iter(cov_cols)) if cov_cols else None)
+        if bucket_method is not None and bucket_method != "calibrated":
+            lo_u, hi_u, _ = iv._unit_interval(ctx, bucket_method, delta, gamma)
+            bucket_inside = ((yu >= lo_u) & (yu <= hi_u)).astype(float)
+    elif bucket_method not in cov_cols:
+        raise MMCError(f"bucket_method {bucket_method!r} is not among the computed methods ({', '.join(cov_cols)})")
+    bmu = np.clip(np.floor(mu * m), 0, m - 1).astype(np.int64)
+    if bucket_method is not None:
+        cb = _div(pairs.cell_sums(bmu, m, bucket_inside), c_m)
+    else:
+        cb = np.full((G, m), np.nan)
+    coverage_by_bucket = pd.DataFrame(cb, index=bg.index, columns=list(range(m)))
+    coverage_by_bucket.columns.name = "mean_bucket"
+
+    # guarantee share: rows in cells G(mu, m_a, i, j) of mass >= gamma, a = the guaranteed method's moment
+    use = iv.usable_moments(model)
+    if use:
+        a_g = details.get("guaranteed", {}).get("moment") if "guaranteed" in details else None
+        a_g = a_g if a_g in use else use[0]
+        bm = model.params.grid(a_g).index(moms[a_g])
+        cell = bmu * m + bm
+        _, key = np.unique(pairs.pg * (m * m) + cell[pairs.pr], return_inverse=True)  # non-empty cells only
+        key = key.ravel()
+        cc = np.bincount(key)
+        in_ok = ((cc / n) >= gamma * (1 - 1e-12))[key].astype(float)
+        bg["guarantee_share"] = _div(np.bincount(pairs.pg, weights=in_ok, minlength=G), cnt)
+    else:
+        bg["guarantee_share"] = np.nan
+
+    # ---- calibration cells (long) ----
+    edges = scale.mean_from_unit(np.arange(m + 1) / m)
+    gi, bi = np.nonzero((c_m > 0) | (c_b > 0))
+    cal = pd.DataFrame({
+        "group": np.asarray(names, dtype=object)[gi], "bucket": bi, "bucket_lo": edges[bi], "bucket_hi": edges[bi + 1],
+        "count": c_m[gi, bi].astype(np.int64), "mass": c_m[gi, bi] / n,
+        "mean_label": scale.mean_from_unit(_div(sy_m, c_m)[gi, bi]),
+        "mean_pred": scale.mean_from_unit(_div(sp_m, c_m)[gi, bi]), "error": err_m[gi, bi],
+        "count_base": c_b[gi, bi].astype(np.int64), "mass_base": c_b[gi, bi] / n,
+        "mean_label_base": scale.mean_from_unit(_div(sy_b, c_b)[gi, bi]),
+        "mean_pred_base": scale.mean_from_unit(_div(sp_b, c_b)[gi, bi]), "error_base": err_b[gi, bi],
+    })
+
+    # ---- moment cells (long): mean-conditioned empirical central moments ----
+    mom_frames = []
+    for a in model.moments:
+        bm = model.params.grid(a).index(moms[a])
+        cell = bmu * m + bm
+        # non-empty (group, mean bucket, moment bucket) cells only, numbered in sorted order
+        ids, key = np.unique(pairs.pg * (m * m) + cell[pairs.pr], return_inverse=True)
+        key = key.ravel()
+        c = np.bincount(key, minlength=ids.size).astype(float)
+        ybar_c = np.bincount(key, weights=yu[pairs.pr], minlength=ids.size) / c
+        d = yu[pairs.pr] - ybar_c[key]
+        lab = np.abs(d) ** a if (a % 2 == 1 and model.params.odd_moments == MomentKind.ABSOLUTE) else d**a
+        emp_c = np.bincount(key, weights=lab, minlength=ids.size) / c
+        pred_c = np.bincount(key, weights=moms[a][pairs.pr], minlength=ids.size) / c
+        g_, rem = np.divmod(ids, m * m)
+        i_, j_ = np.divmod(rem, m)
+        pred_o = scale.moment_from_unit(pred_c, a)
+        emp_o = scale.moment_from_unit(emp_c, a)
+        mom_frames.append(pd.DataFrame({
+            "group": np.asarray(names, dtype=object)[g_], "moment": a, "mean_bucket": i_, "moment_bucket": j_,
+            "count": c.astype(np.int64), "mass": c / n, "predicted": pred_o, "empirical": emp_o,
+            "error": pred_o - emp_o}))
+    moment_cells = pd.concat(mom_frames, ignore_index=True) if mom_frames else pd.DataFrame(
+        columns=["group", "moment", "mean_bucket", "moment_bucket", "count", "mass", "predicted", "empirical", "error"])
+
+    # ---- overall ----
+    overall = bg.loc[names[0]].copy() if names else pd.Series(dtype=float)
+    for meth in coverage.columns:
+        overall[f"coverage:{meth}"] = coverage.iloc[0][meth]
+        overall[f"width:{meth}"] = width_t.iloc[0][meth]
+    overall.name = "overall"
+
+    params = {
+        "delta": float(delta), "gamma": float(gamma), "n": int(n),
+        "label": {"lo": scale.lo, "hi": scale.hi, "source": scale.source,
+                  "name": (model.info or {}).get("label") if isinstance(model.info, dict) else None},
+        "methods": list(coverage.columns), "methods_unavailable": unavailable, "bucket_method": bucket_method,
+        "base": base_kind, "n_boot": int(n_boot), "seed": int(seed), "bootstrap_level": 0.95,
+        "interval_details": details, "mean_buckets": [float(e) for e in edges],
+        "moments": list(model.moments), "odd_moments": model.params.odd_moments,
+        "label_outside_range": int(np.sum((yu < -1e-9) | (yu > 1 + 1e-9))),
+    }
+    return AuditResult(overall, bg, coverage, width_t, cal, moment_cells, coverage_by_bucket, params)
+
+
+def _unavailable_reason(model, method) -> str:
+    if method in ("guaranteed", "plugin", "multimoment"):
+        if not model.moments:
+            return "the model fits the mean only (refit with --moments 2 or more)"
+        return "the model has no even or absolute moments"
+    return ("the model was fitted without held-out calibration rows (calibration fraction 0): refit with "
+            "--calibration-fraction 0.25")

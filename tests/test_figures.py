@@ -1,0 +1,290 @@
+"""app/figures.py: every figure builder on a real (small) audit.
+
+Checks the contract the dashboard and the PDF report rely on: trace types, titles and axis titles with the
+label's units, one heatmap row per group, coverage colour scales centred on 1 - delta, groups below gamma
+marked, long names shortened with the full name in the hover, partial convergence histories.
+"""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from app import figures as F
+from mmc_core import GroupSet, MomentMulticalibrator
+from mmc_core.synthetic import demo_distribution
+
+DELTA = 0.1
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    from mmc_core.metrics import audit
+
+    rng = np.random.default_rng(5)
+    t = demo_distribution().sample_table(3000, rng)
+    groups = GroupSet.from_columns(t, ["sex", "race", "age"], 2)
+    est = MomentMulticalibrator(n_moments=4, label_range=(0, 100), calibration_fraction=0.25).fit(
+        t, t["outcome"], groups, base_prediction=t["base_pred"], label_name="outcome", base_name="base_pred")
+    model = est.model_
+    new = demo_distribution().sample_table(2000, np.random.default_rng(6))
+    res = audit(model, new, np.asarray(new["outcome"], float), base=np.asarray(new["base_pred"], float),
+                delta=DELTA, gamma=0.05, n_boot=40, seed=0)
+    return SimpleNamespace(model=model, audit=res)
+
+
+def axis_titles(fig: go.Figure) -> list[str]:
+    out = []
+    for k in fig.layout:
+        if k.startswith(("xaxis", "yaxis")) and fig.layout[k].title.text:
+            out.append(fig.layout[k].title.text)
+    return out
+
+
+def title(fig: go.Figure) -> str:
+    return fig.layout.title.text or ""
+
+
+def units(audit) -> str:
+    return F.label_info(audit)["units"]
+
+
+def below_gamma_names(audit) -> set:
+    bg = audit.by_group
+    return {str(g) for g in bg.index[~bg["large_enough"].astype(bool)]}
+
+
+def serialisable(fig: go.Figure):
+    json.loads(fig.to_json())  # what st.plotly_chart sends to the browser
+
+
+# ---- convergence ----------------------------------------------------------------------------------
+def test_convergence_full_history(fitted):
+    m = fitted.model
+    hist = m.info["history"]
+    fig = F.convergence_figure(hist, m.params.alpha, m.params.beta, m.params.mean_update_bound())
+    serialisable(fig)
+    assert "Convergence" in title(fig)
+    names = [tr.name for tr in fig.data]
+    assert "mean: fitting rows" in names and "mean: held-out rows" in names
+    assert "moment: fitting rows" in names and "moment: held-out rows" in names
+    assert {type(tr).__name__ for tr in fig.data} >= {"Scatter", "Bar"}
+    fit = next(tr for tr in fig.data if tr.name == "mean: fitting rows")
+    assert len(fit.x) == len(hist)
+    # thresholds alpha, beta and the update bound are drawn as horizontal lines
+    ys = sorted(float(s.y0) for s in fig.layout.shapes)
+    for v in (m.params.alpha, m.params.beta, m.params.mean_update_bound()):
+        assert any(np.isclose(v, y) for y in ys)
+    titles = " ".join(axis_titles(fig))
+    assert "mass-weighted" in titles and "round" in titles and "count" in titles
+    assert "[0, 1]" in fig.layout.title.text  # the unit of the violations is stated
+
+
+def test_convergence_partial_single_and_empty_history(fitted):
+    m = fitted.model
+    hist = m.info["history"]
+    for part in (hist[:1], hist[:2]):
+        fig = F.convergence_figure(part, m.params.alpha, m.params.beta)
+        fit = next(tr for tr in fig.data if tr.name == "mean: fitting rows")
+        assert len(fit.x) == len(part)
+        serialisable(fig)
+    # a live run before the first round, and one without held-out rows
+    empty = F.convergence_figure([], 0.001, 0.0001)
+    assert len(empty.data) == 0 and "No rounds yet" in empty.layout.annotations[0].text
+    no_holdout = [{k: v for k, v in r.items() if not k.startswith("holdout")} for r in hist[:3]]
+    fig = F.convergence_figure(no_holdout, m.params.alpha, m.params.beta)
+    assert not any("held-out" in (tr.name or "") for tr in fig.data)
+
+
+def test_convergence_zero_violations_do_not_break_log_axes():
+    rows = [{"round": 0, "max_mean_violation": 0.002, "violating_cells": 3, "max_moment_violation": 0.0,
+             "moment_violation_before_fit": 0.0, "mean_updates": 0, "moment_updates": 0, "seconds": 0.0},
+            {"round": 1, "max_mean_violation": 0.0, "violating_cells": 0, "max_moment_violation": 0.0,
+             "moment_violation_before_fit": 0.0, "mean_updates": 2, "moment_updates": 0, "seconds": 0.1}]
+    fig = F.convergence_figure(rows, 0.001, 0.0001, 1e6 - 1)
+    serialisable(fig)
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.range is not None
+
+
+# ---- variance --------------------------------------------------------------------------------------
+def ratio_traces(fig):
+    pred = next(tr for tr in fig.data if tr.name == "predicted" and tr.error_x.array is not None)
+    obs = next(tr for tr in fig.data if tr.name == "observed" and tr.error_x.array is not None)
+    return pred, obs
+
+
+def test_variance_disparity_figure(fitted):
+    a = fitted.audit
+    fig = F.variance_disparity_figure(a, top=12)
+    serialisable(fig)
+    assert "Variance" in title(fig)
+    assert all(isinstance(tr, go.Scatter) for tr in fig.data)
+    titles = " ".join(axis_titles(fig))
+    assert f"SD ({units(a)})" in titles and "ratio" in titles
+    pred, obs = ratio_traces(fig)
+    assert len(pred.y) == len(obs.y) == 12
+    # sorted by the observed ratio (bottom to top)
+    xs = np.asarray(obs.x, float)[np.argsort(np.asarray(obs.y, float))]
+    assert list(xs) == sorted(xs)
+    # the plotted values are the audit's
+    bg = a.by_group
+    for name, x in zip(np.asarray(obs.customdata, dtype=object)[:, 0], obs.x):
+        assert x == pytest.approx(bg.loc[name, "emp_var_ratio"])
+    sd = next(tr for tr in fig.data if tr.name and tr.name.startswith("predicted (√"))
+    for name, x in zip(np.asarray(sd.customdata, dtype=object)[:, 0], sd.x):
+        assert x == pytest.approx(np.sqrt(bg.loc[name, "pred_var"]))
+    # all groups when top=None; the figure grows with them
+    full = F.variance_disparity_figure(a, top=None)
+    assert len(ratio_traces(full)[1].y) == len(a.by_group)
+    assert full.layout.height > fig.layout.height
+    # the overall level (ratio 1) is marked by a vertical line
+    assert any(s.type == "line" and s.x0 == s.x1 == 1.0 for s in full.layout.shapes)
+    # groups below gamma carry the dagger on their axis label and are drawn hollow
+    ticks = list(full.layout.yaxis.ticktext)
+    assert len(ticks) == len(a.by_group)
+    assert sum(t.endswith(F.BELOW_GAMMA_MARK) for t in ticks) == len(below_gamma_names(a))
+    if below_gamma_names(a):
+        assert any("open" in s for s in ratio_traces(full)[1].marker.symbol)
+
+
+def test_variance_figure_mean_only_model_is_a_placeholder(fitted):
+    a = fitted.audit
+    bg = a.by_group.assign(pred_var=np.nan, var_ratio=np.nan, var_ratio_lo=np.nan, var_ratio_hi=np.nan)
+    fig = F.variance_disparity_figure(SimpleNamespace(by_group=bg, params=a.params, overall=a.overall))
+    assert len(fig.data) == 0 and "mean only" in fig.layout.annotations[0].text
+
+
+# ---- heatmaps --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("builder", ["coverage", "bucket"])
+def test_coverage_heatmaps_centred_on_target(fitted, builder):
+    a = fitted.audit
+    fig = F.coverage_heatmap(a, DELTA) if builder == "coverage" else F.coverage_by_bucket_heatmap(a, DELTA)
+    serialisable(fig)
+    (hm,) = [tr for tr in fig.data if isinstance(tr, go.Heatmap)]
+    table = a.coverage if builder == "coverage" else a.coverage_by_bucket
+    assert len(hm.y) == len(table) == len(a.by_group)
+    assert np.asarray(hm.z).shape[0] == len(a.by_group)
+    target = 1 - DELTA
+    assert hm.zmin < target < hm.zmax == 1.0
+    assert hm.zmin <= np.nanmin(np.asarray(hm.z, float)) and hm.zmax >= np.nanmax(np.asarray(hm.z, float))
+    # diverging RdBu (colour-blind safe) whose white centre sits exactly at 1 - delta
+    centre = (target - hm.zmin) / (hm.zmax - hm.zmin)
+    stops = {round(float(pos), 9): col.replace(" ", "") for pos, col in hm.colorscale}
+    assert stops[round(centre, 9)] == "rgb(247,247,247)"
+    assert stops[0.0] == "rgb(103,0,31)" or hm.zmin == pytest.approx(target - 0.05)  # deep red = worst
+    # the values are printed in the cells (2 decimals) and match the audit
+    assert hm.texttemplate == "%{text}"
+    expected = table.loc[:, table.notna().any(axis=0)].to_numpy(float)  # empty buckets are dropped
+    np.testing.assert_allclose(np.asarray(hm.z, float), expected)
+    assert all(t == "" or (len(t) == 4 and t[1] == ".") for t in np.asarray(hm.text).ravel())
+    assert "coverage" in title(fig).lower()
+    assert sum(str(y).endswith(F.BELOW_GAMMA_MARK) for y in hm.y) == len(below_gamma_names(a))
+    if builder == "coverage":
+        assert len(hm.x) == len(a.coverage.columns)
+    else:
+        assert units(a) in " ".join(axis_titles(fig))
+
+
+def test_width_heatmap(fitted):
+    a = fitted.audit
+    fig = F.width_heatmap(a)
+    serialisable(fig)
+    (hm,) = fig.data
+    assert isinstance(hm, go.Heatmap) and len(hm.y) == len(a.by_group) and len(hm.x) == len(a.width.columns)
+    assert units(a) in hm.colorbar.title.text and "width" in title(fig).lower()
+    np.testing.assert_allclose(np.asarray(hm.z, float), a.width.to_numpy(float))
+
+
+def test_width_heatmap_unbounded_intervals_print_infinity(fitted):
+    a = fitted.audit
+    wd = a.width.copy()
+    wd.iloc[2, 0] = np.inf
+    (hm,) = F.width_heatmap(SimpleNamespace(by_group=a.by_group, width=wd, params=a.params)).data
+    assert np.asarray(hm.text, dtype=object)[2, 0] == "∞"
+    assert np.isfinite(np.asarray(hm.z, float)).all()
+    serialisable(go.Figure(hm))
+
+
+@pytest.mark.parametrize("zmin,zmax,target", [(0.85, 1.0, 0.9), (0.2, 1.0, 0.9), (0.5, 1.0, 0.5), (0.9, 1.0, 0.95)])
+def test_coverage_colorscale_white_at_target(zmin, zmax, target):
+    cs = F.coverage_colorscale(zmin, zmax, target)
+    pos = [p for p, _ in cs]
+    assert pos[0] == 0 and pos[-1] == pytest.approx(1) and pos == sorted(pos)
+    c = (target - zmin) / (zmax - zmin)
+    assert dict((round(p, 9), col.replace(" ", "")) for p, col in cs)[round(c, 9)] == "rgb(247,247,247)"
+
+
+def test_heatmap_height_grows_with_groups(fitted):
+    a = fitted.audit
+    few = SimpleNamespace(**{k: getattr(a, k) for k in ("by_group", "params", "overall")},
+                          coverage=a.coverage.iloc[:5])
+    assert F.coverage_heatmap(few, DELTA).layout.height < F.coverage_heatmap(a, DELTA).layout.height
+
+
+def test_long_group_names_are_shortened_with_full_name_in_hover(fitted):
+    a = fitted.audit
+    long = "a very long group name that goes on and on & age=55+ & race=D & sex=F"
+    ren = {a.coverage.index[1]: long}
+    bg = a.by_group.rename(index=ren)
+    view = SimpleNamespace(by_group=bg, coverage=a.coverage.rename(index=ren), params=a.params, overall=a.overall)
+    (hm,) = F.coverage_heatmap(view, DELTA).data
+    shown = str(hm.y[1])
+    assert len(shown) <= F.MAX_NAME + len(F.BELOW_GAMMA_MARK) and shown.startswith("a very long")
+    assert long in str(np.asarray(hm.customdata)[1, 0])
+
+
+# ---- calibration and moments -----------------------------------------------------------------------
+def test_calibration_before_after(fitted):
+    a = fitted.audit
+    fig = F.calibration_before_after_figure(a, top=8)
+    serialisable(fig)
+    names = {tr.name for tr in fig.data}
+    assert {"base model", "multicalibrated"} <= names
+    after = next(tr for tr in fig.data if tr.name == "multicalibrated")
+    assert len(after.y) == 8
+    assert units(a) in fig.layout.xaxis.title.text
+    # the values are the audit's worst-cell errors
+    full = {str(n): v for n, v in zip(a.by_group.index, a.by_group["calib_error_worst"])}
+    cd = np.asarray(after.customdata, dtype=object)
+    for name, x in zip(cd[:, 0], after.x):
+        assert x == pytest.approx(full[name])
+
+
+def test_calibration_without_base(fitted):
+    a = fitted.audit
+    bg = a.by_group.drop(columns=[c for c in a.by_group.columns if c.endswith("_base")])
+    fig = F.calibration_before_after_figure(SimpleNamespace(by_group=bg, params=a.params), top=5)
+    assert [tr.name for tr in fig.data] == ["multicalibrated"]
+
+
+@pytest.mark.parametrize("moment", [2, 3, 4])
+def test_moment_reliability(fitted, moment):
+    a = fitted.audit
+    fig = F.moment_reliability_figure(a, moment)
+    serialisable(fig)
+    cells = a.moment_cells[a.moment_cells["moment"] == moment]
+    pts = [tr for tr in fig.data if tr.mode == "markers"]
+    assert sum(len(tr.x) for tr in pts) == int(np.isfinite(cells["predicted"].astype(float)).sum())
+    diag = next(tr for tr in fig.data if tr.mode == "lines")
+    assert list(diag.x) == list(diag.y)  # the diagonal
+    sup = {2: "²", 3: "³", 4: "⁴"}[moment]
+    assert f"{units(a)}{sup}" in fig.layout.xaxis.title.text and f"{units(a)}{sup}" in fig.layout.yaxis.title.text
+    sizes = np.concatenate([np.atleast_1d(tr.marker.size) for tr in pts])
+    assert sizes.max() > sizes.min()  # sized by mass
+
+
+def test_missing_tables_give_placeholders():
+    empty = SimpleNamespace(by_group=pd.DataFrame(), coverage=None, width=None, coverage_by_bucket=None,
+                            moment_cells=pd.DataFrame(), params={}, overall={})
+    for fig in (F.variance_disparity_figure(empty), F.coverage_heatmap(empty, 0.1),
+                F.coverage_by_bucket_heatmap(empty, 0.1), F.width_heatmap(empty),
+                F.calibration_before_after_figure(empty), F.moment_reliability_figure(empty)):
+        assert isinstance(fig, go.Figure) and len(fig.data) == 0 and fig.layout.annotations
+
+
+def test_palette_is_okabe_ito():
+    assert F.FIT_COLOR == "#0072B2" and F.HOLDOUT_COLOR == "#E69F00"

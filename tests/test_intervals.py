@@ -1,0 +1,604 @@
+"""Prediction intervals (mmc_core.intervals): the paper's guaranteed intervals, the plug-in and multi-moment
+ones, the multicalibrated threshold, the baselines, the stored calibration record, and the CLI.
+
+Coverage checks use the ground-truth synthetic distribution with tolerances derived in the test from the
+guarantee being checked (union-bounded Hoeffding / DKW deviations at a stated failure probability), never
+tuned until green.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mmc_core import GroupSet, MomentMulticalibrator
+from mmc_core import intervals as iv
+from mmc_core.errors import MMCError, ModelFormatError
+from mmc_core.model import FittedModel
+from mmc_core.moments import max_central_moment
+from mmc_core.synthetic import _beta_params, demo_distribution
+
+DIST = demo_distribution()
+COLS = ["sex", "race", "age"]
+
+
+def fit_unit(n, seed, order=1, cal=0.0, **kw):
+    """A model fitted on n rows of the synthetic distribution, labels on the unit scale (range (0, 1))."""
+    table, y = DIST.sample(n, np.random.default_rng(seed))
+    est = MomentMulticalibrator(label_range=(0.0, 1.0), calibration_fraction=cal, random_state=seed, **kw)
+    est.fit(table, y, GroupSet.from_columns(table, COLS, order))
+    return est, table, y
+
+
+@pytest.fixture(scope="module")
+def cal_model():
+    """Moments 2..4 (odd ones absolute), calibration rows held out."""
+    return fit_unit(3000, 1, order=2, cal=0.3, n_moments=4)
+
+
+# ---- small helpers ---------------------------------------------------------------------------------------
+def test_normal_ppf():
+    assert iv.normal_ppf(0.5) == pytest.approx(0.0, abs=1e-15)
+    assert iv.normal_ppf(0.95) == pytest.approx(1.6448536269514722, abs=1e-12)
+    assert iv.normal_ppf(0.975) == pytest.approx(1.959963984540054, abs=1e-12)
+    assert iv.normal_ppf(0.001) == pytest.approx(-3.090232306167813, abs=1e-12)
+    for p in (0.01, 0.2, 0.7, 0.99):  # 1 - p exact enough for the symmetry check
+        assert iv.normal_ppf(p) == pytest.approx(-iv.normal_ppf(1 - p), abs=1e-12)
+    for p in (1e-9, 1e-4, 0.01, 0.2, 0.7, 0.99, 1 - 1e-6):
+        assert 0.5 * math.erfc(-iv.normal_ppf(p) / math.sqrt(2)) == pytest.approx(p, rel=1e-10)
+    with pytest.raises(ValueError):
+        iv.normal_ppf(1.0)
+
+
+def test_conformal_quantile():
+    s = np.arange(1.0, 10.0)  # 9 scores: rank ceil(10 * 0.9) = 9 -> the largest
+    assert iv.conformal_quantile(s, 0.1) == 9.0
+    assert iv.conformal_quantile(s, 0.2) == 8.0  # ceil(10 * 0.8) = 8
+    assert iv.conformal_quantile(s[:8], 0.1) == math.inf  # ceil(9 * 0.9) = 9 > 8
+
+
+def test_grid_delta():
+    d = iv.DELTA_GRID
+    assert d[iv.grid_delta(0.1)] == 0.1
+    assert d[iv.grid_delta(0.105)] == 0.1  # the next smaller grid delta: more coverage, never less
+    assert d[iv.grid_delta(0.9)] == 0.5
+    with pytest.raises(MMCError, match="below"):
+        iv.grid_delta(0.001)
+    with pytest.raises(MMCError):
+        iv.grid_delta(1.5)
+
+
+# ---- guaranteed intervals (thm:ciguarantee) ----------------------------------------------------------------
+def test_guaranteed_halfwidth_formula(cal_model):
+    model = cal_model[0].model_
+    p = model.params
+    delta, gamma = 0.2, 0.1
+    for a in (2, 4):
+        w_a = p.grid(a).width
+        r_a = max_central_moment(a)
+        m = np.array([0.0, 0.3 * r_a, r_a - 0.5 * w_a, 0.9])  # the last two lie in the top bucket
+        got = iv.guaranteed_halfwidth(model, m, a, delta, gamma)
+        eps, beta_p = a / p.m, p.beta_for(a) + a * p.alpha
+        upper = np.array([m[0] + w_a, m[1] + w_a, 1.0, 1.0])
+        num = np.minimum(r_a, upper + eps + beta_p / gamma)
+        want = p.alpha / gamma + eps + 1.0 / p.m + (num / delta) ** (1.0 / a)
+        np.testing.assert_allclose(got, want, rtol=1e-14)
+        # the literal formula (m + w_a, no cap) is never tighter than ours
+        literal = p.alpha / gamma + eps + 1.0 / p.m + ((m + eps + w_a + beta_p / gamma) / delta) ** (1.0 / a)
+        assert np.all(got[:2] <= literal[:2] + 1e-15)
+
+
+def _cells(model, memb, mu, moms, a):
+    p = model.params
+    return memb.pair_groups() * p.m * p.m + p.mean_grid.index(mu)[memb.rows] * p.m + p.grid(a).index(moms[a])[memb.rows]
+
+
+@pytest.mark.parametrize("delta,gamma", [(0.1, 0.05), (0.5, 0.02), (0.9, 0.1)])
+def test_guaranteed_exact_on_fitting_rows(delta, gamma):
+    """On the fitting rows the model is (alpha, beta + a alpha, a/m)-mean-conditioned moment multicalibrated
+    exactly (checked first), so thm:ciguarantee holds exactly there: every cell of mass >= gamma is covered
+    at rate >= 1 - delta. No slack: the fitting rows are the distribution."""
+    est, table, y = fit_unit(2500, 3, order=1, n_moments=4, n_buckets=5)
+    model = est.model_
+    p = model.params
+    memb = model.groups.evaluate(table, y.size)
+    mu, moms = model.predict_unit(table)
+    n = y.size
+    pr, pg = memb.rows, memb.pair_groups()
+    checked = 0
+    for a in iv.usable_moments(model):
+        cell = _cells(model, memb, mu, moms, a)
+        size = len(model.groups) * p.m * p.m
+        cnt = np.bincount(cell, minlength=size)
+        # preconditions (lem:fine-consist-mean-conditioned-moment-cal): mean and pseudo-moment consistency
+        res = np.bincount(cell, weights=(mu - y)[pr], minlength=size)
+        assert np.all(np.abs(res) / n < p.alpha + 1e-12)
+        lab = np.abs(y - mu) ** a
+        mres = np.bincount(cell, weights=(moms[a] - lab)[pr], minlength=size)
+        assert np.all(np.abs(mres) / n < p.beta_for(a) + 1e-12)
+        lo, hi = iv.predict_intervals(model, table, method="guaranteed", delta=delta, gamma=gamma, moment=a)
+        inside = ((y >= lo) & (y <= hi)).astype(float)
+        cov = np.bincount(cell, weights=inside[pr], minlength=size)
+        big = cnt >= gamma * n
+        # the proof's key step: the cell's own central moment (around its label mean) never exceeds the
+        # numerator min(r_a, M_a(x) + eps + beta'/gamma) of any of its rows (top-bucket rows included)
+        ybar = np.bincount(cell, weights=y[pr], minlength=size) / np.maximum(cnt, 1)
+        m_cell = np.bincount(cell, weights=np.abs(y[pr] - ybar[cell]) ** a, minlength=size) / np.maximum(cnt, 1)
+        half = iv.guaranteed_halfwidth(model, moms[a], a, delta, gamma)
+        num = (half - p.alpha / gamma - a / p.m - 1.0 / p.m) ** a * delta
+        assert np.all(m_cell[cell][big[cell]] <= num[pr][big[cell]] * (1 + 1e-9))
+        assert big.any()
+        assert np.all(cov[big] >= (1 - delta) * cnt[big] - 1e-9)
+        checked += int(big.sum())
+    assert checked > 0
+
+
+def _support_cells(model, a, gamma):
+    """Cells of the population (exact masses from the finite support) for moment a."""
+    sup, prob = DIST.support()
+    memb = model.groups.evaluate(sup, prob.size)
+    mu, moms = model.predict_unit(sup)
+    cell_pairs = _cells(model, memb, mu, moms, a)
+    p = model.params
+    size = len(model.groups) * p.m * p.m
+    mass = np.bincount(cell_pairs, weights=prob[memb.rows], minlength=size)
+    return mass
+
+
+@pytest.mark.parametrize("delta", [0.1, 0.3])
+def test_guaranteed_fresh_samples(delta):
+    """Fresh rows from the true distribution: in every cell of population mass >= gamma (masses exact, from
+    the finite support) the coverage is >= 1 - delta up to the Hoeffding deviation of the cell's empirical
+    rate, union-bounded over the K cells checked at failure probability eta = 1e-3."""
+    gamma, eta = 0.05, 1e-3
+    est, _, _ = fit_unit(2000, 5, order=1, n_moments=2)
+    model = est.model_
+    a = 2
+    mass = _support_cells(model, a, gamma)
+    big = np.flatnonzero(mass >= gamma)
+    table, y = DIST.sample(20000, np.random.default_rng(55))
+    memb = model.groups.evaluate(table, y.size)
+    mu, moms = model.predict_unit(table)
+    cell = _cells(model, memb, mu, moms, a)
+    lo, hi = iv.predict_intervals(model, table, method="guaranteed", delta=delta, gamma=gamma, moment=a)
+    inside = ((y >= lo) & (y <= hi)).astype(float)
+    size = mass.size
+    cnt = np.bincount(cell, minlength=size)[big]
+    cov = np.bincount(cell, weights=inside[memb.rows], minlength=size)[big]
+    slack = np.sqrt(math.log(big.size / eta) / (2 * cnt))
+    assert np.all(cov / cnt >= 1 - delta - slack)
+
+
+def test_odd_moments_only_when_absolute():
+    est, table, _ = fit_unit(600, 7, n_moments=3, odd_moments="signed")
+    assert iv.usable_moments(est.model_) == (2,)
+    est2, _, _ = fit_unit(600, 7, n_moments=3, odd_moments="absolute")
+    assert iv.usable_moments(est2.model_) == (2, 3)
+    with pytest.raises(MMCError, match="not usable"):
+        iv.predict_intervals(est.model_, table, method="guaranteed", moment=3)
+
+
+def test_mean_only_model_errors_and_calibrated_fallback():
+    est, table, y = fit_unit(800, 8, n_moments=1, cal=0.25)
+    model = est.model_
+    for method in ("guaranteed", "plugin", "multimoment"):
+        with pytest.raises(MMCError, match="mean only"):
+            iv.predict_intervals(model, table, method=method)
+    assert model.extras["intervals"]["calibrated"]["scale"] == "none"
+    lo, hi = iv.predict_intervals(model, table, method="calibrated")
+    assert np.all(lo <= hi)
+    assert set(iv.available_methods(model)) == {"calibrated", "split-conformal", "mondrian", "gaussian"}
+
+
+# ---- plug-in -------------------------------------------------------------------------------------------------
+def test_plugin_formula_and_choice(cal_model):
+    est, table, _ = cal_model
+    model = est.model_
+    ctx = iv._Context(model, table)
+    for a in (2, 3, 4):
+        lo, hi = iv.predict_intervals(model, table, method="plugin", delta=0.1, moment=a)
+        np.testing.assert_allclose((hi - lo) / 2, (np.maximum(ctx.moms[a], 0) / 0.1) ** (1 / a), rtol=1e-12)
+    # the choice: narrowest among the moments reaching 1 - delta on the held-out rows
+    rec = model.extras["intervals"]
+    k = iv.grid_delta(0.1)
+    cov = {a: rec["plugin_coverage"][str(a)][k] for a in (2, 3, 4)}
+    widths = {a: float(np.mean(iv.plugin_halfwidth(np.array(rec["moment_quantiles"][str(a)]), a, 0.1)))
+              for a in (2, 3, 4)}
+    ok = [a for a in cov if cov[a] >= 0.9]
+    want = min(ok, key=widths.get) if ok else max(cov, key=cov.get)
+    _, _, info = iv._unit_interval(ctx, "plugin", 0.1, 0.05)
+    assert info["moment"] == want
+    # tamper with the stored coverage: a moment that fails on held-out rows is never chosen when another passes
+    saved = json.loads(json.dumps(rec))
+    try:
+        for a in (2, 3, 4):
+            rec["plugin_coverage"][str(a)][k] = 0.5
+        rec["plugin_coverage"]["3"][k] = 0.95
+        _, _, info = iv._unit_interval(ctx, "plugin", 0.1, 0.05)
+        assert info["moment"] == 3
+    finally:
+        model.extras["intervals"] = saved
+
+
+# ---- the Appendix's greedy cover ---------------------------------------------------------------------------
+def _cost(chosen, pairs, n_rows):
+    rows, sets, width = pairs
+    best = np.zeros(n_rows)
+    covered = np.zeros(n_rows, dtype=bool)
+    for r, s, w in zip(rows, sets, width):
+        if s in chosen:
+            best[r] = max(best[r], w)
+            covered[r] = True
+    return best.mean(), covered
+
+
+def _naive_greedy(pairs, n_rows, n_sets):
+    """A direct transcription: repeatedly add the set minimizing (increase of sum_x P(x) width) / (new mass)."""
+    chosen = []
+    while True:
+        base_cost, covered = _cost(chosen, pairs, n_rows)
+        best, best_ratio = None, math.inf
+        for s in range(n_sets):
+            if s in chosen:
+                continue
+            cost, cov2 = _cost(chosen + [s], pairs, n_rows)
+            new = (cov2 & ~covered).sum() / n_rows
+            if new > 0 and (cost - base_cost) / new < best_ratio - 1e-15:
+                best, best_ratio = s, (cost - base_cost) / new
+        if best is None:
+            return chosen
+        chosen.append(best)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_greedy_cover_against_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n_rows, n_sets, n_kinds = 6, 6, 2
+    kind = rng.integers(0, n_kinds, n_sets)  # each set carries one of two width functions (two "moments")
+    wfun = rng.uniform(0.1, 1.0, (n_kinds, n_rows))
+    member = rng.random((n_sets, n_rows)) < 0.45
+    member[rng.integers(0, n_sets, n_rows), np.arange(n_rows)] = True  # every row is coverable
+    s_idx, r_idx = np.nonzero(member)
+    pairs = (r_idx, s_idx, wfun[kind[s_idx], r_idx])
+    chosen, cur, covered = iv.greedy_cover(r_idx, s_idx, pairs[2], n_rows, n_sets, np.arange(n_sets))
+    assert covered.all()
+    assert chosen == _naive_greedy(pairs, n_rows, n_sets)  # step by step the same choices
+    greedy_cost, _ = _cost(chosen, pairs, n_rows)
+    np.testing.assert_allclose(cur.mean(), greedy_cost)
+    opt = math.inf
+    for r in range(1, n_sets + 1):
+        for combo in itertools.combinations(range(n_sets), r):
+            cost, cov = _cost(list(combo), pairs, n_rows)
+            if cov.all():
+                opt = min(opt, cost)
+    assert opt <= greedy_cost + 1e-12
+    ell = int(member.sum(axis=1).max())
+    harmonic = sum(1.0 / i for i in range(1, ell + 1))
+    assert greedy_cost <= n_kinds * harmonic * opt + 1e-12  # the bound the Appendix quotes (Wan et al.)
+
+
+def test_greedy_cover_optimal_on_disjoint_sets():
+    # two partitions of 4 rows, widths chosen so that the cheaper partition is unique: greedy finds it
+    rows = np.array([0, 1, 2, 3, 0, 1, 2, 3])
+    sets = np.array([0, 0, 1, 1, 2, 2, 2, 2])
+    width = np.array([0.2, 0.2, 0.3, 0.3, 0.5, 0.5, 0.5, 0.5])
+    chosen, cur, covered = iv.greedy_cover(rows, sets, width, 4, 3, np.arange(3))
+    assert sorted(chosen) == [0, 1] and covered.all()
+    np.testing.assert_allclose(cur, [0.2, 0.2, 0.3, 0.3])
+    # an ineligible set is never used, and rows only it covers stay uncovered
+    chosen, cur, covered = iv.greedy_cover(rows, sets, width, 4, 3, np.array([0]))
+    assert chosen == [0] and covered.tolist() == [True, True, False, False]
+
+
+def test_multimoment_intervals(cal_model):
+    est, table, _ = cal_model
+    model = est.model_
+    gamma, delta = 0.05, 0.1
+    ctx = iv._Context(model, table)
+    lo, hi, info = iv._unit_interval(ctx, "multimoment", delta, gamma)
+    half = (hi - lo) / 2
+    widths = np.vstack([iv.guaranteed_halfwidth(model, ctx.moms[a], a, delta, gamma) for a in (2, 3, 4)])
+    covered = ~((lo == 0.0) & (hi == 1.0))
+    assert info["uncovered_rows"] == int((~covered).sum())
+    # a covered row's half-width is one of its guaranteed half-widths (the largest among its chosen cells)
+    assert np.all(np.isclose(half[covered][None, :], widths[:, covered]).any(axis=0))
+
+
+# ---- the multicalibrated threshold ---------------------------------------------------------------------------
+def _random_membership(n, seed):
+    rng = np.random.default_rng(seed)
+    table = {"a": rng.choice(["x", "y", "z"], n, p=[0.6, 0.3, 0.1]), "b": rng.choice(["u", "v"], n)}
+    gs = GroupSet.from_columns(table, ["a", "b"], 2)
+    return gs.evaluate(table, n), rng
+
+
+@pytest.mark.parametrize("delta", [0.05, 0.1, 0.3])
+def test_gcp_fixed_point(delta):
+    """At the fixed point every group's calibration coverage lies in [target - z_under se, target + z_over se]
+    (the definition of the algorithm's stopping rule; deterministic)."""
+    memb, rng = _random_membership(3000, 11)
+    g_of = memb.to_dense()
+    scale = 1.0 + 2.0 * g_of[:, 1] + 0.5 * g_of[:, 5]  # heteroscedastic across groups
+    s = np.abs(rng.standard_normal(memb.n)) * scale
+    theta, combine, info = iv.fit_threshold(memb, s, delta, return_info=True)
+    assert combine == "sum" and info["converged"]
+    q = g_of.astype(float) @ theta
+    n_g = g_of.sum(0)
+    cov = (g_of & (s <= q)[:, None]).sum(0) / n_g
+    se = np.sqrt(delta * (1 - delta) / n_g)
+    level = 1 - delta + iv.MARGIN_Z * math.sqrt(delta * (1 - delta) / memb.n)
+    target = np.minimum(1, np.ceil((n_g + 1) * level - 1e-12) / n_g)
+    assert np.all(cov >= target - iv.Z_UNDER * se - 1e-12)
+    assert np.all(cov <= target + iv.Z_OVER * se + 1e-12)
+
+
+def test_mondrian_std_is_groupwise_conformal():
+    memb, rng = _random_membership(500, 12)
+    s = rng.exponential(size=memb.n)
+    theta, combine = iv.fit_threshold(memb, s, 0.1, "mondrian-std")
+    assert combine == "max"
+    for g in range(memb.n_groups):
+        assert theta[g] == iv.conformal_quantile(s[memb.group_rows(g)], 0.1)
+
+
+def test_mondrian_relaxed_respects_group_targets():
+    memb, rng = _random_membership(2000, 13)
+    g_of = memb.to_dense()
+    s = rng.exponential(size=memb.n) * (1 + g_of[:, 2])
+    delta = 0.1
+    theta, combine, info = iv.fit_threshold(memb, s, delta, "mondrian-relaxed", return_info=True)
+    assert combine == "max" and info["relaxed_delta"] >= delta
+    q = np.max(np.where(g_of, theta[None, :], -np.inf), axis=1)
+    n_g = g_of.sum(0)
+    cov = (g_of & (s <= q)[:, None]).sum(0) / n_g
+    level = 1 - delta + iv.MARGIN_Z * math.sqrt(delta * (1 - delta) / memb.n)
+    target = np.minimum(1, np.ceil((n_g + 1) * level - 1e-12) / n_g)
+    assert np.all(cov >= target - iv.Z_UNDER * np.sqrt(delta * (1 - delta) / n_g) - 1e-12)
+    # never narrower than needed: at the plain delta (no relaxation) the thresholds are at least as large
+    theta0, _ = iv.fit_threshold(memb, s, delta, "mondrian-std")
+    assert np.all(theta <= theta0 + 1e-12)
+
+
+def _beta_cdf(x, p, q, nodes=200):
+    """CDF of Beta(p, q) at x (vector), by Gauss-Legendre quadrature of the density (p, q > 1 here)."""
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    x = np.clip(x, 0.0, 1.0)
+    y = 0.5 * x[:, None] * (t[None, :] + 1)
+    log_norm = math.lgamma(p + q) - math.lgamma(p) - math.lgamma(q) if np.isscalar(p) else None
+    ln = np.array([math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) for a, b in zip(np.atleast_1d(p), np.atleast_1d(q))]) \
+        if log_norm is None else log_norm
+    pp, qq = np.atleast_1d(p)[:, None], np.atleast_1d(q)[:, None]
+    with np.errstate(divide="ignore"):
+        dens = np.exp(np.atleast_1d(ln)[:, None] + (pp - 1) * np.log(y) + (qq - 1) * np.log1p(-y))
+    return 0.5 * x * (dens * w[None, :]).sum(axis=1)
+
+
+def _population_group_coverage(model, delta):
+    """Exact population coverage of the calibrated intervals in every group, from the finite support."""
+    sup, prob = DIST.support()
+    lo, hi = iv.predict_intervals(model, sup, method="calibrated", delta=delta)
+    p, q = _beta_params(DIST.true_mean(sup), DIST.true_sd(sup))
+    inside = _beta_cdf(np.clip(hi, 0, 1), p, q) - _beta_cdf(np.clip(lo, 0, 1), p, q)
+    memb = model.groups.evaluate(sup, prob.size)
+    pr, pg = memb.rows, memb.pair_groups()
+    mass = np.bincount(pg, weights=prob[pr], minlength=memb.n_groups)
+    return np.bincount(pg, weights=(prob * inside)[pr], minlength=memb.n_groups) / mass, mass
+
+
+def _calibrated_slack(model, table_cal, delta, eta):
+    """Deviation allowed between the calibration coverage and the population coverage of each group, with
+    probability >= 1 - eta: the threshold is constant on each membership pattern p (a model without a base
+    prediction gives every row of a pattern the same mu, m_2 and q), so the calibration coverage of group g is
+    sum_p (n_p / n_g) F^_p(q_p) and the population coverage sum_p pi_(p|g) F_p(q_p). DKW (Massart) bounds
+    sup_t |F^_p(t) - F_p(t)| by sqrt(ln(2 P / eta) / (2 n_p)) for all P patterns at once; the pattern weights
+    differ by sum_p |n_p / n_g - pi_(p|g)| (pi exact, from the support)."""
+    sup, prob = DIST.support()
+    key = lambda t: np.array([f"{a}|{b}|{c}" for a, b, c in zip(t["sex"], t["race"], t["age"])])  # noqa: E731
+    k_sup, k_cal = key(sup), key(table_cal)
+    pats = np.unique(k_sup)
+    pi = np.array([prob[k_sup == p].sum() for p in pats])
+    n_p = np.array([(k_cal == p).sum() for p in pats])
+    eps = np.sqrt(math.log(2 * pats.size / eta) / (2 * np.maximum(n_p, 1)))
+    eps[n_p == 0] = 1.0
+    rep = {p: {c: np.asarray(sup[c])[np.flatnonzero(k_sup == p)[:1]] for c in COLS} for p in pats}
+    rep_table = {c: np.concatenate([rep[p][c] for p in pats]) for c in COLS}
+    inside = model.groups.evaluate(rep_table, pats.size).to_dense()  # pattern x group
+    slack = np.empty(inside.shape[1])
+    for g in range(inside.shape[1]):
+        m = inside[:, g]
+        ng = n_p[m].sum()
+        wg = n_p[m] / max(ng, 1)
+        slack[g] = (wg * eps[m]).sum() + np.abs(wg - pi[m] / pi[m].sum()).sum()
+    return slack
+
+
+@pytest.mark.parametrize("n,delta", [(4000, 0.1), pytest.param(60000, 0.1, marks=pytest.mark.slow),
+                                     pytest.param(60000, 0.2, marks=pytest.mark.slow)])
+def test_calibrated_group_coverage_on_population(n, delta):
+    """Per-group population coverage (exact, from the support) of the calibrated intervals is at least
+    1 - delta minus (the gating tolerance z_under * se_g of the fixed point) minus (the calibration-to-
+    population deviation bounded by DKW over the membership patterns at eta = 1e-3)."""
+    eta = 1e-3
+    est = MomentMulticalibrator(label_range=(0.0, 1.0), calibration_fraction=0.5, random_state=3)
+    table, y = DIST.sample(n, np.random.default_rng(21))
+    est.fit(table, y, GroupSet.from_columns(table, COLS, 2))
+    model = est.model_
+    cal = est.calibration_index_
+    table_cal = {c: np.asarray(v)[cal] for c, v in table.items()}
+    cov, mass = _population_group_coverage(model, delta)
+    n_g = np.array(model.extras["intervals"]["calibrated"]["n"], dtype=float)
+    se = np.sqrt(delta * (1 - delta) / np.maximum(n_g, 1))
+    slack = _calibrated_slack(model, table_cal, delta, eta)
+    tol = iv.Z_UNDER * se + slack
+    ok = n_g > 0
+    assert np.all(cov[ok] >= 1 - delta - tol[ok]), (cov[ok] - (1 - delta - tol[ok])).min()
+    # not wasteful either: the whole population's coverage is at most its target + z_over se + the slack
+    n0 = n_g[0]
+    level = 1 - delta + iv.MARGIN_Z * math.sqrt(delta * (1 - delta) / n0)
+    target0 = min(1.0, math.ceil((n0 + 1) * level - 1e-12) / n0)
+    assert cov[0] <= target0 + iv.Z_OVER * se[0] + slack[0]
+
+
+# ---- baselines -------------------------------------------------------------------------------------------------
+def test_baselines_by_hand(cal_model):
+    est, table, y = cal_model
+    model = est.model_
+    cal = est.calibration_index_
+    tc = {c: np.asarray(v)[cal] for c, v in table.items()}
+    yc = y[cal]
+    center = model.init_mean["value"]
+    r = np.abs(yc - center)
+    k = math.ceil((r.size + 1) * 0.9)
+    q = np.sort(r)[k - 1]
+    lo, hi = iv.predict_intervals(model, table, method="split-conformal", delta=0.1)
+    np.testing.assert_allclose(lo, center - q)
+    np.testing.assert_allclose(hi, center + q)
+    sd = math.sqrt(np.mean(r**2))
+    lo, hi = iv.predict_intervals(model, table, method="gaussian", delta=0.1)
+    np.testing.assert_allclose(hi - center, 1.6448536269514722 * sd, rtol=1e-12)
+    # mondrian: the widest conformal quantile among the row's groups
+    mc = model.groups.evaluate(tc, yc.size).to_dense()
+    qg = np.array([iv.conformal_quantile(r[mc[:, g]], 0.1) for g in range(mc.shape[1])])
+    m_new = model.groups.evaluate(table, y.size).to_dense()
+    qg_f = np.where(np.isfinite(qg), qg, -np.inf)
+    want = np.max(np.where(m_new, qg_f[None, :], -np.inf), axis=1)
+    lo, hi = iv.predict_intervals(model, table, method="mondrian", delta=0.1)
+    np.testing.assert_allclose(hi - center, want)
+
+
+def test_calibrated_formula(cal_model):
+    est, table, _ = cal_model
+    model = est.model_
+    rec = model.extras["intervals"]["calibrated"]
+    theta = np.array(rec["theta"][iv.grid_delta(0.1)], dtype=float)
+    memb = model.groups.evaluate(table)
+    mu, moms = model.predict_unit(table)
+    q = memb.to_dense().astype(float) @ theta
+    half = np.maximum(q, 0) * np.sqrt(np.maximum(moms[2], rec["floor"]))
+    lo, hi = iv.predict_intervals(model, table, method="calibrated", delta=0.1)
+    np.testing.assert_allclose(lo, mu - half, atol=1e-12)
+    np.testing.assert_allclose(hi, mu + half, atol=1e-12)
+    assert rec["floor"] == pytest.approx(iv.FLOOR_FRACTION * np.mean(moms[2][est.calibration_index_]))
+
+
+def test_interval_table_matches_predict_intervals(cal_model):
+    est, table, _ = cal_model
+    model = est.model_
+    tab = iv.interval_table(model, table, delta=0.2, gamma=0.1)
+    assert list(tab) == list(iv.METHODS)
+    for m, (lo, hi) in tab.items():
+        lo2, hi2 = iv.predict_intervals(model, table, method=m, delta=0.2, gamma=0.1)
+        np.testing.assert_array_equal(lo, lo2)
+        np.testing.assert_array_equal(hi, hi2)
+        assert np.all(lo <= hi)
+    info = iv.interval_info(model, table, delta=0.2, gamma=0.1)
+    assert info["calibrated"]["grid_delta"] == 0.2 and info["guaranteed"]["moment"] in (2, 3, 4)
+
+
+def test_original_units_and_base():
+    """Labels in their own units and a base prediction: intervals map back affinely."""
+    rng = np.random.default_rng(4)
+    t = DIST.sample_table(1500, rng)
+    y, base = t["outcome"], t["base_pred"]
+    est = MomentMulticalibrator(label_range=(0, 100), calibration_fraction=0.3).fit(
+        t, y, GroupSet.from_columns(t, COLS, 1), base_prediction=base)
+    model = est.model_
+    assert model.extras["intervals"]["center"] == "base"
+    with pytest.raises(MMCError, match="base prediction"):
+        iv.predict_intervals(model, t, method="split-conformal")
+    q = model.extras["intervals"]["split_conformal"][iv.grid_delta(0.1)]
+    lo, hi = iv.predict_intervals(model, t, base=base, method="split-conformal")
+    np.testing.assert_allclose(hi - base, 100 * q)
+    np.testing.assert_allclose(base - lo, 100 * q)
+    pred = model.predict(t, base)
+    lo, hi = iv.predict_intervals(model, t, base=base, method="calibrated")
+    np.testing.assert_allclose((lo + hi) / 2, pred["mean"])
+
+
+# ---- the stored record -----------------------------------------------------------------------------------------
+def test_no_calibration_rows_message():
+    est, table, _ = fit_unit(500, 9, cal=0.0)
+    for m in ("calibrated", "split-conformal", "mondrian", "gaussian"):
+        with pytest.raises(MMCError, match="calibration-fraction"):
+            iv.predict_intervals(est.model_, table, method=m)
+    lo, hi = iv.predict_intervals(est.model_, table, method="guaranteed")  # model-only methods still work
+    assert np.all(hi > lo)
+    with pytest.raises(MMCError, match="unknown interval method"):
+        iv.predict_intervals(est.model_, table, method="bogus")
+
+
+def test_record_round_trip_and_validation(cal_model, tmp_path):
+    est, table, _ = cal_model
+    model = est.model_
+    path = tmp_path / "m.json"
+    model.save(path)
+    loaded = FittedModel.load(path)
+    assert loaded.extras["intervals"] == model.extras["intervals"]
+    for m in iv.METHODS:
+        a = iv.predict_intervals(model, table, method=m)
+        b = iv.predict_intervals(loaded, table, method=m)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+    d = json.loads(path.read_text())
+    ints = d["extras"]["intervals"]
+    bad_edits = [
+        ("format", lambda r: r.update(format="x")),
+        ("version", lambda r: r.update(version=99)),
+        ("theta", lambda r: r["calibrated"]["theta"][iv.grid_delta(0.1)].pop()),
+        ("theta", lambda r: r["calibrated"]["theta"][iv.grid_delta(0.1)].__setitem__(0, "x")),
+        ("floor", lambda r: r["calibrated"].update(floor=-1)),
+        ("combine", lambda r: r["calibrated"].update(combine="avg")),
+        ("deltas", lambda r: r.update(deltas=[0.2, 0.1])),
+    ]
+    for what, edit in bad_edits:
+        r = json.loads(json.dumps(ints))
+        edit(r)
+        d["extras"]["intervals"] = r
+        broken = FittedModel.from_dict(json.loads(json.dumps(d)))
+        with pytest.raises(ModelFormatError):
+            iv.predict_intervals(broken, table, method="calibrated")
+    r = json.loads(json.dumps(ints))
+    r["mondrian"]["q"][0][0] = -1.0
+    d["extras"]["intervals"] = r
+    with pytest.raises(ModelFormatError, match="negative"):
+        iv.predict_intervals(FittedModel.from_dict(d), table, method="mondrian")
+
+
+def test_record_size_is_bounded(cal_model):
+    rec = cal_model[0].model_.extras["intervals"]
+    n_numbers = len(json.dumps(rec).split(","))
+    G = len(cal_model[0].model_.groups)
+    assert n_numbers < 2 * G * len(iv.DELTA_GRID) + 3000
+
+
+# ---- CLI ---------------------------------------------------------------------------------------------------------
+def test_cli_predict_and_audit(tmp_path):
+    from app.cli import main
+
+    rng = np.random.default_rng(6)
+    df = pd.DataFrame(DIST.sample_table(1200, rng, truth=False))
+    data = tmp_path / "train.csv"
+    df.to_csv(data, index=False)
+    model = tmp_path / "model.json"
+    assert main(["fit", "--data", str(data), "--label", "outcome", "--group-cols", "sex,race", "--max-order", "2",
+                 "--label-range", "0,100", "--out", str(model)]) == 0
+    for method in iv.METHODS:
+        out = tmp_path / f"pred_{method}.csv"
+        assert main(["predict", "--model", str(model), "--data", str(data), "--interval", method,
+                     "--delta", "0.1", "--out", str(out)]) == 0
+        p = pd.read_csv(out)
+        assert {"lower", "upper", "mean"} <= set(p.columns)
+        assert np.all(p["lower"] <= p["mean"] + 1e-9) and np.all(p["mean"] <= p["upper"] + 1e-9)
+    audit_path = tmp_path / "audit.json"
+    assert main(["audit", "--model", str(model), "--data", str(data), "--label", "outcome", "--out",
+                 str(audit_path)]) == 0
+    d = json.loads(audit_path.read_text())
+    assert d["format"] == "mmc-audit-audit" and d["version"] == 1
+    bg = pd.DataFrame(**d["by_group"])
+    assert bg.index[0] == "all" and {"count", "var_ratio", "large_enough"} <= set(bg.columns)
+    cov = pd.DataFrame(**d["coverage"])
+    assert list(cov.columns) == list(iv.METHODS)
