@@ -195,6 +195,9 @@ def cmd_fit(args) -> int:
     if info["empty_groups"]:
         print(f"note: {len(info['empty_groups'])} group(s) have no fitting rows: "
               + ", ".join(info["empty_groups"][:10]), file=sys.stderr)
+    if info.get("base_clipped"):
+        print(f"note: {info['base_clipped']} base prediction(s) lay outside the label range "
+              f"[{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] and were clipped to it", file=sys.stderr)
     if est.label_scale_.source == "observed":
         print(f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
               "(pass --label-range LO,HI to declare it)", file=sys.stderr)

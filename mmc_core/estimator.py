@@ -111,8 +111,9 @@ class MomentMulticalibrator:
     label_range : (lo, hi) or None
         The label's range; None uses the observed min / max of the fitting labels (recorded as "observed").
     calibration_fraction : float in [0, 1)
-        Share of rows held out of the descent (seeded). They track held-out violations during fitting and
-        are kept for interval calibration.
+        Share of rows held out of the descent (seeded; default 0.25, as ``mmc fit``). They track held-out
+        violations during fitting and calibrate the data-driven intervals (``mmc_core.intervals``); 0 fits
+        on every row and leaves those intervals unavailable.
     early_stopping : bool
         Keep the round with the lowest held-out squared error of the mean instead of the last one
         (needs calibration_fraction > 0); the model records which round it kept.
@@ -123,7 +124,7 @@ class MomentMulticalibrator:
     """
 
     def __init__(self, alpha="auto", beta="auto", n_buckets=5, n_moments=2, step="exact",
-                 odd_moments="absolute", label_range=None, calibration_fraction=0.0,
+                 odd_moments="absolute", label_range=None, calibration_fraction=0.25,
                  early_stopping=False, max_rounds=None, random_state=0):
         self.alpha = alpha
         self.beta = beta
@@ -200,10 +201,15 @@ class MomentMulticalibrator:
             scale = LabelScale(lo, hi, "declared")
         yu = scale.to_unit(y, f"label '{label_name}'")
         base_u = None
+        base_clipped = 0
         if base_prediction is not None:
             bname = f"base prediction '{base_name}'" if base_name else "base prediction"
             base = to_label_array(base_prediction, bname, n)
-            base_u = scale.to_unit(base, bname)
+            # A base model may overshoot the label range a little; the mean predictor lives in the range
+            # (the paper projects onto it), so such values are clipped and the count is reported.
+            outside = (base < scale.lo) | (base > scale.hi)
+            base_clipped = int(outside.sum())
+            base_u = scale.to_unit(np.clip(base, scale.lo, scale.hi), bname)
         if groups is None:
             gset = GroupSet([])
         elif isinstance(groups, GroupSet):
@@ -289,6 +295,7 @@ class MomentMulticalibrator:
             "seed": self.random_state if isinstance(self.random_state, int) else None,
             "n_groups": len(gset),
             "empty_groups": [gset.names[g] for g in np.flatnonzero(memb.sizes == 0)],
+            "base_clipped": base_clipped,
             "label": label_name,
             "early_stopping": bool(self.early_stopping),
             "alpha_rule": "auto" if self.alpha == "auto" else "given",

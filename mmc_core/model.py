@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .descent import STEP_RULES, DescentParams, Update, select_rows
-from .errors import ModelFormatError
+from .errors import DataError, ModelFormatError
 from .groups import GroupSet, Membership
 from .moments import LabelScale, MomentKind
 
@@ -73,12 +73,12 @@ class FittedModel:
         if self.uses_base:
             if base_unit is None:
                 col = self.init_mean.get("column") or "the base prediction"
-                raise ModelFormatError(
+                raise DataError(
                     f"this model was fitted on top of a base prediction ({col}); pass it (--pred COL)"
                 )
             mu = np.clip(np.asarray(base_unit, dtype=float), 0.0, 1.0)
             if mu.shape != (n,):
-                raise ModelFormatError(f"base prediction has {mu.size} values for {n} rows")
+                raise DataError(f"base prediction has {mu.size} values for {n} rows")
         else:
             mu = np.full(n, float(self.init_mean["value"]))
         moms = {a: np.full(n, float(self.init_moments[a])) for a in self.moments}

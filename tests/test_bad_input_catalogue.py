@@ -100,7 +100,6 @@ def cases(d, df):
         # --- base predictions
         ("base column missing", FIT(good, "--pred", "score"), "'score' is not in the data"),
         ("base non-numeric", FIT(good, "--pred", "note"), "not numeric"),
-        ("base outside label range", FIT(good, "--pred", "base", "--label-range", "0,60"), "outside the label range"),
         # --- groups
         ("group column missing", FIT(good, "--group-cols", "sex,income"), "'income' is not in the data"),
         ("groups file not JSON", FIT(good, "--groups", gfile("g1.json", "{groups: [")), "not valid JSON"),
@@ -192,6 +191,14 @@ def test_not_errors_empty_group_unseen_category_and_formula_cells(work, capsys, 
     assert main(["fit", "--data", str(d / "good.csv"), "--label", "y", "--groups", str(g),
                  "--out", str(tmp_path / "m.json")]) == 0
     assert "nobody" in capsys.readouterr().err
+    # base predictions outside the label range: clipped to it, and said so
+    assert main(["fit", "--data", str(d / "good.csv"), "--label", "y", "--pred", "base", "--label-range", "0,100",
+                 "--out", str(tmp_path / "m2.json")]) == 0
+    df2 = df.assign(base=df.base * 1.2)
+    df2.to_csv(tmp_path / "over.csv", index=False)
+    assert main(["fit", "--data", str(tmp_path / "over.csv"), "--label", "y", "--pred", "base", "--label-range",
+                 "0,100", "--out", str(tmp_path / "m3.json")]) == 0
+    assert "were clipped" in capsys.readouterr().err
     # unseen categories and a spreadsheet formula in a text cell at predict time
     new = df.copy()
     new.loc[0, "race"] = "Z"

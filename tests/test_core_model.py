@@ -145,8 +145,8 @@ def test_bad_labels():
         MomentMulticalibrator().fit(t, np.ones(20))
     with pytest.raises(DataError, match="outside the label range"):
         MomentMulticalibrator(label_range=(0, 0.5)).fit(t, y)
-    with pytest.raises(DataError, match="base prediction"):
-        MomentMulticalibrator(label_range=(0, 1)).fit(t, y, base_prediction=y + 2)
+    est = MomentMulticalibrator(label_range=(0, 1)).fit(t, y, base_prediction=y + 0.3)
+    assert est.model_.info["base_clipped"] == int(np.sum(y + 0.3 > 1))  # clipped to the range, and counted
 
 
 def test_iteration_cap_reports_not_converged():

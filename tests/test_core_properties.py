@@ -29,6 +29,7 @@ def problems(draw):
         step=draw(st.sampled_from(["exact", "paper"])),
         odd_moments=draw(st.sampled_from(["absolute", "signed"])),
         label_range=(0.0, 1.0),
+        calibration_fraction=0.0,
     )
     order = draw(st.integers(1, 2))
     return table, y, base, params, order

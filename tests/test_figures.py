@@ -175,7 +175,11 @@ def test_coverage_heatmaps_centred_on_target(fitted, builder):
     centre = (target - hm.zmin) / (hm.zmax - hm.zmin)
     stops = {round(float(pos), 9): col.replace(" ", "") for pos, col in hm.colorscale}
     assert stops[round(centre, 9)] == "rgb(247,247,247)"
-    assert stops[0.0] == "rgb(103,0,31)" or hm.zmin == pytest.approx(target - 0.05)  # deep red = worst
+    # equal intensity per unit of coverage: the side farther from the target reaches the darkest colour
+    if target - hm.zmin >= hm.zmax - target:
+        assert stops[0.0] == "rgb(103,0,31)"  # deep red = worst under-coverage
+    else:
+        assert stops[1.0] == "rgb(5,48,97)"  # deep blue = most over-coverage
     # the values are printed in the cells (2 decimals) and match the audit
     assert hm.texttemplate == "%{text}"
     expected = table.loc[:, table.notna().any(axis=0)].to_numpy(float)  # empty buckets are dropped

@@ -104,7 +104,7 @@ def test_mean_only_model_skips_empty_sections(tmp_path, monkeypatch):
     """A mean-only model has no variances, moments or intervals: those sections are left out and listed."""
     rendered = stand_in_renderer(monkeypatch)
     t = demo_distribution().sample_table(1500, np.random.default_rng(4))
-    est = MomentMulticalibrator(n_moments=1, label_range=(0, 100)).fit(
+    est = MomentMulticalibrator(n_moments=1, label_range=(0, 100), calibration_fraction=0).fit(
         t, t["outcome"], GroupSet.from_columns(t, ["sex", "race"], 2), label_name="outcome")
     data = R.build_report_pdf(est.model_, t, np.asarray(t["outcome"], float), label="outcome", data_name="d.csv")
     assert data[:5] == b"%PDF-" and len(rendered) == 2  # convergence, calibration
