@@ -826,7 +826,7 @@ _HALF = {"guaranteed": _half_guaranteed, "plugin": _half_plugin, "multimoment": 
          "gaussian": _half_gaussian}
 
 
-def _unit_interval(ctx, method, delta, gamma, moment=None):
+def _unit_interval(ctx, method, delta, gamma, moment=None, clip=True):
     if method not in _HALF:
         raise MMCError(f"unknown interval method {method!r}; expected one of {', '.join(METHODS)}")
     _check_prob("delta", delta)
@@ -836,6 +836,11 @@ def _unit_interval(ctx, method, delta, gamma, moment=None):
     if method == "multimoment":  # uncovered rows: no valid interval, the whole label range
         bad = np.isnan(half)
         lo, hi = np.where(bad, 0.0, lo), np.where(bad, 1.0, hi)
+    if clip and ctx.model.scale.source == "declared":
+        # Every label lies in a declared range, so clipping the ends to it leaves coverage unchanged and makes
+        # widths meaningful (a guaranteed interval wider than the range reads as "the whole range"). An
+        # observed range is not clipped: new labels may fall outside it.
+        lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
     return lo, hi, info
 
 
