@@ -1,0 +1,100 @@
+"""The mmc-audit dashboard (Streamlit entry script).
+
+Started by ``mmc dashboard [--data FILE]``, which runs ``streamlit run app/dashboard.py -- [--data FILE]``.
+Without ``--data`` it opens on the bundled demo table ``synthetic_scores`` and runs its audit once, so a
+newcomer sees a complete audit right away.
+
+Pages (``st.navigation``): Data, Groups, Run, Results, Export (the audit workflow), Teaching and About.
+The pages live in ``app/ui/*_page.py``; the heavy lifting is in ``app/runner.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+# `streamlit run` puts this script's folder (app/) first on sys.path, where app/io.py would shadow the
+# standard library's io module for any later import. Drop it, and make sure the package root is importable.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+if str(_HERE.parent) not in sys.path:
+    sys.path.append(str(_HERE.parent))
+
+import streamlit as st  # noqa: E402
+
+from app.ui import state  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """``--data FILE`` after ``--``; anything else is ignored (Streamlit or pytest arguments)."""
+    if argv is None:
+        argv = sys.argv[1:] if sys.argv and Path(sys.argv[0]).name == "dashboard.py" else []
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--data")
+    args, _ = p.parse_known_args(argv)
+    return args
+
+
+def sidebar(box):
+    """The status box: current table, label, groups and model (drawn after the page, so it is up to date)."""
+    ss = st.session_state
+    d = state.data()
+    with box:
+        st.markdown("### mmc-audit")
+        st.caption("Moment multicalibration: are the model's means *and* uncertainties right for every group?")
+        if d is None:
+            st.info("No data loaded.")
+            return
+        run = ss.get("run")
+        n_groups = len(ss.get("groups") or []) + 1
+        lines = [
+            f"**Data:** {d['name']}  \n{d['rows']:,} rows × {d['cols']} columns",
+            f"**Label:** {ss.get('label_col') or '(not chosen)'}" + (" (log)" if ss.get("label_log") else ""),
+            f"**Groups:** {n_groups} (incl. *all*)",
+            f"**Model:** {state.status_line()}",
+        ]
+        if run is not None:
+            info = run.model.info
+            lines.append(f"rounds {info.get('rounds')}, mean updates {info.get('mean_updates'):,}, "
+                         f"moment updates {info.get('moment_updates'):,}")
+        st.markdown("  \n".join(lines))
+        job = ss.get("job")
+        if job is not None and job.running:
+            st.caption(f"Fit running for {job.elapsed:.0f} s — see the Run page to watch or stop it.")
+
+
+def main():
+    st.set_page_config(page_title="mmc-audit: moment multicalibration", page_icon=":material/tune:",
+                       layout="wide", initial_sidebar_state="expanded")
+    args = parse_args()
+    state.keep_widget_state()  # first: restore settings Streamlit dropped, before defaults fill the gaps
+    state.init_session(args.data)
+    ui = _HERE / "ui"
+    pages = {
+        "Audit": [
+            st.Page(str(ui / "data_page.py"), title="Data", icon=":material/table_view:", url_path="data", default=True),
+            st.Page(str(ui / "groups_page.py"), title="Groups", icon=":material/groups:", url_path="groups"),
+            st.Page(str(ui / "run_page.py"), title="Run", icon=":material/play_circle:", url_path="run"),
+            st.Page(str(ui / "results_page.py"), title="Results", icon=":material/insights:", url_path="results"),
+            st.Page(str(ui / "export_page.py"), title="Export", icon=":material/download:", url_path="export"),
+        ],
+        "Learn": [
+            st.Page(str(ui / "teaching_page.py"), title="Teaching mode", icon=":material/school:", url_path="teaching"),
+            st.Page(str(ui / "about_page.py"), title="About", icon=":material/help:", url_path="about"),
+        ],
+    }
+    nav = st.navigation(pages)
+    from app.ui import run_page
+
+    # The first visit runs the bundled demo audit once (well under a second), so every page has something to show.
+    if st.session_state.pop("autorun", False):
+        run_page.run_now(sync=True)
+    run_page.finalize()  # a background fit that ended while another page was shown: keep its result
+    box = st.sidebar.container()
+    nav.run()
+    sidebar(box)
+    state.save_widget_state()
+
+
+if __name__ == "__main__":  # `streamlit run` (and AppTest) execute this file as __main__
+    main()

@@ -1,0 +1,659 @@
+"""The dashboard's engine room: label preparation, data splits, base models, the full audit pipeline, and a
+background fitting job that can be watched and stopped.
+
+Everything here is plain Python (no Streamlit), so it is unit-tested directly (tests/test_runner.py) and
+the Streamlit pages stay thin. The pipeline (:func:`run_pipeline`) is:
+
+1. prepare the label (:func:`prepare_label`): numeric check, optional log, range (observed / declared /
+   robust = clipped at quantiles);
+2. split the rows (:func:`split_rows`): base-model training rows (only when a base model is fitted in the
+   app), multicalibration fitting rows (of which the estimator itself holds out ``calibration_fraction``
+   for interval calibration and held-out tracking), and test rows on which the audit is computed;
+3. the base prediction (:func:`base_prediction`): none (constant start), an existing column, or a
+   scikit-learn model fitted on the base rows only (cached by :func:`cached_base_model`);
+4. fit :class:`mmc_core.MomentMulticalibrator` with a callback (live history, stop flag);
+5. audit the fitted model on the test rows (:func:`mmc_core.metrics.audit`).
+
+:class:`FitJob` runs the pipeline in a daemon thread. Its ``history`` list grows one row per descent round
+(the page polls it a few times a second to redraw the convergence chart) and :meth:`FitJob.stop` sets a
+``threading.Event`` that the fitting callback checks after every round: the estimator then ends the
+descent, marks the model "not converged / stopped by user", and the pipeline still audits what was fitted.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from mmc_core.errors import DataError, MMCError
+
+__all__ = [
+    "LabelSpec", "BaseSpec", "SplitSpec", "FitSettings", "PreparedLabel", "AuditRun", "FitJob",
+    "prepare_label", "split_rows", "base_prediction", "fit_base_model", "run_pipeline", "predictions_table",
+    "row_details", "frame_key", "STEP_HELP", "BASE_MODELS", "SPLIT_NAMES",
+]
+
+SPLIT_NAMES = {"base": "base-model training", "fit": "multicalibration fitting",
+               "calibration": "interval calibration (held out of fitting)", "test": "test (audit)"}
+BASE_MODELS = {
+    "hgb": "gradient boosting (HistGradientBoostingRegressor)",
+    "ridge": "ridge regression (one-hot + standardised)",
+}
+STEP_HELP = {
+    "exact": "exact: shift each violating cell by its mean residual (fast; at least the paper's progress)",
+    "paper": "paper: move by alpha (beta) per update, as in the paper (slow; the textbook algorithm)",
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# specs (frozen, hashable: they key the caches)
+# ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LabelSpec:
+    """How the label column becomes the fitted label.
+
+    scaling: ``observed`` (min / max of all rows), ``declared`` (``lo``, ``hi``; rows outside are an error)
+    or ``robust`` (clip at the ``q_lo`` / ``q_hi`` quantiles of all rows; the clipped count is reported).
+    log: fit ln(label) (all values must be > 0); every output is then in log units.
+    """
+
+    column: str
+    scaling: str = "observed"
+    lo: float | None = None
+    hi: float | None = None
+    q_lo: float = 0.01
+    q_hi: float = 0.99
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    """The initial mean: ``none`` (the label mean), ``column`` (an existing prediction column, label units)
+    or ``model`` (a scikit-learn model, ``model`` in BASE_MODELS, fitted on ``features`` of the base rows)."""
+
+    kind: str = "none"
+    column: str | None = None
+    model: str = "hgb"
+    features: tuple = ()
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """Shares of all rows: ``test`` for the audit, ``base`` for training an in-app base model (ignored
+    otherwise); the rest is for multicalibration. Seeded, stratified by nothing (a plain permutation)."""
+
+    test: float = 0.3
+    base: float = 0.3
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """The estimator's parameters (``alpha`` / ``beta`` may be "auto", as in ``mmc fit``) and the audit's."""
+
+    alpha: float | str = "auto"
+    beta: float | str = "auto"
+    n_buckets: int = 5
+    n_moments: int = 2
+    step: str = "exact"
+    odd_moments: str = "absolute"
+    calibration_fraction: float = 0.25
+    early_stopping: bool = False
+    max_rounds: int | None = None
+    delta: float = 0.1
+    gamma: float = 0.05
+    n_boot: int = 200
+
+
+@dataclass
+class PreparedLabel:
+    y: np.ndarray          # fitted label (after log / clipping), all rows
+    lo: float
+    hi: float
+    source: str            # observed | declared | robust
+    name: str              # display name, e.g. "wage" or "log(wage)"
+    n_clipped: int = 0
+    note: str = ""
+
+
+@dataclass
+class AuditRun:
+    """Everything one pipeline run produced (kept in session state; survives reruns)."""
+
+    model: object                      # mmc_core.FittedModel
+    history: list
+    converged: bool
+    stopped: bool
+    label: PreparedLabel
+    base: np.ndarray | None            # base prediction of every row (label units after log), or None
+    base_spec: BaseSpec
+    label_spec: LabelSpec
+    split: dict                        # name -> row indices (base / fit / calibration / test)
+    settings: FitSettings
+    groups_json: dict
+    audit: object = None               # mmc_core.metrics.AuditResult on the test rows (None if unavailable)
+    audit_error: str = ""
+    timings: dict = field(default_factory=dict)
+    data_key: str = ""
+    data_name: str = ""
+    base_metrics: dict = field(default_factory=dict)
+    finished_at: float = 0.0
+    thresholds: dict = field(default_factory=dict)  # alpha, beta, moment_betas actually used; auto: bool
+
+    @property
+    def alpha(self) -> float:
+        return float(self.thresholds.get("alpha", self.settings.alpha))
+
+    @property
+    def beta(self) -> float:
+        return float(self.thresholds.get("beta", self.settings.beta))
+
+    @property
+    def test_rows(self) -> np.ndarray:
+        return self.split["test"]
+
+    def summary(self) -> dict:
+        info = getattr(self.model, "info", {}) or {}
+        return {
+            "converged": self.converged, "stopped": self.stopped, "rounds": info.get("rounds"),
+            "kept_round": info.get("kept_round"), "mean_updates": info.get("mean_updates"),
+            "moment_updates": info.get("moment_updates"), "n_groups": info.get("n_groups"),
+            "split": {k: int(v.size) for k, v in self.split.items()}, "timings": dict(self.timings),
+        }
+
+
+# ---------------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------------
+def frame_key(df: pd.DataFrame, name: str = "") -> str:
+    """A content hash of a table (fast: pandas' row hashes on at most all rows, summed with shape/columns)."""
+    h = hashlib.sha1()
+    h.update(name.encode())
+    h.update(repr((df.shape, [str(c) for c in df.columns], [str(t) for t in df.dtypes])).encode())
+    try:
+        h.update(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
+    except TypeError:  # unhashable cells (lists): fall back to the CSV text of the table
+        h.update(df.to_csv(index=False).encode())
+    return h.hexdigest()[:16]
+
+
+def prepare_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel:
+    """The fitted label of every row and its range, or a DataError explaining what is wrong."""
+    from app.io import numeric_column
+
+    if not spec.column:
+        raise DataError("choose a label column")
+    y = numeric_column(df, spec.column, "label column")
+    name = spec.column
+    note = ""
+    if spec.log:
+        bad = int(np.sum(y <= 0))
+        if bad:
+            raise DataError(f"log scale needs a positive label: {bad} row(s) of '{spec.column}' are <= 0 "
+                            f"(smallest {float(np.min(y)):g}); turn log off or use a shifted column")
+        y = np.log(y)
+        name = f"log({spec.column})"
+    n_clipped = 0
+    if spec.scaling == "observed":
+        lo, hi = float(np.min(y)), float(np.max(y))
+        note = f"observed range of all {y.size:,} rows"
+    elif spec.scaling == "declared":
+        if spec.lo is None or spec.hi is None:
+            raise DataError("a declared label range needs both LO and HI")
+        lo, hi = float(spec.lo), float(spec.hi)
+        if spec.log:
+            if lo <= 0:
+                raise DataError("with log scale the declared range must be positive (it is given in label units)")
+            lo, hi = math.log(lo), math.log(hi)
+        if not hi > lo:
+            raise DataError(f"the declared label range needs LO < HI, got [{spec.lo}, {spec.hi}]")
+        outside = int(np.sum((y < lo) | (y > hi)))
+        if outside:
+            raise DataError(f"{outside} label value(s) lie outside the declared range [{spec.lo:g}, {spec.hi:g}] "
+                            f"(min {float(np.min(y)):g}, max {float(np.max(y)):g}); widen it or choose 'robust'")
+        note = "declared range"
+    elif spec.scaling == "robust":
+        if not 0 <= spec.q_lo < spec.q_hi <= 1:
+            raise DataError(f"robust range needs 0 <= lower quantile < upper quantile <= 1, got {spec.q_lo}, {spec.q_hi}")
+        lo, hi = (float(v) for v in np.quantile(y, [spec.q_lo, spec.q_hi]))
+        n_clipped = int(np.sum((y < lo) | (y > hi)))
+        y = np.clip(y, lo, hi)
+        note = (f"clipped at the {spec.q_lo:.1%} and {spec.q_hi:.1%} quantiles ({n_clipped:,} row(s) clipped)")
+    else:
+        raise DataError(f"unknown label scaling {spec.scaling!r}")
+    if not hi > lo:
+        raise DataError(f"the label '{spec.column}' is constant ({lo:g}) in this range; there is nothing to calibrate")
+    return PreparedLabel(y=y, lo=lo, hi=hi, source=spec.scaling, name=name, n_clipped=n_clipped, note=note)
+
+
+def split_rows(n: int, spec: SplitSpec, with_base_model: bool, calibration_fraction: float = 0.0) -> dict:
+    """Disjoint sorted row indices: ``base`` (empty without an in-app model), ``fit``, ``test``.
+
+    ``calibration`` is reported for display only: the estimator draws it from the fit rows itself
+    (see :func:`run_pipeline`, which replaces it with the estimator's actual choice)."""
+    if not 0 < spec.test < 1:
+        raise DataError(f"the test share must be between 0 and 1, got {spec.test}")
+    base_share = spec.base if with_base_model else 0.0
+    if not 0 <= base_share < 1 or spec.test + base_share >= 0.95:
+        raise DataError(f"test share {spec.test:.0%} + base-model share {base_share:.0%} leave too few rows "
+                        "for multicalibration (keep their sum below 95%)")
+    perm = np.random.default_rng(spec.seed).permutation(n)
+    n_test = max(1, int(round(spec.test * n)))
+    n_base = int(round(base_share * n))
+    test = np.sort(perm[:n_test])
+    base = np.sort(perm[n_test:n_test + n_base])
+    fit = np.sort(perm[n_test + n_base:])
+    if fit.size < 20:
+        raise DataError(f"only {fit.size} row(s) left for multicalibration; use a larger table or smaller shares")
+    if with_base_model and base.size < 10:
+        raise DataError(f"only {base.size} row(s) to train the base model; raise its share")
+    n_cal = int(round(calibration_fraction * fit.size))
+    return {"base": base, "fit": fit, "test": test, "calibration": np.zeros(n_cal, dtype=np.int64)}
+
+
+def _feature_frame(df: pd.DataFrame, features) -> pd.DataFrame:
+    X = df[list(features)].copy()
+    for c in X.columns:
+        s = X[c]
+        if pd.api.types.is_bool_dtype(s):
+            X[c] = s.astype(float)
+        elif not pd.api.types.is_numeric_dtype(s):
+            X[c] = s.astype("string").astype(object).where(s.notna(), None)
+    return X
+
+
+def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int = 0):
+    """A scikit-learn pipeline (one-hot for text columns) fitted on (X, y)."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    cat = [c for c in X.columns if not pd.api.types.is_numeric_dtype(X[c])]
+    num = [c for c in X.columns if c not in cat]
+    if kind == "hgb":
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        pre = ColumnTransformer(
+            [("cat", make_pipeline(SimpleImputer(strategy="constant", fill_value="(missing)"),
+                                   OneHotEncoder(handle_unknown="ignore", max_categories=30,
+                                                 sparse_output=False)), cat),
+             ("num", "passthrough", num)], remainder="drop")
+        reg = HistGradientBoostingRegressor(max_iter=200, learning_rate=0.08, early_stopping=True,
+                                            validation_fraction=0.15, random_state=seed)
+    elif kind == "ridge":
+        from sklearn.linear_model import RidgeCV
+
+        pre = ColumnTransformer(
+            [("cat", make_pipeline(SimpleImputer(strategy="constant", fill_value="(missing)"),
+                                   OneHotEncoder(handle_unknown="ignore", max_categories=30)), cat),
+             ("num", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), num)], remainder="drop")
+        reg = RidgeCV(alphas=np.logspace(-3, 3, 13))
+    else:
+        raise MMCError(f"unknown base model {kind!r}; choose one of {', '.join(BASE_MODELS)}")
+    pipe = make_pipeline(pre, reg)
+    pipe.fit(X, y)
+    return pipe
+
+
+_BASE_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+_BASE_LOCK = threading.Lock()
+
+
+def cached_base_model(key: tuple, df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, spec: BaseSpec, seed: int):
+    """Predictions of an in-app base model on all rows, fitted on ``rows`` only; cached on ``key`` (data hash,
+    label, split, spec) so re-running the multicalibration with new parameters does not refit it."""
+    with _BASE_LOCK:
+        if key in _BASE_CACHE:
+            _BASE_CACHE.move_to_end(key)
+            return _BASE_CACHE[key]
+    X = _feature_frame(df, spec.features)
+    model = fit_base_model(X.iloc[rows], y[rows], spec.model, seed)
+    pred = np.asarray(model.predict(X), dtype=float)
+    out = (pred, model)
+    with _BASE_LOCK:
+        _BASE_CACHE[key] = out
+        while len(_BASE_CACHE) > 4:
+            _BASE_CACHE.popitem(last=False)
+    return out
+
+
+def base_prediction(df: pd.DataFrame, label: PreparedLabel, label_spec: LabelSpec, spec: BaseSpec,
+                    split: dict, split_spec: SplitSpec, data_key: str = ""):
+    """(base prediction of every row in fitted-label units clipped to the label range, or None; note)."""
+    from app.io import numeric_column
+
+    if spec.kind == "none":
+        return None, "no base model: the mean starts at the label mean of the fitting rows"
+    if spec.kind == "column":
+        if not spec.column:
+            raise DataError("choose the base prediction column")
+        if spec.column == label_spec.column:
+            raise DataError("the base prediction cannot be the label column itself")
+        b = numeric_column(df, spec.column, "base prediction column")
+        if label_spec.log:
+            if np.any(b <= 0):
+                raise DataError(f"log scale needs a positive base prediction; '{spec.column}' has values <= 0")
+            b = np.log(b)
+        note = f"base prediction: column '{spec.column}'"
+    elif spec.kind == "model":
+        feats = [f for f in spec.features if f != label_spec.column]
+        if not feats:
+            raise DataError("choose at least one feature column for the base model")
+        missing = [f for f in feats if f not in df.columns]
+        if missing:
+            raise DataError(f"feature column(s) not in the data: {', '.join(missing)}")
+        spec = BaseSpec("model", None, spec.model, tuple(feats))
+        key = (data_key, label_spec, spec, split_spec)
+        b, _ = cached_base_model(key, df, label.y, split["base"], spec, split_spec.seed)
+        note = (f"base prediction: {BASE_MODELS.get(spec.model, spec.model)} on {len(feats)} feature(s), "
+                f"trained on {split['base'].size:,} rows that are not used again")
+    else:
+        raise DataError(f"unknown base prediction kind {spec.kind!r}")
+    outside = int(np.sum((b < label.lo) | (b > label.hi)))
+    if outside:
+        note += f"; {outside:,} prediction(s) outside the label range were clipped into it"
+    return np.clip(b, label.lo, label.hi), note
+
+
+def auto_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, n_groups: int, settings: FitSettings,
+                    seed: int) -> dict:
+    """The thresholds ``MomentMulticalibrator(alpha="auto", beta="auto")`` will pick for these fitting rows
+    (same calibration split, same noise rule), so the live chart can draw them while the fit runs. The
+    fitted model's values are authoritative (``AuditRun.thresholds``)."""
+    from mmc_core.estimator import auto_threshold
+    from mmc_core.moments import pseudo_label
+
+    n = y_unit.size
+    n_cal = int(round(settings.calibration_fraction * n))
+    perm = np.random.default_rng(seed).permutation(n)
+    fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
+    mu0 = base_unit[fit_idx] if base_unit is not None else np.full(fit_idx.size, float(np.mean(y_unit[fit_idx])))
+    resid = y_unit[fit_idx] - mu0
+    moments = tuple(range(2, int(settings.n_moments) + 1))
+    m, G, nf = int(settings.n_buckets), int(n_groups), fit_idx.size
+    out = {}
+    out["alpha"] = auto_threshold(float(np.std(resid)), G * m * (1 + len(moments) * m), nf) \
+        if settings.alpha == "auto" else float(settings.alpha)
+    per = {a: auto_threshold(float(np.std(pseudo_label(a, resid, settings.odd_moments))), G * m * m, nf)
+           for a in moments} if settings.beta == "auto" else {a: float(settings.beta) for a in moments}
+    out["beta"] = per.get(2, 0.01) if settings.beta == "auto" else float(settings.beta)
+    out["moment_betas"] = per
+    return out
+
+
+def error_metrics(y, pred) -> dict:
+    if pred is None or y.size == 0:
+        return {}
+    err = pred - y
+    ss = float(np.sum((y - y.mean()) ** 2))
+    return {"rmse": float(np.sqrt(np.mean(err ** 2))), "mae": float(np.mean(np.abs(err))),
+            "r2": float(1 - np.sum(err ** 2) / ss) if ss > 0 else float("nan")}
+
+
+def _take_rows(df: pd.DataFrame, rows: np.ndarray, columns) -> pd.DataFrame:
+    return df.iloc[rows][list(columns)].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the pipeline
+# ---------------------------------------------------------------------------------------------------
+def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, split_spec: SplitSpec,
+                 groups_json: dict, settings: FitSettings, callback=None, phase=None, data_key: str = "",
+                 data_name: str = "", on_thresholds=None) -> AuditRun:
+    """Prepare, split, base model, fit (with ``callback(history_row) -> stop?``), audit. See module doc.
+
+    ``on_thresholds(dict)`` receives the alpha / beta the fit will use (auto values computed) before it starts."""
+    from mmc_core import GroupSet, MomentMulticalibrator
+
+    def say(text):
+        if phase is not None:
+            phase(text)
+
+    timings = {}
+    t0 = time.perf_counter()
+    say("preparing the label and the split")
+    label = prepare_label(df, label_spec)
+    groups = GroupSet.from_json(groups_json)
+    missing = sorted(c for c in groups.columns() if c not in df.columns)
+    if missing:
+        raise DataError(f"the groups refer to column(s) not in the data: {', '.join(missing)}")
+    if label_spec.column in groups.columns():
+        raise DataError(f"the label '{label_spec.column}' cannot define groups (groups must be known for new rows)")
+    split = split_rows(len(df), split_spec, base_spec.kind == "model", settings.calibration_fraction)
+    timings["prepare"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    if base_spec.kind == "model":
+        say(f"fitting the base model on {split['base'].size:,} rows")
+    base, base_note = base_prediction(df, label, label_spec, base_spec, split, split_spec, data_key)
+    timings["base_model"] = time.perf_counter() - t1
+
+    group_cols = sorted(groups.columns())
+    fit_rows = split["fit"]
+    say(f"multicalibrating on {fit_rows.size:,} rows and {len(groups)} groups")
+    t2 = time.perf_counter()
+    est = MomentMulticalibrator(
+        alpha=settings.alpha, beta=settings.beta, n_buckets=settings.n_buckets, n_moments=settings.n_moments,
+        step=settings.step, odd_moments=settings.odd_moments, label_range=(label.lo, label.hi),
+        calibration_fraction=settings.calibration_fraction, early_stopping=settings.early_stopping,
+        max_rounds=settings.max_rounds, random_state=split_spec.seed)
+    if on_thresholds is not None:
+        span = label.hi - label.lo
+        on_thresholds(auto_thresholds((label.y[fit_rows] - label.lo) / span,
+                                      None if base is None else (base[fit_rows] - label.lo) / span,
+                                      len(groups), settings, split_spec.seed))
+    X_fit = _take_rows(df, fit_rows, group_cols)
+    base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
+    est.fit(X_fit, label.y[fit_rows], groups, base_prediction=None if base is None else base[fit_rows],
+            callback=callback, label_name=label.name, base_name=base_name)
+    timings["fit"] = time.perf_counter() - t2
+    model = est.model_
+    if label.source == "observed":  # the range was passed explicitly (all rows' min/max): say where it came from
+        from mmc_core import LabelScale
+
+        model.scale = LabelScale(model.scale.lo, model.scale.hi, "observed")
+    model.info["label_source"] = label.source
+    model.info["label_note"] = label.note
+    model.info["base_note"] = base_note
+    split = dict(split)
+    split["calibration"] = fit_rows[np.asarray(est.calibration_index_, dtype=np.int64)]
+    split["fit"] = fit_rows[np.asarray(est.fit_index_, dtype=np.int64)]
+
+    thresholds = {"alpha": float(est.alpha_), "beta": float(est.beta_),
+                  "moment_betas": {int(a): float(b) for a, b in getattr(est, "moment_betas_", {}).items()},
+                  "auto": settings.alpha == "auto" or settings.beta == "auto"}
+    run = AuditRun(model=model, history=list(est.history_), converged=bool(est.converged_),
+                   stopped=bool(model.info.get("stopped_by_user")), label=label, base=base, base_spec=base_spec,
+                   label_spec=label_spec, split=split, settings=settings, groups_json=groups.to_json(),
+                   timings=timings, data_key=data_key, data_name=data_name, thresholds=thresholds)
+    test = split["test"]
+    if base is not None:
+        run.base_metrics = {"base_test": error_metrics(label.y[test], base[test])}
+
+    say(f"auditing on {test.size:,} test rows")
+    t3 = time.perf_counter()
+    try:
+        from mmc_core.metrics import audit as audit_fn
+
+        X_test = _take_rows(df, test, group_cols)
+        run.audit = audit_fn(model, X_test, label.y[test], base=None if base is None else base[test],
+                             delta=settings.delta, gamma=settings.gamma, n_boot=settings.n_boot, seed=split_spec.seed)
+    except ImportError as e:
+        run.audit_error = f"the audit module is not available ({e})"
+    except MMCError as e:
+        run.audit_error = str(e)
+    timings["audit"] = time.perf_counter() - t3
+    timings["total"] = time.perf_counter() - t0
+    run.finished_at = time.time()
+    say("done")
+    return run
+
+
+def predictions_table(df: pd.DataFrame, run: AuditRun, methods=None, rows: np.ndarray | None = None) -> pd.DataFrame:
+    """The original columns plus split, base, mean, SD, moments and interval ends (per method), in label units
+    (log units if the label was logged). ``rows`` limits it to some rows (all by default)."""
+    from mmc_core.intervals import interval_table
+
+    rows = np.arange(len(df)) if rows is None else np.asarray(rows)
+    model = run.model
+    group_cols = sorted(model.groups.columns())
+    table = _take_rows(df, rows, group_cols)
+    base = None if run.base is None else run.base[rows]
+    preds = model.predict(table, base)
+    out = df.iloc[rows].reset_index(drop=True).copy()
+    split = np.full(len(df), "", dtype=object)
+    for name in ("base", "fit", "calibration", "test"):
+        split[run.split[name]] = name
+    out["mmc_split"] = split[rows]
+    if base is not None:
+        out["mmc_base"] = base
+    out["mmc_mean"] = preds["mean"]
+    if "moment_2" in preds:
+        out["mmc_sd"] = np.sqrt(np.maximum(preds["moment_2"], 0.0))
+    for k, v in preds.items():
+        if k != "mean":
+            out[f"mmc_{k}"] = v
+    if methods:
+        ints = interval_table(model, table, base=base, delta=run.settings.delta, gamma=run.settings.gamma,
+                              methods=list(methods))
+        for m, (lo, hi) in ints.items():
+            out[f"mmc_lower_{m}"], out[f"mmc_upper_{m}"] = lo, hi
+    return out
+
+
+def row_details(df: pd.DataFrame, run: AuditRun, row: int, intervals: dict | None = None) -> dict:
+    """One row: its values, predictions, intervals per method and the groups it belongs to.
+
+    ``intervals`` ({method: (lower, upper)}) should come from an interval table of many rows (the multi-moment
+    cover is defined over a population); without it they are computed on this row alone."""
+    model = run.model
+    group_cols = sorted(model.groups.columns())
+    table = _take_rows(df, np.array([row]), group_cols)
+    base = None if run.base is None else run.base[[row]]
+    preds = {k: float(v[0]) for k, v in model.predict(table, base).items()}
+    if intervals is None:
+        from mmc_core.intervals import interval_table
+
+        intervals = {m: (float(lo[0]), float(hi[0])) for m, (lo, hi) in
+                     interval_table(model, table, base=base, delta=run.settings.delta,
+                                    gamma=run.settings.gamma).items()}
+    memb = model.groups.evaluate(table, 1)
+    groups = [model.groups.names[g] for g in range(len(model.groups)) if memb.sizes[g] > 0]
+    return {"values": df.iloc[row].to_dict(), "label": float(run.label.y[row]),
+            "base": None if base is None else float(base[0]), "pred": preds, "intervals": dict(intervals),
+            "groups": groups}
+
+
+# ---------------------------------------------------------------------------------------------------
+# the background job
+# ---------------------------------------------------------------------------------------------------
+class FitJob:
+    """Run :func:`run_pipeline` in a daemon thread; watch ``history`` / ``phase``; :meth:`stop` to end early.
+
+    ``status`` is one of ``running``, ``done``, ``error``. A stopped run ends as ``done`` with
+    ``result.stopped`` True (the partial model is audited). ``error`` holds a user-facing message.
+    """
+
+    def __init__(self, df, label_spec, base_spec, split_spec, groups_json, settings, data_key="", data_name=""):
+        self.args = (df, label_spec, base_spec, split_spec, groups_json, settings)
+        self.data_key, self.data_name = data_key, data_name
+        self.history: list = []
+        self.phase = "starting"
+        self.status = "idle"
+        self.result: AuditRun | None = None
+        self.error = ""
+        self.detail = ""
+        self.started_at = self.ended_at = 0.0
+        self.thresholds: dict = {}
+        self.stop_requested_at: float | None = None
+        self.stop_seen_at: float | None = None
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.id = hashlib.sha1(f"{id(self)}{time.time()}".encode()).hexdigest()[:8]
+
+    # -- control --
+    def start(self) -> "FitJob":
+        self.status = "running"
+        self.started_at = time.time()
+        self._thread = threading.Thread(target=self._run, name=f"mmc-fit-{self.id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def run_sync(self) -> "FitJob":
+        """Run in the calling thread (used for the quick first demo audit and in tests)."""
+        self.status = "running"
+        self.started_at = time.time()
+        self._run()
+        return self
+
+    def stop(self):
+        if self.stop_requested_at is None:
+            self.stop_requested_at = time.time()
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def elapsed(self) -> float:
+        return (self.ended_at or time.time()) - self.started_at if self.started_at else 0.0
+
+    # -- worker --
+    def _callback(self, row: dict) -> bool:
+        self.history.append({k: (float(v) if isinstance(v, (np.floating, np.integer)) else v) for k, v in row.items()})
+        if self._stop.is_set():
+            if self.stop_seen_at is None:
+                self.stop_seen_at = time.time()
+            return True
+        return False
+
+    def _set_phase(self, text: str):
+        self.phase = text
+
+    def _set_thresholds(self, t: dict):
+        self.thresholds = dict(t)
+
+    def _run(self):
+        try:
+            self.result = run_pipeline(*self.args, callback=self._callback, phase=self._set_phase,
+                                       data_key=self.data_key, data_name=self.data_name,
+                                       on_thresholds=self._set_thresholds)
+            self.status = "done"
+        except MMCError as e:
+            self.error, self.status = str(e), "error"
+        except MemoryError:
+            self.error, self.status = "out of memory: use fewer groups, fewer buckets or a smaller table", "error"
+        except Exception as e:  # noqa: BLE001 - shown to the user; the app keeps working
+            self.error = f"unexpected error: {type(e).__name__}: {e}"
+            self.detail = traceback.format_exc()
+            self.status = "error"
+        finally:
+            self.ended_at = time.time()
+            self.args = None  # drop the reference to the table
+            self._done.set()
+
+
+def settings_dict(settings: FitSettings) -> dict:
+    return asdict(settings)
+
+
+def groups_key(groups_json) -> str:
+    return hashlib.sha1(json.dumps(groups_json, sort_keys=True).encode()).hexdigest()[:16]

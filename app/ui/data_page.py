@@ -1,0 +1,235 @@
+"""Data page: pick a demo table or upload CSV / Parquet; choose the label, its range and the base prediction;
+see the train / fit / test split. Only a sample of rows is ever sent to the browser."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from app import demo_data
+from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
+from app.runner import BASE_MODELS
+from app.ui import state
+from app.ui.common import sanitize
+from mmc_core.errors import MMCError
+
+SOURCES = ["Bundled demo dataset", "Upload a file"]
+BASE_KINDS = {"column": "an existing prediction column", "model": "fit a model here (scikit-learn)",
+              "none": "none: start from the label mean"}
+SCALINGS = {"observed": "observed: min / max of the data", "declared": "declared: a known range (e.g. 0-100)",
+            "robust": "robust: clip at quantiles"}
+
+
+def _on_demo_change():
+    state.load_demo_into_state(st.session_state["demo_name"])
+
+
+def _on_source_change():
+    ss = st.session_state
+    if ss["src_kind"] == "Bundled demo dataset":
+        d = state.data()
+        if d is None or d["source"] != "demo" or d["name"] != ss["demo_name"]:
+            state.load_demo_into_state(ss["demo_name"])
+    elif ss["src_kind"] == "File given on the command line" and ss.get("cli_data"):
+        from app.io import read_table
+
+        try:
+            state.set_data(read_table(ss["cli_data"]), ss["cli_data"].rsplit("/", 1)[-1], "file")
+        except MMCError as e:
+            ss["upload_error"] = str(e)
+
+
+def source_section():
+    ss = st.session_state
+    sources = list(SOURCES) + (["File given on the command line"] if ss.get("cli_data") else [])
+    sanitize("src_kind", sources, SOURCES[0])
+    st.radio("Source", sources, key="src_kind", horizontal=True, on_change=_on_source_change,
+             label_visibility="collapsed")
+    if ss.get("cli_data_error"):
+        st.error(ss["cli_data_error"])
+    if ss["src_kind"] == "Bundled demo dataset":
+        names = [ds.name for ds in demo_data.list_datasets()]
+        titles = {ds.name: ds.title for ds in demo_data.list_datasets()}
+        st.selectbox("Demo dataset", names, key="demo_name", format_func=lambda n: f"{titles[n]}  ({n})",
+                     on_change=_on_demo_change)
+        ds = demo_data.get_dataset(ss["demo_name"])
+        st.markdown(ds.description)
+        st.caption(f"Source: {ds.source}")
+    elif ss["src_kind"] == "Upload a file":
+        up = st.file_uploader("CSV or Parquet file", type=["csv", "parquet", "pq"], key="upload",
+                              help="The first row of a CSV must hold the column names; UTF-8, comma-separated.")
+        st.caption(f"Up to {MAX_FILE_BYTES // 1024 ** 2} MB, {MAX_ROWS:,} rows and {MAX_COLUMNS:,} columns. "
+                   "Missing values may be empty cells, NA, NaN or '.'. The file stays on this machine: the "
+                   "browser only ever receives a sample of 200 rows.")
+        if up is not None:
+            d = state.data()
+            if d is None or d.get("file_id") != up.file_id:
+                ss.pop("upload_error", None)
+                with st.spinner(f"Reading {up.name}…"):
+                    try:
+                        frame = read_table_bytes(up.getvalue(), up.name)
+                        state.set_data(frame, up.name, "upload", file_id=up.file_id)
+                    except MMCError as e:
+                        ss["upload_error"] = str(e)
+                        ss["upload_error_id"] = up.file_id
+            if ss.get("upload_error") and ss.get("upload_error_id") == up.file_id:
+                st.error(f"Cannot use this file: {ss['upload_error']}", icon=":material/error:")
+        elif (state.data() or {}).get("source") != "upload":
+            st.info("Choose a file to audit your own model's predictions. Until then the previous table stays loaded.")
+    else:
+        st.caption(f"{ss.get('cli_data')}")
+
+
+def overview_section(d):
+    frame = d["df"]
+    prof = state.column_profile(frame, d["key"])
+    c = st.columns(4)
+    c[0].metric("Rows", f"{d['rows']:,}")
+    c[1].metric("Columns", f"{d['cols']:,}")
+    c[2].metric("Missing cells", f"{int(prof['missing'].sum()):,}")
+    c[3].metric("Source", {"demo": "demo", "upload": "upload", "file": "file"}.get(d["source"], d["source"]))
+    n = min(state.PREVIEW_ROWS, d["rows"])
+    st.dataframe(state.preview(frame, d["key"]), height=260, hide_index=False, width="stretch")
+    st.caption(f"A random sample of {n} of {d['rows']:,} rows (row numbers on the left)." if d["rows"] > n else
+               f"All {d['rows']:,} rows.")
+    with st.expander("Columns: types, missing values, distinct values"):
+        st.dataframe(prof, hide_index=True, width="stretch")
+
+
+def _label_hist(summary, name, units):
+    edges = np.asarray(summary["edges"])
+    fig = go.Figure(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=summary["counts"], width=np.diff(edges),
+                           marker_color="#0072B2", hovertemplate="%{x:.4g}: %{y:,} rows<extra></extra>"))
+    fig.update_layout(height=230, margin=dict(l=60, r=10, t=30, b=50), bargap=0.02,
+                      title=dict(text="Distribution of the fitted label", font=dict(size=13)),
+                      font=dict(family="DejaVu Sans, Arial, sans-serif", size=12), plot_bgcolor="white")
+    fig.update_xaxes(title_text=f"{name} ({units})" if units else name, showgrid=False, linecolor="#888")
+    fig.update_yaxes(title_text="rows", gridcolor="#e5e5e5")
+    return fig
+
+
+def label_section(d):
+    ss = st.session_state
+    frame = d["df"]
+    cols = list(frame.columns)
+    nums = state.numeric_columns(frame)
+    ordered = nums + [c for c in cols if c not in nums]
+    sanitize("label_col", ordered, nums[-1] if nums else None)
+    c1, c2 = st.columns([1, 1], gap="large")
+    with c1:
+        st.selectbox("Label column (what the model predicts)", ordered, key="label_col",
+                     format_func=lambda c: c if c in nums else f"{c}  (text)",
+                     help="Numeric columns are listed first.")
+        st.radio("Label range (the theory works on [0, 1]; outputs are mapped back to label units)",
+                 list(SCALINGS), key="label_scaling", format_func=SCALINGS.get)
+        if ss["label_scaling"] == "declared":
+            a, b = st.columns(2)
+            a.number_input("Lowest possible value", key="label_lo", format="%g")
+            b.number_input("Highest possible value", key="label_hi", format="%g")
+        elif ss["label_scaling"] == "robust":
+            a, b = st.columns(2)
+            a.number_input("Clip below quantile (%)", 0.0, 49.0, step=0.5, key="label_qlo")
+            b.number_input("Clip above quantile (%)", 51.0, 100.0, step=0.5, key="label_qhi")
+        st.checkbox("Log scale (fit ln label; all outputs in log units)", key="label_log")
+        st.text_input("Units of the label (for axis titles)", key="label_units", placeholder="e.g. thousand USD",
+                      max_chars=40)
+    with c2:
+        summary = state.label_summary(frame, d["key"], state.label_spec())
+        if "error" in summary:
+            st.error(f"Label: {summary['error']}", icon=":material/error:")
+            lab = ss.get("label_col")
+            if lab in frame.columns:
+                n_miss = int(frame[lab].isna().sum())
+                if n_miss and n_miss < len(frame):
+                    if st.button(f"Drop the {n_miss:,} rows whose label is missing", key="drop_missing_label"):
+                        keep = frame[lab].notna().to_numpy()
+                        state.set_data(frame.loc[keep].reset_index(drop=True), f"{d['name']} (label present)",
+                                       d["source"], demo=d.get("demo"), keep_settings=True)
+                        st.rerun()
+        else:
+            st.markdown(f"Fitted label **{summary['name']}** in **[{summary['lo']:.4g}, {summary['hi']:.4g}]** "
+                        f"({summary['note']}); mean {summary['mean']:.4g}, SD {summary['sd']:.4g}.")
+            st.plotly_chart(_label_hist(summary, summary["name"], state.units()), width="stretch",
+                            config={"displayModeBar": False}, key="label_hist")
+
+
+def base_section(d):
+    ss = st.session_state
+    frame = d["df"]
+    nums = [c for c in state.numeric_columns(frame) if c != ss.get("label_col")]
+    c1, c2 = st.columns([1, 1], gap="large")
+    with c1:
+        st.radio("Base prediction (the model being audited; the initial mean)", list(BASE_KINDS), key="base_kind",
+                 format_func=BASE_KINDS.get)
+    with c2:
+        if ss["base_kind"] == "column":
+            sanitize("base_col", nums, None)
+            st.selectbox("Prediction column (label units)", nums, key="base_col", index=None,
+                         placeholder="choose a column")
+            if not nums:
+                st.warning("There is no numeric column other than the label.")
+        elif ss["base_kind"] == "model":
+            st.selectbox("Model", list(BASE_MODELS), key="base_model", format_func=BASE_MODELS.get)
+            options = [c for c in frame.columns if c != ss.get("label_col")]
+            sanitize("base_features", options, multi=True)
+            st.multiselect("Feature columns", options, key="base_features",
+                           help="Text columns are one-hot encoded; missing values are handled. Do not include "
+                                "columns that leak the label.")
+            st.caption("The model is trained on its own rows only (see the split below), so its predictions on the "
+                       "fitting and test rows are honest out-of-sample predictions.")
+        else:
+            st.caption("The mean predictor starts at the label mean; multicalibration alone then fits the means.")
+
+
+def split_section(d):
+    ss = st.session_state
+    from app.ui.run_page import split_summary
+
+    model = ss["base_kind"] == "model"
+    c1, c2, c3 = st.columns(3)
+    c1.slider("Test rows (%): audited, never fitted on", 5, 60, key="split_test", step=5)
+    if model:
+        c2.slider("Base-model training rows (%)", 5, 60, key="split_base", step=5)
+    c3.number_input("Random seed of the split", min_value=0, max_value=10_000, key="split_seed")
+    sizes = split_summary(d)
+    if sizes is None:
+        st.error("These shares leave too few rows for multicalibration: lower them.")
+        return
+    df = pd.DataFrame({"part": list(sizes), "rows": list(sizes.values())})
+    df["share"] = df["rows"] / d["rows"]
+    df = df[df["rows"] > 0]
+    st.dataframe(df, hide_index=True, width="content",
+                 column_config={"share": st.column_config.ProgressColumn("share", format="percent", min_value=0,
+                                                                         max_value=1)})
+    st.caption("Interval calibration rows are drawn by the estimator from the multicalibration rows "
+               "(the share is set on the Run page).")
+
+
+def render():
+    ss = st.session_state
+    st.title("Data")
+    run = ss.get("run")
+    if run is not None and run.data_key == (state.data() or {}).get("key") and ss.get("src_kind") != "Upload a file":
+        with st.container(border=True):
+            info = run.model.info
+            st.markdown(f"**An audit of _{run.data_name}_ is ready** ({info.get('n_groups')} groups, "
+                        f"{run.split['test'].size:,} test rows). Change anything below and re-run, or look at it now.")
+            st.page_link("ui/results_page.py", label="Open the results", icon=":material/insights:")
+    st.subheader("1 · Table")
+    source_section()
+    d = state.data()
+    if d is None:
+        return
+    overview_section(d)
+    st.subheader("2 · Label")
+    label_section(d)
+    st.subheader("3 · Base prediction")
+    base_section(d)
+    st.subheader("4 · Split")
+    split_section(d)
+    st.page_link("ui/groups_page.py", label="Next: define the groups", icon=":material/arrow_forward:")
+
+
+if __name__ == "__main__":
+    render()

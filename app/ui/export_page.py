@@ -1,0 +1,165 @@
+"""Export page: the PDF report, predictions with intervals (CSV), the fitted model and the groups (JSON)."""
+from __future__ import annotations
+
+import json
+import time
+
+import streamlit as st
+
+from app.io import escape_formulas
+from app.ui import state
+from app.ui.common import need_run
+from mmc_core.errors import MMCError
+
+AUTO_CSV_ROWS = 100_000  # build the CSV without a click up to this many rows
+
+
+def _test_inputs(run, frame):
+    rows = run.split["test"]
+    table = frame.iloc[rows].reset_index(drop=True)
+    base = None if run.base is None else run.base[rows]
+    return table, run.label.y[rows], base
+
+
+def build_pdf(run, frame) -> bytes:
+    from app.report import build_report_pdf
+
+    table, y, base = _test_inputs(run, frame)
+    return build_report_pdf(run.model, table, y, base=base, delta=run.settings.delta, gamma=run.settings.gamma,
+                            label=run.label.name, data_name=f"{run.data_name} (test rows)", audit=run.audit)
+
+
+def build_csv(run, frame, methods, which: str) -> bytes:
+    from app.runner import predictions_table
+
+    rows = run.split["test"] if which == "test" else None
+    out = predictions_table(frame, run, methods=methods, rows=rows)
+    return escape_formulas(out).to_csv(index=False, float_format="%.6g").encode("utf-8")
+
+
+def pdf_section(run, frame):
+    ss = st.session_state
+    st.subheader("PDF report")
+    st.caption("For a review board: parameters, data summary, findings in plain language, and the figures of the "
+               "Results page, computed on the test rows.")
+    try:
+        from app.report import CHROMIUM_MESSAGE, chromium_available
+        chrome = chromium_available()
+    except ImportError:
+        chrome, CHROMIUM_MESSAGE = None, "the report module (app/report.py) is not installed"
+    if not chrome:
+        st.warning(f"PDF export is unavailable: {CHROMIUM_MESSAGE}.", icon=":material/warning:")
+    c1, c2 = st.columns([1, 3])
+    if c1.button("Build the PDF report", key="pdf_build", type="primary", icon=":material/picture_as_pdf:"):
+        with st.spinner("Drawing the figures and laying out the report (a few seconds)…"):
+            t = time.perf_counter()
+            try:
+                ss["export_pdf"] = build_pdf(run, frame)
+                ss["export_pdf_seconds"] = time.perf_counter() - t
+                ss.pop("export_pdf_error", None)
+            except MMCError as e:
+                ss["export_pdf_error"] = str(e)
+                ss.pop("export_pdf", None)
+            except ImportError as e:
+                ss["export_pdf_error"] = f"PDF export needs the kaleido and fpdf2 packages: pip install kaleido fpdf2 ({e})"
+                ss.pop("export_pdf", None)
+    if ss.get("export_pdf_error"):
+        st.error(f"Could not build the PDF: {ss['export_pdf_error']}", icon=":material/error:")
+    if ss.get("export_pdf"):
+        c2.download_button("Download report.pdf", data=ss["export_pdf"], file_name=f"mmc_report_{run.data_name}.pdf",
+                           mime="application/pdf", key="pdf_download", on_click="ignore", icon=":material/download:")
+        c2.caption(f"{len(ss['export_pdf']) / 1024:,.0f} KB, built in {ss.get('export_pdf_seconds', 0):.1f} s.")
+
+
+def csv_section(run, frame):
+    ss = st.session_state
+    st.subheader("Predictions with intervals (CSV)")
+    from mmc_core.intervals import available_methods
+
+    methods = list(available_methods(run.model))
+    ss["exp_methods"] = [m for m in ss.get("exp_methods", []) if m in methods]
+    c1, c2 = st.columns([2, 1])
+    c1.multiselect("Interval methods (a lower and an upper column each)", methods, key="exp_methods")
+    which = c2.radio("Rows", ["all", "test"], key="exp_rows", horizontal=True,
+                     format_func=lambda w: {"all": f"all {len(frame):,} rows", "test": "test rows only"}[w])
+    sig = (run.finished_at, tuple(ss["exp_methods"]), which)
+    if ss.get("export_csv_sig") != sig:
+        ss.pop("export_csv", None)
+    n = len(frame) if which == "all" else run.split["test"].size
+    if ss.get("export_csv") is None and n <= AUTO_CSV_ROWS:
+        ss["export_csv"] = build_csv(run, frame, ss["exp_methods"], which)
+        ss["export_csv_sig"] = sig
+    elif ss.get("export_csv") is None:
+        if st.button(f"Prepare the CSV ({n:,} rows)", key="csv_build"):
+            with st.spinner("Computing predictions and intervals…"):
+                ss["export_csv"] = build_csv(run, frame, ss["exp_methods"], which)
+                ss["export_csv_sig"] = sig
+    if ss.get("export_csv") is not None:
+        st.download_button("Download predictions.csv", data=ss["export_csv"], file_name="predictions.csv",
+                           mime="text/csv", key="csv_download", on_click="ignore", icon=":material/download:")
+        st.caption(f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the "
+                   "split the row was in), `mmc_base`, `mmc_mean`, `mmc_sd`, `mmc_moment_a`, and "
+                   "`mmc_lower_<method>` / `mmc_upper_<method>`"
+                   + (f"; all in log({run.label_spec.column}) units" if run.label_spec.log else
+                      f"; all in {run.label.name} units") + ". Text cells that would run as spreadsheet formulas are "
+                   "escaped.")
+
+
+def json_section(run):
+    ss = st.session_state
+    st.subheader("Model and groups (JSON)")
+    if ss.get("export_model") is None:
+        ss["export_model"] = run.model.to_json().encode("utf-8")
+    from app.ui.groupbuild import groups_file
+
+    ss["export_groups_run"] = json.dumps(run.groups_json, indent=2).encode("utf-8")
+    try:
+        ss["export_groups"] = json.dumps(groups_file(ss.get("groups") or []), indent=2).encode("utf-8")
+    except MMCError:
+        ss["export_groups"] = ss["export_groups_run"]
+    if ss.get("export_audit") is None and run.audit is not None and hasattr(run.audit, "to_json"):
+        try:
+            ss["export_audit"] = json.dumps(run.audit.to_json(), allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError):
+            ss["export_audit"] = None
+    c = st.columns(3)
+    with c[0]:
+        st.download_button("Download model.json", data=ss["export_model"], file_name="model.json",
+                           mime="application/json", key="model_download", on_click="ignore", icon=":material/download:")
+        st.caption("Apply it to new rows with `mmc predict --model model.json …` "
+                   + ("(pass the base prediction with --pred)." if run.model.uses_base else "."))
+    with c[1]:
+        st.download_button("Download groups.json", data=ss["export_groups_run"], file_name="groups.json",
+                           mime="application/json", key="groups_download", on_click="ignore",
+                           icon=":material/download:")
+        st.caption("The groups of this model, in the format `mmc fit --groups` reads.")
+    with c[2]:
+        if ss.get("export_audit"):
+            st.download_button("Download audit.json", data=ss["export_audit"], file_name="audit.json",
+                               mime="application/json", key="audit_download", on_click="ignore",
+                               icon=":material/download:")
+            st.caption("Every table of the Results page (per group, per cell), as `mmc audit` writes it.")
+
+
+def render():
+    st.title("Export")
+    if need_run():
+        return
+    ss = st.session_state
+    run = ss["run"]
+    d = state.data()
+    if d is None or d["key"] != run.data_key:
+        st.warning("The table changed since this model was fitted: run the audit again to export.")
+        return
+    frame = d["df"]
+    if run.stopped or not run.converged:
+        st.warning("This model did not converge (stopped early or capped): say so when you hand it on.")
+    pdf_section(run, frame)
+    st.divider()
+    csv_section(run, frame)
+    st.divider()
+    json_section(run)
+
+
+if __name__ == "__main__":
+    render()

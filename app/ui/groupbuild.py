@@ -1,0 +1,167 @@
+"""Building group definitions from columns (pure functions; no Streamlit).
+
+Groups are kept as JSON-ready dicts in the format ``mmc fit --groups`` reads (see mmc_core/groups.py):
+``{"name": ..., "where": [{"column": ..., "op": ..., ...}, ...]}``. Everything that turns text into a group
+goes through :meth:`mmc_core.GroupSet.from_json` (an explicit grammar; nothing is evaluated).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+
+from mmc_core import Condition, GroupSet
+from mmc_core.errors import GroupDefinitionError
+from mmc_core.groups import MAX_GROUPS
+
+__all__ = ["column_kind", "distinct_values", "quantile_edges", "column_conditions", "intersections",
+           "condition_label", "group_name", "validate_groups", "groups_file", "parse_groups_file",
+           "suggest_groups", "MAX_CATEGORIES"]
+
+MAX_CATEGORIES = 12  # numeric columns with more distinct values than this are binned
+
+
+def column_kind(s: pd.Series, max_categories: int = MAX_CATEGORIES) -> str:
+    """``categorical`` (text, bool, or numeric with few distinct values) or ``numeric`` (binned)."""
+    if pd.api.types.is_bool_dtype(s) or not pd.api.types.is_numeric_dtype(s):
+        return "categorical"
+    return "categorical" if s.nunique(dropna=True) <= max_categories else "numeric"
+
+
+def _json_value(v):
+    """A value as JSON wants it: int for whole numbers, float, or text."""
+    if isinstance(v, (bool, np.bool_)):
+        return int(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return int(f) if f.is_integer() else f
+    return str(v)
+
+
+def distinct_values(s: pd.Series, limit: int = 200) -> list:
+    """Sorted distinct non-missing values (JSON-ready), at most ``limit``."""
+    vals = pd.unique(s.dropna())
+    out = sorted({_json_value(v) for v in vals[: max(limit * 4, limit)]}, key=lambda v: (isinstance(v, str), v))
+    return out[:limit]
+
+
+def quantile_edges(s: pd.Series, n_bins: int) -> list:
+    """Inner cut points of ``n_bins`` quantile bins (distinct, rounded to 4 significant digits)."""
+    v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0 or n_bins < 2:
+        return []
+    qs = np.quantile(v, np.linspace(0, 1, n_bins + 1)[1:-1])
+    edges = sorted({float(f"{q:.4g}") for q in qs})
+    lo, hi = float(v.min()), float(v.max())
+    return [e for e in edges if lo < e <= hi]
+
+
+def column_conditions(df: pd.DataFrame, col: str, n_bins: int = 4, max_categories: int = MAX_CATEGORIES) -> list:
+    """One condition dict per value (categorical) or per quantile bin (numeric) of ``col``."""
+    s = df[col]
+    if column_kind(s, max_categories) == "categorical":
+        vals = distinct_values(s, limit=201)
+        if len(vals) > 200:
+            raise GroupDefinitionError(f"column '{col}' has more than 200 distinct values; a group per value is "
+                                       "not useful (pick another column or define ranges)")
+        return [{"column": col, "op": "==", "value": v} for v in vals]
+    edges = quantile_edges(s, n_bins)
+    bounds = [None] + edges + [None]
+    return [{"column": col, "op": "between", "lo": bounds[i], "hi": bounds[i + 1]} for i in range(len(bounds) - 1)]
+
+
+def condition_label(cond: dict) -> str:
+    return Condition.from_dict(cond).label()
+
+
+def group_name(conds: list) -> str:
+    return " & ".join(condition_label(c) for c in conds) if conds else "all"
+
+
+def intersections(per_column: list, max_order: int) -> list:
+    """All groups from one condition of each of up to ``max_order`` different columns (order 1 first)."""
+    if max_order < 1:
+        raise GroupDefinitionError(f"the intersection order must be >= 1, got {max_order}")
+    count = sum(int(np.prod([len(per_column[i]) for i in combo]))
+                for r in range(1, min(max_order, len(per_column)) + 1)
+                for combo in itertools.combinations(range(len(per_column)), r))
+    if count + 1 > MAX_GROUPS:
+        raise GroupDefinitionError(f"these columns and order {max_order} give {count + 1:,} groups; the limit is "
+                                   f"{MAX_GROUPS:,} (lower the order, use fewer bins or fewer columns)")
+    groups = []
+    for r in range(1, min(max_order, len(per_column)) + 1):
+        for combo in itertools.combinations(range(len(per_column)), r):
+            for conds in itertools.product(*(per_column[i] for i in combo)):
+                groups.append({"name": group_name(list(conds)), "where": [dict(c) for c in conds]})
+    return groups
+
+
+def validate_groups(groups: list, columns=None) -> GroupSet:
+    """A GroupSet from group dicts (raises GroupDefinitionError with the reason); checks columns exist."""
+    gs = GroupSet.from_json([g for g in groups])
+    if columns is not None:
+        missing = sorted(c for c in gs.columns() if c not in set(columns))
+        if missing:
+            raise GroupDefinitionError(f"the groups refer to column(s) not in the data: {', '.join(missing)}")
+    return gs
+
+
+def groups_file(groups: list) -> dict:
+    """The ``mmc fit --groups`` file contents (without the implicit ``all`` group)."""
+    gs = GroupSet.from_json(groups)
+    d = gs.to_json()
+    d["groups"] = [g for g in d["groups"] if g["where"]]
+    return d
+
+
+def parse_groups_file(text, columns=None) -> list:
+    """Group dicts from a groups file (bytes or text), validated by GroupSet.from_json; ``all`` dropped."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise GroupDefinitionError("the group file is not UTF-8 text") from None
+    gs = GroupSet.from_json(text)
+    if columns is not None:
+        missing = sorted(c for c in gs.columns() if c not in set(columns))
+        if missing:
+            raise GroupDefinitionError(f"the group file refers to column(s) not in the data: {', '.join(missing)}")
+    return [g.to_dict() for g in gs.groups if g.where]
+
+
+def merge(existing: list, new: list) -> tuple[list, int]:
+    """Append groups whose names are new; returns (merged, number skipped as duplicates)."""
+    names = {g["name"] for g in existing}
+    out, skipped = list(existing), 0
+    for g in new:
+        if g["name"] in names or g["name"] == "all":
+            skipped += 1
+            continue
+        out.append(g)
+        names.add(g["name"])
+    return out, skipped
+
+
+def suggest_groups(df: pd.DataFrame, columns, numeric_columns=(), order: int = 1, n_bins: int = 4) -> list:
+    """Order-``order`` groups of the suggested columns (numeric ones in ``n_bins`` quantile bins)."""
+    per = []
+    for c in columns:
+        if c not in df.columns:
+            continue
+        if c in numeric_columns:
+            edges = quantile_edges(df[c], n_bins)
+            bounds = [None] + edges + [None]
+            per.append([{"column": c, "op": "between", "lo": bounds[i], "hi": bounds[i + 1]}
+                        for i in range(len(bounds) - 1)])
+        else:
+            per.append(column_conditions(df, c, n_bins))
+    return intersections(per, order) if per else []
+
+
+def to_text(groups: list) -> str:
+    return json.dumps(groups_file(groups), indent=2)

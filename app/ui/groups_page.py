@@ -1,0 +1,340 @@
+"""Groups page: build the groups the audit is calibrated on.
+
+Quick add (every value / quantile bin of chosen columns and their intersections up to an order), custom
+groups (conditions on columns combined with AND), edit / rename / remove, and import / export as the JSON
+file ``mmc fit --groups`` reads. Counts are live; groups below gamma mass are flagged.
+"""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from app.ui import groupbuild as gb
+from app.ui import state
+from app.ui.common import sanitize
+from mmc_core.errors import MMCError
+
+
+def _groups() -> list:
+    return st.session_state.setdefault("groups", [])
+
+
+def _set_groups(groups: list, message: str | None = None):
+    st.session_state["groups"] = groups
+    st.session_state.pop("export_groups", None)
+    if message:
+        st.session_state["groups_msg"] = message
+
+
+def counts_table(d, groups: list) -> pd.DataFrame:
+    frame = d["df"]
+    text = json.dumps([{"name": "all", "where": []}] + groups)
+    sizes = state.group_sizes(frame, d["key"], text)
+    gamma = float(st.session_state["p_gamma"])
+    rows = []
+    for i, (g, n) in enumerate(zip([{"name": "all", "where": []}] + groups, sizes)):
+        share = n / max(d["rows"], 1)
+        status = "✕ empty" if n == 0 else ("⚠ below γ" if share < gamma else "✓ ok")
+        rows.append({"#": i, "group": g["name"], "definition": gb.group_name(g["where"]) if g["where"] else "every row",
+                     "rows": n, "share": share, "status": status})
+    return pd.DataFrame(rows)
+
+
+def current_section(d):
+    groups = _groups()
+    try:
+        table = counts_table(d, groups)
+    except MMCError as e:
+        st.error(f"The group definitions do not fit this table: {e}")
+        return
+    gamma = float(st.session_state["p_gamma"])
+    n_below = int((table["status"] == "⚠ below γ").sum())
+    n_empty = int((table["status"] == "✕ empty").sum())
+    c = st.columns(3)
+    c[0].metric("Groups", f"{len(table):,}", help="Including the whole population ('all'), which is always audited.")
+    c[1].metric(f"Below γ = {gamma:g}", f"{n_below:,}", help="Groups with less than γ of the rows: the guarantees do "
+                "not cover them and their estimates are noisy.")
+    c[2].metric("Empty", f"{n_empty:,}")
+    if n_below or n_empty:
+        names = table.loc[table["status"] != "✓ ok", "group"].tolist()
+        st.warning(f"{n_below + n_empty} group(s) hold less than γ = {gamma:g} of the rows "
+                   f"({', '.join(names[:6])}{'…' if len(names) > 6 else ''}). They are still fitted, but their "
+                   "guarantees are weak; the results mark them with †.", icon=":material/warning:")
+    st.dataframe(table, hide_index=True, width="stretch", height=min(38 + 35 * len(table), 420),
+                 column_config={
+                     "#": st.column_config.NumberColumn(width="small"),
+                     "rows": st.column_config.NumberColumn(format="localized"),
+                     "share": st.column_config.ProgressColumn("share of rows", format="percent", min_value=0,
+                                                              max_value=1),
+                 })
+
+
+def quick_add(d):
+    ss = st.session_state
+    frame = d["df"]
+    options = [c for c in frame.columns if c != ss.get("label_col")]
+    sanitize("qa_cols", options, multi=True)
+    st.multiselect("Columns", options, key="qa_cols",
+                   help="Each value of a column becomes a group; numeric columns with many values are cut into "
+                        "quantile bins.")
+    c1, c2 = st.columns(2)
+    max_order = max(1, len(ss["qa_cols"]))
+    if ss["qa_order"] > max_order:
+        ss["qa_order"] = max_order
+    c1.number_input("Intersections up to order", min_value=1, max_value=max(max_order, 1), key="qa_order",
+                    help="2 adds every pair of values from two different columns (e.g. race=B & sex=F).")
+    c2.number_input("Quantile bins for numeric columns", min_value=2, max_value=10, key="qa_bins")
+    if not ss["qa_cols"]:
+        st.caption("Pick one or more columns.")
+        return
+    try:
+        per = [gb.column_conditions(frame, c, int(ss["qa_bins"])) for c in ss["qa_cols"]]
+        new = gb.intersections(per, int(ss["qa_order"]))
+    except MMCError as e:
+        st.error(str(e))
+        return
+    existing = {g["name"] for g in _groups()}
+    fresh = [g for g in new if g["name"] not in existing]
+    st.caption(f"{len(new):,} groups from these settings; {len(fresh):,} of them are new"
+               + (": " + ", ".join(g["name"] for g in fresh[:5]) + ("…" if len(fresh) > 5 else "") if fresh else "."))
+    b1, b2 = st.columns(2)
+    if b1.button(f"Add {len(fresh):,} groups", key="qa_add", disabled=not fresh, type="primary"):
+        merged, _ = gb.merge(_groups(), new)
+        _set_groups(merged, f"Added {len(fresh)} groups.")
+        st.rerun()
+    if b2.button("Replace all groups with these", key="qa_replace"):
+        _set_groups(new, f"Replaced the groups with {len(new)} new ones.")
+        st.rerun()
+
+
+def _cond_widgets(d, prefix: str):
+    """Widgets for one condition; returns a condition dict or None."""
+    ss = st.session_state
+    frame = d["df"]
+    options = [c for c in frame.columns if c != ss.get("label_col")]
+    sanitize(f"{prefix}_col", options, options[0] if options else None)
+    col = st.selectbox("Column", options, key=f"{prefix}_col")
+    if col is None:
+        return None
+    info = state.column_values(frame, d["key"], col)
+    if info["kind"] == "categorical":
+        vals = info["values"]
+        sanitize(f"{prefix}_vals", vals, multi=True)
+        c1, c2 = st.columns([3, 1])
+        picked = c1.multiselect(f"Values of {col}", vals, key=f"{prefix}_vals")
+        neg = c2.checkbox("exclude them", key=f"{prefix}_neg", help="Rows whose value is NOT one of these.")
+        if not picked:
+            return None
+        if len(picked) == 1:
+            return {"column": col, "op": "!=" if neg else "==", "value": picked[0]}
+        return {"column": col, "op": "not in" if neg else "in", "values": list(picked)}
+    q = info["quartiles"]
+    st.caption(f"{col}: min {info['min']:.4g}, quartiles {q[0]:.4g} / {q[1]:.4g} / {q[2]:.4g}, max {info['max']:.4g}")
+    c1, c2 = st.columns(2)
+    ss.setdefault(f"{prefix}_lo", float(q[0]))
+    ss.setdefault(f"{prefix}_hi", float(q[2]))
+    lo = c1.number_input("from (inclusive)", key=f"{prefix}_lo", format="%g")
+    hi = c2.number_input("to (exclusive)", key=f"{prefix}_hi", format="%g")
+    if not hi > lo:
+        st.warning("'to' must be larger than 'from'.")
+        return None
+    return {"column": col, "op": "between", "lo": float(lo), "hi": float(hi)}
+
+
+def _cb_add_condition(cond):
+    st.session_state.setdefault("draft_conds", []).append(cond)
+
+
+def _cb_create_group(columns):
+    ss = st.session_state
+    draft = ss.get("draft_conds") or []
+    name = (ss.get("cg_name") or "").strip() or gb.group_name(draft)
+    try:
+        gb.validate_groups(_groups() + [{"name": name, "where": draft}], columns)
+    except MMCError as e:
+        ss["groups_err"] = str(e)
+        return
+    _set_groups(_groups() + [{"name": name, "where": list(draft)}], f"Created group '{name}'.")
+    ss["draft_conds"] = []
+    ss["cg_name"] = ""
+
+
+def _cb_clear_draft():
+    st.session_state["draft_conds"] = []
+    st.session_state["cg_name"] = ""
+
+
+def custom_group(d):
+    ss = st.session_state
+    draft = ss.setdefault("draft_conds", [])
+    st.markdown("A group is the rows meeting **all** its conditions. Add conditions one by one.")
+    cond = _cond_widgets(d, "cg")
+    st.button("Add this condition", key="cg_add_cond", disabled=cond is None, on_click=_cb_add_condition,
+              args=(cond,))
+    if draft:
+        try:
+            sizes = state.group_sizes(d["df"], d["key"], json.dumps([{"name": "draft", "where": draft}]))
+            n = sizes[-1]
+        except MMCError as e:
+            st.error(str(e))
+            n = None
+        st.markdown("**Draft:** " + " **and** ".join(f"`{gb.condition_label(c)}`" for c in draft)
+                    + (f" — {n:,} rows ({n / max(d['rows'], 1):.1%})" if n is not None else ""))
+        ss.setdefault("cg_name", "")
+        st.text_input("Group name (optional)", key="cg_name", placeholder=gb.group_name(draft), max_chars=200)
+        b1, b2 = st.columns(2)
+        b1.button("Create group", key="cg_create", type="primary", on_click=_cb_create_group,
+                  args=(list(d["df"].columns),))
+        b2.button("Clear draft", key="cg_clear", on_click=_cb_clear_draft)
+
+
+def _cb_save_group(i: int, columns):
+    ss = st.session_state
+    groups = _groups()
+    try:
+        where = json.loads(ss["ed_json"])
+        name = ss["ed_name"].strip()
+        new = groups[:i] + [{"name": name, "where": where}] + groups[i + 1:]
+        gs = gb.validate_groups(new, columns)
+    except json.JSONDecodeError as e:
+        ss["groups_err"] = f"The conditions are not valid JSON: {e.msg} (line {e.lineno})"
+        return
+    except MMCError as e:
+        ss["groups_err"] = str(e)
+        return
+    _set_groups([x.to_dict() for x in gs.groups if x.where or x.name != "all"], f"Saved '{name}'.")
+    ss["ed_loaded"] = None
+    ss["ed_pick"] = name
+
+
+def _cb_remove(names: list | None, message: str | None):
+    ss = st.session_state
+    if names is None:  # the multiselect's current value
+        names = list(ss.get("rm_pick") or [])
+        message = f"Removed {len(names)} group(s)."
+    gone = set(names)
+    _set_groups([g for g in _groups() if g["name"] not in gone], message)
+    ss["rm_pick"] = []
+    ss["ed_loaded"] = None
+
+
+def _cb_to_draft(g: dict):
+    ss = st.session_state
+    ss["draft_conds"] = list(g["where"])
+    ss["cg_name"] = g["name"]
+    ss["groups_msg"] = f"Loaded '{g['name']}' into the custom builder (tab 'Custom group')."
+
+
+def edit_groups(d):
+    ss = st.session_state
+    groups = _groups()
+    if not groups:
+        st.caption("No groups yet (the whole population 'all' is always audited).")
+        return
+    names = [g["name"] for g in groups]
+    sanitize("ed_pick", names, names[0])
+    pick = st.selectbox("Group", names, key="ed_pick")
+    i = names.index(pick)
+    g = groups[i]
+    if ss.get("ed_loaded") != pick:
+        ss["ed_name"] = g["name"]
+        ss["ed_json"] = json.dumps(g["where"], indent=1)
+        ss["ed_loaded"] = pick
+    st.text_input("Name", key="ed_name", max_chars=200)
+    st.text_area("Conditions (JSON list; the grammar of the group file)", key="ed_json", height=140,
+                 help='e.g. [{"column": "race", "op": "==", "value": "B"}, {"column": "age", "op": "between", '
+                      '"lo": 50, "hi": 65}]')
+    b1, b2, b3 = st.columns(3)
+    b1.button("Save changes", key="ed_save", type="primary", on_click=_cb_save_group,
+              args=(i, list(d["df"].columns)))
+    b2.button("Remove this group", key="ed_remove", on_click=_cb_remove, args=([pick], f"Removed '{pick}'."))
+    b3.button("Load into the custom builder", key="ed_to_draft", on_click=_cb_to_draft, args=(g,))
+    st.divider()
+    sanitize("rm_pick", names, multi=True)
+    st.multiselect("Remove several groups", names, key="rm_pick")
+    c1, c2 = st.columns(2)
+    c1.button("Remove selected", key="rm_btn", disabled=not ss.get("rm_pick"), on_click=_cb_remove,
+              args=(None, None))
+    c2.button("Remove all groups", key="rm_all", on_click=_cb_remove, args=(names, "Removed all groups."))
+
+
+def import_export(d):
+    ss = st.session_state
+    groups = _groups()
+    c1, c2 = st.columns(2, gap="large")
+    with c1:
+        st.markdown("**Export**: the file `mmc fit --groups FILE.json` reads.")
+        text = gb.to_text(groups) if groups else json.dumps({"format": "mmc-groups", "version": 1, "groups": []})
+        ss["export_groups"] = text.encode("utf-8")
+        st.download_button("Download groups.json", data=ss["export_groups"], file_name="groups.json",
+                           mime="application/json", key="grp_download", on_click="ignore",
+                           icon=":material/download:")
+        with st.expander("Show the JSON"):
+            st.code(text[:20000] + ("\n…" if len(text) > 20000 else ""), language="json")
+    with c2:
+        st.markdown("**Import** a groups file (JSON, as exported here or written by hand).")
+        up = st.file_uploader("Groups JSON", type=["json"], key="grp_upload")
+        mode = st.radio("On import", ["add to the current groups", "replace the current groups"], key="grp_mode",
+                        horizontal=True)
+        if up is not None and ss.get("grp_imported") != up.file_id:
+            try:
+                new = gb.parse_groups_file(up.getvalue(), d["df"].columns)
+            except MMCError as e:
+                st.error(f"Cannot import {up.name}: {e}")
+            else:
+                if mode.startswith("replace"):
+                    _set_groups(new, f"Imported {len(new)} groups from {up.name} (replacing the old ones).")
+                else:
+                    merged, skipped = gb.merge(groups, new)
+                    _set_groups(merged, f"Imported {len(new) - skipped} groups from {up.name}"
+                                + (f" ({skipped} already present by name)" if skipped else "") + ".")
+                ss["grp_imported"] = up.file_id
+                st.rerun()
+        st.text_area("…or paste JSON", key="grp_paste", height=100,
+                     placeholder='{"format": "mmc-groups", "version": 1, "groups": [...]}')
+        if st.button("Import pasted JSON", key="grp_paste_btn", disabled=not (ss.get("grp_paste") or "").strip()):
+            try:
+                new = gb.parse_groups_file(ss["grp_paste"], d["df"].columns)
+            except MMCError as e:
+                st.error(f"Cannot import: {e}")
+            else:
+                if mode.startswith("replace"):
+                    _set_groups(new, f"Imported {len(new)} groups (replacing the old ones).")
+                else:
+                    merged, skipped = gb.merge(groups, new)
+                    _set_groups(merged, f"Imported {len(new) - skipped} groups.")
+                st.rerun()
+
+
+def render():
+    ss = st.session_state
+    st.title("Groups")
+    d = state.data()
+    if d is None:
+        st.info("Load a table on the Data page first.")
+        return
+    st.caption("The audit checks calibration of means and variances on every group below (and on 'all'). Groups "
+               "may overlap. They are defined by conditions on columns, so they can be computed on new rows.")
+    msg = ss.pop("groups_msg", None)
+    if msg:
+        st.success(msg, icon=":material/check:")
+    err = ss.pop("groups_err", None)
+    if err:
+        st.error(err, icon=":material/error:")
+    current_section(d)
+    tabs = st.tabs(["Quick add from columns", "Custom group", "Edit · rename · remove", "Import · export"])
+    with tabs[0]:
+        quick_add(d)
+    with tabs[1]:
+        custom_group(d)
+    with tabs[2]:
+        edit_groups(d)
+    with tabs[3]:
+        import_export(d)
+    st.page_link("ui/run_page.py", label="Next: run the audit", icon=":material/arrow_forward:")
+
+
+if __name__ == "__main__":
+    render()

@@ -1,0 +1,465 @@
+"""Results page: everything the audit found on the test rows.
+
+Variance disparities (which groups the model is least certain about, and whether it knows), coverage and
+width heatmaps of the interval methods, mean calibration before / after, moment calibration per cell, and a
+row explorer. Figures come from ``app/figures.py`` (the PDF report uses the same ones) and are cached per run.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from app.ui import state
+from app.ui.common import need_run
+
+METHOD_LABELS = {"guaranteed": "guaranteed (paper, Section 5)", "plugin": "plug-in Chebyshev",
+                 "multimoment": "multi-moment cover (Appendix)", "calibrated": "calibrated on held-out rows",
+                 "split-conformal": "split conformal (marginal)", "mondrian": "Mondrian (per-group) conformal",
+                 "gaussian": "Gaussian (base ± z·sd)"}
+
+
+def _run_key(run) -> str:
+    return f"{run.data_key}:{run.finished_at}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# cached computations (keyed on the run; the run object itself is not hashed)
+# ---------------------------------------------------------------------------------------------------
+@st.cache_data(show_spinner=False, max_entries=64)
+def _figure(kind: str, key: str, _run, arg=None, units: str = ""):
+    from app import figures as F
+
+    audit = _audit_with_units(_run.audit, units)
+    s = _run.settings
+    if kind == "variance":
+        return F.variance_disparity_figure(audit, top=arg)
+    if kind == "coverage":
+        return F.coverage_heatmap(audit, s.delta)
+    if kind == "width":
+        return F.width_heatmap(audit)
+    if kind == "calibration":
+        top, min_count = arg
+        return F.calibration_before_after_figure(_min_count_audit(audit, min_count), top=top)
+    if kind == "moment":
+        return F.moment_reliability_figure(audit, moment=arg)
+    raise ValueError(kind)
+
+
+def _min_count_audit(audit, min_count: int):
+    """A view of the audit whose worst-cell calibration errors ignore cells with fewer than ``min_count`` test
+    rows (a cell of one or two rows has an error that is mostly noise)."""
+    cc = getattr(audit, "calibration_cells", None)
+    bg = getattr(audit, "by_group", None)
+    if min_count <= 1 or not isinstance(cc, pd.DataFrame) or not isinstance(bg, pd.DataFrame) or cc.empty:
+        return audit
+    a = copy.copy(audit)
+    bg = bg.copy()
+    for col, err, cnt, mass in (("calib_error_worst", "error", "count", "mass"),
+                                ("calib_error_worst_base", "error_base", "count_base", "mass_base")):
+        if col in bg.columns and {err, cnt}.issubset(cc.columns):
+            keep = cc[cc[cnt].fillna(0) >= min_count]
+            worst = keep.assign(_e=keep[err].abs()).groupby("group")["_e"].max()
+            bg[col] = worst.reindex(bg.index)
+            wcol = col.replace("calib_error_worst", "calib_error_worst_weighted")
+            if wcol in bg.columns and mass in cc.columns:
+                wworst = keep.assign(_w=keep[err].abs() * keep[mass]).groupby("group")["_w"].max()
+                bg[wcol] = wworst.reindex(bg.index)
+    a.by_group = bg
+    return a
+
+
+def _audit_with_units(audit, units: str):
+    if not units or not isinstance(getattr(audit, "params", None), dict):
+        return audit
+    if audit.params.get("label_units") == units:
+        return audit
+    a = copy.copy(audit)
+    a.params = dict(audit.params, label_units=units)
+    return a
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _test_intervals(key: str, _run, _frame) -> dict:
+    """Test-row predictions, intervals of every available method, and bucket of each row."""
+    from mmc_core.intervals import interval_table
+
+    rows = _run.split["test"]
+    cols = sorted(_run.model.groups.columns())
+    table = _frame.iloc[rows][cols].reset_index(drop=True)
+    base = None if _run.base is None else _run.base[rows]
+    preds = _run.model.predict(table, base)
+    ints = interval_table(_run.model, table, base=base, delta=_run.settings.delta, gamma=_run.settings.gamma)
+    memb = _run.model.groups.evaluate(table, len(rows))
+    return {"mean": preds["mean"], "ints": {m: (np.asarray(lo), np.asarray(hi)) for m, (lo, hi) in ints.items()},
+            "groups": [memb.group_rows(g) for g in range(len(_run.model.groups))],
+            "names": list(_run.model.groups.names)}
+
+
+def coverage_by_bucket_table(run, frame, method: str) -> pd.DataFrame:
+    """Coverage of ``method`` per group (rows) and predicted-mean bucket (columns 0..m-1) on the test rows."""
+    t = _test_intervals(_run_key(run), run, frame)
+    y = run.label.y[run.split["test"]]
+    lo, hi = t["ints"][method]
+    inside = (y >= lo) & (y <= hi)
+    m = run.settings.n_buckets
+    unit = (t["mean"] - run.model.scale.lo) / run.model.scale.span
+    b = np.clip(np.floor(unit * m), 0, m - 1).astype(int)
+    out = np.full((len(t["names"]), m), np.nan)
+    for g, r in enumerate(t["groups"]):
+        if r.size:
+            cnt = np.bincount(b[r], minlength=m)
+            hit = np.bincount(b[r], weights=inside[r].astype(float), minlength=m)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[g] = np.where(cnt > 0, hit / np.maximum(cnt, 1), np.nan)
+    return pd.DataFrame(out, index=t["names"], columns=list(range(m)))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _bucket_figure(key: str, method: str, _run, _frame, units: str = ""):
+    from app import figures as F
+
+    audit = copy.copy(_audit_with_units(_run.audit, units))
+    audit.coverage_by_bucket = coverage_by_bucket_table(_run, _frame, method)
+    fig = F.coverage_by_bucket_heatmap(audit, _run.settings.delta)
+    label = F.METHOD_LABELS.get(method, method)
+    if fig.layout.title and fig.layout.title.text:
+        fig.layout.title.text = fig.layout.title.text.replace("the calibrated intervals", f"the {label} intervals")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------
+# sections
+# ---------------------------------------------------------------------------------------------------
+def _fmt(v, nd=3):
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if not math.isfinite(v) else f"{v:.{nd}g}"
+
+
+def _overall(audit, key):
+    ov = getattr(audit, "overall", None)
+    if ov is None:
+        return None
+    try:
+        return ov.get(key)
+    except AttributeError:
+        return getattr(ov, key, None)
+
+
+def headline(run):
+    audit = run.audit
+    info = run.model.info
+    s = run.settings
+    c = st.columns(5)
+    c[0].metric("Model", "converged" if run.converged else ("stopped" if run.stopped else "not converged"),
+                help=f"{info.get('rounds')} rounds, {info.get('mean_updates'):,} mean and "
+                     f"{info.get('moment_updates'):,} moment updates")
+    c[1].metric("Test rows", f"{run.split['test'].size:,}", help="All results on this page are on rows the fit never saw.")
+    c[2].metric("Groups", f"{info.get('n_groups')}")
+    cov = getattr(audit, "coverage", None)
+    if isinstance(cov, pd.DataFrame) and "calibrated" in cov.columns:
+        col = cov["calibrated"].astype(float)
+        target = 1 - s.delta
+        overall = float(col.iloc[0]) if len(col) else float("nan")
+        c[3].metric("Coverage, all rows", _pct(overall), delta=_pts(overall - target, target),
+                    help=f"Share of test rows inside their calibrated {target:.0%} interval.")
+        big = _large_enough(audit, col.index)
+        worst = float(col[big].min() if big.any() else col.min())
+        c[4].metric("Worst group (mass ≥ γ)", _pct(worst), delta=_pts(worst - target, target),
+                    help="The lowest coverage of the calibrated intervals among groups with at least γ of the rows.")
+
+
+
+def rmse_line(run, frame):
+    from app.runner import error_metrics
+
+    bm = run.base_metrics or {}
+    try:
+        after = error_metrics(run.label.y[run.split["test"]], _test_intervals(_run_key(run), run, frame)["mean"])
+    except Exception:  # noqa: BLE001 - a caption only
+        return
+    u = state.units() or f"{run.label.name} units"
+    if bm.get("base_test"):
+        b = bm["base_test"]
+        st.caption(f"Test rows: root mean squared error {b['rmse']:.4g} (base) → {after['rmse']:.4g} "
+                   f"(multicalibrated) {u}; R² {b['r2']:.3f} → {after['r2']:.3f}.")
+    else:
+        st.caption(f"Test rows: root mean squared error {after['rmse']:.4g} {u}; R² {after['r2']:.3f}.")
+
+
+def _pct(v):
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if not math.isfinite(v) else f"{v:.1%}"
+
+
+def _pts(diff: float, target: float) -> str | None:
+    if not math.isfinite(diff):
+        return None
+    return f"{diff * 100:+.1f} pts vs {target:.0%}"
+
+
+def _large_enough(audit, index) -> np.ndarray:
+    bg = getattr(audit, "by_group", None)
+    if bg is None:
+        return np.ones(len(index), bool)
+    if "large_enough" in bg.columns:
+        return np.array([bool(bg["large_enough"].get(n, True)) for n in index])
+    gamma = (getattr(audit, "params", {}) or {}).get("gamma", 0.05)
+    if "mass" in bg.columns:
+        return np.array([float(bg["mass"].get(n, 1.0)) >= gamma for n in index])
+    return np.ones(len(index), bool)
+
+
+def findings(run):
+    audit = run.audit
+    if not hasattr(audit, "findings"):
+        return
+    try:
+        items = audit.findings(top=5)
+    except Exception as e:  # noqa: BLE001 - a findings bug must not hide the figures
+        st.caption(f"(findings unavailable: {e})")
+        return
+    if not items:
+        return
+    with st.container(border=True):
+        st.markdown("**What the audit found** (test rows)")
+        for f in items:
+            text = f if isinstance(f, str) else (f.get("text") or f.get("message") or str(f)) if isinstance(f, dict) \
+                else str(f)
+            st.markdown(f"- {text}")
+
+
+def variance_tab(run):
+    ss = st.session_state
+    st.markdown("Which groups is the model **least certain** about, and does it *know* it? Each row compares the "
+                "model's predicted spread (√ of the mean predicted variance) with the observed spread of the "
+                "outcome around the predicted mean, on the test rows. A ratio far from 1 means the stated "
+                "uncertainty is wrong for that group.")
+    n_groups = len(run.model.groups)
+    top = None
+    if n_groups > 10:
+        c1, _ = st.columns([2, 3])
+        c1.select_slider("Groups shown (farthest from the overall level first)", [10, 20, 30, 50, 100],
+                         key="res_top")
+        top = int(ss["res_top"])
+    st.plotly_chart(_figure("variance", _run_key(run), run, top, state.units()), width="stretch",
+                    key="fig_variance")
+    bg = getattr(run.audit, "by_group", None)
+    if isinstance(bg, pd.DataFrame) and "pred_var" in bg.columns:
+        t = bg.copy()
+        t["predicted SD"] = np.sqrt(np.clip(t["pred_var"].astype(float), 0, None))
+        if "emp_var" in t.columns:
+            t["observed SD"] = np.sqrt(np.clip(t["emp_var"].astype(float), 0, None))
+        keep = [c for c in ("count", "mass", "predicted SD", "observed SD", "var_ratio", "var_ratio_lo", "var_ratio_hi")
+                if c in t.columns]
+        top = t.sort_values("predicted SD", ascending=False)[keep].head(8)
+        below = ~_large_enough(run.audit, top.index)
+        top.index = [f"{n} †" if b else str(n) for n, b in zip(top.index, below)]
+        st.markdown(f"**Least certain groups** (largest predicted SD, {state.units() or run.label.name + ' units'})"
+                    + ("; † = fewer than γ of the rows, estimates are noisy" if below.any() else ""))
+        st.dataframe(top, width="stretch", column_config={
+            "mass": st.column_config.NumberColumn(format="%.3f"), "predicted SD": st.column_config.NumberColumn(format="%.3g"),
+            "observed SD": st.column_config.NumberColumn(format="%.3g"),
+            "var_ratio": st.column_config.NumberColumn("variance ratio", format="%.3f"),
+            "var_ratio_lo": st.column_config.NumberColumn("ratio 95% low", format="%.3f"),
+            "var_ratio_hi": st.column_config.NumberColumn("ratio 95% high", format="%.3f")})
+
+
+def coverage_tab(run, frame):
+    ss = st.session_state
+    s = run.settings
+    st.markdown(f"Do the prediction intervals contain the outcome **{1 - s.delta:.0%}** of the time **in every "
+                "group**? White = on target, red = too few rows covered, blue = wider than needed. Groups marked † "
+                f"hold less than γ = {s.gamma:g} of the rows.")
+    st.plotly_chart(_figure("coverage", _run_key(run), run, None, state.units()), width="stretch", key="fig_coverage")
+    try:
+        methods = list(_test_intervals(_run_key(run), run, frame)["ints"])
+    except Exception as e:  # noqa: BLE001
+        st.warning(f"Intervals unavailable: {e}")
+        return
+    if methods:
+        if ss.get("res_method") not in methods:
+            ss["res_method"] = "calibrated" if "calibrated" in methods else methods[0]
+        st.selectbox("Method for the coverage by predicted-mean bucket", methods, key="res_method",
+                     format_func=lambda m: METHOD_LABELS.get(m, m))
+        st.plotly_chart(_bucket_figure(_run_key(run), ss["res_method"], run, frame, state.units()), width="stretch",
+                        key="fig_bucket")
+    st.plotly_chart(_figure("width", _run_key(run), run, None, state.units()), width="stretch", key="fig_width")
+
+
+def calibration_tab(run):
+    ss = st.session_state
+    st.markdown("**Mean calibration before and after.** For each group, the largest gap between the average "
+                "prediction and the average outcome over its predicted-mean buckets, for the base model and for "
+                "the multicalibrated model (test rows).")
+    ss.setdefault("res_mincount", 20)
+    c1, _ = st.columns([1, 2])
+    c1.select_slider("Ignore cells with fewer test rows than", [1, 5, 10, 20, 50, 100], key="res_mincount",
+                     help="The error of a cell holding one or two rows is mostly noise; by default such cells are "
+                          "left out of the worst-cell error (the Tables tab lists every cell).")
+    st.plotly_chart(_figure("calibration", _run_key(run), run, (20, int(ss["res_mincount"])), state.units()),
+                    width="stretch", key="fig_calibration")
+    moments = list(run.model.moments)
+    if moments:
+        st.markdown("**Moment calibration per cell.** Each marker is one (group, mean bucket, variance bucket) cell: "
+                    "its predicted against its observed central moment. On the diagonal = calibrated.")
+        if ss.get("res_moment") not in moments:
+            ss["res_moment"] = moments[0]
+        st.selectbox("Moment", moments, key="res_moment",
+                     format_func=lambda a: {2: "2: variance", 3: "3: third absolute moment", 4: "4: fourth moment"}.get(a, str(a)))
+        st.plotly_chart(_figure("moment", _run_key(run), run, int(ss["res_moment"]), state.units()), width="stretch",
+                        key="fig_moment")
+    mc = getattr(run.audit, "moment_cells", None)
+    if isinstance(mc, pd.DataFrame) and len(mc):
+        with st.expander(f"Moment cells table ({len(mc):,} cells)"):
+            st.dataframe(mc.head(2000), width="stretch", hide_index=True)
+
+
+def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figure:
+    from app.figures import OKABE_ITO
+
+    rows = [(m, v) for m, v in details["intervals"].items() if isinstance(v, tuple)]
+    fig = go.Figure()
+    labels = [METHOD_LABELS.get(m, m) for m, _ in rows]
+    for lab, (m, (lo, hi)) in zip(labels, rows):
+        inside = lo <= y <= hi
+        fig.add_trace(go.Scatter(x=[lo, hi], y=[lab, lab], mode="lines+markers", showlegend=False,
+                                 line=dict(color=OKABE_ITO["blue"] if inside else OKABE_ITO["vermillion"], width=6),
+                                 marker=dict(symbol="line-ns", size=14, line=dict(width=2)),
+                                 hovertemplate=f"{lab}: [{lo:.4g}, {hi:.4g}]<extra></extra>"))
+    mu = details["pred"]["mean"]
+    fig.add_vline(x=mu, line=dict(color="#555", dash="dot", width=2))
+    fig.add_vline(x=y, line=dict(color=OKABE_ITO["orange"], width=3))
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color="#555", dash="dot", width=2),
+                             name=f"predicted mean {mu:.4g}"))
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=OKABE_ITO["orange"], width=3),
+                             name=f"observed {name} {y:.4g}"))
+    if any(not (lo <= y <= hi) for _, (lo, hi) in rows):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=OKABE_ITO["vermillion"], width=6),
+                                 name="interval misses the observed value"))
+    fig.update_layout(height=120 + 38 * len(rows), margin=dict(l=10, r=20, t=40, b=50), template="plotly_white",
+                      font=dict(family="DejaVu Sans, Arial, sans-serif", size=13),
+                      title=dict(text="<b>This row's intervals</b>", x=0, font=dict(size=15)),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"))
+    fig.update_xaxes(title_text=f"{name} ({units})" if units else name)
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    return fig
+
+
+def explorer_tab(run, frame):
+    from app.runner import row_details
+
+    ss = st.session_state
+    test = run.split["test"]
+    st.markdown("Pick a test row: its features, predicted mean and moments, every method's interval, and the "
+                "groups it belongs to.")
+    c1, c2 = st.columns([1, 3])
+    if "res_row" not in ss or not 0 <= ss["res_row"] < test.size:
+        ss["res_row"] = 0
+    c1.number_input(f"Test row (0 – {test.size - 1:,})", min_value=0, max_value=int(test.size - 1), key="res_row",
+                    step=1)
+    if c1.button("Random row", key="res_random"):
+        ss["res_row_next"] = int(np.random.default_rng().integers(test.size))
+        st.rerun()
+    pos = int(ss["res_row"])
+    row = int(test[pos])
+    try:
+        t = _test_intervals(_run_key(run), run, frame)
+        ints = {m: (float(lo[pos]), float(hi[pos])) for m, (lo, hi) in t["ints"].items()}
+        det = row_details(frame, run, row, ints)
+    except Exception as e:  # noqa: BLE001 - shown, the page keeps working
+        st.error(f"Cannot explain this row: {e}")
+        return
+    ss["row_details"] = det
+    units = state.units()
+    u = f" ({units})" if units else ""
+    with c2:
+        p = det["pred"]
+        k = st.columns(4)
+        k[0].metric(f"Observed {run.label.name}{u}", f"{det['label']:.4g}")
+        k[1].metric(f"Predicted mean{u}", f"{p['mean']:.4g}",
+                    delta=None if det["base"] is None else f"{p['mean'] - det['base']:+.3g} vs base",
+                    delta_color="off")
+        if "moment_2" in p:
+            k[2].metric(f"Predicted SD{u}", f"{math.sqrt(max(p['moment_2'], 0)):.4g}")
+        if det["base"] is not None:
+            k[3].metric(f"Base prediction{u}", f"{det['base']:.4g}")
+    st.caption(f"Table row {row:,} (counting from 0). Central moments: " + ", ".join(
+        f"m{k.split('_')[1]} = {v:.4g}" for k, v in det["pred"].items() if k.startswith("moment_")))
+    a, b = st.columns([3, 2], gap="large")
+    with a:
+        st.plotly_chart(_interval_figure(det, det["label"], run.label.name, units), width="stretch", key="fig_row")
+        rows = [(METHOD_LABELS.get(m, m), lo, hi, hi - lo, lo <= det["label"] <= hi)
+                for m, v in det["intervals"].items() if isinstance(v, tuple) for lo, hi in [v]]
+        st.dataframe(pd.DataFrame(rows, columns=["method", "lower", "upper", "width", "contains the outcome"]),
+                     hide_index=True, width="stretch",
+                     column_config={c: st.column_config.NumberColumn(format="%.4g") for c in ("lower", "upper", "width")})
+    with b:
+        st.markdown(f"**Groups of this row** ({len(det['groups'])})")
+        st.markdown(" ".join(f"`{g}`" for g in det["groups"]))
+        vals = {k: v for k, v in det["values"].items()}
+        st.dataframe(pd.DataFrame({"column": list(vals), "value": [str(v) for v in vals.values()]}),
+                     hide_index=True, width="stretch", height=min(36 + 35 * len(vals), 320))
+
+
+def tables_tab(run):
+    audit = run.audit
+    for attr, title in (("by_group", "Per group"), ("coverage", "Coverage (group × method)"),
+                        ("width", "Mean width (group × method)"), ("calibration_cells", "Mean calibration per cell")):
+        t = getattr(audit, attr, None)
+        if isinstance(t, pd.DataFrame) and len(t):
+            st.markdown(f"**{title}** ({len(t):,} rows)")
+            st.dataframe(t.head(2000), width="stretch")
+
+
+def render():
+    ss = st.session_state
+    if "res_row_next" in ss:
+        ss["res_row"] = ss.pop("res_row_next")
+    st.title("Results")
+    if need_run():
+        return
+    run = ss["run"]
+    d = state.data()
+    if d is None or d["key"] != run.data_key:
+        st.warning("The table changed since this audit ran: run it again on the Run page.")
+        return
+    frame = d["df"]
+    st.caption(f"{run.data_name} · label **{run.label.name}** · {run.model.info.get('n_groups')} groups · "
+               f"α = {run.alpha:.3g}, β = {run.beta:.3g}{' (auto)' if run.thresholds.get('auto') else ''}, "
+               f"m = {run.settings.n_buckets}, "
+               f"k = {run.settings.n_moments} · audited on {run.split['test'].size:,} test rows · δ = "
+               f"{run.settings.delta:g}, γ = {run.settings.gamma:g}")
+    if run.audit is None:
+        st.error(f"The audit is not available: {run.audit_error}")
+        return
+    if run.stopped or not run.converged:
+        st.warning("This model did not converge (stopped or capped); its guarantees do not hold.")
+    headline(run)
+    rmse_line(run, frame)
+    findings(run)
+    tabs = st.tabs(["Variance disparities", "Coverage", "Calibration", "Row explorer", "Tables"])
+    with tabs[0]:
+        variance_tab(run)
+    with tabs[1]:
+        coverage_tab(run, frame)
+    with tabs[2]:
+        calibration_tab(run)
+    with tabs[3]:
+        explorer_tab(run, frame)
+    with tabs[4]:
+        tables_tab(run)
+
+
+if __name__ == "__main__":
+    render()

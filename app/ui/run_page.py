@@ -1,0 +1,381 @@
+"""Run page: parameters with what they imply, the Run button, a live convergence chart and a Stop button.
+
+How the live view works: Run starts :class:`app.runner.FitJob` (a daemon thread). The page then draws a
+fragment that Streamlit re-executes every 0.25 s (``st.fragment(run_every=...)``) while the job runs; each
+tick reads the job's history list (one row per descent round, appended by the fitting callback) and redraws
+the progress bar and the chart. The Stop button inside the fragment sets the job's ``threading.Event``; the
+fitting callback sees it after the current round and ends the descent. When the job is over, the fragment
+triggers a full rerun, and the result is stored in ``st.session_state["run"]`` (it survives reruns).
+"""
+from __future__ import annotations
+
+import math
+
+import streamlit as st
+
+from app.runner import STEP_HELP, FitJob
+from app.ui import state
+
+POLL_SECONDS = 0.25
+ALPHAS = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1]
+BETAS = [1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05]
+
+
+# ---------------------------------------------------------------------------------------------------
+# starting, finishing
+# ---------------------------------------------------------------------------------------------------
+def run_now(sync: bool = False) -> FitJob | None:
+    """Start a fit with the current settings (in the background unless ``sync``)."""
+    ss = st.session_state
+    d = state.data()
+    if d is None:
+        ss["run_error"] = "load a table first (Data page)"
+        return None
+    old = ss.get("job")
+    if old is not None and old.running:
+        return old
+    ss.pop("run_error", None)
+    job = FitJob(d["df"], state.label_spec(), state.base_spec(), state.split_spec(), _groups_json(),
+                 state.fit_settings(), data_key=d["key"], data_name=d["name"])
+    job.label_units = state.units()
+    ss["job"] = job
+    if sync:
+        job.run_sync()
+    else:
+        job.start()
+        job.wait(0.6)  # quick fits finish before the page is drawn: no flicker
+    finalize()
+    return job
+
+
+def _groups_json():
+    from app.ui.groupbuild import groups_file
+
+    try:
+        return groups_file(st.session_state.get("groups") or [])
+    except Exception:  # noqa: BLE001 - invalid groups are reported by the pipeline
+        return {"format": "mmc-groups", "version": 1, "groups": st.session_state.get("groups") or []}
+
+
+def finalize():
+    """Move a finished job's result into session state (called on every page run)."""
+    ss = st.session_state
+    job = ss.get("job")
+    if job is None or job.running or job.status == "idle":
+        return
+    ss["job"] = None
+    ss["last_job"] = {"status": job.status, "elapsed": job.elapsed, "error": job.error, "detail": job.detail,
+                      "rounds_seen": len(job.history), "stop_requested_at": job.stop_requested_at,
+                      "stop_seen_at": job.stop_seen_at, "ended_at": job.ended_at, "id": job.id}
+    if job.status == "done" and job.result is not None:
+        run = job.result
+        units = getattr(job, "label_units", "")
+        if units and run.audit is not None and isinstance(getattr(run.audit, "params", None), dict):
+            run.audit.params["label_units"] = units
+        ss["run"] = run
+        for k in ("export_pdf", "export_pdf_error", "export_csv", "export_model", "export_groups", "export_audit"):
+            ss.pop(k, None)
+        ss.pop("run_error", None)
+    else:
+        ss["run_error"] = job.error or "the run failed"
+
+
+# ---------------------------------------------------------------------------------------------------
+# implications of the parameters
+# ---------------------------------------------------------------------------------------------------
+def implications(settings, n_rows: int, n_groups: int, lo: float | None, hi: float | None, units: str,
+                 preview: dict | None = None) -> list:
+    """Plain-language consequences of the parameters, as markdown bullet strings. With "auto" thresholds,
+    ``preview`` holds the values the run will use (None: known only once the base model is fitted)."""
+    m, k, g = settings.n_buckets, settings.n_moments, settings.gamma
+    auto = settings.alpha == "auto" or settings.beta == "auto"
+    if auto and not preview:
+        return ["**Thresholds α, β: automatic.** They are set just above the sampling noise of the fitting rows "
+                "once the base model's residuals are known (at the start of the run); the run summary shows them.",
+                f"**Buckets:** m = {m} per predictor; **moments:** 2..{k}" if k >= 2 else f"**Buckets:** m = {m}."]
+    a = float(preview["alpha"]) if auto else float(settings.alpha)
+    b = float(preview["beta"]) if auto else float(settings.beta)
+    span = (hi - lo) if (lo is not None and hi is not None and hi > lo) else None
+    u = f" {units}" if units else ""
+    out = []
+    if auto:
+        out.append(f"**Automatic thresholds** for this data: α = **{a:.3g}**, β = **{b:.3g}** (just above the sampling "
+                   "noise of a cell with 5% of the fitting rows, so the descent does not chase noise).")
+    err = a / g
+    txt = f"**Mean, per cell:** error ≤ α / P(S). For a group of mass γ = {g:g}: ≤ {err:.3g} on the [0, 1] scale"
+    if span:
+        txt += f" = **{err * span:.3g}{u}**"
+    out.append(txt + "; for the whole population ≤ " + (f"{a * span:.3g}{u}." if span else f"{a:g}."))
+    if k >= 2:
+        vb = (b + 2 * a) / g + 2 / m
+        txt = (f"**Variance, per cell:** the paper's worst case is (β + 2α) / P(S) + 2/m = {vb:.3g} on the [0, 1]² "
+               "scale for a γ-mass group (the 2/m comes from conditioning on mean buckets)")
+        if span:
+            txt += f", i.e. {vb * span ** 2:,.4g}{u}²" if u else f", i.e. {vb * span ** 2:,.4g} label units²"
+        out.append(txt + ". The Results page shows the errors actually reached.")
+    out.append(f"**Iterations:** at most 1/α² − 1 = **{1 / a ** 2 - 1:,.0f}** mean updates"
+               + (f", each followed by at most (k − 1)(1/β² − 1) = {(k - 1) * (1 / b ** 2 - 1):,.0f} moment updates."
+                  if k >= 2 else "."))
+    bw = f"{span / m:.3g}{u}" if span else f"{1 / m:.3g} of the range"
+    cells = n_groups * m + (n_groups * m * m * (k - 1) if k >= 2 else 0)
+    out.append(f"**Buckets:** m = {m} mean buckets, each {bw} wide; {n_groups} groups give {cells:,} cells to audit.")
+    if n_rows and not auto:
+        # sampling noise of a gamma-mass cell's mass-weighted residual, for a label SD of about 0.15 on [0, 1]
+        noise = 2 * 0.15 * math.sqrt(g) / math.sqrt(n_rows)
+        if a < noise:
+            out.append(f"⚠️ With {n_rows:,} fitting rows, α = {a:g} is below the sampling noise of a γ-mass cell "
+                       f"(≈ {noise:.2g}): the descent will partly fit noise. Raise α or turn on early stopping.")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# live view
+# ---------------------------------------------------------------------------------------------------
+def progress_of(history: list, alpha: float, max_rounds: int | None) -> float:
+    """How far the largest mean violation has come down to alpha, on a log scale (0..1)."""
+    if not history:
+        return 0.0
+    v0 = float(history[0].get("max_mean_violation") or 0.0)
+    v = float(history[-1].get("max_mean_violation") or 0.0)
+    frac = 1.0 if v0 <= alpha or v <= alpha else max(0.0, math.log(v0 / v) / math.log(v0 / alpha))
+    if max_rounds:
+        frac = max(frac, history[-1]["round"] / max_rounds)
+    return float(min(frac, 0.99))
+
+
+def _convergence_fig(history, alpha: float, beta: float, kept_round=None):
+    from app.figures import convergence_figure
+
+    return convergence_figure(history, alpha, beta, 1 / alpha ** 2 - 1, kept_round=kept_round)
+
+
+def _job_thresholds(job, settings) -> tuple[float, float] | None:
+    t = job.thresholds or {}
+    a = t.get("alpha", settings.alpha)
+    b = t.get("beta", settings.beta)
+    if isinstance(a, str) or isinstance(b, str):
+        return None
+    return float(a), float(b)
+
+
+def _live_body():
+    ss = st.session_state
+    job = ss.get("job")
+    if job is None or not job.running:
+        finalize()
+        st.rerun()  # leave the fragment: redraw the whole page with the result
+        return
+    settings = job.args[5] if job.args else state.fit_settings()
+    hist = list(job.history)
+    last = hist[-1] if hist else None
+    thr = _job_thresholds(job, settings)
+    alpha = thr[0] if thr else None
+    frac = progress_of(hist, alpha, settings.max_rounds) if alpha else 0.0
+    if last is not None:
+        text = (f"{job.phase} · round {last['round']} · largest mean violation {last['max_mean_violation']:.3g} "
+                f"(target < α = {alpha:.3g}) · {last['violating_cells']} violating cells · "
+                f"{last['mean_updates']:,} mean updates · {job.elapsed:.1f} s")
+    else:
+        text = f"{job.phase} · {job.elapsed:.1f} s"
+    auditing = job.phase.startswith("auditing")
+    if auditing:
+        frac = 0.99
+        text = f"Fit finished after {len(hist)} rounds · {job.phase} (the audit cannot be stopped) · {job.elapsed:.1f} s"
+    elif job.stop_requested:
+        text = "Stopping after the current round… " + text
+    st.progress(frac, text=text)
+    c1, c2 = st.columns([1, 5])
+    with c1:
+        if st.button("Stop", key="stop_run", type="secondary", icon=":material/stop_circle:",
+                     disabled=job.stop_requested or auditing,
+                     help="End the descent after the current round; the model fitted so far is kept and audited "
+                          "(marked 'not converged')."):
+            job.stop()
+            st.toast("Stopping after the current round…")
+    with c2:
+        st.caption("The chart redraws four times a second while the fit runs. You can switch pages; "
+                   "the fit continues in the background.")
+    if thr:
+        st.plotly_chart(_convergence_fig(hist, *thr), width="stretch", key="live_chart")
+
+
+def live_view():
+    st.fragment(run_every=POLL_SECONDS)(_live_body)()
+
+
+# ---------------------------------------------------------------------------------------------------
+# page
+# ---------------------------------------------------------------------------------------------------
+def _fmt_alpha(v: float) -> str:
+    return f"{v:g}"
+
+
+def settings_form(d):
+    ss = st.session_state
+    for key, opts in (("p_alpha", ALPHAS), ("p_beta", BETAS)):
+        if ss.get(key) not in opts:
+            ss[key] = min(opts, key=lambda o: abs(math.log(o) - math.log(max(float(ss.get(key) or 1e-3), 1e-9))))
+    st.toggle("Automatic thresholds α, β (recommended)", key="p_auto",
+              help="Sets α and β just above the sampling noise of the fitting rows. Reusing one sample for every "
+                   "audit overfits when α is below the noise level; this rule (also `mmc fit`'s default) avoids "
+                   "that. Turn it off to set α and β yourself.")
+    c1, c2 = st.columns(2)
+    manual = not ss["p_auto"]
+    with c1:
+        if manual:
+            st.select_slider("α: mean threshold (mass-weighted)", options=ALPHAS, key="p_alpha",
+                             format_func=_fmt_alpha,
+                             help="A cell S is flagged when P(S)·|mean residual over S| ≥ α. Smaller α = finer "
+                                  "calibration, more updates (at most 1/α² − 1).")
+        st.slider("m: buckets per predictor", 2, 40, key="p_m",
+                  help="Level sets of the mean (and of each moment) prediction. More buckets = finer conditioning, "
+                       "smaller cells.")
+        st.radio("Step rule", ["exact", "paper"], key="p_step", format_func=lambda s: STEP_HELP[s], horizontal=False)
+    with c2:
+        if manual:
+            st.select_slider("β: moment threshold (mass-weighted)", options=BETAS, key="p_beta",
+                             format_func=_fmt_alpha,
+                             help="Same test for the pseudo-moments (y − μ(x))^a within each (mean bucket, moment "
+                                  "bucket) cell.")
+        st.selectbox("k: moments fitted", [1, 2, 3, 4], key="p_k",
+                     format_func=lambda k: {1: "1: mean only (plain multicalibration)", 2: "2: mean and variance",
+                                            3: "3: + third absolute moment", 4: "4: + fourth moment"}[k],
+                     help="Central moments 2..k are fitted. Intervals need at least the variance (k ≥ 2).")
+    with st.expander("More settings: held-out rows, stopping, intervals"):
+        c3, c4, c5 = st.columns(3)
+        with c3:
+            st.slider("Held out of fitting for interval calibration (%)", 0, 50, key="p_cal", step=5,
+                      help="The estimator keeps this share of the fitting rows aside: they calibrate the intervals "
+                           "and track the held-out violation during the run.")
+            st.checkbox("Early stopping (keep the round with the best held-out error)", key="p_es",
+                        disabled=ss["p_cal"] == 0)
+        with c4:
+            st.number_input("Cap on rounds (0 = none)", min_value=0, max_value=100000, step=10, key="p_maxr",
+                            help="A capped run is reported as not converged.")
+            st.selectbox("Odd moments", ["absolute", "signed"], key="p_odd",
+                         format_func=lambda s: {"absolute": "absolute E|y − μ|^a (usable for intervals)",
+                                                "signed": "signed E(y − μ)^a"}[s])
+        with c5:
+            st.number_input("δ: interval miscoverage", min_value=0.01, max_value=0.5, step=0.01, key="p_delta",
+                            format="%.2f", help="Intervals aim at coverage 1 − δ.")
+            st.number_input("γ: smallest cell mass covered", min_value=0.001, max_value=0.5, step=0.005, key="p_gamma",
+                            format="%.3f", help="Guarantees (and the audit's marks) cover groups/cells of mass ≥ γ.")
+            st.number_input("Bootstrap resamples for intervals of ratios", min_value=0, max_value=2000, step=50,
+                            key="p_nboot")
+
+
+def split_summary(d) -> dict | None:
+    """Row counts of the split with the current settings (or None if the settings are invalid)."""
+    from app.runner import split_rows
+    from mmc_core.errors import MMCError
+
+    try:
+        sp = split_rows(d["rows"], state.split_spec(), state.base_spec().kind == "model",
+                        state.fit_settings().calibration_fraction)
+    except MMCError:
+        return None
+    n_cal = sp["calibration"].size
+    return {"base-model training": sp["base"].size, "multicalibration fitting": sp["fit"].size - n_cal,
+            "interval calibration": n_cal, "test (audit)": sp["test"].size}
+
+
+def render():
+    ss = st.session_state
+    finalize()
+    st.title("Run the audit")
+    d = state.data()
+    if d is None:
+        st.info("Load a table on the Data page first.")
+        return
+    st.caption("Set the thresholds, press **Run**, and watch the alternating descent drive every group's cells "
+               "below them. The fitted model and its audit stay available on the other pages.")
+    left, right = st.columns([3, 2], gap="large")
+    with left:
+        settings_form(d)
+    settings = state.fit_settings()
+    lab = state.label_summary(d["df"], d["key"], state.label_spec())
+    sizes = split_summary(d)
+    with right:
+        st.markdown("##### What these settings imply")
+        n_fit = sizes["multicalibration fitting"] if sizes else 0
+        lo, hi = (lab.get("lo"), lab.get("hi")) if "error" not in lab else (None, None)
+        n_groups = len(ss.get("groups") or []) + 1
+        preview = state.threshold_preview(d["df"], d["key"], state.label_spec(), state.base_spec(), state.split_spec(),
+                                          n_groups, settings)
+        for line in implications(settings, n_fit, n_groups, lo, hi, state.units(), preview):
+            st.markdown(f"- {line}")
+        if sizes:
+            st.markdown("**Rows:** " + " · ".join(f"{k} {v:,}" for k, v in sizes.items() if v))
+        if "error" in lab:
+            st.error(f"Label: {lab['error']}")
+    job = ss.get("job")
+    running = job is not None and job.running
+    b1, b2 = st.columns([1, 4])
+    with b1:
+        clicked = st.button("Run", key="run_btn", type="primary", icon=":material/play_arrow:", disabled=running,
+                            width="stretch")
+    with b2:
+        st.caption(f"{d['name']}: label **{ss.get('label_col')}**, {len(ss.get('groups') or []) + 1} groups, "
+                   f"base: {ss['base_kind']}.")
+    if clicked:
+        job = run_now(sync=False)
+        running = job is not None and job.running
+    if running:
+        live_view()
+        return
+    if ss.get("run_error"):
+        st.error(f"The run failed: {ss['run_error']}")
+        detail = (ss.get("last_job") or {}).get("detail")
+        if detail:
+            with st.expander("Technical details"):
+                st.code(detail)
+    run = ss.get("run")
+    if run is None:
+        st.info("No model yet: press **Run**.")
+        return
+    show_run_summary(run)
+
+
+def show_run_summary(run):
+    ss = st.session_state
+    info = run.model.info
+    t = run.timings
+    if run.stopped:
+        st.warning(f"Stopped by you after {info['rounds']} rounds: the model fitted so far was kept and audited; it "
+                   "is **not** multicalibrated to α, β.", icon=":material/stop_circle:")
+    elif run.converged:
+        st.success(f"Converged in {info['rounds']} rounds ({info['mean_updates']:,} mean updates, "
+                   f"{info['moment_updates']:,} moment updates). Fit {t.get('fit', 0):.2f} s, audit "
+                   f"{t.get('audit', 0):.2f} s, total {t.get('total', 0):.2f} s.", icon=":material/check_circle:")
+    else:
+        reason = "the round cap was reached" if run.settings.max_rounds else "it was not run to convergence"
+        if info.get("early_stopping"):
+            reason = f"early stopping kept round {info.get('kept_round')}"
+        st.warning(f"Not converged: {reason}. ({info['rounds']} rounds, {info['mean_updates']:,} mean updates.)")
+    last = ss.get("last_job") or {}
+    if last.get("stop_requested_at") and last.get("stop_seen_at"):
+        st.caption(f"Stop pressed → the descent ended {last['stop_seen_at'] - last['stop_requested_at']:.2f} s later "
+                   f"(at the end of its round); auditing the partial model then took {t.get('audit', 0):.1f} s.")
+    if run.audit_error:
+        st.warning(f"Audit not available: {run.audit_error}")
+    cols = st.columns(4)
+    sizes = {k: v.size for k, v in run.split.items()}
+    cols[0].metric("Fitting rows", f"{sizes['fit']:,}", help="Rows the descent audited and updated on.")
+    cols[1].metric("Calibration rows", f"{sizes['calibration']:,}", help="Held out of the descent; used for intervals.")
+    cols[2].metric("Test rows (audit)", f"{sizes['test']:,}", help="Never used for fitting; every result is on these.")
+    cols[3].metric("Base-model rows", f"{sizes['base']:,}" if sizes["base"] else "—",
+                   help="Rows the in-app base model was trained on (not used again).")
+    st.caption(" · ".join(x for x in (run.label.note and f"Label {run.label.name}: {run.label.note}",
+                                      info.get("base_note")) if x))
+    kept = info.get("kept_round") if info.get("early_stopping") else None
+    th = run.thresholds
+    mb = th.get("moment_betas") or {}
+    st.caption(f"Thresholds used: α = {run.alpha:.3g}, β = {run.beta:.3g}"
+               + ("".join(f", β{a} = {v:.3g}" for a, v in mb.items() if a != 2))
+               + (" (automatic: just above the sampling noise)" if th.get("auto") else " (set by you)") + ".")
+    st.plotly_chart(_convergence_fig(run.history, run.alpha, run.beta, kept), width="stretch", key="final_chart")
+    st.page_link("ui/results_page.py", label="See the results", icon=":material/insights:")
+
+
+if __name__ == "__main__":
+    render()

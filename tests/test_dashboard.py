@@ -1,0 +1,368 @@
+"""The Streamlit dashboard, driven headlessly with AppTest (no server, no browser).
+
+Every page is visited: the demo data and an uploaded CSV, the group builder (add / create / rename / remove /
+import / export), a run (including stopping a long one), the results, the exports and the teaching page.
+Assertions are on what the pages show and on ``st.session_state``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from mmc_core import FittedModel, GroupSet
+from mmc_core.synthetic import demo_distribution
+
+APP = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
+
+
+def _new() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _page(at: AppTest, name: str) -> AppTest:
+    at.switch_page(f"ui/{name}_page.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _plotly_specs(at: AppTest) -> list:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def _title(spec) -> str:
+    t = spec["layout"].get("title", {})
+    return t.get("text", "") if isinstance(t, dict) else str(t)
+
+
+def _wait_job(at: AppTest, timeout: float = 60) -> None:
+    job = at.session_state["job"]
+    if job is not None:
+        assert job.wait(timeout), "the fit did not finish"
+    at.run()
+
+
+@pytest.fixture(scope="module")
+def demo_at():
+    """One session on the default demo, after the automatic first audit."""
+    return _new()
+
+
+# ---------------------------------------------------------------------------------------------------
+def test_first_visit_runs_the_demo_audit(demo_at):
+    at = demo_at
+    run = at.session_state["run"]
+    assert run is not None and run.converged and run.data_name == "synthetic_scores"
+    assert run.audit is not None and run.timings["total"] < 5.0
+    assert at.session_state["label_col"] == "outcome" and at.session_state["base_col"] == "base_pred"
+    assert len(at.session_state["groups"]) == 35  # sex, race, age and their pairs
+    side = " ".join(m.value for m in at.sidebar.markdown)
+    assert "synthetic_scores" in side and "converged" in side and "36 (incl. *all*)" in side
+    # the data page: a preview sample only, the label summary and the split table
+    assert len(at.dataframe[0].value) <= 200
+    assert any("declared range" in m.value for m in at.markdown)
+    assert any("An audit of" in m.value for m in at.markdown)
+
+
+def test_results_page_shows_every_figure(demo_at):
+    at = _page(demo_at, "results")
+    titles = [_title(s) for s in _plotly_specs(at)]
+    for expected in ("Variance disparities", "Interval coverage by group and method", "by predicted-mean bucket",
+                     "Mean interval width", "Mean calibration", "Moment reliability", "This row's intervals"):
+        assert any(expected in t for t in titles), (expected, titles)
+    assert any(m.label.startswith("Coverage, all rows") for m in at.metric)
+    det = at.session_state["row_details"]
+    assert "all" in det["groups"] and set(det["intervals"]) >= {"calibrated", "gaussian"}
+    # another method for the bucket heatmap; a different row
+    at.selectbox(key="res_method").select("mondrian").run()
+    assert any("Mondrian intervals" in _title(s) for s in _plotly_specs(at))
+    at.number_input(key="res_row").set_value(5).run()
+    assert not at.exception
+    assert at.session_state["row_details"]["label"] == pytest.approx(
+        at.session_state["run"].label.y[at.session_state["run"].split["test"][5]])
+
+
+def test_run_page_live_run_and_settings(demo_at):
+    at = _page(demo_at, "run")
+    assert any("What these settings imply" in m.value for m in at.markdown)
+    assert any("1/α² − 1" in m.value for m in at.markdown)
+    auto = at.session_state["run"].thresholds
+    assert auto["auto"] and any(f"α = **{auto['alpha']:.3g}**" in m.value for m in at.markdown)  # preview = used
+    at.toggle(key="p_auto").set_value(False).run()
+    at.select_slider(key="p_alpha").set_value(0.002)
+    at.selectbox(key="p_k").set_value(3)
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    run = at.session_state["run"]
+    assert run.alpha == 0.002 and run.settings.n_moments == 3 and run.model.moments == (2, 3)
+    assert run.model.params.alpha == 0.002 and not run.thresholds["auto"]
+    assert at.session_state["job"] is None
+    assert any("Converged in" in s.value for s in at.success)
+    assert any("Convergence of the alternating descent" in _title(s) for s in _plotly_specs(at))
+
+
+def test_data_page_switch_demo_and_label_errors():
+    at = _new()
+    at.selectbox(key="demo_name").select("islp_wage").run()
+    ss = at.session_state
+    assert ss["data"]["name"] == "islp_wage" and ss["label_col"] == "wage"
+    assert ss["base_kind"] == "model" and "wage" not in ss["base_features"] and ss["run"] is None
+    assert {g["where"][0]["column"] for g in ss["groups"]} == {"race", "education", "maritl", "age"}
+    # a text column as the label: a clear message, the app keeps working
+    at.selectbox(key="label_col").select("race").run()
+    assert any("not numeric" in e.value for e in at.error)
+    at.selectbox(key="label_col").select("wage").run()
+    at.radio(key="label_scaling").set_value("robust").run()
+    at.checkbox(key="label_log").check().run()
+    assert not at.error
+    assert any("log(wage)" in m.value and "clipped" in m.value for m in at.markdown)
+    # the split shows the base-model rows
+    split = at.dataframe[-1].value
+    assert "base-model training" in list(split["part"]) and split["rows"].sum() == 3000
+    # a run with the in-app model
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    run = at.session_state["run"]
+    assert run.split["base"].size == 900 and run.label.name == "log(wage)" and run.audit is not None
+
+
+def test_upload_csv_and_bad_files():
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    df = pd.DataFrame(demo_distribution().sample_table(3000, np.random.default_rng(11))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"])
+    df["comment"] = ["=1+1" if i == 0 else "ok" for i in range(len(df))]  # a formula-looking cell
+    at.file_uploader(key="upload").set_value(("my data.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    assert not at.exception and not at.error
+    ss = at.session_state
+    assert ss["data"]["name"] == "my data.csv" and ss["data"]["rows"] == 3000 and ss["data"]["source"] == "upload"
+    assert ss["label_col"] == "outcome" and ss["base_kind"] == "column" and ss["base_col"] == "base_pred"
+    assert {g["where"][0]["column"] for g in ss["groups"]} == {"sex", "race", "age"}
+    assert len(at.dataframe[0].value) == 200  # a sample, never the whole table
+    # a malformed file: a clear error; the previous table stays loaded
+    at.file_uploader(key="upload").set_value(("broken.csv", b"\xff\xfe\x00garbage", "text/csv")).run()
+    assert any("not UTF-8" in e.value for e in at.error)
+    assert ss["data"]["name"] == "my data.csv"
+    at.file_uploader(key="upload").set_value(("empty.csv", b"a,b\n", "text/csv")).run()
+    assert any("no data rows" in e.value for e in at.error)
+    # back to the good file, run, export the CSV with the formula escaped
+    at.file_uploader(key="upload").set_value(("my data.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    assert at.session_state["run"].data_name == "my data.csv"
+    _page(at, "export")
+    csv = at.session_state["export_csv"].decode()
+    out = pd.read_csv(pd.io.common.StringIO(csv))
+    assert len(out) == 3000 and {"mmc_mean", "mmc_sd", "mmc_lower_calibrated", "mmc_split"} <= set(out.columns)
+    assert "'=1+1" in csv and "\n=1+1" not in csv
+
+
+def test_group_builder_add_create_rename_remove_import_export():
+    at = _new()
+    _page(at, "groups")
+    ss = at.session_state
+    n0 = len(ss["groups"])
+    # quick add: score bins (numeric with few values -> one group per value)
+    at.multiselect(key="qa_cols").set_value(["score"])
+    at.number_input(key="qa_order").set_value(1).run()
+    at.button(key="qa_add").click().run()
+    assert len(ss["groups"]) == n0 + 10
+    # a custom group from two conditions
+    at.selectbox(key="cg_col").select("race").run()
+    at.multiselect(key="cg_vals").set_value(["B", "D"]).run()
+    at.button(key="cg_add_cond").click().run()
+    at.selectbox(key="cg_col").select("sex").run()
+    at.multiselect(key="cg_vals").set_value(["F"]).run()
+    at.button(key="cg_add_cond").click().run()
+    assert len(ss["draft_conds"]) == 2
+    at.text_input(key="cg_name").input("Women of race B or D").run()
+    at.button(key="cg_create").click().run()
+    assert ss["groups"][-1]["name"] == "Women of race B or D"
+    assert ss["groups"][-1]["where"] == [{"column": "race", "op": "in", "values": ["B", "D"]},
+                                         {"column": "sex", "op": "==", "value": "F"}]
+    table = at.dataframe[0].value
+    row = table[table["group"] == "Women of race B or D"].iloc[0]
+    df = ss["data"]["df"]
+    assert row["rows"] == int(((df["race"].isin(["B", "D"])) & (df["sex"] == "F")).sum())
+    # rename (and edit the conditions as JSON)
+    at.selectbox(key="ed_pick").select("Women of race B or D").run()
+    at.text_input(key="ed_name").input("BD women").run()
+    at.button(key="ed_save").click().run()
+    assert ss["groups"][-1]["name"] == "BD women"
+    at.text_area(key="ed_json").input('[{"column": "age", "op": "==", "value": "55+"}, {"column": "race", "op": "!=", "value": "A"}]').run()
+    at.button(key="ed_save").click().run()
+    assert ss["groups"][-1]["where"][0] == {"column": "age", "op": "==", "value": "55+"}
+    at.text_area(key="ed_json").input('[{"column": "age", "op": "exec", "value": "x"}]').run()
+    at.button(key="ed_save").click().run()
+    assert any("unknown op" in e.value for e in at.error)
+    # remove
+    at.multiselect(key="rm_pick").set_value(["BD women", "score=0"]).run()
+    at.button(key="rm_btn").click().run()
+    names = [g["name"] for g in ss["groups"]]
+    assert "BD women" not in names and "score=0" not in names and len(names) == n0 + 9
+    # export: the file `mmc fit --groups` reads
+    exported = ss["export_groups"]
+    gs = GroupSet.from_json(exported.decode())
+    assert gs.names[1:] == names
+    # import (pasted JSON, replacing)
+    text = json.dumps({"format": "mmc-groups", "version": 1, "groups": [
+        {"name": "old", "where": [{"column": "age", "op": "==", "value": "55+"}]},
+        {"name": "young B", "where": [{"column": "age", "op": "==", "value": "18-34"},
+                                      {"column": "race", "op": "==", "value": "B"}]}]})
+    at.radio(key="grp_mode").set_value("replace the current groups")
+    at.text_area(key="grp_paste").input(text).run()
+    at.button(key="grp_paste_btn").click().run()
+    assert [g["name"] for g in ss["groups"]] == ["old", "young B"]
+    # import a file referring to a missing column: refused with the reason
+    bad = json.dumps([{"name": "x", "where": [{"column": "income", "op": ">", "value": 3}]}]).encode()
+    at.file_uploader(key="grp_upload").set_value(("bad.json", bad, "application/json")).run()
+    assert any("income" in e.value for e in at.error)
+    assert [g["name"] for g in ss["groups"]] == ["old", "young B"]
+    # warnings for groups below gamma
+    assert any("below" in w.value or "hold less than" in w.value for w in at.warning) or \
+        table["status"].str.contains("below").any()
+
+
+def test_stop_button_ends_a_long_run():
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    df = pd.DataFrame(demo_distribution().sample_table(40_000, np.random.default_rng(2))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"])
+    at.file_uploader(key="upload").set_value(("big.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    _page(at, "run")
+    at.toggle(key="p_auto").set_value(False).run()
+    at.select_slider(key="p_alpha").set_value(1e-5)
+    at.radio(key="p_step").set_value("paper")
+    at.number_input(key="p_nboot").set_value(0)
+    at.button(key="run_btn").click().run()
+    job = at.session_state["job"]
+    assert job is not None and job.running  # tiny alpha with the paper's step: runs until stopped
+    deadline = time.time() + 30
+    while len(job.history) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    at.run()  # the live view: progress bar, chart and the Stop button
+    assert at.progress and "round" in at.progress[0].text and 0 <= at.progress[0].value < 100
+    assert any(b.key == "stop_run" for b in at.button)
+    at.button(key="stop_run").click().run()
+    assert job.stop_requested
+    assert job.wait(60)
+    assert job.stop_seen_at - job.stop_requested_at < 2.0
+    at.run()
+    run = at.session_state["run"]
+    assert run.stopped and not run.converged and at.session_state["job"] is None
+    assert any("Stopped by you" in w.value for w in at.warning)
+    _page(at, "results")
+    assert any("did not converge" in w.value for w in at.warning)
+
+
+def test_exports(demo_at):
+    at = _page(demo_at, "export")
+    ss = at.session_state
+    run = ss["run"]
+    model = FittedModel.from_json(ss["export_model"].decode())
+    assert model.groups.names == run.model.groups.names and len(model.log) == len(run.model.log)
+    assert GroupSet.from_json(ss["export_groups_run"].decode()).names == run.model.groups.names
+    assert json.loads(ss["export_audit"])["format"] == "mmc-audit-audit"
+    csv = pd.read_csv(pd.io.common.StringIO(ss["export_csv"].decode()))
+    assert len(csv) == 6000 and "mmc_upper_calibrated" in csv.columns
+    labels = [b.label for b in at.get("download_button")]
+    assert {"Download model.json", "Download groups.json", "Download predictions.csv"} <= set(labels)
+    if not os.path.exists("/usr/bin/chromium"):
+        pytest.skip("Chromium missing: PDF export not tested")
+    at.button(key="pdf_build").click().run(timeout=180)
+    assert not at.error, [e.value for e in at.error]
+    pdf = ss["export_pdf"]
+    assert pdf[:5] == b"%PDF-" and len(pdf) > 20_000
+    assert "Download report.pdf" in [b.label for b in at.get("download_button")]
+
+
+def test_pdf_error_message_names_what_to_install(demo_at, monkeypatch):
+    at = _page(demo_at, "export")
+    monkeypatch.setenv("BROWSER_PATH", "/nonexistent/chromium")
+    import app.report as report
+
+    monkeypatch.setattr(report, "chromium_available", lambda: None)
+
+    def boom(*a, **k):
+        from mmc_core.errors import MMCError
+        raise MMCError(report.CHROMIUM_MESSAGE)
+
+    monkeypatch.setattr(report, "build_report_pdf", boom)
+    at.button(key="pdf_build").click().run()
+    assert any("apt-get install chromium" in e.value for e in at.error)
+    assert any("PDF export is unavailable" in w.value for w in at.warning)
+
+
+def test_teaching_page_step_and_reset():
+    at = _new()
+    _page(at, "teaching")
+    lesson = at.session_state["lesson"]
+    assert lesson.fd.audits == 0
+    for _ in range(3):
+        at.button(key="t_step").click().run()
+    lesson = at.session_state["lesson"]
+    assert lesson.fd.audits == 3 and len(lesson.trace) == 4
+    assert any("update" in m.value.lower() for m in at.markdown)
+    at.button(key="t_step10").click().run()
+    assert at.session_state["lesson"].fd.audits == 13
+    titles = [_title(s) for s in _plotly_specs(at)]
+    assert any("auditor's choice" in t for t in titles) and any("potential argument" in t for t in titles)
+    assert any("two-point example" in t for t in titles)
+    at.button(key="t_end").click().run()
+    lesson = at.session_state["lesson"]
+    assert lesson.done and any("Converged" in m.value for m in at.markdown)
+    at.button(key="t_reset").click().run()
+    assert at.session_state["lesson"].fd.audits == 0
+
+
+def test_about_page():
+    at = _new()
+    _page(at, "about")
+    text = " ".join(m.value for m in at.markdown)
+    assert "Moment multicalibration" in text and "two-point example" in text
+
+
+def test_data_argument_opens_the_file(tmp_path, monkeypatch):
+    df = pd.DataFrame(demo_distribution().sample_table(800, np.random.default_rng(4)))
+    path = tmp_path / "cli.csv"
+    df.to_csv(path, index=False)
+    monkeypatch.setattr(sys, "argv", ["dashboard.py", "--data", str(path), "--server.port", "1"])
+    at = _new()
+    ss = at.session_state
+    assert ss["data"]["name"] == "cli.csv" and ss["data"]["source"] == "file" and ss["run"] is None
+    assert ss["src_kind"] == "File given on the command line"
+    monkeypatch.setattr(sys, "argv", ["dashboard.py", "--data", str(tmp_path / "missing.csv")])
+    at2 = _new()
+    assert "could not open" in at2.session_state["cli_data_error"]
+    assert at2.session_state["data"]["name"] == "synthetic_scores"
+
+
+def test_settings_survive_when_streamlit_drops_widget_state(demo_at):
+    at = _page(demo_at, "data")
+    at.selectbox(key="label_col").select("true_mean").run()
+    _page(at, "teaching")
+    del at.session_state["label_col"]  # what Streamlit does to widgets a run did not draw
+    _page(at, "data")
+    assert at.session_state["label_col"] == "true_mean"
+    at.selectbox(key="label_col").select("outcome").run()
+    assert at.session_state["label_col"] == "outcome"
+
+
+def test_parse_args_ignores_foreign_arguments(monkeypatch):
+    from app.dashboard import parse_args
+
+    assert parse_args(["--data", "x.csv", "--unknown", "1"]).data == "x.csv"
+    monkeypatch.setattr(sys, "argv", ["pytest", "--data", "not-for-us.csv"])
+    assert parse_args().data is None
