@@ -408,7 +408,7 @@ def _take_rows(df: pd.DataFrame, rows: np.ndarray, columns) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------------
 def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, split_spec: SplitSpec,
                  groups_json: dict, settings: FitSettings, callback=None, phase=None, data_key: str = "",
-                 data_name: str = "", on_thresholds=None) -> AuditRun:
+                 data_name: str = "", on_thresholds=None, stop=None) -> AuditRun:
     """Prepare, split, base model, fit (with ``callback(history_row) -> stop?``), audit. See module doc.
 
     ``on_thresholds(dict)`` receives the alpha / beta the fit will use (auto values computed) before it starts."""
@@ -454,7 +454,7 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
     X_fit = _take_rows(df, fit_rows, group_cols)
     base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
     est.fit(X_fit, label.y[fit_rows], groups, base_prediction=None if base is None else base[fit_rows],
-            callback=callback, label_name=label.name, base_name=base_name)
+            callback=callback, label_name=label.name, base_name=base_name, stop=stop)
     timings["fit"] = time.perf_counter() - t2
     model = est.model_
     if label.source == "observed":  # the range was passed explicitly (all rows' min/max): say where it came from
@@ -625,6 +625,13 @@ class FitJob:
             return True
         return False
 
+    def _stop_now(self) -> bool:
+        if self._stop.is_set():
+            if self.stop_seen_at is None:
+                self.stop_seen_at = time.time()
+            return True
+        return False
+
     def _set_phase(self, text: str):
         self.phase = text
 
@@ -633,7 +640,7 @@ class FitJob:
 
     def _run(self):
         try:
-            self.result = run_pipeline(*self.args, callback=self._callback, phase=self._set_phase,
+            self.result = run_pipeline(*self.args, callback=self._callback, stop=self._stop_now, phase=self._set_phase,
                                        data_key=self.data_key, data_name=self.data_name,
                                        on_thresholds=self._set_thresholds)
             self.status = "done"

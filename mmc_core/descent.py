@@ -330,7 +330,7 @@ class _Stop(Exception):
 
 
 def descend(params: DescentParams, state: CellState, holdout: CellState | None = None,
-            callback=None, log: list | None = None) -> DescentResult:
+            callback=None, log: list | None = None, stop=None) -> DescentResult:
     """Run AlternatingGradientDescent to convergence on ``state`` (modified in place).
 
     Each round: PseudoMomentConsistency for every moment (warm-started), then the mean audit over the cells
@@ -339,6 +339,8 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
     return its zero moment predictors untouched when the initial mean already passes the audit.
 
     ``callback(row)`` is called with each history row; returning True stops the run (not converged).
+    ``stop()`` is polled before every update (also inside the moment passes, which can be long); returning
+    True stops the run at once, leaving a consistent model (the log holds only completed updates).
     """
     t0 = time.perf_counter()
     p = params
@@ -363,6 +365,8 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
         counters["calls"] += 1
         mm = p.m * p.m
         while True:
+            if stop is not None and stop():
+                raise _Stop
             v, g = state.worst_moment(a)
             if v * n < thr_b:
                 break
@@ -431,6 +435,8 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
             verified = False
             if p.max_rounds is not None and rnd >= p.max_rounds:
                 break
+            if stop is not None and stop():
+                raise _Stop
             if part == 0:
                 blk = slice(g * p.m, (g + 1) * p.m)
                 upd = _make_update(1, 0, g, state.S0[blk], state.C0[blk], thr_a, p.step, p.alpha)
@@ -452,6 +458,10 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
             record(rnd, before)
     except _Stop:
         stopped = True
+        if not history or round_ends[-1] != len(log):
+            # stopped inside a round: record where it stands, so the history and the kept log agree
+            history.append(snapshot(rnd, state.max_moment_violation()))
+            round_ends.append(len(log))
     if converged:
         # the verification pass may have added moment updates to the last round
         history[-1] = snapshot(rnd, history[-1]["moment_violation_before_fit"])

@@ -12,7 +12,7 @@ from .groups import GroupSet
 from .model import FittedModel
 from .moments import LabelScale, MomentKind, pseudo_label
 
-__all__ = ["MomentMulticalibrator", "validate_params", "to_label_array"]
+__all__ = ["MomentMulticalibrator", "validate_params", "to_label_array", "auto_threshold"]
 
 
 def _check_unit_interval(name: str, v, open_right: bool = True):
@@ -164,7 +164,7 @@ class MomentMulticalibrator:
                              None if self.max_rounds is None else int(self.max_rounds), moment_betas)
 
     def fit(self, X, y, groups=None, base_prediction=None, callback=None, label_name: str = "label",
-            base_name: str | None = None):
+            base_name: str | None = None, stop=None):
         """Fit on a table.
 
         Parameters
@@ -180,6 +180,8 @@ class MomentMulticalibrator:
         callback : callable(dict) -> bool, optional
             Called after every round with its history row; return True to stop (the model is then marked
             not converged).
+        stop : callable() -> bool, optional
+            Polled before every single update (moment passes included); True stops at once.
 
         Returns
         -------
@@ -255,7 +257,7 @@ class MomentMulticalibrator:
             mu_h = base_u[cal_idx] if base_u is not None else np.full(n_cal, float(np.mean(yu[fit_idx])))
             holdout = CellState(params, memb_h, yu[cal_idx], mu_h,
                                 {a: np.full(n_cal, v) for a, v in init_moments.items()})
-        res = descend(params, state, holdout, callback)
+        res = descend(params, state, holdout, callback, stop=stop)
         seconds = time.perf_counter() - t0
 
         init_mean = {"kind": "base", "column": base_name} if base_u is not None else \

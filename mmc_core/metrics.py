@@ -15,7 +15,8 @@ Tables (pandas DataFrames)
 ``by_group`` (index: group name, in the model's order; "all" first), columns:
     count, mass (count / n), mean_label, mean_pred, mean_pred_base,
     calib_error_worst / calib_error_worst_base: the largest |mean prediction - mean label| over the group's
-        mean buckets G(p, i) (unweighted: a cell of one row counts fully),
+        mean buckets G(p, i) with at least ``min_cell_count`` rows (default 20: a worst cell of a handful of rows
+        is noise; NaN when no cell of the group is that large),
     calib_error_worst_weighted / calib_error_worst_weighted_base: the largest (count(cell) / n) * |mean
         prediction - mean label| over the same cells (the paper's mass-weighted statistic, label units),
     pred_var: mean predicted variance m_2(x) (NaN for a mean-only model),
@@ -66,6 +67,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
+from .buckets import mean_grid
 from .errors import DataError, MMCError, ModelFormatError
 from .moments import MomentKind
 
@@ -196,17 +198,19 @@ def _bootstrap_ratios(pairs: _Pairs, values: dict, n_boot: int, seed: int, level
     return res
 
 
-def _worst_cells(pairs: _Pairs, pred_u, y_u, m: int, n: int, span: float):
-    """Per-group worst |mean pred - mean label| over the mean buckets of ``pred_u`` (unweighted, weighted),
-    and the long table pieces (counts, sums) of the cells."""
-    b = np.clip(np.floor(np.asarray(pred_u) * m), 0, m - 1).astype(np.int64)
+def _worst_cells(pairs: _Pairs, pred_u, y_u, m: int, n: int, span: float, min_count: int = 20):
+    """Per-group worst |mean pred - mean label| over the mean buckets of ``pred_u`` (unweighted over cells of at
+    least ``min_count`` rows, and mass-weighted over all cells), and the long table pieces of the cells."""
+    b = mean_grid(m).index(pred_u)
     cnt = pairs.cell_sums(b, m)
     sp = pairs.cell_sums(b, m, pred_u)
     sy = pairs.cell_sums(b, m, y_u)
     err = _div(sp - sy, cnt) * span  # signed, label units
     absw = np.abs(sp - sy) / max(n, 1) * span
     with np.errstate(invalid="ignore"):
-        worst = np.where(cnt.sum(1) > 0, np.nanmax(np.where(cnt > 0, np.abs(err), -np.inf), axis=1), np.nan)
+        big = (cnt >= max(min_count, 1)).any(axis=1)
+        worst = np.where(big, np.max(np.where(cnt >= max(min_count, 1), np.abs(np.nan_to_num(err)), -np.inf), axis=1),
+                         np.nan)
         worst_w = np.where(cnt.sum(1) > 0, np.max(np.where(cnt > 0, absw, -np.inf), axis=1), np.nan)
     return worst, worst_w, cnt, sp, sy, err
 
@@ -327,7 +331,8 @@ class AuditResult:
 
 # ---- the audit -------------------------------------------------------------------------------------------
 def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, methods=iv.METHODS,
-          n_boot: int = 200, seed: int = 0, bucket_method: str | None = None) -> AuditResult:
+          n_boot: int = 200, seed: int = 0, bucket_method: str | None = None,
+          min_cell_count: int = 20) -> AuditResult:
     """Audit ``model`` on the rows of ``table`` with labels ``y`` (original units).
 
     ``base``: the base prediction in label units (required if the model was fitted on one; optional
@@ -373,8 +378,8 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
     bg["mean_label"] = scale.mean_from_unit(_div(pairs.gsum(yu), cnt))
     bg["mean_pred"] = scale.mean_from_unit(_div(pairs.gsum(mu), cnt))
     bg["mean_pred_base"] = scale.mean_from_unit(_div(pairs.gsum(before_u), cnt))
-    w, ww, c_m, sp_m, sy_m, err_m = _worst_cells(pairs, mu, yu, m, n, span)
-    wb, wwb, c_b, sp_b, sy_b, err_b = _worst_cells(pairs, before_u, yu, m, n, span)
+    w, ww, c_m, sp_m, sy_m, err_m = _worst_cells(pairs, mu, yu, m, n, span, min_cell_count)
+    wb, wwb, c_b, sp_b, sy_b, err_b = _worst_cells(pairs, before_u, yu, m, n, span, min_cell_count)
     bg["calib_error_worst"], bg["calib_error_worst_weighted"] = w, ww
     bg["calib_error_worst_base"], bg["calib_error_worst_weighted_base"] = wb, wwb
     res2 = (yu - mu) ** 2

@@ -176,3 +176,21 @@ def test_early_stopping_keeps_the_best_held_out_round():
     kept = est.model_.info["kept_round"]
     assert losses[kept] == min(losses)
     assert len(est.model_.round_ends) == kept + 1
+
+
+def test_stop_is_polled_inside_moment_passes():
+    """A stop request is honoured before the next single update, not only between rounds."""
+    d = demo_distribution()
+    t, y = d.sample(4000, np.random.default_rng(0))
+    calls = []
+
+    def stop():
+        calls.append(1)
+        return len(calls) > 3
+
+    est = MomentMulticalibrator(alpha=0.0005, beta=0.00002, step="paper", label_range=(0, 1), calibration_fraction=0)
+    est.fit(t, y, GroupSet.from_columns(t, ["race", "age"], 2), stop=stop)
+    assert est.model_.info["stopped_by_user"] and not est.converged_
+    assert len(est.model_.log) <= 3  # at most one update per poll before the stop
+    mu, moms = est.model_.predict_unit(t, n=len(y))  # the kept log replays to the state it stopped in
+    assert np.array_equal(mu, est.fit_mean_unit_) and np.array_equal(moms[2], est.fit_moments_unit_[2])

@@ -38,9 +38,12 @@ def tiny():
 
 def test_tiny_table_by_hand():
     model, table, y, base = tiny()
-    r = audit(model, table, y, base=base, delta=0.1, gamma=0.4, methods=("split-conformal", "gaussian"), n_boot=50)
+    r = audit(model, table, y, base=base, delta=0.1, gamma=0.4, methods=("split-conformal", "gaussian"), n_boot=50,
+              min_cell_count=1)
     bg = r.by_group
     assert list(bg.index) == ["all", "g=a", "g=b"]
+    # with the default minimum of 20 rows per cell, no cell of this tiny table counts for the unweighted worst
+    assert audit(model, table, y, base=base, methods=("gaussian",), n_boot=5).by_group["calib_error_worst"].isna().all()
     assert bg["count"].tolist() == [6, 3, 3]
     np.testing.assert_allclose(bg["mass"], [1, 0.5, 0.5])
     np.testing.assert_allclose(bg["mean_label"], [32 / 6, 3, 23 / 3])
