@@ -9,13 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import os
-import tempfile
 
 import numpy as np
 import pandas as pd
 
 from mmc_core.errors import DataError
-from mmc_core.model import _default_mode
+from mmc_core.model import atomic_write_bytes
 
 __all__ = ["read_table", "read_table_bytes", "numeric_column", "write_csv", "write_bytes", "escape_formulas",
            "MAX_ROWS", "MAX_COLUMNS", "MAX_FILE_BYTES"]
@@ -123,20 +122,10 @@ def escape_formulas(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_bytes(path, data: bytes):
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
     if not os.path.isdir(folder):
         raise DataError(f"output folder does not exist: {folder}")
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, _default_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_bytes(path, data)
 
 
 def write_csv(df: pd.DataFrame, path):

@@ -19,7 +19,7 @@ from .errors import DataError, ModelFormatError
 from .groups import GroupSet, Membership
 from .moments import LabelScale, MomentKind
 
-__all__ = ["FittedModel", "FORMAT", "VERSION", "atomic_write_text"]
+__all__ = ["FittedModel", "FORMAT", "VERSION", "atomic_write_text", "atomic_write_bytes"]
 
 FORMAT = "mmc-audit-model"
 VERSION = 1
@@ -32,20 +32,25 @@ def _default_mode() -> int:
     return 0o666 & ~mask
 
 
-def atomic_write_text(path, text: str):
-    """Write to a temporary file in the target folder, then rename: never a partial file."""
+def atomic_write_bytes(path, data: bytes):
+    """Write to a temporary file in the target folder, then rename: never a partial file, and a symlink at
+    ``path`` is replaced rather than written through."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.chmod(tmp, _default_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_text(path, text: str):
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 @dataclass
