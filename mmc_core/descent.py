@@ -104,7 +104,7 @@ def select_rows(upd: Update, rows_g: np.ndarray, cells_g: np.ndarray, n_cells: i
     lookup = np.full(n_cells, np.nan)
     lookup[upd.cells] = upd.deltas
     d = lookup[cells_g]
-    sel = ~np.isnan(d)
+    sel = np.flatnonzero(~np.isnan(d))
     return rows_g[sel], d[sel]
 
 
@@ -136,20 +136,33 @@ class _SignatureSums:
     """Cell sums through membership signatures.
 
     Rows with the same set of groups (a "signature": with groups built from a few categorical columns there
-    are few) are summed per (signature, cell) with one bincount over rows; a small dense product with the
-    signature x group matrix gives the (group, cell) sums. An update then costs ~ rows changed, instead of
-    rows x groups per row.
+    are few) are summed per (signature, cell) with one bincount over rows; the (group, cell) sums follow by
+    spreading each touched signature's row of sums to its groups, again with one bincount. An update then
+    costs ~ rows changed, instead of rows x groups per row. (A dense signature x group matrix product would
+    do the same, but BLAS threading makes it slow under load and its rounding depend on the thread count.)
     """
 
     def __init__(self, memb: Membership, sig: np.ndarray, A: np.ndarray):
-        self.sig, self.A, self.ns = sig, A, A.shape[0]
+        self.sig, self.ns, self.G = sig, A.shape[0], A.shape[1]
+        sig_of_pair, self.pair_group = np.nonzero(A)
+        self.ptr = np.searchsorted(sig_of_pair, np.arange(self.ns + 1))
 
     def context(self, rows):
         return self.sig[rows]
 
+    def _spread(self, arr, d, nc, touched):
+        starts, ends = self.ptr[touched], self.ptr[touched + 1]
+        counts = ends - starts
+        sig_rep = np.repeat(touched, counts)
+        pos = np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
+        keys = (self.pair_group[pos] * nc)[:, None] + np.arange(nc)[None, :]
+        arr += np.bincount(keys.ravel(), weights=d[sig_rep].ravel(), minlength=self.G * nc)
+
     def full(self, nc, cells, weights):
         d = np.bincount(self.sig * nc + cells, weights=weights, minlength=self.ns * nc).astype(float)
-        return (self.A.T @ d.reshape(self.ns, nc)).ravel()
+        out = np.zeros(self.G * nc)
+        self._spread(out, d.reshape(self.ns, nc), nc, np.arange(self.ns))
+        return out
 
     def shift(self, arr, nc, s, c_old, c_new, w_old, w_new, mask=None):
         if mask is not None:
@@ -162,7 +175,7 @@ class _SignatureSums:
         d = d.reshape(self.ns, nc)
         touched = np.flatnonzero(d.any(axis=1))
         if touched.size:
-            arr += (self.A[touched].T @ d[touched]).ravel()
+            self._spread(arr, d, nc, touched)
 
 
 def make_summer(memb: Membership):
@@ -360,7 +373,7 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
     def pmc(a: int):
         beta = p.beta_for(a)
         thr_b = beta * n
-        phi = state.moment_potential(a)
+        phi = None  # the potential at the start of the pass, computed only if the pass updates anything
         count = 0
         counters["calls"] += 1
         mm = p.m * p.m
@@ -370,6 +383,8 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
             v, g = state.worst_moment(a)
             if v * n < thr_b:
                 break
+            if phi is None:
+                phi = state.moment_potential(a)
             blk = slice(g * mm, (g + 1) * mm)
             upd = _make_update(a, a, g, state.TA[a][blk], state.CA[a][blk], thr_b, p.step, beta)
             push(upd)
