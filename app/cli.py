@@ -180,7 +180,7 @@ def cmd_fit(args) -> int:
         previous = None
     try:
         est.fit(df, y, groups, base_prediction=base, label_name=args.label, base_name=args.pred,
-                callback=lambda row: bool(interrupted))
+                stop=lambda: bool(interrupted))
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
