@@ -274,7 +274,7 @@ class AuditResult:
                 else:
                     txt = f"{r:.2f} times (about 1/{1 / r:.1f} of)"
                 cands.append((sev, f"The model's predicted variance for group {g} is {txt} the overall level "
-                                   f"(95% CI {lo:.2f}-{hi:.2f})."))
+                                   f"(95% CI {lo:.2f}-{hi:.2f}).", ("var", g, r)))
         cov = self.coverage
         for method in [m for m in ("calibrated", "mondrian", "split-conformal", "gaussian") if m in cov.columns][:2]:
             k = cov[method].to_numpy() * bg["count"].to_numpy()
@@ -305,11 +305,22 @@ class AuditResult:
                                       f"For group {g}, the predicted variance ({p:.3g}) {verb} the observed residual "
                                       f"variance ({e:.3g}) by {abs(1 - r):.0%}."))
         cands.sort(key=lambda t: -t[0])
-        seen, out = set(), []
-        for _, s in cands:
-            if s not in seen:
-                out.append(s)
-                seen.add(s)
+        seen, out, var_shown = set(), [], []
+        n_var_max = 3 if top <= 6 else top  # in a short list, leave room for coverage and calibration findings
+        for cand in cands:
+            s, tag = cand[1], (cand[2] if len(cand) > 2 else None)
+            if s in seen:
+                continue
+            if tag is not None:
+                _, g, r = tag
+                parts = set(str(g).split(" & "))
+                # an intersection saying what its reported parent group already says adds nothing
+                if len(var_shown) >= n_var_max or any(set(str(h).split(" & ")) < parts and 0.8 < r / rh < 1.25
+                                                      for h, rh in var_shown):
+                    continue
+                var_shown.append((g, r))
+            out.append(s)
+            seen.add(s)
             if len(out) >= top:
                 break
         return out
