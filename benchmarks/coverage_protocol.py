@@ -2,15 +2,18 @@
 
     python benchmarks/coverage_protocol.py                      # default: 3 seeds, both base variants
     python benchmarks/coverage_protocol.py --seeds 5 --base gbr --datasets islp_wage
-    python benchmarks/coverage_protocol.py --approaches gcp,mondrian-std   # compare threshold approaches
+    python benchmarks/coverage_protocol.py --approaches "gcp;mondrian-std"   # compare threshold approaches
+    python benchmarks/coverage_protocol.py --seeds 50 --seed-start 1000 --methods calibrated,mondrian,split-conformal
 
 Protocol (per dataset, per seed): a seeded 60/40 train/test split; the tool fits on the training split with
-default parameters (alpha 0.001, beta 0.0001, 10 buckets, moments 2..2, calibration fraction 0.25 held out
-inside ``fit``), groups = the values of the demographic columns and their pairwise intersections
-(``GroupSet.from_columns(train, cols, 2)``: numeric columns cut at quartiles). Coverage is read on the test
-split, delta = 0.1, for every group of the same construction on the test split (quartiles of the test
-split) holding at least 2% of the test rows; a group is under-covered when the one-sided binomial test of
-H0: coverage >= 0.9 rejects at level 0.01 (scipy; benchmark only).
+default parameters (alpha and beta "auto", 5 buckets, moments 2..2, calibration fraction 0.25 held out inside
+``fit``, observed label range), groups = the values of the demographic columns and their pairwise
+intersections (``GroupSet.from_columns(train, cols, 2)``: numeric columns cut at quartiles). Coverage is read
+on the test split, delta = 0.1, for every group of the same construction on the test split (quartiles of the
+test split) holding at least 2% of the test rows; a group is under-covered when the one-sided binomial test
+of H0: coverage >= 0.9 rejects at level 0.01 (scipy; benchmark only). The goal: no under-covered group,
+average group coverage in [0.89, 0.93] and mean width at most 0.95 x the mondrian baseline's, all on the same
+split.
 
 Base prediction (``--base``): the real tables ship none, so ``gbr`` fits a scikit-learn
 GradientBoostingRegressor on the training split's non-group feature columns (the synthetic table uses its
@@ -18,46 +21,103 @@ shipped mis-specified ``base_pred``); ``none`` fits without a base (the model st
 the conformal baselines are centred on that constant). ``both`` runs the two variants.
 
 Columns of the printed table: under = under-covered groups (mean over seeds, and the worst seed), splits_ok =
-share of splits with no under-covered group, cov = average group coverage, min = the lowest group coverage,
-width = mean interval width in label units, w_mond = width divided by the mondrian baseline's (per split).
-``calibrated`` is the shipped default; ``calibrated[...]`` rows re-calibrate the same model with another
-threshold approach (``--approaches``).
+share of splits with no under-covered group, goal = share of splits meeting the whole goal, cov = average
+group coverage, min = the lowest group coverage, width = mean interval width in label units, w_mond = width
+divided by the mondrian baseline's (per split). ``calibrated`` is the shipped default (``ridge-cqr``);
+``calibrated[...]`` rows re-calibrate the same model with another threshold approach (``--approaches``,
+';'-separated, options after commas: ``"gcp,z_under=1;mondrian-std"``; default: ``gcp``, the previous default).
 
-Notes (measured with this script; the defaults were tuned on seeds 0-7 and are reported on seeds 100-109)
--------------------------------------------------------------------------------------------------------
-Approaches tried for the ``calibrated`` threshold (mmc_core.intervals.fit_threshold):
+Results (50 fresh splits, seeds 1000-1049, never used for tuning; ``--seeds 50 --seed-start 1000``)
+---------------------------------------------------------------------------------------------------
+                         under mean/max   splits_ok   goal    cov     w_mond
+    wage  none  ridge-cqr    0.80 / 6        0.72     0.34   0.928   0.596
+                gcp          0.28 / 5        0.86     0.14   0.941   0.673
+                mondrian     0.10 / 5        0.98     0.00   0.969   1
+                split-conf. 11.20 / 30       0.00     0.00   0.905   0.586
+          gbr   ridge-cqr    0.74 / 5        0.70     0.36   0.926   0.626
+                gcp          0.58 / 6        0.78     0.08   0.939   0.712
+                mondrian     0.14 / 5        0.94     0.00   0.967   1
+                split-conf. 12.34 / 26       0.00     0.00   0.902   0.577
+    NELS  none  ridge-cqr    0.62 / 10       0.84     0.68   0.919   0.927
+                gcp          0.66 / 9        0.84     0.46   0.927   0.931
+                mondrian     0.12 / 2        0.92     0.00   0.934   1
+                split-conf. 11.40 / 34       0.02     0.00   0.883   0.951
+          gbr   ridge-cqr    0.48 / 5        0.78     0.58   0.917   0.930
+                gcp          0.04 / 1        0.96     0.56   0.923   0.945
+                mondrian     0.10 / 5        0.98     0.00   0.932   1
+                split-conf.  2.00 / 18       0.64     0.62   0.902   0.920
+    synth none  ridge-cqr    0.22 / 3        0.84     0.74   0.917   0.898
+                gcp          0.12 / 3        0.92     0.62   0.923   0.914
+                mondrian     0.10 / 3        0.94     0.00   0.940   1
+                split-conf.  7.64 / 12       0.00     0.00   0.881   0.886
+          gbr   ridge-cqr    0.66 / 6        0.60     0.50   0.914   0.809
+                gcp          0.28 / 3        0.80     0.48   0.925   0.838
+                mondrian     0.12 / 1        0.88     0.00   0.957   1
+                split-conf. 12.74 / 17       0.00     0.00   0.856   0.814
+Overall the whole goal is met on 53% of the 300 (dataset, base, split) runs with ridge-cqr against 39% with gcp
+(59% vs 41% without a base); on the same splits ridge-cqr alone meets it 68 times, gcp alone 25 times. gcp has
+fewer under-covered groups because it over-covers: its average coverage exceeds 0.93 on 16-80% of the splits.
 
-1. ``gcp``, additive group thresholds fitted by exact coordinate steps of the pinball loss (BatchGCP-like).
-   Patching every group to exactly 1 - delta on the calibration rows fits noise: 5-20 under-covered groups
-   per split on the wage table. What helped, in order: (a) gating: patch a group only when its calibration
-   coverage is more than z_under = 2 (z_over = 3) standard errors off target; (b) a global PAC-style margin
-   1.5 sqrt(delta (1 - delta) / n_cal) (the whole population's coverage misses 1 - delta in only ~7% of
-   calibration draws; without it every big group fails together on ~1 split in 10); (c) the conformal rank
-   per group; (d) a variance floor for the standardized score (0.25 x the mean m_2: with the old default
-   alpha = 0.001 the wage model's m_2 collapsed in small cells and the score's per-group 90% quantiles were
-   3x more dispersed than the raw residual's; with the "auto" thresholds it no longer matters). Default.
-2. ``gcp-cv``: the global margin chosen by 5-fold cross-validation on the calibration rows (smallest margin
-   whose out-of-fold coverage passes a z test in every group): noisier, more under-covered splits.
-3. ``mondrian-std``: per-group conformal quantiles of the standardized score, max over the row's groups:
-   valid per group by construction (no under-covered split on any table) but it over-covers (average group
-   coverage 0.93-0.97).
-4. ``mondrian-relaxed`` (z_under = 1): mondrian-std at a common relaxed level, the loosest for which every
-   group's calibration coverage stays within z_under se of its target: 1 under-covered split in 60, but the
-   average coverage stays above 0.93 on the wage table (0.96) and at ~0.93 elsewhere.
-   Also measured and dropped (seeds 0-7): empirical-Bayes per-group margins (the between-group variance
-   estimated after the fit is biased to 0 on the wage table), and the max-combination at a common level tuned
-   to the marginal target (many more under-covered groups).
+Notes (approaches tried; tuned on seeds 0-99 with a harness that re-used cached fits, none of them on the
+seeds above; "goal" = share of splits meeting the whole goal, both bases unless said)
+---------------------------------------------------------------------------------------------------------
+What limits the goal. With 25% of a 60% split held out a group holding 2% of the test rows has ~9 (wage) to
+~22 (NELS) calibration rows, and the whole calibration set is 450 (wage), 900 (synthetic) or 1114 (NELS) rows.
+The level set on them is off by a binomial sd of sqrt(0.09 / n_cal) = 0.014 / 0.010 / 0.009, which moves every
+group together, and the test adds sqrt(0.09 / n_test) (0.009 on wage): the average group coverage has a
+split-to-split sd of 0.016-0.018 on wage, 0.010-0.013 elsewhere, whatever the method. It must stay below 0.93
+while every group with 100-1200 test rows stays above ~0.905 (below that the test rejects often), so even
+perfectly homogeneous group coverage meets the goal on at most about half of the wage splits (P(|Z| < 0.7)
+~0.5 for a window of +-0.01 around 0.92) and 70-80% elsewhere. An oracle check (each method's intervals scaled
+on the TEST split so that the average group coverage is exactly 0.92, which separates how even the coverage
+is across groups from where the level lands; 40 splits) gave no under-covered group on 42% / 57% / 52% of the
+wage splits without a base (pooled score with no group terms / gcp / ridge-cqr), 30% / 57% / 68% with the
+boosted base, 72% / 72% / 92% on NELS without a base and 95% / 95% / 100% on the synthetic table. So on wage
+ridge-cqr is about as even as gcp and most of its gain there comes from where its level lands (average
+coverage 0.926 instead of 0.94: the conformal shift of one pooled score instead of per-group conformal ranks
+under a margin); on NELS and the synthetic table it is also more even.
 
-What limits the goal: with 25% of a 60% split held out, a group holding 2% of the test rows has ~9
-calibration rows (wage) to ~22 (NELS); its calibration coverage has a standard error of 0.06-0.1, while the
-test's binomial check rejects at 0.01 once a group's true coverage is a few points under 0.9. A threshold
-fitted per group is too noisy; a pooled one is only as good as the standardized score is homogeneous across
-groups. On NELS and the synthetic table it nearly is (per-group 90% quantiles of the score vary by ~5%): the
-default has no under-covered group on 80-100% of the splits, average coverage 0.92-0.93 and 0.84-0.94 of the
-Mondrian width (all three criteria at once on half of the splits, the others mostly just above 0.93 average
-coverage or with one small group under-covered); on the wage table the 270-320 cluster of top earners (10% of the
-"Advanced Degree" rows) makes coverage a knife edge in the groups that contain them, so either some small
-group is under-covered on some splits (gcp) or the average coverage exceeds 0.93 (the Mondrian variants).
+1. ``gcp`` (the previous default): additive group thresholds on |u| by significance-gated exact pinball steps,
+   a conformal rank per group and a global PAC margin. Its z_under / margin grid (0.5-2 x 0-1.5, 40 splits,
+   no base) never exceeded goal 0.48: gating at 2 se leaves mid-size groups (100-300 test rows, e.g. ages
+   43-51 and Advanced Degree on wage) about 2-3 points under the average, so the margin must keep the average
+   near 0.93-0.94 for them. 100 tuning splits: goal 0.39 (0.42 without a base).
+2. Better-standardized scores: a ridge (closed form, leave-one-out chosen) group-additive model of log|r|,
+   |r| or r^2 on the calibration rows (LOO predictions for the calibration rows, so scale and threshold do
+   not reuse a row), then a pooled conformal threshold (goal 0.51-0.55, under-covered groups 1.0-1.2 per
+   split; 0.45 with the m_2 score alone) or gcp on top (0.38-0.41). It does not fix Advanced Degree on wage:
+   that group's typical residual is well predicted, its upper tail (the 270-320 cluster) is not: a shape
+   problem, not a scale one.
+3. Group quantile regression with ridge shrinkage (the pinball loss, rounded kink, Newton): the calibration
+   coverage of an in-sample fit is optimistic by about (effective parameters) / n, so a direct fit
+   under-covered (average 0.84-0.91); a conformal shift from 5-fold cross-fitted predictions fixed that
+   (symmetric, goal 0.27-0.56 over the ridge weight and margin, 40 splits, no base).
+4. Asymmetric (idea 2 + 3): one quantile regression per side of the signed score (each at half the miss
+   rate), the CQR score max(u - q_up, -u - q_lo) for the shift: goal 0.49-0.62 (lambda 10-100, 40 splits, no
+   base); lambda 20-40
+   best on average, wage preferring less shrinkage, NELS more. A skew-free data set loses nothing; wage's
+   misses above the interval (11-12% of Advanced Degree under a symmetric score) become the upper side's
+   problem only.
+5. Choosing the ridge weight from the data: leave-one-out on exceedance indicators or cross-validated pinball
+   loss (idea 4) picked weights spread over two orders of magnitude from split to split and did worse than a
+   fixed weight; weights per pseudo-row (lambda proportional to the score density at the quantile) were
+   0.24-0.45; a sign-dependent penalty (cheap raises, costly cuts) 0.43-0.47; repeating the folds 3 times, or
+   gcp-style upward patching of the cross-fitted scores, changed nothing (within 0.02; with gcp's per-group
+   conformal ranks the patching raised the average coverage to 0.925-0.933 and the goal fell to 0.42). One-step and
+   fixed-curvature solvers (closed form, fast) diverged or oscillated on wage: the score density differs too
+   much between groups for one curvature.
+6. ``ridge-cqr`` (the default): 4. with lambda = 40, plus a second pass in which the groups whose
+   cross-fitted two-sided miss rate is significantly high (z > 2, continuity corrected) get lambda = 2: real
+   effects (the synthetic table's sex=F & race=C cell, whose variance the base mis-specifies: 5 points
+   short of 0.9 at lambda 20) are then fitted almost fully. A final upward patch on the calibration rows
+   (no group more than 2 se below the level) changes the results by < 0.01 but gives the fixed point the
+   tests check. 100 tuning splits: goal 0.55 (0.58 without a base). Cost: ~0.2 s per calibration on the
+   demo tables (27 deltas x 2 sides x 6 fits, warm-started Newton steps on merged signatures; gcp ~0.01 s),
+   ~4 s with 1561 groups and 2000 calibration rows.
+Older notes: ``gcp-cv`` (the margin by cross-validation) was noisier than the PAC margin; ``mondrian-std``
+never under-covers but averages 0.93-0.97; ``mondrian-relaxed`` (z_under = 1) trades average coverage
+(0.93-0.96) for fewer under-covered groups; empirical-Bayes per-group margins (between-group variance
+estimated after the fit) and a max-combination tuned to the marginal target did worse.
 """
 from __future__ import annotations
 
@@ -85,6 +145,8 @@ DATASETS = {
 DELTA = 0.1
 MIN_SHARE = 0.02
 TEST_LEVEL = 0.01
+GOAL_COVERAGE = (0.89, 0.93)  # issue 4: average group coverage in this range ...
+GOAL_WIDTH = 0.95             # ... and mean width at most this times the mondrian baseline's
 
 
 def base_model(train: pd.DataFrame, test: pd.DataFrame, feats, label, seed):
@@ -217,7 +279,7 @@ def main(argv=None):
                     help="first split seed (default 100: the defaults were tuned on seeds 0-7, report on others)")
     ap.add_argument("--base", choices=["gbr", "none", "both"], default="both")
     ap.add_argument("--methods", default=",".join(iv.METHODS))
-    ap.add_argument("--approaches", default="gcp-cv;mondrian-std;mondrian-relaxed,z_under=1",
+    ap.add_argument("--approaches", default="gcp",
                     help="extra threshold approaches for 'calibrated', ';'-separated, e.g. 'gcp,z=2;mondrian-std'")
     ap.add_argument("--per-seed", action="store_true", help="also print every seed's rows")
     ap.add_argument("--csv", help="also write every seed's rows to this CSV")
@@ -237,9 +299,11 @@ def main(argv=None):
     if args.csv:
         res.to_csv(args.csv, index=False)
     res["no_under"] = res["under"] == 0
+    res["goal"] = res["no_under"] & res["cov"].between(*GOAL_COVERAGE) & (res["w/mond"] <= GOAL_WIDTH)
     agg = res.groupby(["dataset", "base", "method"], sort=False).agg(
-        under=("under", "mean"), under_max=("under", "max"), splits_ok=("no_under", "mean"), cov=("cov", "mean"),
-        min=("min", "mean"), width=("width", "mean"), w_mond=("w/mond", "mean"), groups=("n_groups", "mean"))
+        under=("under", "mean"), under_max=("under", "max"), splits_ok=("no_under", "mean"), goal=("goal", "mean"),
+        cov=("cov", "mean"), min=("min", "mean"), width=("width", "mean"), w_mond=("w/mond", "mean"),
+        groups=("n_groups", "mean"))
     print(f"delta={DELTA}, groups >= {MIN_SHARE:.0%} of test rows, one-sided binomial test at {TEST_LEVEL}, "
           f"{args.seeds} seed(s), 60/40 split")
     print(agg.to_string(float_format=lambda v: f"{v:.3f}"))

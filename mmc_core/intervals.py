@@ -2,8 +2,9 @@
 
 Seven methods, all computed by the same code path (:func:`interval_table`) so they can be compared fairly.
 Every method returns ``(lower, upper)`` in the label's ORIGINAL units; internally everything runs on the
-unit scale and interval ends map back affinely (``lo + span * u``). Intervals are not clipped to the label
-range (a width wider than the range is shown as such).
+unit scale and interval ends map back affinely (``lo + span * u``). Interval ends are clipped to the label range
+only when that range was declared (every label lies in it, so coverage is unchanged); an observed range is not
+clipped (new labels may fall outside it).
 
 ``guaranteed``  (thm:ciguarantee). For a usable moment a (even; odd only when the model fits absolute
     central moments, the footnote of Section 5) and the guarantees the descent achieves, alpha' = alpha,
@@ -32,17 +33,27 @@ range (a width wider than the range is shown as such).
     assumes P_X known; the rows at hand stand in for it, so pass the whole table, not a handful of rows).
     Rows that no cell of mass >= gamma contains get the label range [lo, hi]: there is no valid interval
     for them (assumption 3 of the Appendix); :func:`greedy_cover` reports how many.
-``calibrated``  beyond the paper: the standardized score s = |y - mu(x)| / sqrt(max(m_2(x), floor)) on the
-    held-out calibration rows (never the rows the moments were fitted on; ``floor`` = FLOOR_FRACTION x the
-    calibration rows' mean m_2) and a threshold q(x) = sum of theta_g over x's groups that is itself
-    multicalibrated over the model's groups (group-conditional quantile fitting with significance-gated
-    exact coordinate steps, a per-group conformal rank and a global PAC-style margin: :func:`fit_threshold`);
-    the interval is mu(x) +- q(x) sqrt(max(m_2(x), floor)). A mean-only model uses the unstandardized score
-    |y - mu(x)|. Measured on the issue-4 protocol (benchmarks/coverage_protocol.py, 10 splits): average group
-    coverage 0.92-0.94 at 0.67-0.94 of the Mondrian width; no under-covered group on 80-100% of the splits of
-    the NELS and synthetic tables, 70-80% on the heavy-tailed wage table. Per-group validity at 2% group size
-    needs more calibration rows than 25% of a few thousand; ``approach="mondrian-relaxed"`` trades average
-    coverage (0.93-0.96) for fewer under-covered groups (see the benchmark's notes).
+``calibrated``  beyond the paper, on held-out calibration rows (never the rows the moments were fitted on).
+    The signed standardized residual u = (y - mu(x)) / sd(x), sd(x) = sqrt(max(m_2(x), floor)) (``floor`` =
+    FLOOR_FRACTION x the calibration rows' mean m_2; a mean-only model uses sd = 1), gets two thresholds, each a
+    sum of per-group coefficients over x's groups, and the interval is [mu - max(q_lo(x), 0) sd(x),
+    mu + max(q_up(x), 0) sd(x)] (the mean always inside; asymmetric when the residuals are skewed).
+    Default approach ``ridge-cqr`` (:func:`fit_two_sided`): per side a ridge-penalized group-additive quantile
+    regression (groups borrow strength from the pooled fit), a weak penalty for the groups whose cross-fitted
+    miss rate is significantly too high, a conformal shift from the cross-fitted scores (CQR) at the level
+    1 - delta + MARGIN_Z sqrt(delta (1 - delta) / n), and a final patch after which every group's coverage on
+    the calibration rows is at least that level minus Z_UNDER binomial standard errors. The symmetric
+    approaches of :func:`fit_threshold` (``gcp``, the previous default: a multicalibrated threshold on |u| by
+    significance-gated coordinate steps; ``gcp-cv``; ``mondrian-std``; ``mondrian-relaxed``) stay selectable
+    (``calibrate(..., approach=...)``). Measured on the issue-4 protocol (benchmarks/coverage_protocol.py, 50
+    fresh splits, seeds 1000-1049; see its notes), share of splits meeting the whole goal (no under-covered
+    group, average group coverage in [0.89, 0.93], width <= 0.95 x Mondrian), ridge-cqr vs gcp: wage 0.34 vs
+    0.14 (no base) and 0.36 vs 0.08 (boosted base), NELS 0.68 vs 0.46 and 0.58 vs 0.56, synthetic 0.74 vs 0.62
+    and 0.50 vs 0.48; average coverage 0.914-0.928 (gcp 0.923-0.941) at 0.60-0.93 of the Mondrian width. gcp
+    has fewer under-covered groups (it over-covers: average coverage above 0.93 on 16-80% of the splits). Per-
+    group validity at 2% group size needs more calibration rows than 25% of a few thousand: a group that size
+    has 9-22 of them, and the calibration noise of the global level alone (sd ~0.014 at 450 rows) keeps the
+    wage table below about one split in two.
 ``split-conformal``  marginal split conformal on |y - base| (the conformal rank ceil((n + 1)(1 - delta))).
 ``mondrian``  per-group split conformal on |y - base|; a row gets the widest interval among its groups.
     Groups with fewer than ceil(1/delta) - 1 calibration rows have an infinite conformal quantile and are
@@ -67,12 +78,14 @@ Calibration record (``model.extras["intervals"]``, written by :func:`calibrate`,
      "calibrated": {"approach": str, "options": {...}, "floor_fraction": f0, "scale": "m2" | "none",
                     "floor": f,                # variance floor, unit scale
                     "combine": "sum" | "max", "n": [rows per group],
-                    "theta": [[theta_g or null per group] per delta], "unconverged_deltas": [...]}}
+                    "theta": [[theta_g or null per group] per delta],        # the upper (or symmetric) one
+                    "theta_lower": [[theta_g or null per group] per delta],  # two-sided approaches only
+                    "unconverged_deltas": [...]}}
 
 Any delta works at predict time. The data-driven methods are fitted for every delta of ``DELTA_GRID``
 (exact there: 0.1, 0.05, 0.2, 0.01, ...); any other delta uses the largest grid delta below it (more
 coverage, never less), and a delta below the grid's smallest value is refused. Storing the thresholds on
-a grid keeps the model file small (about 2 x groups x 27 numbers) whatever the number of calibration rows.
+a grid keeps the model file small (about 3 x groups x 27 numbers) whatever the number of calibration rows.
 """
 from __future__ import annotations
 
@@ -87,14 +100,15 @@ from .moments import MomentKind, max_central_moment
 __all__ = [
     "METHODS", "DELTA_GRID", "APPROACHES", "DEFAULT_APPROACH", "calibrate", "predict_intervals",
     "interval_table", "available_methods", "interval_info", "guaranteed_halfwidth", "plugin_halfwidth",
-    "greedy_cover", "fit_threshold", "normal_ppf", "conformal_quantile", "grid_delta", "usable_moments",
+    "greedy_cover", "fit_threshold", "fit_two_sided", "normal_ppf", "conformal_quantile", "grid_delta",
+    "usable_moments",
 ]
 
 METHODS = ("guaranteed", "plugin", "multimoment", "calibrated", "split-conformal", "mondrian", "gaussian")
 DELTA_GRID = (0.005, 0.01, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.07, 0.075, 0.08, 0.09, 0.1, 0.11, 0.12,
               0.125, 0.13, 0.14, 0.15, 0.175, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
-APPROACHES = ("gcp", "gcp-cv", "mondrian-std", "mondrian-relaxed")
-DEFAULT_APPROACH = "gcp"
+APPROACHES = ("ridge-cqr", "gcp", "gcp-cv", "mondrian-std", "mondrian-relaxed")
+DEFAULT_APPROACH = "ridge-cqr"
 RECORD_FORMAT = "mmc-intervals"
 RECORD_VERSION = 1
 N_MOMENT_QUANTILES = 201
@@ -267,7 +281,8 @@ def _row_max(memb, theta: np.ndarray) -> np.ndarray:
     return out
 
 
-# Defaults of the ``gcp`` threshold, chosen with benchmarks/coverage_protocol.py (see its notes): the global
+# Defaults of the ``gcp`` threshold (MARGIN_Z and Z_UNDER are also ridge-cqr's level margin and final patch
+# tolerance), chosen with benchmarks/coverage_protocol.py (see its notes): the global
 # finite-sample margin MARGIN_Z * sqrt(delta (1 - delta) / n) (a PAC-style, training-conditional correction: with
 # probability about 93% over the calibration draw the population coverage reaches 1 - delta), patches only
 # for group deviations beyond Z_UNDER (too little coverage) / Z_OVER (too much) binomial standard errors.
@@ -276,7 +291,7 @@ Z_UNDER = 2.0
 Z_OVER = 3.0
 
 
-def fit_threshold(memb, s: np.ndarray, delta: float, approach: str = DEFAULT_APPROACH, *,
+def fit_threshold(memb, s: np.ndarray, delta: float, approach: str = "gcp", *,
                   z_under: float = Z_UNDER, z_over: float = Z_OVER, margin_z: float = MARGIN_Z,
                   margin: float = 0.0, group_margin=0.0, correction: str = "conformal",
                   max_iter: int | None = None, return_info: bool = False, cv_folds: int = 5,
@@ -344,6 +359,8 @@ def fit_threshold(memb, s: np.ndarray, delta: float, approach: str = DEFAULT_APP
                            z_over=z_over, correction=correction, group_margin=group_margin)
         margin_z = 0.0
         info["margin"] = margin
+    elif approach == "ridge-cqr":
+        raise MMCError("the 'ridge-cqr' thresholds are two-sided: use fit_two_sided")
     elif approach != "gcp":
         raise MMCError(f"unknown threshold approach {approach!r}; expected one of {', '.join(APPROACHES)}")
     level = np.minimum(1.0, 1.0 - delta + margin + margin_z * math.sqrt(delta * (1 - delta) / max(n, 1))
@@ -441,6 +458,287 @@ def _level_quantile(r: np.ndarray, level: float) -> float:
     return float(r[k - 1])
 
 
+# ---- the two-sided ridge-penalized group quantile regression (approach "ridge-cqr") -----------------------
+# Defaults chosen with benchmarks/coverage_protocol.py on tuning seeds 0-99 (see its notes): the ridge weight of
+# a group's coefficient (in units of the pooled-standardized score: a group of n_g calibration rows keeps about
+# n_g f / (n_g f + 2 lambda) of its effect, f the score's density at the quantile), the weaker weight of the
+# groups whose out-of-fold miss rate is significantly too high, the significance of that test, and the folds.
+RIDGE_LAMBDA = 40.0
+RIDGE_LAMBDA_FLAGGED = 2.0
+FLAG_Z = 2.0
+CV_FOLDS = 5
+MIN_RIDGE_ROWS = 100  # fewer calibration rows: the pooled symmetric score (split conformal), then the patch
+
+
+class _Design:
+    """The 0/1 design of a membership (row x group), with the few operations the quantile regression needs.
+
+    Rows with the same set of groups share a signature; when the dense (signatures x groups) matrix is small
+    (at most DENSE_PER_PAIR entries per (row, group) pair: a dense product costs far less per entry than a
+    gather-and-bincount over the pairs) it carries the products, else the pairs do."""
+
+    DENSE_PER_PAIR = 16
+
+    def __init__(self, memb):
+        self.memb = memb
+        self.n, self.G = memb.n, memb.n_groups
+        self.pr, self.pg = _pairs(memb)
+        self.A = None
+        self.sig, self.n_sig = np.zeros(self.n, dtype=np.int64), 1
+        if self.n and self.G:
+            self.sig, self.n_sig = memb.signatures()
+            if self.n_sig * self.G <= self.DENSE_PER_PAIR * max(self.pr.size, 1):
+                self.A = memb.signature_matrix(self.sig, self.n_sig)
+
+    def fit(self, theta: np.ndarray) -> np.ndarray:
+        if self.A is not None:
+            return (self.A @ theta)[self.sig]
+        return np.bincount(self.pr, weights=theta[self.pg], minlength=self.n)
+
+    def gsum(self, v: np.ndarray) -> np.ndarray:
+        if self.A is not None:
+            return self.A.T @ np.bincount(self.sig, weights=v, minlength=self.n_sig)
+        return np.bincount(self.pg, weights=v[self.pr], minlength=self.G)
+
+    def band(self, rows: np.ndarray):
+        """The distinct group patterns of the given rows: (0/1 matrix (patterns, G), rows per pattern)."""
+        if rows.size == 0:
+            return np.zeros((0, self.G)), np.zeros(0)
+        _, first, counts = np.unique(self.sig[rows], return_index=True, return_counts=True)
+        return self.dense_rows(rows[first]), counts.astype(float)
+
+    def dense_rows(self, rows: np.ndarray) -> np.ndarray:
+        """0/1 matrix (len(rows), G) of the groups of the given distinct rows."""
+        if self.A is not None:
+            return self.A[self.sig[rows]]
+        out = np.zeros((rows.size, self.G))
+        if rows.size:
+            loc, gid = self.memb.pairs_for_rows(rows)
+            out[loc, gid] = 1.0
+        return out
+
+
+def _smooth_pinball(r: np.ndarray, tau: float, h: float) -> np.ndarray:
+    """The pinball loss of level tau with its kink rounded to a parabola on [-h, h] (C^1, convex)."""
+    quad = (r + h) ** 2 / (4 * h) + (tau - 1) * r
+    return np.where(r < -h, (tau - 1) * r, np.where(r > h, tau * r, quad))
+
+
+def _newton_direction(B: np.ndarray, w, d: np.ndarray, d0: float, g: np.ndarray) -> np.ndarray:
+    """Solve (B' diag(w) B + diag(d) + d0 e0 e0') x = g, with d[0] = 0 and d[1:] > 0 (w a scalar or one weight
+    per row of B). With b rows and G groups: O(b^2 G + b^3) by Woodbury on the penalized groups and a Schur
+    complement for the unpenalized population group 0 when b < G, a dense G x G solve otherwise."""
+    w = np.broadcast_to(np.asarray(w, dtype=float), (B.shape[0],))
+    if B.shape[0] >= B.shape[1]:
+        H = (B.T * w) @ B + np.diag(d)
+        H[0, 0] += d0
+        return np.linalg.solve(H, g)
+    b0, Br = B[:, 0], B[:, 1:]
+    dr = d[1:]
+    a = float(w @ (b0 * b0)) + d0
+    c = Br.T @ (w * b0)
+    rhs = np.stack([g[1:], c], axis=1) / dr[:, None]          # D^-1 [g_r, c]
+    act = np.flatnonzero(Br.any(axis=0))                       # groups holding none of the b rows: M = D there
+    if act.size:
+        Ba, da = Br[:, act], dr[act]
+        K = np.diag(1.0 / w) + (Ba / da[None, :]) @ Ba.T
+        rhs[act] -= (Ba.T @ np.linalg.solve(K, Ba @ rhs[act])) / da[:, None]
+    y1, y2 = rhs[:, 0], rhs[:, 1]                              # M^-1 g_r, M^-1 c
+    x0 = (g[0] - c @ y1) / (a - c @ y2)
+    return np.concatenate([[x0], y1 - y2 * x0])
+
+
+def _qr_ridge(des: _Design, s: np.ndarray, tau: float, lam: np.ndarray, h: float, theta0: np.ndarray,
+              max_iter: int = 50, xtol: float = 1e-3):
+    """min_theta sum_i rho_tau,h(s_i - sum_{g ni i} theta_g) + sum_g lam_g theta_g^2 (lam_0 = 0): group-additive
+    quantile regression with a ridge penalty, by damped Newton steps (curvature 1 / (2h) from the rows inside the
+    rounded kink, 2 lam_g from the penalty, plus one row's worth for the population group so that a step is
+    bounded when no row is inside the kink; Armijo backtracking). Returns (theta, iterations, converged)."""
+    w = 1.0 / (2 * h)
+    d = 2 * lam.astype(float)
+    d[0] = 0.0
+    theta = theta0.astype(float).copy()
+    fit = des.fit(theta)
+
+    def objective(th, ft):
+        return float(_smooth_pinball(s - ft, tau, h).sum() + np.sum(lam * th * th))
+
+    f_old = objective(theta, fit)
+    for it in range(1, max_iter + 1):
+        r = s - fit
+        psi = np.clip((r + h) * w, 0.0, 1.0) + (tau - 1.0)
+        grad = -des.gsum(psi) + 2 * lam * theta
+        B, counts = des.band(np.flatnonzero(np.abs(r) <= h))  # rows sharing a group pattern are merged
+        step = _newton_direction(B, w * counts, d, w, grad)
+        slope = float(grad @ step)
+        dfit = des.fit(step)
+        t = 1.0
+        while True:
+            cand, cfit = theta - t * step, fit - t * dfit
+            f_new = objective(cand, cfit)
+            if f_new <= f_old - 1e-4 * t * slope or t < 1e-8:
+                break
+            t *= 0.5
+        if f_new > f_old:
+            return theta, it, True  # no descent left at machine precision
+        theta, fit, f_old = cand, cfit, f_new
+        if t * float(np.max(np.abs(step))) < xtol:
+            return theta, it, True
+    return theta, max_iter, False
+
+
+def _band_halfwidth(s: np.ndarray, tau: float) -> float:
+    """Half-width h of the rounded kink: half the spread of the pooled quantiles tau -+ w, w = 2% of the mass
+    (between 10 and 60 rows' worth), so that about 2 w n rows lie inside it."""
+    n = s.size
+    wm = max(min(0.02, 60.0 / n), 10.0 / n)
+    lo, hi = np.quantile(s, [max(tau - wm, 0.0), min(tau + wm, 1.0)])
+    return float(max((hi - lo) / 2, 1e-9 * (float(np.std(s)) + 1.0)))
+
+
+def _conformal_rank_value(e: np.ndarray, level: float) -> float:
+    """The ceil((n + 1) level)-th smallest value (inf when that rank exceeds n)."""
+    k = math.ceil((e.size + 1) * level - 1e-12)
+    if k > e.size:
+        return math.inf
+    return float(np.sort(e)[max(k, 1) - 1])
+
+
+def _patch_up(des: _Design, e: np.ndarray, t: float, level: float, delta: float, z: float):
+    """Additive per-group raises of the threshold t on the score e until no group's coverage of e <= t + raises
+    is more than z binomial standard errors sqrt(delta (1 - delta) / n_g) below level: each step lifts the most
+    deficient group to level (its smallest raise reaching it). Thresholds only grow, so a lifted group stays
+    lifted and the loop ends after at most G steps. Returns (raises, steps)."""
+    n_g = des.memb.sizes.astype(float)
+    se = np.sqrt(delta * (1 - delta) / np.maximum(n_g, 1.0))
+    extra = np.zeros(des.G)
+    q = np.full(des.n, t)
+    steps = 0
+    for steps in range(des.G + 1):
+        cov = des.gsum((e <= q).astype(float)) / np.maximum(n_g, 1.0)
+        zs = np.where(n_g > 0, (cov - level) / se, 0.0)
+        k = int(np.argmin(zs))
+        if zs[k] >= -z:
+            break
+        rows = des.memb.group_rows(k)
+        step = _level_quantile(e[rows] - q[rows], level)
+        extra[k] += step
+        q[rows] += step
+    return extra, steps
+
+
+def fit_two_sided(memb, u: np.ndarray, deltas, *, lam: float = RIDGE_LAMBDA,
+                  lam_flagged: float = RIDGE_LAMBDA_FLAGGED, flag_z: float = FLAG_Z, margin_z: float = MARGIN_Z,
+                  z_patch: float = Z_UNDER, folds: int = CV_FOLDS, seed: int = 0, return_info: bool = False):
+    """Lower and upper thresholds on the signed score ``u`` (interval u in [-q_lo(x), q_hi(x)]) for every delta.
+
+    ``ridge-cqr``: conformalized quantile regression over the groups, asymmetric, with shrinkage.
+
+    1. For each side (s = u for the upper end, s = -u for the lower one) a group-additive quantile regression
+       q_side(x) = sum_g theta_g [x in g] at level p = 1 - (1 - level) / 2, level = 1 - delta + margin_z
+       sqrt(delta (1 - delta) / n), penalized by lam theta_g^2 for every group but the population (scores divided
+       by their standard deviation first, so lam means the same on every scale): groups borrow strength from
+       the pooled fit instead of being fitted to noise (:func:`_qr_ridge`).
+    2. Groups whose out-of-fold (``folds``-fold cross-fitted) two-sided miss rate is significantly above
+       1 - level (one-sided z > ``flag_z``, continuity corrected) get the weak weight ``lam_flagged`` and both
+       sides are refitted: a real group effect is then fitted almost fully while the rest stay shrunk.
+    3. Conformal shift (CQR): t = the conformal-rank quantile, at ``level``, of the out-of-fold scores
+       E = max(s_up - q_up^(-k)(x), s_lo - q_lo^(-k)(x)); both sides move out by t.
+    4. Patch (:func:`_patch_up`): every group's coverage of the final thresholds on the calibration rows is
+       at least level - z_patch sqrt(delta (1 - delta) / n_g) (the fixed point; usually already true).
+
+    With fewer than ``MIN_RIDGE_ROWS`` rows steps 1-2 are skipped (q_side = 0, so E = |u|: split conformal on the
+    score, then the patch). Returns (theta_up, theta_lo), arrays (len(deltas), G) in the units of ``u`` with
+    inf where the conformal rank exceeds n (and a dict of details with ``return_info``).
+    """
+    for name, v in (("lam", lam), ("lam_flagged", lam_flagged)):
+        if not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
+            raise MMCError(f"ridge-cqr: {name} must be a positive number, got {v!r}")
+    if isinstance(folds, bool) or not isinstance(folds, numbers.Real) or folds != int(folds) or folds < 2:
+        raise MMCError(f"ridge-cqr: folds must be an integer >= 2, got {folds!r}")
+    folds = int(folds)
+    u = np.asarray(u, dtype=float)
+    deltas = np.asarray(deltas, dtype=float)
+    n, G, D = memb.n, memb.n_groups, deltas.size
+    up, lo = np.zeros((D, G)), np.zeros((D, G))
+    info = {"flagged": [], "patched": [], "unconverged": []}
+    if n == 0 or G == 0:
+        up[:, :1] = lo[:, :1] = np.inf
+        return (up, lo, info) if return_info else (up, lo)
+    su = float(np.std(u))
+    su = su if math.isfinite(su) and su > 0 else 1.0
+    x = u / su
+    des = _Design(memb)
+    n_g = memb.sizes.astype(float)
+    use_qr = n >= MIN_RIDGE_ROWS
+    if use_qr:
+        fold = np.random.default_rng(seed).permutation(n) % folds
+        parts = []
+        for k in range(folds):
+            tr, te = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
+            parts.append((tr, te, _Design(_subset_membership(memb, tr)), _Design(_subset_membership(memb, te))))
+        warm = {}
+    base_lam = np.full(G, float(lam))
+    base_lam[0] = 0.0
+    for j in np.argsort(-deltas):  # decreasing delta: increasing levels, each fit warm-started from the last
+        delta = float(deltas[j])
+        level = min(1.0, 1.0 - delta + margin_z * math.sqrt(delta * (1 - delta) / n))
+        if math.ceil((n + 1) * level - 1e-12) > n:  # too few rows for the conformal rank: unbounded (honest)
+            up[j, 0] = lo[j, 0] = np.inf
+            continue
+        if use_qr:
+            p = min(max(1.0 - (1.0 - level) / 2, 0.5), 1.0 - 0.5 / n)
+            sides = (x, -x)
+            hs = [_band_halfwidth(s, p) for s in sides]
+
+            def fit_sides(lams, start):
+                # start[(side, fold)]: warm starts (fold -1 = all rows); returns [(theta, out-of-fold fit)] per side
+                out, fits = [], {}
+                for i, s in enumerate(sides):
+                    th0 = start.get((i, -1))
+                    if th0 is None:
+                        th0 = np.zeros(G)
+                        th0[0] = np.quantile(s, p)
+                    th, _, ok = _qr_ridge(des, s, p, lams[i], hs[i], th0)
+                    if not ok and delta not in info["unconverged"]:
+                        info["unconverged"].append(delta)
+                    fits[(i, -1)] = th
+                    oof = np.empty(n)
+                    for k, (tr, te, dtr, dte) in enumerate(parts):
+                        thk, _, _ = _qr_ridge(dtr, s[tr], p, lams[i], hs[i], start.get((i, k), th))
+                        fits[(i, k)] = thk
+                        oof[te] = dte.fit(thk)
+                    out.append((th, oof))
+                return out, fits
+
+            res, base_fits = fit_sides((base_lam, base_lam), warm)
+            warm = base_fits
+            miss = ((x > res[0][1]) | (-x > res[1][1])).astype(float)
+            m = 1.0 - level
+            zs = (des.gsum(miss) - 0.5 - n_g * m) / np.sqrt(np.maximum(n_g * m * (1 - m), 1e-12))
+            flags = (zs > flag_z) & (n_g > 0)
+            flags[0] = False
+            if flags.any():
+                lam_j = np.where(flags, float(lam_flagged), base_lam)
+                res, _ = fit_sides((lam_j, lam_j), base_fits)
+                info["flagged"].append((delta, int(flags.sum())))
+            (th_up, oof_up), (th_lo, oof_lo) = res
+            e_oof = np.maximum(x - oof_up, -x - oof_lo)
+            e_in = np.maximum(x - des.fit(th_up), -x - des.fit(th_lo))
+        else:
+            th_up, th_lo = np.zeros(G), np.zeros(G)
+            e_oof = e_in = np.abs(x)
+        t = _conformal_rank_value(e_oof, level)
+        extra, steps = _patch_up(des, e_in, t, level, delta, z_patch)
+        if steps:
+            info["patched"].append((delta, int(steps)))
+        up[j] = su * (th_up + extra)
+        lo[j] = su * (th_lo + extra)
+        up[j, 0] += su * t
+        lo[j, 0] += su * t
+    return (up, lo, info) if return_info else (up, lo)
+
+
 # ---- calibration (called by MomentMulticalibrator.fit on the held-out rows) -----------------------------
 def _predict_on(model, table, base_unit, n):
     memb = model.groups.evaluate(table, n)
@@ -461,8 +759,8 @@ def calibrate(model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DE
 
     ``model`` is final (its log is the kept one); ``y_cal_unit`` are the labels on the unit scale,
     ``base_cal_unit`` the base prediction on the unit scale (or None). Returns the JSON-serialisable record
-    described in the module docstring. ``approach`` / ``options`` select the threshold of the ``calibrated``
-    method (see :func:`fit_threshold`).
+    described in the module docstring. ``approach`` / ``options`` select the thresholds of the ``calibrated``
+    method (``ridge-cqr``: :func:`fit_two_sided`; the symmetric ones: :func:`fit_threshold`).
     """
     y = np.asarray(y_cal_unit, dtype=float)
     n = int(y.size)
@@ -497,22 +795,32 @@ def calibrate(model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DE
     # the multicalibrated threshold on the standardized score
     opts = dict(options or {})
     floor_fraction = float(opts.pop("floor_fraction", FLOOR_FRACTION))
+    if approach not in APPROACHES:
+        raise MMCError(f"unknown threshold approach {approach!r}; expected one of {', '.join(APPROACHES)}")
     if 2 in model.moments:
         floor = float(floor_fraction * max(float(np.mean(moms[2])), 1e-12))
-        s = np.abs(y - mu) / np.sqrt(np.maximum(moms[2], floor))
+        u = (y - mu) / np.sqrt(np.maximum(moms[2], floor))
         scale_kind = "m2"
     else:
         floor, scale_kind = 0.0, "none"
-        s = np.abs(y - mu)
-    thetas, combine, unconverged = [], "sum", []
-    for d in deltas:
-        th, combine, info = fit_threshold(memb, s, float(d), approach, return_info=True, **opts)
-        thetas.append(_to_json_list(th))
-        if not info["converged"]:
-            unconverged.append(float(d))
+        u = y - mu
+    thetas, combine, unconverged, extra = [], "sum", [], {}
+    if approach == "ridge-cqr":
+        up, lo, info = fit_two_sided(memb, u, deltas, return_info=True, **opts)
+        thetas = [_to_json_list(row) for row in up]
+        extra["theta_lower"] = [_to_json_list(row) for row in lo]
+        unconverged = sorted(info["unconverged"])
+    else:
+        s = np.abs(u)
+        for d in deltas:
+            th, combine, info = fit_threshold(memb, s, float(d), approach, return_info=True, **opts)
+            thetas.append(_to_json_list(th))
+            if not info["converged"]:
+                unconverged.append(float(d))
     rec["calibrated"] = {"approach": approach, "options": _json_options(opts), "floor_fraction": floor_fraction,
                          "scale": scale_kind, "floor": floor, "combine": combine,
-                         "n": [int(v) for v in memb.sizes], "theta": thetas, "unconverged_deltas": unconverged}
+                         "n": [int(v) for v in memb.sizes], "theta": thetas, **extra,
+                         "unconverged_deltas": unconverged}
     return rec
 
 
@@ -788,8 +1096,17 @@ def _half_calibrated(ctx, delta, gamma, moment=None):
     else:
         raise ModelFormatError(f"model extras: intervals.calibrated.scale = {scale_kind!r} must be 'm2' or 'none'")
     q = _threshold_rows(ctx.memb, theta, part.get("combine"))
-    half = np.maximum(q, 0.0) * scale
-    return ctx.mu, half, {"grid_delta": float(deltas[k]), "approach": part.get("approach")}
+    info = {"grid_delta": float(deltas[k]), "approach": part.get("approach")}
+    if "theta_lower" not in part:
+        return ctx.mu, np.maximum(q, 0.0) * scale, info
+    # two-sided thresholds (ridge-cqr): [mu - max(q_lo, 0) sd, mu + max(q_up, 0) sd]; max(., 0) keeps mu inside
+    rows = part.get("theta_lower")
+    if part.get("combine") != "sum":
+        raise ModelFormatError("model extras: intervals.calibrated.theta_lower needs combine 'sum'")
+    if not isinstance(rows, list) or len(rows) != deltas.size:
+        raise ModelFormatError(f"model extras: intervals.calibrated.theta_lower must be a list of {deltas.size} lists")
+    q_lo = _row_sum(ctx.memb, _from_json_list(rows[k], f"calibrated.theta_lower[{k}]", G))
+    return ctx.mu, (np.maximum(q_lo, 0.0) * scale, np.maximum(q, 0.0) * scale), info
 
 
 def _half_split(ctx, delta, gamma, moment=None):
@@ -832,9 +1149,10 @@ def _unit_interval(ctx, method, delta, gamma, moment=None, clip=True):
     _check_prob("delta", delta)
     _check_prob("gamma", gamma)
     center, half, info = _HALF[method](ctx, delta, gamma, moment)
-    lo, hi = center - half, center + half
+    half_lo, half_hi = half if isinstance(half, tuple) else (half, half)  # two-sided: (below, above) the centre
+    lo, hi = center - half_lo, center + half_hi
     if method == "multimoment":  # uncovered rows: no valid interval, the whole label range
-        bad = np.isnan(half)
+        bad = np.isnan(half_hi)
         lo, hi = np.where(bad, 0.0, lo), np.where(bad, 1.0, hi)
     if clip and ctx.model.scale.source == "declared":
         # Every label lies in a declared range, so clipping the ends to it leaves coverage unchanged and makes

@@ -366,6 +366,148 @@ def test_mondrian_relaxed_respects_group_targets():
     assert np.all(theta <= theta0 + 1e-12)
 
 
+# ---- the two-sided ridge-penalized quantile regression (ridge-cqr, the default) ---------------------------------
+@pytest.mark.parametrize("b", [0, 1, 7, 12])
+def test_newton_direction_matches_dense_solve(b):
+    """Woodbury on the penalized groups + Schur complement for the population group (b < G rows, groups without
+    any of the rows skipped) and the dense path (b >= G) == a dense solve, with per-row weights."""
+    rng = np.random.default_rng(b)
+    G = 9
+    B = (rng.random((b, G)) < 0.4).astype(float)
+    B[:, 0] = 1.0  # every row is in the population group
+    d = np.concatenate([[0.0], rng.uniform(0.5, 3.0, G - 1)])
+    w, d0 = rng.uniform(0.5, 4.0, b), 0.7
+    g = rng.standard_normal(G)
+    H = (B.T * w) @ B + np.diag(d)
+    H[0, 0] += d0
+    np.testing.assert_allclose(iv._newton_direction(B, w, d, d0, g), np.linalg.solve(H, g), rtol=1e-10, atol=1e-12)
+
+
+def test_qr_ridge_optimality():
+    """At the solution of min sum rho_tau,h(s - q) + sum lam_g theta_g^2 the stationarity condition holds:
+    sum_{i in g} c_i = tau n_g - 2 lam_g theta_g, c_i = 1 - clip((r_i + h) / 2h, 0, 1); since c_i = 1 when
+    r_i <= -h and 0 when r_i >= h, every group has #{r <= -h} <= tau n_g - 2 lam_g theta_g <= #{r < h}. The
+    default tolerance reaches the tightly converged objective to 1e-6 (relative)."""
+    memb, rng = _random_membership(1500, 31)
+    g_of = memb.to_dense()
+    s = rng.standard_normal(memb.n) * (1 + g_of[:, 2]) + 0.5 * g_of[:, 4]
+    des = iv._Design(memb)
+    tau = 0.9
+    lam = np.full(memb.n_groups, 3.0)
+    lam[0] = 0.0
+    h = iv._band_halfwidth(s, tau)
+    th0 = np.zeros(memb.n_groups)
+    th0[0] = np.quantile(s, tau)
+    tight, _, ok = iv._qr_ridge(des, s, tau, lam, h, th0, max_iter=500, xtol=1e-12)
+    assert ok
+    r = s - g_of.astype(float) @ tight
+    c = 1 - np.clip((r + h) / (2 * h), 0, 1)
+    n_g = g_of.sum(0)
+    target = tau * n_g - 2 * lam * tight
+    np.testing.assert_allclose(g_of.T.astype(float) @ c, target, atol=1e-6 * memb.n)
+    assert np.all(g_of.T.astype(float) @ (r <= -h) <= target + 1e-6 * memb.n)
+    assert np.all(target <= g_of.T.astype(float) @ (r < h) + 1e-6 * memb.n)
+    default, _, ok = iv._qr_ridge(des, s, tau, lam, h, th0)
+    assert ok
+
+    def objective(th):
+        return iv._smooth_pinball(s - g_of.astype(float) @ th, tau, h).sum() + np.sum(lam * th * th)
+    assert objective(default) <= objective(tight) * (1 + 1e-6)
+    # a huge penalty leaves only the population group: its (smoothed) pooled quantile
+    big = np.where(lam > 0, 1e12, 0.0)
+    th, _, _ = iv._qr_ridge(des, s, tau, big, h, th0, max_iter=500, xtol=1e-12)
+    assert np.all(np.abs(th[1:]) < 1e-6)
+    r = s - th[0]
+    assert np.sum(r <= -h) <= tau * memb.n + 1e-6 and tau * memb.n <= np.sum(r < h) + 1e-6
+
+
+def _skewed_scores(memb, rng):
+    """Signed scores u = sigma_p (E - 1), E ~ Exp(1), with a scale per membership pattern (exact CDF)."""
+    g_of = memb.to_dense()
+    sigma = 1.0 + 1.5 * g_of[:, 2] + 0.5 * g_of[:, 4]
+    return sigma * (rng.exponential(size=memb.n) - 1.0), sigma
+
+
+@pytest.mark.parametrize("n", [3000, 60])
+def test_fit_two_sided_fixed_point(n):
+    """The final patch's fixed point (deterministic): on the calibration rows every group's two-sided coverage
+    of -q_lo(x) <= u <= q_up(x) is at least level - Z_UNDER sqrt(delta (1 - delta) / n_g), level = 1 - delta +
+    MARGIN_Z sqrt(delta (1 - delta) / n); the thresholds are infinite when the conformal rank ceil((n + 1)
+    level) exceeds n. Below MIN_RIDGE_ROWS rows they are symmetric (split conformal on |u|, so the calibration
+    coverage is at least ceil((n + 1) level) / n, then the patch); above, they follow the skew (upper > lower)."""
+    memb, rng = _random_membership(n, 32)
+    u, _ = _skewed_scores(memb, rng)
+    deltas = [0.05, 0.1, 0.2, 0.3]
+    up, lo, info = iv.fit_two_sided(memb, u, deltas, return_info=True)
+    g_of = memb.to_dense().astype(float)
+    n_g = g_of.sum(0)
+    for j, delta in enumerate(deltas):
+        level = min(1.0, 1 - delta + iv.MARGIN_Z * math.sqrt(delta * (1 - delta) / n))
+        if math.ceil((n + 1) * level - 1e-12) > n:
+            assert np.isinf(up[j, 0]) and np.isinf(lo[j, 0])
+            continue
+        q_up, q_lo = g_of @ up[j], g_of @ lo[j]
+        inside = ((u <= q_up) & (u >= -q_lo)).astype(float)
+        cov = (g_of.T @ inside) / np.maximum(n_g, 1)
+        ok = n_g > 0
+        assert np.all(cov[ok] >= level - iv.Z_UNDER * np.sqrt(delta * (1 - delta) / n_g[ok]) - 1e-12)
+        if n < iv.MIN_RIDGE_ROWS:
+            np.testing.assert_array_equal(up[j], lo[j])
+            # the score is |u| itself there, so the conformal rank holds on the calibration rows
+            assert inside.mean() >= math.ceil((n + 1) * level - 1e-12) / n - 1e-12
+        else:
+            assert up[j, 0] > lo[j, 0]  # Exp(1) - 1: a long upper tail, a short lower one
+
+
+def test_fit_two_sided_population_coverage():
+    """Fresh-data coverage of every group (exact: the scores' CDF is known on every membership pattern) is at
+    least 1 - delta - Z_UNDER se_g (the fixed point, relative to a level >= 1 - delta) minus the calibration-to-
+    population deviation: 2 DKW deviations per pattern (a two-sided interval is a difference of two CDF values),
+    union-bounded over the patterns at eta = 1e-3, plus the pattern weights' deviation (exact pattern masses)."""
+    eta, delta, n = 1e-3, 0.1, 4000
+    memb, rng = _random_membership(n, 33)
+    u, sigma = _skewed_scores(memb, rng)
+    up, lo = iv.fit_two_sided(memb, u, [delta])
+    g_of = memb.to_dense()
+    pats, pat = np.unique(g_of, axis=0, return_inverse=True)
+    pat = pat.ravel()
+    # the design: a ~ (0.6, 0.3, 0.1), b ~ (0.5, 0.5) independent; a pattern is an (a, b) pair
+    names = memb.names
+    p_a = {"a=x": 0.6, "a=y": 0.3, "a=z": 0.1}
+    p_b = {"b=u": 0.5, "b=v": 0.5}
+    pi = np.array([sum(p_a[nm] for nm, on in zip(names, row) if on and nm in p_a)
+                   * sum(p_b[nm] for nm, on in zip(names, row) if on and nm in p_b) for row in pats])
+    assert pi.sum() == pytest.approx(1.0)
+    q_up, q_lo = pats.astype(float) @ up[0], pats.astype(float) @ lo[0]
+    sig_p = np.array([sigma[pat == k][0] for k in range(pats.shape[0])])
+
+    def cdf(t, s):  # P(s (E - 1) <= t)
+        return np.where(t >= -s, 1 - np.exp(-(t / s + 1)), 0.0)
+    cover_p = cdf(q_up, sig_p) - cdf(-q_lo - 1e-15, sig_p)
+    n_p = np.bincount(pat, minlength=pats.shape[0])
+    eps = np.sqrt(math.log(2 * pats.shape[0] / eta) / (2 * n_p))
+    n_g = g_of.sum(0)
+    se = np.sqrt(delta * (1 - delta) / n_g)
+    for g in range(memb.n_groups):
+        m = pats[:, g]
+        wg, pg_ = n_p[m] / n_p[m].sum(), pi[m] / pi[m].sum()
+        pop = float(pg_ @ cover_p[m])
+        slack = 2 * float(wg @ eps[m]) + float(np.abs(wg - pg_).sum())
+        assert pop >= 1 - delta - iv.Z_UNDER * se[g] - slack, (names[g], pop)
+
+
+def test_calibrate_unknown_approach(cal_model):
+    est, table, y = cal_model
+    cal = est.calibration_index_
+    with pytest.raises(MMCError, match="unknown threshold approach"):
+        iv.calibrate(est.model_, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None, approach="bogus")
+    with pytest.raises(MMCError, match="two-sided"):
+        iv.fit_threshold(est.model_.groups.evaluate(table), np.ones(len(y)), 0.1, "ridge-cqr")
+    for bad in ({"lam": 0.0}, {"lam_flagged": -1.0}, {"folds": 1}):
+        with pytest.raises(MMCError, match="ridge-cqr"):
+            iv.calibrate(est.model_, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None, options=bad)
+
+
 def _beta_cdf(x, p, q, nodes=200):
     """CDF of Beta(p, q) at x (vector), by Gauss-Legendre quadrature of the density (p, q > 1 here)."""
     t, w = np.polynomial.legendre.leggauss(nodes)
@@ -392,13 +534,15 @@ def _population_group_coverage(model, delta):
     return np.bincount(pg, weights=(prob * inside)[pr], minlength=memb.n_groups) / mass, mass
 
 
-def _calibrated_slack(model, table_cal, delta, eta):
+def _calibrated_slack(model, table_cal, delta, eta, sides=1):
     """Deviation allowed between the calibration coverage and the population coverage of each group, with
-    probability >= 1 - eta: the threshold is constant on each membership pattern p (a model without a base
-    prediction gives every row of a pattern the same mu, m_2 and q), so the calibration coverage of group g is
-    sum_p (n_p / n_g) F^_p(q_p) and the population coverage sum_p pi_(p|g) F_p(q_p). DKW (Massart) bounds
-    sup_t |F^_p(t) - F_p(t)| by sqrt(ln(2 P / eta) / (2 n_p)) for all P patterns at once; the pattern weights
-    differ by sum_p |n_p / n_g - pi_(p|g)| (pi exact, from the support)."""
+    probability >= 1 - eta: the interval is constant on each membership pattern p (a model without a base
+    prediction gives every row of a pattern the same mu, m_2 and thresholds), so the calibration coverage of
+    group g is sum_p (n_p / n_g) C^_p and the population coverage sum_p pi_(p|g) C_p, C_p the probability of
+    the pattern's interval. DKW (Massart) bounds sup_t |F^_p(t) - F_p(t)| by eps_p = sqrt(ln(2 P / eta) /
+    (2 n_p)) for all P patterns at once; a symmetric interval |y - mu| <= q is one CDF value of |y - mu| (error
+    eps_p), a two-sided one [mu - a, mu + b] a difference of two CDF values of y (error 2 eps_p: ``sides=2``);
+    the pattern weights differ by sum_p |n_p / n_g - pi_(p|g)| (pi exact, from the support)."""
     sup, prob = DIST.support()
     key = lambda t: np.array([f"{a}|{b}|{c}" for a, b, c in zip(t["sex"], t["race"], t["age"])])  # noqa: E731
     k_sup, k_cal = key(sup), key(table_cal)
@@ -415,16 +559,18 @@ def _calibrated_slack(model, table_cal, delta, eta):
         m = inside[:, g]
         ng = n_p[m].sum()
         wg = n_p[m] / max(ng, 1)
-        slack[g] = (wg * eps[m]).sum() + np.abs(wg - pi[m] / pi[m].sum()).sum()
+        slack[g] = sides * (wg * eps[m]).sum() + np.abs(wg - pi[m] / pi[m].sum()).sum()
     return slack
 
 
+@pytest.mark.parametrize("approach", ["ridge-cqr", "gcp"])
 @pytest.mark.parametrize("n,delta", [(4000, 0.1), pytest.param(60000, 0.1, marks=pytest.mark.slow),
                                      pytest.param(60000, 0.2, marks=pytest.mark.slow)])
-def test_calibrated_group_coverage_on_population(n, delta):
+def test_calibrated_group_coverage_on_population(n, delta, approach):
     """Per-group population coverage (exact, from the support) of the calibrated intervals is at least
-    1 - delta minus (the gating tolerance z_under * se_g of the fixed point) minus (the calibration-to-
-    population deviation bounded by DKW over the membership patterns at eta = 1e-3)."""
+    1 - delta minus (the tolerance Z_UNDER * se_g of the fixed point: gcp's gating, ridge-cqr's final patch, both
+    relative to a level >= 1 - delta) minus (the calibration-to-population deviation bounded by DKW over the
+    membership patterns at eta = 1e-3; doubled for ridge-cqr's two-sided intervals)."""
     eta = 1e-3
     est = MomentMulticalibrator(label_range=(0.0, 1.0), calibration_fraction=0.5, random_state=3)
     table, y = DIST.sample(n, np.random.default_rng(21))
@@ -432,14 +578,19 @@ def test_calibrated_group_coverage_on_population(n, delta):
     model = est.model_
     cal = est.calibration_index_
     table_cal = {c: np.asarray(v)[cal] for c, v in table.items()}
+    if approach != iv.DEFAULT_APPROACH:
+        model.extras["intervals"] = iv.calibrate(model, table_cal, y[cal], None, approach=approach)
+    assert model.extras["intervals"]["calibrated"]["approach"] == approach
     cov, mass = _population_group_coverage(model, delta)
     n_g = np.array(model.extras["intervals"]["calibrated"]["n"], dtype=float)
     se = np.sqrt(delta * (1 - delta) / np.maximum(n_g, 1))
-    slack = _calibrated_slack(model, table_cal, delta, eta)
+    slack = _calibrated_slack(model, table_cal, delta, eta, sides=2 if approach == "ridge-cqr" else 1)
     tol = iv.Z_UNDER * se + slack
     ok = n_g > 0
     assert np.all(cov[ok] >= 1 - delta - tol[ok]), (cov[ok] - (1 - delta - tol[ok])).min()
-    # not wasteful either: the whole population's coverage is at most its target + z_over se + the slack
+    if approach != "gcp":
+        return
+    # gcp is not wasteful either: the whole population's coverage is at most its target + z_over se + the slack
     n0 = n_g[0]
     level = 1 - delta + iv.MARGIN_Z * math.sqrt(delta * (1 - delta) / n0)
     target0 = min(1.0, math.ceil((n0 + 1) * level - 1e-12) / n0)
@@ -474,18 +625,46 @@ def test_baselines_by_hand(cal_model):
 
 
 def test_calibrated_formula(cal_model):
+    """The default (ridge-cqr) interval: [mu - max(q_lo, 0) sd, mu + max(q_up, 0) sd], q = the sum of the stored
+    coefficients over the row's groups, sd = sqrt(max(m_2, floor))."""
     est, table, _ = cal_model
     model = est.model_
     rec = model.extras["intervals"]["calibrated"]
-    theta = np.array(rec["theta"][iv.grid_delta(0.1)], dtype=float)
-    memb = model.groups.evaluate(table)
+    assert rec["approach"] == iv.DEFAULT_APPROACH == "ridge-cqr" and rec["combine"] == "sum"
+    k = iv.grid_delta(0.1)
+    memb = model.groups.evaluate(table).to_dense().astype(float)
     mu, moms = model.predict_unit(table)
-    q = memb.to_dense().astype(float) @ theta
-    half = np.maximum(q, 0) * np.sqrt(np.maximum(moms[2], rec["floor"]))
+    sd = np.sqrt(np.maximum(moms[2], rec["floor"]))
+    q_up = memb @ np.array(rec["theta"][k], dtype=float)
+    q_lo = memb @ np.array(rec["theta_lower"][k], dtype=float)
     lo, hi = iv.predict_intervals(model, table, method="calibrated", delta=0.1)
-    np.testing.assert_allclose(lo, mu - half, atol=1e-12)
-    np.testing.assert_allclose(hi, mu + half, atol=1e-12)
+    np.testing.assert_allclose(lo, np.clip(mu - np.maximum(q_lo, 0) * sd, 0, 1), atol=1e-12)
+    np.testing.assert_allclose(hi, np.clip(mu + np.maximum(q_up, 0) * sd, 0, 1), atol=1e-12)
+    assert np.all(lo <= mu + 1e-12) and np.all(mu <= hi + 1e-12)
     assert rec["floor"] == pytest.approx(iv.FLOOR_FRACTION * np.mean(moms[2][est.calibration_index_]))
+
+
+def test_calibrated_formula_gcp(cal_model):
+    """The symmetric approaches (gcp): mu +- max(q, 0) sd, q = the sum of theta over the row's groups."""
+    est, table, y = cal_model
+    model = est.model_
+    saved = model.extras["intervals"]
+    cal = est.calibration_index_
+    try:
+        model.extras["intervals"] = iv.calibrate(model, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal],
+                                                 None, approach="gcp")
+        rec = model.extras["intervals"]["calibrated"]
+        assert rec["approach"] == "gcp" and "theta_lower" not in rec
+        theta = np.array(rec["theta"][iv.grid_delta(0.1)], dtype=float)
+        memb = model.groups.evaluate(table)
+        mu, moms = model.predict_unit(table)
+        q = memb.to_dense().astype(float) @ theta
+        half = np.maximum(q, 0) * np.sqrt(np.maximum(moms[2], rec["floor"]))
+        lo, hi, _ = iv._unit_interval(iv._Context(model, table), "calibrated", 0.1, 0.05, clip=False)
+        np.testing.assert_allclose(lo, mu - half, atol=1e-12)
+        np.testing.assert_allclose(hi, mu + half, atol=1e-12)
+    finally:
+        model.extras["intervals"] = saved
 
 
 def test_interval_table_matches_predict_intervals(cal_model):
@@ -519,7 +698,13 @@ def test_original_units_and_base():
     np.testing.assert_allclose(base - lo, 100 * q)
     pred = model.predict(t, base)
     lo, hi = iv.predict_intervals(model, t, base=base, method="calibrated")
-    np.testing.assert_allclose((lo + hi) / 2, pred["mean"])
+    # two-sided around the mean prediction: the mean lies inside, each end is its own calibrated distance away
+    assert np.all(lo <= pred["mean"] + 1e-9) and np.all(pred["mean"] <= hi + 1e-9)
+    ctx = iv._Context(model, t, base)
+    (half_lo, half_hi), _ = iv._half_calibrated(ctx, 0.1, 0.05)[1:]
+    # (the declared range 0..100 clips the ends)
+    np.testing.assert_allclose(lo, np.maximum(pred["mean"] - 100 * half_lo, 0.0), atol=1e-9)
+    np.testing.assert_allclose(hi, np.minimum(pred["mean"] + 100 * half_hi, 100.0), atol=1e-9)
 
 
 # ---- the stored record -----------------------------------------------------------------------------------------
@@ -553,6 +738,10 @@ def test_record_round_trip_and_validation(cal_model, tmp_path):
         ("version", lambda r: r.update(version=99)),
         ("theta", lambda r: r["calibrated"]["theta"][iv.grid_delta(0.1)].pop()),
         ("theta", lambda r: r["calibrated"]["theta"][iv.grid_delta(0.1)].__setitem__(0, "x")),
+        ("theta_lower", lambda r: r["calibrated"]["theta_lower"][iv.grid_delta(0.1)].pop()),
+        ("theta_lower", lambda r: r["calibrated"]["theta_lower"].pop()),
+        ("theta_lower", lambda r: r["calibrated"]["theta_lower"][iv.grid_delta(0.1)].__setitem__(1, True)),
+        ("theta_lower", lambda r: r["calibrated"].update(combine="max")),
         ("floor", lambda r: r["calibrated"].update(floor=-1)),
         ("combine", lambda r: r["calibrated"].update(combine="avg")),
         ("deltas", lambda r: r.update(deltas=[0.2, 0.1])),
@@ -572,10 +761,12 @@ def test_record_round_trip_and_validation(cal_model, tmp_path):
 
 
 def test_record_size_is_bounded(cal_model):
+    """Three (groups x delta grid) tables (mondrian, the upper and the lower thresholds) plus a fixed part
+    (moment quantiles, plug-in coverage, per-group counts): independent of the number of calibration rows."""
     rec = cal_model[0].model_.extras["intervals"]
     n_numbers = len(json.dumps(rec).split(","))
     G = len(cal_model[0].model_.groups)
-    assert n_numbers < 2 * G * len(iv.DELTA_GRID) + 3000
+    assert n_numbers < 3 * G * len(iv.DELTA_GRID) + 3000
 
 
 # ---- CLI ---------------------------------------------------------------------------------------------------------
