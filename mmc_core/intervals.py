@@ -37,7 +37,8 @@ clipped (new labels may fall outside it).
     The signed standardized residual u = (y - mu(x)) / sd(x), sd(x) = sqrt(max(m_2(x), floor)) (``floor`` =
     FLOOR_FRACTION x the calibration rows' mean m_2; a mean-only model uses sd = 1), gets two thresholds, each a
     sum of per-group coefficients over x's groups, and the interval is [mu - max(q_lo(x), 0) sd(x),
-    mu + max(q_up(x), 0) sd(x)] (the mean always inside; asymmetric when the residuals are skewed).
+    mu + max(q_up(x), 0) sd(x)] (the mean always inside; asymmetric when the residuals are skewed), each end
+    taken at least as far as at every larger grid delta (nested in delta).
     Default approach ``ridge-cqr`` (:func:`fit_two_sided`): per side a ridge-penalized group-additive quantile
     regression (groups borrow strength from the pooled fit), a weak penalty for the groups whose cross-fitted
     miss rate is significantly too high, a conformal shift from the cross-fitted scores (CQR) at the level
@@ -45,15 +46,16 @@ clipped (new labels may fall outside it).
     the calibration rows is at least that level minus Z_UNDER binomial standard errors. The symmetric
     approaches of :func:`fit_threshold` (``gcp``, the previous default: a multicalibrated threshold on |u| by
     significance-gated coordinate steps; ``gcp-cv``; ``mondrian-std``; ``mondrian-relaxed``) stay selectable
-    (``calibrate(..., approach=...)``). Measured on the issue-4 protocol (benchmarks/coverage_protocol.py, 50
-    fresh splits, seeds 1000-1049; see its notes), share of splits meeting the whole goal (no under-covered
-    group, average group coverage in [0.89, 0.93], width <= 0.95 x Mondrian), ridge-cqr vs gcp: wage 0.34 vs
-    0.14 (no base) and 0.36 vs 0.08 (boosted base), NELS 0.68 vs 0.46 and 0.58 vs 0.56, synthetic 0.74 vs 0.62
-    and 0.50 vs 0.48; average coverage 0.914-0.928 (gcp 0.923-0.941) at 0.60-0.93 of the Mondrian width. gcp
-    has fewer under-covered groups (it over-covers: average coverage above 0.93 on 16-80% of the splits). Per-
-    group validity at 2% group size needs more calibration rows than 25% of a few thousand: a group that size
-    has 9-22 of them, and the calibration noise of the global level alone (sd ~0.014 at 450 rows) keeps the
-    wage table below about one split in two.
+    (``calibrate(..., approach=...)``; records without ``theta_lower`` predict exactly as before). Measured on
+    the issue-4 protocol (benchmarks/coverage_protocol.py, 50 fresh splits, seeds 1000-1049; see its notes),
+    share of splits meeting the whole goal (no under-covered group, average group coverage in [0.89, 0.93],
+    width <= 0.95 x Mondrian), ridge-cqr vs gcp: wage 0.28 vs 0.14 (no base) and 0.36 vs 0.08 (boosted base),
+    NELS 0.68 vs 0.46 and 0.56 vs 0.56, synthetic 0.74 vs 0.62 and 0.50 vs 0.48; average coverage 0.915-0.930
+    (gcp 0.923-0.941) at 0.61-0.93 of the Mondrian width. gcp has fewer under-covered groups (0.04-0.66 per
+    split against 0.22-0.62) because it over-covers: average coverage above 0.93 on 16-80% of the splits.
+    Per-group validity at 2% group size needs more calibration rows than 25% of a few thousand: a group that
+    size has 9-22 of them, and the calibration noise of the global level alone (sd ~0.014 at 450 rows) keeps
+    the wage table below about one split in two.
 ``split-conformal``  marginal split conformal on |y - base| (the conformal rank ceil((n + 1)(1 - delta))).
 ``mondrian``  per-group split conformal on |y - base|; a row gets the widest interval among its groups.
     Groups with fewer than ceil(1/delta) - 1 calibration rows have an infinite conformal quantile and are
@@ -1081,10 +1083,10 @@ def _half_calibrated(ctx, delta, gamma, moment=None):
     if not isinstance(part, dict):
         raise ModelFormatError("model extras: intervals.calibrated must be an object")
     G = ctx.memb.n_groups
-    rows = part.get("theta")
-    if not isinstance(rows, list) or len(rows) != deltas.size:
+    rows_up = part.get("theta")
+    if not isinstance(rows_up, list) or len(rows_up) != deltas.size:
         raise ModelFormatError(f"model extras: intervals.calibrated.theta must be a list of {deltas.size} lists")
-    theta = _from_json_list(rows[k], f"calibrated.theta[{k}]", G)
+    theta = _from_json_list(rows_up[k], f"calibrated.theta[{k}]", G)
     floor = _finite_nonneg(part.get("floor"), "calibrated.floor")
     scale_kind = part.get("scale")
     if scale_kind == "m2":
@@ -1099,14 +1101,21 @@ def _half_calibrated(ctx, delta, gamma, moment=None):
     info = {"grid_delta": float(deltas[k]), "approach": part.get("approach")}
     if "theta_lower" not in part:
         return ctx.mu, np.maximum(q, 0.0) * scale, info
-    # two-sided thresholds (ridge-cqr): [mu - max(q_lo, 0) sd, mu + max(q_up, 0) sd]; max(., 0) keeps mu inside
+    # Two-sided thresholds (ridge-cqr): [mu - max(q_lo, 0) sd, mu + max(q_up, 0) sd] (max(., 0) keeps mu inside),
+    # made nested in delta: each end goes at least as far as at every larger grid delta (the hull of those
+    # intervals). The two sides are fitted per delta, so without this an end could move inward as delta
+    # decreases; widening never lowers a coverage.
     rows = part.get("theta_lower")
     if part.get("combine") != "sum":
         raise ModelFormatError("model extras: intervals.calibrated.theta_lower needs combine 'sum'")
     if not isinstance(rows, list) or len(rows) != deltas.size:
         raise ModelFormatError(f"model extras: intervals.calibrated.theta_lower must be a list of {deltas.size} lists")
-    q_lo = _row_sum(ctx.memb, _from_json_list(rows[k], f"calibrated.theta_lower[{k}]", G))
-    return ctx.mu, (np.maximum(q_lo, 0.0) * scale, np.maximum(q, 0.0) * scale), info
+    q_up, q_lo = np.maximum(q, 0.0), np.zeros(ctx.n)
+    for j in range(k, deltas.size):
+        q_lo = np.maximum(q_lo, _row_sum(ctx.memb, _from_json_list(rows[j], f"calibrated.theta_lower[{j}]", G)))
+        if j > k:
+            q_up = np.maximum(q_up, _row_sum(ctx.memb, _from_json_list(rows_up[j], f"calibrated.theta[{j}]", G)))
+    return ctx.mu, (q_lo * scale, q_up * scale), info
 
 
 def _half_split(ctx, delta, gamma, moment=None):

@@ -625,8 +625,8 @@ def test_baselines_by_hand(cal_model):
 
 
 def test_calibrated_formula(cal_model):
-    """The default (ridge-cqr) interval: [mu - max(q_lo, 0) sd, mu + max(q_up, 0) sd], q = the sum of the stored
-    coefficients over the row's groups, sd = sqrt(max(m_2, floor))."""
+    """The default (ridge-cqr) interval: [mu - q_lo sd, mu + q_up sd], q_side = the largest of max(sum of the
+    stored coefficients over the row's groups, 0) over the grid deltas >= delta, sd = sqrt(max(m_2, floor))."""
     est, table, _ = cal_model
     model = est.model_
     rec = model.extras["intervals"]["calibrated"]
@@ -635,13 +635,24 @@ def test_calibrated_formula(cal_model):
     memb = model.groups.evaluate(table).to_dense().astype(float)
     mu, moms = model.predict_unit(table)
     sd = np.sqrt(np.maximum(moms[2], rec["floor"]))
-    q_up = memb @ np.array(rec["theta"][k], dtype=float)
-    q_lo = memb @ np.array(rec["theta_lower"][k], dtype=float)
+    q_up = np.max([memb @ np.array(t, dtype=float) for t in rec["theta"][k:]] + [np.zeros(len(mu))], axis=0)
+    q_lo = np.max([memb @ np.array(t, dtype=float) for t in rec["theta_lower"][k:]] + [np.zeros(len(mu))], axis=0)
     lo, hi = iv.predict_intervals(model, table, method="calibrated", delta=0.1)
-    np.testing.assert_allclose(lo, np.clip(mu - np.maximum(q_lo, 0) * sd, 0, 1), atol=1e-12)
-    np.testing.assert_allclose(hi, np.clip(mu + np.maximum(q_up, 0) * sd, 0, 1), atol=1e-12)
+    np.testing.assert_allclose(lo, np.clip(mu - q_lo * sd, 0, 1), atol=1e-12)
+    np.testing.assert_allclose(hi, np.clip(mu + q_up * sd, 0, 1), atol=1e-12)
     assert np.all(lo <= mu + 1e-12) and np.all(mu <= hi + 1e-12)
     assert rec["floor"] == pytest.approx(iv.FLOOR_FRACTION * np.mean(moms[2][est.calibration_index_]))
+
+
+def test_calibrated_nested_in_delta(cal_model):
+    """A smaller delta never gives a narrower calibrated interval on any row (either end), for any delta."""
+    est, table, _ = cal_model
+    prev = None
+    for delta in sorted(set(iv.DELTA_GRID) | {0.033, 0.105, 0.42}, reverse=True):
+        lo, hi = iv.predict_intervals(est.model_, table, method="calibrated", delta=delta)
+        if prev is not None:
+            assert np.all(lo <= prev[0]) and np.all(hi >= prev[1]), delta
+        prev = (lo, hi)
 
 
 def test_calibrated_formula_gcp(cal_model):
