@@ -101,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--pred")
     au.add_argument("--delta", type=float, default=0.1)
     au.add_argument("--gamma", type=float, default=0.05)
+    au.add_argument("--error-control", choices=["holm", "bh"], default="holm",
+                    help="adjustment of the findings over every test: holm (family-wise error) or bh (false "
+                         "discovery rate)")
+    au.add_argument("--min-group-count", type=int, default=30, help="smallest group or cell tested (30)")
     au.add_argument("--out", required=True)
 
     rp = sub.add_parser("report", help="write a PDF audit report")
@@ -268,9 +272,14 @@ def cmd_audit(args) -> int:
     _check_out(args.out)
     _check_prob("--delta", args.delta)
     _check_prob("--gamma", args.gamma)
+    if args.min_group_count < 2:
+        raise CLIError(f"--min-group-count must be at least 2, got {args.min_group_count}")
     model, df, base, y = _load_for_apply(args, need_label=True)
-    result = audit(model, df, y, base=base, delta=args.delta, gamma=args.gamma)
+    result = audit(model, df, y, base=base, delta=args.delta, gamma=args.gamma, error_control=args.error_control,
+                   min_group_count=args.min_group_count)
     atomic_write_text(args.out, json.dumps(result.to_json(), allow_nan=False))
+    print(json.dumps({"findings": len(result.findings), "findings_status": result.findings_status,
+                      "tests": result.params.get("n_tests"), "error_control": args.error_control}))
     return 0
 
 

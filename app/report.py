@@ -477,6 +477,46 @@ def _calibration_table(audit, top: int = 12) -> pd.DataFrame | None:
     return pd.DataFrame(out)
 
 
+_MAX_FINDINGS = 8
+
+
+def findings_summary(audit) -> dict:
+    """What the findings section says, as data (shared by the PDF and the dashboard): the findings to show
+    (most significant first, at most ``_MAX_FINDINGS``), how many there are, how many tests were made, the
+    error control, the smallest group tested, the descriptive disparities, and a failure message if the
+    findings could not be computed."""
+    params = getattr(audit, "params", {}) or {}
+    status = getattr(audit, "findings_status", "failed: this audit has no findings (made by an older version)")
+    found = list(getattr(audit, "findings", []) or [])
+    control = {"holm": "Holm (family-wise error)", "bh": "Benjamini-Hochberg (false discovery rate)"}.get(
+        params.get("error_control"), str(params.get("error_control")))
+    return {"failed": None if status == "ok" else status.removeprefix("failed:").strip(),
+            "shown": found[:_MAX_FINDINGS], "n_found": len(found), "n_tests": params.get("n_tests"),
+            "control": control, "level": params.get("findings_level"), "min_count": params.get("min_group_count"),
+            "disparities": list(getattr(audit, "disparities", []) or [])[:3]}
+
+
+def _findings_section(doc, audit):
+    s = findings_summary(audit)
+    doc.heading("Key findings", size=12, space=1)
+    if s["failed"]:
+        doc.para(f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
+                 color=(170, 40, 0))
+        return
+    scope = (f"{s['n_tests']} tests of the model's means, bucket calibration, variances and interval coverage on "
+             f"every group and cell of at least {s['min_count']} rows, adjusted together by {s['control']} at "
+             f"{s['level']:g}.")
+    if s["shown"]:
+        doc.bullets([f["text"] for f in s["shown"]])
+        more = s["n_found"] - len(s["shown"])
+        doc.para(("" if more <= 0 else f"{more} further finding(s) are in audit.json. ") + scope, size=8.5, style="I")
+    else:
+        doc.para("No defect found: " + scope, style="I")
+    if s["disparities"]:
+        doc.para("Where the model is more or less certain (descriptive, not defects):", size=9.5)
+        doc.bullets([d["text"] for d in s["disparities"]])
+
+
 class _Relabelled:
     """The audit with ``params["label"]`` set to the report's label name (used in axis titles)."""
 
@@ -646,16 +686,7 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
     pdf.set_text_color(0, 0, 0)
     pdf.ln(2)
 
-    findings = []
-    try:
-        findings = list(audit.findings(top=5))
-    except Exception:  # noqa: BLE001 - findings are a convenience; the tables below carry the numbers
-        findings = []
-    doc.heading("Key findings", size=12, space=1)
-    if findings:
-        doc.bullets(findings)
-    else:
-        doc.para("No findings were produced by the audit.", style="I")
+    _findings_section(doc, audit)
     if not info.get("converged", True):
         doc.para("**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
                  "fitting rows.", color=(170, 40, 0), markdown=True)

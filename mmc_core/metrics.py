@@ -46,7 +46,15 @@ Tables (pandas DataFrames)
     mean_buckets (edges in label units), moments, odd_moments, label_outside_range (rows outside the range).
 
 Views: ``difference(column)`` and ``ratio(column)`` (column of by_group, or "coverage:<method>" /
-"width:<method>") against overall, like MetricFrame. ``findings(top=5)`` are plain-language sentences.
+"width:<method>") against overall, like MetricFrame.
+
+Findings (:mod:`mmc_core.findings`): ``findings`` is a list of dicts, one per model defect the rows show
+beyond chance after Holm (or Benjamini-Hochberg) adjustment over every test the audit made: kind (mean |
+calibration | variance | coverage), group, n, bucket (calibration only), method (coverage only), predicted,
+observed, estimate, interval (95%), p_value, p_adjusted, adjustment, z, text. ``disparities`` lists the
+descriptive variance disparities (kind "variance_disparity", group, n, estimate, interval, text).
+``findings_status`` is "ok", or "failed: <reason>" when the findings could not be computed (never reported
+as "no findings").
 
 JSON (``to_json()``), strict (NaN and infinities become null)::
 
@@ -54,7 +62,7 @@ JSON (``to_json()``), strict (NaN and infinities become null)::
      "overall": {column: value},
      "by_group" | "coverage" | "width" | "calibration_cells" | "moment_cells" | "coverage_by_bucket":
          DataFrame.to_dict(orient="split") -> {"index": [...], "columns": [...], "data": [[...], ...]},
-     "params": {...}, "findings": [sentence, ...]}
+     "params": {...}, "findings": [{...}, ...], "disparities": [{...}, ...], "findings_status": "ok"}
 
 Read a table back with ``pd.DataFrame(**d["by_group"])``.
 """
@@ -66,6 +74,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from . import findings as fnd
 from . import intervals as iv
 from .buckets import mean_grid
 from .errors import DataError, MMCError, ModelFormatError
@@ -106,13 +115,6 @@ def _div(a, b):
     b = np.asarray(b, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
-
-
-def _binom_z(k, n, p):
-    """One-sided z statistic (continuity-corrected) of k successes in n against rate p."""
-    n = np.asarray(n, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return (np.asarray(k, dtype=float) + 0.5 - n * p) / np.sqrt(n * p * (1 - p))
 
 
 class _Pairs:
@@ -220,7 +222,7 @@ class AuditResult:
     """Per-group audit tables of one model on one labelled table (see the module docstring)."""
 
     def __init__(self, overall, by_group, coverage, width, calibration_cells, moment_cells, coverage_by_bucket,
-                 params):
+                 params, findings=(), disparities=(), findings_status="ok"):
         self.overall = overall
         self.by_group = by_group
         self.coverage = coverage
@@ -229,6 +231,9 @@ class AuditResult:
         self.moment_cells = moment_cells
         self.coverage_by_bucket = coverage_by_bucket
         self.params = params
+        self.findings = list(findings)
+        self.disparities = list(disparities)
+        self.findings_status = findings_status
 
     # ---- MetricFrame-style views ----
     def _column(self, column: str) -> tuple[pd.Series, float]:
@@ -253,78 +258,6 @@ class AuditResult:
         s, o = self._column(column)
         return (s.astype(float) / o if o != 0 else s.astype(float) * np.nan).rename(f"{column} / overall")
 
-    # ---- plain language ----
-    def findings(self, top: int = 5) -> list:
-        """Up to ``top`` plain-language sentences on the largest issues, most severe first."""
-        bg = self.by_group
-        delta = self.params["delta"]
-        unit = self.params.get("unit", "")
-        cands = []  # (severity, sentence)
-        big = bg.index[(bg["count"] >= 20).to_numpy()]
-        if "var_ratio" in bg.columns:
-            for g in big:
-                if g == "all":
-                    continue
-                r, lo, hi = bg.at[g, "var_ratio"], bg.at[g, "var_ratio_lo"], bg.at[g, "var_ratio_hi"]
-                if not (np.isfinite(r) and np.isfinite(lo) and np.isfinite(hi)) or lo <= 1 <= hi:
-                    continue
-                sev = abs(math.log(r))
-                if r >= 1:
-                    txt = f"{r:.1f} times"
-                else:
-                    txt = f"{r:.2f} times (about 1/{1 / r:.1f} of)"
-                cands.append((sev, f"The model's predicted variance for group {g} is {txt} the overall level "
-                                   f"(95% CI {lo:.2f}-{hi:.2f}).", ("var", g, r)))
-        cov = self.coverage
-        for method in [m for m in ("calibrated", "mondrian", "split-conformal", "gaussian") if m in cov.columns][:2]:
-            k = cov[method].to_numpy() * bg["count"].to_numpy()
-            z = _binom_z(k, bg["count"].to_numpy(), 1 - delta)
-            for g, zz in zip(bg.index, z):
-                c = cov.at[g, method]
-                if bg.at[g, "count"] >= 20 and np.isfinite(zz) and zz < -2.33:
-                    cands.append((abs(zz) / 2.33, f"The {method} {1 - delta:.0%} intervals cover only {c:.0%} of "
-                                                  f"group {g} (n={int(bg.at[g, 'count'])}), significantly below "
-                                                  f"the target."))
-        if "calib_error_worst_base" in bg.columns:
-            before = bg["calib_error_worst_weighted_base"].to_numpy()
-            after = bg["calib_error_worst_weighted"].to_numpy()
-            for g, b_, a_ in zip(bg.index, before, after):
-                ub, ua = bg.at[g, "calib_error_worst_base"], bg.at[g, "calib_error_worst"]
-                if np.isfinite(b_) and np.isfinite(a_) and b_ > 2 * a_ and np.isfinite(ub) and ub > 0:
-                    cands.append((min(b_ / max(a_, 1e-12), 50) / 25,
-                                  f"For group {g}, the base prediction's worst bucket is off by {ub:.3g}{unit} on "
-                                  f"average; after multicalibration the worst is {ua:.3g}{unit}."))
-        if "pred_var" in bg.columns and np.isfinite(bg["pred_var"]).any():
-            for g in big:
-                p, e = bg.at[g, "pred_var"], bg.at[g, "emp_var"]
-                if np.isfinite(p) and np.isfinite(e) and e > 0 and p > 0:
-                    r = p / e
-                    if r < 0.7 or r > 1.4:
-                        verb = "understates" if r < 1 else "overstates"
-                        cands.append((abs(math.log(r)) * 0.8,
-                                      f"For group {g}, the predicted variance ({p:.3g}) {verb} the observed residual "
-                                      f"variance ({e:.3g}) by {abs(1 - r):.0%}."))
-        cands.sort(key=lambda t: -t[0])
-        seen, out, var_shown = set(), [], []
-        n_var_max = 3 if top <= 6 else top  # in a short list, leave room for coverage and calibration findings
-        for cand in cands:
-            s, tag = cand[1], (cand[2] if len(cand) > 2 else None)
-            if s in seen:
-                continue
-            if tag is not None:
-                _, g, r = tag
-                parts = set(str(g).split(" & "))
-                # an intersection saying what its reported parent group already says adds nothing
-                if len(var_shown) >= n_var_max or any(set(str(h).split(" & ")) < parts and 0.8 < r / rh < 1.25
-                                                      for h, rh in var_shown):
-                    continue
-                var_shown.append((g, r))
-            out.append(s)
-            seen.add(s)
-            if len(out) >= top:
-                break
-        return out
-
     # ---- serialisation ----
     def to_json(self) -> dict:
         d = {"format": FORMAT, "version": VERSION,
@@ -332,7 +265,9 @@ class AuditResult:
         for name in _TABLES:
             d[name] = _json_clean(getattr(self, name).to_dict(orient="split"))
         d["params"] = _json_clean(self.params)
-        d["findings"] = self.findings()
+        d["findings"] = _json_clean(self.findings)
+        d["disparities"] = _json_clean(self.disparities)
+        d["findings_status"] = self.findings_status
         return d
 
     def __repr__(self) -> str:
@@ -343,7 +278,8 @@ class AuditResult:
 # ---- the audit -------------------------------------------------------------------------------------------
 def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, methods=iv.METHODS,
           n_boot: int = 200, seed: int = 0, bucket_method: str | None = None,
-          min_cell_count: int = 20) -> AuditResult:
+          min_cell_count: int = 20, min_group_count: int = 30, error_control: str = "holm",
+          findings_level: float = 0.05) -> AuditResult:
     """Audit ``model`` on the rows of ``table`` with labels ``y`` (original units).
 
     ``base``: the base prediction in label units (required if the model was fitted on one; optional
@@ -355,6 +291,12 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
     iv._check_prob("gamma", gamma)
     if not isinstance(n_boot, int) or n_boot < 0:
         raise MMCError(f"n_boot must be a non-negative integer, got {n_boot!r}")
+    if isinstance(min_group_count, bool) or not isinstance(min_group_count, (int, np.integer)) or min_group_count < 2:
+        raise MMCError(f"min_group_count must be an integer >= 2, got {min_group_count!r}")
+    if error_control not in fnd.ADJUSTMENTS:
+        raise MMCError(f"error_control must be one of {', '.join(fnd.ADJUSTMENTS)}, got {error_control!r}")
+    if not (isinstance(findings_level, (int, float)) and 0 < findings_level < 1):
+        raise MMCError(f"findings_level must be in (0, 1), got {findings_level!r}")
     scale = model.scale
     span = scale.span
     y = np.asarray(y, dtype=float)
@@ -529,7 +471,84 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
         "moments": list(model.moments), "odd_moments": model.params.odd_moments,
         "label_outside_range": int(np.sum((yu < -1e-9) | (yu > 1 + 1e-9))),
     }
-    return AuditResult(overall, bg, coverage, width_t, cal, moment_cells, coverage_by_bucket, params)
+    params.update({"min_group_count": int(min_group_count), "error_control": error_control,
+                   "findings_level": float(findings_level)})
+    try:
+        inside_f = bucket_inside if bucket_method is not None else None
+        found, n_tests = _findings(pairs, names, scale, mu, yu, moms.get(2) if 2 in model.moments else None,
+                                   m, inside_f, bucket_method, 1 - delta, min_group_count, error_control,
+                                   findings_level)
+        disp = fnd.variance_disparities(names, cnt, bg["var_ratio"].to_numpy(), lo_p, hi_p, min_group_count)
+        status = "ok"
+        params["n_tests"] = n_tests
+    except Exception as e:  # noqa: BLE001 - reported as a failure, never as "no findings"
+        found, disp, status = [], [], f"failed: {type(e).__name__}: {e}"
+    return AuditResult(overall, bg, coverage, width_t, cal, moment_cells, coverage_by_bucket, params,
+                       found, disp, status)
+
+
+def _findings(pairs: _Pairs, names, scale, mu, yu, var_pred, m, inside, method, target, min_count, control, level):
+    """Every test of the model's claims on these rows (mean per group and per mean-bucket cell, variance,
+    coverage of ``method``), adjusted as one family. Returns (findings, number of tests)."""
+    span = scale.span
+    cnt = pairs.gsum()
+    r = yu - mu
+    tests = fnd.group_tests("mean", names, cnt, pairs.gsum(r), pairs.gsum(r * r), min_count,
+                            predicted=scale.mean_from_unit(_div(pairs.gsum(mu), cnt)),
+                            observed=scale.mean_from_unit(_div(pairs.gsum(yu), cnt)))
+    b = mean_grid(m).index(mu)
+    edges = scale.mean_from_unit(np.arange(m + 1) / m)
+    cc = pairs.cell_sums(b, m).ravel()
+    cell_names = [(g, i) for g in names for i in range(m)]
+    cal = fnd.group_tests("calibration", cell_names, cc, pairs.cell_sums(b, m, r).ravel(),
+                          pairs.cell_sums(b, m, r * r).ravel(), min_count,
+                          predicted=scale.mean_from_unit(_div(pairs.cell_sums(b, m, mu).ravel(), cc)),
+                          observed=scale.mean_from_unit(_div(pairs.cell_sums(b, m, yu).ravel(), cc)))
+    for t in cal:
+        g, i = t["group"]
+        t["group"], t["bucket"] = g, [float(edges[i]), float(edges[i + 1])]
+    tests += cal
+    for t in tests:
+        t["estimate"] = t["statistic_mean"] * span  # observed - predicted, label units
+        t["interval"] = [t["estimate"] - fnd._Z95 * t["statistic_se"] * span,
+                         t["estimate"] + fnd._Z95 * t["statistic_se"] * span]
+        t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
+    if var_pred is not None:
+        r2 = r * r
+        d = r2 - var_pred
+        s_r2, s_v = pairs.gsum(r2), pairs.gsum(var_pred)
+        ratio = _div(s_r2, s_v)
+        # delta method for mean(r2) / mean(v): the residuals z = r2 - R v
+        s_zz = pairs.gsum(r2 * r2) - 2 * ratio * pairs.gsum(r2 * var_pred) + ratio**2 * pairs.gsum(var_pred**2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            se_ratio = np.sqrt(np.maximum(s_zz, 0.0) / np.maximum(cnt - 1, 1)) / np.sqrt(cnt) / (s_v / cnt)
+        var_t = fnd.group_tests("variance", names, cnt, pairs.gsum(d), pairs.gsum(d * d), min_count,
+                                s3=pairs.gsum(d**3),
+                                predicted=scale.moment_from_unit(_div(s_v, cnt), 2),
+                                observed=scale.moment_from_unit(_div(s_r2, cnt), 2), ratio=ratio, se_ratio=se_ratio)
+        for t in var_t:
+            t["estimate"] = t.pop("ratio")
+            se = t.pop("se_ratio")
+            t["interval"] = [max(t["estimate"] - fnd._Z95 * se, 0.0), t["estimate"] + fnd._Z95 * se]
+            t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
+        tests += var_t
+    if inside is not None:
+        k = pairs.gsum(inside)
+        p = fnd.binom_cdf(np.round(k), cnt, target)
+        lo, hi = fnd.wilson_interval(k, cnt)
+        for i in np.nonzero(cnt >= min_count)[0]:
+            tests.append({"kind": "coverage", "group": names[i], "n": int(cnt[i]), "method": method,
+                          "target": float(target), "estimate": float(k[i] / cnt[i]),
+                          "predicted": float(target), "observed": float(k[i] / cnt[i]),
+                          "interval": [float(lo[i]), float(hi[i])], "p_value": float(p[i]),
+                          "z": float((k[i] - target * cnt[i]) / math.sqrt(cnt[i] * target * (1 - target)))})
+    found = fnd.select_findings(tests, control, level)
+    for t in found:
+        t.pop("statistic_mean", None)
+        t.pop("statistic_se", None)
+        t.setdefault("method", None)
+        t["text"] = fnd.describe(t)
+    return found, len(tests)
 
 
 def _unavailable_reason(model, method) -> str:

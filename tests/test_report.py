@@ -78,8 +78,11 @@ def test_layout_with_stand_in_renderer(demo, tmp_path, monkeypatch):
                    "Mean calibration before and after", "Variance reliability", "Interval coverage by method",
                    "Groups below", "fresh.csv", "[0, 100]", "declared"):
         assert needle in text, needle
-    for finding in demo["audit"].findings(top=3):
-        assert finding.split()[0] in text
+    flat = " ".join(text.split())
+    summary = R.findings_summary(demo["audit"])
+    assert f"{summary['n_tests']} tests of the model's means" in flat
+    for f in summary["shown"] + summary["disparities"]:
+        assert " ".join(f["text"].split()) in flat, f["text"]
 
 
 def stand_in_renderer(monkeypatch):

@@ -220,23 +220,30 @@ def _large_enough(audit, index) -> np.ndarray:
     return np.ones(len(index), bool)
 
 
+def _md(text: str) -> str:
+    """User-supplied names (groups, columns) inside markdown: escape every markdown control character."""
+    return "".join("\\" + c if c in "\\`*_{}[]()#+-.!<>|~$" else c for c in str(text))
+
+
 def findings(run):
-    audit = run.audit
-    if not hasattr(audit, "findings"):
-        return
-    try:
-        items = audit.findings(top=5)
-    except Exception as e:  # noqa: BLE001 - a findings bug must not hide the figures
-        st.caption(f"(findings unavailable: {e})")
-        return
-    if not items:
-        return
+    from app.report import findings_summary
+
+    s = findings_summary(run.audit)
     with st.container(border=True):
         st.markdown("**What the audit found** (test rows)")
-        for f in items:
-            text = f if isinstance(f, str) else (f.get("text") or f.get("message") or str(f)) if isinstance(f, dict) \
-                else str(f)
-            st.markdown(f"- {text}")
+        if s["failed"]:
+            st.error(f"The findings could not be computed: {s['failed']}")
+            return
+        for f in s["shown"]:
+            st.markdown(f"- {_md(f['text'])}")
+        if not s["shown"]:
+            st.markdown("No defect found.")
+        st.caption(f"{s['n_tests']} tests on groups and cells of at least {s['min_count']} rows, adjusted by "
+                   f"{s['control']} at {s['level']:g}; {s['n_found']} finding(s).")
+        if s["disparities"]:
+            st.markdown("Where the model is more or less certain (descriptive):")
+            for d in s["disparities"]:
+                st.markdown(f"- {_md(d['text'])}")
 
 
 def variance_tab(run):

@@ -1,0 +1,289 @@
+"""Findings: statistical tests of the model's claims on labelled rows, with error control across all of them.
+
+A *finding* is a model defect that the audit rows show beyond chance: for one group (or one group x mean
+bucket cell), the predicted mean disagrees with the observed mean (``mean``, ``calibration``), the predicted
+variance disagrees with the observed squared residuals (``variance``), or the prediction intervals cover
+less than promised (``coverage``). Every test the audit makes enters one family; its p-values are adjusted
+by Holm (family-wise error, the default) or Benjamini-Hochberg (false discovery rate), and a test becomes a
+finding only when its *adjusted* p-value is below ``level``. Groups and cells with fewer than
+``min_count`` rows are not tested at all (a 1-row group can neither be judged nor flagged).
+
+The tests (r = y - mu(x), v = the predicted variance m_2(x), all on the audit rows):
+
+- mean / calibration: H0 E[r] = 0 over the group (cell); two-sided t test of the mean of r with its
+  sample standard error (n >= ``min_count`` rows; Student's t, not the normal: after a multiplicity
+  adjustment the test runs at |t| ~ 3.5-4, where the normal tail is several times too small for 30-100 rows).
+- variance: H0 E[r^2 - v] = 0 over the group; two-sided t test of the mean of r^2 - v. The estimate is the
+  ratio observed / predicted = mean(r^2) / mean(v) with a delta-method 95% interval.
+- coverage: H0 coverage >= 1 - delta; one-sided exact binomial test (lower tail) of the rows covered;
+  the interval is Wilson's 95% score interval.
+
+*Disparities* are descriptive, not defects: a group whose predicted variance differs from the overall
+level (bootstrap CI excluding 1) is *more uncertain*, which is what the model should say when it is true.
+They are listed apart and never adjusted as tests.
+
+Everything here is numpy: the normal and binomial tails are computed with ``math.erfc`` and a continued
+fraction for the regularized incomplete beta function, checked against scipy in the tests.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import MMCError
+
+__all__ = ["ADJUSTMENTS", "adjust_pvalues", "binom_cdf", "norm_sf", "wilson_interval", "group_tests",
+           "select_findings", "variance_disparities"]
+
+ADJUSTMENTS = ("holm", "bh")
+_Z95 = 1.959963984540054
+
+
+# ---- distributions ---------------------------------------------------------------------------------------
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+_lgamma = np.frompyfunc(math.lgamma, 1, 1)
+
+
+def norm_sf(z) -> np.ndarray:
+    """Upper tail P(Z > z) of the standard normal, elementwise (NaN stays NaN)."""
+    z = np.asarray(z, dtype=float)
+    out = np.full(z.shape, np.nan)
+    ok = ~np.isnan(z)
+    out[ok] = 0.5 * _erfc(z[ok] / math.sqrt(2.0)).astype(float)
+    return out
+
+
+def t_sf2(t, df) -> np.ndarray:
+    """Two-sided tail P(|T| > |t|) of Student's t with ``df`` degrees of freedom, elementwise (the normal tail
+    beyond 1e7 degrees of freedom, where the continued fraction would need too many terms; there the two
+    differ by a factor 1 + t^4 / (4 df), under 1e-3 up to |t| = 12)."""
+    t = np.abs(np.asarray(t, dtype=float))
+    df = np.broadcast_to(np.asarray(df, dtype=float), t.shape)
+    out = np.full(t.shape, np.nan)
+    ok = ~np.isnan(t) & (df > 0)
+    big = ok & (df > 1e7)
+    out[big] = 2 * norm_sf(t[big])
+    small = ok & ~big
+    if small.any():
+        tt, nu = t[small], df[small]
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = np.where(np.isinf(tt), 0.0, nu / (nu + tt * tt))
+        out[small] = _betainc(nu / 2, np.full(nu.shape, 0.5), x)
+    return np.minimum(out, 1.0)
+
+
+def _betacf(a, b, x, iters: int = 3000, eps: float = 1e-15):
+    """Continued fraction of the incomplete beta function (modified Lentz), elementwise; x < (a+1)/(a+b+2)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c = np.ones_like(x)
+    d = 1.0 - qab * x / qap
+    d = np.where(np.abs(d) < tiny, tiny, d)
+    d = 1.0 / d
+    h = d.copy()
+    active = np.ones(x.shape, dtype=bool)
+    for m in range(1, iters + 1):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = np.where(np.abs(d) < tiny, tiny, d)
+        c = 1.0 + aa / c
+        c = np.where(np.abs(c) < tiny, tiny, c)
+        d = 1.0 / d
+        h = np.where(active, h * d * c, h)
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = np.where(np.abs(d) < tiny, tiny, d)
+        c = 1.0 + aa / c
+        c = np.where(np.abs(c) < tiny, tiny, c)
+        d = 1.0 / d
+        delta = d * c
+        h = np.where(active, h * delta, h)
+        active &= np.abs(delta - 1.0) > eps
+        if not active.any():
+            break
+    return h
+
+
+def _betainc(a, b, x) -> np.ndarray:
+    """Regularized incomplete beta I_x(a, b) for a, b > 0 and 0 <= x <= 1, elementwise."""
+    a, b, x = np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float), np.asarray(x, float))
+    out = np.where(x <= 0, 0.0, 1.0)
+    inner = (x > 0) & (x < 1)
+    if not inner.any():
+        return out
+    a_, b_, x_ = a[inner], b[inner], x[inner]
+    lbt = (_lgamma(a_ + b_) - _lgamma(a_) - _lgamma(b_)).astype(float) + a_ * np.log(x_) + b_ * np.log1p(-x_)
+    front = np.exp(lbt)
+    direct = x_ < (a_ + 1.0) / (a_ + b_ + 2.0)
+    res = np.empty_like(x_)
+    if direct.any():
+        res[direct] = front[direct] * _betacf(a_[direct], b_[direct], x_[direct]) / a_[direct]
+    flip = ~direct
+    if flip.any():
+        res[flip] = 1.0 - front[flip] * _betacf(b_[flip], a_[flip], 1.0 - x_[flip]) / b_[flip]
+    out[inner] = np.clip(res, 0.0, 1.0)
+    return out
+
+
+def binom_cdf(k, n, p) -> np.ndarray:
+    """P(X <= k) for X ~ Binomial(n, p), elementwise, exact (incomplete beta), k and n integer arrays."""
+    k = np.floor(np.asarray(k, dtype=float))
+    n = np.asarray(n, dtype=float)
+    k, n = np.broadcast_arrays(k, n)
+    out = np.where(k < 0, 0.0, 1.0)
+    mid = (k >= 0) & (k < n)
+    if mid.any():
+        out = out.astype(float)
+        out[mid] = _betainc(n[mid] - k[mid], k[mid] + 1.0, np.full(int(mid.sum()), 1.0 - float(p)))
+    return out
+
+
+def wilson_interval(k, n, z: float = _Z95):
+    """Wilson score interval of a proportion k / n, elementwise."""
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phat = k / n
+        den = 1 + z * z / n
+        centre = (phat + z * z / (2 * n)) / den
+        half = z * np.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / den
+    return np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1)
+
+
+# ---- multiplicity ----------------------------------------------------------------------------------------
+def adjust_pvalues(p, method: str = "holm") -> np.ndarray:
+    """Adjusted p-values of one family of tests (Holm's step-down or Benjamini-Hochberg's step-up).
+
+    Identical to ``statsmodels.stats.multitest.multipletests(p, method="holm" | "fdr_bh")[1]``.
+    """
+    if method not in ADJUSTMENTS:
+        raise MMCError(f"error control must be one of {', '.join(ADJUSTMENTS)}, got {method!r}")
+    p = np.asarray(p, dtype=float)
+    if p.ndim != 1 or np.isnan(p).any() or (p < 0).any() or (p > 1).any():
+        raise MMCError("p-values must be one array of numbers in [0, 1]")
+    m = p.size
+    if m == 0:
+        return p.copy()
+    order = np.argsort(p, kind="stable")
+    ps = p[order]
+    if method == "holm":
+        adj = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * ps))
+    else:
+        adj = np.minimum.accumulate(np.minimum(1.0, m / np.arange(1, m + 1) * ps)[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = adj
+    return out
+
+
+# ---- the tests -------------------------------------------------------------------------------------------
+def _t_test(s1, s2, cnt, s3=None):
+    """Two-sided t test of a zero mean from sums s1 = sum x, s2 = sum x^2 (and s3 = sum x^3) over cnt rows.
+
+    With ``s3`` the statistic is Hall's (1992) skewness-corrected transform of the studentized mean,
+    T = sqrt(n) (S + g S^2 / 3 + g^2 S^3 / 27 + g / (6 n)), S = mean / sd, g = the sample skewness; it removes
+    the first-order skewness term that makes the plain t test of a skewed quantity (squared residuals)
+    several times too liberal in the far tail where a multiplicity-adjusted test decides.
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        mean = s1 / cnt
+        m2 = np.maximum(s2 / cnt - mean * mean, 0.0)
+        var = m2 * cnt / np.maximum(cnt - 1, 1)
+        se = np.sqrt(var / cnt)
+        z = np.where(se > 0, mean / np.where(se > 0, se, 1.0), np.where(mean == 0, 0.0, np.inf))
+        if s3 is not None:
+            m3 = s3 / cnt - 3 * mean * s2 / cnt + 2 * mean**3
+            sd = np.sqrt(var)
+            g = np.where(sd > 0, m3 / np.where(sd > 0, sd, 1.0) ** 3, 0.0)
+            S = np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), z)
+            zh = np.sqrt(cnt) * (S + g * S**2 / 3 + g**2 * S**3 / 27 + g / (6 * cnt))
+            z = np.where(sd > 0, zh, z)
+    p = t_sf2(z, np.maximum(cnt - 1, 1))
+    return mean, se, p
+
+
+def group_tests(kind: str, names, cnt, s1, s2, min_count: int, s3=None, **extra) -> list:
+    """Tests of a zero mean for each group (or cell) with at least ``min_count`` rows.
+
+    ``s1``, ``s2`` (``s3``): sums of the tested quantity, of its square (and cube: skewness-corrected test,
+    see :func:`_t_test`); ``extra``: per-entry arrays carried into
+    each record (e.g. predicted and observed means). Returns one dict per tested entry.
+    """
+    cnt = np.asarray(cnt, dtype=float)
+    mean, se, p = _t_test(np.asarray(s1, float), np.asarray(s2, float), cnt,
+                          None if s3 is None else np.asarray(s3, float))
+    keep = np.nonzero(cnt >= max(min_count, 1))[0]
+    out = []
+    for i in keep:  # one record per tested group / cell (a handful of hundreds), not per row
+        rec = {"kind": kind, "group": names[i], "n": int(cnt[i]), "statistic_mean": float(mean[i]),
+               "statistic_se": float(se[i]), "p_value": float(p[i])}
+        for k, v in extra.items():
+            rec[k] = v[i].item() if isinstance(v[i], np.generic) else v[i]
+        out.append(rec)
+    return out
+
+
+def select_findings(tests: list, method: str = "holm", level: float = 0.05) -> list:
+    """Adjust the p-values of all ``tests`` as one family; return the findings (adjusted p < ``level``),
+    most significant first (ties: larger standardized effect first). Every test dict gets ``p_adjusted``
+    and ``adjustment``."""
+    if not (0 < level < 1):
+        raise MMCError(f"the findings level must be in (0, 1), got {level!r}")
+    if not tests:
+        return []
+    adj = adjust_pvalues(np.array([t["p_value"] for t in tests]), method)
+    for t, a in zip(tests, adj):
+        t["p_adjusted"] = float(a)
+        t["adjustment"] = method
+    found = [t for t in tests if t["p_adjusted"] < level]
+    found.sort(key=lambda t: (t["p_adjusted"], -abs(t.get("z", 0.0))))
+    return found
+
+
+def variance_disparities(names, cnt, ratio, lo, hi, min_count: int, skip_first: bool = True) -> list:
+    """Groups whose predicted variance differs from the overall level (bootstrap CI excluding 1), largest
+    |log ratio| first. Descriptive: these say where the model is more or less certain, not that it is wrong."""
+    out = []
+    for i, g in enumerate(names):
+        if (skip_first and i == 0) or cnt[i] < min_count:
+            continue
+        r, a, b = float(ratio[i]), float(lo[i]), float(hi[i])
+        if not (np.isfinite(r) and np.isfinite(a) and np.isfinite(b)) or r <= 0 or a <= 1 <= b:
+            continue
+        more = r >= 1
+        txt = f"{r:.1f} times" if more else f"{r:.2f} times (about 1/{1 / r:.1f} of)"
+        out.append({"kind": "variance_disparity", "group": g, "n": int(cnt[i]), "estimate": r,
+                    "interval": [a, b],
+                    "text": f"The model's predicted variance for group {g} (n={int(cnt[i])}) is {txt} the overall "
+                            f"level (95% CI {a:.2f}-{b:.2f}): the model is {'less' if more else 'more'} certain "
+                            "about this group."})
+    out.sort(key=lambda d: -abs(math.log(d["estimate"])))
+    return out
+
+
+# ---- words -----------------------------------------------------------------------------------------------
+def _g(v) -> str:
+    return f"{v:.3g}"
+
+
+def describe(rec: dict) -> str:
+    """One plain sentence for a finding record (the numbers are the record's)."""
+    kind, g, n = rec["kind"], rec["group"], rec["n"]
+    lo, hi = rec["interval"]
+    padj = f"adjusted p = {rec['p_adjusted']:.2g}, {rec['adjustment']}"
+    if kind in ("mean", "calibration"):
+        where = f"group {g}" if kind == "mean" else \
+            f"group {g} with predictions in [{_g(rec['bucket'][0])}, {_g(rec['bucket'][1])})"
+        verb = "under-predicts" if rec["estimate"] > 0 else "over-predicts"
+        return (f"For {where} (n={n}) the model {verb} the mean: observed {_g(rec['observed'])} vs predicted "
+                f"{_g(rec['predicted'])} (difference {_g(rec['estimate'])}, 95% CI {_g(lo)} to {_g(hi)}; {padj}).")
+    if kind == "variance":
+        verb = "understates" if rec["estimate"] > 1 else "overstates"
+        return (f"For group {g} (n={n}) the model {verb} its uncertainty: predicted variance {_g(rec['predicted'])}, "
+                f"observed squared error {_g(rec['observed'])} ({rec['estimate']:.2f} times, 95% CI {lo:.2f}-{hi:.2f}; "
+                f"{padj}).")
+    if kind == "coverage":
+        return (f"The {rec['method']} {rec['target']:.0%} intervals cover only {rec['estimate']:.1%} of group {g} "
+                f"(n={n}, 95% CI {lo:.1%}-{hi:.1%}; {padj}).")
+    raise MMCError(f"unknown finding kind {kind!r}")

@@ -1,0 +1,216 @@
+"""Findings (mmc_core.findings): the distributions against scipy, the adjustment against statsmodels, the error
+control under an exact null (the model IS the truth), power against planted defects, and the audit's
+handling of failures, tiny groups and zero variances."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from mmc_core import GroupSet
+from mmc_core import findings as fnd
+from mmc_core import metrics
+from mmc_core.errors import MMCError
+from mmc_core.synthetic import demo_distribution
+
+
+# ---- numbers -----------------------------------------------------------------------------------------------
+def test_binom_cdf_matches_scipy():
+    rng = np.random.default_rng(0)
+    n = np.concatenate([rng.integers(1, 60, 200), rng.integers(60, 5000, 200), [10**6, 3 * 10**6, 1, 2]])
+    k = np.floor(rng.random(n.size) * (n + 1)).astype(int)
+    k[-4:] = [899_000, 2_699_000, 0, 2]
+    for p in (0.9, 0.5, 0.05):
+        kk = np.where(rng.random(n.size) < 0.5, k, np.round(n * p - 2 * np.sqrt(n * p * (1 - p)))).astype(int)
+        # rtol: the log-prefactor is a difference of lgamma values ~1e7 at n ~ 1e6, exact to ~1e-16 relative each
+        np.testing.assert_allclose(fnd.binom_cdf(kk, n, p), stats.binom.cdf(kk, n, p), rtol=1e-7, atol=1e-300)
+    assert fnd.binom_cdf(-1, 5, 0.9) == 0 and fnd.binom_cdf(5, 5, 0.9) == 1
+
+
+def test_t_and_normal_tails_match_scipy():
+    t = np.array([0.0, 0.5, 2.0, 3.7, 6.0, 12.0, np.inf])
+    for df in (1, 5, 29, 300, 2e4, 5e6):
+        np.testing.assert_allclose(fnd.t_sf2(t, df), 2 * stats.t.sf(t, df), rtol=1e-7, atol=1e-300)
+    np.testing.assert_allclose(fnd.t_sf2(t[:-1], 3e7), 2 * stats.t.sf(t[:-1], 3e7), rtol=1e-3)
+    np.testing.assert_allclose(fnd.norm_sf(t), stats.norm.sf(t), rtol=1e-12)
+
+
+@pytest.mark.parametrize("ours,theirs", [("holm", "holm"), ("bh", "fdr_bh")])
+def test_adjustment_matches_statsmodels(ours, theirs):
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(1)
+    for m in (1, 2, 7, 250):
+        p = np.concatenate([rng.random(m // 2 + 1) ** 4, rng.random(m - m // 2 - 1)])
+        p[rng.integers(0, m)] = p[0]  # ties
+        np.testing.assert_allclose(fnd.adjust_pvalues(p, ours), multipletests(p, method=theirs)[1], rtol=1e-12)
+    with pytest.raises(MMCError, match="error control"):
+        fnd.adjust_pvalues(np.array([0.1]), "bonferroni")
+    with pytest.raises(MMCError, match="p-values"):
+        fnd.adjust_pvalues(np.array([0.1, np.nan]))
+
+
+def test_wilson_interval_contains_the_estimate():
+    lo, hi = fnd.wilson_interval(np.array([0, 27, 30]), np.array([30, 30, 30]))
+    assert lo[0] == 0 and hi[2] == pytest.approx(1.0) and lo[1] < 0.9 < hi[1]
+
+
+# ---- error control and power on data with known truth --------------------------------------------------------
+class _UnitScale:
+    span, lo = 1.0, 0.0
+
+    @staticmethod
+    def mean_from_unit(u):
+        return u
+
+    @staticmethod
+    def moment_from_unit(u, a):
+        return u
+
+
+DIST = dataclasses.replace(demo_distribution(), base_bias={})
+
+
+def _exact_findings(seed, n, shift=None, var_factor=None, cover_drop=None, control="holm"):
+    """Findings for a 'model' that predicts the TRUE mean and variance, with 90% intervals that truly cover
+    90% of every row (Bernoulli(0.9) indicators); optional planted defects on race=D."""
+    rng = np.random.default_rng(seed)
+    tab, y = DIST.sample(n, rng)
+    memb = GroupSet.from_columns(pd.DataFrame(tab), ["sex", "race", "age"], 2).evaluate(pd.DataFrame(tab))
+    mu, v = DIST.true_mean(tab), DIST.true_moment(tab, 2)
+    d = np.asarray(tab["race"]) == "D"
+    p_in = np.full(n, 0.9)
+    if shift is not None:
+        mu = mu + shift * d
+    if var_factor is not None:
+        v = np.where(d, v * var_factor, v)
+    if cover_drop is not None:
+        p_in = np.where(d, 0.9 - cover_drop, p_in)
+    inside = (rng.random(n) < p_in).astype(float)
+    found, n_tests = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, 5, inside,
+                                       "calibrated", 0.9, 30, control, 0.05)
+    return found, n_tests
+
+
+@pytest.mark.slow
+def test_family_wise_error_under_the_exact_null():
+    """Holm at 0.05 over ~180 tests per audit: if every test is valid, at most 5% of audits of a correct model
+    report anything. 200 audits: the count of audits with a finding is Binomial(200, <= 0.05), whose 99.9%
+    quantile is 21. A plain z (or t) test of the squared residuals is ~7x too liberal in the far tail and gave
+    16-18 such audits here, mostly variance findings; the variance tests alone must stay near their share."""
+    n_with, var_found = 0, 0
+    for seed in range(200):
+        found, n_tests = _exact_findings(seed, 1500)
+        n_with += bool(found)
+        var_found += sum(f["kind"] == "variance" for f in found)
+    assert n_tests > 150
+    assert n_with <= int(stats.binom.ppf(0.999, 200, 0.05))
+    # ~36 of the ~185 tests are variance tests: their share of a 5% family-wise error is ~1% of audits, i.e.
+    # about 2 in 200; the 99.9% Poisson quantile of 2 is 8.
+    assert var_found <= int(stats.poisson.ppf(0.999, 200 * 0.05 * 36 / n_tests))
+
+
+def test_no_findings_for_a_correct_model_in_most_seeds():
+    hits = sum(bool(_exact_findings(seed, 3000)[0]) for seed in range(10))
+    assert hits <= 1  # P(>= 2 of 10 | 5% each) = 8.6%; these seeds are fixed
+
+
+def test_planted_defects_are_found():
+    found, _ = _exact_findings(0, 6000, shift=-0.03)  # the model predicts 3 points too low on race=D
+    mean_d = [f for f in found if f["kind"] == "mean" and f["group"] == "race=D"]
+    assert mean_d and mean_d[0]["estimate"] > 0 and "under-predicts" in mean_d[0]["text"]
+    lo, hi = mean_d[0]["interval"]
+    assert lo < 0.03 < hi  # the CI covers the planted shift
+    found, _ = _exact_findings(0, 6000, var_factor=0.5)  # the model claims half the true variance on race=D
+    var_d = [f for f in found if f["kind"] == "variance" and f["group"] == "race=D"]
+    assert var_d and var_d[0]["interval"][0] < 2.0 < var_d[0]["interval"][1] and "understates" in var_d[0]["text"]
+    found, _ = _exact_findings(0, 6000, cover_drop=0.1)  # 80% instead of 90% on race=D
+    cov_d = [f for f in found if f["kind"] == "coverage" and f["group"] == "race=D"]
+    assert cov_d and cov_d[0]["interval"][0] < 0.8 < cov_d[0]["interval"][1]
+    assert all(f["p_adjusted"] < 0.05 and f["adjustment"] == "holm" for f in mean_d + var_d + cov_d)
+
+
+def test_small_groups_are_never_tested():
+    rng = np.random.default_rng(3)
+    tab, y = DIST.sample(3000, rng)
+    df = pd.DataFrame(tab)
+    df.loc[:9, "race"] = "Z"  # a 10-row group
+    memb = GroupSet.from_columns(df, ["race"], 1).evaluate(df)
+    mu = DIST.true_mean(tab) + 0.5 * (df["race"] == "Z").to_numpy()  # wildly wrong on the tiny group
+    v = DIST.true_moment(tab, 2)
+    found, _ = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, 5, None, None, 0.9,
+                                 30, "holm", 0.05)
+    assert not any(f["group"] == "race=Z" for f in found)
+    found, _ = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, 5, None, None, 0.9,
+                                 5, "holm", 0.05)
+    assert any(f["group"] == "race=Z" and f["kind"] == "mean" for f in found)
+
+
+# ---- the audit -----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fitted():
+    from mmc_core import MomentMulticalibrator
+
+    df = pd.DataFrame(demo_distribution().sample_table(5000, np.random.default_rng(5), truth=False))
+    tr, te = df.iloc[:3000], df.iloc[3000:].reset_index(drop=True)
+    est = MomentMulticalibrator(label_range=(0, 100), n_moments=2).fit(
+        tr, tr["outcome"], GroupSet.from_columns(tr, ["sex", "race", "age"], 2), base_prediction=tr["base_pred"])
+    return est, te
+
+
+def test_audit_findings_are_records(fitted):
+    est, te = fitted
+    r = metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=50)
+    assert r.findings_status == "ok" and r.params["n_tests"] > 100 and r.params["error_control"] == "holm"
+    keys = {"kind", "group", "n", "method", "predicted", "observed", "estimate", "interval", "p_value", "p_adjusted",
+            "adjustment", "text"}
+    for f in r.findings:
+        assert keys <= set(f) and f["n"] >= 30 and f["p_adjusted"] < 0.05 and f["p_value"] <= f["p_adjusted"]
+    # race D is the noisiest group of the truth: a descriptive disparity, not a defect
+    d = [x for x in r.disparities if x["group"] == "race=D"]
+    assert d and d[0]["estimate"] > 1 and d[0]["interval"][0] > 1 and "less certain" in d[0]["text"]
+    j = json.loads(json.dumps(r.to_json(), allow_nan=False))
+    assert j["findings_status"] == "ok" and len(j["findings"]) == len(r.findings)
+    assert len(j["disparities"]) == len(r.disparities)
+    bh = metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0, error_control="bh")
+    assert len(bh.findings) >= len(metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"],
+                                                 n_boot=0).findings)  # BH rejects a superset of Holm's
+
+
+def test_audit_parameters_are_validated(fitted):
+    est, te = fitted
+    for kw, msg in [({"min_group_count": 1}, "min_group_count"), ({"error_control": "fdr"}, "error_control"),
+                    ({"findings_level": 0}, "findings_level")]:
+        with pytest.raises(MMCError, match=msg):
+            metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0, **kw)
+
+
+def test_zero_predicted_variance_does_not_crash(fitted):
+    """A model whose variance prediction is 0 on a group (it happened at realistic label scales) is audited:
+    the variance findings say so and the disparities skip the undefined ratio."""
+    est, te = fitted
+    model = dataclasses.replace(est.model_, init_moments={2: 0.0}, log=[], round_ends=[])
+    model.extras = dict(est.model_.extras)
+    r = metrics.audit(model, te, te["outcome"], base=te["base_pred"], n_boot=20, methods=("split-conformal",))
+    assert r.findings_status == "ok"
+    assert any(f["kind"] == "variance" and f["group"] == "all" for f in r.findings)
+    json.dumps(r.to_json(), allow_nan=False)
+
+
+def test_a_failure_is_reported_as_a_failure(fitted, monkeypatch):
+    est, te = fitted
+
+    def broken(*a, **k):
+        raise FloatingPointError("injected")
+
+    monkeypatch.setattr(fnd, "select_findings", broken)
+    r = metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0)
+    assert r.findings == [] and r.findings_status.startswith("failed: FloatingPointError")
+    from app.report import findings_summary
+
+    s = findings_summary(r)
+    assert s["failed"] and not s["shown"]
