@@ -243,7 +243,9 @@ def select_findings(tests: list, method: str = "holm", level: float = 0.05) -> l
 
 def variance_disparities(names, cnt, ratio, lo, hi, min_count: int, skip_first: bool = True) -> list:
     """Groups whose predicted variance differs from the overall level (bootstrap CI excluding 1), largest
-    |log ratio| first. Descriptive: these say where the model is more or less certain, not that it is wrong."""
+    |log ratio| first, leaving out an intersection ("a & b") when one of its parts is listed with a ratio
+    within a factor 1.25. Descriptive: these say where the model is more or less certain, not that it is
+    wrong."""
     out = []
     for i, g in enumerate(names):
         if (skip_first and i == 0) or cnt[i] < min_count:
@@ -258,6 +260,20 @@ def variance_disparities(names, cnt, ratio, lo, hi, min_count: int, skip_first: 
                     "text": f"The model's predicted variance for group {g} (n={int(cnt[i])}) is {txt} the overall "
                             f"level (95% CI {a:.2f}-{b:.2f}): the model is {'less' if more else 'more'} certain "
                             "about this group."})
+    # an intersection whose listed parent shows about the same ratio says nothing new
+    ratio_of = {d["group"]: d["estimate"] for d in out}
+
+    def redundant(d):
+        parts = str(d["group"]).split(" & ")
+        if len(parts) < 2:
+            return False
+        for p in parts:
+            r_parent = ratio_of.get(p)
+            if r_parent is not None and 0.8 < d["estimate"] / r_parent < 1.25:
+                return True
+        return False
+
+    out = [d for d in out if not redundant(d)]
     out.sort(key=lambda d: -abs(math.log(d["estimate"])))
     return out
 

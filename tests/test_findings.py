@@ -214,3 +214,14 @@ def test_a_failure_is_reported_as_a_failure(fitted, monkeypatch):
 
     s = findings_summary(r)
     assert s["failed"] and not s["shown"]
+
+
+def test_disparities_skip_intersections_repeating_a_parent():
+    names = ["all", "race=D", "race=D & age=55+", "race=C & sex=F", "race=C", "tiny"]
+    cnt = np.array([1000, 160, 40, 90, 150, 10])
+    ratio = np.array([1.0, 2.9, 3.3, 3.0, 1.3, 9.0])
+    lo, hi = ratio * 0.9, ratio * 1.1
+    d = fnd.variance_disparities(names, cnt, ratio, lo, hi, 30)
+    assert [x["group"] for x in d] == ["race=C & sex=F", "race=D", "race=C"]  # no repeat, no tiny group
+    ratio[1] = 0.0  # a zero predicted variance is skipped, not a crash
+    assert "race=D" not in [x["group"] for x in fnd.variance_disparities(names, cnt, ratio, lo, hi, 30)]
