@@ -44,6 +44,18 @@ class DescentParams:
     odd_moments: str = MomentKind.ABSOLUTE
     max_rounds: int | None = None
     moment_betas: tuple = ()  # optional (a, beta_a) pairs: a threshold per moment (the "auto" rule scales each)
+    # --- model format 2 (all optional; the defaults reproduce format 1 exactly) ---
+    mean_edges: tuple = ()  # interior edges of the mean grid (data quantiles); () = uniform on [0, 1]
+    moment_edges: tuple = ()  # (a, interior edges) pairs: data-scale moment grids; absent = uniform
+    moment_floors: tuple = ()  # (a, floor) pairs: moment predictions are projected onto [floor, hi], floor > 0
+    z: float = 0.0  # > 0: a cell is violated only if also |t| >= z (its own standard error, see cell_violated)
+    min_count: int = 0  # with z > 0: cells of fewer rows are never violated
+
+    def _lookup(self, pairs: tuple, a: int, default):
+        for b, v in pairs:
+            if b == a:
+                return v
+        return default
 
     def beta_for(self, a: int) -> float:
         """The moment-a threshold: beta_a when given per moment, else the common beta (the paper's)."""
@@ -54,13 +66,20 @@ class DescentParams:
 
     @property
     def mean_grid(self) -> BucketGrid:
-        return mean_grid(self.m)
+        return mean_grid(self.m, self.mean_edges)
 
     def grid(self, a: int) -> BucketGrid:
-        return moment_grid(a, self.m, self.odd_moments)
+        return moment_grid(a, self.m, self.odd_moments, self._lookup(self.moment_edges, a, ()))
 
     def projection(self, target: int) -> tuple:
-        return (0.0, 1.0) if target == 1 else moment_projection(target, self.odd_moments)
+        if target == 1:
+            return (0.0, 1.0)
+        lo, hi = moment_projection(target, self.odd_moments)
+        return (max(lo, self._lookup(self.moment_floors, target, lo)), hi)
+
+    @property
+    def is_format1(self) -> bool:
+        return not (self.mean_edges or self.moment_edges or self.moment_floors or self.z > 0 or self.min_count)
 
     def mean_update_bound(self) -> float:
         """thm:wrapper-distr-known: at most 1/alpha^2 - 1 mean updates."""
@@ -208,17 +227,29 @@ class CellState:
     def label(self, a: int, mu: np.ndarray, y: np.ndarray) -> np.ndarray:
         return pseudo_label(a, y - mu, self.p.odd_moments)
 
+    @property
+    def se(self) -> bool:
+        """Whether the per-cell standard-error test is on (then sums of squares are maintained too)."""
+        return self.p.z > 0
+
     def full_recompute(self):
         m, mm, sums = self.m, self.m * self.m, self.sums
         res = self.mu - self.y
         self.S0 = sums.full(m, self.bmu, res)
         self.C0 = sums.full(m, self.bmu, None)
         self.SA, self.CA, self.TA = {}, {}, {}
+        self.Q0, self.QA, self.UA = None, {}, {}
+        if self.se:
+            self.Q0 = sums.full(m, self.bmu, res * res)
         for a in self.p.moments:
             cells = self.bmu * m + self.bmom[a]
             self.SA[a] = sums.full(mm, cells, res)
             self.CA[a] = sums.full(mm, cells, None)
-            self.TA[a] = sums.full(mm, cells, self.mom[a] - self.label(a, self.mu, self.y))
+            t = self.mom[a] - self.label(a, self.mu, self.y)
+            self.TA[a] = sums.full(mm, cells, t)
+            if self.se:
+                self.QA[a] = sums.full(mm, cells, res * res)
+                self.UA[a] = sums.full(mm, cells, t * t)
 
     def set_mean(self, rows: np.ndarray, new: np.ndarray):
         if rows.size == 0:
@@ -230,7 +261,11 @@ class CellState:
         b_old, b_new = self.bmu[rows], self.p.mean_grid.index(new)
         r_old, r_new = old - y, new - y
         moved = b_old != b_new
+        se = self.se
         sums.shift(self.S0, m, ctx, b_old, b_new, r_old, r_new)
+        if se:
+            q_old, q_new = r_old * r_old, r_new * r_new
+            sums.shift(self.Q0, m, ctx, b_old, b_new, q_old, q_new)
         if moved.any():
             sums.shift(self.C0, m, ctx, b_old, b_new, None, None, moved)
         for a in self.p.moments:
@@ -240,7 +275,11 @@ class CellState:
             if moved.any():
                 sums.shift(self.CA[a], mm, ctx, c_old, c_new, None, None, moved)
             ma = self.mom[a][rows]
-            sums.shift(self.TA[a], mm, ctx, c_old, c_new, ma - self.label(a, old, y), ma - self.label(a, new, y))
+            t_old, t_new = ma - self.label(a, old, y), ma - self.label(a, new, y)
+            sums.shift(self.TA[a], mm, ctx, c_old, c_new, t_old, t_new)
+            if se:
+                sums.shift(self.QA[a], mm, ctx, c_old, c_new, q_old, q_new)
+                sums.shift(self.UA[a], mm, ctx, c_old, c_new, t_old * t_old, t_new * t_new)
         self.mu[rows] = new
         self.bmu[rows] = b_new
 
@@ -254,12 +293,18 @@ class CellState:
         bmu = self.bmu[rows]
         c_old, c_new = bmu * m + b_old, bmu * m + b_new
         lab = self.label(a, self.mu[rows], self.y[rows])
-        sums.shift(self.TA[a], mm, ctx, c_old, c_new, old - lab, new - lab)
+        t_old, t_new = old - lab, new - lab
+        sums.shift(self.TA[a], mm, ctx, c_old, c_new, t_old, t_new)
+        if self.se:
+            sums.shift(self.UA[a], mm, ctx, c_old, c_new, t_old * t_old, t_new * t_new)
         moved = b_old != b_new
         if moved.any():
             res = self.mu[rows] - self.y[rows]
             sums.shift(self.SA[a], mm, ctx, c_old, c_new, res, res, moved)
             sums.shift(self.CA[a], mm, ctx, c_old, c_new, None, None, moved)
+            if self.se:
+                rr = res * res
+                sums.shift(self.QA[a], mm, ctx, c_old, c_new, rr, rr, moved)
         self.mom[a][rows] = new
         self.bmom[a][rows] = b_new
 
@@ -280,23 +325,42 @@ class CellState:
             self.set_moment(upd.target, rows, np.clip(self.mom[upd.target][rows] - d, lo, hi))
 
     # ---- audit -----------------------------------------------------------------------------------
-    def worst_mean(self):
-        """(|v| of the worst mean cell over all partitions, partition, group)."""
+    def mean_blocks(self):
+        """(partition, sums, counts, sums of squares, cells per group) of every mean partition."""
+        out = [(0, self.S0, self.C0, self.Q0, self.m)]
+        return out + [(a, self.SA[a], self.CA[a], self.QA.get(a), self.m * self.m) for a in self.p.moments]
+
+    def violated(self, S, C, Q, thr: float) -> np.ndarray:
+        """The violated cells: |S| >= thr (the mass-weighted test, thr = alpha n), and with the standard-error
+        test also |t| >= z and count >= min_count (see :func:`cell_violated`)."""
+        return cell_violated(S, C, Q, thr, self.p.z, self.p.min_count)
+
+    def _masked_abs(self, S, C, Q, thr):
+        if not self.se:
+            return np.abs(S)
+        return np.where(self.violated(S, C, Q, thr), np.abs(S), 0.0)
+
+    def worst_mean(self, thr: float | None = None):
+        """(|v| of the worst mean cell over all partitions, partition, group). With the standard-error test
+        (and ``thr``) only cells passing it count; |v| = 0 when none does."""
         best = (-1.0, 0, 0)
-        for part, arr, width in [(0, self.S0, self.m)] + [(a, self.SA[a], self.m * self.m) for a in self.p.moments]:
-            k = int(np.argmax(np.abs(arr)))
-            v = abs(arr[k]) / self.n
+        for part, S, C, Q, width in self.mean_blocks():
+            arr = self._masked_abs(S, C, Q, thr) if (self.se and thr is not None) else np.abs(S)
+            k = int(np.argmax(arr))
+            v = arr[k] / self.n
             if v > best[0]:
                 best = (v, part, k // width)
         return best
 
-    def worst_moment(self, a: int):
-        k = int(np.argmax(np.abs(self.TA[a])))
-        return abs(self.TA[a][k]) / self.n, k // (self.m * self.m)
+    def worst_moment(self, a: int, thr: float | None = None):
+        arr = self._masked_abs(self.TA[a], self.CA[a], self.UA.get(a), thr) if (self.se and thr is not None) \
+            else np.abs(self.TA[a])
+        k = int(np.argmax(arr))
+        return arr[k] / self.n, k // (self.m * self.m)
 
     def count_mean_violations(self, alpha: float) -> int:
         thr = alpha * self.n
-        return int((np.abs(self.S0) >= thr).sum() + sum((np.abs(self.SA[a]) >= thr).sum() for a in self.p.moments))
+        return int(sum(self.violated(S, C, Q, thr).sum() for _, S, C, Q, _ in self.mean_blocks()))
 
     def max_moment_violation(self) -> float:
         if not self.p.moments:
@@ -329,8 +393,24 @@ class DescentResult:
     extra: dict = field(default_factory=dict)
 
 
-def _make_update(target, partition, g, stats_block, counts_block, thr, step, eta) -> Update:
-    cells = np.flatnonzero(np.abs(stats_block) >= thr)
+def cell_violated(S, C, Q, thr: float, z: float = 0.0, min_count: int = 0) -> np.ndarray:
+    """Violated cells given their sums S, counts C and sums of squares Q of the residual.
+
+    Always: |S| >= thr (the paper's mass-weighted test, thr = alpha n). With z > 0 also: C >= max(min_count,
+    2) and the cell's t statistic |mean| / (sd / sqrt(C)) >= z, i.e. S^2 (C - 1) >= z^2 (C Q - S^2): a cell
+    is corrected only when its residual is large relative to *its own* standard error (with z from a
+    Bonferroni correction over the audited cells, the chance that any correct cell is flagged by noise at a
+    round is at most the chosen level).
+    """
+    out = np.abs(S) >= thr
+    if z > 0:
+        S2 = S * S
+        out &= (C >= max(min_count, 2)) & (S2 * (C - 1.0) >= (z * z) * (C * Q - S2))
+    return out
+
+
+def _make_update(target, partition, g, stats_block, counts_block, thr, step, eta, mask=None) -> Update:
+    cells = np.flatnonzero(np.abs(stats_block) >= thr if mask is None else mask)
     if step == "paper":
         deltas = eta * np.sign(stats_block[cells])
     else:
@@ -380,13 +460,15 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
         while True:
             if stop is not None and stop():
                 raise _Stop
-            v, g = state.worst_moment(a)
-            if v * n < thr_b:
+            v, g = state.worst_moment(a, thr_b)
+            if v * n < thr_b or v <= 0:
                 break
             if phi is None:
                 phi = state.moment_potential(a)
             blk = slice(g * mm, (g + 1) * mm)
-            upd = _make_update(a, a, g, state.TA[a][blk], state.CA[a][blk], thr_b, p.step, beta)
+            mask = None if not state.se else \
+                state.violated(state.TA[a][blk], state.CA[a][blk], state.UA[a][blk], thr_b)
+            upd = _make_update(a, a, g, state.TA[a][blk], state.CA[a][blk], thr_b, p.step, beta, mask)
             push(upd)
             count += upd.cells.size
             if count > phi / beta**2 * (1 + 1e-9) + 1e-9:
@@ -436,8 +518,8 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
             pmc(a)
         record(0, before)
         while True:
-            v, part, g = state.worst_mean()
-            if v * n < thr_a:
+            v, part, g = state.worst_mean(thr_a)
+            if v * n < thr_a or v <= 0:
                 if not verified:
                     # Incremental sums drift by rounding; decide convergence on freshly summed statistics.
                     state.full_recompute()
@@ -454,11 +536,14 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
                 raise _Stop
             if part == 0:
                 blk = slice(g * p.m, (g + 1) * p.m)
-                upd = _make_update(1, 0, g, state.S0[blk], state.C0[blk], thr_a, p.step, p.alpha)
+                S, C, Q = state.S0[blk], state.C0[blk], None if state.Q0 is None else state.Q0[blk]
             else:
                 mm = p.m * p.m
                 blk = slice(g * mm, (g + 1) * mm)
-                upd = _make_update(1, part, g, state.SA[part][blk], state.CA[part][blk], thr_a, p.step, p.alpha)
+                S, C = state.SA[part][blk], state.CA[part][blk]
+                Q = state.QA[part][blk] if state.se else None
+            mask = state.violated(S, C, Q, thr_a) if state.se else None
+            upd = _make_update(1, part, g, S, C, thr_a, p.step, p.alpha, mask)
             push(upd)
             counters["mean"] += upd.cells.size
             if counters["mean"] > phi_mu / p.alpha**2 * (1 + 1e-9) + 1e-9:

@@ -22,7 +22,8 @@ from .moments import LabelScale, MomentKind
 __all__ = ["FittedModel", "FORMAT", "VERSION", "atomic_write_text", "atomic_write_bytes"]
 
 FORMAT = "mmc-audit-model"
-VERSION = 1
+VERSION = 2  # written when a model uses data-chosen grids, moment floors or the standard-error test
+READABLE_VERSIONS = (1, 2)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
 
 
 def _default_mode() -> int:
@@ -132,12 +133,18 @@ class FittedModel:
     # ---- JSON ------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         p = self.params
+        params = {"alpha": p.alpha, "beta": p.beta, "buckets": p.m, "moments": list(p.moments),
+                  "step": p.step, "odd_moments": p.odd_moments, "max_rounds": p.max_rounds,
+                  "moment_betas": {str(a): b for a, b in p.moment_betas}}
+        if not p.is_format1:
+            params.update({"mean_edges": list(p.mean_edges),
+                           "moment_edges": {str(a): list(e) for a, e in p.moment_edges},
+                           "moment_floors": {str(a): f for a, f in p.moment_floors},
+                           "z": p.z, "min_count": p.min_count})
         return {
             "format": FORMAT,
-            "version": VERSION,
-            "params": {"alpha": p.alpha, "beta": p.beta, "buckets": p.m, "moments": list(p.moments),
-                       "step": p.step, "odd_moments": p.odd_moments, "max_rounds": p.max_rounds,
-                       "moment_betas": {str(a): b for a, b in p.moment_betas}},
+            "version": 1 if p.is_format1 else VERSION,
+            "params": params,
             "label_scale": {"lo": self.scale.lo, "hi": self.scale.hi, "source": self.scale.source},
             "groups": self.groups.to_json(),
             "init": {"mean": self.init_mean, "moments": {str(a): v for a, v in self.init_moments.items()}},
@@ -179,8 +186,10 @@ class FittedModel:
 
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise bad(f"not an mmc-audit model (missing \"format\": \"{FORMAT}\")")
-        if d.get("version") != VERSION:
-            raise bad(f"model schema version {d.get('version')!r} is not supported (this mmc-audit reads version {VERSION})")
+        version = d.get("version")
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
+            raise bad(f"model schema version {version!r} is not supported (this mmc-audit reads versions "
+                      f"{', '.join(map(str, READABLE_VERSIONS))})")
         for key in ("params", "label_scale", "groups", "init", "log", "round_ends"):
             if key not in d:
                 raise bad(f"missing field '{key}'")
@@ -210,7 +219,17 @@ class FittedModel:
                     or not 0 < v < 1:
                 raise bad(f"params.moment_betas[{key!r}]={v!r} must be a number in (0, 1) for a fitted moment")
             moment_betas.append((int(key), float(v)))
-        params = DescentParams(alpha, beta, m, moments, step, odd, max_rounds, tuple(sorted(moment_betas)))
+        extra = {}
+        if version >= 2:
+            extra = _format2_params(pr, moments, m, odd, bad)
+        try:
+            params = DescentParams(alpha, beta, m, moments, step, odd, max_rounds, tuple(sorted(moment_betas)),
+                                   **extra)
+            params.mean_grid
+            for a in moments:
+                params.grid(a)
+        except ValueError as e:
+            raise bad(f"params: bucket edges are malformed ({e})") from None
         ls = d["label_scale"]
         try:
             scale = LabelScale(float(ls["lo"]), float(ls["hi"]), str(ls.get("source", "declared")))
@@ -263,6 +282,43 @@ class FittedModel:
         if not isinstance(info, dict) or not isinstance(extras, dict):
             raise bad("info and extras must be objects")
         return cls(params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras)
+
+
+def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
+    """The version-2 params: data-chosen grids, moment floors, the standard-error test."""
+    from .buckets import moment_projection
+
+    def edges(v, what, lo, hi):
+        if not isinstance(v, list) or (v and len(v) != m - 1) \
+                or any(not _finite(x) or isinstance(x, bool) or not lo < x < hi for x in v) \
+                or any(b <= a for a, b in zip(v, v[1:])):
+            raise bad(f"params.{what} must be [] or {m - 1} increasing numbers inside ({lo}, {hi})")
+        return tuple(float(x) for x in v)
+
+    mean_edges = edges(pr.get("mean_edges", []), "mean_edges", 0.0, 1.0)
+    raw_me, raw_f = pr.get("moment_edges", {}), pr.get("moment_floors", {})
+    if not isinstance(raw_me, dict) or not isinstance(raw_f, dict):
+        raise bad("params.moment_edges and params.moment_floors must be objects {moment: ...}")
+    names = {str(a) for a in moments}
+    moment_edges, floors = [], []
+    for key, v in raw_me.items():
+        if key not in names:
+            raise bad(f"params.moment_edges[{key!r}] is not a fitted moment")
+        lo, hi = moment_projection(int(key), odd)
+        e = edges(v, f"moment_edges[{key!r}]", lo, hi)
+        if e:
+            moment_edges.append((int(key), e))
+    for key, v in raw_f.items():
+        if key not in names or not _finite(v) or isinstance(v, bool) or not 0 < v < 1:
+            raise bad(f"params.moment_floors[{key!r}]={v!r} must be a number in (0, 1) for a fitted moment")
+        floors.append((int(key), float(v)))
+    z, mc = pr.get("z", 0.0), pr.get("min_count", 0)
+    if not _finite(z) or isinstance(z, bool) or not 0 <= z <= 100:
+        raise bad(f"params.z={z!r} must be a number in [0, 100]")
+    if not isinstance(mc, int) or isinstance(mc, bool) or not 0 <= mc <= 10**9:
+        raise bad(f"params.min_count={mc!r} must be a non-negative integer")
+    return {"mean_edges": mean_edges, "moment_edges": tuple(sorted(moment_edges)),
+            "moment_floors": tuple(sorted(floors)), "z": float(z), "min_count": mc}
 
 
 def _finite(x) -> bool:
