@@ -6,13 +6,21 @@ import time
 
 import numpy as np
 
+from .buckets import fill_edges, geometric_edges, quantile_edges
 from .descent import STEP_RULES, CellState, DescentParams, descend
 from .errors import DataError, MMCError
 from .groups import GroupSet
 from .model import FittedModel
 from .moments import LabelScale, MomentKind, pseudo_label
 
-__all__ = ["MomentMulticalibrator", "validate_params", "to_label_array", "auto_threshold"]
+__all__ = ["MomentMulticalibrator", "validate_params", "to_label_array", "auto_threshold", "bonferroni_z",
+           "MEAN_BUCKET_RULES", "MOMENT_BUCKET_RULES", "AUTO_BUCKETS"]
+
+MEAN_BUCKET_RULES = ("quantile", "uniform")
+MOMENT_BUCKET_RULES = ("data", "range")
+AUTO_BUCKETS = (5, 10, 20)  # n_buckets="auto": candidates, chosen on the held-out rows
+AUTO_MIN_COUNT = 20  # the "auto" rule never corrects a cell of fewer fitting rows
+FLOOR_MASS = 0.01  # groups of at least this share of the fitting rows set the span of the moment grid
 
 
 def _check_unit_interval(name: str, v, open_right: bool = True):
@@ -33,13 +41,28 @@ def auto_threshold(spread: float, n_cells: int, n: int) -> float:
     return float(np.clip(z * spread * np.sqrt(AUTO_REFERENCE_MASS / max(n, 1)), 1e-5, 0.05))
 
 
-def validate_params(alpha, beta, n_buckets, n_moments, step, odd_moments, calibration_fraction, max_rounds=None):
+def bonferroni_z(n_tests: int, level: float = AUTO_LEVEL) -> float:
+    """z with P(|N(0,1)| >= z) = level / n_tests: the two-sided Bonferroni critical value."""
+    from statistics import NormalDist
+
+    return float(NormalDist().inv_cdf(1.0 - level / (2.0 * max(int(n_tests), 1))))
+
+
+def validate_params(alpha, beta, n_buckets, n_moments, step, odd_moments, calibration_fraction, max_rounds=None,
+                    mean_buckets="quantile", moment_buckets="data", early_stopping="auto"):
     """Check the estimator's parameters; raise MMCError naming the parameter."""
     for name, v in (("alpha", alpha), ("beta", beta)):
         if not (isinstance(v, str) and v == "auto"):
             _check_unit_interval(name, v)
-    if not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000:
-        raise MMCError(f"buckets must be an integer from 1 to 1000, got {n_buckets!r}")
+    if not (isinstance(n_buckets, str) and n_buckets == "auto") and (
+            not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000):
+        raise MMCError(f"buckets must be an integer from 1 to 1000 or 'auto', got {n_buckets!r}")
+    if mean_buckets not in MEAN_BUCKET_RULES:
+        raise MMCError(f"mean_buckets must be one of {', '.join(MEAN_BUCKET_RULES)}, got {mean_buckets!r}")
+    if moment_buckets not in MOMENT_BUCKET_RULES:
+        raise MMCError(f"moment_buckets must be one of {', '.join(MOMENT_BUCKET_RULES)}, got {moment_buckets!r}")
+    if not (isinstance(early_stopping, bool) or (isinstance(early_stopping, str) and early_stopping == "auto")):
+        raise MMCError(f"early_stopping must be True, False or 'auto', got {early_stopping!r}")
     if not isinstance(n_moments, numbers.Integral) or isinstance(n_moments, bool) or not 1 <= n_moments <= 8:
         raise MMCError(f"moments must be an integer from 1 (mean only) to 8, got {n_moments!r}")
     if step not in STEP_RULES:
@@ -84,6 +107,11 @@ def _take(X, idx):
     return {c: np.asarray(v)[idx] for c, v in X.items()}
 
 
+def _best_round(history: list) -> int:
+    """The round with the lowest held-out squared error of the mean (the earliest on ties)."""
+    return int(np.argmin([h.get("holdout_mse", np.inf) for h in history])) if history else 0
+
+
 class MomentMulticalibrator:
     """Mean and higher-central-moment predictors that are multicalibrated on every group.
 
@@ -125,7 +153,8 @@ class MomentMulticalibrator:
 
     def __init__(self, alpha="auto", beta="auto", n_buckets=5, n_moments=2, step="exact",
                  odd_moments="absolute", label_range=None, calibration_fraction=0.25,
-                 early_stopping=False, max_rounds=None, random_state=0):
+                 early_stopping="auto", max_rounds=None, random_state=0, mean_buckets="quantile",
+                 moment_buckets="data"):
         self.alpha = alpha
         self.beta = beta
         self.n_buckets = n_buckets
@@ -137,9 +166,12 @@ class MomentMulticalibrator:
         self.early_stopping = early_stopping
         self.max_rounds = max_rounds
         self.random_state = random_state
+        self.mean_buckets = mean_buckets
+        self.moment_buckets = moment_buckets
 
     _PARAM_NAMES = ("alpha", "beta", "n_buckets", "n_moments", "step", "odd_moments", "label_range",
-                    "calibration_fraction", "early_stopping", "max_rounds", "random_state")
+                    "calibration_fraction", "early_stopping", "max_rounds", "random_state", "mean_buckets",
+                    "moment_buckets")
 
     def get_params(self, deep: bool = True) -> dict:
         """Constructor parameters (scikit-learn convention)."""
@@ -158,10 +190,78 @@ class MomentMulticalibrator:
         return f"MomentMulticalibrator({changed})"
 
     # ------------------------------------------------------------------------------------------
-    def _params(self, alpha: float, beta: float, moment_betas: tuple = ()) -> DescentParams:
-        return DescentParams(float(alpha), float(beta), int(self.n_buckets),
+    def _params(self, alpha: float, beta: float, moment_betas: tuple = (), m: int | None = None,
+                **extra) -> DescentParams:
+        return DescentParams(float(alpha), float(beta), int(self.n_buckets if m is None else m),
                              tuple(range(2, int(self.n_moments) + 1)), self.step, self.odd_moments,
-                             None if self.max_rounds is None else int(self.max_rounds), moment_betas)
+                             None if self.max_rounds is None else int(self.max_rounds), moment_betas, **extra)
+
+    def _build_params(self, m: int, G: int, nf: int, moments: tuple, resid: np.ndarray, mu0: np.ndarray, memb):
+        """Thresholds, grids and floors for m buckets, all chosen from the fitting rows before the descent.
+
+        * alpha / beta "auto" (exact step): a cell is corrected only when its residual is at least z of *its
+          own* standard errors from 0, z = the Bonferroni critical value at level 0.1 over all audited cells,
+          and it has >= 20 rows; alpha_ / beta_a are then the mass-weighted floor such a cell must also pass.
+          With the paper step (or given numbers), the plain mass-weighted thresholds of format 1.
+        * mean_buckets "quantile": mean buckets at the quantiles of the initial mean prediction.
+        * moment_buckets "data": moment buckets evenly spaced on a log scale over the range of the groups'
+          average pseudo-moments (widened 1.5x each side), and moment predictions kept >= a floor > 0.
+        """
+        K = len(moments)
+        se = self.step == "exact" and (self.alpha == "auto" or self.beta == "auto")
+        z = bonferroni_z(G * m * (1 + 2 * K * m)) if se else 0.0
+        min_count = AUTO_MIN_COUNT if se else 0
+
+        def thr(spread, n_cells):
+            if se:
+                return float(np.clip(z * spread * np.sqrt(min_count) / max(nf, 1), 1e-7, 0.05))
+            return auto_threshold(spread, n_cells, nf)
+
+        alpha = thr(float(np.std(resid)), G * m * (1 + K * m)) if self.alpha == "auto" else float(self.alpha)
+        labels = {a: pseudo_label(a, resid, self.odd_moments) for a in moments}
+        moment_betas = ()
+        if self.beta != "auto":
+            beta = float(self.beta)
+        elif not moments:
+            beta = 0.01  # unused: no moments are fitted
+        else:
+            # each moment on its own scale: a fourth moment's errors are far smaller than a variance's
+            per = {a: thr(float(np.std(labels[a])), G * m * m) for a in moments}
+            beta = per[2]
+            moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
+        extra = {"z": z, "min_count": min_count}
+        if self.mean_buckets == "quantile" and m >= 2:
+            q = quantile_edges(mu0, m)
+            extra["mean_edges"] = fill_edges(q, m, 0.0, 1.0) if q else ()
+        if self.moment_buckets == "data":
+            edges, floors = [], []
+            sizes = memb.sizes.astype(float)
+            big = sizes >= max(FLOOR_MASS * nf, min_count, 1)
+            pg = memb.pair_groups()
+            for a in moments:
+                if a % 2 == 1 and self.odd_moments == MomentKind.SIGNED:
+                    continue  # signed odd moments take both signs: keep the symmetric range grid
+                from .moments import max_central_moment
+
+                r = max_central_moment(a)
+                pooled = float(np.mean(labels[a]))
+                gsum = np.bincount(pg, weights=labels[a][memb.rows], minlength=memb.n_groups)
+                gm = gsum[big] / sizes[big] if big.any() else np.array([pooled])
+                gm = gm[gm > 0]
+                low, high = (float(gm.min()), float(gm.max())) if gm.size else (0.0, 0.0)
+                if not (low > 0 and high > low * 1.01):
+                    low, high = pooled / 3.0, pooled * 3.0
+                low, high = low / 1.5, min(high * 1.5, 0.9 * r)
+                b_a = beta if a == 2 else dict(moment_betas).get(a, beta)
+                floor = min(0.5 * b_a, 1e-3 * low) if low > 0 else 0.5 * b_a
+                floors.append((a, float(max(floor, 1e-15))))
+                if m >= 2 and 0 < low < high:
+                    edges.append((a, geometric_edges(low, high, m)))
+            extra["moment_edges"] = tuple(edges)
+            extra["moment_floors"] = tuple(floors)
+        params = self._params(alpha, beta, moment_betas, m, **extra)
+        init_moments = {a: float(np.clip(np.mean(labels[a]), *params.projection(a))) for a in moments}
+        return params, init_moments
 
     def fit(self, X, y, groups=None, base_prediction=None, callback=None, label_name: str = "label",
             base_name: str | None = None, stop=None):
@@ -188,7 +288,8 @@ class MomentMulticalibrator:
         self
         """
         validate_params(self.alpha, self.beta, self.n_buckets, self.n_moments, self.step,
-                        self.odd_moments, self.calibration_fraction, self.max_rounds)
+                        self.odd_moments, self.calibration_fraction, self.max_rounds, self.mean_buckets,
+                        self.moment_buckets, self.early_stopping)
         n = _n_rows(X)
         if n < 2:
             raise DataError(f"need at least 2 rows to fit, got {n}")
@@ -223,6 +324,11 @@ class MomentMulticalibrator:
         n_cal = int(round(self.calibration_fraction * n))
         if self.calibration_fraction > 0 and (n_cal < 1 or n - n_cal < 2):
             raise DataError(f"calibration fraction {self.calibration_fraction} leaves too few rows (n={n})")
+        if self.early_stopping is True and not n_cal:
+            raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
+        early = bool(n_cal) if self.early_stopping == "auto" else bool(self.early_stopping)
+        if self.n_buckets == "auto" and not n_cal:
+            raise MMCError("buckets 'auto' needs calibration_fraction > 0 (held-out rows to choose on)")
         perm = rng.permutation(n)
         cal_idx = np.sort(perm[:n_cal])
         fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
@@ -230,46 +336,36 @@ class MomentMulticalibrator:
         memb = gset.evaluate(Xf, fit_idx.size)
         mu0 = base_u[fit_idx] if base_u is not None else np.full(fit_idx.size, float(np.mean(yu[fit_idx])))
         moments = tuple(range(2, int(self.n_moments) + 1))
-        m, G, nf = int(self.n_buckets), len(gset), fit_idx.size
+        G, nf = len(gset), fit_idx.size
         resid = yu[fit_idx] - mu0
-        alpha = auto_threshold(float(np.std(resid)), G * m * (1 + len(moments) * m), nf) \
-            if self.alpha == "auto" else float(self.alpha)
-        moment_betas = ()
-        if self.beta != "auto":
-            beta = float(self.beta)
-        elif not moments:
-            beta = 0.01  # unused: no moments are fitted
-        else:
-            # each moment on its own scale: a fourth moment's errors are far smaller than a variance's
-            per = {a: auto_threshold(float(np.std(pseudo_label(a, resid, self.odd_moments))), G * m * m, nf)
-                   for a in moments}
-            beta = per[2]
-            moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
-        params = self._params(alpha, beta, moment_betas)
-        init_moments = {a: float(np.clip(np.mean(pseudo_label(a, resid, self.odd_moments)),
-                                         *params.projection(a))) for a in params.moments}
-        moms0 = {a: np.full(fit_idx.size, v) for a, v in init_moments.items()}
-        t0 = time.perf_counter()
-        state = CellState(params, memb, yu[fit_idx], mu0, moms0)
-        holdout = None
+        memb_h = gset.evaluate(_take(X, cal_idx), n_cal) if n_cal else None
+        mu_h = None
         if n_cal:
-            memb_h = gset.evaluate(_take(X, cal_idx), n_cal)
             mu_h = base_u[cal_idx] if base_u is not None else np.full(n_cal, float(np.mean(yu[fit_idx])))
-            holdout = CellState(params, memb_h, yu[cal_idx], mu_h,
-                                {a: np.full(n_cal, v) for a, v in init_moments.items()})
-        res = descend(params, state, holdout, callback, stop=stop)
+
+        candidates = AUTO_BUCKETS if self.n_buckets == "auto" else (int(self.n_buckets),)
+        t0 = time.perf_counter()
+        runs = []
+        for m in candidates:
+            params, init_moments = self._build_params(m, G, nf, moments, resid, mu0, memb)
+            state = CellState(params, memb, yu[fit_idx], mu0, {a: np.full(nf, v) for a, v in init_moments.items()})
+            holdout = None
+            if n_cal:
+                holdout = CellState(params, memb_h, yu[cal_idx], mu_h,
+                                    {a: np.full(n_cal, v) for a, v in init_moments.items()})
+            res = descend(params, state, holdout, callback if len(candidates) == 1 else None, stop=stop)
+            kept = _best_round(res.history) if early else len(res.round_ends) - 1
+            score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
+            runs.append((score, m, params, init_moments, res, kept))
+            if res.stopped:
+                break
+        score, m, params, init_moments, res, kept_round = min(runs, key=lambda r: r[0])
         seconds = time.perf_counter() - t0
+        alpha = params.alpha
 
         init_mean = {"kind": "base", "column": base_name} if base_u is not None else \
             {"kind": "constant", "value": float(np.mean(yu[fit_idx]))}
-        best_round = None
-        kept_round = len(res.round_ends) - 1
-        if self.early_stopping:
-            if not n_cal:
-                raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
-            losses = [h["holdout_mse"] for h in res.history]
-            best_round = int(np.argmin(losses))
-            kept_round = best_round
+        best_round = kept_round if early else None
         log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
         model = FittedModel(params, scale, gset, init_mean, init_moments, list(log),
                             list(res.round_ends[: kept_round + 1]))
@@ -299,7 +395,11 @@ class MomentMulticalibrator:
             "empty_groups": [gset.names[g] for g in np.flatnonzero(memb.sizes == 0)],
             "base_clipped": base_clipped,
             "label": label_name,
-            "early_stopping": bool(self.early_stopping),
+            "early_stopping": bool(early),
+            "buckets_rule": "auto" if self.n_buckets == "auto" else "given",
+            "buckets_tried": {str(r[1]): float(r[0]) for r in runs} if len(runs) > 1 else {},
+            "mean_buckets": self.mean_buckets,
+            "moment_buckets": self.moment_buckets,
             "alpha_rule": "auto" if self.alpha == "auto" else "given",
             "beta_rule": "auto" if self.beta == "auto" else "given",
             "history": res.history,
@@ -307,6 +407,8 @@ class MomentMulticalibrator:
         self.model_ = model
         self.alpha_, self.beta_ = params.alpha, params.beta
         self.moment_betas_ = {a: params.beta_for(a) for a in params.moments}
+        self.z_ = params.z  # > 0: the per-cell standard-error test was on (alpha_ / beta_ are then floors)
+        self.n_buckets_ = params.m
         self.history_ = res.history
         self.converged_ = model.info["converged"]
         self.n_rounds_ = model.info["rounds"]
@@ -356,7 +458,9 @@ class MomentMulticalibrator:
                   odd_moments=p.odd_moments, label_range=(model.scale.lo, model.scale.hi),
                   calibration_fraction=model.info.get("calibration_fraction", 0.0),
                   early_stopping=model.info.get("early_stopping", False), max_rounds=p.max_rounds,
-                  random_state=model.info.get("seed", 0))
+                  random_state=model.info.get("seed", 0),
+                  mean_buckets="quantile" if p.mean_edges else "uniform",
+                  moment_buckets="data" if (p.moment_edges or p.moment_floors) else "range")
         est.model_ = model
         est.alpha_, est.beta_ = p.alpha, p.beta
         est.history_ = model.info.get("history", [])
