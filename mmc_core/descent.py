@@ -28,6 +28,7 @@ from .moments import MomentKind, pseudo_label
 __all__ = ["DescentParams", "Update", "CellState", "DescentResult", "descend", "select_rows", "STEP_RULES"]
 
 STEP_RULES = ("exact", "paper")
+WHOLE = 1  # partition code of the whole-group cells (one cell per group)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class DescentParams:
     moment_edges: tuple = ()  # (a, interior edges) pairs: data-scale moment grids; absent = uniform
     moment_floors: tuple = ()  # (a, floor) pairs: moment predictions are projected onto [floor, hi], floor > 0
     z: float = 0.0  # > 0: a cell is violated only if also |t| >= z (its own standard error, see cell_violated)
+    z_group: float = 0.0  # > 0: whole groups are audited as cells too, with this critical value
     min_count: int = 0  # with z > 0: cells of fewer rows are never violated
 
     def _lookup(self, pairs: tuple, a: int, default):
@@ -79,7 +81,8 @@ class DescentParams:
 
     @property
     def is_format1(self) -> bool:
-        return not (self.mean_edges or self.moment_edges or self.moment_floors or self.z > 0 or self.min_count)
+        return not (self.mean_edges or self.moment_edges or self.moment_floors or self.z > 0 or self.min_count
+                    or self.z_group > 0)
 
     def mean_update_bound(self) -> float:
         """thm:wrapper-distr-known: at most 1/alpha^2 - 1 mean updates."""
@@ -96,7 +99,8 @@ class Update:
     """One gradient step on the violating cells of one group.
 
     target: 1 for the mean predictor, a >= 2 for the a-th moment predictor. partition: 0 when the cells are
-    the mean buckets G(mu, i); a >= 2 when they are the joint cells G(mu, m_a, i, j) (cell = i * m + j).
+    the mean buckets G(mu, i); a >= 2 when they are the joint cells G(mu, m_a, i, j) (cell = i * m + j);
+    1 (``WHOLE``, model format 2) when the one cell is the whole group G.
     deltas: the amount subtracted from the predictor on each cell before projection.
     """
 
@@ -311,6 +315,8 @@ class CellState:
     # ---- updates ---------------------------------------------------------------------------------
     def cells_of_group(self, g: int, partition: int):
         rows_g = self.memb.group_rows(g)
+        if partition == WHOLE:
+            return rows_g, np.zeros(rows_g.size, dtype=np.int64), 1
         if partition == 0:
             return rows_g, self.bmu[rows_g], self.m
         return rows_g, self.bmu[rows_g] * self.m + self.bmom[partition][rows_g], self.m * self.m
@@ -325,42 +331,67 @@ class CellState:
             self.set_moment(upd.target, rows, np.clip(self.mom[upd.target][rows] - d, lo, hi))
 
     # ---- audit -----------------------------------------------------------------------------------
+    def _whole(self, *arrs):
+        """Per-group totals of cell arrays (the whole-group cells): block sums, no separate bookkeeping."""
+        return tuple(None if x is None else x.reshape(self.G, -1).sum(axis=1) for x in arrs)
+
     def mean_blocks(self):
         """(partition, sums, counts, sums of squares, cells per group) of every mean partition."""
         out = [(0, self.S0, self.C0, self.Q0, self.m)]
+        if self.p.z_group > 0:
+            out.append((WHOLE, *self._whole(self.S0, self.C0, self.Q0), 1))
         return out + [(a, self.SA[a], self.CA[a], self.QA.get(a), self.m * self.m) for a in self.p.moments]
 
-    def violated(self, S, C, Q, thr: float) -> np.ndarray:
-        """The violated cells: |S| >= thr (the mass-weighted test, thr = alpha n), and with the standard-error
-        test also |t| >= z and count >= min_count (see :func:`cell_violated`)."""
-        return cell_violated(S, C, Q, thr, self.p.z, self.p.min_count)
+    def moment_blocks(self, a: int):
+        out = [(a, self.TA[a], self.CA[a], self.UA.get(a), self.m * self.m)]
+        if self.p.z_group > 0:
+            out.append((WHOLE, *self._whole(self.TA[a], self.CA[a], self.UA.get(a)), 1))
+        return out
 
-    def _masked_abs(self, S, C, Q, thr):
+    def violated(self, S, C, Q, thr: float, partition: int = 0) -> np.ndarray:
+        """The violated cells: |S| >= thr (the mass-weighted test, thr = alpha n), and with the standard-error
+        test also |t| >= z (z_group for whole groups) and count >= min_count (see :func:`cell_violated`)."""
+        z = self.p.z_group if partition == WHOLE else self.p.z
+        return cell_violated(S, C, Q, thr, z, self.p.min_count)
+
+    def _masked_abs(self, S, C, Q, thr, partition):
         if not self.se:
             return np.abs(S)
-        return np.where(self.violated(S, C, Q, thr), np.abs(S), 0.0)
+        return np.where(self.violated(S, C, Q, thr, partition), np.abs(S), 0.0)
+
+    def _worst(self, blocks, thr):
+        best = (-1.0, 0, 0, None)
+        for part, S, C, Q, width in blocks:
+            arr = self._masked_abs(S, C, Q, thr, part) if (self.se and thr is not None) else np.abs(S)
+            k = int(np.argmax(arr))
+            v = arr[k] / self.n
+            if v > best[0]:
+                best = (v, part, k // width, (S, C, Q, width))
+        return best
 
     def worst_mean(self, thr: float | None = None):
         """(|v| of the worst mean cell over all partitions, partition, group). With the standard-error test
         (and ``thr``) only cells passing it count; |v| = 0 when none does."""
-        best = (-1.0, 0, 0)
-        for part, S, C, Q, width in self.mean_blocks():
-            arr = self._masked_abs(S, C, Q, thr) if (self.se and thr is not None) else np.abs(S)
-            k = int(np.argmax(arr))
-            v = arr[k] / self.n
-            if v > best[0]:
-                best = (v, part, k // width)
-        return best
+        return self._worst(self.mean_blocks(), thr)[:3]
 
     def worst_moment(self, a: int, thr: float | None = None):
-        arr = self._masked_abs(self.TA[a], self.CA[a], self.UA.get(a), thr) if (self.se and thr is not None) \
-            else np.abs(self.TA[a])
-        k = int(np.argmax(arr))
-        return arr[k] / self.n, k // (self.m * self.m)
+        v, _, g, _ = self._worst(self.moment_blocks(a), thr)
+        return v, g
 
     def count_mean_violations(self, alpha: float) -> int:
         thr = alpha * self.n
-        return int(sum(self.violated(S, C, Q, thr).sum() for _, S, C, Q, _ in self.mean_blocks()))
+        return int(sum(self.violated(S, C, Q, thr, part).sum() for part, S, C, Q, _ in self.mean_blocks()))
+
+    def make_update(self, target: int, thr: float, eta: float) -> Update | None:
+        """The update on the worst violated cell's group: all its violated cells of that partition."""
+        blocks = self.mean_blocks() if target == 1 else self.moment_blocks(target)
+        v, part, g, arrs = self._worst(blocks, thr)
+        if v * self.n < thr or v <= 0:
+            return None
+        S, C, Q, width = arrs
+        blk = slice(g * width, (g + 1) * width)
+        mask = self.violated(S[blk], C[blk], None if Q is None else Q[blk], thr, part) if self.se else None
+        return _make_update(target, part, g, S[blk], C[blk], thr, self.p.step, eta, mask)
 
     def max_moment_violation(self) -> float:
         if not self.p.moments:
@@ -460,15 +491,11 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
         while True:
             if stop is not None and stop():
                 raise _Stop
-            v, g = state.worst_moment(a, thr_b)
-            if v * n < thr_b or v <= 0:
+            upd = state.make_update(a, thr_b, beta)
+            if upd is None:
                 break
             if phi is None:
                 phi = state.moment_potential(a)
-            blk = slice(g * mm, (g + 1) * mm)
-            mask = None if not state.se else \
-                state.violated(state.TA[a][blk], state.CA[a][blk], state.UA[a][blk], thr_b)
-            upd = _make_update(a, a, g, state.TA[a][blk], state.CA[a][blk], thr_b, p.step, beta, mask)
             push(upd)
             count += upd.cells.size
             if count > phi / beta**2 * (1 + 1e-9) + 1e-9:
@@ -534,16 +561,7 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
                 break
             if stop is not None and stop():
                 raise _Stop
-            if part == 0:
-                blk = slice(g * p.m, (g + 1) * p.m)
-                S, C, Q = state.S0[blk], state.C0[blk], None if state.Q0 is None else state.Q0[blk]
-            else:
-                mm = p.m * p.m
-                blk = slice(g * mm, (g + 1) * mm)
-                S, C = state.SA[part][blk], state.CA[part][blk]
-                Q = state.QA[part][blk] if state.se else None
-            mask = state.violated(S, C, Q, thr_a) if state.se else None
-            upd = _make_update(1, part, g, S, C, thr_a, p.step, p.alpha, mask)
+            upd = state.make_update(1, thr_a, p.alpha)
             push(upd)
             counters["mean"] += upd.cells.size
             if counters["mean"] > phi_mu / p.alpha**2 * (1 + 1e-9) + 1e-9:

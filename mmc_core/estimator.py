@@ -1,6 +1,7 @@
 """The public estimator: scikit-learn style fit / predict over tables, labels and groups."""
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import time
 
@@ -19,7 +20,10 @@ __all__ = ["MomentMulticalibrator", "validate_params", "to_label_array", "auto_t
 MEAN_BUCKET_RULES = ("quantile", "uniform")
 MOMENT_BUCKET_RULES = ("data", "range")
 AUTO_BUCKETS = (5, 10, 20)  # n_buckets="auto": candidates, chosen on the held-out rows
-AUTO_MIN_COUNT = 20  # the "auto" rule never corrects a cell of fewer fitting rows
+SE_MIN_COUNT = 20  # the "se" rule never corrects a cell of fewer fitting rows
+SE_GROUP_LEVEL = 1.0  # "se" rule, whole-group cells: expected false corrections per audit at most 1
+SE_LEVEL = 0.1  # "se" rule, finer cells: family-wise level (Bonferroni over every audited cell)
+THRESHOLD_RULES = ("se", "auto")
 FLOOR_MASS = 0.01  # groups of at least this share of the fitting rows set the span of the moment grid
 
 
@@ -52,7 +56,10 @@ def validate_params(alpha, beta, n_buckets, n_moments, step, odd_moments, calibr
                     mean_buckets="quantile", moment_buckets="data", early_stopping="auto"):
     """Check the estimator's parameters; raise MMCError naming the parameter."""
     for name, v in (("alpha", alpha), ("beta", beta)):
-        if not (isinstance(v, str) and v == "auto"):
+        if isinstance(v, str):
+            if v not in THRESHOLD_RULES:
+                raise MMCError(f"{name} must be a number in (0, 1), 'se' or 'auto', got {v!r}")
+        else:
             _check_unit_interval(name, v)
     if not (isinstance(n_buckets, str) and n_buckets == "auto") and (
             not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000):
@@ -107,6 +114,20 @@ def _take(X, idx):
     return {c: np.asarray(v)[idx] for c, v in X.items()}
 
 
+def _achieved(params: DescentParams, memb, y, mu, moms) -> dict:
+    """The smallest (alpha, beta_a) the predictions satisfy on these rows: just above the largest mass-weighted
+    |residual| over the paper's cells G(mu, i), G(mu, m_a, i, j) (mean) and G(mu, m_a, i, j) (moment a)."""
+    plain = dataclasses.replace(params, z=0.0, z_group=0.0, min_count=0)
+    st = CellState(plain, memb, y, mu, moms)
+    n = max(st.n, 1)
+
+    def up(v):
+        return float(min(max(v * (1 + 1e-9) + 1e-15, 1e-7), 0.999))
+
+    worst = max([np.abs(st.S0).max(initial=0.0)] + [np.abs(st.SA[a]).max(initial=0.0) for a in params.moments])
+    return {"alpha": up(worst / n), "betas": {a: up(np.abs(st.TA[a]).max(initial=0.0) / n) for a in params.moments}}
+
+
 def _best_round(history: list) -> int:
     """The round with the lowest held-out squared error of the mean (the earliest on ties)."""
     return int(np.argmin([h.get("holdout_mse", np.inf) for h in history])) if history else 0
@@ -151,9 +172,9 @@ class MomentMulticalibrator:
         Seed of the calibration split.
     """
 
-    def __init__(self, alpha="auto", beta="auto", n_buckets=5, n_moments=2, step="exact",
+    def __init__(self, alpha="se", beta="se", n_buckets=5, n_moments=2, step="exact",
                  odd_moments="absolute", label_range=None, calibration_fraction=0.25,
-                 early_stopping="auto", max_rounds=None, random_state=0, mean_buckets="quantile",
+                 early_stopping="auto", max_rounds=None, random_state=0, mean_buckets="uniform",
                  moment_buckets="data"):
         self.alpha = alpha
         self.beta = beta
@@ -208,28 +229,34 @@ class MomentMulticalibrator:
           average pseudo-moments (widened 1.5x each side), and moment predictions kept >= a floor > 0.
         """
         K = len(moments)
-        se = self.step == "exact" and (self.alpha == "auto" or self.beta == "auto")
-        z = bonferroni_z(G * m * (1 + 2 * K * m)) if se else 0.0
-        min_count = AUTO_MIN_COUNT if se else 0
+        se = self.step == "exact" and (self.alpha == "se" or self.beta == "se")
+        # finer cells: family-wise level 0.1 (Bonferroni) over every audited cell; whole groups: a per-family
+        # error rate of 1 (at most one group expected to be corrected by noise alone per audit), since a
+        # whole-group correction is large-sample and cheap when wrong, and dear when missed
+        z = bonferroni_z(G * m * (1 + 2 * K * m), SE_LEVEL) if se else 0.0
+        z_group = bonferroni_z(G * (1 + K), SE_GROUP_LEVEL) if se else 0.0
+        min_count = SE_MIN_COUNT if se else 0
 
-        def thr(spread, n_cells):
-            if se:
+        def thr(rule, spread, n_cells):
+            if rule == "se" and se:
+                # the floor: the mass-weighted residual of a min_count-row cell at z standard errors
                 return float(np.clip(z * spread * np.sqrt(min_count) / max(nf, 1), 1e-7, 0.05))
             return auto_threshold(spread, n_cells, nf)
 
-        alpha = thr(float(np.std(resid)), G * m * (1 + K * m)) if self.alpha == "auto" else float(self.alpha)
+        alpha = thr(self.alpha, float(np.std(resid)), G * m * (1 + K * m)) if isinstance(self.alpha, str) \
+            else float(self.alpha)
         labels = {a: pseudo_label(a, resid, self.odd_moments) for a in moments}
         moment_betas = ()
-        if self.beta != "auto":
+        if not isinstance(self.beta, str):
             beta = float(self.beta)
         elif not moments:
             beta = 0.01  # unused: no moments are fitted
         else:
             # each moment on its own scale: a fourth moment's errors are far smaller than a variance's
-            per = {a: thr(float(np.std(labels[a])), G * m * m) for a in moments}
+            per = {a: thr(self.beta, float(np.std(labels[a])), G * m * m) for a in moments}
             beta = per[2]
             moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
-        extra = {"z": z, "min_count": min_count}
+        extra = {"z": z, "z_group": z_group, "min_count": min_count}
         if self.mean_buckets == "quantile" and m >= 2:
             q = quantile_edges(mu0, m)
             extra["mean_edges"] = fill_edges(q, m, 0.0, 1.0) if q else ()
@@ -369,6 +396,21 @@ class MomentMulticalibrator:
         log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
         model = FittedModel(params, scale, gset, init_mean, init_moments, list(log),
                             list(res.round_ends[: kept_round + 1]))
+        if kept_round == len(res.round_ends) - 1:
+            fit_mu, fit_moms = res.state.mu.copy(), {a: v.copy() for a, v in res.state.mom.items()}
+        else:
+            fit_mu, fit_moms = model.predict_unit(Xf, mu0 if base_u is not None else None, fit_idx.size)
+        achieved = _achieved(params, memb, yu[fit_idx], fit_mu, fit_moms)
+        floors = {"alpha": params.alpha, "betas": {str(a): params.beta_for(a) for a in params.moments}}
+        if params.z > 0:
+            # The "se" rule: report the (alpha, beta) the kept model achieves on the fitting rows, so that the
+            # paper's guarantees (and the guaranteed intervals) are stated with values that hold exactly there.
+            alpha_a = achieved["alpha"] if self.alpha == "se" else params.alpha
+            betas = {a: (achieved["betas"][a] if self.beta == "se" else params.beta_for(a)) for a in params.moments}
+            model.params = dataclasses.replace(
+                params, alpha=alpha_a, beta=betas.get(2, params.beta),
+                moment_betas=tuple((a, b) for a, b in betas.items() if a != 2))
+            params = model.params
         if n_cal:
             # Interval calibration uses only the held-out rows (never the rows the moments were fitted on).
             from . import intervals
@@ -377,8 +419,14 @@ class MomentMulticalibrator:
                 model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx])
         model.info = {
             "mode": "practical (one fitting sample, audited exactly)",
-            "converged": bool(res.converged and kept_round == len(res.round_ends) - 1),
+            # converged: the descent ran until its audit found no violated cell (early stopping may then keep an
+            # earlier round: "kept_round" / "early_stopped"; the achieved alpha / beta hold for the kept model)
+            "converged": bool(res.converged),
             "run_converged": bool(res.converged),
+            "early_stopped": bool(kept_round < len(res.round_ends) - 1),
+            "achieved": {"alpha": achieved["alpha"], "betas": {str(a): b for a, b in achieved["betas"].items()}},
+            "thresholds_used": floors,
+            "z": params.z, "z_group": params.z_group, "min_count": params.min_count,
             "stopped_by_user": bool(res.stopped),
             "rounds": int(res.history[-1]["round"]) if res.history else 0,
             "kept_round": int(kept_round),
@@ -400,8 +448,8 @@ class MomentMulticalibrator:
             "buckets_tried": {str(r[1]): float(r[0]) for r in runs} if len(runs) > 1 else {},
             "mean_buckets": self.mean_buckets,
             "moment_buckets": self.moment_buckets,
-            "alpha_rule": "auto" if self.alpha == "auto" else "given",
-            "beta_rule": "auto" if self.beta == "auto" else "given",
+            "alpha_rule": self.alpha if isinstance(self.alpha, str) else "given",
+            "beta_rule": self.beta if isinstance(self.beta, str) else "given",
             "history": res.history,
         }
         self.model_ = model
@@ -420,11 +468,7 @@ class MomentMulticalibrator:
         self.fit_index_ = fit_idx
         self.calibration_index_ = cal_idx
         self.empty_groups_ = model.info["empty_groups"]
-        if kept_round == len(res.round_ends) - 1:
-            self.fit_mean_unit_ = res.state.mu.copy()
-            self.fit_moments_unit_ = {a: v.copy() for a, v in res.state.mom.items()}
-        else:
-            self.fit_mean_unit_, self.fit_moments_unit_ = model.predict_unit(Xf, mu0 if base_u is not None else None, fit_idx.size)
+        self.fit_mean_unit_, self.fit_moments_unit_ = fit_mu, fit_moms
         return self
 
     # ------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .descent import STEP_RULES, DescentParams, Update, select_rows
+from .descent import STEP_RULES, WHOLE, DescentParams, Update, select_rows
 from .errors import DataError, ModelFormatError
 from .groups import GroupSet, Membership
 from .moments import LabelScale, MomentKind
@@ -99,9 +99,12 @@ class FittedModel:
             rows_g = memb.group_rows(upd.group)
             if rows_g.size == 0:
                 continue
-            cells = mgrid.index(mu[rows_g])
-            n_cells = p.m
-            if upd.partition:
+            if upd.partition == WHOLE:
+                cells, n_cells = np.zeros(rows_g.size, dtype=np.int64), 1
+            else:
+                cells = mgrid.index(mu[rows_g])
+                n_cells = p.m
+            if upd.partition and upd.partition != WHOLE:
                 cells = cells * p.m + grids[upd.partition].index(moms[upd.partition][rows_g])
                 n_cells = p.m * p.m
             rows, d = select_rows(upd, rows_g, cells, n_cells)
@@ -140,7 +143,7 @@ class FittedModel:
             params.update({"mean_edges": list(p.mean_edges),
                            "moment_edges": {str(a): list(e) for a, e in p.moment_edges},
                            "moment_floors": {str(a): f for a, f in p.moment_floors},
-                           "z": p.z, "min_count": p.min_count})
+                           "z": p.z, "z_group": p.z_group, "min_count": p.min_count})
         return {
             "format": FORMAT,
             "version": 1 if p.is_format1 else VERSION,
@@ -262,11 +265,13 @@ class FittedModel:
         for k, e in enumerate(d["log"]):
             try:
                 upd = Update.from_json(e)
+                whole = version >= 2 and upd.partition == WHOLE
+                n_cells = 1 if whole else (m if upd.partition == 0 else m * m)
                 ok = (len(e) == 5 and (upd.target == 1 or upd.target in moments)
-                      and (upd.partition == 0 or upd.partition in moments)
-                      and (upd.target == 1 or upd.partition == upd.target)
+                      and (upd.partition == 0 or upd.partition in moments or whole)
+                      and (upd.target == 1 or upd.partition == upd.target or whole)
                       and 0 <= upd.group < G and upd.cells.size == upd.deltas.size and upd.cells.size > 0
-                      and upd.cells.min() >= 0 and upd.cells.max() < (m if upd.partition == 0 else m * m)
+                      and upd.cells.min() >= 0 and upd.cells.max() < n_cells
                       and np.all(np.isfinite(upd.deltas)) and np.all(np.abs(upd.deltas) <= 2.0))
             except (TypeError, ValueError, IndexError):
                 ok = False
@@ -312,13 +317,14 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
         if key not in names or not _finite(v) or isinstance(v, bool) or not 0 < v < 1:
             raise bad(f"params.moment_floors[{key!r}]={v!r} must be a number in (0, 1) for a fitted moment")
         floors.append((int(key), float(v)))
-    z, mc = pr.get("z", 0.0), pr.get("min_count", 0)
-    if not _finite(z) or isinstance(z, bool) or not 0 <= z <= 100:
-        raise bad(f"params.z={z!r} must be a number in [0, 100]")
+    z, zg, mc = pr.get("z", 0.0), pr.get("z_group", 0.0), pr.get("min_count", 0)
+    for name, v in (("z", z), ("z_group", zg)):
+        if not _finite(v) or isinstance(v, bool) or not 0 <= v <= 100:
+            raise bad(f"params.{name}={v!r} must be a number in [0, 100]")
     if not isinstance(mc, int) or isinstance(mc, bool) or not 0 <= mc <= 10**9:
         raise bad(f"params.min_count={mc!r} must be a non-negative integer")
     return {"mean_edges": mean_edges, "moment_edges": tuple(sorted(moment_edges)),
-            "moment_floors": tuple(sorted(floors)), "z": float(z), "min_count": mc}
+            "moment_floors": tuple(sorted(floors)), "z": float(z), "z_group": float(zg), "min_count": mc}
 
 
 def _finite(x) -> bool:
