@@ -52,6 +52,7 @@ class DescentParams:
     z: float = 0.0  # > 0: a cell is violated only if also |t| >= z (its own standard error, see cell_violated)
     z_group: float = 0.0  # > 0: whole groups are audited as cells too, with this critical value
     min_count: int = 0  # with z > 0: cells of fewer rows are never violated
+    moment_step: str = "add"  # "add": m_a -= delta (the paper's); "ratio": m_a *= factor (a scale's own step)
 
     def _lookup(self, pairs: tuple, a: int, default):
         for b, v in pairs:
@@ -82,7 +83,14 @@ class DescentParams:
     @property
     def is_format1(self) -> bool:
         return not (self.mean_edges or self.moment_edges or self.moment_floors or self.z > 0 or self.min_count
-                    or self.z_group > 0)
+                    or self.z_group > 0 or self.moment_step != "add")
+
+    def moment_new(self, a: int, old: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """The a-th moment predictions after an update with per-row deltas (or factors), projected. Shared
+        by fitting and replay (same arithmetic, so replay is bit-identical)."""
+        lo, hi = self.projection(a)
+        return np.clip(old * d if self.moment_step == "ratio" else old - d, lo, hi)
+
 
     def mean_update_bound(self) -> float:
         """thm:wrapper-distr-known: at most 1/alpha^2 - 1 mean updates."""
@@ -324,11 +332,11 @@ class CellState:
     def apply(self, upd: Update):
         rows_g, cells_g, n_cells = self.cells_of_group(upd.group, upd.partition)
         rows, d = select_rows(upd, rows_g, cells_g, n_cells)
-        lo, hi = self.p.projection(upd.target)
         if upd.target == 1:
+            lo, hi = self.p.projection(1)
             self.set_mean(rows, np.clip(self.mu[rows] - d, lo, hi))
         else:
-            self.set_moment(upd.target, rows, np.clip(self.mom[upd.target][rows] - d, lo, hi))
+            self.set_moment(upd.target, rows, self.p.moment_new(upd.target, self.mom[upd.target][rows], d))
 
     # ---- audit -----------------------------------------------------------------------------------
     def _whole(self, *arrs):
@@ -391,7 +399,14 @@ class CellState:
         S, C, Q, width = arrs
         blk = slice(g * width, (g + 1) * width)
         mask = self.violated(S[blk], C[blk], None if Q is None else Q[blk], thr, part) if self.se else None
-        return _make_update(target, part, g, S[blk], C[blk], thr, self.p.step, eta, mask)
+        upd = _make_update(target, part, g, S[blk], C[blk], thr, self.p.step, eta, mask)
+        if target >= 2 and self.p.moment_step == "ratio":
+            # scale every prediction of a violated cell by (mean target) / (mean prediction): the cell's
+            # residual becomes 0 as with the exact step, and predictions stay positive and keep their ratios
+            rows_g, cells_g, n_cells = self.cells_of_group(g, part)
+            tot = np.bincount(cells_g, weights=self.mom[target][rows_g], minlength=n_cells)[upd.cells]
+            upd.deltas = np.clip(1.0 - S[blk][upd.cells] / np.where(tot > 0, tot, 1.0), 1e-6, 1e6)
+        return upd
 
     def max_moment_violation(self) -> float:
         if not self.p.moments:
@@ -472,6 +487,7 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
     n = state.n
     thr_a = p.alpha * n
     counters = {"mean": 0, "moment": 0, "max_call": 0, "calls": 0}
+    ratio_cap = max(10_000, 20 * state.G * (p.m * p.m + 1))
     phi_mu = state.mean_potential()
     history, round_ends = [], []
 
@@ -498,7 +514,12 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
                 phi = state.moment_potential(a)
             push(upd)
             count += upd.cells.size
-            if count > phi / beta**2 * (1 + 1e-9) + 1e-9:
+            if p.moment_step == "ratio":
+                # the potential bound is the additive step's; the ratio step gets a generous cap per pass
+                if count > ratio_cap:
+                    counters["capped"] = counters.get("capped", 0) + 1
+                    break
+            elif count > phi / beta**2 * (1 + 1e-9) + 1e-9:
                 raise AssertionError(
                     f"internal error: {count} moment-{a} updates exceed the potential bound "
                     f"{phi / beta**2:.1f} (a bug, not a stopping rule)"

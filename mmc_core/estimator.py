@@ -257,6 +257,9 @@ class MomentMulticalibrator:
             beta = per[2]
             moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
         extra = {"z": z, "z_group": z_group, "min_count": min_count}
+        if self.moment_buckets == "data" and self.step == "exact" and not (
+                self.odd_moments == MomentKind.SIGNED and K >= 2):
+            extra["moment_step"] = "ratio"  # positive moments on their own (log) scale
         if self.mean_buckets == "quantile" and m >= 2:
             q = quantile_edges(mu0, m)
             extra["mean_edges"] = fill_edges(q, m, 0.0, 1.0) if q else ()

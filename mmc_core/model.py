@@ -108,11 +108,11 @@ class FittedModel:
                 cells = cells * p.m + grids[upd.partition].index(moms[upd.partition][rows_g])
                 n_cells = p.m * p.m
             rows, d = select_rows(upd, rows_g, cells, n_cells)
-            lo, hi = p.projection(upd.target)
             if upd.target == 1:
+                lo, hi = p.projection(1)
                 mu[rows] = np.clip(mu[rows] - d, lo, hi)
             else:
-                moms[upd.target][rows] = np.clip(moms[upd.target][rows] - d, lo, hi)
+                moms[upd.target][rows] = p.moment_new(upd.target, moms[upd.target][rows], d)
         return mu, moms
 
     def predict_unit(self, table, base_unit: np.ndarray | None = None, n: int | None = None, upto=None):
@@ -143,7 +143,8 @@ class FittedModel:
             params.update({"mean_edges": list(p.mean_edges),
                            "moment_edges": {str(a): list(e) for a, e in p.moment_edges},
                            "moment_floors": {str(a): f for a, f in p.moment_floors},
-                           "z": p.z, "z_group": p.z_group, "min_count": p.min_count})
+                           "z": p.z, "z_group": p.z_group, "min_count": p.min_count,
+                           "moment_step": p.moment_step})
         return {
             "format": FORMAT,
             "version": 1 if p.is_format1 else VERSION,
@@ -272,7 +273,9 @@ class FittedModel:
                       and (upd.target == 1 or upd.partition == upd.target or whole)
                       and 0 <= upd.group < G and upd.cells.size == upd.deltas.size and upd.cells.size > 0
                       and upd.cells.min() >= 0 and upd.cells.max() < n_cells
-                      and np.all(np.isfinite(upd.deltas)) and np.all(np.abs(upd.deltas) <= 2.0))
+                      and np.all(np.isfinite(upd.deltas))
+                      and (np.all((upd.deltas > 0) & (upd.deltas <= 1e6))
+                           if (upd.target >= 2 and params.moment_step == "ratio") else np.all(np.abs(upd.deltas) <= 2.0)))
             except (TypeError, ValueError, IndexError):
                 ok = False
             if not ok:
@@ -318,13 +321,17 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
             raise bad(f"params.moment_floors[{key!r}]={v!r} must be a number in (0, 1) for a fitted moment")
         floors.append((int(key), float(v)))
     z, zg, mc = pr.get("z", 0.0), pr.get("z_group", 0.0), pr.get("min_count", 0)
+    ms = pr.get("moment_step", "add")
+    if ms not in ("add", "ratio"):
+        raise bad(f"params.moment_step={ms!r} must be 'add' or 'ratio'")
     for name, v in (("z", z), ("z_group", zg)):
         if not _finite(v) or isinstance(v, bool) or not 0 <= v <= 100:
             raise bad(f"params.{name}={v!r} must be a number in [0, 100]")
     if not isinstance(mc, int) or isinstance(mc, bool) or not 0 <= mc <= 10**9:
         raise bad(f"params.min_count={mc!r} must be a non-negative integer")
     return {"mean_edges": mean_edges, "moment_edges": tuple(sorted(moment_edges)),
-            "moment_floors": tuple(sorted(floors)), "z": float(z), "z_group": float(zg), "min_count": mc}
+            "moment_floors": tuple(sorted(floors)), "z": float(z), "z_group": float(zg), "min_count": mc,
+            "moment_step": ms}
 
 
 def _finite(x) -> bool:
