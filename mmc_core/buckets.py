@@ -104,7 +104,7 @@ def quantile_edges(values: np.ndarray, m: int, lo: float = 0.0, hi: float = 1.0)
     """Interior edges at the 1/m, ..., (m-1)/m quantiles of ``values`` (ties merged, so fewer buckets may
     result: the caller uses ``len(edges) + 1`` buckets). Empty when the values are (nearly) constant."""
     v = np.asarray(values, dtype=float)
-    if v.size == 0 or m < 2:
+    if v.size == 0 or m < 2 or not np.ptp(v) > 0:
         return ()
     return _clean(np.quantile(v, np.arange(1, m) / m), lo, hi)
 
