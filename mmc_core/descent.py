@@ -9,6 +9,13 @@ termination the guarantees of thm:wrapper-distr-known hold *exactly* on the fitt
 hence (lemma fine-consist-mean-conditioned-moment-cal) (mu, m_a) is (alpha, beta + a alpha, a/m)
 mean-conditioned moment multicalibrated on the sample.
 
+With the standard-error test (``DescentParams.z > 0``, the estimator's "se" rule) a cell is corrected only
+when it also has >= min_count rows and |t| >= z against its own standard error (whole groups, when
+``z_group > 0``, are extra cells with their own z). Termination then certifies, per cell: |v| < alpha, or
+|t| < z, or fewer than min_count rows. The estimator turns this into the uniform statement above by
+reporting the (alpha, beta) the kept predictions achieve. Buckets may be non-uniform (data-chosen, fixed
+edges); the statements hold for any fixed partition, with a/m replaced by a times the widest mean bucket.
+
 Speed: the cell statistics of all groups are maintained incrementally. An update touches the rows of one
 group's violating cells; only the (row, group) pairs of those rows are re-counted (one ``bincount`` with
 negative weights for the old contributions), so the cost of a round is proportional to the rows it

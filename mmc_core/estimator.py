@@ -143,14 +143,25 @@ class MomentMulticalibrator:
 
     Parameters
     ----------
-    alpha, beta : float in (0, 1) or "auto"
+    alpha, beta : float in (0, 1), "se" or "auto"
         Mass-weighted violation thresholds: a cell S is violated when P(S) |mean residual over S| >= alpha
         (mean) or >= beta (pseudo-moment). The guarantee on S is an error of at most alpha / P(S).
-        "auto" (the default) sets each just above the sampling-noise level of the fitting sample (see
-        :func:`auto_threshold`); the values used are in ``alpha_`` / ``beta_`` and in the saved model.
-    n_buckets : int
-        m, the number of level sets of each predictor (mean buckets on [0, 1]; moment buckets on the
-        moment's attainable range).
+
+        * "se" (the default, exact step): a cell is corrected only when, besides passing a small
+          mass-weighted floor, its residual is at least z of *its own* standard errors from 0 and it has
+          >= 20 fitting rows; z is the two-sided Bonferroni critical value at family-wise level 0.1 over every
+          audited cell (about 4 for a few hundred groups). Whole groups are audited too (for the mean and
+          every moment), with a z at a per-family error rate of 1 (about 2.6-3). After fitting, ``alpha_`` /
+          ``beta_`` (and the saved params) are the values the kept model *achieves* on the fitting rows:
+          every cell of the paper's partitions has mass-weighted |residual| below them, so the paper's
+          theorems (and the guaranteed intervals) hold with them exactly on the fitting rows. The thresholds
+          the descent used are in ``model_.info["thresholds_used"]`` and ``z_``.
+        * "auto": one threshold per predictor just above the sampling-noise level of a 5%-mass cell (see
+          :func:`auto_threshold`; the rule of model format 1).
+        * a number: the paper's fixed threshold.
+    n_buckets : int or "auto"
+        m, the number of level sets of each predictor. "auto" fits with 5, 10 and 20 and keeps the one with
+        the lowest held-out squared error (needs calibration_fraction > 0).
     n_moments : int
         k: central moments 2..k are fitted; 1 fits the mean only (plain multicalibration).
     step : {"exact", "paper"}
@@ -161,15 +172,29 @@ class MomentMulticalibrator:
         The label's range; None uses the observed min / max of the fitting labels (recorded as "observed").
     calibration_fraction : float in [0, 1)
         Share of rows held out of the descent (seeded; default 0.25, as ``mmc fit``). They track held-out
-        violations during fitting and calibrate the data-driven intervals (``mmc_core.intervals``); 0 fits
-        on every row and leaves those intervals unavailable.
-    early_stopping : bool
-        Keep the round with the lowest held-out squared error of the mean instead of the last one
-        (needs calibration_fraction > 0); the model records which round it kept.
+        violations during fitting, choose the kept round (early stopping) and m ("auto"), and calibrate the
+        data-driven intervals (``mmc_core.intervals``); 0 fits on every row and leaves those intervals
+        unavailable.
+    early_stopping : bool or "auto"
+        Keep the round with the lowest held-out squared error of the mean instead of the last one; "auto"
+        (default): on whenever calibration_fraction > 0. The model records the kept round (``info``:
+        ``kept_round``, ``early_stopped``); ``converged_`` says whether the descent itself ran to the end.
     max_rounds : int or None
         Optional cap on mean rounds; a capped run reports ``converged_ = False``.
     random_state : int
         Seed of the calibration split.
+    mean_buckets : {"uniform", "quantile"}
+        "uniform" (default): m equal buckets of [0, 1]. "quantile": bucket edges at the quantiles of the
+        initial (base) mean prediction on the fitting rows, fixed before the descent and stored in the model
+        (finer where the predictions are dense). The guarantees hold for any fixed partition; the eps = a w
+        of the mean-conditioned moment lemma then uses the widest bucket, ``params.mean_grid.max_width``.
+    moment_buckets : {"data", "range"}
+        "data" (default): moment buckets evenly spaced on a log scale over the range of the groups' average
+        pseudo-moments on the fitting rows (widened 1.5x), moment predictions kept at or above a floor > 0
+        and, with the exact step, moment updates multiplicative (each violated cell's predictions scaled by
+        mean target / mean prediction: the cell's residual becomes 0 as with the additive exact step, and
+        predictions stay positive). "range": equal buckets over the moment's attainable range, additive
+        steps, projection onto [0, hi] (format 1).
     """
 
     def __init__(self, alpha="se", beta="se", n_buckets=5, n_moments=2, step="exact",
