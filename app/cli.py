@@ -31,12 +31,21 @@ def _float_pair(text: str):
 
 
 def _threshold(text: str):
-    if text == "auto":
+    if text in ("auto", "se"):
         return text
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number, 'se' or 'auto', got {text!r}") from None
+
+
+def _buckets(text: str):
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
 
 
 def _columns(text: str):
@@ -64,12 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--group-cols", type=_columns, default=[], help="columns whose values define groups, e.g. sex,race")
     f.add_argument("--max-order", type=int, default=1, help="intersections of values of up to R different columns (default 1)")
     f.add_argument("--groups", help="JSON file of named groups defined by conditions (see README)")
-    f.add_argument("--alpha", type=_threshold, default="auto",
+    f.add_argument("--alpha", type=_threshold, default="se",
                    help="mean violation threshold, mass-weighted: a cell S is flagged when P(S)*|mean residual| >= A; "
-                        "'auto' (default) = just above the sampling noise of the data")
-    f.add_argument("--beta", type=_threshold, default="auto",
-                   help="moment violation threshold, mass-weighted (default 'auto', as for --alpha)")
-    f.add_argument("--buckets", type=int, default=5, help="buckets m per predictor (default 5)")
+                        "'se' (default) = a cell is corrected only when its residual is significant against its own "
+                        "standard error (Bonferroni); 'auto' = one threshold just above the sampling noise")
+    f.add_argument("--beta", type=_threshold, default="se",
+                   help="moment violation threshold, mass-weighted (default 'se', as for --alpha)")
+    f.add_argument("--buckets", type=_buckets, default=5,
+                   help="buckets m per predictor (default 5; 'auto' = 5, 10 or 20, chosen on the held-out rows)")
+    f.add_argument("--mean-buckets", choices=["uniform", "quantile"], default="uniform",
+                   help="mean buckets equally wide (default) or at quantiles of the base prediction")
+    f.add_argument("--moment-buckets", choices=["data", "range"], default="data",
+                   help="moment buckets on a log scale over the moments the data show (default) or over the "
+                        "attainable range")
     f.add_argument("--moments", type=int, default=2, help="fit central moments 2..K; 1 = mean only (default 2)")
     f.add_argument("--step", choices=["exact", "paper"], default="exact", help="step rule (default exact)")
     f.add_argument("--odd-moments", choices=["absolute", "signed"], default="absolute",
@@ -77,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--label-range", type=_float_pair, help="LO,HI of the label (default: observed min,max)")
     f.add_argument("--calibration-fraction", type=float, default=0.25,
                    help="share of rows held out of fitting for interval calibration (default 0.25; 0 = none)")
-    f.add_argument("--early-stopping", action="store_true", help="keep the round with the best held-out error")
+    f.add_argument("--early-stopping", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep the round with the best held-out error (default: on when rows are held out)")
     f.add_argument("--max-rounds", type=int, help="cap on mean rounds (a capped run is reported as not converged)")
     f.add_argument("--seed", type=int, default=0, help="seed of the calibration split (default 0)")
     f.add_argument("--save-partial", action="store_true",
@@ -166,8 +183,10 @@ def cmd_fit(args) -> int:
         groups = groups + extra
     est = MomentMulticalibrator(alpha=args.alpha, beta=args.beta, n_buckets=args.buckets, n_moments=args.moments,
                                 step=args.step, odd_moments=args.odd_moments, label_range=args.label_range,
-                                calibration_fraction=args.calibration_fraction, early_stopping=args.early_stopping,
-                                max_rounds=args.max_rounds, random_state=args.seed)
+                                calibration_fraction=args.calibration_fraction,
+                                early_stopping="auto" if args.early_stopping is None else args.early_stopping,
+                                max_rounds=args.max_rounds, random_state=args.seed, mean_buckets=args.mean_buckets,
+                                moment_buckets=args.moment_buckets)
     # Ctrl-C stops the descent at the end of the current round instead of killing it mid-update.
     interrupted = []
     previous = signal.getsignal(signal.SIGINT)

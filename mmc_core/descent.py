@@ -9,6 +9,13 @@ termination the guarantees of thm:wrapper-distr-known hold *exactly* on the fitt
 hence (lemma fine-consist-mean-conditioned-moment-cal) (mu, m_a) is (alpha, beta + a alpha, a/m)
 mean-conditioned moment multicalibrated on the sample.
 
+With the standard-error test (``DescentParams.z > 0``, the estimator's "se" rule) a cell is corrected only
+when it also has >= min_count rows and |t| >= z against its own standard error (whole groups, when
+``z_group > 0``, are extra cells with their own z). Termination then certifies, per cell: |v| < alpha, or
+|t| < z, or fewer than min_count rows. The estimator turns this into the uniform statement above by
+reporting the (alpha, beta) the kept predictions achieve. Buckets may be non-uniform (data-chosen, fixed
+edges); the statements hold for any fixed partition, with a/m replaced by a times the widest mean bucket.
+
 Speed: the cell statistics of all groups are maintained incrementally. An update touches the rows of one
 group's violating cells; only the (row, group) pairs of those rows are re-counted (one ``bincount`` with
 negative weights for the old contributions), so the cost of a round is proportional to the rows it
@@ -28,6 +35,7 @@ from .moments import MomentKind, pseudo_label
 __all__ = ["DescentParams", "Update", "CellState", "DescentResult", "descend", "select_rows", "STEP_RULES"]
 
 STEP_RULES = ("exact", "paper")
+WHOLE = 1  # partition code of the whole-group cells (one cell per group)
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,20 @@ class DescentParams:
     odd_moments: str = MomentKind.ABSOLUTE
     max_rounds: int | None = None
     moment_betas: tuple = ()  # optional (a, beta_a) pairs: a threshold per moment (the "auto" rule scales each)
+    # --- model format 2 (all optional; the defaults reproduce format 1 exactly) ---
+    mean_edges: tuple = ()  # interior edges of the mean grid (data quantiles); () = uniform on [0, 1]
+    moment_edges: tuple = ()  # (a, interior edges) pairs: data-scale moment grids; absent = uniform
+    moment_floors: tuple = ()  # (a, floor) pairs: moment predictions are projected onto [floor, hi], floor > 0
+    z: float = 0.0  # > 0: a cell is violated only if also |t| >= z (its own standard error, see cell_violated)
+    z_group: float = 0.0  # > 0: whole groups are audited as cells too, with this critical value
+    min_count: int = 0  # with z > 0: cells of fewer rows are never violated
+    moment_step: str = "add"  # "add": m_a -= delta (the paper's); "ratio": m_a *= factor (a scale's own step)
+
+    def _lookup(self, pairs: tuple, a: int, default):
+        for b, v in pairs:
+            if b == a:
+                return v
+        return default
 
     def beta_for(self, a: int) -> float:
         """The moment-a threshold: beta_a when given per moment, else the common beta (the paper's)."""
@@ -54,13 +76,28 @@ class DescentParams:
 
     @property
     def mean_grid(self) -> BucketGrid:
-        return mean_grid(self.m)
+        return mean_grid(self.m, self.mean_edges)
 
     def grid(self, a: int) -> BucketGrid:
-        return moment_grid(a, self.m, self.odd_moments)
+        return moment_grid(a, self.m, self.odd_moments, self._lookup(self.moment_edges, a, ()))
 
     def projection(self, target: int) -> tuple:
-        return (0.0, 1.0) if target == 1 else moment_projection(target, self.odd_moments)
+        if target == 1:
+            return (0.0, 1.0)
+        lo, hi = moment_projection(target, self.odd_moments)
+        return (max(lo, self._lookup(self.moment_floors, target, lo)), hi)
+
+    @property
+    def is_format1(self) -> bool:
+        return not (self.mean_edges or self.moment_edges or self.moment_floors or self.z > 0 or self.min_count
+                    or self.z_group > 0 or self.moment_step != "add")
+
+    def moment_new(self, a: int, old: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """The a-th moment predictions after an update with per-row deltas (or factors), projected. Shared
+        by fitting and replay (same arithmetic, so replay is bit-identical)."""
+        lo, hi = self.projection(a)
+        return np.clip(old * d if self.moment_step == "ratio" else old - d, lo, hi)
+
 
     def mean_update_bound(self) -> float:
         """thm:wrapper-distr-known: at most 1/alpha^2 - 1 mean updates."""
@@ -77,7 +114,8 @@ class Update:
     """One gradient step on the violating cells of one group.
 
     target: 1 for the mean predictor, a >= 2 for the a-th moment predictor. partition: 0 when the cells are
-    the mean buckets G(mu, i); a >= 2 when they are the joint cells G(mu, m_a, i, j) (cell = i * m + j).
+    the mean buckets G(mu, i); a >= 2 when they are the joint cells G(mu, m_a, i, j) (cell = i * m + j);
+    1 (``WHOLE``, model format 2) when the one cell is the whole group G.
     deltas: the amount subtracted from the predictor on each cell before projection.
     """
 
@@ -208,17 +246,29 @@ class CellState:
     def label(self, a: int, mu: np.ndarray, y: np.ndarray) -> np.ndarray:
         return pseudo_label(a, y - mu, self.p.odd_moments)
 
+    @property
+    def se(self) -> bool:
+        """Whether the per-cell standard-error test is on (then sums of squares are maintained too)."""
+        return self.p.z > 0
+
     def full_recompute(self):
         m, mm, sums = self.m, self.m * self.m, self.sums
         res = self.mu - self.y
         self.S0 = sums.full(m, self.bmu, res)
         self.C0 = sums.full(m, self.bmu, None)
         self.SA, self.CA, self.TA = {}, {}, {}
+        self.Q0, self.QA, self.UA = None, {}, {}
+        if self.se:
+            self.Q0 = sums.full(m, self.bmu, res * res)
         for a in self.p.moments:
             cells = self.bmu * m + self.bmom[a]
             self.SA[a] = sums.full(mm, cells, res)
             self.CA[a] = sums.full(mm, cells, None)
-            self.TA[a] = sums.full(mm, cells, self.mom[a] - self.label(a, self.mu, self.y))
+            t = self.mom[a] - self.label(a, self.mu, self.y)
+            self.TA[a] = sums.full(mm, cells, t)
+            if self.se:
+                self.QA[a] = sums.full(mm, cells, res * res)
+                self.UA[a] = sums.full(mm, cells, t * t)
 
     def set_mean(self, rows: np.ndarray, new: np.ndarray):
         if rows.size == 0:
@@ -230,7 +280,11 @@ class CellState:
         b_old, b_new = self.bmu[rows], self.p.mean_grid.index(new)
         r_old, r_new = old - y, new - y
         moved = b_old != b_new
+        se = self.se
         sums.shift(self.S0, m, ctx, b_old, b_new, r_old, r_new)
+        if se:
+            q_old, q_new = r_old * r_old, r_new * r_new
+            sums.shift(self.Q0, m, ctx, b_old, b_new, q_old, q_new)
         if moved.any():
             sums.shift(self.C0, m, ctx, b_old, b_new, None, None, moved)
         for a in self.p.moments:
@@ -240,7 +294,11 @@ class CellState:
             if moved.any():
                 sums.shift(self.CA[a], mm, ctx, c_old, c_new, None, None, moved)
             ma = self.mom[a][rows]
-            sums.shift(self.TA[a], mm, ctx, c_old, c_new, ma - self.label(a, old, y), ma - self.label(a, new, y))
+            t_old, t_new = ma - self.label(a, old, y), ma - self.label(a, new, y)
+            sums.shift(self.TA[a], mm, ctx, c_old, c_new, t_old, t_new)
+            if se:
+                sums.shift(self.QA[a], mm, ctx, c_old, c_new, q_old, q_new)
+                sums.shift(self.UA[a], mm, ctx, c_old, c_new, t_old * t_old, t_new * t_new)
         self.mu[rows] = new
         self.bmu[rows] = b_new
 
@@ -254,18 +312,26 @@ class CellState:
         bmu = self.bmu[rows]
         c_old, c_new = bmu * m + b_old, bmu * m + b_new
         lab = self.label(a, self.mu[rows], self.y[rows])
-        sums.shift(self.TA[a], mm, ctx, c_old, c_new, old - lab, new - lab)
+        t_old, t_new = old - lab, new - lab
+        sums.shift(self.TA[a], mm, ctx, c_old, c_new, t_old, t_new)
+        if self.se:
+            sums.shift(self.UA[a], mm, ctx, c_old, c_new, t_old * t_old, t_new * t_new)
         moved = b_old != b_new
         if moved.any():
             res = self.mu[rows] - self.y[rows]
             sums.shift(self.SA[a], mm, ctx, c_old, c_new, res, res, moved)
             sums.shift(self.CA[a], mm, ctx, c_old, c_new, None, None, moved)
+            if self.se:
+                rr = res * res
+                sums.shift(self.QA[a], mm, ctx, c_old, c_new, rr, rr, moved)
         self.mom[a][rows] = new
         self.bmom[a][rows] = b_new
 
     # ---- updates ---------------------------------------------------------------------------------
     def cells_of_group(self, g: int, partition: int):
         rows_g = self.memb.group_rows(g)
+        if partition == WHOLE:
+            return rows_g, np.zeros(rows_g.size, dtype=np.int64), 1
         if partition == 0:
             return rows_g, self.bmu[rows_g], self.m
         return rows_g, self.bmu[rows_g] * self.m + self.bmom[partition][rows_g], self.m * self.m
@@ -273,30 +339,81 @@ class CellState:
     def apply(self, upd: Update):
         rows_g, cells_g, n_cells = self.cells_of_group(upd.group, upd.partition)
         rows, d = select_rows(upd, rows_g, cells_g, n_cells)
-        lo, hi = self.p.projection(upd.target)
         if upd.target == 1:
+            lo, hi = self.p.projection(1)
             self.set_mean(rows, np.clip(self.mu[rows] - d, lo, hi))
         else:
-            self.set_moment(upd.target, rows, np.clip(self.mom[upd.target][rows] - d, lo, hi))
+            self.set_moment(upd.target, rows, self.p.moment_new(upd.target, self.mom[upd.target][rows], d))
 
     # ---- audit -----------------------------------------------------------------------------------
-    def worst_mean(self):
-        """(|v| of the worst mean cell over all partitions, partition, group)."""
-        best = (-1.0, 0, 0)
-        for part, arr, width in [(0, self.S0, self.m)] + [(a, self.SA[a], self.m * self.m) for a in self.p.moments]:
-            k = int(np.argmax(np.abs(arr)))
-            v = abs(arr[k]) / self.n
+    def _whole(self, *arrs):
+        """Per-group totals of cell arrays (the whole-group cells): block sums, no separate bookkeeping."""
+        return tuple(None if x is None else x.reshape(self.G, -1).sum(axis=1) for x in arrs)
+
+    def mean_blocks(self):
+        """(partition, sums, counts, sums of squares, cells per group) of every mean partition."""
+        out = [(0, self.S0, self.C0, self.Q0, self.m)]
+        if self.p.z_group > 0:
+            out.append((WHOLE, *self._whole(self.S0, self.C0, self.Q0), 1))
+        return out + [(a, self.SA[a], self.CA[a], self.QA.get(a), self.m * self.m) for a in self.p.moments]
+
+    def moment_blocks(self, a: int):
+        out = [(a, self.TA[a], self.CA[a], self.UA.get(a), self.m * self.m)]
+        if self.p.z_group > 0:
+            out.append((WHOLE, *self._whole(self.TA[a], self.CA[a], self.UA.get(a)), 1))
+        return out
+
+    def violated(self, S, C, Q, thr: float, partition: int = 0) -> np.ndarray:
+        """The violated cells: |S| >= thr (the mass-weighted test, thr = alpha n), and with the standard-error
+        test also |t| >= z (z_group for whole groups) and count >= min_count (see :func:`cell_violated`)."""
+        z = self.p.z_group if partition == WHOLE else self.p.z
+        return cell_violated(S, C, Q, thr, z, self.p.min_count)
+
+    def _masked_abs(self, S, C, Q, thr, partition):
+        if not self.se:
+            return np.abs(S)
+        return np.where(self.violated(S, C, Q, thr, partition), np.abs(S), 0.0)
+
+    def _worst(self, blocks, thr):
+        best = (-1.0, 0, 0, None)
+        for part, S, C, Q, width in blocks:
+            arr = self._masked_abs(S, C, Q, thr, part) if (self.se and thr is not None) else np.abs(S)
+            k = int(np.argmax(arr))
+            v = arr[k] / self.n
             if v > best[0]:
-                best = (v, part, k // width)
+                best = (v, part, k // width, (S, C, Q, width))
         return best
 
-    def worst_moment(self, a: int):
-        k = int(np.argmax(np.abs(self.TA[a])))
-        return abs(self.TA[a][k]) / self.n, k // (self.m * self.m)
+    def worst_mean(self, thr: float | None = None):
+        """(|v| of the worst mean cell over all partitions, partition, group). With the standard-error test
+        (and ``thr``) only cells passing it count; |v| = 0 when none does."""
+        return self._worst(self.mean_blocks(), thr)[:3]
+
+    def worst_moment(self, a: int, thr: float | None = None):
+        v, _, g, _ = self._worst(self.moment_blocks(a), thr)
+        return v, g
 
     def count_mean_violations(self, alpha: float) -> int:
         thr = alpha * self.n
-        return int((np.abs(self.S0) >= thr).sum() + sum((np.abs(self.SA[a]) >= thr).sum() for a in self.p.moments))
+        return int(sum(self.violated(S, C, Q, thr, part).sum() for part, S, C, Q, _ in self.mean_blocks()))
+
+    def make_update(self, target: int, thr: float, eta: float) -> Update | None:
+        """The update on the worst violated cell's group: all its violated cells of that partition."""
+        blocks = self.mean_blocks() if target == 1 else self.moment_blocks(target)
+        v, part, g, arrs = self._worst(blocks, thr)
+        if v * self.n < thr or v <= 0:
+            return None
+        S, C, Q, width = arrs
+        blk = slice(g * width, (g + 1) * width)
+        mask = self.violated(S[blk], C[blk], None if Q is None else Q[blk], thr, part) if self.se else None
+        upd = _make_update(target, part, g, S[blk], C[blk], thr, self.p.step, eta, mask)
+        if target >= 2 and self.p.moment_step == "ratio":
+            # scale every prediction of a violated cell by (mean target) / (mean prediction): the cell's
+            # residual becomes 0 as with the exact step, and predictions stay positive and keep their ratios
+            rows_g, cells_g, n_cells = self.cells_of_group(g, part)
+            tot = np.bincount(cells_g, weights=self.mom[target][rows_g], minlength=n_cells)[upd.cells]
+            upd.deltas = np.clip(1.0 - S[blk][upd.cells] / np.where(tot > 0, tot, 1.0), 1e-6, 1e6)
+        return upd
 
     def max_moment_violation(self) -> float:
         if not self.p.moments:
@@ -329,8 +446,24 @@ class DescentResult:
     extra: dict = field(default_factory=dict)
 
 
-def _make_update(target, partition, g, stats_block, counts_block, thr, step, eta) -> Update:
-    cells = np.flatnonzero(np.abs(stats_block) >= thr)
+def cell_violated(S, C, Q, thr: float, z: float = 0.0, min_count: int = 0) -> np.ndarray:
+    """Violated cells given their sums S, counts C and sums of squares Q of the residual.
+
+    Always: |S| >= thr (the paper's mass-weighted test, thr = alpha n). With z > 0 also: C >= max(min_count,
+    2) and the cell's t statistic |mean| / (sd / sqrt(C)) >= z, i.e. S^2 (C - 1) >= z^2 (C Q - S^2): a cell
+    is corrected only when its residual is large relative to *its own* standard error (with z from a
+    Bonferroni correction over the audited cells, the chance that any correct cell is flagged by noise at a
+    round is at most the chosen level).
+    """
+    out = np.abs(S) >= thr
+    if z > 0:
+        S2 = S * S
+        out &= (C >= max(min_count, 2)) & (S2 * (C - 1.0) >= (z * z) * (C * Q - S2))
+    return out
+
+
+def _make_update(target, partition, g, stats_block, counts_block, thr, step, eta, mask=None) -> Update:
+    cells = np.flatnonzero(np.abs(stats_block) >= thr if mask is None else mask)
     if step == "paper":
         deltas = eta * np.sign(stats_block[cells])
     else:
@@ -361,6 +494,7 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
     n = state.n
     thr_a = p.alpha * n
     counters = {"mean": 0, "moment": 0, "max_call": 0, "calls": 0}
+    ratio_cap = max(10_000, 20 * state.G * (p.m * p.m + 1))
     phi_mu = state.mean_potential()
     history, round_ends = [], []
 
@@ -380,16 +514,19 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
         while True:
             if stop is not None and stop():
                 raise _Stop
-            v, g = state.worst_moment(a)
-            if v * n < thr_b:
+            upd = state.make_update(a, thr_b, beta)
+            if upd is None:
                 break
             if phi is None:
                 phi = state.moment_potential(a)
-            blk = slice(g * mm, (g + 1) * mm)
-            upd = _make_update(a, a, g, state.TA[a][blk], state.CA[a][blk], thr_b, p.step, beta)
             push(upd)
             count += upd.cells.size
-            if count > phi / beta**2 * (1 + 1e-9) + 1e-9:
+            if p.moment_step == "ratio":
+                # the potential bound is the additive step's; the ratio step gets a generous cap per pass
+                if count > ratio_cap:
+                    counters["capped"] = counters.get("capped", 0) + 1
+                    break
+            elif count > phi / beta**2 * (1 + 1e-9) + 1e-9:
                 raise AssertionError(
                     f"internal error: {count} moment-{a} updates exceed the potential bound "
                     f"{phi / beta**2:.1f} (a bug, not a stopping rule)"
@@ -436,8 +573,8 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
             pmc(a)
         record(0, before)
         while True:
-            v, part, g = state.worst_mean()
-            if v * n < thr_a:
+            v, part, g = state.worst_mean(thr_a)
+            if v * n < thr_a or v <= 0:
                 if not verified:
                     # Incremental sums drift by rounding; decide convergence on freshly summed statistics.
                     state.full_recompute()
@@ -452,13 +589,7 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
                 break
             if stop is not None and stop():
                 raise _Stop
-            if part == 0:
-                blk = slice(g * p.m, (g + 1) * p.m)
-                upd = _make_update(1, 0, g, state.S0[blk], state.C0[blk], thr_a, p.step, p.alpha)
-            else:
-                mm = p.m * p.m
-                blk = slice(g * mm, (g + 1) * mm)
-                upd = _make_update(1, part, g, state.SA[part][blk], state.CA[part][blk], thr_a, p.step, p.alpha)
+            upd = state.make_update(1, thr_a, p.alpha)
             push(upd)
             counters["mean"] += upd.cells.size
             if counters["mean"] > phi_mu / p.alpha**2 * (1 + 1e-9) + 1e-9:

@@ -1,18 +1,30 @@
 """The public estimator: scikit-learn style fit / predict over tables, labels and groups."""
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import time
 
 import numpy as np
 
+from .buckets import fill_edges, geometric_edges, quantile_edges
 from .descent import STEP_RULES, CellState, DescentParams, descend
 from .errors import DataError, MMCError
 from .groups import GroupSet
 from .model import FittedModel
 from .moments import LabelScale, MomentKind, pseudo_label
 
-__all__ = ["MomentMulticalibrator", "validate_params", "to_label_array", "auto_threshold"]
+__all__ = ["MomentMulticalibrator", "validate_params", "to_label_array", "auto_threshold", "bonferroni_z",
+           "MEAN_BUCKET_RULES", "MOMENT_BUCKET_RULES", "AUTO_BUCKETS"]
+
+MEAN_BUCKET_RULES = ("quantile", "uniform")
+MOMENT_BUCKET_RULES = ("data", "range")
+AUTO_BUCKETS = (5, 10, 20)  # n_buckets="auto": candidates, chosen on the held-out rows
+SE_MIN_COUNT = 20  # the "se" rule never corrects a cell of fewer fitting rows
+SE_GROUP_LEVEL = 1.0  # "se" rule, whole-group cells: expected false corrections per audit at most 1
+SE_LEVEL = 0.1  # "se" rule, finer cells: family-wise level (Bonferroni over every audited cell)
+THRESHOLD_RULES = ("se", "auto")
+FLOOR_MASS = 0.01  # groups of at least this share of the fitting rows set the span of the moment grid
 
 
 def _check_unit_interval(name: str, v, open_right: bool = True):
@@ -33,13 +45,31 @@ def auto_threshold(spread: float, n_cells: int, n: int) -> float:
     return float(np.clip(z * spread * np.sqrt(AUTO_REFERENCE_MASS / max(n, 1)), 1e-5, 0.05))
 
 
-def validate_params(alpha, beta, n_buckets, n_moments, step, odd_moments, calibration_fraction, max_rounds=None):
+def bonferroni_z(n_tests: int, level: float = AUTO_LEVEL) -> float:
+    """z with P(|N(0,1)| >= z) = level / n_tests: the two-sided Bonferroni critical value."""
+    from statistics import NormalDist
+
+    return float(NormalDist().inv_cdf(1.0 - level / (2.0 * max(int(n_tests), 1))))
+
+
+def validate_params(alpha, beta, n_buckets, n_moments, step, odd_moments, calibration_fraction, max_rounds=None,
+                    mean_buckets="quantile", moment_buckets="data", early_stopping="auto"):
     """Check the estimator's parameters; raise MMCError naming the parameter."""
     for name, v in (("alpha", alpha), ("beta", beta)):
-        if not (isinstance(v, str) and v == "auto"):
+        if isinstance(v, str):
+            if v not in THRESHOLD_RULES:
+                raise MMCError(f"{name} must be a number in (0, 1), 'se' or 'auto', got {v!r}")
+        else:
             _check_unit_interval(name, v)
-    if not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000:
-        raise MMCError(f"buckets must be an integer from 1 to 1000, got {n_buckets!r}")
+    if not (isinstance(n_buckets, str) and n_buckets == "auto") and (
+            not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000):
+        raise MMCError(f"buckets must be an integer from 1 to 1000 or 'auto', got {n_buckets!r}")
+    if mean_buckets not in MEAN_BUCKET_RULES:
+        raise MMCError(f"mean_buckets must be one of {', '.join(MEAN_BUCKET_RULES)}, got {mean_buckets!r}")
+    if moment_buckets not in MOMENT_BUCKET_RULES:
+        raise MMCError(f"moment_buckets must be one of {', '.join(MOMENT_BUCKET_RULES)}, got {moment_buckets!r}")
+    if not (isinstance(early_stopping, bool) or (isinstance(early_stopping, str) and early_stopping == "auto")):
+        raise MMCError(f"early_stopping must be True, False or 'auto', got {early_stopping!r}")
     if not isinstance(n_moments, numbers.Integral) or isinstance(n_moments, bool) or not 1 <= n_moments <= 8:
         raise MMCError(f"moments must be an integer from 1 (mean only) to 8, got {n_moments!r}")
     if step not in STEP_RULES:
@@ -84,6 +114,25 @@ def _take(X, idx):
     return {c: np.asarray(v)[idx] for c, v in X.items()}
 
 
+def _achieved(params: DescentParams, memb, y, mu, moms) -> dict:
+    """The smallest (alpha, beta_a) the predictions satisfy on these rows: just above the largest mass-weighted
+    |residual| over the paper's cells G(mu, i), G(mu, m_a, i, j) (mean) and G(mu, m_a, i, j) (moment a)."""
+    plain = dataclasses.replace(params, z=0.0, z_group=0.0, min_count=0)
+    st = CellState(plain, memb, y, mu, moms)
+    n = max(st.n, 1)
+
+    def up(v):
+        return float(min(max(v * (1 + 1e-9) + 1e-15, 1e-7), 0.999))
+
+    worst = max([np.abs(st.S0).max(initial=0.0)] + [np.abs(st.SA[a]).max(initial=0.0) for a in params.moments])
+    return {"alpha": up(worst / n), "betas": {a: up(np.abs(st.TA[a]).max(initial=0.0) / n) for a in params.moments}}
+
+
+def _best_round(history: list) -> int:
+    """The round with the lowest held-out squared error of the mean (the earliest on ties)."""
+    return int(np.argmin([h.get("holdout_mse", np.inf) for h in history])) if history else 0
+
+
 class MomentMulticalibrator:
     """Mean and higher-central-moment predictors that are multicalibrated on every group.
 
@@ -94,14 +143,25 @@ class MomentMulticalibrator:
 
     Parameters
     ----------
-    alpha, beta : float in (0, 1) or "auto"
+    alpha, beta : float in (0, 1), "se" or "auto"
         Mass-weighted violation thresholds: a cell S is violated when P(S) |mean residual over S| >= alpha
         (mean) or >= beta (pseudo-moment). The guarantee on S is an error of at most alpha / P(S).
-        "auto" (the default) sets each just above the sampling-noise level of the fitting sample (see
-        :func:`auto_threshold`); the values used are in ``alpha_`` / ``beta_`` and in the saved model.
-    n_buckets : int
-        m, the number of level sets of each predictor (mean buckets on [0, 1]; moment buckets on the
-        moment's attainable range).
+
+        * "se" (the default, exact step): a cell is corrected only when, besides passing a small
+          mass-weighted floor, its residual is at least z of *its own* standard errors from 0 and it has
+          >= 20 fitting rows; z is the two-sided Bonferroni critical value at family-wise level 0.1 over every
+          audited cell (about 4 for a few hundred groups). Whole groups are audited too (for the mean and
+          every moment), with a z at a per-family error rate of 1 (about 2.6-3). After fitting, ``alpha_`` /
+          ``beta_`` (and the saved params) are the values the kept model *achieves* on the fitting rows:
+          every cell of the paper's partitions has mass-weighted |residual| below them, so the paper's
+          theorems (and the guaranteed intervals) hold with them exactly on the fitting rows. The thresholds
+          the descent used are in ``model_.info["thresholds_used"]`` and ``z_``.
+        * "auto": one threshold per predictor just above the sampling-noise level of a 5%-mass cell (see
+          :func:`auto_threshold`; the rule of model format 1).
+        * a number: the paper's fixed threshold.
+    n_buckets : int or "auto"
+        m, the number of level sets of each predictor. "auto" fits with 5, 10 and 20 and keeps the one with
+        the lowest held-out squared error (needs calibration_fraction > 0).
     n_moments : int
         k: central moments 2..k are fitted; 1 fits the mean only (plain multicalibration).
     step : {"exact", "paper"}
@@ -112,20 +172,35 @@ class MomentMulticalibrator:
         The label's range; None uses the observed min / max of the fitting labels (recorded as "observed").
     calibration_fraction : float in [0, 1)
         Share of rows held out of the descent (seeded; default 0.25, as ``mmc fit``). They track held-out
-        violations during fitting and calibrate the data-driven intervals (``mmc_core.intervals``); 0 fits
-        on every row and leaves those intervals unavailable.
-    early_stopping : bool
-        Keep the round with the lowest held-out squared error of the mean instead of the last one
-        (needs calibration_fraction > 0); the model records which round it kept.
+        violations during fitting, choose the kept round (early stopping) and m ("auto"), and calibrate the
+        data-driven intervals (``mmc_core.intervals``); 0 fits on every row and leaves those intervals
+        unavailable.
+    early_stopping : bool or "auto"
+        Keep the round with the lowest held-out squared error of the mean instead of the last one; "auto"
+        (default): on whenever calibration_fraction > 0. The model records the kept round (``info``:
+        ``kept_round``, ``early_stopped``); ``converged_`` says whether the descent itself ran to the end.
     max_rounds : int or None
         Optional cap on mean rounds; a capped run reports ``converged_ = False``.
     random_state : int
         Seed of the calibration split.
+    mean_buckets : {"uniform", "quantile"}
+        "uniform" (default): m equal buckets of [0, 1]. "quantile": bucket edges at the quantiles of the
+        initial (base) mean prediction on the fitting rows, fixed before the descent and stored in the model
+        (finer where the predictions are dense). The guarantees hold for any fixed partition; the eps = a w
+        of the mean-conditioned moment lemma then uses the widest bucket, ``params.mean_grid.max_width``.
+    moment_buckets : {"data", "range"}
+        "data" (default): moment buckets evenly spaced on a log scale over the range of the groups' average
+        pseudo-moments on the fitting rows (widened 1.5x), moment predictions kept at or above a floor > 0
+        and, with the exact step, moment updates multiplicative (each violated cell's predictions scaled by
+        mean target / mean prediction: the cell's residual becomes 0 as with the additive exact step, and
+        predictions stay positive). "range": equal buckets over the moment's attainable range, additive
+        steps, projection onto [0, hi] (format 1).
     """
 
-    def __init__(self, alpha="auto", beta="auto", n_buckets=5, n_moments=2, step="exact",
+    def __init__(self, alpha="se", beta="se", n_buckets=5, n_moments=2, step="exact",
                  odd_moments="absolute", label_range=None, calibration_fraction=0.25,
-                 early_stopping=False, max_rounds=None, random_state=0):
+                 early_stopping="auto", max_rounds=None, random_state=0, mean_buckets="uniform",
+                 moment_buckets="data"):
         self.alpha = alpha
         self.beta = beta
         self.n_buckets = n_buckets
@@ -137,9 +212,12 @@ class MomentMulticalibrator:
         self.early_stopping = early_stopping
         self.max_rounds = max_rounds
         self.random_state = random_state
+        self.mean_buckets = mean_buckets
+        self.moment_buckets = moment_buckets
 
     _PARAM_NAMES = ("alpha", "beta", "n_buckets", "n_moments", "step", "odd_moments", "label_range",
-                    "calibration_fraction", "early_stopping", "max_rounds", "random_state")
+                    "calibration_fraction", "early_stopping", "max_rounds", "random_state", "mean_buckets",
+                    "moment_buckets")
 
     def get_params(self, deep: bool = True) -> dict:
         """Constructor parameters (scikit-learn convention)."""
@@ -158,10 +236,87 @@ class MomentMulticalibrator:
         return f"MomentMulticalibrator({changed})"
 
     # ------------------------------------------------------------------------------------------
-    def _params(self, alpha: float, beta: float, moment_betas: tuple = ()) -> DescentParams:
-        return DescentParams(float(alpha), float(beta), int(self.n_buckets),
+    def _params(self, alpha: float, beta: float, moment_betas: tuple = (), m: int | None = None,
+                **extra) -> DescentParams:
+        return DescentParams(float(alpha), float(beta), int(self.n_buckets if m is None else m),
                              tuple(range(2, int(self.n_moments) + 1)), self.step, self.odd_moments,
-                             None if self.max_rounds is None else int(self.max_rounds), moment_betas)
+                             None if self.max_rounds is None else int(self.max_rounds), moment_betas, **extra)
+
+    def _build_params(self, m: int, G: int, nf: int, moments: tuple, resid: np.ndarray, mu0: np.ndarray, memb):
+        """Thresholds, grids and floors for m buckets, all chosen from the fitting rows before the descent.
+
+        * alpha / beta "auto" (exact step): a cell is corrected only when its residual is at least z of *its
+          own* standard errors from 0, z = the Bonferroni critical value at level 0.1 over all audited cells,
+          and it has >= 20 rows; alpha_ / beta_a are then the mass-weighted floor such a cell must also pass.
+          With the paper step (or given numbers), the plain mass-weighted thresholds of format 1.
+        * mean_buckets "quantile": mean buckets at the quantiles of the initial mean prediction.
+        * moment_buckets "data": moment buckets evenly spaced on a log scale over the range of the groups'
+          average pseudo-moments (widened 1.5x each side), and moment predictions kept >= a floor > 0.
+        """
+        K = len(moments)
+        se = self.step == "exact" and (self.alpha == "se" or self.beta == "se")
+        # finer cells: family-wise level 0.1 (Bonferroni) over every audited cell; whole groups: a per-family
+        # error rate of 1 (at most one group expected to be corrected by noise alone per audit), since a
+        # whole-group correction is large-sample and cheap when wrong, and dear when missed
+        z = bonferroni_z(G * m * (1 + 2 * K * m), SE_LEVEL) if se else 0.0
+        z_group = bonferroni_z(G * (1 + K), SE_GROUP_LEVEL) if se else 0.0
+        min_count = SE_MIN_COUNT if se else 0
+
+        def thr(rule, spread, n_cells):
+            if rule == "se" and se:
+                # the floor: the mass-weighted residual of a min_count-row cell at z standard errors
+                return float(np.clip(z * spread * np.sqrt(min_count) / max(nf, 1), 1e-7, 0.05))
+            return auto_threshold(spread, n_cells, nf)
+
+        alpha = thr(self.alpha, float(np.std(resid)), G * m * (1 + K * m)) if isinstance(self.alpha, str) \
+            else float(self.alpha)
+        labels = {a: pseudo_label(a, resid, self.odd_moments) for a in moments}
+        moment_betas = ()
+        if not isinstance(self.beta, str):
+            beta = float(self.beta)
+        elif not moments:
+            beta = 0.01  # unused: no moments are fitted
+        else:
+            # each moment on its own scale: a fourth moment's errors are far smaller than a variance's
+            per = {a: thr(self.beta, float(np.std(labels[a])), G * m * m) for a in moments}
+            beta = per[2]
+            moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
+        extra = {"z": z, "z_group": z_group, "min_count": min_count}
+        if self.moment_buckets == "data" and self.step == "exact" and not (
+                self.odd_moments == MomentKind.SIGNED and K >= 2):
+            extra["moment_step"] = "ratio"  # positive moments on their own (log) scale
+        if self.mean_buckets == "quantile" and m >= 2:
+            q = quantile_edges(mu0, m)
+            extra["mean_edges"] = fill_edges(q, m, 0.0, 1.0) if q else ()
+        if self.moment_buckets == "data":
+            edges, floors = [], []
+            sizes = memb.sizes.astype(float)
+            big = sizes >= max(FLOOR_MASS * nf, min_count, 1)
+            pg = memb.pair_groups()
+            for a in moments:
+                if a % 2 == 1 and self.odd_moments == MomentKind.SIGNED:
+                    continue  # signed odd moments take both signs: keep the symmetric range grid
+                from .moments import max_central_moment
+
+                r = max_central_moment(a)
+                pooled = float(np.mean(labels[a]))
+                gsum = np.bincount(pg, weights=labels[a][memb.rows], minlength=memb.n_groups)
+                gm = gsum[big] / sizes[big] if big.any() else np.array([pooled])
+                gm = gm[gm > 0]
+                low, high = (float(gm.min()), float(gm.max())) if gm.size else (0.0, 0.0)
+                if not (low > 0 and high > low * 1.01):
+                    low, high = pooled / 3.0, pooled * 3.0
+                low, high = low / 1.5, min(high * 1.5, 0.9 * r)
+                b_a = beta if a == 2 else dict(moment_betas).get(a, beta)
+                floor = min(0.5 * b_a, 1e-3 * low) if low > 0 else 0.5 * b_a
+                floors.append((a, float(max(floor, 1e-15))))
+                if m >= 2 and 0 < low < high:
+                    edges.append((a, geometric_edges(low, high, m)))
+            extra["moment_edges"] = tuple(edges)
+            extra["moment_floors"] = tuple(floors)
+        params = self._params(alpha, beta, moment_betas, m, **extra)
+        init_moments = {a: float(np.clip(np.mean(labels[a]), *params.projection(a))) for a in moments}
+        return params, init_moments
 
     def fit(self, X, y, groups=None, base_prediction=None, callback=None, label_name: str = "label",
             base_name: str | None = None, stop=None):
@@ -188,7 +343,8 @@ class MomentMulticalibrator:
         self
         """
         validate_params(self.alpha, self.beta, self.n_buckets, self.n_moments, self.step,
-                        self.odd_moments, self.calibration_fraction, self.max_rounds)
+                        self.odd_moments, self.calibration_fraction, self.max_rounds, self.mean_buckets,
+                        self.moment_buckets, self.early_stopping)
         n = _n_rows(X)
         if n < 2:
             raise DataError(f"need at least 2 rows to fit, got {n}")
@@ -223,6 +379,11 @@ class MomentMulticalibrator:
         n_cal = int(round(self.calibration_fraction * n))
         if self.calibration_fraction > 0 and (n_cal < 1 or n - n_cal < 2):
             raise DataError(f"calibration fraction {self.calibration_fraction} leaves too few rows (n={n})")
+        if self.early_stopping is True and not n_cal:
+            raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
+        early = bool(n_cal) if self.early_stopping == "auto" else bool(self.early_stopping)
+        if self.n_buckets == "auto" and not n_cal:
+            raise MMCError("buckets 'auto' needs calibration_fraction > 0 (held-out rows to choose on)")
         perm = rng.permutation(n)
         cal_idx = np.sort(perm[:n_cal])
         fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
@@ -230,49 +391,54 @@ class MomentMulticalibrator:
         memb = gset.evaluate(Xf, fit_idx.size)
         mu0 = base_u[fit_idx] if base_u is not None else np.full(fit_idx.size, float(np.mean(yu[fit_idx])))
         moments = tuple(range(2, int(self.n_moments) + 1))
-        m, G, nf = int(self.n_buckets), len(gset), fit_idx.size
+        G, nf = len(gset), fit_idx.size
         resid = yu[fit_idx] - mu0
-        alpha = auto_threshold(float(np.std(resid)), G * m * (1 + len(moments) * m), nf) \
-            if self.alpha == "auto" else float(self.alpha)
-        moment_betas = ()
-        if self.beta != "auto":
-            beta = float(self.beta)
-        elif not moments:
-            beta = 0.01  # unused: no moments are fitted
-        else:
-            # each moment on its own scale: a fourth moment's errors are far smaller than a variance's
-            per = {a: auto_threshold(float(np.std(pseudo_label(a, resid, self.odd_moments))), G * m * m, nf)
-                   for a in moments}
-            beta = per[2]
-            moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
-        params = self._params(alpha, beta, moment_betas)
-        init_moments = {a: float(np.clip(np.mean(pseudo_label(a, resid, self.odd_moments)),
-                                         *params.projection(a))) for a in params.moments}
-        moms0 = {a: np.full(fit_idx.size, v) for a, v in init_moments.items()}
-        t0 = time.perf_counter()
-        state = CellState(params, memb, yu[fit_idx], mu0, moms0)
-        holdout = None
+        memb_h = gset.evaluate(_take(X, cal_idx), n_cal) if n_cal else None
+        mu_h = None
         if n_cal:
-            memb_h = gset.evaluate(_take(X, cal_idx), n_cal)
             mu_h = base_u[cal_idx] if base_u is not None else np.full(n_cal, float(np.mean(yu[fit_idx])))
-            holdout = CellState(params, memb_h, yu[cal_idx], mu_h,
-                                {a: np.full(n_cal, v) for a, v in init_moments.items()})
-        res = descend(params, state, holdout, callback, stop=stop)
+
+        candidates = AUTO_BUCKETS if self.n_buckets == "auto" else (int(self.n_buckets),)
+        t0 = time.perf_counter()
+        runs = []
+        for m in candidates:
+            params, init_moments = self._build_params(m, G, nf, moments, resid, mu0, memb)
+            state = CellState(params, memb, yu[fit_idx], mu0, {a: np.full(nf, v) for a, v in init_moments.items()})
+            holdout = None
+            if n_cal:
+                holdout = CellState(params, memb_h, yu[cal_idx], mu_h,
+                                    {a: np.full(n_cal, v) for a, v in init_moments.items()})
+            res = descend(params, state, holdout, callback if len(candidates) == 1 else None, stop=stop)
+            kept = _best_round(res.history) if early else len(res.round_ends) - 1
+            score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
+            runs.append((score, m, params, init_moments, res, kept))
+            if res.stopped:
+                break
+        score, m, params, init_moments, res, kept_round = min(runs, key=lambda r: r[0])
         seconds = time.perf_counter() - t0
+        alpha = params.alpha
 
         init_mean = {"kind": "base", "column": base_name} if base_u is not None else \
             {"kind": "constant", "value": float(np.mean(yu[fit_idx]))}
-        best_round = None
-        kept_round = len(res.round_ends) - 1
-        if self.early_stopping:
-            if not n_cal:
-                raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
-            losses = [h["holdout_mse"] for h in res.history]
-            best_round = int(np.argmin(losses))
-            kept_round = best_round
+        best_round = kept_round if early else None
         log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
         model = FittedModel(params, scale, gset, init_mean, init_moments, list(log),
                             list(res.round_ends[: kept_round + 1]))
+        if kept_round == len(res.round_ends) - 1:
+            fit_mu, fit_moms = res.state.mu.copy(), {a: v.copy() for a, v in res.state.mom.items()}
+        else:
+            fit_mu, fit_moms = model.predict_unit(Xf, mu0 if base_u is not None else None, fit_idx.size)
+        achieved = _achieved(params, memb, yu[fit_idx], fit_mu, fit_moms)
+        floors = {"alpha": params.alpha, "betas": {str(a): params.beta_for(a) for a in params.moments}}
+        if params.z > 0:
+            # The "se" rule: report the (alpha, beta) the kept model achieves on the fitting rows, so that the
+            # paper's guarantees (and the guaranteed intervals) are stated with values that hold exactly there.
+            alpha_a = achieved["alpha"] if self.alpha == "se" else params.alpha
+            betas = {a: (achieved["betas"][a] if self.beta == "se" else params.beta_for(a)) for a in params.moments}
+            model.params = dataclasses.replace(
+                params, alpha=alpha_a, beta=betas.get(2, params.beta),
+                moment_betas=tuple((a, b) for a, b in betas.items() if a != 2))
+            params = model.params
         if n_cal:
             # Interval calibration uses only the held-out rows (never the rows the moments were fitted on).
             from . import intervals
@@ -281,8 +447,14 @@ class MomentMulticalibrator:
                 model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx])
         model.info = {
             "mode": "practical (one fitting sample, audited exactly)",
-            "converged": bool(res.converged and kept_round == len(res.round_ends) - 1),
+            # converged: the descent ran until its audit found no violated cell (early stopping may then keep an
+            # earlier round: "kept_round" / "early_stopped"; the achieved alpha / beta hold for the kept model)
+            "converged": bool(res.converged),
             "run_converged": bool(res.converged),
+            "early_stopped": bool(kept_round < len(res.round_ends) - 1),
+            "achieved": {"alpha": achieved["alpha"], "betas": {str(a): b for a, b in achieved["betas"].items()}},
+            "thresholds_used": floors,
+            "z": params.z, "z_group": params.z_group, "min_count": params.min_count,
             "stopped_by_user": bool(res.stopped),
             "rounds": int(res.history[-1]["round"]) if res.history else 0,
             "kept_round": int(kept_round),
@@ -299,14 +471,20 @@ class MomentMulticalibrator:
             "empty_groups": [gset.names[g] for g in np.flatnonzero(memb.sizes == 0)],
             "base_clipped": base_clipped,
             "label": label_name,
-            "early_stopping": bool(self.early_stopping),
-            "alpha_rule": "auto" if self.alpha == "auto" else "given",
-            "beta_rule": "auto" if self.beta == "auto" else "given",
+            "early_stopping": bool(early),
+            "buckets_rule": "auto" if self.n_buckets == "auto" else "given",
+            "buckets_tried": {str(r[1]): float(r[0]) for r in runs} if len(runs) > 1 else {},
+            "mean_buckets": self.mean_buckets,
+            "moment_buckets": self.moment_buckets,
+            "alpha_rule": self.alpha if isinstance(self.alpha, str) else "given",
+            "beta_rule": self.beta if isinstance(self.beta, str) else "given",
             "history": res.history,
         }
         self.model_ = model
         self.alpha_, self.beta_ = params.alpha, params.beta
         self.moment_betas_ = {a: params.beta_for(a) for a in params.moments}
+        self.z_ = params.z  # > 0: the per-cell standard-error test was on (alpha_ / beta_ are then floors)
+        self.n_buckets_ = params.m
         self.history_ = res.history
         self.converged_ = model.info["converged"]
         self.n_rounds_ = model.info["rounds"]
@@ -318,11 +496,7 @@ class MomentMulticalibrator:
         self.fit_index_ = fit_idx
         self.calibration_index_ = cal_idx
         self.empty_groups_ = model.info["empty_groups"]
-        if kept_round == len(res.round_ends) - 1:
-            self.fit_mean_unit_ = res.state.mu.copy()
-            self.fit_moments_unit_ = {a: v.copy() for a, v in res.state.mom.items()}
-        else:
-            self.fit_mean_unit_, self.fit_moments_unit_ = model.predict_unit(Xf, mu0 if base_u is not None else None, fit_idx.size)
+        self.fit_mean_unit_, self.fit_moments_unit_ = fit_mu, fit_moms
         return self
 
     # ------------------------------------------------------------------------------------------
@@ -356,7 +530,9 @@ class MomentMulticalibrator:
                   odd_moments=p.odd_moments, label_range=(model.scale.lo, model.scale.hi),
                   calibration_fraction=model.info.get("calibration_fraction", 0.0),
                   early_stopping=model.info.get("early_stopping", False), max_rounds=p.max_rounds,
-                  random_state=model.info.get("seed", 0))
+                  random_state=model.info.get("seed", 0),
+                  mean_buckets="quantile" if p.mean_edges else "uniform",
+                  moment_buckets="data" if (p.moment_edges or p.moment_floors) else "range")
         est.model_ = model
         est.alpha_, est.beta_ = p.alpha, p.beta
         est.history_ = model.info.get("history", [])

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .descent import STEP_RULES, DescentParams, Update, select_rows
+from .descent import STEP_RULES, WHOLE, DescentParams, Update, select_rows
 from .errors import DataError, ModelFormatError
 from .groups import GroupSet, Membership
 from .moments import LabelScale, MomentKind
@@ -22,7 +22,8 @@ from .moments import LabelScale, MomentKind
 __all__ = ["FittedModel", "FORMAT", "VERSION", "atomic_write_text", "atomic_write_bytes"]
 
 FORMAT = "mmc-audit-model"
-VERSION = 1
+VERSION = 2  # written when a model uses data-chosen grids, moment floors or the standard-error test
+READABLE_VERSIONS = (1, 2)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
 
 
 def _default_mode() -> int:
@@ -98,17 +99,20 @@ class FittedModel:
             rows_g = memb.group_rows(upd.group)
             if rows_g.size == 0:
                 continue
-            cells = mgrid.index(mu[rows_g])
-            n_cells = p.m
-            if upd.partition:
+            if upd.partition == WHOLE:
+                cells, n_cells = np.zeros(rows_g.size, dtype=np.int64), 1
+            else:
+                cells = mgrid.index(mu[rows_g])
+                n_cells = p.m
+            if upd.partition and upd.partition != WHOLE:
                 cells = cells * p.m + grids[upd.partition].index(moms[upd.partition][rows_g])
                 n_cells = p.m * p.m
             rows, d = select_rows(upd, rows_g, cells, n_cells)
-            lo, hi = p.projection(upd.target)
             if upd.target == 1:
+                lo, hi = p.projection(1)
                 mu[rows] = np.clip(mu[rows] - d, lo, hi)
             else:
-                moms[upd.target][rows] = np.clip(moms[upd.target][rows] - d, lo, hi)
+                moms[upd.target][rows] = p.moment_new(upd.target, moms[upd.target][rows], d)
         return mu, moms
 
     def predict_unit(self, table, base_unit: np.ndarray | None = None, n: int | None = None, upto=None):
@@ -132,12 +136,19 @@ class FittedModel:
     # ---- JSON ------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         p = self.params
+        params = {"alpha": p.alpha, "beta": p.beta, "buckets": p.m, "moments": list(p.moments),
+                  "step": p.step, "odd_moments": p.odd_moments, "max_rounds": p.max_rounds,
+                  "moment_betas": {str(a): b for a, b in p.moment_betas}}
+        if not p.is_format1:
+            params.update({"mean_edges": list(p.mean_edges),
+                           "moment_edges": {str(a): list(e) for a, e in p.moment_edges},
+                           "moment_floors": {str(a): f for a, f in p.moment_floors},
+                           "z": p.z, "z_group": p.z_group, "min_count": p.min_count,
+                           "moment_step": p.moment_step})
         return {
             "format": FORMAT,
-            "version": VERSION,
-            "params": {"alpha": p.alpha, "beta": p.beta, "buckets": p.m, "moments": list(p.moments),
-                       "step": p.step, "odd_moments": p.odd_moments, "max_rounds": p.max_rounds,
-                       "moment_betas": {str(a): b for a, b in p.moment_betas}},
+            "version": 1 if p.is_format1 else VERSION,
+            "params": params,
             "label_scale": {"lo": self.scale.lo, "hi": self.scale.hi, "source": self.scale.source},
             "groups": self.groups.to_json(),
             "init": {"mean": self.init_mean, "moments": {str(a): v for a, v in self.init_moments.items()}},
@@ -179,8 +190,10 @@ class FittedModel:
 
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise bad(f"not an mmc-audit model (missing \"format\": \"{FORMAT}\")")
-        if d.get("version") != VERSION:
-            raise bad(f"model schema version {d.get('version')!r} is not supported (this mmc-audit reads version {VERSION})")
+        version = d.get("version")
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
+            raise bad(f"model schema version {version!r} is not supported (this mmc-audit reads versions "
+                      f"{', '.join(map(str, READABLE_VERSIONS))})")
         for key in ("params", "label_scale", "groups", "init", "log", "round_ends"):
             if key not in d:
                 raise bad(f"missing field '{key}'")
@@ -210,7 +223,17 @@ class FittedModel:
                     or not 0 < v < 1:
                 raise bad(f"params.moment_betas[{key!r}]={v!r} must be a number in (0, 1) for a fitted moment")
             moment_betas.append((int(key), float(v)))
-        params = DescentParams(alpha, beta, m, moments, step, odd, max_rounds, tuple(sorted(moment_betas)))
+        extra = {}
+        if version >= 2:
+            extra = _format2_params(pr, moments, m, odd, bad)
+        try:
+            params = DescentParams(alpha, beta, m, moments, step, odd, max_rounds, tuple(sorted(moment_betas)),
+                                   **extra)
+            params.mean_grid
+            for a in moments:
+                params.grid(a)
+        except ValueError as e:
+            raise bad(f"params: bucket edges are malformed ({e})") from None
         ls = d["label_scale"]
         try:
             scale = LabelScale(float(ls["lo"]), float(ls["hi"]), str(ls.get("source", "declared")))
@@ -243,12 +266,16 @@ class FittedModel:
         for k, e in enumerate(d["log"]):
             try:
                 upd = Update.from_json(e)
+                whole = version >= 2 and upd.partition == WHOLE
+                n_cells = 1 if whole else (m if upd.partition == 0 else m * m)
                 ok = (len(e) == 5 and (upd.target == 1 or upd.target in moments)
-                      and (upd.partition == 0 or upd.partition in moments)
-                      and (upd.target == 1 or upd.partition == upd.target)
+                      and (upd.partition == 0 or upd.partition in moments or whole)
+                      and (upd.target == 1 or upd.partition == upd.target or whole)
                       and 0 <= upd.group < G and upd.cells.size == upd.deltas.size and upd.cells.size > 0
-                      and upd.cells.min() >= 0 and upd.cells.max() < (m if upd.partition == 0 else m * m)
-                      and np.all(np.isfinite(upd.deltas)) and np.all(np.abs(upd.deltas) <= 2.0))
+                      and upd.cells.min() >= 0 and upd.cells.max() < n_cells
+                      and np.all(np.isfinite(upd.deltas))
+                      and (np.all((upd.deltas > 0) & (upd.deltas <= 1e6))
+                           if (upd.target >= 2 and params.moment_step == "ratio") else np.all(np.abs(upd.deltas) <= 2.0)))
             except (TypeError, ValueError, IndexError):
                 ok = False
             if not ok:
@@ -263,6 +290,48 @@ class FittedModel:
         if not isinstance(info, dict) or not isinstance(extras, dict):
             raise bad("info and extras must be objects")
         return cls(params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras)
+
+
+def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
+    """The version-2 params: data-chosen grids, moment floors, the standard-error test."""
+    from .buckets import moment_projection
+
+    def edges(v, what, lo, hi):
+        if not isinstance(v, list) or (v and len(v) != m - 1) \
+                or any(not _finite(x) or isinstance(x, bool) or not lo < x < hi for x in v) \
+                or any(b <= a for a, b in zip(v, v[1:])):
+            raise bad(f"params.{what} must be [] or {m - 1} increasing numbers inside ({lo}, {hi})")
+        return tuple(float(x) for x in v)
+
+    mean_edges = edges(pr.get("mean_edges", []), "mean_edges", 0.0, 1.0)
+    raw_me, raw_f = pr.get("moment_edges", {}), pr.get("moment_floors", {})
+    if not isinstance(raw_me, dict) or not isinstance(raw_f, dict):
+        raise bad("params.moment_edges and params.moment_floors must be objects {moment: ...}")
+    names = {str(a) for a in moments}
+    moment_edges, floors = [], []
+    for key, v in raw_me.items():
+        if key not in names:
+            raise bad(f"params.moment_edges[{key!r}] is not a fitted moment")
+        lo, hi = moment_projection(int(key), odd)
+        e = edges(v, f"moment_edges[{key!r}]", lo, hi)
+        if e:
+            moment_edges.append((int(key), e))
+    for key, v in raw_f.items():
+        if key not in names or not _finite(v) or isinstance(v, bool) or not 0 < v < 1:
+            raise bad(f"params.moment_floors[{key!r}]={v!r} must be a number in (0, 1) for a fitted moment")
+        floors.append((int(key), float(v)))
+    z, zg, mc = pr.get("z", 0.0), pr.get("z_group", 0.0), pr.get("min_count", 0)
+    ms = pr.get("moment_step", "add")
+    if ms not in ("add", "ratio"):
+        raise bad(f"params.moment_step={ms!r} must be 'add' or 'ratio'")
+    for name, v in (("z", z), ("z_group", zg)):
+        if not _finite(v) or isinstance(v, bool) or not 0 <= v <= 100:
+            raise bad(f"params.{name}={v!r} must be a number in [0, 100]")
+    if not isinstance(mc, int) or isinstance(mc, bool) or not 0 <= mc <= 10**9:
+        raise bad(f"params.min_count={mc!r} must be a non-negative integer")
+    return {"mean_edges": mean_edges, "moment_edges": tuple(sorted(moment_edges)),
+            "moment_floors": tuple(sorted(floors)), "z": float(z), "z_group": float(zg), "min_count": mc,
+            "moment_step": ms}
 
 
 def _finite(x) -> bool:

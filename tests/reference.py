@@ -11,11 +11,23 @@ def moment_label(a, r, odd):
     return np.abs(r) ** a if (a % 2 == 1 and odd == "absolute") else r**a
 
 
+def _bucket(edges, v):
+    """Index of the bucket [e_i, e_{i+1}) holding each value (first / last bucket for values outside)."""
+    out = np.zeros(len(v), dtype=np.int64)
+    for e in edges[1:-1]:
+        out += (np.asarray(v) >= e)
+    return out
+
+
 def cells(model_params, mu, moms):
     """Per row: mean bucket, and per moment the joint cell index i * m + j."""
     p = model_params
-    bmu = mean_grid(p.m).index(mu)
-    joint = {a: bmu * p.m + moment_grid(a, p.m, p.odd_moments).index(moms[a]) for a in p.moments}
+    # the grids the model stores (uniform in format 1; data-chosen edges in format 2), evaluated here with
+    # the plain edge comparison rather than the engine's index formula
+    edges = p.mean_grid.edges()
+    bmu = _bucket(edges, mu) if not p.mean_grid.uniform else mean_grid(p.m).index(mu)
+    joint = {a: bmu * p.m + (_bucket(p.grid(a).edges(), moms[a]) if not p.grid(a).uniform
+                             else moment_grid(a, p.m, p.odd_moments).index(moms[a])) for a in p.moments}
     return bmu, joint
 
 
