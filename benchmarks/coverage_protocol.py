@@ -308,9 +308,11 @@ def main(argv=None):
     res["no_under"] = res["under"] == 0
     res["goal"] = res["no_under"] & res["cov"].between(*GOAL_COVERAGE) & (res["w/mond"] <= GOAL_WIDTH)
     agg = res.groupby(["dataset", "base", "method"], sort=False).agg(
+        flagged=("under", "sum"), judged=("n_groups", "sum"),
         under=("under", "mean"), under_max=("under", "max"), splits_ok=("no_under", "mean"), goal=("goal", "mean"),
         cov=("cov", "mean"), min=("min", "mean"), width=("width", "mean"), w_mond=("w/mond", "mean"),
         groups=("n_groups", "mean"))
+    agg.insert(0, "flag%", 100 * agg.pop("flagged") / agg.pop("judged"))
     print(f"delta={DELTA}, groups >= {MIN_SHARE:.0%} of test rows, one-sided binomial test at {TEST_LEVEL}, "
           f"{args.seeds} seed(s), 60/40 split")
     print(agg.to_string(float_format=lambda v: f"{v:.3f}"))

@@ -109,7 +109,7 @@ __all__ = [
 METHODS = ("guaranteed", "plugin", "multimoment", "calibrated", "split-conformal", "mondrian", "gaussian")
 DELTA_GRID = (0.005, 0.01, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.07, 0.075, 0.08, 0.09, 0.1, 0.11, 0.12,
               0.125, 0.13, 0.14, 0.15, 0.175, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
-APPROACHES = ("ridge-cqr", "gcp", "gcp-cv", "mondrian-std", "mondrian-relaxed")
+APPROACHES = ("cc", "ridge-cqr", "gcp", "gcp-cv", "mondrian-std", "mondrian-relaxed")
 DEFAULT_APPROACH = "ridge-cqr"
 RECORD_FORMAT = "mmc-intervals"
 RECORD_VERSION = 1
@@ -361,8 +361,9 @@ def fit_threshold(memb, s: np.ndarray, delta: float, approach: str = "gcp", *,
                            z_over=z_over, correction=correction, group_margin=group_margin)
         margin_z = 0.0
         info["margin"] = margin
-    elif approach == "ridge-cqr":
-        raise MMCError("the 'ridge-cqr' thresholds are two-sided: use fit_two_sided")
+    elif approach in ("ridge-cqr", "cc"):
+        raise MMCError(f"the '{approach}' thresholds are two-sided: use "
+                       + ("fit_two_sided" if approach == "ridge-cqr" else "fit_conditional"))
     elif approach != "gcp":
         raise MMCError(f"unknown threshold approach {approach!r}; expected one of {', '.join(APPROACHES)}")
     level = np.minimum(1.0, 1.0 - delta + margin + margin_z * math.sqrt(delta * (1 - delta) / max(n, 1))
@@ -475,9 +476,11 @@ MIN_RIDGE_ROWS = 100  # fewer calibration rows: the pooled symmetric score (spli
 class _Design:
     """The 0/1 design of a membership (row x group), with the few operations the quantile regression needs.
 
-    Rows with the same set of groups share a signature; when the dense (signatures x groups) matrix is small
-    (at most DENSE_PER_PAIR entries per (row, group) pair: a dense product costs far less per entry than a
-    gather-and-bincount over the pairs) it carries the products, else the pairs do."""
+    Rows with the same set of groups share a signature; when the (signature, group) pairs are few (at most
+    DENSE_PER_PAIR x the (row, group) pairs' worth of a dense (signatures x groups) matrix) the sums run over
+    those pairs and the rows are gathered from their signature, else over the (row, group) pairs. Every sum is
+    a bincount (a fixed summation order): a BLAS product would make the fitted thresholds, and so the saved
+    model, depend in the last bits on the BLAS thread count."""
 
     DENSE_PER_PAIR = 16
 
@@ -491,15 +494,17 @@ class _Design:
             self.sig, self.n_sig = memb.signatures()
             if self.n_sig * self.G <= self.DENSE_PER_PAIR * max(self.pr.size, 1):
                 self.A = memb.signature_matrix(self.sig, self.n_sig)
+                self.sr, self.sg = np.nonzero(self.A)  # (signature, group) pairs, row-major
 
     def fit(self, theta: np.ndarray) -> np.ndarray:
         if self.A is not None:
-            return (self.A @ theta)[self.sig]
+            return np.bincount(self.sr, weights=theta[self.sg], minlength=self.n_sig)[self.sig]
         return np.bincount(self.pr, weights=theta[self.pg], minlength=self.n)
 
     def gsum(self, v: np.ndarray) -> np.ndarray:
         if self.A is not None:
-            return self.A.T @ np.bincount(self.sig, weights=v, minlength=self.n_sig)
+            vs = np.bincount(self.sig, weights=v, minlength=self.n_sig)
+            return np.bincount(self.sg, weights=vs[self.sr], minlength=self.G)
         return np.bincount(self.pg, weights=v[self.pr], minlength=self.G)
 
     def band(self, rows: np.ndarray):
@@ -629,7 +634,7 @@ def _patch_up(des: _Design, e: np.ndarray, t: float, level: float, delta: float,
     return extra, steps
 
 
-def fit_two_sided(memb, u: np.ndarray, deltas, *, lam: float = RIDGE_LAMBDA,
+def _fit_two_sided(memb, u: np.ndarray, deltas, *, lam: float = RIDGE_LAMBDA,
                   lam_flagged: float = RIDGE_LAMBDA_FLAGGED, flag_z: float = FLAG_Z, margin_z: float = MARGIN_Z,
                   z_patch: float = Z_UNDER, folds: int = CV_FOLDS, seed: int = 0, return_info: bool = False):
     """Lower and upper thresholds on the signed score ``u`` (interval u in [-q_lo(x), q_hi(x)]) for every delta.
@@ -741,6 +746,149 @@ def fit_two_sided(memb, u: np.ndarray, deltas, *, lam: float = RIDGE_LAMBDA,
     return (up, lo, info) if return_info else (up, lo)
 
 
+def _blas_single_thread():
+    """A context in which BLAS/LAPACK run on one thread (threadpoolctl, installed with scikit-learn), so that the
+    Newton solves of ridge-cqr give the same bits whatever OPENBLAS_NUM_THREADS says (a multi-threaded dgemm or
+    dgetrf splits its sums differently); a no-op when threadpoolctl is missing."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - scikit-learn (a dependency) installs it
+        import contextlib
+
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def fit_two_sided(memb, u: np.ndarray, deltas, **kw):
+    with _blas_single_thread():
+        return _fit_two_sided(memb, u, deltas, **kw)
+
+
+fit_two_sided.__doc__ = _fit_two_sided.__doc__
+
+
+# ---- conditional conformal over the group indicators (approach "cc", the default) --------------------------
+# Margin of the per-group level in binomial standard errors of the group's calibration count (see
+# fit_conditional), the sweeps of exact block coordinate steps before the final upward pass.
+CC_MARGIN = 1.0
+CC_SWEEPS = 4
+
+
+def _disjoint_layers(memb) -> list:
+    """The groups with calibration rows split into layers of pairwise disjoint groups (first fit, largest groups
+    first): a coordinate step on every group of a layer at once is then exact (the groups share no row).
+    Returns [(group ids, their rows concatenated, local group index per row)] per layer."""
+    sizes = memb.sizes
+    order = np.argsort(-sizes, kind="stable")
+    layers, used = [], []
+    for g in order:
+        if sizes[g] == 0:
+            continue
+        rows = memb.group_rows(int(g))
+        for li, mask in enumerate(used):
+            if not mask[rows].any():
+                mask[rows] = True
+                layers[li].append(int(g))
+                break
+        else:
+            mask = np.zeros(memb.n, dtype=bool)
+            mask[rows] = True
+            used.append(mask)
+            layers.append([int(g)])
+    out = []
+    for gs in layers:
+        gs = np.asarray(gs, dtype=np.int64)
+        rows = np.concatenate([memb.group_rows(int(g)) for g in gs])
+        loc = np.repeat(np.arange(gs.size), sizes[gs])
+        out.append((gs, rows, loc))
+    return out
+
+
+def _layer_step(s, q, rows, loc, n_loc, k):
+    """Per (delta, group of the layer): the k-th smallest of s - q over the group's rows ((D, n_loc) steps).
+    ``s`` and ``q`` are (D, n), ``k`` (D, n_loc) ranks in 1..n_g; ``loc`` is sorted (groups contiguous)."""
+    v = s[:, rows] - q[:, rows]                                # (D, P)
+    vmin = v.min(axis=1, keepdims=True)
+    span = float(np.max(v.max(axis=1, keepdims=True) - vmin)) * 2.0 + 1.0
+    order = np.argsort(loc[None, :] * span + (v - vmin), axis=1)  # by group, then value (one sort per delta)
+    vs = np.take_along_axis(v, order, axis=1)
+    counts = np.bincount(loc, minlength=n_loc)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return np.take_along_axis(vs, starts[None, :] + k - 1, axis=1)
+
+
+def fit_conditional(memb, u: np.ndarray, deltas, *, margin: float = CC_MARGIN, sweeps: int = CC_SWEEPS,
+                    two_sided: bool = True, return_info: bool = False):
+    """Conditional conformal thresholds over the group indicators (Gibbs, Cherian & Candes) on the score ``u``.
+
+    Score: s = max(u / a_up, -u / a_lo) with the pooled side scales a_up = the (1 - delta/2)-quantile of u and
+    a_lo that of -u on the calibration rows (``two_sided=False``: s = |u|, a_up = a_lo = 1), so that one
+    threshold t(x) gives the asymmetric interval u in [-t(x) a_lo, t(x) a_up].
+
+    Threshold: t(x) = sum_g theta_g [x in g], the group-indicator quantile regression with every group's
+    quantile condition taken at the conformal rank of the augmented sample: group g (n_g calibration rows) must
+    have at least
+
+        k_g = min(n_g, ceil((n_g + 1) tau_g)),   tau_g = 1 - delta + margin sqrt(delta (1 - delta) / n_g)
+
+    of its calibration rows covered (the test point counted in the group as a miss: the augmentation of
+    conditional conformal, plus ``margin`` binomial standard errors of the group's own count). Solved by
+    ``sweeps`` sweeps of exact block coordinate steps of the tilted pinball loss (the groups are split into
+    layers of disjoint groups; a step sets each group of the layer to exactly k_g covered rows), then one
+    upward-only pass over the layers: after it EVERY group has at least k_g covered calibration rows (a raise
+    only adds coverage to the groups already passed). All deltas at once, vectorized.
+
+    Returns (theta_up, theta_lo): (len(deltas), G) in the units of ``u`` (interval u in [-sum theta_lo,
+    sum theta_up]), inf for a delta whose pooled conformal rank exceeds n (and details with ``return_info``).
+    """
+    if not isinstance(margin, numbers.Real) or isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
+        raise MMCError(f"cc: margin must be a non-negative number, got {margin!r}")
+    if isinstance(sweeps, bool) or not isinstance(sweeps, numbers.Real) or sweeps != int(sweeps) or sweeps < 0:
+        raise MMCError(f"cc: sweeps must be a non-negative integer, got {sweeps!r}")
+    u = np.asarray(u, dtype=float)
+    deltas = np.asarray(deltas, dtype=float)
+    n, G, D = memb.n, memb.n_groups, deltas.size
+    up, lo = np.zeros((D, G)), np.zeros((D, G))
+    info = {"side_scales": [], "too_few_rows": []}
+    if n == 0 or G == 0:
+        up[:, :1] = lo[:, :1] = np.inf
+        return (up, lo, info) if return_info else (up, lo)
+    if two_sided:
+        a_up = np.quantile(u, 1 - deltas / 2)
+        a_lo = np.quantile(-u, 1 - deltas / 2)
+        fb = max(float(np.quantile(np.abs(u), 0.5)), 1e-12)
+        a_up = np.where(a_up > 0, a_up, fb)
+        a_lo = np.where(a_lo > 0, a_lo, fb)
+    else:
+        a_up = a_lo = np.ones(D)
+    s = np.maximum(u[None, :] / a_up[:, None], -u[None, :] / a_lo[:, None])   # (D, n)
+    n_g = memb.sizes.astype(float)
+    se = np.sqrt(deltas[:, None] * (1 - deltas[:, None]) / np.maximum(n_g, 1.0)[None, :])
+    tau = 1 - deltas[:, None] + float(margin) * se
+    k = np.minimum(np.ceil((n_g[None, :] + 1) * tau - 1e-9), n_g[None, :]).astype(np.int64)
+    k = np.maximum(k, 1)
+    ok_d = np.ceil((n + 1) * (1 - deltas) - 1e-12) <= n       # the pooled conformal rank exists
+    theta = np.zeros((D, G))
+    q = np.zeros((D, n))
+    layers = _disjoint_layers(memb)
+    for rnd in range(int(sweeps) + 1):
+        upward = rnd == int(sweeps)
+        for gs, rows, loc in layers:
+            step = _layer_step(s, q, rows, loc, gs.size, k[:, gs])
+            if upward:
+                step = np.maximum(step, 0.0)
+            theta[:, gs] += step
+            q[:, rows] += step[:, loc]
+    # a cushion far below any meaningful width against rounding (thresholds are re-summed in another order)
+    theta[:, 0] += 1e-9 * (1.0 + np.max(np.abs(q), axis=1))
+    info["side_scales"] = [(float(a), float(b)) for a, b in zip(a_up, a_lo)]
+    info["too_few_rows"] = [float(d) for d in deltas[~ok_d]]
+    up = theta * a_up[:, None]
+    lo = theta * a_lo[:, None]
+    up[~ok_d, 0] = lo[~ok_d, 0] = np.inf
+    return (up, lo, info) if return_info else (up, lo)
+
+
 # ---- calibration (called by MomentMulticalibrator.fit on the held-out rows) -----------------------------
 def _predict_on(model, table, base_unit, n):
     memb = model.groups.evaluate(table, n)
@@ -807,11 +955,12 @@ def calibrate(model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DE
         floor, scale_kind = 0.0, "none"
         u = y - mu
     thetas, combine, unconverged, extra = [], "sum", [], {}
-    if approach == "ridge-cqr":
-        up, lo, info = fit_two_sided(memb, u, deltas, return_info=True, **opts)
+    if approach in ("ridge-cqr", "cc"):
+        fitter = fit_two_sided if approach == "ridge-cqr" else fit_conditional
+        up, lo, info = fitter(memb, u, deltas, return_info=True, **opts)
         thetas = [_to_json_list(row) for row in up]
         extra["theta_lower"] = [_to_json_list(row) for row in lo]
-        unconverged = sorted(info["unconverged"])
+        unconverged = sorted(info.get("unconverged", []))
     else:
         s = np.abs(u)
         for d in deltas:
