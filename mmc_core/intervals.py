@@ -110,7 +110,7 @@ METHODS = ("guaranteed", "plugin", "multimoment", "calibrated", "split-conformal
 DELTA_GRID = (0.005, 0.01, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.07, 0.075, 0.08, 0.09, 0.1, 0.11, 0.12,
               0.125, 0.13, 0.14, 0.15, 0.175, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 APPROACHES = ("cc", "ridge-cqr", "gcp", "gcp-cv", "mondrian-std", "mondrian-relaxed")
-DEFAULT_APPROACH = "ridge-cqr"
+DEFAULT_APPROACH = "cc"
 RECORD_FORMAT = "mmc-intervals"
 RECORD_VERSION = 1
 N_MOMENT_QUANTILES = 201
@@ -770,8 +770,9 @@ fit_two_sided.__doc__ = _fit_two_sided.__doc__
 # ---- conditional conformal over the group indicators (approach "cc", the default) --------------------------
 # Margin of the per-group level in binomial standard errors of the group's calibration count (see
 # fit_conditional), the sweeps of exact block coordinate steps before the final upward pass.
-CC_MARGIN = 1.0
-CC_SWEEPS = 4
+CC_MARGIN = 0.75
+CC_SWEEPS = 1
+_CC_OPTIONS = ("margin", "sweeps", "two_sided")
 
 
 def _disjoint_layers(memb) -> list:
@@ -806,15 +807,19 @@ def _disjoint_layers(memb) -> list:
 
 def _layer_step(s, q, rows, loc, n_loc, k):
     """Per (delta, group of the layer): the k-th smallest of s - q over the group's rows ((D, n_loc) steps).
-    ``s`` and ``q`` are (D, n), ``k`` (D, n_loc) ranks in 1..n_g; ``loc`` is sorted (groups contiguous)."""
+    ``s`` and ``q`` are (D, n), ``k`` (D, n_loc) ranks in 1..n_g. One float sort per delta: the values of group j
+    are shifted by j x span (span > their range), so the groups come out in blocks, each sorted; the k-th value
+    is read back from its block (exact up to a rounding of ~1e-16 x n_loc x span, far below the cushion that
+    fit_conditional adds at the end)."""
     v = s[:, rows] - q[:, rows]                                # (D, P)
     vmin = v.min(axis=1, keepdims=True)
     span = float(np.max(v.max(axis=1, keepdims=True) - vmin)) * 2.0 + 1.0
-    order = np.argsort(loc[None, :] * span + (v - vmin), axis=1)  # by group, then value (one sort per delta)
-    vs = np.take_along_axis(v, order, axis=1)
+    off = np.arange(n_loc) * span
+    srt = np.sort(off[loc][None, :] + (v - vmin), axis=1)
     counts = np.bincount(loc, minlength=n_loc)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    return np.take_along_axis(vs, starts[None, :] + k - 1, axis=1)
+    kth = np.take_along_axis(srt, starts[None, :] + k - 1, axis=1)
+    return kth - off[None, :] + vmin
 
 
 def fit_conditional(memb, u: np.ndarray, deltas, *, margin: float = CC_MARGIN, sweeps: int = CC_SWEEPS,
@@ -957,6 +962,9 @@ def calibrate(model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DE
     thetas, combine, unconverged, extra = [], "sum", [], {}
     if approach in ("ridge-cqr", "cc"):
         fitter = fit_two_sided if approach == "ridge-cqr" else fit_conditional
+        unknown = sorted(set(opts) - set(_CC_OPTIONS)) if approach == "cc" else []
+        if unknown:
+            raise MMCError(f"cc: unknown option(s) {', '.join(unknown)}; expected {', '.join(_CC_OPTIONS)}")
         up, lo, info = fitter(memb, u, deltas, return_info=True, **opts)
         thetas = [_to_json_list(row) for row in up]
         extra["theta_lower"] = [_to_json_list(row) for row in lo]
