@@ -103,7 +103,7 @@ def _group_conformal(memb, scores: np.ndarray, deltas) -> np.ndarray:
 
 
 def _to_json_list(arr) -> list:
-    return [None if not math.isfinite(float(v)) else float(v) for v in np.ravel(arr)]
+    return [v if math.isfinite(v) else None for v in np.ravel(np.asarray(arr, dtype=float)).tolist()]
 
 
 def _from_json_list(lst, where: str, length: int | None = None, allow_null: bool = True) -> np.ndarray:

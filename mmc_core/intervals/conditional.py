@@ -21,7 +21,7 @@ _CC_OPTIONS = ("margin", "sweeps", "two_sided")
 def _disjoint_layers(memb) -> list:
     """The groups with calibration rows split into layers of pairwise disjoint groups (first fit, largest groups
     first): a coordinate step on every group of a layer at once is then exact (the groups share no row).
-    Returns [(group ids, their rows concatenated, local group index per row)] per layer."""
+    Returns [(group ids, their rows concatenated, local group index per row, each group's first position)]."""
     sizes = memb.sizes
     order = np.argsort(-sizes, kind="stable")
     layers, used = [], []
@@ -44,25 +44,23 @@ def _disjoint_layers(memb) -> list:
         gs = np.asarray(gs, dtype=np.int64)
         rows = np.concatenate([memb.group_rows(int(g)) for g in gs])
         loc = np.repeat(np.arange(gs.size), sizes[gs])
-        out.append((gs, rows, loc))
+        starts = np.concatenate([[0], np.cumsum(sizes[gs])[:-1]]).astype(np.int64)
+        out.append((gs, rows, loc, starts))
     return out
 
 
-def _layer_step(s, q, rows, loc, n_loc, k):
-    """Per (delta, group of the layer): the k-th smallest of s - q over the group's rows ((D, n_loc) steps).
-    ``s`` and ``q`` are (D, n), ``k`` (D, n_loc) ranks in 1..n_g. One float sort per delta: the values of group j
-    are shifted by j x span (span > their range), so the groups come out in blocks, each sorted; the k-th value
-    is read back from its block (exact up to a rounding of ~1e-16 x n_loc x span, far below the cushion that
-    fit_conditional adds at the end)."""
-    v = s[:, rows] - q[:, rows]                                # (D, P)
-    vmin = v.min(axis=1, keepdims=True)
-    span = float(np.max(v.max(axis=1, keepdims=True) - vmin)) * 2.0 + 1.0
-    off = np.arange(n_loc) * span
-    srt = np.sort(off[loc][None, :] + (v - vmin), axis=1)
-    counts = np.bincount(loc, minlength=n_loc)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    kth = np.take_along_axis(srt, starts[None, :] + k - 1, axis=1)
-    return kth - off[None, :] + vmin
+def _layer_step(s, q, rows, loc, starts, k, bound):
+    """Per (delta, group of the layer): the k-th smallest of s - q over the group's rows ((D, groups) steps).
+    ``s`` and ``q`` are (D, n), ``k`` (D, groups) ranks in 1..n_g, ``bound`` >= max |s - q|. One float sort per
+    delta: the values of group j are shifted by j x span (span = 2 bound + 1 exceeds their range), so the groups
+    come out in blocks, each sorted; the k-th value is read back from its block (exact up to a rounding of
+    ~1e-16 x groups x span, far below the cushion that fit_conditional adds at the end)."""
+    D, P = q.shape[0], rows.size
+    span = 2.0 * bound + 1.0
+    off = np.arange(starts.size) * span
+    srt = np.sort((s[:, rows] - q[:, rows]) + (off[loc] + bound)[None, :], axis=1)
+    kth = srt.ravel()[(np.arange(D) * P)[:, None] + starts[None, :] + k - 1]
+    return kth - (off + bound)[None, :]
 
 
 def fit_conditional(memb, u: np.ndarray, deltas, *, margin: float = CC_MARGIN, sweeps: int = CC_SWEEPS,
@@ -119,14 +117,16 @@ def fit_conditional(memb, u: np.ndarray, deltas, *, margin: float = CC_MARGIN, s
     theta = np.zeros((D, G))
     q = np.zeros((D, n))
     layers = _disjoint_layers(memb)
+    s_max, q_max = float(np.max(np.abs(s))), 0.0
     for rnd in range(int(sweeps) + 1):
         upward = rnd == int(sweeps)
-        for gs, rows, loc in layers:
-            step = _layer_step(s, q, rows, loc, gs.size, k[:, gs])
+        for gs, rows, loc, starts in layers:
+            step = _layer_step(s, q, rows, loc, starts, k[:, gs], s_max + q_max)
             if upward:
                 step = np.maximum(step, 0.0)
             theta[:, gs] += step
             q[:, rows] += step[:, loc]
+            q_max += float(np.max(np.abs(step)))  # a bound on max |q|, kept without a pass over q
     # a cushion far below any meaningful width against rounding (thresholds are re-summed in another order)
     theta[:, 0] += 1e-9 * (1.0 + np.max(np.abs(q), axis=1))
     info["side_scales"] = [(float(a), float(b)) for a, b in zip(a_up, a_lo)]
