@@ -13,7 +13,7 @@ from ..errors import MMCError
 # ---- conditional conformal over the group indicators (approach "cc", the default) --------------------------
 # Margin of the per-group level in binomial standard errors of the group's calibration count (see
 # fit_conditional), the sweeps of exact block coordinate steps before the final upward pass.
-CC_MARGIN = 0.75
+CC_MARGIN = 0.9
 CC_SWEEPS = 1
 _CC_OPTIONS = ("margin", "sweeps", "two_sided")
 
