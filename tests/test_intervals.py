@@ -505,6 +505,10 @@ def test_calibrate_unknown_approach(cal_model):
         iv.fit_threshold(est.model_.groups.evaluate(table), np.ones(len(y)), 0.1, "ridge-cqr")
     for bad in ({"lam": 0.0}, {"lam_flagged": -1.0}, {"folds": 1}):
         with pytest.raises(MMCError, match="ridge-cqr"):
+            iv.calibrate(est.model_, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None,
+                         approach="ridge-cqr", options=bad)
+    for bad in ({"margin": -1.0}, {"sweeps": 1.5}, {"lam": 3.0}):
+        with pytest.raises(MMCError, match="cc"):
             iv.calibrate(est.model_, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None, options=bad)
 
 
@@ -563,14 +567,15 @@ def _calibrated_slack(model, table_cal, delta, eta, sides=1):
     return slack
 
 
-@pytest.mark.parametrize("approach", ["ridge-cqr", "gcp"])
+@pytest.mark.parametrize("approach", ["cc", "ridge-cqr", "gcp"])
 @pytest.mark.parametrize("n,delta", [(4000, 0.1), pytest.param(60000, 0.1, marks=pytest.mark.slow),
                                      pytest.param(60000, 0.2, marks=pytest.mark.slow)])
 def test_calibrated_group_coverage_on_population(n, delta, approach):
     """Per-group population coverage (exact, from the support) of the calibrated intervals is at least
     1 - delta minus (the tolerance Z_UNDER * se_g of the fixed point: gcp's gating, ridge-cqr's final patch, both
-    relative to a level >= 1 - delta) minus (the calibration-to-population deviation bounded by DKW over the
-    membership patterns at eta = 1e-3; doubled for ridge-cqr's two-sided intervals)."""
+    relative to a level >= 1 - delta; none for cc, whose every group has at least (n_g + 1)(1 - delta) covered
+    calibration rows) minus (the calibration-to-population deviation bounded by DKW over the membership patterns
+    at eta = 1e-3; doubled for the two-sided intervals of ridge-cqr and cc)."""
     eta = 1e-3
     est = MomentMulticalibrator(label_range=(0.0, 1.0), calibration_fraction=0.5, random_state=3)
     table, y = DIST.sample(n, np.random.default_rng(21))
@@ -584,8 +589,8 @@ def test_calibrated_group_coverage_on_population(n, delta, approach):
     cov, mass = _population_group_coverage(model, delta)
     n_g = np.array(model.extras["intervals"]["calibrated"]["n"], dtype=float)
     se = np.sqrt(delta * (1 - delta) / np.maximum(n_g, 1))
-    slack = _calibrated_slack(model, table_cal, delta, eta, sides=2 if approach == "ridge-cqr" else 1)
-    tol = iv.Z_UNDER * se + slack
+    slack = _calibrated_slack(model, table_cal, delta, eta, sides=1 if approach == "gcp" else 2)
+    tol = (0.0 if approach == "cc" else iv.Z_UNDER) * se + slack
     ok = n_g > 0
     assert np.all(cov[ok] >= 1 - delta - tol[ok]), (cov[ok] - (1 - delta - tol[ok])).min()
     if approach != "gcp":
@@ -625,12 +630,12 @@ def test_baselines_by_hand(cal_model):
 
 
 def test_calibrated_formula(cal_model):
-    """The default (ridge-cqr) interval: [mu - q_lo sd, mu + q_up sd], q_side = the largest of max(sum of the
+    """The default (cc) interval: [mu - q_lo sd, mu + q_up sd], q_side = the largest of max(sum of the
     stored coefficients over the row's groups, 0) over the grid deltas >= delta, sd = sqrt(max(m_2, floor))."""
     est, table, _ = cal_model
     model = est.model_
     rec = model.extras["intervals"]["calibrated"]
-    assert rec["approach"] == iv.DEFAULT_APPROACH == "ridge-cqr" and rec["combine"] == "sum"
+    assert rec["approach"] == iv.DEFAULT_APPROACH == "cc" and rec["combine"] == "sum"
     k = iv.grid_delta(0.1)
     memb = model.groups.evaluate(table).to_dense().astype(float)
     mu, moms = model.predict_unit(table)

@@ -1,0 +1,137 @@
+"""Conditional conformal prediction over the group indicators (approach ``cc``, the default ``calibrated``
+method): see the package docstring for what it guarantees."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..errors import MMCError
+
+
+# ---- conditional conformal over the group indicators (approach "cc", the default) --------------------------
+# Margin of the per-group level in binomial standard errors of the group's calibration count (see
+# fit_conditional), the sweeps of exact block coordinate steps before the final upward pass.
+CC_MARGIN = 0.9
+CC_SWEEPS = 1
+_CC_OPTIONS = ("margin", "sweeps", "two_sided")
+
+
+def _disjoint_layers(memb) -> list:
+    """The groups with calibration rows split into layers of pairwise disjoint groups (first fit, largest groups
+    first): a coordinate step on every group of a layer at once is then exact (the groups share no row).
+    Returns [(group ids, their rows concatenated, local group index per row, each group's first position)]."""
+    sizes = memb.sizes
+    order = np.argsort(-sizes, kind="stable")
+    layers, used = [], []
+    for g in order:
+        if sizes[g] == 0:
+            continue
+        rows = memb.group_rows(int(g))
+        for li, mask in enumerate(used):
+            if not mask[rows].any():
+                mask[rows] = True
+                layers[li].append(int(g))
+                break
+        else:
+            mask = np.zeros(memb.n, dtype=bool)
+            mask[rows] = True
+            used.append(mask)
+            layers.append([int(g)])
+    out = []
+    for gs in layers:
+        gs = np.asarray(gs, dtype=np.int64)
+        rows = np.concatenate([memb.group_rows(int(g)) for g in gs])
+        loc = np.repeat(np.arange(gs.size), sizes[gs])
+        starts = np.concatenate([[0], np.cumsum(sizes[gs])[:-1]]).astype(np.int64)
+        out.append((gs, rows, loc, starts))
+    return out
+
+
+def _layer_step(s, q, rows, loc, starts, k, bound):
+    """Per (delta, group of the layer): the k-th smallest of s - q over the group's rows ((D, groups) steps).
+    ``s`` and ``q`` are (D, n), ``k`` (D, groups) ranks in 1..n_g, ``bound`` >= max |s - q|. One float sort per
+    delta: the values of group j are shifted by j x span (span = 2 bound + 1 exceeds their range), so the groups
+    come out in blocks, each sorted; the k-th value is read back from its block (exact up to a rounding of
+    ~1e-16 x groups x span, far below the cushion that fit_conditional adds at the end)."""
+    D, P = q.shape[0], rows.size
+    span = 2.0 * bound + 1.0
+    off = np.arange(starts.size) * span
+    srt = np.sort((s[:, rows] - q[:, rows]) + (off[loc] + bound)[None, :], axis=1)
+    kth = srt.ravel()[(np.arange(D) * P)[:, None] + starts[None, :] + k - 1]
+    return kth - (off + bound)[None, :]
+
+
+def fit_conditional(memb, u: np.ndarray, deltas, *, margin: float = CC_MARGIN, sweeps: int = CC_SWEEPS,
+                    two_sided: bool = True, return_info: bool = False):
+    """Conditional conformal thresholds over the group indicators (Gibbs, Cherian & Candes) on the score ``u``.
+
+    Score: s = max(u / a_up, -u / a_lo) with the pooled side scales a_up = the (1 - delta/2)-quantile of u and
+    a_lo that of -u on the calibration rows (``two_sided=False``: s = |u|, a_up = a_lo = 1), so that one
+    threshold t(x) gives the asymmetric interval u in [-t(x) a_lo, t(x) a_up].
+
+    Threshold: t(x) = sum_g theta_g [x in g], the group-indicator quantile regression with every group's
+    quantile condition taken at the conformal rank of the augmented sample: group g (n_g calibration rows) must
+    have at least
+
+        k_g = min(n_g, ceil((n_g + 1) tau_g)),   tau_g = 1 - delta + margin sqrt(delta (1 - delta) / n_g)
+
+    of its calibration rows covered (the test point counted in the group as a miss: the augmentation of
+    conditional conformal, plus ``margin`` binomial standard errors of the group's own count). Solved by
+    ``sweeps`` sweeps of exact block coordinate steps of the tilted pinball loss (the groups are split into
+    layers of disjoint groups; a step sets each group of the layer to exactly k_g covered rows), then one
+    upward-only pass over the layers: after it EVERY group has at least k_g covered calibration rows (a raise
+    only adds coverage to the groups already passed). All deltas at once, vectorized.
+
+    Returns (theta_up, theta_lo): (len(deltas), G) in the units of ``u`` (interval u in [-sum theta_lo,
+    sum theta_up]), inf for a delta whose pooled conformal rank exceeds n (and details with ``return_info``).
+    """
+    if not isinstance(margin, numbers.Real) or isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
+        raise MMCError(f"cc: margin must be a non-negative number, got {margin!r}")
+    if isinstance(sweeps, bool) or not isinstance(sweeps, numbers.Real) or sweeps != int(sweeps) or sweeps < 0:
+        raise MMCError(f"cc: sweeps must be a non-negative integer, got {sweeps!r}")
+    u = np.asarray(u, dtype=float)
+    deltas = np.asarray(deltas, dtype=float)
+    n, G, D = memb.n, memb.n_groups, deltas.size
+    up, lo = np.zeros((D, G)), np.zeros((D, G))
+    info = {"side_scales": [], "too_few_rows": []}
+    if n == 0 or G == 0:
+        up[:, :1] = lo[:, :1] = np.inf
+        return (up, lo, info) if return_info else (up, lo)
+    if two_sided:
+        a_up = np.quantile(u, 1 - deltas / 2)
+        a_lo = np.quantile(-u, 1 - deltas / 2)
+        fb = max(float(np.quantile(np.abs(u), 0.5)), 1e-12)
+        a_up = np.where(a_up > 0, a_up, fb)
+        a_lo = np.where(a_lo > 0, a_lo, fb)
+    else:
+        a_up = a_lo = np.ones(D)
+    s = np.maximum(u[None, :] / a_up[:, None], -u[None, :] / a_lo[:, None])   # (D, n)
+    n_g = memb.sizes.astype(float)
+    se = np.sqrt(deltas[:, None] * (1 - deltas[:, None]) / np.maximum(n_g, 1.0)[None, :])
+    tau = 1 - deltas[:, None] + float(margin) * se
+    k = np.minimum(np.ceil((n_g[None, :] + 1) * tau - 1e-9), n_g[None, :]).astype(np.int64)
+    k = np.maximum(k, 1)
+    ok_d = np.ceil((n + 1) * (1 - deltas) - 1e-12) <= n       # the pooled conformal rank exists
+    theta = np.zeros((D, G))
+    q = np.zeros((D, n))
+    layers = _disjoint_layers(memb)
+    s_max, q_max = float(np.max(np.abs(s))), 0.0
+    for rnd in range(int(sweeps) + 1):
+        upward = rnd == int(sweeps)
+        for gs, rows, loc, starts in layers:
+            step = _layer_step(s, q, rows, loc, starts, k[:, gs], s_max + q_max)
+            if upward:
+                step = np.maximum(step, 0.0)
+            theta[:, gs] += step
+            q[:, rows] += step[:, loc]
+            q_max += float(np.max(np.abs(step)))  # a bound on max |q|, kept without a pass over q
+    # a cushion far below any meaningful width against rounding (thresholds are re-summed in another order)
+    theta[:, 0] += 1e-9 * (1.0 + np.max(np.abs(q), axis=1))
+    info["side_scales"] = [(float(a), float(b)) for a, b in zip(a_up, a_lo)]
+    info["too_few_rows"] = [float(d) for d in deltas[~ok_d]]
+    up = theta * a_up[:, None]
+    lo = theta * a_lo[:, None]
+    up[~ok_d, 0] = lo[~ok_d, 0] = np.inf
+    return (up, lo, info) if return_info else (up, lo)

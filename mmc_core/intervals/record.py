@@ -1,0 +1,163 @@
+"""The calibration record: computed on held-out rows by :func:`calibrate` (called by
+``MomentMulticalibrator.fit``), validated on use."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..errors import MMCError, ModelFormatError
+from ._common import (
+    APPROACHES, DEFAULT_APPROACH, DELTA_GRID, FLOOR_FRACTION, N_MOMENT_QUANTILES, RECORD_FORMAT,
+    RECORD_VERSION, _from_json_list, _group_conformal, _to_json_list, usable_moments,
+)
+from .conditional import _CC_OPTIONS, fit_conditional
+from .ridge_cqr import fit_two_sided
+from .symmetric import fit_threshold
+
+
+# ---- calibration (called by MomentMulticalibrator.fit on the held-out rows) -----------------------------
+def _predict_on(model, table, base_unit, n):
+    memb = model.groups.evaluate(table, n)
+    mu, moms = model.initial(memb.n, base_unit)
+    mu, moms = model.replay(memb, mu, moms)
+    return memb, mu, moms
+
+
+def _std_scale(model, moms: dict, floor: float | None):
+    if 2 not in model.moments:
+        return None
+    return np.sqrt(np.maximum(moms[2], floor))
+
+
+def calibrate(model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DEFAULT_APPROACH,
+              options: dict | None = None) -> dict:
+    """Everything the data-driven intervals need, computed on held-out calibration rows.
+
+    ``model`` is final (its log is the kept one); ``y_cal_unit`` are the labels on the unit scale,
+    ``base_cal_unit`` the base prediction on the unit scale (or None). Returns the JSON-serialisable record
+    described in the module docstring. ``approach`` / ``options`` select the thresholds of the ``calibrated``
+    method (``ridge-cqr``: :func:`fit_two_sided`; the symmetric ones: :func:`fit_threshold`).
+    """
+    y = np.asarray(y_cal_unit, dtype=float)
+    n = int(y.size)
+    if n == 0:
+        raise MMCError("interval calibration needs at least one held-out row")
+    base_unit = None if base_cal_unit is None else np.clip(np.asarray(base_cal_unit, dtype=float), 0.0, 1.0)
+    memb, mu, moms = _predict_on(model, table_cal, base_unit, n)
+    deltas = np.asarray(DELTA_GRID)
+    if base_unit is not None:
+        center, center_kind = base_unit, "base"
+    else:
+        center, center_kind = np.full(n, _initial_constant(model)), "constant"
+    r_base = np.abs(y - center)
+    rec = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "n": n, "deltas": [float(d) for d in deltas],
+           "center": center_kind}
+    # moments: distribution of the predictions (for choosing a) and held-out plug-in coverage
+    qs = np.linspace(0, 1, N_MOMENT_QUANTILES)
+    rec["moment_quantiles"] = {str(a): _to_json_list(np.quantile(moms[a], qs)) for a in model.moments}
+    cover = {}
+    for a in usable_moments(model):
+        dev = np.abs(y - mu) ** a
+        cov = np.mean(dev[:, None] <= np.maximum(moms[a], 0.0)[:, None] / deltas[None, :], axis=0)
+        cover[str(a)] = _to_json_list(cov)
+    rec["plugin_coverage"] = cover
+    # baselines
+    srt = np.sort(r_base)
+    k = np.ceil((n + 1) * (1 - deltas) - 1e-12).astype(np.int64)
+    rec["split_conformal"] = _to_json_list(np.where(k <= n, srt[np.clip(k, 1, n) - 1], np.inf))
+    mq = _group_conformal(memb, r_base, deltas)
+    rec["mondrian"] = {"n": [int(v) for v in memb.sizes], "q": [_to_json_list(row) for row in mq]}
+    rec["gaussian"] = {"sd": float(np.sqrt(np.mean(r_base**2)))}
+    # the multicalibrated threshold on the standardized score
+    opts = dict(options or {})
+    floor_fraction = float(opts.pop("floor_fraction", FLOOR_FRACTION))
+    if approach not in APPROACHES:
+        raise MMCError(f"unknown threshold approach {approach!r}; expected one of {', '.join(APPROACHES)}")
+    if 2 in model.moments:
+        floor = float(floor_fraction * max(float(np.mean(moms[2])), 1e-12))
+        u = (y - mu) / np.sqrt(np.maximum(moms[2], floor))
+        scale_kind = "m2"
+    else:
+        floor, scale_kind = 0.0, "none"
+        u = y - mu
+    thetas, combine, unconverged, extra = [], "sum", [], {}
+    if approach in ("ridge-cqr", "cc"):
+        fitter = fit_two_sided if approach == "ridge-cqr" else fit_conditional
+        unknown = sorted(set(opts) - set(_CC_OPTIONS)) if approach == "cc" else []
+        if unknown:
+            raise MMCError(f"cc: unknown option(s) {', '.join(unknown)}; expected {', '.join(_CC_OPTIONS)}")
+        up, lo, info = fitter(memb, u, deltas, return_info=True, **opts)
+        thetas = [_to_json_list(row) for row in up]
+        extra["theta_lower"] = [_to_json_list(row) for row in lo]
+        unconverged = sorted(info.get("unconverged", []))
+    else:
+        s = np.abs(u)
+        for d in deltas:
+            th, combine, info = fit_threshold(memb, s, float(d), approach, return_info=True, **opts)
+            thetas.append(_to_json_list(th))
+            if not info["converged"]:
+                unconverged.append(float(d))
+    rec["calibrated"] = {"approach": approach, "options": _json_options(opts), "floor_fraction": floor_fraction,
+                         "scale": scale_kind, "floor": floor, "combine": combine,
+                         "n": [int(v) for v in memb.sizes], "theta": thetas, **extra,
+                         "unconverged_deltas": unconverged}
+    return rec
+
+
+def _json_options(opts: dict) -> dict:
+    out = {}
+    for k, v in opts.items():
+        if isinstance(v, (bool, str)) or v is None:
+            out[k] = v
+        elif isinstance(v, numbers.Real):
+            out[k] = float(v)
+        else:
+            out[k] = [float(x) for x in np.ravel(v)]
+    return out
+
+
+def _initial_constant(model) -> float:
+    if model.init_mean.get("kind") == "constant":
+        return float(model.init_mean["value"])
+    return 0.5
+
+
+# ---- validation of the stored record ----------------------------------------------------------------------
+def _record(model, method: str) -> dict:
+    rec = model.extras.get("intervals") if isinstance(model.extras, dict) else None
+    if not rec:
+        raise MMCError(
+            f"the '{method}' interval needs held-out calibration rows, but this model was fitted without them "
+            "(calibration fraction 0): refit with --calibration-fraction 0.25 (or calibration_fraction=0.25)")
+    if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
+        raise ModelFormatError("model extras: 'intervals' is not an mmc-intervals calibration record")
+    if rec.get("version") != RECORD_VERSION:
+        raise ModelFormatError(f"model extras: intervals version {rec.get('version')!r} is not supported "
+                               f"(this mmc-audit reads version {RECORD_VERSION})")
+    return rec
+
+
+def _record_deltas(rec) -> np.ndarray:
+    d = _from_json_list(rec.get("deltas"), "deltas", allow_null=False)
+    if d.size == 0 or np.any(d <= 0) or np.any(d >= 1) or np.any(np.diff(d) <= 0):
+        raise ModelFormatError("model extras: intervals.deltas must be increasing numbers in (0, 1)")
+    return d
+
+
+def _record_matrix(rec_part, key, where, n_rows, n_cols, nonneg=True) -> np.ndarray:
+    rows = rec_part.get(key) if isinstance(rec_part, dict) else None
+    if not isinstance(rows, list) or len(rows) != n_rows:
+        raise ModelFormatError(f"model extras: intervals.{where}.{key} must be a list of {n_rows} lists")
+    out = np.vstack([_from_json_list(r, f"{where}.{key}[{i}]", n_cols) for i, r in enumerate(rows)]) \
+        if n_rows else np.zeros((0, n_cols))
+    if nonneg and np.any(out < 0):
+        raise ModelFormatError(f"model extras: intervals.{where}.{key} has negative values")
+    return out
+
+
+def _finite_nonneg(v, where):
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        raise ModelFormatError(f"model extras: intervals.{where} = {v!r} must be a non-negative number")
+    return float(v)
