@@ -178,9 +178,9 @@ def part_timing(n, out):
         data = os.path.join(tmp, "t.csv")
         tr.to_csv(data, index=False)
         t1, s1 = _run(mmc + ["discover", "--data", data, "--label", "y", "--pred", "pred", "--max-depth", "3",
-                             "--label-range", "-0.5,1.5", "--out", os.path.join(tmp, "g.json")])
+                             "--label-range=-0.5,1.5", "--out", os.path.join(tmp, "g.json")])
         t2, s2 = _run(mmc + ["fit", "--data", data, "--label", "y", "--pred", "pred", "--group-cols", "c1",
-                             "--moments", "2", "--label-range", "-0.5,1.5", "--discover", "--max-depth", "3",
+                             "--moments", "2", "--label-range=-0.5,1.5", "--discover", "--max-depth", "3",
                              "--out", os.path.join(tmp, "m.json")])
     print("| command | wall s | result |")
     print("|---|---|---|")

@@ -155,21 +155,27 @@ class TreeOracle(SetOracle):
     """A depth-limited scikit-learn regression tree on the residuals of one region.
 
     The squared-error tree fitted on -r is the mirror image of the one fitted on r, so one tree answers both
-    the r+ and the r- run. The returned set is the tree node (a conjunction of the conditions on its path;
-    every node holds at least ``min_count`` rows) with the largest sum of r+ (resp. r-); with
+    the r+ and the r- run. The returned set is a tree node (a conjunction of the conditions on its path;
+    every node holds at least ``min_count`` rows) with the largest sum of r+ (resp. r-), ties within a share
+    ``tie`` of it going to the node with the largest sum / sqrt(count) (the most specific set carrying the
+    violation); with
     ``form="leaves"`` also the union of all leaves of positive sum (the tree's own 0/1 hypothesis, a
     disjunction) competes. ``n_trees`` > 1 adds trees fitted on bootstrap halves with random feature subsets
     (a small ensemble: more candidate nodes, each scored on all of R's rows).
     """
 
-    def __init__(self, max_depth: int = 3, form: str = "node", n_trees: int = 1, random_state: int = 0):
+    def __init__(self, max_depth: int = 3, form: str = "node", n_trees: int = 1, random_state: int = 0,
+                 tie: float = 0.1):
         if not isinstance(max_depth, int) or isinstance(max_depth, bool) or not 1 <= max_depth <= 8:
             raise MMCError(f"max depth must be an integer from 1 to 8, got {max_depth!r}")
         if form not in ("node", "leaves"):
             raise MMCError(f"rule form must be 'node' or 'leaves', got {form!r}")
         if not isinstance(n_trees, int) or not 1 <= n_trees <= 20:
             raise MMCError(f"n_trees must be an integer from 1 to 20, got {n_trees!r}")
+        if not isinstance(tie, (int, float)) or not 0 <= tie < 1:
+            raise MMCError(f"tie must be in [0, 1), got {tie!r}")
         self.max_depth, self.form, self.n_trees, self.random_state = max_depth, form, n_trees, random_state
+        self.tie = float(tie)
 
     def _trees(self, X, r, min_count):
         from sklearn.tree import DecisionTreeRegressor  # lazy: mmc_core stays numpy-only at import
@@ -229,6 +235,14 @@ class TreeOracle(SetOracle):
         out = []
         for sign in (1.0, -1.0):
             s = np.where(ok, sign * scores, -np.inf)
-            k = int(np.argmax(s))
-            out.append(Rule(cands[k][0]) if np.isfinite(s[k]) and s[k] > 0 else None)
+            best = float(s.max())
+            if not np.isfinite(best) or best <= 0:
+                out.append(None)
+                continue
+            # Among the sets within a share `tie` of the largest sum, the one with the largest sum / sqrt(count):
+            # a superset padded with unbiased rows, or a subset cut by a noise split, scores lower than the
+            # set that carries the signal. (An agnostic oracle with rho = tie * best on the tree's nodes.)
+            near = s >= (1.0 - self.tie) * best
+            z = np.where(near, s / np.sqrt(np.maximum(counts, 1)), -np.inf)
+            out.append(Rule(cands[int(np.argmax(z))][0]))
         return tuple(out)
