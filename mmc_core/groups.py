@@ -17,7 +17,11 @@ Group file (``mmc fit --groups FILE.json``)::
      "groups": [{"name": "Black women", "where": [{"column": "black", "op": "==", "value": 1},
                                                    {"column": "female", "op": "==", "value": 1}]}]}
 
-A bare list of groups is accepted too. Rows whose value is missing (NaN / empty) satisfy no condition
+A group may add ``"any": [[condition, ...], ...]``: a disjunction of conjunctions (at most 64 terms of at most 16
+conditions) that must hold besides ``where`` (``mmc fit --discover`` writes learned rules this way). The
+descriptive fields ``mmc discover`` writes beside a group (``kind``, ``count``, ``mass``, ``region``,
+``violation``, ``mean_residual``, ``moment_error``, ``p_value``: short strings or numbers) are accepted and
+ignored. A bare list of groups is accepted too. Rows whose value is missing (NaN / empty) satisfy no condition
 except ``!=`` and ``not in``. A category never seen when fitting simply matches no rows at predict time.
 """
 from __future__ import annotations
