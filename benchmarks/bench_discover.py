@@ -58,11 +58,10 @@ def planted_table(n: int, kind: str, shape: str = "3-cond", seed: int = 0, n_fea
     df["c0"] = rng.choice(np.array(["a", "b", "c", "d"], dtype=object), n)
     df["c1"] = rng.choice(np.array(["u", "v", "w"], dtype=object), n)
     x3 = df["x3"].to_numpy().copy()
+    x3[rng.random(n) < 0.05] = np.nan  # a missing x3 fails "x3 <= ..", as in the group grammar
+    df["x3"] = x3
     f = 0.3 + 0.4 * df["x2"].to_numpy() + 0.1 * np.sin(6 * df["x4"].to_numpy())
     region = SHAPES[shape][1](df)
-    x3[rng.random(n) < 0.05] = np.nan  # missing after the region is drawn: a missing x3 is never in "x3 <= .."
-    df["x3"] = x3
-    region &= ~np.isnan(x3)
     sd = np.full(n, 0.05)
     mean = f.copy()
     if not null:

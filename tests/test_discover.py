@@ -365,3 +365,15 @@ def test_cli_fit_discover_bad_input(tmp_path, capsys):
         rc = main(["fit", "--data", data, "--label", "y", "--pred", "pred", "--discover", "--out", str(out)] + extra)
         err = capsys.readouterr().err
         assert rc == 2 and not out.exists() and needle in err, err
+
+
+@pytest.mark.slow
+def test_bench_discover_quick_runs(tmp_path):
+    out = tmp_path / "rows.csv"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_discover.py"), "--quick", "--parts",
+                           "planted,null", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "## Planted region" in proc.stdout and "Seeds with any finding:" in proc.stdout
+    rows = pd.read_csv(out)
+    assert set(rows["part"]) == {"planted", "null"}
