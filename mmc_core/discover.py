@@ -88,8 +88,8 @@ class Finding:
 
 @dataclass
 class Discovery:
-    findings: list  # every candidate, accepted ones first, by violation
-    n_candidates: int
+    findings: list  # every distinct candidate, accepted ones first, by violation
+    n_candidates: int  # candidates tested on the check rows (before merging duplicates)
     n_search: int
     n_check: int
     thresholds: dict
@@ -257,8 +257,9 @@ def audit_predictor(F: FeatureMatrix, yu: np.ndarray, mu: np.ndarray, moms: dict
         thresholds[f"moment_{a}"] = auto_threshold(float(np.std(lab[search])), m * m, search.size) \
             if beta == "auto" else float(beta)
     _judge(findings, thresholds, level, test, check.size)
+    n_tested = len(findings)  # the Bonferroni factor: every candidate judged on the check rows
     findings = _dedup(findings, F)
-    return Discovery(findings, len(findings), int(search.size), int(check.size), thresholds,
+    return Discovery(findings, n_tested, int(search.size), int(check.size), thresholds,
                      time.perf_counter() - t0)
 
 
@@ -331,7 +332,7 @@ def discover(X, y, *, prediction=None, model=None, features, max_depth: int = 3,
             v = float(np.mean(pseudo_label(a, yu_[search] - mu[search], odd_moments)))
             moms[a] = np.full(n, float(np.clip(v, *moment_projection(a, odd_moments))))
     yu = scale.to_unit(y, f"label '{label_name}'")
-    F = _Features(X if not hasattr(X, "iloc") else X, features, n)
+    F = _Features(X, features, n)
     search, check = _split(n, search_fraction, seed)
     res = audit_predictor(F, yu, mu, moms, m, odd_moments, search, check, _make_oracle(oracle, max_depth, seed),
                           min_mass, level, alpha, beta, test)
