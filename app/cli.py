@@ -1,4 +1,4 @@
-"""The ``mmc`` command line: fit, predict, audit, report, dashboard.
+"""The ``mmc`` command line: fit, predict, audit, report, discover, dashboard.
 
 Every user error prints one line to stderr (``mmc: error: ...``) and exits with status 2; nothing is
 written unless the command succeeds (outputs are written to a temporary file and renamed).
@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--seed", type=int, default=0, help="seed of the calibration split (default 0)")
     f.add_argument("--save-partial", action="store_true",
                    help="if interrupted (Ctrl-C), still save the model reached so far, marked as not converged")
+    f.add_argument("--discover", action="store_true",
+                   help="also find and calibrate sets nobody listed (learning-oracle auditor; see README)")
+    _discovery_options(f)
+    f.add_argument("--discover-rounds", type=int, default=2,
+                   help="with --discover: at most R audit-and-refit rounds (default 2)")
     f.add_argument("--out", required=True, help="where to write the model (JSON)")
 
     pr = sub.add_parser("predict", help="predict mean, moments and intervals for new rows")
@@ -133,12 +138,50 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--gamma", type=float, default=0.05)
     rp.add_argument("--out", required=True)
 
+    ds = sub.add_parser("discover", help="find miscalibrated groups nobody listed (audit only, no fitting)",
+                        description="Run the paper's learning-oracle auditor: a shallow regression tree proposes "
+                        "sets on half of the rows, the other half tests them; the strongest significant ones are "
+                        "written as an mmc-groups file that --groups reads.")
+    ds.add_argument("--data", required=True)
+    ds.add_argument("--label", required=True)
+    ds.add_argument("--pred", help="prediction column to audit (label units); with --model, its base prediction")
+    ds.add_argument("--model", help="fitted model to audit instead of a prediction column")
+    _discovery_options(ds)
+    ds.add_argument("--top", type=int, default=5, help="write at most K sets per kind (mean, moment_2, ...; default 5)")
+    ds.add_argument("--moments", type=int, default=2, help="audit the mean and central moments 2..K (default 2)")
+    ds.add_argument("--buckets", type=int, default=5, help="buckets m of the prediction (default 5; a model's own)")
+    ds.add_argument("--label-range", type=_float_pair, help="LO,HI of the label (default: observed)")
+    ds.add_argument("--level", type=float, default=0.05,
+                    help="significance level after Bonferroni over all candidates tested (default 0.05)")
+    ds.add_argument("--seed", type=int, default=0, help="seed of the search / check split (default 0)")
+    ds.add_argument("--out", required=True, help="where to write the groups (mmc-groups JSON)")
+
     d = sub.add_parser("dashboard", help="start the Streamlit dashboard")
     d.add_argument("--port", type=int, default=8501)
     d.add_argument("--data", help="CSV/Parquet to open instead of the bundled demo dataset")
     d.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; anything else serves the network: a warning is printed)")
     return p
+
+
+def _discovery_options(p):
+    p.add_argument("--features", type=_columns,
+                   help="columns the learner may use (default: every column but the label and the prediction)")
+    p.add_argument("--max-depth", type=int, default=3, help="conditions per learned rule, at most D (default 3)")
+    p.add_argument("--min-mass", type=float, default=0.01,
+                   help="smallest share of the rows a learned set may hold (default 0.01)")
+
+
+def _features(args, df, exclude) -> list:
+    feats = args.features if args.features else [c for c in df.columns if c not in exclude]
+    for c in feats:
+        if c not in df.columns:
+            raise CLIError(f"feature column '{c}' is not in the data")
+        if c in exclude:
+            raise CLIError(f"feature column '{c}' is the label or the prediction; learned groups cannot use it")
+    if not feats:
+        raise CLIError("no feature columns left for --features (the table has only the label and the prediction)")
+    return list(feats)
 
 
 def _check_out(path: str):
@@ -201,9 +244,22 @@ def cmd_fit(args) -> int:
         signal.signal(signal.SIGINT, on_sigint)
     except ValueError:  # not in the main thread
         previous = None
+    feats = None
+    if args.discover:
+        from mmc_core.discover import validate_discovery_params
+
+        feats = _features(args, df, {args.label, args.pred})
+        validate_discovery_params(args.max_depth, args.min_mass, rounds=args.discover_rounds)
     try:
-        est.fit(df, y, groups, base_prediction=base, label_name=args.label, base_name=args.pred,
-                stop=lambda: bool(interrupted))
+        if args.discover:
+            from mmc_core.discover import fit_with_discovery
+
+            fit_with_discovery(est, df, y, groups, base, features=feats, max_depth=args.max_depth,
+                               min_mass=args.min_mass, rounds=args.discover_rounds, label_name=args.label,
+                               base_name=args.pred, stop=lambda: bool(interrupted))
+        else:
+            est.fit(df, y, groups, base_prediction=base, label_name=args.label, base_name=args.pred,
+                    stop=lambda: bool(interrupted))
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
@@ -227,6 +283,8 @@ def cmd_fit(args) -> int:
     summary = {k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups")}
     summary.update(alpha=est.alpha_, beta=est.beta_, moment_betas={str(a): b for a, b in est.moment_betas_.items()}, kept_round=info["kept_round"], n_fit=info["n_fit"], n_calibration=info["n_calibration"],
                    label_range=[est.label_scale_.lo, est.label_scale_.hi], model=args.out)
+    if args.discover:
+        summary["learned_sets"] = len(info.get("learned_sets", []))
     print(json.dumps(summary))
     return 0
 
@@ -316,6 +374,44 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_discover(args) -> int:
+    from mmc_core.discover import discover
+    from mmc_core.model import atomic_write_text
+    from .io import numeric_column, read_table
+
+    _check_out(args.out)
+    if not 1 <= args.top <= 100:
+        raise CLIError(f"--top must be an integer from 1 to 100, got {args.top}")
+    model = None
+    if args.model:
+        from mmc_core import FittedModel
+
+        model = FittedModel.load(args.model)
+    elif not args.pred:
+        raise CLIError("pass --pred COL (the prediction to audit) or --model MODEL.json")
+    df = read_table(args.data)
+    y = numeric_column(df, args.label, "label column")
+    pred = numeric_column(df, args.pred, "prediction column") if args.pred else None
+    if model is not None:
+        missing = sorted(c for c in model.groups.columns() if c not in df.columns)
+        if missing:
+            raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+        if not model.uses_base and pred is not None:
+            print("note: the model was fitted without a base prediction; --pred is ignored", file=sys.stderr)
+            pred = None
+    feats = _features(args, df, {args.label} | ({args.pred} if args.pred else set()))
+    res = discover(df, y, prediction=pred, model=model, features=feats, max_depth=args.max_depth,
+                   min_mass=args.min_mass, n_moments=args.moments, n_buckets=args.buckets,
+                   label_range=args.label_range, seed=args.seed, level=args.level, label_name=args.label)
+    out = res.to_groups_json(args.top)
+    atomic_write_text(args.out, json.dumps(out, allow_nan=False, indent=1))
+    print(json.dumps({"n_found": len(out["groups"]), "n_candidates": res.n_candidates,
+                      "n_accepted": len(res.accepted()), "n_search": res.n_search, "n_check": res.n_check,
+                      "kinds": sorted({g["kind"] for g in out["groups"]}), "seconds": round(res.seconds, 3),
+                      "out": args.out}))
+    return 0
+
+
 def cmd_dashboard(args) -> int:
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dashboard.py")
     if args.data and not os.path.exists(args.data):
@@ -337,7 +433,8 @@ def cmd_dashboard(args) -> int:
         return proc.wait()
 
 
-COMMANDS = {"fit": cmd_fit, "predict": cmd_predict, "audit": cmd_audit, "report": cmd_report, "dashboard": cmd_dashboard}
+COMMANDS = {"fit": cmd_fit, "predict": cmd_predict, "audit": cmd_audit, "report": cmd_report,
+            "discover": cmd_discover, "dashboard": cmd_dashboard}
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,11 @@ Group file (``mmc fit --groups FILE.json``)::
      "groups": [{"name": "Black women", "where": [{"column": "black", "op": "==", "value": 1},
                                                    {"column": "female", "op": "==", "value": 1}]}]}
 
-A bare list of groups is accepted too. Rows whose value is missing (NaN / empty) satisfy no condition
+A group may add ``"any": [[condition, ...], ...]``: a disjunction of conjunctions (at most 64 terms of at most 16
+conditions) that must hold besides ``where`` (``mmc fit --discover`` writes learned rules this way). The
+descriptive fields ``mmc discover`` writes beside a group (``kind``, ``count``, ``mass``, ``region``,
+``violation``, ``mean_residual``, ``moment_error``, ``p_value``: short strings or numbers) are accepted and
+ignored. A bare list of groups is accepted too. Rows whose value is missing (NaN / empty) satisfy no condition
 except ``!=`` and ``not in``. A category never seen when fitting simply matches no rows at predict time.
 """
 from __future__ import annotations
@@ -208,31 +212,59 @@ class Condition:
         return m if self.op == "in" else ~m
 
 
+# Disjunction extension (discovered groups): "any": [[cond, ...], ...] holds when at least one inner list
+# holds entirely; a group is its "where" conjunction AND its "any" disjunction.
+MAX_ANY_TERMS, MAX_TERM_CONDITIONS = 64, 16
+# Descriptive fields `mmc discover` writes beside a group; read and ignored (they never change membership).
+_INFO_KEYS = {"kind", "count", "mass", "mean_residual", "moment_error", "p_value", "region", "violation"}
+
+
 @dataclass(frozen=True)
 class Group:
     name: str
-    where: tuple = ()  # tuple[Condition, ...]; empty = whole population
+    where: tuple = ()  # tuple[Condition, ...]; empty (and no "any") = whole population
+    any: tuple = ()  # tuple[tuple[Condition, ...], ...]: disjunction of conjunctions, empty = no constraint
+
+    @property
+    def is_everything(self) -> bool:
+        return not self.where and not self.any
 
     @classmethod
     def from_dict(cls, d, where: str = "group") -> "Group":
         if not isinstance(d, dict):
             raise GroupDefinitionError(f"{where}: a group must be a JSON object with 'name' and 'where'")
-        unknown = set(d) - {"name", "where"}
+        unknown = set(d) - {"name", "where", "any"} - _INFO_KEYS
         if unknown:
             raise GroupDefinitionError(f"{where}: unknown key(s) {sorted(unknown)}")
+        for k in _INFO_KEYS & set(d):
+            v = d[k]
+            if not (v is None or isinstance(v, str) and len(v) <= 200
+                    or _is_number(v) and math.isfinite(v) or isinstance(v, bool)):
+                raise GroupDefinitionError(f"{where}: '{k}' must be a short string, a finite number or null")
         name = d.get("name")
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise GroupDefinitionError(f"{where}: 'name' must be a printable string of 1-200 characters")
         conds = d.get("where", [])
         if not isinstance(conds, list):
             raise GroupDefinitionError(f"{where} '{name}': 'where' must be a list of conditions")
-        return cls(name, tuple(Condition.from_dict(c, f"{where} '{name}' condition {i + 1}") for i, c in enumerate(conds)))
+        terms = d.get("any", [])
+        if not isinstance(terms, list) or len(terms) > MAX_ANY_TERMS or ("any" in d and not terms) or any(
+                not isinstance(t, list) or not 1 <= len(t) <= MAX_TERM_CONDITIONS for t in terms):
+            raise GroupDefinitionError(
+                f"{where} '{name}': 'any' must be a list of 1-{MAX_ANY_TERMS} non-empty lists of at most "
+                f"{MAX_TERM_CONDITIONS} conditions")
+        return cls(name, tuple(Condition.from_dict(c, f"{where} '{name}' condition {i + 1}") for i, c in enumerate(conds)),
+                   tuple(tuple(Condition.from_dict(c, f"{where} '{name}' any[{t + 1}] condition {i + 1}")
+                               for i, c in enumerate(term)) for t, term in enumerate(terms)))
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "where": [c.to_dict() for c in self.where]}
+        d = {"name": self.name, "where": [c.to_dict() for c in self.where]}
+        if self.any:
+            d["any"] = [[c.to_dict() for c in term] for term in self.any]
+        return d
 
     def columns(self) -> set:
-        return {c.column for c in self.where}
+        return {c.column for c in self.where} | {c.column for term in self.any for c in term}
 
 
 @dataclass
@@ -346,7 +378,7 @@ class GroupSet:
     groups: list
 
     def __post_init__(self):
-        if not self.groups or self.groups[0].where:
+        if not self.groups or not self.groups[0].is_everything:
             self.groups.insert(0, Group("all", ()))
         names = [g.name for g in self.groups]
         dup = sorted({n for n in names if names.count(n) > 1})
@@ -375,7 +407,7 @@ class GroupSet:
         if not isinstance(obj, list):
             raise GroupDefinitionError("group definitions must be a list of groups or {'groups': [...]}")
         groups = [Group.from_dict(g, f"group {i + 1}") for i, g in enumerate(obj)]
-        return cls([g for g in groups if not (g.name == "all" and not g.where)])
+        return cls([g for g in groups if not (g.name == "all" and g.is_everything)])
 
     def to_json(self) -> dict:
         return {"format": "mmc-groups", "version": 1, "groups": [g.to_dict() for g in self.groups]}
@@ -432,7 +464,7 @@ class GroupSet:
         return cls(groups)
 
     def __add__(self, other: "GroupSet") -> "GroupSet":
-        return GroupSet(list(self.groups) + [g for g in other.groups if g.where])
+        return GroupSet(list(self.groups) + [g for g in other.groups if not g.is_everything])
 
     # ---- evaluation ------------------------------------------------------------------------------
     @property
@@ -460,6 +492,17 @@ class GroupSet:
                 if key not in cache:
                     cache[key] = c.mask(table, columns)
                 m &= cache[key]
+            if g.any:
+                hit = np.zeros(n, dtype=bool)
+                for term in g.any:
+                    t = np.ones(n, dtype=bool)
+                    for c in term:
+                        key = (c.column, c.op, c.value, c.values, c.lo, c.hi)
+                        if key not in cache:
+                            cache[key] = c.mask(table, columns)
+                        t &= cache[key]
+                    hit |= t
+                m &= hit
             idx = np.flatnonzero(m).astype(np.int64)
             chunks.append(idx)
             indptr.append(indptr[-1] + idx.size)
