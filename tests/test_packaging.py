@@ -71,7 +71,7 @@ def test_streamlit_config_copies_identical():
     assert cfg["server"]["fileWatcherType"] == "none"
 
 
-@pytest.mark.parametrize("script", ["scripts/test.sh", "scripts/dashboard.sh", ".ci/run"])
+@pytest.mark.parametrize("script", ["scripts/test.sh", "scripts/test_min_versions.sh", "scripts/dashboard.sh", ".ci/run"])
 def test_shell_scripts_parse(script):
     path = REPO / script
     assert path.read_text(encoding="utf-8").startswith("#!/usr/bin/env bash\n")
@@ -103,7 +103,7 @@ def installed(tmp_path_factory):
     # Install from a copy of the checkout: pip builds in-tree and would otherwise leave build/ and
     # *.egg-info in it. Version control, environments, caches and generated output are left out.
     ignore = shutil.ignore_patterns(
-        ".git", ".venv", "venv", "__pycache__", "*.pyc", "*.egg-info", "build", "dist",
+        ".git", ".venv", ".venv-min", "venv", "__pycache__", "*.pyc", "*.egg-info", "build", "dist",
         ".pytest_cache", ".hypothesis", "artifacts", "results",
     )
     shutil.copytree(REPO, src, ignore=ignore, symlinks=True)
