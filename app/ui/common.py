@@ -5,13 +5,31 @@ import streamlit as st
 
 
 def sanitize(key: str, options: list, default=None, multi: bool = False):
-    """Make ``st.session_state[key]`` valid for a widget with ``options`` before the widget is drawn."""
+    """Make ``st.session_state[key]`` valid for a widget with ``options`` before the widget is drawn (a setting
+    is changed through :func:`app.ui.state.put`, so the settings object follows)."""
+    from app.ui import state
+
     ss = st.session_state
     v = ss.get(key)
+    is_setting = key in state.PERSIST
     if multi:
-        ss[key] = [x for x in (v or []) if x in options]
+        new = [x for x in (v or []) if x in options]
+        if new != list(v or []) or key not in ss:
+            state.put(key, new) if is_setting else ss.__setitem__(key, new)
     elif v not in options:
-        ss[key] = default if (default in options or default is None) else (options[0] if options else None)
+        new = default if (default in options or default is None) else (options[0] if options else None)
+        state.put(key, new) if is_setting else ss.__setitem__(key, new)
+
+
+_MD_SPECIAL = "\\`*_{}[]()<>#+-.!|~$:"
+
+
+def esc(text) -> str:
+    """User-supplied text (column, file, group names, values) made inert for st.markdown and friends: every
+    markdown / HTML special character is backslash-escaped, so a name like ``![x](http://host/img)`` or
+    ``<img src=...>`` shows as text and nothing is fetched."""
+    s = str(text).replace("\r", " ").replace("\n", " ")
+    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in s)
 
 
 def show_error(prefix: str, e: Exception):

@@ -77,9 +77,9 @@ def csv_section(run, frame):
     from mmc_core.intervals import available_methods
 
     methods = list(available_methods(run.model))
-    ss["exp_methods"] = [m for m in ss.get("exp_methods", []) if m in methods]
+    state.put("exp_methods", [m for m in ss.get("exp_methods", []) if m in methods])
     c1, c2 = st.columns([2, 1])
-    c1.multiselect("Interval methods (a lower and an upper column each)", methods, key="exp_methods")
+    c1.multiselect("Interval methods (a lower and an upper column each)", methods, **state.bind("exp_methods"))
     which = c2.radio("Rows", ["all", "test"], key="exp_rows", horizontal=True,
                      format_func=lambda w: {"all": f"all {len(frame):,} rows", "test": "test rows only"}[w])
     sig = (run.finished_at, tuple(ss["exp_methods"]), which)

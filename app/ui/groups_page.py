@@ -76,16 +76,16 @@ def quick_add(d):
     frame = d["df"]
     options = [c for c in frame.columns if c != ss.get("label_col")]
     sanitize("qa_cols", options, multi=True)
-    st.multiselect("Columns", options, key="qa_cols",
+    st.multiselect("Columns", options, **state.bind("qa_cols"),
                    help="Each value of a column becomes a group; numeric columns with many values are cut into "
                         "quantile bins.")
     c1, c2 = st.columns(2)
     max_order = max(1, len(ss["qa_cols"]))
     if ss["qa_order"] > max_order:
-        ss["qa_order"] = max_order
-    c1.number_input("Intersections up to order", min_value=1, max_value=max(max_order, 1), key="qa_order",
+        state.put("qa_order", max_order)
+    c1.number_input("Intersections up to order", min_value=1, max_value=max(max_order, 1), **state.bind("qa_order"),
                     help="2 adds every pair of values from two different columns (e.g. race=B & sex=F).")
-    c2.number_input("Quantile bins for numeric columns", min_value=2, max_value=10, key="qa_bins")
+    c2.number_input("Quantile bins for numeric columns", min_value=2, max_value=10, **state.bind("qa_bins"))
     if not ss["qa_cols"]:
         st.caption("Pick one or more columns.")
         return

@@ -250,7 +250,7 @@ def variance_tab(run):
     if n_groups > 10:
         c1, _ = st.columns([2, 3])
         c1.select_slider("Groups shown (farthest from the overall level first)", [10, 20, 30, 50, 100],
-                         key="res_top")
+                         **state.bind("res_top"))
         top = int(ss["res_top"])
     st.plotly_chart(_figure("variance", _run_key(run), run, top, state.units()), width="stretch",
                     key="fig_variance")
@@ -289,8 +289,8 @@ def coverage_tab(run, frame):
         return
     if methods:
         if ss.get("res_method") not in methods:
-            ss["res_method"] = "calibrated" if "calibrated" in methods else methods[0]
-        st.selectbox("Method for the coverage by predicted-mean bucket", methods, key="res_method",
+            state.put("res_method", "calibrated" if "calibrated" in methods else methods[0])
+        st.selectbox("Method for the coverage by predicted-mean bucket", methods, **state.bind("res_method"),
                      format_func=lambda m: METHOD_LABELS.get(m, m))
         st.plotly_chart(_bucket_figure(_run_key(run), ss["res_method"], run, frame, state.units()), width="stretch",
                         key="fig_bucket")
@@ -302,9 +302,8 @@ def calibration_tab(run):
     st.markdown("**Mean calibration before and after.** For each group, the largest gap between the average "
                 "prediction and the average outcome over its predicted-mean buckets, for the base model and for "
                 "the multicalibrated model (test rows).")
-    ss.setdefault("res_mincount", 20)
     c1, _ = st.columns([1, 2])
-    c1.select_slider("Ignore cells with fewer test rows than", [1, 5, 10, 20, 50, 100], key="res_mincount",
+    c1.select_slider("Ignore cells with fewer test rows than", [1, 5, 10, 20, 50, 100], **state.bind("res_mincount"),
                      help="The error of a cell holding one or two rows is mostly noise; by default such cells are "
                           "left out of the worst-cell error (the Tables tab lists every cell).")
     st.plotly_chart(_figure("calibration", _run_key(run), run, (20, int(ss["res_mincount"])), state.units()),
@@ -314,8 +313,8 @@ def calibration_tab(run):
         st.markdown("**Moment calibration per cell.** Each marker is one (group, mean bucket, variance bucket) cell: "
                     "its predicted against its observed central moment. On the diagonal = calibrated.")
         if ss.get("res_moment") not in moments:
-            ss["res_moment"] = moments[0]
-        st.selectbox("Moment", moments, key="res_moment",
+            state.put("res_moment", moments[0])
+        st.selectbox("Moment", moments, **state.bind("res_moment"),
                      format_func=lambda a: {2: "2: variance", 3: "3: third absolute moment", 4: "4: fourth moment"}.get(a, str(a)))
         st.plotly_chart(_figure("moment", _run_key(run), run, int(ss["res_moment"]), state.units()), width="stretch",
                         key="fig_moment")

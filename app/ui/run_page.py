@@ -215,7 +215,7 @@ def settings_form(d):
     for key, opts in (("p_alpha", ALPHAS), ("p_beta", BETAS)):
         if ss.get(key) not in opts:
             ss[key] = min(opts, key=lambda o: abs(math.log(o) - math.log(max(float(ss.get(key) or 1e-3), 1e-9))))
-    st.toggle("Automatic thresholds α, β (recommended)", key="p_auto",
+    st.toggle("Automatic thresholds α, β (recommended)", **state.bind("p_auto"),
               help="Sets α and β just above the sampling noise of the fitting rows. Reusing one sample for every "
                    "audit overfits when α is below the noise level; this rule (also `mmc fit`'s default) avoids "
                    "that. Turn it off to set α and β yourself.")
@@ -223,45 +223,45 @@ def settings_form(d):
     manual = not ss["p_auto"]
     with c1:
         if manual:
-            st.select_slider("α: mean threshold (mass-weighted)", options=ALPHAS, key="p_alpha",
+            st.select_slider("α: mean threshold (mass-weighted)", options=ALPHAS, **state.bind("p_alpha"),
                              format_func=_fmt_alpha,
                              help="A cell S is flagged when P(S)·|mean residual over S| ≥ α. Smaller α = finer "
                                   "calibration, more updates (at most 1/α² − 1).")
-        st.slider("m: buckets per predictor", 2, 40, key="p_m",
+        st.slider("m: buckets per predictor", 2, 40, **state.bind("p_m"),
                   help="Level sets of the mean (and of each moment) prediction. More buckets = finer conditioning, "
                        "smaller cells.")
-        st.radio("Step rule", ["exact", "paper"], key="p_step", format_func=lambda s: STEP_HELP[s], horizontal=False)
+        st.radio("Step rule", ["exact", "paper"], **state.bind("p_step"), format_func=lambda s: STEP_HELP[s], horizontal=False)
     with c2:
         if manual:
-            st.select_slider("β: moment threshold (mass-weighted)", options=BETAS, key="p_beta",
+            st.select_slider("β: moment threshold (mass-weighted)", options=BETAS, **state.bind("p_beta"),
                              format_func=_fmt_alpha,
                              help="Same test for the pseudo-moments (y − μ(x))^a within each (mean bucket, moment "
                                   "bucket) cell.")
-        st.selectbox("k: moments fitted", [1, 2, 3, 4], key="p_k",
+        st.selectbox("k: moments fitted", [1, 2, 3, 4], **state.bind("p_k"),
                      format_func=lambda k: {1: "1: mean only (plain multicalibration)", 2: "2: mean and variance",
                                             3: "3: + third absolute moment", 4: "4: + fourth moment"}[k],
                      help="Central moments 2..k are fitted. Intervals need at least the variance (k ≥ 2).")
     with st.expander("More settings: held-out rows, stopping, intervals"):
         c3, c4, c5 = st.columns(3)
         with c3:
-            st.slider("Held out of fitting for interval calibration (%)", 0, 50, key="p_cal", step=5,
+            st.slider("Held out of fitting for interval calibration (%)", 0, 50, **state.bind("p_cal"), step=5,
                       help="The estimator keeps this share of the fitting rows aside: they calibrate the intervals "
                            "and track the held-out violation during the run.")
-            st.checkbox("Early stopping (keep the round with the best held-out error)", key="p_es",
+            st.checkbox("Early stopping (keep the round with the best held-out error)", **state.bind("p_es"),
                         disabled=ss["p_cal"] == 0)
         with c4:
-            st.number_input("Cap on rounds (0 = none)", min_value=0, max_value=100000, step=10, key="p_maxr",
+            st.number_input("Cap on rounds (0 = none)", min_value=0, max_value=100000, step=10, **state.bind("p_maxr"),
                             help="A capped run is reported as not converged.")
-            st.selectbox("Odd moments", ["absolute", "signed"], key="p_odd",
+            st.selectbox("Odd moments", ["absolute", "signed"], **state.bind("p_odd"),
                          format_func=lambda s: {"absolute": "absolute E|y − μ|^a (usable for intervals)",
                                                 "signed": "signed E(y − μ)^a"}[s])
         with c5:
-            st.number_input("δ: interval miscoverage", min_value=0.01, max_value=0.5, step=0.01, key="p_delta",
+            st.number_input("δ: interval miscoverage", min_value=0.01, max_value=0.5, step=0.01, **state.bind("p_delta"),
                             format="%.2f", help="Intervals aim at coverage 1 − δ.")
-            st.number_input("γ: smallest cell mass covered", min_value=0.001, max_value=0.5, step=0.005, key="p_gamma",
+            st.number_input("γ: smallest cell mass covered", min_value=0.001, max_value=0.5, step=0.005, **state.bind("p_gamma"),
                             format="%.3f", help="Guarantees (and the audit's marks) cover groups/cells of mass ≥ γ.")
             st.number_input("Bootstrap resamples for intervals of ratios", min_value=0, max_value=2000, step=50,
-                            key="p_nboot")
+                            **state.bind("p_nboot"))
 
 
 def split_summary(d) -> dict | None:
