@@ -23,6 +23,7 @@ if str(_HERE.parent) not in sys.path:
 import streamlit as st  # noqa: E402
 
 from app.ui import state  # noqa: E402
+from app.ui.common import esc  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -46,20 +47,22 @@ def sidebar(box):
             st.info("No data loaded.")
             return
         run = ss.get("run")
+        job = ss.get("job")
+        running = job is not None and job.running
         n_groups = len(ss.get("groups") or []) + 1
+        s = state.settings()
         lines = [
-            f"**Data:** {d['name']}  \n{d['rows']:,} rows × {d['cols']} columns",
-            f"**Label:** {ss.get('label_col') or '(not chosen)'}" + (" (log)" if ss.get("label_log") else ""),
+            f"**Data:** {esc(d['name'])}  \n{d['rows']:,} rows × {d['cols']} columns",
+            f"**Label:** {esc(s.label_col) if s.label_col else '(not chosen)'}" + (" (log)" if s.label_log else ""),
             f"**Groups:** {n_groups} (incl. *all*)",
             f"**Model:** {state.status_line()}",
         ]
-        if run is not None:
+        if run is not None and not running:  # during a run the previous run's counts would mislead
             info = run.model.info
             lines.append(f"rounds {info.get('rounds')}, mean updates {info.get('mean_updates'):,}, "
                          f"moment updates {info.get('moment_updates'):,}")
         st.markdown("  \n".join(lines))
-        job = ss.get("job")
-        if job is not None and job.running:
+        if running:
             st.caption(f"Fit running for {job.elapsed:.0f} s — see the Run page to watch or stop it.")
 
 

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.ui import state
-from app.ui.common import need_run
+from app.ui.common import esc, need_run
 
 METHOD_LABELS = {"guaranteed": "guaranteed (paper, Section 5)", "plugin": "plug-in Chebyshev",
                  "multimoment": "multi-moment cover (Appendix)", "calibrated": "calibrated on held-out rows",
@@ -434,16 +434,22 @@ def render():
         st.warning("The table changed since this audit ran: run it again on the Run page.")
         return
     frame = d["df"]
-    st.caption(f"{run.data_name} · label **{run.label.name}** · {run.model.info.get('n_groups')} groups · "
+    st.caption(f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
                f"α = {run.alpha:.3g}, β = {run.beta:.3g}{' (auto)' if run.thresholds.get('auto') else ''}, "
                f"m = {run.settings.n_buckets}, "
                f"k = {run.settings.n_moments} · audited on {run.split['test'].size:,} test rows · δ = "
                f"{run.settings.delta:g}, γ = {run.settings.gamma:g}")
-    if run.audit is None:
-        st.error(f"The audit is not available: {run.audit_error}")
-        return
     if run.stopped or not run.converged:
         st.warning("This model did not converge (stopped or capped); its guarantees do not hold.")
+    if run.audit is None:
+        if run.stopped:
+            from app.ui.run_page import audit_kept_model
+
+            st.info("The run was stopped before its audit: the model fitted so far is kept.")
+            st.button("Audit this model now", key="res_audit_kept", on_click=audit_kept_model)
+        else:
+            st.error(f"The audit is not available: {esc(run.audit_error)}")
+        return
     headline(run)
     rmse_line(run, frame)
     findings(run)

@@ -15,6 +15,7 @@ import streamlit as st
 
 from app.runner import STEP_HELP, FitJob
 from app.ui import state
+from app.ui.common import esc
 
 POLL_SECONDS = 0.25
 ALPHAS = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1]
@@ -66,7 +67,8 @@ def finalize():
     ss["job"] = None
     ss["last_job"] = {"status": job.status, "elapsed": job.elapsed, "error": job.error, "detail": job.detail,
                       "rounds_seen": len(job.history), "stop_requested_at": job.stop_requested_at,
-                      "stop_seen_at": job.stop_seen_at, "ended_at": job.ended_at, "id": job.id}
+                      "stop_seen_at": job.stop_seen_at, "ended_at": job.ended_at, "id": job.id,
+                      "kept": job.kept, "stop_phase": job.stop_phase}
     if job.status == "done" and job.result is not None:
         run = job.result
         units = getattr(job, "label_units", "")
@@ -76,8 +78,35 @@ def finalize():
         for k in ("export_pdf", "export_pdf_error", "export_csv", "export_model", "export_groups", "export_audit"):
             ss.pop(k, None)
         ss.pop("run_error", None)
+    elif job.status == "stopped":
+        ss.pop("run_error", None)  # nothing fitted: the previous run (if any) stays
     else:
         ss["run_error"] = job.error or "the run failed"
+
+
+def audit_kept_model():
+    """Audit a stopped run's model (the Stop skipped the audit)."""
+    from app.runner import audit_run
+
+    ss = st.session_state
+    run, d = ss.get("run"), state.data()
+    if run is None or d is None or d["key"] != run.data_key:
+        return
+    audit_run(run, d["df"])
+    units = state.units()
+    if units and run.audit is not None and isinstance(getattr(run.audit, "params", None), dict):
+        run.audit.params["label_units"] = units
+    run.finished_at = __import__("time").time()  # new figures
+    for k in ("export_pdf", "export_pdf_error", "export_csv", "export_audit"):
+        ss.pop(k, None)
+
+
+def stopped_banner():
+    """What Stop kept, right after it (or nothing)."""
+    last = st.session_state.get("last_job") or {}
+    if last.get("status") == "stopped":
+        st.warning(f"Stopped by you during {last.get('stop_phase') or 'the run'}: {last.get('kept')}.",
+                   icon=":material/stop_circle:")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -165,7 +194,7 @@ def _live_body():
         finalize()
         st.rerun()  # leave the fragment: redraw the whole page with the result
         return
-    settings = job.args[5] if job.args else state.fit_settings()
+    settings = job.settings
     hist = list(job.history)
     last = hist[-1] if hist else None
     thr = _job_thresholds(job, settings)
@@ -180,18 +209,20 @@ def _live_body():
     auditing = job.phase.startswith("auditing")
     if auditing:
         frac = 0.99
-        text = f"Fit finished after {len(hist)} rounds · {job.phase} (the audit cannot be stopped) · {job.elapsed:.1f} s"
+        text = f"Fit finished after {len(hist)} rounds · {job.phase} · {job.elapsed:.1f} s"
     elif job.stop_requested:
-        text = "Stopping after the current round… " + text
+        text = "Stopping… " + text
     st.progress(frac, text=text)
     c1, c2 = st.columns([1, 5])
     with c1:
         if st.button("Stop", key="stop_run", type="secondary", icon=":material/stop_circle:",
-                     disabled=job.stop_requested or auditing,
-                     help="End the descent after the current round; the model fitted so far is kept and audited "
-                          "(marked 'not converged')."):
+                     disabled=job.stop_requested,
+                     help="Ends the run at once. During the base-model fit nothing is kept; during the descent or "
+                          "the audit the model fitted so far is kept (marked 'not converged'), not audited."):
             job.stop()
-            st.toast("Stopping after the current round…")
+            job.wait(1.0)  # the flag is seen before the next boosting chunk / update: usually well under a second
+            finalize()
+            st.rerun(scope="app")
     with c2:
         st.caption("The chart redraws four times a second while the fit runs. You can switch pages; "
                    "the fit continues in the background.")
@@ -323,12 +354,15 @@ def render():
     if running:
         live_view()
         return
+    stopped_banner()
     if ss.get("run_error"):
-        st.error(f"The run failed: {ss['run_error']}")
+        st.error(f"The run failed: {esc(ss['run_error'])}", icon=":material/error:")
         detail = (ss.get("last_job") or {}).get("detail")
-        if detail:
-            with st.expander("Technical details"):
-                st.code(detail)
+        if detail:  # for the developer: the server log, never the page
+            import sys
+
+            print(detail, file=sys.stderr)
+            ss["last_job"]["detail"] = ""
     run = ss.get("run")
     if run is None:
         st.info("No model yet: press **Run**.")
@@ -341,8 +375,13 @@ def show_run_summary(run):
     info = run.model.info
     t = run.timings
     if run.stopped:
-        st.warning(f"Stopped by you after {info['rounds']} rounds: the model fitted so far was kept and audited; it "
-                   "is **not** multicalibrated to α, β.", icon=":material/stop_circle:")
+        audited = run.audit is not None
+        st.warning(f"Stopped by you after {info['rounds']} rounds: the model fitted so far was kept"
+                   + (" and audited" if audited else " (not audited)") + "; it is **not** multicalibrated to α, β.",
+                   icon=":material/stop_circle:")
+        if not audited:
+            st.button("Audit this model now", key="audit_kept", on_click=audit_kept_model,
+                      help="Computes the Results page for the stopped model on the test rows (may take a while).")
     elif run.converged:
         st.success(f"Converged in {info['rounds']} rounds ({info['mean_updates']:,} mean updates, "
                    f"{info['moment_updates']:,} moment updates). Fit {t.get('fit', 0):.2f} s, audit "
@@ -354,10 +393,10 @@ def show_run_summary(run):
         st.warning(f"Not converged: {reason}. ({info['rounds']} rounds, {info['mean_updates']:,} mean updates.)")
     last = ss.get("last_job") or {}
     if last.get("stop_requested_at") and last.get("stop_seen_at"):
-        st.caption(f"Stop pressed → the descent ended {last['stop_seen_at'] - last['stop_requested_at']:.2f} s later "
-                   f"(at the end of its round); auditing the partial model then took {t.get('audit', 0):.1f} s.")
-    if run.audit_error:
-        st.warning(f"Audit not available: {run.audit_error}")
+        st.caption(f"Stop pressed → the run saw it {last['stop_seen_at'] - last['stop_requested_at']:.2f} s later "
+                   f"and ended {max(last['ended_at'] - last['stop_requested_at'], 0):.2f} s after the click.")
+    if run.audit_error and not run.stopped:
+        st.warning(f"Audit not available: {esc(run.audit_error)}")
     cols = st.columns(4)
     sizes = {k: v.size for k, v in run.split.items()}
     cols[0].metric("Fitting rows", f"{sizes['fit']:,}", help="Rows the descent audited and updated on.")

@@ -319,18 +319,23 @@ def threshold_preview(_frame: pd.DataFrame, key: str, lspec: LabelSpec, bspec: B
     from app.runner import auto_thresholds, base_prediction, prepare_label, split_rows
     from mmc_core.errors import MMCError
 
-    if bspec.kind == "model" and (settings.alpha == "auto" or settings.beta == "auto"):
+    if settings.alpha != "auto" and settings.beta != "auto":  # set by hand: nothing to fit or compute
+        a, b = float(settings.alpha), float(settings.beta)
+        return {"alpha": a, "beta": b, "moment_betas": {k: b for k in range(2, int(settings.n_moments) + 1)}}
+    if bspec.kind == "model":  # known only once the base model is fitted (at the start of the run)
         return None
     try:
         lab = prepare_label(_frame, lspec)
         split = split_rows(len(_frame), sspec, False, settings.calibration_fraction)
         base, _ = base_prediction(_frame, lab, lspec, bspec, split, sspec, key)
+        rows = split["fit"]
+        span = lab.hi - lab.lo
+        return auto_thresholds((lab.y[rows] - lab.lo) / span,
+                               None if base is None else (base[rows] - lab.lo) / span, n_groups, settings, sspec.seed)
     except MMCError:
         return None
-    rows = split["fit"]
-    span = lab.hi - lab.lo
-    return auto_thresholds((lab.y[rows] - lab.lo) / span, None if base is None else (base[rows] - lab.lo) / span,
-                           n_groups, settings, sspec.seed)
+    except Exception:  # noqa: BLE001 - a preview never breaks the page; the run reports the error
+        return None
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
