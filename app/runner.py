@@ -228,7 +228,7 @@ def prepare_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel:
         lo, hi = (float(v) for v in np.quantile(y, [spec.q_lo, spec.q_hi]))
         n_clipped = int(np.sum((y < lo) | (y > hi)))
         y = np.clip(y, lo, hi)
-        note = (f"clipped at the {spec.q_lo:.1%} and {spec.q_hi:.1%} quantiles ({n_clipped:,} row(s) clipped)")
+        note = f"clipped at the {spec.q_lo:.1%} and {spec.q_hi:.1%} quantiles: {n_clipped:,} row(s) clipped"
     else:
         raise DataError(f"unknown label scaling {spec.scaling!r}")
     if not hi > lo:
@@ -526,10 +526,10 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
             callback=callback, label_name=label.name, base_name=base_name, stop=stop)
     timings["fit"] = time.perf_counter() - t2
     model = est.model_
-    if label.source == "observed":  # the range was passed explicitly (all rows' min/max): say where it came from
+    if label.source in ("observed", "robust"):  # the range was passed explicitly: say where it came from
         from mmc_core import LabelScale
 
-        model.scale = LabelScale(model.scale.lo, model.scale.hi, "observed")
+        model.scale = LabelScale(model.scale.lo, model.scale.hi, label.source)
     model.info["label_source"] = label.source
     model.info["label_note"] = label.note
     model.info["base_note"] = base_note

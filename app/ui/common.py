@@ -32,6 +32,19 @@ def esc(text) -> str:
     return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in s)
 
 
+def tab_state(key: str, names: list) -> dict:
+    """Keyword arguments for ``st.tabs`` that keep the open tab across reruns (creating a group, a new run) and
+    page switches: the tab is a widget with ``key``, mirrored in a plain session key Streamlit never drops."""
+    ss = st.session_state
+    store = f"_{key}"
+
+    def remember():
+        ss[store] = ss.get(key)
+
+    default = ss.get(store) if ss.get(store) in names else None
+    return {"key": key, "default": default, "on_change": remember}
+
+
 def show_error(prefix: str, e: Exception):
     st.error(f"{prefix}: {e}" if prefix else str(e), icon=":material/error:")
 

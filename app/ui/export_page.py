@@ -21,6 +21,15 @@ def _test_inputs(run, frame):
     return table, run.label.y[rows], base
 
 
+def report_file_name(data_name: str) -> str:
+    """``mmc_report_<table name without its extension>.pdf``, safe as a file name."""
+    import re
+
+    stem = re.sub(r"\.(csv|parquet|pq|txt)$", "", str(data_name), flags=re.I)
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("._") or "audit"
+    return f"mmc_report_{stem[:80]}.pdf"
+
+
 def build_pdf(run, frame) -> bytes:
     from app.report import build_report_pdf
 
@@ -66,7 +75,7 @@ def pdf_section(run, frame):
     if ss.get("export_pdf_error"):
         st.error(f"Could not build the PDF: {ss['export_pdf_error']}", icon=":material/error:")
     if ss.get("export_pdf"):
-        c2.download_button("Download report.pdf", data=ss["export_pdf"], file_name=f"mmc_report_{run.data_name}.pdf",
+        c2.download_button("Download report.pdf", data=ss["export_pdf"], file_name=report_file_name(run.data_name),
                            mime="application/pdf", key="pdf_download", on_click="ignore", icon=":material/download:")
         c2.caption(f"{len(ss['export_pdf']) / 1024:,.0f} KB, built in {ss.get('export_pdf_seconds', 0):.1f} s.")
 

@@ -13,7 +13,7 @@ import streamlit as st
 
 from app.ui import groupbuild as gb
 from app.ui import state
-from app.ui.common import sanitize
+from app.ui.common import esc, sanitize, tab_state
 from mmc_core.errors import MMCError
 
 
@@ -260,7 +260,45 @@ def edit_groups(d):
     c2.button("Remove all groups", key="rm_all", on_click=_cb_remove, args=(names, "Removed all groups."))
 
 
+def _parse_import(data, columns) -> tuple[list, object]:
+    """(groups, Settings or None) from a groups file or an audit recipe (bytes or text). Raises MMCError or
+    ValueError with the reason."""
+    from app.ui.settings import RECIPE_FORMAT, Settings
+
+    text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON: {e.msg} (line {e.lineno})") from None
+    if isinstance(obj, dict) and obj.get("format") == RECIPE_FORMAT:
+        if obj.get("version", 1) != 1:
+            raise ValueError(f"recipe version {obj.get('version')!r} is not supported (expected 1)")
+        settings = Settings.from_dict(obj.get("settings") or {}, base=state.settings())
+        groups = gb.parse_groups_file(json.dumps({"format": "mmc-groups", "version": 1,
+                                                  "groups": obj.get("groups") or []}), columns)
+        return groups, settings
+    return gb.parse_groups_file(text, columns), None
+
+
+def _apply_import(new: list, settings, mode: str, source: str):
+    """Take imported groups (and a recipe's settings: they replace the current ones) and redraw."""
+    ss = st.session_state
+    groups = _groups()
+    if settings is not None:
+        ss["settings"] = settings  # the widgets are re-filled from it at the start of the next run
+        _set_groups(new, f"Loaded the audit recipe {source}: every setting and {len(new)} groups.")
+    elif mode.startswith("replace"):
+        _set_groups(new, f"Imported {len(new)} groups from {source} (replacing the old ones).")
+    else:
+        merged, skipped = gb.merge(groups, new)
+        _set_groups(merged, f"Imported {len(new) - skipped} groups from {source}"
+                    + (f" ({skipped} already present by name)" if skipped else "") + ".")
+    st.rerun()
+
+
 def import_export(d):
+    from app.ui.settings import recipe
+
     ss = st.session_state
     groups = _groups()
     c1, c2 = st.columns(2, gap="large")
@@ -271,41 +309,35 @@ def import_export(d):
         st.download_button("Download groups.json", data=ss["export_groups"], file_name="groups.json",
                            mime="application/json", key="grp_download", on_click="ignore",
                            icon=":material/download:")
+        ss["export_recipe"] = json.dumps(recipe(state.settings(), json.loads(text)), indent=2).encode("utf-8")
+        st.download_button("Download the audit recipe (settings + groups)", data=ss["export_recipe"],
+                           file_name="mmc_recipe.json", mime="application/json", key="recipe_download",
+                           on_click="ignore", icon=":material/download:",
+                           help="Every setting of every page plus the groups; import it here to repeat the audit.")
         with st.expander("Show the JSON"):
             st.code(text[:20000] + ("\n…" if len(text) > 20000 else ""), language="json")
     with c2:
-        st.markdown("**Import** a groups file (JSON, as exported here or written by hand).")
-        up = st.file_uploader("Groups JSON", type=["json"], key="grp_upload")
+        st.markdown("**Import** a groups file or an audit recipe (JSON, as exported here or written by hand).")
+        up = st.file_uploader("Groups or recipe JSON", type=["json"], key="grp_upload")
         mode = st.radio("On import", ["add to the current groups", "replace the current groups"], key="grp_mode",
                         horizontal=True)
         if up is not None and ss.get("grp_imported") != up.file_id:
             try:
-                new = gb.parse_groups_file(up.getvalue(), d["df"].columns)
-            except MMCError as e:
-                st.error(f"Cannot import {up.name}: {e}")
+                new, settings = _parse_import(up.getvalue(), d["df"].columns)
+            except (MMCError, ValueError, UnicodeDecodeError) as e:
+                st.error(f"Cannot import {esc(up.name)}: {esc(e)}")
             else:
-                if mode.startswith("replace"):
-                    _set_groups(new, f"Imported {len(new)} groups from {up.name} (replacing the old ones).")
-                else:
-                    merged, skipped = gb.merge(groups, new)
-                    _set_groups(merged, f"Imported {len(new) - skipped} groups from {up.name}"
-                                + (f" ({skipped} already present by name)" if skipped else "") + ".")
                 ss["grp_imported"] = up.file_id
-                st.rerun()
+                _apply_import(new, settings, mode, up.name)
         st.text_area("…or paste JSON", key="grp_paste", height=100,
                      placeholder='{"format": "mmc-groups", "version": 1, "groups": [...]}')
         if st.button("Import pasted JSON", key="grp_paste_btn", disabled=not (ss.get("grp_paste") or "").strip()):
             try:
-                new = gb.parse_groups_file(ss["grp_paste"], d["df"].columns)
-            except MMCError as e:
-                st.error(f"Cannot import: {e}")
+                new, settings = _parse_import(ss["grp_paste"], d["df"].columns)
+            except (MMCError, ValueError) as e:
+                st.error(f"Cannot import: {esc(e)}")
             else:
-                if mode.startswith("replace"):
-                    _set_groups(new, f"Imported {len(new)} groups (replacing the old ones).")
-                else:
-                    merged, skipped = gb.merge(groups, new)
-                    _set_groups(merged, f"Imported {len(new) - skipped} groups.")
-                st.rerun()
+                _apply_import(new, settings, mode, "(pasted)")
 
 
 def render():
@@ -324,7 +356,8 @@ def render():
     if err:
         st.error(err, icon=":material/error:")
     current_section(d)
-    tabs = st.tabs(["Quick add from columns", "Custom group", "Edit · rename · remove", "Import · export"])
+    names = ["Quick add from columns", "Custom group", "Edit · rename · remove", "Import · export"]
+    tabs = st.tabs(names, **tab_state("groups_tab", names))
     with tabs[0]:
         quick_add(d)
     with tabs[1]:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.ui import state
-from app.ui.common import esc, need_run
+from app.ui.common import esc, need_run, tab_state
 
 METHOD_LABELS = {"guaranteed": "guaranteed (paper, Section 5)", "plugin": "plug-in Chebyshev",
                  "multimoment": "multi-moment cover (Appendix)", "calibrated": "calibrated on held-out rows",
@@ -453,7 +453,8 @@ def render():
     headline(run)
     rmse_line(run, frame)
     findings(run)
-    tabs = st.tabs(["Variance disparities", "Coverage", "Calibration", "Row explorer", "Tables"])
+    names = ["Variance disparities", "Coverage", "Calibration", "Row explorer", "Tables"]
+    tabs = st.tabs(names, **tab_state("results_tab", names))
     with tabs[0]:
         variance_tab(run)
     with tabs[1]:
