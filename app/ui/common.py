@@ -46,7 +46,7 @@ def tab_state(key: str, names: list) -> dict:
 
 
 def show_error(prefix: str, e: Exception):
-    st.error(f"{prefix}: {e}" if prefix else str(e), icon=":material/error:")
+    st.error(f"{prefix}: {esc(e)}" if prefix else esc(e), icon=":material/error:")
 
 
 def need_run() -> bool:
@@ -64,4 +64,4 @@ def need_run() -> bool:
 
 def units_suffix() -> str:
     u = (st.session_state.get("label_units") or "").strip()
-    return f" ({u})" if u else ""
+    return f" ({esc(u)})" if u else ""

@@ -76,7 +76,7 @@ def source_section():
     st.radio("Source", sources, horizontal=True, **state.bind("src_kind", _on_source_change),
              label_visibility="collapsed")
     if ss.get("cli_data_error"):
-        st.error(ss["cli_data_error"])
+        st.error(esc(ss["cli_data_error"]))
     if ss["src_kind"] == "Bundled demo dataset":
         names = [ds.name for ds in demo_data.list_datasets()]
         titles = {ds.name: ds.title for ds in demo_data.list_datasets()}
@@ -103,11 +103,11 @@ def source_section():
                         ss["upload_error"] = str(e)
                         ss["upload_error_id"] = up.file_id
             if ss.get("upload_error") and ss.get("upload_error_id") == up.file_id:
-                st.error(f"Cannot use this file: {ss['upload_error']}", icon=":material/error:")
+                st.error(f"Cannot use this file: {esc(ss['upload_error'])}", icon=":material/error:")
         elif (state.data() or {}).get("source") != "upload":
             st.info("Choose a file to audit your own model's predictions. Until then the previous table stays loaded.")
     else:
-        st.caption(f"{ss.get('cli_data')}")
+        st.caption(esc(ss.get('cli_data')))
 
 
 def overview_section(d):
@@ -174,8 +174,8 @@ def label_section(d):
                     st.button(f"Drop the {n_bad:,} rows whose label is missing or not a number", key="drop_missing_label",
                               on_click=_drop_bad_label_rows, args=(lab,))
         else:
-            st.markdown(f"Fitted label **{summary['name']}** in **[{summary['lo']:.4g}, {summary['hi']:.4g}]** "
-                        f"({summary['note']}); mean {summary['mean']:.4g}, SD {summary['sd']:.4g}.")
+            st.markdown(f"Fitted label **{esc(summary['name'])}** in **[{summary['lo']:.4g}, {summary['hi']:.4g}]** "
+                        f"({esc(summary['note'])}); mean {summary['mean']:.4g}, SD {summary['sd']:.4g}.")
             st.plotly_chart(_label_hist(summary, summary["name"], state.units()), width="stretch",
                             config={"displayModeBar": False}, key="label_hist")
 
@@ -247,7 +247,7 @@ def render():
     if run is not None and run.data_key == (state.data() or {}).get("key") and ss.get("src_kind") != "Upload a file":
         with st.container(border=True):
             info = run.model.info
-            st.markdown(f"**An audit of _{run.data_name}_ is ready** ({info.get('n_groups')} groups, "
+            st.markdown(f"**An audit of _{esc(run.data_name)}_ is ready** ({info.get('n_groups')} groups, "
                         f"{run.split['test'].size:,} test rows). Change anything below and re-run, or look at it now.")
             st.page_link("ui/results_page.py", label="Open the results", icon=":material/insights:")
     st.subheader("1 · Table")

@@ -73,7 +73,7 @@ def pdf_section(run, frame):
                 ss["export_pdf_error"] = f"PDF export needs the kaleido and fpdf2 packages: pip install kaleido fpdf2 ({e})"
                 ss.pop("export_pdf", None)
     if ss.get("export_pdf_error"):
-        st.error(f"Could not build the PDF: {ss['export_pdf_error']}", icon=":material/error:")
+        st.error(f"Could not build the PDF: {esc(ss['export_pdf_error'])}", icon=":material/error:")
     if ss.get("export_pdf"):
         c2.download_button("Download report.pdf", data=ss["export_pdf"], file_name=report_file_name(run.data_name),
                            mime="application/pdf", key="pdf_download", on_click="ignore", icon=":material/download:")

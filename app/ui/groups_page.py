@@ -47,7 +47,7 @@ def current_section(d):
     try:
         table = counts_table(d, groups)
     except MMCError as e:
-        st.error(f"The group definitions do not fit this table: {e}")
+        st.error(f"The group definitions do not fit this table: {esc(e)}")
         return
     gamma = float(st.session_state["p_gamma"])
     n_below = int((table["status"] == "⚠ below γ").sum())
@@ -60,7 +60,7 @@ def current_section(d):
     if n_below or n_empty:
         names = table.loc[table["status"] != "✓ ok", "group"].tolist()
         st.warning(f"{n_below + n_empty} group(s) hold less than γ = {gamma:g} of the rows "
-                   f"({', '.join(names[:6])}{'…' if len(names) > 6 else ''}). They are still fitted, but their "
+                   f"({', '.join(esc(n) for n in names[:6])}{'…' if len(names) > 6 else ''}). They are still fitted, but their "
                    "guarantees are weak; the results mark them with †.", icon=":material/warning:")
     st.dataframe(table, hide_index=True, width="stretch", height=min(38 + 35 * len(table), 420),
                  column_config={
@@ -93,12 +93,12 @@ def quick_add(d):
         per = [gb.column_conditions(frame, c, int(ss["qa_bins"])) for c in ss["qa_cols"]]
         new = gb.intersections(per, int(ss["qa_order"]))
     except MMCError as e:
-        st.error(str(e))
+        st.error(esc(e))
         return
     existing = {g["name"] for g in _groups()}
     fresh = [g for g in new if g["name"] not in existing]
     st.caption(f"{len(new):,} groups from these settings; {len(fresh):,} of them are new"
-               + (": " + ", ".join(g["name"] for g in fresh[:5]) + ("…" if len(fresh) > 5 else "") if fresh else "."))
+               + (": " + ", ".join(esc(g["name"]) for g in fresh[:5]) + ("…" if len(fresh) > 5 else "") if fresh else "."))
     b1, b2 = st.columns(2)
     if b1.button(f"Add {len(fresh):,} groups", key="qa_add", disabled=not fresh, type="primary"):
         merged, _ = gb.merge(_groups(), new)
@@ -123,7 +123,7 @@ def _cond_widgets(d, prefix: str):
         vals = info["values"]
         sanitize(f"{prefix}_vals", vals, multi=True)
         c1, c2 = st.columns([3, 1])
-        picked = c1.multiselect(f"Values of {col}", vals, key=f"{prefix}_vals")
+        picked = c1.multiselect(f"Values of {esc(col)}", vals, key=f"{prefix}_vals")
         neg = c2.checkbox("exclude them", key=f"{prefix}_neg", help="Rows whose value is NOT one of these.")
         if not picked:
             return None
@@ -131,7 +131,7 @@ def _cond_widgets(d, prefix: str):
             return {"column": col, "op": "!=" if neg else "==", "value": picked[0]}
         return {"column": col, "op": "not in" if neg else "in", "values": list(picked)}
     q = info["quartiles"]
-    st.caption(f"{col}: min {info['min']:.4g}, quartiles {q[0]:.4g} / {q[1]:.4g} / {q[2]:.4g}, max {info['max']:.4g}")
+    st.caption(f"{esc(col)}: min {info['min']:.4g}, quartiles {q[0]:.4g} / {q[1]:.4g} / {q[2]:.4g}, max {info['max']:.4g}")
     c1, c2 = st.columns(2)
     ss.setdefault(f"{prefix}_lo", float(q[0]))
     ss.setdefault(f"{prefix}_hi", float(q[2]))
@@ -178,9 +178,9 @@ def custom_group(d):
             sizes = state.group_sizes(d["df"], d["key"], json.dumps([{"name": "draft", "where": draft}]))
             n = sizes[-1]
         except MMCError as e:
-            st.error(str(e))
+            st.error(esc(e))
             n = None
-        st.markdown("**Draft:** " + " **and** ".join(f"`{gb.condition_label(c)}`" for c in draft)
+        st.markdown("**Draft:** " + " **and** ".join(esc(gb.condition_label(c)) for c in draft)
                     + (f" — {n:,} rows ({n / max(d['rows'], 1):.1%})" if n is not None else ""))
         ss.setdefault("cg_name", "")
         st.text_input("Group name (optional)", key="cg_name", placeholder=gb.group_name(draft), max_chars=200)

@@ -100,8 +100,9 @@ def _test_intervals(key: str, _run, _frame) -> dict:
             "names": list(_run.model.groups.names)}
 
 
-def coverage_by_bucket_table(run, frame, method: str) -> pd.DataFrame:
-    """Coverage of ``method`` per group (rows) and predicted-mean bucket (columns 0..m-1) on the test rows."""
+def coverage_by_bucket_table(run, frame, method: str, with_counts: bool = False):
+    """Coverage of ``method`` per group (rows) and predicted-mean bucket (columns 0..m-1) on the test rows
+    (and, with ``with_counts``, the rows of each cell as a second table)."""
     t = _test_intervals(_run_key(run), run, frame)
     y = run.label.y[run.split["test"]]
     lo, hi = t["ints"][method]
@@ -110,13 +111,18 @@ def coverage_by_bucket_table(run, frame, method: str) -> pd.DataFrame:
     unit = (t["mean"] - run.model.scale.lo) / run.model.scale.span
     b = np.clip(np.floor(unit * m), 0, m - 1).astype(int)
     out = np.full((len(t["names"]), m), np.nan)
+    counts = np.zeros((len(t["names"]), m))
     for g, r in enumerate(t["groups"]):
         if r.size:
             cnt = np.bincount(b[r], minlength=m)
+            counts[g] = cnt
             hit = np.bincount(b[r], weights=inside[r].astype(float), minlength=m)
             with np.errstate(invalid="ignore", divide="ignore"):
                 out[g] = np.where(cnt > 0, hit / np.maximum(cnt, 1), np.nan)
-    return pd.DataFrame(out, index=t["names"], columns=list(range(m)))
+    cov = pd.DataFrame(out, index=t["names"], columns=list(range(m)))
+    if with_counts:
+        return cov, pd.DataFrame(counts, index=t["names"], columns=list(range(m)))
+    return cov
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -124,7 +130,7 @@ def _bucket_figure(key: str, method: str, _run, _frame, units: str = ""):
     from app import figures as F
 
     audit = copy.copy(_audit_with_units(_run.audit, units))
-    audit.coverage_by_bucket = coverage_by_bucket_table(_run, _frame, method)
+    audit.coverage_by_bucket, audit.coverage_by_bucket_counts = coverage_by_bucket_table(_run, _frame, method, True)
     fig = F.coverage_by_bucket_heatmap(audit, _run.settings.delta)
     label = F.METHOD_LABELS.get(method, method)
     if fig.layout.title and fig.layout.title.text:
@@ -185,7 +191,7 @@ def rmse_line(run, frame):
         after = error_metrics(run.label.y[run.split["test"]], _test_intervals(_run_key(run), run, frame)["mean"])
     except Exception:  # noqa: BLE001 - a caption only
         return
-    u = state.units() or f"{run.label.name} units"
+    u = esc(state.units() or f"{run.label.name} units")
     if bm.get("base_test"):
         b = bm["base_test"]
         st.caption(f"Test rows: root mean squared error {b['rmse']:.4g} (base) → {after['rmse']:.4g} "
@@ -227,7 +233,7 @@ def findings(run):
     try:
         items = audit.findings(top=5)
     except Exception as e:  # noqa: BLE001 - a findings bug must not hide the figures
-        st.caption(f"(findings unavailable: {e})")
+        st.caption(f"(findings unavailable: {esc(e)})")
         return
     if not items:
         return
@@ -265,7 +271,7 @@ def variance_tab(run):
         top = t.sort_values("predicted SD", ascending=False)[keep].head(8)
         below = ~_large_enough(run.audit, top.index)
         top.index = [f"{n} †" if b else str(n) for n, b in zip(top.index, below)]
-        st.markdown(f"**Least certain groups** (largest predicted SD, {state.units() or run.label.name + ' units'})"
+        st.markdown(f"**Least certain groups** (largest predicted SD, {esc(state.units() or run.label.name + ' units')})"
                     + ("; † = fewer than γ of the rows, estimates are noisy" if below.any() else ""))
         st.dataframe(top, width="stretch", column_config={
             "mass": st.column_config.NumberColumn(format="%.3f"), "predicted SD": st.column_config.NumberColumn(format="%.3g"),
@@ -285,7 +291,7 @@ def coverage_tab(run, frame):
     try:
         methods = list(_test_intervals(_run_key(run), run, frame)["ints"])
     except Exception as e:  # noqa: BLE001
-        st.warning(f"Intervals unavailable: {e}")
+        st.warning(f"Intervals unavailable: {esc(e)}")
         return
     if methods:
         if ss.get("res_method") not in methods:
@@ -377,15 +383,15 @@ def explorer_tab(run, frame):
         ints = {m: (float(lo[pos]), float(hi[pos])) for m, (lo, hi) in t["ints"].items()}
         det = row_details(frame, run, row, ints)
     except Exception as e:  # noqa: BLE001 - shown, the page keeps working
-        st.error(f"Cannot explain this row: {e}")
+        st.error(f"Cannot explain this row: {esc(e)}")
         return
     ss["row_details"] = det
     units = state.units()
-    u = f" ({units})" if units else ""
+    u = f" ({esc(units)})" if units else ""
     with c2:
         p = det["pred"]
         k = st.columns(4)
-        k[0].metric(f"Observed {run.label.name}{u}", f"{det['label']:.4g}")
+        k[0].metric(f"Observed {esc(run.label.name)}{u}", f"{det['label']:.4g}")
         k[1].metric(f"Predicted mean{u}", f"{p['mean']:.4g}",
                     delta=None if det["base"] is None else f"{p['mean'] - det['base']:+.3g} vs base",
                     delta_color="off")
@@ -405,7 +411,7 @@ def explorer_tab(run, frame):
                      column_config={c: st.column_config.NumberColumn(format="%.4g") for c in ("lower", "upper", "width")})
     with b:
         st.markdown(f"**Groups of this row** ({len(det['groups'])})")
-        st.markdown(" ".join(f"`{g}`" for g in det["groups"]))
+        st.markdown(" · ".join(esc(g) for g in det["groups"]))
         vals = {k: v for k, v in det["values"].items()}
         st.dataframe(pd.DataFrame({"column": list(vals), "value": [str(v) for v in vals.values()]}),
                      hide_index=True, width="stretch", height=min(36 + 35 * len(vals), 320))

@@ -105,7 +105,7 @@ def stopped_banner():
     """What Stop kept, right after it (or nothing)."""
     last = st.session_state.get("last_job") or {}
     if last.get("status") == "stopped":
-        st.warning(f"Stopped by you during {last.get('stop_phase') or 'the run'}: {last.get('kept')}.",
+        st.warning(f"Stopped by you during {esc(last.get('stop_phase') or 'the run')}: {esc(last.get('kept'))}.",
                    icon=":material/stop_circle:")
 
 
@@ -333,12 +333,12 @@ def render():
         n_groups = len(ss.get("groups") or []) + 1
         preview = state.threshold_preview(d["df"], d["key"], state.label_spec(), state.base_spec(), state.split_spec(),
                                           n_groups, settings)
-        for line in implications(settings, n_fit, n_groups, lo, hi, state.units(), preview):
+        for line in implications(settings, n_fit, n_groups, lo, hi, esc(state.units()), preview):
             st.markdown(f"- {line}")
         if sizes:
             st.markdown("**Rows:** " + " · ".join(f"{k} {v:,}" for k, v in sizes.items() if v))
         if "error" in lab:
-            st.error(f"Label: {lab['error']}")
+            st.error(f"Label: {esc(lab['error'])}")
     job = ss.get("job")
     running = job is not None and job.running
     b1, b2 = st.columns([1, 4])
@@ -346,7 +346,7 @@ def render():
         clicked = st.button("Run", key="run_btn", type="primary", icon=":material/play_arrow:", disabled=running,
                             width="stretch")
     with b2:
-        st.caption(f"{d['name']}: label **{ss.get('label_col')}**, {len(ss.get('groups') or []) + 1} groups, "
+        st.caption(f"{esc(d['name'])}: label **{esc(ss.get('label_col'))}**, {len(ss.get('groups') or []) + 1} groups, "
                    f"base: {ss['base_kind']}.")
     if clicked:
         job = run_now(sync=False)
