@@ -308,3 +308,21 @@ def test_lesson_steps_and_figures():
     for fig in (truth_figure(lesson), potential_figure(lesson), two_point_figure()):
         assert fig.layout.title.text
     assert "Converged" in describe(lesson.last, lesson)
+
+
+def test_bug10_cli_and_dashboard_build_the_same_groups():
+    """Issue 11, item 10: one group builder (mmc_core.groups.column_conditions) for `--group-cols` and the
+    dashboard's quick add / suggestions, so an exported groups file and a CLI run agree."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    df = pd.DataFrame({"eleven": rng.integers(0, 11, n), "twelve": rng.integers(0, 12, n),
+                       "wage": rng.lognormal(2, 0.5, n).round(2), "few": rng.integers(0, 3, n),
+                       "race": rng.choice(["a", "b", "c"], n)})
+    cols = ["eleven", "twelve", "wage", "few", "race"]
+    cli = GroupSet.from_columns(df, cols, max_order=2)
+    per = [gb.column_conditions(df, c, 4) for c in cols]
+    dash = GroupSet.from_json(gb.intersections(per, 2))
+    assert cli.to_json() == dash.to_json()
+    # the numeric columns with more than 10 values are cut at their quartiles (not kept as 11 / 12 categories)
+    assert len(per[0]) == 4 and len(per[1]) == 4 and len(per[3]) == 3
+    assert np.array_equal(cli.evaluate(df).sizes, dash.evaluate(df).sizes)

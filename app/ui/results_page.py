@@ -226,23 +226,81 @@ def _large_enough(audit, index) -> np.ndarray:
     return np.ones(len(index), bool)
 
 
+KIND_TITLES = {"mean": "mean over/under-prediction", "variance": "predicted vs observed spread",
+               "coverage": "interval coverage shortfall", "calibration": "calibration"}
+
+
+def _interval_text(iv) -> str:
+    try:
+        lo, hi = (float(v) for v in iv)
+    except (TypeError, ValueError):
+        return ""
+    return f"[{lo:.4g}, {hi:.4g}]"
+
+
+def findings_items(audit) -> tuple[str, list, list]:
+    """(status, findings, disparities) from the audit, whatever version of the findings interface it has:
+    the new one (``findings`` / ``disparities`` lists of dicts, ``findings_status``) or the old
+    ``findings(top)`` method returning sentences."""
+    status = getattr(audit, "findings_status", None) or "ok"
+    raw = getattr(audit, "findings", None)
+    disp = getattr(audit, "disparities", None)
+    if callable(raw):  # the old interface
+        try:
+            raw = raw(top=5)
+        except Exception as e:  # noqa: BLE001 - shown as a failure, the figures still render
+            return f"failed: {type(e).__name__}: {e}", [], []
+        raw = [{"text": f} if isinstance(f, str) else f for f in (raw or [])]
+    items = [f for f in (raw or []) if isinstance(f, dict)]
+    disp = [d for d in (disp or []) if isinstance(d, dict)] if not callable(disp) else []
+    return str(status), items, disp
+
+
 def findings(run):
     audit = run.audit
-    if not hasattr(audit, "findings"):
-        return
-    try:
-        items = audit.findings(top=5)
-    except Exception as e:  # noqa: BLE001 - a findings bug must not hide the figures
-        st.caption(f"(findings unavailable: {esc(e)})")
-        return
-    if not items:
-        return
+    status, items, disp = findings_items(audit)
+    params = getattr(audit, "params", {}) or {}
+    min_n = params.get("min_group_count")
     with st.container(border=True):
         st.markdown("**What the audit found** (test rows)")
-        for f in items:
-            text = f if isinstance(f, str) else (f.get("text") or f.get("message") or str(f)) if isinstance(f, dict) \
-                else str(f)
-            st.markdown(f"- {text}")
+        if status.startswith("failed"):
+            st.error(f"The findings could not be computed ({esc(status[len('failed:'):].strip() or status)}). "
+                     "The tables and figures below are unaffected.", icon=":material/error:")
+        elif not items:
+            st.markdown("No group's mean, spread or interval coverage differs from the model's prediction beyond "
+                        "sampling error" + (f" (groups with at least {int(min_n)} test rows)" if min_n else "") + ".")
+        else:
+            rows = []
+            for f in items:
+                n = f.get("n")
+                iv = _interval_text(f.get("interval"))
+                extra = []
+                if n is not None:
+                    extra.append(f"n = {int(n):,}")
+                if iv:
+                    extra.append(f"95% interval {iv}")
+                if f.get("p_adjusted") is not None:
+                    extra.append(f"adjusted p = {float(f['p_adjusted']):.2g}"
+                                 + (f" ({esc(f.get('adjustment'))})" if f.get("adjustment") else ""))
+                kind = KIND_TITLES.get(f.get("kind"), f.get("kind") or "")
+                rows.append(f"- {'**' + esc(kind) + ':** ' if kind else ''}{esc(f.get('text') or '')}"
+                            + (f" ({'; '.join(extra)})" if extra else ""))
+            st.markdown("\n".join(rows))
+        if min_n:
+            st.caption(f"Groups with fewer than {int(min_n)} test rows are never reported; p-values are corrected for "
+                       "the number of groups tested.")
+    if disp:
+        with st.container(border=True):
+            st.markdown("**Variance disparities** (descriptive: groups whose outcomes are more or less spread out "
+                        "than the population's; not a defect of the model)")
+            lines = []
+            for x in disp:
+                iv = _interval_text(x.get("interval"))
+                bits = [f"n = {int(x['n']):,}"] if x.get("n") is not None else []
+                if iv:
+                    bits.append(f"95% interval {iv}")
+                lines.append(f"- {esc(x.get('text') or x.get('group') or '')}" + (f" ({'; '.join(bits)})" if bits else ""))
+            st.markdown("\n".join(lines))
 
 
 def variance_tab(run):
@@ -268,11 +326,16 @@ def variance_tab(run):
             t["observed SD"] = np.sqrt(np.clip(t["emp_var"].astype(float), 0, None))
         keep = [c for c in ("count", "mass", "predicted SD", "observed SD", "var_ratio", "var_ratio_lo", "var_ratio_hi")
                 if c in t.columns]
-        top = t.sort_values("predicted SD", ascending=False)[keep].head(8)
+        min_n = int((getattr(run.audit, "params", {}) or {}).get("min_group_count") or st.session_state.get("res_mincount") or 20)
+        small = t["count"].astype(float) < min_n if "count" in t.columns else pd.Series(False, index=t.index)
+        top = t[~small].sort_values("predicted SD", ascending=False)[keep].head(8)
         below = ~_large_enough(run.audit, top.index)
         top.index = [f"{n} †" if b else str(n) for n, b in zip(top.index, below)]
         st.markdown(f"**Least certain groups** (largest predicted SD, {esc(state.units() or run.label.name + ' units')})"
                     + ("; † = fewer than γ of the rows, estimates are noisy" if below.any() else ""))
+        if small.any():
+            st.caption(f"{int(small.sum())} group(s) with fewer than {min_n} test rows are left out of this table "
+                       "(their spread cannot be estimated).")
         st.dataframe(top, width="stretch", column_config={
             "mass": st.column_config.NumberColumn(format="%.3f"), "predicted SD": st.column_config.NumberColumn(format="%.3g"),
             "observed SD": st.column_config.NumberColumn(format="%.3g"),
