@@ -10,7 +10,9 @@ The pages live in ``app/ui/*_page.py``; the heavy lifting is in ``app/runner.py`
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
@@ -22,6 +24,8 @@ if str(_HERE.parent) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
+from app.runner import debug as _debug  # noqa: E402
+from app.runner import prewarm  # noqa: E402
 from app.ui import state  # noqa: E402
 from app.ui.common import esc  # noqa: E402
 
@@ -66,8 +70,24 @@ def sidebar(box):
             st.caption(f"Fit running for {job.elapsed:.0f} s — see the Run page to watch or stop it.")
 
 
+def page_icon():
+    """The favicon as an image drawn here. A ``:material/...:`` icon or an emoji makes the browser fetch the
+    favicon from an outside host (fonts.gstatic.com / a CDN); an image is served by the dashboard itself."""
+    import numpy as np
+    from PIL import Image
+
+    px = np.full((32, 32, 3), 255, dtype=np.uint8)
+    px[2:30, 2:30] = (0, 114, 178)  # Okabe-Ito blue
+    for i, h in enumerate((10, 18, 24, 14)):  # four bars: groups' levels
+        x = 6 + 5 * i
+        px[28 - h:28, x:x + 3] = (255, 255, 255)
+    return Image.fromarray(px)
+
+
 def main():
-    st.set_page_config(page_title="mmc-audit: moment multicalibration", page_icon=":material/tune:",
+    _debug("script run start")
+    prewarm()  # scikit-learn imported in the background before the first in-app base model
+    st.set_page_config(page_title="mmc-audit: moment multicalibration", page_icon=page_icon(),
                        layout="wide", initial_sidebar_state="expanded")
     args = parse_args()
     state.keep_widget_state()  # first: restore settings Streamlit dropped, before defaults fill the gaps
@@ -97,6 +117,7 @@ def main():
     nav.run()
     sidebar(box)
     state.save_widget_state()
+    _debug("script run end")
 
 
 if __name__ == "__main__":  # `streamlit run` (and AppTest) execute this file as __main__

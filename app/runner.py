@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import threading
 import time
 import traceback
@@ -272,6 +273,48 @@ def _feature_frame(df: pd.DataFrame, features) -> pd.DataFrame:
     return X
 
 
+def debug(msg: str):
+    """Timing notes on stderr when MMC_DEBUG_TIMING is set (used to measure Stop latency in the server)."""
+    import os
+    import sys
+
+    if os.environ.get("MMC_DEBUG_TIMING"):
+        print(f"[mmc {time.time():.3f}] {msg}", file=sys.stderr, flush=True)
+
+
+_PREWARM: list = []
+SWITCH_INTERVAL = 0.0005  # seconds; Python's default is 0.005
+_BASE_LOCK = threading.Lock()
+
+
+def prewarm():
+    """Import scikit-learn in a background thread, once per process. The first import takes seconds (scipy and
+    all), holds the import lock and the interpreter, and used to happen inside the first in-app base-model fit,
+    where Stop could not interrupt it and it counted as fit time."""
+    with _BASE_LOCK:
+        if _PREWARM:
+            return
+        # The fit thread (scikit-learn's Cython drops and retakes the GIL thousands of times per boosting
+        # iteration) and the server's page runs share one interpreter: with the default 5 ms switch interval each
+        # retake could wait 5 ms for a busy page run (the convoy effect), which made in-app fits many times slower.
+        sys.setswitchinterval(SWITCH_INTERVAL)
+        t = threading.Thread(target=_import_sklearn, name="mmc-prewarm", daemon=True)
+        _PREWARM.append(t)
+    t.start()
+
+
+def _import_sklearn():
+    try:
+        import sklearn.compose  # noqa: F401
+        import sklearn.ensemble  # noqa: F401
+        import sklearn.impute  # noqa: F401
+        import sklearn.linear_model  # noqa: F401
+        import sklearn.pipeline  # noqa: F401
+        import sklearn.preprocessing  # noqa: F401
+    except ImportError:  # pragma: no cover - the base-model fit reports it
+        pass
+
+
 class StoppedByUser(MMCError):
     """Raised inside the pipeline when Stop was pressed in a phase that keeps nothing (the base-model fit)."""
 
@@ -350,7 +393,6 @@ def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int 
 
 
 _BASE_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
-_BASE_LOCK = threading.Lock()
 
 
 def cached_base_model(key: tuple, df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, spec: BaseSpec, seed: int,
@@ -758,6 +800,7 @@ class FitJob:
         return False
 
     def _set_phase(self, text: str):
+        debug(f"job {self.id}: {text}")
         self.phase = text
 
     def _set_thresholds(self, t: dict):

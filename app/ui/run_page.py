@@ -10,6 +10,7 @@ triggers a full rerun, and the result is stored in ``st.session_state["run"]`` (
 from __future__ import annotations
 
 import math
+import time
 
 import streamlit as st
 
@@ -105,7 +106,10 @@ def stopped_banner():
     """What Stop kept, right after it (or nothing)."""
     last = st.session_state.get("last_job") or {}
     if last.get("status") == "stopped":
-        st.warning(f"Stopped by you during {esc(last.get('stop_phase') or 'the run')}: {esc(last.get('kept'))}.",
+        kept = last.get("kept") or ""
+        if st.session_state.get("run") is None:
+            kept = kept.replace("; the previous results are kept", "")
+        st.warning(f"Stopped by you during {esc(last.get('stop_phase') or 'the run')}: {esc(kept)}.",
                    icon=":material/stop_circle:")
 
 
@@ -187,12 +191,46 @@ def _job_thresholds(job, settings) -> tuple[float, float] | None:
     return float(a), float(b)
 
 
+CHART_EVERY = 1.5  # seconds between two rebuilds of the live chart (the progress line updates every tick)
+
+
+def stopping_text(job) -> str:
+    """What Stop keeps, as soon as the job has seen the flag (before its last bookkeeping is done)."""
+    phase = job.stop_phase or job.phase
+    if phase.startswith("fitting the base model") or phase.startswith("preparing") or phase == "starting":
+        return f"Stopped by you during {phase}: nothing was fitted."
+    if phase.startswith("auditing"):
+        return "Stopped by you during the audit: the fitted model is kept, not audited."
+    rnd = job.history[-1]["round"] if job.history else 0
+    return (f"Stopped by you at round {rnd} of the descent: the model after round {rnd} is kept (not audited); "
+            "its intervals are being calibrated, then it appears below.")
+
+
+def _live_chart(job, hist, thr):
+    """The convergence chart, rebuilt at most every CHART_EVERY seconds (building a Plotly figure is the costly
+    part of a tick, and the fit thread competes for the same interpreter)."""
+    ss = st.session_state
+    cached = ss.get("_live_fig")
+    now = time.time()
+    if cached is None or cached[0] != job.id or (len(hist) != cached[1] and now - cached[2] >= CHART_EVERY):
+        cached = (job.id, len(hist), now, _convergence_fig(hist, *thr))
+        ss["_live_fig"] = cached
+    st.plotly_chart(cached[3], width="stretch", key="live_chart")
+
+
 def _live_body():
+    from app.runner import debug as _debug
+
+    _debug("fragment tick")
     ss = st.session_state
     job = ss.get("job")
     if job is None or not job.running:
         finalize()
         st.rerun()  # leave the fragment: redraw the whole page with the result
+        return
+    if job.stop_requested and job.stop_seen_at is not None:
+        # the run has seen Stop: say so at once; the page redraws with the result when the job is done
+        st.warning(stopping_text(job), icon=":material/stop_circle:")
         return
     settings = job.settings
     hist = list(job.history)
@@ -212,22 +250,30 @@ def _live_body():
         text = f"Fit finished after {len(hist)} rounds · {job.phase} · {job.elapsed:.1f} s"
     elif job.stop_requested:
         text = "Stopping… " + text
-    st.progress(frac, text=text)
     c1, c2 = st.columns([1, 5])
     with c1:
-        if st.button("Stop", key="stop_run", type="secondary", icon=":material/stop_circle:",
-                     disabled=job.stop_requested,
-                     help="Ends the run at once. During the base-model fit nothing is kept; during the descent or "
-                          "the audit the model fitted so far is kept (marked 'not converged'), not audited."):
-            job.stop()
-            job.wait(1.0)  # the flag is seen before the next boosting chunk / update: usually well under a second
+        clicked = st.button("Stop", key="stop_run", type="secondary", icon=":material/stop_circle:",
+                            disabled=job.stop_requested,
+                            help="Ends the run at once. During the base-model fit nothing is kept; during the descent "
+                                 "or the audit the model fitted so far is kept (marked 'not converged'), not audited.")
+    if clicked:
+        _debug(f"stop clicked in phase {job.phase!r}")
+        job.stop()
+        # the flag is seen before the next boosting chunk / update, or at once in the audit
+        deadline = time.time() + 0.8
+        while job.running and job.stop_seen_at is None and time.time() < deadline:
+            time.sleep(0.02)
+        _debug(f"job status {job.status}, stop seen {job.stop_seen_at is not None}")
+        if not job.running:
             finalize()
             st.rerun(scope="app")
+        st.warning(stopping_text(job), icon=":material/stop_circle:")
+        return
     with c2:
-        st.caption("The chart redraws four times a second while the fit runs. You can switch pages; "
-                   "the fit continues in the background.")
+        st.progress(frac, text=text)
+    st.caption("The chart redraws while the fit runs. You can switch pages; the fit continues in the background.")
     if thr:
-        st.plotly_chart(_convergence_fig(hist, *thr), width="stretch", key="live_chart")
+        _live_chart(job, hist, thr)
 
 
 def live_view():
@@ -404,8 +450,9 @@ def show_run_summary(run):
     cols[2].metric("Test rows (audit)", f"{sizes['test']:,}", help="Never used for fitting; every result is on these.")
     cols[3].metric("Base-model rows", f"{sizes['base']:,}" if sizes["base"] else "—",
                    help="Rows the in-app base model was trained on (not used again).")
-    st.caption(" · ".join(x for x in (run.label.note and f"Label {run.label.name}: {run.label.note}",
-                                      info.get("base_note")) if x))
+    base_t = f"base model fitted in {t['base_model']:.2f} s" if run.base_spec.kind == "model" and "base_model" in t else ""
+    st.caption(esc(" · ".join(x for x in (run.label.note and f"Label {run.label.name}: {run.label.note}",
+                                          info.get("base_note"), base_t) if x)))
     kept = info.get("kept_round") if info.get("early_stopping") else None
     th = run.thresholds
     mb = th.get("moment_betas") or {}
