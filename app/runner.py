@@ -313,6 +313,13 @@ def _import_sklearn():
         import sklearn.preprocessing  # noqa: F401
     except ImportError:  # pragma: no cover - the base-model fit reports it
         pass
+    try:  # start the fork server of background runs now, not on the first Run click
+        _mp_context()
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+    except Exception:  # noqa: BLE001 - the first run starts it then
+        pass
 
 
 class StoppedByUser(MMCError):
@@ -707,7 +714,11 @@ class FitJob:
     before the next boosting chunk / update, not wall-clock times); ``stop_seen_at`` is when it was first seen.
     """
 
-    def __init__(self, df, label_spec, base_spec, split_spec, groups_json, settings, data_key="", data_name=""):
+    def __init__(self, df, label_spec, base_spec, split_spec, groups_json, settings, data_key="", data_name="",
+                 worker: str = "thread"):
+        self.worker = worker  # "thread" (in this process) or "process" (a forked worker; see start())
+        self._proc = None
+        self._mp_stop = None
         self.args = (df, label_spec, base_spec, split_spec, groups_json, settings)
         self.settings = settings
         self.data_key, self.data_name = data_key, data_name
@@ -734,11 +745,72 @@ class FitJob:
 
     # -- control --
     def start(self) -> "FitJob":
+        """Run in the background: a daemon thread, or with ``worker="process"`` a child process forked from a
+        preloaded fork server (its own interpreter: the fit never competes with the server's page runs for the
+        GIL, and a phase that keeps nothing is ended by terminating the child). The child reports history rows,
+        phases and the result through a queue that a reader thread here turns into this object's attributes."""
         self.status = "running"
         self.started_at = time.time()
-        self._thread = threading.Thread(target=self._run, name=f"mmc-fit-{self.id}", daemon=True)
+        if self.worker == "process":
+            ctx = _mp_context()
+            queue = ctx.Queue()
+            self._mp_stop = ctx.Event()
+            self._proc = ctx.Process(target=_child_main, args=(self.args, self.data_key, self.data_name, queue,
+                                                                self._mp_stop), name=f"mmc-fit-{self.id}", daemon=True)
+            self._proc.start()
+            self.args = None
+            self._thread = threading.Thread(target=self._read_child, args=(queue,), name=f"mmc-read-{self.id}",
+                                            daemon=True)
+        else:
+            self._thread = threading.Thread(target=self._run, name=f"mmc-fit-{self.id}", daemon=True)
         self._thread.start()
         return self
+
+    def _read_child(self, queue):
+        """Turn the child's messages into attributes (history rows, phase, thresholds, fitted run, result)."""
+        import queue as queue_mod
+
+        try:
+            while True:
+                try:
+                    kind, payload = queue.get(timeout=0.5)
+                except queue_mod.Empty:
+                    if self._proc is not None and not self._proc.is_alive():
+                        with self._lock:
+                            if self.status == "running":
+                                if self._stop.is_set() and self.stop_phase.startswith(("fitting the base", "preparing",
+                                                                                        "starting")):
+                                    self.kept = "nothing was fitted; the previous results are kept"
+                                    self.error, self.status = "stopped during the base-model fit", "stopped"
+                                else:
+                                    self.error, self.status = "the fitting process ended unexpectedly", "error"
+                                self.ended_at = time.time()
+                                self._done.set()
+                        return
+                    continue
+                if kind == "hist":
+                    self.history.append(payload)
+                elif kind == "phase":
+                    self._set_phase(payload)
+                elif kind == "thr":
+                    self.thresholds = payload
+                elif kind == "seen":
+                    self.stop_seen_at = self.stop_seen_at or time.time()
+                elif kind == "fitted":
+                    self._on_fitted(payload)
+                elif kind == "end":
+                    status, result, error, detail, kept = payload
+                    with self._lock:
+                        if not self._abandoned and self.status == "running":
+                            self.result, self.error, self.detail = result, error, detail
+                            self.kept = kept or self.kept
+                            self.status = status
+                            self.ended_at = time.time()
+                            self._done.set()
+                    return
+        finally:
+            if self._proc is not None:
+                self._proc.join(timeout=5)
 
     def run_sync(self) -> "FitJob":
         """Run in the calling thread (used for the quick first demo audit and in tests)."""
@@ -752,6 +824,20 @@ class FitJob:
             self.stop_requested_at = time.time()
             self.stop_phase = self.phase
         self._stop.set()
+        if self._mp_stop is not None:
+            self._mp_stop.set()
+            if self._proc is not None and self._fitted is None and \
+                    self.phase.startswith(("fitting the base", "preparing", "starting")):
+                # nothing to keep: end the child at once (it may be inside a step that polls no flag)
+                self._proc.terminate()
+                with self._lock:
+                    if self.status == "running":
+                        self.stop_seen_at = time.time()
+                        self.kept = "nothing was fitted; the previous results are kept"
+                        self.error, self.status = "stopped during the base-model fit", "stopped"
+                        self.ended_at = time.time()
+                        self._done.set()
+                return
         with self._lock:
             if self.status == "running" and self._fitted is not None:  # in the audit: end now with the model
                 run = self._fitted
@@ -762,6 +848,8 @@ class FitJob:
                 self.kept = self._kept_text(run)
                 self._abandoned = True
                 self.stop_seen_at = time.time()
+                if self._proc is not None:
+                    self._proc.terminate()  # the audit's result is not wanted any more
                 self.status = "done"
                 self.ended_at = time.time()
                 self._done.set()
@@ -850,6 +938,62 @@ class FitJob:
                     self.ended_at = time.time()
                     self.args = None  # drop the reference to the table
                     self._done.set()
+
+
+_MP_CTX = []
+
+
+def _mp_context():
+    """A fork-server context whose server has numpy, pandas, scikit-learn and this module imported, so a job's
+    child starts in a fraction of a second (and is forked from a single-threaded process, not the server)."""
+    import multiprocessing as mp
+
+    with _BASE_LOCK:
+        if not _MP_CTX:
+            try:
+                ctx = mp.get_context("forkserver")
+                ctx.set_forkserver_preload(["numpy", "pandas", "app.runner", "mmc_core", "mmc_core.metrics",
+                                            "sklearn.ensemble", "sklearn.compose", "sklearn.pipeline",
+                                            "sklearn.preprocessing", "sklearn.impute", "sklearn.linear_model"])
+            except ValueError:  # pragma: no cover - no fork server on this platform
+                ctx = mp.get_context("spawn")
+            _MP_CTX.append(ctx)
+        return _MP_CTX[0]
+
+
+def _child_main(args, data_key, data_name, queue, stop_event):
+    """The body of a worker process: run the pipeline, report everything through ``queue``."""
+    seen = []
+
+    def stop():
+        if stop_event.is_set():
+            if not seen:
+                seen.append(1)
+                queue.put(("seen", None))
+            return True
+        return False
+
+    def callback(row):
+        queue.put(("hist", {k: (float(v) if isinstance(v, (np.floating, np.integer)) else v) for k, v in row.items()}))
+        return stop()
+
+    try:
+        result = run_pipeline(*args, callback=callback, stop=stop, phase=lambda t: queue.put(("phase", t)),
+                              data_key=data_key, data_name=data_name, on_thresholds=lambda t: queue.put(("thr", dict(t))),
+                              on_fitted=lambda r: queue.put(("fitted", r)))
+        kept = FitJob._kept_text(result) if result.stopped and not result.audit else ""
+        queue.put(("end", ("done", result, "", "", kept)))
+    except StoppedByUser as e:
+        queue.put(("end", ("stopped", None, str(e), "", "nothing was fitted; the previous results are kept")))
+    except MMCError as e:
+        queue.put(("end", ("error", None, str(e), "", "")))
+    except MemoryError:
+        queue.put(("end", ("error", None, "out of memory: use fewer groups, fewer buckets or a smaller table", "", "")))
+    except Exception as e:  # noqa: BLE001 - reported to the page
+        queue.put(("end", ("error", None, f"unexpected error: {type(e).__name__}: {e}", traceback.format_exc(), "")))
+    finally:
+        queue.close()
+        queue.join_thread()
 
 
 def settings_dict(settings: FitSettings) -> dict:

@@ -10,6 +10,7 @@ triggers a full rerun, and the result is stored in ``st.session_state["run"]`` (
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import streamlit as st
@@ -19,6 +20,7 @@ from app.ui import state
 from app.ui.common import esc
 
 POLL_SECONDS = 0.25
+WORKER = os.environ.get("MMC_WORKER", "process")  # background runs in a forked process ("thread": in-process)
 ALPHAS = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1]
 BETAS = [1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05]
 
@@ -38,7 +40,8 @@ def run_now(sync: bool = False) -> FitJob | None:
         return old
     ss.pop("run_error", None)
     job = FitJob(d["df"], state.label_spec(), state.base_spec(), state.split_spec(), _groups_json(),
-                 state.fit_settings(), data_key=d["key"], data_name=d["name"])
+                 state.fit_settings(), data_key=d["key"], data_name=d["name"],
+                 worker="thread" if sync else WORKER)
     job.label_units = state.units()
     ss["job"] = job
     if sync:
@@ -206,6 +209,19 @@ def stopping_text(job) -> str:
             "its intervals are being calibrated, then it appears below.")
 
 
+LIVE_POINTS = 300  # rounds drawn in the live chart (the paper's step makes thousands; the final chart has all)
+
+
+def thin(hist: list, n: int = LIVE_POINTS) -> list:
+    """At most ``n`` rows of the history, evenly spread, first and last kept (a cheap figure to build and send)."""
+    if len(hist) <= n:
+        return hist
+    import numpy as np
+
+    idx = np.unique(np.linspace(0, len(hist) - 1, n).astype(int))
+    return [hist[i] for i in idx]
+
+
 def _live_chart(job, hist, thr):
     """The convergence chart, rebuilt at most every CHART_EVERY seconds (building a Plotly figure is the costly
     part of a tick, and the fit thread competes for the same interpreter)."""
@@ -213,7 +229,7 @@ def _live_chart(job, hist, thr):
     cached = ss.get("_live_fig")
     now = time.time()
     if cached is None or cached[0] != job.id or (len(hist) != cached[1] and now - cached[2] >= CHART_EVERY):
-        cached = (job.id, len(hist), now, _convergence_fig(hist, *thr))
+        cached = (job.id, len(hist), now, _convergence_fig(thin(hist), *thr))
         ss["_live_fig"] = cached
     st.plotly_chart(cached[3], width="stretch", key="live_chart")
 
