@@ -14,10 +14,12 @@ the Streamlit pages stay thin. The pipeline (:func:`run_pipeline`) is:
 4. fit :class:`mmc_core.MomentMulticalibrator` with a callback (live history, stop flag);
 5. audit the fitted model on the test rows (:func:`mmc_core.metrics.audit`).
 
-:class:`FitJob` runs the pipeline in a daemon thread. Its ``history`` list grows one row per descent round
-(the page polls it a few times a second to redraw the convergence chart) and :meth:`FitJob.stop` sets a
-``threading.Event`` that the fitting callback checks after every round: the estimator then ends the
-descent, marks the model "not converged / stopped by user", and the pipeline still audits what was fitted.
+:class:`FitJob` runs the pipeline in a daemon thread or (the dashboard) in a child process forked from a
+preloaded fork server. Its ``history`` list grows one row per descent round (the page polls it a few times a
+second to redraw the convergence chart). :meth:`FitJob.stop` sets a flag that is polled between chunks of
+boosting iterations of the base model (nothing is kept), before every single update of the descent (the model
+so far is kept, marked "stopped by user", and not audited: :func:`audit_run` audits it on request), and
+abandons a running audit at once.
 """
 from __future__ import annotations
 

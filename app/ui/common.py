@@ -21,7 +21,7 @@ def sanitize(key: str, options: list, default=None, multi: bool = False):
         state.put(key, new) if is_setting else ss.__setitem__(key, new)
 
 
-_MD_SPECIAL = "\\`*_{}[]()<>#+-.!|~$:"
+_MD_SPECIAL = "\\`*_{}[]<>#|~$:"  # links and images need [ ], autolinks < > or :, math $
 
 
 def esc(text) -> str:

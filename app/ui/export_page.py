@@ -8,7 +8,7 @@ import streamlit as st
 
 from app.io import escape_formulas
 from app.ui import state
-from app.ui.common import need_run
+from app.ui.common import esc, need_run
 from mmc_core.errors import MMCError
 
 AUTO_CSV_ROWS = 100_000  # build the CSV without a click up to this many rows

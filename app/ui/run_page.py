@@ -1,11 +1,11 @@
 """Run page: parameters with what they imply, the Run button, a live convergence chart and a Stop button.
 
-How the live view works: Run starts :class:`app.runner.FitJob` (a daemon thread). The page then draws a
-fragment that Streamlit re-executes every 0.25 s (``st.fragment(run_every=...)``) while the job runs; each
-tick reads the job's history list (one row per descent round, appended by the fitting callback) and redraws
-the progress bar and the chart. The Stop button inside the fragment sets the job's ``threading.Event``; the
-fitting callback sees it after the current round and ends the descent. When the job is over, the fragment
-triggers a full rerun, and the result is stored in ``st.session_state["run"]`` (it survives reruns).
+How the live view works: Run starts :class:`app.runner.FitJob` (in a forked worker process). The page then draws
+a fragment that Streamlit re-executes every 0.25 s (``st.fragment(run_every=...)``) while the job runs; each tick
+reads the job's history (one row per descent round) and redraws the progress line (and, at most every 1.5 s, a
+thinned convergence chart). The Stop button inside the fragment sets the job's stop flag; as soon as the job has
+seen it the fragment says what is kept, and when the job is over the fragment triggers a full rerun and the
+result is stored in ``st.session_state["run"]`` (it survives reruns).
 """
 from __future__ import annotations
 
