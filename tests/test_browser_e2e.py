@@ -116,7 +116,7 @@ def _slider(page, label: str):
 
 
 def _shot(page, name: str):
-    page.screenshot(path=str(SHOTS / f"e2e_{name}.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / f"e2e_{name}.png"), full_page=True, timeout=120_000)
 
 
 def _stop(page, wait_text: str, kept_text: str) -> float:

@@ -73,8 +73,13 @@ def _texts(at: AppTest) -> str:
     return "\n".join(parts)
 
 
+KEYS = ("label_col", "base_kind", "base_features", "p_auto", "p_alpha", "p_beta", "p_m", "p_k", "p_step", "p_nboot",
+        "split_test", "split_base", "split_seed", "qa_cols", "qa_order")
+
+
 def _settings(at: AppTest) -> dict:
-    return at.session_state["settings"].to_dict()
+    """The settings as the widgets' session keys hold them (the same names before and after issue 11)."""
+    return {k: at.session_state[k] for k in KEYS if k in at.session_state}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -122,8 +127,10 @@ def test_bug1_settings_survive_stop_page_switches_stale_widgets_and_failed_runs(
     assert _settings(at) == before
     assert at.select_slider(key="p_alpha").value == 1e-5 and at.slider(key="p_m").value == 7
     # a failed run keeps them too
-    at.session_state["settings"].label_scaling = "declared"
-    at.session_state["settings"].label_hi = 0.5  # every wage is outside: the run fails
+    _page(at, "data")
+    at.radio(key="label_scaling").set_value("declared").run()
+    at.number_input(key="label_hi").set_value(0.5).run()  # every wage is outside: the run fails
+    _page(at, "run")
     at.button(key="run_btn").click().run()
     _wait(at)
     assert at.session_state["run_error"]
@@ -164,8 +171,8 @@ def test_bug3_dropping_rows_without_a_label_sticks_on_an_upload():
     _ok(at)
     d = at.session_state["data"]
     assert d["rows"] == 1196 and d["name"] == "cps.csv" and d["source"] == "upload"
-    assert at.session_state["settings"].label_col == "lwage"
-    assert at.session_state["settings"].base_features == ["educ", "exper", "region"]
+    assert at.session_state["label_col"] == "lwage"
+    assert at.session_state["base_features"] == ["educ", "exper", "region"]
     at.run()  # the uploader still holds the same file: it is not read again
     _page(at, "groups")
     _page(at, "data")
@@ -177,7 +184,7 @@ def test_bug4_and_bug6_unusable_and_leaking_columns_are_flagged_not_preselected(
     at = _new()
     _upload(at, cps_table(1500))
     at.selectbox(key="label_col").select("lwage").run()
-    feats = at.session_state["settings"].base_features
+    feats = at.session_state["base_features"]
     assert "empty" not in feats and "survey" not in feats and "hrwage" not in feats and "educ" in feats
     text = _texts(at)
     assert "empty (all values are missing)" in text and "hrwage (leaks the label" in text
@@ -232,7 +239,7 @@ def test_bug9_old_failure_message_goes_with_a_new_file_and_no_double_parenthesis
     at.radio(key="label_scaling").set_value("robust").run()
     assert not any("))" in m.value for m in at.markdown)
     at.radio(key="label_scaling").set_value("declared").run()
-    at.session_state["settings"].label_hi = 0.1
+    at.number_input(key="label_hi").set_value(0.1).run()
     _page(at, "run")
     at.button(key="run_btn").click().run()
     _wait(at)
