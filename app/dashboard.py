@@ -10,7 +10,9 @@ The pages live in ``app/ui/*_page.py``; the heavy lifting is in ``app/runner.py`
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
@@ -22,7 +24,10 @@ if str(_HERE.parent) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
+from app.runner import debug as _debug  # noqa: E402
+from app.runner import prewarm  # noqa: E402
 from app.ui import state  # noqa: E402
+from app.ui.common import esc  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -46,25 +51,43 @@ def sidebar(box):
             st.info("No data loaded.")
             return
         run = ss.get("run")
+        job = ss.get("job")
+        running = job is not None and job.running
         n_groups = len(ss.get("groups") or []) + 1
+        s = state.settings()
         lines = [
-            f"**Data:** {d['name']}  \n{d['rows']:,} rows × {d['cols']} columns",
-            f"**Label:** {ss.get('label_col') or '(not chosen)'}" + (" (log)" if ss.get("label_log") else ""),
+            f"**Data:** {esc(d['name'])}  \n{d['rows']:,} rows × {d['cols']} columns",
+            f"**Label:** {esc(s.label_col) if s.label_col else '(not chosen)'}" + (" (log)" if s.label_log else ""),
             f"**Groups:** {n_groups} (incl. *all*)",
             f"**Model:** {state.status_line()}",
         ]
-        if run is not None:
+        if run is not None and not running:  # during a run the previous run's counts would mislead
             info = run.model.info
             lines.append(f"rounds {info.get('rounds')}, mean updates {info.get('mean_updates'):,}, "
                          f"moment updates {info.get('moment_updates'):,}")
         st.markdown("  \n".join(lines))
-        job = ss.get("job")
-        if job is not None and job.running:
+        if running:
             st.caption(f"Fit running for {job.elapsed:.0f} s — see the Run page to watch or stop it.")
 
 
+def page_icon():
+    """The favicon as an image drawn here. A ``:material/...:`` icon or an emoji makes the browser fetch the
+    favicon from an outside host (fonts.gstatic.com / a CDN); an image is served by the dashboard itself."""
+    import numpy as np
+    from PIL import Image
+
+    px = np.full((32, 32, 3), 255, dtype=np.uint8)
+    px[2:30, 2:30] = (0, 114, 178)  # Okabe-Ito blue
+    for i, h in enumerate((10, 18, 24, 14)):  # four bars: groups' levels
+        x = 6 + 5 * i
+        px[28 - h:28, x:x + 3] = (255, 255, 255)
+    return Image.fromarray(px)
+
+
 def main():
-    st.set_page_config(page_title="mmc-audit: moment multicalibration", page_icon=":material/tune:",
+    _debug("script run start")
+    prewarm()  # scikit-learn imported in the background before the first in-app base model
+    st.set_page_config(page_title="mmc-audit: moment multicalibration", page_icon=page_icon(),
                        layout="wide", initial_sidebar_state="expanded")
     args = parse_args()
     state.keep_widget_state()  # first: restore settings Streamlit dropped, before defaults fill the gaps
@@ -94,6 +117,7 @@ def main():
     nav.run()
     sidebar(box)
     state.save_widget_state()
+    _debug("script run end")
 
 
 if __name__ == "__main__":  # `streamlit run` (and AppTest) execute this file as __main__

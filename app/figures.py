@@ -591,47 +591,89 @@ def _group_table(audit, attr: str) -> pd.DataFrame | None:
     return t
 
 
+def _group_counts(audit, names) -> np.ndarray:
+    """Test rows of each group (NaN where unknown)."""
+    bg = getattr(audit, "by_group", None)
+    out = np.full(len(names), np.nan)
+    if isinstance(bg, pd.DataFrame) and "count" in bg.columns:
+        for i, n in enumerate(names):
+            if n in bg.index:
+                out[i] = float(bg.loc[n, "count"])
+    return out
+
+
+def bucket_counts(audit, z: pd.DataFrame) -> np.ndarray | None:
+    """Rows of each (group, predicted-mean bucket) cell of the coverage-by-bucket table: the audit's own
+    ``coverage_by_bucket_counts`` if present, else the counts of the mean-calibration cells (same buckets)."""
+    own = getattr(audit, "coverage_by_bucket_counts", None)
+    if isinstance(own, pd.DataFrame):
+        return own.reindex(index=z.index, columns=z.columns).to_numpy(dtype=float)
+    cc = getattr(audit, "calibration_cells", None)
+    if isinstance(cc, pd.DataFrame) and {"group", "bucket", "count"}.issubset(cc.columns):
+        piv = cc.pivot_table(index="group", columns="bucket", values="count", aggfunc="sum")
+        return piv.reindex(index=z.index, columns=z.columns).to_numpy(dtype=float)
+    return None
+
+
 def _heatmap(z: pd.DataFrame, audit, title: str, subtitle: str, x_labels: list, x_title: str, colorscale,
              zmin: float, zmax: float, colorbar_title: str, value_fmt: str, hover_value: str,
-             zmid: float | None = None) -> go.Figure:
+             zmid: float | None = None, counts: np.ndarray | None = None) -> go.Figure:
     """``value_fmt``: Python format spec of the printed values; ``hover_value``: hover label of the value.
-    Infinite values (unbounded intervals) print as ∞ and take the top colour; missing cells stay blank."""
+    Infinite values (unbounded intervals) print as ∞ and take the top colour; missing cells stay blank.
+    ``counts``: rows behind each cell (default: the group's test rows); shown on hover and printed under the
+    value where the cells are large enough (at most 10 columns and 60 rows), so a 0.50 cell of 2 rows is
+    told apart from one of 2,000."""
     names = [str(n) for n in z.index]
     below = _below_gamma(audit, z.index)
     disp = _display_names(names, below)
     raw = z.to_numpy(dtype=float)
+    if counts is None:
+        counts = np.repeat(_group_counts(audit, names)[:, None], raw.shape[1], axis=1)
+    counts = np.asarray(counts, dtype=float)
     text = np.where(np.isnan(raw), "", np.where(np.isinf(raw), np.where(raw > 0, "∞", "−∞"), ""))
     fin = np.isfinite(raw)
     text = text.astype(object)
     fmt = value_fmt if callable(value_fmt) else (lambda v: format(v, value_fmt))
     text[fin] = [fmt(v) for v in raw[fin]]
+    n_cols = raw.shape[1]
+    print_counts = n_cols <= 10 and len(names) <= 60 and np.isfinite(counts).any()
+    shown = text.copy()
+    if print_counts:
+        for i in range(raw.shape[0]):
+            for j in range(raw.shape[1]):
+                if text[i, j] != "" and np.isfinite(counts[i, j]):
+                    shown[i, j] = f"{text[i, j]}<br><span style='font-size:0.8em'>n={int(counts[i, j]):,}</span>"
     vals = np.where(np.isposinf(raw), zmax, np.where(np.isneginf(raw), zmin, raw))
     custom = np.empty(vals.shape, dtype=object)
-    bg = getattr(audit, "by_group", None)
     for i, n in enumerate(names):
-        extra = ""
-        if bg is not None and n in bg.index and "count" in bg.columns:
-            extra = f"<br>rows {int(bg.loc[n, 'count'])}"
         for j in range(vals.shape[1]):
-            custom[i, j] = f"<b>{n}</b>{extra}"
-    n_cols = vals.shape[1]
+            c = counts[i, j]
+            rows = f"<br>rows in this cell {int(c):,}" if np.isfinite(c) else ""
+            custom[i, j] = f"<b>{_hover_safe(n)}</b>{rows}<br>{hover_value} {text[i, j]}"
     text_size = 12 if n_cols <= 8 else (10 if n_cols <= 12 else 8)
     fig = go.Figure(go.Heatmap(
         z=vals, x=x_labels, y=disp, colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
-        text=text, texttemplate="%{text}", textfont=dict(size=text_size), customdata=custom, hoverongaps=False,
+        text=shown, texttemplate="%{text}", textfont=dict(size=text_size), customdata=custom, hoverongaps=False,
         xgap=1, ygap=1,
-        hovertemplate="%{customdata}<br>%{x}<br>" + hover_value + " %{text}<extra></extra>",
+        hovertemplate="%{customdata}<br>%{x}<extra></extra>",
         colorbar=dict(title=dict(text=colorbar_title, side="right"), thickness=14, len=min(1.0, 0.9))))
     fig.update_yaxes(autorange="reversed", type="category", automargin=True, title_text="group")
     fig.update_xaxes(type="category", side="top", title_text=x_title, tickangle=0 if n_cols <= 8 else -35,
                      automargin=True)
-    height = _rows_height(len(disp), per_row=22, extra=230)
+    height = _rows_height(len(disp), per_row=34 if print_counts else 22, extra=230)
     _base_layout(fig, title, height, subtitle=subtitle, left=_left_margin(disp), legend=False)
     fig.update_layout(margin=dict(t=125 if n_cols <= 8 else 150), plot_bgcolor="#f2f2f2")
-    _footer(fig, axis_px=8, note=f"{BELOW_GAMMA_MARK.strip()} group mass below γ = "
-            f"{_fmt(_get(getattr(audit, 'params', None), 'gamma'))}: the guarantees do not cover it."
-            if any(below) else None)
+    note = "n = test rows in the cell." if print_counts else "Hover a cell for its row count."
+    if any(below):
+        note += (f" {BELOW_GAMMA_MARK.strip()} group mass below γ = "
+                 f"{_fmt(_get(getattr(audit, 'params', None), 'gamma'))}: the guarantees do not cover it.")
+    _footer(fig, axis_px=8, note=note)
     return fig
+
+
+def _hover_safe(text: str) -> str:
+    """User text inside a Plotly hover label (which renders a little HTML): angle brackets neutralised."""
+    return str(text).replace("<", "&lt;").replace(">", "&gt;")
 
 
 def coverage_heatmap(audit, delta: float) -> go.Figure:
@@ -673,7 +715,7 @@ def coverage_by_bucket_heatmap(audit, delta: float) -> go.Figure:
     scale = coverage_colorscale(zmin, zmax, target)
     return _heatmap(cb, audit, title, f"target 1 − δ = {target:.2f} (white); blank = no rows of the group in the "
                     "bucket; red = under-covers", labels, f"predicted mean μ(x) ({info['units']})", scale,
-                    zmin, zmax, "coverage", ".2f", "coverage")
+                    zmin, zmax, "coverage", ".2f", "coverage", counts=bucket_counts(audit, cb))
 
 
 def width_heatmap(audit) -> go.Figure:

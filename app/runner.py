@@ -14,21 +14,24 @@ the Streamlit pages stay thin. The pipeline (:func:`run_pipeline`) is:
 4. fit :class:`mmc_core.MomentMulticalibrator` with a callback (live history, stop flag);
 5. audit the fitted model on the test rows (:func:`mmc_core.metrics.audit`).
 
-:class:`FitJob` runs the pipeline in a daemon thread. Its ``history`` list grows one row per descent round
-(the page polls it a few times a second to redraw the convergence chart) and :meth:`FitJob.stop` sets a
-``threading.Event`` that the fitting callback checks after every round: the estimator then ends the
-descent, marks the model "not converged / stopped by user", and the pipeline still audits what was fitted.
+:class:`FitJob` runs the pipeline in a daemon thread or (the dashboard) in a child process forked from a
+preloaded fork server. Its ``history`` list grows one row per descent round (the page polls it a few times a
+second to redraw the convergence chart). :meth:`FitJob.stop` sets a flag that is polled between chunks of
+boosting iterations of the base model (nothing is kept), before every single update of the descent (the model
+so far is kept, marked "stopped by user", and not audited: :func:`audit_run` audits it on request), and
+abandons a running audit at once.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+import sys
 import threading
 import time
 import traceback
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -38,7 +41,8 @@ from mmc_core.errors import DataError, MMCError
 __all__ = [
     "LabelSpec", "BaseSpec", "SplitSpec", "FitSettings", "PreparedLabel", "AuditRun", "FitJob",
     "prepare_label", "split_rows", "base_prediction", "fit_base_model", "run_pipeline", "predictions_table",
-    "row_details", "frame_key", "STEP_HELP", "BASE_MODELS", "SPLIT_NAMES",
+    "row_details", "frame_key", "STEP_HELP", "BASE_MODELS", "SPLIT_NAMES", "StoppedByUser", "audit_run",
+    "NOT_AUDITED",
 ]
 
 SPLIT_NAMES = {"base": "base-model training", "fit": "multicalibration fitting",
@@ -147,6 +151,7 @@ class AuditRun:
     base_metrics: dict = field(default_factory=dict)
     finished_at: float = 0.0
     thresholds: dict = field(default_factory=dict)  # alpha, beta, moment_betas actually used; auto: bool
+    split_seed: int = 0
 
     @property
     def alpha(self) -> float:
@@ -226,7 +231,7 @@ def prepare_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel:
         lo, hi = (float(v) for v in np.quantile(y, [spec.q_lo, spec.q_hi]))
         n_clipped = int(np.sum((y < lo) | (y > hi)))
         y = np.clip(y, lo, hi)
-        note = (f"clipped at the {spec.q_lo:.1%} and {spec.q_hi:.1%} quantiles ({n_clipped:,} row(s) clipped)")
+        note = f"clipped at the {spec.q_lo:.1%} and {spec.q_hi:.1%} quantiles: {n_clipped:,} row(s) clipped"
     else:
         raise DataError(f"unknown label scaling {spec.scaling!r}")
     if not hi > lo:
@@ -270,13 +275,88 @@ def _feature_frame(df: pd.DataFrame, features) -> pd.DataFrame:
     return X
 
 
-def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int = 0):
-    """A scikit-learn pipeline (one-hot for text columns) fitted on (X, y)."""
+def debug(msg: str):
+    """Timing notes on stderr when MMC_DEBUG_TIMING is set (used to measure Stop latency in the server)."""
+    import os
+    import sys
+
+    if os.environ.get("MMC_DEBUG_TIMING"):
+        print(f"[mmc {time.time():.3f}] {msg}", file=sys.stderr, flush=True)
+
+
+_PREWARM: list = []
+SWITCH_INTERVAL = 0.0005  # seconds; Python's default is 0.005
+_BASE_LOCK = threading.Lock()
+
+
+def prewarm():
+    """Import scikit-learn in a background thread, once per process. The first import takes seconds (scipy and
+    all), holds the import lock and the interpreter, and used to happen inside the first in-app base-model fit,
+    where Stop could not interrupt it and it counted as fit time."""
+    with _BASE_LOCK:
+        if _PREWARM:
+            return
+        # The fit thread (scikit-learn's Cython drops and retakes the GIL thousands of times per boosting
+        # iteration) and the server's page runs share one interpreter: with the default 5 ms switch interval each
+        # retake could wait 5 ms for a busy page run (the convoy effect), which made in-app fits many times slower.
+        sys.setswitchinterval(SWITCH_INTERVAL)
+        t = threading.Thread(target=_import_sklearn, name="mmc-prewarm", daemon=True)
+        _PREWARM.append(t)
+    t.start()
+
+
+def _import_sklearn():
+    try:
+        import sklearn.compose  # noqa: F401
+        import sklearn.ensemble  # noqa: F401
+        import sklearn.impute  # noqa: F401
+        import sklearn.linear_model  # noqa: F401
+        import sklearn.pipeline  # noqa: F401
+        import sklearn.preprocessing  # noqa: F401
+    except ImportError:  # pragma: no cover - the base-model fit reports it
+        pass
+    try:  # start the fork server of background runs now, not on the first Run click
+        _mp_context()
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+    except Exception:  # noqa: BLE001 - the first run starts it then
+        pass
+
+
+class StoppedByUser(MMCError):
+    """Raised inside the pipeline when Stop was pressed in a phase that keeps nothing (the base-model fit)."""
+
+
+BOOST_CHUNK = 10  # boosting iterations between two looks at the stop flag
+
+
+def _limit_threads():
+    """At most one OpenMP / BLAS thread for fits inside the dashboard: the server's own threads (page runs,
+    the 4-per-second live view) compete for the same cores, and spinning OpenMP workers waiting for the GIL made
+    an in-app gradient-boosting fit over ten times slower than the same fit in a plain Python process."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        import contextlib
+
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1)
+
+
+def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int = 0, stop=None, progress=None):
+    """A scikit-learn pipeline (one-hot for text columns) fitted on (X, y).
+
+    ``stop()`` is polled between chunks of BOOST_CHUNK boosting iterations (gradient boosting is grown with
+    ``warm_start``, which gives the same model as one fit); when it returns True, :class:`StoppedByUser` is
+    raised. ``progress(iterations_done)`` is called after every chunk."""
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import SimpleImputer
-    from sklearn.pipeline import make_pipeline
+    from sklearn.pipeline import Pipeline, make_pipeline
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
+    if len(X) == 0:
+        raise DataError("no rows to train the base model on")
     cat = [c for c in X.columns if not pd.api.types.is_numeric_dtype(X[c])]
     num = [c for c in X.columns if c not in cat]
     if kind == "hgb":
@@ -287,37 +367,61 @@ def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int 
                                    OneHotEncoder(handle_unknown="ignore", max_categories=30,
                                                  sparse_output=False)), cat),
              ("num", "passthrough", num)], remainder="drop")
-        reg = HistGradientBoostingRegressor(max_iter=200, learning_rate=0.08, early_stopping=True,
-                                            validation_fraction=0.15, random_state=seed)
-    elif kind == "ridge":
+        max_iter = 200
+        reg = HistGradientBoostingRegressor(max_iter=BOOST_CHUNK, learning_rate=0.08, early_stopping=True,
+                                            validation_fraction=0.15, random_state=seed, warm_start=True)
+        with _limit_threads():
+            Xt = pre.fit_transform(X)
+            done = 0
+            while done < max_iter:
+                if stop is not None and stop():
+                    raise StoppedByUser("stopped during the base-model fit")
+                target = min(done + BOOST_CHUNK, max_iter)
+                reg.set_params(max_iter=target)
+                reg.fit(Xt, y)
+                if progress is not None:
+                    progress(int(reg.n_iter_))
+                if reg.n_iter_ < target:  # early stopping ended the boosting
+                    break
+                done = target
+        return Pipeline([("pre", pre), ("reg", reg)])
+    if kind == "ridge":
         from sklearn.linear_model import RidgeCV
 
         pre = ColumnTransformer(
             [("cat", make_pipeline(SimpleImputer(strategy="constant", fill_value="(missing)"),
                                    OneHotEncoder(handle_unknown="ignore", max_categories=30)), cat),
              ("num", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), num)], remainder="drop")
-        reg = RidgeCV(alphas=np.logspace(-3, 3, 13))
-    else:
-        raise MMCError(f"unknown base model {kind!r}; choose one of {', '.join(BASE_MODELS)}")
-    pipe = make_pipeline(pre, reg)
-    pipe.fit(X, y)
-    return pipe
+        pipe = make_pipeline(pre, RidgeCV(alphas=np.logspace(-3, 3, 13)))
+        if stop is not None and stop():
+            raise StoppedByUser("stopped during the base-model fit")
+        with _limit_threads():
+            pipe.fit(X, y)
+        return pipe
+    raise MMCError(f"unknown base model {kind!r}; choose one of {', '.join(BASE_MODELS)}")
 
 
 _BASE_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
-_BASE_LOCK = threading.Lock()
 
 
-def cached_base_model(key: tuple, df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, spec: BaseSpec, seed: int):
+def cached_base_model(key: tuple, df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, spec: BaseSpec, seed: int,
+                      stop=None, progress=None):
     """Predictions of an in-app base model on all rows, fitted on ``rows`` only; cached on ``key`` (data hash,
-    label, split, spec) so re-running the multicalibration with new parameters does not refit it."""
+    label, split, spec, row digest) so re-running the multicalibration with new parameters does not refit it."""
     with _BASE_LOCK:
         if key in _BASE_CACHE:
             _BASE_CACHE.move_to_end(key)
             return _BASE_CACHE[key]
     X = _feature_frame(df, spec.features)
-    model = fit_base_model(X.iloc[rows], y[rows], spec.model, seed)
-    pred = np.asarray(model.predict(X), dtype=float)
+    try:
+        model = fit_base_model(X.iloc[rows], y[rows], spec.model, seed, stop=stop, progress=progress)
+        with _limit_threads():
+            pred = np.asarray(model.predict(X), dtype=float)
+    except MMCError:
+        raise
+    except ValueError as e:  # scikit-learn's own checks: say which model and features
+        raise DataError(f"the base model could not be fitted on features {', '.join(map(str, spec.features))}: "
+                        f"{str(e).splitlines()[0]}") from None
     out = (pred, model)
     with _BASE_LOCK:
         _BASE_CACHE[key] = out
@@ -327,7 +431,7 @@ def cached_base_model(key: tuple, df: pd.DataFrame, y: np.ndarray, rows: np.ndar
 
 
 def base_prediction(df: pd.DataFrame, label: PreparedLabel, label_spec: LabelSpec, spec: BaseSpec,
-                    split: dict, split_spec: SplitSpec, data_key: str = ""):
+                    split: dict, split_spec: SplitSpec, data_key: str = "", stop=None, progress=None):
     """(base prediction of every row in fitted-label units clipped to the label range, or None; note)."""
     from app.io import numeric_column
 
@@ -351,9 +455,17 @@ def base_prediction(df: pd.DataFrame, label: PreparedLabel, label_spec: LabelSpe
         missing = [f for f in feats if f not in df.columns]
         if missing:
             raise DataError(f"feature column(s) not in the data: {', '.join(missing)}")
+        from app.validate import unusable_feature_error
+
+        problem = unusable_feature_error(df, feats)
+        if problem:
+            raise DataError(problem)
+        if split["base"].size == 0:
+            raise DataError("no rows to train the base model on (the split gives it none)")
         spec = BaseSpec("model", None, spec.model, tuple(feats))
-        key = (data_key, label_spec, spec, split_spec)
-        b, _ = cached_base_model(key, df, label.y, split["base"], spec, split_spec.seed)
+        rows_digest = hashlib.sha1(np.ascontiguousarray(split["base"]).tobytes()).hexdigest()[:16]
+        key = (data_key, label_spec, spec, split_spec, rows_digest)
+        b, _ = cached_base_model(key, df, label.y, split["base"], spec, split_spec.seed, stop=stop, progress=progress)
         note = (f"base prediction: {BASE_MODELS.get(spec.model, spec.model)} on {len(feats)} feature(s), "
                 f"trained on {split['base'].size:,} rows that are not used again")
     else:
@@ -408,7 +520,7 @@ def _take_rows(df: pd.DataFrame, rows: np.ndarray, columns) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------------
 def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, split_spec: SplitSpec,
                  groups_json: dict, settings: FitSettings, callback=None, phase=None, data_key: str = "",
-                 data_name: str = "", on_thresholds=None, stop=None) -> AuditRun:
+                 data_name: str = "", on_thresholds=None, stop=None, on_fitted=None) -> AuditRun:
     """Prepare, split, base model, fit (with ``callback(history_row) -> stop?``), audit. See module doc.
 
     ``on_thresholds(dict)`` receives the alpha / beta the fit will use (auto values computed) before it starts."""
@@ -432,9 +544,17 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
     timings["prepare"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
+    progress = None
     if base_spec.kind == "model":
-        say(f"fitting the base model on {split['base'].size:,} rows")
-    base, base_note = base_prediction(df, label, label_spec, base_spec, split, split_spec, data_key)
+        n_base = split["base"].size
+        say(f"fitting the base model on {n_base:,} rows")
+
+        def progress(it):
+            say(f"fitting the base model on {n_base:,} rows ({it} boosting iterations)")
+    if stop is not None and stop():
+        raise StoppedByUser("stopped before the base model was fitted")
+    base, base_note = base_prediction(df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop,
+                                      progress=progress)
     timings["base_model"] = time.perf_counter() - t1
 
     group_cols = sorted(groups.columns())
@@ -457,10 +577,10 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
             callback=callback, label_name=label.name, base_name=base_name, stop=stop)
     timings["fit"] = time.perf_counter() - t2
     model = est.model_
-    if label.source == "observed":  # the range was passed explicitly (all rows' min/max): say where it came from
+    if label.source in ("observed", "robust"):  # the range was passed explicitly: say where it came from
         from mmc_core import LabelScale
 
-        model.scale = LabelScale(model.scale.lo, model.scale.hi, "observed")
+        model.scale = LabelScale(model.scale.lo, model.scale.hi, label.source)
     model.info["label_source"] = label.source
     model.info["label_note"] = label.note
     model.info["base_note"] = base_note
@@ -474,27 +594,53 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
     run = AuditRun(model=model, history=list(est.history_), converged=bool(est.converged_),
                    stopped=bool(model.info.get("stopped_by_user")), label=label, base=base, base_spec=base_spec,
                    label_spec=label_spec, split=split, settings=settings, groups_json=groups.to_json(),
-                   timings=timings, data_key=data_key, data_name=data_name, thresholds=thresholds)
+                   timings=timings, data_key=data_key, data_name=data_name, thresholds=thresholds,
+                   split_seed=split_spec.seed)
     test = split["test"]
     if base is not None:
         run.base_metrics = {"base_test": error_metrics(label.y[test], base[test])}
 
+    if stop is not None and stop():  # Stop pressed: keep the model as fitted so far, skip the audit
+        run.stopped = True
+        run.audit_error = NOT_AUDITED
+        timings["total"] = time.perf_counter() - t0
+        run.finished_at = time.time()
+        say("stopped")
+        return run
     say(f"auditing on {test.size:,} test rows")
+    if on_fitted is not None:  # a separate copy: an abandoned audit must not change what the user was given
+        on_fitted(replace(run, timings=dict(run.timings), split=dict(run.split)))
+    audit_run(run, df)
+    timings["total"] = time.perf_counter() - t0
+    run.finished_at = time.time()
+    say("done")
+    return run
+
+
+NOT_AUDITED = "not audited: the run was stopped before its audit"
+
+
+def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
+    """Audit ``run``'s model on its test rows (fills ``run.audit`` or ``run.audit_error``)."""
+    from mmc_core.errors import MMCError as _MMCError
+
+    test = run.split["test"]
+    settings = run.settings
     t3 = time.perf_counter()
     try:
         from mmc_core.metrics import audit as audit_fn
 
+        group_cols = sorted(run.model.groups.columns())
         X_test = _take_rows(df, test, group_cols)
-        run.audit = audit_fn(model, X_test, label.y[test], base=None if base is None else base[test],
-                             delta=settings.delta, gamma=settings.gamma, n_boot=settings.n_boot, seed=split_spec.seed)
+        run.audit = audit_fn(run.model, X_test, run.label.y[test], base=None if run.base is None else run.base[test],
+                             delta=settings.delta, gamma=settings.gamma, n_boot=settings.n_boot,
+                             seed=run.split_seed)
+        run.audit_error = ""
     except ImportError as e:
         run.audit_error = f"the audit module is not available ({e})"
-    except MMCError as e:
+    except _MMCError as e:
         run.audit_error = str(e)
-    timings["audit"] = time.perf_counter() - t3
-    timings["total"] = time.perf_counter() - t0
-    run.finished_at = time.time()
-    say("done")
+    run.timings["audit"] = time.perf_counter() - t3
     return run
 
 
@@ -559,12 +705,24 @@ def row_details(df: pd.DataFrame, run: AuditRun, row: int, intervals: dict | Non
 class FitJob:
     """Run :func:`run_pipeline` in a daemon thread; watch ``history`` / ``phase``; :meth:`stop` to end early.
 
-    ``status`` is one of ``running``, ``done``, ``error``. A stopped run ends as ``done`` with
-    ``result.stopped`` True (the partial model is audited). ``error`` holds a user-facing message.
+    ``status`` is one of ``running``, ``done``, ``stopped`` (Stop pressed before anything was fitted: no
+    result), ``error``. Stop is honoured within one check of the flag in every phase:
+
+    * base-model fit: between two chunks of boosting iterations (nothing is kept; ``stopped``);
+    * descent: before the next single update (the model fitted so far is kept, marked stopped, not audited);
+    * audit: at once: the job ends with the fitted model (not audited) and the audit thread's result is dropped.
+
+    ``stop_checks`` counts the looks at the flag after it was set (the tests assert that the flag was seen
+    before the next boosting chunk / update, not wall-clock times); ``stop_seen_at`` is when it was first seen.
     """
 
-    def __init__(self, df, label_spec, base_spec, split_spec, groups_json, settings, data_key="", data_name=""):
+    def __init__(self, df, label_spec, base_spec, split_spec, groups_json, settings, data_key="", data_name="",
+                 worker: str = "thread"):
+        self.worker = worker  # "thread" (in this process) or "process" (a forked worker; see start())
+        self._proc = None
+        self._mp_stop = None
         self.args = (df, label_spec, base_spec, split_spec, groups_json, settings)
+        self.settings = settings
         self.data_key, self.data_name = data_key, data_name
         self.history: list = []
         self.phase = "starting"
@@ -576,18 +734,85 @@ class FitJob:
         self.thresholds: dict = {}
         self.stop_requested_at: float | None = None
         self.stop_seen_at: float | None = None
+        self.stop_phase = ""
+        self.kept = ""
+        self.updates_after_stop = 0
         self._stop = threading.Event()
         self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._fitted: AuditRun | None = None
+        self._abandoned = False
         self._thread: threading.Thread | None = None
         self.id = hashlib.sha1(f"{id(self)}{time.time()}".encode()).hexdigest()[:8]
 
     # -- control --
     def start(self) -> "FitJob":
+        """Run in the background: a daemon thread, or with ``worker="process"`` a child process forked from a
+        preloaded fork server (its own interpreter: the fit never competes with the server's page runs for the
+        GIL, and a phase that keeps nothing is ended by terminating the child). The child reports history rows,
+        phases and the result through a queue that a reader thread here turns into this object's attributes."""
         self.status = "running"
         self.started_at = time.time()
-        self._thread = threading.Thread(target=self._run, name=f"mmc-fit-{self.id}", daemon=True)
+        if self.worker == "process":
+            ctx = _mp_context()
+            queue = ctx.Queue()
+            self._mp_stop = ctx.Event()
+            self._proc = ctx.Process(target=_child_main, args=(self.args, self.data_key, self.data_name, queue,
+                                                                self._mp_stop), name=f"mmc-fit-{self.id}", daemon=True)
+            self._proc.start()
+            self.args = None
+            self._thread = threading.Thread(target=self._read_child, args=(queue,), name=f"mmc-read-{self.id}",
+                                            daemon=True)
+        else:
+            self._thread = threading.Thread(target=self._run, name=f"mmc-fit-{self.id}", daemon=True)
         self._thread.start()
         return self
+
+    def _read_child(self, queue):
+        """Turn the child's messages into attributes (history rows, phase, thresholds, fitted run, result)."""
+        import queue as queue_mod
+
+        try:
+            while True:
+                try:
+                    kind, payload = queue.get(timeout=0.5)
+                except queue_mod.Empty:
+                    if self._proc is not None and not self._proc.is_alive():
+                        with self._lock:
+                            if self.status == "running":
+                                if self._stop.is_set() and self.stop_phase.startswith(("fitting the base", "preparing",
+                                                                                        "starting")):
+                                    self.kept = "nothing was fitted; the previous results are kept"
+                                    self.error, self.status = "stopped during the base-model fit", "stopped"
+                                else:
+                                    self.error, self.status = "the fitting process ended unexpectedly", "error"
+                                self.ended_at = time.time()
+                                self._done.set()
+                        return
+                    continue
+                if kind == "hist":
+                    self.history.append(payload)
+                elif kind == "phase":
+                    self._set_phase(payload)
+                elif kind == "thr":
+                    self.thresholds = payload
+                elif kind == "seen":
+                    self.stop_seen_at = self.stop_seen_at or time.time()
+                elif kind == "fitted":
+                    self._on_fitted(payload)
+                elif kind == "end":
+                    status, result, error, detail, kept = payload
+                    with self._lock:
+                        if not self._abandoned and self.status == "running":
+                            self.result, self.error, self.detail = result, error, detail
+                            self.kept = kept or self.kept
+                            self.status = status
+                            self.ended_at = time.time()
+                            self._done.set()
+                    return
+        finally:
+            if self._proc is not None:
+                self._proc.join(timeout=5)
 
     def run_sync(self) -> "FitJob":
         """Run in the calling thread (used for the quick first demo audit and in tests)."""
@@ -599,7 +824,37 @@ class FitJob:
     def stop(self):
         if self.stop_requested_at is None:
             self.stop_requested_at = time.time()
+            self.stop_phase = self.phase
         self._stop.set()
+        if self._mp_stop is not None:
+            self._mp_stop.set()
+            if self._proc is not None and self._fitted is None and \
+                    self.phase.startswith(("fitting the base", "preparing", "starting")):
+                # nothing to keep: end the child at once (it may be inside a step that polls no flag)
+                self._proc.terminate()
+                with self._lock:
+                    if self.status == "running":
+                        self.stop_seen_at = time.time()
+                        self.kept = "nothing was fitted; the previous results are kept"
+                        self.error, self.status = "stopped during the base-model fit", "stopped"
+                        self.ended_at = time.time()
+                        self._done.set()
+                return
+        with self._lock:
+            if self.status == "running" and self._fitted is not None:  # in the audit: end now with the model
+                run = self._fitted
+                run.audit, run.audit_error = None, NOT_AUDITED
+                run.stopped = True
+                run.finished_at = time.time()
+                self.result = run
+                self.kept = self._kept_text(run)
+                self._abandoned = True
+                self.stop_seen_at = time.time()
+                if self._proc is not None:
+                    self._proc.terminate()  # the audit's result is not wanted any more
+                self.status = "done"
+                self.ended_at = time.time()
+                self._done.set()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
@@ -617,45 +872,130 @@ class FitJob:
         return (self.ended_at or time.time()) - self.started_at if self.started_at else 0.0
 
     # -- worker --
+    def _seen(self):
+        if self.stop_seen_at is None:
+            self.stop_seen_at = time.time()
+
     def _callback(self, row: dict) -> bool:
         self.history.append({k: (float(v) if isinstance(v, (np.floating, np.integer)) else v) for k, v in row.items()})
         if self._stop.is_set():
-            if self.stop_seen_at is None:
-                self.stop_seen_at = time.time()
+            self._seen()
             return True
         return False
 
     def _stop_now(self) -> bool:
         if self._stop.is_set():
-            if self.stop_seen_at is None:
-                self.stop_seen_at = time.time()
+            self._seen()
             return True
         return False
 
     def _set_phase(self, text: str):
+        debug(f"job {self.id}: {text}")
         self.phase = text
 
     def _set_thresholds(self, t: dict):
         self.thresholds = dict(t)
 
+    def _on_fitted(self, run: AuditRun):
+        with self._lock:
+            self._fitted = run
+
+    @staticmethod
+    def _kept_text(run: AuditRun) -> str:
+        info = getattr(run.model, "info", {}) or {}
+        return (f"the model after {info.get('rounds')} round(s) ({info.get('mean_updates', 0):,} mean updates) was "
+                "kept, not audited")
+
     def _run(self):
         try:
-            self.result = run_pipeline(*self.args, callback=self._callback, stop=self._stop_now, phase=self._set_phase,
-                                       data_key=self.data_key, data_name=self.data_name,
-                                       on_thresholds=self._set_thresholds)
-            self.status = "done"
+            result = run_pipeline(*self.args, callback=self._callback, stop=self._stop_now, phase=self._set_phase,
+                                  data_key=self.data_key, data_name=self.data_name,
+                                  on_thresholds=self._set_thresholds, on_fitted=self._on_fitted)
+            with self._lock:
+                if self._abandoned:
+                    return
+                self.result = result
+                if result.stopped and not result.audit:
+                    self.kept = self._kept_text(result)
+                self.status = "done"
+        except StoppedByUser as e:
+            with self._lock:
+                self.kept = "nothing was fitted; the previous results are kept"
+                self.error, self.status = str(e), "stopped"
         except MMCError as e:
-            self.error, self.status = str(e), "error"
+            with self._lock:
+                if not self._abandoned:
+                    self.error, self.status = str(e), "error"
         except MemoryError:
             self.error, self.status = "out of memory: use fewer groups, fewer buckets or a smaller table", "error"
         except Exception as e:  # noqa: BLE001 - shown to the user; the app keeps working
-            self.error = f"unexpected error: {type(e).__name__}: {e}"
-            self.detail = traceback.format_exc()
-            self.status = "error"
+            with self._lock:
+                if not self._abandoned:
+                    self.error = f"unexpected error: {type(e).__name__}: {e}"
+                    self.detail = traceback.format_exc()
+                    self.status = "error"
         finally:
-            self.ended_at = time.time()
-            self.args = None  # drop the reference to the table
-            self._done.set()
+            with self._lock:
+                if not self._abandoned:
+                    self.ended_at = time.time()
+                    self.args = None  # drop the reference to the table
+                    self._done.set()
+
+
+_MP_CTX = []
+
+
+def _mp_context():
+    """A fork-server context whose server has numpy, pandas, scikit-learn and this module imported, so a job's
+    child starts in a fraction of a second (and is forked from a single-threaded process, not the server)."""
+    import multiprocessing as mp
+
+    with _BASE_LOCK:
+        if not _MP_CTX:
+            try:
+                ctx = mp.get_context("forkserver")
+                ctx.set_forkserver_preload(["numpy", "pandas", "app.runner", "mmc_core", "mmc_core.metrics",
+                                            "sklearn.ensemble", "sklearn.compose", "sklearn.pipeline",
+                                            "sklearn.preprocessing", "sklearn.impute", "sklearn.linear_model"])
+            except ValueError:  # pragma: no cover - no fork server on this platform
+                ctx = mp.get_context("spawn")
+            _MP_CTX.append(ctx)
+        return _MP_CTX[0]
+
+
+def _child_main(args, data_key, data_name, queue, stop_event):
+    """The body of a worker process: run the pipeline, report everything through ``queue``."""
+    seen = []
+
+    def stop():
+        if stop_event.is_set():
+            if not seen:
+                seen.append(1)
+                queue.put(("seen", None))
+            return True
+        return False
+
+    def callback(row):
+        queue.put(("hist", {k: (float(v) if isinstance(v, (np.floating, np.integer)) else v) for k, v in row.items()}))
+        return stop()
+
+    try:
+        result = run_pipeline(*args, callback=callback, stop=stop, phase=lambda t: queue.put(("phase", t)),
+                              data_key=data_key, data_name=data_name, on_thresholds=lambda t: queue.put(("thr", dict(t))),
+                              on_fitted=lambda r: queue.put(("fitted", r)))
+        kept = FitJob._kept_text(result) if result.stopped and not result.audit else ""
+        queue.put(("end", ("done", result, "", "", kept)))
+    except StoppedByUser as e:
+        queue.put(("end", ("stopped", None, str(e), "", "nothing was fitted; the previous results are kept")))
+    except MMCError as e:
+        queue.put(("end", ("error", None, str(e), "", "")))
+    except MemoryError:
+        queue.put(("end", ("error", None, "out of memory: use fewer groups, fewer buckets or a smaller table", "", "")))
+    except Exception as e:  # noqa: BLE001 - reported to the page
+        queue.put(("end", ("error", None, f"unexpected error: {type(e).__name__}: {e}", traceback.format_exc(), "")))
+    finally:
+        queue.close()
+        queue.join_thread()
 
 
 def settings_dict(settings: FitSettings) -> dict:

@@ -36,7 +36,7 @@ import numpy as np
 
 from .errors import GroupDefinitionError
 
-__all__ = ["Condition", "Group", "GroupSet", "Membership", "MAX_GROUPS"]
+__all__ = ["Condition", "Group", "GroupSet", "Membership", "MAX_GROUPS", "MAX_VALUES", "column_conditions"]
 
 MAX_GROUPS = 5000  # more groups than this is refused: cell statistics grow as groups x buckets^2
 _OPS = ("==", "!=", "in", "not in", "<", "<=", ">", ">=", "between")
@@ -365,10 +365,39 @@ class Membership:
         return out
 
 
-def _quartile_edges(values: np.ndarray) -> list:
+def _quartile_edges(values: np.ndarray, n_bins: int = 4) -> list:
+    """Inner cut points of ``n_bins`` quantile bins (distinct; none at or below the minimum: no empty bin)."""
     v = values[np.isfinite(values)]
-    qs = np.unique(np.quantile(v, [0.25, 0.5, 0.75]))
-    return [float(q) for q in qs]
+    if v.size == 0 or n_bins < 2:
+        return []
+    qs = np.unique(np.quantile(v, np.linspace(0, 1, n_bins + 1)[1:-1]))
+    return [float(q) for q in qs if q > v.min()]
+
+
+MAX_VALUES = 10  # a numeric column with more distinct values than this is cut into quantile bins
+
+
+def column_conditions(table, c: str, n_bins: int = 4, max_values: int = MAX_VALUES, bin_numeric: bool = False) -> list:
+    """The conditions of one group column, as ``mmc fit --group-cols`` and the dashboard both build them: one
+    per value, or (numeric columns with more than ``max_values`` distinct values, or any numeric column when
+    ``bin_numeric``) one per ``n_bins``-quantile bin computed on ``table``."""
+    arr = _column(table, c)
+    if _is_numeric_column(arr):
+        distinct = np.unique(arr[np.isfinite(arr)])
+        if distinct.size == 0:
+            raise GroupDefinitionError(f"group column '{c}' has no values")
+        if distinct.size > max_values or (bin_numeric and distinct.size > n_bins):
+            bounds = [None] + _quartile_edges(arr, n_bins) + [None]
+            return [Condition(c, "between", lo=bounds[i], hi=bounds[i + 1]) for i in range(len(bounds) - 1)]
+        return [Condition(c, "==", value=(int(v) if float(v).is_integer() else float(v))) for v in distinct]
+    miss = _missing(arr)
+    vals = sorted({str(v) for v in arr[~miss]})
+    if not vals:
+        raise GroupDefinitionError(f"group column '{c}' has no values")
+    if len(vals) > 200:
+        raise GroupDefinitionError(f"group column '{c}' has {len(vals)} distinct values; a group per value is not "
+                                   "useful (bin it first or define groups in a JSON file)")
+    return [Condition(c, "==", value=v) for v in vals]
 
 
 @dataclass
@@ -422,33 +451,7 @@ class GroupSet:
         columns = list(columns)
         if len(set(columns)) != len(columns):
             raise GroupDefinitionError("a group column is listed twice")
-        per_col = []
-        for c in columns:
-            arr = _column(table, c)
-            conds = []
-            if _is_numeric_column(arr):
-                finite = arr[np.isfinite(arr)]
-                distinct = np.unique(finite)
-                if distinct.size == 0:
-                    raise GroupDefinitionError(f"group column '{c}' has no values")
-                if distinct.size > max_values:
-                    edges = _quartile_edges(arr)
-                    bounds = [None] + edges + [None]
-                    conds = [Condition(c, "between", lo=bounds[i], hi=bounds[i + 1]) for i in range(len(bounds) - 1)]
-                else:
-                    conds = [Condition(c, "==", value=(int(v) if float(v).is_integer() else float(v))) for v in distinct]
-            else:
-                miss = _missing(arr)
-                vals = sorted({str(v) for v in arr[~miss]})
-                if not vals:
-                    raise GroupDefinitionError(f"group column '{c}' has no values")
-                if len(vals) > 200:
-                    raise GroupDefinitionError(
-                        f"group column '{c}' has {len(vals)} distinct values; a group per value is not useful "
-                        "(bin it first or define groups in a JSON file)"
-                    )
-                conds = [Condition(c, "==", value=v) for v in vals]
-            per_col.append(conds)
+        per_col = [column_conditions(table, c, 4, max_values) for c in columns]
         count = sum(math.prod(len(per_col[i]) for i in combo)
                     for r in range(1, min(max_order, len(per_col)) + 1)
                     for combo in itertools.combinations(range(len(per_col)), r))

@@ -184,8 +184,17 @@ def test_coverage_heatmaps_centred_on_target(fitted, builder):
     assert hm.texttemplate == "%{text}"
     expected = table.loc[:, table.notna().any(axis=0)].to_numpy(float)  # empty buckets are dropped
     np.testing.assert_allclose(np.asarray(hm.z, float), expected)
-    assert all(t == "" or (len(t) == 4 and t[1] == ".") for t in np.asarray(hm.text).ravel())
+    assert all(t == "" or (len(t) == 4 and t[1] == ".") for t in (x.split("<br>")[0] for x in np.asarray(hm.text).ravel()))
     assert "coverage" in title(fig).lower()
+    # every non-empty cell prints and hovers its row count (issue 11: a 0.50 cell of 2 rows is not one of 2,000)
+    text, custom = np.asarray(hm.text, dtype=object), np.asarray(hm.customdata, dtype=object)
+    if builder == "coverage":
+        counts = np.repeat(a.by_group["count"].to_numpy()[:, None], text.shape[1], axis=1)
+    else:
+        counts = F.bucket_counts(a, table.loc[:, table.notna().any(axis=0)])
+    for (i, j), t in np.ndenumerate(text):
+        if t:
+            assert f"n={int(counts[i, j]):,}" in t and f"rows in this cell {int(counts[i, j]):,}" in custom[i, j]
     assert sum(str(y).endswith(F.BELOW_GAMMA_MARK) for y in hm.y) == len(below_gamma_names(a))
     if builder == "coverage":
         assert len(hm.x) == len(a.coverage.columns)
@@ -208,7 +217,7 @@ def test_width_heatmap_unbounded_intervals_print_infinity(fitted):
     wd = a.width.copy()
     wd.iloc[2, 0] = np.inf
     (hm,) = F.width_heatmap(SimpleNamespace(by_group=a.by_group, width=wd, params=a.params)).data
-    assert np.asarray(hm.text, dtype=object)[2, 0] == "∞"
+    assert np.asarray(hm.text, dtype=object)[2, 0].split("<br>")[0] == "∞"
     assert np.isfinite(np.asarray(hm.z, float)).all()
     serialisable(go.Figure(hm))
 
@@ -292,3 +301,16 @@ def test_missing_tables_give_placeholders():
 
 def test_palette_is_okabe_ito():
     assert F.FIT_COLOR == "#0072B2" and F.HOLDOUT_COLOR == "#E69F00"
+
+
+def test_bucket_heatmap_counts_follow_the_cells():
+    from types import SimpleNamespace
+
+    cov = pd.DataFrame([[0.5, 0.9], [np.nan, 1.0]], index=["all", "tiny"], columns=[0, 1])
+    counts = pd.DataFrame([[2, 2000], [0, 7]], index=["all", "tiny"], columns=[0, 1])
+    bg = pd.DataFrame({"count": [2002, 7], "mass": [1.0, 0.003]}, index=["all", "tiny"])
+    view = SimpleNamespace(by_group=bg, coverage_by_bucket=cov, coverage_by_bucket_counts=counts,
+                           params={"gamma": 0.05, "mean_buckets": [0, 50, 100]}, overall={})
+    (hm,) = [t for t in F.coverage_by_bucket_heatmap(view, 0.1).data if isinstance(t, go.Heatmap)]
+    text = np.asarray(hm.text, dtype=object)
+    assert "n=2<" in text[0, 0] and "n=2,000" in text[0, 1] and text[1, 0] == "" and "n=7" in text[1, 1]

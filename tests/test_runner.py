@@ -153,8 +153,80 @@ def test_fit_job_stops_a_long_run_quickly():
     run = job.result
     assert run.stopped and not run.converged and run.model.info["stopped_by_user"]
     assert job.stop_seen_at is not None and job.stop_seen_at - job.stop_requested_at < 2.0
-    assert len(job.history) <= rounds_before + 50
-    assert run.audit is not None  # the partial model is still audited
+    # the flag is polled before every single update: the descent ends within the round in progress
+    assert len(job.history) <= rounds_before + 2
+    assert run.audit is None and "not audited" in run.audit_error and "kept" in job.kept
+    from app.runner import audit_run
+
+    audit_run(run, df)  # the kept model can be audited afterwards
+    assert run.audit is not None and not run.audit_error
+
+
+def _stoppable_fit_frame(n=3000, seed=0):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"a": rng.normal(size=n), "b": rng.normal(size=n), "c": rng.choice(list("xyz"), n)})
+    df["y"] = np.sin(3 * df["a"]) + df["b"] ** 2 + (df["c"] == "x") + rng.normal(0, 0.1, n)
+    return df
+
+
+def test_base_model_fit_sees_the_stop_flag_between_boosting_chunks():
+    from app.runner import BOOST_CHUNK, StoppedByUser, fit_base_model
+
+    df = _stoppable_fit_frame()
+    seen = []
+    flag = {"stop": False}
+
+    def progress(it):
+        seen.append(it)
+        if it >= 2 * BOOST_CHUNK:
+            flag["stop"] = True
+
+    with pytest.raises(StoppedByUser):
+        fit_base_model(df[["a", "b", "c"]], df["y"].to_numpy(), "hgb", 0, stop=lambda: flag["stop"], progress=progress)
+    assert seen[-1] == 2 * BOOST_CHUNK  # no boosting chunk ran after the flag was set
+    # without a stop the chunked fit equals one plain fit of the same model
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    model = fit_base_model(df[["a", "b"]], df["y"].to_numpy(), "hgb", 0)
+    ref = HistGradientBoostingRegressor(max_iter=200, learning_rate=0.08, early_stopping=True,
+                                        validation_fraction=0.15, random_state=0).fit(df[["a", "b"]], df["y"])
+    assert model.named_steps["reg"].n_iter_ == ref.n_iter_
+    assert np.allclose(model.predict(df[["a", "b"]]), ref.predict(df[["a", "b"]]))
+
+
+def test_fit_job_stopped_in_the_base_model_keeps_nothing():
+    df = _stoppable_fit_frame(20_000)
+    groups = {"format": "mmc-groups", "version": 1, "groups": [{"name": "c=x", "where": [{"column": "c", "op": "==", "value": "x"}]}]}
+    job = FitJob(df, LabelSpec("y"), BaseSpec("model", None, "hgb", ("a", "b", "c")), SplitSpec(seed=7), groups,
+                 FitSettings(n_boot=0))
+    job.stop()  # pressed before the first boosting chunk
+    job.run_sync()
+    assert job.status == "stopped" and job.result is None and "nothing was fitted" in job.kept
+
+
+def test_stop_during_the_audit_ends_the_job_at_once(synth, monkeypatch):
+    import threading
+
+    import mmc_core.metrics as metrics
+
+    entered, release = threading.Event(), threading.Event()
+    real = metrics.audit
+
+    def slow_audit(*a, **k):
+        entered.set()
+        release.wait(30)
+        return real(*a, **k)
+
+    monkeypatch.setattr(metrics, "audit", slow_audit)
+    job = FitJob(synth, LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"), SplitSpec(),
+                 _groups(synth, ["sex"]), FitSettings(n_boot=0)).start()
+    assert entered.wait(60)
+    job.stop()
+    assert not job.running and job.status == "done"  # no waiting for the audit
+    assert job.result.audit is None and job.result.stopped and "kept" in job.kept
+    release.set()
+    job._thread.join(60)
+    assert job.result.audit is None  # the abandoned audit does not overwrite the stopped result
 
 
 def test_auto_threshold_preview_matches_the_fit(synth):
@@ -236,3 +308,21 @@ def test_lesson_steps_and_figures():
     for fig in (truth_figure(lesson), potential_figure(lesson), two_point_figure()):
         assert fig.layout.title.text
     assert "Converged" in describe(lesson.last, lesson)
+
+
+def test_bug10_cli_and_dashboard_build_the_same_groups():
+    """Issue 11, item 10: one group builder (mmc_core.groups.column_conditions) for `--group-cols` and the
+    dashboard's quick add / suggestions, so an exported groups file and a CLI run agree."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    df = pd.DataFrame({"eleven": rng.integers(0, 11, n), "twelve": rng.integers(0, 12, n),
+                       "wage": rng.lognormal(2, 0.5, n).round(2), "few": rng.integers(0, 3, n),
+                       "race": rng.choice(["a", "b", "c"], n)})
+    cols = ["eleven", "twelve", "wage", "few", "race"]
+    cli = GroupSet.from_columns(df, cols, max_order=2)
+    per = [gb.column_conditions(df, c, 4) for c in cols]
+    dash = GroupSet.from_json(gb.intersections(per, 2))
+    assert cli.to_json() == dash.to_json()
+    # the numeric columns with more than 10 values are cut at their quartiles (not kept as 11 / 12 categories)
+    assert len(per[0]) == 4 and len(per[1]) == 4 and len(per[3]) == 3
+    assert np.array_equal(cli.evaluate(df).sizes, dash.evaluate(df).sizes)

@@ -5,17 +5,48 @@ import streamlit as st
 
 
 def sanitize(key: str, options: list, default=None, multi: bool = False):
-    """Make ``st.session_state[key]`` valid for a widget with ``options`` before the widget is drawn."""
+    """Make ``st.session_state[key]`` valid for a widget with ``options`` before the widget is drawn (a setting
+    is changed through :func:`app.ui.state.put`, so the settings object follows)."""
+    from app.ui import state
+
     ss = st.session_state
     v = ss.get(key)
+    is_setting = key in state.PERSIST
     if multi:
-        ss[key] = [x for x in (v or []) if x in options]
+        new = [x for x in (v or []) if x in options]
+        if new != list(v or []) or key not in ss:
+            state.put(key, new) if is_setting else ss.__setitem__(key, new)
     elif v not in options:
-        ss[key] = default if (default in options or default is None) else (options[0] if options else None)
+        new = default if (default in options or default is None) else (options[0] if options else None)
+        state.put(key, new) if is_setting else ss.__setitem__(key, new)
+
+
+_MD_SPECIAL = "\\`*_{}[]<>#|~$:"  # links and images need [ ], autolinks < > or :, math $
+
+
+def esc(text) -> str:
+    """User-supplied text (column, file, group names, values) made inert for st.markdown and friends: every
+    markdown / HTML special character is backslash-escaped, so a name like ``![x](http://host/img)`` or
+    ``<img src=...>`` shows as text and nothing is fetched."""
+    s = str(text).replace("\r", " ").replace("\n", " ")
+    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in s)
+
+
+def tab_state(key: str, names: list) -> dict:
+    """Keyword arguments for ``st.tabs`` that keep the open tab across reruns (creating a group, a new run) and
+    page switches: the tab is a widget with ``key``, mirrored in a plain session key Streamlit never drops."""
+    ss = st.session_state
+    store = f"_{key}"
+
+    def remember():
+        ss[store] = ss.get(key)
+
+    default = ss.get(store) if ss.get(store) in names else None
+    return {"key": key, "default": default, "on_change": remember}
 
 
 def show_error(prefix: str, e: Exception):
-    st.error(f"{prefix}: {e}" if prefix else str(e), icon=":material/error:")
+    st.error(f"{prefix}: {esc(e)}" if prefix else esc(e), icon=":material/error:")
 
 
 def need_run() -> bool:
@@ -33,4 +64,4 @@ def need_run() -> bool:
 
 def units_suffix() -> str:
     u = (st.session_state.get("label_units") or "").strip()
-    return f" ({u})" if u else ""
+    return f" ({esc(u)})" if u else ""

@@ -11,7 +11,7 @@ from app import demo_data
 from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
 from app.runner import BASE_MODELS
 from app.ui import state
-from app.ui.common import sanitize
+from app.ui.common import esc, sanitize
 from mmc_core.errors import MMCError
 
 SOURCES = ["Bundled demo dataset", "Upload a file"]
@@ -19,6 +19,35 @@ BASE_KINDS = {"column": "an existing prediction column", "model": "fit a model h
               "none": "none: start from the label mean"}
 SCALINGS = {"observed": "observed: min / max of the data", "declared": "declared: a known range (e.g. 0-100)",
             "robust": "robust: clip at quantiles"}
+
+
+def _on_label_change():
+    """A new label: features that leak it (or are the label) are taken out of the base-model features."""
+    from app.validate import feature_flags
+
+    d = state.data()
+    s = state.settings()
+    if d is None:
+        return
+    flags = feature_flags(d["df"], s.label_col)
+    state.put("base_features", [c for c in s.base_features if c != s.label_col and c not in flags])
+
+
+def _drop_bad_label_rows(label: str):
+    """Keep only the rows with a numeric label. The table stays the same upload (same file id, so it is not
+    read again) and every setting is kept."""
+    from app.validate import label_problem_rows
+
+    d = state.data()
+    if d is None or label not in d["df"].columns:
+        return
+    frame = d["df"]
+    bad = label_problem_rows(frame, label)
+    kept = frame.loc[~bad].reset_index(drop=True)
+    if pd.api.types.is_object_dtype(kept[label]) or pd.api.types.is_string_dtype(kept[label]):
+        kept[label] = pd.to_numeric(kept[label], errors="coerce")
+    state.set_data(kept, d["name"], d["source"], demo=d.get("demo"), file_id=d.get("file_id"), keep_settings=True,
+                   note=f"{int(bad.sum()):,} row(s) without a numeric '{label}' dropped")
 
 
 def _on_demo_change():
@@ -44,15 +73,15 @@ def source_section():
     ss = st.session_state
     sources = list(SOURCES) + (["File given on the command line"] if ss.get("cli_data") else [])
     sanitize("src_kind", sources, SOURCES[0])
-    st.radio("Source", sources, key="src_kind", horizontal=True, on_change=_on_source_change,
+    st.radio("Source", sources, horizontal=True, **state.bind("src_kind", _on_source_change),
              label_visibility="collapsed")
     if ss.get("cli_data_error"):
-        st.error(ss["cli_data_error"])
+        st.error(esc(ss["cli_data_error"]))
     if ss["src_kind"] == "Bundled demo dataset":
         names = [ds.name for ds in demo_data.list_datasets()]
         titles = {ds.name: ds.title for ds in demo_data.list_datasets()}
-        st.selectbox("Demo dataset", names, key="demo_name", format_func=lambda n: f"{titles[n]}  ({n})",
-                     on_change=_on_demo_change)
+        st.selectbox("Demo dataset", names, format_func=lambda n: f"{titles[n]}  ({n})",
+                     **state.bind("demo_name", _on_demo_change))
         ds = demo_data.get_dataset(ss["demo_name"])
         st.markdown(ds.description)
         st.caption(f"Source: {ds.source}")
@@ -74,11 +103,11 @@ def source_section():
                         ss["upload_error"] = str(e)
                         ss["upload_error_id"] = up.file_id
             if ss.get("upload_error") and ss.get("upload_error_id") == up.file_id:
-                st.error(f"Cannot use this file: {ss['upload_error']}", icon=":material/error:")
+                st.error(f"Cannot use this file: {esc(ss['upload_error'])}", icon=":material/error:")
         elif (state.data() or {}).get("source") != "upload":
             st.info("Choose a file to audit your own model's predictions. Until then the previous table stays loaded.")
     else:
-        st.caption(f"{ss.get('cli_data')}")
+        st.caption(esc(ss.get('cli_data')))
 
 
 def overview_section(d):
@@ -118,38 +147,35 @@ def label_section(d):
     sanitize("label_col", ordered, nums[-1] if nums else None)
     c1, c2 = st.columns([1, 1], gap="large")
     with c1:
-        st.selectbox("Label column (what the model predicts)", ordered, key="label_col",
+        st.selectbox("Label column (what the model predicts)", ordered, **state.bind("label_col", _on_label_change),
                      format_func=lambda c: c if c in nums else f"{c}  (text)",
                      help="Numeric columns are listed first.")
         st.radio("Label range (the theory works on [0, 1]; outputs are mapped back to label units)",
-                 list(SCALINGS), key="label_scaling", format_func=SCALINGS.get)
+                 list(SCALINGS), **state.bind("label_scaling"), format_func=SCALINGS.get)
         if ss["label_scaling"] == "declared":
             a, b = st.columns(2)
-            a.number_input("Lowest possible value", key="label_lo", format="%g")
-            b.number_input("Highest possible value", key="label_hi", format="%g")
+            a.number_input("Lowest possible value", **state.bind("label_lo"), format="%g")
+            b.number_input("Highest possible value", **state.bind("label_hi"), format="%g")
         elif ss["label_scaling"] == "robust":
             a, b = st.columns(2)
-            a.number_input("Clip below quantile (%)", 0.0, 49.0, step=0.5, key="label_qlo")
-            b.number_input("Clip above quantile (%)", 51.0, 100.0, step=0.5, key="label_qhi")
-        st.checkbox("Log scale (fit ln label; all outputs in log units)", key="label_log")
-        st.text_input("Units of the label (for axis titles)", key="label_units", placeholder="e.g. thousand USD",
+            a.number_input("Clip below quantile (%)", 0.0, 49.0, step=0.5, **state.bind("label_qlo"))
+            b.number_input("Clip above quantile (%)", 51.0, 100.0, step=0.5, **state.bind("label_qhi"))
+        st.checkbox("Log scale (fit ln label; all outputs in log units)", **state.bind("label_log"))
+        st.text_input("Units of the label (for axis titles)", **state.bind("label_units"), placeholder="e.g. thousand USD",
                       max_chars=40)
     with c2:
         summary = state.label_summary(frame, d["key"], state.label_spec())
         if "error" in summary:
-            st.error(f"Label: {summary['error']}", icon=":material/error:")
+            st.error(f"Label: {esc(summary['error'])}", icon=":material/error:")
             lab = ss.get("label_col")
             if lab in frame.columns:
-                n_miss = int(frame[lab].isna().sum())
-                if n_miss and n_miss < len(frame):
-                    if st.button(f"Drop the {n_miss:,} rows whose label is missing", key="drop_missing_label"):
-                        keep = frame[lab].notna().to_numpy()
-                        state.set_data(frame.loc[keep].reset_index(drop=True), f"{d['name']} (label present)",
-                                       d["source"], demo=d.get("demo"), keep_settings=True)
-                        st.rerun()
+                n_bad = int(state.label_problems(frame, d["key"], lab))
+                if n_bad and n_bad < len(frame):
+                    st.button(f"Drop the {n_bad:,} rows whose label is missing or not a number", key="drop_missing_label",
+                              on_click=_drop_bad_label_rows, args=(lab,))
         else:
-            st.markdown(f"Fitted label **{summary['name']}** in **[{summary['lo']:.4g}, {summary['hi']:.4g}]** "
-                        f"({summary['note']}); mean {summary['mean']:.4g}, SD {summary['sd']:.4g}.")
+            st.markdown(f"Fitted label **{esc(summary['name'])}** in **[{summary['lo']:.4g}, {summary['hi']:.4g}]** "
+                        f"({esc(summary['note'])}); mean {summary['mean']:.4g}, SD {summary['sd']:.4g}.")
             st.plotly_chart(_label_hist(summary, summary["name"], state.units()), width="stretch",
                             config={"displayModeBar": False}, key="label_hist")
 
@@ -160,22 +186,30 @@ def base_section(d):
     nums = [c for c in state.numeric_columns(frame) if c != ss.get("label_col")]
     c1, c2 = st.columns([1, 1], gap="large")
     with c1:
-        st.radio("Base prediction (the model being audited; the initial mean)", list(BASE_KINDS), key="base_kind",
+        st.radio("Base prediction (the model being audited; the initial mean)", list(BASE_KINDS), **state.bind("base_kind"),
                  format_func=BASE_KINDS.get)
     with c2:
         if ss["base_kind"] == "column":
             sanitize("base_col", nums, None)
-            st.selectbox("Prediction column (label units)", nums, key="base_col", index=None,
+            st.selectbox("Prediction column (label units)", nums, **state.bind("base_col"), index=None,
                          placeholder="choose a column")
             if not nums:
                 st.warning("There is no numeric column other than the label.")
         elif ss["base_kind"] == "model":
-            st.selectbox("Model", list(BASE_MODELS), key="base_model", format_func=BASE_MODELS.get)
+            st.selectbox("Model", list(BASE_MODELS), **state.bind("base_model"), format_func=BASE_MODELS.get)
             options = [c for c in frame.columns if c != ss.get("label_col")]
             sanitize("base_features", options, multi=True)
-            st.multiselect("Feature columns", options, key="base_features",
+            st.multiselect("Feature columns", options, **state.bind("base_features"),
                            help="Text columns are one-hot encoded; missing values are handled. Do not include "
                                 "columns that leak the label.")
+            flags = state.feature_flags(frame, d["key"], ss.get("label_col"))
+            chosen = [c for c in ss.get("base_features") or [] if c in flags]
+            for c in chosen:
+                st.warning(f"Feature **{esc(c)}**: {esc(flags[c])}.", icon=":material/warning:")
+            others = [c for c in flags if c not in chosen and c != ss.get("label_col")]
+            if others:
+                st.caption("Not pre-selected: " + "; ".join(f"{esc(c)} ({esc(flags[c])})" for c in others[:12])
+                           + ("…" if len(others) > 12 else "") + ".")
             st.caption("The model is trained on its own rows only (see the split below), so its predictions on the "
                        "fitting and test rows are honest out-of-sample predictions.")
         else:
@@ -188,10 +222,10 @@ def split_section(d):
 
     model = ss["base_kind"] == "model"
     c1, c2, c3 = st.columns(3)
-    c1.slider("Test rows (%): audited, never fitted on", 5, 60, key="split_test", step=5)
+    c1.slider("Test rows (%): audited, never fitted on", 5, 60, **state.bind("split_test"), step=5)
     if model:
-        c2.slider("Base-model training rows (%)", 5, 60, key="split_base", step=5)
-    c3.number_input("Random seed of the split", min_value=0, max_value=10_000, key="split_seed")
+        c2.slider("Base-model training rows (%)", 5, 60, **state.bind("split_base"), step=5)
+    c3.number_input("Random seed of the split", min_value=0, max_value=10_000, **state.bind("split_seed"))
     sizes = split_summary(d)
     if sizes is None:
         st.error("These shares leave too few rows for multicalibration: lower them.")
@@ -213,7 +247,7 @@ def render():
     if run is not None and run.data_key == (state.data() or {}).get("key") and ss.get("src_kind") != "Upload a file":
         with st.container(border=True):
             info = run.model.info
-            st.markdown(f"**An audit of _{run.data_name}_ is ready** ({info.get('n_groups')} groups, "
+            st.markdown(f"**An audit of _{esc(run.data_name)}_ is ready** ({info.get('n_groups')} groups, "
                         f"{run.split['test'].size:,} test rows). Change anything below and re-run, or look at it now.")
             st.page_link("ui/results_page.py", label="Open the results", icon=":material/insights:")
     st.subheader("1 · Table")

@@ -8,7 +8,7 @@ import streamlit as st
 
 from app.io import escape_formulas
 from app.ui import state
-from app.ui.common import need_run
+from app.ui.common import esc, need_run
 from mmc_core.errors import MMCError
 
 AUTO_CSV_ROWS = 100_000  # build the CSV without a click up to this many rows
@@ -19,6 +19,15 @@ def _test_inputs(run, frame):
     table = frame.iloc[rows].reset_index(drop=True)
     base = None if run.base is None else run.base[rows]
     return table, run.label.y[rows], base
+
+
+def report_file_name(data_name: str) -> str:
+    """``mmc_report_<table name without its extension>.pdf``, safe as a file name."""
+    import re
+
+    stem = re.sub(r"\.(csv|parquet|pq|txt)$", "", str(data_name), flags=re.I)
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("._") or "audit"
+    return f"mmc_report_{stem[:80]}.pdf"
 
 
 def build_pdf(run, frame) -> bytes:
@@ -64,9 +73,9 @@ def pdf_section(run, frame):
                 ss["export_pdf_error"] = f"PDF export needs the kaleido and fpdf2 packages: pip install kaleido fpdf2 ({e})"
                 ss.pop("export_pdf", None)
     if ss.get("export_pdf_error"):
-        st.error(f"Could not build the PDF: {ss['export_pdf_error']}", icon=":material/error:")
+        st.error(f"Could not build the PDF: {esc(ss['export_pdf_error'])}", icon=":material/error:")
     if ss.get("export_pdf"):
-        c2.download_button("Download report.pdf", data=ss["export_pdf"], file_name=f"mmc_report_{run.data_name}.pdf",
+        c2.download_button("Download report.pdf", data=ss["export_pdf"], file_name=report_file_name(run.data_name),
                            mime="application/pdf", key="pdf_download", on_click="ignore", icon=":material/download:")
         c2.caption(f"{len(ss['export_pdf']) / 1024:,.0f} KB, built in {ss.get('export_pdf_seconds', 0):.1f} s.")
 
@@ -77,9 +86,9 @@ def csv_section(run, frame):
     from mmc_core.intervals import available_methods
 
     methods = list(available_methods(run.model))
-    ss["exp_methods"] = [m for m in ss.get("exp_methods", []) if m in methods]
+    state.put("exp_methods", [m for m in ss.get("exp_methods", []) if m in methods])
     c1, c2 = st.columns([2, 1])
-    c1.multiselect("Interval methods (a lower and an upper column each)", methods, key="exp_methods")
+    c1.multiselect("Interval methods (a lower and an upper column each)", methods, **state.bind("exp_methods"))
     which = c2.radio("Rows", ["all", "test"], key="exp_rows", horizontal=True,
                      format_func=lambda w: {"all": f"all {len(frame):,} rows", "test": "test rows only"}[w])
     sig = (run.finished_at, tuple(ss["exp_methods"]), which)

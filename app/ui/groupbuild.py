@@ -14,13 +14,14 @@ import pandas as pd
 
 from mmc_core import Condition, GroupSet
 from mmc_core.errors import GroupDefinitionError
-from mmc_core.groups import MAX_GROUPS
+from mmc_core.groups import MAX_GROUPS, MAX_VALUES, _quartile_edges
+from mmc_core.groups import column_conditions as core_column_conditions
 
 __all__ = ["column_kind", "distinct_values", "quantile_edges", "column_conditions", "intersections",
            "condition_label", "group_name", "validate_groups", "groups_file", "parse_groups_file",
            "suggest_groups", "MAX_CATEGORIES"]
 
-MAX_CATEGORIES = 12  # numeric columns with more distinct values than this are binned
+MAX_CATEGORIES = MAX_VALUES  # numeric columns with more distinct values than this are binned (as `mmc fit`)
 
 
 def column_kind(s: pd.Series, max_categories: int = MAX_CATEGORIES) -> str:
@@ -50,29 +51,17 @@ def distinct_values(s: pd.Series, limit: int = 200) -> list:
 
 
 def quantile_edges(s: pd.Series, n_bins: int) -> list:
-    """Inner cut points of ``n_bins`` quantile bins (distinct, rounded to 4 significant digits)."""
+    """Inner cut points of ``n_bins`` quantile bins, exactly as ``mmc fit --group-cols`` cuts (mmc_core)."""
     v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)
-    v = v[np.isfinite(v)]
-    if v.size == 0 or n_bins < 2:
-        return []
-    qs = np.quantile(v, np.linspace(0, 1, n_bins + 1)[1:-1])
-    edges = sorted({float(f"{q:.4g}") for q in qs})
-    lo, hi = float(v.min()), float(v.max())
-    return [e for e in edges if lo < e <= hi]
+    return _quartile_edges(v, n_bins)
 
 
-def column_conditions(df: pd.DataFrame, col: str, n_bins: int = 4, max_categories: int = MAX_CATEGORIES) -> list:
-    """One condition dict per value (categorical) or per quantile bin (numeric) of ``col``."""
-    s = df[col]
-    if column_kind(s, max_categories) == "categorical":
-        vals = distinct_values(s, limit=201)
-        if len(vals) > 200:
-            raise GroupDefinitionError(f"column '{col}' has more than 200 distinct values; a group per value is "
-                                       "not useful (pick another column or define ranges)")
-        return [{"column": col, "op": "==", "value": v} for v in vals]
-    edges = quantile_edges(s, n_bins)
-    bounds = [None] + edges + [None]
-    return [{"column": col, "op": "between", "lo": bounds[i], "hi": bounds[i + 1]} for i in range(len(bounds) - 1)]
+def column_conditions(df: pd.DataFrame, col: str, n_bins: int = 4, max_categories: int = MAX_CATEGORIES,
+                      bin_numeric: bool = False) -> list:
+    """One condition dict per value (categorical) or per quantile bin (numeric) of ``col``: the one group builder
+    of mmc_core (:func:`mmc_core.groups.column_conditions`), so a groups file exported here and a
+    ``mmc fit --group-cols`` run on the same table define the same groups."""
+    return [c.to_dict() for c in core_column_conditions(df, col, n_bins, max_categories, bin_numeric)]
 
 
 def condition_label(cond: dict) -> str:
@@ -153,13 +142,7 @@ def suggest_groups(df: pd.DataFrame, columns, numeric_columns=(), order: int = 1
     for c in columns:
         if c not in df.columns:
             continue
-        if c in numeric_columns:
-            edges = quantile_edges(df[c], n_bins)
-            bounds = [None] + edges + [None]
-            per.append([{"column": c, "op": "between", "lo": bounds[i], "hi": bounds[i + 1]}
-                        for i in range(len(bounds) - 1)])
-        else:
-            per.append(column_conditions(df, c, n_bins))
+        per.append(column_conditions(df, c, n_bins, bin_numeric=c in numeric_columns))
     return intersections(per, order) if per else []
 
 

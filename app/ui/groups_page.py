@@ -13,7 +13,7 @@ import streamlit as st
 
 from app.ui import groupbuild as gb
 from app.ui import state
-from app.ui.common import sanitize
+from app.ui.common import esc, sanitize, tab_state
 from mmc_core.errors import MMCError
 
 
@@ -47,7 +47,7 @@ def current_section(d):
     try:
         table = counts_table(d, groups)
     except MMCError as e:
-        st.error(f"The group definitions do not fit this table: {e}")
+        st.error(f"The group definitions do not fit this table: {esc(e)}")
         return
     gamma = float(st.session_state["p_gamma"])
     n_below = int((table["status"] == "⚠ below γ").sum())
@@ -60,7 +60,7 @@ def current_section(d):
     if n_below or n_empty:
         names = table.loc[table["status"] != "✓ ok", "group"].tolist()
         st.warning(f"{n_below + n_empty} group(s) hold less than γ = {gamma:g} of the rows "
-                   f"({', '.join(names[:6])}{'…' if len(names) > 6 else ''}). They are still fitted, but their "
+                   f"({', '.join(esc(n) for n in names[:6])}{'…' if len(names) > 6 else ''}). They are still fitted, but their "
                    "guarantees are weak; the results mark them with †.", icon=":material/warning:")
     st.dataframe(table, hide_index=True, width="stretch", height=min(38 + 35 * len(table), 420),
                  column_config={
@@ -76,16 +76,16 @@ def quick_add(d):
     frame = d["df"]
     options = [c for c in frame.columns if c != ss.get("label_col")]
     sanitize("qa_cols", options, multi=True)
-    st.multiselect("Columns", options, key="qa_cols",
+    st.multiselect("Columns", options, **state.bind("qa_cols"),
                    help="Each value of a column becomes a group; numeric columns with many values are cut into "
                         "quantile bins.")
     c1, c2 = st.columns(2)
     max_order = max(1, len(ss["qa_cols"]))
     if ss["qa_order"] > max_order:
-        ss["qa_order"] = max_order
-    c1.number_input("Intersections up to order", min_value=1, max_value=max(max_order, 1), key="qa_order",
+        state.put("qa_order", max_order)
+    c1.number_input("Intersections up to order", min_value=1, max_value=max(max_order, 1), **state.bind("qa_order"),
                     help="2 adds every pair of values from two different columns (e.g. race=B & sex=F).")
-    c2.number_input("Quantile bins for numeric columns", min_value=2, max_value=10, key="qa_bins")
+    c2.number_input("Quantile bins for numeric columns", min_value=2, max_value=10, **state.bind("qa_bins"))
     if not ss["qa_cols"]:
         st.caption("Pick one or more columns.")
         return
@@ -93,12 +93,12 @@ def quick_add(d):
         per = [gb.column_conditions(frame, c, int(ss["qa_bins"])) for c in ss["qa_cols"]]
         new = gb.intersections(per, int(ss["qa_order"]))
     except MMCError as e:
-        st.error(str(e))
+        st.error(esc(e))
         return
     existing = {g["name"] for g in _groups()}
     fresh = [g for g in new if g["name"] not in existing]
     st.caption(f"{len(new):,} groups from these settings; {len(fresh):,} of them are new"
-               + (": " + ", ".join(g["name"] for g in fresh[:5]) + ("…" if len(fresh) > 5 else "") if fresh else "."))
+               + (": " + ", ".join(esc(g["name"]) for g in fresh[:5]) + ("…" if len(fresh) > 5 else "") if fresh else "."))
     b1, b2 = st.columns(2)
     if b1.button(f"Add {len(fresh):,} groups", key="qa_add", disabled=not fresh, type="primary"):
         merged, _ = gb.merge(_groups(), new)
@@ -123,7 +123,7 @@ def _cond_widgets(d, prefix: str):
         vals = info["values"]
         sanitize(f"{prefix}_vals", vals, multi=True)
         c1, c2 = st.columns([3, 1])
-        picked = c1.multiselect(f"Values of {col}", vals, key=f"{prefix}_vals")
+        picked = c1.multiselect(f"Values of {esc(col)}", vals, key=f"{prefix}_vals")
         neg = c2.checkbox("exclude them", key=f"{prefix}_neg", help="Rows whose value is NOT one of these.")
         if not picked:
             return None
@@ -131,7 +131,7 @@ def _cond_widgets(d, prefix: str):
             return {"column": col, "op": "!=" if neg else "==", "value": picked[0]}
         return {"column": col, "op": "not in" if neg else "in", "values": list(picked)}
     q = info["quartiles"]
-    st.caption(f"{col}: min {info['min']:.4g}, quartiles {q[0]:.4g} / {q[1]:.4g} / {q[2]:.4g}, max {info['max']:.4g}")
+    st.caption(f"{esc(col)}: min {info['min']:.4g}, quartiles {q[0]:.4g} / {q[1]:.4g} / {q[2]:.4g}, max {info['max']:.4g}")
     c1, c2 = st.columns(2)
     ss.setdefault(f"{prefix}_lo", float(q[0]))
     ss.setdefault(f"{prefix}_hi", float(q[2]))
@@ -178,9 +178,9 @@ def custom_group(d):
             sizes = state.group_sizes(d["df"], d["key"], json.dumps([{"name": "draft", "where": draft}]))
             n = sizes[-1]
         except MMCError as e:
-            st.error(str(e))
+            st.error(esc(e))
             n = None
-        st.markdown("**Draft:** " + " **and** ".join(f"`{gb.condition_label(c)}`" for c in draft)
+        st.markdown("**Draft:** " + " **and** ".join(esc(gb.condition_label(c)) for c in draft)
                     + (f" — {n:,} rows ({n / max(d['rows'], 1):.1%})" if n is not None else ""))
         ss.setdefault("cg_name", "")
         st.text_input("Group name (optional)", key="cg_name", placeholder=gb.group_name(draft), max_chars=200)
@@ -260,7 +260,45 @@ def edit_groups(d):
     c2.button("Remove all groups", key="rm_all", on_click=_cb_remove, args=(names, "Removed all groups."))
 
 
+def _parse_import(data, columns) -> tuple[list, object]:
+    """(groups, Settings or None) from a groups file or an audit recipe (bytes or text). Raises MMCError or
+    ValueError with the reason."""
+    from app.ui.settings import RECIPE_FORMAT, Settings
+
+    text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON: {e.msg} (line {e.lineno})") from None
+    if isinstance(obj, dict) and obj.get("format") == RECIPE_FORMAT:
+        if obj.get("version", 1) != 1:
+            raise ValueError(f"recipe version {obj.get('version')!r} is not supported (expected 1)")
+        settings = Settings.from_dict(obj.get("settings") or {}, base=state.settings())
+        groups = gb.parse_groups_file(json.dumps({"format": "mmc-groups", "version": 1,
+                                                  "groups": obj.get("groups") or []}), columns)
+        return groups, settings
+    return gb.parse_groups_file(text, columns), None
+
+
+def _apply_import(new: list, settings, mode: str, source: str):
+    """Take imported groups (and a recipe's settings: they replace the current ones) and redraw."""
+    ss = st.session_state
+    groups = _groups()
+    if settings is not None:
+        ss["settings"] = settings  # the widgets are re-filled from it at the start of the next run
+        _set_groups(new, f"Loaded the audit recipe {source}: every setting and {len(new)} groups.")
+    elif mode.startswith("replace"):
+        _set_groups(new, f"Imported {len(new)} groups from {source} (replacing the old ones).")
+    else:
+        merged, skipped = gb.merge(groups, new)
+        _set_groups(merged, f"Imported {len(new) - skipped} groups from {source}"
+                    + (f" ({skipped} already present by name)" if skipped else "") + ".")
+    st.rerun()
+
+
 def import_export(d):
+    from app.ui.settings import recipe
+
     ss = st.session_state
     groups = _groups()
     c1, c2 = st.columns(2, gap="large")
@@ -271,41 +309,35 @@ def import_export(d):
         st.download_button("Download groups.json", data=ss["export_groups"], file_name="groups.json",
                            mime="application/json", key="grp_download", on_click="ignore",
                            icon=":material/download:")
+        ss["export_recipe"] = json.dumps(recipe(state.settings(), json.loads(text)), indent=2).encode("utf-8")
+        st.download_button("Download the audit recipe (settings + groups)", data=ss["export_recipe"],
+                           file_name="mmc_recipe.json", mime="application/json", key="recipe_download",
+                           on_click="ignore", icon=":material/download:",
+                           help="Every setting of every page plus the groups; import it here to repeat the audit.")
         with st.expander("Show the JSON"):
             st.code(text[:20000] + ("\n…" if len(text) > 20000 else ""), language="json")
     with c2:
-        st.markdown("**Import** a groups file (JSON, as exported here or written by hand).")
-        up = st.file_uploader("Groups JSON", type=["json"], key="grp_upload")
+        st.markdown("**Import** a groups file or an audit recipe (JSON, as exported here or written by hand).")
+        up = st.file_uploader("Groups or recipe JSON", type=["json"], key="grp_upload")
         mode = st.radio("On import", ["add to the current groups", "replace the current groups"], key="grp_mode",
                         horizontal=True)
         if up is not None and ss.get("grp_imported") != up.file_id:
             try:
-                new = gb.parse_groups_file(up.getvalue(), d["df"].columns)
-            except MMCError as e:
-                st.error(f"Cannot import {up.name}: {e}")
+                new, settings = _parse_import(up.getvalue(), d["df"].columns)
+            except (MMCError, ValueError, UnicodeDecodeError) as e:
+                st.error(f"Cannot import {esc(up.name)}: {esc(e)}")
             else:
-                if mode.startswith("replace"):
-                    _set_groups(new, f"Imported {len(new)} groups from {up.name} (replacing the old ones).")
-                else:
-                    merged, skipped = gb.merge(groups, new)
-                    _set_groups(merged, f"Imported {len(new) - skipped} groups from {up.name}"
-                                + (f" ({skipped} already present by name)" if skipped else "") + ".")
                 ss["grp_imported"] = up.file_id
-                st.rerun()
+                _apply_import(new, settings, mode, up.name)
         st.text_area("…or paste JSON", key="grp_paste", height=100,
                      placeholder='{"format": "mmc-groups", "version": 1, "groups": [...]}')
         if st.button("Import pasted JSON", key="grp_paste_btn", disabled=not (ss.get("grp_paste") or "").strip()):
             try:
-                new = gb.parse_groups_file(ss["grp_paste"], d["df"].columns)
-            except MMCError as e:
-                st.error(f"Cannot import: {e}")
+                new, settings = _parse_import(ss["grp_paste"], d["df"].columns)
+            except (MMCError, ValueError) as e:
+                st.error(f"Cannot import: {esc(e)}")
             else:
-                if mode.startswith("replace"):
-                    _set_groups(new, f"Imported {len(new)} groups (replacing the old ones).")
-                else:
-                    merged, skipped = gb.merge(groups, new)
-                    _set_groups(merged, f"Imported {len(new) - skipped} groups.")
-                st.rerun()
+                _apply_import(new, settings, mode, "(pasted)")
 
 
 def render():
@@ -324,7 +356,8 @@ def render():
     if err:
         st.error(err, icon=":material/error:")
     current_section(d)
-    tabs = st.tabs(["Quick add from columns", "Custom group", "Edit · rename · remove", "Import · export"])
+    names = ["Quick add from columns", "Custom group", "Edit · rename · remove", "Import · export"]
+    tabs = st.tabs(names, **tab_state("groups_tab", names))
     with tabs[0]:
         quick_add(d)
     with tabs[1]:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.ui import state
-from app.ui.common import need_run
+from app.ui.common import esc, need_run, tab_state
 
 METHOD_LABELS = {"guaranteed": "guaranteed (paper, Section 5)", "plugin": "plug-in Chebyshev",
                  "multimoment": "multi-moment cover (Appendix)", "calibrated": "calibrated on held-out rows",
@@ -100,8 +100,9 @@ def _test_intervals(key: str, _run, _frame) -> dict:
             "names": list(_run.model.groups.names)}
 
 
-def coverage_by_bucket_table(run, frame, method: str) -> pd.DataFrame:
-    """Coverage of ``method`` per group (rows) and predicted-mean bucket (columns 0..m-1) on the test rows."""
+def coverage_by_bucket_table(run, frame, method: str, with_counts: bool = False):
+    """Coverage of ``method`` per group (rows) and predicted-mean bucket (columns 0..m-1) on the test rows
+    (and, with ``with_counts``, the rows of each cell as a second table)."""
     t = _test_intervals(_run_key(run), run, frame)
     y = run.label.y[run.split["test"]]
     lo, hi = t["ints"][method]
@@ -110,13 +111,18 @@ def coverage_by_bucket_table(run, frame, method: str) -> pd.DataFrame:
     unit = (t["mean"] - run.model.scale.lo) / run.model.scale.span
     b = np.clip(np.floor(unit * m), 0, m - 1).astype(int)
     out = np.full((len(t["names"]), m), np.nan)
+    counts = np.zeros((len(t["names"]), m))
     for g, r in enumerate(t["groups"]):
         if r.size:
             cnt = np.bincount(b[r], minlength=m)
+            counts[g] = cnt
             hit = np.bincount(b[r], weights=inside[r].astype(float), minlength=m)
             with np.errstate(invalid="ignore", divide="ignore"):
                 out[g] = np.where(cnt > 0, hit / np.maximum(cnt, 1), np.nan)
-    return pd.DataFrame(out, index=t["names"], columns=list(range(m)))
+    cov = pd.DataFrame(out, index=t["names"], columns=list(range(m)))
+    if with_counts:
+        return cov, pd.DataFrame(counts, index=t["names"], columns=list(range(m)))
+    return cov
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -124,7 +130,7 @@ def _bucket_figure(key: str, method: str, _run, _frame, units: str = ""):
     from app import figures as F
 
     audit = copy.copy(_audit_with_units(_run.audit, units))
-    audit.coverage_by_bucket = coverage_by_bucket_table(_run, _frame, method)
+    audit.coverage_by_bucket, audit.coverage_by_bucket_counts = coverage_by_bucket_table(_run, _frame, method, True)
     fig = F.coverage_by_bucket_heatmap(audit, _run.settings.delta)
     label = F.METHOD_LABELS.get(method, method)
     if fig.layout.title and fig.layout.title.text:
@@ -185,7 +191,7 @@ def rmse_line(run, frame):
         after = error_metrics(run.label.y[run.split["test"]], _test_intervals(_run_key(run), run, frame)["mean"])
     except Exception:  # noqa: BLE001 - a caption only
         return
-    u = state.units() or f"{run.label.name} units"
+    u = esc(state.units() or f"{run.label.name} units")
     if bm.get("base_test"):
         b = bm["base_test"]
         st.caption(f"Test rows: root mean squared error {b['rmse']:.4g} (base) → {after['rmse']:.4g} "
@@ -220,30 +226,37 @@ def _large_enough(audit, index) -> np.ndarray:
     return np.ones(len(index), bool)
 
 
-def _md(text: str) -> str:
-    """User-supplied names (groups, columns) inside markdown: escape every markdown control character."""
-    return "".join("\\" + c if c in "\\`*_{}[]()#+-.!<>|~$" else c for c in str(text))
+KIND_TITLES = {"mean": "mean over/under-prediction", "variance": "predicted vs observed spread",
+               "coverage": "interval coverage shortfall", "calibration": "bucket calibration"}
 
 
 def findings(run):
+    """The audit's findings (tested defects, each sentence with n, its 95% interval and adjusted p) and the
+    descriptive variance disparities, from :func:`app.report.findings_summary` (the PDF says the same)."""
     from app.report import findings_summary
 
     s = findings_summary(run.audit)
     with st.container(border=True):
         st.markdown("**What the audit found** (test rows)")
         if s["failed"]:
-            st.error(f"The findings could not be computed: {s['failed']}")
+            st.error(f"The findings could not be computed ({esc(s['failed'])}). The tables and figures below are "
+                     "unaffected.", icon=":material/error:")
             return
-        for f in s["shown"]:
-            st.markdown(f"- {_md(f['text'])}")
-        if not s["shown"]:
-            st.markdown("No defect found.")
-        st.caption(f"{s['n_tests']} tests on groups and cells of at least {s['min_count']} rows, adjusted by "
-                   f"{s['control']} at {s['level']:g}; {s['n_found']} finding(s).")
-        if s["disparities"]:
-            st.markdown("Where the model is more or less certain (descriptive):")
-            for d in s["disparities"]:
-                st.markdown(f"- {_md(d['text'])}")
+        if s["shown"]:
+            st.markdown("\n".join(f"- **{esc(KIND_TITLES.get(f['kind'], f['kind']))}:** {esc(f['text'])}"
+                                   for f in s["shown"]))
+        else:
+            st.markdown("No group's mean, spread or interval coverage differs from the model's prediction beyond "
+                        f"sampling error (groups and cells with at least {s['min_count']} test rows).")
+        more = s["n_found"] - len(s["shown"])
+        st.caption((f"{more} more finding(s) in the audit JSON (Export page). " if more > 0 else "")
+                   + f"{s['n_tests']} tests of groups and cells with at least {s['min_count']} test rows, adjusted "
+                   f"together by {s['control']} at {s['level']:g}; smaller groups are never reported.")
+    if s["disparities"]:
+        with st.container(border=True):
+            st.markdown("**Variance disparities** (descriptive: groups the model is more or less certain about; "
+                        "not a defect of the model)")
+            st.markdown("\n".join(f"- {esc(d['text'])}" for d in s["disparities"]))
 
 
 def variance_tab(run):
@@ -257,7 +270,7 @@ def variance_tab(run):
     if n_groups > 10:
         c1, _ = st.columns([2, 3])
         c1.select_slider("Groups shown (farthest from the overall level first)", [10, 20, 30, 50, 100],
-                         key="res_top")
+                         **state.bind("res_top"))
         top = int(ss["res_top"])
     st.plotly_chart(_figure("variance", _run_key(run), run, top, state.units()), width="stretch",
                     key="fig_variance")
@@ -269,11 +282,16 @@ def variance_tab(run):
             t["observed SD"] = np.sqrt(np.clip(t["emp_var"].astype(float), 0, None))
         keep = [c for c in ("count", "mass", "predicted SD", "observed SD", "var_ratio", "var_ratio_lo", "var_ratio_hi")
                 if c in t.columns]
-        top = t.sort_values("predicted SD", ascending=False)[keep].head(8)
+        min_n = int((getattr(run.audit, "params", {}) or {}).get("min_group_count") or st.session_state.get("res_mincount") or 20)
+        small = t["count"].astype(float) < min_n if "count" in t.columns else pd.Series(False, index=t.index)
+        top = t[~small].sort_values("predicted SD", ascending=False)[keep].head(8)
         below = ~_large_enough(run.audit, top.index)
         top.index = [f"{n} †" if b else str(n) for n, b in zip(top.index, below)]
-        st.markdown(f"**Least certain groups** (largest predicted SD, {state.units() or run.label.name + ' units'})"
+        st.markdown(f"**Least certain groups** (largest predicted SD, {esc(state.units() or run.label.name + ' units')})"
                     + ("; † = fewer than γ of the rows, estimates are noisy" if below.any() else ""))
+        if small.any():
+            st.caption(f"{int(small.sum())} group(s) with fewer than {min_n} test rows are left out of this table "
+                       "(their spread cannot be estimated).")
         st.dataframe(top, width="stretch", column_config={
             "mass": st.column_config.NumberColumn(format="%.3f"), "predicted SD": st.column_config.NumberColumn(format="%.3g"),
             "observed SD": st.column_config.NumberColumn(format="%.3g"),
@@ -292,12 +310,12 @@ def coverage_tab(run, frame):
     try:
         methods = list(_test_intervals(_run_key(run), run, frame)["ints"])
     except Exception as e:  # noqa: BLE001
-        st.warning(f"Intervals unavailable: {e}")
+        st.warning(f"Intervals unavailable: {esc(e)}")
         return
     if methods:
         if ss.get("res_method") not in methods:
-            ss["res_method"] = "calibrated" if "calibrated" in methods else methods[0]
-        st.selectbox("Method for the coverage by predicted-mean bucket", methods, key="res_method",
+            state.put("res_method", "calibrated" if "calibrated" in methods else methods[0])
+        st.selectbox("Method for the coverage by predicted-mean bucket", methods, **state.bind("res_method"),
                      format_func=lambda m: METHOD_LABELS.get(m, m))
         st.plotly_chart(_bucket_figure(_run_key(run), ss["res_method"], run, frame, state.units()), width="stretch",
                         key="fig_bucket")
@@ -309,9 +327,8 @@ def calibration_tab(run):
     st.markdown("**Mean calibration before and after.** For each group, the largest gap between the average "
                 "prediction and the average outcome over its predicted-mean buckets, for the base model and for "
                 "the multicalibrated model (test rows).")
-    ss.setdefault("res_mincount", 20)
     c1, _ = st.columns([1, 2])
-    c1.select_slider("Ignore cells with fewer test rows than", [1, 5, 10, 20, 50, 100], key="res_mincount",
+    c1.select_slider("Ignore cells with fewer test rows than", [1, 5, 10, 20, 50, 100], **state.bind("res_mincount"),
                      help="The error of a cell holding one or two rows is mostly noise; by default such cells are "
                           "left out of the worst-cell error (the Tables tab lists every cell).")
     st.plotly_chart(_figure("calibration", _run_key(run), run, (20, int(ss["res_mincount"])), state.units()),
@@ -321,8 +338,8 @@ def calibration_tab(run):
         st.markdown("**Moment calibration per cell.** Each marker is one (group, mean bucket, variance bucket) cell: "
                     "its predicted against its observed central moment. On the diagonal = calibrated.")
         if ss.get("res_moment") not in moments:
-            ss["res_moment"] = moments[0]
-        st.selectbox("Moment", moments, key="res_moment",
+            state.put("res_moment", moments[0])
+        st.selectbox("Moment", moments, **state.bind("res_moment"),
                      format_func=lambda a: {2: "2: variance", 3: "3: third absolute moment", 4: "4: fourth moment"}.get(a, str(a)))
         st.plotly_chart(_figure("moment", _run_key(run), run, int(ss["res_moment"]), state.units()), width="stretch",
                         key="fig_moment")
@@ -385,15 +402,15 @@ def explorer_tab(run, frame):
         ints = {m: (float(lo[pos]), float(hi[pos])) for m, (lo, hi) in t["ints"].items()}
         det = row_details(frame, run, row, ints)
     except Exception as e:  # noqa: BLE001 - shown, the page keeps working
-        st.error(f"Cannot explain this row: {e}")
+        st.error(f"Cannot explain this row: {esc(e)}")
         return
     ss["row_details"] = det
     units = state.units()
-    u = f" ({units})" if units else ""
+    u = f" ({esc(units)})" if units else ""
     with c2:
         p = det["pred"]
         k = st.columns(4)
-        k[0].metric(f"Observed {run.label.name}{u}", f"{det['label']:.4g}")
+        k[0].metric(f"Observed {esc(run.label.name)}{u}", f"{det['label']:.4g}")
         k[1].metric(f"Predicted mean{u}", f"{p['mean']:.4g}",
                     delta=None if det["base"] is None else f"{p['mean'] - det['base']:+.3g} vs base",
                     delta_color="off")
@@ -413,7 +430,7 @@ def explorer_tab(run, frame):
                      column_config={c: st.column_config.NumberColumn(format="%.4g") for c in ("lower", "upper", "width")})
     with b:
         st.markdown(f"**Groups of this row** ({len(det['groups'])})")
-        st.markdown(" ".join(f"`{g}`" for g in det["groups"]))
+        st.markdown(" · ".join(esc(g) for g in det["groups"]))
         vals = {k: v for k, v in det["values"].items()}
         st.dataframe(pd.DataFrame({"column": list(vals), "value": [str(v) for v in vals.values()]}),
                      hide_index=True, width="stretch", height=min(36 + 35 * len(vals), 320))
@@ -442,20 +459,27 @@ def render():
         st.warning("The table changed since this audit ran: run it again on the Run page.")
         return
     frame = d["df"]
-    st.caption(f"{run.data_name} · label **{run.label.name}** · {run.model.info.get('n_groups')} groups · "
+    st.caption(f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
                f"α = {run.alpha:.3g}, β = {run.beta:.3g}{' (auto)' if run.thresholds.get('auto') else ''}, "
                f"m = {run.settings.n_buckets}, "
                f"k = {run.settings.n_moments} · audited on {run.split['test'].size:,} test rows · δ = "
                f"{run.settings.delta:g}, γ = {run.settings.gamma:g}")
-    if run.audit is None:
-        st.error(f"The audit is not available: {run.audit_error}")
-        return
     if run.stopped or not run.converged:
         st.warning("This model did not converge (stopped or capped); its guarantees do not hold.")
+    if run.audit is None:
+        if run.stopped:
+            from app.ui.run_page import audit_kept_model
+
+            st.info("The run was stopped before its audit: the model fitted so far is kept.")
+            st.button("Audit this model now", key="res_audit_kept", on_click=audit_kept_model)
+        else:
+            st.error(f"The audit is not available: {esc(run.audit_error)}")
+        return
     headline(run)
     rmse_line(run, frame)
     findings(run)
-    tabs = st.tabs(["Variance disparities", "Coverage", "Calibration", "Row explorer", "Tables"])
+    names = ["Variance disparities", "Coverage", "Calibration", "Row explorer", "Tables"]
+    tabs = st.tabs(names, **tab_state("results_tab", names))
     with tabs[0]:
         variance_tab(run)
     with tabs[1]:

@@ -1,22 +1,26 @@
 """Run page: parameters with what they imply, the Run button, a live convergence chart and a Stop button.
 
-How the live view works: Run starts :class:`app.runner.FitJob` (a daemon thread). The page then draws a
-fragment that Streamlit re-executes every 0.25 s (``st.fragment(run_every=...)``) while the job runs; each
-tick reads the job's history list (one row per descent round, appended by the fitting callback) and redraws
-the progress bar and the chart. The Stop button inside the fragment sets the job's ``threading.Event``; the
-fitting callback sees it after the current round and ends the descent. When the job is over, the fragment
-triggers a full rerun, and the result is stored in ``st.session_state["run"]`` (it survives reruns).
+How the live view works: Run starts :class:`app.runner.FitJob` (in a forked worker process). The page then draws
+a fragment that Streamlit re-executes every 0.25 s (``st.fragment(run_every=...)``) while the job runs; each tick
+reads the job's history (one row per descent round) and redraws the progress line (and, at most every 1.5 s, a
+thinned convergence chart). The Stop button inside the fragment sets the job's stop flag; as soon as the job has
+seen it the fragment says what is kept, and when the job is over the fragment triggers a full rerun and the
+result is stored in ``st.session_state["run"]`` (it survives reruns).
 """
 from __future__ import annotations
 
 import math
+import os
+import time
 
 import streamlit as st
 
 from app.runner import STEP_HELP, FitJob
 from app.ui import state
+from app.ui.common import esc
 
 POLL_SECONDS = 0.25
+WORKER = os.environ.get("MMC_WORKER", "process")  # background runs in a forked process ("thread": in-process)
 ALPHAS = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1]
 BETAS = [1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05]
 
@@ -36,7 +40,8 @@ def run_now(sync: bool = False) -> FitJob | None:
         return old
     ss.pop("run_error", None)
     job = FitJob(d["df"], state.label_spec(), state.base_spec(), state.split_spec(), _groups_json(),
-                 state.fit_settings(), data_key=d["key"], data_name=d["name"])
+                 state.fit_settings(), data_key=d["key"], data_name=d["name"],
+                 worker="thread" if sync else WORKER)
     job.label_units = state.units()
     ss["job"] = job
     if sync:
@@ -66,7 +71,8 @@ def finalize():
     ss["job"] = None
     ss["last_job"] = {"status": job.status, "elapsed": job.elapsed, "error": job.error, "detail": job.detail,
                       "rounds_seen": len(job.history), "stop_requested_at": job.stop_requested_at,
-                      "stop_seen_at": job.stop_seen_at, "ended_at": job.ended_at, "id": job.id}
+                      "stop_seen_at": job.stop_seen_at, "ended_at": job.ended_at, "id": job.id,
+                      "kept": job.kept, "stop_phase": job.stop_phase}
     if job.status == "done" and job.result is not None:
         run = job.result
         units = getattr(job, "label_units", "")
@@ -76,8 +82,38 @@ def finalize():
         for k in ("export_pdf", "export_pdf_error", "export_csv", "export_model", "export_groups", "export_audit"):
             ss.pop(k, None)
         ss.pop("run_error", None)
+    elif job.status == "stopped":
+        ss.pop("run_error", None)  # nothing fitted: the previous run (if any) stays
     else:
         ss["run_error"] = job.error or "the run failed"
+
+
+def audit_kept_model():
+    """Audit a stopped run's model (the Stop skipped the audit)."""
+    from app.runner import audit_run
+
+    ss = st.session_state
+    run, d = ss.get("run"), state.data()
+    if run is None or d is None or d["key"] != run.data_key:
+        return
+    audit_run(run, d["df"])
+    units = state.units()
+    if units and run.audit is not None and isinstance(getattr(run.audit, "params", None), dict):
+        run.audit.params["label_units"] = units
+    run.finished_at = __import__("time").time()  # new figures
+    for k in ("export_pdf", "export_pdf_error", "export_csv", "export_audit"):
+        ss.pop(k, None)
+
+
+def stopped_banner():
+    """What Stop kept, right after it (or nothing)."""
+    last = st.session_state.get("last_job") or {}
+    if last.get("status") == "stopped":
+        kept = last.get("kept") or ""
+        if st.session_state.get("run") is None:
+            kept = kept.replace("; the previous results are kept", "")
+        st.warning(f"Stopped by you during {esc(last.get('stop_phase') or 'the run')}: {esc(kept)}.",
+                   icon=":material/stop_circle:")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -158,14 +194,61 @@ def _job_thresholds(job, settings) -> tuple[float, float] | None:
     return float(a), float(b)
 
 
+CHART_EVERY = 1.5  # seconds between two rebuilds of the live chart (the progress line updates every tick)
+
+
+def stopping_text(job) -> str:
+    """What Stop keeps, as soon as the job has seen the flag (before its last bookkeeping is done)."""
+    phase = job.stop_phase or job.phase
+    if phase.startswith("fitting the base model") or phase.startswith("preparing") or phase == "starting":
+        return f"Stopped by you during {phase}: nothing was fitted."
+    if phase.startswith("auditing"):
+        return "Stopped by you during the audit: the fitted model is kept, not audited."
+    rnd = job.history[-1]["round"] if job.history else 0
+    return (f"Stopped by you at round {rnd} of the descent: the model after round {rnd} is kept (not audited); "
+            "its intervals are being calibrated, then it appears below.")
+
+
+LIVE_POINTS = 300  # rounds drawn in the live chart (the paper's step makes thousands; the final chart has all)
+
+
+def thin(hist: list, n: int = LIVE_POINTS) -> list:
+    """At most ``n`` rows of the history, evenly spread, first and last kept (a cheap figure to build and send)."""
+    if len(hist) <= n:
+        return hist
+    import numpy as np
+
+    idx = np.unique(np.linspace(0, len(hist) - 1, n).astype(int))
+    return [hist[i] for i in idx]
+
+
+def _live_chart(job, hist, thr):
+    """The convergence chart, rebuilt at most every CHART_EVERY seconds (building a Plotly figure is the costly
+    part of a tick, and the fit thread competes for the same interpreter)."""
+    ss = st.session_state
+    cached = ss.get("_live_fig")
+    now = time.time()
+    if cached is None or cached[0] != job.id or (len(hist) != cached[1] and now - cached[2] >= CHART_EVERY):
+        cached = (job.id, len(hist), now, _convergence_fig(thin(hist), *thr))
+        ss["_live_fig"] = cached
+    st.plotly_chart(cached[3], width="stretch", key="live_chart")
+
+
 def _live_body():
+    from app.runner import debug as _debug
+
+    _debug("fragment tick")
     ss = st.session_state
     job = ss.get("job")
     if job is None or not job.running:
         finalize()
         st.rerun()  # leave the fragment: redraw the whole page with the result
         return
-    settings = job.args[5] if job.args else state.fit_settings()
+    if job.stop_requested and job.stop_seen_at is not None:
+        # the run has seen Stop: say so at once; the page redraws with the result when the job is done
+        st.warning(stopping_text(job), icon=":material/stop_circle:")
+        return
+    settings = job.settings
     hist = list(job.history)
     last = hist[-1] if hist else None
     thr = _job_thresholds(job, settings)
@@ -180,23 +263,33 @@ def _live_body():
     auditing = job.phase.startswith("auditing")
     if auditing:
         frac = 0.99
-        text = f"Fit finished after {len(hist)} rounds · {job.phase} (the audit cannot be stopped) · {job.elapsed:.1f} s"
+        text = f"Fit finished after {len(hist)} rounds · {job.phase} · {job.elapsed:.1f} s"
     elif job.stop_requested:
-        text = "Stopping after the current round… " + text
-    st.progress(frac, text=text)
+        text = "Stopping… " + text
     c1, c2 = st.columns([1, 5])
     with c1:
-        if st.button("Stop", key="stop_run", type="secondary", icon=":material/stop_circle:",
-                     disabled=job.stop_requested or auditing,
-                     help="End the descent after the current round; the model fitted so far is kept and audited "
-                          "(marked 'not converged')."):
-            job.stop()
-            st.toast("Stopping after the current round…")
+        clicked = st.button("Stop", key="stop_run", type="secondary", icon=":material/stop_circle:",
+                            disabled=job.stop_requested,
+                            help="Ends the run at once. During the base-model fit nothing is kept; during the descent "
+                                 "or the audit the model fitted so far is kept (marked 'not converged'), not audited.")
+    if clicked:
+        _debug(f"stop clicked in phase {job.phase!r}")
+        job.stop()
+        # the flag is seen before the next boosting chunk / update, or at once in the audit
+        deadline = time.time() + 0.8
+        while job.running and job.stop_seen_at is None and time.time() < deadline:
+            time.sleep(0.02)
+        _debug(f"job status {job.status}, stop seen {job.stop_seen_at is not None}")
+        if not job.running:
+            finalize()
+            st.rerun(scope="app")
+        st.warning(stopping_text(job), icon=":material/stop_circle:")
+        return
     with c2:
-        st.caption("The chart redraws four times a second while the fit runs. You can switch pages; "
-                   "the fit continues in the background.")
+        st.progress(frac, text=text)
+    st.caption("The chart redraws while the fit runs. You can switch pages; the fit continues in the background.")
     if thr:
-        st.plotly_chart(_convergence_fig(hist, *thr), width="stretch", key="live_chart")
+        _live_chart(job, hist, thr)
 
 
 def live_view():
@@ -215,7 +308,7 @@ def settings_form(d):
     for key, opts in (("p_alpha", ALPHAS), ("p_beta", BETAS)):
         if ss.get(key) not in opts:
             ss[key] = min(opts, key=lambda o: abs(math.log(o) - math.log(max(float(ss.get(key) or 1e-3), 1e-9))))
-    st.toggle("Automatic thresholds α, β (recommended)", key="p_auto",
+    st.toggle("Automatic thresholds α, β (recommended)", **state.bind("p_auto"),
               help="Sets α and β just above the sampling noise of the fitting rows. Reusing one sample for every "
                    "audit overfits when α is below the noise level; this rule (also `mmc fit`'s default) avoids "
                    "that. Turn it off to set α and β yourself.")
@@ -223,45 +316,45 @@ def settings_form(d):
     manual = not ss["p_auto"]
     with c1:
         if manual:
-            st.select_slider("α: mean threshold (mass-weighted)", options=ALPHAS, key="p_alpha",
+            st.select_slider("α: mean threshold (mass-weighted)", options=ALPHAS, **state.bind("p_alpha"),
                              format_func=_fmt_alpha,
                              help="A cell S is flagged when P(S)·|mean residual over S| ≥ α. Smaller α = finer "
                                   "calibration, more updates (at most 1/α² − 1).")
-        st.slider("m: buckets per predictor", 2, 40, key="p_m",
+        st.slider("m: buckets per predictor", 2, 40, **state.bind("p_m"),
                   help="Level sets of the mean (and of each moment) prediction. More buckets = finer conditioning, "
                        "smaller cells.")
-        st.radio("Step rule", ["exact", "paper"], key="p_step", format_func=lambda s: STEP_HELP[s], horizontal=False)
+        st.radio("Step rule", ["exact", "paper"], **state.bind("p_step"), format_func=lambda s: STEP_HELP[s], horizontal=False)
     with c2:
         if manual:
-            st.select_slider("β: moment threshold (mass-weighted)", options=BETAS, key="p_beta",
+            st.select_slider("β: moment threshold (mass-weighted)", options=BETAS, **state.bind("p_beta"),
                              format_func=_fmt_alpha,
                              help="Same test for the pseudo-moments (y − μ(x))^a within each (mean bucket, moment "
                                   "bucket) cell.")
-        st.selectbox("k: moments fitted", [1, 2, 3, 4], key="p_k",
+        st.selectbox("k: moments fitted", [1, 2, 3, 4], **state.bind("p_k"),
                      format_func=lambda k: {1: "1: mean only (plain multicalibration)", 2: "2: mean and variance",
                                             3: "3: + third absolute moment", 4: "4: + fourth moment"}[k],
                      help="Central moments 2..k are fitted. Intervals need at least the variance (k ≥ 2).")
     with st.expander("More settings: held-out rows, stopping, intervals"):
         c3, c4, c5 = st.columns(3)
         with c3:
-            st.slider("Held out of fitting for interval calibration (%)", 0, 50, key="p_cal", step=5,
+            st.slider("Held out of fitting for interval calibration (%)", 0, 50, **state.bind("p_cal"), step=5,
                       help="The estimator keeps this share of the fitting rows aside: they calibrate the intervals "
                            "and track the held-out violation during the run.")
-            st.checkbox("Early stopping (keep the round with the best held-out error)", key="p_es",
+            st.checkbox("Early stopping (keep the round with the best held-out error)", **state.bind("p_es"),
                         disabled=ss["p_cal"] == 0)
         with c4:
-            st.number_input("Cap on rounds (0 = none)", min_value=0, max_value=100000, step=10, key="p_maxr",
+            st.number_input("Cap on rounds (0 = none)", min_value=0, max_value=100000, step=10, **state.bind("p_maxr"),
                             help="A capped run is reported as not converged.")
-            st.selectbox("Odd moments", ["absolute", "signed"], key="p_odd",
+            st.selectbox("Odd moments", ["absolute", "signed"], **state.bind("p_odd"),
                          format_func=lambda s: {"absolute": "absolute E|y − μ|^a (usable for intervals)",
                                                 "signed": "signed E(y − μ)^a"}[s])
         with c5:
-            st.number_input("δ: interval miscoverage", min_value=0.01, max_value=0.5, step=0.01, key="p_delta",
+            st.number_input("δ: interval miscoverage", min_value=0.01, max_value=0.5, step=0.01, **state.bind("p_delta"),
                             format="%.2f", help="Intervals aim at coverage 1 − δ.")
-            st.number_input("γ: smallest cell mass covered", min_value=0.001, max_value=0.5, step=0.005, key="p_gamma",
+            st.number_input("γ: smallest cell mass covered", min_value=0.001, max_value=0.5, step=0.005, **state.bind("p_gamma"),
                             format="%.3f", help="Guarantees (and the audit's marks) cover groups/cells of mass ≥ γ.")
             st.number_input("Bootstrap resamples for intervals of ratios", min_value=0, max_value=2000, step=50,
-                            key="p_nboot")
+                            **state.bind("p_nboot"))
 
 
 def split_summary(d) -> dict | None:
@@ -302,12 +395,12 @@ def render():
         n_groups = len(ss.get("groups") or []) + 1
         preview = state.threshold_preview(d["df"], d["key"], state.label_spec(), state.base_spec(), state.split_spec(),
                                           n_groups, settings)
-        for line in implications(settings, n_fit, n_groups, lo, hi, state.units(), preview):
+        for line in implications(settings, n_fit, n_groups, lo, hi, esc(state.units()), preview):
             st.markdown(f"- {line}")
         if sizes:
             st.markdown("**Rows:** " + " · ".join(f"{k} {v:,}" for k, v in sizes.items() if v))
         if "error" in lab:
-            st.error(f"Label: {lab['error']}")
+            st.error(f"Label: {esc(lab['error'])}")
     job = ss.get("job")
     running = job is not None and job.running
     b1, b2 = st.columns([1, 4])
@@ -315,7 +408,7 @@ def render():
         clicked = st.button("Run", key="run_btn", type="primary", icon=":material/play_arrow:", disabled=running,
                             width="stretch")
     with b2:
-        st.caption(f"{d['name']}: label **{ss.get('label_col')}**, {len(ss.get('groups') or []) + 1} groups, "
+        st.caption(f"{esc(d['name'])}: label **{esc(ss.get('label_col'))}**, {len(ss.get('groups') or []) + 1} groups, "
                    f"base: {ss['base_kind']}.")
     if clicked:
         job = run_now(sync=False)
@@ -323,12 +416,15 @@ def render():
     if running:
         live_view()
         return
+    stopped_banner()
     if ss.get("run_error"):
-        st.error(f"The run failed: {ss['run_error']}")
+        st.error(f"The run failed: {esc(ss['run_error'])}", icon=":material/error:")
         detail = (ss.get("last_job") or {}).get("detail")
-        if detail:
-            with st.expander("Technical details"):
-                st.code(detail)
+        if detail:  # for the developer: the server log, never the page
+            import sys
+
+            print(detail, file=sys.stderr)
+            ss["last_job"]["detail"] = ""
     run = ss.get("run")
     if run is None:
         st.info("No model yet: press **Run**.")
@@ -341,8 +437,13 @@ def show_run_summary(run):
     info = run.model.info
     t = run.timings
     if run.stopped:
-        st.warning(f"Stopped by you after {info['rounds']} rounds: the model fitted so far was kept and audited; it "
-                   "is **not** multicalibrated to α, β.", icon=":material/stop_circle:")
+        audited = run.audit is not None
+        st.warning(f"Stopped by you after {info['rounds']} rounds: the model fitted so far was kept"
+                   + (" and audited" if audited else " (not audited)") + "; it is **not** multicalibrated to α, β.",
+                   icon=":material/stop_circle:")
+        if not audited:
+            st.button("Audit this model now", key="audit_kept", on_click=audit_kept_model,
+                      help="Computes the Results page for the stopped model on the test rows (may take a while).")
     elif run.converged:
         st.success(f"Converged in {info['rounds']} rounds ({info['mean_updates']:,} mean updates, "
                    f"{info['moment_updates']:,} moment updates). Fit {t.get('fit', 0):.2f} s, audit "
@@ -354,10 +455,10 @@ def show_run_summary(run):
         st.warning(f"Not converged: {reason}. ({info['rounds']} rounds, {info['mean_updates']:,} mean updates.)")
     last = ss.get("last_job") or {}
     if last.get("stop_requested_at") and last.get("stop_seen_at"):
-        st.caption(f"Stop pressed → the descent ended {last['stop_seen_at'] - last['stop_requested_at']:.2f} s later "
-                   f"(at the end of its round); auditing the partial model then took {t.get('audit', 0):.1f} s.")
-    if run.audit_error:
-        st.warning(f"Audit not available: {run.audit_error}")
+        st.caption(f"Stop pressed → the run saw it {last['stop_seen_at'] - last['stop_requested_at']:.2f} s later "
+                   f"and ended {max(last['ended_at'] - last['stop_requested_at'], 0):.2f} s after the click.")
+    if run.audit_error and not run.stopped:
+        st.warning(f"Audit not available: {esc(run.audit_error)}")
     cols = st.columns(4)
     sizes = {k: v.size for k, v in run.split.items()}
     cols[0].metric("Fitting rows", f"{sizes['fit']:,}", help="Rows the descent audited and updated on.")
@@ -365,8 +466,9 @@ def show_run_summary(run):
     cols[2].metric("Test rows (audit)", f"{sizes['test']:,}", help="Never used for fitting; every result is on these.")
     cols[3].metric("Base-model rows", f"{sizes['base']:,}" if sizes["base"] else "—",
                    help="Rows the in-app base model was trained on (not used again).")
-    st.caption(" · ".join(x for x in (run.label.note and f"Label {run.label.name}: {run.label.note}",
-                                      info.get("base_note")) if x))
+    base_t = f"base model fitted in {t['base_model']:.2f} s" if run.base_spec.kind == "model" and "base_model" in t else ""
+    st.caption(esc(" · ".join(x for x in (run.label.note and f"Label {run.label.name}: {run.label.note}",
+                                          info.get("base_note"), base_t) if x)))
     kept = info.get("kept_round") if info.get("early_stopping") else None
     th = run.thresholds
     mb = th.get("moment_betas") or {}

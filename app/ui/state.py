@@ -1,9 +1,10 @@
 """Session state of the dashboard: defaults, the current table, the specs built from widget values, caches.
 
-Conventions: every widget that holds a setting has a key listed in ``PERSIST``; its default is put into
-``st.session_state`` before any widget is drawn (so widgets never get ``value=`` and a key at the same
-time), and :func:`keep_widget_state` re-assigns those keys on every run so that Streamlit does not drop
-them while their page is not shown.
+Conventions: every setting is a field of one :class:`app.ui.settings.Settings` object kept in
+``st.session_state["settings"]`` (the single source of truth). A widget that shows a setting has the field's
+name as its key and ``**bind(name)`` (an on_change that writes the user's value back); :func:`keep_widget_state`
+re-fills every such key from the object at the start of every script run, and code changes settings with
+:func:`put`. Widgets never get ``value=`` and a key at the same time.
 """
 from __future__ import annotations
 
@@ -16,53 +17,72 @@ import streamlit as st
 
 from app import demo_data
 from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, frame_key
+from app.ui.settings import Settings
 
 DEFAULT_DATASET = "synthetic_scores"
 PREVIEW_ROWS = 200
 
-# widget keys whose values must survive page switches, with their defaults
-SETTING_DEFAULTS = {
-    "label_col": None, "label_scaling": "observed", "label_lo": 0.0, "label_hi": 1.0, "label_qlo": 1.0,
-    "label_qhi": 99.0, "label_log": False, "label_units": "",
-    "base_kind": "none", "base_col": None, "base_model": "hgb", "base_features": [],
-    "split_test": 30, "split_base": 30, "split_seed": 0,
-    "p_auto": True, "p_alpha": 0.001, "p_beta": 0.0001, "p_m": 5, "p_k": 2, "p_step": "exact", "p_odd": "absolute",
-    "p_cal": 25, "p_es": False, "p_maxr": 0, "p_delta": 0.1, "p_gamma": 0.05, "p_nboot": 200,
-    "qa_cols": [], "qa_order": 1, "qa_bins": 4, "src_kind": "Bundled demo dataset", "demo_name": DEFAULT_DATASET,
-    "t_pop": "strong", "t_alpha": 0.02, "t_beta": 0.02, "t_m": 5, "t_cols": ["sex", "race", "age"], "t_start": "zero", "t_seed": 0,
-    "t_speed": 0.25,
-    "res_method": "calibrated", "res_moment": 2, "res_top": 30, "res_mincount": 20, "exp_methods": ["calibrated"],
-}
-PERSIST = tuple(SETTING_DEFAULTS)
+
+SETTING_DEFAULTS = Settings().to_dict()
+PERSIST = Settings.names()
+
+
+def settings() -> Settings:
+    """The one settings object of this session (created on first use)."""
+    ss = st.session_state
+    s = ss.get("settings")
+    if not isinstance(s, Settings):
+        s = ss["settings"] = Settings()
+    return s
+
+
+def _copy(v):
+    return list(v) if isinstance(v, (list, tuple)) else v
+
+
+def put(key: str, value):
+    """Change a setting from code (suggestions, sanitizing, imports): the object and the widget key."""
+    setattr(settings(), key, _copy(value))
+    st.session_state[key] = _copy(value)
+
+
+def sync(key: str):
+    """``on_change`` of every settings widget: the user's new value goes into the settings object."""
+    ss = st.session_state
+    if key in ss:
+        setattr(settings(), key, _copy(ss[key]))
+
+
+def bind(key: str, extra=None) -> dict:
+    """Keyword arguments that tie a widget to the setting ``key`` (``extra``: a further on_change callback)."""
+    if extra is None:
+        return {"key": key, "on_change": sync, "args": (key,)}
+
+    def both():
+        sync(key)
+        extra()
+
+    return {"key": key, "on_change": both}
 
 
 def keep_widget_state():
-    """Keep settings across page switches. Streamlit drops the state of widgets that a run did not draw (and a
-    fragment rerun on another page can drop them too), so every setting is mirrored in ``_persist`` and
-    restored from there when its key has gone."""
+    """Fill every settings widget's key from the settings object, first thing in every script run. Whatever
+    Streamlit did to widget state since (dropped keys of widgets not drawn, values re-sent by the browser after
+    a fragment rerun or a Stop) is overwritten: only on_change callbacks (which ran before this) and ``put``
+    change settings."""
     ss = st.session_state
-    store = ss.setdefault("_persist", {})
+    s = settings()
     for k in PERSIST:
-        if k in ss:
-            store[k] = ss[k]
-            ss[k] = ss[k]
-        elif k in store:
-            ss[k] = store[k]
+        ss[k] = _copy(getattr(s, k))
 
 
 def save_widget_state():
-    """Mirror the settings after a run (programmatic changes made during the run included)."""
-    ss = st.session_state
-    store = ss.setdefault("_persist", {})
-    for k in PERSIST:
-        if k in ss:
-            store[k] = ss[k]
+    """Kept for compatibility: settings are written through (``sync`` / ``put``), nothing to do at the end."""
 
 
 def init_session(cli_data: str | None = None):
     ss = st.session_state
-    for k, v in SETTING_DEFAULTS.items():
-        ss.setdefault(k, v)
+    settings()
     ss.setdefault("groups", [])
     ss.setdefault("job", None)
     ss.setdefault("run", None)
@@ -75,7 +95,7 @@ def init_session(cli_data: str | None = None):
 
                 df = read_table(cli_data)
                 set_data(df, os.path.basename(cli_data), "file")
-                ss["src_kind"] = "File given on the command line"
+                put("src_kind", "File given on the command line")
                 ss["cli_data"] = cli_data
             except Exception as e:  # noqa: BLE001 - shown on the Data page; fall back to the demo
                 ss["cli_data_error"] = f"could not open {cli_data}: {e}"
@@ -102,20 +122,20 @@ def df() -> pd.DataFrame | None:
 
 
 def set_data(frame: pd.DataFrame, name: str, source: str, demo=None, file_id: str | None = None,
-             keep_settings: bool = False):
+             keep_settings: bool = False, note: str = ""):
     """Make ``frame`` the current table: reset the label / base / groups to suggestions (unless
     ``keep_settings``) and drop results."""
     ss = st.session_state
     key = frame_key(frame, name)
     ss["data"] = {"df": frame, "name": name, "source": source, "demo": demo, "key": key, "file_id": file_id,
-                  "rows": len(frame), "cols": frame.shape[1]}
+                  "rows": len(frame), "cols": frame.shape[1], "note": note}
     ss["run"] = None
     job = ss.get("job")
     if job is not None and job.running:
         job.stop()
     ss["job"] = None
     for k in ("export_pdf", "export_pdf_error", "export_csv", "export_model", "export_groups", "export_audit",
-              "draft_conds", "autorun"):
+              "draft_conds", "autorun", "run_error", "last_job"):
         ss.pop(k, None)
     if not keep_settings:
         apply_suggestions(frame, demo)
@@ -125,7 +145,7 @@ def load_demo_into_state(name: str, autorun: bool = False):
     ds = demo_data.get_dataset(name)
     frame = _load_demo_cached(name)
     set_data(frame, name, "demo", demo=ds)
-    st.session_state["demo_name"] = name
+    put("demo_name", name)
     if autorun:
         st.session_state["autorun"] = True
 
@@ -135,99 +155,110 @@ def numeric_columns(frame: pd.DataFrame) -> list:
 
 
 def apply_suggestions(frame: pd.DataFrame, demo=None):
-    """Label, range, base prediction and groups: the demo's suggestions, or guesses for an upload."""
+    """Label, range, base prediction and groups: the demo's suggestions, or guesses for an upload. Columns that
+    cannot be features (all missing, constant, identifiers, leaking the label) are never pre-selected."""
     from app.ui.groupbuild import suggest_groups
+    from app.validate import feature_flags
 
     ss = st.session_state
     nums = numeric_columns(frame)
     cols = list(frame.columns)
     truth = set(demo.ground_truth) if demo else set()
+    new = {}
     if demo is not None:
         label = demo.label
-        ss["label_scaling"] = "declared" if demo.label_range else "observed"
+        new["label_scaling"] = "declared" if demo.label_range else "observed"
         if demo.label_range:
-            ss["label_lo"], ss["label_hi"] = float(demo.label_range[0]), float(demo.label_range[1])
+            new["label_lo"], new["label_hi"] = float(demo.label_range[0]), float(demo.label_range[1])
         group_cols = [g for g in demo.groups if g in cols]
         numeric_groups = [g for g in demo.numeric_groups if g in cols]
         base_col = demo.base_prediction
         order = 2 if len(group_cols) <= 3 and not numeric_groups else 1
     else:
         lower = {c.lower(): c for c in nums}
+        usable = [c for c in nums if frame[c].notna().any()]
         label = next((lower[n] for n in ("y", "label", "target", "outcome", "y_true") if n in lower),
-                     nums[-1] if nums else None)
-        ss["label_scaling"] = "observed"
+                     usable[-1] if usable else (nums[-1] if nums else None))
+        new["label_scaling"] = "observed"
         base_col = next((lower[n] for n in ("pred", "prediction", "y_pred", "base_pred", "yhat", "score_pred")
                          if n in lower and lower[n] != label), None)
         group_cols = [c for c in cols if c != label and c != base_col
                       and not pd.api.types.is_float_dtype(frame[c]) and 2 <= frame[c].nunique(dropna=True) <= 10][:3]
         numeric_groups = []
         order = 1
-    ss["label_col"] = label
-    ss["label_log"] = False
-    ss["label_units"] = {"islp_wage": "thousand USD per year", "nels_catholic": "test-score points",
-                         "synthetic_scores": "points"}.get(getattr(demo, "name", ""), "")
-    if ss["label_scaling"] == "observed" and label is not None:
+    new["label_col"] = label
+    new["label_log"] = False
+    new["label_units"] = {"islp_wage": "thousand USD per year", "nels_catholic": "test-score points",
+                          "synthetic_scores": "points"}.get(getattr(demo, "name", ""), "")
+    if new["label_scaling"] == "observed" and label is not None:
         y = pd.to_numeric(frame[label], errors="coerce")
         if y.notna().any():
-            ss["label_lo"], ss["label_hi"] = float(y.min()), float(y.max())
-    features = [c for c in cols if c != label and c != base_col and c not in truth]
-    ss["base_features"] = features
+            new["label_lo"], new["label_hi"] = float(y.min()), float(y.max())
+    flags = feature_flags(frame, label)
+    features = [c for c in cols if c != label and c != base_col and c not in truth and c not in flags]
+    new["base_features"] = features
     if base_col:
-        ss["base_kind"], ss["base_col"] = "column", base_col
+        new["base_kind"], new["base_col"] = "column", base_col
     elif features:
-        ss["base_kind"], ss["base_col"] = "model", None
+        new["base_kind"], new["base_col"] = "model", None
     else:
-        ss["base_kind"], ss["base_col"] = "none", None
-    ss["p_nboot"] = 200 if len(frame) <= 50_000 else 50  # the bootstrap dominates the audit time on big tables
-    ss["qa_cols"] = group_cols
-    ss["qa_order"] = order
+        new["base_kind"], new["base_col"] = "none", None
+    new["p_nboot"] = 200 if len(frame) <= 50_000 else 50  # the bootstrap dominates the audit time on big tables
+    new["qa_cols"] = group_cols
+    new["qa_order"] = order
+    for k, v in new.items():
+        put(k, v)
     try:
         ss["groups"] = suggest_groups(frame, group_cols, numeric_groups, order=order, n_bins=4)
     except Exception:  # noqa: BLE001 - suggestions are best effort
         ss["groups"] = []
 
 
+def suggest_features(frame: pd.DataFrame, label: str | None) -> list:
+    """Feature columns for a newly chosen label: every column but the label and flagged ones."""
+    from app.validate import feature_flags
+
+    flags = feature_flags(frame, label)
+    base_col = settings().base_col
+    return [c for c in frame.columns if c != label and c != base_col and c not in flags]
+
+
 # ---------------------------------------------------------------------------------------------------
 # specs from widget values
 # ---------------------------------------------------------------------------------------------------
 def label_spec() -> LabelSpec:
-    ss = st.session_state
-    return LabelSpec(column=ss.get("label_col") or "", scaling=ss["label_scaling"], lo=float(ss["label_lo"]),
-                     hi=float(ss["label_hi"]), q_lo=float(ss["label_qlo"]) / 100, q_hi=float(ss["label_qhi"]) / 100,
-                     log=bool(ss["label_log"]))
+    s = settings()
+    return LabelSpec(column=s.label_col or "", scaling=s.label_scaling, lo=float(s.label_lo), hi=float(s.label_hi),
+                     q_lo=float(s.label_qlo) / 100, q_hi=float(s.label_qhi) / 100, log=bool(s.label_log))
 
 
 def base_spec() -> BaseSpec:
-    ss = st.session_state
-    kind = ss["base_kind"]
-    if kind == "column":
-        return BaseSpec("column", ss.get("base_col"))
-    if kind == "model":
-        return BaseSpec("model", None, ss["base_model"], tuple(ss.get("base_features") or ()))
+    s = settings()
+    if s.base_kind == "column":
+        return BaseSpec("column", s.base_col)
+    if s.base_kind == "model":
+        return BaseSpec("model", None, s.base_model, tuple(s.base_features or ()))
     return BaseSpec("none")
 
 
 def split_spec() -> SplitSpec:
-    ss = st.session_state
-    return SplitSpec(test=ss["split_test"] / 100, base=ss["split_base"] / 100, seed=int(ss["split_seed"]))
+    s = settings()
+    return SplitSpec(test=s.split_test / 100, base=s.split_base / 100, seed=int(s.split_seed))
 
 
 def fit_settings() -> FitSettings:
-    ss = st.session_state
-    auto = bool(ss.get("p_auto", True))
-    return FitSettings(alpha="auto" if auto else float(ss["p_alpha"]), beta="auto" if auto else float(ss["p_beta"]),
-                       n_buckets=int(ss["p_m"]),
-                       n_moments=int(ss["p_k"]), step=ss["p_step"], odd_moments=ss["p_odd"],
-                       calibration_fraction=ss["p_cal"] / 100, early_stopping=bool(ss["p_es"]),
-                       max_rounds=int(ss["p_maxr"]) or None, delta=float(ss["p_delta"]), gamma=float(ss["p_gamma"]),
-                       n_boot=int(ss["p_nboot"]))
+    s = settings()
+    auto = bool(s.p_auto)
+    return FitSettings(alpha="auto" if auto else float(s.p_alpha), beta="auto" if auto else float(s.p_beta),
+                       n_buckets=int(s.p_m), n_moments=int(s.p_k), step=s.p_step, odd_moments=s.p_odd,
+                       calibration_fraction=s.p_cal / 100, early_stopping=bool(s.p_es),
+                       max_rounds=int(s.p_maxr) or None, delta=float(s.p_delta), gamma=float(s.p_gamma),
+                       n_boot=int(s.p_nboot))
 
 
 def units() -> str:
     """Unit text for axis labels: what the user typed, else '<label> units'."""
-    ss = st.session_state
-    u = (ss.get("label_units") or "").strip()
-    return u
+    return (settings().label_units or "").strip()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -288,18 +319,37 @@ def threshold_preview(_frame: pd.DataFrame, key: str, lspec: LabelSpec, bspec: B
     from app.runner import auto_thresholds, base_prediction, prepare_label, split_rows
     from mmc_core.errors import MMCError
 
-    if bspec.kind == "model" and (settings.alpha == "auto" or settings.beta == "auto"):
+    if settings.alpha != "auto" and settings.beta != "auto":  # set by hand: nothing to fit or compute
+        a, b = float(settings.alpha), float(settings.beta)
+        return {"alpha": a, "beta": b, "moment_betas": {k: b for k in range(2, int(settings.n_moments) + 1)}}
+    if bspec.kind == "model":  # known only once the base model is fitted (at the start of the run)
         return None
     try:
         lab = prepare_label(_frame, lspec)
         split = split_rows(len(_frame), sspec, False, settings.calibration_fraction)
         base, _ = base_prediction(_frame, lab, lspec, bspec, split, sspec, key)
+        rows = split["fit"]
+        span = lab.hi - lab.lo
+        return auto_thresholds((lab.y[rows] - lab.lo) / span,
+                               None if base is None else (base[rows] - lab.lo) / span, n_groups, settings, sspec.seed)
     except MMCError:
         return None
-    rows = split["fit"]
-    span = lab.hi - lab.lo
-    return auto_thresholds((lab.y[rows] - lab.lo) / span, None if base is None else (base[rows] - lab.lo) / span,
-                           n_groups, settings, sspec.seed)
+    except Exception:  # noqa: BLE001 - a preview never breaks the page; the run reports the error
+        return None
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def label_problems(_frame: pd.DataFrame, key: str, label: str) -> int:
+    from app.validate import label_problem_rows
+
+    return int(label_problem_rows(_frame, label).sum())
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def feature_flags(_frame: pd.DataFrame, key: str, label: str | None) -> dict:
+    from app.validate import feature_flags as flags
+
+    return flags(_frame, label)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from app.ui import state
 from app.ui.teaching_figs import POPULATIONS, Lesson, LessonConfig, cells_figure, describe, min_rows, \
     potential_figure, truth_figure, two_point_figure
 
@@ -34,16 +35,16 @@ def setup():
                  ("t_start", "zero"), ("t_seed", 0), ("t_playing", False), ("t_speed", 1.0)):
         ss.setdefault(k, v)
     with st.expander("Set-up (changing anything restarts the lesson)", expanded=False):
-        st.radio("Population", list(POPULATIONS), key="t_pop", format_func=lambda k: POPULATIONS[k][0],
+        st.radio("Population", list(POPULATIONS), **state.bind("t_pop"), format_func=lambda k: POPULATIONS[k][0],
                  horizontal=True)
         c1, c2, c3, c4 = st.columns(4)
-        c1.select_slider("α (mean)", [0.02, 0.03, 0.04, 0.05, 0.08], key="t_alpha")
-        c2.select_slider("β (variance)", [0.01, 0.02, 0.03, 0.04, 0.05], key="t_beta")
-        c3.slider("m buckets", 2, 10, key="t_m")
-        c4.number_input("seed", 0, 9999, key="t_seed")
+        c1.select_slider("α (mean)", [0.02, 0.03, 0.04, 0.05, 0.08], **state.bind("t_alpha"))
+        c2.select_slider("β (variance)", [0.01, 0.02, 0.03, 0.04, 0.05], **state.bind("t_beta"))
+        c3.slider("m buckets", 2, 10, **state.bind("t_m"))
+        c4.number_input("seed", 0, 9999, **state.bind("t_seed"))
         c5, c6 = st.columns(2)
-        c5.multiselect("Group columns (each value is a group)", ["sex", "race", "age", "score"], key="t_cols")
-        c6.radio("Start from", ["zero", "mean"], key="t_start", horizontal=True,
+        c5.multiselect("Group columns (each value is a group)", ["sex", "race", "age", "score"], **state.bind("t_cols"))
+        c6.radio("Start from", ["zero", "mean"], **state.bind("t_start"), horizontal=True,
                  format_func=lambda s: {"zero": "0 (as in the paper)", "mean": "the overall mean and variance"}[s])
         n = min_rows(ss["t_alpha"], ss["t_beta"], 1e-3)
         st.caption(f"Each audit draws n = {n:,} fresh rows: the smallest n with 2·√(ln(2/δ)/(2n)) ≤ min(α, β) at "
@@ -74,7 +75,7 @@ def _controls(lesson: Lesson):
         ss["lesson"] = Lesson(lesson.config)
         ss["t_playing"] = False
         st.rerun(scope="app")
-    c[5].select_slider("Play speed (seconds of computing per frame)", [0.1, 0.25, 0.5, 1.0], key="t_speed",
+    c[5].select_slider("Play speed (seconds of computing per frame)", [0.1, 0.25, 0.5, 1.0], **state.bind("t_speed"),
                        label_visibility="collapsed", format_func=lambda s: f"{s:g} s of audits per frame")
 
 
