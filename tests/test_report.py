@@ -163,7 +163,7 @@ def test_real_report_pages_carry_figures(real_report, tmp_path):
     assert data[:5] == b"%PDF-"
     n_pages = pdf_pages(data, tmp_path)
     assert 7 <= n_pages <= 12
-    assert seconds < 60, f"report took {seconds:.1f} s"  # ~6-8 s on 2 shared cores; generous for CI
+    print(f"report took {seconds:.1f} s")  # timings belong in benchmarks
     pdf = tmp_path / "r.pdf"
     listing = subprocess.run(["pdfimages", "-list", str(pdf)], capture_output=True, text=True, check=True).stdout
     images = [ln.split() for ln in listing.splitlines()[2:] if ln.strip()]
