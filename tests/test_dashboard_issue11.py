@@ -285,12 +285,14 @@ def test_bug7_findings_disparities_and_failures_render_and_tiny_groups_stay_out(
     at = _new()
     run = at.session_state["run"]
     audit = run.audit
-    audit.findings = [{"kind": "mean", "group": "race=B", "n": 62, "method": None, "predicted": 10.39,
-                       "observed": 9.23, "estimate": -1.16, "interval": [-1.9, -0.42], "p_value": 0.002,
-                       "p_adjusted": 0.03, "adjustment": "Holm over 36 groups",
-                       "text": "race=B: observed 9.23 vs predicted 10.39 USD/h (over-predicted)"}]
-    audit.disparities = [{"kind": "variance_disparity", "group": "age=55+", "n": 400, "estimate": 1.8,
-                          "interval": [1.4, 2.3], "text": "age=55+: outcomes 1.8 times as spread out as all rows"}]
+    from mmc_core import findings as fnd
+
+    f = {"kind": "mean", "group": "race=B", "n": 62, "method": None, "predicted": 10.39, "observed": 9.23,
+         "estimate": -1.16, "interval": [-1.9, -0.42], "p_value": 0.002, "p_adjusted": 0.03, "adjustment": "holm"}
+    f["text"] = fnd.describe(f)
+    audit.findings = [f]
+    audit.disparities = fnd.variance_disparities(["all", "age=55+"], [1000, 400], [1.0, 1.8], [1.0, 1.4],
+                                                 [1.0, 2.3], 30)
     audit.findings_status = "ok"
     audit.params["min_group_count"] = 30
     # a one-row group with the largest predicted SD must not top "Least certain groups"
@@ -300,9 +302,9 @@ def test_bug7_findings_disparities_and_failures_render_and_tiny_groups_stay_out(
     bg.loc[tiny, "pred_var"] = float(bg["pred_var"].max()) * 10
     _page(at, "results")
     md = "\n".join(m.value for m in at.markdown).replace("\\", "")
-    assert "What the audit found" in md and "observed 9.23 vs predicted 10.39" in md
-    assert "n = 62" in md and "[-1.9, -0.42]" in md and "adjusted p = 0.03" in md
-    assert "Variance disparities" in md and "1.8 times as spread out" in md and "n = 400" in md
+    assert "What the audit found" in md and "observed 9.23 vs predicted 10.4" in md
+    assert "n=62" in md and "95% CI -1.9 to -0.42" in md and "adjusted p = 0.03" in md
+    assert "Variance disparities" in md and "1.8 times the overall level" in md and "n=400" in md
     least = [d.value for d in at.dataframe if "predicted SD" in d.value.columns][0]
     assert str(tiny) not in [str(i).rstrip(" †") for i in least.index]
     audit.findings, audit.findings_status = [], "failed: ValueError: boom"
