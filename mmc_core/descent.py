@@ -58,6 +58,7 @@ class DescentParams:
     moment_floors: tuple = ()  # (a, floor) pairs: moment predictions are projected onto [floor, hi], floor > 0
     z: float = 0.0  # > 0: a cell is violated only if also |t| >= z (its own standard error, see cell_violated)
     z_group: float = 0.0  # > 0: whole groups are audited as cells too, with this critical value
+    z_group_moment: float = -1.0  # whole groups' critical value for the moments (< 0: z_group)
     min_count: int = 0  # with z > 0: cells of fewer rows are never violated
     moment_step: str = "add"  # "add": m_a -= delta (the paper's); "ratio": m_a *= factor (a scale's own step)
 
@@ -363,21 +364,24 @@ class CellState:
             out.append((WHOLE, *self._whole(self.TA[a], self.CA[a], self.UA.get(a)), 1))
         return out
 
-    def violated(self, S, C, Q, thr: float, partition: int = 0) -> np.ndarray:
+    def violated(self, S, C, Q, thr: float, partition: int = 0, target: int = 1) -> np.ndarray:
         """The violated cells: |S| >= thr (the mass-weighted test, thr = alpha n), and with the standard-error
-        test also |t| >= z (z_group for whole groups) and count >= min_count (see :func:`cell_violated`)."""
-        z = self.p.z_group if partition == WHOLE else self.p.z
+        test also |t| >= z (z_group for whole groups, z_group_moment for whole groups of a moment ``target``
+        when set) and count >= min_count (see :func:`cell_violated`)."""
+        z = self.p.z
+        if partition == WHOLE:
+            z = self.p.z_group_moment if (target >= 2 and self.p.z_group_moment >= 0) else self.p.z_group
         return cell_violated(S, C, Q, thr, z, self.p.min_count)
 
-    def _masked_abs(self, S, C, Q, thr, partition):
+    def _masked_abs(self, S, C, Q, thr, partition, target=1):
         if not self.se:
             return np.abs(S)
-        return np.where(self.violated(S, C, Q, thr, partition), np.abs(S), 0.0)
+        return np.where(self.violated(S, C, Q, thr, partition, target), np.abs(S), 0.0)
 
-    def _worst(self, blocks, thr):
+    def _worst(self, blocks, thr, target=1):
         best = (-1.0, 0, 0, None)
         for part, S, C, Q, width in blocks:
-            arr = self._masked_abs(S, C, Q, thr, part) if (self.se and thr is not None) else np.abs(S)
+            arr = self._masked_abs(S, C, Q, thr, part, target) if (self.se and thr is not None) else np.abs(S)
             k = int(np.argmax(arr))
             v = arr[k] / self.n
             if v > best[0]:
@@ -390,7 +394,7 @@ class CellState:
         return self._worst(self.mean_blocks(), thr)[:3]
 
     def worst_moment(self, a: int, thr: float | None = None):
-        v, _, g, _ = self._worst(self.moment_blocks(a), thr)
+        v, _, g, _ = self._worst(self.moment_blocks(a), thr, a)
         return v, g
 
     def count_mean_violations(self, alpha: float) -> int:
@@ -400,12 +404,12 @@ class CellState:
     def make_update(self, target: int, thr: float, eta: float) -> Update | None:
         """The update on the worst violated cell's group: all its violated cells of that partition."""
         blocks = self.mean_blocks() if target == 1 else self.moment_blocks(target)
-        v, part, g, arrs = self._worst(blocks, thr)
+        v, part, g, arrs = self._worst(blocks, thr, target)
         if v * self.n < thr or v <= 0:
             return None
         S, C, Q, width = arrs
         blk = slice(g * width, (g + 1) * width)
-        mask = self.violated(S[blk], C[blk], None if Q is None else Q[blk], thr, part) if self.se else None
+        mask = self.violated(S[blk], C[blk], None if Q is None else Q[blk], thr, part, target) if self.se else None
         upd = _make_update(target, part, g, S[blk], C[blk], thr, self.p.step, eta, mask)
         if target >= 2 and self.p.moment_step == "ratio":
             # scale every prediction of a violated cell by (mean target) / (mean prediction): the cell's

@@ -145,6 +145,8 @@ class FittedModel:
                            "moment_floors": {str(a): f for a, f in p.moment_floors},
                            "z": p.z, "z_group": p.z_group, "min_count": p.min_count,
                            "moment_step": p.moment_step})
+            if p.z_group_moment >= 0:
+                params["z_group_moment"] = p.z_group_moment
         return {
             "format": FORMAT,
             "version": 1 if p.is_format1 else VERSION,
@@ -324,14 +326,15 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
     ms = pr.get("moment_step", "add")
     if ms not in ("add", "ratio"):
         raise bad(f"params.moment_step={ms!r} must be 'add' or 'ratio'")
-    for name, v in (("z", z), ("z_group", zg)):
-        if not _finite(v) or isinstance(v, bool) or not 0 <= v <= 100:
+    zgm = pr.get("z_group_moment", -1.0)
+    for name, v in (("z", z), ("z_group", zg), ("z_group_moment", zgm)):
+        if not _finite(v) or isinstance(v, bool) or not (0 <= v <= 100 or (name == "z_group_moment" and v == -1)):
             raise bad(f"params.{name}={v!r} must be a number in [0, 100]")
     if not isinstance(mc, int) or isinstance(mc, bool) or not 0 <= mc <= 10**9:
         raise bad(f"params.min_count={mc!r} must be a non-negative integer")
     return {"mean_edges": mean_edges, "moment_edges": tuple(sorted(moment_edges)),
             "moment_floors": tuple(sorted(floors)), "z": float(z), "z_group": float(zg), "min_count": mc,
-            "moment_step": ms}
+            "moment_step": ms, "z_group_moment": float(zgm)}
 
 
 def _finite(x) -> bool:
