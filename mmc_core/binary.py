@@ -228,7 +228,7 @@ def _families(groups) -> dict:
     """column -> indices of the one-condition groups on that column that split the rows between them."""
     fam: dict = {}
     for i, g in enumerate(groups.groups):
-        if len(g.where) == 1:
+        if len(g.where) == 1 and not g.any:
             fam.setdefault(g.where[0].column, []).append(i)
     return {c: ix for c, ix in fam.items() if len(ix) >= 2}
 

@@ -120,7 +120,7 @@ def parse_groups_file(text, columns=None) -> list:
         missing = sorted(c for c in gs.columns() if c not in set(columns))
         if missing:
             raise GroupDefinitionError(f"the group file refers to column(s) not in the data: {', '.join(missing)}")
-    return [g.to_dict() for g in gs.groups if g.where]
+    return [g.to_dict() for g in gs.groups if not g.is_everything]
 
 
 def merge(existing: list, new: list) -> tuple[list, int]:

@@ -204,7 +204,7 @@ def _cb_save_group(i: int, columns):
     except MMCError as e:
         ss["groups_err"] = str(e)
         return
-    _set_groups([x.to_dict() for x in gs.groups if x.where or x.name != "all"], f"Saved '{name}'.")
+    _set_groups([x.to_dict() for x in gs.groups if not x.is_everything or x.name != "all"], f"Saved '{name}'.")
     ss["ed_loaded"] = None
     ss["ed_pick"] = name
 
