@@ -244,6 +244,26 @@ def cmd_fit(args) -> int:
         signal.signal(signal.SIGINT, on_sigint)
     except ValueError:  # not in the main thread
         previous = None
+    started, last = time.monotonic(), [0.0]
+
+    def progress(row) -> bool:  # long runs only: at most one line a second on stderr
+        now = time.monotonic() - started
+        if now - last[0] >= 1.0:
+            last[0] = now
+            print(f"mmc: round {row['round']}: {row['violating_cells']} violating mean cell(s), "
+                  f"{row['mean_updates']} mean / {row['moment_updates']} moment updates, {now:.0f} s "
+                  "(Ctrl-C stops after the current update)", file=sys.stderr, flush=True)
+        return False
+
+    announced = []
+
+    def stop_requested() -> bool:  # polled before every update; the first poll says the descent is running
+        if not announced:
+            announced.append(True)
+            print(f"mmc: fitting {len(df):,} rows x {len(groups):,} groups (Ctrl-C stops after the current "
+                  "update)", file=sys.stderr, flush=True)
+        return bool(interrupted)
+
     feats = None
     if args.discover:
         from mmc_core.discover import validate_discovery_params
@@ -256,10 +276,10 @@ def cmd_fit(args) -> int:
 
             fit_with_discovery(est, df, y, groups, base, features=feats, max_depth=args.max_depth,
                                min_mass=args.min_mass, rounds=args.discover_rounds, label_name=args.label,
-                               base_name=args.pred, stop=lambda: bool(interrupted))
+                               base_name=args.pred, stop=stop_requested, callback=progress)
         else:
             est.fit(df, y, groups, base_prediction=base, label_name=args.label, base_name=args.pred,
-                    stop=lambda: bool(interrupted))
+                    stop=stop_requested, callback=progress)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
