@@ -480,7 +480,7 @@ class _Stop(Exception):
 
 
 def descend(params: DescentParams, state: CellState, holdout: CellState | None = None,
-            callback=None, log: list | None = None, stop=None) -> DescentResult:
+            callback=None, log: list | None = None, stop=None, keep_best: bool = False) -> DescentResult:
     """Run AlternatingGradientDescent to convergence on ``state`` (modified in place).
 
     Each round: PseudoMomentConsistency for every moment (warm-started), then the mean audit over the cells
@@ -561,10 +561,17 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
                     np.mean((holdout.mom[a] - holdout.label(a, holdout.mu, holdout.y)) ** 2))
         return row
 
+    best = {"mse": np.inf}
+
     def record(rnd: int, before_moment: float):
         row = snapshot(rnd, before_moment)
         history.append(row)
         round_ends.append(len(log))
+        if keep_best and row.get("holdout_mse", np.inf) < best["mse"]:
+            # the fitting-row predictions of the best held-out round so far (what replaying the log up to it
+            # would give), so early stopping needs no replay on the fitting rows
+            best.update(mse=row["holdout_mse"], index=len(history) - 1, mu=state.mu.copy(),
+                        mom={a: v.copy() for a, v in state.mom.items()})
         if callback is not None and callback(row):
             raise _Stop
 
@@ -621,4 +628,5 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
         mean_updates=counters["mean"], moment_updates=counters["moment"],
         max_moment_updates_per_call=counters["max_call"], pmc_calls=counters["calls"],
         seconds=time.perf_counter() - t0, state=state, holdout=holdout,
+        extra={"best": best} if keep_best and "index" in best else {},
     )

@@ -416,7 +416,8 @@ class MomentMulticalibrator:
             if n_cal:
                 holdout = CellState(params, memb_h, yu[cal_idx], mu_h,
                                     {a: np.full(n_cal, v) for a, v in init_moments.items()})
-            res = descend(params, state, holdout, callback if len(candidates) == 1 else None, stop=stop)
+            res = descend(params, state, holdout, callback if len(candidates) == 1 else None, stop=stop,
+                          keep_best=early)
             kept = _best_round(res.history) if early else len(res.round_ends) - 1
             score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
             runs.append((score, m, params, init_moments, res, kept))
@@ -432,8 +433,11 @@ class MomentMulticalibrator:
         log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
         model = FittedModel(params, scale, gset, init_mean, init_moments, list(log),
                             list(res.round_ends[: kept_round + 1]))
+        snap = res.extra.get("best")
         if kept_round == len(res.round_ends) - 1:
             fit_mu, fit_moms = res.state.mu.copy(), {a: v.copy() for a, v in res.state.mom.items()}
+        elif snap is not None and snap["index"] == kept_round:
+            fit_mu, fit_moms = snap["mu"], snap["mom"]
         else:
             fit_mu, fit_moms = model.predict_unit(Xf, mu0 if base_u is not None else None, fit_idx.size)
         achieved = _achieved(params, memb, yu[fit_idx], fit_mu, fit_moms)

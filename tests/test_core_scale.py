@@ -242,3 +242,19 @@ def test_audit_runs_on_every_model_it_fits():
         assert est.predict_moments(_sub(t, te), base[te])["moment_2"].min() > 0
         res = audit(est.model_, _sub(t, te), y[te], base=base[te])
         assert len(res.by_group) == len(groups)
+
+
+def test_early_stopped_fit_predictions_equal_the_replayed_kept_log():
+    """The fitting-row predictions of the kept round are snapshotted during the descent (no replay); they must
+    be exactly what replaying the kept log gives."""
+    from mmc_core.synthetic import demo_distribution
+
+    d = demo_distribution()
+    t, y = d.sample(3000, np.random.default_rng(2))
+    est = MomentMulticalibrator(alpha=0.0003, beta=0.0001, label_range=(0, 1), calibration_fraction=0.3,
+                                n_moments=3).fit(t, y, GroupSet.from_columns(t, ["sex", "race", "age", "score"], 2))
+    assert est.model_.info["early_stopped"]
+    rows = est.fit_index_
+    mu, moms = est.model_.predict_unit(_sub(t, rows), n=rows.size)
+    assert np.array_equal(mu, est.fit_mean_unit_)
+    assert all(np.array_equal(moms[a], est.fit_moments_unit_[a]) for a in (2, 3))
