@@ -86,6 +86,7 @@ def test_dashboard_in_a_real_browser(server, tmp_path):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        page.set_default_timeout(120_000)  # a shared, loaded machine: generous waits (nothing asserts times)
         t0 = time.time()
         page.goto(URL)
         # the first visit runs the demo audit
