@@ -163,6 +163,8 @@ def test_analyst_session_end_to_end(server, tmp_path):
         box.get_by_role("button", name="Remove married").click(force=True)
         page.wait_for_timeout(800)
         assert _chips(page, "Feature columns") == FEATURES
+        _slider(page, "Base-model training rows").press("End")  # 60%: a base-model fit long enough to stop
+        page.wait_for_timeout(800)
         _shot(page, "01_data")
 
         # ---- groups: columns with their intersections, then a custom condition
