@@ -100,7 +100,7 @@ def audit_kept_model():
     units = state.units()
     if units and run.audit is not None and isinstance(getattr(run.audit, "params", None), dict):
         run.audit.params["label_units"] = units
-    run.finished_at = __import__("time").time()  # new figures
+    run.finished_at = time.time()  # new figures
     for k in ("export_pdf", "export_pdf_error", "export_csv", "export_audit"):
         ss.pop(k, None)
 
