@@ -86,7 +86,6 @@ def page_icon():
 
 def main():
     _debug("script run start")
-    prewarm()  # scikit-learn imported in the background before the first in-app base model
     st.set_page_config(page_title="mmc-audit: moment multicalibration", page_icon=page_icon(),
                        layout="wide", initial_sidebar_state="expanded")
     args = parse_args()
@@ -117,6 +116,7 @@ def main():
     nav.run()
     sidebar(box)
     state.save_widget_state()
+    prewarm()  # after the first page is drawn: scikit-learn and the worker's fork server, in the background
     _debug("script run end")
 
 

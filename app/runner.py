@@ -721,6 +721,7 @@ class FitJob:
         self.worker = worker  # "thread" (in this process) or "process" (a forked worker; see start())
         self._proc = None
         self._mp_stop = None
+        self._mp_seen = None
         self.args = (df, label_spec, base_spec, split_spec, groups_json, settings)
         self.settings = settings
         self.data_key, self.data_name = data_key, data_name
@@ -757,8 +758,10 @@ class FitJob:
             ctx = _mp_context()
             queue = ctx.Queue()
             self._mp_stop = ctx.Event()
+            self._mp_seen = ctx.Event()
             self._proc = ctx.Process(target=_child_main, args=(self.args, self.data_key, self.data_name, queue,
-                                                                self._mp_stop), name=f"mmc-fit-{self.id}", daemon=True)
+                                                                self._mp_stop, self._mp_seen),
+                                     name=f"mmc-fit-{self.id}", daemon=True)
             self._proc.start()
             self.args = None
             self._thread = threading.Thread(target=self._read_child, args=(queue,), name=f"mmc-read-{self.id}",
@@ -791,7 +794,7 @@ class FitJob:
                         return
                     continue
                 if kind == "hist":
-                    self.history.append(payload)
+                    self.history.extend(payload)
                 elif kind == "phase":
                     self._set_phase(payload)
                 elif kind == "thr":
@@ -866,6 +869,12 @@ class FitJob:
     @property
     def stop_requested(self) -> bool:
         return self._stop.is_set()
+
+    def stop_seen(self) -> bool:
+        """True once the run has seen the stop flag (a worker process reports it through a shared event)."""
+        if self.stop_seen_at is None and self._mp_seen is not None and self._mp_seen.is_set():
+            self.stop_seen_at = time.time()
+        return self.stop_seen_at is not None
 
     @property
     def elapsed(self) -> float:
@@ -963,26 +972,41 @@ def _mp_context():
         return _MP_CTX[0]
 
 
-def _child_main(args, data_key, data_name, queue, stop_event):
-    """The body of a worker process: run the pipeline, report everything through ``queue``."""
-    seen = []
+HISTORY_FLUSH = 0.2  # seconds between two batches of history rows sent by a worker process
+
+
+def _child_main(args, data_key, data_name, queue, stop_event, seen_event):
+    """The body of a worker process: run the pipeline, report everything through ``queue`` (history rows in
+    batches, so that a fast descent does not flood it) and ``seen_event`` (set the moment Stop is seen)."""
+    buf, last = [], [time.time()]
+
+    def flush():
+        if buf:
+            queue.put(("hist", list(buf)))
+            buf.clear()
+        last[0] = time.time()
 
     def stop():
         if stop_event.is_set():
-            if not seen:
-                seen.append(1)
-                queue.put(("seen", None))
+            seen_event.set()
             return True
         return False
 
     def callback(row):
-        queue.put(("hist", {k: (float(v) if isinstance(v, (np.floating, np.integer)) else v) for k, v in row.items()}))
+        buf.append({k: (float(v) if isinstance(v, (np.floating, np.integer)) else v) for k, v in row.items()})
+        if time.time() - last[0] >= HISTORY_FLUSH:
+            flush()
         return stop()
 
+    def phase(text):
+        flush()
+        queue.put(("phase", text))
+
     try:
-        result = run_pipeline(*args, callback=callback, stop=stop, phase=lambda t: queue.put(("phase", t)),
+        result = run_pipeline(*args, callback=callback, stop=stop, phase=phase,
                               data_key=data_key, data_name=data_name, on_thresholds=lambda t: queue.put(("thr", dict(t))),
                               on_fitted=lambda r: queue.put(("fitted", r)))
+        flush()
         kept = FitJob._kept_text(result) if result.stopped and not result.audit else ""
         queue.put(("end", ("done", result, "", "", kept)))
     except StoppedByUser as e:

@@ -86,6 +86,7 @@ def test_dashboard_in_a_real_browser(server, tmp_path):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        page.set_default_timeout(120_000)  # a shared, loaded machine: generous waits (nothing asserts times)
         t0 = time.time()
         page.goto(URL)
         # the first visit runs the demo audit
@@ -146,7 +147,10 @@ def test_dashboard_in_a_real_browser(server, tmp_path):
         page.get_by_role("button", name="Run", exact=True).click()
         expect(page.get_by_text("Converged in").first).to_be_visible(timeout=60_000)
         _goto(page, "Results", "Results")
-        expect(page.locator(charts).first).to_be_visible(timeout=30_000)
+        # the Results page keeps the tab last opened (Row explorer): its chart shows, then back to the first tab
+        expect(page.locator(f'[role="tabpanel"]:visible {charts}').first).to_be_visible(timeout=30_000)
+        page.get_by_role("tab", name="Variance disparities").click()
+        expect(page.locator(f'[role="tabpanel"]:visible {charts}').first).to_be_visible(timeout=30_000)
         expect(page.get_by_text("label y").first).to_be_visible()
         _full_shot(page, "11_results_upload")
         browser.close()

@@ -142,6 +142,7 @@ def test_analyst_session_end_to_end(server, tmp_path):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1100}, accept_downloads=True)
+        page.set_default_timeout(120_000)  # a shared, loaded machine: generous waits (nothing asserts times)
         page.on("request", lambda r: requests.append(r.url))
         page.goto(URL)
         expect(page.get_by_text("An audit of").first).to_be_visible(timeout=60_000)
@@ -162,6 +163,8 @@ def test_analyst_session_end_to_end(server, tmp_path):
         box.get_by_role("button", name="Remove married").click(force=True)
         page.wait_for_timeout(800)
         assert _chips(page, "Feature columns") == FEATURES
+        _slider(page, "Base-model training rows").press("End")  # 60%: a base-model fit long enough to stop
+        page.wait_for_timeout(800)
         _shot(page, "01_data")
 
         # ---- groups: columns with their intersections, then a custom condition

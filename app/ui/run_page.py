@@ -244,7 +244,7 @@ def _live_body():
         finalize()
         st.rerun()  # leave the fragment: redraw the whole page with the result
         return
-    if job.stop_requested and job.stop_seen_at is not None:
+    if job.stop_requested and job.stop_seen():
         # the run has seen Stop: say so at once; the page redraws with the result when the job is done
         st.warning(stopping_text(job), icon=":material/stop_circle:")
         return
@@ -277,9 +277,9 @@ def _live_body():
         job.stop()
         # the flag is seen before the next boosting chunk / update, or at once in the audit
         deadline = time.time() + 0.8
-        while job.running and job.stop_seen_at is None and time.time() < deadline:
+        while job.running and not job.stop_seen() and time.time() < deadline:
             time.sleep(0.02)
-        _debug(f"job status {job.status}, stop seen {job.stop_seen_at is not None}")
+        _debug(f"job status {job.status}, stop seen {job.stop_seen()}")
         if not job.running:
             finalize()
             st.rerun(scope="app")
