@@ -76,7 +76,6 @@ import pandas as pd
 
 from . import findings as fnd
 from . import intervals as iv
-from .buckets import mean_grid
 from .errors import DataError, MMCError, ModelFormatError
 from .moments import MomentKind
 
@@ -200,10 +199,11 @@ def _bootstrap_ratios(pairs: _Pairs, values: dict, n_boot: int, seed: int, level
     return res
 
 
-def _worst_cells(pairs: _Pairs, pred_u, y_u, m: int, n: int, span: float, min_count: int = 20):
+def _worst_cells(pairs: _Pairs, pred_u, y_u, grid, n: int, span: float, min_count: int = 20):
     """Per-group worst |mean pred - mean label| over the mean buckets of ``pred_u`` (unweighted over cells of at
     least ``min_count`` rows, and mass-weighted over all cells), and the long table pieces of the cells."""
-    b = mean_grid(m).index(pred_u)
+    m = grid.m
+    b = grid.index(pred_u)
     cnt = pairs.cell_sums(b, m)
     sp = pairs.cell_sums(b, m, pred_u)
     sy = pairs.cell_sums(b, m, y_u)
@@ -322,7 +322,8 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
         before_u, base_kind = np.clip((base_arr - scale.lo) / span, 0.0, 1.0), "base prediction"
     else:
         before_u, base_kind = np.full(n, iv._initial_constant(model)), "initial constant (label mean of the fitting rows)"
-    m = model.params.m
+    grid = model.params.mean_grid  # the model's own mean buckets (quantile grids too)
+    m = grid.m
 
     cnt = pairs.gsum()
     bg = pd.DataFrame(index=pd.Index(names, name="group"))
@@ -331,8 +332,8 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
     bg["mean_label"] = scale.mean_from_unit(_div(pairs.gsum(yu), cnt))
     bg["mean_pred"] = scale.mean_from_unit(_div(pairs.gsum(mu), cnt))
     bg["mean_pred_base"] = scale.mean_from_unit(_div(pairs.gsum(before_u), cnt))
-    w, ww, c_m, sp_m, sy_m, err_m = _worst_cells(pairs, mu, yu, m, n, span, min_cell_count)
-    wb, wwb, c_b, sp_b, sy_b, err_b = _worst_cells(pairs, before_u, yu, m, n, span, min_cell_count)
+    w, ww, c_m, sp_m, sy_m, err_m = _worst_cells(pairs, mu, yu, grid, n, span, min_cell_count)
+    wb, wwb, c_b, sp_b, sy_b, err_b = _worst_cells(pairs, before_u, yu, grid, n, span, min_cell_count)
     bg["calib_error_worst"], bg["calib_error_worst_weighted"] = w, ww
     bg["calib_error_worst_base"], bg["calib_error_worst_weighted_base"] = wb, wwb
     res2 = (yu - mu) ** 2
@@ -393,7 +394,7 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
             bucket_inside = ((yu >= lo_u) & (yu <= hi_u)).astype(float)
     elif bucket_method not in cov_cols:
         raise MMCError(f"bucket_method {bucket_method!r} is not among the computed methods ({', '.join(cov_cols)})")
-    bmu = np.clip(np.floor(mu * m), 0, m - 1).astype(np.int64)
+    bmu = grid.index(mu)
     if bucket_method is not None:
         cb = _div(pairs.cell_sums(bmu, m, bucket_inside), c_m)
     else:
@@ -417,7 +418,7 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
         bg["guarantee_share"] = np.nan
 
     # ---- calibration cells (long) ----
-    edges = scale.mean_from_unit(np.arange(m + 1) / m)
+    edges = scale.mean_from_unit(grid.edges())
     gi, bi = np.nonzero((c_m > 0) | (c_b > 0))
     cal = pd.DataFrame({
         "group": np.asarray(names, dtype=object)[gi], "bucket": bi, "bucket_lo": edges[bi], "bucket_hi": edges[bi + 1],
@@ -476,7 +477,7 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
     try:
         inside_f = bucket_inside if bucket_method is not None else None
         found, n_tests = _findings(pairs, names, scale, mu, yu, moms.get(2) if 2 in model.moments else None,
-                                   m, inside_f, bucket_method, 1 - delta, min_group_count, error_control,
+                                   grid, inside_f, bucket_method, 1 - delta, min_group_count, error_control,
                                    findings_level)
         disp = fnd.variance_disparities(names, cnt, bg["var_ratio"].to_numpy(), lo_p, hi_p, min_group_count)
         status = "ok"
@@ -487,7 +488,7 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
                        found, disp, status)
 
 
-def _findings(pairs: _Pairs, names, scale, mu, yu, var_pred, m, inside, method, target, min_count, control, level):
+def _findings(pairs: _Pairs, names, scale, mu, yu, var_pred, grid, inside, method, target, min_count, control, level):
     """Every test of the model's claims on these rows (mean per group and per mean-bucket cell, variance,
     coverage of ``method``), adjusted as one family. Returns (findings, number of tests)."""
     span = scale.span
@@ -496,8 +497,9 @@ def _findings(pairs: _Pairs, names, scale, mu, yu, var_pred, m, inside, method, 
     tests = fnd.group_tests("mean", names, cnt, pairs.gsum(r), pairs.gsum(r * r), min_count,
                             predicted=scale.mean_from_unit(_div(pairs.gsum(mu), cnt)),
                             observed=scale.mean_from_unit(_div(pairs.gsum(yu), cnt)))
-    b = mean_grid(m).index(mu)
-    edges = scale.mean_from_unit(np.arange(m + 1) / m)
+    m = grid.m
+    b = grid.index(mu)
+    edges = scale.mean_from_unit(grid.edges())
     cc = pairs.cell_sums(b, m).ravel()
     cell_names = [(g, i) for g in names for i in range(m)]
     cal = fnd.group_tests("calibration", cell_names, cc, pairs.cell_sums(b, m, r).ravel(),

@@ -14,6 +14,7 @@ from scipy import stats
 from mmc_core import GroupSet
 from mmc_core import findings as fnd
 from mmc_core import metrics
+from mmc_core.buckets import mean_grid
 from mmc_core.errors import MMCError
 from mmc_core.synthetic import demo_distribution
 
@@ -91,7 +92,7 @@ def _exact_findings(seed, n, shift=None, var_factor=None, cover_drop=None, contr
     if cover_drop is not None:
         p_in = np.where(d, 0.9 - cover_drop, p_in)
     inside = (rng.random(n) < p_in).astype(float)
-    found, n_tests = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, 5, inside,
+    found, n_tests = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), inside,
                                        "calibrated", 0.9, 30, control, 0.05)
     return found, n_tests
 
@@ -142,10 +143,10 @@ def test_small_groups_are_never_tested():
     memb = GroupSet.from_columns(df, ["race"], 1).evaluate(df)
     mu = DIST.true_mean(tab) + 0.5 * (df["race"] == "Z").to_numpy()  # wildly wrong on the tiny group
     v = DIST.true_moment(tab, 2)
-    found, _ = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, 5, None, None, 0.9,
+    found, _ = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9,
                                  30, "holm", 0.05)
     assert not any(f["group"] == "race=Z" for f in found)
-    found, _ = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, 5, None, None, 0.9,
+    found, _ = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9,
                                  5, "holm", 0.05)
     assert any(f["group"] == "race=Z" and f["kind"] == "mean" for f in found)
 

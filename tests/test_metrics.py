@@ -237,3 +237,20 @@ def test_findings(synthetic_audit):
     d = {x["group"]: x for x in r.disparities}
     assert "race=D" in d and d["race=D"]["interval"][0] > 1
     assert "predicted variance for group race=D" in d["race=D"]["text"] and "95% CI" in d["race=D"]["text"]
+
+
+def test_audit_uses_the_models_own_mean_buckets():
+    """A model with quantile mean buckets is audited on those buckets (the uniform grid would mix cells)."""
+    df = pd.DataFrame(demo_distribution().sample_table(3000, np.random.default_rng(4), truth=False))
+    tr, te = df.iloc[:2000], df.iloc[2000:].reset_index(drop=True)
+    est = MomentMulticalibrator(label_range=(0, 100), mean_buckets="quantile").fit(
+        tr, tr["outcome"], GroupSet.from_columns(tr, ["race"], 1), base_prediction=tr["base_pred"])
+    grid = est.model_.params.mean_grid
+    assert not grid.uniform
+    r = audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0)
+    edges = np.asarray(r.params["mean_buckets"])
+    np.testing.assert_allclose(edges, est.model_.scale.mean_from_unit(grid.edges()))
+    mu = est.predict(te, base_prediction=te["base_pred"])
+    b = np.searchsorted(edges[1:-1], mu, side="right")
+    np.testing.assert_array_equal(r.calibration_cells.query("group == 'all'").set_index("bucket")["count"],
+                                  np.bincount(b, minlength=grid.m)[np.bincount(b, minlength=grid.m) > 0])
