@@ -361,12 +361,7 @@ def fit_with_discovery(est, X, y, groups=None, base_prediction=None, *, features
     """
     validate_discovery_params(max_depth, min_mass, 5, level, search_fraction, rounds)
     t0 = time.perf_counter()
-    if groups is None:
-        gset = GroupSet([])
-    elif isinstance(groups, GroupSet):
-        gset = groups
-    else:
-        gset = GroupSet.from_json(groups)
+    gset = GroupSet.coerce(groups)
     listed = list(gset.groups)
     learned, taken = [], set(gset.names)
     n = _n_rows(X)

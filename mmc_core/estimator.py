@@ -376,12 +376,7 @@ class MomentMulticalibrator:
             outside = (base < scale.lo) | (base > scale.hi)
             base_clipped = int(outside.sum())
             base_u = scale.to_unit(np.clip(base, scale.lo, scale.hi), bname)
-        if groups is None:
-            gset = GroupSet([])
-        elif isinstance(groups, GroupSet):
-            gset = groups
-        else:
-            gset = GroupSet.from_json(groups)
+        gset = GroupSet.coerce(groups)
 
         rng = np.random.default_rng(self.random_state)
         n_cal = int(round(self.calibration_fraction * n))

@@ -466,6 +466,15 @@ class GroupSet:
                     groups.append(Group(" & ".join(c.label() for c in conds), tuple(conds)))
         return cls(groups)
 
+    @classmethod
+    def coerce(cls, groups) -> "GroupSet":
+        """A GroupSet from None (the whole population only), a GroupSet, or group JSON (text or parsed)."""
+        if groups is None:
+            return cls([])
+        if isinstance(groups, GroupSet):
+            return groups
+        return cls.from_json(groups)
+
     def __add__(self, other: "GroupSet") -> "GroupSet":
         return GroupSet(list(self.groups) + [g for g in other.groups if not g.is_everything])
 

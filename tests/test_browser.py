@@ -5,16 +5,14 @@ charts render, uploads a CSV, downloads an export, and saves full-page screensho
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+
+from tests.dashboard_server import dashboard_server
 
 CHROMIUM = "/usr/bin/chromium"
 PORT = 8599
@@ -31,28 +29,8 @@ pytestmark = [pytest.mark.browser,
 @pytest.fixture(scope="module")
 def server():
     SHOTS.mkdir(parents=True, exist_ok=True)
-    log = open(SHOTS.parent / "dashboard-server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "dashboard", "--port", str(PORT)], cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(f"{URL}/_stcore/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"the dashboard did not start; see {log.name}")
-            time.sleep(0.2)
+    with dashboard_server(PORT, SHOTS.parent / "dashboard-server.log") as proc:
         yield proc
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
 
 
 def _full_shot(page, name: str):

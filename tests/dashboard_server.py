@@ -1,0 +1,40 @@
+"""A real `mmc dashboard` server for the browser tests: started in its own process group, waited for on
+its health endpoint, and stopped (SIGTERM, then SIGKILL) afterwards."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def dashboard_server(port: int, log_path: Path, start_timeout: float = 60):
+    log = open(log_path, "w")
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "dashboard", "--port", str(port)], cwd=ROOT,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + start_timeout
+        while True:
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the dashboard did not start; see {log.name}")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
