@@ -585,7 +585,12 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
     odd = "; odd moments as E|y − μ|^a" if p.odd_moments == "absolute" and any(a % 2 for a in moments) else \
         ("; odd moments signed" if any(a % 2 for a in moments) else "")
     src = getattr(sc, "source", "declared")
-    src_txt = "declared by the user" if src == "declared" else "observed min/max of the fitting data (not declared)"
+    src_txt = {"declared": "declared by the user",
+               "robust": "robust: clipped at quantiles of the data (not declared)"}.get(
+        src, "observed min/max of the fitting data (not declared)")
+    note = info.get("label_note")
+    if src == "robust" and isinstance(note, str) and note.strip():
+        src_txt += f"; {note.strip()}"
     auto = [n_ for n_, r in (("α", "alpha_rule"), ("β", "beta_rule")) if info.get(r) == "auto"]
     auto_txt = f"; {' and '.join(auto)} chosen automatically just above the sampling noise" if auto else ""
     secs = f", {float(info['seconds']):.2f} s" if "seconds" in info else ""

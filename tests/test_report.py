@@ -204,3 +204,17 @@ def test_cli_report_end_to_end(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 0, err
     assert out.read_bytes()[:5] == b"%PDF-" and out.stat().st_size > 50_000
+
+
+def test_robust_label_range_is_named_as_such(demo):
+    """A range clipped at quantiles (the dashboard's 'robust' scaling) is not described as the observed min/max."""
+    import copy
+
+    from mmc_core import LabelScale
+
+    model = copy.deepcopy(demo["model"])
+    model.scale = LabelScale(model.scale.lo, model.scale.hi, "robust")
+    model.info["label_note"] = "clipped at the 1% and 99% quantiles (12 rows clipped)"
+    rows = dict((k, v) for k, v in R._param_rows(model, demo["audit"], 0.1, 0.05, "outcome"))
+    text = " ".join(str(v) for v in rows.values())
+    assert "robust: clipped at quantiles" in text and "12 rows clipped" in text and "observed min/max" not in text
