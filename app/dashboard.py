@@ -10,9 +10,7 @@ The pages live in ``app/ui/*_page.py``; the heavy lifting is in ``app/runner.py`
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent

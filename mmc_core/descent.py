@@ -514,7 +514,6 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
         phi = None  # the potential at the start of the pass, computed only if the pass updates anything
         count = 0
         counters["calls"] += 1
-        mm = p.m * p.m
         while True:
             if stop is not None and stop():
                 raise _Stop

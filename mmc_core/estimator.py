@@ -420,11 +420,9 @@ class MomentMulticalibrator:
                 break
         score, m, params, init_moments, res, kept_round = min(runs, key=lambda r: r[0])
         seconds = time.perf_counter() - t0
-        alpha = params.alpha
 
         init_mean = {"kind": "base", "column": base_name} if base_u is not None else \
             {"kind": "constant", "value": float(np.mean(yu[fit_idx]))}
-        best_round = kept_round if early else None
         log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
         model = FittedModel(params, scale, gset, init_mean, init_moments, list(log),
                             list(res.round_ends[: kept_round + 1]))

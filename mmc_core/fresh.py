@@ -90,7 +90,7 @@ class FreshDescent:
             return {"kind": "converged"}
         kind, a = self.queue[0]
         st = self._audit_state()
-        p, G = self.p, len(self.groups)
+        p = self.p
         if kind == "moment":
             res = self._flag(st.TA[a], st.CA[a], p.beta_for(a))
             if res is None:
