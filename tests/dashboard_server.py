@@ -12,6 +12,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"  # Debian's; never `playwright install`
+# without the background-networking flags Chromium tries outside hosts this machine refuses
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @contextmanager

@@ -6,21 +6,15 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tests.dashboard_server import dashboard_server
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server
 
-CHROMIUM = "/usr/bin/chromium"
 PORT = 8599
 URL = f"http://127.0.0.1:{PORT}"
-ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ROOT / "artifacts" / "screenshots"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian Chromium (/usr/bin/chromium) missing")]

@@ -17,18 +17,13 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from tests.dashboard_server import dashboard_server
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server
+from tests.fake_cps import cps_features
 
-CHROMIUM = "/usr/bin/chromium"
 PORT = 8597
 URL = f"http://127.0.0.1:{PORT}"
-ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ROOT / "artifacts" / "screenshots"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 FEATURES = ["educ", "exper", "tenure", "female", "black", "region", "hours"]  # 'married' is taken out by hand
 
 pytestmark = [pytest.mark.browser,
@@ -37,12 +32,7 @@ pytestmark = [pytest.mark.browser,
 
 def cps_csv(path: Path, n: int = 100_000, seed: int = 1) -> Path:
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({
-        "educ": rng.integers(8, 19, n), "exper": rng.integers(0, 45, n), "tenure": rng.integers(0, 30, n),
-        "female": rng.integers(0, 2, n), "black": (rng.random(n) < 0.1).astype(int),
-        "region": rng.choice(["north", "south", "east", "west"], n), "married": rng.integers(0, 2, n),
-        "hours": rng.integers(20, 60, n).astype(float),
-    })
+    df = cps_features(rng, n)
     df["empty"] = np.nan
     logw = 0.5 + 0.08 * df["educ"] + 0.01 * df["exper"] - 0.15 * df["female"] - 0.1 * df["black"] \
         + 0.002 * df["hours"] + rng.normal(0, 0.45 + 0.1 * df["black"], n)

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
+from tests.fake_cps import cps_features
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
@@ -20,12 +22,7 @@ FEATURES = ["educ", "exper", "tenure", "female", "black", "region", "married", "
 
 def cps_table(n: int = 3000, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({
-        "educ": rng.integers(8, 19, n), "exper": rng.integers(0, 45, n), "tenure": rng.integers(0, 30, n),
-        "female": rng.integers(0, 2, n), "black": (rng.random(n) < 0.1).astype(int),
-        "region": rng.choice(["north", "south", "east", "west"], n), "married": rng.integers(0, 2, n),
-        "hours": rng.integers(20, 60, n).astype(float),
-    })
+    df = cps_features(rng, n)
     df["empty"] = np.nan  # an all-missing column (bug 4)
     df["survey"] = 1  # a constant column
     logw = 0.5 + 0.08 * df["educ"] + 0.01 * df["exper"] - 0.15 * df["female"] - 0.1 * df["black"] \
