@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="adjustment of the findings over every test: holm (family-wise error) or bh (false "
                          "discovery rate)")
     au.add_argument("--min-group-count", type=int, default=30, help="smallest group or cell tested (30)")
+    au.add_argument("--variance-tolerance", type=float, default=None,
+                    help="a variance finding needs observed/predicted outside [1/(1+T), 1+T] beyond chance "
+                         "(default 0.1; 0 tests ratio != 1)")
     au.add_argument("--out", required=True)
 
     rp = sub.add_parser("report", help="write a PDF audit report")
@@ -371,9 +374,14 @@ def cmd_audit(args) -> int:
     _check_prob("--gamma", args.gamma)
     if args.min_group_count < 2:
         raise CLIError(f"--min-group-count must be at least 2, got {args.min_group_count}")
+    from mmc_core.findings import VARIANCE_TOLERANCE
+
+    tol = VARIANCE_TOLERANCE if args.variance_tolerance is None else args.variance_tolerance
+    if not (0 <= tol < 1):
+        raise CLIError(f"--variance-tolerance must be in [0, 1), got {args.variance_tolerance}")
     model, df, base, y = _load_for_apply(args, need_label=True)
     result = audit(model, df, y, base=base, delta=args.delta, gamma=args.gamma, error_control=args.error_control,
-                   min_group_count=args.min_group_count)
+                   min_group_count=args.min_group_count, variance_tolerance=tol)
     atomic_write_text(args.out, json.dumps(result.to_json(), allow_nan=False))
     print(json.dumps({"findings": len(result.findings), "findings_status": result.findings_status,
                       "tests": result.params.get("n_tests"), "error_control": args.error_control}))

@@ -493,7 +493,17 @@ def findings_summary(audit) -> dict:
     return {"failed": None if status == "ok" else status.removeprefix("failed:").strip(),
             "shown": found[:_MAX_FINDINGS], "n_found": len(found), "n_tests": params.get("n_tests"),
             "control": control, "level": params.get("findings_level"), "min_count": params.get("min_group_count"),
+            "variance_note": _variance_note(params.get("variance_tolerance")),
             "disparities": list(getattr(audit, "disparities", []) or [])[:3]}
+
+
+def _variance_note(tol) -> str:
+    """How a variance finding is judged, in words ("" for audits made before the tolerance existed)."""
+    if tol is None:
+        return ""
+    if not tol:
+        return " A variance counts as misstated when observed / predicted differs from 1 beyond chance."
+    return f" A variance counts as misstated only when it is off by more than {1 + tol:.2g}x beyond chance."
 
 
 def _findings_section(doc, audit):
@@ -505,7 +515,7 @@ def _findings_section(doc, audit):
         return
     scope = (f"{s['n_tests']} tests of the model's means, bucket calibration, variances and interval coverage on "
              f"every group and cell of at least {s['min_count']} rows, adjusted together by {s['control']} at "
-             f"{s['level']:g}.")
+             f"{s['level']:g}.{s['variance_note']}")
     if s["shown"]:
         doc.bullets([f["text"] for f in s["shown"]])
         more = s["n_found"] - len(s["shown"])

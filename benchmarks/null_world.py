@@ -2,7 +2,8 @@
 
 Fits the tool with its defaults on one sample and audits on fresh rows, for several seeds, and prints per seed
 the number of findings and the first three (kind, group, estimate). A correct tool reports nothing in at
-least 9 of 10 seeds (Holm at 5% over every test of the audit).
+least 9 of 10 seeds (Holm at 5% over every test of the audit; variance findings with the default 1.1x
+materiality margin). tests/test_findings.py runs seeds 100-109 as a slow test.
 
     .venv/bin/python benchmarks/null_world.py              # 10 seeds, 4000 fitting + 4000 audit rows
     .venv/bin/python benchmarks/null_world.py --seeds 20 --n 8000

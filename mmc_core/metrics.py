@@ -77,6 +77,7 @@ import pandas as pd
 from . import findings as fnd
 from . import intervals as iv
 from .errors import DataError, MMCError, ModelFormatError
+from .findings import VARIANCE_TOLERANCE
 from .moments import MomentKind
 
 __all__ = ["audit", "AuditResult", "FORMAT", "VERSION"]
@@ -279,7 +280,7 @@ class AuditResult:
 def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, methods=iv.METHODS,
           n_boot: int = 200, seed: int = 0, bucket_method: str | None = None,
           min_cell_count: int = 20, min_group_count: int = 30, error_control: str = "holm",
-          findings_level: float = 0.05) -> AuditResult:
+          findings_level: float = 0.05, variance_tolerance: float = VARIANCE_TOLERANCE) -> AuditResult:
     """Audit ``model`` on the rows of ``table`` with labels ``y`` (original units).
 
     ``base``: the base prediction in label units (required if the model was fitted on one; optional
@@ -297,6 +298,9 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
         raise MMCError(f"error_control must be one of {', '.join(fnd.ADJUSTMENTS)}, got {error_control!r}")
     if not (isinstance(findings_level, (int, float)) and 0 < findings_level < 1):
         raise MMCError(f"findings_level must be in (0, 1), got {findings_level!r}")
+    if isinstance(variance_tolerance, bool) or not isinstance(variance_tolerance, (int, float)) \
+            or not (0 <= variance_tolerance < 1):
+        raise MMCError(f"variance_tolerance must be a number in [0, 1), got {variance_tolerance!r}")
     scale = model.scale
     span = scale.span
     y = np.asarray(y, dtype=float)
@@ -473,12 +477,12 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
         "label_outside_range": int(np.sum((yu < -1e-9) | (yu > 1 + 1e-9))),
     }
     params.update({"min_group_count": int(min_group_count), "error_control": error_control,
-                   "findings_level": float(findings_level)})
+                   "findings_level": float(findings_level), "variance_tolerance": float(variance_tolerance)})
     try:
         inside_f = bucket_inside if bucket_method is not None else None
         found, n_tests = _findings(pairs, names, scale, mu, yu, moms.get(2) if 2 in model.moments else None,
                                    grid, inside_f, bucket_method, 1 - delta, min_group_count, error_control,
-                                   findings_level)
+                                   findings_level, variance_tolerance)
         disp = fnd.variance_disparities(names, cnt, bg["var_ratio"].to_numpy(), lo_p, hi_p, min_group_count)
         status = "ok"
         params["n_tests"] = n_tests
@@ -488,7 +492,8 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
                        found, disp, status)
 
 
-def _findings(pairs: _Pairs, names, scale, mu, yu, var_pred, grid, inside, method, target, min_count, control, level):
+def _findings(pairs: _Pairs, names, scale, mu, yu, var_pred, grid, inside, method, target, min_count, control, level,
+              var_tol: float = 0.0):
     """Every test of the model's claims on these rows (mean per group and per mean-bucket cell, variance,
     coverage of ``method``), adjusted as one family. Returns (findings, number of tests)."""
     span = scale.span
@@ -524,11 +529,24 @@ def _findings(pairs: _Pairs, names, scale, mu, yu, var_pred, grid, inside, metho
         s_zz = pairs.gsum(r2 * r2) - 2 * ratio * pairs.gsum(r2 * var_pred) + ratio**2 * pairs.gsum(var_pred**2)
         with np.errstate(divide="ignore", invalid="ignore"):
             se_ratio = np.sqrt(np.maximum(s_zz, 0.0) / np.maximum(cnt - 1, 1)) / np.sqrt(cnt) / (s_v / cnt)
+        # H0: the ratio E[r^2] / E[v] lies within [1 / (1 + tol), 1 + tol]; each side's one-sided test at its
+        # boundary, the smaller p doubled (= the ordinary two-sided test when tol = 0).
+        tol = 1.0 + float(var_tol)
+        d_hi, d_lo = r2 - tol * var_pred, r2 - var_pred / tol
+        p_side = {}
+        for side, dd in (("hi", d_hi), ("lo", d_lo)):
+            mean_s, _, p2 = fnd._t_test(pairs.gsum(dd), pairs.gsum(dd * dd), cnt, pairs.gsum(dd**3))
+            up = mean_s > 0 if side == "hi" else mean_s < 0
+            p_side[side] = np.where(up, p2 / 2, 1 - p2 / 2)
+        p_var = np.minimum(1.0, 2 * np.minimum(p_side["hi"], p_side["lo"]))
         var_t = fnd.group_tests("variance", names, cnt, pairs.gsum(d), pairs.gsum(d * d), min_count,
                                 s3=pairs.gsum(d**3),
                                 predicted=scale.moment_from_unit(_div(s_v, cnt), 2),
-                                observed=scale.moment_from_unit(_div(s_r2, cnt), 2), ratio=ratio, se_ratio=se_ratio)
+                                observed=scale.moment_from_unit(_div(s_r2, cnt), 2), ratio=ratio, se_ratio=se_ratio,
+                                p_tol=p_var)
         for t in var_t:
+            t["p_value"] = t.pop("p_tol")
+            t["tolerance"] = float(var_tol)
             t["estimate"] = t.pop("ratio")
             se = t.pop("se_ratio")
             t["interval"] = [max(t["estimate"] - fnd._Z95 * se, 0.0), t["estimate"] + fnd._Z95 * se]

@@ -76,14 +76,15 @@ class _UnitScale:
 DIST = dataclasses.replace(demo_distribution(), base_bias={})
 
 
-def _exact_findings(seed, n, shift=None, var_factor=None, cover_drop=None, control="holm"):
+def _exact_findings(seed, n, shift=None, var_factor=None, cover_drop=None, control="holm", var_tol=0.0,
+                    everywhere=False):
     """Findings for a 'model' that predicts the TRUE mean and variance, with 90% intervals that truly cover
     90% of every row (Bernoulli(0.9) indicators); optional planted defects on race=D."""
     rng = np.random.default_rng(seed)
     tab, y = DIST.sample(n, rng)
     memb = GroupSet.from_columns(pd.DataFrame(tab), ["sex", "race", "age"], 2).evaluate(pd.DataFrame(tab))
     mu, v = DIST.true_mean(tab), DIST.true_moment(tab, 2)
-    d = np.asarray(tab["race"]) == "D"
+    d = np.ones(n, dtype=bool) if everywhere else np.asarray(tab["race"]) == "D"
     p_in = np.full(n, 0.9)
     if shift is not None:
         mu = mu + shift * d
@@ -93,7 +94,7 @@ def _exact_findings(seed, n, shift=None, var_factor=None, cover_drop=None, contr
         p_in = np.where(d, 0.9 - cover_drop, p_in)
     inside = (rng.random(n) < p_in).astype(float)
     found, n_tests = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), inside,
-                                       "calibrated", 0.9, 30, control, 0.05)
+                                       "calibrated", 0.9, 30, control, 0.05, var_tol)
     return found, n_tests
 
 
@@ -113,6 +114,53 @@ def test_family_wise_error_under_the_exact_null():
     # ~36 of the ~185 tests are variance tests: their share of a 5% family-wise error is ~1% of audits, i.e.
     # about 2 in 200; the 99.9% Poisson quantile of 2 is 8.
     assert var_found <= int(stats.poisson.ppf(0.999, 200 * 0.05 * 36 / n_tests))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor", [1 / 1.1, 1.1])
+def test_variance_tolerance_holds_its_level_at_the_boundary(factor):
+    """With a tolerance of 0.1 the null is 'the variance is right within 1.1x'. At its boundary -- every group's
+    predicted variance exactly 1.1x too small (or too large) -- each variance test must still hold its level:
+    over 100 audits at most a binomial 99.9% quantile of 5% may report a variance finding (Holm at 5% over all
+    ~185 tests bounds the family-wise error, so the variance share is at most that)."""
+    n_with = 0
+    for seed in range(100):
+        found, _ = _exact_findings(1000 + seed, 1500, var_factor=factor, var_tol=0.1, everywhere=True)
+        n_with += any(f["kind"] == "variance" for f in found)
+    assert n_with <= int(stats.binom.ppf(0.999, 100, 0.05))
+
+
+def test_variance_tolerance_separates_material_from_immaterial_errors():
+    """A 5% variance error on every row is real but immaterial: at n = 60k the plain test (tolerance 0) finds it
+    on the big groups, the default margin (1.1x) does not; a 1.6x error is found either way, and its record
+    carries the tolerance."""
+    plain, _ = _exact_findings(7, 60000, var_factor=1 / 1.05, everywhere=True)
+    assert sum(f["kind"] == "variance" for f in plain) >= 3
+    material, _ = _exact_findings(7, 60000, var_factor=1 / 1.05, everywhere=True, var_tol=0.1)
+    assert not any(f["kind"] == "variance" for f in material)
+    big, _ = _exact_findings(7, 6000, var_factor=1 / 1.6, var_tol=0.1)
+    var_d = [f for f in big if f["kind"] == "variance" and f["group"] == "race=D"]
+    assert var_d and var_d[0]["tolerance"] == 0.1 and "by more than 1.1x" in var_d[0]["text"]
+
+
+@pytest.mark.slow
+def test_null_world_fit_then_audit_on_fresh_rows():
+    """Issue 9's null world: the base IS the true mean and only the spread differs by group; the default fit on
+    4000 rows, the default audit on 4000 fresh rows. A trustworthy tool reports nothing in at least 9 of 10
+    seeds (benchmarks/null_world.py prints the same for more seeds; 3/40 on seeds 200-239 when measured)."""
+    from mmc_core import MomentMulticalibrator
+
+    with_findings = 0
+    for seed in range(100, 110):
+        rng = np.random.default_rng(seed)
+        tr = pd.DataFrame(DIST.sample_table(4000, rng, truth=False))
+        te = pd.DataFrame(DIST.sample_table(4000, rng, truth=False))
+        est = MomentMulticalibrator(n_moments=2, label_range=(0, 100)).fit(
+            tr, tr["outcome"], GroupSet.from_columns(tr, ["sex", "race", "age"], 2), base_prediction=tr["base_pred"])
+        r = metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0)
+        assert r.findings_status == "ok"
+        with_findings += bool(r.findings)
+    assert with_findings <= 1
 
 
 def test_no_findings_for_a_correct_model_in_most_seeds():

@@ -251,7 +251,8 @@ def findings(run):
         more = s["n_found"] - len(s["shown"])
         st.caption((f"{more} more finding(s) in the audit JSON (Export page). " if more > 0 else "")
                    + f"{s['n_tests']} tests of groups and cells with at least {s['min_count']} test rows, adjusted "
-                   f"together by {s['control']} at {s['level']:g}; smaller groups are never reported.")
+                   f"together by {s['control']} at {s['level']:g}; smaller groups are never reported."
+                   + s.get("variance_note", ""))
     if s["disparities"]:
         with st.container(border=True):
             st.markdown("**Variance disparities** (descriptive: groups the model is more or less certain about; "
