@@ -422,7 +422,8 @@ def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
     def ci(v, lo, hi):
         return f"{_num(v, 2)} [{_num(lo, 2)}, {_num(hi, 2)}]"
 
-    col = (lambda c: d[c] if c in d else pd.Series(np.nan, index=d.index))
+    def col(c):
+        return d[c] if c in d else pd.Series(np.nan, index=d.index)
     return pd.DataFrame({
         "group": _name_col(audit, d.index, 34),
         "rows": [f"{int(v):,}" for v in d["count"]] if "count" in d else "–",

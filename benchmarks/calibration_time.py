@@ -46,7 +46,7 @@ def measure(name: str, approach: str, repeats: int, seed: int = 1):
     fits = []
     iv.calibrate = timed
     try:
-        for r in range(repeats + 1):  # the first fit warms caches and imports; not counted
+        for _ in range(repeats + 1):  # the first fit warms caches and imports; not counted
             est = MomentMulticalibrator(calibration_fraction=0.25, random_state=seed)
             t0 = time.perf_counter()
             est.fit(train, y, groups)

@@ -80,6 +80,8 @@ class Finding:
     count: int = 0  # rows of the whole table in S
     mass: float = 0.0
     residual_label_units: float = 0.0
+    _sum: float = field(default=0.0, repr=False)  # -sum of the check rows' residuals (the Chernoff test's input)
+    _rows: np.ndarray | None = field(default=None, repr=False)  # the check rows of S ∩ R
 
     @property
     def name(self) -> str:
@@ -106,7 +108,8 @@ class Discovery:
 
     def to_groups_json(self, k: int) -> dict:
         """The top findings in the ``mmc-groups`` format ``--groups`` reads, with descriptive fields."""
-        groups, names = [], set()
+        groups: list = []
+        names: set = set()
         for f in self.top(k):
             name = _unique_name(f"found ({f.kind}): {f.name}", names)
             d = f.rule.group(name).to_dict()
@@ -132,7 +135,15 @@ def _unique_name(name: str, taken: set) -> str:
     return out
 
 
-def oracle_audit(F: FeatureMatrix, lbar: np.ndarray, target: np.ndarray, regions: np.ndarray, region_names: list,
+class _Features(FeatureMatrix):
+    """A FeatureMatrix that also keeps the table (rules are evaluated on it)."""
+
+    def __init__(self, table, features, n):
+        super().__init__(table, features, n)
+        self.table = table
+
+
+def oracle_audit(F: _Features, lbar: np.ndarray, target: np.ndarray, regions: np.ndarray, region_names: list,
                  search: np.ndarray, check: np.ndarray, oracle: SetOracle, min_count: int, kind: str):
     """LearningOracleConsistencyAuditor over every region: candidates S ∩ R with their check statistics.
 
@@ -192,7 +203,7 @@ def _judge(findings: list, thresholds: dict, level: float, test: str, n_check: i
         f.accepted = f.accepted and np.sign(-f.residual) == f.sign
 
 
-def _dedup(findings: list, F: FeatureMatrix) -> list:
+def _dedup(findings: list, F: _Features) -> list:
     """Identical rules, and accepted sets of one kind overlapping by Jaccard >= DEDUP_JACCARD: keep the
     one with the larger violation. Returns all findings, accepted first, each part by violation."""
     findings = sorted(findings, key=lambda f: (not f.accepted, -f.violation))
@@ -209,7 +220,7 @@ def _dedup(findings: list, F: FeatureMatrix) -> list:
         masks = [np.zeros(F.n, bool) for _ in acc]
         for i in range(len(acc)):
             masks[i][memb.group_rows(i + 1)] = True
-        keep = []
+        keep: list = []
         for i, f in enumerate(acc):
             dup = False
             for j in keep:
@@ -233,7 +244,7 @@ def _split(n_rows: int, search_fraction: float, seed: int):
     return np.sort(perm[:k]), np.sort(perm[k:])
 
 
-def audit_predictor(F: FeatureMatrix, yu: np.ndarray, mu: np.ndarray, moms: dict, m: int, odd_moments: str,
+def audit_predictor(F: _Features, yu: np.ndarray, mu: np.ndarray, moms: dict, m: int, odd_moments: str,
                     search: np.ndarray, check: np.ndarray, oracle: SetOracle, min_mass: float, level: float,
                     alpha="auto", beta="auto", test: str = "z") -> Discovery:
     """The oracle auditor on one predictor (unit scale): mean regions X(mu, i) and, for every moment a in
@@ -261,14 +272,6 @@ def audit_predictor(F: FeatureMatrix, yu: np.ndarray, mu: np.ndarray, moms: dict
     findings = _dedup(findings, F)
     return Discovery(findings, n_tested, int(search.size), int(check.size), thresholds,
                      time.perf_counter() - t0)
-
-
-class _Features(FeatureMatrix):
-    """A FeatureMatrix that also keeps the table (rules are evaluated on it)."""
-
-    def __init__(self, table, features, n):
-        super().__init__(table, features, n)
-        self.table = table
 
 
 def _make_oracle(oracle, max_depth, seed):
@@ -363,7 +366,8 @@ def fit_with_discovery(est, X, y, groups=None, base_prediction=None, *, features
     t0 = time.perf_counter()
     gset = GroupSet.coerce(groups)
     listed = list(gset.groups)
-    learned, taken = [], set(gset.names)
+    learned: list = []
+    taken = set(gset.names)
     n = _n_rows(X)
     seen_keys = set()
     history = []

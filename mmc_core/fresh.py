@@ -137,6 +137,7 @@ class FreshDescent:
 
     def _event(self, kind, upd: Update, st: CellState, a):
         cells = upd.cells
+        cells_ij: list[tuple[int, int | None]]
         if upd.partition:
             cells_ij = [(int(c) // self.p.m, int(c) % self.p.m) for c in cells]
         else:

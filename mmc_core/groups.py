@@ -83,7 +83,7 @@ def _column(table, name: str) -> np.ndarray:
 def _missing(arr: np.ndarray) -> np.ndarray:
     if _is_numeric_column(arr):
         return np.isnan(arr)
-    return np.equal(arr, None)
+    return np.equal(arr, None)  # type: ignore[call-overload]  # elementwise "is None" of an object array
 
 
 def _format_value(v) -> str:
@@ -145,7 +145,7 @@ class Condition:
         return cls(col, op, value=v)
 
     def to_dict(self) -> dict:
-        d = {"column": self.column, "op": self.op}
+        d: dict = {"column": self.column, "op": self.op}
         if self.op in ("in", "not in"):
             d["values"] = list(self.values)
         elif self.op == "between":
@@ -199,7 +199,7 @@ class Condition:
         if self.op in ("<", "<=", ">", ">="):
             if not numeric:
                 raise GroupDefinitionError(f"column '{self.column}' is not numeric; '{self.op}' needs numbers")
-            v = float(self.value)
+            v = float(self.value)  # type: ignore[arg-type]  # a number: checked in from_dict
             with np.errstate(invalid="ignore"):
                 return {"<": arr < v, "<=": arr <= v, ">": arr > v, ">=": arr >= v}[self.op]
         if self.op in ("==", "!="):
@@ -299,32 +299,34 @@ class Membership:
         """Group id of each stored (group, row) pair, aligned with ``rows``."""
         return np.repeat(np.arange(self.n_groups, dtype=np.int64), self.sizes)
 
-    def _build_row_major(self):
-        gids = self.pair_groups().astype(np.int32)
-        order = np.argsort(self.rows, kind="stable")
-        self._row_groups = gids[order]
-        counts = np.bincount(self.rows, minlength=self.n)
-        self._row_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self._row_ids = np.repeat(np.arange(self.n, dtype=np.int32), counts)
+    def _row_major(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row_indptr, row_groups, row_ids): the pairs ordered by row, built once on first use."""
+        if self._row_indptr is None or self._row_groups is None or self._row_ids is None:
+            gids = self.pair_groups().astype(np.int32)
+            order = np.argsort(self.rows, kind="stable")
+            self._row_groups = gids[order]
+            counts = np.bincount(self.rows, minlength=self.n)
+            self._row_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            self._row_ids = np.repeat(np.arange(self.n, dtype=np.int32), counts)
+        return self._row_indptr, self._row_groups, self._row_ids
 
     def pairs_for_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For rows R (distinct), all (position in R, group) pairs with R[position] in group."""
-        if self._row_indptr is None:
-            self._build_row_major()
+        indptr, row_groups, row_ids = self._row_major()
         if rows.size * 4 > self.n:
             # Many rows: one masked pass over all pairs beats gathering row by row.
             inside = np.zeros(self.n, dtype=bool)
             inside[rows] = True
-            sel = inside[self._row_ids]
+            sel = inside[row_ids]
             pos = np.empty(self.n, dtype=np.int64)
             pos[rows] = np.arange(rows.size)
-            return pos[self._row_ids[sel]], self._row_groups[sel]
-        starts = self._row_indptr[rows]
-        counts = self._row_indptr[rows + 1] - starts
+            return pos[row_ids[sel]], row_groups[sel]
+        starts = indptr[rows]
+        counts = indptr[rows + 1] - starts
         total = int(counts.sum())
         local = np.repeat(np.arange(rows.size, dtype=np.int64), counts)
         offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
-        return local, self._row_groups[np.arange(total, dtype=np.int64) + offsets]
+        return local, row_groups[np.arange(total, dtype=np.int64) + offsets]
 
     def signatures(self) -> tuple[np.ndarray, int]:
         """Signature id of each row: rows with the same set of groups share an id.
@@ -332,18 +334,17 @@ class Membership:
         A row's signature is hashed as the wrapping sum of random 64-bit keys of its groups; two different
         group sets collide with probability about (number of signatures)^2 / 2^64.
         """
-        if self._row_indptr is None:
-            self._build_row_major()
-        keys = np.random.default_rng(0x5EED).integers(1, 2**63 - 1, size=max(self.n_groups, 1), dtype=np.int64)
-        keys = keys.astype(np.uint64) * np.uint64(2) + np.uint64(1)
+        indptr, row_groups, _ = self._row_major()
+        seeds = np.random.default_rng(0x5EED).integers(1, 2**63 - 1, size=max(self.n_groups, 1), dtype=np.int64)
+        keys = seeds.astype(np.uint64) * np.uint64(2) + np.uint64(1)
         h = np.zeros(self.n, dtype=np.uint64)
-        counts = np.diff(self._row_indptr)
+        counts = np.diff(indptr)
         nonempty = np.flatnonzero(counts > 0)
         if nonempty.size:
             with np.errstate(over="ignore"):
-                h[nonempty] = np.add.reduceat(keys[self._row_groups], self._row_indptr[nonempty])
-        _, sig = np.unique(h, return_inverse=True)
-        sig = sig.ravel().astype(np.int64)
+                h[nonempty] = np.add.reduceat(keys[row_groups], indptr[nonempty])
+        _, inverse = np.unique(h, return_inverse=True)
+        sig = inverse.ravel().astype(np.int64)
         return sig, int(sig.max()) + 1 if sig.size else 0
 
     def signature_matrix(self, sig: np.ndarray, n_sig: int) -> np.ndarray:
@@ -351,11 +352,12 @@ class Membership:
         rep = np.zeros(n_sig, dtype=np.int64)
         rep[sig[::-1]] = np.arange(sig.size - 1, -1, -1)
         A = np.zeros((n_sig, self.n_groups))
-        starts, ends = self._row_indptr[rep], self._row_indptr[rep + 1]
+        indptr, row_groups, _ = self._row_major()
+        starts, ends = indptr[rep], indptr[rep + 1]
         counts = ends - starts
         sig_ids = np.repeat(np.arange(n_sig), counts)
         offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
-        A[sig_ids, self._row_groups[np.arange(int(counts.sum())) + offsets]] = 1.0
+        A[sig_ids, row_groups[np.arange(int(counts.sum())) + offsets]] = 1.0
         return A
 
     def to_dense(self) -> np.ndarray:

@@ -231,7 +231,7 @@ class FittedModel:
         try:
             params = DescentParams(alpha, beta, m, moments, step, odd, max_rounds, tuple(sorted(moment_betas)),
                                    **extra)
-            params.mean_grid
+            _ = params.mean_grid  # builds (and so validates) the grids
             for a in moments:
                 params.grid(a)
         except ValueError as e:
@@ -265,12 +265,12 @@ class FittedModel:
         log = []
         if not isinstance(d["log"], list):
             raise bad("log must be a list")
-        for k, e in enumerate(d["log"]):
+        for k, entry in enumerate(d["log"]):
             try:
-                upd = Update.from_json(e)
+                upd = Update.from_json(entry)
                 whole = version >= 2 and upd.partition == WHOLE
                 n_cells = 1 if whole else (m if upd.partition == 0 else m * m)
-                ok = (len(e) == 5 and (upd.target == 1 or upd.target in moments)
+                ok = (len(entry) == 5 and (upd.target == 1 or upd.target in moments)
                       and (upd.partition == 0 or upd.partition in moments or whole)
                       and (upd.target == 1 or upd.partition == upd.target or whole)
                       and 0 <= upd.group < G and upd.cells.size == upd.deltas.size and upd.cells.size > 0

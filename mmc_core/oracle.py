@@ -62,7 +62,8 @@ class FeatureMatrix:
             raise MMCError("discovery needs at least one feature column")
         if len(set(features)) != len(features):
             raise MMCError("a feature column is listed twice")
-        blocks, self.source = [], []  # source[j] = (column, None) numeric, or (column, value) indicator
+        blocks: list[np.ndarray] = []
+        self.source: list[tuple[str, str | None]] = []  # source[j] = (column, None) numeric, or (column, value) indicator
         for c in features:
             arr = _column(table, c)
             if _is_numeric_column(arr):
@@ -112,7 +113,9 @@ class FeatureMatrix:
 
 def simplify(conds) -> tuple:
     """Merge the conditions of one path: tightest bounds per numeric column, one ==/not in per text column."""
-    out, num, txt = [], {}, {}
+    out: list = []
+    num: dict = {}
+    txt: dict = {}
     for c in conds:
         if c.op in ("<=", ">"):
             lo_hi = num.setdefault(c.column, [None, None])
@@ -197,9 +200,9 @@ class TreeOracle(SetOracle):
 
     def learn_pair(self, F: FeatureMatrix, rows: np.ndarray, r: np.ndarray, min_count: int):
         X = F.X[rows]
-        cands = []  # (rule, membership over R's rows)
+        cands: list = []  # (rule, membership over R's rows)
         for tr, feats in self._trees(X, r, min_count):
-            paths = {0: ()}
+            paths: dict[int, tuple] = {0: ()}
             member = {0: np.ones(X.shape[0], bool)}
             leaves = []
             for node in range(tr.node_count):  # parents precede children in sklearn's node order
@@ -232,7 +235,7 @@ class TreeOracle(SetOracle):
         scores = np.array([float(r[m].sum()) for _, m in cands])
         counts = np.array([int(m.sum()) for _, m in cands])
         ok = counts >= min_count
-        out = []
+        out: list[Rule | None] = []
         for sign in (1.0, -1.0):
             s = np.where(ok, sign * scores, -np.inf)
             best = float(s.max())

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from tests.fake_cps import cps_features
 from streamlit.testing.v1 import AppTest

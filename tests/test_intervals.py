@@ -108,7 +108,7 @@ def test_guaranteed_exact_on_fitting_rows(delta, gamma):
     memb = model.groups.evaluate(table, y.size)
     mu, moms = model.predict_unit(table)
     n = y.size
-    pr, pg = memb.rows, memb.pair_groups()
+    pr = memb.rows
     checked = 0
     for a in iv.usable_moments(model):
         cell = _cells(model, memb, mu, moms, a)
@@ -762,7 +762,7 @@ def test_record_round_trip_and_validation(cal_model, tmp_path):
         ("combine", lambda r: r["calibrated"].update(combine="avg")),
         ("deltas", lambda r: r.update(deltas=[0.2, 0.1])),
     ]
-    for what, edit in bad_edits:
+    for _what, edit in bad_edits:
         r = json.loads(json.dumps(ints))
         edit(r)
         d["extras"]["intervals"] = r

@@ -3,7 +3,6 @@ bootstrap against a direct loop, the JSON form, and the MetricFrame-style views.
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pandas as pd

@@ -20,7 +20,6 @@ import pytest
 
 from app import report as R
 from mmc_core import GroupSet, MomentMulticalibrator
-from mmc_core.errors import MMCError
 from mmc_core.synthetic import demo_distribution
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

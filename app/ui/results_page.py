@@ -356,7 +356,7 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
     rows = [(m, v) for m, v in details["intervals"].items() if isinstance(v, tuple)]
     fig = go.Figure()
     labels = [METHOD_LABELS.get(m, m) for m, _ in rows]
-    for lab, (m, (lo, hi)) in zip(labels, rows):
+    for lab, (_, (lo, hi)) in zip(labels, rows):
         inside = lo <= y <= hi
         fig.add_trace(go.Scatter(x=[lo, hi], y=[lab, lab], mode="lines+markers", showlegend=False,
                                  line=dict(color=OKABE_ITO["blue"] if inside else OKABE_ITO["vermillion"], width=6),

@@ -67,7 +67,7 @@ def conformal_quantile(scores, delta: float) -> float:
 
 
 def _check_prob(name: str, v):
-    if not isinstance(v, numbers.Real) or isinstance(v, bool) or not math.isfinite(v) or not 0 < v < 1:
+    if not isinstance(v, numbers.Real) or isinstance(v, bool) or not math.isfinite(v) or not 0 < float(v) < 1:
         raise MMCError(f"{name} must be a number strictly between 0 and 1, got {v!r}")
 
 

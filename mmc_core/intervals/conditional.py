@@ -24,7 +24,8 @@ def _disjoint_layers(memb) -> list:
     Returns [(group ids, their rows concatenated, local group index per row, each group's first position)]."""
     sizes = memb.sizes
     order = np.argsort(-sizes, kind="stable")
-    layers, used = [], []
+    layers: list[list[int]] = []
+    used: list[np.ndarray] = []
     for g in order:
         if sizes[g] == 0:
             continue
@@ -40,8 +41,8 @@ def _disjoint_layers(memb) -> list:
             used.append(mask)
             layers.append([int(g)])
     out = []
-    for gs in layers:
-        gs = np.asarray(gs, dtype=np.int64)
+    for layer in layers:
+        gs = np.asarray(layer, dtype=np.int64)
         rows = np.concatenate([memb.group_rows(int(g)) for g in gs])
         loc = np.repeat(np.arange(gs.size), sizes[gs])
         starts = np.concatenate([[0], np.cumsum(sizes[gs])[:-1]]).astype(np.int64)

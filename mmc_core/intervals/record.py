@@ -28,7 +28,7 @@ def _predict_on(model, table, base_unit, n):
 def _std_scale(model, moms: dict, floor: float | None):
     if 2 not in model.moments:
         return None
-    return np.sqrt(np.maximum(moms[2], floor))
+    return np.sqrt(np.maximum(moms[2], 0.0 if floor is None else floor))
 
 
 def calibrate(model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DEFAULT_APPROACH,
@@ -107,7 +107,7 @@ def calibrate(model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DE
 
 
 def _json_options(opts: dict) -> dict:
-    out = {}
+    out: dict = {}
     for k, v in opts.items():
         if isinstance(v, (bool, str)) or v is None:
             out[k] = v

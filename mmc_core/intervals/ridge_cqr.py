@@ -172,7 +172,7 @@ def _patch_up(des: _Design, e: np.ndarray, t: float, level: float, delta: float,
     extra = np.zeros(des.G)
     q = np.full(des.n, t)
     steps = 0
-    for steps in range(des.G + 1):
+    for steps in range(des.G + 1):  # noqa: B007 - the count of steps taken is returned
         cov = des.gsum((e <= q).astype(float)) / np.maximum(n_g, 1.0)
         zs = np.where(n_g > 0, (cov - level) / se, 0.0)
         k = int(np.argmin(zs))

@@ -56,7 +56,7 @@ def fit_threshold(memb, s: np.ndarray, delta: float, approach: str = "gcp", *,
     n, G = memb.n, memb.n_groups
     s = np.asarray(s, dtype=float)
     n_g = memb.sizes.astype(float)
-    info = {"iterations": 0, "converged": True}
+    info: dict = {"iterations": 0, "converged": True}
     if approach == "mondrian-std":
         out = (_group_conformal(memb, s, [delta])[:, 0], "max")
         return (*out, info) if return_info else out
