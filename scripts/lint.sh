@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Lint and type checks: ruff over the repository and mypy over mmc_core (both configured in pyproject.toml),
+# with the exact tool versions of the `lint` extra, installed into .venv. CI (.ci/run) runs this first and
+# fails on any finding.
+#
+#   bash scripts/lint.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# shellcheck source=scripts/setup.sh
+source scripts/setup.sh
+
+ensure_python
+install_project ".[lint]"
+rc=0
+log "ruff check"
+"$VENV/bin/ruff" check . || rc=1
+log "mypy (mmc_core)"
+"$VENV/bin/mypy" || rc=1
+log "lint finished in ${SECONDS} s (exit code $rc)"
+exit "$rc"
