@@ -5,6 +5,8 @@ import dataclasses
 import numbers
 import time
 
+import inspect
+
 import numpy as np
 
 from .buckets import fill_edges, geometric_edges, quantile_edges
@@ -102,9 +104,23 @@ def to_label_array(values, name: str, n: int | None = None) -> np.ndarray:
     return arr
 
 
+def as_table(X):
+    """A table the estimator reads by column name: DataFrames (anything with ``columns``) and dicts of columns
+    pass unchanged; a 2-D numpy array becomes columns ``x0``, ``x1``, ... (so groups can name them)."""
+    if hasattr(X, "columns") or isinstance(X, dict):
+        return X
+    if isinstance(X, np.ndarray):
+        if X.ndim != 2:
+            raise DataError(f"X must be a table (DataFrame, dict of columns or 2-D array), got a {X.ndim}-D array")
+        return {f"x{j}": X[:, j] for j in range(X.shape[1])}
+    raise DataError(f"X must be a pandas DataFrame, a dict of columns or a 2-D numpy array, got {type(X).__name__}")
+
+
 def _n_rows(X) -> int:
     if hasattr(X, "shape"):
         return int(X.shape[0])
+    if not X:
+        raise DataError("X has no columns: pass the table with at least the columns the groups refer to")
     return len(next(iter(X.values())))
 
 
@@ -113,6 +129,67 @@ def _take(X, idx):
     if hasattr(X, "iloc"):
         return {c: X[c].to_numpy()[idx] for c in X.columns}
     return {c: np.asarray(v)[idx] for c, v in X.items()}
+
+
+class SklearnParams:
+    """scikit-learn's parameter protocol without importing scikit-learn (mmc_core stays numpy-only):
+    ``get_params`` / ``set_params`` read the constructor's signature, so ``sklearn.base.clone``, grid searches
+    and pipelines treat the estimator as one of theirs; the repr lists the parameters that differ from the
+    defaults, as scikit-learn's does."""
+
+    @classmethod
+    def _param_names(cls) -> list:
+        sig = inspect.signature(cls.__init__)
+        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind == p.POSITIONAL_OR_KEYWORD]
+
+    def get_params(self, deep: bool = True) -> dict:
+        """Constructor parameters, exactly as given (``deep`` is accepted for scikit-learn; nothing is nested)."""
+        return {k: getattr(self, k) for k in self._param_names()}
+
+    def set_params(self, **params):
+        """Set constructor parameters; an unknown name is an MMCError naming the valid ones."""
+        valid = self._param_names()
+        for k in params:
+            if k not in valid:
+                raise MMCError(f"unknown parameter {k!r}; valid: {', '.join(valid)}")
+        for k, v in params.items():
+            setattr(self, k, v)
+        return self
+
+    def __sklearn_tags__(self):
+        """scikit-learn >= 1.6 asks every estimator for its tags; only scikit-learn calls this, so the import is
+        free here: a regressor-like post-processor that takes a 2-D table with missing values and strings."""
+        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
+
+        return Tags(estimator_type="regressor", target_tags=TargetTags(required=True), transformer_tags=None,
+                    classifier_tags=None, regressor_tags=RegressorTags(),
+                    input_tags=InputTags(two_d_array=True, allow_nan=True, string=True, categorical=True,
+                                         dict=True))
+
+    def __repr__(self) -> str:
+        sig = inspect.signature(type(self).__init__)
+        changed = []
+        for k, v in self.get_params().items():
+            d = sig.parameters[k].default
+            same = v is d or (type(v) is type(d) and v == d)
+            if not same:
+                changed.append(f"{k}={v!r}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+
+def _json_params(params: dict) -> dict:
+    """Constructor parameters as JSON values (tuples as lists, numpy scalars as numbers); a value JSON cannot
+    hold (e.g. a numpy Generator as random_state) is left out, and loading then uses the default."""
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, tuple):
+            v = [x.item() if isinstance(x, np.generic) else x for x in v]
+        if v is None or isinstance(v, (bool, int, float, str)) or (
+                isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)):
+            out[k] = v
+    return out
 
 
 def _achieved(params: DescentParams, memb, y, mu, moms) -> dict:
@@ -134,7 +211,7 @@ def _best_round(history: list) -> int:
     return int(np.argmin([h.get("holdout_mse", np.inf) for h in history])) if history else 0
 
 
-class MomentMulticalibrator:
+class MomentMulticalibrator(SklearnParams):
     """Mean and higher-central-moment predictors that are multicalibrated on every group.
 
     Implements AlternatingGradientDescent of Jung, Lee, Pai, Roth, Vohra, "Moment Multicalibration for
@@ -216,25 +293,6 @@ class MomentMulticalibrator:
         self.mean_buckets = mean_buckets
         self.moment_buckets = moment_buckets
 
-    _PARAM_NAMES = ("alpha", "beta", "n_buckets", "n_moments", "step", "odd_moments", "label_range",
-                    "calibration_fraction", "early_stopping", "max_rounds", "random_state", "mean_buckets",
-                    "moment_buckets")
-
-    def get_params(self, deep: bool = True) -> dict:
-        """Constructor parameters (scikit-learn convention)."""
-        return {k: getattr(self, k) for k in self._PARAM_NAMES}
-
-    def set_params(self, **params) -> "MomentMulticalibrator":
-        for k, v in params.items():
-            if k not in self._PARAM_NAMES:
-                raise MMCError(f"unknown parameter {k!r}; valid: {', '.join(self._PARAM_NAMES)}")
-            setattr(self, k, v)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = MomentMulticalibrator().get_params()
-        changed = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k])
-        return f"MomentMulticalibrator({changed})"
 
     # ------------------------------------------------------------------------------------------
     def _params(self, alpha: float, beta: float, moment_betas: tuple = (), m: int | None = None,
@@ -353,6 +411,7 @@ class MomentMulticalibrator:
         validate_params(self.alpha, self.beta, self.n_buckets, self.n_moments, self.step,
                         self.odd_moments, self.calibration_fraction, self.max_rounds, self.mean_buckets,
                         self.moment_buckets, self.early_stopping)
+        X = as_table(X)
         n = _n_rows(X)
         if n < 2:
             raise DataError(f"need at least 2 rows to fit, got {n}")
@@ -484,45 +543,72 @@ class MomentMulticalibrator:
             "alpha_rule": self.alpha if isinstance(self.alpha, str) else "given",
             "beta_rule": self.beta if isinstance(self.beta, str) else "given",
             "history": res.history,
+            "estimator_params": _json_params(self.get_params(deep=False)),
         }
-        self.model_ = model
-        self.alpha_, self.beta_ = params.alpha, params.beta
-        self.moment_betas_ = {a: params.beta_for(a) for a in params.moments}
-        self.z_ = params.z  # > 0: the per-cell standard-error test was on (alpha_ / beta_ are then floors)
-        self.n_buckets_ = params.m
-        self.history_ = res.history
-        self.converged_ = model.info["converged"]
-        self.n_rounds_ = model.info["rounds"]
-        self.mean_updates_ = res.mean_updates
-        self.moment_updates_ = res.moment_updates
-        self.fit_seconds_ = seconds
-        self.label_scale_ = scale
-        self.groups_ = gset
+        self._set_fitted(model)
+        # row-level state of this fit (not saved with the model: a loaded estimator has None here)
         self.fit_index_ = fit_idx
         self.calibration_index_ = cal_idx
-        self.empty_groups_ = model.info["empty_groups"]
         self.fit_mean_unit_, self.fit_moments_unit_ = fit_mu, fit_moms
         return self
+
+    def _set_fitted(self, model: FittedModel) -> None:
+        """Every fitted attribute that the model file holds (the one place they are set, for fit and load)."""
+        p, info = model.params, model.info
+        self.model_ = model
+        self.alpha_, self.beta_ = p.alpha, p.beta
+        self.moment_betas_ = {a: p.beta_for(a) for a in p.moments}
+        self.z_ = p.z  # > 0: the per-cell standard-error test was on (alpha_ / beta_ are then floors)
+        self.n_buckets_ = p.m
+        self.history_ = info.get("history", [])
+        self.converged_ = info.get("converged")
+        self.n_rounds_ = info.get("rounds", 0)
+        self.mean_updates_ = info.get("mean_updates", sum(u.target == 1 for u in model.log))
+        self.moment_updates_ = info.get("moment_updates", sum(u.target != 1 for u in model.log))
+        self.fit_seconds_ = info.get("seconds")
+        self.label_scale_ = model.scale
+        self.groups_ = model.groups
+        self.empty_groups_ = info.get("empty_groups", [])
 
     # ------------------------------------------------------------------------------------------
     def _check_fitted(self):
         if not hasattr(self, "model_"):
             raise MMCError("this MomentMulticalibrator is not fitted yet: call fit() or load() first")
 
+    def _base_for(self, X, base_prediction):
+        """The base prediction as a label-unit array (None when the model was not fitted on one)."""
+        self._check_fitted()
+        if base_prediction is not None:
+            return to_label_array(base_prediction, "base prediction", _n_rows(X))
+        if self.model_.uses_base:
+            raise MMCError("this model was fitted on a base prediction: pass base_prediction")
+        return None
+
     def predict_moments(self, X, base_prediction=None) -> dict:
         """Predictions in label units: {"mean": (n,), "moment_2": (n,), ..., "moment_k": (n,)}."""
-        self._check_fitted()
-        n = _n_rows(X)
-        base = None
-        if base_prediction is not None:
-            base = to_label_array(base_prediction, "base prediction", n)
-        elif self.model_.uses_base:
-            raise MMCError("this model was fitted on a base prediction: pass base_prediction")
+        X = as_table(X)
+        base = self._base_for(X, base_prediction)
         return self.model_.predict(X, base) if base is not None else self.model_.predict(X)
 
     def predict(self, X, base_prediction=None) -> np.ndarray:
         """Mean prediction, shape (n,), in label units."""
         return self.predict_moments(X, base_prediction)["mean"]
+
+    def predict_interval(self, X, base_prediction=None, *, delta: float = 0.1, method: str = "calibrated",
+                         gamma: float = 0.05) -> np.ndarray:
+        """Prediction intervals in label units, shape (n, 2): column 0 the lower end, 1 the upper end.
+
+        ``delta``: the miscoverage (0.1 gives 90% intervals); ``method``: one of ``mmc_core.intervals.METHODS``
+        (default ``calibrated``: conditional conformal over the groups, per-group coverage; see
+        :mod:`mmc_core.intervals` for what each method guarantees); ``gamma``: the smallest group mass the
+        ``guaranteed`` intervals are stated for.
+        """
+        from .intervals import predict_intervals
+
+        X = as_table(X)
+        lo, hi = predict_intervals(self.model_, X, self._base_for(X, base_prediction), method=method, delta=delta,
+                                   gamma=gamma)
+        return np.column_stack([lo, hi])
 
     def save(self, path):
         self._check_fitted()
@@ -530,20 +616,29 @@ class MomentMulticalibrator:
 
     @classmethod
     def from_model(cls, model: FittedModel) -> "MomentMulticalibrator":
+        """The estimator that fitted ``model``: its constructor parameters as they were given (``"se"``, ``"auto"``
+        ... as saved in ``info["estimator_params"]``; for files written before that, the values the model
+        used) and every fitted attribute the file holds. Refitting it on the same rows gives the same model.
+        The row-level attributes of a fit (``fit_index_``, ``calibration_index_``, ``fit_mean_unit_``,
+        ``fit_moments_unit_``) are None."""
         p = model.params
-        est = cls(alpha=p.alpha, beta=p.beta, n_buckets=p.m, n_moments=len(p.moments) + 1, step=p.step,
-                  odd_moments=p.odd_moments, label_range=(model.scale.lo, model.scale.hi),
-                  calibration_fraction=model.info.get("calibration_fraction", 0.0),
-                  early_stopping=model.info.get("early_stopping", False), max_rounds=p.max_rounds,
-                  random_state=model.info.get("seed", 0),
-                  mean_buckets="quantile" if p.mean_edges else "uniform",
-                  moment_buckets="data" if (p.moment_edges or p.moment_floors) else "range")
-        est.model_ = model
-        est.alpha_, est.beta_ = p.alpha, p.beta
-        est.history_ = model.info.get("history", [])
-        est.converged_ = model.info.get("converged")
-        est.groups_ = model.groups
-        est.label_scale_ = model.scale
+        saved = model.info.get("estimator_params")
+        if isinstance(saved, dict):
+            valid = cls().get_params(deep=False)
+            kw = {k: (tuple(v) if k == "label_range" and isinstance(v, list) else v)
+                  for k, v in saved.items() if k in valid}
+        else:
+            kw = dict(alpha=p.alpha, beta=p.beta, n_buckets=p.m, n_moments=len(p.moments) + 1, step=p.step,
+                      odd_moments=p.odd_moments, label_range=(model.scale.lo, model.scale.hi),
+                      calibration_fraction=model.info.get("calibration_fraction", 0.0),
+                      early_stopping=model.info.get("early_stopping", False), max_rounds=p.max_rounds,
+                      random_state=model.info.get("seed", 0),
+                      mean_buckets="quantile" if p.mean_edges else "uniform",
+                      moment_buckets="data" if (p.moment_edges or p.moment_floors) else "range")
+        est = cls(**kw)
+        est._set_fitted(model)
+        est.fit_index_ = est.calibration_index_ = None
+        est.fit_mean_unit_ = est.fit_moments_unit_ = None
         return est
 
     @classmethod
