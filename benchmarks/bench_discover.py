@@ -240,8 +240,8 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=3, help="seeds per planted configuration (3)")
     ap.add_argument("--null-seeds", type=int, default=10)
     ap.add_argument("--timing-n", type=int, default=100_000)
-    ap.add_argument("--mcgrad-alphas", default="auto,5e-5",
-                    help="alpha values of the mmc runs in the MCGrad comparison (auto,5e-5)")
+    ap.add_argument("--mcgrad-alphas", default="se,auto,5e-5",
+                    help="alpha values of the mmc runs in the MCGrad comparison (se,auto,5e-5)")
     ap.add_argument("--out", help="CSV of every measured row")
     args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -257,7 +257,7 @@ def main(argv=None):
     if "timing" in parts:
         part_timing(args.timing_n, rows)
     if "mcgrad" in parts:
-        part_mcgrad(n, seeds, rows, [a if a == "auto" else float(a) for a in args.mcgrad_alphas.split(",")])
+        part_mcgrad(n, seeds, rows, [a if a in ("auto", "se") else float(a) for a in args.mcgrad_alphas.split(",")])
     if args.out:
         pd.DataFrame(rows).to_csv(args.out, index=False)
 
