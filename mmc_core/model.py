@@ -65,6 +65,10 @@ class FittedModel:
     round_ends: list
     info: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
+    # "regression" (every model of formats 1 and 2 written before classifier audits) or "binary": a 0/1 label
+    # on [0, 1] whose mean is a probability; ``binary`` = {"classes": [negative, positive], "positive": ...}
+    task: str = "regression"
+    binary: dict | None = None
 
     # ---- prediction ------------------------------------------------------------------------------
     @property
@@ -129,6 +133,8 @@ class FittedModel:
         n = len(base) if base is not None else None
         mu, moms = self.predict_unit(table, base_unit, n)
         out = {"mean": self.scale.mean_from_unit(mu)}
+        if self.task == "binary":
+            out["mean"] = np.clip(out["mean"], 0.0, 1.0)  # a probability
         for a in self.moments:
             out[f"moment_{a}"] = self.scale.moment_from_unit(moms[a], a)
         return out
@@ -147,7 +153,7 @@ class FittedModel:
                            "moment_step": p.moment_step})
             if p.z_group_moment >= 0:
                 params["z_group_moment"] = p.z_group_moment
-        return {
+        out = {
             "format": FORMAT,
             "version": 1 if p.is_format1 else VERSION,
             "params": params,
@@ -159,6 +165,10 @@ class FittedModel:
             "info": self.info,
             "extras": self.extras,
         }
+        if self.task != "regression":  # absent = "regression": older readers' files and regression files unchanged
+            out["task"] = self.task
+            out["binary"] = self.binary
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), allow_nan=False, sort_keys=True, separators=(",", ":"))
@@ -291,7 +301,19 @@ class FittedModel:
         extras = d.get("extras", {})
         if not isinstance(info, dict) or not isinstance(extras, dict):
             raise bad("info and extras must be objects")
-        return cls(params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras)
+        task = d.get("task", "regression")
+        binary = d.get("binary")
+        if task not in ("regression", "binary"):
+            raise bad(f"task={task!r} must be \"regression\" or \"binary\"")
+        if task == "binary":
+            if not isinstance(binary, dict) or "positive" not in binary or not isinstance(binary.get("classes"), list) \
+                    or len(binary["classes"]) != 2:
+                raise bad("a binary model needs \"binary\": {\"classes\": [negative, positive], \"positive\": ...}")
+            if (scale.lo, scale.hi) != (0.0, 1.0) or moments:
+                raise bad("a binary model has label_scale [0, 1] and no moments")
+        elif binary is not None:
+            raise bad("\"binary\" is only allowed with \"task\": \"binary\"")
+        return cls(params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras, task, binary)
 
 
 def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
