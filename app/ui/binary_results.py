@@ -50,12 +50,16 @@ def headline(run):
                 help=f"{info.get('rounds')} rounds, {info.get('mean_updates'):,} updates of the probability")
     c[1].metric("Test rows", f"{run.split['test'].size:,}", help="All results on this page are on rows the fit never saw.")
     c[2].metric("Share of positives", _num(ov["base_rate"]), help="Observed share of the positive class, test rows.")
-    has_base = "log_loss_base" in bg.columns
-    c[3].metric("Log loss, all rows", _num(ov["log_loss"]),
-                delta=f"{ov['log_loss'] - ov['log_loss_base']:+.3f} vs before" if has_base else None,
-                delta_color="inverse", help="Mean negative log-likelihood of the test labels (lower is better).")
-    c[4].metric("ECE, all rows", _num(ov["ece"]),
-                delta=f"{ov['ece'] - ov['ece_base']:+.3f} vs before" if has_base else None, delta_color="inverse",
+    def change(k):
+        if f"{k}_base" not in bg.columns:
+            return None
+        d = float(ov[k] - ov[f"{k}_base"])
+        return None if not math.isfinite(d) or abs(d) < 5e-4 else f"{d:+.3f} vs before"
+
+    c[3].metric("Log loss, all rows", _num(ov["log_loss"]), delta=change("log_loss"), delta_color="inverse",
+                help="Mean negative log-likelihood of the test labels (lower is better); the change is against "
+                     "the base score.")
+    c[4].metric("ECE, all rows", _num(ov["ece"]), delta=change("ece"), delta_color="inverse",
                 help="Expected calibration error: |observed − predicted| per probability tenth, weighted by rows.")
 
 
