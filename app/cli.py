@@ -312,6 +312,7 @@ def cmd_fit(args) -> int:
             print("mmc: nothing was written (use --save-partial to keep a partial model)", file=sys.stderr)
             return 130
     if binary_info is not None:  # the label's own classes (the estimator was given the 0/1 coding)
+        binary_info["floor"] = est.binary_.get("floor", 0.0)
         est.model_.binary = est.binary_ = binary_info
     est.save(args.out)
     if info["empty_groups"]:

@@ -699,7 +699,8 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
     timings["fit"] = time.perf_counter() - t2
     model = est.model_
     if binary:
-        model.binary = {"classes": [_json_scalar(c) for c in label.classes], "positive": _json_scalar(label.classes[1])}
+        model.binary = {"classes": [_json_scalar(c) for c in label.classes], "positive": _json_scalar(label.classes[1]),
+                        "floor": float((model.binary or {}).get("floor", 0.0))}
     if label.source in ("observed", "robust"):  # the range was passed explicitly: say where it came from
         from mmc_core import LabelScale
 
@@ -822,7 +823,7 @@ def classifier_rates(df: pd.DataFrame, run: AuditRun, threshold: float):
     group_cols = sorted(model.groups.columns())
     X_test = _take_rows(df, test, group_cols)
     base = None if run.base is None else run.base[test]
-    mu = np.clip(model.predict(X_test, base if model.uses_base else None)["mean"], 0.0, 1.0)
+    mu = model.predict(X_test, base if model.uses_base else None)["mean"]  # in [floor, 1 - floor]
     if base is not None:
         before = np.clip(base, 0.0, 1.0)
     else:  # the constant the fit started from, as in the audit

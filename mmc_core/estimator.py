@@ -572,6 +572,8 @@ class MomentMulticalibrator:
         self.calibration_index_ = cal_idx
         self.empty_groups_ = model.info["empty_groups"]
         self.fit_mean_unit_, self.fit_moments_unit_ = fit_mu, fit_moms
+        if task == TASK_BINARY:  # probabilities never exactly 0 or 1 (see mmc_core.model.binary_clip)
+            binary_info["floor"] = 0.5 / (fit_idx.size + 1)
         self.task_ = task
         self.binary_ = binary_info
         return self

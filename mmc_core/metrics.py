@@ -555,7 +555,9 @@ def _audit_binary(model, table, y, base, n_boot, seed, min_cell_count, min_group
     ctx = iv._Context(model, table, base_arr)
     if ctx.n != n:
         raise DataError(f"the table has {ctx.n} rows but there are {n} labels")
-    mu = np.clip(ctx.mu, 0.0, 1.0)
+    from .model import binary_clip
+
+    mu = binary_clip(model, ctx.mu)
     if base_arr is not None:
         before, base_kind = np.clip(base_arr, 0.0, 1.0), "base prediction"
     else:

@@ -54,6 +54,15 @@ def atomic_write_text(path, text: str):
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def binary_clip(model, p: np.ndarray) -> np.ndarray:
+    """A binary model's probabilities kept in [floor, 1 - floor]: ``binary["floor"]`` (0 when absent) is the
+    Jeffreys estimate 0.5 / (n_fit + 1) of a class never seen in the fitting rows, the most extreme probability
+    those rows can support. Additive mean updates can push a probability to exactly 0 or 1 (a whole group shifted
+    by its mean residual); a forecast of certainty costs an unbounded log loss when it is wrong."""
+    floor = float((getattr(model, "binary", None) or {}).get("floor", 0.0) or 0.0)
+    return np.clip(np.asarray(p, dtype=float), floor, 1.0 - floor)
+
+
 @dataclass
 class FittedModel:
     params: DescentParams
@@ -134,7 +143,7 @@ class FittedModel:
         mu, moms = self.predict_unit(table, base_unit, n)
         out = {"mean": self.scale.mean_from_unit(mu)}
         if self.task == "binary":
-            out["mean"] = np.clip(out["mean"], 0.0, 1.0)  # a probability
+            out["mean"] = binary_clip(self, out["mean"])  # a probability, never exactly 0 or 1
         for a in self.moments:
             out[f"moment_{a}"] = self.scale.moment_from_unit(moms[a], a)
         return out
@@ -311,6 +320,9 @@ class FittedModel:
                 raise bad("a binary model needs \"binary\": {\"classes\": [negative, positive], \"positive\": ...}")
             if (scale.lo, scale.hi) != (0.0, 1.0) or moments:
                 raise bad("a binary model has label_scale [0, 1] and no moments")
+            fl = binary.get("floor", 0.0)
+            if not isinstance(fl, (int, float)) or isinstance(fl, bool) or not 0.0 <= fl < 0.5:
+                raise bad(f"binary.floor={fl!r} must be a number in [0, 0.5)")
         elif binary is not None:
             raise bad("\"binary\" is only allowed with \"task\": \"binary\"")
         return cls(params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras, task, binary)
