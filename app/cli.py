@@ -353,7 +353,7 @@ def _fit_label(df, args):
         if args.positive is not None:
             raise CLIError(f"--positive {args.positive} was given but the label '{args.label}' is not binary "
                            f"(it has {raw.nunique(dropna=True)} distinct values)")
-        return "regression", numeric_column(df, args.label, "label column")
+        return "regression", numeric_column(df, args.label, "label column"), None
     positive = args.positive
     if positive is not None and pd_numeric(raw):
         try:
@@ -472,7 +472,7 @@ def _classifier_text(result) -> str:
             ("fpr", "fpr", "{:.3f}"), ("precision", "prec", "{:.3f}")]
     width = max([len(str(g)) for g in bg.index] + [5])
     lines = [f"classifier audit at threshold {result.params['threshold']:g} (0 = before multicalibration; "
-             "probabilities, not label units)",
+             "every number on the probability scale)",
              "group".ljust(width) + "".join(f"{h:>9}" for _, h, _ in cols)]
     for g, row in bg.iterrows():
         cells = []

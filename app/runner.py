@@ -509,7 +509,7 @@ def _fit_base_classifier(X, y, kind, seed, stop, progress, cat, num):
             [("cat", make_pipeline(SimpleImputer(strategy="constant", fill_value="(missing)"),
                                    OneHotEncoder(handle_unknown="ignore", max_categories=30)), cat),
              ("num", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), num)], remainder="drop")
-        pipe = make_pipeline(pre, LogisticRegressionCV(Cs=np.logspace(-3, 3, 7), max_iter=2000))
+        pipe = make_pipeline(pre, LogisticRegressionCV(Cs=np.logspace(-3, 3, 7), max_iter=2000, scoring="neg_log_loss"))
         if stop is not None and stop():
             raise StoppedByUser("stopped during the base-model fit")
         with _limit_threads():
