@@ -238,3 +238,26 @@ def test_runner_binary_pipeline_and_live_rates():
     for g, v in mf.by_group.items():
         assert abs(r9.loc[f"black={int(g)}", "selection_rate"] - v) <= 1e-12
     assert "black" in d9.index
+
+
+@pytest.mark.slow  # three `mmc` processes (imports dominate)
+def test_readme_classifier_commands_run(tmp_path):
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Classifier audits (binary outcomes)", 1)[1].split("\n## ", 1)[0]
+    script = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    os.symlink(root / "demo_datasets", tmp_path / "demo_datasets")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert '"task": "binary"' in r.stdout
+    pred = pd.read_csv(tmp_path / "loan_pred.csv")
+    assert pred["mean"].between(0, 1).all() and set(pred["decision"]) <= {0, 1}
+    assert json.loads((tmp_path / "loan_audit.json").read_text())["task"] == "binary"
