@@ -129,6 +129,18 @@ def tables_tab(run):
     st.dataframe(audit.calibration_cells, width="stretch", hide_index=True)
 
 
+def run_page_note(d):
+    """On the Run page: a binary label is a classifier audit; say which settings do not apply."""
+    from app.ui.data_page import binary_values
+
+    label = st.session_state.get("label_col")
+    if d is None or binary_values(d["df"], label) is None:
+        return
+    st.info(f"**Binary label** {esc(label)}: a classifier audit. Only the mean (the probability of the positive "
+            "class) is fitted, so k, the odd moments, δ and γ (intervals) are not used; the decision threshold is "
+            "set on the Results page.", icon=":material/toggle_on:")
+
+
 def render_binary(run, frame):
     """The Results page of a binary (classifier) run."""
     params = run.audit.params
