@@ -338,7 +338,9 @@ def cmd_fit(args) -> int:
 
 
 def _fit_label(df, args):
-    """("regression", float label) or ("binary", 0/1 label; the model records the classes)."""
+    """("regression", float label, None) or ("binary", 0/1 label, {"classes", "positive"})."""
+    import pandas as pd
+
     from mmc_core.estimator import resolve_task
     from .io import numeric_column
 
@@ -355,6 +357,10 @@ def _fit_label(df, args):
                            f"(it has {raw.nunique(dropna=True)} distinct values)")
         return "regression", numeric_column(df, args.label, "label column"), None
     positive = args.positive
+    if positive is None and not pd_numeric(raw) and not pd.api.types.is_bool_dtype(raw):
+        shown = ", ".join(repr(v) for v in sorted(raw.dropna().unique(), key=str))
+        raise CLIError(f"label column '{args.label}' is not numeric: it has the two values {shown}; to audit it as a "
+                       "classifier, name the positive class with --positive VALUE")
     if positive is not None and pd_numeric(raw):
         try:
             positive = float(positive)
