@@ -865,7 +865,7 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
 # ---------------------------------------------------------------------------------------------------
 _BINARY_HOW_TO_READ = (
     "The label is a 0/1 outcome, so the model's prediction is a probability, and every number in this report "
-    "is on the probability scale (no label units, no variances: the spread of a 0/1 outcome is p(1 − p) once p "
+    "is on the probability scale (no variances either: the spread of a 0/1 outcome is p(1 − p) once p "
     "is right). Multicalibration asks that, inside every group listed and every bucket of predicted "
     "probabilities within a group, the share of positives equals the average predicted probability. 'Before' is "
     "the base score the fit started from, 'after' the multicalibrated probability. Intervals in brackets are "

@@ -261,3 +261,34 @@ def test_readme_classifier_commands_run(tmp_path):
     pred = pd.read_csv(tmp_path / "loan_pred.csv")
     assert pred["mean"].between(0, 1).all() and set(pred["decision"]) <= {0, 1}
     assert json.loads((tmp_path / "loan_audit.json").read_text())["task"] == "binary"
+
+
+def test_pdf_report_of_a_binary_model(tmp_path, monkeypatch):
+    """The classifier section of the PDF: its tables and the two classifier figures (built by app/figures.py),
+    nothing in label units, no interval or variance pages (figures replaced by grey boxes: no browser needed)."""
+    import shutil
+    import subprocess
+
+    from app import report as R
+    from tests.test_report import stand_in_renderer
+
+    if not shutil.which("pdftotext"):
+        pytest.skip("poppler-utils missing")
+    rendered = stand_in_renderer(monkeypatch)
+    df, y, base = _data(2000, 8)
+    gs = GroupSet.from_columns(df, ["race", "sex"], 1)
+    est = MomentMulticalibrator(n_buckets=10).fit(df.iloc[:1200], y[:1200], gs, base_prediction=base[:1200],
+                                                  label_name="hired")
+    pdf = R.build_report_pdf(est.model_, df.iloc[1200:].reset_index(drop=True), y[1200:], base=base[1200:],
+                             data_name="new.csv", threshold=0.4)
+    path = tmp_path / "r.pdf"
+    path.write_bytes(pdf)
+    text = subprocess.run(["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True,
+                          check=True).stdout
+    assert "Classifier audit: hired" in text and "threshold 0.4" in text
+    for needle in ("Probability calibration by group", "Reliability diagrams", "Rates at threshold 0.4",
+                   "Disparities across the values", "race=C"):
+        assert needle in text, needle
+    assert "label units" not in text and "coverage by group" not in text.lower()
+    titles = [t.replace("<b>", "").split("</b>")[0] for t in rendered]
+    assert titles == ["Reliability by group: observed vs predicted probability", "Rates by group at threshold 0.4"]
