@@ -48,6 +48,16 @@ def _buckets(text: str):
         raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
 
 
+def _decision_threshold(text: str):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number strictly between 0 and 1, got {text!r}") from None
+    if not 0 < v < 1:  # also rejects nan and inf
+        raise argparse.ArgumentTypeError(f"expected a number strictly between 0 and 1, got {text!r}")
+    return v
+
+
 def _columns(text: str):
     cols = [c.strip() for c in text.split(",") if c.strip()]
     if not cols:
@@ -86,7 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--moment-buckets", choices=["data", "range"], default="data",
                    help="moment buckets on a log scale over the moments the data show (default) or over the "
                         "attainable range")
-    f.add_argument("--moments", type=int, default=2, help="fit central moments 2..K; 1 = mean only (default 2)")
+    f.add_argument("--moments", type=int, default=2, help="fit central moments 2..K; 1 = mean only (default 2; a "
+                   "binary label is always fitted for the mean only)")
+    f.add_argument("--task", choices=["auto", "regression", "binary"], default="auto",
+                   help="auto (default): a label with two values (0/1, true/false, or two values with --positive) "
+                        "is a classifier audit (probabilities on [0, 1], mean only, no intervals); regression: never")
+    f.add_argument("--positive", help="the positive class of a binary label whose values are not 0/1 (e.g. yes)")
     f.add_argument("--step", choices=["exact", "paper"], default="exact", help="step rule (default exact)")
     f.add_argument("--odd-moments", choices=["absolute", "signed"], default="absolute",
                    help="odd moments as E|y-mu|^a (default) or E(y-mu)^a")
@@ -114,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--gamma", type=float, default=0.05, help="smallest cell mass the guarantees cover (default 0.05)")
     pr.add_argument("--interval", choices=["guaranteed", "plugin", "multimoment", "calibrated", "split-conformal",
                                            "mondrian", "gaussian"], help="add lower/upper columns from this method")
+    pr.add_argument("--threshold", type=_decision_threshold,
+                    help="binary models: add a 0/1 `decision` column (1 when the probability `mean` >= T)")
     pr.add_argument("--out", required=True)
 
     au = sub.add_parser("audit", help="audit a fitted model on labelled data (per-group tables as JSON)")
@@ -130,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--variance-tolerance", type=float, default=None,
                     help="a variance finding needs observed/predicted outside [1/(1+T), 1+T] beyond chance "
                          "(default 0.1; 0 tests ratio != 1)")
+    au.add_argument("--threshold", type=_decision_threshold, default=0.5,
+                    help="binary models: the decision threshold of the rates (decision = probability >= T; 0.5)")
     au.add_argument("--out", required=True)
 
     rp = sub.add_parser("report", help="write a PDF audit report")
@@ -139,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--pred")
     rp.add_argument("--delta", type=float, default=0.1)
     rp.add_argument("--gamma", type=float, default=0.05)
+    rp.add_argument("--threshold", type=_decision_threshold, default=0.5,
+                    help="binary models: the decision threshold of the rates (default 0.5)")
     rp.add_argument("--out", required=True)
 
     ds = sub.add_parser("discover", help="find miscalibrated groups nobody listed (audit only, no fitting)",
@@ -206,7 +227,7 @@ def cmd_fit(args) -> int:
 
     _check_out(args.out)
     df = read_table(args.data)
-    y = numeric_column(df, args.label, "label column")
+    task, y, binary_info = _fit_label(df, args)
     base = numeric_column(df, args.pred, "prediction column") if args.pred else None
     if args.max_order < 1:
         raise CLIError(f"--max-order must be >= 1, got {args.max_order}")
@@ -232,7 +253,7 @@ def cmd_fit(args) -> int:
                                 calibration_fraction=args.calibration_fraction,
                                 early_stopping="auto" if args.early_stopping is None else args.early_stopping,
                                 max_rounds=args.max_rounds, random_state=args.seed, mean_buckets=args.mean_buckets,
-                                moment_buckets=args.moment_buckets)
+                                moment_buckets=args.moment_buckets, task=task)
     # Ctrl-C stops the descent at the end of the current round instead of killing it mid-update.
     interrupted = []
     previous = signal.getsignal(signal.SIGINT)
@@ -293,6 +314,9 @@ def cmd_fit(args) -> int:
         if not args.save_partial:
             print("mmc: nothing was written (use --save-partial to keep a partial model)", file=sys.stderr)
             return 130
+    if binary_info is not None:  # the label's own classes (the estimator was given the 0/1 coding)
+        binary_info["floor"] = est.binary_.get("floor", 0.0)
+        est.model_.binary = est.binary_ = binary_info
     est.save(args.out)
     if info["empty_groups"]:
         print(f"note: {len(info['empty_groups'])} group(s) have no fitting rows: "
@@ -303,13 +327,55 @@ def cmd_fit(args) -> int:
     if est.label_scale_.source == "observed":
         print(f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
               "(pass --label-range LO,HI to declare it)", file=sys.stderr)
-    summary = {k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups")}
+    summary = {"task": info.get("task", "regression")}
+    if est.binary_:
+        summary["positive"] = est.binary_["positive"]
+    summary.update({k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged",
+                                         "n_groups")})
     summary.update(alpha=est.alpha_, beta=est.beta_, moment_betas={str(a): b for a, b in est.moment_betas_.items()}, kept_round=info["kept_round"], n_fit=info["n_fit"], n_calibration=info["n_calibration"],
                    label_range=[est.label_scale_.lo, est.label_scale_.hi], model=args.out)
     if args.discover:
         summary["learned_sets"] = len(info.get("learned_sets", []))
     print(json.dumps(summary))
     return 0
+
+
+def _fit_label(df, args):
+    """("regression", float label, None) or ("binary", 0/1 label, {"classes", "positive"})."""
+    import pandas as pd
+
+    from mmc_core.estimator import resolve_task
+    from .io import numeric_column
+
+    if args.task == "regression":
+        if args.positive is not None:
+            raise CLIError("--positive is only used with a binary label (--task binary or auto)")
+        return "regression", numeric_column(df, args.label, "label column"), None
+    if args.label not in df.columns:
+        return "regression", numeric_column(df, args.label, "label column"), None  # the usual error
+    raw = df[args.label]
+    if args.task == "auto" and raw.nunique(dropna=True) != 2:
+        if args.positive is not None:
+            raise CLIError(f"--positive {args.positive} was given but the label '{args.label}' is not binary "
+                           f"(it has {raw.nunique(dropna=True)} distinct values)")
+        return "regression", numeric_column(df, args.label, "label column"), None
+    positive = args.positive
+    if positive is None and not pd_numeric(raw) and not pd.api.types.is_bool_dtype(raw):
+        shown = ", ".join(repr(v) for v in sorted(raw.dropna().unique(), key=str))
+        raise CLIError(f"label column '{args.label}' is not numeric: it has the two values {shown}; to audit it as a "
+                       "classifier, name the positive class with --positive VALUE")
+    if positive is not None and pd_numeric(raw):
+        try:
+            positive = float(positive)
+        except ValueError:
+            raise CLIError(f"--positive {args.positive!r} is not a value of the label '{args.label}'") from None
+    return resolve_task(raw, "binary", positive, args.label)
+
+
+def pd_numeric(s) -> bool:
+    import pandas as pd
+
+    return pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
 
 
 def _load_for_apply(args, need_label: bool):
@@ -329,6 +395,15 @@ def _load_for_apply(args, need_label: bool):
         base = numeric_column(df, args.pred, "prediction column")
     elif args.pred:
         print("note: the model was fitted without a base prediction; --pred is ignored", file=sys.stderr)
+    if need_label and model.task == "binary":
+        from mmc_core.metrics import binary_labels
+
+        if args.label not in df.columns:
+            numeric_column(df, args.label, "label column")  # raises "not in the data"
+        if df[args.label].isna().any():
+            raise CLIError(f"label column '{args.label}' has {int(df[args.label].isna().sum())} missing value(s); "
+                           "drop them first")
+        return model, df, base, binary_labels(model, df[args.label], f"label column '{args.label}'")
     y = numeric_column(df, args.label, "label column") if need_label else None
     return model, df, base, y
 
@@ -356,6 +431,13 @@ def cmd_predict(args) -> int:
     out = df.copy()
     for k, v in preds.items():
         out[k] = v
+    if args.threshold is not None:
+        if model.task != "binary":
+            raise CLIError("--threshold needs a binary (classifier) model; this model is a regression")
+        out["decision"] = (preds["mean"] >= args.threshold).astype(int)
+    if args.interval and model.task == "binary":
+        raise CLIError(f"--interval: no prediction intervals for a binary (classifier) model; `mean` is the "
+                       "probability (use --threshold T for a decision)")
     if args.interval:
         from mmc_core.intervals import predict_intervals
 
@@ -381,11 +463,46 @@ def cmd_audit(args) -> int:
         raise CLIError(f"--variance-tolerance must be in [0, 1), got {args.variance_tolerance}")
     model, df, base, y = _load_for_apply(args, need_label=True)
     result = audit(model, df, y, base=base, delta=args.delta, gamma=args.gamma, error_control=args.error_control,
-                   min_group_count=args.min_group_count, variance_tolerance=tol)
+                   min_group_count=args.min_group_count, variance_tolerance=tol, threshold=args.threshold)
     atomic_write_text(args.out, json.dumps(result.to_json(), allow_nan=False))
+    if result.task == "binary":
+        print(_classifier_text(result))
+        print(json.dumps({"task": "binary", "threshold": args.threshold, "groups": len(result.by_group),
+                          "findings": len(result.findings), "findings_status": result.findings_status,
+                          "tests": result.params.get("n_tests"), "error_control": args.error_control}))
+        return 0
     print(json.dumps({"findings": len(result.findings), "findings_status": result.findings_status,
                       "tests": result.params.get("n_tests"), "error_control": args.error_control}))
     return 0
+
+
+def _classifier_text(result) -> str:
+    """The per-group classifier table (before -> after, probability scale) and the disparities, as text."""
+    bg = result.by_group
+    cols = [("count", "n", "{:.0f}"), ("base_rate", "rate", "{:.3f}"), ("mean_score_base", "score0", "{:.3f}"),
+            ("mean_score", "score", "{:.3f}"), ("calib_error_worst_base", "worst0", "{:+.3f}"),
+            ("calib_error_worst", "worst", "{:+.3f}"), ("log_loss_base", "logloss0", "{:.3f}"),
+            ("log_loss", "logloss", "{:.3f}"), ("selection_rate", "sel", "{:.3f}"), ("tpr", "tpr", "{:.3f}"),
+            ("fpr", "fpr", "{:.3f}"), ("precision", "prec", "{:.3f}")]
+    width = max([len(str(g)) for g in bg.index] + [5])
+    lines = [f"classifier audit at threshold {result.params['threshold']:g} (0 = before multicalibration; "
+             "every number on the probability scale)",
+             "group".ljust(width) + "".join(f"{h:>9}" for _, h, _ in cols)]
+    for g, row in bg.iterrows():
+        cells = []
+        for c, _, fmt in cols:
+            v = row.get(c)
+            cells.append(f"{'-' if v is None or v != v else fmt.format(v):>9}")
+        lines.append(str(g).ljust(width) + "".join(cells))
+    disp = result.classifier.disparities if result.classifier is not None else None
+    if disp is not None and len(disp):
+        lines.append("disparities (after): column, demographic parity diff / ratio, equalized odds diff / ratio, "
+                     "four-fifths flagged")
+        for col, r in disp.iterrows():
+            lines.append(f"  {col}: {r['demographic_parity_difference']:.3f} / {r['demographic_parity_ratio']:.3f}, "
+                         f"{r['equalized_odds_difference']:.3f} / {r['equalized_odds_ratio']:.3f}, "
+                         f"{', '.join(r['four_fifths_flagged']) or 'none'}")
+    return "\n".join(lines)
 
 
 def cmd_report(args) -> int:
@@ -397,7 +514,7 @@ def cmd_report(args) -> int:
     _check_prob("--gamma", args.gamma)
     model, df, base, y = _load_for_apply(args, need_label=True)
     pdf = build_report_pdf(model, df, y, base=base, delta=args.delta, gamma=args.gamma,
-                           label=args.label, data_name=os.path.basename(args.data))
+                           label=args.label, data_name=os.path.basename(args.data), threshold=args.threshold)
     write_bytes(args.out, pdf)
     return 0
 

@@ -76,6 +76,10 @@ class LabelSpec:
     q_lo: float = 0.01
     q_hi: float = 0.99
     log: bool = False
+    # binary labels (two distinct values): "auto" switches to a classifier audit; ``positive`` names the
+    # positive class (as text) when the values are not 0/1 or true/false. Scaling and log are then unused.
+    task: str = "auto"
+    positive: str | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class FitSettings:
     delta: float = 0.1
     gamma: float = 0.05
     n_boot: int = 200
+    threshold: float = 0.5  # binary labels: the decision threshold of the audit's rates
 
 
 @dataclass
@@ -126,6 +131,8 @@ class PreparedLabel:
     name: str              # display name, e.g. "wage" or "log(wage)"
     n_clipped: int = 0
     note: str = ""
+    task: str = "regression"   # or "binary": y is 0/1, lo = 0, hi = 1
+    classes: tuple = ()        # binary: (negative, positive) as in the data
 
 
 @dataclass
@@ -172,6 +179,7 @@ class AuditRun:
             "kept_round": info.get("kept_round"), "mean_updates": info.get("mean_updates"),
             "moment_updates": info.get("moment_updates"), "n_groups": info.get("n_groups"),
             "split": {k: int(v.size) for k, v in self.split.items()}, "timings": dict(self.timings),
+            "task": getattr(self.label, "task", "regression"),
         }
 
 
@@ -196,6 +204,9 @@ def prepare_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel:
 
     if not spec.column:
         raise DataError("choose a label column")
+    binary = binary_label(df, spec)
+    if binary is not None:
+        return binary
     y = numeric_column(df, spec.column, "label column")
     name = spec.column
     note = ""
@@ -237,6 +248,47 @@ def prepare_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel:
     if not hi > lo:
         raise DataError(f"the label '{spec.column}' is constant ({lo:g}) in this range; there is nothing to calibrate")
     return PreparedLabel(y=y, lo=lo, hi=hi, source=spec.scaling, name=name, n_clipped=n_clipped, note=note)
+
+
+def label_values(df: pd.DataFrame, column: str) -> list:
+    """The distinct non-missing values of a column (at most 3 are looked at: enough to tell binary)."""
+    vals = pd.unique(df[column].dropna())
+    return list(vals[:3])
+
+
+def binary_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel | None:
+    """The prepared 0/1 label when ``spec.column`` is binary (two distinct values) and the task allows it; None
+    for a regression label. A DataError names the column when the positive class is needed or unknown."""
+    from mmc_core.estimator import resolve_task
+
+    if spec.task == "regression" or spec.column not in df.columns:
+        return None
+    s = df[spec.column]
+    if s.nunique(dropna=True) != 2:
+        if spec.task == "binary":
+            raise DataError(f"the label '{spec.column}' is not binary: it has {s.nunique(dropna=True)} distinct values")
+        return None
+    miss = int(s.isna().sum())
+    if miss:
+        raise DataError(f"the binary label '{spec.column}' has {miss:,} missing value(s): drop those rows first")
+    positive = spec.positive if spec.positive not in ("", None) else None
+    numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
+    if positive is not None and numeric:
+        try:
+            positive = float(positive)
+        except ValueError:
+            raise DataError(f"positive class {spec.positive!r} is not a value of the label '{spec.column}'") from None
+    if positive is not None and pd.api.types.is_bool_dtype(s):
+        positive = {"true": True, "false": False}.get(str(positive).lower(), positive)
+    if positive is None and not (pd.api.types.is_bool_dtype(s) or (numeric and set(pd.unique(s)) <= {0, 1})):
+        shown = ", ".join(repr(v) for v in sorted(pd.unique(s), key=str))
+        raise DataError(f"the label '{spec.column}' has the two values {shown}: choose its positive class (the "
+                        "outcome whose probability is predicted)")
+    _, y, info = resolve_task(s, "binary", positive, spec.column)
+    neg, pos = info["classes"]
+    return PreparedLabel(y=y, lo=0.0, hi=1.0, source="binary", name=spec.column,
+                         note=f"binary label: positive class {pos!s} ({int(y.sum()):,} of {y.size:,} rows)",
+                         task="binary", classes=(neg, pos))
 
 
 def split_rows(n: int, spec: SplitSpec, with_base_model: bool, calibration_fraction: float = 0.0) -> dict:
@@ -344,7 +396,18 @@ def _limit_threads():
     return threadpool_limits(limits=1)
 
 
-def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int = 0, stop=None, progress=None):
+class _Probability:
+    """A fitted scikit-learn classifier whose ``predict`` is the probability of class 1 (binary labels)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def predict(self, X):
+        return self.model.predict_proba(X)[:, 1]
+
+
+def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int = 0, stop=None, progress=None,
+                   binary: bool = False):
     """A scikit-learn pipeline (one-hot for text columns) fitted on (X, y).
 
     ``stop()`` is polled between chunks of BOOST_CHUNK boosting iterations (gradient boosting is grown with
@@ -359,6 +422,8 @@ def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int 
         raise DataError("no rows to train the base model on")
     cat = [c for c in X.columns if not pd.api.types.is_numeric_dtype(X[c])]
     num = [c for c in X.columns if c not in cat]
+    if binary:
+        return _fit_base_classifier(X, y, kind, seed, stop, progress, cat, num)
     if kind == "hgb":
         from sklearn.ensemble import HistGradientBoostingRegressor
 
@@ -401,11 +466,63 @@ def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int 
     raise MMCError(f"unknown base model {kind!r}; choose one of {', '.join(BASE_MODELS)}")
 
 
+def _fit_base_classifier(X, y, kind, seed, stop, progress, cat, num):
+    """Binary labels: gradient-boosted trees or a (ridge-penalised) logistic regression, predicting the
+    probability of the positive class (a regression on 0/1 would give values outside [0, 1])."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline, make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    if len(np.unique(y)) < 2:
+        raise DataError("the base-model rows hold only one class of the label: use a larger base-model share")
+    if kind == "hgb":
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        pre = ColumnTransformer(
+            [("cat", make_pipeline(SimpleImputer(strategy="constant", fill_value="(missing)"),
+                                   OneHotEncoder(handle_unknown="ignore", max_categories=30,
+                                                 sparse_output=False)), cat),
+             ("num", "passthrough", num)], remainder="drop")
+        max_iter = 200
+        clf = HistGradientBoostingClassifier(max_iter=BOOST_CHUNK, learning_rate=0.08, early_stopping=True,
+                                             validation_fraction=0.15, random_state=seed, warm_start=True)
+        with _limit_threads():
+            Xt = pre.fit_transform(X)
+            done = 0
+            while done < max_iter:
+                if stop is not None and stop():
+                    raise StoppedByUser("stopped during the base-model fit")
+                target = min(done + BOOST_CHUNK, max_iter)
+                clf.set_params(max_iter=target)
+                clf.fit(Xt, y)
+                if progress is not None:
+                    progress(int(clf.n_iter_))
+                if clf.n_iter_ < target:
+                    break
+                done = target
+        return _Probability(Pipeline([("pre", pre), ("clf", clf)]))
+    if kind == "ridge":
+        from sklearn.linear_model import LogisticRegressionCV
+
+        pre = ColumnTransformer(
+            [("cat", make_pipeline(SimpleImputer(strategy="constant", fill_value="(missing)"),
+                                   OneHotEncoder(handle_unknown="ignore", max_categories=30)), cat),
+             ("num", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), num)], remainder="drop")
+        pipe = make_pipeline(pre, LogisticRegressionCV(Cs=np.logspace(-3, 3, 7), max_iter=2000, scoring="neg_log_loss"))
+        if stop is not None and stop():
+            raise StoppedByUser("stopped during the base-model fit")
+        with _limit_threads():
+            pipe.fit(X, y)
+        return _Probability(pipe)
+    raise MMCError(f"unknown base model {kind!r}; choose one of {', '.join(BASE_MODELS)}")
+
+
 _BASE_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
 
 
 def cached_base_model(key: tuple, df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, spec: BaseSpec, seed: int,
-                      stop=None, progress=None):
+                      stop=None, progress=None, binary: bool = False):
     """Predictions of an in-app base model on all rows, fitted on ``rows`` only; cached on ``key`` (data hash,
     label, split, spec, row digest) so re-running the multicalibration with new parameters does not refit it."""
     with _BASE_LOCK:
@@ -414,7 +531,7 @@ def cached_base_model(key: tuple, df: pd.DataFrame, y: np.ndarray, rows: np.ndar
             return _BASE_CACHE[key]
     X = _feature_frame(df, spec.features)
     try:
-        model = fit_base_model(X.iloc[rows], y[rows], spec.model, seed, stop=stop, progress=progress)
+        model = fit_base_model(X.iloc[rows], y[rows], spec.model, seed, stop=stop, progress=progress, binary=binary)
         with _limit_threads():
             pred = np.asarray(model.predict(X), dtype=float)
     except MMCError:
@@ -465,7 +582,8 @@ def base_prediction(df: pd.DataFrame, label: PreparedLabel, label_spec: LabelSpe
         spec = BaseSpec("model", None, spec.model, tuple(feats))
         rows_digest = hashlib.sha1(np.ascontiguousarray(split["base"]).tobytes()).hexdigest()[:16]
         key = (data_key, label_spec, spec, split_spec, rows_digest)
-        b, _ = cached_base_model(key, df, label.y, split["base"], spec, split_spec.seed, stop=stop, progress=progress)
+        b, _ = cached_base_model(key, df, label.y, split["base"], spec, split_spec.seed, stop=stop, progress=progress,
+                                 binary=label.task == "binary")
         note = (f"base prediction: {BASE_MODELS.get(spec.model, spec.model)} on {len(feats)} feature(s), "
                 f"trained on {split['base'].size:,} rows that are not used again")
     else:
@@ -561,11 +679,14 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
     fit_rows = split["fit"]
     say(f"multicalibrating on {fit_rows.size:,} rows and {len(groups)} groups")
     t2 = time.perf_counter()
+    binary = label.task == "binary"
+    if binary:  # a classifier audit: the mean (a probability) only; k, delta and gamma are not used
+        settings = replace(settings, n_moments=1)
     est = MomentMulticalibrator(
         alpha=settings.alpha, beta=settings.beta, n_buckets=settings.n_buckets, n_moments=settings.n_moments,
         step=settings.step, odd_moments=settings.odd_moments, label_range=(label.lo, label.hi),
         calibration_fraction=settings.calibration_fraction, early_stopping=settings.early_stopping,
-        max_rounds=settings.max_rounds, random_state=split_spec.seed)
+        max_rounds=settings.max_rounds, random_state=split_spec.seed, task="binary" if binary else "regression")
     if on_thresholds is not None:
         span = label.hi - label.lo
         on_thresholds(auto_thresholds((label.y[fit_rows] - label.lo) / span,
@@ -577,6 +698,9 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
             callback=callback, label_name=label.name, base_name=base_name, stop=stop)
     timings["fit"] = time.perf_counter() - t2
     model = est.model_
+    if binary:
+        model.binary = {"classes": [_json_scalar(c) for c in label.classes], "positive": _json_scalar(label.classes[1]),
+                        "floor": float((model.binary or {}).get("floor", 0.0))}
     if label.source in ("observed", "robust"):  # the range was passed explicitly: say where it came from
         from mmc_core import LabelScale
 
@@ -597,7 +721,7 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
                    timings=timings, data_key=data_key, data_name=data_name, thresholds=thresholds,
                    split_seed=split_spec.seed)
     test = split["test"]
-    if base is not None:
+    if base is not None and not binary:  # RMSE / R² are label-unit metrics: not for a 0/1 outcome
         run.base_metrics = {"base_test": error_metrics(label.y[test], base[test])}
 
     if stop is not None and stop():  # Stop pressed: keep the model as fitted so far, skip the audit
@@ -620,6 +744,10 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
 NOT_AUDITED = "not audited: the run was stopped before its audit"
 
 
+def _json_scalar(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
 def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
     """Audit ``run``'s model on its test rows (fills ``run.audit`` or ``run.audit_error``)."""
     from mmc_core.errors import MMCError as _MMCError
@@ -632,9 +760,14 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
 
         group_cols = sorted(run.model.groups.columns())
         X_test = _take_rows(df, test, group_cols)
-        run.audit = audit_fn(run.model, X_test, run.label.y[test], base=None if run.base is None else run.base[test],
-                             delta=settings.delta, gamma=settings.gamma, n_boot=settings.n_boot,
-                             seed=run.split_seed)
+        if getattr(run.model, "task", "regression") == "binary":
+            run.audit = audit_fn(run.model, X_test, run.label.y[test],
+                                 base=None if run.base is None else run.base[test], n_boot=settings.n_boot,
+                                 seed=run.split_seed, threshold=settings.threshold)
+        else:
+            run.audit = audit_fn(run.model, X_test, run.label.y[test],
+                                 base=None if run.base is None else run.base[test], delta=settings.delta,
+                                 gamma=settings.gamma, n_boot=settings.n_boot, seed=run.split_seed)
         run.audit_error = ""
     except ImportError as e:
         run.audit_error = f"the audit module is not available ({e})"
@@ -663,6 +796,8 @@ def predictions_table(df: pd.DataFrame, run: AuditRun, methods=None, rows: np.nd
     if base is not None:
         out["mmc_base"] = base
     out["mmc_mean"] = preds["mean"]
+    if getattr(model, "task", "regression") == "binary":  # the probability of the positive class
+        out["mmc_decision"] = (preds["mean"] >= run.settings.threshold).astype(int)
     if "moment_2" in preds:
         out["mmc_sd"] = np.sqrt(np.maximum(preds["moment_2"], 0.0))
     for k, v in preds.items():
@@ -674,6 +809,29 @@ def predictions_table(df: pd.DataFrame, run: AuditRun, methods=None, rows: np.nd
         for m, (lo, hi) in ints.items():
             out[f"mmc_lower_{m}"], out[f"mmc_upper_{m}"] = lo, hi
     return out
+
+
+def classifier_rates(df: pd.DataFrame, run: AuditRun, threshold: float):
+    """(rates, disparities) of a binary run's test rows at a new decision ``threshold``, from the stored
+    predictions (no refit; see :func:`mmc_core.binary.threshold_rates`)."""
+    from mmc_core.binary import threshold_rates
+    from mmc_core.metrics import check_threshold
+
+    threshold = check_threshold(threshold)
+    test = run.split["test"]
+    model = run.model
+    group_cols = sorted(model.groups.columns())
+    X_test = _take_rows(df, test, group_cols)
+    base = None if run.base is None else run.base[test]
+    mu = model.predict(X_test, base if model.uses_base else None)["mean"]  # in [floor, 1 - floor]
+    if base is not None:
+        before = np.clip(base, 0.0, 1.0)
+    else:  # the constant the fit started from, as in the audit
+        from mmc_core.intervals import _initial_constant
+
+        before = np.full(test.size, _initial_constant(model))
+    return threshold_rates(mu, run.label.y[test], model.groups, X_test, threshold, base=before,
+                           n_boot=run.settings.n_boot, seed=run.split_seed)
 
 
 def row_details(df: pd.DataFrame, run: AuditRun, row: int, intervals: dict | None = None) -> dict:

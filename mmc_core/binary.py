@@ -29,10 +29,12 @@ import pandas as pd
 
 from .errors import DataError, MMCError
 
-__all__ = ["as_binary", "is_binary", "classifier_audit", "ClassifierAudit", "METRICS"]
+__all__ = ["as_binary", "is_binary", "classifier_audit", "ClassifierAudit", "METRICS", "RATE_METRICS",
+           "reliability_cells", "threshold_rates"]
 
 METRICS = ("base_rate", "mean_score", "calib_error", "calib_error_worst", "ece", "brier", "log_loss",
            "selection_rate", "tpr", "fpr", "precision")
+RATE_METRICS = ("selection_rate", "tpr", "fpr", "precision")  # the metrics that depend on the threshold
 _EPS = 1e-15
 _TRUE = ("1", "1.0", "true", "yes", "y", "t")
 
@@ -73,7 +75,7 @@ def as_binary(y, positive=None, name: str = "label") -> tuple[np.ndarray, dict]:
         if as_num is None or not as_num <= {0.0, 1.0}:
             shown = ", ".join(repr(v) for v in vals)
             raise DataError(f"{name} has the two values {shown}: say which one is the positive class "
-                            f"(positive=... / --positive)")
+                            f"(positive_label=... in Python, --positive on the command line)")
         y01 = np.asarray(arr.astype(float))
         return y01, {"classes": [0, 1], "positive": 1}
     match = [v for v in vals if v == positive or str(v) == str(positive)]
@@ -288,3 +290,48 @@ def classifier_audit(score, y, groups, table, base=None, threshold: float = 0.5,
               "n_boot": n_boot, "seed": seed, "n": int(n), "base": b is not None, "bootstrap_level": 0.95,
               "log_loss_clip": _EPS}
     return ClassifierAudit(bg, disp, params)
+
+
+def reliability_cells(score, y, groups, table, n_buckets: int = 10, base=None) -> pd.DataFrame:
+    """Reliability-diagram cells, long: one row per (score, group, bucket) with rows: score ("after", or
+    "before" for ``base``), group, bucket, bucket_lo, bucket_hi, count, mean_score (predicted), observed (share of
+    positives) and its Wilson 95% interval observed_lo / observed_hi. Buckets: ``n_buckets`` equal bins of [0, 1]."""
+    from .findings import wilson_interval
+
+    y = np.asarray(y, dtype=float)
+    n = y.size
+    memb = groups.evaluate(table, n)
+    pr, pg = memb.rows, memb.pair_groups()
+    G, m = memb.n_groups, int(n_buckets)
+    names = np.asarray(list(memb.names), dtype=object)
+    frames = []
+    for which, sc in (("after", score), ("before", base)):
+        if sc is None:
+            continue
+        sc = _check_scores(sc, n, "the score" if which == "after" else "the base score")
+        b = np.clip(np.floor(sc * m), 0, m - 1).astype(np.int64)
+        key = pg * m + b[pr]
+        cnt = np.bincount(key, minlength=G * m).astype(float)
+        sy = np.bincount(key, weights=y[pr], minlength=G * m)
+        ss = np.bincount(key, weights=sc[pr], minlength=G * m)
+        nz = np.flatnonzero(cnt > 0)
+        lo, hi = wilson_interval(sy[nz], cnt[nz])
+        g_, i_ = np.divmod(nz, m)
+        frames.append(pd.DataFrame({"score": which, "group": names[g_], "bucket": i_, "bucket_lo": i_ / m,
+                                    "bucket_hi": (i_ + 1) / m, "count": cnt[nz].astype(np.int64),
+                                    "mean_score": ss[nz] / cnt[nz], "observed": sy[nz] / cnt[nz],
+                                    "observed_lo": lo, "observed_hi": hi}))
+    cols = ["score", "group", "bucket", "bucket_lo", "bucket_hi", "count", "mean_score", "observed", "observed_lo",
+            "observed_hi"]
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+
+def threshold_rates(score, y, groups, table, threshold: float, base=None, n_boot: int = 200,
+                    seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The threshold-dependent part of :func:`classifier_audit` at a new ``threshold``: (rates, disparities),
+    rates = by_group's count, mass and :data:`RATE_METRICS` columns (with ``_base`` and the bootstrap ends).
+    Cheap (bincounts over the rows; no refit): the dashboard's threshold slider calls it on every move."""
+    r = classifier_audit(score, y, groups, table, base=base, threshold=threshold, n_boot=n_boot, seed=seed)
+    keep = ["count", "mass"] + [c for c in r.by_group.columns
+                                if any(c == k or c.startswith(k + "_") for k in RATE_METRICS)]
+    return r.by_group[keep], r.disparities

@@ -206,6 +206,50 @@ def _achieved(params: DescentParams, memb, y, mu, moms) -> dict:
     return {"alpha": up(worst / n), "betas": {a: up(np.abs(st.TA[a]).max(initial=0.0) / n) for a in params.moments}}
 
 
+TASKS = ("auto", "regression", "binary")
+TASK_BINARY = "binary"
+
+
+def resolve_task(y, task="auto", positive_label=None, label_name: str = "label"):
+    """(task, y, binary_info): the task a label is fitted as, the label (0/1 floats for "binary", unchanged
+    otherwise) and, for "binary", {"classes": [negative, positive], "positive": positive} (JSON-safe)."""
+    from .binary import as_binary, is_binary
+
+    if task not in TASKS:
+        raise MMCError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    name = f"label '{label_name}'"
+    if task == "regression":
+        if positive_label is not None:
+            raise MMCError("positive_label is only used with a binary label (task 'binary' or 'auto')")
+        return task, y, None
+    arr = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
+    if task == "auto":
+        if arr.dtype.kind in "iuf":  # numbers: an O(n) check (a regression label must stay cheap to look at)
+            v = arr.ravel()
+            v = v[~np.isnan(v)] if arr.dtype.kind == "f" else v
+            rest = v[v != v[0]] if v.size else v
+            binary = rest.size > 0 and bool(np.all(rest == rest[0]))
+        else:
+            try:
+                binary = is_binary(arr)
+            except TypeError:
+                binary = False
+        if not binary:
+            if positive_label is not None:
+                raise DataError(f"positive_label={positive_label!r} was given but {name} is not binary "
+                                "(it does not have exactly two distinct values)")
+            return "regression", y, None
+    y01, info = as_binary(arr, positive_label, name)
+    return TASK_BINARY, y01, {"classes": [_plain(v) for v in info["classes"]], "positive": _plain(info["positive"])}
+
+
+def _plain(v):
+    """A JSON-safe scalar (numpy scalars to Python ones)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
 def _best_round(history: list) -> int:
     """The round with the lowest held-out squared error of the mean (the earliest on ties)."""
     return int(np.argmin([h.get("holdout_mse", np.inf) for h in history])) if history else 0
@@ -266,6 +310,17 @@ class MomentMulticalibrator(SklearnParams):
         initial (base) mean prediction on the fitting rows, fixed before the descent and stored in the model
         (finer where the predictions are dense). The guarantees hold for any fixed partition; the eps = a w
         of the mean-conditioned moment lemma then uses the widest bucket, ``params.mean_grid.max_width``.
+    task : {"auto", "regression", "binary"}
+        "auto" (default): a label with exactly two distinct values (0/1, True/False, or two other values with
+        ``positive_label`` naming the positive class) is fitted as a classifier ("binary"), anything else as a
+        regression. "binary": the label is a 0/1 outcome and the mean is a probability: the scale is [0, 1],
+        only the mean is fitted (the conditional variance of a 0/1 outcome is p (1 - p) once p is right, so
+        ``n_moments`` must be 1 or its default 2, which is then treated as 1), predictions lie in [0, 1], a
+        base prediction is a probability score, and no prediction intervals are offered (an interval for a
+        0/1 outcome is {0}, {1} or {0, 1}; the per-group classifier audit of ``mmc_core.metrics.audit``
+        replaces them). "regression": never switch (a 0/1 label is then an ordinary number).
+    positive_label : optional
+        The positive class of a binary label whose values are not 0/1 or True/False (e.g. "yes").
     moment_buckets : {"data", "range"}
         "data" (default): moment buckets evenly spaced on a log scale over the range of the groups' average
         pseudo-moments on the fitting rows (widened 1.5x), moment predictions kept at or above a floor > 0
@@ -278,7 +333,7 @@ class MomentMulticalibrator(SklearnParams):
     def __init__(self, alpha="se", beta="se", n_buckets=5, n_moments=2, step="exact",
                  odd_moments="absolute", label_range=None, calibration_fraction=0.25,
                  early_stopping="auto", max_rounds=None, random_state=0, mean_buckets="uniform",
-                 moment_buckets="data"):
+                 moment_buckets="data", task="auto", positive_label=None):
         self.alpha = alpha
         self.beta = beta
         self.n_buckets = n_buckets
@@ -292,13 +347,15 @@ class MomentMulticalibrator(SklearnParams):
         self.random_state = random_state
         self.mean_buckets = mean_buckets
         self.moment_buckets = moment_buckets
+        self.task = task
+        self.positive_label = positive_label
 
 
     # ------------------------------------------------------------------------------------------
     def _params(self, alpha: float, beta: float, moment_betas: tuple = (), m: int | None = None,
                 **extra) -> DescentParams:
         return DescentParams(float(alpha), float(beta), int(self.n_buckets if m is None else m),
-                             tuple(range(2, int(self.n_moments) + 1)), self.step, self.odd_moments,
+                             tuple(range(2, int(self._k) + 1)), self.step, self.odd_moments,
                              None if self.max_rounds is None else int(self.max_rounds), moment_betas, **extra)
 
     def _build_params(self, m: int, G: int, nf: int, moments: tuple, resid: np.ndarray, mu0: np.ndarray, memb):
@@ -415,8 +472,20 @@ class MomentMulticalibrator(SklearnParams):
         n = _n_rows(X)
         if n < 2:
             raise DataError(f"need at least 2 rows to fit, got {n}")
+        task, y, binary_info = resolve_task(y, self.task, self.positive_label, label_name)
+        self._k = int(self.n_moments)
+        if task == TASK_BINARY:
+            if self.n_moments not in (1, 2):
+                raise MMCError(f"moments={self.n_moments!r}: a binary label is fitted for the mean only (its "
+                               "variance is p(1 - p) once the probability p is right); use moments=1")
+            if self.label_range is not None and tuple(float(v) for v in self.label_range) != (0.0, 1.0):
+                raise MMCError(f"label range {self.label_range!r}: a binary label is a probability on [0, 1] "
+                               "(leave label_range unset)")
+            self._k = 1
         y = to_label_array(y, f"label '{label_name}'", n)
-        if self.label_range is None:
+        if task == TASK_BINARY:
+            scale = LabelScale(0.0, 1.0, "binary")
+        elif self.label_range is None:
             scale = LabelScale.observed(y)
         else:
             try:
@@ -452,7 +521,7 @@ class MomentMulticalibrator(SklearnParams):
         Xf = _take(X, fit_idx)
         memb = gset.evaluate(Xf, fit_idx.size)
         mu0 = base_u[fit_idx] if base_u is not None else np.full(fit_idx.size, float(np.mean(yu[fit_idx])))
-        moments = tuple(range(2, int(self.n_moments) + 1))
+        moments = tuple(range(2, int(self._k) + 1))
         G, nf = len(gset), fit_idx.size
         resid = yu[fit_idx] - mu0
         memb_h = gset.evaluate(_take(X, cal_idx), n_cal) if n_cal else None
@@ -484,7 +553,7 @@ class MomentMulticalibrator(SklearnParams):
             {"kind": "constant", "value": float(np.mean(yu[fit_idx]))}
         log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
         model = FittedModel(params, scale, gset, init_mean, init_moments, list(log),
-                            list(res.round_ends[: kept_round + 1]))
+                            list(res.round_ends[: kept_round + 1]), task=task, binary=binary_info)
         snap = res.extra.get("best")
         if kept_round == len(res.round_ends) - 1:
             fit_mu, fit_moms = res.state.mu.copy(), {a: v.copy() for a, v in res.state.mom.items()}
@@ -503,7 +572,7 @@ class MomentMulticalibrator(SklearnParams):
                 params, alpha=alpha_a, beta=betas.get(2, params.beta),
                 moment_betas=tuple((a, b) for a, b in betas.items() if a != 2))
             params = model.params
-        if n_cal:
+        if n_cal and task != TASK_BINARY:
             # Interval calibration uses only the held-out rows (never the rows the moments were fitted on).
             from . import intervals
 
@@ -511,6 +580,7 @@ class MomentMulticalibrator(SklearnParams):
                 model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx])
         model.info = {
             "mode": "practical (one fitting sample, audited exactly)",
+            "task": task,
             # converged: the descent ran until its audit found no violated cell (early stopping may then keep an
             # earlier round: "kept_round" / "early_stopped"; the achieved alpha / beta hold for the kept model)
             "converged": bool(res.converged),
@@ -550,6 +620,8 @@ class MomentMulticalibrator(SklearnParams):
         self.fit_index_ = fit_idx
         self.calibration_index_ = cal_idx
         self.fit_mean_unit_, self.fit_moments_unit_ = fit_mu, fit_moms
+        if task == TASK_BINARY:  # probabilities never exactly 0 or 1 (see mmc_core.model.binary_clip)
+            binary_info["floor"] = 0.5 / (fit_idx.size + 1)
         return self
 
     def _set_fitted(self, model: FittedModel) -> None:
@@ -569,6 +641,7 @@ class MomentMulticalibrator(SklearnParams):
         self.label_scale_ = model.scale
         self.groups_ = model.groups
         self.empty_groups_ = info.get("empty_groups", [])
+        self.task_, self.binary_ = model.task, model.binary
 
     # ------------------------------------------------------------------------------------------
     def _check_fitted(self):
@@ -590,6 +663,13 @@ class MomentMulticalibrator(SklearnParams):
         base = self._base_for(X, base_prediction)
         return self.model_.predict(X, base) if base is not None else self.model_.predict(X)
 
+    def predict_proba(self, X, base_prediction=None) -> np.ndarray:
+        """Binary models: the multicalibrated probability of the positive class, shape (n,), in [0, 1]."""
+        self._check_fitted()
+        if self.model_.task != TASK_BINARY:
+            raise MMCError("predict_proba needs a binary (classifier) model; this one is a regression: use predict")
+        return self.predict(X, base_prediction)
+
     def predict(self, X, base_prediction=None) -> np.ndarray:
         """Mean prediction, shape (n,), in label units."""
         return self.predict_moments(X, base_prediction)["mean"]
@@ -601,7 +681,8 @@ class MomentMulticalibrator(SklearnParams):
         ``delta``: the miscoverage (0.1 gives 90% intervals); ``method``: one of ``mmc_core.intervals.METHODS``
         (default ``calibrated``: conditional conformal over the groups, per-group coverage; see
         :mod:`mmc_core.intervals` for what each method guarantees); ``gamma``: the smallest group mass the
-        ``guaranteed`` intervals are stated for.
+        ``guaranteed`` intervals are stated for. A binary (classifier) model raises MMCError: a 0/1 outcome has
+        no useful interval.
         """
         from .intervals import predict_intervals
 
@@ -634,7 +715,8 @@ class MomentMulticalibrator(SklearnParams):
                       early_stopping=model.info.get("early_stopping", False), max_rounds=p.max_rounds,
                       random_state=model.info.get("seed", 0),
                       mean_buckets="quantile" if p.mean_edges else "uniform",
-                      moment_buckets="data" if (p.moment_edges or p.moment_floors) else "range")
+                      moment_buckets="data" if (p.moment_edges or p.moment_floors) else "range",
+                      task=model.task, positive_label=(model.binary or {}).get("positive"))
         est = cls(**kw)
         est._set_fitted(model)
         est.fit_index_ = est.calibration_index_ = None

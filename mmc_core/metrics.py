@@ -65,6 +65,16 @@ JSON (``to_json()``), strict (NaN and infinities become null)::
      "params": {...}, "findings": [{...}, ...], "disparities": [{...}, ...], "findings_status": "ok"}
 
 Read a table back with ``pd.DataFrame(**d["by_group"])``.
+
+Binary (classifier) models (``model.task == "binary"``): ``audit`` returns the same object with
+``task = "binary"``; ``by_group`` is :func:`mmc_core.binary.classifier_audit`'s table (count, mass, base_rate,
+mean_score, calib_error, calib_error_worst, ece, brier, log_loss and, at ``threshold``, selection_rate, tpr,
+fpr, precision; ``_base`` = before; ``_lo`` / ``_hi`` = bootstrap 95% ends), ``classifier`` the whole
+:class:`~mmc_core.binary.ClassifierAudit` (``classifier.disparities``: demographic parity / equalized odds /
+four-fifths per column), ``calibration_cells`` the reliability cells (:func:`mmc_core.binary.reliability_cells`)
+and ``coverage``, ``width``, ``moment_cells``, ``coverage_by_bucket`` are empty (no intervals for a 0/1 outcome).
+Findings are the mean and calibration tests only (on the probability scale), never variance or coverage.
+JSON adds ``"task": "binary"``, ``"threshold"`` and ``"classifier"``.
 """
 from __future__ import annotations
 
@@ -80,7 +90,7 @@ from .errors import DataError, MMCError, ModelFormatError
 from .findings import VARIANCE_TOLERANCE
 from .moments import MomentKind
 
-__all__ = ["audit", "AuditResult", "FORMAT", "VERSION"]
+__all__ = ["audit", "AuditResult", "FORMAT", "VERSION", "check_threshold", "binary_labels"]
 
 FORMAT = "mmc-audit-audit"
 VERSION = 1
@@ -223,7 +233,7 @@ class AuditResult:
     """Per-group audit tables of one model on one labelled table (see the module docstring)."""
 
     def __init__(self, overall, by_group, coverage, width, calibration_cells, moment_cells, coverage_by_bucket,
-                 params, findings=(), disparities=(), findings_status="ok"):
+                 params, findings=(), disparities=(), findings_status="ok", task="regression", classifier=None):
         self.overall = overall
         self.by_group = by_group
         self.coverage = coverage
@@ -235,6 +245,8 @@ class AuditResult:
         self.findings = list(findings)
         self.disparities = list(disparities)
         self.findings_status = findings_status
+        self.task = task
+        self.classifier = classifier  # mmc_core.binary.ClassifierAudit for a binary model, else None
 
     # ---- MetricFrame-style views ----
     def _column(self, column: str) -> tuple[pd.Series, float]:
@@ -269,6 +281,10 @@ class AuditResult:
         d["findings"] = _json_clean(self.findings)
         d["disparities"] = _json_clean(self.disparities)
         d["findings_status"] = self.findings_status
+        if self.task != "regression":
+            d["task"] = self.task
+            d["threshold"] = self.params.get("threshold")
+            d["classifier"] = self.classifier.to_json() if self.classifier is not None else None
         return d
 
     def __repr__(self) -> str:
@@ -280,7 +296,8 @@ class AuditResult:
 def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, methods=iv.METHODS,
           n_boot: int = 200, seed: int = 0, bucket_method: str | None = None,
           min_cell_count: int = 20, min_group_count: int = 30, error_control: str = "holm",
-          findings_level: float = 0.05, variance_tolerance: float = VARIANCE_TOLERANCE) -> AuditResult:
+          findings_level: float = 0.05, variance_tolerance: float = VARIANCE_TOLERANCE, threshold: float = 0.5,
+          n_buckets: int = 10) -> AuditResult:
     """Audit ``model`` on the rows of ``table`` with labels ``y`` (original units).
 
     ``base``: the base prediction in label units (required if the model was fitted on one; optional
@@ -301,6 +318,9 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
     if isinstance(variance_tolerance, bool) or not isinstance(variance_tolerance, (int, float)) \
             or not (0 <= variance_tolerance < 1):
         raise MMCError(f"variance_tolerance must be a number in [0, 1), got {variance_tolerance!r}")
+    if getattr(model, "task", "regression") == "binary":
+        return _audit_binary(model, table, y, base, n_boot, seed, min_cell_count, min_group_count, error_control,
+                             findings_level, threshold, n_buckets)
     scale = model.scale
     span = scale.span
     y = np.asarray(y, dtype=float)
@@ -490,6 +510,93 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
         found, disp, status = [], [], f"failed: {type(e).__name__}: {e}"
     return AuditResult(overall, bg, coverage, width_t, cal, moment_cells, coverage_by_bucket, params,
                        found, disp, status)
+
+
+def check_threshold(threshold, name: str = "threshold") -> float:
+    """A decision threshold strictly between 0 and 1, or MMCError naming it."""
+    import numbers
+
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not np.isfinite(threshold) \
+            or not 0 < threshold < 1:
+        raise MMCError(f"{name} must be a number strictly between 0 and 1, got {threshold!r}")
+    return float(threshold)
+
+
+def binary_labels(model, y, name: str = "the labels") -> np.ndarray:
+    """The audit rows' labels as 0/1 floats: 0/1 (or True/False) as they are, or the model's own two classes."""
+    from .binary import as_binary
+
+    arr = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
+    if arr.dtype.kind in "iufb":
+        a = arr.astype(float)
+        if a.ndim == 1 and np.all(np.isin(a, (0.0, 1.0))):
+            return a
+    info = getattr(model, "binary", None) or {}
+    pos = info.get("positive")
+    classes = info.get("classes") or []
+    if pos is not None and not (pos == 1 and set(map(str, classes)) <= {"0", "1"}):
+        y01, _ = as_binary(arr, pos, name)
+        return y01
+    raise DataError(f"{name} must be 0/1 for this classifier model (found values other than 0 and 1)")
+
+
+def _audit_binary(model, table, y, base, n_boot, seed, min_cell_count, min_group_count, error_control,
+                  findings_level, threshold, n_buckets) -> AuditResult:
+    """The classifier audit of a binary model (see the module docstring)."""
+    from .binary import classifier_audit, reliability_cells
+
+    threshold = check_threshold(threshold)
+    if isinstance(n_buckets, bool) or not isinstance(n_buckets, (int, np.integer)) or not 1 <= n_buckets <= 100:
+        raise MMCError(f"n_buckets must be an integer from 1 to 100, got {n_buckets!r}")
+    y01 = binary_labels(model, y)
+    n = y01.size
+    if n == 0:
+        raise DataError("the audit needs at least one labelled row")
+    base_arr = None
+    if base is not None:
+        base_arr = np.asarray(base, dtype=float)
+        if base_arr.shape != (n,) or not np.all(np.isfinite(base_arr)):
+            raise DataError(f"the base prediction must be {n} finite numbers")
+    ctx = iv._Context(model, table, base_arr)
+    if ctx.n != n:
+        raise DataError(f"the table has {ctx.n} rows but there are {n} labels")
+    from .model import binary_clip
+
+    mu = binary_clip(model, ctx.mu)
+    if base_arr is not None:
+        before, base_kind = np.clip(base_arr, 0.0, 1.0), "base prediction"
+    else:
+        before, base_kind = np.full(n, iv._initial_constant(model)), \
+            "initial constant (positive share of the fitting rows)"
+    ca = classifier_audit(mu, y01, model.groups, table, base=before, threshold=threshold, n_buckets=int(n_buckets),
+                          min_cell_count=min_cell_count, n_boot=n_boot, seed=seed)
+    bg = ca.by_group
+    cells = reliability_cells(mu, y01, model.groups, table, int(n_buckets), base=before)
+    empty = pd.DataFrame(index=bg.index)
+    overall = bg.iloc[0].copy()
+    overall.name = "overall"
+    pairs = _Pairs(ctx.memb)
+    names = list(ctx.memb.names)
+    params = {"task": "binary", "threshold": threshold, "n": int(n), "n_buckets": int(n_buckets),
+              "label": {"lo": 0.0, "hi": 1.0, "source": "binary",
+                        "name": (model.info or {}).get("label") if isinstance(model.info, dict) else None,
+                        "classes": (model.binary or {}).get("classes"),
+                        "positive": (model.binary or {}).get("positive")},
+              "methods": [], "methods_unavailable": {}, "intervals": iv.BINARY_NO_INTERVALS,
+              "base": base_kind, "n_boot": int(n_boot), "seed": int(seed), "bootstrap_level": 0.95,
+              "min_cell_count": int(min_cell_count), "min_group_count": int(min_group_count),
+              "error_control": error_control, "findings_level": float(findings_level), "moments": []}
+    try:
+        found, n_tests = _findings(pairs, names, model.scale, mu, y01, None, model.params.mean_grid, None, None,
+                                   0.0, min_group_count, error_control, findings_level)
+        for t in found:  # the mean of a 0/1 outcome is a probability
+            t["text"] = t["text"].replace("the mean:", "the probability of the positive class:")
+        status = "ok"
+        params["n_tests"] = n_tests
+    except Exception as e:  # noqa: BLE001 - reported as a failure, never as "no findings"
+        found, status = [], f"failed: {type(e).__name__}: {e}"
+    return AuditResult(overall, bg, empty, empty.copy(), cells, pd.DataFrame(), empty.copy(), params, found, [],
+                       status, task="binary", classifier=ca)
 
 
 def _findings(pairs: _Pairs, names, scale, mu, yu, var_pred, grid, inside, method, target, min_count, control, level,

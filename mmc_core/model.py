@@ -54,6 +54,15 @@ def atomic_write_text(path, text: str):
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def binary_clip(model, p: np.ndarray) -> np.ndarray:
+    """A binary model's probabilities kept in [floor, 1 - floor]: ``binary["floor"]`` (0 when absent) is the
+    Jeffreys estimate 0.5 / (n_fit + 1) of a class never seen in the fitting rows, the most extreme probability
+    those rows can support. Additive mean updates can push a probability to exactly 0 or 1 (a whole group shifted
+    by its mean residual); a forecast of certainty costs an unbounded log loss when it is wrong."""
+    floor = float((getattr(model, "binary", None) or {}).get("floor", 0.0) or 0.0)
+    return np.clip(np.asarray(p, dtype=float), floor, 1.0 - floor)
+
+
 @dataclass
 class FittedModel:
     params: DescentParams
@@ -65,6 +74,10 @@ class FittedModel:
     round_ends: list
     info: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
+    # "regression" (every model of formats 1 and 2 written before classifier audits) or "binary": a 0/1 label
+    # on [0, 1] whose mean is a probability; ``binary`` = {"classes": [negative, positive], "positive": ...}
+    task: str = "regression"
+    binary: dict | None = None
 
     # ---- prediction ------------------------------------------------------------------------------
     @property
@@ -129,6 +142,8 @@ class FittedModel:
         n = len(base) if base is not None else None
         mu, moms = self.predict_unit(table, base_unit, n)
         out = {"mean": self.scale.mean_from_unit(mu)}
+        if self.task == "binary":
+            out["mean"] = binary_clip(self, out["mean"])  # a probability, never exactly 0 or 1
         for a in self.moments:
             out[f"moment_{a}"] = self.scale.moment_from_unit(moms[a], a)
         return out
@@ -147,7 +162,7 @@ class FittedModel:
                            "moment_step": p.moment_step})
             if p.z_group_moment >= 0:
                 params["z_group_moment"] = p.z_group_moment
-        return {
+        out = {
             "format": FORMAT,
             "version": 1 if p.is_format1 else VERSION,
             "params": params,
@@ -159,6 +174,10 @@ class FittedModel:
             "info": self.info,
             "extras": self.extras,
         }
+        if self.task != "regression":  # absent = "regression": older readers' files and regression files unchanged
+            out["task"] = self.task
+            out["binary"] = self.binary
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), allow_nan=False, sort_keys=True, separators=(",", ":"))
@@ -291,7 +310,22 @@ class FittedModel:
         extras = d.get("extras", {})
         if not isinstance(info, dict) or not isinstance(extras, dict):
             raise bad("info and extras must be objects")
-        return cls(params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras)
+        task = d.get("task", "regression")
+        binary = d.get("binary")
+        if task not in ("regression", "binary"):
+            raise bad(f"task={task!r} must be \"regression\" or \"binary\"")
+        if task == "binary":
+            if not isinstance(binary, dict) or "positive" not in binary or not isinstance(binary.get("classes"), list) \
+                    or len(binary["classes"]) != 2:
+                raise bad("a binary model needs \"binary\": {\"classes\": [negative, positive], \"positive\": ...}")
+            if (scale.lo, scale.hi) != (0.0, 1.0) or moments:
+                raise bad("a binary model has label_scale [0, 1] and no moments")
+            fl = binary.get("floor", 0.0)
+            if not isinstance(fl, (int, float)) or isinstance(fl, bool) or not 0.0 <= fl < 0.5:
+                raise bad(f"binary.floor={fl!r} must be a number in [0, 0.5)")
+        elif binary is not None:
+            raise bad("\"binary\" is only allowed with \"task\": \"binary\"")
+        return cls(params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras, task, binary)
 
 
 def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:

@@ -30,6 +30,7 @@ def problems(draw):
         odd_moments=draw(st.sampled_from(["absolute", "signed"])),
         label_range=(0.0, 1.0),
         calibration_fraction=0.0,
+        task="regression",  # the core's invariants on any label, 0/1 ones included (no classifier switch)
     )
     order = draw(st.integers(1, 2))
     return table, y, base, params, order

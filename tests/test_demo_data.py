@@ -34,12 +34,21 @@ EXPECTED = {
         (6000, 10),
         ["sex", "race", "age", "score", "outcome", "base_pred", "true_mean", "true_var", "true_m3", "true_m4"],
     ),
+    "loanapp": (
+        (1989, 55),
+        ["occ", "loanamt", "msa", "suffolk", "appinc", "unit", "married", "dep", "emp", "yjob", "self", "atotinc",
+         "cototinc", "hexp", "price", "other", "liq", "rep", "gdlin", "lines", "mortg", "cons", "pubrec", "hrat",
+         "obrat", "fixadj", "term", "apr", "prop", "inss", "gift", "cosign", "unver", "review", "netw", "unem",
+         "min30", "bd", "mi", "old", "vr", "sch", "black", "hispan", "male", "approve", "mortno", "mortperf",
+         "mortlat1", "mortlat2", "chist", "multi", "loanprc", "thick", "white"],
+    ),
 }
 
 # The real tables must stay byte-identical to what was extracted (see demo_datasets/README.md).
 REAL_SHA256 = {
     "islp_wage.csv": "8137a930eedf615a1dc655369988373e995785760484ffefc52aaddf6b19c68b",
     "nels_catholic.csv": "8e419b115c0366b9eff86e98c4414f224fb2ce6dc76a39fdb68f6f688a026bc4",
+    "loanapp.csv": "58b6602f92cefef5f9d49829ac011fd1d1bcf65597342c5874ddd1e898d774c0",
 }
 
 
@@ -53,7 +62,7 @@ def _no_demo_dir_override(monkeypatch):
 
 
 def test_names_and_order():
-    assert [d.name for d in list_datasets()] == ["islp_wage", "nels_catholic", "synthetic_scores"]
+    assert [d.name for d in list_datasets()] == ["islp_wage", "nels_catholic", "synthetic_scores", "loanapp"]
     assert all(isinstance(d, DemoDataset) for d in list_datasets())
 
 
@@ -106,6 +115,17 @@ def test_real_tables_have_no_base_prediction_and_synthetic_has_one():
     assert syn.label_range == (0.0, 100.0)
     assert set(syn.groups) == {"sex", "race", "age"}
     assert set(get_dataset("nels_catholic").groups) == {"female", "asian", "hispan", "black", "lfaminc"}
+
+
+def test_binary_demo_is_a_classifier_table():
+    ds = get_dataset("loanapp")
+    df = load_dataset("loanapp")
+    assert ds.task == "binary" and ds.base_prediction is None
+    assert set(df[ds.label].unique()) == {0, 1}
+    assert df[ds.label].mean() == pytest.approx(1745 / 1989)
+    for leak in ("action", "reject", "typur", "inson"):  # decided with or after the outcome: not shipped
+        assert leak not in df.columns
+    assert all(get_dataset(n).task == "regression" for n in ("islp_wage", "nels_catholic", "synthetic_scores"))
 
 
 def test_nels_hsgrad_missing_marker_is_nan():

@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 PACKAGES = ("mmc_core", "app")
-DEMO_FILES = ("islp_wage.csv", "nels_catholic.csv", "synthetic_scores.csv", "README.md")
+DEMO_FILES = ("islp_wage.csv", "nels_catholic.csv", "synthetic_scores.csv", "loanapp.csv", "README.md")
 
 
 def _modules(root: Path = REPO) -> set[str]:

@@ -31,6 +31,35 @@ def _on_label_change():
         return
     flags = feature_flags(d["df"], s.label_col)
     state.put("base_features", [c for c in s.base_features if c != s.label_col and c not in flags])
+    state.put("label_positive", None)
+
+
+def binary_values(frame: pd.DataFrame, label) -> list | None:
+    """The two values of a binary label column (None when it is not binary), and whether they need a declared
+    positive class: [values..., needs_positive]."""
+    if label not in frame.columns:
+        return None
+    s = frame[label]
+    vals = list(pd.unique(s.dropna()))
+    if len(vals) != 2:
+        return None
+    is01 = all(isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, float, np.integer, np.floating))
+                                                  and float(v) in (0.0, 1.0)) for v in vals)
+    return sorted((str(v) for v in vals)) + [not is01]
+
+
+def binary_section(values: list):
+    """A binary label: a classifier audit (probabilities on [0, 1]); asks for the positive class when the two
+    values are not 0/1 or true/false."""
+    *vals, needs = values
+    st.info("**Binary label** (two values: " + ", ".join(f"`{esc(v)}`" for v in vals) + "): the audit is a "
+            "classifier audit. The model's prediction is the probability of the positive class on [0, 1]; only "
+            "the mean is fitted (the spread of a 0/1 outcome is p(1 − p)), no intervals are computed, and the "
+            "results show per-group calibration and rates at a decision threshold.", icon=":material/toggle_on:")
+    if needs:
+        sanitize("label_positive", vals, None)
+        st.selectbox("Positive class (the outcome whose probability is predicted)", vals,
+                     **state.bind("label_positive"), index=None, placeholder="choose the positive class")
 
 
 def _drop_bad_label_rows(label: str):
@@ -138,6 +167,24 @@ def _label_hist(summary, name, units):
     return fig
 
 
+def _regression_label_widgets():
+    """A regression label: its range, log scale and units."""
+    ss = st.session_state
+    st.radio("Label range (the theory works on [0, 1]; outputs are mapped back to label units)",
+             list(SCALINGS), **state.bind("label_scaling"), format_func=SCALINGS.get)
+    if ss["label_scaling"] == "declared":
+        a, b = st.columns(2)
+        a.number_input("Lowest possible value", **state.bind("label_lo"), format="%g")
+        b.number_input("Highest possible value", **state.bind("label_hi"), format="%g")
+    elif ss["label_scaling"] == "robust":
+        a, b = st.columns(2)
+        a.number_input("Clip below quantile (%)", 0.0, 49.0, step=0.5, **state.bind("label_qlo"))
+        b.number_input("Clip above quantile (%)", 51.0, 100.0, step=0.5, **state.bind("label_qhi"))
+    st.checkbox("Log scale (fit ln label; all outputs in log units)", **state.bind("label_log"))
+    st.text_input("Units of the label (for axis titles)", **state.bind("label_units"), placeholder="e.g. thousand USD",
+                  max_chars=40)
+
+
 def label_section(d):
     ss = st.session_state
     frame = d["df"]
@@ -150,19 +197,11 @@ def label_section(d):
         st.selectbox("Label column (what the model predicts)", ordered, **state.bind("label_col", _on_label_change),
                      format_func=lambda c: c if c in nums else f"{c}  (text)",
                      help="Numeric columns are listed first.")
-        st.radio("Label range (the theory works on [0, 1]; outputs are mapped back to label units)",
-                 list(SCALINGS), **state.bind("label_scaling"), format_func=SCALINGS.get)
-        if ss["label_scaling"] == "declared":
-            a, b = st.columns(2)
-            a.number_input("Lowest possible value", **state.bind("label_lo"), format="%g")
-            b.number_input("Highest possible value", **state.bind("label_hi"), format="%g")
-        elif ss["label_scaling"] == "robust":
-            a, b = st.columns(2)
-            a.number_input("Clip below quantile (%)", 0.0, 49.0, step=0.5, **state.bind("label_qlo"))
-            b.number_input("Clip above quantile (%)", 51.0, 100.0, step=0.5, **state.bind("label_qhi"))
-        st.checkbox("Log scale (fit ln label; all outputs in log units)", **state.bind("label_log"))
-        st.text_input("Units of the label (for axis titles)", **state.bind("label_units"), placeholder="e.g. thousand USD",
-                      max_chars=40)
+        binary = binary_values(frame, ss.get("label_col"))
+        if binary is not None:
+            binary_section(binary)
+        else:
+            _regression_label_widgets()
     with c2:
         summary = state.label_summary(frame, d["key"], state.label_spec())
         if "error" in summary:

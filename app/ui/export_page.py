@@ -111,7 +111,12 @@ def csv_section(run, frame):
                    "`mmc_lower_<method>` / `mmc_upper_<method>`"
                    + (f"; all in log({run.label_spec.column}) units" if run.label_spec.log else
                       f"; all in {run.label.name} units") + ". Text cells that would run as spreadsheet formulas are "
-                   "escaped.")
+                   "escaped." if getattr(run.model, "task", "") != "binary" else
+                   f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the "
+                   "split the row was in), `mmc_base` (the base probability), `mmc_mean` (the multicalibrated "
+                   "probability of the positive class, in [0, 1]) and `mmc_decision` (1 when `mmc_mean` ≥ "
+                   f"{run.settings.threshold:g}). A binary label has no intervals. Text cells that would run as "
+                   "spreadsheet formulas are escaped.")
 
 
 def json_section(run):

@@ -460,6 +460,12 @@ def render():
         st.warning("The table changed since this audit ran: run it again on the Run page.")
         return
     frame = d["df"]
+    if getattr(run.audit, "task", "") == "binary" or getattr(run.model, "task", "") == "binary":
+        from app.ui.binary_results import render_binary
+
+        if run.audit is not None:
+            render_binary(run, frame)
+            return
     st.caption(f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
                f"α = {run.alpha:.3g}, β = {run.beta:.3g}{' (auto)' if run.thresholds.get('auto') else ''}, "
                f"m = {run.settings.n_buckets}, "

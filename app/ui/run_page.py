@@ -305,6 +305,9 @@ def _fmt_alpha(v: float) -> str:
 
 def settings_form(d):
     ss = st.session_state
+    from app.ui.binary_results import run_page_note  # binary labels: which settings apply
+
+    run_page_note(d)
     for key, opts in (("p_alpha", ALPHAS), ("p_beta", BETAS)):
         if ss.get(key) not in opts:
             ss[key] = min(opts, key=lambda o: abs(math.log(o) - math.log(max(float(ss.get(key) or 1e-3), 1e-9))))

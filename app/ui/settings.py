@@ -33,6 +33,7 @@ class Settings:
     label_qhi: float = 99.0
     label_log: bool = False
     label_units: str = ""
+    label_positive: str | None = None  # binary labels whose values are not 0/1: the positive class (as text)
     # base prediction
     base_kind: str = "none"
     base_col: str | None = None
@@ -65,6 +66,7 @@ class Settings:
     res_moment: int = 2
     res_top: int = 30
     res_mincount: int = 20
+    res_threshold: float = 0.5  # binary labels: the decision threshold of the rate table (slider)
     exp_methods: list = field(default_factory=lambda: ["calibrated"])
     # teaching
     t_pop: str = "strong"
@@ -109,7 +111,7 @@ _RANGES = {
     "split_test": (5, 60), "split_base": (5, 60), "split_seed": (0, 10_000), "p_alpha": (1e-6, 1.0),
     "p_beta": (1e-7, 1.0), "p_m": (2, 40), "p_cal": (0, 50), "p_maxr": (0, 100_000), "p_delta": (0.01, 0.5),
     "p_gamma": (0.001, 0.5), "p_nboot": (0, 2000), "qa_order": (1, 10), "qa_bins": (2, 10),
-    "label_qlo": (0.0, 49.0), "label_qhi": (51.0, 100.0),
+    "label_qlo": (0.0, 49.0), "label_qhi": (51.0, 100.0), "res_threshold": (0.01, 0.99),
 }
 
 

@@ -188,14 +188,18 @@ def apply_suggestions(frame: pd.DataFrame, demo=None):
         order = 1
     new["label_col"] = label
     new["label_log"] = False
+    new["label_positive"] = None
+    new["res_threshold"] = 0.5
     new["label_units"] = {"islp_wage": "thousand USD per year", "nels_catholic": "test-score points",
                           "synthetic_scores": "points"}.get(getattr(demo, "name", ""), "")
+    leaky = set(getattr(demo, "leaky", ()) or ())
     if new["label_scaling"] == "observed" and label is not None:
         y = pd.to_numeric(frame[label], errors="coerce")
         if y.notna().any():
             new["label_lo"], new["label_hi"] = float(y.min()), float(y.max())
     flags = feature_flags(frame, label)
-    features = [c for c in cols if c != label and c != base_col and c not in truth and c not in flags]
+    features = [c for c in cols if c != label and c != base_col and c not in truth and c not in flags
+                and c not in leaky]
     new["base_features"] = features
     if base_col:
         new["base_kind"], new["base_col"] = "column", base_col
@@ -229,7 +233,8 @@ def suggest_features(frame: pd.DataFrame, label: str | None) -> list:
 def label_spec() -> LabelSpec:
     s = settings()
     return LabelSpec(column=s.label_col or "", scaling=s.label_scaling, lo=float(s.label_lo), hi=float(s.label_hi),
-                     q_lo=float(s.label_qlo) / 100, q_hi=float(s.label_qhi) / 100, log=bool(s.label_log))
+                     q_lo=float(s.label_qlo) / 100, q_hi=float(s.label_qhi) / 100, log=bool(s.label_log),
+                     positive=s.label_positive or None)
 
 
 def base_spec() -> BaseSpec:

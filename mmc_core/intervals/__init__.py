@@ -154,6 +154,7 @@ from .predict import (  # noqa: F401
     _n_rows, _Context, _reference_moments, _choose_guaranteed, _choose_plugin, _half_guaranteed, _half_plugin,
     _multimoment_cells, _half_multimoment, _half_calibrated, _half_split, _half_mondrian, _half_gaussian,
     _HALF, _unit_interval, _to_original, predict_intervals, available_methods, interval_table, interval_info,
+    BINARY_NO_INTERVALS,
 )
 
 __all__ = [

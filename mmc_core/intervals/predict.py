@@ -232,7 +232,14 @@ _HALF = {"guaranteed": _half_guaranteed, "plugin": _half_plugin, "multimoment": 
          "gaussian": _half_gaussian}
 
 
+BINARY_NO_INTERVALS = ("this is a classifier model (binary label): prediction intervals are not offered for a 0/1 "
+                       "outcome (an interval would be {0}, {1} or {0, 1}); use the probability (the mean) and the "
+                       "classifier audit instead")
+
+
 def _unit_interval(ctx, method, delta, gamma, moment=None, clip=True):
+    if getattr(ctx.model, "task", "regression") == "binary":
+        raise MMCError(BINARY_NO_INTERVALS)
     if method not in _HALF:
         raise MMCError(f"unknown interval method {method!r}; expected one of {', '.join(METHODS)}")
     _check_prob("delta", delta)
@@ -263,6 +270,8 @@ def predict_intervals(model, table, base=None, method: str = "calibrated", delta
     ``base`` is the base prediction in label units (required when the model was fitted on one). ``moment``
     fixes the moment of ``guaranteed`` / ``plugin`` (default: chosen as described in the module docstring).
     """
+    if getattr(model, "task", "regression") == "binary":
+        raise MMCError(BINARY_NO_INTERVALS)
     ctx = _Context(model, table, base)
     lo, hi, _ = _unit_interval(ctx, method, delta, gamma, moment)
     return _to_original(model, lo, hi)
@@ -271,6 +280,8 @@ def predict_intervals(model, table, base=None, method: str = "calibrated", delta
 def available_methods(model) -> tuple:
     """The methods this model can compute (the rest raise MMCError saying why)."""
     out = []
+    if getattr(model, "task", "regression") == "binary":
+        return ()
     has_rec = bool(isinstance(model.extras, dict) and model.extras.get("intervals"))
     for m in METHODS:
         if m in ("guaranteed", "plugin", "multimoment") and not usable_moments(model):
