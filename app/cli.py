@@ -436,7 +436,7 @@ def cmd_predict(args) -> int:
             raise CLIError("--threshold needs a binary (classifier) model; this model is a regression")
         out["decision"] = (preds["mean"] >= args.threshold).astype(int)
     if args.interval and model.task == "binary":
-        raise CLIError(f"--interval: no prediction intervals for a binary (classifier) model; `mean` is the "
+        raise CLIError("--interval: no prediction intervals for a binary (classifier) model; `mean` is the "
                        "probability (use --threshold T for a decision)")
     if args.interval:
         from mmc_core.intervals import predict_intervals

@@ -663,11 +663,18 @@ class MomentMulticalibrator(SklearnParams):
         base = self._base_for(X, base_prediction)
         return self.model_.predict(X, base) if base is not None else self.model_.predict(X)
 
-    def predict_proba(self, X, base_prediction=None) -> np.ndarray:
-        """Binary models: the multicalibrated probability of the positive class, shape (n,), in [0, 1]."""
+    @property
+    def predict_proba(self):
+        """Binary models: ``predict_proba(X, base_prediction=None)``, the multicalibrated probability of the
+        positive class, shape (n,), in [0, 1]. A fitted regression has no such method (AttributeError, as
+        scikit-learn's ``available_if`` would say), so tools that look for it see a regressor."""
+        if hasattr(self, "model_") and self.model_.task != TASK_BINARY:
+            raise AttributeError("predict_proba needs a binary (classifier) model; this one is a regression: use "
+                                 "predict")
+        return self._predict_proba
+
+    def _predict_proba(self, X, base_prediction=None) -> np.ndarray:
         self._check_fitted()
-        if self.model_.task != TASK_BINARY:
-            raise MMCError("predict_proba needs a binary (classifier) model; this one is a regression: use predict")
         return self.predict(X, base_prediction)
 
     def predict(self, X, base_prediction=None) -> np.ndarray:

@@ -86,7 +86,8 @@ def test_model_json_round_trip_and_old_files():
     assert back.task == "binary" and back.binary == est.model_.binary
     np.testing.assert_array_equal(back.predict(df, base)["mean"], est.predict(df, base))
     again = MomentMulticalibrator.from_model(back)
-    assert again.task == "binary" and again.positive_label == "yes"
+    # the settings as given (task "auto"), the task it resolved to as a fitted attribute
+    assert again.task == "auto" and again.task_ == "binary" and again.positive_label == "yes"
     # a regression model's file has no task field (files read by older versions stay byte-compatible) ...
     reg = MomentMulticalibrator(task="regression").fit(df, y.astype(float), gs)
     rd = json.loads(reg.model_.to_json())
