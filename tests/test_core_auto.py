@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core.estimator import auto_threshold
@@ -26,9 +27,30 @@ def _heldout_mse(alpha, beta, seed=0):
 
 
 def test_auto_threshold_scales_with_noise_and_sample_size():
-    assert auto_threshold(0.1, 1000, 40_000) == np.clip(auto_threshold(0.1, 1000, 10_000) / 2, 1e-5, 0.05)
-    assert auto_threshold(0.2, 1000, 10_000) == 2 * auto_threshold(0.1, 1000, 10_000)
+    # proportional to the noise spread and to 1 / sqrt(n) (values far from the safety clip of the range)
+    assert auto_threshold(0.1, 1000, 40_000) == pytest.approx(auto_threshold(0.1, 1000, 10_000) / 2, rel=1e-12)
+    assert auto_threshold(0.2, 1000, 10_000) == pytest.approx(2 * auto_threshold(0.1, 1000, 10_000), rel=1e-12)
     assert auto_threshold(0.1, 10_000, 10_000) > auto_threshold(0.1, 100, 10_000)
+
+
+def test_auto_threshold_does_not_flag_pure_noise_cells():
+    """The documented promise, on data whose truth is known: K disjoint cells of 5% of the rows each, labels pure
+    noise around a correct prediction (sd = the spread passed in). A cell is flagged when its mass-weighted
+    residual |sum_cell r| / n reaches the threshold; over R independent tables the share of tables with any flagged
+    cell (family-wise false flags) is at most the level 0.1, up to 3 binomial standard errors over R."""
+    from mmc_core.estimator import AUTO_LEVEL
+
+    rng = np.random.default_rng(0)
+    K, rows_per_cell, sd, R = 20, 500, 0.15, 1500
+    n = K * rows_per_cell  # every cell holds 5% of the rows
+    thr = auto_threshold(sd, K, n)
+    cell = np.repeat(np.arange(K), rows_per_cell)
+    any_flag = 0
+    for _ in range(R):
+        r = sd * rng.standard_normal(n)
+        any_flag += bool(np.any(np.abs(np.bincount(cell, weights=r, minlength=K)) / n >= thr))
+    rate = any_flag / R
+    assert rate <= AUTO_LEVEL + 3 * np.sqrt(AUTO_LEVEL * (1 - AUTO_LEVEL) / R), rate
 
 
 def test_auto_does_not_fit_noise_where_a_tiny_alpha_does():
