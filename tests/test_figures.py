@@ -290,8 +290,15 @@ def test_moment_reliability(fitted, moment):
     assert list(diag.x) == list(diag.y)  # the diagonal
     sup = {2: "²", 3: "³", 4: "⁴"}[moment]
     assert f"{units(a)}{sup}" in fig.layout.xaxis.title.text and f"{units(a)}{sup}" in fig.layout.yaxis.title.text
-    sizes = np.concatenate([np.atleast_1d(tr.marker.size) for tr in pts])
-    assert sizes.max() > sizes.min()  # sized by mass
+    # sized by mass: a cell of larger mass never gets a smaller marker (checked point by point, from the mass each
+    # marker's hover carries, which must be the audit's)
+    sizes = np.concatenate([np.atleast_1d(tr.marker.size) for tr in pts]).astype(float)
+    masses = np.concatenate([np.asarray(tr.customdata, dtype=object)[:, -1] for tr in pts]).astype(float)
+    assert sorted(masses) == pytest.approx(sorted(cells["mass"].astype(float)[np.isfinite(cells["predicted"].astype(float))]))
+    order = np.argsort(masses, kind="stable")
+    m_sorted, s_sorted = masses[order], sizes[order]
+    assert np.all(np.diff(s_sorted) >= -1e-12)
+    assert np.all(np.diff(s_sorted)[np.diff(m_sorted) > 0] > 0)
 
 
 def test_missing_tables_give_placeholders():
