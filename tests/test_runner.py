@@ -321,7 +321,16 @@ def test_lesson_steps_and_figures():
     from app.ui.teaching_figs import Lesson, LessonConfig, cells_figure, describe, group_table, min_rows, \
         potential_figure, truth_figure, two_point_figure
 
-    assert min_rows(0.02, 0.02, 1e-3) == 40_000
+    # the paper's sample size condition 2 sqrt(ln(2 / delta) / (2 n)) <= min(alpha, beta), n in steps of 10,000:
+    # min_rows satisfies it and the step below does not (checked for a few settings, not one hard-coded value)
+    import math
+
+    def meets(n, a, b, d):
+        return 2 * math.sqrt(math.log(2 / d) / (2 * n)) <= min(a, b)
+
+    for a, b, d in ((0.02, 0.02, 1e-3), (0.05, 0.03, 1e-2), (0.01, 0.04, 1e-4)):
+        n = min_rows(a, b, d)
+        assert n % 10_000 == 0 and meets(n, a, b, d) and (n == 10_000 or not meets(n - 10_000, a, b, d)), (a, b, d, n)
     lesson = Lesson(LessonConfig(alpha=0.02, beta=0.02, population="strong"))
     assert "Nothing has happened" in describe(None, lesson)
     kinds = set()
