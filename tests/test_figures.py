@@ -146,9 +146,13 @@ def test_variance_disparity_figure(fitted):
     # groups below gamma carry the dagger on their axis label and are drawn hollow
     ticks = list(full.layout.yaxis.ticktext)
     assert len(ticks) == len(a.by_group)
+    assert below_gamma_names(a), "the fixture must have groups below gamma, or the next checks are vacuous"
     assert sum(t.endswith(F.BELOW_GAMMA_MARK) for t in ticks) == len(below_gamma_names(a))
-    if below_gamma_names(a):
-        assert any("open" in s for s in ratio_traces(full)[1].marker.symbol)
+    # exactly the groups below gamma are hollow (open markers), the others filled
+    obs = ratio_traces(full)[1]
+    hollow = {str(n) for n, sym in zip(np.asarray(obs.customdata, dtype=object)[:, 0], obs.marker.symbol)
+              if "open" in sym}
+    assert hollow == below_gamma_names(a)
 
 
 def test_variance_figure_mean_only_model_is_a_placeholder(fitted):
@@ -286,8 +290,15 @@ def test_moment_reliability(fitted, moment):
     assert list(diag.x) == list(diag.y)  # the diagonal
     sup = {2: "²", 3: "³", 4: "⁴"}[moment]
     assert f"{units(a)}{sup}" in fig.layout.xaxis.title.text and f"{units(a)}{sup}" in fig.layout.yaxis.title.text
-    sizes = np.concatenate([np.atleast_1d(tr.marker.size) for tr in pts])
-    assert sizes.max() > sizes.min()  # sized by mass
+    # sized by mass: a cell of larger mass never gets a smaller marker (checked point by point, from the mass each
+    # marker's hover carries, which must be the audit's)
+    sizes = np.concatenate([np.atleast_1d(tr.marker.size) for tr in pts]).astype(float)
+    masses = np.concatenate([np.asarray(tr.customdata, dtype=object)[:, -1] for tr in pts]).astype(float)
+    assert sorted(masses) == pytest.approx(sorted(cells["mass"].astype(float)[np.isfinite(cells["predicted"].astype(float))]))
+    order = np.argsort(masses, kind="stable")
+    m_sorted, s_sorted = masses[order], sizes[order]
+    assert np.all(np.diff(s_sorted) >= -1e-12)
+    assert np.all(np.diff(s_sorted)[np.diff(m_sorted) > 0] > 0)
 
 
 def test_missing_tables_give_placeholders():
@@ -299,8 +310,38 @@ def test_missing_tables_give_placeholders():
         assert isinstance(fig, go.Figure) and len(fig.data) == 0 and fig.layout.annotations
 
 
-def test_palette_is_okabe_ito():
-    assert F.FIT_COLOR == "#0072B2" and F.HOLDOUT_COLOR == "#E69F00"
+# The published Okabe-Ito palette (Okabe & Ito 2008, "Color Universal Design"), written out here, not read
+# from app.figures: the figures must draw their coloured marks from it (greys, r = g = b, are neutral).
+OKABE_ITO_PUBLISHED = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"}
+
+
+def _trace_colours(fig):
+    out = []
+    for tr in fig.data:
+        for part in ("line", "marker"):
+            c = getattr(getattr(tr, part, None), "color", None) if part in tr else None
+            if isinstance(c, str):
+                out.append((tr.name, c.upper()))
+    return out
+
+
+def _is_grey(c):
+    return len(c) == 7 and c[1:3] == c[3:5] == c[5:7]
+
+
+def test_figures_draw_in_the_okabe_ito_palette(fitted):
+    """Colour-blind safe: every coloured mark of the line / scatter figures is an Okabe-Ito colour, and the
+    fitting-row and held-out-row series of the convergence chart are told apart by colour (blue vs orange)."""
+    m, a = fitted.model, fitted.audit
+    conv = F.convergence_figure(m.info["history"], m.params.alpha, m.params.beta, m.params.mean_update_bound())
+    colour = dict(_trace_colours(conv))
+    assert colour["mean: fitting rows"] == "#0072B2" and colour["mean: held-out rows"] == "#E69F00"
+    figs = [conv, F.variance_disparity_figure(a, top=12), F.calibration_before_after_figure(a, top=8),
+            F.moment_reliability_figure(a, 2)]
+    seen = [(f.layout.title.text, name, c) for f in figs for name, c in _trace_colours(f)]
+    assert len(seen) >= 10
+    off = [x for x in seen if x[2] not in OKABE_ITO_PUBLISHED and not _is_grey(x[2])]
+    assert not off, off
 
 
 def test_bucket_heatmap_counts_follow_the_cells():

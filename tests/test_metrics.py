@@ -228,10 +228,19 @@ def test_synthetic_audit_consistency(synthetic_audit):
 
 
 def test_findings(synthetic_audit):
-    _, _, r = synthetic_audit
+    est, te, r = synthetic_audit
     assert r.findings_status == "ok"
-    for f in r.findings:
-        assert f["n"] >= r.params["min_group_count"] and f["text"].endswith(").")
+    # (the model is right on fresh rows here: no findings, so the per-finding checks run on a planted defect)
+    assert r.findings == []
+    race_d = (te["race"] == "D").to_numpy()
+    y = te["outcome"].to_numpy() + 10.0 * race_d  # race D's labels 10 points above what the model predicts
+    planted = audit(est.model_, te, y, base=te["base_pred"].to_numpy(), n_boot=0)
+    assert planted.findings_status == "ok" and planted.findings
+    for f in planted.findings:
+        assert f["n"] >= planted.params["min_group_count"] and f["text"].endswith(").")
+    # the defect is found where it was planted, in the right direction
+    assert any("race=D" in f["text"] and "under-predicts the mean" in f["text"] for f in planted.findings)
+    assert not any("over-predicts the mean" in f["text"] and "race=D" in f["text"] for f in planted.findings)
     # race D is the noisiest group of the ground truth: reported as a disparity (descriptive), with its CI
     d = {x["group"]: x for x in r.disparities}
     assert "race=D" in d and d["race=D"]["interval"][0] > 1

@@ -80,8 +80,34 @@ def test_layout_with_stand_in_renderer(demo, tmp_path, monkeypatch):
     flat = " ".join(text.split())
     summary = R.findings_summary(demo["audit"])
     assert f"{summary['n_tests']} tests of the model's means" in flat
-    for f in summary["shown"] + summary["disparities"]:
+    # the demo model is right on fresh rows of its own distribution: no finding, and the PDF says so; its
+    # descriptive disparities (race D is the noisiest group of the ground truth) are printed in full
+    assert summary["n_found"] == 0 and "No defect found" in flat
+    assert len(summary["disparities"]) == 3
+    for f in summary["disparities"]:
         assert " ".join(f["text"].split()) in flat, f["text"]
+
+
+@needs_poppler
+def test_findings_of_a_wrong_model_are_printed_in_full(demo, tmp_path, monkeypatch):
+    """A planted defect (the labels of race D raised by 10 points after the fit): the audit reports findings,
+    and the PDF prints each shown finding's whole sentence, the count of the ones left out, and no
+    'No defect found'."""
+    from mmc_core.metrics import audit
+
+    stand_in_renderer(monkeypatch)
+    y = demo["y"] + 10.0 * (np.asarray(demo["table"]["race"]) == "D")
+    res = audit(demo["model"], demo["table"], y, base=demo["base"], delta=0.1, gamma=0.05)
+    summary = R.findings_summary(res)
+    assert summary["shown"] and any("race=D" in f["text"] for f in summary["shown"])
+    data = R.build_report_pdf(demo["model"], demo["table"], y, base=demo["base"], label="outcome",
+                              data_name="shifted.csv", audit=res)
+    flat = " ".join(pdf_text(data, tmp_path).split())
+    for f in summary["shown"]:
+        assert " ".join(f["text"].split()) in flat, f["text"]
+    more = summary["n_found"] - len(summary["shown"])
+    assert (f"{more} further finding(s) are in audit.json" in flat) == (more > 0)
+    assert "No defect found" not in flat
 
 
 def stand_in_renderer(monkeypatch):

@@ -2,6 +2,7 @@
 job, group building and the teaching controller (no Streamlit involved)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -70,23 +71,43 @@ def test_split_rows_disjoint_and_sized():
         split_rows(1000, SplitSpec(test=0.6, base=0.4), with_base_model=True)
 
 
-def test_in_app_base_model_is_trained_on_its_rows_only_and_cached(wage):
+def test_in_app_base_model_is_trained_on_its_rows_only_and_cached(wage, monkeypatch):
+    import app.runner as runner
+
+    fits = []
+    real_fit = runner.fit_base_model
+
+    def counting_fit(X, y, *a, **k):
+        fits.append(len(X))
+        return real_fit(X, y, *a, **k)
+
+    monkeypatch.setattr(runner, "fit_base_model", counting_fit)
     label = prepare_label(wage, LabelSpec("wage"))
     spec = BaseSpec("model", None, "ridge", ("age", "education", "maritl", "race", "jobclass"))
     split_spec = SplitSpec(test=0.25, base=0.35, seed=3)
     split = split_rows(len(wage), split_spec, True)
-    t0 = time.perf_counter()
     b1, note = base_prediction(wage, label, LabelSpec("wage"), spec, split, split_spec, data_key="k1")
-    t1 = time.perf_counter()
+    assert fits == [split["base"].size] == [1050]  # one fit, on the base rows (35% of 3,000)
     b2, _ = base_prediction(wage, label, LabelSpec("wage"), spec, split, split_spec, data_key="k1")
-    t2 = time.perf_counter()
+    assert fits == [1050]  # cached: the second call fits nothing (counted, not timed)
     assert b1.shape == (len(wage),) and np.all(np.isfinite(b1))
     assert b1.min() >= label.lo and b1.max() <= label.hi
-    assert np.array_equal(b1, b2) and (t2 - t1) < max(0.05, (t1 - t0) / 5)  # cached
-    assert "1,050 rows" in note  # 35% of 3,000
-    # honest: its test-row error is comparable to (not far below) its training-row error
-    err = lambda rows: float(np.sqrt(np.mean((b1[rows] - label.y[rows]) ** 2)))  # noqa: E731
-    assert err(split["test"]) < 1.5 * err(split["base"])
+    assert np.array_equal(b1, b2)
+    assert "1,050 rows" in note
+    # honest: trained on its rows only. Rewrite the labels of every row outside the base rows (the fitting and
+    # test rows): a model that saw any of them would change; one trained on the base rows only is bit-identical.
+    other = np.setdiff1d(np.arange(len(wage)), split["base"])
+    scrambled = label.y.copy()
+    scrambled[other] = label.y[other][::-1] * 1.5
+    b3, _ = base_prediction(wage, dataclasses.replace(label, y=scrambled), LabelSpec("wage"), spec, split,
+                            split_spec, data_key="k2")
+    assert len(fits) == 2 and np.array_equal(b3, b1)
+    # (and the base rows' labels do matter: this check can tell a model from a constant)
+    scrambled = label.y.copy()
+    scrambled[split["base"]] = label.y[split["base"]][::-1]
+    b4, _ = base_prediction(wage, dataclasses.replace(label, y=scrambled), LabelSpec("wage"), spec, split,
+                            split_spec, data_key="k3")
+    assert not np.allclose(b4, b1)
 
 
 # ---- the pipeline ------------------------------------------------------------------------------------------
@@ -141,8 +162,18 @@ def test_fit_job_stops_a_long_run_quickly():
     groups = _groups(df, ["sex", "race", "age"])
     # the paper's step with a tiny alpha would need ~10^10 updates: it only ends when stopped
     job = FitJob(df, LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"), SplitSpec(),
-                 groups, FitSettings(alpha=1e-5, step="paper", n_boot=0)).start()
-    deadline = time.time() + 60
+                 groups, FitSettings(alpha=1e-5, step="paper", n_boot=0))
+    polls = {"clear": 0, "set": 0}
+    real_stop_now = job._stop_now
+
+    def counting_stop_now():
+        seen = real_stop_now()
+        polls["set" if seen else "clear"] += 1
+        return seen
+
+    job._stop_now = counting_stop_now  # the worker thread reads the attribute when it starts
+    job.start()
+    deadline = time.time() + 60  # a wait for the run to get going, not an assertion on time
     while len(job.history) < 5 and time.time() < deadline:
         time.sleep(0.05)
     assert job.running and len(job.history) >= 5
@@ -152,8 +183,11 @@ def test_fit_job_stops_a_long_run_quickly():
     assert job.status == "done", job.error
     run = job.result
     assert run.stopped and not run.converged and run.model.info["stopped_by_user"]
-    assert job.stop_seen_at is not None and job.stop_seen_at - job.stop_requested_at < 2.0
-    # the flag is polled before every single update: the descent ends within the round in progress
+    assert job.stop_seen_at is not None and polls["set"] >= 1
+    # the flag is polled before every single update (counted, not timed): every update in the kept log was
+    # preceded by a poll that found the flag clear, and the first poll after stop() ended the descent
+    n_updates = len(run.model.log)
+    assert 0 < n_updates <= polls["clear"], (n_updates, polls)
     assert len(job.history) <= rounds_before + 2
     assert run.audit is None and "not audited" in run.audit_error and "kept" in job.kept
     from app.runner import audit_run
@@ -287,7 +321,16 @@ def test_lesson_steps_and_figures():
     from app.ui.teaching_figs import Lesson, LessonConfig, cells_figure, describe, group_table, min_rows, \
         potential_figure, truth_figure, two_point_figure
 
-    assert min_rows(0.02, 0.02, 1e-3) == 40_000
+    # the paper's sample size condition 2 sqrt(ln(2 / delta) / (2 n)) <= min(alpha, beta), n in steps of 10,000:
+    # min_rows satisfies it and the step below does not (checked for a few settings, not one hard-coded value)
+    import math
+
+    def meets(n, a, b, d):
+        return 2 * math.sqrt(math.log(2 / d) / (2 * n)) <= min(a, b)
+
+    for a, b, d in ((0.02, 0.02, 1e-3), (0.05, 0.03, 1e-2), (0.01, 0.04, 1e-4)):
+        n = min_rows(a, b, d)
+        assert n % 10_000 == 0 and meets(n, a, b, d) and (n == 10_000 or not meets(n - 10_000, a, b, d)), (a, b, d, n)
     lesson = Lesson(LessonConfig(alpha=0.02, beta=0.02, population="strong"))
     assert "Nothing has happened" in describe(None, lesson)
     kinds = set()
