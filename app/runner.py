@@ -580,8 +580,13 @@ def base_prediction(df: pd.DataFrame, label: PreparedLabel, label_spec: LabelSpe
         if split["base"].size == 0:
             raise DataError("no rows to train the base model on (the split gives it none)")
         spec = BaseSpec("model", None, spec.model, tuple(feats))
-        rows_digest = hashlib.sha1(np.ascontiguousarray(split["base"]).tobytes()).hexdigest()[:16]
-        key = (data_key, label_spec, spec, split_spec, rows_digest)
+        # the key holds what the model is trained on -- its rows, their labels and features -- so an edited
+        # table under the same name (or no data_key at all) never gets another table's model
+        rows = split["base"]
+        h = hashlib.sha1(np.ascontiguousarray(rows).tobytes())
+        h.update(np.ascontiguousarray(label.y[rows], dtype=float).tobytes())
+        h.update(pd.util.hash_pandas_object(df.iloc[rows][feats], index=False).to_numpy().tobytes())
+        key = (data_key, label_spec, spec, split_spec, h.hexdigest()[:24])
         b, _ = cached_base_model(key, df, label.y, split["base"], spec, split_spec.seed, stop=stop, progress=progress,
                                  binary=label.task == "binary")
         note = (f"base prediction: {BASE_MODELS.get(spec.model, spec.model)} on {len(feats)} feature(s), "

@@ -108,6 +108,16 @@ def test_in_app_base_model_is_trained_on_its_rows_only_and_cached(wage, monkeypa
     b4, _ = base_prediction(wage, dataclasses.replace(label, y=scrambled), LabelSpec("wage"), spec, split,
                             split_spec, data_key="k3")
     assert not np.allclose(b4, b1)
+    # the cache key is what the model is trained on, not the caller's data_key: the same key with other base-row
+    # labels (an edited upload under the same name) fits again instead of returning the old model
+    n_fits = len(fits)
+    halved = dataclasses.replace(label, y=label.y / 2)
+    b5, _ = base_prediction(wage, halved, LabelSpec("wage"), spec, split, split_spec, data_key="k1")
+    assert len(fits) == n_fits + 1 and not np.allclose(b5, b1)
+    edited = wage.copy()
+    edited["age"] = edited["age"][::-1].to_numpy()
+    b6, _ = base_prediction(edited, label, LabelSpec("wage"), spec, split, split_spec, data_key="k1")
+    assert len(fits) == n_fits + 2 and not np.allclose(b6, b1)
 
 
 # ---- the pipeline ------------------------------------------------------------------------------------------
