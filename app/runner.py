@@ -101,16 +101,18 @@ class SplitSpec:
 
 @dataclass(frozen=True)
 class FitSettings:
-    """The estimator's parameters (``alpha`` / ``beta`` may be "auto", as in ``mmc fit``) and the audit's."""
+    """The estimator's parameters and the audit's. ``alpha`` / ``beta`` may be a rule, as in ``mmc fit``: "se"
+    (the library default: the per-cell standard-error test) or "auto" (the older noise threshold);
+    ``early_stopping`` True, False or "auto" (the library default: on whenever rows are held out)."""
 
-    alpha: float | str = "auto"
-    beta: float | str = "auto"
+    alpha: float | str = "se"
+    beta: float | str = "se"
     n_buckets: int = 5
     n_moments: int = 2
     step: str = "exact"
     odd_moments: str = "absolute"
     calibration_fraction: float = 0.25
-    early_stopping: bool = False
+    early_stopping: bool | str = "auto"
     max_rounds: int | None = None
     delta: float = 0.1
     gamma: float = 0.05
@@ -477,13 +479,20 @@ def base_prediction(df: pd.DataFrame, label: PreparedLabel, label_spec: LabelSpe
 
 
 def auto_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, n_groups: int, settings: FitSettings,
-                    seed: int) -> dict:
+                    seed: int, groups=None, X=None) -> dict | None:
     """The thresholds ``MomentMulticalibrator(alpha="auto", beta="auto")`` will pick for these fitting rows
     (same calibration split, same noise rule), so the live chart can draw them while the fit runs. The
-    fitted model's values are authoritative (``AuditRun.thresholds``)."""
+    fitted model's values are authoritative (``AuditRun.thresholds``).
+
+    With the "se" rule the test is computed by the estimator itself (:func:`se_thresholds`; it needs the
+    ``groups`` and the group columns ``X`` of the fitting rows, else None is returned)."""
     from mmc_core.estimator import auto_threshold
     from mmc_core.moments import pseudo_label
 
+    if "se" in (settings.alpha, settings.beta):
+        if groups is None or X is None:
+            return None
+        return se_thresholds(y_unit, base_unit, groups, X, settings, seed)
     n = y_unit.size
     n_cal = int(round(settings.calibration_fraction * n))
     perm = np.random.default_rng(seed).permutation(n)
@@ -500,6 +509,38 @@ def auto_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, n_groups: 
     out["beta"] = per.get(2, 0.01) if settings.beta == "auto" else float(settings.beta)
     out["moment_betas"] = per
     return out
+
+
+def se_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, groups, X, settings: FitSettings,
+                  seed: int) -> dict:
+    """What the "se" rule of ``MomentMulticalibrator`` will use on these fitting rows, computed by the
+    estimator's own code (its calibration split and ``_build_params``; nothing re-implemented here):
+
+    ``z`` (a cell is corrected only when its mean residual is at least z of its own standard errors from 0),
+    ``z_group`` (whole groups), ``min_count`` (smallest cell corrected), the mass-weighted floors ``alpha`` /
+    ``beta`` / ``moment_betas`` a cell must also pass, ``n_fit`` (rows the descent fits on) and ``resid_sd``
+    (the residual SD of those rows, unit scale), from which the page derives the smallest correctable error
+    of a cell of a given size: z * resid_sd / sqrt(rows)."""
+    from mmc_core import GroupSet, MomentMulticalibrator
+    from mmc_core.estimator import _take
+
+    est = MomentMulticalibrator(alpha=settings.alpha, beta=settings.beta, n_buckets=settings.n_buckets,
+                                n_moments=settings.n_moments, step=settings.step, odd_moments=settings.odd_moments,
+                                calibration_fraction=settings.calibration_fraction, random_state=seed)
+    n = y_unit.size
+    n_cal = int(round(settings.calibration_fraction * n))
+    perm = np.random.default_rng(seed).permutation(n)  # the estimator's calibration split (same seed, same n)
+    fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
+    gset = GroupSet.coerce(groups)
+    memb = gset.evaluate(_take(X, fit_idx), fit_idx.size)
+    mu0 = base_unit[fit_idx] if base_unit is not None else np.full(fit_idx.size, float(np.mean(y_unit[fit_idx])))
+    resid = y_unit[fit_idx] - mu0
+    moments = tuple(range(2, int(settings.n_moments) + 1))
+    params, _ = est._build_params(int(settings.n_buckets), len(gset), fit_idx.size, moments, resid, mu0, memb)
+    return {"rule": "se", "alpha": float(params.alpha), "beta": float(params.beta),
+            "moment_betas": {int(a): float(params.beta_for(a)) for a in params.moments},
+            "z": float(params.z), "z_group": float(params.z_group), "min_count": int(params.min_count),
+            "n_fit": int(fit_idx.size), "resid_sd": float(np.std(resid)), "n_groups": len(gset)}
 
 
 def error_metrics(y, pred) -> dict:
@@ -566,12 +607,14 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
         step=settings.step, odd_moments=settings.odd_moments, label_range=(label.lo, label.hi),
         calibration_fraction=settings.calibration_fraction, early_stopping=settings.early_stopping,
         max_rounds=settings.max_rounds, random_state=split_spec.seed)
+    X_fit = _take_rows(df, fit_rows, group_cols)
     if on_thresholds is not None:
         span = label.hi - label.lo
-        on_thresholds(auto_thresholds((label.y[fit_rows] - label.lo) / span,
-                                      None if base is None else (base[fit_rows] - label.lo) / span,
-                                      len(groups), settings, split_spec.seed))
-    X_fit = _take_rows(df, fit_rows, group_cols)
+        thr = auto_thresholds((label.y[fit_rows] - label.lo) / span,
+                              None if base is None else (base[fit_rows] - label.lo) / span,
+                              len(groups), settings, split_spec.seed, groups=groups, X=X_fit)
+        if thr is not None:
+            on_thresholds(thr)
     base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
     est.fit(X_fit, label.y[fit_rows], groups, base_prediction=None if base is None else base[fit_rows],
             callback=callback, label_name=label.name, base_name=base_name, stop=stop)
@@ -590,7 +633,9 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
 
     thresholds = {"alpha": float(est.alpha_), "beta": float(est.beta_),
                   "moment_betas": {int(a): float(b) for a, b in getattr(est, "moment_betas_", {}).items()},
-                  "auto": settings.alpha == "auto" or settings.beta == "auto"}
+                  "auto": isinstance(settings.alpha, str) or isinstance(settings.beta, str),
+                  "rule": settings.alpha if isinstance(settings.alpha, str) else "given",
+                  "z": float(getattr(est, "z_", 0.0) or 0.0)}
     run = AuditRun(model=model, history=list(est.history_), converged=bool(est.converged_),
                    stopped=bool(model.info.get("stopped_by_user")), label=label, base=base, base_spec=base_spec,
                    label_spec=label_spec, split=split, settings=settings, groups_json=groups.to_json(),

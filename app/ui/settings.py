@@ -43,7 +43,8 @@ class Settings:
     split_base: int = 30
     split_seed: int = 0
     # run
-    p_auto: bool = True
+    p_auto: bool = True  # automatic thresholds (the rule below); False: alpha / beta set by hand
+    p_rule: str = "se"  # "se": per-cell standard-error test (the library default); "auto": the old noise rule
     p_alpha: float = 0.001
     p_beta: float = 0.0001
     p_m: int = 5
@@ -51,7 +52,7 @@ class Settings:
     p_step: str = "exact"
     p_odd: str = "absolute"
     p_cal: int = 25
-    p_es: bool = False
+    p_es: bool = True  # early stopping "auto" (on whenever rows are held out), as the library default
     p_maxr: int = 0
     p_delta: float = 0.1
     p_gamma: float = 0.05
@@ -97,13 +98,18 @@ class Settings:
             raise ValueError(f"unknown setting(s) in the recipe: {', '.join(unknown[:8])}")
         for k, v in d.items():
             setattr(out, k, _check(k, types[k], v))
+        if "p_rule" not in d and "p_auto" in d:
+            # A recipe written before the "se" rule (dashboard <= issue 11): its automatic thresholds were the
+            # noise rule ("auto") and its early stopping the stored p_es. Kept as they were, so loading it
+            # repeats that audit; the Run page says that the default is now "se".
+            out.p_rule = "auto"
         return out
 
 
 _CHOICES = {
     "label_scaling": ("observed", "declared", "robust"), "base_kind": ("none", "column", "model"),
     "base_model": ("hgb", "ridge"), "p_step": ("exact", "paper"), "p_odd": ("absolute", "signed"),
-    "p_k": (1, 2, 3, 4),
+    "p_k": (1, 2, 3, 4), "p_rule": ("se", "auto"),
 }
 _RANGES = {
     "split_test": (5, 60), "split_base": (5, 60), "split_seed": (0, 10_000), "p_alpha": (1e-6, 1.0),
