@@ -61,6 +61,12 @@ class Settings:
     qa_cols: list = field(default_factory=list)
     qa_order: int = 1
     qa_bins: int = 4
+    # groups: discover (the learning-oracle auditor)
+    disc_features: list = field(default_factory=list)
+    disc_depth: int = 3
+    disc_min_mass: float = 0.01
+    disc_top: int = 5
+    disc_target: str = "base"
     # results / export
     res_method: str = "calibrated"
     res_moment: int = 2
@@ -109,13 +115,14 @@ class Settings:
 _CHOICES = {
     "label_scaling": ("observed", "declared", "robust"), "base_kind": ("none", "column", "model"),
     "base_model": ("hgb", "ridge"), "p_step": ("exact", "paper"), "p_odd": ("absolute", "signed"),
-    "p_k": (1, 2, 3, 4), "p_rule": ("se", "auto"),
+    "p_k": (1, 2, 3, 4), "p_rule": ("se", "auto"), "disc_target": ("base", "model"),
 }
 _RANGES = {
     "split_test": (5, 60), "split_base": (5, 60), "split_seed": (0, 10_000), "p_alpha": (1e-6, 1.0),
     "p_beta": (1e-7, 1.0), "p_m": (2, 40), "p_cal": (0, 50), "p_maxr": (0, 100_000), "p_delta": (0.01, 0.5),
     "p_gamma": (0.001, 0.5), "p_nboot": (0, 2000), "qa_order": (1, 10), "qa_bins": (2, 10),
-    "label_qlo": (0.0, 49.0), "label_qhi": (51.0, 100.0),
+    "label_qlo": (0.0, 49.0), "label_qhi": (51.0, 100.0), "disc_depth": (1, 6), "disc_min_mass": (0.001, 0.4),
+    "disc_top": (1, 20),
 }
 
 

@@ -197,6 +197,7 @@ def apply_suggestions(frame: pd.DataFrame, demo=None):
     flags = feature_flags(frame, label)
     features = [c for c in cols if c != label and c != base_col and c not in truth and c not in flags]
     new["base_features"] = features
+    new["disc_features"] = list(features)  # the columns Discover may use in its rules
     if base_col:
         new["base_kind"], new["base_col"] = "column", base_col
     elif features:
