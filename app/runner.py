@@ -1135,7 +1135,9 @@ def describe_finding(f, label: str, units: str = "") -> dict:
         a = int(f.kind.split("_")[1])
         what = "variance" if a == 2 else f"moment {a}"
         direction = f"{what} under-predicted" if f.residual > 0 else f"{what} over-predicted"
-        size = f"{f.residual_label_units:+.3g}{u}{'²' if a == 2 else f'^{a}'} (95% CI {lo:+.3g} to {hi:+.3g})"
+        power = "²" if a == 2 else f"^{a}"
+        unit = f" {units}{power}" if units else f" ({label} units){power}"
+        size = f"{f.residual_label_units:+.3g}{unit} (95% CI {lo:+.3g} to {hi:+.3g})"
     return {"rule": f.name, "kind": f.kind, "error": direction, "observed − predicted": size,
             "rows": int(f.count), "share": float(f.mass), "p (adjusted)": float(f.p_value),
             "check rows": int(f.check_count), "region": f.region}
@@ -1151,6 +1153,7 @@ class DiscoverResult:
     target: str
     note: str = ""
     seconds: float = 0.0
+    also: list = field(default_factory=list)  # per shown finding: findings of other kinds for the same rule
 
 
 _DISCOVER_CACHE: "OrderedDict[tuple, DiscoverResult]" = OrderedDict()
@@ -1223,14 +1226,24 @@ def run_discovery(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, 
                         label_name=label.name, stop=stop, progress=progress)
     except ImportError as e:
         raise DataError(f"Discover needs scikit-learn ({e})") from None
-    shown = disc.top(int(spec.top))
+    # one group per rule: a rule accepted for the mean and for the variance is shown once (the strongest kind
+    # first, mean before moments), with its other findings in ``also``
+    shown, also, seen = [], [], {}
+    for f in disc.top(int(spec.top)):
+        k = f.rule.key()
+        if k in seen:
+            also[seen[k]].append(f)
+            continue
+        seen[k] = len(shown)
+        shown.append(f)
+        also.append([])
     taken: set = set()
     groups = []
     for f in shown:
         g = discovered_group(f, taken)
         taken.add(g["name"])
         groups.append(g)
-    out = DiscoverResult(disc, shown, groups, int(rows.size), label.name, spec.target,
+    out = DiscoverResult(disc, shown, groups, int(rows.size), label.name, spec.target, also=also,
                          note=f"{rows.size:,} rows (the test rows"
                               + (" and the base model's training rows" if base_spec.kind == "model" else "")
                               + " were not used)",

@@ -193,13 +193,16 @@ def _results(d):
     st.caption(esc(lead))
     in_list = {g["name"] for g in ss.get("groups") or []}
     rows = [describe_finding(f, res.label, units) for f in res.findings]
+    others = [[describe_finding(o, res.label, units) for o in fs] for fs in (res.also or [[] for _ in rows])]
     for i, (g, r) in enumerate(zip(res.groups, rows)):
         with st.container(border=True):
             c1, c2 = st.columns([5, 1])
             c1.markdown(f"**{esc(r['rule'])}** · {esc(r['error'])}  \n"
                         f"{r['rows']:,} rows ({r['share']:.1%} of the searched rows) · observed − predicted "
                         f"{esc(r['observed − predicted'])} on {r['check rows']:,} check rows in "
-                        f"{esc(r['region'])} · adjusted p = {r['p (adjusted)']:.2g}")
+                        f"{esc(r['region'])} · adjusted p = {r['p (adjusted)']:.2g}"
+                        + "".join(f"  \nAlso: {esc(o['error'])}, {esc(o['observed − predicted'])}, adjusted p = "
+                                  f"{o['p (adjusted)']:.2g}" for o in others[i]))
             added = g["name"] in in_list
             c2.button("Added ✓" if added else "Add", key=f"disc_add_{i}", disabled=added, on_click=_add, args=(i,),
                       type="secondary" if added else "primary", width="stretch",
@@ -266,17 +269,18 @@ def results_section(run):
             b = bg.loc[name]
             r["test rows"] = int(b.get("count", 0))
             if "mean_label" in b and "mean_pred" in b:
-                r["mean: observed − predicted (test)"] = float(b["mean_label"] - b["mean_pred"])
+                r["mean error now"] = float(b["mean_label"] - b["mean_pred"])
                 if "mean_pred_base" in b:
-                    r["… with the base prediction"] = float(b["mean_label"] - b["mean_pred_base"])
+                    r["mean error of the base"] = float(b["mean_label"] - b["mean_pred_base"])
             if "emp_var" in b and "pred_var" in b and float(b["pred_var"]) > 0:
-                r["variance: observed / predicted (test)"] = float(b["emp_var"]) / float(b["pred_var"])
+                r["variance obs./pred."] = float(b["emp_var"]) / float(b["pred_var"])
         rows.append(r)
     with st.container(border=True):
         st.markdown(f"**Discovered groups** ({len(rows)}): found by the learning-oracle auditor (Discover) and checked "
                     "on held-out rows, then calibrated like the listed groups. The numbers here are on the test rows, "
-                    "which the search never saw.")
+                    "which the search never saw (mean error: observed − predicted mean; variance: observed over "
+                    "predicted variance).")
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
                      column_config={c: st.column_config.NumberColumn(format="%.3g") for c in
-                                    ("mean: observed − predicted (test)", "… with the base prediction",
-                                     "variance: observed / predicted (test)")})
+                                    ("mean error now", "mean error of the base",
+                                     "variance obs./pred.")})
