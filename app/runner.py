@@ -118,6 +118,13 @@ class FitSettings:
     delta: float = 0.1
     gamma: float = 0.05
     n_boot: int = 200
+    # discovery during the fit (``mmc fit --discover``): audit the fitted model with the learning oracle on the
+    # fitting rows, add the sets it accepts as groups, refit (at most ``discover_rounds`` times)
+    discover: bool = False
+    discover_features: tuple = ()
+    discover_depth: int = 3
+    discover_min_mass: float = 0.01
+    discover_rounds: int = 2
 
 
 @dataclass
@@ -544,6 +551,19 @@ def se_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, groups, X, s
             "n_fit": int(fit_idx.size), "resid_sd": float(np.std(resid)), "n_groups": len(gset)}
 
 
+def _discovery_features(df: pd.DataFrame, label_spec: LabelSpec, settings: FitSettings) -> list:
+    feats = list(settings.discover_features)
+    if not feats:
+        raise DataError("discovery during the fit needs feature columns: choose them on the Groups page "
+                        "(tab 'Discover groups')")
+    missing = [f for f in feats if f not in df.columns]
+    if missing:
+        raise DataError(f"discovery feature column(s) not in the data: {', '.join(map(str, missing))}")
+    if label_spec.column in feats:
+        raise DataError(f"the label '{label_spec.column}' cannot be a discovery feature")
+    return feats
+
+
 def error_metrics(y, pred) -> dict:
     if pred is None or y.size == 0:
         return {}
@@ -617,8 +637,25 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
         if thr is not None:
             on_thresholds(thr)
     base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
-    est.fit(X_fit, label.y[fit_rows], groups, base_prediction=None if base is None else base[fit_rows],
-            callback=callback, label_name=label.name, base_name=base_name, stop=stop)
+    if settings.discover:
+        feats = _discovery_features(df, label_spec, settings)
+        from mmc_core.discover import fit_with_discovery
+
+        say(f"multicalibrating on {fit_rows.size:,} rows and {len(groups)} groups, discovering groups on "
+            f"{len(feats)} feature(s)")
+        X_fit = _take_rows(df, fit_rows, sorted(set(group_cols) | set(feats)))
+        try:
+            fit_with_discovery(est, X_fit, label.y[fit_rows], groups,
+                               base_prediction=None if base is None else base[fit_rows], features=feats,
+                               max_depth=int(settings.discover_depth), min_mass=float(settings.discover_min_mass),
+                               rounds=int(settings.discover_rounds), label_name=label.name, base_name=base_name,
+                               stop=stop, callback=callback)
+        except ImportError as e:
+            raise DataError(f"discovery needs scikit-learn ({e})") from None
+        groups = est.model_.groups
+    else:
+        est.fit(X_fit, label.y[fit_rows], groups, base_prediction=None if base is None else base[fit_rows],
+                callback=callback, label_name=label.name, base_name=base_name, stop=stop)
     timings["fit"] = time.perf_counter() - t2
     model = est.model_
     if label.source in ("observed", "robust"):  # the range was passed explicitly: say where it came from

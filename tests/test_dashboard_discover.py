@@ -196,3 +196,36 @@ def test_se_is_the_default_and_an_old_recipe_with_the_auto_rule_still_loads():
     # back to the default rule with one click
     at.radio(key="p_rule").set_value("se").run()
     assert _ok(at).session_state["settings"].p_rule == "se" and "per-cell standard-error test" in _texts(at)
+
+
+def test_run_with_discovery_learns_the_planted_group_and_marks_it():
+    """The Run page's "Discover groups during the fit" (mmc fit --discover): learned sets join the groups, the
+    Results page and the PDF report mark them."""
+    from app.report import discovered_groups
+    from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+    from app.ui.discover_tab import discovered_names
+
+    df = planted_table()
+    groups = {"format": "mmc-groups", "version": 1,
+              "groups": [{"name": f"a={v}", "where": [{"column": "a", "op": "==", "value": v}]} for v in "pqr"]}
+    run = run_pipeline(df, LabelSpec("y"), BaseSpec("column", "pred"), SplitSpec(), groups,
+                       FitSettings(n_boot=0, discover=True, discover_features=("a", "b", "c")))
+    learned = run.model.info["learned_sets"]
+    assert learned and all(n in run.model.groups.names for n in learned)
+    planted = ((df["a"] == "q") & (df["b"] > 0.5)).to_numpy()
+    gs = run.model.groups.evaluate(df)
+    jac = []
+    for n in learned:
+        mask = np.zeros(len(df), bool)
+        mask[gs.group_rows(run.model.groups.names.index(n))] = True
+        jac.append((mask & planted).sum() / (mask | planted).sum())
+    assert max(jac) >= 0.7, (learned, jac)
+    assert set(discovered_names(run)) == set(learned) == set(discovered_groups(run.model))
+    assert run.audit is not None and all(n in run.audit.by_group.index for n in learned)
+    bad = FitSettings(n_boot=0, discover=True, discover_features=())
+    import pytest
+
+    from mmc_core.errors import DataError
+
+    with pytest.raises(DataError, match="needs feature columns"):
+        run_pipeline(df, LabelSpec("y"), BaseSpec("column", "pred"), SplitSpec(), groups, bad)

@@ -263,8 +263,9 @@ def results_section(run):
     bg = getattr(run.audit, "by_group", None)
     rows = []
     for name, g in found.items():
-        r = {"group": name, "origin": "discovered", "found for": {"mean": "mean error"}.get(
-            g.get("kind"), "variance error" if g.get("kind") == "moment_2" else str(g.get("kind")))}
+        r = {"group": name, "origin": "discovered",
+             "found for": {"mean": "mean error", "moment_2": "variance error",
+                           "learned": "learned during the fit"}.get(g.get("kind"), str(g.get("kind")))}
         if isinstance(bg, pd.DataFrame) and name in bg.index:
             b = bg.loc[name]
             r["test rows"] = int(b.get("count", 0))

@@ -375,6 +375,16 @@ def settings_form(d):
                   help="Level sets of the mean (and of each moment) prediction. More buckets = finer conditioning, "
                        "smaller cells.")
         st.radio("Step rule", ["exact", "paper"], **state.bind("p_step"), format_func=lambda s: STEP_HELP[s], horizontal=False)
+        st.checkbox("Discover groups during the fit (as `mmc fit --discover`)", **state.bind("p_disc"),
+                    help="After fitting, the learning oracle audits the model on the fitting rows (search and check "
+                         "halves); sets with a significant error become groups and the model is refitted (at most "
+                         "twice). Features, depth and smallest group: Groups page, tab 'Discover groups'.")
+        if ss.get("p_disc"):
+            feats = state.settings().disc_features or []
+            if feats:
+                st.caption("Rules on: " + esc(", ".join(map(str, feats))) + ".")
+            else:
+                st.warning("Choose the features for discovery on the Groups page (tab 'Discover groups').")
     with c2:
         if manual:
             st.select_slider("β: moment threshold (mass-weighted)", options=BETAS, **state.bind("p_beta"),

@@ -54,6 +54,7 @@ class Settings:
     p_cal: int = 25
     p_es: bool = True  # early stopping "auto" (on whenever rows are held out), as the library default
     p_maxr: int = 0
+    p_disc: bool = False  # discover groups during the fit (mmc fit --discover), features: disc_features
     p_delta: float = 0.1
     p_gamma: float = 0.05
     p_nboot: int = 200

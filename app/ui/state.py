@@ -256,7 +256,9 @@ def fit_settings() -> FitSettings:
                        n_buckets=int(s.p_m), n_moments=int(s.p_k), step=s.p_step, odd_moments=s.p_odd,
                        calibration_fraction=s.p_cal / 100, early_stopping="auto" if s.p_es else False,
                        max_rounds=int(s.p_maxr) or None, delta=float(s.p_delta), gamma=float(s.p_gamma),
-                       n_boot=int(s.p_nboot))
+                       n_boot=int(s.p_nboot), discover=bool(s.p_disc),
+                       discover_features=tuple(s.disc_features or ()) if s.p_disc else (),
+                       discover_depth=int(s.disc_depth), discover_min_mass=float(s.disc_min_mass))
 
 
 def units() -> str:
