@@ -157,6 +157,27 @@ def _problem(d) -> str | None:
     return None
 
 
+def _same_as_listed(d, found: list) -> list:
+    """For each found group: the name of a listed group with exactly the same rows in this table, or None."""
+    import numpy as np
+
+    from mmc_core import GroupSet
+
+    listed = [g for g in st.session_state.get("groups") or [] if not gb.is_discovered(g)]
+    if not listed or len(listed) > 500 or not found:
+        return [None] * len(found)
+    try:
+        memb = GroupSet.from_json(listed + [dict(g, name=f"__discover_candidate_{i}") for i, g in enumerate(found)]) \
+            .evaluate(d["df"])
+    except Exception:  # noqa: BLE001 - a hint only
+        return [None] * len(found)
+    rows = [memb.group_rows(i + 1) for i in range(len(listed) + len(found))]
+    by_rows = {}
+    for i, g in enumerate(listed):
+        by_rows.setdefault(rows[i].tobytes(), g["name"])
+    return [by_rows.get(np.asarray(rows[len(listed) + j]).tobytes()) for j in range(len(found))]
+
+
 def _results(d):
     ss = st.session_state
     last = ss.get("disc_last")
@@ -192,6 +213,7 @@ def _results(d):
                 "error measured on check rows the search never saw, inside the prediction bucket it was found in.")
     st.caption(esc(lead))
     in_list = {g["name"] for g in ss.get("groups") or []}
+    same = _same_as_listed(d, res.groups)
     rows = [describe_finding(f, res.label, units) for f in res.findings]
     others = [[describe_finding(o, res.label, units) for o in fs] for fs in (res.also or [[] for _ in rows])]
     for i, (g, r) in enumerate(zip(res.groups, rows)):
@@ -202,7 +224,8 @@ def _results(d):
                         f"{esc(r['observed − predicted'])} on {r['check rows']:,} check rows in "
                         f"{esc(r['region'])} · adjusted p = {r['p (adjusted)']:.2g}"
                         + "".join(f"  \nAlso: {esc(o['error'])}, {esc(o['observed − predicted'])}, adjusted p = "
-                                  f"{o['p (adjusted)']:.2g}" for o in others[i]))
+                                  f"{o['p (adjusted)']:.2g}" for o in others[i])
+                        + (f"  \n*Same rows as the listed group '{esc(same[i])}'.*" if same[i] else ""))
             added = g["name"] in in_list
             c2.button("Added ✓" if added else "Add", key=f"disc_add_{i}", disabled=added, on_click=_add, args=(i,),
                       type="secondary" if added else "primary", width="stretch",

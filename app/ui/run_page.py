@@ -190,16 +190,20 @@ def se_implications(settings, n_groups: int, lo: float | None, hi: float | None,
         out.append(f"**z = {z:.2f}** for cells (group × bucket), **z = {preview['z_group']:.2f}** for whole groups; "
                    f"cells with fewer than {preview['min_count']} fitting rows are never corrected.")
         parts = []
+        sizes = [(int(preview["min_count"]), f"the smallest corrected size, {int(preview['min_count'])} rows")]
         for share, what in ((0.05, "5% of the fitting rows"), (settings.gamma, f"γ = {settings.gamma:g} of them")):
-            rows = max(int(round(share * nf)), 1)
+            if all(abs(share * nf - r) > 0.5 for r, _ in sizes):
+                sizes.append((max(int(round(share * nf)), 1), f"{what} ({max(int(round(share * nf)), 1):,} rows)"))
+        for rows, what in sizes:
             d = z * sd / math.sqrt(rows)
-            parts.append(f"a cell with {what} ({rows:,} rows): ±{d * span:.3g}{u}" if span
-                         else f"a cell with {what} ({rows:,} rows): ±{d:.3g} of the label range")
+            parts.append(f"a cell of {what}: ±{d * span:.3g}{u}" if span
+                         else f"a cell of {what}: ±{d:.3g} of the label range")
         out.append("**Smallest mean error corrected** (z × residual SD / √rows, with the residual SD of all "
                    f"{nf:,} fitting rows): " + "; ".join(parts) + ". Smaller errors are left as noise.")
         out.append("After the fit, the α and β shown are the values the kept model *achieves* on the fitting rows "
                    "(every cell's mass-weighted error is below them), so the paper's guarantees hold with them.")
-    out.append(f"**Buckets:** m = {m} per predictor; **moments:** 2..{k}" if k >= 2 else f"**Buckets:** m = {m}.")
+    out.append(f"**Buckets:** m = {m} per predictor; **moments:** " + ("the variance" if k == 2 else f"2..{k}")
+               if k >= 2 else f"**Buckets:** m = {m}; mean only.")
     if settings.early_stopping == "auto":
         out.append("**Early stopping:** on (the round with the lowest held-out squared error is kept)."
                    if settings.calibration_fraction > 0 else "**Early stopping:** off (no rows are held out).")
@@ -354,7 +358,6 @@ def settings_form(d):
               help="Corrects a cell only when its error is beyond its sampling noise. Reusing one sample for every "
                    "audit overfits when the thresholds are below the noise level; the automatic rules avoid that. "
                    "Turn it off to set α and β yourself.")
-    c1, c2 = st.columns(2)
     manual = not ss["p_auto"]
     if not manual:
         st.radio("Automatic rule", list(RULES), **state.bind("p_rule"), format_func=lambda r: RULES[r],
@@ -365,6 +368,7 @@ def settings_form(d):
         if ss.get("p_rule") == "auto":
             st.caption("The noise-threshold rule is the previous default (kept so older recipes repeat their "
                        "audit); the standard-error test is now the default.")
+    c1, c2 = st.columns(2)
     with c1:
         if manual:
             st.select_slider("α: mean threshold (mass-weighted)", options=ALPHAS, **state.bind("p_alpha"),
@@ -375,8 +379,8 @@ def settings_form(d):
                   help="Level sets of the mean (and of each moment) prediction. More buckets = finer conditioning, "
                        "smaller cells.")
         st.radio("Step rule", ["exact", "paper"], **state.bind("p_step"), format_func=lambda s: STEP_HELP[s], horizontal=False)
-        st.checkbox("Discover groups during the fit (as `mmc fit --discover`)", **state.bind("p_disc"),
-                    help="After fitting, the learning oracle audits the model on the fitting rows (search and check "
+        st.checkbox("Discover groups during the fit", **state.bind("p_disc"),
+                    help="As `mmc fit --discover`. After fitting, the learning oracle audits the model on the fitting rows (search and check "
                          "halves); sets with a significant error become groups and the model is refitted (at most "
                          "twice). Features, depth and smallest group: Groups page, tab 'Discover groups'.")
         if ss.get("p_disc"):
