@@ -138,6 +138,25 @@ def test_discover_nothing_found_and_bad_inputs_give_messages_not_tracebacks():
     last = _discover(at)
     assert last["status"] == "done" and last["result"].findings == []
     assert "No group found" in _texts(at) and not any(b.key.startswith("disc_add_") for b in at.button)
+    # while Discover runs, the tab shows its progress and a Stop button; Stop ends it, nothing is kept (a job
+    # standing still in its 4th region stands in for a long search)
+    from app.runner import BaseSpec, DiscoverJob, DiscoverSpec, LabelSpec, SplitSpec
+
+    job = DiscoverJob(df, LabelSpec("y"), BaseSpec("column", "pred"), SplitSpec(), DiscoverSpec(features=("a",)),
+                      data_key=at.session_state["data"]["key"])
+    job.status, job.started_at, job.done, job.total, job.phase = "running", 1.0, 3, 30, "searching mean bucket 2/5"
+    at.session_state["disc_job"] = job
+    at.run()
+    _ok(at)
+    bar = list(at.get("progress"))
+    assert bar and "region 3 of at most 30" in bar[0].proto.text and at.button(key="disc_btn").disabled
+    at.button(key="disc_stop").click().run()
+    assert job._stop.is_set()  # the flag the search polls before every tree
+    job.status, job.error = "stopped", "stopped by you: nothing was kept"  # what the worker does when it sees it
+    job._done.set()
+    at.run()
+    _ok(at)
+    assert at.session_state["disc_job"] is None and "Discover was stopped by you" in _texts(at)
     # no features: a sentence, and the button is off
     at.multiselect(key="disc_features").set_value([]).run()
     _ok(at)
@@ -205,7 +224,7 @@ def test_run_with_discovery_learns_the_planted_group_and_marks_it():
     from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
     from app.ui.discover_tab import discovered_names
 
-    df = planted_table()
+    df = planted_table(2000)
     groups = {"format": "mmc-groups", "version": 1,
               "groups": [{"name": f"a={v}", "where": [{"column": "a", "op": "==", "value": v}]} for v in "pqr"]}
     run = run_pipeline(df, LabelSpec("y"), BaseSpec("column", "pred"), SplitSpec(), groups,
@@ -229,3 +248,4 @@ def test_run_with_discovery_learns_the_planted_group_and_marks_it():
 
     with pytest.raises(DataError, match="needs feature columns"):
         run_pipeline(df, LabelSpec("y"), BaseSpec("column", "pred"), SplitSpec(), groups, bad)
+
