@@ -551,6 +551,17 @@ def se_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, groups, X, s
             "n_fit": int(fit_idx.size), "resid_sd": float(np.std(resid)), "n_groups": len(gset)}
 
 
+def _groups_json_with_info(groups, given) -> dict:
+    """``groups.to_json()`` with the descriptive fields (``kind``, ``p_value``...) of the given groups file kept,
+    so the run's groups file still marks discovered groups."""
+    out = groups.to_json()
+    raw = (given.get("groups") if isinstance(given, dict) else given) or []
+    info = {g["name"]: {k: g[k] for k in GROUP_INFO_KEYS if k in g} for g in raw
+            if isinstance(g, dict) and isinstance(g.get("name"), str)}
+    out["groups"] = [{**g, **info.get(g["name"], {})} for g in out["groups"]]
+    return out
+
+
 def _discovery_features(df: pd.DataFrame, label_spec: LabelSpec, settings: FitSettings) -> list:
     feats = list(settings.discover_features)
     if not feats:
@@ -682,7 +693,8 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
                   "z": float(getattr(est, "z_", 0.0) or 0.0)}
     run = AuditRun(model=model, history=list(est.history_), converged=bool(est.converged_),
                    stopped=bool(model.info.get("stopped_by_user")), label=label, base=base, base_spec=base_spec,
-                   label_spec=label_spec, split=split, settings=settings, groups_json=groups.to_json(),
+                   label_spec=label_spec, split=split, settings=settings,
+                   groups_json=_groups_json_with_info(groups, groups_json),
                    timings=timings, data_key=data_key, data_name=data_name, thresholds=thresholds,
                    split_seed=split_spec.seed)
     test = split["test"]

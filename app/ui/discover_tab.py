@@ -58,9 +58,8 @@ def finalize():
     if job is None or job.running or job.status == "idle":
         return
     ss["disc_job"] = None
-    d = state.data()
     ss["disc_last"] = {"status": job.status, "error": job.error, "elapsed": job.elapsed,
-                       "result": job.result, "data_key": d["key"] if d else None}
+                       "result": job.result, "data_key": job.data_key}  # shown only while that table is loaded
 
 
 def _add(i: int):
