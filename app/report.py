@@ -649,7 +649,28 @@ def _data_rows(audit, model, y, data_name, gamma) -> tuple[list, list]:
                                         + (f" and {len(below) - 6} more (marked † in the figures)"
                                            if len(below) > 6 else "")) if below else
                      f"none (every group has mass ≥ γ = {gamma:g})"))
+    found = discovered_groups(model)
+    if found:
+        rows.append(("Discovered groups", f"{len(found)}: " + "; ".join(_short(g, 60) for g in found[:6])
+                     + (f" and {len(found) - 6} more" if len(found) > 6 else "")))
+        notes.append(DISCOVERED_NOTE)
     return rows, notes
+
+
+DISCOVERED_NOTE = ("Discovered groups were not listed by the analyst: the learning-oracle auditor (the dashboard's "
+                   "Discover, or mmc fit --discover) found them as rules on rows other than the audited ones, and "
+                   "kept each only after its error was significant on held-out check rows (Bonferroni-adjusted "
+                   "over every candidate tested). They were then calibrated like the listed groups; their names "
+                   "start with 'found:' or 'learned:'.")
+
+
+def discovered_groups(model) -> list:
+    """Names of the groups of ``model`` that were discovered (the dashboard's Discover: ``info
+    ["discovered_groups"]``; ``mmc fit --discover``: ``info["learned_sets"]``), in the model's order."""
+    info = dict(getattr(model, "info", None) or {})
+    names = {g.get("name") for g in info.get("discovered_groups") or [] if isinstance(g, dict)}
+    names |= {n for n in info.get("learned_sets") or [] if isinstance(n, str)}
+    return [n for n in model.groups.names if n in names]
 
 
 def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, label: str = "label",

@@ -42,7 +42,8 @@ __all__ = [
     "LabelSpec", "BaseSpec", "SplitSpec", "FitSettings", "PreparedLabel", "AuditRun", "FitJob",
     "prepare_label", "split_rows", "base_prediction", "fit_base_model", "run_pipeline", "predictions_table",
     "row_details", "frame_key", "STEP_HELP", "BASE_MODELS", "SPLIT_NAMES", "StoppedByUser", "audit_run",
-    "NOT_AUDITED",
+    "NOT_AUDITED", "DiscoverSpec", "DiscoverJob", "DiscoverResult", "run_discovery", "describe_finding",
+    "discovered_group", "DISCOVERED_PREFIX",
 ]
 
 SPLIT_NAMES = {"base": "base-model training", "fit": "multicalibration fitting",
@@ -105,21 +106,30 @@ class SplitSpec:
 
 @dataclass(frozen=True)
 class FitSettings:
-    """The estimator's parameters (``alpha`` / ``beta`` may be "auto", as in ``mmc fit``) and the audit's."""
+    """The estimator's parameters and the audit's. ``alpha`` / ``beta`` may be a rule, as in ``mmc fit``: "se"
+    (the library default: the per-cell standard-error test) or "auto" (the older noise threshold);
+    ``early_stopping`` True, False or "auto" (the library default: on whenever rows are held out)."""
 
-    alpha: float | str = "auto"
-    beta: float | str = "auto"
+    alpha: float | str = "se"
+    beta: float | str = "se"
     n_buckets: int = 5
     n_moments: int = 2
     step: str = "exact"
     odd_moments: str = "absolute"
     calibration_fraction: float = 0.25
-    early_stopping: bool = False
+    early_stopping: bool | str = "auto"
     max_rounds: int | None = None
     delta: float = 0.1
     gamma: float = 0.05
     n_boot: int = 200
     threshold: float = 0.5  # binary labels: the decision threshold of the audit's rates
+    # discovery during the fit (``mmc fit --discover``): audit the fitted model with the learning oracle on the
+    # fitting rows, add the sets it accepts as groups, refit (at most ``discover_rounds`` times)
+    discover: bool = False
+    discover_features: tuple = ()
+    discover_depth: int = 3
+    discover_min_mass: float = 0.01
+    discover_rounds: int = 2
 
 
 @dataclass
@@ -600,13 +610,20 @@ def base_prediction(df: pd.DataFrame, label: PreparedLabel, label_spec: LabelSpe
 
 
 def auto_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, n_groups: int, settings: FitSettings,
-                    seed: int) -> dict:
+                    seed: int, groups=None, X=None) -> dict | None:
     """The thresholds ``MomentMulticalibrator(alpha="auto", beta="auto")`` will pick for these fitting rows
     (same calibration split, same noise rule), so the live chart can draw them while the fit runs. The
-    fitted model's values are authoritative (``AuditRun.thresholds``)."""
+    fitted model's values are authoritative (``AuditRun.thresholds``).
+
+    With the "se" rule the test is computed by the estimator itself (:func:`se_thresholds`; it needs the
+    ``groups`` and the group columns ``X`` of the fitting rows, else None is returned)."""
     from mmc_core.estimator import auto_threshold
     from mmc_core.moments import pseudo_label
 
+    if "se" in (settings.alpha, settings.beta):
+        if groups is None or X is None:
+            return None
+        return se_thresholds(y_unit, base_unit, groups, X, settings, seed)
     n = y_unit.size
     n_cal = int(round(settings.calibration_fraction * n))
     perm = np.random.default_rng(seed).permutation(n)
@@ -623,6 +640,62 @@ def auto_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, n_groups: 
     out["beta"] = per.get(2, 0.01) if settings.beta == "auto" else float(settings.beta)
     out["moment_betas"] = per
     return out
+
+
+def se_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, groups, X, settings: FitSettings,
+                  seed: int) -> dict:
+    """What the "se" rule of ``MomentMulticalibrator`` will use on these fitting rows, computed by the
+    estimator's own code (its calibration split and ``_build_params``; nothing re-implemented here):
+
+    ``z`` (a cell is corrected only when its mean residual is at least z of its own standard errors from 0),
+    ``z_group`` (whole groups), ``min_count`` (smallest cell corrected), the mass-weighted floors ``alpha`` /
+    ``beta`` / ``moment_betas`` a cell must also pass, ``n_fit`` (rows the descent fits on) and ``resid_sd``
+    (the residual SD of those rows, unit scale), from which the page derives the smallest correctable error
+    of a cell of a given size: z * resid_sd / sqrt(rows)."""
+    from mmc_core import GroupSet, MomentMulticalibrator
+    from mmc_core.estimator import _take
+
+    est = MomentMulticalibrator(alpha=settings.alpha, beta=settings.beta, n_buckets=settings.n_buckets,
+                                n_moments=settings.n_moments, step=settings.step, odd_moments=settings.odd_moments,
+                                calibration_fraction=settings.calibration_fraction, random_state=seed)
+    n = y_unit.size
+    n_cal = int(round(settings.calibration_fraction * n))
+    perm = np.random.default_rng(seed).permutation(n)  # the estimator's calibration split (same seed, same n)
+    fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
+    gset = GroupSet.coerce(groups)
+    memb = gset.evaluate(_take(X, fit_idx), fit_idx.size)
+    mu0 = base_unit[fit_idx] if base_unit is not None else np.full(fit_idx.size, float(np.mean(y_unit[fit_idx])))
+    resid = y_unit[fit_idx] - mu0
+    moments = tuple(range(2, int(settings.n_moments) + 1))
+    params, _ = est._build_params(int(settings.n_buckets), len(gset), fit_idx.size, moments, resid, mu0, memb)
+    return {"rule": "se", "alpha": float(params.alpha), "beta": float(params.beta),
+            "moment_betas": {int(a): float(params.beta_for(a)) for a in params.moments},
+            "z": float(params.z), "z_group": float(params.z_group), "min_count": int(params.min_count),
+            "n_fit": int(fit_idx.size), "resid_sd": float(np.std(resid)), "n_groups": len(gset)}
+
+
+def _groups_json_with_info(groups, given) -> dict:
+    """``groups.to_json()`` with the descriptive fields (``kind``, ``p_value``...) of the given groups file kept,
+    so the run's groups file still marks discovered groups."""
+    out = groups.to_json()
+    raw = (given.get("groups") if isinstance(given, dict) else given) or []
+    info = {g["name"]: {k: g[k] for k in GROUP_INFO_KEYS if k in g} for g in raw
+            if isinstance(g, dict) and isinstance(g.get("name"), str)}
+    out["groups"] = [{**g, **info.get(g["name"], {})} for g in out["groups"]]
+    return out
+
+
+def _discovery_features(df: pd.DataFrame, label_spec: LabelSpec, settings: FitSettings) -> list:
+    feats = list(settings.discover_features)
+    if not feats:
+        raise DataError("discovery during the fit needs feature columns: choose them on the Groups page "
+                        "(tab 'Discover groups')")
+    missing = [f for f in feats if f not in df.columns]
+    if missing:
+        raise DataError(f"discovery feature column(s) not in the data: {', '.join(map(str, missing))}")
+    if label_spec.column in feats:
+        raise DataError(f"the label '{label_spec.column}' cannot be a discovery feature")
+    return feats
 
 
 def error_metrics(y, pred) -> dict:
@@ -692,15 +765,34 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
         step=settings.step, odd_moments=settings.odd_moments, label_range=(label.lo, label.hi),
         calibration_fraction=settings.calibration_fraction, early_stopping=settings.early_stopping,
         max_rounds=settings.max_rounds, random_state=split_spec.seed, task="binary" if binary else "regression")
+    X_fit = _take_rows(df, fit_rows, group_cols)
     if on_thresholds is not None:
         span = label.hi - label.lo
-        on_thresholds(auto_thresholds((label.y[fit_rows] - label.lo) / span,
-                                      None if base is None else (base[fit_rows] - label.lo) / span,
-                                      len(groups), settings, split_spec.seed))
-    X_fit = _take_rows(df, fit_rows, group_cols)
+        thr = auto_thresholds((label.y[fit_rows] - label.lo) / span,
+                              None if base is None else (base[fit_rows] - label.lo) / span,
+                              len(groups), settings, split_spec.seed, groups=groups, X=X_fit)
+        if thr is not None:
+            on_thresholds(thr)
     base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
-    est.fit(X_fit, label.y[fit_rows], groups, base_prediction=None if base is None else base[fit_rows],
-            callback=callback, label_name=label.name, base_name=base_name, stop=stop)
+    if settings.discover:
+        feats = _discovery_features(df, label_spec, settings)
+        from mmc_core.discover import fit_with_discovery
+
+        say(f"multicalibrating on {fit_rows.size:,} rows and {len(groups)} groups, discovering groups on "
+            f"{len(feats)} feature(s)")
+        X_fit = _take_rows(df, fit_rows, sorted(set(group_cols) | set(feats)))
+        try:
+            fit_with_discovery(est, X_fit, label.y[fit_rows], groups,
+                               base_prediction=None if base is None else base[fit_rows], features=feats,
+                               max_depth=int(settings.discover_depth), min_mass=float(settings.discover_min_mass),
+                               rounds=int(settings.discover_rounds), label_name=label.name, base_name=base_name,
+                               stop=stop, callback=callback)
+        except ImportError as e:
+            raise DataError(f"discovery needs scikit-learn ({e})") from None
+        groups = est.model_.groups
+    else:
+        est.fit(X_fit, label.y[fit_rows], groups, base_prediction=None if base is None else base[fit_rows],
+                callback=callback, label_name=label.name, base_name=base_name, stop=stop)
     timings["fit"] = time.perf_counter() - t2
     model = est.model_
     if binary:
@@ -713,16 +805,25 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
     model.info["label_source"] = label.source
     model.info["label_note"] = label.note
     model.info["base_note"] = base_note
+    # groups found by Discover (they carry "kind", as `mmc discover` writes them): recorded in the model, so the
+    # Results page and the PDF report can mark them
+    model.info["discovered_groups"] = [
+        {"name": g["name"], **{k: g[k] for k in GROUP_INFO_KEYS if k in g}}
+        for g in (groups_json.get("groups") if isinstance(groups_json, dict) else groups_json) or []
+        if isinstance(g, dict) and "kind" in g and g.get("name") in set(groups.names)]
     split = dict(split)
     split["calibration"] = fit_rows[np.asarray(est.calibration_index_, dtype=np.int64)]
     split["fit"] = fit_rows[np.asarray(est.fit_index_, dtype=np.int64)]
 
     thresholds = {"alpha": float(est.alpha_), "beta": float(est.beta_),
                   "moment_betas": {int(a): float(b) for a, b in getattr(est, "moment_betas_", {}).items()},
-                  "auto": settings.alpha == "auto" or settings.beta == "auto"}
+                  "auto": isinstance(settings.alpha, str) or isinstance(settings.beta, str),
+                  "rule": settings.alpha if isinstance(settings.alpha, str) else "given",
+                  "z": float(getattr(est, "z_", 0.0) or 0.0)}
     run = AuditRun(model=model, history=list(est.history_), converged=bool(est.converged_),
                    stopped=bool(model.info.get("stopped_by_user")), label=label, base=base, base_spec=base_spec,
-                   label_spec=label_spec, split=split, settings=settings, groups_json=groups.to_json(),
+                   label_spec=label_spec, split=split, settings=settings,
+                   groups_json=_groups_json_with_info(groups, groups_json),
                    timings=timings, data_key=data_key, data_name=data_name, thresholds=thresholds,
                    split_seed=split_spec.seed)
     test = split["test"]
@@ -1191,3 +1292,256 @@ def settings_dict(settings: FitSettings) -> dict:
 
 def groups_key(groups_json) -> str:
     return hashlib.sha1(json.dumps(groups_json, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Discover: the learning-oracle auditor (mmc_core.discover) on the loaded table, as a stoppable job
+# ---------------------------------------------------------------------------------------------------
+DISCOVERED_PREFIX = "found: "  # names of discovered groups start with this (every table and figure shows it)
+GROUP_INFO_KEYS = ("kind", "count", "mass", "mean_residual", "moment_error", "p_value", "region", "violation")
+
+
+@dataclass(frozen=True)
+class DiscoverSpec:
+    """What Discover searches: ``features`` (columns the rules may use), tree ``max_depth``, ``min_mass`` (smallest
+    share of the searched rows a set may hold), ``top`` (accepted sets shown per kind), moments (2 = mean and
+    variance), buckets, seed of the search / check split, test ``level``, and ``target``: "base" (the base
+    prediction) or "model" (the last run's multicalibrated model)."""
+
+    features: tuple = ()
+    max_depth: int = 3
+    min_mass: float = 0.01
+    top: int = 5
+    n_moments: int = 2
+    n_buckets: int = 5
+    seed: int = 0
+    level: float = 0.05
+    target: str = "base"
+
+
+def discovered_group(f, taken=()) -> dict:
+    """A finding as a group dict of the group file grammar, with the descriptive fields ``mmc discover`` writes
+    (``kind`` marks it as discovered; the fields never change membership)."""
+    name = DISCOVERED_PREFIX + f.name
+    if len(name) > 190:
+        name = name[:187] + "..."
+    base, k = name, 2
+    while name in taken:
+        name, k = f"{base} #{k}", k + 1
+    d = f.rule.group(name).to_dict()
+    d.update(kind=f.kind, count=int(f.count), mass=float(f.mass), region=str(f.region)[:200],
+             violation=float(f.violation), p_value=float(f.p_value))
+    d["mean_residual" if f.kind == "mean" else "moment_error"] = float(f.residual_label_units)
+    return d
+
+
+def describe_finding(f, label: str, units: str = "") -> dict:
+    """One finding as a table row in words: the rule, what is wrong, its size with a 95% interval, adjusted p."""
+    u = f" {units}" if units else ""
+    lo, hi = f.ci()
+    if f.kind == "mean":
+        direction = "prediction too low" if f.residual > 0 else "prediction too high"
+        what = f"mean of {label}"
+        size = f"{f.residual_label_units:+.3g}{u} (95% CI {lo:+.3g} to {hi:+.3g})"
+    else:
+        a = int(f.kind.split("_")[1])
+        what = "variance" if a == 2 else f"moment {a}"
+        direction = f"{what} under-predicted" if f.residual > 0 else f"{what} over-predicted"
+        power = "²" if a == 2 else f"^{a}"
+        unit = f" {units}{power}" if units else f" ({label} units){power}"
+        size = f"{f.residual_label_units:+.3g}{unit} (95% CI {lo:+.3g} to {hi:+.3g})"
+    return {"rule": f.name, "kind": f.kind, "error": direction, "observed − predicted": size,
+            "rows": int(f.count), "share": float(f.mass), "p (adjusted)": float(f.p_value),
+            "check rows": int(f.check_count), "region": f.region}
+
+
+@dataclass
+class DiscoverResult:
+    discovery: object                     # mmc_core.discover.Discovery
+    findings: list                        # the accepted findings shown (top per kind)
+    groups: list                          # discovered_group(f) for each, same order
+    n_rows: int                           # rows searched + checked (never the test or base-model rows)
+    label: str
+    target: str
+    note: str = ""
+    seconds: float = 0.0
+    also: list = field(default_factory=list)  # per shown finding: findings of other kinds for the same rule
+
+
+_DISCOVER_CACHE: "OrderedDict[tuple, DiscoverResult]" = OrderedDict()
+
+
+def run_discovery(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, split_spec: SplitSpec,
+                  spec: DiscoverSpec, run: AuditRun | None = None, data_key: str = "", stop=None, phase=None,
+                  progress=None) -> DiscoverResult:
+    """Discover on the rows that are neither test rows (they stay fresh for the audit) nor base-model training
+    rows (their base predictions are over-fitted): :func:`mmc_core.discover.discover` splits them into search
+    and check halves and returns the sets whose error is significant on the check half. Cached on its inputs.
+
+    Raises DataError with a sentence for the user when the inputs cannot work (no features, no prediction...)."""
+    from mmc_core.discover import discover
+
+    def say(text):
+        if phase is not None:
+            phase(text)
+
+    t0 = time.perf_counter()
+    feats = [f for f in spec.features if f in df.columns]
+    if not spec.features:
+        raise DataError("choose at least one feature column for the rules (Discover searches conditions on them)")
+    missing = [f for f in spec.features if f not in df.columns]
+    if missing:
+        raise DataError(f"feature column(s) not in the data: {', '.join(map(str, missing))}")
+    if label_spec.column in feats:
+        raise DataError(f"the label '{label_spec.column}' cannot be a feature of a group (groups must be known for "
+                        "new rows)")
+    if spec.target == "model":
+        if run is None or run.data_key != data_key:
+            raise DataError("there is no fitted model for this table yet: run the audit first, or discover on the "
+                            "base prediction")
+    elif base_spec.kind == "none":
+        raise DataError("Discover looks for groups on which a prediction is wrong, and there is no base prediction: "
+                        "choose a prediction column or an in-app base model on the Data page (or run the audit "
+                        "and discover on its model)")
+    key = (data_key, label_spec, base_spec, split_spec, spec, run.finished_at if spec.target == "model" and run else 0)
+    with _BASE_LOCK:
+        if data_key and key in _DISCOVER_CACHE:
+            _DISCOVER_CACHE.move_to_end(key)
+            return _DISCOVER_CACHE[key]
+    say("preparing the label and the rows")
+    label = prepare_label(df, label_spec)
+    if spec.target == "model":
+        rows = np.sort(np.concatenate([run.split["fit"], run.split["calibration"]]))
+        base = run.base
+        target_note = "the last run's multicalibrated model"
+        model = run.model
+        cols = sorted(set(feats) | set(model.groups.columns()))
+    else:
+        split = split_rows(len(df), split_spec, base_spec.kind == "model", 0.0)
+        rows = split["fit"]
+        if base_spec.kind == "model":
+            say(f"fitting the base model on {split['base'].size:,} rows")
+        base, _ = base_prediction(df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop,
+                                  progress=None)
+        target_note = "the base prediction"
+        model = None
+        cols = feats
+    if rows.size < 40:
+        raise DataError(f"only {rows.size} row(s) outside the test (and base-model) rows: too few to discover on")
+    X = _take_rows(df, rows, cols)
+    say(f"searching {rows.size:,} rows ({target_note})")
+    try:
+        disc = discover(X, label.y[rows], prediction=None if base is None else base[rows], model=model,
+                        features=feats, max_depth=int(spec.max_depth), min_mass=float(spec.min_mass),
+                        n_moments=int(spec.n_moments), n_buckets=int(spec.n_buckets),
+                        label_range=(label.lo, label.hi), seed=int(spec.seed), level=float(spec.level),
+                        label_name=label.name, stop=stop, progress=progress)
+    except ImportError as e:
+        raise DataError(f"Discover needs scikit-learn ({e})") from None
+    # one group per rule: a rule accepted for the mean and for the variance is shown once (the strongest kind
+    # first, mean before moments), with its other findings in ``also``
+    shown, also, seen = [], [], {}
+    for f in disc.top(int(spec.top)):
+        k = f.rule.key()
+        if k in seen:
+            also[seen[k]].append(f)
+            continue
+        seen[k] = len(shown)
+        shown.append(f)
+        also.append([])
+    taken: set = set()
+    groups = []
+    for f in shown:
+        g = discovered_group(f, taken)
+        taken.add(g["name"])
+        groups.append(g)
+    out = DiscoverResult(disc, shown, groups, int(rows.size), label.name, spec.target, also=also,
+                         note=f"{rows.size:,} rows (the test rows"
+                              + (" and the base model's training rows" if base_spec.kind == "model" else "")
+                              + " were not used)",
+                         seconds=time.perf_counter() - t0)
+    if data_key:
+        with _BASE_LOCK:
+            _DISCOVER_CACHE[key] = out
+            while len(_DISCOVER_CACHE) > 8:
+                _DISCOVER_CACHE.popitem(last=False)
+    return out
+
+
+class DiscoverJob:
+    """:func:`run_discovery` in a daemon thread: ``phase`` / ``done`` / ``total`` for a progress bar, :meth:`stop`
+    ends it before the next oracle call (or the next boosting chunk of an in-app base model); nothing is kept.
+    ``status``: running, done, stopped, error."""
+
+    def __init__(self, df, label_spec, base_spec, split_spec, spec, run=None, data_key=""):
+        self.args = (df, label_spec, base_spec, split_spec, spec)
+        self.run, self.data_key = run, data_key
+        self.spec = spec
+        self.status, self.phase, self.error = "idle", "starting", ""
+        self.done, self.total = 0, 0
+        self.result: DiscoverResult | None = None
+        self.stop_checks_after_stop = 0
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self.started_at = self.ended_at = 0.0
+        self.id = hashlib.sha1(f"d{id(self)}{time.time()}".encode()).hexdigest()[:8]
+
+    def start(self) -> "DiscoverJob":
+        self.status, self.started_at = "running", time.time()
+        threading.Thread(target=self._work, name=f"mmc-discover-{self.id}", daemon=True).start()
+        return self
+
+    def run_sync(self) -> "DiscoverJob":
+        self.status, self.started_at = "running", time.time()
+        self._work()
+        return self
+
+    def stop(self):
+        self._stop.set()
+
+    def wait(self, timeout=None) -> bool:
+        return self._done.wait(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def elapsed(self) -> float:
+        return (self.ended_at or time.time()) - self.started_at if self.started_at else 0.0
+
+    def _stop_now(self) -> bool:
+        if self._stop.is_set():
+            self.stop_checks_after_stop += 1
+            return True
+        return False
+
+    def _progress(self, done, total, text):
+        self.done, self.total = int(done), int(total)
+        self.phase = f"searching {text}"
+
+    def _set_phase(self, text):
+        self.phase = text
+
+    def _work(self):
+        from mmc_core.discover import DiscoveryStopped
+
+        try:
+            with _limit_threads():
+                res = run_discovery(*self.args, run=self.run, data_key=self.data_key, stop=self._stop_now,
+                                    phase=self._set_phase, progress=self._progress)
+            self.result, self.status = res, "done"
+        except (DiscoveryStopped, StoppedByUser):
+            self.status, self.error = "stopped", "stopped by you: nothing was kept"
+        except MMCError as e:
+            self.status, self.error = "error", str(e)
+        except MemoryError:
+            self.status, self.error = "error", "out of memory: use fewer features, a smaller depth or a smaller table"
+        except Exception as e:  # noqa: BLE001 - shown to the user as one line; the page keeps working
+            self.status, self.error = "error", f"unexpected error: {type(e).__name__}: {e}"
+            self.detail = traceback.format_exc()
+        finally:
+            self.ended_at = time.time()
+            self.args = None
+            self.run = None
+            self._done.set()

@@ -35,7 +35,12 @@ from .groups import GroupSet
 from .moments import LabelScale, MomentKind, pseudo_label
 from .oracle import FeatureMatrix, Rule, SetOracle, TreeOracle
 
-__all__ = ["Finding", "Discovery", "discover", "oracle_audit", "fit_with_discovery", "validate_discovery_params"]
+__all__ = ["Finding", "Discovery", "discover", "oracle_audit", "fit_with_discovery", "validate_discovery_params",
+           "DiscoveryStopped"]
+
+
+class DiscoveryStopped(MMCError):
+    """Raised by :func:`discover` when its ``stop()`` returned True (checked before every oracle call)."""
 
 DEDUP_JACCARD = 0.9  # two accepted sets of one kind overlapping this much are one finding (the stronger kept)
 
@@ -82,6 +87,13 @@ class Finding:
     residual_label_units: float = 0.0
     _sum: float = field(default=0.0, repr=False)  # -sum of the check rows' residuals (the Chernoff test's input)
     _rows: np.ndarray | None = field(default=None, repr=False)  # the check rows of S ∩ R
+    se: float = 0.0  # standard error of ``residual`` on the check rows, unit scale
+    se_label_units: float = 0.0
+
+    def ci(self, z: float = 1.959964) -> tuple:
+        """A (two-sided 95% by default, unadjusted) normal interval of the residual, label units."""
+        return (self.residual_label_units - z * self.se_label_units,
+                self.residual_label_units + z * self.se_label_units)
 
     @property
     def name(self) -> str:
@@ -144,16 +156,23 @@ class _Features(FeatureMatrix):
 
 
 def oracle_audit(F: _Features, lbar: np.ndarray, target: np.ndarray, regions: np.ndarray, region_names: list,
-                 search: np.ndarray, check: np.ndarray, oracle: SetOracle, min_count: int, kind: str):
+                 search: np.ndarray, check: np.ndarray, oracle: SetOracle, min_count: int, kind: str,
+                 stop=None, progress=None):
     """LearningOracleConsistencyAuditor over every region: candidates S ∩ R with their check statistics.
 
     ``lbar`` and ``target`` are per row of F (unit scale); ``regions`` the region id of each row; ``search``
-    and ``check`` disjoint row indices. Returns a list of :class:`Finding` (not yet judged).
+    and ``check`` disjoint row indices. Returns a list of :class:`Finding` (not yet judged). ``stop()`` is
+    polled before every oracle call (True raises :class:`DiscoveryStopped`); ``progress(region_name)`` is
+    called after each region.
     """
     out = []
     n_check = check.size
     diff = target - lbar  # l - lbar: r- of the paper; r+ = -diff
     for rid in np.unique(regions[search]):
+        if stop is not None and stop():
+            raise DiscoveryStopped("discovery stopped by the user")
+        if progress is not None:
+            progress(region_names[int(rid)])
         rows = search[regions[search] == rid]
         if rows.size < 2 * min_count:
             continue
@@ -180,6 +199,7 @@ def oracle_audit(F: _Features, lbar: np.ndarray, target: np.ndarray, regions: np
         f.residual = float(d.mean())
         f.violation = v.size / n_check * abs(f.residual)
         sd = float(d.std(ddof=1)) if v.size > 1 else 0.0
+        f.se = sd / math.sqrt(v.size)
         f.z = f.residual / (sd / math.sqrt(v.size)) if sd > 0 else (math.inf if f.residual else 0.0)
         f.p_raw = float(_normal_sf(np.array([f.z]))[0]) if math.isfinite(f.z) else (0.0 if f.residual else 1.0)
         f._sum, f._rows = float(-d.sum()), v  # -d: lbar - l, the paper's orientation (for the Chernoff test)
@@ -246,15 +266,24 @@ def _split(n_rows: int, search_fraction: float, seed: int):
 
 def audit_predictor(F: _Features, yu: np.ndarray, mu: np.ndarray, moms: dict, m: int, odd_moments: str,
                     search: np.ndarray, check: np.ndarray, oracle: SetOracle, min_mass: float, level: float,
-                    alpha="auto", beta="auto", test: str = "z") -> Discovery:
+                    alpha="auto", beta="auto", test: str = "z", stop=None, progress=None) -> Discovery:
     """The oracle auditor on one predictor (unit scale): mean regions X(mu, i) and, for every moment a in
-    ``moms``, joint regions X(mu, m_a, i, j)."""
+    ``moms``, joint regions X(mu, m_a, i, j). ``stop`` / ``progress(done, total, text)``: see
+    :func:`discover`."""
     t0 = time.perf_counter()
     min_count = max(2, int(math.ceil(min_mass * search.size)))
     bmu = mean_grid(m).index(mu)
     findings = []
     names = [f"mean prediction bucket {i + 1}/{m}" for i in range(m)]
-    findings += oracle_audit(F, mu, yu, bmu, names, search, check, oracle, min_count, "mean")
+    n_regions = int(np.unique(bmu[search]).size) * (1 + len(moms) * m)  # an upper bound of the regions searched
+    done = [0]
+
+    def tick(name):
+        if progress is not None:
+            done[0] += 1
+            progress(min(done[0], n_regions), n_regions, name)
+
+    findings += oracle_audit(F, mu, yu, bmu, names, search, check, oracle, min_count, "mean", stop, tick)
     resid = yu - mu
     thresholds = {}
     n_tests_cells = m * (1 + len(moms) * m)
@@ -264,7 +293,8 @@ def audit_predictor(F: _Features, yu: np.ndarray, mu: np.ndarray, moms: dict, m:
         lab = pseudo_label(a, resid, odd_moments)
         reg = bmu * m + moment_grid(a, m, odd_moments).index(ma)
         names_a = [f"mean bucket {i + 1}/{m}, moment-{a} bucket {j + 1}/{m}" for i in range(m) for j in range(m)]
-        findings += oracle_audit(F, ma, lab, reg, names_a, search, check, oracle, min_count, f"moment_{a}")
+        findings += oracle_audit(F, ma, lab, reg, names_a, search, check, oracle, min_count, f"moment_{a}",
+                                 stop, tick)
         thresholds[f"moment_{a}"] = auto_threshold(float(np.std(lab[search])), m * m, search.size) \
             if beta == "auto" else float(beta)
     _judge(findings, thresholds, level, test, check.size)
@@ -285,7 +315,8 @@ def _make_oracle(oracle, max_depth, seed):
 def discover(X, y, *, prediction=None, model=None, features, max_depth: int = 3, min_mass: float = 0.01,
              n_moments: int = 2, n_buckets: int = 5, odd_moments: str = MomentKind.ABSOLUTE, label_range=None,
              seed: int = 0, level: float = 0.05, alpha="auto", beta="auto", search_fraction: float = 0.5,
-             test: str = "z", oracle: SetOracle | None = None, label_name: str = "label") -> Discovery:
+             test: str = "z", oracle: SetOracle | None = None, label_name: str = "label", stop=None,
+             progress=None) -> Discovery:
     """Audit a predictor for miscalibrated sets nobody listed (``mmc discover``). No fitting.
 
     The predictor is ``prediction`` (a mean prediction in label units; the moments are then the constant
@@ -294,6 +325,10 @@ def discover(X, y, *, prediction=None, model=None, features, max_depth: int = 3,
     search part (``search_fraction``) for the oracle and a check part for the test. Returns a
     :class:`Discovery`; ``.top(k)`` are the k strongest accepted sets per kind, ``.to_groups_json(k)`` the
     same as an ``mmc-groups`` file.
+
+    ``stop()`` (optional) is polled before every oracle call; when it returns True the audit ends with
+    :class:`DiscoveryStopped`. ``progress(done, total, text)`` (optional) is called after each region
+    searched (``total`` is an upper bound: empty regions are skipped).
     """
     validate_discovery_params(max_depth, min_mass, 5, level, search_fraction)
     if test not in ("z", "chernoff"):
@@ -338,10 +373,11 @@ def discover(X, y, *, prediction=None, model=None, features, max_depth: int = 3,
     F = _Features(X, features, n)
     search, check = _split(n, search_fraction, seed)
     res = audit_predictor(F, yu, mu, moms, m, odd_moments, search, check, _make_oracle(oracle, max_depth, seed),
-                          min_mass, level, alpha, beta, test)
+                          min_mass, level, alpha, beta, test, stop=stop, progress=progress)
     for f in res.findings:
         a = 1 if f.kind == "mean" else int(f.kind.split("_")[1])
         f.residual_label_units = f.residual * scale.span ** a
+        f.se_label_units = f.se * scale.span ** a
     res.seconds = time.perf_counter() - t0
     res.info = {"features": list(features), "max_depth": int(max_depth), "min_mass": float(min_mass),
                 "level": float(level), "test": test, "seed": int(seed), "buckets": int(m),

@@ -251,3 +251,40 @@ def test_analyst_session_end_to_end(server, tmp_path):
           f"base-model fit {timings['stop_in_base_fit']:.2f} s, descent {timings['stop_in_descent']:.2f} s; "
           f"in-app base-model fit {timings['base_fit_in_app']:.2f} s")
     assert not outside, outside
+
+
+def test_discover_a_group_and_see_it_marked(server, tmp_path):
+    """Issue 12 item 4 in the browser: Discover on the Groups page finds the planted group of a small table and
+    one click adds it to the group list, marked as discovered."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.test_dashboard_discover import planted_table
+
+    csv = tmp_path / "planted.csv"
+    planted_table().to_csv(csv, index=False)
+    requests: list = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.set_default_timeout(120_000)
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(URL)
+        expect(page.get_by_text("An audit of").first).to_be_visible(timeout=60_000)
+        page.get_by_text("Upload a file").click()
+        page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(csv))
+        expect(page.get_by_text("3,000").first).to_be_visible(timeout=60_000)
+        _goto(page, "Groups", "Groups")
+        page.get_by_role("tab", name="Discover groups").click()
+        page.get_by_role("button", name="Discover", exact=True).click()
+        expect(page.get_by_text(re.compile(r"\d+ group\(s\) found")).first).to_be_visible(timeout=120_000)
+        expect(page.get_by_text(re.compile(r"b>0\.5\d* & a=q|a=q & b>0\.5")).first).to_be_visible(timeout=10_000)
+        page.get_by_role("button", name="Add", exact=True).first.scroll_into_view_if_needed()
+        _shot(page, "08_discover_found")
+        page.get_by_role("button", name="Add", exact=True).first.click()
+        expect(page.get_by_text("Added the discovered group").first).to_be_visible(timeout=30_000)
+        expect(page.get_by_role("button", name="Added ✓").first).to_be_visible(timeout=10_000)
+        # the group list marks it (the run and the Results page are covered by tests/test_dashboard_discover.py)
+        expect(page.get_by_text("discovered", exact=True).first).to_be_attached(timeout=10_000)
+        _shot(page, "09_discover_added")
+        browser.close()
+    assert not sorted({u for u in requests if not _loopback(u)})

@@ -95,9 +95,9 @@ def test_results_page_shows_every_figure(demo_at):
 def test_run_page_live_run_and_settings(demo_at):
     at = _page(demo_at, "run")
     assert any("What these settings imply" in m.value for m in at.markdown)
-    assert any("1/α² − 1" in m.value for m in at.markdown)
+    assert any("per-cell standard-error test" in m.value for m in at.markdown)  # the library default rule
     auto = at.session_state["run"].thresholds
-    assert auto["auto"] and any(f"α = **{auto['alpha']:.3g}**" in m.value for m in at.markdown)  # preview = used
+    assert auto["rule"] == "se" and any(f"**z = {auto['z']:.2f}**" in m.value for m in at.markdown)  # preview = used
     at.toggle(key="p_auto").set_value(False).run()
     at.select_slider(key="p_alpha").set_value(0.002)
     at.selectbox(key="p_k").set_value(3)

@@ -152,7 +152,8 @@ def test_pipeline_with_in_app_model_and_log_label(wage):
     run = run_pipeline(wage, LabelSpec("wage", "observed", log=True),
                        BaseSpec("model", None, "hgb", ("age", "education", "maritl", "race", "jobclass", "health")),
                        SplitSpec(test=0.25, base=0.3), groups, FitSettings(alpha=0.002, beta=0.0005, n_boot=50))
-    assert run.thresholds == {"alpha": 0.002, "beta": 0.0005, "moment_betas": {2: 0.0005}, "auto": False}
+    assert run.thresholds == {"alpha": 0.002, "beta": 0.0005, "moment_betas": {2: 0.0005}, "auto": False,
+                              "rule": "given", "z": 0.0}
     assert run.label.name == "log(wage)" and run.split["base"].size == 900
     assert run.audit is not None and "base_test" in run.base_metrics
     assert run.model.info["label_source"] == "observed"
@@ -279,11 +280,37 @@ def test_auto_threshold_preview_matches_the_fit(synth):
     groups = _groups(synth, ["sex", "race"], order=2)
     seen = {}
     run = run_pipeline(synth, LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"),
-                       SplitSpec(seed=4), groups, FitSettings(n_moments=3, n_boot=0), on_thresholds=seen.update)
+                       SplitSpec(seed=4), groups, FitSettings(alpha="auto", beta="auto", n_moments=3, n_boot=0),
+                       on_thresholds=seen.update)
     assert seen["alpha"] == pytest.approx(run.alpha, rel=1e-12) and seen["beta"] == pytest.approx(run.beta, rel=1e-12)
     assert seen["moment_betas"][3] == pytest.approx(run.thresholds["moment_betas"][3], rel=1e-12)
     manual = auto_thresholds(np.linspace(0, 1, 100), None, 3, FitSettings(alpha=0.01, beta=0.02), 0)
     assert (manual["alpha"], manual["beta"]) == (0.01, 0.02)
+
+
+def test_dashboard_default_is_the_library_default_and_its_preview_is_the_estimators(synth):
+    """Issue 10/11 leftover: the dashboard fits with the library's "se" rule and early stopping "auto" (it used
+    the old "auto" noise rule without early stopping), and the live preview of the "se" test is the estimator's
+    own z and floors, not a re-implementation."""
+    from mmc_core import MomentMulticalibrator
+
+    lib = MomentMulticalibrator()
+    fs = FitSettings()
+    assert (fs.alpha, fs.beta, fs.early_stopping, fs.n_buckets) == (lib.alpha, lib.beta, lib.early_stopping,
+                                                                    lib.n_buckets)
+    groups = _groups(synth, ["sex", "race"], order=2)
+    seen = {}
+    run = run_pipeline(synth, LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"),
+                       SplitSpec(seed=4), groups, FitSettings(n_moments=3, n_boot=0), on_thresholds=seen.update)
+    info = run.model.info
+    assert info["alpha_rule"] == "se" and info["early_stopping"] is True
+    assert seen["rule"] == "se" and info["z"] > 0 and seen["z"] == pytest.approx(info["z"], rel=1e-12)
+    assert seen["z_group"] == pytest.approx(info["z_group"], rel=1e-12)
+    assert seen["min_count"] == info["min_count"]
+    assert seen["alpha"] == pytest.approx(info["thresholds_used"]["alpha"], rel=1e-12)
+    assert seen["moment_betas"][3] == pytest.approx(info["thresholds_used"]["betas"]["3"], rel=1e-12)
+    assert seen["n_fit"] == info["n_fit"]
+    assert run.thresholds["rule"] == "se" and run.thresholds["z"] == pytest.approx(info["z"])
 
 
 def test_frame_key_changes_with_content(synth):

@@ -72,6 +72,16 @@ def group_name(conds: list) -> str:
     return " & ".join(condition_label(c) for c in conds) if conds else "all"
 
 
+def definition(g: dict) -> str:
+    """A group's conditions in words: its ``where`` conjunction and, for learned rules, its ``any`` terms."""
+    parts = [group_name(g["where"])] if g.get("where") else []
+    terms = g.get("any") or []
+    if terms:
+        ors = [group_name(t) for t in terms]
+        parts.append(ors[0] if len(ors) == 1 else " | ".join(f"({t})" for t in ors))
+    return " & ".join(parts) if parts else "every row"
+
+
 def intersections(per_column: list, max_order: int) -> list:
     """All groups from one condition of each of up to ``max_order`` different columns (order 1 first)."""
     if max_order < 1:
@@ -100,11 +110,35 @@ def validate_groups(groups: list, columns=None) -> GroupSet:
     return gs
 
 
+INFO_KEYS = ("kind", "count", "mass", "mean_residual", "moment_error", "p_value", "region", "violation")
+
+
+def info_fields(g: dict) -> dict:
+    """The descriptive fields of a group dict (what ``mmc discover`` / the Discover tab write beside a rule:
+    ``kind``, ``p_value``...). They never change membership; ``kind`` marks a discovered group."""
+    return {k: g[k] for k in INFO_KEYS if isinstance(g, dict) and k in g}
+
+
+def is_discovered(g: dict) -> bool:
+    return isinstance(g, dict) and "kind" in g
+
+
+def _with_info(parsed: list, raw: list) -> list:
+    """``parsed`` group dicts (from GroupSet, which drops descriptive fields) with the fields of the ``raw``
+    group of the same name put back."""
+    by_name = {}
+    for g in raw:
+        if isinstance(g, dict) and isinstance(g.get("name"), str):
+            by_name.setdefault(g["name"], info_fields(g))
+    return [{**g, **by_name.get(g["name"], {})} for g in parsed]
+
+
 def groups_file(groups: list) -> dict:
-    """The ``mmc fit --groups`` file contents (without the implicit ``all`` group)."""
+    """The ``mmc fit --groups`` file contents (without the implicit ``all`` group); discovered groups keep their
+    descriptive fields (``kind``, ``p_value``...; ``mmc fit`` reads and ignores them)."""
     gs = GroupSet.from_json(groups)
     d = gs.to_json()
-    d["groups"] = [g for g in d["groups"] if g["where"]]
+    d["groups"] = _with_info([g for g in d["groups"] if g["where"] or g.get("any")], groups)
     return d
 
 
@@ -120,7 +154,12 @@ def parse_groups_file(text, columns=None) -> list:
         missing = sorted(c for c in gs.columns() if c not in set(columns))
         if missing:
             raise GroupDefinitionError(f"the group file refers to column(s) not in the data: {', '.join(missing)}")
-    return [g.to_dict() for g in gs.groups if not g.is_everything]
+    try:
+        obj = json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        obj = []
+    raw = obj.get("groups", []) if isinstance(obj, dict) else obj
+    return _with_info([g.to_dict() for g in gs.groups if not g.is_everything], raw if isinstance(raw, list) else [])
 
 
 def merge(existing: list, new: list) -> tuple[list, int]:

@@ -37,8 +37,9 @@ def counts_table(d, groups: list) -> pd.DataFrame:
     for i, (g, n) in enumerate(zip([{"name": "all", "where": []}] + groups, sizes)):
         share = n / max(d["rows"], 1)
         status = "✕ empty" if n == 0 else ("⚠ below γ" if share < gamma else "✓ ok")
-        rows.append({"#": i, "group": g["name"], "definition": gb.group_name(g["where"]) if g["where"] else "every row",
-                     "rows": n, "share": share, "status": status})
+        rows.append({"#": i, "group": g["name"], "definition": gb.definition(g),
+                     "rows": n, "share": share, "status": status,
+                     "origin": "discovered" if gb.is_discovered(g) else ("always" if i == 0 else "listed")})
     return pd.DataFrame(rows)
 
 
@@ -68,6 +69,8 @@ def current_section(d):
                      "rows": st.column_config.NumberColumn(format="localized"),
                      "share": st.column_config.ProgressColumn("share of rows", format="percent", min_value=0,
                                                               max_value=1),
+                     "origin": st.column_config.TextColumn(help="discovered: found by the Discover tab (the "
+                                                                "learning-oracle auditor) and checked on held-out rows"),
                  })
 
 
@@ -196,7 +199,12 @@ def _cb_save_group(i: int, columns):
     try:
         where = json.loads(ss["ed_json"])
         name = ss["ed_name"].strip()
-        new = groups[:i] + [{"name": name, "where": where}] + groups[i + 1:]
+        edited = {"name": name, "where": where}
+        if groups[i].get("any"):
+            edited["any"] = groups[i]["any"]  # a learned rule's disjunction is kept (the editor shows 'where')
+        if where == groups[i].get("where"):
+            edited.update(gb.info_fields(groups[i]))  # same rule, renamed: still the discovered group
+        new = groups[:i] + [edited] + groups[i + 1:]
         gs = gb.validate_groups(new, columns)
     except json.JSONDecodeError as e:
         ss["groups_err"] = f"The conditions are not valid JSON: {e.msg} (line {e.lineno})"
@@ -204,7 +212,9 @@ def _cb_save_group(i: int, columns):
     except MMCError as e:
         ss["groups_err"] = str(e)
         return
-    _set_groups([x.to_dict() for x in gs.groups if not x.is_everything or x.name != "all"], f"Saved '{name}'.")
+    info = {g["name"]: gb.info_fields(g) for g in new}
+    _set_groups([{**x.to_dict(), **info.get(x.name, {})} for x in gs.groups if not x.is_everything or x.name != "all"],
+                f"Saved '{name}'.")
     ss["ed_loaded"] = None
     ss["ed_pick"] = name
 
@@ -356,15 +366,19 @@ def render():
     if err:
         st.error(err, icon=":material/error:")
     current_section(d)
-    names = ["Quick add from columns", "Custom group", "Edit · rename · remove", "Import · export"]
+    names = ["Quick add from columns", "Custom group", "Discover groups", "Edit · rename · remove", "Import · export"]
     tabs = st.tabs(names, **tab_state("groups_tab", names))
     with tabs[0]:
         quick_add(d)
     with tabs[1]:
         custom_group(d)
     with tabs[2]:
-        edit_groups(d)
+        from app.ui import discover_tab
+
+        discover_tab.render(d)
     with tabs[3]:
+        edit_groups(d)
+    with tabs[4]:
         import_export(d)
     st.page_link("ui/run_page.py", label="Next: run the audit", icon=":material/arrow_forward:")
 

@@ -485,6 +485,9 @@ def render():
     headline(run)
     rmse_line(run, frame)
     findings(run)
+    from app.ui.discover_tab import results_section
+
+    results_section(run)  # discovered groups (Discover / mmc fit --discover), marked as such
     names = ["Variance disparities", "Coverage", "Calibration", "Row explorer", "Tables"]
     tabs = st.tabs(names, **tab_state("results_tab", names))
     with tabs[0]:

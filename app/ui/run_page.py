@@ -9,6 +9,7 @@ result is stored in ``st.session_state["run"]`` (it survives reruns).
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -21,6 +22,7 @@ from app.ui.common import esc
 
 POLL_SECONDS = 0.25
 WORKER = os.environ.get("MMC_WORKER", "process")  # background runs in a forked process ("thread": in-process)
+RULES = {"se": "standard-error test per cell (default)", "auto": "noise threshold (previous rule)"}
 ALPHAS = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1]
 BETAS = [1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05]
 
@@ -124,6 +126,8 @@ def implications(settings, n_rows: int, n_groups: int, lo: float | None, hi: flo
     """Plain-language consequences of the parameters, as markdown bullet strings. With "auto" thresholds,
     ``preview`` holds the values the run will use (None: known only once the base model is fitted)."""
     m, k, g = settings.n_buckets, settings.n_moments, settings.gamma
+    if "se" in (settings.alpha, settings.beta):
+        return se_implications(settings, n_groups, lo, hi, units, preview)
     auto = settings.alpha == "auto" or settings.beta == "auto"
     if auto and not preview:
         return ["**Thresholds α, β: automatic.** They are set just above the sampling noise of the fitting rows "
@@ -161,6 +165,48 @@ def implications(settings, n_rows: int, n_groups: int, lo: float | None, hi: flo
         if a < noise:
             out.append(f"⚠️ With {n_rows:,} fitting rows, α = {a:g} is below the sampling noise of a γ-mass cell "
                        f"(≈ {noise:.2g}): the descent will partly fit noise. Raise α or turn on early stopping.")
+    return out
+
+
+SE_RULE_TEXT = ("**Thresholds: the per-cell standard-error test** (the library default, as `mmc fit`). A cell is "
+                "corrected only when its mean residual is at least z of *its own* standard errors from 0 "
+                "(Bonferroni at family-wise level 0.1 over every audited cell) and it has enough fitting rows, so "
+                "the descent does not chase noise.")
+
+
+def se_implications(settings, n_groups: int, lo: float | None, hi: float | None, units: str,
+                    preview: dict | None) -> list:
+    """The "se" rule in plain words, with the z and the smallest correctable error the estimator computes
+    (``preview`` from :func:`app.runner.se_thresholds`; None: known once the base model is fitted)."""
+    m, k = settings.n_buckets, settings.n_moments
+    out = [SE_RULE_TEXT]
+    span = (hi - lo) if (lo is not None and hi is not None and hi > lo) else None
+    u = f" {units}" if units else ""
+    if not preview or preview.get("rule") != "se":
+        out.append("The test's z and the smallest error it corrects are computed at the start of the run (they need "
+                   "the base model's residuals); the run summary shows them.")
+    else:
+        z, nf, sd = preview["z"], max(int(preview["n_fit"]), 1), float(preview["resid_sd"])
+        out.append(f"**z = {z:.2f}** for cells (group × bucket), **z = {preview['z_group']:.2f}** for whole groups; "
+                   f"cells with fewer than {preview['min_count']} fitting rows are never corrected.")
+        parts = []
+        sizes = [(int(preview["min_count"]), f"the smallest corrected size, {int(preview['min_count'])} rows")]
+        for share, what in ((0.05, "5% of the fitting rows"), (settings.gamma, f"γ = {settings.gamma:g} of them")):
+            if all(abs(share * nf - r) > 0.5 for r, _ in sizes):
+                sizes.append((max(int(round(share * nf)), 1), f"{what} ({max(int(round(share * nf)), 1):,} rows)"))
+        for rows, what in sizes:
+            d = z * sd / math.sqrt(rows)
+            parts.append(f"a cell of {what}: ±{d * span:.3g}{u}" if span
+                         else f"a cell of {what}: ±{d:.3g} of the label range")
+        out.append("**Smallest mean error corrected** (z × residual SD / √rows, with the residual SD of all "
+                   f"{nf:,} fitting rows): " + "; ".join(parts) + ". Smaller errors are left as noise.")
+        out.append("After the fit, the α and β shown are the values the kept model *achieves* on the fitting rows "
+                   "(every cell's mass-weighted error is below them), so the paper's guarantees hold with them.")
+    out.append(f"**Buckets:** m = {m} per predictor; **moments:** " + ("the variance" if k == 2 else f"2..{k}")
+               if k >= 2 else f"**Buckets:** m = {m}; mean only.")
+    if settings.early_stopping == "auto":
+        out.append("**Early stopping:** on (the round with the lowest held-out squared error is kept)."
+                   if settings.calibration_fraction > 0 else "**Early stopping:** off (no rows are held out).")
     return out
 
 
@@ -312,11 +358,20 @@ def settings_form(d):
         if ss.get(key) not in opts:
             ss[key] = min(opts, key=lambda o: abs(math.log(o) - math.log(max(float(ss.get(key) or 1e-3), 1e-9))))
     st.toggle("Automatic thresholds α, β (recommended)", **state.bind("p_auto"),
-              help="Sets α and β just above the sampling noise of the fitting rows. Reusing one sample for every "
-                   "audit overfits when α is below the noise level; this rule (also `mmc fit`'s default) avoids "
-                   "that. Turn it off to set α and β yourself.")
-    c1, c2 = st.columns(2)
+              help="Corrects a cell only when its error is beyond its sampling noise. Reusing one sample for every "
+                   "audit overfits when the thresholds are below the noise level; the automatic rules avoid that. "
+                   "Turn it off to set α and β yourself.")
     manual = not ss["p_auto"]
+    if not manual:
+        st.radio("Automatic rule", list(RULES), **state.bind("p_rule"), format_func=lambda r: RULES[r],
+                 horizontal=True,
+                 help="se: each cell is tested against its own standard error (the library's and `mmc fit`'s "
+                      "default). noise threshold: one mass-weighted threshold just above the noise of a 5%-mass "
+                      "cell (the dashboard's rule before; it can understate group variances).")
+        if ss.get("p_rule") == "auto":
+            st.caption("The noise-threshold rule is the previous default (kept so older recipes repeat their "
+                       "audit); the standard-error test is now the default.")
+    c1, c2 = st.columns(2)
     with c1:
         if manual:
             st.select_slider("α: mean threshold (mass-weighted)", options=ALPHAS, **state.bind("p_alpha"),
@@ -327,6 +382,16 @@ def settings_form(d):
                   help="Level sets of the mean (and of each moment) prediction. More buckets = finer conditioning, "
                        "smaller cells.")
         st.radio("Step rule", ["exact", "paper"], **state.bind("p_step"), format_func=lambda s: STEP_HELP[s], horizontal=False)
+        st.checkbox("Discover groups during the fit", **state.bind("p_disc"),
+                    help="As `mmc fit --discover`. After fitting, the learning oracle audits the model on the fitting rows (search and check "
+                         "halves); sets with a significant error become groups and the model is refitted (at most "
+                         "twice). Features, depth and smallest group: Groups page, tab 'Discover groups'.")
+        if ss.get("p_disc"):
+            feats = state.settings().disc_features or []
+            if feats:
+                st.caption("Rules on: " + esc(", ".join(map(str, feats))) + ".")
+            else:
+                st.warning("Choose the features for discovery on the Groups page (tab 'Discover groups').")
     with c2:
         if manual:
             st.select_slider("β: moment threshold (mass-weighted)", options=BETAS, **state.bind("p_beta"),
@@ -344,7 +409,8 @@ def settings_form(d):
                       help="The estimator keeps this share of the fitting rows aside: they calibrate the intervals "
                            "and track the held-out violation during the run.")
             st.checkbox("Early stopping (keep the round with the best held-out error)", **state.bind("p_es"),
-                        disabled=ss["p_cal"] == 0)
+                        disabled=ss["p_cal"] == 0,
+                        help="On by default, as in the library (early_stopping='auto'): it needs held-out rows.")
         with c4:
             st.number_input("Cap on rounds (0 = none)", min_value=0, max_value=100000, step=10, **state.bind("p_maxr"),
                             help="A capped run is reported as not converged.")
@@ -397,7 +463,7 @@ def render():
         lo, hi = (lab.get("lo"), lab.get("hi")) if "error" not in lab else (None, None)
         n_groups = len(ss.get("groups") or []) + 1
         preview = state.threshold_preview(d["df"], d["key"], state.label_spec(), state.base_spec(), state.split_spec(),
-                                          n_groups, settings)
+                                          n_groups, settings, json.dumps(_groups_json(), sort_keys=True))
         for line in implications(settings, n_fit, n_groups, lo, hi, esc(state.units()), preview):
             st.markdown(f"- {line}")
         if sizes:
@@ -475,9 +541,15 @@ def show_run_summary(run):
     kept = info.get("kept_round") if info.get("early_stopping") else None
     th = run.thresholds
     mb = th.get("moment_betas") or {}
-    st.caption(f"Thresholds used: α = {run.alpha:.3g}, β = {run.beta:.3g}"
-               + ("".join(f", β{a} = {v:.3g}" for a, v in mb.items() if a != 2))
-               + (" (automatic: just above the sampling noise)" if th.get("auto") else " (set by you)") + ".")
+    if th.get("rule") == "se":
+        st.caption(f"Thresholds: per-cell standard-error test, z = {th.get('z', 0):.2f}. The kept model achieves "
+                   f"α = {run.alpha:.3g}, β = {run.beta:.3g}"
+                   + ("".join(f", β{a} = {v:.3g}" for a, v in mb.items() if a != 2))
+                   + " on the fitting rows (every cell's mass-weighted error is below them).")
+    else:
+        st.caption(f"Thresholds used: α = {run.alpha:.3g}, β = {run.beta:.3g}"
+                   + ("".join(f", β{a} = {v:.3g}" for a, v in mb.items() if a != 2))
+                   + (" (automatic: just above the sampling noise)" if th.get("auto") else " (set by you)") + ".")
     st.plotly_chart(_convergence_fig(run.history, run.alpha, run.beta, kept), width="stretch", key="final_chart")
     st.page_link("ui/results_page.py", label="See the results", icon=":material/insights:")
 

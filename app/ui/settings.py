@@ -44,7 +44,8 @@ class Settings:
     split_base: int = 30
     split_seed: int = 0
     # run
-    p_auto: bool = True
+    p_auto: bool = True  # automatic thresholds (the rule below); False: alpha / beta set by hand
+    p_rule: str = "se"  # "se": per-cell standard-error test (the library default); "auto": the old noise rule
     p_alpha: float = 0.001
     p_beta: float = 0.0001
     p_m: int = 5
@@ -52,8 +53,9 @@ class Settings:
     p_step: str = "exact"
     p_odd: str = "absolute"
     p_cal: int = 25
-    p_es: bool = False
+    p_es: bool = True  # early stopping "auto" (on whenever rows are held out), as the library default
     p_maxr: int = 0
+    p_disc: bool = False  # discover groups during the fit (mmc fit --discover), features: disc_features
     p_delta: float = 0.1
     p_gamma: float = 0.05
     p_nboot: int = 200
@@ -61,6 +63,12 @@ class Settings:
     qa_cols: list = field(default_factory=list)
     qa_order: int = 1
     qa_bins: int = 4
+    # groups: discover (the learning-oracle auditor)
+    disc_features: list = field(default_factory=list)
+    disc_depth: int = 3
+    disc_min_mass: float = 0.01
+    disc_top: int = 5
+    disc_target: str = "base"
     # results / export
     res_method: str = "calibrated"
     res_moment: int = 2
@@ -99,19 +107,25 @@ class Settings:
             raise ValueError(f"unknown setting(s) in the recipe: {', '.join(unknown[:8])}")
         for k, v in d.items():
             setattr(out, k, _check(k, types[k], v))
+        if "p_rule" not in d and "p_auto" in d:
+            # A recipe written before the "se" rule (dashboard <= issue 11): its automatic thresholds were the
+            # noise rule ("auto") and its early stopping the stored p_es. Kept as they were, so loading it
+            # repeats that audit; the Run page says that the default is now "se".
+            out.p_rule = "auto"
         return out
 
 
 _CHOICES = {
     "label_scaling": ("observed", "declared", "robust"), "base_kind": ("none", "column", "model"),
     "base_model": ("hgb", "ridge"), "p_step": ("exact", "paper"), "p_odd": ("absolute", "signed"),
-    "p_k": (1, 2, 3, 4),
+    "p_k": (1, 2, 3, 4), "p_rule": ("se", "auto"), "disc_target": ("base", "model"),
 }
 _RANGES = {
     "split_test": (5, 60), "split_base": (5, 60), "split_seed": (0, 10_000), "p_alpha": (1e-6, 1.0),
     "p_beta": (1e-7, 1.0), "p_m": (2, 40), "p_cal": (0, 50), "p_maxr": (0, 100_000), "p_delta": (0.01, 0.5),
     "p_gamma": (0.001, 0.5), "p_nboot": (0, 2000), "qa_order": (1, 10), "qa_bins": (2, 10),
     "label_qlo": (0.0, 49.0), "label_qhi": (51.0, 100.0), "res_threshold": (0.01, 0.99),
+    "disc_depth": (1, 6), "disc_min_mass": (0.001, 0.4), "disc_top": (1, 20),
 }
 
 

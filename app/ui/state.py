@@ -201,6 +201,7 @@ def apply_suggestions(frame: pd.DataFrame, demo=None):
     features = [c for c in cols if c != label and c != base_col and c not in truth and c not in flags
                 and c not in leaky]
     new["base_features"] = features
+    new["disc_features"] = list(features)  # the columns Discover may use in its rules
     if base_col:
         new["base_kind"], new["base_col"] = "column", base_col
     elif features:
@@ -254,11 +255,15 @@ def split_spec() -> SplitSpec:
 def fit_settings() -> FitSettings:
     s = settings()
     auto = bool(s.p_auto)
-    return FitSettings(alpha="auto" if auto else float(s.p_alpha), beta="auto" if auto else float(s.p_beta),
+    rule = s.p_rule if s.p_rule in ("se", "auto") else "se"
+    # early stopping: the library's "auto" (on whenever rows are held out) unless switched off
+    return FitSettings(alpha=rule if auto else float(s.p_alpha), beta=rule if auto else float(s.p_beta),
                        n_buckets=int(s.p_m), n_moments=int(s.p_k), step=s.p_step, odd_moments=s.p_odd,
-                       calibration_fraction=s.p_cal / 100, early_stopping=bool(s.p_es),
+                       calibration_fraction=s.p_cal / 100, early_stopping="auto" if s.p_es else False,
                        max_rounds=int(s.p_maxr) or None, delta=float(s.p_delta), gamma=float(s.p_gamma),
-                       n_boot=int(s.p_nboot))
+                       n_boot=int(s.p_nboot), discover=bool(s.p_disc),
+                       discover_features=tuple(s.disc_features or ()) if s.p_disc else (),
+                       discover_depth=int(s.disc_depth), discover_min_mass=float(s.disc_min_mass))
 
 
 def units() -> str:
@@ -319,12 +324,14 @@ def column_values(_frame: pd.DataFrame, key: str, col: str) -> dict:
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def threshold_preview(_frame: pd.DataFrame, key: str, lspec: LabelSpec, bspec: BaseSpec, sspec: SplitSpec,
-                      n_groups: int, settings: FitSettings) -> dict | None:
-    """The alpha / beta a run with these settings will use (None when the base model must be fitted first)."""
+                      n_groups: int, settings: FitSettings, groups_text: str | None = None) -> dict | None:
+    """The alpha / beta a run with these settings will use (None when the base model must be fitted first).
+    With the "se" rule: the estimator's own z, floors and residual SD (:func:`app.runner.se_thresholds`), for
+    which ``groups_text`` (the groups file as JSON text) is needed."""
     from app.runner import auto_thresholds, base_prediction, prepare_label, split_rows
     from mmc_core.errors import MMCError
 
-    if settings.alpha != "auto" and settings.beta != "auto":  # set by hand: nothing to fit or compute
+    if not isinstance(settings.alpha, str) and not isinstance(settings.beta, str):  # set by hand: nothing to compute
         a, b = float(settings.alpha), float(settings.beta)
         return {"alpha": a, "beta": b, "moment_betas": {k: b for k in range(2, int(settings.n_moments) + 1)}}
     if bspec.kind == "model":  # known only once the base model is fitted (at the start of the run)
@@ -335,8 +342,15 @@ def threshold_preview(_frame: pd.DataFrame, key: str, lspec: LabelSpec, bspec: B
         base, _ = base_prediction(_frame, lab, lspec, bspec, split, sspec, key)
         rows = split["fit"]
         span = lab.hi - lab.lo
+        groups = X = None
+        if groups_text is not None:
+            from mmc_core import GroupSet
+
+            groups = GroupSet.from_json(groups_text)
+            X = _frame.iloc[rows][sorted(groups.columns())].reset_index(drop=True)
         return auto_thresholds((lab.y[rows] - lab.lo) / span,
-                               None if base is None else (base[rows] - lab.lo) / span, n_groups, settings, sspec.seed)
+                               None if base is None else (base[rows] - lab.lo) / span, n_groups, settings, sspec.seed,
+                               groups=groups, X=X)
     except MMCError:
         return None
     except Exception:  # noqa: BLE001 - a preview never breaks the page; the run reports the error
