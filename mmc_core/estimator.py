@@ -361,11 +361,11 @@ class MomentMulticalibrator(SklearnParams):
 
 
     # ------------------------------------------------------------------------------------------
-    def _params(self, alpha: float, beta: float, moment_betas: tuple = (), m: int | None = None,
+    def _params(self, alpha: float, beta: float, moments: tuple, moment_betas: tuple = (), m: int | None = None,
                 **extra) -> DescentParams:
-        return DescentParams(float(alpha), float(beta), int(self.n_buckets if m is None else m),
-                             tuple(range(2, int(self._k) + 1)), self.step, self.odd_moments,
-                             None if self.max_rounds is None else int(self.max_rounds), moment_betas, **extra)
+        return DescentParams(float(alpha), float(beta), int(self.n_buckets if m is None else m), tuple(moments),
+                             self.step, self.odd_moments, None if self.max_rounds is None else int(self.max_rounds),
+                             moment_betas, **extra)
 
     def _build_params(self, m: int, G: int, nf: int, moments: tuple, resid: np.ndarray, mu0: np.ndarray, memb):
         """Thresholds, grids and floors for m buckets, all chosen from the fitting rows before the descent.
@@ -459,7 +459,7 @@ class MomentMulticalibrator(SklearnParams):
                     edges.append((a, geometric_edges(low, high, m)))
             extra["moment_edges"] = tuple(edges)
             extra["moment_floors"] = tuple(floors)
-        params = self._params(alpha, beta, moment_betas, m, **extra)
+        params = self._params(alpha, beta, moments, moment_betas, m, **extra)
         init_moments = {a: float(np.clip(np.mean(labels[a]), *params.projection(a))) for a in moments}
         return params, init_moments
 
@@ -495,7 +495,7 @@ class MomentMulticalibrator(SklearnParams):
         if n < 2:
             raise DataError(f"need at least 2 rows to fit, got {n}")
         task, y, binary_info = resolve_task(y, self.task, self.positive_label, label_name)
-        self._k = int(self.n_moments)
+        k = int(self.n_moments)
         if task == TASK_BINARY:
             if self.n_moments not in (1, 2):
                 raise MMCError(f"moments={self.n_moments!r}: a binary label is fitted for the mean only (its "
@@ -503,7 +503,7 @@ class MomentMulticalibrator(SklearnParams):
             if self.label_range is not None and tuple(float(v) for v in self.label_range) != (0.0, 1.0):
                 raise MMCError(f"label range {self.label_range!r}: a binary label is a probability on [0, 1] "
                                "(leave label_range unset)")
-            self._k = 1
+            k = 1
         y = to_label_array(y, f"label '{label_name}'", n)
         if task == TASK_BINARY:
             scale = LabelScale(0.0, 1.0, "binary")
@@ -543,7 +543,7 @@ class MomentMulticalibrator(SklearnParams):
         Xf = _take(X, fit_idx)
         memb = gset.evaluate(Xf, fit_idx.size)
         mu0 = base_u[fit_idx] if base_u is not None else np.full(fit_idx.size, float(np.mean(yu[fit_idx])))
-        moments = tuple(range(2, int(self._k) + 1))
+        moments = tuple(range(2, k + 1))
         G, nf = len(gset), fit_idx.size
         resid = yu[fit_idx] - mu0
         memb_h = gset.evaluate(_take(X, cal_idx), n_cal) if n_cal else None
