@@ -230,7 +230,7 @@ def run_split(name: str, seed: int, methods) -> dict:
             est = MomentMulticalibrator(label_range=(lo, hi), random_state=seed, **MMC_KW[meth])
             est.fit(post, y_po, groups, base_prediction=b_po)
             pm = est.predict_moments(test, base_prediction=b_te)
-            pred, var = pm["mean"], pm["moment_2"]
+            pred, var = pm["mean"], pm.get("moment_2")  # no moment_2: a binary label (mean only)
         elif meth == "mcgrad" or meth in MCGRAD_TUNED:
             try:
                 from mcgrad.methods import MCGrad, RegressionMCGrad
