@@ -147,16 +147,13 @@ MCGRAD_TUNED = {
     "mcgrad-t3": {"lightgbm_params": {"learning_rate": 0.1, "min_child_samples": 100, "n_estimators": 20,
                                       "num_leaves": 4}, "early_stopping": False, "num_rounds": 3},
 }
-METHODS = ("base", "mmc", "mmc-fine", "mmc-v1", "mmc-gz2", "mmc-gz25", "mmc-shrink", "mmc-shrink-gz25", "mcgrad",
-           *MCGRAD_TUNED)
+METHODS = ("base", "mmc", "mmc-fine", "mmc-v1", "mmc-gz2", "mmc-gz25", "mcgrad", *MCGRAD_TUNED)
 MMC_KW = {
     "mmc": {},
     "mmc-fine": {"mean_buckets": "quantile", "n_buckets": "auto"},
     "mmc-v1": {"alpha": "auto", "beta": "auto", "early_stopping": False, "moment_buckets": "range"},
     "mmc-gz2": {"mean_group_z": 2.0},
     "mmc-gz25": {"mean_group_z": 2.5},
-    "mmc-shrink": {"mean_shrink": True},
-    "mmc-shrink-gz25": {"mean_shrink": True, "mean_group_z": 2.5},
 }
 METRICS = ("mse", "gbias", "cell", "var")
 

@@ -61,7 +61,6 @@ class DescentParams:
     z_group_moment: float = -1.0  # whole groups' critical value for the moments (< 0: z_group)
     min_count: int = 0  # with z > 0: cells of fewer rows are never violated
     moment_step: str = "add"  # "add": m_a -= delta (the paper's); "ratio": m_a *= factor (a scale's own step)
-    mean_shrink: bool = False  # with z > 0: a mean cell moves by its residual x (1 - z^2 / t^2) (see make_update)
 
     def _lookup(self, pairs: tuple, a: int, default):
         for b, v in pairs:
@@ -365,17 +364,14 @@ class CellState:
             out.append((WHOLE, *self._whole(self.TA[a], self.CA[a], self.UA.get(a)), 1))
         return out
 
-    def z_for(self, partition: int, target: int) -> float:
-        """The critical value of the standard-error test for cells of ``partition`` (z_group for whole groups,
-        z_group_moment for whole groups of a moment ``target`` when set, z otherwise)."""
-        if partition == WHOLE:
-            return self.p.z_group_moment if (target >= 2 and self.p.z_group_moment >= 0) else self.p.z_group
-        return self.p.z
-
     def violated(self, S, C, Q, thr: float, partition: int = 0, target: int = 1) -> np.ndarray:
         """The violated cells: |S| >= thr (the mass-weighted test, thr = alpha n), and with the standard-error
-        test also |t| >= z (see :meth:`z_for`) and count >= min_count (see :func:`cell_violated`)."""
-        return cell_violated(S, C, Q, thr, self.z_for(partition, target), self.p.min_count)
+        test also |t| >= z (z_group for whole groups, z_group_moment for whole groups of a moment ``target``
+        when set) and count >= min_count (see :func:`cell_violated`)."""
+        z = self.p.z
+        if partition == WHOLE:
+            z = self.p.z_group_moment if (target >= 2 and self.p.z_group_moment >= 0) else self.p.z_group
+        return cell_violated(S, C, Q, thr, z, self.p.min_count)
 
     def _masked_abs(self, S, C, Q, thr, partition, target=1):
         if not self.se:
@@ -415,17 +411,6 @@ class CellState:
         blk = slice(g * width, (g + 1) * width)
         mask = self.violated(S[blk], C[blk], None if Q is None else Q[blk], thr, part, target) if self.se else None
         upd = _make_update(target, part, g, S[blk], C[blk], thr, self.p.step, eta, mask)
-        if target == 1 and self.p.mean_shrink and self.se and Q is not None:
-            # Positive-part James-Stein on the selected cells: a cell is picked *because* |t| >= z, so its
-            # residual overstates the real error (winner's curse; in the null world a 3.3-se sample deviation
-            # of a correct group passed z = 3.2 and moved it by 2.5 label points). Moving by the residual
-            # times 1 - z^2 / t^2 leaves |t| = z^2 / |t| < z (the cell is no longer violated, so the descent
-            # still ends) and keeps most of a large, real error's correction (t = 8, z = 3.2: 84%).
-            Sc, Cc, Qc = S[blk][upd.cells], C[blk][upd.cells], Q[blk][upd.cells]
-            den = np.maximum(Cc * Qc - Sc * Sc, 1e-300)
-            t2 = Sc * Sc * (Cc - 1.0) / den
-            z = self.z_for(part, target)
-            upd.deltas = upd.deltas * np.clip(1.0 - (z * z) / np.maximum(t2, 1e-300), 0.0, 1.0)
         if target >= 2 and self.p.moment_step == "ratio":
             # scale every prediction of a violated cell by (mean target) / (mean prediction): the cell's
             # residual becomes 0 as with the exact step, and predictions stay positive and keep their ratios

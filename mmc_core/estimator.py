@@ -339,8 +339,7 @@ class MomentMulticalibrator(SklearnParams):
     def __init__(self, alpha="se", beta="se", n_buckets=5, n_moments=2, step="exact",
                  odd_moments="absolute", label_range=None, calibration_fraction=0.25,
                  early_stopping="auto", max_rounds=None, random_state=0, mean_buckets="uniform",
-                 moment_buckets="data", mean_group_z="bonferroni", mean_shrink=False, task="auto",
-                 positive_label=None):
+                 moment_buckets="data", mean_group_z="bonferroni", task="auto", positive_label=None):
         self.alpha = alpha
         self.beta = beta
         self.n_buckets = n_buckets
@@ -355,7 +354,6 @@ class MomentMulticalibrator(SklearnParams):
         self.mean_buckets = mean_buckets
         self.moment_buckets = moment_buckets
         self.mean_group_z = mean_group_z
-        self.mean_shrink = mean_shrink
         self.task = task
         self.positive_label = positive_label
 
@@ -419,8 +417,6 @@ class MomentMulticalibrator(SklearnParams):
             beta = per[2]
             moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
         extra = {"z": z, "z_group": z_group, "min_count": min_count}
-        if se and self.mean_shrink:
-            extra["mean_shrink"] = True
         if se and moments:
             # A moment's whole-group correction is an exact (ratio) step to the group's own fitting-row moment:
             # when the group was right it only moves the prediction by about one standard error, which no audit

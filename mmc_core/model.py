@@ -162,8 +162,6 @@ class FittedModel:
                            "moment_step": p.moment_step})
             if p.z_group_moment >= 0:
                 params["z_group_moment"] = p.z_group_moment
-            if p.mean_shrink:
-                params["mean_shrink"] = True
         out = {
             "format": FORMAT,
             "version": 1 if p.is_format1 else VERSION,
@@ -368,12 +366,9 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
             raise bad(f"params.{name}={v!r} must be a number in [0, 100]")
     if not isinstance(mc, int) or isinstance(mc, bool) or not 0 <= mc <= 10**9:
         raise bad(f"params.min_count={mc!r} must be a non-negative integer")
-    shrink = pr.get("mean_shrink", False)
-    if not isinstance(shrink, bool):
-        raise bad(f"params.mean_shrink={shrink!r} must be true or false")
     return {"mean_edges": mean_edges, "moment_edges": tuple(sorted(moment_edges)),
             "moment_floors": tuple(sorted(floors)), "z": float(z), "z_group": float(zg), "min_count": mc,
-            "moment_step": ms, "z_group_moment": float(zgm), "mean_shrink": shrink}
+            "moment_step": ms, "z_group_moment": float(zgm)}
 
 
 def _finite(x) -> bool:
