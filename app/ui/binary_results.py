@@ -21,7 +21,7 @@ def _run_key(run) -> str:
 @st.cache_data(show_spinner=False, max_entries=64)
 def rates_at(key: str, _run, _frame, threshold: float):
     """(rates, disparities) of the run's test rows at ``threshold`` (cached per run and threshold)."""
-    from app.runner import classifier_rates
+    from app.pipeline import classifier_rates
 
     return classifier_rates(_frame, _run, threshold)
 

@@ -184,7 +184,7 @@ def headline(run):
 
 
 def rmse_line(run, frame):
-    from app.runner import error_metrics
+    from app.pipeline import error_metrics
 
     bm = run.base_metrics or {}
     try:
@@ -382,7 +382,7 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
 
 
 def explorer_tab(run, frame):
-    from app.runner import row_details
+    from app.pipeline import row_details
 
     ss = st.session_state
     test = run.split["test"]
