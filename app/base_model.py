@@ -68,110 +68,77 @@ def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int 
 
     ``stop()`` is polled between chunks of BOOST_CHUNK boosting iterations (gradient boosting is grown with
     ``warm_start``, which gives the same model as one fit); when it returns True, :class:`StoppedByUser` is
-    raised. ``progress(iterations_done)`` is called after every chunk."""
-    from sklearn.compose import ColumnTransformer
-    from sklearn.impute import SimpleImputer
+    raised. ``progress(iterations_done)`` is called after every chunk.
+
+    Binary labels: gradient-boosted trees or a (ridge-penalised) logistic regression, predicting the
+    probability of the positive class (a regression on 0/1 would give values outside [0, 1])."""
     from sklearn.pipeline import Pipeline, make_pipeline
-    from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
     if len(X) == 0:
         raise DataError("no rows to train the base model on")
     cat = [c for c in X.columns if not pd.api.types.is_numeric_dtype(X[c])]
     num = [c for c in X.columns if c not in cat]
-    if binary:
-        return _fit_base_classifier(X, y, kind, seed, stop, progress, cat, num)
-    if kind == "hgb":
-        from sklearn.ensemble import HistGradientBoostingRegressor
-
-        pre = ColumnTransformer(
-            [("cat", make_pipeline(SimpleImputer(strategy="constant", fill_value="(missing)"),
-                                   OneHotEncoder(handle_unknown="ignore", max_categories=30,
-                                                 sparse_output=False)), cat),
-             ("num", "passthrough", num)], remainder="drop")
-        max_iter = 200
-        reg = HistGradientBoostingRegressor(max_iter=BOOST_CHUNK, learning_rate=0.08, early_stopping=True,
-                                            validation_fraction=0.15, random_state=seed, warm_start=True)
-        with _limit_threads():
-            Xt = pre.fit_transform(X)
-            done = 0
-            while done < max_iter:
-                if stop is not None and stop():
-                    raise StoppedByUser("stopped during the base-model fit")
-                target = min(done + BOOST_CHUNK, max_iter)
-                reg.set_params(max_iter=target)
-                reg.fit(Xt, y)
-                if progress is not None:
-                    progress(int(reg.n_iter_))
-                if reg.n_iter_ < target:  # early stopping ended the boosting
-                    break
-                done = target
-        return Pipeline([("pre", pre), ("reg", reg)])
-    if kind == "ridge":
-        from sklearn.linear_model import RidgeCV
-
-        pre = ColumnTransformer(
-            [("cat", make_pipeline(SimpleImputer(strategy="constant", fill_value="(missing)"),
-                                   OneHotEncoder(handle_unknown="ignore", max_categories=30)), cat),
-             ("num", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), num)], remainder="drop")
-        pipe = make_pipeline(pre, RidgeCV(alphas=np.logspace(-3, 3, 13)))
-        if stop is not None and stop():
-            raise StoppedByUser("stopped during the base-model fit")
-        with _limit_threads():
-            pipe.fit(X, y)
-        return pipe
-    raise MMCError(f"unknown base model {kind!r}; choose one of {', '.join(BASE_MODELS)}")
-
-
-def _fit_base_classifier(X, y, kind, seed, stop, progress, cat, num):
-    """Binary labels: gradient-boosted trees or a (ridge-penalised) logistic regression, predicting the
-    probability of the positive class (a regression on 0/1 would give values outside [0, 1])."""
-    from sklearn.compose import ColumnTransformer
-    from sklearn.impute import SimpleImputer
-    from sklearn.pipeline import Pipeline, make_pipeline
-    from sklearn.preprocessing import OneHotEncoder, StandardScaler
-
-    if len(np.unique(y)) < 2:
+    if binary and len(np.unique(y)) < 2:
         raise DataError("the base-model rows hold only one class of the label: use a larger base-model share")
     if kind == "hgb":
-        from sklearn.ensemble import HistGradientBoostingClassifier
+        from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
-        pre = ColumnTransformer(
-            [("cat", make_pipeline(SimpleImputer(strategy="constant", fill_value="(missing)"),
-                                   OneHotEncoder(handle_unknown="ignore", max_categories=30,
-                                                 sparse_output=False)), cat),
-             ("num", "passthrough", num)], remainder="drop")
-        max_iter = 200
-        clf = HistGradientBoostingClassifier(max_iter=BOOST_CHUNK, learning_rate=0.08, early_stopping=True,
-                                             validation_fraction=0.15, random_state=seed, warm_start=True)
+        pre = _preprocessor(cat, num, linear=False)
+        boost = HistGradientBoostingClassifier if binary else HistGradientBoostingRegressor
+        est = boost(max_iter=BOOST_CHUNK, learning_rate=0.08, early_stopping=True, validation_fraction=0.15,
+                    random_state=seed, warm_start=True)
         with _limit_threads():
-            Xt = pre.fit_transform(X)
-            done = 0
-            while done < max_iter:
-                if stop is not None and stop():
-                    raise StoppedByUser("stopped during the base-model fit")
-                target = min(done + BOOST_CHUNK, max_iter)
-                clf.set_params(max_iter=target)
-                clf.fit(Xt, y)
-                if progress is not None:
-                    progress(int(clf.n_iter_))
-                if clf.n_iter_ < target:
-                    break
-                done = target
-        return _Probability(Pipeline([("pre", pre), ("clf", clf)]))
-    if kind == "ridge":
-        from sklearn.linear_model import LogisticRegressionCV
+            _grow(est, pre.fit_transform(X), y, stop, progress, max_iter=200)
+        model = Pipeline([("pre", pre), ("clf" if binary else "reg", est)])
+    elif kind == "ridge":
+        from sklearn.linear_model import LogisticRegressionCV, RidgeCV
 
-        pre = ColumnTransformer(
-            [("cat", make_pipeline(SimpleImputer(strategy="constant", fill_value="(missing)"),
-                                   OneHotEncoder(handle_unknown="ignore", max_categories=30)), cat),
-             ("num", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), num)], remainder="drop")
-        pipe = make_pipeline(pre, LogisticRegressionCV(Cs=np.logspace(-3, 3, 7), max_iter=2000, scoring="neg_log_loss"))
+        last = LogisticRegressionCV(Cs=np.logspace(-3, 3, 7), max_iter=2000, scoring="neg_log_loss") if binary \
+            else RidgeCV(alphas=np.logspace(-3, 3, 13))
+        model = make_pipeline(_preprocessor(cat, num, linear=True), last)
         if stop is not None and stop():
             raise StoppedByUser("stopped during the base-model fit")
         with _limit_threads():
-            pipe.fit(X, y)
-        return _Probability(pipe)
-    raise MMCError(f"unknown base model {kind!r}; choose one of {', '.join(BASE_MODELS)}")
+            model.fit(X, y)
+    else:
+        raise MMCError(f"unknown base model {kind!r}; choose one of {', '.join(BASE_MODELS)}")
+    return _Probability(model) if binary else model
+
+
+def _preprocessor(cat: list, num: list, linear: bool):
+    """Text columns one-hot encoded (missing values as their own category, at most 30 categories); numbers passed
+    through for trees (dense output), or median-imputed and standardised for a linear model."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    missing = SimpleImputer(strategy="constant", fill_value="(missing)")
+    if linear:
+        return ColumnTransformer(
+            [("cat", make_pipeline(missing, OneHotEncoder(handle_unknown="ignore", max_categories=30)), cat),
+             ("num", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), num)], remainder="drop")
+    return ColumnTransformer(
+        [("cat", make_pipeline(missing, OneHotEncoder(handle_unknown="ignore", max_categories=30,
+                                                      sparse_output=False)), cat),
+         ("num", "passthrough", num)], remainder="drop")
+
+
+def _grow(est, Xt, y, stop, progress, max_iter: int):
+    """Fit a ``warm_start`` gradient-boosting model BOOST_CHUNK iterations at a time up to ``max_iter`` (or until
+    its early stopping ends the boosting), looking at ``stop()`` before every chunk."""
+    done = 0
+    while done < max_iter:
+        if stop is not None and stop():
+            raise StoppedByUser("stopped during the base-model fit")
+        target = min(done + BOOST_CHUNK, max_iter)
+        est.set_params(max_iter=target)
+        est.fit(Xt, y)
+        if progress is not None:
+            progress(int(est.n_iter_))
+        if est.n_iter_ < target:  # early stopping ended the boosting
+            break
+        done = target
 
 
 _BASE_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
