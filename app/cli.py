@@ -396,7 +396,7 @@ def _load_for_apply(args, need_label: bool):
     elif args.pred:
         print("note: the model was fitted without a base prediction; --pred is ignored", file=sys.stderr)
     if need_label and model.task == "binary":
-        from mmc_core.metrics import binary_labels
+        from mmc_core.binary import binary_labels
 
         if args.label not in df.columns:
             numeric_column(df, args.label, "label column")  # raises "not in the data"

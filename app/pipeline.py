@@ -356,8 +356,7 @@ def predictions_table(df: pd.DataFrame, run: AuditRun, methods=None, rows: np.nd
 def classifier_rates(df: pd.DataFrame, run: AuditRun, threshold: float):
     """(rates, disparities) of a binary run's test rows at a new decision ``threshold``, from the stored
     predictions (no refit; see :func:`mmc_core.binary.threshold_rates`)."""
-    from mmc_core.binary import threshold_rates
-    from mmc_core.metrics import check_threshold
+    from mmc_core.binary import check_threshold, threshold_rates
 
     threshold = check_threshold(threshold)
     test = run.split["test"]
