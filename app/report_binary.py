@@ -2,7 +2,8 @@
 probability calibration before / after, reliability diagrams, rates at the decision threshold and the disparity
 summaries, all on the probability scale (figures and tables from :mod:`app.figures_binary`, the same the dashboard
 shows). :func:`app.report.build_report_pdf` hands a binary audit to :func:`binary_report`; the figure export goes
-through ``app.report.figure_to_png`` (looked up there, so one renderer serves both reports).
+through ``app.report.figure_to_png`` (looked up there at call time, so one renderer, and one stand-in in the
+tests, serves both reports).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import datetime as _dt
 from app import figures_binary as FB
 from app import report as R
 from app.pdf_doc import _Doc, _make_pdf
+from app.report_tables import _short, findings_summary
 
 _BINARY_HOW_TO_READ = (
     "The label is a 0/1 outcome, so the model's prediction is a probability, and every number in this report "
@@ -49,7 +51,7 @@ def binary_report(model, audit, label: str, data_name: str) -> bytes:
     pdf.set_text_color(0, 0, 0)
     pdf.ln(2)
 
-    s = R.findings_summary(audit)
+    s = findings_summary(audit)
     doc.heading("Key findings", size=12, space=1)
     if s["failed"]:
         doc.para(f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
@@ -85,7 +87,7 @@ def binary_report(model, audit, label: str, data_name: str) -> bytes:
     small = bg.sort_values("count").head(3)
     doc.kv_table([("Rows", f"{int(ov['count']):,} audited; share of positives {ov['base_rate']:.3f}"),
                   ("Groups", f"{len(bg):,} (overlapping; 'all' is the whole population)"),
-                  ("Smallest groups", "; ".join(f"{R._short(g, 40)} ({int(c):,} rows)"
+                  ("Smallest groups", "; ".join(f"{_short(g, 40)} ({int(c):,} rows)"
                                                 for g, c in zip(small.index, small["count"])))])
     if int(params["n"]) == info.get("n_rows"):
         doc.para("These data have as many rows as the model was fitted on: if they are the fitting rows, the "
