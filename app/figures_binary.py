@@ -3,7 +3,7 @@ decision threshold and their disparities as display tables with 95% intervals, r
 figure. Everything is on the probability scale, never in label units. Built from the tables of
 :class:`mmc_core.metrics.AuditResult` for a binary model (``by_group``, ``calibration_cells``,
 ``classifier.disparities``) or :func:`mmc_core.binary.threshold_rates`; the shared palette, layout and name
-helpers come from :mod:`app.figures`, so these look like the regression figures. Used by the Results page and
+helpers come from :mod:`app.figure_style`, so these look like the regression figures. Used by the Results page and
 the classifier PDF report (:mod:`app.report_binary`).
 """
 from __future__ import annotations
@@ -15,8 +15,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.figures import (FIT_COLOR, HOLDOUT_COLOR, _base_layout, _display_names, _empty, _fmt, _hover_safe,
-                         _left_margin, _rows_height, _short)
+from app.figure_style import (FIT_COLOR, HOLDOUT_COLOR, _base_layout, _display_names, _empty, _fmt, _left_margin,
+                              _rows_height, _short)
+from app.figures import _hover_safe
 
 __all__ = ["reliability_figure", "rate_figure", "classifier_calibration_table", "classifier_rate_table",
            "classifier_disparity_table", "RATE_NAMES", "CALIB_NAMES"]

@@ -227,7 +227,7 @@ def progress_of(history: list, alpha: float, max_rounds: int | None) -> float:
 
 
 def _convergence_fig(history, alpha: float, beta: float, kept_round=None):
-    from app.figures import convergence_figure
+    from app.figures_convergence import convergence_figure
 
     return convergence_figure(history, alpha, beta, 1 / alpha ** 2 - 1, kept_round=kept_round)
 
