@@ -1,5 +1,9 @@
 """The ``mmc`` command line: fit, predict, audit, report, discover, dashboard.
 
+Why one module of ~600 lines: the argparse parser and the six command handlers share the table loading, label
+and output helpers and one error convention (below); each handler is 20-120 lines, and a module per command would
+leave those shared helpers as the real content of every module.
+
 Every user error prints one line to stderr (``mmc: error: ...``) and exits with status 2; nothing is
 written unless the command succeeds (outputs are written to a temporary file and renamed).
 """

@@ -1,5 +1,8 @@
 """Results page: everything the audit found on the test rows.
 
+Why one module of ~510 lines: one Streamlit page whose tabs share the per-run cached computations at its top;
+the figures it shows are built in :mod:`app.figures`, the classifier results in :mod:`app.ui.binary_results`.
+
 Variance disparities (which groups the model is least certain about, and whether it knows), coverage and
 width heatmaps of the interval methods, mean calibration before / after, moment calibration per cell, and a
 row explorer. Figures come from ``app/figures.py`` (the PDF report uses the same ones) and are cached per run.

@@ -1,5 +1,9 @@
 """Run page: parameters with what they imply, the Run button, a live convergence chart and a Stop button.
 
+Why one module of ~560 lines: Streamlit executes a page file as a whole, and its parts (the settings form, the
+implications of the parameters, the live fragment, starting and finishing the job) share the page's
+session-state keys; the work it starts lives in :mod:`app.pipeline` and :mod:`app.jobs`.
+
 How the live view works: Run starts :class:`app.jobs.FitJob` (in a forked worker process). The page then draws
 a fragment that Streamlit re-executes every 0.25 s (``st.fragment(run_every=...)``) while the job runs; each tick
 reads the job's history (one row per descent round) and redraws the progress line (and, at most every 1.5 s, a
