@@ -1,8 +1,9 @@
 """The tables and texts of the regression PDF report: number formatting, the compact variance / coverage /
 calibration tables (the largest groups first, groups below gamma marked), the plain-language key findings
 (:func:`findings_summary`, also used by the classifier report) and the helpers that split a long group list over
-several heatmaps (:func:`_subset`, :func:`_chunks`). Pure functions of an ``AuditResult``: no fpdf2 and no
-figure export, so they are cheap to test; :mod:`app.report` lays them out.
+several heatmaps (:func:`_subset`, :func:`_chunks`). Functions of an ``AuditResult`` with no figure export
+(only :func:`_findings_section` writes, through the document layer of :mod:`app.pdf_doc`); :mod:`app.report`
+lays them out.
 """
 from __future__ import annotations
 
