@@ -5,7 +5,8 @@ Without ``--data`` it opens on the bundled demo table ``synthetic_scores`` and r
 newcomer sees a complete audit right away.
 
 Pages (``st.navigation``): Data, Groups, Run, Results, Export (the audit workflow), Teaching and About.
-The pages live in ``app/ui/*_page.py``; the heavy lifting is in ``app/runner.py``.
+The pages live in ``app/ui/*_page.py``; the heavy lifting is in ``app/pipeline.py`` and its neighbours
+(``app/runner.py`` re-exports them).
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ if str(_HERE.parent) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app.runner import debug as _debug  # noqa: E402
-from app.runner import prewarm  # noqa: E402
+from app.jobs import debug as _debug  # noqa: E402
+from app.jobs import prewarm  # noqa: E402
 from app.ui import state  # noqa: E402
 from app.ui.common import esc  # noqa: E402
 

@@ -7,17 +7,18 @@ plain language.
 
 One kaleido server (a headless Chromium) is started per process on first use and reused by every later
 report; without it each figure would start its own Chromium (2-4 s each).
+
+This module holds the figure export and the regression report's layout (:func:`build_report_pdf`); its tables
+and findings text are in :mod:`app.report_tables`, the fpdf2 document layer in :mod:`app.pdf_doc`, and the
+classifier report in :mod:`app.report_binary`.
 """
 from __future__ import annotations
 
 import datetime as _dt
-import io
-import math
 import os
 import threading
 import time
 import warnings
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -25,19 +26,18 @@ import pandas as pd
 from mmc_core.errors import MMCError
 
 from . import figures as F
+from .pdf_doc import KALEIDO_MESSAGE, _Doc, _make_pdf
+from .report_tables import (_below, _calibration_table, _chunks, _coverage_table, _findings_section, _Relabelled,
+                            _short, _subset, _variance_table, findings_summary)
 
-__all__ = ["build_report_pdf", "figure_to_png", "chromium_available", "CHROMIUM_MESSAGE"]
+__all__ = ["build_report_pdf", "figure_to_png", "chromium_available", "CHROMIUM_MESSAGE", "findings_summary"]
 
 CHROMIUM_MESSAGE = ("PDF export needs Chromium: run `apt-get install chromium` (Debian/Ubuntu) or set "
                     "BROWSER_PATH to a Chrome/Chromium executable; the audit itself (`mmc audit`) works without it")
-KALEIDO_MESSAGE = "PDF export needs the kaleido and fpdf2 packages: run `pip install kaleido fpdf2`"
 EXPORT_WIDTH = 900          # px: figure width used for export (fonts are sized for this)
 EXPORT_SCALE = 2.0          # device pixels per px (sharp on paper)
 EXPORT_TIMEOUT = 120.0      # s per figure, including the first Chromium start
 MAX_HEATMAP_ROWS = 42       # groups per heatmap page; more groups are split over several figures
-
-FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/TTF", "/usr/share/fonts/dejavu",
-             "/usr/local/share/fonts", "/Library/Fonts", "C:/Windows/Fonts")
 
 _export_lock = threading.Lock()
 
@@ -159,423 +159,6 @@ def figure_to_png(fig, width: int = EXPORT_WIDTH, height: int | None = None, sca
 
 
 # ---------------------------------------------------------------------------------------------------
-# PDF layout
-# ---------------------------------------------------------------------------------------------------
-def _find_font(name: str) -> str | None:
-    for d in FONT_DIRS:
-        p = os.path.join(d, name)
-        if os.path.isfile(p):
-            return p
-    return None
-
-
-_ASCII = {
-    "α": "alpha", "β": "beta", "γ": "gamma", "δ": "delta", "μ": "mu", "σ": "sigma", "−": "-", "–": "-",
-    "—": "-", "†": "+", "…": "...", "²": "^2", "³": "^3", "⁴": "^4", "≥": ">=", "≤": "<=", "×": "x", "·": "-",
-    "√": "sqrt", "∝": "~", "‘": "'", "’": "'", "“": '"', "”": '"', "≈": "~", "→": "->",
-}
-
-
-def _make_pdf(title_left: str):
-    try:
-        from fpdf import FPDF
-    except ImportError:
-        raise MMCError(KALEIDO_MESSAGE) from None
-
-    class ReportPDF(FPDF):
-        unicode = False
-        family = "helvetica"
-
-        def text_(self, s) -> str:
-            s = str(s)
-            if self.unicode:
-                return s
-            for a, b in _ASCII.items():
-                s = s.replace(a, b)
-            return s.encode("latin-1", "replace").decode("latin-1")
-
-        def footer(self):
-            self.set_y(-11)
-            self.set_font(self.family, "", 7.5)
-            self.set_text_color(120, 120, 120)
-            self.cell(0, 5, self.text_(title_left), align="L")
-            self.set_x(self.l_margin)
-            self.cell(0, 5, f"page {self.page_no()} of {{nb}}", align="R")
-            self.set_text_color(0, 0, 0)
-
-    pdf = ReportPDF(orientation="P", unit="mm", format="A4")
-    pdf.set_margins(12, 12, 12)
-    pdf.set_auto_page_break(True, margin=15)
-    regular, bold = _find_font("DejaVuSans.ttf"), _find_font("DejaVuSans-Bold.ttf")
-    italic = _find_font("DejaVuSans-Oblique.ttf")
-    if regular and bold:
-        try:
-            pdf.add_font("DejaVu", "", regular)
-            pdf.add_font("DejaVu", "B", bold)
-            pdf.add_font("DejaVu", "I", italic or regular)
-            pdf.unicode, pdf.family = True, "DejaVu"
-        except Exception:  # noqa: BLE001 - a broken font file: fall back to the core fonts
-            pdf.unicode, pdf.family = False, "helvetica"
-    pdf.set_title(pdf.text_(title_left))
-    pdf.set_creator("mmc-audit")
-    return pdf
-
-
-class _Doc:
-    """Small layout helpers over fpdf2 (headings, paragraphs, key-value and data tables, figures)."""
-
-    BLUE = (0, 84, 147)
-
-    def __init__(self, pdf):
-        self.pdf = pdf
-        self.t = pdf.text_
-        self.figure_pages: list[int] = []
-
-    @property
-    def width(self) -> float:
-        return self.pdf.w - self.pdf.l_margin - self.pdf.r_margin
-
-    def space_left(self) -> float:
-        return self.pdf.h - self.pdf.b_margin - self.pdf.get_y()
-
-    def ensure(self, mm: float):
-        if self.space_left() < mm:
-            self.pdf.add_page()
-
-    def heading(self, text: str, size: float = 13, space: float = 3):
-        self.ensure(22)
-        p = self.pdf
-        p.ln(space)
-        p.set_font(p.family, "B", size)
-        p.set_text_color(*self.BLUE)
-        p.multi_cell(0, size * 0.5, self.t(text), new_x="LMARGIN", new_y="NEXT")
-        p.set_text_color(0, 0, 0)
-        p.ln(1)
-
-    def para(self, text: str, size: float = 9.5, style: str = "", color=(0, 0, 0), h: float | None = None,
-             markdown: bool = False):
-        """A paragraph; ``markdown`` only for our own texts (user and audit strings may contain ``--``)."""
-        p = self.pdf
-        p.set_font(p.family, style, size)
-        p.set_text_color(*color)
-        p.multi_cell(0, h or size * 0.47, self.t(text), new_x="LMARGIN", new_y="NEXT", markdown=markdown,
-                     align="L")
-        p.set_text_color(0, 0, 0)
-        p.ln(1.2)
-
-    def bullets(self, items, size: float = 9.5):
-        p = self.pdf
-        p.set_font(p.family, "", size)
-        for it in items:
-            p.set_x(p.l_margin + 2)
-            p.cell(4, size * 0.47, self.t("•") if p.unicode else "-")
-            p.multi_cell(self.width - 6, size * 0.47, self.t(it), new_x="LMARGIN", new_y="NEXT", align="L")
-            p.ln(0.8)
-        p.ln(1)
-
-    def kv_table(self, rows, col_widths=(34, 152), size: float = 8.5):
-        p = self.pdf
-        p.set_font(p.family, "", size)
-        p.set_draw_color(190, 190, 190)
-        with p.table(col_widths=col_widths, first_row_as_headings=False, line_height=size * 0.5,
-                     text_align=("LEFT", "LEFT"), borders_layout="HORIZONTAL_LINES", padding=0.8) as tb:
-            for k, v in rows:
-                r = tb.row()
-                p.set_font(p.family, "B", size)
-                r.cell(self.t(k))
-                p.set_font(p.family, "", size)
-                r.cell(self.t(v))
-        p.ln(2)
-
-    def table_height(self, df: pd.DataFrame, col_widths, size: float = 8.0) -> float:
-        """Estimated height (mm) of ``data_table(df)``: wrapped lines per row times the line height."""
-        p = self.pdf
-        p.set_font(p.family, "B", size)
-        scale = self.width / float(sum(col_widths))
-        line = size * 0.5
-
-        def lines(values, bold=False):
-            p.set_font(p.family, "B" if bold else "", size)
-            return max(math.ceil(p.get_string_width(self.t(v)) / max(1.0, w * scale - 1.6)) or 1
-                       for v, w in zip(values, col_widths))
-
-        h = lines([str(c) for c in df.columns], True) * line + 1.6
-        for _, row in df.iterrows():
-            h += lines([str(v) for v in row]) * line + 1.6
-        return h + 2
-
-    def data_table(self, df: pd.DataFrame, col_widths=None, size: float = 8.0, align=None, title: str | None = None):
-        p = self.pdf
-        if col_widths is not None:  # keep the table (and its title) on one page when it fits on one
-            need = self.table_height(df, col_widths, size) + (12 if title else 0)
-            if need < p.h - p.t_margin - p.b_margin:
-                self.ensure(need)
-        if title:
-            self.heading(title, size=11, space=2)
-        p.set_font(p.family, "", size)
-        p.set_draw_color(150, 150, 150)
-        cols = [str(c) for c in df.columns]
-        align = align or ["LEFT"] + ["RIGHT"] * (len(cols) - 1)
-        with p.table(col_widths=col_widths, line_height=size * 0.5, text_align=align,
-                     headings_style=_headings_style(p, size), borders_layout="SINGLE_TOP_LINE",
-                     padding=0.7, first_row_as_headings=True) as tb:
-            r = tb.row()
-            for c in cols:
-                r.cell(self.t(c))
-            for _, row in df.iterrows():
-                r = tb.row()
-                for v in row:
-                    r.cell(self.t(v))
-        p.ln(2)
-
-    def figure_size(self, width_px: int, height_px: int, max_height: float | None = None) -> tuple[float, float]:
-        p = self.pdf
-        w = self.width
-        h = w * height_px / width_px
-        limit = min(max_height or 1e9, p.h - p.t_margin - p.b_margin - 24)
-        if h > limit:
-            w, h = w * limit / h, limit
-        return w, h
-
-    def caption_height(self, caption: str | None, size: float = 8.3) -> float:
-        if not caption:
-            return 0.0
-        p = self.pdf
-        p.set_font(p.family, "", size)
-        n = math.ceil(p.get_string_width(self.t(caption)) / (self.width - 2)) + 0.3
-        return n * size * 0.47 + 2.5
-
-    def figure(self, png: bytes, width_px: int, height_px: int, caption: str | None = None,
-               max_height: float | None = None):
-        """Place a figure at full text width (scaled down to fit the page if it is too tall)."""
-        p = self.pdf
-        w, h = self.figure_size(width_px, height_px, max_height)
-        cap_h = self.caption_height(caption)
-        if self.space_left() < h + cap_h:
-            p.add_page()
-        x = p.l_margin + (self.width - w) / 2
-        p.image(io.BytesIO(png), x=x, y=p.get_y(), w=w, h=h)
-        self.figure_pages.append(p.page_no())
-        p.set_y(p.get_y() + h + 1.5)
-        if caption:
-            self.para(caption, size=8.3, color=(70, 70, 70))
-
-
-def _headings_style(p, size):
-    from fpdf.fonts import FontFace
-
-    return FontFace(family=p.family, emphasis="BOLD", size_pt=size, color=(255, 255, 255), fill_color=(0, 84, 147))
-
-
-# ---------------------------------------------------------------------------------------------------
-# tables
-# ---------------------------------------------------------------------------------------------------
-def _num(v, digits: int = 3) -> str:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    if not math.isfinite(v):
-        return "–"
-    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
-        return f"{v:.{digits - 1}e}"
-    return f"{v:.{digits}g}"
-
-
-def _pct(v) -> str:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(v) else f"{100 * v:.1f}%"
-
-
-def _short(s, n=30) -> str:
-    return F._short(str(s), n)  # noqa: SLF001 - the figures' conjunction-aware shortening
-
-
-def _below(audit, names) -> list:
-    return F._below_gamma(audit, names)  # noqa: SLF001 - shared definition of "below gamma"
-
-
-def _name_col(audit, names, n=30) -> list:
-    below = _below(audit, names)
-    return [_short(nm, n) + (F.BELOW_GAMMA_MARK if b else "") for nm, b in zip(names, below)]
-
-
-def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
-    """The groups whose predicted and observed variance disagree most (largest |log(predicted/observed)|)."""
-    bg = getattr(audit, "by_group", None)
-    if bg is None or not {"pred_var", "emp_var"} <= set(bg.columns):
-        return None
-    pv, ev = bg["pred_var"].astype(float), bg["emp_var"].astype(float)
-    ok = np.isfinite(pv) & np.isfinite(ev) & (pv > 0) & (ev > 0)
-    if "count" in bg:
-        ok &= bg["count"].astype(float) >= 20  # a variance from a handful of rows is noise
-    d = bg[ok]
-    if d.empty:
-        return None
-    gap = np.abs(np.log(d["pred_var"].astype(float) / d["emp_var"].astype(float)))
-    small = pd.Series(_below(audit, d.index), index=d.index, dtype=float)
-    d = d.loc[(gap - 1e6 * small).sort_values(ascending=False).index[:top]]  # mass >= gamma first
-
-    def ci(v, lo, hi):
-        return f"{_num(v, 2)} [{_num(lo, 2)}, {_num(hi, 2)}]"
-
-    def col(c):
-        return d[c] if c in d else pd.Series(np.nan, index=d.index)
-    return pd.DataFrame({
-        "group": _name_col(audit, d.index, 34),
-        "rows": [f"{int(v):,}" for v in d["count"]] if "count" in d else "–",
-        "pred. SD": [_num(math.sqrt(v)) for v in d["pred_var"].astype(float)],
-        "obs. SD": [_num(math.sqrt(v)) for v in d["emp_var"].astype(float)],
-        "pred./obs.": [_num(p_ / e_) for p_, e_ in zip(d["pred_var"].astype(float), d["emp_var"].astype(float))],
-        "pred. vs all": [ci(*t) for t in zip(col("var_ratio"), col("var_ratio_lo"), col("var_ratio_hi"))],
-        "obs. vs all": [ci(*t) for t in zip(col("emp_var_ratio"), col("emp_var_ratio_lo"), col("emp_var_ratio_hi"))],
-    })
-
-
-def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
-    cov, wid = getattr(audit, "coverage", None), getattr(audit, "width", None)
-    if cov is None or cov.empty:
-        return None
-    target = 1 - delta
-    big = ~np.asarray(_below(audit, cov.index), dtype=bool)
-    rows = []
-    for m in cov.columns:
-        c = cov[m].astype(float)
-        overall = c.get("all", np.nan) if "all" in c.index else np.nan
-        cb = c[big] if big.any() else c
-        worst = cb.idxmin() if cb.notna().any() else None
-        rows.append({
-            "method": F.METHOD_LABELS.get(str(m), str(m)),
-            "coverage (all)": _pct(overall),
-            "worst group (mass ≥ γ)": f"{_short(worst, 26)}: {_pct(cb.min())}" if worst is not None else "–",
-            f"groups under {target - 0.05:.0%}": f"{int((cb < target - 0.05).sum())} of {int(cb.notna().sum())}",
-            "mean width (all)": _num(wid[m].astype(float).get("all", np.nan)) if wid is not None and m in wid else "–",
-        })
-    return pd.DataFrame(rows)
-
-
-def _calibration_table(audit, top: int = 12) -> pd.DataFrame | None:
-    bg = getattr(audit, "by_group", None)
-    if bg is None or "calib_error_worst" not in bg:
-        return None
-    has_base = "calib_error_worst_base" in bg and np.isfinite(bg["calib_error_worst_base"].astype(float)).any()
-    key = bg["calib_error_worst_base"].astype(float) if has_base else bg["calib_error_worst"].astype(float)
-    key = key.fillna(-1.0) - 1e6 * pd.Series(_below(audit, bg.index), index=bg.index, dtype=float)
-    d = bg.loc[key.sort_values(ascending=False).index[:top]]  # groups of mass >= gamma first
-    out = {"group": _name_col(audit, d.index, 34), "rows": [f"{int(v):,}" for v in d["count"]] if "count" in d else "–"}
-    if "mean_label" in d:
-        out["mean label"] = [_num(v) for v in d["mean_label"]]
-    if has_base:
-        out["worst cell, base"] = [_num(v) for v in d["calib_error_worst_base"]]
-    out["worst cell, after"] = [_num(v) for v in d["calib_error_worst"]]
-    if "calib_error_worst_weighted" in d:
-        if has_base and "calib_error_worst_weighted_base" in d:
-            out["weighted, base"] = [_num(v) for v in d["calib_error_worst_weighted_base"]]
-        out["weighted, after"] = [_num(v) for v in d["calib_error_worst_weighted"]]
-    return pd.DataFrame(out)
-
-
-_MAX_FINDINGS = 8
-
-
-def findings_summary(audit) -> dict:
-    """What the findings section says, as data (shared by the PDF and the dashboard): the findings to show
-    (most significant first, at most ``_MAX_FINDINGS``), how many there are, how many tests were made, the
-    error control, the smallest group tested, the descriptive disparities, and a failure message if the
-    findings could not be computed."""
-    params = getattr(audit, "params", {}) or {}
-    status = getattr(audit, "findings_status", "failed: this audit has no findings (made by an older version)")
-    found = list(getattr(audit, "findings", []) or [])
-    control = {"holm": "Holm (family-wise error)", "bh": "Benjamini-Hochberg (false discovery rate)"}.get(
-        params.get("error_control"), str(params.get("error_control")))
-    return {"failed": None if status == "ok" else status.removeprefix("failed:").strip(),
-            "shown": found[:_MAX_FINDINGS], "n_found": len(found), "n_tests": params.get("n_tests"),
-            "control": control, "level": params.get("findings_level"), "min_count": params.get("min_group_count"),
-            "variance_note": _variance_note(params.get("variance_tolerance")),
-            "disparities": list(getattr(audit, "disparities", []) or [])[:3]}
-
-
-def _variance_note(tol) -> str:
-    """How a variance finding is judged, in words ("" for audits made before the tolerance existed)."""
-    if tol is None:
-        return ""
-    if not tol:
-        return " A variance counts as misstated when observed / predicted differs from 1 beyond chance."
-    return f" A variance counts as misstated only when it is off by more than {1 + tol:.2g}x beyond chance."
-
-
-def _findings_section(doc, audit):
-    s = findings_summary(audit)
-    doc.heading("Key findings", size=12, space=1)
-    if s["failed"]:
-        doc.para(f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
-                 color=(170, 40, 0))
-        return
-    scope = (f"{s['n_tests']} tests of the model's means, bucket calibration, variances and interval coverage on "
-             f"every group and cell of at least {s['min_count']} rows, adjusted together by {s['control']} at "
-             f"{s['level']:g}.{s['variance_note']}")
-    if s["shown"]:
-        doc.bullets([f["text"] for f in s["shown"]])
-        more = s["n_found"] - len(s["shown"])
-        doc.para(("" if more <= 0 else f"{more} further finding(s) are in audit.json. ") + scope, size=8.5, style="I")
-    else:
-        doc.para("No defect found: " + scope, style="I")
-    if s["disparities"]:
-        doc.para("Where the model is more or less certain (descriptive, not defects):", size=9.5)
-        doc.bullets([d["text"] for d in s["disparities"]])
-
-
-class _Relabelled:
-    """The audit with ``params["label"]`` set to the report's label name (used in axis titles)."""
-
-    def __init__(self, audit, label: str):
-        self._audit = audit
-        params = getattr(audit, "params", None)
-        try:
-            params = dict(params) if params is not None else {}
-        except (TypeError, ValueError):
-            params = {}
-        params["label"] = label
-        self.params = params
-
-    def __getattr__(self, name):
-        return getattr(self._audit, name)
-
-    @classmethod
-    def wrap(cls, audit, label: str):
-        if F.label_info(audit)["name"] == label:
-            return audit
-        return cls(audit, label)
-
-
-def _subset(audit, names) -> SimpleNamespace:
-    """The audit restricted to some groups (for splitting tall heatmaps over pages)."""
-    names = list(names)
-
-    def take(t):
-        if isinstance(t, pd.DataFrame) and not t.empty:
-            return t.loc[[n for n in names if n in t.index]]
-        return t
-
-    return SimpleNamespace(by_group=getattr(audit, "by_group", None), coverage=take(getattr(audit, "coverage", None)),
-                           width=take(getattr(audit, "width", None)),
-                           coverage_by_bucket=take(getattr(audit, "coverage_by_bucket", None)),
-                           params=getattr(audit, "params", {}), overall=getattr(audit, "overall", {}))
-
-
-def _chunks(index, size: int) -> list:
-    idx = list(index)
-    if len(idx) <= size:
-        return [idx]
-    k = math.ceil(len(idx) / size)
-    step = math.ceil(len(idx) / k)
-    return [idx[i: i + step] for i in range(0, len(idx), step)]
-
-
-# ---------------------------------------------------------------------------------------------------
 # the report
 # ---------------------------------------------------------------------------------------------------
 def _param_rows(model, audit, delta, gamma, label) -> list:
@@ -686,7 +269,7 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
     delta, gamma : interval miscoverage and the smallest cell mass the guarantees cover
     label, data_name : names printed in the report
     audit : a precomputed ``mmc_core.metrics.AuditResult`` for the same arguments (computed if None)
-    threshold : the decision threshold of a binary (classifier) model's rates (see :func:`_binary_report`)
+    threshold : the decision threshold of a binary (classifier) model's rates (see :func:`app.report_binary.binary_report`)
 
     Raises
     ------
@@ -704,7 +287,9 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
         else:
             audit = run_audit(model, table, y, base=base, delta=delta, gamma=gamma)
     if getattr(audit, "task", "regression") == "binary":
-        return _binary_report(model, audit, label, data_name)
+        from app.report_binary import binary_report
+
+        return binary_report(model, audit, label, data_name)
     y = np.asarray(y, dtype=float)
     info = dict(model.info or {})
     if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
@@ -890,138 +475,3 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
 
     out = pdf.output()
     return bytes(out)
-
-
-# ---------------------------------------------------------------------------------------------------
-# classifier audits (binary labels)
-# ---------------------------------------------------------------------------------------------------
-_BINARY_HOW_TO_READ = (
-    "The label is a 0/1 outcome, so the model's prediction is a probability, and every number in this report "
-    "is on the probability scale (no variances either: the spread of a 0/1 outcome is p(1 − p) once p "
-    "is right). Multicalibration asks that, inside every group listed and every bucket of predicted "
-    "probabilities within a group, the share of positives equals the average predicted probability. 'Before' is "
-    "the base score the fit started from, 'after' the multicalibrated probability. Intervals in brackets are "
-    "bootstrap 95% intervals (observed shares in the reliability diagrams: Wilson 95% intervals). No prediction "
-    "intervals are given: for a 0/1 outcome an interval is {0}, {1} or {0, 1}."
-)
-
-
-def _binary_report(model, audit, label: str, data_name: str) -> bytes:
-    """The PDF of a classifier audit: findings, per-group probability metrics before / after, reliability
-    diagrams, rates at the threshold and the disparity summaries (figures and tables from app/figures.py,
-    the same the dashboard shows)."""
-    info = dict(model.info or {})
-    if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
-        label = str(info["label"])
-    label = str(label or "label")
-    params = audit.params
-    thr = float(params.get("threshold", 0.5))
-    bg = audit.by_group
-    pdf = _make_pdf(f"mmc-audit classifier report: {label} on {data_name}")
-    doc = _Doc(pdf)
-    t = pdf.text_
-    pdf.add_page()
-    pdf.set_font(pdf.family, "B", 18)
-    pdf.set_text_color(*_Doc.BLUE)
-    pdf.multi_cell(0, 9, t(f"Classifier audit: {label}"), new_x="LMARGIN", new_y="NEXT")
-    pdf.set_text_color(90, 90, 90)
-    pdf.set_font(pdf.family, "", 9)
-    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    pdf.multi_cell(0, 5, t(f"Data: {data_name} · {int(params['n']):,} rows · {len(bg):,} groups · decision "
-                           f"threshold {thr:g} · generated {stamp} by mmc-audit"), new_x="LMARGIN", new_y="NEXT")
-    pdf.set_text_color(0, 0, 0)
-    pdf.ln(2)
-
-    s = findings_summary(audit)
-    doc.heading("Key findings", size=12, space=1)
-    if s["failed"]:
-        doc.para(f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
-                 color=(170, 40, 0))
-    else:
-        scope = (f"{s['n_tests']} tests of the predicted probability on every group and every group × "
-                 f"probability bucket of at least {s['min_count']} rows, adjusted together by {s['control']} at "
-                 f"{s['level']:g}.")
-        if s["shown"]:
-            doc.bullets([f["text"] for f in s["shown"]])
-            doc.para(scope, size=8.5, style="I")
-        else:
-            doc.para("No miscalibrated group or bucket found: " + scope, style="I")
-    if not info.get("converged", True):
-        doc.para("**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
-                 "fitting rows.", color=(170, 40, 0), markdown=True)
-    classes = params["label"].get("classes") or [0, 1]
-    p = model.params
-    doc.heading("Model and run", size=12)
-    doc.kv_table([
-        ("Task", f"classifier audit (binary label {label}: positive class {classes[1]!s}, negative {classes[0]!s})"),
-        ("Prediction", "the multicalibrated probability of the positive class, in [0, 1] (mean only)"),
-        ("Before", str(params.get("base", "–"))),
-        ("Fit", f"α = {p.alpha:.3g} (mass-weighted, probability scale); m = {p.m} probability buckets; "
-                f"{info.get('rounds', '–')} round(s), {info.get('mean_updates', '–')} update(s); converged: "
-                f"{'yes' if info.get('converged', True) else 'no'}"),
-        ("Audit", f"threshold {thr:g} (decision = probability ≥ threshold); {params['n_buckets']} equal "
-                  f"probability buckets for calibration; {params['n_boot']} bootstrap replicates; worst-bucket "
-                  f"errors over buckets of ≥ {params['min_cell_count']} rows"),
-    ])
-    ov = bg.iloc[0]
-    doc.heading("Data", size=12)
-    small = bg.sort_values("count").head(3)
-    doc.kv_table([("Rows", f"{int(ov['count']):,} audited; share of positives {ov['base_rate']:.3f}"),
-                  ("Groups", f"{len(bg):,} (overlapping; 'all' is the whole population)"),
-                  ("Smallest groups", "; ".join(f"{_short(g, 40)} ({int(c):,} rows)"
-                                                for g, c in zip(small.index, small["count"])))])
-    if int(params["n"]) == info.get("n_rows"):
-        doc.para("These data have as many rows as the model was fitted on: if they are the fitting rows, the "
-                 "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
-                 size=8.5, style="I", color=(170, 40, 0))
-    doc.heading("How to read this report", size=12)
-    doc.para(_BINARY_HOW_TO_READ, size=9)
-
-    def add_figure(fig, heading, caption, max_height=None):
-        png = figure_to_png(fig)
-        hpx = int(fig.layout.height or 500)
-        w, h = doc.figure_size(EXPORT_WIDTH, hpx, max_height)
-        doc.ensure(12 + h + doc.caption_height(caption))
-        doc.heading(heading)
-        doc.figure(png, EXPORT_WIDTH, hpx, caption, max_height=max_height)
-
-    def table(df, title, first=30.0):
-        n_other = len(df.columns) - 1
-        widths = [first] + [(186 - first) / n_other] * n_other
-        doc.data_table(df, col_widths=widths, size=6.8, title=title)
-
-    doc.ensure(70)
-    cal = F.classifier_calibration_table(bg, top=24)
-    keep = [c for c in cal.columns if not c.startswith("Brier")]
-    table(cal[keep[:2] + keep[2:7]], "1. Probability calibration by group (before → after, 95% intervals)", 28)
-    table(cal[keep[:2] + keep[7:]], "Log loss and expected calibration error by group", 28)
-    doc.para("positive share: observed share of positives; mean probability: average predicted probability; worst "
-             "bucket error: observed − predicted in the group's probability bucket with the largest gap (buckets of "
-             f"≥ {params['min_cell_count']} rows); ECE: gaps averaged over the group's buckets, weighted by rows; "
-             "log loss: lower is better.", size=8, color=(70, 70, 70))
-    pdf.add_page()
-    add_figure(F.reliability_figure(audit.calibration_cells, bg), "2. Reliability diagrams",
-               "Observed share of positives against the average predicted probability in each tenth of the "
-               "probability scale, per group (the largest groups), before (orange) and after (blue) "
-               "multicalibration. Points on the dashed diagonal are calibrated; bars are Wilson 95% intervals, "
-               "so small buckets scatter widely.", max_height=190)
-    pdf.add_page()
-    add_figure(F.rate_figure(bg, thr), f"3. Rates by group at threshold {thr:g}",
-               "Selection rate (share decided positive), true positive rate and false positive rate per group, "
-               "with bootstrap 95% intervals, before and after multicalibration.", max_height=110)
-    rt = F.classifier_rate_table(bg, top=24)
-    table(rt[[c for c in rt.columns if not c.endswith(", before")]],
-          f"Rates at threshold {thr:g} after multicalibration (95% intervals)", 28)
-    dt = F.classifier_disparity_table(audit.classifier.disparities) if audit.classifier is not None else None
-    if dt is not None and len(dt):
-        doc.data_table(dt, col_widths=(24, 14, 22, 18, 22, 18, 68), size=7.5,
-                       title="Disparities across the values of each column (after multicalibration)")
-        doc.para("DP: demographic parity (selection rates: largest − smallest, smallest / largest); EO: equalized "
-                 "odds (the larger gap of the true and false positive rates; the smaller ratio); four-fifths rule: "
-                 "groups selected at less than 4/5 of the column's highest selection rate. Computed as fairlearn's "
-                 "MetricFrame does.", size=8, color=(70, 70, 70))
-    doc.ensure(30)
-    doc.heading("Not in this report", size=11)
-    doc.bullets(["Prediction intervals, coverage and variance findings: a 0/1 outcome has no useful interval, and "
-                 "its variance p(1 − p) follows from the probability."], size=9)
-    return bytes(pdf.output())

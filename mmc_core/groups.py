@@ -1,5 +1,10 @@
 """Named, possibly overlapping groups defined by conditions on columns, and their membership.
 
+Why one module of ~530 lines (30 of them the grammar below): the condition grammar (:class:`Condition`,
+:class:`Group`), its vectorised evaluation (:class:`Membership`) and the set a model file stores
+(:class:`GroupSet`) are one data model, parsed, validated and evaluated by the same helpers; split, each part
+would import the others' private helpers.
+
 A group is a conjunction of conditions; the group with no conditions is the whole population. Definitions
 are data (parsed from JSON by an explicit grammar, never evaluated as code) so that a fitted model can
 compute memberships of *new* rows.

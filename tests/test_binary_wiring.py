@@ -265,7 +265,7 @@ def test_readme_classifier_commands_run(tmp_path):
 
 
 def test_pdf_report_of_a_binary_model(tmp_path, monkeypatch):
-    """The classifier section of the PDF: its tables and the two classifier figures (built by app/figures.py),
+    """The classifier section of the PDF: its tables and the two classifier figures (built by app/figures_binary.py),
     nothing in label units, no interval or variance pages (figures replaced by grey boxes: no browser needed)."""
     import shutil
     import subprocess

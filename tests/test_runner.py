@@ -72,16 +72,16 @@ def test_split_rows_disjoint_and_sized():
 
 
 def test_in_app_base_model_is_trained_on_its_rows_only_and_cached(wage, monkeypatch):
-    import app.runner as runner
+    import app.base_model as base_model  # where cached_base_model looks fit_base_model up
 
     fits = []
-    real_fit = runner.fit_base_model
+    real_fit = base_model.fit_base_model
 
     def counting_fit(X, y, *a, **k):
         fits.append(len(X))
         return real_fit(X, y, *a, **k)
 
-    monkeypatch.setattr(runner, "fit_base_model", counting_fit)
+    monkeypatch.setattr(base_model, "fit_base_model", counting_fit)
     label = prepare_label(wage, LabelSpec("wage"))
     spec = BaseSpec("model", None, "ridge", ("age", "education", "maritl", "race", "jobclass"))
     split_spec = SplitSpec(test=0.25, base=0.35, seed=3)

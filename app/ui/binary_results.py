@@ -1,6 +1,6 @@
 """Results of a classifier audit (a binary label): per-group probability calibration before / after with
 bootstrap intervals, reliability diagrams, and the rates at a decision threshold with a slider that recomputes
-them from the stored test-row predictions (no refit). Figures and display tables come from ``app/figures.py``
+them from the stored test-row predictions (no refit). Figures and display tables come from ``app/figures_binary.py``
 (the PDF report uses the same ones); every number is on the probability scale, never in label units."""
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ def _run_key(run) -> str:
 @st.cache_data(show_spinner=False, max_entries=64)
 def rates_at(key: str, _run, _frame, threshold: float):
     """(rates, disparities) of the run's test rows at ``threshold`` (cached per run and threshold)."""
-    from app.runner import classifier_rates
+    from app.pipeline import classifier_rates
 
     return classifier_rates(_frame, _run, threshold)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _reliability(key: str, _run):
-    from app import figures as F
+    from app import figures_binary as F
 
     return F.reliability_figure(_run.audit.calibration_cells, _run.audit.by_group)
 
@@ -84,7 +84,7 @@ def findings_box(run):
 
 
 def calibration_tab(run):
-    from app import figures as F
+    from app import figures_binary as F
 
     bg = run.audit.by_group
     st.markdown("**Probability calibration by group** (test rows; before = the base score, after = "
@@ -97,7 +97,7 @@ def calibration_tab(run):
 
 
 def rates_tab(run, frame):
-    from app import figures as F
+    from app import figures_binary as F
 
     st.slider("Decision threshold (decision = predicted probability ≥ threshold)", 0.05, 0.95, step=0.05,
               **state.bind("res_threshold"))

@@ -9,7 +9,7 @@ import streamlit as st
 
 from app import demo_data
 from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
-from app.runner import BASE_MODELS
+from app.specs import BASE_MODELS
 from app.ui import state
 from app.ui.common import esc, sanitize
 from mmc_core.errors import MMCError

@@ -1,6 +1,6 @@
 """Discover: find groups nobody listed (the paper's learning-oracle auditor, :mod:`mmc_core.discover`).
 
-The tab on the Groups page runs :class:`app.runner.DiscoverJob` in the background (a fragment polls its progress
+The tab on the Groups page runs :class:`app.discovery.DiscoverJob` in the background (a fragment polls its progress
 and offers Stop, like the Run page), shows every accepted set as a readable rule with its size, the direction and
 size of the error with a 95% interval and the adjusted p-value, and adds a chosen one to the group list with one
 click. Added groups carry ``kind`` (and the other descriptive fields ``mmc discover`` writes), which marks them as
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.runner import DiscoverJob, DiscoverSpec, describe_finding
+from app.discovery import DiscoverJob, DiscoverSpec, describe_finding
 from app.ui import groupbuild as gb
 from app.ui import state
 from app.ui.common import esc, sanitize

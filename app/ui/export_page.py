@@ -39,7 +39,7 @@ def build_pdf(run, frame) -> bytes:
 
 
 def build_csv(run, frame, methods, which: str) -> bytes:
-    from app.runner import predictions_table
+    from app.pipeline import predictions_table
 
     rows = run.split["test"] if which == "test" else None
     out = predictions_table(frame, run, methods=methods, rows=rows)

@@ -1,5 +1,8 @@
 """Results page: everything the audit found on the test rows.
 
+Why one module of ~510 lines: one Streamlit page whose tabs share the per-run cached computations at its top;
+the figures it shows are built in :mod:`app.figures`, the classifier results in :mod:`app.ui.binary_results`.
+
 Variance disparities (which groups the model is least certain about, and whether it knows), coverage and
 width heatmaps of the interval methods, mean calibration before / after, moment calibration per cell, and a
 row explorer. Figures come from ``app/figures.py`` (the PDF report uses the same ones) and are cached per run.
@@ -184,7 +187,7 @@ def headline(run):
 
 
 def rmse_line(run, frame):
-    from app.runner import error_metrics
+    from app.pipeline import error_metrics
 
     bm = run.base_metrics or {}
     try:
@@ -382,7 +385,7 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
 
 
 def explorer_tab(run, frame):
-    from app.runner import row_details
+    from app.pipeline import row_details
 
     ss = st.session_state
     test = run.split["test"]

@@ -1,6 +1,10 @@
 """Run page: parameters with what they imply, the Run button, a live convergence chart and a Stop button.
 
-How the live view works: Run starts :class:`app.runner.FitJob` (in a forked worker process). The page then draws
+Why one module of ~560 lines: Streamlit executes a page file as a whole, and its parts (the settings form, the
+implications of the parameters, the live fragment, starting and finishing the job) share the page's
+session-state keys; the work it starts lives in :mod:`app.pipeline` and :mod:`app.jobs`.
+
+How the live view works: Run starts :class:`app.jobs.FitJob` (in a forked worker process). The page then draws
 a fragment that Streamlit re-executes every 0.25 s (``st.fragment(run_every=...)``) while the job runs; each tick
 reads the job's history (one row per descent round) and redraws the progress line (and, at most every 1.5 s, a
 thinned convergence chart). The Stop button inside the fragment sets the job's stop flag; as soon as the job has
@@ -16,7 +20,8 @@ import time
 
 import streamlit as st
 
-from app.runner import STEP_HELP, FitJob
+from app.jobs import FitJob
+from app.specs import STEP_HELP
 from app.ui import state
 from app.ui.common import esc
 
@@ -92,7 +97,7 @@ def finalize():
 
 def audit_kept_model():
     """Audit a stopped run's model (the Stop skipped the audit)."""
-    from app.runner import audit_run
+    from app.pipeline import audit_run
 
     ss = st.session_state
     run, d = ss.get("run"), state.data()
@@ -177,7 +182,7 @@ SE_RULE_TEXT = ("**Thresholds: the per-cell standard-error test** (the library d
 def se_implications(settings, n_groups: int, lo: float | None, hi: float | None, units: str,
                     preview: dict | None) -> list:
     """The "se" rule in plain words, with the z and the smallest correctable error the estimator computes
-    (``preview`` from :func:`app.runner.se_thresholds`; None: known once the base model is fitted)."""
+    (``preview`` from :func:`app.pipeline.se_thresholds`; None: known once the base model is fitted)."""
     m, k = settings.n_buckets, settings.n_moments
     out = [SE_RULE_TEXT]
     span = (hi - lo) if (lo is not None and hi is not None and hi > lo) else None
@@ -226,7 +231,7 @@ def progress_of(history: list, alpha: float, max_rounds: int | None) -> float:
 
 
 def _convergence_fig(history, alpha: float, beta: float, kept_round=None):
-    from app.figures import convergence_figure
+    from app.figures_convergence import convergence_figure
 
     return convergence_figure(history, alpha, beta, 1 / alpha ** 2 - 1, kept_round=kept_round)
 
@@ -281,7 +286,7 @@ def _live_chart(job, hist, thr):
 
 
 def _live_body():
-    from app.runner import debug as _debug
+    from app.jobs import debug as _debug
 
     _debug("fragment tick")
     ss = st.session_state
@@ -428,7 +433,7 @@ def settings_form(d):
 
 def split_summary(d) -> dict | None:
     """Row counts of the split with the current settings (or None if the settings are invalid)."""
-    from app.runner import split_rows
+    from app.pipeline import split_rows
     from mmc_core.errors import MMCError
 
     try:

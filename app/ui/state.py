@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from app import demo_data
-from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, frame_key
+from app.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec, frame_key
 from app.ui.settings import Settings
 
 DEFAULT_DATASET = "synthetic_scores"
@@ -326,9 +326,11 @@ def column_values(_frame: pd.DataFrame, key: str, col: str) -> dict:
 def threshold_preview(_frame: pd.DataFrame, key: str, lspec: LabelSpec, bspec: BaseSpec, sspec: SplitSpec,
                       n_groups: int, settings: FitSettings, groups_text: str | None = None) -> dict | None:
     """The alpha / beta a run with these settings will use (None when the base model must be fitted first).
-    With the "se" rule: the estimator's own z, floors and residual SD (:func:`app.runner.se_thresholds`), for
+    With the "se" rule: the estimator's own z, floors and residual SD (:func:`app.pipeline.se_thresholds`), for
     which ``groups_text`` (the groups file as JSON text) is needed."""
-    from app.runner import auto_thresholds, base_prediction, prepare_label, split_rows
+    from app.base_model import base_prediction
+    from app.pipeline import auto_thresholds, split_rows
+    from app.specs import prepare_label
     from mmc_core.errors import MMCError
 
     if not isinstance(settings.alpha, str) and not isinstance(settings.beta, str):  # set by hand: nothing to compute
@@ -374,7 +376,7 @@ def feature_flags(_frame: pd.DataFrame, key: str, label: str | None) -> dict:
 @st.cache_data(show_spinner=False, max_entries=16)
 def label_summary(_frame: pd.DataFrame, key: str, spec: LabelSpec) -> dict:
     """The prepared label's range and a histogram, or the error message."""
-    from app.runner import prepare_label
+    from app.specs import prepare_label
     from mmc_core.errors import MMCError
 
     try:

@@ -1,0 +1,223 @@
+"""The base prediction a run starts from: none, an existing column, or a scikit-learn model (gradient boosting or
+ridge / logistic regression) fitted on the base-model rows only, with the process-wide cache
+(:func:`cached_base_model`) that lets the multicalibration be re-run with new parameters without refitting it.
+The fit polls a stop flag between chunks of boosting iterations (:class:`StoppedByUser`) and runs with one
+OpenMP / BLAS thread (:func:`_limit_threads`) so it does not fight the dashboard server for the cores. Kept apart
+from :mod:`app.pipeline` because it is the only part that needs scikit-learn.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import pandas as pd
+
+from app.specs import BASE_MODELS, BaseSpec, LabelSpec, PreparedLabel, SplitSpec
+from mmc_core.errors import DataError, MMCError
+
+_BASE_LOCK = threading.Lock()  # guards the process-wide caches (base models, discoveries, the fork server)
+
+
+def _feature_frame(df: pd.DataFrame, features) -> pd.DataFrame:
+    X = df[list(features)].copy()
+    for c in X.columns:
+        s = X[c]
+        if pd.api.types.is_bool_dtype(s):
+            X[c] = s.astype(float)
+        elif not pd.api.types.is_numeric_dtype(s):
+            X[c] = s.astype("string").astype(object).where(s.notna(), None)
+    return X
+
+
+
+class StoppedByUser(MMCError):
+    """Raised inside the pipeline when Stop was pressed in a phase that keeps nothing (the base-model fit)."""
+
+
+BOOST_CHUNK = 10  # boosting iterations between two looks at the stop flag
+
+
+def _limit_threads():
+    """At most one OpenMP / BLAS thread for fits inside the dashboard: the server's own threads (page runs,
+    the 4-per-second live view) compete for the same cores, and spinning OpenMP workers waiting for the GIL made
+    an in-app gradient-boosting fit over ten times slower than the same fit in a plain Python process."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        import contextlib
+
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1)
+
+
+class _Probability:
+    """A fitted scikit-learn classifier whose ``predict`` is the probability of class 1 (binary labels)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def predict(self, X):
+        return self.model.predict_proba(X)[:, 1]
+
+
+def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int = 0, stop=None, progress=None,
+                   binary: bool = False):
+    """A scikit-learn pipeline (one-hot for text columns) fitted on (X, y).
+
+    ``stop()`` is polled between chunks of BOOST_CHUNK boosting iterations (gradient boosting is grown with
+    ``warm_start``, which gives the same model as one fit); when it returns True, :class:`StoppedByUser` is
+    raised. ``progress(iterations_done)`` is called after every chunk.
+
+    Binary labels: gradient-boosted trees or a (ridge-penalised) logistic regression, predicting the
+    probability of the positive class (a regression on 0/1 would give values outside [0, 1])."""
+    from sklearn.pipeline import Pipeline, make_pipeline
+
+    if len(X) == 0:
+        raise DataError("no rows to train the base model on")
+    cat = [c for c in X.columns if not pd.api.types.is_numeric_dtype(X[c])]
+    num = [c for c in X.columns if c not in cat]
+    if binary and len(np.unique(y)) < 2:
+        raise DataError("the base-model rows hold only one class of the label: use a larger base-model share")
+    if kind == "hgb":
+        from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+
+        pre = _preprocessor(cat, num, linear=False)
+        boost = HistGradientBoostingClassifier if binary else HistGradientBoostingRegressor
+        est = boost(max_iter=BOOST_CHUNK, learning_rate=0.08, early_stopping=True, validation_fraction=0.15,
+                    random_state=seed, warm_start=True)
+        with _limit_threads():
+            _grow(est, pre.fit_transform(X), y, stop, progress, max_iter=200)
+        model = Pipeline([("pre", pre), ("clf" if binary else "reg", est)])
+    elif kind == "ridge":
+        from sklearn.linear_model import LogisticRegressionCV, RidgeCV
+
+        last = LogisticRegressionCV(Cs=np.logspace(-3, 3, 7), max_iter=2000, scoring="neg_log_loss") if binary \
+            else RidgeCV(alphas=np.logspace(-3, 3, 13))
+        model = make_pipeline(_preprocessor(cat, num, linear=True), last)
+        if stop is not None and stop():
+            raise StoppedByUser("stopped during the base-model fit")
+        with _limit_threads():
+            model.fit(X, y)
+    else:
+        raise MMCError(f"unknown base model {kind!r}; choose one of {', '.join(BASE_MODELS)}")
+    return _Probability(model) if binary else model
+
+
+def _preprocessor(cat: list, num: list, linear: bool):
+    """Text columns one-hot encoded (missing values as their own category, at most 30 categories); numbers passed
+    through for trees (dense output), or median-imputed and standardised for a linear model."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    missing = SimpleImputer(strategy="constant", fill_value="(missing)")
+    if linear:
+        return ColumnTransformer(
+            [("cat", make_pipeline(missing, OneHotEncoder(handle_unknown="ignore", max_categories=30)), cat),
+             ("num", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), num)], remainder="drop")
+    return ColumnTransformer(
+        [("cat", make_pipeline(missing, OneHotEncoder(handle_unknown="ignore", max_categories=30,
+                                                      sparse_output=False)), cat),
+         ("num", "passthrough", num)], remainder="drop")
+
+
+def _grow(est, Xt, y, stop, progress, max_iter: int):
+    """Fit a ``warm_start`` gradient-boosting model BOOST_CHUNK iterations at a time up to ``max_iter`` (or until
+    its early stopping ends the boosting), looking at ``stop()`` before every chunk."""
+    done = 0
+    while done < max_iter:
+        if stop is not None and stop():
+            raise StoppedByUser("stopped during the base-model fit")
+        target = min(done + BOOST_CHUNK, max_iter)
+        est.set_params(max_iter=target)
+        est.fit(Xt, y)
+        if progress is not None:
+            progress(int(est.n_iter_))
+        if est.n_iter_ < target:  # early stopping ended the boosting
+            break
+        done = target
+
+
+_BASE_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+
+
+def cached_base_model(key: tuple, df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, spec: BaseSpec, seed: int,
+                      stop=None, progress=None, binary: bool = False):
+    """Predictions of an in-app base model on all rows, fitted on ``rows`` only; cached on ``key`` (data hash,
+    label, split, spec, row digest) so re-running the multicalibration with new parameters does not refit it."""
+    with _BASE_LOCK:
+        if key in _BASE_CACHE:
+            _BASE_CACHE.move_to_end(key)
+            return _BASE_CACHE[key]
+    X = _feature_frame(df, spec.features)
+    try:
+        model = fit_base_model(X.iloc[rows], y[rows], spec.model, seed, stop=stop, progress=progress, binary=binary)
+        with _limit_threads():
+            pred = np.asarray(model.predict(X), dtype=float)
+    except MMCError:
+        raise
+    except ValueError as e:  # scikit-learn's own checks: say which model and features
+        raise DataError(f"the base model could not be fitted on features {', '.join(map(str, spec.features))}: "
+                        f"{str(e).splitlines()[0]}") from None
+    out = (pred, model)
+    with _BASE_LOCK:
+        _BASE_CACHE[key] = out
+        while len(_BASE_CACHE) > 4:
+            _BASE_CACHE.popitem(last=False)
+    return out
+
+
+def base_prediction(df: pd.DataFrame, label: PreparedLabel, label_spec: LabelSpec, spec: BaseSpec,
+                    split: dict, split_spec: SplitSpec, data_key: str = "", stop=None, progress=None):
+    """(base prediction of every row in fitted-label units clipped to the label range, or None; note)."""
+    from app.io import numeric_column
+
+    if spec.kind == "none":
+        return None, "no base model: the mean starts at the label mean of the fitting rows"
+    if spec.kind == "column":
+        if not spec.column:
+            raise DataError("choose the base prediction column")
+        if spec.column == label_spec.column:
+            raise DataError("the base prediction cannot be the label column itself")
+        b = numeric_column(df, spec.column, "base prediction column")
+        if label_spec.log:
+            if np.any(b <= 0):
+                raise DataError(f"log scale needs a positive base prediction; '{spec.column}' has values <= 0")
+            b = np.log(b)
+        note = f"base prediction: column '{spec.column}'"
+    elif spec.kind == "model":
+        feats = [f for f in spec.features if f != label_spec.column]
+        if not feats:
+            raise DataError("choose at least one feature column for the base model")
+        missing = [f for f in feats if f not in df.columns]
+        if missing:
+            raise DataError(f"feature column(s) not in the data: {', '.join(missing)}")
+        from app.validate import unusable_feature_error
+
+        problem = unusable_feature_error(df, feats)
+        if problem:
+            raise DataError(problem)
+        if split["base"].size == 0:
+            raise DataError("no rows to train the base model on (the split gives it none)")
+        spec = BaseSpec("model", None, spec.model, tuple(feats))
+        # the key holds what the model is trained on -- its rows, their labels and features -- so an edited
+        # table under the same name (or no data_key at all) never gets another table's model
+        rows = split["base"]
+        h = hashlib.sha1(np.ascontiguousarray(rows).tobytes())
+        h.update(np.ascontiguousarray(label.y[rows], dtype=float).tobytes())
+        h.update(pd.util.hash_pandas_object(df.iloc[rows][feats], index=False).to_numpy().tobytes())
+        key = (data_key, label_spec, spec, split_spec, h.hexdigest()[:24])
+        b, _ = cached_base_model(key, df, label.y, split["base"], spec, split_spec.seed, stop=stop, progress=progress,
+                                 binary=label.task == "binary")
+        note = (f"base prediction: {BASE_MODELS.get(spec.model, spec.model)} on {len(feats)} feature(s), "
+                f"trained on {split['base'].size:,} rows that are not used again")
+    else:
+        raise DataError(f"unknown base prediction kind {spec.kind!r}")
+    outside = int(np.sum((b < label.lo) | (b > label.hi)))
+    if outside:
+        note += f"; {outside:,} prediction(s) outside the label range were clipped into it"
+    return np.clip(b, label.lo, label.hi), note
+

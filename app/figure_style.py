@@ -1,0 +1,281 @@
+"""The shared look of every dashboard and report figure: the colour-blind-safe palette (Okabe-Ito), the coverage
+and width colour scales, fonts, and the helpers every figure builder uses (shortened group names with the
+below-gamma mark, row-dependent heights and margins, the common layout and footer, the empty-figure placeholder,
+number formatting, interval-method and bucket labels, the label and its units read from an audit). Kept in one
+place so :mod:`app.figures`, :mod:`app.figures_convergence` and :mod:`app.figures_binary` look alike.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+# Okabe & Ito (2008): distinguishable under all common colour-vision deficiencies.
+OKABE_ITO = {
+    "black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
+    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "grey": "#999999",
+}
+FIT_COLOR = OKABE_ITO["blue"]        # multicalibrated / fitting sample / predicted
+HOLDOUT_COLOR = OKABE_ITO["orange"]  # held-out rows / base model
+OBSERVED_COLOR = OKABE_ITO["vermillion"]
+MUTED = "#8c8c8c"
+BELOW_GAMMA_MARK = " †"
+COVERAGE_SCALE = "RdBu"      # red = under-covers, white = on target (1 - delta), blue = over-covers
+#                              (see coverage_colorscale: the white point is placed exactly at 1 - delta)
+WIDTH_SCALE = "Blues"        # sequential single hue: wider = darker
+FONT = dict(family="DejaVu Sans, Arial, Helvetica, sans-serif", size=13, color="#222222")
+MAX_NAME = 40                # characters of a group name shown on an axis
+
+METHOD_LABELS = {
+    "guaranteed": "guaranteed", "plugin": "plug-in", "multimoment": "multi-moment", "calibrated": "calibrated",
+    "split-conformal": "split conformal", "mondrian": "Mondrian", "gaussian": "Gaussian",
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# shared helpers
+def _method_tick(method: str) -> str:
+    """A method's axis label on at most two short lines (narrow heatmap columns stay readable)."""
+    label = METHOD_LABELS.get(method, method)
+    for sep in (" ", "-"):
+        if len(label) > 9 and sep in label:
+            a, b = label.split(sep, 1)
+            return f"{a}{sep if sep == '-' else ''}<br>{b}"
+    return label
+
+
+# ---------------------------------------------------------------------------------------------------
+def _get(obj, key, default=None):
+    if obj is None:
+        return default
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    if isinstance(obj, pd.Series):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def label_info(audit) -> dict:
+    """Label name, unit strings and range, read from ``audit.params`` (tolerant of key spellings)."""
+    p = getattr(audit, "params", None) or {}
+    name = None
+    lo = hi = None
+    lab = _get(p, "label")
+    if isinstance(lab, Mapping):  # mmc_core.metrics: {"lo", "hi", "source", "name"}
+        name = lab.get("name") or None
+        lo, hi = lab.get("lo"), lab.get("hi")
+    for k in ("label", "label_name"):
+        v = _get(p, k)
+        if name is None and isinstance(v, str) and v:
+            name = v
+    name = str(name or "label")
+    units = _get(p, "label_units") or _get(p, "units") or f"{name} units"
+    rng = _get(p, "label_range")
+    if isinstance(rng, Mapping):
+        lo, hi = rng.get("lo"), rng.get("hi")
+    elif isinstance(rng, Sequence) and not isinstance(rng, str) and len(rng) >= 2:
+        lo, hi = rng[0], rng[1]
+    if lo is None:
+        lo, hi = _get(p, "label_lo"), _get(p, "label_hi")
+    try:
+        lo, hi = float(lo), float(hi)
+    except (TypeError, ValueError):
+        lo = hi = None
+    source = lab.get("source") if isinstance(lab, Mapping) else _get(p, "label_source")
+    return {"name": name, "units": units, "lo": lo, "hi": hi, "source": source}
+
+
+def _unit_power(units: str, a: int) -> str:
+    sup = {1: "", 2: "²", 3: "³", 4: "⁴", 5: "⁵", 6: "⁶", 7: "⁷", 8: "⁸", 9: "⁹"}
+    return f"{units}{sup.get(a, f'^{a}')}"
+
+
+def _short(name: str, n: int = MAX_NAME) -> str:
+    """Shorten a group name to ``n`` characters. Conjunctions ("a=1 & b=2") are shortened part by part, so
+    every condition stays visible: "maritl=2. Married & educ…=4. College Grad"."""
+    name = str(name)
+    if len(name) <= n:
+        return name
+    parts = name.split(" & ")
+    if len(parts) > 1:
+        budget = n - 3 * (len(parts) - 1)
+        if budget >= 6 * len(parts):
+            sizes = [len(q) for q in parts]
+            while sum(sizes) > budget:  # take one character at a time from the longest part
+                sizes[sizes.index(max(sizes))] -= 1
+            return " & ".join(_short_part(q, k) for q, k in zip(parts, sizes))
+    return name[: n - 1] + "…"
+
+
+def _short_part(part: str, k: int) -> str:
+    """One condition in ``k`` characters: a long column name is shortened first ("educati…=2. HS Grad"),
+    then the end of the value is cut ("maritl=1. Never Ma…")."""
+    if len(part) <= k:
+        return part
+    col, sep, val = part.partition("=")
+    if sep and len(col) > 6:
+        cut = min(len(part) - k, len(col) - 5)
+        part = col[: len(col) - cut - 1] + "…=" + val
+    return part if len(part) <= k else part[: k - 1] + "…"
+
+
+def _display_names(names, below=None, n: int = MAX_NAME) -> list:
+    """Shortened, unique axis labels; groups below gamma get the † mark."""
+    out, seen = [], {}
+    below = below if below is not None else [False] * len(names)
+    for name, b in zip(names, below):
+        s = _short(name, n)
+        if s in seen:
+            seen[s] += 1
+            s = f"{s[: max(1, n - 4)]}…#{seen[s]}"
+        else:
+            seen[s] = 1
+        out.append(s + (BELOW_GAMMA_MARK if b else ""))
+    return out
+
+
+def _below_gamma(audit, names) -> list:
+    """True for groups whose mass is below gamma (``large_enough`` is False)."""
+    bg = getattr(audit, "by_group", None)
+    if bg is None or "large_enough" not in getattr(bg, "columns", []):
+        gamma = _get(getattr(audit, "params", None), "gamma")
+        if bg is not None and gamma is not None and "mass" in bg.columns:
+            return [bool(bg["mass"].get(n, 1.0) < gamma) for n in names]
+        return [False] * len(names)
+    le = bg["large_enough"]
+    return [not bool(le.get(n, True)) if n in le.index else False for n in names]
+
+
+def _rows_height(n_rows: int, per_row: float = 24, extra: float = 190, minimum: float = 360) -> int:
+    return int(max(minimum, extra + per_row * n_rows))
+
+
+def _left_margin(labels) -> int:
+    longest = max((len(str(s)) for s in labels), default=5)
+    return int(min(330, 30 + 7.6 * longest))
+
+
+def _base_layout(fig: go.Figure, title: str, height: int, subtitle: str | None = None, left: int = 80,
+                 bottom: int = 60, legend: bool = True) -> go.Figure:
+    text = f"<b>{title}</b>" + (f"<br><span style='font-size:12px;color:#555'>{subtitle}</span>" if subtitle else "")
+    fig.update_layout(
+        template="plotly_white", font=FONT, height=height,
+        title=dict(text=text, x=10 / 900, xanchor="left", xref="container", y=1.0 - 14.0 / height,
+                   yref="container", yanchor="top", font=dict(size=16)),
+        margin=dict(l=left, r=30, t=95 if subtitle else 70, b=bottom),
+        hoverlabel=dict(font_size=12),
+        showlegend=legend,
+        legend=dict(orientation="h", yanchor="bottom", y=1.005, xanchor="right", x=1.0, font=dict(size=12),
+                    bgcolor="rgba(255,255,255,0.8)"),
+    )
+    return fig
+
+
+def _footer(fig: go.Figure, axis_px: int = 58, legend_rows: int = 0, note: str | None = None) -> None:
+    """Lay out what sits under the plot area, top to bottom: the x-axis title (``axis_px``), a horizontal
+    legend of ``legend_rows`` rows, a one-line note. Sets the bottom margin to fit and places legend and
+    note in paper coordinates computed from pixels, so nothing overlaps whatever the figure height."""
+    legend_px = 24 * legend_rows
+    note_px = 22 if note else 0
+    bottom = axis_px + legend_px + note_px + 10
+    fig.update_layout(margin=dict(b=bottom))
+    m = fig.layout.margin
+    plot_h = max(80.0, float(fig.layout.height) - float(m.t or 0) - bottom)
+    if legend_rows:
+        fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-axis_px / plot_h, xanchor="left", x=0.0,
+                                      font=dict(size=11)))
+    if note:
+        fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-(axis_px + legend_px + 2) / plot_h,
+                           xanchor="left", yanchor="top", showarrow=False, align="left",
+                           font=dict(size=11, color="#555555"))
+
+
+def _empty(title: str, message: str, height: int = 320) -> go.Figure:
+    fig = go.Figure()
+    _base_layout(fig, title, height, legend=False)
+    fig.add_annotation(text=message, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
+                       font=dict(size=14, color="#555555"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def _fmt(v, digits: int = 3) -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    if not math.isfinite(v):
+        return "–"
+    return f"{v:.{digits}g}"
+
+
+def _method_order(cols) -> list:
+    return [str(c) for c in cols]
+
+
+def _bucket_labels(cols, info: dict, m=None, edges=None) -> list:
+    """Mean-bucket column names: integers are turned into label-unit ranges ([lo, hi), the last closed), from
+    the audit's bucket edges when given, else from the label range."""
+    cols = list(cols)
+    ints = all(isinstance(c, (int, np.integer)) or (isinstance(c, str) and c.isdigit()) for c in cols)
+    if ints and edges is not None and len(edges) >= 2:
+        e = [float(v) for v in edges]
+        last = len(e) - 2
+        out = []
+        for c in cols:
+            i = int(c)
+            if 0 <= i <= last:
+                out.append(f"[{e[i]:.3g}, {e[i + 1]:.3g}{']' if i == last else ')'}")
+            else:
+                out.append(str(c))
+        return out
+    if ints and info["lo"] is not None and info["hi"] is not None and cols:
+        idx = [int(c) for c in cols]
+        m = int(m) if m else max(max(idx) + 1, len(cols))
+        w = (info["hi"] - info["lo"]) / m
+        out = []
+        for i in idx:
+            a, b = info["lo"] + i * w, info["lo"] + (i + 1) * w
+            out.append(f"[{a:.3g}, {b:.3g}{']' if i == m - 1 else ')'}")
+        return out
+    return [str(c) for c in cols]
+
+
+def _coverage_range(z: np.ndarray, target: float) -> tuple[float, float]:
+    """Colour range of a coverage heatmap: from the lowest value (at least 0.05 below the target) to 1."""
+    finite = z[np.isfinite(z)]
+    lo = min(float(finite.min()) if finite.size else target, target - 0.05)
+    hi = max(1.0, float(finite.max()) if finite.size else 1.0)
+    return max(0.0, lo), hi
+
+
+def coverage_colorscale(zmin: float, zmax: float, target: float) -> list:
+    """A diverging RdBu scale whose white centre sits exactly at ``target`` (1 - delta) on [zmin, zmax].
+
+    The two sides are stretched to the same intensity per unit of coverage: a cell 0.05 below the target is
+    as dark red as a cell 0.05 above it is dark blue, so the (short) over-coverage side is not exaggerated.
+    """
+    from plotly.colors import sample_colorscale
+    from plotly.colors import diverging
+
+    RdBu = diverging.RdBu  # red (low) ... rgb(247,247,247) ... blue (high)
+
+    c = (target - zmin) / (zmax - zmin)
+    red, blue = target - zmin, zmax - target
+    fr = min(1.0, red / blue) if blue > 0 else 1.0
+    fb = min(1.0, blue / red) if red > 0 else 1.0
+    n = 6
+    scale = []
+    if c > 0:
+        cols = sample_colorscale(RdBu, list(np.linspace(0.5 - 0.5 * fr, 0.5, n)))
+        scale += [[c * i / (n - 1), col] for i, col in enumerate(cols)]
+    if c < 1:
+        cols = sample_colorscale(RdBu, list(np.linspace(0.5, 0.5 + 0.5 * fb, n)))
+        scale += [[c + (1 - c) * i / (n - 1), col] for i, col in enumerate(cols)][1 if c > 0 else 0:]
+    return scale
+
+

@@ -1,0 +1,394 @@
+"""The background fitting job the Run page watches: :class:`FitJob` runs :func:`app.pipeline.run_pipeline` in a
+daemon thread or in a worker process forked from a preloaded fork server (:func:`_mp_context`,
+:func:`_child_main`), exposes the growing ``history`` and the ``phase`` for the live view, and honours Stop in
+every phase. Also the process-level set-up of the dashboard server: :func:`prewarm` (import scikit-learn and start
+the fork server in the background) and :func:`debug` (timing notes). Kept apart from the pipeline because all
+threading and multiprocessing lives here.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+import time
+import traceback
+
+import numpy as np
+
+from app.base_model import _BASE_LOCK, StoppedByUser
+from app.pipeline import NOT_AUDITED, run_pipeline
+from app.specs import AuditRun
+from mmc_core.errors import MMCError
+
+
+def debug(msg: str):
+    """Timing notes on stderr when MMC_DEBUG_TIMING is set (used to measure Stop latency in the server)."""
+    import os
+    import sys
+
+    if os.environ.get("MMC_DEBUG_TIMING"):
+        print(f"[mmc {time.time():.3f}] {msg}", file=sys.stderr, flush=True)
+
+
+_PREWARM: list = []
+SWITCH_INTERVAL = 0.0005  # seconds; Python's default is 0.005
+
+
+def prewarm():
+    """Import scikit-learn in a background thread, once per process. The first import takes seconds (scipy and
+    all), holds the import lock and the interpreter, and used to happen inside the first in-app base-model fit,
+    where Stop could not interrupt it and it counted as fit time."""
+    with _BASE_LOCK:
+        if _PREWARM:
+            return
+        # The fit thread (scikit-learn's Cython drops and retakes the GIL thousands of times per boosting
+        # iteration) and the server's page runs share one interpreter: with the default 5 ms switch interval each
+        # retake could wait 5 ms for a busy page run (the convoy effect), which made in-app fits many times slower.
+        sys.setswitchinterval(SWITCH_INTERVAL)
+        t = threading.Thread(target=_import_sklearn, name="mmc-prewarm", daemon=True)
+        _PREWARM.append(t)
+    t.start()
+
+
+def _import_sklearn():
+    try:
+        import sklearn.compose  # noqa: F401
+        import sklearn.ensemble  # noqa: F401
+        import sklearn.impute  # noqa: F401
+        import sklearn.linear_model  # noqa: F401
+        import sklearn.pipeline  # noqa: F401
+        import sklearn.preprocessing  # noqa: F401
+    except ImportError:  # pragma: no cover - the base-model fit reports it
+        pass
+    try:  # start the fork server of background runs now, not on the first Run click
+        _mp_context()
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+    except Exception:  # noqa: BLE001 - the first run starts it then
+        pass
+
+
+
+# ---------------------------------------------------------------------------------------------------
+# the background job
+# ---------------------------------------------------------------------------------------------------
+class FitJob:
+    """Run :func:`run_pipeline` in a daemon thread; watch ``history`` / ``phase``; :meth:`stop` to end early.
+
+    ``status`` is one of ``running``, ``done``, ``stopped`` (Stop pressed before anything was fitted: no
+    result), ``error``. Stop is honoured within one check of the flag in every phase:
+
+    * base-model fit: between two chunks of boosting iterations (nothing is kept; ``stopped``);
+    * descent: before the next single update (the model fitted so far is kept, marked stopped, not audited);
+    * audit: at once: the job ends with the fitted model (not audited) and the audit thread's result is dropped.
+
+    ``stop_checks`` counts the looks at the flag after it was set (the tests assert that the flag was seen
+    before the next boosting chunk / update, not wall-clock times); ``stop_seen_at`` is when it was first seen.
+    """
+
+    def __init__(self, df, label_spec, base_spec, split_spec, groups_json, settings, data_key="", data_name="",
+                 worker: str = "thread"):
+        self.worker = worker  # "thread" (in this process) or "process" (a forked worker; see start())
+        self._proc = None
+        self._mp_stop = None
+        self._mp_seen = None
+        self.args = (df, label_spec, base_spec, split_spec, groups_json, settings)
+        self.settings = settings
+        self.data_key, self.data_name = data_key, data_name
+        self.history: list = []
+        self.phase = "starting"
+        self.status = "idle"
+        self.result: AuditRun | None = None
+        self.error = ""
+        self.detail = ""
+        self.started_at = self.ended_at = 0.0
+        self.thresholds: dict = {}
+        self.stop_requested_at: float | None = None
+        self.stop_seen_at: float | None = None
+        self.stop_phase = ""
+        self.kept = ""
+        self.updates_after_stop = 0
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._fitted: AuditRun | None = None
+        self._abandoned = False
+        self._thread: threading.Thread | None = None
+        self.id = hashlib.sha1(f"{id(self)}{time.time()}".encode()).hexdigest()[:8]
+
+    # -- control --
+    def start(self) -> "FitJob":
+        """Run in the background: a daemon thread, or with ``worker="process"`` a child process forked from a
+        preloaded fork server (its own interpreter: the fit never competes with the server's page runs for the
+        GIL, and a phase that keeps nothing is ended by terminating the child). The child reports history rows,
+        phases and the result through a queue that a reader thread here turns into this object's attributes."""
+        self.status = "running"
+        self.started_at = time.time()
+        if self.worker == "process":
+            ctx = _mp_context()
+            queue = ctx.Queue()
+            self._mp_stop = ctx.Event()
+            self._mp_seen = ctx.Event()
+            self._proc = ctx.Process(target=_child_main, args=(self.args, self.data_key, self.data_name, queue,
+                                                                self._mp_stop, self._mp_seen),
+                                     name=f"mmc-fit-{self.id}", daemon=True)
+            self._proc.start()
+            self.args = None
+            self._thread = threading.Thread(target=self._read_child, args=(queue,), name=f"mmc-read-{self.id}",
+                                            daemon=True)
+        else:
+            self._thread = threading.Thread(target=self._run, name=f"mmc-fit-{self.id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _read_child(self, queue):
+        """Turn the child's messages into attributes (history rows, phase, thresholds, fitted run, result)."""
+        import queue as queue_mod
+
+        try:
+            while True:
+                try:
+                    kind, payload = queue.get(timeout=0.5)
+                except queue_mod.Empty:
+                    if self._proc is not None and not self._proc.is_alive():
+                        with self._lock:
+                            if self.status == "running":
+                                if self._stop.is_set() and self.stop_phase.startswith(("fitting the base", "preparing",
+                                                                                        "starting")):
+                                    self.kept = "nothing was fitted; the previous results are kept"
+                                    self.error, self.status = "stopped during the base-model fit", "stopped"
+                                else:
+                                    self.error, self.status = "the fitting process ended unexpectedly", "error"
+                                self.ended_at = time.time()
+                                self._done.set()
+                        return
+                    continue
+                if kind == "hist":
+                    self.history.extend(payload)
+                elif kind == "phase":
+                    self._set_phase(payload)
+                elif kind == "thr":
+                    self.thresholds = payload
+                elif kind == "seen":
+                    self.stop_seen_at = self.stop_seen_at or time.time()
+                elif kind == "fitted":
+                    self._on_fitted(payload)
+                elif kind == "end":
+                    status, result, error, detail, kept = payload
+                    with self._lock:
+                        if not self._abandoned and self.status == "running":
+                            self.result, self.error, self.detail = result, error, detail
+                            self.kept = kept or self.kept
+                            self.status = status
+                            self.ended_at = time.time()
+                            self._done.set()
+                    return
+        finally:
+            if self._proc is not None:
+                self._proc.join(timeout=5)
+
+    def run_sync(self) -> "FitJob":
+        """Run in the calling thread (used for the quick first demo audit and in tests)."""
+        self.status = "running"
+        self.started_at = time.time()
+        self._run()
+        return self
+
+    def stop(self):
+        if self.stop_requested_at is None:
+            self.stop_requested_at = time.time()
+            self.stop_phase = self.phase
+        self._stop.set()
+        if self._mp_stop is not None:
+            self._mp_stop.set()
+            if self._proc is not None and self._fitted is None and \
+                    self.phase.startswith(("fitting the base", "preparing", "starting")):
+                # nothing to keep: end the child at once (it may be inside a step that polls no flag)
+                self._proc.terminate()
+                with self._lock:
+                    if self.status == "running":
+                        self.stop_seen_at = time.time()
+                        self.kept = "nothing was fitted; the previous results are kept"
+                        self.error, self.status = "stopped during the base-model fit", "stopped"
+                        self.ended_at = time.time()
+                        self._done.set()
+                return
+        with self._lock:
+            if self.status == "running" and self._fitted is not None:  # in the audit: end now with the model
+                run = self._fitted
+                run.audit, run.audit_error = None, NOT_AUDITED
+                run.stopped = True
+                run.finished_at = time.time()
+                self.result = run
+                self.kept = self._kept_text(run)
+                self._abandoned = True
+                self.stop_seen_at = time.time()
+                if self._proc is not None:
+                    self._proc.terminate()  # the audit's result is not wanted any more
+                self.status = "done"
+                self.ended_at = time.time()
+                self._done.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def stop_seen(self) -> bool:
+        """True once the run has seen the stop flag (a worker process reports it through a shared event)."""
+        if self.stop_seen_at is None and self._mp_seen is not None and self._mp_seen.is_set():
+            self.stop_seen_at = time.time()
+        return self.stop_seen_at is not None
+
+    @property
+    def elapsed(self) -> float:
+        return (self.ended_at or time.time()) - self.started_at if self.started_at else 0.0
+
+    # -- worker --
+    def _seen(self):
+        if self.stop_seen_at is None:
+            self.stop_seen_at = time.time()
+
+    def _callback(self, row: dict) -> bool:
+        self.history.append({k: (float(v) if isinstance(v, (np.floating, np.integer)) else v) for k, v in row.items()})
+        if self._stop.is_set():
+            self._seen()
+            return True
+        return False
+
+    def _stop_now(self) -> bool:
+        if self._stop.is_set():
+            self._seen()
+            return True
+        return False
+
+    def _set_phase(self, text: str):
+        debug(f"job {self.id}: {text}")
+        self.phase = text
+
+    def _set_thresholds(self, t: dict):
+        self.thresholds = dict(t)
+
+    def _on_fitted(self, run: AuditRun):
+        with self._lock:
+            self._fitted = run
+
+    @staticmethod
+    def _kept_text(run: AuditRun) -> str:
+        info = getattr(run.model, "info", {}) or {}
+        return (f"the model after {info.get('rounds')} round(s) ({info.get('mean_updates', 0):,} mean updates) was "
+                "kept, not audited")
+
+    def _run(self):
+        try:
+            result = run_pipeline(*self.args, callback=self._callback, stop=self._stop_now, phase=self._set_phase,
+                                  data_key=self.data_key, data_name=self.data_name,
+                                  on_thresholds=self._set_thresholds, on_fitted=self._on_fitted)
+            with self._lock:
+                if self._abandoned:
+                    return
+                self.result = result
+                if result.stopped and not result.audit:
+                    self.kept = self._kept_text(result)
+                self.status = "done"
+        except StoppedByUser as e:
+            with self._lock:
+                self.kept = "nothing was fitted; the previous results are kept"
+                self.error, self.status = str(e), "stopped"
+        except MMCError as e:
+            with self._lock:
+                if not self._abandoned:
+                    self.error, self.status = str(e), "error"
+        except MemoryError:
+            self.error, self.status = "out of memory: use fewer groups, fewer buckets or a smaller table", "error"
+        except Exception as e:  # noqa: BLE001 - shown to the user; the app keeps working
+            with self._lock:
+                if not self._abandoned:
+                    self.error = f"unexpected error: {type(e).__name__}: {e}"
+                    self.detail = traceback.format_exc()
+                    self.status = "error"
+        finally:
+            with self._lock:
+                if not self._abandoned:
+                    self.ended_at = time.time()
+                    self.args = None  # drop the reference to the table
+                    self._done.set()
+
+
+_MP_CTX = []
+
+
+def _mp_context():
+    """A fork-server context whose server has numpy, pandas, scikit-learn and this module imported, so a job's
+    child starts in a fraction of a second (and is forked from a single-threaded process, not the server)."""
+    import multiprocessing as mp
+
+    with _BASE_LOCK:
+        if not _MP_CTX:
+            try:
+                ctx = mp.get_context("forkserver")
+                ctx.set_forkserver_preload(["numpy", "pandas", "app.jobs", "mmc_core", "mmc_core.metrics",
+                                            "sklearn.ensemble", "sklearn.compose", "sklearn.pipeline",
+                                            "sklearn.preprocessing", "sklearn.impute", "sklearn.linear_model"])
+            except ValueError:  # pragma: no cover - no fork server on this platform
+                ctx = mp.get_context("spawn")
+            _MP_CTX.append(ctx)
+        return _MP_CTX[0]
+
+
+HISTORY_FLUSH = 0.2  # seconds between two batches of history rows sent by a worker process
+
+
+def _child_main(args, data_key, data_name, queue, stop_event, seen_event):
+    """The body of a worker process: run the pipeline, report everything through ``queue`` (history rows in
+    batches, so that a fast descent does not flood it) and ``seen_event`` (set the moment Stop is seen)."""
+    buf, last = [], [time.time()]
+
+    def flush():
+        if buf:
+            queue.put(("hist", list(buf)))
+            buf.clear()
+        last[0] = time.time()
+
+    def stop():
+        if stop_event.is_set():
+            seen_event.set()
+            return True
+        return False
+
+    def callback(row):
+        buf.append({k: (float(v) if isinstance(v, (np.floating, np.integer)) else v) for k, v in row.items()})
+        if time.time() - last[0] >= HISTORY_FLUSH:
+            flush()
+        return stop()
+
+    def phase(text):
+        flush()
+        queue.put(("phase", text))
+
+    try:
+        result = run_pipeline(*args, callback=callback, stop=stop, phase=phase,
+                              data_key=data_key, data_name=data_name, on_thresholds=lambda t: queue.put(("thr", dict(t))),
+                              on_fitted=lambda r: queue.put(("fitted", r)))
+        flush()
+        kept = FitJob._kept_text(result) if result.stopped and not result.audit else ""
+        queue.put(("end", ("done", result, "", "", kept)))
+    except StoppedByUser as e:
+        queue.put(("end", ("stopped", None, str(e), "", "nothing was fitted; the previous results are kept")))
+    except MMCError as e:
+        queue.put(("end", ("error", None, str(e), "", "")))
+    except MemoryError:
+        queue.put(("end", ("error", None, "out of memory: use fewer groups, fewer buckets or a smaller table", "", "")))
+    except Exception as e:  # noqa: BLE001 - reported to the page
+        queue.put(("end", ("error", None, f"unexpected error: {type(e).__name__}: {e}", traceback.format_exc(), "")))
+    finally:
+        queue.close()
+        queue.join_thread()
+

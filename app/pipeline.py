@@ -1,0 +1,398 @@
+"""One audit run, start to end, without threads: split the rows (:func:`split_rows`), take the base prediction
+(:mod:`app.base_model`), fit :class:`mmc_core.MomentMulticalibrator` with a callback and a stop flag
+(:func:`run_pipeline`), audit the fitted model on the test rows (:func:`audit_run`); plus what the pages derive
+from a finished run (the export table, classifier rates at a new threshold, one row's details) and the threshold
+preview the live chart draws before the fit starts (:func:`auto_thresholds`, :func:`se_thresholds`). The
+background jobs (:mod:`app.jobs`) call :func:`run_pipeline`; the tests call it directly.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from app.base_model import StoppedByUser, base_prediction
+from app.specs import (GROUP_INFO_KEYS, AuditRun, BaseSpec, FitSettings, LabelSpec, SplitSpec, prepare_label)
+from mmc_core.errors import DataError
+
+
+
+def split_rows(n: int, spec: SplitSpec, with_base_model: bool, calibration_fraction: float = 0.0) -> dict:
+    """Disjoint sorted row indices: ``base`` (empty without an in-app model), ``fit``, ``test``.
+
+    ``calibration`` is reported for display only: the estimator draws it from the fit rows itself
+    (see :func:`run_pipeline`, which replaces it with the estimator's actual choice)."""
+    if not 0 < spec.test < 1:
+        raise DataError(f"the test share must be between 0 and 1, got {spec.test}")
+    base_share = spec.base if with_base_model else 0.0
+    if not 0 <= base_share < 1 or spec.test + base_share >= 0.95:
+        raise DataError(f"test share {spec.test:.0%} + base-model share {base_share:.0%} leave too few rows "
+                        "for multicalibration (keep their sum below 95%)")
+    perm = np.random.default_rng(spec.seed).permutation(n)
+    n_test = max(1, int(round(spec.test * n)))
+    n_base = int(round(base_share * n))
+    test = np.sort(perm[:n_test])
+    base = np.sort(perm[n_test:n_test + n_base])
+    fit = np.sort(perm[n_test + n_base:])
+    if fit.size < 20:
+        raise DataError(f"only {fit.size} row(s) left for multicalibration; use a larger table or smaller shares")
+    if with_base_model and base.size < 10:
+        raise DataError(f"only {base.size} row(s) to train the base model; raise its share")
+    n_cal = int(round(calibration_fraction * fit.size))
+    return {"base": base, "fit": fit, "test": test, "calibration": np.zeros(n_cal, dtype=np.int64)}
+
+
+
+def auto_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, n_groups: int, settings: FitSettings,
+                    seed: int, groups=None, X=None) -> dict | None:
+    """The thresholds ``MomentMulticalibrator(alpha="auto", beta="auto")`` will pick for these fitting rows
+    (same calibration split, same noise rule), so the live chart can draw them while the fit runs. The
+    fitted model's values are authoritative (``AuditRun.thresholds``).
+
+    With the "se" rule the test is computed by the estimator itself (:func:`se_thresholds`; it needs the
+    ``groups`` and the group columns ``X`` of the fitting rows, else None is returned)."""
+    from mmc_core.estimator import auto_threshold
+    from mmc_core.moments import pseudo_label
+
+    if "se" in (settings.alpha, settings.beta):
+        if groups is None or X is None:
+            return None
+        return se_thresholds(y_unit, base_unit, groups, X, settings, seed)
+    n = y_unit.size
+    n_cal = int(round(settings.calibration_fraction * n))
+    perm = np.random.default_rng(seed).permutation(n)
+    fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
+    mu0 = base_unit[fit_idx] if base_unit is not None else np.full(fit_idx.size, float(np.mean(y_unit[fit_idx])))
+    resid = y_unit[fit_idx] - mu0
+    moments = tuple(range(2, int(settings.n_moments) + 1))
+    m, G, nf = int(settings.n_buckets), int(n_groups), fit_idx.size
+    out = {}
+    out["alpha"] = auto_threshold(float(np.std(resid)), G * m * (1 + len(moments) * m), nf) \
+        if settings.alpha == "auto" else float(settings.alpha)
+    per = {a: auto_threshold(float(np.std(pseudo_label(a, resid, settings.odd_moments))), G * m * m, nf)
+           for a in moments} if settings.beta == "auto" else {a: float(settings.beta) for a in moments}
+    out["beta"] = per.get(2, 0.01) if settings.beta == "auto" else float(settings.beta)
+    out["moment_betas"] = per
+    return out
+
+
+def se_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, groups, X, settings: FitSettings,
+                  seed: int) -> dict:
+    """What the "se" rule of ``MomentMulticalibrator`` will use on these fitting rows, computed by the
+    estimator's own code (its calibration split and ``_build_params``; nothing re-implemented here):
+
+    ``z`` (a cell is corrected only when its mean residual is at least z of its own standard errors from 0),
+    ``z_group`` (whole groups), ``min_count`` (smallest cell corrected), the mass-weighted floors ``alpha`` /
+    ``beta`` / ``moment_betas`` a cell must also pass, ``n_fit`` (rows the descent fits on) and ``resid_sd``
+    (the residual SD of those rows, unit scale), from which the page derives the smallest correctable error
+    of a cell of a given size: z * resid_sd / sqrt(rows)."""
+    from mmc_core import GroupSet, MomentMulticalibrator
+    from mmc_core.estimator import _take
+
+    est = MomentMulticalibrator(alpha=settings.alpha, beta=settings.beta, n_buckets=settings.n_buckets,
+                                n_moments=settings.n_moments, step=settings.step, odd_moments=settings.odd_moments,
+                                calibration_fraction=settings.calibration_fraction, random_state=seed)
+    n = y_unit.size
+    n_cal = int(round(settings.calibration_fraction * n))
+    perm = np.random.default_rng(seed).permutation(n)  # the estimator's calibration split (same seed, same n)
+    fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
+    gset = GroupSet.coerce(groups)
+    memb = gset.evaluate(_take(X, fit_idx), fit_idx.size)
+    mu0 = base_unit[fit_idx] if base_unit is not None else np.full(fit_idx.size, float(np.mean(y_unit[fit_idx])))
+    resid = y_unit[fit_idx] - mu0
+    moments = tuple(range(2, int(settings.n_moments) + 1))
+    params, _ = est._build_params(int(settings.n_buckets), len(gset), fit_idx.size, moments, resid, mu0, memb)
+    return {"rule": "se", "alpha": float(params.alpha), "beta": float(params.beta),
+            "moment_betas": {int(a): float(params.beta_for(a)) for a in params.moments},
+            "z": float(params.z), "z_group": float(params.z_group), "min_count": int(params.min_count),
+            "n_fit": int(fit_idx.size), "resid_sd": float(np.std(resid)), "n_groups": len(gset)}
+
+
+def _groups_json_with_info(groups, given) -> dict:
+    """``groups.to_json()`` with the descriptive fields (``kind``, ``p_value``...) of the given groups file kept,
+    so the run's groups file still marks discovered groups."""
+    out = groups.to_json()
+    raw = (given.get("groups") if isinstance(given, dict) else given) or []
+    info = {g["name"]: {k: g[k] for k in GROUP_INFO_KEYS if k in g} for g in raw
+            if isinstance(g, dict) and isinstance(g.get("name"), str)}
+    out["groups"] = [{**g, **info.get(g["name"], {})} for g in out["groups"]]
+    return out
+
+
+def _discovery_features(df: pd.DataFrame, label_spec: LabelSpec, settings: FitSettings) -> list:
+    feats = list(settings.discover_features)
+    if not feats:
+        raise DataError("discovery during the fit needs feature columns: choose them on the Groups page "
+                        "(tab 'Discover groups')")
+    missing = [f for f in feats if f not in df.columns]
+    if missing:
+        raise DataError(f"discovery feature column(s) not in the data: {', '.join(map(str, missing))}")
+    if label_spec.column in feats:
+        raise DataError(f"the label '{label_spec.column}' cannot be a discovery feature")
+    return feats
+
+
+def error_metrics(y, pred) -> dict:
+    if pred is None or y.size == 0:
+        return {}
+    err = pred - y
+    ss = float(np.sum((y - y.mean()) ** 2))
+    return {"rmse": float(np.sqrt(np.mean(err ** 2))), "mae": float(np.mean(np.abs(err))),
+            "r2": float(1 - np.sum(err ** 2) / ss) if ss > 0 else float("nan")}
+
+
+def _take_rows(df: pd.DataFrame, rows: np.ndarray, columns) -> pd.DataFrame:
+    return df.iloc[rows][list(columns)].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the pipeline
+# ---------------------------------------------------------------------------------------------------
+def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, split_spec: SplitSpec,
+                 groups_json: dict, settings: FitSettings, callback=None, phase=None, data_key: str = "",
+                 data_name: str = "", on_thresholds=None, stop=None, on_fitted=None) -> AuditRun:
+    """Prepare, split, base model, fit (with ``callback(history_row) -> stop?``), audit. See module doc.
+
+    ``on_thresholds(dict)`` receives the alpha / beta the fit will use (auto values computed) before it starts."""
+    from mmc_core import GroupSet, MomentMulticalibrator
+
+    def say(text):
+        if phase is not None:
+            phase(text)
+
+    timings = {}
+    t0 = time.perf_counter()
+    say("preparing the label and the split")
+    label = prepare_label(df, label_spec)
+    groups = GroupSet.from_json(groups_json)
+    missing = sorted(c for c in groups.columns() if c not in df.columns)
+    if missing:
+        raise DataError(f"the groups refer to column(s) not in the data: {', '.join(missing)}")
+    if label_spec.column in groups.columns():
+        raise DataError(f"the label '{label_spec.column}' cannot define groups (groups must be known for new rows)")
+    split = split_rows(len(df), split_spec, base_spec.kind == "model", settings.calibration_fraction)
+    timings["prepare"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    progress = None
+    if base_spec.kind == "model":
+        n_base = split["base"].size
+        say(f"fitting the base model on {n_base:,} rows")
+
+        def progress(it):
+            say(f"fitting the base model on {n_base:,} rows ({it} boosting iterations)")
+    if stop is not None and stop():
+        raise StoppedByUser("stopped before the base model was fitted")
+    base, base_note = base_prediction(df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop,
+                                      progress=progress)
+    timings["base_model"] = time.perf_counter() - t1
+
+    group_cols = sorted(groups.columns())
+    fit_rows = split["fit"]
+    say(f"multicalibrating on {fit_rows.size:,} rows and {len(groups)} groups")
+    t2 = time.perf_counter()
+    binary = label.task == "binary"
+    if binary:  # a classifier audit: the mean (a probability) only; k, delta and gamma are not used
+        settings = replace(settings, n_moments=1)
+    est = MomentMulticalibrator(
+        alpha=settings.alpha, beta=settings.beta, n_buckets=settings.n_buckets, n_moments=settings.n_moments,
+        step=settings.step, odd_moments=settings.odd_moments, label_range=(label.lo, label.hi),
+        calibration_fraction=settings.calibration_fraction, early_stopping=settings.early_stopping,
+        max_rounds=settings.max_rounds, random_state=split_spec.seed, task="binary" if binary else "regression")
+    X_fit = _take_rows(df, fit_rows, group_cols)
+    if on_thresholds is not None:
+        span = label.hi - label.lo
+        thr = auto_thresholds((label.y[fit_rows] - label.lo) / span,
+                              None if base is None else (base[fit_rows] - label.lo) / span,
+                              len(groups), settings, split_spec.seed, groups=groups, X=X_fit)
+        if thr is not None:
+            on_thresholds(thr)
+    base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
+    if settings.discover:
+        feats = _discovery_features(df, label_spec, settings)
+        from mmc_core.discover import fit_with_discovery
+
+        say(f"multicalibrating on {fit_rows.size:,} rows and {len(groups)} groups, discovering groups on "
+            f"{len(feats)} feature(s)")
+        X_fit = _take_rows(df, fit_rows, sorted(set(group_cols) | set(feats)))
+        try:
+            fit_with_discovery(est, X_fit, label.y[fit_rows], groups,
+                               base_prediction=None if base is None else base[fit_rows], features=feats,
+                               max_depth=int(settings.discover_depth), min_mass=float(settings.discover_min_mass),
+                               rounds=int(settings.discover_rounds), label_name=label.name, base_name=base_name,
+                               stop=stop, callback=callback)
+        except ImportError as e:
+            raise DataError(f"discovery needs scikit-learn ({e})") from None
+        groups = est.model_.groups
+    else:
+        est.fit(X_fit, label.y[fit_rows], groups, base_prediction=None if base is None else base[fit_rows],
+                callback=callback, label_name=label.name, base_name=base_name, stop=stop)
+    timings["fit"] = time.perf_counter() - t2
+    model = est.model_
+    if binary:
+        model.binary = {"classes": [_json_scalar(c) for c in label.classes], "positive": _json_scalar(label.classes[1]),
+                        "floor": float((model.binary or {}).get("floor", 0.0))}
+    if label.source in ("observed", "robust"):  # the range was passed explicitly: say where it came from
+        from mmc_core import LabelScale
+
+        model.scale = LabelScale(model.scale.lo, model.scale.hi, label.source)
+    model.info["label_source"] = label.source
+    model.info["label_note"] = label.note
+    model.info["base_note"] = base_note
+    # groups found by Discover (they carry "kind", as `mmc discover` writes them): recorded in the model, so the
+    # Results page and the PDF report can mark them
+    model.info["discovered_groups"] = [
+        {"name": g["name"], **{k: g[k] for k in GROUP_INFO_KEYS if k in g}}
+        for g in (groups_json.get("groups") if isinstance(groups_json, dict) else groups_json) or []
+        if isinstance(g, dict) and "kind" in g and g.get("name") in set(groups.names)]
+    split = dict(split)
+    split["calibration"] = fit_rows[np.asarray(est.calibration_index_, dtype=np.int64)]
+    split["fit"] = fit_rows[np.asarray(est.fit_index_, dtype=np.int64)]
+
+    thresholds = {"alpha": float(est.alpha_), "beta": float(est.beta_),
+                  "moment_betas": {int(a): float(b) for a, b in getattr(est, "moment_betas_", {}).items()},
+                  "auto": isinstance(settings.alpha, str) or isinstance(settings.beta, str),
+                  "rule": settings.alpha if isinstance(settings.alpha, str) else "given",
+                  "z": float(getattr(est, "z_", 0.0) or 0.0)}
+    run = AuditRun(model=model, history=list(est.history_), converged=bool(est.converged_),
+                   stopped=bool(model.info.get("stopped_by_user")), label=label, base=base, base_spec=base_spec,
+                   label_spec=label_spec, split=split, settings=settings,
+                   groups_json=_groups_json_with_info(groups, groups_json),
+                   timings=timings, data_key=data_key, data_name=data_name, thresholds=thresholds,
+                   split_seed=split_spec.seed)
+    test = split["test"]
+    if base is not None and not binary:  # RMSE / R² are label-unit metrics: not for a 0/1 outcome
+        run.base_metrics = {"base_test": error_metrics(label.y[test], base[test])}
+
+    if stop is not None and stop():  # Stop pressed: keep the model as fitted so far, skip the audit
+        run.stopped = True
+        run.audit_error = NOT_AUDITED
+        timings["total"] = time.perf_counter() - t0
+        run.finished_at = time.time()
+        say("stopped")
+        return run
+    say(f"auditing on {test.size:,} test rows")
+    if on_fitted is not None:  # a separate copy: an abandoned audit must not change what the user was given
+        on_fitted(replace(run, timings=dict(run.timings), split=dict(run.split)))
+    audit_run(run, df)
+    timings["total"] = time.perf_counter() - t0
+    run.finished_at = time.time()
+    say("done")
+    return run
+
+
+NOT_AUDITED = "not audited: the run was stopped before its audit"
+
+
+def _json_scalar(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
+    """Audit ``run``'s model on its test rows (fills ``run.audit`` or ``run.audit_error``)."""
+    from mmc_core.errors import MMCError as _MMCError
+
+    test = run.split["test"]
+    settings = run.settings
+    t3 = time.perf_counter()
+    try:
+        from mmc_core.metrics import audit as audit_fn
+
+        group_cols = sorted(run.model.groups.columns())
+        X_test = _take_rows(df, test, group_cols)
+        if getattr(run.model, "task", "regression") == "binary":
+            run.audit = audit_fn(run.model, X_test, run.label.y[test],
+                                 base=None if run.base is None else run.base[test], n_boot=settings.n_boot,
+                                 seed=run.split_seed, threshold=settings.threshold)
+        else:
+            run.audit = audit_fn(run.model, X_test, run.label.y[test],
+                                 base=None if run.base is None else run.base[test], delta=settings.delta,
+                                 gamma=settings.gamma, n_boot=settings.n_boot, seed=run.split_seed)
+        run.audit_error = ""
+    except ImportError as e:
+        run.audit_error = f"the audit module is not available ({e})"
+    except _MMCError as e:
+        run.audit_error = str(e)
+    run.timings["audit"] = time.perf_counter() - t3
+    return run
+
+
+def predictions_table(df: pd.DataFrame, run: AuditRun, methods=None, rows: np.ndarray | None = None) -> pd.DataFrame:
+    """The original columns plus split, base, mean, SD, moments and interval ends (per method), in label units
+    (log units if the label was logged). ``rows`` limits it to some rows (all by default)."""
+    from mmc_core.intervals import interval_table
+
+    rows = np.arange(len(df)) if rows is None else np.asarray(rows)
+    model = run.model
+    group_cols = sorted(model.groups.columns())
+    table = _take_rows(df, rows, group_cols)
+    base = None if run.base is None else run.base[rows]
+    preds = model.predict(table, base)
+    out = df.iloc[rows].reset_index(drop=True).copy()
+    split = np.full(len(df), "", dtype=object)
+    for name in ("base", "fit", "calibration", "test"):
+        split[run.split[name]] = name
+    out["mmc_split"] = split[rows]
+    if base is not None:
+        out["mmc_base"] = base
+    out["mmc_mean"] = preds["mean"]
+    if getattr(model, "task", "regression") == "binary":  # the probability of the positive class
+        out["mmc_decision"] = (preds["mean"] >= run.settings.threshold).astype(int)
+    if "moment_2" in preds:
+        out["mmc_sd"] = np.sqrt(np.maximum(preds["moment_2"], 0.0))
+    for k, v in preds.items():
+        if k != "mean":
+            out[f"mmc_{k}"] = v
+    if methods:
+        ints = interval_table(model, table, base=base, delta=run.settings.delta, gamma=run.settings.gamma,
+                              methods=list(methods))
+        for m, (lo, hi) in ints.items():
+            out[f"mmc_lower_{m}"], out[f"mmc_upper_{m}"] = lo, hi
+    return out
+
+
+def classifier_rates(df: pd.DataFrame, run: AuditRun, threshold: float):
+    """(rates, disparities) of a binary run's test rows at a new decision ``threshold``, from the stored
+    predictions (no refit; see :func:`mmc_core.binary.threshold_rates`)."""
+    from mmc_core.binary import check_threshold, threshold_rates
+
+    threshold = check_threshold(threshold)
+    test = run.split["test"]
+    model = run.model
+    group_cols = sorted(model.groups.columns())
+    X_test = _take_rows(df, test, group_cols)
+    base = None if run.base is None else run.base[test]
+    mu = model.predict(X_test, base if model.uses_base else None)["mean"]  # in [floor, 1 - floor]
+    if base is not None:
+        before = np.clip(base, 0.0, 1.0)
+    else:  # the constant the fit started from, as in the audit
+        from mmc_core.intervals import _initial_constant
+
+        before = np.full(test.size, _initial_constant(model))
+    return threshold_rates(mu, run.label.y[test], model.groups, X_test, threshold, base=before,
+                           n_boot=run.settings.n_boot, seed=run.split_seed)
+
+
+def row_details(df: pd.DataFrame, run: AuditRun, row: int, intervals: dict | None = None) -> dict:
+    """One row: its values, predictions, intervals per method and the groups it belongs to.
+
+    ``intervals`` ({method: (lower, upper)}) should come from an interval table of many rows (the multi-moment
+    cover is defined over a population); without it they are computed on this row alone."""
+    model = run.model
+    group_cols = sorted(model.groups.columns())
+    table = _take_rows(df, np.array([row]), group_cols)
+    base = None if run.base is None else run.base[[row]]
+    preds = {k: float(v[0]) for k, v in model.predict(table, base).items()}
+    if intervals is None:
+        from mmc_core.intervals import interval_table
+
+        intervals = {m: (float(lo[0]), float(hi[0])) for m, (lo, hi) in
+                     interval_table(model, table, base=base, delta=run.settings.delta,
+                                    gamma=run.settings.gamma).items()}
+    memb = model.groups.evaluate(table, 1)
+    groups = [model.groups.names[g] for g in range(len(model.groups)) if memb.sizes[g] > 0]
+    return {"values": df.iloc[row].to_dict(), "label": float(run.label.y[row]),
+            "base": None if base is None else float(base[0]), "pred": preds, "intervals": dict(intervals),
+            "groups": groups}

@@ -1,0 +1,146 @@
+"""The PDF report of a classifier audit (binary labels): key findings, the model and the data, per-group
+probability calibration before / after, reliability diagrams, rates at the decision threshold and the disparity
+summaries, all on the probability scale (figures and tables from :mod:`app.figures_binary`, the same the dashboard
+shows). :func:`app.report.build_report_pdf` hands a binary audit to :func:`binary_report`; the figure export goes
+through ``app.report.figure_to_png`` (looked up there at call time, so one renderer, and one stand-in in the
+tests, serves both reports).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+
+from app import figures_binary as FB
+from app import report as R
+from app.pdf_doc import _Doc, _make_pdf
+from app.report_tables import _short, findings_summary
+
+_BINARY_HOW_TO_READ = (
+    "The label is a 0/1 outcome, so the model's prediction is a probability, and every number in this report "
+    "is on the probability scale (no variances either: the spread of a 0/1 outcome is p(1 − p) once p "
+    "is right). Multicalibration asks that, inside every group listed and every bucket of predicted "
+    "probabilities within a group, the share of positives equals the average predicted probability. 'Before' is "
+    "the base score the fit started from, 'after' the multicalibrated probability. Intervals in brackets are "
+    "bootstrap 95% intervals (observed shares in the reliability diagrams: Wilson 95% intervals). No prediction "
+    "intervals are given: for a 0/1 outcome an interval is {0}, {1} or {0, 1}."
+)
+
+
+def binary_report(model, audit, label: str, data_name: str) -> bytes:
+    """The PDF of a classifier audit: findings, per-group probability metrics before / after, reliability
+    diagrams, rates at the threshold and the disparity summaries (figures and tables from app/figures_binary.py,
+    the same the dashboard shows)."""
+    info = dict(model.info or {})
+    if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
+        label = str(info["label"])
+    label = str(label or "label")
+    params = audit.params
+    thr = float(params.get("threshold", 0.5))
+    bg = audit.by_group
+    pdf = _make_pdf(f"mmc-audit classifier report: {label} on {data_name}")
+    doc = _Doc(pdf)
+    t = pdf.text_
+    pdf.add_page()
+    pdf.set_font(pdf.family, "B", 18)
+    pdf.set_text_color(*_Doc.BLUE)
+    pdf.multi_cell(0, 9, t(f"Classifier audit: {label}"), new_x="LMARGIN", new_y="NEXT")
+    pdf.set_text_color(90, 90, 90)
+    pdf.set_font(pdf.family, "", 9)
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    pdf.multi_cell(0, 5, t(f"Data: {data_name} · {int(params['n']):,} rows · {len(bg):,} groups · decision "
+                           f"threshold {thr:g} · generated {stamp} by mmc-audit"), new_x="LMARGIN", new_y="NEXT")
+    pdf.set_text_color(0, 0, 0)
+    pdf.ln(2)
+
+    s = findings_summary(audit)
+    doc.heading("Key findings", size=12, space=1)
+    if s["failed"]:
+        doc.para(f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
+                 color=(170, 40, 0))
+    else:
+        scope = (f"{s['n_tests']} tests of the predicted probability on every group and every group × "
+                 f"probability bucket of at least {s['min_count']} rows, adjusted together by {s['control']} at "
+                 f"{s['level']:g}.")
+        if s["shown"]:
+            doc.bullets([f["text"] for f in s["shown"]])
+            doc.para(scope, size=8.5, style="I")
+        else:
+            doc.para("No miscalibrated group or bucket found: " + scope, style="I")
+    if not info.get("converged", True):
+        doc.para("**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
+                 "fitting rows.", color=(170, 40, 0), markdown=True)
+    classes = params["label"].get("classes") or [0, 1]
+    p = model.params
+    doc.heading("Model and run", size=12)
+    doc.kv_table([
+        ("Task", f"classifier audit (binary label {label}: positive class {classes[1]!s}, negative {classes[0]!s})"),
+        ("Prediction", "the multicalibrated probability of the positive class, in [0, 1] (mean only)"),
+        ("Before", str(params.get("base", "–"))),
+        ("Fit", f"α = {p.alpha:.3g} (mass-weighted, probability scale); m = {p.m} probability buckets; "
+                f"{info.get('rounds', '–')} round(s), {info.get('mean_updates', '–')} update(s); converged: "
+                f"{'yes' if info.get('converged', True) else 'no'}"),
+        ("Audit", f"threshold {thr:g} (decision = probability ≥ threshold); {params['n_buckets']} equal "
+                  f"probability buckets for calibration; {params['n_boot']} bootstrap replicates; worst-bucket "
+                  f"errors over buckets of ≥ {params['min_cell_count']} rows"),
+    ])
+    ov = bg.iloc[0]
+    doc.heading("Data", size=12)
+    small = bg.sort_values("count").head(3)
+    doc.kv_table([("Rows", f"{int(ov['count']):,} audited; share of positives {ov['base_rate']:.3f}"),
+                  ("Groups", f"{len(bg):,} (overlapping; 'all' is the whole population)"),
+                  ("Smallest groups", "; ".join(f"{_short(g, 40)} ({int(c):,} rows)"
+                                                for g, c in zip(small.index, small["count"])))])
+    if int(params["n"]) == info.get("n_rows"):
+        doc.para("These data have as many rows as the model was fitted on: if they are the fitting rows, the "
+                 "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
+                 size=8.5, style="I", color=(170, 40, 0))
+    doc.heading("How to read this report", size=12)
+    doc.para(_BINARY_HOW_TO_READ, size=9)
+
+    def add_figure(fig, heading, caption, max_height=None):
+        png = R.figure_to_png(fig)
+        hpx = int(fig.layout.height or 500)
+        w, h = doc.figure_size(R.EXPORT_WIDTH, hpx, max_height)
+        doc.ensure(12 + h + doc.caption_height(caption))
+        doc.heading(heading)
+        doc.figure(png, R.EXPORT_WIDTH, hpx, caption, max_height=max_height)
+
+    def table(df, title, first=30.0):
+        n_other = len(df.columns) - 1
+        widths = [first] + [(186 - first) / n_other] * n_other
+        doc.data_table(df, col_widths=widths, size=6.8, title=title)
+
+    doc.ensure(70)
+    cal = FB.classifier_calibration_table(bg, top=24)
+    keep = [c for c in cal.columns if not c.startswith("Brier")]
+    table(cal[keep[:2] + keep[2:7]], "1. Probability calibration by group (before → after, 95% intervals)", 28)
+    table(cal[keep[:2] + keep[7:]], "Log loss and expected calibration error by group", 28)
+    doc.para("positive share: observed share of positives; mean probability: average predicted probability; worst "
+             "bucket error: observed − predicted in the group's probability bucket with the largest gap (buckets of "
+             f"≥ {params['min_cell_count']} rows); ECE: gaps averaged over the group's buckets, weighted by rows; "
+             "log loss: lower is better.", size=8, color=(70, 70, 70))
+    pdf.add_page()
+    add_figure(FB.reliability_figure(audit.calibration_cells, bg), "2. Reliability diagrams",
+               "Observed share of positives against the average predicted probability in each tenth of the "
+               "probability scale, per group (the largest groups), before (orange) and after (blue) "
+               "multicalibration. Points on the dashed diagonal are calibrated; bars are Wilson 95% intervals, "
+               "so small buckets scatter widely.", max_height=190)
+    pdf.add_page()
+    add_figure(FB.rate_figure(bg, thr), f"3. Rates by group at threshold {thr:g}",
+               "Selection rate (share decided positive), true positive rate and false positive rate per group, "
+               "with bootstrap 95% intervals, before and after multicalibration.", max_height=110)
+    rt = FB.classifier_rate_table(bg, top=24)
+    table(rt[[c for c in rt.columns if not c.endswith(", before")]],
+          f"Rates at threshold {thr:g} after multicalibration (95% intervals)", 28)
+    dt = FB.classifier_disparity_table(audit.classifier.disparities) if audit.classifier is not None else None
+    if dt is not None and len(dt):
+        doc.data_table(dt, col_widths=(24, 14, 22, 18, 22, 18, 68), size=7.5,
+                       title="Disparities across the values of each column (after multicalibration)")
+        doc.para("DP: demographic parity (selection rates: largest − smallest, smallest / largest); EO: equalized "
+                 "odds (the larger gap of the true and false positive rates; the smaller ratio); four-fifths rule: "
+                 "groups selected at less than 4/5 of the column's highest selection rate. Computed as fairlearn's "
+                 "MetricFrame does.", size=8, color=(70, 70, 70))
+    doc.ensure(30)
+    doc.heading("Not in this report", size=11)
+    doc.bullets(["Prediction intervals, coverage and variance findings: a 0/1 outcome has no useful interval, and "
+                 "its variance p(1 − p) follows from the probability."], size=9)
+    return bytes(pdf.output())

@@ -1,0 +1,220 @@
+"""The tables and texts of the regression PDF report: number formatting, the compact variance / coverage /
+calibration tables (the largest groups first, groups below gamma marked), the plain-language key findings
+(:func:`findings_summary`, also used by the classifier report) and the helpers that split a long group list over
+several heatmaps (:func:`_subset`, :func:`_chunks`). Functions of an ``AuditResult`` with no figure export
+(only :func:`_findings_section` writes, through the document layer of :mod:`app.pdf_doc`); :mod:`app.report`
+lays them out.
+"""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+
+from . import figures as F
+def _num(v, digits: int = 3) -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    if not math.isfinite(v):
+        return "–"
+    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+        return f"{v:.{digits - 1}e}"
+    return f"{v:.{digits}g}"
+
+
+def _pct(v) -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if not math.isfinite(v) else f"{100 * v:.1f}%"
+
+
+def _short(s, n=30) -> str:
+    return F._short(str(s), n)  # noqa: SLF001 - the figures' conjunction-aware shortening
+
+
+def _below(audit, names) -> list:
+    return F._below_gamma(audit, names)  # noqa: SLF001 - shared definition of "below gamma"
+
+
+def _name_col(audit, names, n=30) -> list:
+    below = _below(audit, names)
+    return [_short(nm, n) + (F.BELOW_GAMMA_MARK if b else "") for nm, b in zip(names, below)]
+
+
+def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
+    """The groups whose predicted and observed variance disagree most (largest |log(predicted/observed)|)."""
+    bg = getattr(audit, "by_group", None)
+    if bg is None or not {"pred_var", "emp_var"} <= set(bg.columns):
+        return None
+    pv, ev = bg["pred_var"].astype(float), bg["emp_var"].astype(float)
+    ok = np.isfinite(pv) & np.isfinite(ev) & (pv > 0) & (ev > 0)
+    if "count" in bg:
+        ok &= bg["count"].astype(float) >= 20  # a variance from a handful of rows is noise
+    d = bg[ok]
+    if d.empty:
+        return None
+    gap = np.abs(np.log(d["pred_var"].astype(float) / d["emp_var"].astype(float)))
+    small = pd.Series(_below(audit, d.index), index=d.index, dtype=float)
+    d = d.loc[(gap - 1e6 * small).sort_values(ascending=False).index[:top]]  # mass >= gamma first
+
+    def ci(v, lo, hi):
+        return f"{_num(v, 2)} [{_num(lo, 2)}, {_num(hi, 2)}]"
+
+    def col(c):
+        return d[c] if c in d else pd.Series(np.nan, index=d.index)
+    return pd.DataFrame({
+        "group": _name_col(audit, d.index, 34),
+        "rows": [f"{int(v):,}" for v in d["count"]] if "count" in d else "–",
+        "pred. SD": [_num(math.sqrt(v)) for v in d["pred_var"].astype(float)],
+        "obs. SD": [_num(math.sqrt(v)) for v in d["emp_var"].astype(float)],
+        "pred./obs.": [_num(p_ / e_) for p_, e_ in zip(d["pred_var"].astype(float), d["emp_var"].astype(float))],
+        "pred. vs all": [ci(*t) for t in zip(col("var_ratio"), col("var_ratio_lo"), col("var_ratio_hi"))],
+        "obs. vs all": [ci(*t) for t in zip(col("emp_var_ratio"), col("emp_var_ratio_lo"), col("emp_var_ratio_hi"))],
+    })
+
+
+def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
+    cov, wid = getattr(audit, "coverage", None), getattr(audit, "width", None)
+    if cov is None or cov.empty:
+        return None
+    target = 1 - delta
+    big = ~np.asarray(_below(audit, cov.index), dtype=bool)
+    rows = []
+    for m in cov.columns:
+        c = cov[m].astype(float)
+        overall = c.get("all", np.nan) if "all" in c.index else np.nan
+        cb = c[big] if big.any() else c
+        worst = cb.idxmin() if cb.notna().any() else None
+        rows.append({
+            "method": F.METHOD_LABELS.get(str(m), str(m)),
+            "coverage (all)": _pct(overall),
+            "worst group (mass ≥ γ)": f"{_short(worst, 26)}: {_pct(cb.min())}" if worst is not None else "–",
+            f"groups under {target - 0.05:.0%}": f"{int((cb < target - 0.05).sum())} of {int(cb.notna().sum())}",
+            "mean width (all)": _num(wid[m].astype(float).get("all", np.nan)) if wid is not None and m in wid else "–",
+        })
+    return pd.DataFrame(rows)
+
+
+def _calibration_table(audit, top: int = 12) -> pd.DataFrame | None:
+    bg = getattr(audit, "by_group", None)
+    if bg is None or "calib_error_worst" not in bg:
+        return None
+    has_base = "calib_error_worst_base" in bg and np.isfinite(bg["calib_error_worst_base"].astype(float)).any()
+    key = bg["calib_error_worst_base"].astype(float) if has_base else bg["calib_error_worst"].astype(float)
+    key = key.fillna(-1.0) - 1e6 * pd.Series(_below(audit, bg.index), index=bg.index, dtype=float)
+    d = bg.loc[key.sort_values(ascending=False).index[:top]]  # groups of mass >= gamma first
+    out = {"group": _name_col(audit, d.index, 34), "rows": [f"{int(v):,}" for v in d["count"]] if "count" in d else "–"}
+    if "mean_label" in d:
+        out["mean label"] = [_num(v) for v in d["mean_label"]]
+    if has_base:
+        out["worst cell, base"] = [_num(v) for v in d["calib_error_worst_base"]]
+    out["worst cell, after"] = [_num(v) for v in d["calib_error_worst"]]
+    if "calib_error_worst_weighted" in d:
+        if has_base and "calib_error_worst_weighted_base" in d:
+            out["weighted, base"] = [_num(v) for v in d["calib_error_worst_weighted_base"]]
+        out["weighted, after"] = [_num(v) for v in d["calib_error_worst_weighted"]]
+    return pd.DataFrame(out)
+
+
+_MAX_FINDINGS = 8
+
+
+def findings_summary(audit) -> dict:
+    """What the findings section says, as data (shared by the PDF and the dashboard): the findings to show
+    (most significant first, at most ``_MAX_FINDINGS``), how many there are, how many tests were made, the
+    error control, the smallest group tested, the descriptive disparities, and a failure message if the
+    findings could not be computed."""
+    params = getattr(audit, "params", {}) or {}
+    status = getattr(audit, "findings_status", "failed: this audit has no findings (made by an older version)")
+    found = list(getattr(audit, "findings", []) or [])
+    control = {"holm": "Holm (family-wise error)", "bh": "Benjamini-Hochberg (false discovery rate)"}.get(
+        params.get("error_control"), str(params.get("error_control")))
+    return {"failed": None if status == "ok" else status.removeprefix("failed:").strip(),
+            "shown": found[:_MAX_FINDINGS], "n_found": len(found), "n_tests": params.get("n_tests"),
+            "control": control, "level": params.get("findings_level"), "min_count": params.get("min_group_count"),
+            "variance_note": _variance_note(params.get("variance_tolerance")),
+            "disparities": list(getattr(audit, "disparities", []) or [])[:3]}
+
+
+def _variance_note(tol) -> str:
+    """How a variance finding is judged, in words ("" for audits made before the tolerance existed)."""
+    if tol is None:
+        return ""
+    if not tol:
+        return " A variance counts as misstated when observed / predicted differs from 1 beyond chance."
+    return f" A variance counts as misstated only when it is off by more than {1 + tol:.2g}x beyond chance."
+
+
+def _findings_section(doc, audit):
+    s = findings_summary(audit)
+    doc.heading("Key findings", size=12, space=1)
+    if s["failed"]:
+        doc.para(f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
+                 color=(170, 40, 0))
+        return
+    scope = (f"{s['n_tests']} tests of the model's means, bucket calibration, variances and interval coverage on "
+             f"every group and cell of at least {s['min_count']} rows, adjusted together by {s['control']} at "
+             f"{s['level']:g}.{s['variance_note']}")
+    if s["shown"]:
+        doc.bullets([f["text"] for f in s["shown"]])
+        more = s["n_found"] - len(s["shown"])
+        doc.para(("" if more <= 0 else f"{more} further finding(s) are in audit.json. ") + scope, size=8.5, style="I")
+    else:
+        doc.para("No defect found: " + scope, style="I")
+    if s["disparities"]:
+        doc.para("Where the model is more or less certain (descriptive, not defects):", size=9.5)
+        doc.bullets([d["text"] for d in s["disparities"]])
+
+
+class _Relabelled:
+    """The audit with ``params["label"]`` set to the report's label name (used in axis titles)."""
+
+    def __init__(self, audit, label: str):
+        self._audit = audit
+        params = getattr(audit, "params", None)
+        try:
+            params = dict(params) if params is not None else {}
+        except (TypeError, ValueError):
+            params = {}
+        params["label"] = label
+        self.params = params
+
+    def __getattr__(self, name):
+        return getattr(self._audit, name)
+
+    @classmethod
+    def wrap(cls, audit, label: str):
+        if F.label_info(audit)["name"] == label:
+            return audit
+        return cls(audit, label)
+
+
+def _subset(audit, names) -> SimpleNamespace:
+    """The audit restricted to some groups (for splitting tall heatmaps over pages)."""
+    names = list(names)
+
+    def take(t):
+        if isinstance(t, pd.DataFrame) and not t.empty:
+            return t.loc[[n for n in names if n in t.index]]
+        return t
+
+    return SimpleNamespace(by_group=getattr(audit, "by_group", None), coverage=take(getattr(audit, "coverage", None)),
+                           width=take(getattr(audit, "width", None)),
+                           coverage_by_bucket=take(getattr(audit, "coverage_by_bucket", None)),
+                           params=getattr(audit, "params", {}), overall=getattr(audit, "overall", {}))
+
+
+def _chunks(index, size: int) -> list:
+    idx = list(index)
+    if len(idx) <= size:
+        return [idx]
+    k = math.ceil(len(idx) / size)
+    step = math.ceil(len(idx) / k)
+    return [idx[i: i + step] for i in range(0, len(idx), step)]
+

@@ -1,0 +1,287 @@
+"""Settings of a dashboard run and the prepared label: the frozen spec dataclasses (:class:`LabelSpec`,
+:class:`BaseSpec`, :class:`SplitSpec`, :class:`FitSettings`) that key every cache, the record of a finished run
+(:class:`AuditRun`), and label preparation (:func:`prepare_label`, binary labels included). These are the plain
+values every other part of the engine room (:mod:`app.base_model`, :mod:`app.pipeline`, :mod:`app.jobs`,
+:mod:`app.discovery`) and the Streamlit pages pass around; they import nothing from those modules, so the UI can
+build settings without loading scikit-learn or the fitting code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from mmc_core.errors import DataError
+
+SPLIT_NAMES = {"base": "base-model training", "fit": "multicalibration fitting",
+               "calibration": "interval calibration (held out of fitting)", "test": "test (audit)"}
+BASE_MODELS = {
+    "hgb": "gradient boosting (HistGradientBoostingRegressor)",
+    "ridge": "ridge regression (one-hot + standardised)",
+}
+STEP_HELP = {
+    "exact": "exact: shift each violating cell by its mean residual (fast; at least the paper's progress)",
+    "paper": "paper: move by alpha (beta) per update, as in the paper (slow; the textbook algorithm)",
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# specs (frozen, hashable: they key the caches)
+# ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LabelSpec:
+    """How the label column becomes the fitted label.
+
+    scaling: ``observed`` (min / max of all rows), ``declared`` (``lo``, ``hi``; rows outside are an error)
+    or ``robust`` (clip at the ``q_lo`` / ``q_hi`` quantiles of all rows; the clipped count is reported).
+    log: fit ln(label) (all values must be > 0); every output is then in log units.
+    """
+
+    column: str
+    scaling: str = "observed"
+    lo: float | None = None
+    hi: float | None = None
+    q_lo: float = 0.01
+    q_hi: float = 0.99
+    log: bool = False
+    # binary labels (two distinct values): "auto" switches to a classifier audit; ``positive`` names the
+    # positive class (as text) when the values are not 0/1 or true/false. Scaling and log are then unused.
+    task: str = "auto"
+    positive: str | None = None
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    """The initial mean: ``none`` (the label mean), ``column`` (an existing prediction column, label units)
+    or ``model`` (a scikit-learn model, ``model`` in BASE_MODELS, fitted on ``features`` of the base rows)."""
+
+    kind: str = "none"
+    column: str | None = None
+    model: str = "hgb"
+    features: tuple = ()
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """Shares of all rows: ``test`` for the audit, ``base`` for training an in-app base model (ignored
+    otherwise); the rest is for multicalibration. Seeded, stratified by nothing (a plain permutation)."""
+
+    test: float = 0.3
+    base: float = 0.3
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """The estimator's parameters and the audit's. ``alpha`` / ``beta`` may be a rule, as in ``mmc fit``: "se"
+    (the library default: the per-cell standard-error test) or "auto" (the older noise threshold);
+    ``early_stopping`` True, False or "auto" (the library default: on whenever rows are held out)."""
+
+    alpha: float | str = "se"
+    beta: float | str = "se"
+    n_buckets: int = 5
+    n_moments: int = 2
+    step: str = "exact"
+    odd_moments: str = "absolute"
+    calibration_fraction: float = 0.25
+    early_stopping: bool | str = "auto"
+    max_rounds: int | None = None
+    delta: float = 0.1
+    gamma: float = 0.05
+    n_boot: int = 200
+    threshold: float = 0.5  # binary labels: the decision threshold of the audit's rates
+    # discovery during the fit (``mmc fit --discover``): audit the fitted model with the learning oracle on the
+    # fitting rows, add the sets it accepts as groups, refit (at most ``discover_rounds`` times)
+    discover: bool = False
+    discover_features: tuple = ()
+    discover_depth: int = 3
+    discover_min_mass: float = 0.01
+    discover_rounds: int = 2
+
+
+@dataclass
+class PreparedLabel:
+    y: np.ndarray          # fitted label (after log / clipping), all rows
+    lo: float
+    hi: float
+    source: str            # observed | declared | robust
+    name: str              # display name, e.g. "wage" or "log(wage)"
+    n_clipped: int = 0
+    note: str = ""
+    task: str = "regression"   # or "binary": y is 0/1, lo = 0, hi = 1
+    classes: tuple = ()        # binary: (negative, positive) as in the data
+
+
+@dataclass
+class AuditRun:
+    """Everything one pipeline run produced (kept in session state; survives reruns)."""
+
+    model: object                      # mmc_core.FittedModel
+    history: list
+    converged: bool
+    stopped: bool
+    label: PreparedLabel
+    base: np.ndarray | None            # base prediction of every row (label units after log), or None
+    base_spec: BaseSpec
+    label_spec: LabelSpec
+    split: dict                        # name -> row indices (base / fit / calibration / test)
+    settings: FitSettings
+    groups_json: dict
+    audit: object = None               # mmc_core.metrics.AuditResult on the test rows (None if unavailable)
+    audit_error: str = ""
+    timings: dict = field(default_factory=dict)
+    data_key: str = ""
+    data_name: str = ""
+    base_metrics: dict = field(default_factory=dict)
+    finished_at: float = 0.0
+    thresholds: dict = field(default_factory=dict)  # alpha, beta, moment_betas actually used; auto: bool
+    split_seed: int = 0
+
+    @property
+    def alpha(self) -> float:
+        return float(self.thresholds.get("alpha", self.settings.alpha))
+
+    @property
+    def beta(self) -> float:
+        return float(self.thresholds.get("beta", self.settings.beta))
+
+    @property
+    def test_rows(self) -> np.ndarray:
+        return self.split["test"]
+
+    def summary(self) -> dict:
+        info = getattr(self.model, "info", {}) or {}
+        return {
+            "converged": self.converged, "stopped": self.stopped, "rounds": info.get("rounds"),
+            "kept_round": info.get("kept_round"), "mean_updates": info.get("mean_updates"),
+            "moment_updates": info.get("moment_updates"), "n_groups": info.get("n_groups"),
+            "split": {k: int(v.size) for k, v in self.split.items()}, "timings": dict(self.timings),
+            "task": getattr(self.label, "task", "regression"),
+        }
+
+
+
+# ---------------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------------
+def frame_key(df: pd.DataFrame, name: str = "") -> str:
+    """A content hash of a table (fast: pandas' row hashes on at most all rows, summed with shape/columns)."""
+    h = hashlib.sha1()
+    h.update(name.encode())
+    h.update(repr((df.shape, [str(c) for c in df.columns], [str(t) for t in df.dtypes])).encode())
+    try:
+        h.update(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
+    except TypeError:  # unhashable cells (lists): fall back to the CSV text of the table
+        h.update(df.to_csv(index=False).encode())
+    return h.hexdigest()[:16]
+
+
+def prepare_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel:
+    """The fitted label of every row and its range, or a DataError explaining what is wrong."""
+    from app.io import numeric_column
+
+    if not spec.column:
+        raise DataError("choose a label column")
+    binary = binary_label(df, spec)
+    if binary is not None:
+        return binary
+    y = numeric_column(df, spec.column, "label column")
+    name = spec.column
+    note = ""
+    if spec.log:
+        bad = int(np.sum(y <= 0))
+        if bad:
+            raise DataError(f"log scale needs a positive label: {bad} row(s) of '{spec.column}' are <= 0 "
+                            f"(smallest {float(np.min(y)):g}); turn log off or use a shifted column")
+        y = np.log(y)
+        name = f"log({spec.column})"
+    n_clipped = 0
+    if spec.scaling == "observed":
+        lo, hi = float(np.min(y)), float(np.max(y))
+        note = f"observed range of all {y.size:,} rows"
+    elif spec.scaling == "declared":
+        if spec.lo is None or spec.hi is None:
+            raise DataError("a declared label range needs both LO and HI")
+        lo, hi = float(spec.lo), float(spec.hi)
+        if spec.log:
+            if lo <= 0:
+                raise DataError("with log scale the declared range must be positive (it is given in label units)")
+            lo, hi = math.log(lo), math.log(hi)
+        if not hi > lo:
+            raise DataError(f"the declared label range needs LO < HI, got [{spec.lo}, {spec.hi}]")
+        outside = int(np.sum((y < lo) | (y > hi)))
+        if outside:
+            raise DataError(f"{outside} label value(s) lie outside the declared range [{spec.lo:g}, {spec.hi:g}] "
+                            f"(min {float(np.min(y)):g}, max {float(np.max(y)):g}); widen it or choose 'robust'")
+        note = "declared range"
+    elif spec.scaling == "robust":
+        if not 0 <= spec.q_lo < spec.q_hi <= 1:
+            raise DataError(f"robust range needs 0 <= lower quantile < upper quantile <= 1, got {spec.q_lo}, {spec.q_hi}")
+        lo, hi = (float(v) for v in np.quantile(y, [spec.q_lo, spec.q_hi]))
+        n_clipped = int(np.sum((y < lo) | (y > hi)))
+        y = np.clip(y, lo, hi)
+        note = f"clipped at the {spec.q_lo:.1%} and {spec.q_hi:.1%} quantiles: {n_clipped:,} row(s) clipped"
+    else:
+        raise DataError(f"unknown label scaling {spec.scaling!r}")
+    if not hi > lo:
+        raise DataError(f"the label '{spec.column}' is constant ({lo:g}) in this range; there is nothing to calibrate")
+    return PreparedLabel(y=y, lo=lo, hi=hi, source=spec.scaling, name=name, n_clipped=n_clipped, note=note)
+
+
+def label_values(df: pd.DataFrame, column: str) -> list:
+    """The distinct non-missing values of a column (at most 3 are looked at: enough to tell binary)."""
+    vals = pd.unique(df[column].dropna())
+    return list(vals[:3])
+
+
+def binary_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel | None:
+    """The prepared 0/1 label when ``spec.column`` is binary (two distinct values) and the task allows it; None
+    for a regression label. A DataError names the column when the positive class is needed or unknown."""
+    from mmc_core.estimator import resolve_task
+
+    if spec.task == "regression" or spec.column not in df.columns:
+        return None
+    s = df[spec.column]
+    if s.nunique(dropna=True) != 2:
+        if spec.task == "binary":
+            raise DataError(f"the label '{spec.column}' is not binary: it has {s.nunique(dropna=True)} distinct values")
+        return None
+    miss = int(s.isna().sum())
+    if miss:
+        raise DataError(f"the binary label '{spec.column}' has {miss:,} missing value(s): drop those rows first")
+    positive = spec.positive if spec.positive not in ("", None) else None
+    numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
+    if positive is not None and numeric:
+        try:
+            positive = float(positive)
+        except ValueError:
+            raise DataError(f"positive class {spec.positive!r} is not a value of the label '{spec.column}'") from None
+    if positive is not None and pd.api.types.is_bool_dtype(s):
+        positive = {"true": True, "false": False}.get(str(positive).lower(), positive)
+    if positive is None and not (pd.api.types.is_bool_dtype(s) or (numeric and set(pd.unique(s)) <= {0, 1})):
+        shown = ", ".join(repr(v) for v in sorted(pd.unique(s), key=str))
+        raise DataError(f"the label '{spec.column}' has the two values {shown}: choose its positive class (the "
+                        "outcome whose probability is predicted)")
+    _, y, info = resolve_task(s, "binary", positive, spec.column)
+    neg, pos = info["classes"]
+    return PreparedLabel(y=y, lo=0.0, hi=1.0, source="binary", name=spec.column,
+                         note=f"binary label: positive class {pos!s} ({int(y.sum()):,} of {y.size:,} rows)",
+                         task="binary", classes=(neg, pos))
+
+
+
+def settings_dict(settings: FitSettings) -> dict:
+    return asdict(settings)
+
+
+def groups_key(groups_json) -> str:
+    return hashlib.sha1(json.dumps(groups_json, sort_keys=True).encode()).hexdigest()[:16]
+
+
+
+DISCOVERED_PREFIX = "found: "  # names of discovered groups start with this (every table and figure shows it)
+GROUP_INFO_KEYS = ("kind", "count", "mass", "mean_residual", "moment_error", "p_value", "region", "violation")
