@@ -52,11 +52,11 @@ def prewarm():
 
 def _import_sklearn():
     try:
-        import sklearn.compose  # noqa: F401
-        import sklearn.ensemble  # noqa: F401
-        import sklearn.impute  # noqa: F401
-        import sklearn.linear_model  # noqa: F401
-        import sklearn.pipeline  # noqa: F401
+        import sklearn.compose
+        import sklearn.ensemble
+        import sklearn.impute
+        import sklearn.linear_model
+        import sklearn.pipeline
         import sklearn.preprocessing  # noqa: F401
     except ImportError:  # pragma: no cover - the base-model fit reports it
         pass

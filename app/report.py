@@ -88,13 +88,13 @@ def chromium_available() -> str | None:
 def _server():
     import kaleido
 
-    return kaleido._global_server  # noqa: SLF001 - only to check that its thread is alive
+    return kaleido._global_server  # private: only to check that its thread is alive
 
 
 def _ensure_kaleido():
     """Start (once per process) the kaleido server, or raise MMCError with what to install."""
     try:
-        import kaleido  # noqa: F401
+        import kaleido
         import plotly.io  # noqa: F401
     except ImportError:
         raise MMCError(KALEIDO_MESSAGE) from None
@@ -334,7 +334,7 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
     if ct is not None:
         doc.data_table(ct, col_widths=(30, 26, 62, 34, 34), align=["LEFT", "RIGHT", "LEFT", "RIGHT", "RIGHT"],
                        title=f"Interval coverage by method (target {1 - delta:.0%})")
-    unavailable = F._get(getattr(audit, "params", None), "methods_unavailable") or {}  # noqa: SLF001
+    unavailable = F._get(getattr(audit, "params", None), "methods_unavailable") or {}
     if unavailable:
         by_reason: dict = {}
         for meth, why in dict(unavailable).items():
@@ -425,7 +425,7 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
               "method is on page 1.")
         cb = getattr(audit, "coverage_by_bucket", None)
         if isinstance(cb, pd.DataFrame) and cb.notna().to_numpy().any():
-            bm = F._get(getattr(audit, "params", None), "bucket_method") or "calibrated"  # noqa: SLF001
+            bm = F._get(getattr(audit, "params", None), "bucket_method") or "calibrated"
             parts(lambda a: F.coverage_by_bucket_heatmap(a, delta),
                   "Coverage by predicted mean",
                   f"Coverage of the {bm} intervals per group and bucket of the predicted mean: multicalibrated "

@@ -35,11 +35,11 @@ def _pct(v) -> str:
 
 
 def _short(s, n=30) -> str:
-    return F._short(str(s), n)  # noqa: SLF001 - the figures' conjunction-aware shortening
+    return F._short(str(s), n)  # the figures' conjunction-aware shortening (one definition)
 
 
 def _below(audit, names) -> list:
-    return F._below_gamma(audit, names)  # noqa: SLF001 - shared definition of "below gamma"
+    return F._below_gamma(audit, names)  # the one definition of "below gamma"
 
 
 def _name_col(audit, names, n=30) -> list:

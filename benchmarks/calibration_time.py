@@ -19,11 +19,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from app.demo_data import load_dataset  # noqa: E402
-from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
-from mmc_core import intervals as iv  # noqa: E402
+from app.demo_data import load_dataset
+from mmc_core import GroupSet, MomentMulticalibrator
+from mmc_core import intervals as iv
 
-from coverage_protocol import DATASETS  # noqa: E402
+from coverage_protocol import DATASETS
 
 
 def measure(name: str, approach: str, repeats: int, seed: int = 1):

@@ -145,9 +145,9 @@ import pandas as pd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from app.demo_data import load_dataset  # noqa: E402
-from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
-from mmc_core import intervals as iv  # noqa: E402
+from app.demo_data import load_dataset
+from mmc_core import GroupSet, MomentMulticalibrator
+from mmc_core import intervals as iv
 
 DATASETS = {
     # name: (label, group columns, non-group feature columns for the base model, shipped base column)
