@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from mmc_core.errors import DataError
+from mmc_core.groups import GROUP_INFO_KEYS  # noqa: F401 - re-exported; defined once, in mmc_core
 
 SPLIT_NAMES = {"base": "base-model training", "fit": "multicalibration fitting",
                "calibration": "interval calibration (held out of fitting)", "test": "test (audit)"}
@@ -284,4 +285,3 @@ def groups_key(groups_json) -> str:
 
 
 DISCOVERED_PREFIX = "found: "  # names of discovered groups start with this (every table and figure shows it)
-GROUP_INFO_KEYS = ("kind", "count", "mass", "mean_residual", "moment_error", "p_value", "region", "violation")

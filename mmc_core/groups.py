@@ -221,7 +221,9 @@ class Condition:
 # holds entirely; a group is its "where" conjunction AND its "any" disjunction.
 MAX_ANY_TERMS, MAX_TERM_CONDITIONS = 64, 16
 # Descriptive fields `mmc discover` writes beside a group; read and ignored (they never change membership).
-_INFO_KEYS = {"kind", "count", "mass", "mean_residual", "moment_error", "p_value", "region", "violation"}
+# descriptive fields a group may carry (written by `mmc discover`, read back and kept, never evaluated)
+GROUP_INFO_KEYS = ("kind", "count", "mass", "mean_residual", "moment_error", "p_value", "region", "violation")
+_INFO_KEYS = set(GROUP_INFO_KEYS)
 
 
 @dataclass(frozen=True)
