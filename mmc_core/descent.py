@@ -36,6 +36,7 @@ __all__ = ["DescentParams", "Update", "CellStats", "CellState", "DescentResult",
 
 STEP_RULES = ("exact", "paper")
 WHOLE = 1  # partition code of the whole-group cells (one cell per group)
+TIE = 1e-9  # relative: cell statistics closer than this are a tie (decided by position; see CellStats._worst)
 
 
 @dataclass(frozen=True)
@@ -306,12 +307,18 @@ class CellStats:
         return np.where(self.violated(S, C, Q, thr, partition, target), np.abs(S), 0.0)
 
     def _worst(self, blocks, thr, target=1):
+        """The worst cell over the blocks. Ties are decided by position, not by rounding: a cell wins only if
+        it beats every earlier one by more than TIE (relative). Sums that are equal in exact arithmetic (a
+        whole group and its only non-zero cell; two groups with the same rows) then give the same choice
+        whichever order an engine adds rows in."""
         best = (-1.0, 0, 0, None)
         for part, S, C, Q, width in blocks:
             arr = self._masked_abs(S, C, Q, thr, part, target) if (self.se and thr is not None) else np.abs(S)
             k = int(np.argmax(arr))
+            if arr[k] > 0:
+                k = int(np.argmax(arr >= arr[k] * (1.0 - TIE)))
             v = arr[k] / self.n
-            if v > best[0]:
+            if v > best[0] * (1.0 + TIE) or best[3] is None:
                 best = (v, part, k // width, (S, C, Q, width))
         return best
 
