@@ -723,12 +723,6 @@ def _lerp(a, b, t):
     return b - d * (1 - t) if t >= 0.5 else a + d * t
 
 
-def _futures_source(client, futures):
-    """exact_quantiles' two passes over futures of per-partition value arrays."""
-    return (lambda: client.gather([client.submit(_sketch, f, pure=False) for f in futures]),
-            lambda lo, hi: client.gather([client.submit(_bracket, f, lo, hi, pure=False) for f in futures]))
-
-
 def exact_quantiles(sketches, brackets, qs, nonempty_range: bool = False):
     """``np.quantile(all finite values, qs)`` (method "linear"), bit for bit, over values spread across
     partitions (``sketches()``: per-partition (count, sketch, min, max) from :func:`_sketch`; ``brackets(lo,
@@ -794,69 +788,81 @@ def exact_quantiles(sketches, brackets, qs, nonempty_range: bool = False):
     return np.asarray(out)
 
 
-def _col_values(df, c):
+def _cols_values(df, columns):
     from ..groups import _column
 
-    return _column(df, c)
+    return {c: _column(df, c) for c in columns}
 
 
-def _numeric_values(arr):
-    return arr.astype(float) if arr.dtype.kind in "biuf" else None
+def _uniques(cols, cap):
+    out = {}
+    for c, arr in cols.items():
+        if arr.dtype.kind in "biuf":
+            out[c] = ("num", np.unique(arr[np.isfinite(arr)])[: cap + 1])
+        else:
+            miss = np.equal(arr, None)
+            out[c] = ("text", sorted({str(v) for v in arr[~miss]})[: cap + 1])
+    return out
 
 
-def _uniques(arr, cap):
-    if arr.dtype.kind in "biuf":
-        v = np.unique(arr[np.isfinite(arr)])
-        return ("num", v[: cap + 1])
-    miss = np.equal(arr, None)
-    vals = sorted({str(v) for v in arr[~miss]})
-    return ("text", vals[: cap + 1])
+def _sketch_col(cols, c):
+    return _sketch(cols[c])
+
+
+def _bracket_col(cols, c, lo, hi):
+    return _bracket(cols[c], lo, hi)
 
 
 def groups_from_columns(ddf, columns, max_order: int = 1, max_values: int = 10, client=None):
-    """``GroupSet.from_columns`` on a Dask DataFrame: the same groups, the same (exact) quartile cuts."""
+    """``GroupSet.from_columns`` on a Dask DataFrame: the same groups, the same (exact) quartile cuts (the rule
+    of :func:`mmc_core.groups.column_conditions`: one group per value, numeric columns with more than
+    ``max_values`` distinct values cut at their quartiles)."""
     import dask
 
-    from ..groups import Condition, GroupSet, _quartile_edges  # noqa: F401 (_quartile_edges: the rule mirrored)
+    from ..groups import Condition, GroupSet
 
     client = _client(client)
     columns = list(columns)
     for c in columns:
         if c not in ddf.columns:
             raise GroupDefinitionError(f"group column '{c}' is not in the data (columns: {', '.join(map(str, list(ddf.columns)[:30]))})")
-    delayed = ddf.to_delayed()
+    futs = client.compute([dask.delayed(_cols_values, pure=False)(d, columns) for d in ddf.to_delayed()])
     per_col = {}
-    for c in columns:
-        futs = client.compute([dask.delayed(_col_values, pure=False)(d, c) for d in delayed])
-        try:
-            us = client.gather([client.submit(_uniques, f, max(max_values, 200), pure=False) for f in futs])
-            kinds = {k for k, _ in us}
-            if kinds == {"num"} or (kinds == {"num", "text"} and False):
-                distinct = np.unique(np.concatenate([u for _, u in us]))
+    try:
+        us = client.gather([client.submit(_uniques, f, max(max_values, 200), pure=False) for f in futs])
+        for c in columns:
+            kinds = {u[c][0] for u in us}
+            if len(kinds) > 1:
+                raise GroupDefinitionError(f"group column '{c}' is numeric in some partitions and text in others")
+            if kinds == {"num"}:
+                distinct = np.unique(np.concatenate([u[c][1] for u in us]))
                 if distinct.size == 0:
                     raise GroupDefinitionError(f"group column '{c}' has no values")
                 if distinct.size > max_values:
-                    qs = exact_quantiles(*_futures_source(client, futs), np.linspace(0, 1, 5)[1:-1])
+                    qs = exact_quantiles(
+                        lambda: client.gather([client.submit(_sketch_col, f, c, pure=False) for f in futs]),
+                        lambda lo, hi: client.gather([client.submit(_bracket_col, f, c, lo, hi, pure=False)
+                                                      for f in futs]),
+                        np.linspace(0, 1, 5)[1:-1])
                     vmin = float(distinct[0])
                     edges = [float(q) for q in np.unique(qs) if q > vmin] if qs is not None else []
                     bounds = [None] + edges + [None]
-                    per_col[c] = [Condition(c, "between", lo=bounds[i], hi=bounds[i + 1]) for i in range(len(bounds) - 1)]
+                    per_col[c] = [Condition(c, "between", lo=bounds[i], hi=bounds[i + 1])
+                                  for i in range(len(bounds) - 1)]
                 else:
                     per_col[c] = [Condition(c, "==", value=(int(v) if float(v).is_integer() else float(v)))
                                   for v in distinct]
             else:
-                if len(kinds) > 1:
-                    raise GroupDefinitionError(f"group column '{c}' is numeric in some files and text in others")
-                vals = sorted(set().union(*(set(u) for _, u in us)))
+                vals = sorted(set().union(*(set(u[c][1]) for u in us)))
                 if not vals:
                     raise GroupDefinitionError(f"group column '{c}' has no values")
                 if len(vals) > 200:
                     raise GroupDefinitionError(f"group column '{c}' has more than 200 distinct values; a group per "
                                                "value is not useful (bin it first or define groups in a JSON file)")
                 per_col[c] = [Condition(c, "==", value=v) for v in vals]
-        finally:
-            for f in futs:
-                f.release()
+    finally:
+        for f in futs:
+            f.release()
     return GroupSet.from_columns(None, columns, max_order, max_values, conditions=per_col)
 
 
