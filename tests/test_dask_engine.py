@@ -185,3 +185,68 @@ def test_importing_mmc_core_does_not_import_dask():
     code = "import sys, mmc_core, mmc_core.engines; print('dask' in sys.modules, 'distributed' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+# ---- the CLI: mmc fit|predict|audit --engine dask ---------------------------------------------------------------
+def _parquet_dir(tmp_path, df, sizes):
+    d = tmp_path / "data"
+    d.mkdir()
+    b = np.cumsum([0] + list(sizes))
+    for i in range(len(sizes)):
+        df.iloc[b[i]:b[i + 1]].to_parquet(d / f"part-{i}.parquet")
+    return d
+
+
+def test_cli_fit_predict_audit_on_a_running_scheduler(client, tmp_path, capsys):
+    from app.cli import main
+
+    df = make_frame(20000)
+    d = _parquet_dir(tmp_path, df, [4000, 11000, 5000])
+    addr = client.scheduler.address
+    model = tmp_path / "m.json"
+    rc = main(["fit", "--engine", "dask", "--scheduler", addr, "--data", str(d / "*.parquet"), "--label", "y",
+               "--group-cols", "region,kind", "--calibration-fraction", "0", "--max-rounds", "3", "--out", str(model)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "mmc: round 1:" in err  # a progress line per round
+    est = MomentMulticalibrator(n_moments=2, calibration_fraction=0.0, max_rounds=3).fit(
+        df, df["y"], GroupSet.from_columns(df, ["region", "kind"]))
+    assert_same_fit(est, MomentMulticalibrator.load(model), df)
+    out = tmp_path / "pred"
+    assert main(["predict", "--engine", "dask", "--scheduler", addr, "--model", str(model), "--data", str(d),
+                 "--out", str(out)]) == 0
+    got = pd.read_parquet(out)
+    assert len(got) == len(df) and {"mean", "moment_2"} <= set(got.columns)
+    np.testing.assert_array_equal(got["mean"].to_numpy(), FittedModel.load(model).predict(df)["mean"])
+    rep = tmp_path / "audit.json"
+    assert main(["audit", "--engine", "dask", "--scheduler", addr, "--model", str(model), "--data", str(d),
+                 "--label", "y", "--out", str(rep)]) == 0
+    tables = json.loads(rep.read_text())
+    assert tables["n"] == len(df) and tables["by_group"]["count"][0] == len(df)
+
+
+@pytest.mark.parametrize("case", ["no-match", "schemas", "scheduler"])
+def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case):
+    from app import cli_dask
+    from app.cli import main
+
+    assert cli_dask.SCHEDULER_TIMEOUT < 30  # an unreachable scheduler is reported within 30 s (no clock here)
+
+    d = tmp_path / "d"
+    d.mkdir()
+    pd.DataFrame({"g": [1, 2], "y": [1.0, 2.0]}).to_parquet(d / "a.parquet")
+    pd.DataFrame({"g": ["x", "y"], "y": [1.0, 2.0]}).to_parquet(d / "b.parquet")
+    out = tmp_path / "m.json"
+    args = ["fit", "--engine", "dask", "--label", "y", "--out", str(out)]
+    if case == "no-match":
+        args += ["--data", str(tmp_path / "nothing" / "*.parquet")]
+    elif case == "schemas":
+        args += ["--data", str(d / "*.parquet")]
+    else:
+        args += ["--data", str(d / "a.parquet"), "--scheduler", "tcp://127.0.0.1:9"]
+    assert main(args) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mmc: error:")]
+    assert len(err) == 1
+    assert {"no-match": "matches no Parquet files", "schemas": "different schemas",
+            "scheduler": "no Dask scheduler answers"}[case] in err[0]
+    assert not out.exists()
