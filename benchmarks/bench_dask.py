@@ -137,10 +137,12 @@ def main(argv=None):
             results.append({"engine": "numpy", "rows": n_np, "k": k_np, "error": out.stderr.strip().splitlines()[-1:]})
         else:
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     if not a.skip_dask:
         if a.rows != max(a.rows, n_np):
             print("note: the Dask run reads every file in --dir", file=sys.stderr)
         results.append(run_dask(a.dir, a.moments, a.workers, a.memory_limit, a.max_rounds))
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     ref = next((r for r in results if r["engine"] == "numpy" and "error" not in r), None)
     print(f"{'engine':7} {'rows':>12} {'groups':>6} {'k':>2} {'fit s':>8} {'setup s':>8} {'rounds':>6} "
           f"{'updates':>8} {'peak GB/proc':>12} {'us/row':>8} {'vs numpy':>8}")

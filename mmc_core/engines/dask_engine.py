@@ -3,16 +3,21 @@ real scheduler). Imported lazily; needs ``pip install 'mmc-audit[dask]'`` (dask[
 
 How it maps onto the descent's seam (:class:`mmc_core.descent.CellStats`):
 
-* Every row partition becomes one :class:`_Part` object that lives on a worker for the whole fit (a
-  ``distributed`` future, pinned to the worker that built it). It holds the partition's labels, its group
-  membership (evaluated per partition from the same :class:`~mmc_core.groups.GroupSet`), its predictions and
-  moment columns, and a numpy :class:`~mmc_core.descent.CellState` that keeps the partition's (group x cell)
-  sums up to date incrementally. Rows never leave the workers.
+* Every row partition becomes one :class:`_Part` object that lives on a worker for the whole fit. It holds
+  the partition's labels, its group membership (evaluated per partition from the same
+  :class:`~mmc_core.groups.GroupSet`), its predictions and moment columns, and a numpy
+  :class:`~mmc_core.descent.CellState` that keeps the partition's (group x cell) sums up to date
+  incrementally. The partitions (Dask's own: ``ddf.to_delayed()``) are assigned round robin to one Dask
+  *actor* per worker (``client.submit(..., actor=True)``), which computes them there and keeps them: actor
+  state is never spilled, moved or recomputed behind our back, and an actor call is one direct round trip.
+  Rows never leave the workers.
 * Per update the client ships the update (a group id, a few cell ids and deltas: a small array) to every
-  partition; each applies it to its rows and returns its cell sums, which are tree-reduced (fan-in 8) into
-  the global sums. The descent (audit, choice of the next update, stopping rules) runs on the client on
-  those sums, exactly as with the numpy engine. Held-out rows (early stopping) sit in the same partition
-  objects and are updated by the same task.
+  worker; each applies it to its partitions' rows and returns the sum of their cell sums (the first level of
+  the reduction, on the worker); the client adds the workers' sums (the second). The descent (audit, choice
+  of the next update, stopping rules) runs on the client on those sums, exactly as with the numpy engine.
+  Held-out rows (early stopping) sit in the same partition objects and are updated by the same call. The
+  ratio step's denominators (per-cell sums of the moment predictions) are kept with the other sums, so an
+  update is one round trip.
 * Prediction is a replay of the model's log, which is row-local: ``map_partitions`` with the numpy replay,
   so predictions equal those of the numpy engine bit for bit, whichever engine fitted the model.
 
@@ -30,7 +35,8 @@ What differs from the numpy engine (and why):
   numpy's ``np.quantile``): an approximate sketch brackets each order statistic and the few values inside
   the bracket are brought to the client. ``mean_buckets="quantile"`` with a base prediction uses the same
   exact quantiles.
-* Nothing of our own schedules, shards or pools: partitions are Dask's, tasks are ``client.submit``.
+* Nothing of our own schedules, shards or pools: partitions, workers, actors and tasks are Dask's.
+* A worker lost mid-fit loses its actor's partitions: the next update fails with a clear error (run again).
 """
 from __future__ import annotations
 
