@@ -250,3 +250,23 @@ def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case):
     assert {"no-match": "matches no Parquet files", "schemas": "different schemas",
             "scheduler": "no Dask scheduler answers"}[case] in err[0]
     assert not out.exists()
+
+
+def test_engine_dask_on_an_in_memory_table_with_arrays(client):
+    df = make_frame(4000)
+    groups = GroupSet.from_columns(df, ["region", "kind"])
+    kw = dict(n_moments=2, calibration_fraction=0.0, max_rounds=2)
+    e_np = MomentMulticalibrator(**kw).fit(df, df["y"].to_numpy(), groups, base_prediction=df["base"].to_numpy())
+    e_dk = MomentMulticalibrator(**kw).fit(df, df["y"].to_numpy(), groups, base_prediction=df["base"].to_numpy(),
+                                           engine="dask", client=client)
+    assert e_dk.model_.info["label"] == "label" and e_dk.model_.init_mean == e_np.model_.init_mean
+    assert_same_fit(e_np, e_dk, df, df["base"].to_numpy())
+
+
+def test_audit_tables_are_json_with_null_for_empty_groups(client):
+    df = make_frame(4000)
+    groups = GroupSet.from_json({"groups": [{"name": "nobody", "where": [{"column": "age", "op": ">", "value": 1e9}]}]})
+    est = MomentMulticalibrator(n_moments=2, calibration_fraction=0.0, max_rounds=2).fit(df, df["y"], groups)
+    tables = de.audit_tables_dask(est.model_, split(df, [1000, 3000]), "y")
+    json.dumps(tables, allow_nan=False)
+    assert tables["by_group"]["count"] == [4000, 0] and tables["by_group"]["mean_label"][1] is None

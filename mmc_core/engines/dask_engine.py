@@ -522,18 +522,23 @@ def fit_dask(est, X, y, groups=None, base_prediction=None, callback=None, label_
     client = _client(client)
     validate_params(est.alpha, est.beta, est.n_buckets, est.n_moments, est.step, est.odd_moments,
                     est.calibration_fraction, est.max_rounds, est.mean_buckets, est.moment_buckets, est.early_stopping)
-    if not is_dask_collection(X):
+    if not is_dask_collection(X):  # engine="dask" on an in-memory table: label / base may be arrays
         import dask.dataframe as dd
         import pandas as pd
 
-        X = dd.from_pandas(X if isinstance(X, pd.DataFrame) else pd.DataFrame(X),
-                           npartitions=max(2, len(client.scheduler_info().get("workers", {})) or 2))
+        X = X.copy() if isinstance(X, pd.DataFrame) else pd.DataFrame(X)
+        if y is not None and not isinstance(y, str):
+            X["__mmc_label__"], y = np.asarray(y, dtype=float), "__mmc_label__"
+        if base_prediction is not None and not isinstance(base_prediction, str):
+            X["__mmc_base__"], base_prediction = np.asarray(base_prediction, dtype=float), "__mmc_base__"
+        X = dd.from_pandas(X, npartitions=max(2, len(client.scheduler_info().get("workers", {})) or 2))
     X, ycol = _as_column(X, y, "label")
     if ycol is None:
         raise MMCError("y (the label) is required")
     X, bcol = _as_column(X, base_prediction, "base prediction")
-    label_name = label_name or ycol
-    if bcol is not None and base_name is None and isinstance(base_prediction, str):
+    label_name = label_name or (ycol if not ycol.startswith("__mmc_") else "label")
+    if bcol is not None and base_name is None and isinstance(base_prediction, str) \
+            and not base_prediction.startswith("__mmc_"):
         base_name = base_prediction
     gset = GroupSet.coerce(groups)
     missing = sorted(c for c in gset.columns() if c not in X.columns)
@@ -1004,13 +1009,22 @@ def _audit_json(model, tot):
     cells = [{"group": model.groups.names[g], "bucket": int(b), "count": int(C0[g * m + b]),
               "mass_weighted_residual": float(S0[g * m + b] / n)}
              for g in range(G) for b in range(m) if C0[g * m + b] > 0]
-    import json
-
-    return json.loads(json.dumps({
+    return _finite({
         "format": "mmc-audit-tables", "version": 1, "engine": "dask", "n": int(n),
         "achieved": {"alpha": achieved_alpha, "betas": betas},
         "by_group": rows, "mean_cells": cells,
-    }, allow_nan=True).replace("NaN", "null"))
+    })
+
+
+def _finite(obj):
+    """JSON-ready: NaN / infinite numbers (empty groups) become null."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 # ---- data and cluster (the CLI's edge) ---------------------------------------------------------------------
