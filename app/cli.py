@@ -124,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--discover-rounds", type=int, default=2,
                    help="with --discover: at most R audit-and-refit rounds (default 2)")
     f.add_argument("--out", required=True, help="where to write the model (JSON)")
+    _engine_options(f)
 
     pr = sub.add_parser("predict", help="predict mean, moments and intervals for new rows")
     pr.add_argument("--model", required=True)
@@ -136,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--threshold", type=_decision_threshold,
                     help="binary models: add a 0/1 `decision` column (1 when the probability `mean` >= T)")
     pr.add_argument("--out", required=True)
+    _engine_options(pr)
 
     au = sub.add_parser("audit", help="audit a fitted model on labelled data (per-group tables as JSON)")
     au.add_argument("--model", required=True)
@@ -154,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--threshold", type=_decision_threshold, default=0.5,
                     help="binary models: the decision threshold of the rates (decision = probability >= T; 0.5)")
     au.add_argument("--out", required=True)
+    _engine_options(au)
 
     rp = sub.add_parser("report", help="write a PDF audit report")
     rp.add_argument("--model", required=True)
@@ -192,6 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _engine_options(p):
+    from .cli_dask import add_engine_options
+
+    add_engine_options(p)
+
+
 def _discovery_options(p):
     p.add_argument("--features", type=_columns,
                    help="columns the learner may use (default: every column but the label and the prediction)")
@@ -226,6 +235,10 @@ def _check_prob(name: str, v: float):
 
 
 def cmd_fit(args) -> int:
+    if args.engine == "dask":
+        from .cli_dask import fit
+
+        return fit(args)
     from mmc_core import GroupSet, MomentMulticalibrator
     from .io import numeric_column, read_table
 
@@ -422,6 +435,10 @@ def _note_base_range(model, base):
 
 
 def cmd_predict(args) -> int:
+    if args.engine == "dask":
+        from .cli_dask import predict
+
+        return predict(args)
     import pandas as pd
 
     from .io import write_csv
@@ -452,6 +469,10 @@ def cmd_predict(args) -> int:
 
 
 def cmd_audit(args) -> int:
+    if args.engine == "dask":
+        from .cli_dask import audit as audit_dask
+
+        return audit_dask(args)
     from mmc_core.metrics import audit
     from mmc_core.model import atomic_write_text
 

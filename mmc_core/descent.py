@@ -32,10 +32,11 @@ from .buckets import BucketGrid, mean_grid, moment_grid, moment_projection
 from .groups import Membership
 from .moments import MomentKind, pseudo_label
 
-__all__ = ["DescentParams", "Update", "CellState", "DescentResult", "descend", "select_rows", "STEP_RULES"]
+__all__ = ["DescentParams", "Update", "CellStats", "CellState", "DescentResult", "descend", "select_rows", "STEP_RULES"]
 
 STEP_RULES = ("exact", "paper")
 WHOLE = 1  # partition code of the whole-group cells (one cell per group)
+TIE = 1e-9  # relative: cell statistics closer than this are a tie (decided by position; see CellStats._worst)
 
 
 @dataclass(frozen=True)
@@ -225,8 +226,140 @@ def make_summer(memb: Membership):
     return _PairSums(memb)
 
 
-class CellState:
-    """Predictions and incrementally maintained cell statistics over one set of rows."""
+class CellStats:
+    """The engine seam: the audit side of a descent state, over (group x cell) sums only.
+
+    The descent never touches rows. It reads the per-(group, cell) sums an engine maintains (``S0``, ``C0``,
+    ``Q0`` for the mean cells G(mu, i); ``SA``, ``CA``, ``TA``, ``QA``, ``UA`` per moment a for the joint cells
+    G(mu, m_a, i, j); flat arrays of length |G| * cells) and chooses updates from them here; it hands each
+    update to the engine (``apply``), which changes its rows' predictions and refreshes the sums. An engine
+    implements:
+
+    * ``n`` (rows), ``G`` (groups), ``m``, ``p`` (the DescentParams) and the sums above;
+    * ``apply(update)``: apply one update to the predictions of its rows and refresh the sums;
+    * ``full_recompute()``: recompute every sum from the rows (convergence is decided on fresh sums);
+    * ``mean_potential()`` / ``moment_potential(a)``: mean over rows of (mu - y)^2 / (m_a - label_a)^2;
+    * ``cell_totals(target, g, partition)``: per-cell sums of the moment-``target`` predictions over the
+      group's cells (the ratio step's denominators);
+    * ``snapshot_predictions()``: a copy of the current predictions (early stopping keeps the best round).
+
+    :class:`CellState` is the in-memory numpy engine; ``mmc_core.engines.dask_engine`` holds the Dask one.
+    """
+
+    n: int
+    G: int
+    m: int
+
+    @property
+    def se(self) -> bool:
+        """Whether the per-cell standard-error test is on (then sums of squares are maintained too)."""
+        return self.p.z > 0
+
+    # ---- engine interface (implemented by each engine) -------------------------------------------
+    def apply(self, upd: "Update"):
+        raise NotImplementedError
+
+    def full_recompute(self):
+        raise NotImplementedError
+
+    def mean_potential(self) -> float:
+        raise NotImplementedError
+
+    def moment_potential(self, a: int) -> float:
+        raise NotImplementedError
+
+    def cell_totals(self, target: int, g: int, partition: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def snapshot_predictions(self) -> dict:
+        raise NotImplementedError
+
+    # ---- audit -----------------------------------------------------------------------------------
+    def _whole(self, *arrs):
+        """Per-group totals of cell arrays (the whole-group cells): block sums, no separate bookkeeping."""
+        return tuple(None if x is None else x.reshape(self.G, -1).sum(axis=1) for x in arrs)
+
+    def mean_blocks(self):
+        """(partition, sums, counts, sums of squares, cells per group) of every mean partition."""
+        out = [(0, self.S0, self.C0, self.Q0, self.m)]
+        if self.p.z_group > 0:
+            out.append((WHOLE, *self._whole(self.S0, self.C0, self.Q0), 1))
+        return out + [(a, self.SA[a], self.CA[a], self.QA.get(a), self.m * self.m) for a in self.p.moments]
+
+    def moment_blocks(self, a: int):
+        out = [(a, self.TA[a], self.CA[a], self.UA.get(a), self.m * self.m)]
+        if self.p.z_group > 0:
+            out.append((WHOLE, *self._whole(self.TA[a], self.CA[a], self.UA.get(a)), 1))
+        return out
+
+    def violated(self, S, C, Q, thr: float, partition: int = 0, target: int = 1) -> np.ndarray:
+        """The violated cells: |S| >= thr (the mass-weighted test, thr = alpha n), and with the standard-error
+        test also |t| >= z (z_group for whole groups, z_group_moment for whole groups of a moment ``target``
+        when set) and count >= min_count (see :func:`cell_violated`)."""
+        z = self.p.z
+        if partition == WHOLE:
+            z = self.p.z_group_moment if (target >= 2 and self.p.z_group_moment >= 0) else self.p.z_group
+        return cell_violated(S, C, Q, thr, z, self.p.min_count)
+
+    def _masked_abs(self, S, C, Q, thr, partition, target=1):
+        if not self.se:
+            return np.abs(S)
+        return np.where(self.violated(S, C, Q, thr, partition, target), np.abs(S), 0.0)
+
+    def _worst(self, blocks, thr, target=1):
+        """The worst cell over the blocks. Ties are decided by position, not by rounding: a cell wins only if
+        it beats every earlier one by more than TIE (relative). Sums that are equal in exact arithmetic (a
+        whole group and its only non-zero cell; two groups with the same rows) then give the same choice
+        whichever order an engine adds rows in."""
+        best = (-1.0, 0, 0, None)
+        for part, S, C, Q, width in blocks:
+            arr = self._masked_abs(S, C, Q, thr, part, target) if (self.se and thr is not None) else np.abs(S)
+            k = int(np.argmax(arr))
+            if arr[k] > 0:
+                k = int(np.argmax(arr >= arr[k] * (1.0 - TIE)))
+            v = arr[k] / self.n
+            if v > best[0] * (1.0 + TIE) or best[3] is None:
+                best = (v, part, k // width, (S, C, Q, width))
+        return best
+
+    def worst_mean(self, thr: float | None = None):
+        """(|v| of the worst mean cell over all partitions, partition, group). With the standard-error test
+        (and ``thr``) only cells passing it count; |v| = 0 when none does."""
+        return self._worst(self.mean_blocks(), thr)[:3]
+
+    def worst_moment(self, a: int, thr: float | None = None):
+        v, _, g, _ = self._worst(self.moment_blocks(a), thr, a)
+        return v, g
+
+    def count_mean_violations(self, alpha: float) -> int:
+        thr = alpha * self.n
+        return int(sum(self.violated(S, C, Q, thr, part).sum() for part, S, C, Q, _ in self.mean_blocks()))
+
+    def make_update(self, target: int, thr: float, eta: float) -> Update | None:
+        """The update on the worst violated cell's group: all its violated cells of that partition."""
+        blocks = self.mean_blocks() if target == 1 else self.moment_blocks(target)
+        v, part, g, arrs = self._worst(blocks, thr, target)
+        if v * self.n < thr or v <= 0:
+            return None
+        S, C, Q, width = arrs
+        blk = slice(g * width, (g + 1) * width)
+        mask = self.violated(S[blk], C[blk], None if Q is None else Q[blk], thr, part, target) if self.se else None
+        upd = _make_update(target, part, g, S[blk], C[blk], thr, self.p.step, eta, mask)
+        if target >= 2 and self.p.moment_step == "ratio":
+            # scale every prediction of a violated cell by (mean target) / (mean prediction): the cell's
+            # residual becomes 0 as with the exact step, and predictions stay positive and keep their ratios
+            tot = self.cell_totals(target, g, part)[upd.cells]
+            upd.deltas = np.clip(1.0 - S[blk][upd.cells] / np.where(tot > 0, tot, 1.0), 1e-6, 1e6)
+        return upd
+
+    def max_moment_violation(self) -> float:
+        if not self.p.moments:
+            return 0.0
+        return max(float(np.abs(self.TA[a]).max()) / self.n for a in self.p.moments)
+
+
+class CellState(CellStats):
+    """The numpy engine: predictions and incrementally maintained cell statistics over one set of rows."""
 
     def __init__(self, params: DescentParams, memb: Membership, y: np.ndarray, mu: np.ndarray, moments: dict,
                  summer=None):
@@ -246,11 +379,6 @@ class CellState:
     # ---- statistics ------------------------------------------------------------------------------
     def label(self, a: int, mu: np.ndarray, y: np.ndarray) -> np.ndarray:
         return pseudo_label(a, y - mu, self.p.odd_moments)
-
-    @property
-    def se(self) -> bool:
-        """Whether the per-cell standard-error test is on (then sums of squares are maintained too)."""
-        return self.p.z > 0
 
     def full_recompute(self):
         m, mm, sums = self.m, self.m * self.m, self.sums
@@ -346,83 +474,12 @@ class CellState:
         else:
             self.set_moment(upd.target, rows, self.p.moment_new(upd.target, self.mom[upd.target][rows], d))
 
-    # ---- audit -----------------------------------------------------------------------------------
-    def _whole(self, *arrs):
-        """Per-group totals of cell arrays (the whole-group cells): block sums, no separate bookkeeping."""
-        return tuple(None if x is None else x.reshape(self.G, -1).sum(axis=1) for x in arrs)
+    def cell_totals(self, target: int, g: int, partition: int) -> np.ndarray:
+        rows_g, cells_g, n_cells = self.cells_of_group(g, partition)
+        return np.bincount(cells_g, weights=self.mom[target][rows_g], minlength=n_cells)
 
-    def mean_blocks(self):
-        """(partition, sums, counts, sums of squares, cells per group) of every mean partition."""
-        out = [(0, self.S0, self.C0, self.Q0, self.m)]
-        if self.p.z_group > 0:
-            out.append((WHOLE, *self._whole(self.S0, self.C0, self.Q0), 1))
-        return out + [(a, self.SA[a], self.CA[a], self.QA.get(a), self.m * self.m) for a in self.p.moments]
-
-    def moment_blocks(self, a: int):
-        out = [(a, self.TA[a], self.CA[a], self.UA.get(a), self.m * self.m)]
-        if self.p.z_group > 0:
-            out.append((WHOLE, *self._whole(self.TA[a], self.CA[a], self.UA.get(a)), 1))
-        return out
-
-    def violated(self, S, C, Q, thr: float, partition: int = 0, target: int = 1) -> np.ndarray:
-        """The violated cells: |S| >= thr (the mass-weighted test, thr = alpha n), and with the standard-error
-        test also |t| >= z (z_group for whole groups, z_group_moment for whole groups of a moment ``target``
-        when set) and count >= min_count (see :func:`cell_violated`)."""
-        z = self.p.z
-        if partition == WHOLE:
-            z = self.p.z_group_moment if (target >= 2 and self.p.z_group_moment >= 0) else self.p.z_group
-        return cell_violated(S, C, Q, thr, z, self.p.min_count)
-
-    def _masked_abs(self, S, C, Q, thr, partition, target=1):
-        if not self.se:
-            return np.abs(S)
-        return np.where(self.violated(S, C, Q, thr, partition, target), np.abs(S), 0.0)
-
-    def _worst(self, blocks, thr, target=1):
-        best = (-1.0, 0, 0, None)
-        for part, S, C, Q, width in blocks:
-            arr = self._masked_abs(S, C, Q, thr, part, target) if (self.se and thr is not None) else np.abs(S)
-            k = int(np.argmax(arr))
-            v = arr[k] / self.n
-            if v > best[0]:
-                best = (v, part, k // width, (S, C, Q, width))
-        return best
-
-    def worst_mean(self, thr: float | None = None):
-        """(|v| of the worst mean cell over all partitions, partition, group). With the standard-error test
-        (and ``thr``) only cells passing it count; |v| = 0 when none does."""
-        return self._worst(self.mean_blocks(), thr)[:3]
-
-    def worst_moment(self, a: int, thr: float | None = None):
-        v, _, g, _ = self._worst(self.moment_blocks(a), thr, a)
-        return v, g
-
-    def count_mean_violations(self, alpha: float) -> int:
-        thr = alpha * self.n
-        return int(sum(self.violated(S, C, Q, thr, part).sum() for part, S, C, Q, _ in self.mean_blocks()))
-
-    def make_update(self, target: int, thr: float, eta: float) -> Update | None:
-        """The update on the worst violated cell's group: all its violated cells of that partition."""
-        blocks = self.mean_blocks() if target == 1 else self.moment_blocks(target)
-        v, part, g, arrs = self._worst(blocks, thr, target)
-        if v * self.n < thr or v <= 0:
-            return None
-        S, C, Q, width = arrs
-        blk = slice(g * width, (g + 1) * width)
-        mask = self.violated(S[blk], C[blk], None if Q is None else Q[blk], thr, part, target) if self.se else None
-        upd = _make_update(target, part, g, S[blk], C[blk], thr, self.p.step, eta, mask)
-        if target >= 2 and self.p.moment_step == "ratio":
-            # scale every prediction of a violated cell by (mean target) / (mean prediction): the cell's
-            # residual becomes 0 as with the exact step, and predictions stay positive and keep their ratios
-            rows_g, cells_g, n_cells = self.cells_of_group(g, part)
-            tot = np.bincount(cells_g, weights=self.mom[target][rows_g], minlength=n_cells)[upd.cells]
-            upd.deltas = np.clip(1.0 - S[blk][upd.cells] / np.where(tot > 0, tot, 1.0), 1e-6, 1e6)
-        return upd
-
-    def max_moment_violation(self) -> float:
-        if not self.p.moments:
-            return 0.0
-        return max(float(np.abs(self.TA[a]).max()) / self.n for a in self.p.moments)
+    def snapshot_predictions(self) -> dict:
+        return {"mu": self.mu.copy(), "mom": {a: v.copy() for a, v in self.mom.items()}}
 
     def mean_potential(self) -> float:
         return float(np.mean((self.mu - self.y) ** 2))
@@ -479,7 +536,7 @@ class _Stop(Exception):
     pass
 
 
-def descend(params: DescentParams, state: CellState, holdout: CellState | None = None,
+def descend(params: DescentParams, state: CellStats, holdout: CellStats | None = None,
             callback=None, log: list | None = None, stop=None, keep_best: bool = False) -> DescentResult:
     """Run AlternatingGradientDescent to convergence on ``state`` (modified in place).
 
@@ -553,11 +610,9 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
             hv, _, _ = holdout.worst_mean()
             row["holdout_max_mean_violation"] = hv
             row["holdout_max_moment_violation"] = holdout.max_moment_violation()
-            row["holdout_mse"] = float(np.mean((holdout.mu - holdout.y) ** 2))
+            row["holdout_mse"] = holdout.mean_potential()
             if p.moments:
-                a = p.moments[0]
-                row["holdout_moment_mse"] = float(
-                    np.mean((holdout.mom[a] - holdout.label(a, holdout.mu, holdout.y)) ** 2))
+                row["holdout_moment_mse"] = holdout.moment_potential(p.moments[0])
         return row
 
     best = {"mse": np.inf}
@@ -569,8 +624,7 @@ def descend(params: DescentParams, state: CellState, holdout: CellState | None =
         if keep_best and row.get("holdout_mse", np.inf) < best["mse"]:
             # the fitting-row predictions of the best held-out round so far (what replaying the log up to it
             # would give), so early stopping needs no replay on the fitting rows
-            best.update(mse=row["holdout_mse"], index=len(history) - 1, mu=state.mu.copy(),
-                        mom={a: v.copy() for a, v in state.mom.items()})
+            best.update(mse=row["holdout_mse"], index=len(history) - 1, **state.snapshot_predictions())
         if callback is not None and callback(row):
             raise _Stop
 

@@ -251,6 +251,39 @@ def _plain(v):
     return v
 
 
+class FitStats:
+    """The figures the thresholds, grids and floors are chosen from (see ``_build_params``), from in-memory
+    arrays. The Dask engine computes the same figures by reductions over partitions."""
+
+    def __init__(self, resid, mu0, memb, moments, odd_moments):
+        self.resid, self.mu0, self.memb, self.odd = resid, mu0, memb, odd_moments
+        self.resid_std = float(np.std(resid))
+        self.sizes = memb.sizes
+        self._labels = {}
+
+    @classmethod
+    def from_arrays(cls, resid, mu0, memb, moments, odd_moments) -> "FitStats":
+        return cls(resid, mu0, memb, moments, odd_moments)
+
+    def _label(self, a):
+        if a not in self._labels:
+            self._labels[a] = pseudo_label(a, self.resid, self.odd)
+        return self._labels[a]
+
+    def label_std(self, a) -> float:
+        return float(np.std(self._label(a)))
+
+    def label_mean(self, a) -> float:
+        return float(np.mean(self._label(a)))
+
+    def group_label_sums(self, a) -> np.ndarray:
+        return np.bincount(self.memb.pair_groups(), weights=self._label(a)[self.memb.rows],
+                           minlength=self.memb.n_groups)
+
+    def mean_quantile_edges(self, m) -> tuple:
+        return quantile_edges(self.mu0, m)
+
+
 def _best_round(history: list) -> int:
     """The round with the lowest held-out squared error of the mean (the earliest on ties)."""
     return int(np.argmin([h.get("holdout_mse", np.inf) for h in history])) if history else 0
@@ -365,7 +398,8 @@ class MomentMulticalibrator(SklearnParams):
                              self.step, self.odd_moments, None if self.max_rounds is None else int(self.max_rounds),
                              moment_betas, **extra)
 
-    def _build_params(self, m: int, G: int, nf: int, moments: tuple, resid: np.ndarray, mu0: np.ndarray, memb):
+    def _build_params(self, m: int, G: int, nf: int, moments: tuple, resid: np.ndarray, mu0: np.ndarray, memb,
+                      stats=None):
         """Thresholds, grids and floors for m buckets, all chosen from the fitting rows before the descent.
 
         * alpha / beta "auto" (exact step): a cell is corrected only when its residual is at least z of *its
@@ -377,6 +411,8 @@ class MomentMulticalibrator(SklearnParams):
           average pseudo-moments (widened 1.5x each side), and moment predictions kept >= a floor > 0.
         """
         K = len(moments)
+        if stats is None:  # the numpy engine; the Dask engine passes the same figures computed by reductions
+            stats = FitStats.from_arrays(resid, mu0, memb, moments, self.odd_moments)
         se = self.step == "exact" and (self.alpha == "se" or self.beta == "se")
         # finer cells: family-wise level 0.1 (Bonferroni) over every audited cell; whole groups of the mean:
         # family-wise level 0.1 too. (A per-family error rate of 1 was tried: in the null world -- the base IS
@@ -403,9 +439,8 @@ class MomentMulticalibrator(SklearnParams):
                 return float(np.clip(z * spread * np.sqrt(min_count) / max(nf, 1), 1e-7, 0.05))
             return auto_threshold(spread, n_cells, nf)
 
-        alpha = thr(self.alpha, float(np.std(resid)), G * m * (1 + K * m)) if isinstance(self.alpha, str) \
+        alpha = thr(self.alpha, stats.resid_std, G * m * (1 + K * m)) if isinstance(self.alpha, str) \
             else float(self.alpha)
-        labels = {a: pseudo_label(a, resid, self.odd_moments) for a in moments}
         moment_betas = ()
         if not isinstance(self.beta, str):
             beta = float(self.beta)
@@ -413,7 +448,7 @@ class MomentMulticalibrator(SklearnParams):
             beta = 0.01  # unused: no moments are fitted
         else:
             # each moment on its own scale: a fourth moment's errors are far smaller than a variance's
-            per = {a: thr(self.beta, float(np.std(labels[a])), G * m * m) for a in moments}
+            per = {a: thr(self.beta, stats.label_std(a), G * m * m) for a in moments}
             beta = per[2]
             moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
         extra = {"z": z, "z_group": z_group, "min_count": min_count}
@@ -427,21 +462,20 @@ class MomentMulticalibrator(SklearnParams):
                 self.odd_moments == MomentKind.SIGNED and K >= 2):
             extra["moment_step"] = "ratio"  # positive moments on their own (log) scale
         if self.mean_buckets == "quantile" and m >= 2:
-            q = quantile_edges(mu0, m)
+            q = stats.mean_quantile_edges(m)
             extra["mean_edges"] = fill_edges(q, m, 0.0, 1.0) if q else ()
         if self.moment_buckets == "data":
             edges, floors = [], []
-            sizes = memb.sizes.astype(float)
+            sizes = stats.sizes.astype(float)
             big = sizes >= max(FLOOR_MASS * nf, min_count, 1)
-            pg = memb.pair_groups()
             for a in moments:
                 if a % 2 == 1 and self.odd_moments == MomentKind.SIGNED:
                     continue  # signed odd moments take both signs: keep the symmetric range grid
                 from .moments import max_central_moment
 
                 r = max_central_moment(a)
-                pooled = float(np.mean(labels[a]))
-                gsum = np.bincount(pg, weights=labels[a][memb.rows], minlength=memb.n_groups)
+                pooled = stats.label_mean(a)
+                gsum = stats.group_label_sums(a)
                 gm = gsum[big] / sizes[big] if big.any() else np.array([pooled])
                 gm = gm[gm > 0]
                 low, high = (float(gm.min()), float(gm.max())) if gm.size else (0.0, 0.0)
@@ -456,11 +490,11 @@ class MomentMulticalibrator(SklearnParams):
             extra["moment_edges"] = tuple(edges)
             extra["moment_floors"] = tuple(floors)
         params = self._params(alpha, beta, moments, moment_betas, m, **extra)
-        init_moments = {a: float(np.clip(np.mean(labels[a]), *params.projection(a))) for a in moments}
+        init_moments = {a: float(np.clip(stats.label_mean(a), *params.projection(a))) for a in moments}
         return params, init_moments
 
     def fit(self, X, y, groups=None, base_prediction=None, callback=None, label_name: str = "label",
-            base_name: str | None = None, stop=None):
+            base_name: str | None = None, stop=None, engine: str | None = None, client=None):
         """Fit on a table.
 
         Parameters
@@ -478,11 +512,24 @@ class MomentMulticalibrator(SklearnParams):
             not converged).
         stop : callable() -> bool, optional
             Polled before every single update (moment passes included); True stops at once.
+        engine : {"numpy", "dask"} or None
+            Where the descent runs. None: "dask" when X is a Dask DataFrame (then ``y`` and
+            ``base_prediction`` are column names or Dask Series of it), else "numpy" (in memory). See
+            :mod:`mmc_core.engines.dask_engine` for what runs where.
+        client : distributed.Client, optional
+            The Dask engine's client (default: the current one).
 
         Returns
         -------
         self
         """
+        if engine is not None and engine not in ("numpy", "dask"):
+            raise MMCError(f"engine must be 'numpy' or 'dask', got {engine!r}")
+        if engine == "dask" or (engine is None and type(X).__module__.split(".")[0] in ("dask", "dask_expr")):
+            from .engines.dask_engine import fit_dask  # lazily: importing mmc_core never imports dask
+
+            return fit_dask(self, X, y, groups, base_prediction, callback=callback, label_name=label_name
+                            if label_name != "label" else None, base_name=base_name, stop=stop, client=client)
         validate_params(self.alpha, self.beta, self.n_buckets, self.n_moments, self.step,
                         self.odd_moments, self.calibration_fraction, self.max_rounds, self.mean_buckets,
                         self.moment_buckets, self.early_stopping)

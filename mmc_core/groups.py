@@ -451,16 +451,20 @@ class GroupSet:
         return {"format": "mmc-groups", "version": 1, "groups": [g.to_dict() for g in self.groups]}
 
     @classmethod
-    def from_columns(cls, table, columns, max_order: int = 1, max_values: int = 10) -> "GroupSet":
+    def from_columns(cls, table, columns, max_order: int = 1, max_values: int = 10,
+                     conditions: dict | None = None) -> "GroupSet":
         """Every value of each column (numeric columns with more than ``max_values`` distinct values are cut
         at their quartiles, computed on ``table``) plus all intersections of values of *different* columns
-        up to ``max_order``, plus the whole population."""
+        up to ``max_order``, plus the whole population. ``conditions`` (column -> its conditions, as
+        :func:`column_conditions` builds them) replaces reading ``table`` (the Dask engine computes them by
+        reductions)."""
         if max_order < 1:
             raise GroupDefinitionError(f"--max-order must be >= 1, got {max_order}")
         columns = list(columns)
         if len(set(columns)) != len(columns):
             raise GroupDefinitionError("a group column is listed twice")
-        per_col = [column_conditions(table, c, 4, max_values) for c in columns]
+        per_col = [list(conditions[c]) if conditions is not None else column_conditions(table, c, 4, max_values)
+                   for c in columns]
         count = sum(math.prod(len(per_col[i]) for i in combo)
                     for r in range(1, min(max_order, len(per_col)) + 1)
                     for combo in itertools.combinations(range(len(per_col)), r))

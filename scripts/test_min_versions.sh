@@ -22,14 +22,16 @@ ensure_python
 import re, sys, tomllib
 pins = dict(re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)", l.split("#")[0].strip()).groups()
             for l in open(sys.argv[1]) if l.split("#")[0].strip())
-deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
-bounds = dict(re.fullmatch(r"([A-Za-z0-9_.-]+)>=([^,;\s]+)", d.split(";")[0].strip()).groups() for d in deps)
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+deps = project["dependencies"] + project["optional-dependencies"]["dask"]  # the dask extra is pinned too
+bounds = dict(re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[a-z,]+\])?>=([^,;\s]+)", d.split(";")[0].strip()).groups()
+              for d in deps)
 if pins != bounds:
     sys.exit(f"ERROR: {sys.argv[1]} {pins} != lower bounds of pyproject.toml {bounds}")
 PY
 export PIP_CONSTRAINT="$PWD/$CONSTRAINTS"   # = pip install -c constraints/minimum.txt -e ".[test]"
 install_project ".[test]"
-"$VENV/bin/python" -m pip list 2>/dev/null | grep -iE "^(numpy|pandas|scikit-learn|streamlit|plotly|pyarrow|kaleido|fpdf2) " >&2
+"$VENV/bin/python" -m pip list 2>/dev/null | grep -iE "^(numpy|pandas|scikit-learn|streamlit|plotly|pyarrow|kaleido|fpdf2|dask|distributed) " >&2
 
 # ---- tests ----------------------------------------------------------------------------------------
 log "setup done in ${SECONDS} s; pytest (fast tier) against the minimum versions"

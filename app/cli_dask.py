@@ -1,0 +1,217 @@
+"""``mmc fit|predict|audit --engine dask``: the same commands on partitioned Parquet, on a Dask cluster.
+
+Without ``--scheduler`` a ``distributed.LocalCluster`` of ``--workers`` processes (one thread and
+``--memory-limit`` each) is started for the command and closed after it (also on Ctrl-C and on errors); with
+``--scheduler ADDRESS`` the command connects to an existing cluster and leaves it running. Bad input (a glob
+matching nothing, Parquet files with different schemas, a scheduler that does not answer) is one line on
+stderr and exit 2, before anything is written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+
+SCHEDULER_TIMEOUT = 10  # seconds: an unreachable --scheduler is reported well within 30 s
+
+
+class _Interrupt:
+    """First Ctrl-C: stop the descent before its next update; second: abort (KeyboardInterrupt)."""
+
+    def __init__(self):
+        self.hit = False
+        self.previous = None
+
+    def __enter__(self):
+        def on_sigint(signum, frame):
+            if self.hit:
+                raise KeyboardInterrupt
+            self.hit = True
+            print("\nmmc: stopping before the next update (Ctrl-C again to abort)...", file=sys.stderr, flush=True)
+
+        try:
+            self.previous = signal.signal(signal.SIGINT, on_sigint)
+        except ValueError:  # not in the main thread
+            self.previous = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
+
+
+@contextmanager
+def _session(args):
+    from mmc_core.engines.dask_engine import close_client, start_client
+
+    if args.scheduler:
+        print(f"mmc: connecting to the Dask scheduler at {args.scheduler}", file=sys.stderr, flush=True)
+    else:
+        print(f"mmc: starting a local Dask cluster: {args.workers} worker process(es), {args.memory_limit} each",
+              file=sys.stderr, flush=True)
+    client, cluster = start_client(args.scheduler, args.workers, args.memory_limit, SCHEDULER_TIMEOUT)
+    try:
+        yield client
+    finally:
+        close_client(client, cluster)
+
+
+def _data(args, need):
+    from mmc_core.engines.dask_engine import read_parquet
+
+    from .cli import CLIError
+
+    ddf = read_parquet(args.data)
+    for what, col in need:
+        if col and col not in ddf.columns:
+            raise CLIError(f"{what} '{col}' is not in the data")
+    return ddf
+
+
+def fit(args) -> int:
+    from mmc_core import GroupSet, MomentMulticalibrator
+    from mmc_core.engines.dask_engine import groups_from_columns
+
+    from .cli import CLIError, _check_out
+
+    _check_out(args.out)
+    if args.discover:
+        raise CLIError("--discover is not supported with --engine dask (run `mmc discover` on a sample)")
+    if args.max_order < 1:
+        raise CLIError(f"--max-order must be >= 1, got {args.max_order}")
+    for c in args.group_cols:
+        if c == args.label:
+            raise CLIError(f"the label '{c}' cannot define groups (groups must be computable on new rows)")
+    ddf = _data(args, [("label column", args.label), ("prediction column", args.pred)]
+                + [("group column", c) for c in args.group_cols])
+    extra = None
+    if args.groups:
+        try:
+            with open(args.groups, "r", encoding="utf-8") as fh:
+                extra = GroupSet.from_json(fh.read())
+        except (OSError, UnicodeDecodeError) as e:
+            raise CLIError(f"cannot read --groups {args.groups}: {getattr(e, 'strerror', None) or e}") from None
+        for col in extra.columns():
+            if col not in ddf.columns:
+                raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
+    est = MomentMulticalibrator(alpha=args.alpha, beta=args.beta, n_buckets=args.buckets, n_moments=args.moments,
+                                step=args.step, odd_moments=args.odd_moments, label_range=args.label_range,
+                                calibration_fraction=args.calibration_fraction,
+                                early_stopping="auto" if args.early_stopping is None else args.early_stopping,
+                                max_rounds=args.max_rounds, random_state=args.seed, mean_buckets=args.mean_buckets,
+                                moment_buckets=args.moment_buckets)
+    started = time.monotonic()
+
+    def progress(row) -> bool:  # one line per round on stderr
+        print(f"mmc: round {row['round']}: {row['violating_cells']} violating mean cell(s), "
+              f"{row['mean_updates']} mean / {row['moment_updates']} moment updates, "
+              f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+        return False
+
+    with _Interrupt() as intr, _session(args) as client:
+        groups = groups_from_columns(ddf, args.group_cols, args.max_order, client=client) if args.group_cols \
+            else GroupSet([])
+        if extra is not None:
+            groups = groups + extra
+        print(f"mmc: fitting {ddf.npartitions} partition(s) x {len(groups):,} groups on Dask (Ctrl-C stops "
+              "before the next update)", file=sys.stderr, flush=True)
+        est.fit(ddf, args.label, groups, base_prediction=args.pred, label_name=args.label, base_name=args.pred,
+                stop=lambda: intr.hit, callback=progress, engine="dask", client=client)
+    info = est.model_.info
+    if intr.hit:
+        print(f"mmc: interrupted after {info['rounds']} round(s); the model is NOT converged", file=sys.stderr)
+        if not args.save_partial:
+            print("mmc: nothing was written (use --save-partial to keep a partial model)", file=sys.stderr)
+            return 130
+    est.save(args.out)
+    if est.label_scale_.source == "observed":
+        print(f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
+              "(pass --label-range LO,HI to declare it)", file=sys.stderr)
+    summary = {k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups")}
+    summary.update(alpha=est.alpha_, beta=est.beta_, kept_round=info["kept_round"], n_fit=info["n_fit"],
+                   n_calibration=info["n_calibration"], label_range=[est.label_scale_.lo, est.label_scale_.hi],
+                   engine=info["engine"], model=args.out)
+    print(json.dumps(summary))
+    return 0
+
+
+def _check_out_dir(path):
+    from .cli import CLIError
+
+    parent = os.path.dirname(os.path.abspath(path.rstrip("/")))
+    if not os.path.isdir(parent):
+        raise CLIError(f"output folder does not exist: {parent}")
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise CLIError(f"--out {path} exists and is not an empty folder (predictions are written as a folder of "
+                       "Parquet files)")
+
+
+def predict(args) -> int:
+    from mmc_core import FittedModel
+    from mmc_core.engines.dask_engine import predict_dask
+
+    from .cli import CLIError
+
+    _check_out_dir(args.out)
+    if args.interval:
+        raise CLIError("--interval is not supported with --engine dask yet (predict the mean and moments, or "
+                       "use the numpy engine)")
+    model = FittedModel.load(args.model)
+    ddf = _data(args, [("prediction column", args.pred if model.uses_base else None)])
+    missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
+    if missing:
+        raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+    if model.uses_base and not args.pred:
+        col = model.init_mean.get("column")
+        raise CLIError(f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass --pred COL")
+    out = args.out.rstrip("/")
+    tmp = tempfile.mkdtemp(prefix=".tmp-mmc-", dir=os.path.dirname(os.path.abspath(out)))
+    try:
+        with _session(args):  # Ctrl-C aborts (KeyboardInterrupt): the cluster is closed, nothing is written
+            predict_dask(model, ddf, args.pred if model.uses_base else None).to_parquet(tmp, write_index=False)
+        if os.path.isdir(out):
+            os.rmdir(out)  # empty (checked above)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(json.dumps({"out": out, "partitions": ddf.npartitions}))
+    return 0
+
+
+def audit(args) -> int:
+    from mmc_core import FittedModel
+    from mmc_core.engines.dask_engine import audit_tables_dask
+    from mmc_core.model import atomic_write_text
+
+    from .cli import CLIError, _check_out
+
+    _check_out(args.out)
+    model = FittedModel.load(args.model)
+    ddf = _data(args, [("label column", args.label), ("prediction column", args.pred if model.uses_base else None)])
+    missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
+    if missing:
+        raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+    with _session(args):
+        tables = audit_tables_dask(model, ddf, args.label, args.pred if model.uses_base else None)
+    atomic_write_text(args.out, json.dumps(tables, allow_nan=False))
+    print(json.dumps({"n": tables["n"], "achieved": tables["achieved"], "engine": "dask", "out": args.out}))
+    return 0
+
+
+def add_engine_options(p):
+    """--engine, --scheduler, --workers, --memory-limit (fit, predict, audit)."""
+    p.add_argument("--engine", choices=["numpy", "dask"], default="numpy",
+                   help="numpy (default: in memory) or dask (--data is then a Parquet glob or folder)")
+    p.add_argument("--scheduler", help="with --engine dask: address of a running Dask scheduler (tcp://HOST:8786); "
+                   "default: start a local cluster for this command")
+    p.add_argument("--workers", type=int, default=2, help="with --engine dask and no --scheduler: local worker "
+                   "processes (default 2)")
+    p.add_argument("--memory-limit", default="6GB", help="with --engine dask and no --scheduler: memory per local "
+                   "worker (default 6GB)")

@@ -1,0 +1,1094 @@
+"""The Dask engine: fit, predict and audit on a Dask DataFrame (partitioned Parquet, a LocalCluster or a
+real scheduler). Imported lazily; needs ``pip install 'mmc-audit[dask]'`` (dask[dataframe] + distributed).
+
+How it maps onto the descent's seam (:class:`mmc_core.descent.CellStats`):
+
+* Every row partition becomes one :class:`_Part` object that lives on a worker for the whole fit. It holds
+  the partition's labels, its group membership (evaluated per partition from the same
+  :class:`~mmc_core.groups.GroupSet`), its predictions and moment columns, and a numpy
+  :class:`~mmc_core.descent.CellState` that keeps the partition's (group x cell) sums up to date
+  incrementally. The partitions (Dask's own: ``ddf.to_delayed()``) are assigned round robin to one Dask
+  *actor* per worker (``client.submit(..., actor=True)``), which computes them there and keeps them: actor
+  state is never spilled, moved or recomputed behind our back, and an actor call is one direct round trip.
+  Rows never leave the workers.
+* Per update the client ships the update (a group id, a few cell ids and deltas: a small array) to every
+  worker; each applies it to its partitions' rows and returns the sum of their cell sums (the first level of
+  the reduction, on the worker); the client adds the workers' sums (the second). The descent (audit, choice
+  of the next update, stopping rules) runs on the client on those sums, exactly as with the numpy engine.
+  Held-out rows (early stopping) sit in the same partition objects and are updated by the same call. The
+  ratio step's denominators (per-cell sums of the moment predictions) are kept with the other sums, so an
+  update is one round trip.
+* Prediction is a replay of the model's log, which is row-local: ``map_partitions`` with the numpy replay,
+  so predictions equal those of the numpy engine bit for bit, whichever engine fitted the model.
+
+What differs from the numpy engine (and why):
+
+* Sums are added in another order (per partition, then across partitions), so cell statistics and the
+  update deltas computed from them may differ in the last bits; the update sequence is the same unless two
+  cells tie to ~1e-15, and predictions agree to ~1e-12 (tests check 1e-9).
+* The calibration split (``calibration_fraction > 0``) is drawn per partition (seeded by ``random_state``
+  and the partition's index: round(fraction x rows) held-out rows in each partition), not by one global
+  permutation: with held-out rows the two engines fit on different rows. Early stopping and held-out
+  tracking run distributed; the interval calibration runs on the client on the held-out rows (a seeded
+  sample of at most ``CAL_SAMPLE_CAP`` of them, recorded in ``info``).
+* Quartile cuts of numeric group columns (:func:`groups_from_columns`) are *exact* (the same cut points as
+  numpy's ``np.quantile``): an approximate sketch brackets each order statistic and the few values inside
+  the bracket are brought to the client. ``mean_buckets="quantile"`` with a base prediction uses the same
+  exact quantiles.
+* Nothing of our own schedules, shards or pools: partitions, workers, actors and tasks are Dask's.
+* A worker lost mid-fit loses its actor's partitions: the next update fails with a clear error (run again).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+from typing import Any
+
+import numpy as np
+
+from ..descent import CellState, CellStats, descend
+from ..errors import DataError, GroupDefinitionError, MMCError
+
+__all__ = ["fit_dask", "predict_dask", "audit_tables_dask", "groups_from_columns", "exact_quantiles",
+           "read_parquet", "start_client", "is_dask_collection", "CAL_SAMPLE_CAP"]
+
+CAL_SAMPLE_CAP = 1_000_000  # held-out rows brought to the client for interval calibration (a seeded sample)
+FAN_IN = 8  # tree reduction: partial sums combined 8 at a time
+SKETCH = 1025  # per-partition quantile sketch size of the exact quantiles
+
+
+def _require():
+    try:
+        import dask.dataframe  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError as e:
+        raise MMCError(f"the Dask engine needs dask[dataframe] and distributed ({e}); "
+                       "install them with: pip install 'mmc-audit[dask]'") from None
+
+
+def is_dask_collection(x) -> bool:
+    """Whether ``x`` is a Dask DataFrame / Series (checked without importing dask)."""
+    return type(x).__module__.split(".")[0] in ("dask", "dask_expr") and hasattr(x, "npartitions")
+
+
+def _client(client=None):
+    _require()
+    if client is not None:
+        return client
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        raise MMCError("the Dask engine needs a distributed client: start one (distributed.Client(...) or "
+                       "Client(LocalCluster(...))) or pass client=") from None
+
+
+# ---- per-partition state (lives on a worker) ------------------------------------------------------------
+def _sums(st) -> list | None:
+    """A CellState's (group x cell) sums as a flat list (None where a sum is not kept)."""
+    if st is None:
+        return None
+    out = [st.S0, st.C0, st.Q0]
+    for a in st.p.moments:
+        out += [st.SA[a], st.CA[a], st.TA[a], st.QA.get(a), st.UA.get(a)]
+    return out
+
+
+def _add(*items):
+    """Elementwise sum of sums lists (or of (fit, holdout) pairs of them, or of numbers)."""
+    items = [x for x in items if x is not None]
+    if not items:
+        return None
+    first = items[0]
+    if isinstance(first, tuple):
+        return tuple(_add(*(x[i] for x in items)) for i in range(len(first)))
+    if isinstance(first, dict):
+        return {k: _add(*(x[k] for x in items)) for k in first}
+    if isinstance(first, list):
+        return [None if first[i] is None else _sum_arrays([x[i] for x in items]) for i in range(len(first))]
+    return sum(items[1:], first)
+
+
+def _sum_arrays(arrs):
+    out = np.array(arrs[0], dtype=float, copy=True)
+    for a in arrs[1:]:
+        out += a
+    return out
+
+
+class _MemoContext:
+    """A summer whose ``context(rows)`` is remembered for the last ``rows`` array (the MA bookkeeping below
+    reuses the context the base class has just computed for the same rows)."""
+
+    def __init__(self, inner):
+        self.inner, self._rows, self._ctx = inner, None, None
+
+    def context(self, rows):
+        if rows is not self._rows:
+            self._rows, self._ctx = rows, self.inner.context(rows)
+        return self._ctx
+
+    def full(self, *args):
+        return self.inner.full(*args)
+
+    def shift(self, *args, **kw):
+        return self.inner.shift(*args, **kw)
+
+
+class _PartState(CellState):
+    """A partition's numpy CellState that also keeps MA[a], the per-(group, joint cell) sums of the moment-a
+    predictions, so that the ratio step's denominators come with every update's sums (no extra round trip)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.sums = _MemoContext(self.sums)
+
+    def full_recompute(self):
+        super().full_recompute()
+        mm = self.m * self.m
+        self.MA = {a: self.sums.full(mm, self.bmu * self.m + self.bmom[a], self.mom[a]) for a in self.p.moments}
+
+    def set_mean(self, rows, new):
+        if rows.size == 0:
+            return
+        b_old = self.bmu[rows].copy()
+        super().set_mean(rows, new)
+        b_new = self.bmu[rows]
+        moved = b_old != b_new
+        if moved.any() and self.p.moments:
+            ctx, m = self.sums.context(rows), self.m
+            for a in self.p.moments:
+                ba, w = self.bmom[a][rows], self.mom[a][rows]
+                self.sums.shift(self.MA[a], m * m, ctx, b_old * m + ba, b_new * m + ba, w, w, moved)
+
+    def set_moment(self, a, rows, new):
+        if rows.size == 0:
+            return
+        old, b_old = self.mom[a][rows].copy(), self.bmom[a][rows].copy()
+        super().set_moment(a, rows, new)
+        bmu, m = self.bmu[rows], self.m
+        self.sums.shift(self.MA[a], m * m, self.sums.context(rows), bmu * m + b_old, bmu * m + self.bmom[a][rows],
+                        old, self.mom[a][rows])
+
+
+def _sums_ma(st):
+    if st is None:
+        return None
+    return _sums(st) + [st.MA[a] for a in st.p.moments]
+
+
+class _Part:
+    """One row partition on a worker: labels, membership, predictions and the partition's cell sums."""
+
+    def __init__(self, df, index: int, label: str, base_col, gset, fraction: float, seed, group_cols):
+        from ..estimator import to_label_array
+
+        self.index = index
+        n = len(df)
+        self.n = n
+        self.y = to_label_array(df[label].to_numpy(), f"label '{label}'", n) if n else np.zeros(0)
+        self.base = None
+        if base_col is not None:
+            self.base = to_label_array(df[base_col].to_numpy(), f"base prediction '{base_col}'", n) if n \
+                else np.zeros(0)
+        rng = np.random.default_rng([int(seed) if isinstance(seed, (int, np.integer)) else 0, int(index)])
+        n_cal = int(round(fraction * n)) if fraction > 0 else 0
+        perm = rng.permutation(n)
+        self.cal_idx = np.sort(perm[:n_cal])
+        self.fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
+        cols = sorted(set(group_cols) | gset.columns())
+        self.table_h = {c: df[c].to_numpy()[self.cal_idx] for c in cols} if n_cal else None
+        table_f = {c: df[c].to_numpy()[self.fit_idx] for c in cols}
+        self.memb_f = gset.evaluate(table_f, self.fit_idx.size)
+        self.memb_h = gset.evaluate(self.table_h, n_cal) if n_cal else None
+        self.st_f: Any = None  # the partition's CellStates, built by start() on the worker
+        self.st_h: Any = None
+        self.applied = 0
+
+    # -- passes before the descent
+    def summary(self):
+        y = self.y
+        return {"n": self.n, "nf": int(self.fit_idx.size), "nc": int(self.cal_idx.size),
+                "ymin": float(y.min()) if y.size else math.inf, "ymax": float(y.max()) if y.size else -math.inf}
+
+    def set_scale(self, scale, label_name, bname):
+        self.scale = scale
+        yu = scale.to_unit(self.y, f"label '{label_name}'") if self.n else np.zeros(0)
+        self.yu_f, self.yu_h = yu[self.fit_idx], yu[self.cal_idx]
+        out = {"sum_yu_f": float(self.yu_f.sum()), "base_clipped": 0}
+        self.base_u = None
+        if self.base is not None:
+            outside = (self.base < scale.lo) | (self.base > scale.hi)
+            out["base_clipped"] = int(outside.sum())
+            self.base_u = scale.to_unit(np.clip(self.base, scale.lo, scale.hi), bname) if self.n else np.zeros(0)
+        del self.y, self.base
+        return out
+
+    def set_initial_mean(self, constant):
+        if self.base_u is not None:
+            self.mu0_f, self.mu0_h = self.base_u[self.fit_idx], self.base_u[self.cal_idx]
+        else:
+            self.mu0_f = np.full(self.fit_idx.size, float(constant))
+            self.mu0_h = np.full(self.cal_idx.size, float(constant))
+
+    def mu0_sketch(self):
+        return _sketch(self.mu0_f)
+
+    def mu0_bracket(self, lo, hi):
+        return _bracket(self.mu0_f, lo, hi)
+
+    def moments_pass1(self, moments, odd):
+        from ..moments import pseudo_label
+
+        r = self.yu_f - self.mu0_f
+        out = {"resid": float(r.sum()), "sizes": self.memb_f.sizes.astype(np.int64), "label": {}, "gsum": {}}
+        pg = self.memb_f.pair_groups()
+        for a in moments:
+            lab = pseudo_label(a, r, odd)
+            out["label"][a] = float(lab.sum())
+            out["gsum"][a] = np.bincount(pg, weights=lab[self.memb_f.rows], minlength=self.memb_f.n_groups)
+        return out
+
+    def moments_pass2(self, moments, odd, means):
+        from ..moments import pseudo_label
+
+        r = self.yu_f - self.mu0_f
+        out = {"resid": float(np.sum((r - means["resid"]) ** 2))}
+        for a in moments:
+            out[a] = float(np.sum((pseudo_label(a, r, odd) - means[a]) ** 2))
+        return out
+
+    # -- the descent
+    def start(self, params, init_moments):
+        nf, nc = self.fit_idx.size, self.cal_idx.size
+        self.params, self.init_moments = params, dict(init_moments)
+        self.st_f = _PartState(params, self.memb_f, self.yu_f, self.mu0_f,
+                               {a: np.full(nf, v) for a, v in init_moments.items()})
+        self.st_h = None
+        if nc:
+            self.st_h = _PartState(params, self.memb_h, self.yu_h, self.mu0_h,
+                                   {a: np.full(nc, v) for a, v in init_moments.items()})
+        self.applied = 0
+        return _sums_ma(self.st_f), _sums_ma(self.st_h)
+
+    def apply(self, upd, k: int):
+        if k != self.applied:
+            raise RuntimeError(f"partition {self.index} lost its state (update {k}, has {self.applied}): a worker "
+                               "was restarted; run the fit again")
+        self.st_f.apply(upd)
+        if self.st_h is not None:
+            self.st_h.apply(upd)
+        self.applied += 1
+        return _sums_ma(self.st_f), _sums_ma(self.st_h)
+
+    def _st(self, which):
+        return self.st_f if which == "fit" else self.st_h
+
+    def recompute(self, which):
+        st = self._st(which)
+        if st is None:
+            return None
+        st.full_recompute()
+        return _sums_ma(st)
+
+    def potential(self, which, a):
+        st = self._st(which)
+        if st is None:
+            return 0.0
+        if a == 1:
+            return float(np.sum((st.mu - st.y) ** 2))
+        return float(np.sum((st.mom[a] - st.label(a, st.mu, st.y)) ** 2))
+
+    def cell_totals(self, which, target, g, partition):
+        st = self._st(which)
+        if st is None:
+            return None
+        return st.cell_totals(target, g, partition)
+
+    # -- after the descent
+    def kept_predictions(self, model, upto, replay: bool):
+        """The fitting rows' predictions of the kept model (a replay of its log when it is not the last state)."""
+        if replay:
+            mu, moms = self.mu0_f.copy(), {a: np.full(self.fit_idx.size, v) for a, v in self.init_moments.items()}
+            model.replay(self.memb_f, mu, moms, upto)
+            self.kept = (mu, moms)
+        else:
+            self.kept = (self.st_f.mu, self.st_f.mom)
+        return None
+
+    def achieved_sums(self, plain_params):
+        mu, moms = self.kept
+        st = CellState(plain_params, self.memb_f, self.yu_f, mu, moms)
+        return [st.S0] + [st.SA[a] for a in plain_params.moments] + [st.TA[a] for a in plain_params.moments]
+
+    def fit_predictions(self):
+        mu, moms = self.kept
+        return self.fit_idx, mu, moms
+
+    def calibration_sample(self, rate, seed):
+        if not self.cal_idx.size:
+            return None
+        rng = np.random.default_rng([int(seed) if isinstance(seed, (int, np.integer)) else 0, int(self.index), 7])
+        keep = np.flatnonzero(rng.random(self.cal_idx.size) < rate) if rate < 1 else np.arange(self.cal_idx.size)
+        return ({c: v[keep] for c, v in self.table_h.items()}, self.yu_h[keep],
+                None if self.base_u is None else self.base_u[self.cal_idx][keep])
+
+    def release(self):
+        self.st_f = self.st_h = None
+        return None
+
+
+class _Block:
+    """A Dask actor (one per worker) holding the partitions assigned to that worker. A call runs a method on
+    each of its partitions and sums the results on the worker (the first level of the reduction); the client
+    adds the workers' sums (the second). Actor calls go straight to the worker: one round trip per update."""
+
+    def __init__(self):
+        self.parts = []
+
+    def load(self, items, *args):
+        import dask
+
+        for index, d in items:  # each item: a Dask partition (delayed), computed here, on this worker
+            df = dask.compute(d, scheduler="sync")[0]
+            self.parts.append(_Part(df, index, *args))
+        return [p.index for p in self.parts]
+
+    def reduce(self, method, *args):
+        return _add(*(getattr(p, method)(*args) for p in self.parts))
+
+    def each(self, method, *args):
+        return [(p.index, getattr(p, method)(*args)) for p in self.parts]
+
+    def clear(self):
+        self.parts = []
+
+
+class _Parts:
+    """The partition objects of one fit, in one actor per worker: map a method, reduce the results."""
+
+    def __init__(self, client, delayed, *args):
+        workers = sorted(client.scheduler_info().get("workers", {}))
+        if not workers:
+            raise MMCError("the Dask cluster has no workers")
+        self.client = client
+        self.actors = [client.submit(_Block, workers=[w], actor=True, pure=False).result() for w in workers]
+        self.n_partitions = len(delayed)
+        items = [[] for _ in workers]
+        for i, d in enumerate(delayed):  # round robin: partition i on worker i mod W
+            items[i % len(workers)].append((i, d))
+        self._wait([a.load(it, *args) for a, it in zip(self.actors, items)])
+
+    @staticmethod
+    def _wait(futs):
+        return [f.result() for f in futs]
+
+    def map_reduce(self, method, *args):
+        return _add(*self._wait([a.reduce(method, *args) for a in self.actors]))
+
+    def gather(self, method, *args):
+        """Per-partition results, in partition order."""
+        out = [r for rs in self._wait([a.each(method, *args) for a in self.actors]) for r in rs]
+        return [v for _, v in sorted(out, key=lambda t: t[0])]
+
+    def close(self):
+        try:
+            self._wait([a.clear() for a in self.actors])
+        except Exception:  # noqa: BLE001 - the cluster may already be gone
+            pass
+        self.actors = []
+
+
+class _View(CellStats):
+    """The descent's view of one row set (fitting or held-out rows) on the Dask engine: global sums only."""
+
+    def __init__(self, engine, which, params, n, sums):
+        self.engine, self.which = engine, which
+        self.p, self.n, self.m = params, int(n), params.m
+        self._set(sums)
+
+    def _set(self, sums):
+        p = self.p
+        self.S0, self.C0, self.Q0 = sums[0], sums[1], sums[2]
+        self.G = self.S0.size // self.m
+        self.SA, self.CA, self.TA, self.QA, self.UA = {}, {}, {}, {}, {}
+        for i, a in enumerate(p.moments):
+            s = sums[3 + 5 * i: 8 + 5 * i]
+            self.SA[a], self.CA[a], self.TA[a] = s[0], s[1], s[2]
+            if s[3] is not None:
+                self.QA[a], self.UA[a] = s[3], s[4]
+        k = 3 + 5 * len(p.moments)
+        self.MA = {a: sums[k + i] for i, a in enumerate(p.moments)}
+
+    def apply(self, upd):
+        if self.which == "fit":
+            self.engine.apply(upd)
+        elif upd is not self.engine.last_update:
+            raise RuntimeError("internal error: the held-out rows are updated together with the fitting rows")
+
+    def full_recompute(self):
+        self._set(self.engine.parts.map_reduce("recompute", self.which))
+
+    def mean_potential(self):
+        return self.engine.parts.map_reduce("potential", self.which, 1) / max(self.n, 1)
+
+    def moment_potential(self, a):
+        return self.engine.parts.map_reduce("potential", self.which, a) / max(self.n, 1)
+
+    def cell_totals(self, target, g, partition):
+        mm = self.m * self.m
+        blk = self.MA[target][g * mm:(g + 1) * mm]
+        from ..descent import WHOLE
+
+        return np.array([blk.sum()]) if partition == WHOLE else blk
+
+    def snapshot_predictions(self):
+        return {}  # the kept round's predictions are replayed on the workers after the descent
+
+
+class _Engine:
+    def __init__(self, parts, params, init_moments, nf, nc):
+        self.parts = parts
+        self.last_update = None
+        self.count = 0
+        sf, sh = parts.map_reduce("start", params, init_moments)
+        self.fit = _View(self, "fit", params, nf, sf)
+        self.holdout = _View(self, "holdout", params, nc, sh) if nc else None
+
+    def apply(self, upd):
+        sf, sh = self.parts.map_reduce("apply", upd, self.count)
+        self.count += 1
+        self.last_update = upd
+        self.fit._set(sf)
+        if self.holdout is not None:
+            self.holdout._set(sh)
+
+
+# ---- fitting ----------------------------------------------------------------------------------------------
+class _DaskFitStats:
+    """The figures ``MomentMulticalibrator._build_params`` chooses thresholds and grids from, by reductions."""
+
+    def __init__(self, parts, moments, odd, nf, mean_quantiles):
+        p1 = parts.map_reduce("moments_pass1", moments, odd)
+        means = {"resid": p1["resid"] / nf}
+        means.update({a: p1["label"][a] / nf for a in moments})
+        p2 = parts.map_reduce("moments_pass2", moments, odd, means)
+        self.resid_std = float(np.sqrt(p2["resid"] / nf))
+        self._std = {a: float(np.sqrt(p2[a] / nf)) for a in moments}
+        self._mean = {a: float(means[a]) for a in moments}
+        self._gsum = p1["gsum"]
+        self.sizes = p1["sizes"]
+        self._mean_quantiles = mean_quantiles
+
+    def label_std(self, a):
+        return self._std[a]
+
+    def label_mean(self, a):
+        return self._mean[a]
+
+    def group_label_sums(self, a):
+        return self._gsum[a]
+
+    def mean_quantile_edges(self, m):
+        return self._mean_quantiles(m)
+
+
+def _as_column(ddf, v, name):
+    """A column name, or a Dask Series of the same frame added as a column: (frame, column name)."""
+    if v is None:
+        return ddf, None
+    if isinstance(v, str):
+        if v not in ddf.columns:
+            raise DataError(f"{name} column '{v}' is not in the data")
+        return ddf, v
+    if is_dask_collection(v):
+        col = f"__mmc_{name.replace(' ', '_')}__"
+        return ddf.assign(**{col: v}), col
+    raise MMCError(f"with a Dask DataFrame, {name} must be a column name or a Dask Series of the same frame")
+
+
+def fit_dask(est, X, y, groups=None, base_prediction=None, callback=None, label_name=None, base_name=None,
+             stop=None, client=None):
+    """``MomentMulticalibrator.fit`` on a Dask DataFrame (``y`` / ``base_prediction``: column names or Dask
+    Series of the same frame). Same model JSON, same descent; see the module docstring for what differs."""
+    from .. import intervals
+    from ..estimator import (AUTO_BUCKETS, _best_round, validate_params)
+    from ..buckets import _clean
+    from ..groups import GroupSet
+    from ..model import FittedModel
+    from ..moments import LabelScale
+
+    _require()
+    client = _client(client)
+    validate_params(est.alpha, est.beta, est.n_buckets, est.n_moments, est.step, est.odd_moments,
+                    est.calibration_fraction, est.max_rounds, est.mean_buckets, est.moment_buckets, est.early_stopping)
+    if not is_dask_collection(X):  # engine="dask" on an in-memory table: label / base may be arrays
+        import dask.dataframe as dd
+        import pandas as pd
+
+        X = X.copy() if isinstance(X, pd.DataFrame) else pd.DataFrame(X)
+        if y is not None and not isinstance(y, str):
+            X["__mmc_label__"], y = np.asarray(y, dtype=float), "__mmc_label__"
+        if base_prediction is not None and not isinstance(base_prediction, str):
+            X["__mmc_base__"], base_prediction = np.asarray(base_prediction, dtype=float), "__mmc_base__"
+        X = dd.from_pandas(X, npartitions=max(2, len(client.scheduler_info().get("workers", {})) or 2))
+    X, ycol = _as_column(X, y, "label")
+    if ycol is None:
+        raise MMCError("y (the label) is required")
+    X, bcol = _as_column(X, base_prediction, "base prediction")
+    label_name = label_name or (ycol if not ycol.startswith("__mmc_") else "label")
+    if bcol is not None and base_name is None and isinstance(base_prediction, str) \
+            and not base_prediction.startswith("__mmc_"):
+        base_name = base_prediction
+    gset = GroupSet.coerce(groups)
+    missing = sorted(c for c in gset.columns() if c not in X.columns)
+    if missing:
+        raise GroupDefinitionError(f"group column(s) not in the data: {', '.join(missing)}")
+    frac = float(est.calibration_fraction)
+    seed = est.random_state
+    parts = _Parts(client, X.to_delayed(), ycol, bcol, gset, frac, seed, [])
+    try:
+        return _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop, frac, seed,
+                             AUTO_BUCKETS, _best_round, _clean, FittedModel, LabelScale, intervals)
+    finally:
+        parts.close()
+
+
+def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop, frac, seed,
+                  AUTO_BUCKETS, _best_round, _clean, FittedModel, LabelScale, intervals):
+    import dataclasses
+
+    t_load = time.perf_counter()
+    summ = parts.gather("summary")
+    n = sum(s["n"] for s in summ)
+    nf = sum(s["nf"] for s in summ)
+    n_cal = sum(s["nc"] for s in summ)
+    if n < 2:
+        raise DataError(f"need at least 2 rows to fit, got {n}")
+    if frac > 0 and (n_cal < 1 or nf < 2):
+        raise DataError(f"calibration fraction {frac} leaves too few rows (n={n})")
+    if est.early_stopping is True and not n_cal:
+        raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
+    early = bool(n_cal) if est.early_stopping == "auto" else bool(est.early_stopping)
+    if est.n_buckets == "auto" and not n_cal:
+        raise MMCError("buckets 'auto' needs calibration_fraction > 0 (held-out rows to choose on)")
+    if est.label_range is None:
+        lo, hi = min(s["ymin"] for s in summ), max(s["ymax"] for s in summ)
+        if not hi > lo:
+            raise DataError(f"the label is constant ({lo}); there is nothing to calibrate")
+        scale = LabelScale(lo, hi, "observed")
+    else:
+        try:
+            lo, hi = (float(v) for v in est.label_range)
+        except (TypeError, ValueError):
+            raise MMCError(f"label range must be two numbers LO,HI, got {est.label_range!r}") from None
+        scale = LabelScale(lo, hi, "declared")
+    bname = f"base prediction '{base_name}'" if base_name else "base prediction"
+    sc = parts.map_reduce("set_scale", scale, label_name, bname)
+    mean_fit = sc["sum_yu_f"] / nf
+    parts.gather("set_initial_mean", mean_fit)
+    moments = tuple(range(2, int(est.n_moments) + 1))
+    G = len(gset)
+
+    def mean_quantiles(m):
+        if bcol is None:
+            return ()  # a constant initial mean: no quantile edges (as numpy's quantile_edges)
+        qs = exact_quantiles(lambda: parts.gather("mu0_sketch"), lambda lo, hi: parts.gather("mu0_bracket", lo, hi),
+                             np.arange(1, m) / m, nonempty_range=True)
+        return () if qs is None else _clean(qs, 0.0, 1.0)
+
+    stats = _DaskFitStats(parts, moments, est.odd_moments, nf, mean_quantiles)
+    load_seconds = time.perf_counter() - t_load
+
+    candidates = AUTO_BUCKETS if est.n_buckets == "auto" else (int(est.n_buckets),)
+    t0 = time.perf_counter()
+    runs = []
+    for m in candidates:
+        params, init_moments = est._build_params(m, G, nf, moments, None, None, None, stats=stats)
+        eng = _Engine(parts, params, init_moments, nf, n_cal)
+        res = descend(params, eng.fit, eng.holdout, callback if len(candidates) == 1 else None, stop=stop,
+                      keep_best=early)
+        kept = _best_round(res.history) if early else len(res.round_ends) - 1
+        score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
+        runs.append((score, m, params, init_moments, res, kept))
+        if res.stopped:
+            break
+    best = min(range(len(runs)), key=lambda i: runs[i][0])
+    score, m, params, init_moments, res, kept_round = runs[best]
+    seconds = time.perf_counter() - t0
+
+    init_mean = {"kind": "base", "column": base_name} if bcol is not None else \
+        {"kind": "constant", "value": float(mean_fit)}
+    log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
+    model = FittedModel(params, scale, gset, init_mean, init_moments, list(log),
+                        list(res.round_ends[: kept_round + 1]))
+    last_run = best == len(runs) - 1
+    if not last_run:
+        parts.gather("start", params, init_moments)  # the chosen m's initial state, then its kept log
+    replay = not (last_run and kept_round == len(res.round_ends) - 1)
+    parts.gather("kept_predictions", model, len(log), replay)
+    plain = dataclasses.replace(params, z=0.0, z_group=0.0, min_count=0)
+    sums = parts.map_reduce("achieved_sums", plain)
+    K = len(plain.moments)
+
+    def up(v):
+        return float(min(max(v * (1 + 1e-9) + 1e-15, 1e-7), 0.999))
+
+    worst = max(float(np.abs(s).max(initial=0.0)) for s in sums[: 1 + K])
+    achieved = {"alpha": up(worst / max(nf, 1)),
+                "betas": {a: up(float(np.abs(sums[1 + K + i]).max(initial=0.0)) / max(nf, 1))
+                          for i, a in enumerate(plain.moments)}}
+    floors = {"alpha": params.alpha, "betas": {str(a): params.beta_for(a) for a in params.moments}}
+    if params.z > 0:
+        alpha_a = achieved["alpha"] if est.alpha == "se" else params.alpha
+        betas = {a: (achieved["betas"][a] if est.beta == "se" else params.beta_for(a)) for a in params.moments}
+        model.params = dataclasses.replace(
+            params, alpha=alpha_a, beta=betas.get(2, params.beta),
+            moment_betas=tuple((a, b) for a, b in betas.items() if a != 2))
+        params = model.params
+    cal_rows = 0
+    if n_cal:
+        rate = min(1.0, CAL_SAMPLE_CAP / n_cal)
+        pieces = [p for p in parts.gather("calibration_sample", rate, seed) if p is not None]
+        cols = pieces[0][0].keys()
+        table = {c: np.concatenate([p[0][c] for p in pieces]) for c in cols}
+        yu_c = np.concatenate([p[1] for p in pieces])
+        base_c = None if bcol is None else np.concatenate([p[2] for p in pieces])
+        cal_rows = int(yu_c.size)
+        model.extras["intervals"] = intervals.calibrate(model, table, yu_c, base_c)
+    sizes = stats.sizes
+    model.info = {
+        "mode": "practical (one fitting sample, audited exactly)",
+        "converged": bool(res.converged),
+        "run_converged": bool(res.converged),
+        "early_stopped": bool(kept_round < len(res.round_ends) - 1),
+        "achieved": {"alpha": achieved["alpha"], "betas": {str(a): b for a, b in achieved["betas"].items()}},
+        "thresholds_used": floors,
+        "z": params.z, "z_group": params.z_group, "min_count": params.min_count,
+        "stopped_by_user": bool(res.stopped),
+        "rounds": int(res.history[-1]["round"]) if res.history else 0,
+        "kept_round": int(kept_round),
+        "mean_updates": int(res.mean_updates),
+        "moment_updates": int(res.moment_updates),
+        "max_moment_updates_per_call": int(res.max_moment_updates_per_call),
+        "seconds": float(seconds),
+        "n_rows": int(n),
+        "n_fit": int(nf),
+        "n_calibration": int(n_cal),
+        "calibration_fraction": float(frac),
+        "seed": seed if isinstance(seed, int) else None,
+        "n_groups": len(gset),
+        "empty_groups": [gset.names[g] for g in np.flatnonzero(sizes == 0)],
+        "base_clipped": int(sc["base_clipped"]),
+        "label": label_name,
+        "early_stopping": bool(early),
+        "buckets_rule": "auto" if est.n_buckets == "auto" else "given",
+        "buckets_tried": {str(r[1]): float(r[0]) for r in runs} if len(runs) > 1 else {},
+        "mean_buckets": est.mean_buckets,
+        "moment_buckets": est.moment_buckets,
+        "alpha_rule": est.alpha if isinstance(est.alpha, str) else "given",
+        "beta_rule": est.beta if isinstance(est.beta, str) else "given",
+        "history": res.history,
+        "engine": {"name": "dask", "partitions": parts.n_partitions, "workers": len(parts.actors), "load_seconds": float(load_seconds),
+                   "calibration_split": "per partition (seeded by seed and partition index)",
+                   "interval_calibration_rows": cal_rows},
+    }
+    est.model_ = model
+    est.alpha_, est.beta_ = params.alpha, params.beta
+    est.moment_betas_ = {a: params.beta_for(a) for a in params.moments}
+    est.z_ = params.z
+    est.n_buckets_ = params.m
+    est.history_ = res.history
+    est.converged_ = model.info["converged"]
+    est.n_rounds_ = model.info["rounds"]
+    est.mean_updates_ = res.mean_updates
+    est.moment_updates_ = res.moment_updates
+    est.fit_seconds_ = seconds
+    est.label_scale_ = scale
+    est.groups_ = gset
+    est.fit_index_ = None  # rows stay on the workers (per-partition split)
+    est.calibration_index_ = None
+    est.empty_groups_ = model.info["empty_groups"]
+    est.fit_mean_unit_, est.fit_moments_unit_ = None, None
+    return est
+
+
+# ---- exact quantiles and groups from columns -----------------------------------------------------------------
+def _sketch(v):
+    v = np.asarray(v, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return 0, None, math.inf, -math.inf
+    return int(v.size), np.quantile(v, np.linspace(0.0, 1.0, SKETCH)), float(v.min()), float(v.max())
+
+
+def _bracket(v, lo, hi):
+    v = np.asarray(v, dtype=float)
+    v = v[np.isfinite(v)]
+    return int(np.count_nonzero(v < lo)), np.sort(v[(v >= lo) & (v <= hi)])
+
+
+def _lerp(a, b, t):
+    """numpy's linear interpolation of np.quantile (``_lerp``), scalar form: the same arithmetic."""
+    d = b - a
+    return b - d * (1 - t) if t >= 0.5 else a + d * t
+
+
+def exact_quantiles(sketches, brackets, qs, nonempty_range: bool = False):
+    """``np.quantile(all finite values, qs)`` (method "linear"), bit for bit, over values spread across
+    partitions (``sketches()``: per-partition (count, sketch, min, max) from :func:`_sketch`; ``brackets(lo,
+    hi)``: per-partition (count below lo, sorted values in [lo, hi]) from :func:`_bracket`): one pass for per-partition sketches (which bracket each needed order statistic), one pass
+    that counts the values below each bracket and brings the few inside it to the client (a bracket that
+    misses is widened and the pass repeated, so the result is always exact). ``None`` when there are no
+    values (or, with ``nonempty_range``, when all values are equal)."""
+    sk = sketches()
+    n = sum(s[0] for s in sk)
+    if n == 0:
+        return None
+    vmin, vmax = min(s[2] for s in sk), max(s[3] for s in sk)
+    if nonempty_range and not vmax > vmin:
+        return None
+    qs = np.asarray(qs, dtype=float)
+    vi = (n - 1) * qs
+    ranks = set()
+    for v in vi:
+        k = int(np.floor(v))
+        k = min(max(k, 0), n - 1)
+        ranks.update({k, min(k + 1, n - 1)})
+    # approximate global CDF from the sketches: count(<= t) ~ sum_i n_i * F_i(t)
+    pts = np.unique(np.concatenate([s[1] for s in sk if s[1] is not None]))
+    if pts.size > 20000:
+        pts = pts[np.linspace(0, pts.size - 1, 20000).astype(int)]
+    est = np.zeros(pts.size)
+    fr = np.linspace(0.0, 1.0, SKETCH)
+    for s in sk:
+        if s[1] is not None:
+            est += s[0] * np.interp(pts, s[1], fr, left=0.0, right=1.0)
+    margin = n / (SKETCH - 1) + len(sk) + 2
+    values = {}
+    pending = sorted(ranks)
+    widen = False
+    while pending:
+        r_lo, r_hi = pending[0], pending[-1]
+        if widen:
+            lo, hi = -math.inf, math.inf
+        else:
+            i_lo = np.searchsorted(est, r_lo - margin, side="left") - 1
+            i_hi = np.searchsorted(est, r_hi + 1 + margin, side="left")
+            lo = pts[i_lo] if i_lo >= 0 else -math.inf
+            hi = pts[i_hi] if i_hi < pts.size else math.inf
+        res = brackets(lo, hi)
+        below = sum(r[0] for r in res)
+        inside = np.sort(np.concatenate([r[1] for r in res]))
+        left = []
+        for r in pending:
+            if below <= r < below + inside.size:
+                values[r] = float(inside[r - below])
+            else:
+                left.append(r)
+        pending = left
+        widen = True
+    out = []
+    for v in vi:
+        k = int(np.floor(v))
+        if v >= n - 1:
+            out.append(values[n - 1])
+            continue
+        k = max(k, 0)
+        out.append(float(_lerp(values[k], values[k + 1], v - k)))
+    return np.asarray(out)
+
+
+def _cols_values(df, columns):
+    from ..groups import _column
+
+    return {c: _column(df, c) for c in columns}
+
+
+def _uniques(cols, cap):
+    out = {}
+    for c, arr in cols.items():
+        if arr.dtype.kind in "biuf":
+            out[c] = ("num", np.unique(arr[np.isfinite(arr)])[: cap + 1])
+        else:
+            miss = np.equal(arr, None)
+            out[c] = ("text", sorted({str(v) for v in arr[~miss]})[: cap + 1])
+    return out
+
+
+def _sketch_col(cols, c):
+    return _sketch(cols[c])
+
+
+def _bracket_col(cols, c, lo, hi):
+    return _bracket(cols[c], lo, hi)
+
+
+def groups_from_columns(ddf, columns, max_order: int = 1, max_values: int = 10, client=None):
+    """``GroupSet.from_columns`` on a Dask DataFrame: the same groups, the same (exact) quartile cuts (the rule
+    of :func:`mmc_core.groups.column_conditions`: one group per value, numeric columns with more than
+    ``max_values`` distinct values cut at their quartiles)."""
+    import dask
+
+    from ..groups import Condition, GroupSet
+
+    client = _client(client)
+    columns = list(columns)
+    for c in columns:
+        if c not in ddf.columns:
+            raise GroupDefinitionError(f"group column '{c}' is not in the data (columns: {', '.join(map(str, list(ddf.columns)[:30]))})")
+    futs = client.compute([dask.delayed(_cols_values, pure=False)(d, columns) for d in ddf.to_delayed()])
+    per_col = {}
+    try:
+        us = client.gather([client.submit(_uniques, f, max(max_values, 200), pure=False) for f in futs])
+        for c in columns:
+            kinds = {u[c][0] for u in us}
+            if len(kinds) > 1:
+                raise GroupDefinitionError(f"group column '{c}' is numeric in some partitions and text in others")
+            if kinds == {"num"}:
+                distinct = np.unique(np.concatenate([u[c][1] for u in us]))
+                if distinct.size == 0:
+                    raise GroupDefinitionError(f"group column '{c}' has no values")
+                if distinct.size > max_values:
+                    qs = exact_quantiles(
+                        lambda: client.gather([client.submit(_sketch_col, f, c, pure=False) for f in futs]),
+                        lambda lo, hi: client.gather([client.submit(_bracket_col, f, c, lo, hi, pure=False)
+                                                      for f in futs]),
+                        np.linspace(0, 1, 5)[1:-1])
+                    vmin = float(distinct[0])
+                    edges = [float(q) for q in np.unique(qs) if q > vmin] if qs is not None else []
+                    bounds = [None] + edges + [None]
+                    per_col[c] = [Condition(c, "between", lo=bounds[i], hi=bounds[i + 1])
+                                  for i in range(len(bounds) - 1)]
+                else:
+                    per_col[c] = [Condition(c, "==", value=(int(v) if float(v).is_integer() else float(v)))
+                                  for v in distinct]
+            else:
+                vals = sorted(set().union(*(set(u[c][1]) for u in us)))
+                if not vals:
+                    raise GroupDefinitionError(f"group column '{c}' has no values")
+                if len(vals) > 200:
+                    raise GroupDefinitionError(f"group column '{c}' has more than 200 distinct values; a group per "
+                                               "value is not useful (bin it first or define groups in a JSON file)")
+                per_col[c] = [Condition(c, "==", value=v) for v in vals]
+    finally:
+        for f in futs:
+            f.release()
+    return GroupSet.from_columns(None, columns, max_order, max_values, conditions=per_col)
+
+
+# ---- prediction and audit tables ----------------------------------------------------------------------------
+def _predict_frame(df, model_json, base_col, moments):
+    import pandas as pd
+
+    from ..model import FittedModel
+
+    model = _model_cache(model_json, FittedModel)
+    base = None if base_col is None else df[base_col].to_numpy(dtype=float)
+    if len(df) == 0:
+        out = {"mean": np.zeros(0)}
+        out.update({f"moment_{a}": np.zeros(0) for a in moments})
+    else:
+        out = model.predict(df, base)
+    res = df.copy()
+    for k, v in out.items():
+        res[k] = v
+    return pd.DataFrame(res)
+
+
+_MODELS: dict = {}
+
+
+def _model_cache(text, cls):
+    key = hash(text)
+    if key not in _MODELS:
+        _MODELS.clear()
+        _MODELS[key] = cls.from_json(text)
+    return _MODELS[key]
+
+
+def predict_dask(model, ddf, base_col=None):
+    """The model's predictions (label units) as new columns ``mean``, ``moment_a`` of a Dask DataFrame: the
+    numpy replay per partition (row-local, so identical to predicting the whole table at once)."""
+    _require()
+    import dask
+
+    if model.uses_base and base_col is None:
+        col = model.init_mean.get("column")
+        raise DataError(f"this model was fitted on top of a base prediction ({col}); pass it (--pred COL)")
+    missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
+    if missing:
+        raise DataError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+    meta = ddf._meta.copy()
+    meta["mean"] = np.zeros(0)
+    for a in model.moments:
+        meta[f"moment_{a}"] = np.zeros(0)
+    text = dask.delayed(model.to_json(), pure=True)
+    return ddf.map_partitions(_predict_frame, text, base_col if model.uses_base else None, tuple(model.moments),
+                              meta=meta)
+
+
+def _audit_part(df, model_json, label, base_col):
+    from ..descent import CellState
+    from ..model import FittedModel
+
+    model = _model_cache(model_json, FittedModel)
+    n = len(df)
+    y = df[label].to_numpy(dtype=float)
+    if n and not np.all(np.isfinite(y)):
+        raise DataError(f"label '{label}' has missing or infinite values")
+    base_u = None
+    if model.uses_base:
+        base_u = np.clip((df[base_col].to_numpy(dtype=float) - model.scale.lo) / model.scale.span, 0.0, 1.0)
+    memb = model.groups.evaluate(df, n)
+    mu, moms = model.initial(n, base_u)
+    model.replay(memb, mu, moms)
+    yu = (y - model.scale.lo) / model.scale.span
+    import dataclasses
+
+    plain = dataclasses.replace(model.params, z=0.0, z_group=0.0, min_count=0)
+    st = CellState(plain, memb, yu, mu, moms)
+    pg = memb.pair_groups()
+    r = memb.rows
+
+    def gs(w):
+        return np.bincount(pg, weights=None if w is None else w[r], minlength=memb.n_groups).astype(float)
+
+    out = [float(n), gs(None), gs(yu), gs(yu * yu), gs(mu), gs((yu - mu) ** 2), st.S0, st.C0]
+    for a in model.moments:
+        out += [gs(moms[a]), st.TA[a], st.CA[a], st.SA[a]]
+    return out
+
+
+def audit_tables_dask(model, ddf, label, base_col=None):
+    """Per-group audit tables of a model on labelled Dask rows, by the descent's reductions: per group the
+    count, mass, mean label / prediction, the empirical and predicted variance, and the worst mass-weighted
+    calibration error over the mean cells G(mu, i) and each moment's cells G(mu, m_a, i, j) (the paper's
+    audit statistics: the alpha / beta the model achieves on these rows). Returns a JSON-ready dict."""
+    _require()
+    if label not in ddf.columns:
+        raise DataError(f"label column '{label}' is not in the data")
+    if model.uses_base and base_col is None:
+        raise DataError("this model was fitted on a base prediction: pass it (--pred COL)")
+    missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
+    if missing:
+        raise DataError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+    import dask
+
+    text = dask.delayed(model.to_json(), pure=True)
+    parts = [dask.delayed(_audit_part, pure=False)(d, text, label, base_col) for d in ddf.to_delayed()]
+    while len(parts) > 1:
+        parts = [dask.delayed(_add, pure=False)(*parts[i:i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
+    tot = parts[0].compute()
+    return _audit_json(model, tot)
+
+
+def _audit_json(model, tot):
+    sc = model.scale
+    n = tot[0]
+    cnt, sy, syy, smu, sres2, S0, C0 = tot[1:8]
+    G, m = cnt.size, model.params.m
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_label = sc.mean_from_unit(sy / cnt)
+        mean_pred = sc.mean_from_unit(smu / cnt)
+        emp_var = sc.moment_from_unit(sres2 / cnt, 2)
+        label_var = sc.moment_from_unit(np.maximum(syy / cnt - (sy / cnt) ** 2, 0.0), 2)
+    worst_mean = np.abs(S0).reshape(G, m).max(axis=1) / n
+    rows = {"group": list(model.groups.names), "count": cnt.astype(int).tolist(), "mass": (cnt / n).tolist(),
+            "mean_label": mean_label.tolist(), "mean_pred": mean_pred.tolist(), "emp_var": emp_var.tolist(),
+            "label_var": label_var.tolist(), "calib_error_worst_weighted": worst_mean.tolist()}
+    achieved_alpha = float(np.abs(S0).max() / n)
+    betas = {}
+    for i, a in enumerate(model.moments):
+        spred, TA, CA, SA = tot[8 + 4 * i: 12 + 4 * i]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rows[f"pred_moment_{a}"] = sc.moment_from_unit(spred / cnt, a).tolist()
+        rows[f"moment_{a}_error_worst_weighted"] = (np.abs(TA).reshape(G, m * m).max(axis=1) / n).tolist()
+        achieved_alpha = max(achieved_alpha, float(np.abs(SA).max() / n))
+        betas[str(a)] = float(np.abs(TA).max() / n)
+    cells = [{"group": model.groups.names[g], "bucket": int(b), "count": int(C0[g * m + b]),
+              "mass_weighted_residual": float(S0[g * m + b] / n)}
+             for g in range(G) for b in range(m) if C0[g * m + b] > 0]
+    return _finite({
+        "format": "mmc-audit-tables", "version": 1, "engine": "dask", "n": int(n),
+        "achieved": {"alpha": achieved_alpha, "betas": betas},
+        "by_group": rows, "mean_cells": cells,
+    })
+
+
+def _finite(obj):
+    """JSON-ready: NaN / infinite numbers (empty groups) become null."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+# ---- data and cluster (the CLI's edge) ---------------------------------------------------------------------
+def read_parquet(pattern: str, columns=None):
+    """A Dask DataFrame over the Parquet files matching ``pattern`` (a glob or a folder): one clear error for
+    a glob that matches nothing or files whose schemas differ (checked from the footers, no rows read)."""
+    import glob
+    import os
+
+    _require()
+    import dask.dataframe as dd
+
+    files = sorted(glob.glob(os.path.join(pattern, "*.parquet")) if os.path.isdir(pattern) else glob.glob(pattern))
+    if not files:
+        raise DataError(f"--data {pattern!r} matches no Parquet files")
+    import pyarrow.parquet as pq
+
+    first = None
+    for f in files:
+        try:
+            schema = pq.read_schema(f)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is a data error
+            raise DataError(f"{f} is not a readable Parquet file ({type(e).__name__})") from None
+        sig = [(fld.name, str(fld.type)) for fld in schema if not fld.name.startswith("__index_level_")]
+        if first is None:
+            first = (f, sig)
+        elif sig != first[1]:
+            diff = sorted(set(sig) ^ set(first[1]))[:3]
+            raise DataError(f"Parquet files have different schemas: {os.path.basename(f)} vs "
+                            f"{os.path.basename(first[0])} (differing columns: {', '.join(f'{a}:{b}' for a, b in diff)})")
+    return dd.read_parquet(files, columns=columns)
+
+
+def start_client(scheduler: str | None = None, workers: int = 2, memory_limit: str = "6GB", timeout: float = 20):
+    """A distributed Client: connected to ``scheduler`` (clear error within ``timeout`` seconds when it does not
+    answer), or to a new LocalCluster of ``workers`` processes (one thread each, ``memory_limit`` each). Returns
+    (client, cluster or None); close both (``close_client``)."""
+    _require()
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    for name in ("distributed", "distributed.comm", "distributed.core", "distributed.client"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    if scheduler:
+        try:
+            return Client(scheduler, timeout=timeout), None
+        except (OSError, TimeoutError) as e:
+            raise MMCError(f"--scheduler {scheduler}: no Dask scheduler answers there ({type(e).__name__})") from None
+        except ValueError as e:
+            raise MMCError(f"--scheduler {scheduler!r} is not a scheduler address ({e})") from None
+    if not isinstance(workers, int) or workers < 1:
+        raise MMCError(f"--workers must be a positive integer, got {workers!r}")
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
+                           dashboard_address=None)
+    return Client(cluster), cluster
+
+
+def close_client(client, cluster):
+    for obj in (client, cluster):
+        if obj is not None:
+            try:
+                obj.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass

@@ -1,0 +1,275 @@
+"""The Dask engine (mmc_core/engines/dask_engine.py) against the numpy engine, on a LocalCluster of 2 worker
+processes: same update sequence, same predictions (to 1e-9: sums are added in another order, so the last
+bits may differ), same model JSON format both ways; exact quantile cuts; clear errors for bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+dd = pytest.importorskip("dask.dataframe", reason="the Dask engine needs dask[dataframe] (pip install '.[dask]')")
+distributed = pytest.importorskip("distributed", reason="the Dask engine needs distributed")
+
+from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
+from mmc_core.engines import dask_engine as de  # noqa: E402
+from mmc_core.model import FittedModel  # noqa: E402
+
+SIZES = [5000, 60000, 12000, 40000, 1000, 52000, 30000]  # 200k rows in 7 unequal partitions
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit="3GB",
+                                       dashboard_address=None)
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+N_ROWS = sum(SIZES)
+
+
+def make_frame(n=N_ROWS, seed=3):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"region": rng.integers(0, 4, n), "age": rng.normal(45, 12, n).round(1),
+                       "kind": rng.choice(["a", "b", "c"], n, p=[0.5, 0.3, 0.2])})
+    sd = 0.4 + 0.3 * (df["kind"] == "c") + 0.01 * np.abs(df["age"] - 45)
+    df["base"] = 1.0 + 0.2 * df["region"] + 0.01 * (df["age"] - 45)
+    df["y"] = df["base"] + 0.15 * (df["kind"] == "b") + rng.normal(size=n) * sd
+    return df
+
+
+def split(df, sizes=SIZES):
+    import dask
+
+    b = np.cumsum([0] + list(sizes))
+    return dd.from_delayed([dask.delayed(df.iloc[b[i]:b[i + 1]]) for i in range(len(sizes))], meta=df.iloc[:0])
+
+
+GROUPS_JSON = {"format": "mmc-groups", "version": 1, "groups": [
+    {"name": "older", "where": [{"column": "age", "op": ">=", "value": 55}]},
+    {"name": "young b", "where": [{"column": "age", "op": "between", "lo": None, "hi": 35},
+                                  {"column": "kind", "op": "==", "value": "b"}]},
+    {"name": "region 0/3", "where": [{"column": "region", "op": "in", "values": [0, 3]}]},
+    {"name": "c or old", "any": [[{"column": "kind", "op": "==", "value": "c"}],
+                                 [{"column": "age", "op": ">", "value": 70}]]},
+]}
+
+
+def assert_same_fit(e_np, e_dk, df, base=None):
+    l1, l2 = e_np.model_.log, e_dk.model_.log
+    assert len(l1) == len(l2) > 0
+    for u, v in zip(l1, l2):
+        assert (u.target, u.partition, u.group, u.cells.tolist()) == (v.target, v.partition, v.group, v.cells.tolist())
+        np.testing.assert_allclose(v.deltas, u.deltas, rtol=1e-9, atol=1e-12)
+    assert e_np.model_.round_ends == e_dk.model_.round_ends
+    p1 = e_np.model_.predict(df, base)
+    p2 = e_dk.model_.predict(df, base)
+    for k in p1:
+        assert np.max(np.abs(p1[k] - p2[k])) <= 1e-9, k
+    return max(float(np.max(np.abs(p1[k] - p2[k]))) for k in p1)
+
+
+def _fit_both(client, df, groups, **kw):
+    kw.setdefault("calibration_fraction", 0.0)
+    e_np = MomentMulticalibrator(**kw).fit(df, df["y"], groups)
+    e_dk = MomentMulticalibrator(**kw).fit(split(df), "y", groups, client=client)
+    return e_np, e_dk
+
+
+def test_groups_from_columns_match_numpy_cuts(client):
+    df = make_frame()
+    want = GroupSet.from_columns(df, ["region", "age", "kind"], max_order=2)
+    got = de.groups_from_columns(split(df), ["region", "age", "kind"], max_order=2, client=client)
+    assert got.to_json() == want.to_json()
+    assert any(c.op == "between" for g in got.groups for c in g.where)  # age is cut at exact quartiles
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 1001])
+def test_exact_quantiles_bit_for_bit(n):
+    rng = np.random.default_rng(n)
+    v = rng.normal(size=n) if n > 3 else np.array([2.0, -1.0, 7.5])[:n]
+    if n == 1001:
+        v[::7] = 0.25  # ties
+    chunks = np.array_split(v, 4)
+    qs = np.array([0.2, 0.25, 0.5, 0.75, 0.8])
+    got = de.exact_quantiles(lambda: [de._sketch(c) for c in chunks],
+                             lambda lo, hi: [de._bracket(c, lo, hi) for c in chunks], qs)
+    assert got.tolist() == np.quantile(v, qs).tolist()
+
+
+def test_k1_groups_from_columns_same_updates_and_predictions(client):
+    df = make_frame()
+    groups = GroupSet.from_columns(df, ["region", "age", "kind"])  # = groups_from_columns (tested above)
+    e_np, e_dk = _fit_both(client, df, groups, n_moments=1)
+    assert_same_fit(e_np, e_dk, df)
+    # and the Dask engine's prediction (map_partitions over the numpy replay) is the numpy one, exactly
+    got = de.predict_dask(e_np.model_, split(df)).compute()
+    want = e_np.model_.predict(df)
+    assert np.array_equal(got["mean"].to_numpy(), want["mean"])
+
+
+def test_k2_groups_from_json_file_same_updates_and_predictions(client, tmp_path):
+    df = make_frame()
+    path = tmp_path / "groups.json"
+    path.write_text(json.dumps(GROUPS_JSON))
+    groups = GroupSet.from_json(path.read_text())
+    e_np, e_dk = _fit_both(client, df, groups, n_moments=2, max_rounds=6)
+    assert_same_fit(e_np, e_dk, df)
+    # same JSON format both ways: a Dask-fitted model saved and loaded predicts with numpy; a numpy one on Dask
+    saved = tmp_path / "m.json"
+    e_dk.save(saved)
+    loaded = FittedModel.load(saved)
+    assert loaded.to_dict()["format"] == e_np.model_.to_dict()["format"]
+    assert loaded.to_dict()["version"] == e_np.model_.to_dict()["version"]
+    got = de.predict_dask(e_np.model_, split(df)).compute()
+    want = loaded.predict(df)
+    for k in want:
+        assert np.max(np.abs(got[k].to_numpy() - want[k])) <= 1e-9
+
+
+def test_k2_with_base_and_quantile_mean_buckets(client):
+    df = make_frame()
+    groups = GroupSet.from_columns(df, ["region", "kind"])
+    kw = dict(n_moments=2, mean_buckets="quantile", max_rounds=4, calibration_fraction=0.0)
+    e_np = MomentMulticalibrator(**kw).fit(df, df["y"], groups, base_prediction=df["base"], base_name="base")
+    e_dk = MomentMulticalibrator(**kw).fit(split(df), "y", groups, base_prediction="base", client=client)
+    assert e_np.model_.params.mean_edges == e_dk.model_.params.mean_edges  # exact quantiles of the base
+    assert_same_fit(e_np, e_dk, df, df["base"].to_numpy())
+
+
+@pytest.mark.slow
+def test_k4_groups_from_columns_same_updates_and_predictions(client):
+    df = make_frame()
+    groups = GroupSet.from_columns(df, ["region", "age", "kind"])
+    e_np, e_dk = _fit_both(client, df, groups, n_moments=4, max_rounds=4)
+    assert_same_fit(e_np, e_dk, df)
+
+
+def test_held_out_rows_early_stopping_and_intervals(client):
+    df = make_frame(60000)
+    groups = GroupSet.from_columns(df, ["region", "kind"])
+    est = MomentMulticalibrator(n_moments=2, max_rounds=3, calibration_fraction=0.25)
+    est.fit(split(df, [20000, 5000, 35000]), "y", groups, client=client)
+    info = est.model_.info
+    assert info["engine"]["name"] == "dask" and info["n_calibration"] == 15000
+    assert "holdout_mse" in info["history"][0]
+    assert "intervals" in est.model_.extras
+    # the kept model replays to the predictions it was audited with
+    FittedModel.from_json(est.model_.to_json()).predict(df)
+
+
+def test_engine_argument_and_bad_engine(client):
+    df = make_frame(3000)
+    est = MomentMulticalibrator(n_moments=1, calibration_fraction=0.0).fit(df, "y", None, engine="dask",
+                                                                          client=client)
+    assert est.model_.info["engine"]["name"] == "dask"
+    from mmc_core.errors import MMCError
+
+    with pytest.raises(MMCError, match="engine"):
+        MomentMulticalibrator().fit(df, df["y"], engine="spark")
+
+
+def test_bad_label_is_a_clear_error(client):
+    df = make_frame(3000)
+    df.loc[1500, "y"] = np.nan
+    from mmc_core.errors import DataError
+
+    with pytest.raises(DataError, match="label 'y'"):
+        MomentMulticalibrator(calibration_fraction=0.0).fit(split(df, [1000, 2000]), "y", None, client=client)
+
+
+def test_importing_mmc_core_does_not_import_dask():
+    code = "import sys, mmc_core, mmc_core.engines; print('dask' in sys.modules, 'distributed' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+# ---- the CLI: mmc fit|predict|audit --engine dask ---------------------------------------------------------------
+def _parquet_dir(tmp_path, df, sizes):
+    d = tmp_path / "data"
+    d.mkdir()
+    b = np.cumsum([0] + list(sizes))
+    for i in range(len(sizes)):
+        df.iloc[b[i]:b[i + 1]].to_parquet(d / f"part-{i}.parquet")
+    return d
+
+
+def test_cli_fit_predict_audit_on_a_running_scheduler(client, tmp_path, capsys):
+    from app.cli import main
+
+    df = make_frame(20000)
+    d = _parquet_dir(tmp_path, df, [4000, 11000, 5000])
+    addr = client.scheduler.address
+    model = tmp_path / "m.json"
+    rc = main(["fit", "--engine", "dask", "--scheduler", addr, "--data", str(d / "*.parquet"), "--label", "y",
+               "--group-cols", "region,kind", "--calibration-fraction", "0", "--max-rounds", "3", "--out", str(model)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "mmc: round 1:" in err  # a progress line per round
+    est = MomentMulticalibrator(n_moments=2, calibration_fraction=0.0, max_rounds=3).fit(
+        df, df["y"], GroupSet.from_columns(df, ["region", "kind"]))
+    assert_same_fit(est, MomentMulticalibrator.load(model), df)
+    out = tmp_path / "pred"
+    assert main(["predict", "--engine", "dask", "--scheduler", addr, "--model", str(model), "--data", str(d),
+                 "--out", str(out)]) == 0
+    got = pd.read_parquet(out)
+    assert len(got) == len(df) and {"mean", "moment_2"} <= set(got.columns)
+    np.testing.assert_array_equal(got["mean"].to_numpy(), FittedModel.load(model).predict(df)["mean"])
+    rep = tmp_path / "audit.json"
+    assert main(["audit", "--engine", "dask", "--scheduler", addr, "--model", str(model), "--data", str(d),
+                 "--label", "y", "--out", str(rep)]) == 0
+    tables = json.loads(rep.read_text())
+    assert tables["n"] == len(df) and tables["by_group"]["count"][0] == len(df)
+
+
+@pytest.mark.parametrize("case", ["no-match", "schemas", "scheduler"])
+def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case):
+    from app import cli_dask
+    from app.cli import main
+
+    assert cli_dask.SCHEDULER_TIMEOUT < 30  # an unreachable scheduler is reported within 30 s (no clock here)
+
+    d = tmp_path / "d"
+    d.mkdir()
+    pd.DataFrame({"g": [1, 2], "y": [1.0, 2.0]}).to_parquet(d / "a.parquet")
+    pd.DataFrame({"g": ["x", "y"], "y": [1.0, 2.0]}).to_parquet(d / "b.parquet")
+    out = tmp_path / "m.json"
+    args = ["fit", "--engine", "dask", "--label", "y", "--out", str(out)]
+    if case == "no-match":
+        args += ["--data", str(tmp_path / "nothing" / "*.parquet")]
+    elif case == "schemas":
+        args += ["--data", str(d / "*.parquet")]
+    else:
+        args += ["--data", str(d / "a.parquet"), "--scheduler", "tcp://127.0.0.1:9"]
+    assert main(args) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mmc: error:")]
+    assert len(err) == 1
+    assert {"no-match": "matches no Parquet files", "schemas": "different schemas",
+            "scheduler": "no Dask scheduler answers"}[case] in err[0]
+    assert not out.exists()
+
+
+def test_engine_dask_on_an_in_memory_table_with_arrays(client):
+    df = make_frame(4000)
+    groups = GroupSet.from_columns(df, ["region", "kind"])
+    kw = dict(n_moments=2, calibration_fraction=0.0, max_rounds=2)
+    e_np = MomentMulticalibrator(**kw).fit(df, df["y"].to_numpy(), groups, base_prediction=df["base"].to_numpy())
+    e_dk = MomentMulticalibrator(**kw).fit(df, df["y"].to_numpy(), groups, base_prediction=df["base"].to_numpy(),
+                                           engine="dask", client=client)
+    assert e_dk.model_.info["label"] == "label" and e_dk.model_.init_mean == e_np.model_.init_mean
+    assert_same_fit(e_np, e_dk, df, df["base"].to_numpy())
+
+
+def test_audit_tables_are_json_with_null_for_empty_groups(client):
+    df = make_frame(4000)
+    groups = GroupSet.from_json({"groups": [{"name": "nobody", "where": [{"column": "age", "op": ">", "value": 1e9}]}]})
+    est = MomentMulticalibrator(n_moments=2, calibration_fraction=0.0, max_rounds=2).fit(df, df["y"], groups)
+    tables = de.audit_tables_dask(est.model_, split(df, [1000, 3000]), "y")
+    json.dumps(tables, allow_nan=False)
+    assert tables["by_group"]["count"] == [4000, 0] and tables["by_group"]["mean_label"][1] is None
