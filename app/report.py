@@ -186,7 +186,12 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
     if src == "robust" and isinstance(note, str) and note.strip():
         src_txt += f"; {note.strip()}"
     auto = [n_ for n_, r in (("α", "alpha_rule"), ("β", "beta_rule")) if info.get(r) == "auto"]
+    se = [n_ for n_, r in (("α", "alpha_rule"), ("β", "beta_rule")) if info.get(r) == "se"]
     auto_txt = f"; {' and '.join(auto)} chosen automatically just above the sampling noise" if auto else ""
+    if se:
+        auto_txt += (f"; {' and '.join(se)}: the values the model achieves on its fitting rows (cells were corrected "
+                     f"only when |t| >= {float(info.get('z', 0)):.2f} against their own standard error, whole "
+                     f"groups at {float(info.get('z_group', 0)):.2f})")
     secs = f", {float(info['seconds']):.2f} s" if "seconds" in info else ""
     rows = [
         ("Label", f"{label} in [{sc.lo:g}, {sc.hi:g}], range {src_txt}"),

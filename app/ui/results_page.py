@@ -26,6 +26,16 @@ METHOD_LABELS = {"guaranteed": "guaranteed (paper, Section 5)", "plugin": "plug-
                  "gaussian": "Gaussian (base ± z·sd)"}
 
 
+
+def _rule_note(info: dict) -> str:
+    """How alpha / beta were set, in a few words for the caption."""
+    rules = {info.get("alpha_rule"), info.get("beta_rule")}
+    if "se" in rules:
+        return " (achieved; per-cell standard-error rule)"
+    if "auto" in rules:
+        return " (auto: just above the sampling noise)"
+    return ""
+
 def _run_key(run) -> str:
     return f"{run.data_key}:{run.finished_at}"
 
@@ -470,7 +480,7 @@ def render():
             render_binary(run, frame)
             return
     st.caption(f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
-               f"α = {run.alpha:.3g}, β = {run.beta:.3g}{' (auto)' if run.thresholds.get('auto') else ''}, "
+               f"α = {run.alpha:.3g}, β = {run.beta:.3g}{_rule_note(run.model.info)}, "
                f"m = {run.settings.n_buckets}, "
                f"k = {run.settings.n_moments} · audited on {run.split['test'].size:,} test rows · δ = "
                f"{run.settings.delta:g}, γ = {run.settings.gamma:g}")
