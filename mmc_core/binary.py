@@ -63,16 +63,8 @@ def as_binary(y, positive=None, name: str = "label") -> tuple[np.ndarray, dict]:
         raise DataError(f"{name} is not binary: it has {len(vals)} distinct values")
     arr = np.asarray(y, dtype=object)
     if positive is None:
-        as_num = set()
-        for v in vals:
-            if isinstance(v, (bool, np.bool_)):
-                as_num.add(float(v))
-            elif isinstance(v, (int, float, np.integer, np.floating)):
-                as_num.add(float(v))
-            else:
-                as_num = None
-                break
-        if as_num is None or not as_num <= {0.0, 1.0}:
+        numeric = all(isinstance(v, (bool, np.bool_, int, float, np.integer, np.floating)) for v in vals)
+        if not numeric or not {float(v) for v in vals} <= {0.0, 1.0}:
             shown = ", ".join(repr(v) for v in vals)
             raise DataError(f"{name} has the two values {shown}: say which one is the positive class "
                             f"(positive_label=... in Python, --positive on the command line)")
@@ -164,7 +156,7 @@ def _score_table(cells: _CellSums, s, y, threshold, min_cell, n_boot, seed, suff
         cols[k + suffix] = point[k][0]
     if n_boot > 0:
         rng = np.random.default_rng(seed)
-        reps = {k: [] for k in METRICS}
+        reps: dict[str, list] = {k: [] for k in METRICS}
         block = max(1, min(n_boot, 2_000_000 // max(cells.n * 9, 1)))
         done = 0
         while done < n_boot:
@@ -344,8 +336,8 @@ def check_threshold(threshold, name: str = "threshold") -> float:
     """A decision threshold strictly between 0 and 1, or MMCError naming it."""
     import numbers
 
-    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not np.isfinite(threshold) \
-            or not 0 < threshold < 1:
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not np.isfinite(float(threshold)) \
+            or not 0 < float(threshold) < 1:
         raise MMCError(f"{name} must be a number strictly between 0 and 1, got {threshold!r}")
     return float(threshold)
 
@@ -428,3 +420,45 @@ def audit_binary_model(model, table, y, base, n_boot, seed, min_cell_count, min_
     return AuditResult(overall, bg, empty, empty.copy(), cells, pd.DataFrame(), empty.copy(), params, found, [],
                        status, task="binary", classifier=ca)
 
+
+# ---- the task of a label (used by the estimator) -------------------------------------------------------
+TASKS = ("auto", "regression", "binary")
+TASK_BINARY = "binary"
+
+
+def resolve_task(y, task="auto", positive_label=None, label_name: str = "label"):
+    """(task, y, binary_info): the task a label is fitted as, the label (0/1 floats for "binary", unchanged
+    otherwise) and, for "binary", {"classes": [negative, positive], "positive": positive} (JSON-safe)."""
+    if task not in TASKS:
+        raise MMCError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    name = f"label '{label_name}'"
+    if task == "regression":
+        if positive_label is not None:
+            raise MMCError("positive_label is only used with a binary label (task 'binary' or 'auto')")
+        return task, y, None
+    arr = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
+    if task == "auto":
+        if arr.dtype.kind in "iuf":  # numbers: an O(n) check (a regression label must stay cheap to look at)
+            v = arr.ravel()
+            v = v[~np.isnan(v)] if arr.dtype.kind == "f" else v
+            rest = v[v != v[0]] if v.size else v
+            binary = rest.size > 0 and bool(np.all(rest == rest[0]))
+        else:
+            try:
+                binary = is_binary(arr)
+            except TypeError:
+                binary = False
+        if not binary:
+            if positive_label is not None:
+                raise DataError(f"positive_label={positive_label!r} was given but {name} is not binary "
+                                "(it does not have exactly two distinct values)")
+            return "regression", y, None
+    y01, info = as_binary(arr, positive_label, name)
+    return TASK_BINARY, y01, {"classes": [_plain(v) for v in info["classes"]], "positive": _plain(info["positive"])}
+
+
+def _plain(v):
+    """A JSON-safe scalar (numpy scalars to Python ones)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    return v

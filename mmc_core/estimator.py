@@ -5,193 +5,25 @@ import dataclasses
 import numbers
 import time
 
-import inspect
-
 import numpy as np
 
 from .buckets import fill_edges, geometric_edges, quantile_edges
-from .descent import STEP_RULES, CellState, DescentParams, descend
+from .descent import CellState, DescentParams, descend
 from .errors import DataError, MMCError
 from .groups import GroupSet
 from .model import FittedModel
 from .moments import LabelScale, MomentKind, pseudo_label
+from .binary import TASK_BINARY, TASKS, resolve_task  # noqa: F401 - TASKS re-exported
+from .sklearn_params import SklearnParams, _json_params
+from .tables import _n_rows, _take, as_table, to_label_array
+from .thresholds import (  # noqa: F401 - the rule constants are re-exported for older imports
+    AUTO_BUCKETS, AUTO_LEVEL, AUTO_REFERENCE_MASS, FLOOR_MASS, GROUP_Z_RULES, MEAN_BUCKET_RULES,
+    MOMENT_BUCKET_RULES, SE_GROUP_LEVEL, SE_GROUP_MOMENT_Z, SE_LEVEL, SE_MIN_COUNT, THRESHOLD_RULES,
+    _check_unit_interval, auto_threshold, bonferroni_z, validate_params,
+)
 
 __all__ = ["MomentMulticalibrator", "validate_params", "to_label_array", "auto_threshold", "bonferroni_z",
            "MEAN_BUCKET_RULES", "MOMENT_BUCKET_RULES", "AUTO_BUCKETS"]
-
-MEAN_BUCKET_RULES = ("quantile", "uniform")
-MOMENT_BUCKET_RULES = ("data", "range")
-AUTO_BUCKETS = (5, 10, 20)  # n_buckets="auto": candidates, chosen on the held-out rows
-SE_MIN_COUNT = 20  # the "se" rule never corrects a cell of fewer fitting rows
-SE_GROUP_LEVEL = 0.1  # "se" rule, whole-group mean cells: family-wise level (Bonferroni over the groups)
-SE_GROUP_MOMENT_Z = 2.0  # "se" rule, whole-group cells of a moment: see _build_params
-GROUP_Z_RULES = ("bonferroni",)  # mean_group_z: the rule names; a number >= 1 is also accepted
-SE_LEVEL = 0.1  # "se" rule, finer cells: family-wise level (Bonferroni over every audited cell)
-THRESHOLD_RULES = ("se", "auto")
-FLOOR_MASS = 0.01  # groups of at least this share of the fitting rows set the span of the moment grid
-
-
-def _check_unit_interval(name: str, v, open_right: bool = True):
-    if not isinstance(v, numbers.Real) or isinstance(v, bool) or not np.isfinite(v) or not 0 < v < 1:
-        raise MMCError(f"{name} must be a number strictly between 0 and 1, got {v!r}")
-
-
-AUTO_REFERENCE_MASS = 0.05
-AUTO_LEVEL = 0.1
-
-
-def auto_threshold(spread: float, n_cells: int, n: int) -> float:
-    """The "auto" alpha / beta: the smallest threshold at which a cell holding 5% of the rows, with no real
-    error, would still not be flagged by sampling noise alone (Gaussian tail with a Bonferroni correction
-    over all audited cells at level 0.1). Reusing one sample for every audit overfits when alpha is below
-    this noise level (measured on the wage demo data: held-out squared error +37% at alpha = 0.001)."""
-    z = np.sqrt(2.0 * np.log(2.0 * max(n_cells, 1) / AUTO_LEVEL))
-    return float(np.clip(z * spread * np.sqrt(AUTO_REFERENCE_MASS / max(n, 1)), 1e-5, 0.05))
-
-
-def bonferroni_z(n_tests: int, level: float = AUTO_LEVEL) -> float:
-    """z with P(|N(0,1)| >= z) = level / n_tests: the two-sided Bonferroni critical value."""
-    from statistics import NormalDist
-
-    return float(NormalDist().inv_cdf(1.0 - level / (2.0 * max(int(n_tests), 1))))
-
-
-def validate_params(alpha, beta, n_buckets, n_moments, step, odd_moments, calibration_fraction, max_rounds=None,
-                    mean_buckets="quantile", moment_buckets="data", early_stopping="auto"):
-    """Check the estimator's parameters; raise MMCError naming the parameter."""
-    for name, v in (("alpha", alpha), ("beta", beta)):
-        if isinstance(v, str):
-            if v not in THRESHOLD_RULES:
-                raise MMCError(f"{name} must be a number in (0, 1), 'se' or 'auto', got {v!r}")
-        else:
-            _check_unit_interval(name, v)
-    if not (isinstance(n_buckets, str) and n_buckets == "auto") and (
-            not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000):
-        raise MMCError(f"buckets must be an integer from 1 to 1000 or 'auto', got {n_buckets!r}")
-    if mean_buckets not in MEAN_BUCKET_RULES:
-        raise MMCError(f"mean_buckets must be one of {', '.join(MEAN_BUCKET_RULES)}, got {mean_buckets!r}")
-    if moment_buckets not in MOMENT_BUCKET_RULES:
-        raise MMCError(f"moment_buckets must be one of {', '.join(MOMENT_BUCKET_RULES)}, got {moment_buckets!r}")
-    if not (isinstance(early_stopping, bool) or (isinstance(early_stopping, str) and early_stopping == "auto")):
-        raise MMCError(f"early_stopping must be True, False or 'auto', got {early_stopping!r}")
-    if not isinstance(n_moments, numbers.Integral) or isinstance(n_moments, bool) or not 1 <= n_moments <= 8:
-        raise MMCError(f"moments must be an integer from 1 (mean only) to 8, got {n_moments!r}")
-    if step not in STEP_RULES:
-        raise MMCError(f"step must be one of {', '.join(STEP_RULES)}, got {step!r}")
-    if odd_moments not in MomentKind.ALL:
-        raise MMCError(f"odd_moments must be one of {', '.join(MomentKind.ALL)}, got {odd_moments!r}")
-    if not isinstance(calibration_fraction, numbers.Real) or not 0 <= calibration_fraction < 1:
-        raise MMCError(f"calibration fraction must be in [0, 1), got {calibration_fraction!r}")
-    if max_rounds is not None and (not isinstance(max_rounds, numbers.Integral) or max_rounds < 0):
-        raise MMCError(f"max_rounds must be a non-negative integer or None, got {max_rounds!r}")
-    for name, v in (("alpha", alpha), ("beta", beta)):
-        if not isinstance(v, str) and v < 1e-6:
-            raise MMCError(f"{name} must be at least 1e-6, got {v!r}")
-
-
-def to_label_array(values, name: str, n: int | None = None) -> np.ndarray:
-    """A finite float vector, or a DataError naming ``name``."""
-    try:
-        arr = np.asarray(values, dtype=float)
-    except (TypeError, ValueError):
-        raise DataError(f"{name} must be numeric (found non-numeric values)") from None
-    if arr.ndim != 1:
-        raise DataError(f"{name} must be one column, got shape {arr.shape}")
-    if n is not None and arr.size != n:
-        raise DataError(f"{name} has {arr.size} values for {n} rows")
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        raise DataError(f"{name} has {int(bad.sum())} missing or infinite value(s) (first at row {int(np.flatnonzero(bad)[0])})")
-    return arr
-
-
-def as_table(X):
-    """A table the estimator reads by column name: DataFrames (anything with ``columns``) and dicts of columns
-    pass unchanged; a 2-D numpy array becomes columns ``x0``, ``x1``, ... (so groups can name them)."""
-    if hasattr(X, "columns") or isinstance(X, dict):
-        return X
-    if isinstance(X, np.ndarray):
-        if X.ndim != 2:
-            raise DataError(f"X must be a table (DataFrame, dict of columns or 2-D array), got a {X.ndim}-D array")
-        return {f"x{j}": X[:, j] for j in range(X.shape[1])}
-    raise DataError(f"X must be a pandas DataFrame, a dict of columns or a 2-D numpy array, got {type(X).__name__}")
-
-
-def _n_rows(X) -> int:
-    if hasattr(X, "shape"):
-        return int(X.shape[0])
-    if not X:
-        raise DataError("X has no columns: pass the table with at least the columns the groups refer to")
-    return len(next(iter(X.values())))
-
-
-def _take(X, idx):
-    """Rows ``idx`` of a DataFrame or a dict of columns, as a dict of numpy columns."""
-    if hasattr(X, "iloc"):
-        return {c: X[c].to_numpy()[idx] for c in X.columns}
-    return {c: np.asarray(v)[idx] for c, v in X.items()}
-
-
-class SklearnParams:
-    """scikit-learn's parameter protocol without importing scikit-learn (mmc_core stays numpy-only):
-    ``get_params`` / ``set_params`` read the constructor's signature, so ``sklearn.base.clone``, grid searches
-    and pipelines treat the estimator as one of theirs; the repr lists the parameters that differ from the
-    defaults, as scikit-learn's does."""
-
-    @classmethod
-    def _param_names(cls) -> list:
-        sig = inspect.signature(cls.__init__)
-        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind == p.POSITIONAL_OR_KEYWORD]
-
-    def get_params(self, deep: bool = True) -> dict:
-        """Constructor parameters, exactly as given (``deep`` is accepted for scikit-learn; nothing is nested)."""
-        return {k: getattr(self, k) for k in self._param_names()}
-
-    def set_params(self, **params):
-        """Set constructor parameters; an unknown name is an MMCError naming the valid ones."""
-        valid = self._param_names()
-        for k in params:
-            if k not in valid:
-                raise MMCError(f"unknown parameter {k!r}; valid: {', '.join(valid)}")
-        for k, v in params.items():
-            setattr(self, k, v)
-        return self
-
-    def __sklearn_tags__(self):
-        """scikit-learn >= 1.6 asks every estimator for its tags; only scikit-learn calls this, so the import is
-        free here: a regressor-like post-processor that takes a 2-D table with missing values and strings."""
-        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
-
-        return Tags(estimator_type="regressor", target_tags=TargetTags(required=True), transformer_tags=None,
-                    classifier_tags=None, regressor_tags=RegressorTags(),
-                    input_tags=InputTags(two_d_array=True, allow_nan=True, string=True, categorical=True,
-                                         dict=True))
-
-    def __repr__(self) -> str:
-        sig = inspect.signature(type(self).__init__)
-        changed = []
-        for k, v in self.get_params().items():
-            d = sig.parameters[k].default
-            same = v is d or (type(v) is type(d) and v == d)
-            if not same:
-                changed.append(f"{k}={v!r}")
-        return f"{type(self).__name__}({', '.join(changed)})"
-
-
-def _json_params(params: dict) -> dict:
-    """Constructor parameters as JSON values (tuples as lists, numpy scalars as numbers); a value JSON cannot
-    hold (e.g. a numpy Generator as random_state) is left out, and loading then uses the default."""
-    out = {}
-    for k, v in params.items():
-        if isinstance(v, np.generic):
-            v = v.item()
-        if isinstance(v, tuple):
-            v = [x.item() if isinstance(x, np.generic) else x for x in v]
-        if v is None or isinstance(v, (bool, int, float, str)) or (
-                isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)):
-            out[k] = v
-    return out
-
 
 def _achieved(params: DescentParams, memb, y, mu, moms) -> dict:
     """The smallest (alpha, beta_a) the predictions satisfy on these rows: just above the largest mass-weighted
@@ -205,50 +37,6 @@ def _achieved(params: DescentParams, memb, y, mu, moms) -> dict:
 
     worst = max([np.abs(st.S0).max(initial=0.0)] + [np.abs(st.SA[a]).max(initial=0.0) for a in params.moments])
     return {"alpha": up(worst / n), "betas": {a: up(np.abs(st.TA[a]).max(initial=0.0) / n) for a in params.moments}}
-
-
-TASKS = ("auto", "regression", "binary")
-TASK_BINARY = "binary"
-
-
-def resolve_task(y, task="auto", positive_label=None, label_name: str = "label"):
-    """(task, y, binary_info): the task a label is fitted as, the label (0/1 floats for "binary", unchanged
-    otherwise) and, for "binary", {"classes": [negative, positive], "positive": positive} (JSON-safe)."""
-    from .binary import as_binary, is_binary
-
-    if task not in TASKS:
-        raise MMCError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
-    name = f"label '{label_name}'"
-    if task == "regression":
-        if positive_label is not None:
-            raise MMCError("positive_label is only used with a binary label (task 'binary' or 'auto')")
-        return task, y, None
-    arr = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
-    if task == "auto":
-        if arr.dtype.kind in "iuf":  # numbers: an O(n) check (a regression label must stay cheap to look at)
-            v = arr.ravel()
-            v = v[~np.isnan(v)] if arr.dtype.kind == "f" else v
-            rest = v[v != v[0]] if v.size else v
-            binary = rest.size > 0 and bool(np.all(rest == rest[0]))
-        else:
-            try:
-                binary = is_binary(arr)
-            except TypeError:
-                binary = False
-        if not binary:
-            if positive_label is not None:
-                raise DataError(f"positive_label={positive_label!r} was given but {name} is not binary "
-                                "(it does not have exactly two distinct values)")
-            return "regression", y, None
-    y01, info = as_binary(arr, positive_label, name)
-    return TASK_BINARY, y01, {"classes": [_plain(v) for v in info["classes"]], "positive": _plain(info["positive"])}
-
-
-def _plain(v):
-    """A JSON-safe scalar (numpy scalars to Python ones)."""
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
 
 
 class FitStats:
@@ -369,6 +157,12 @@ class MomentMulticalibrator(SklearnParams):
         fit's own bucket corrections create (issue 10) is corrected once it is that many standard errors from 0.
     """
 
+    # row-level state of the last fit (None on a loaded estimator)
+    fit_index_: np.ndarray | None
+    calibration_index_: np.ndarray | None
+    fit_mean_unit_: np.ndarray | None
+    fit_moments_unit_: dict | None
+
     def __init__(self, alpha="se", beta="se", n_buckets=5, n_moments=2, step="exact",
                  odd_moments="absolute", label_range=None, calibration_fraction=0.25,
                  early_stopping="auto", max_rounds=None, random_state=0, mean_buckets="uniform",
@@ -441,7 +235,7 @@ class MomentMulticalibrator(SklearnParams):
 
         alpha = thr(self.alpha, stats.resid_std, G * m * (1 + K * m)) if isinstance(self.alpha, str) \
             else float(self.alpha)
-        moment_betas = ()
+        moment_betas: tuple = ()
         if not isinstance(self.beta, str):
             beta = float(self.beta)
         elif not moments:
@@ -451,7 +245,7 @@ class MomentMulticalibrator(SklearnParams):
             per = {a: thr(self.beta, stats.label_std(a), G * m * m) for a in moments}
             beta = per[2]
             moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
-        extra = {"z": z, "z_group": z_group, "min_count": min_count}
+        extra: dict = {"z": z, "z_group": z_group, "min_count": min_count}
         if se and moments:
             # A moment's whole-group correction is an exact (ratio) step to the group's own fitting-row moment:
             # when the group was right it only moves the prediction by about one standard error, which no audit
@@ -602,6 +396,7 @@ class MomentMulticalibrator(SklearnParams):
             state = CellState(params, memb, yu[fit_idx], mu0, {a: np.full(nf, v) for a, v in init_moments.items()})
             holdout = None
             if n_cal:
+                assert memb_h is not None and mu_h is not None  # both exist whenever n_cal > 0
                 holdout = CellState(params, memb_h, yu[cal_idx], mu_h,
                                     {a: np.full(n_cal, v) for a, v in init_moments.items()})
             res = descend(params, state, holdout, callback if len(candidates) == 1 else None, stop=stop,
@@ -791,9 +586,13 @@ class MomentMulticalibrator(SklearnParams):
                       task=model.task, positive_label=(model.binary or {}).get("positive"))
         est = cls(**kw)
         est._set_fitted(model)
-        est.fit_index_ = est.calibration_index_ = None
-        est.fit_mean_unit_ = est.fit_moments_unit_ = None
+        est._clear_row_state()
         return est
+
+    def _clear_row_state(self) -> None:
+        """A loaded estimator has no fitting rows: the row-level attributes of a fit are None."""
+        self.fit_index_ = self.calibration_index_ = None
+        self.fit_mean_unit_ = self.fit_moments_unit_ = None
 
     @classmethod
     def load(cls, path) -> "MomentMulticalibrator":

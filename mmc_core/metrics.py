@@ -165,12 +165,14 @@ def _bootstrap_ratios(pairs: _Pairs, values: dict, n_boot: int, seed: int, level
     the whole population is group 0.
     """
     n, G = pairs.n, pairs.G
-    out = {k: [] for k in values}
+    out: dict[str, list] = {k: [] for k in values}
     if n_boot <= 0 or n == 0:
         return {k: (np.full(G, np.nan), np.full(G, np.nan)) for k in values}
     rng = np.random.default_rng(seed)
     memb = pairs.memb
-    sig = A = None
+    sig: np.ndarray | None = None
+    A: np.ndarray | None = None
+    n_sig = 0
     if hasattr(memb, "signatures"):
         sig, n_sig = memb.signatures()
         if n_sig * G <= 4_000_000 and n_sig <= n:
@@ -184,7 +186,7 @@ def _bootstrap_ratios(pairs: _Pairs, values: dict, n_boot: int, seed: int, level
         b = min(block, n_boot - done)
         idx = rng.integers(0, n, size=(b, n))
         w = np.bincount((idx + (np.arange(b) * n)[:, None]).ravel(), minlength=b * n).reshape(b, n).astype(float)
-        if A is not None:
+        if A is not None and sig is not None:
             keys = (np.arange(b)[:, None] * n_sig + sig[None, :]).ravel()
 
             def gsum(weights):

@@ -1,0 +1,49 @@
+"""The table edge of the core: labels and predictions as checked float vectors, tables (DataFrame, dict of
+columns, 2-D array) read by column name, and row selection. Every error names the column or parameter."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import DataError
+
+def to_label_array(values, name: str, n: int | None = None) -> np.ndarray:
+    """A finite float vector, or a DataError naming ``name``."""
+    try:
+        arr = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise DataError(f"{name} must be numeric (found non-numeric values)") from None
+    if arr.ndim != 1:
+        raise DataError(f"{name} must be one column, got shape {arr.shape}")
+    if n is not None and arr.size != n:
+        raise DataError(f"{name} has {arr.size} values for {n} rows")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        raise DataError(f"{name} has {int(bad.sum())} missing or infinite value(s) (first at row {int(np.flatnonzero(bad)[0])})")
+    return arr
+
+
+def as_table(X):
+    """A table the estimator reads by column name: DataFrames (anything with ``columns``) and dicts of columns
+    pass unchanged; a 2-D numpy array becomes columns ``x0``, ``x1``, ... (so groups can name them)."""
+    if hasattr(X, "columns") or isinstance(X, dict):
+        return X
+    if isinstance(X, np.ndarray):
+        if X.ndim != 2:
+            raise DataError(f"X must be a table (DataFrame, dict of columns or 2-D array), got a {X.ndim}-D array")
+        return {f"x{j}": X[:, j] for j in range(X.shape[1])}
+    raise DataError(f"X must be a pandas DataFrame, a dict of columns or a 2-D numpy array, got {type(X).__name__}")
+
+
+def _n_rows(X) -> int:
+    if hasattr(X, "shape"):
+        return int(X.shape[0])
+    if not X:
+        raise DataError("X has no columns: pass the table with at least the columns the groups refer to")
+    return len(next(iter(X.values())))
+
+
+def _take(X, idx):
+    """Rows ``idx`` of a DataFrame or a dict of columns, as a dict of numpy columns."""
+    if hasattr(X, "iloc"):
+        return {c: X[c].to_numpy()[idx] for c in X.columns}
+    return {c: np.asarray(v)[idx] for c, v in X.items()}
