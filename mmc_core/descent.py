@@ -1,5 +1,9 @@
 """Alternating gradient descent (the paper's alg:mean, alg:moment and alg:wrapper) on one sample.
 
+Why one module of ~700 lines: the parameters, the update record, the engine seam (CellStats), the numpy
+engine (CellState) and the descent loop change together whenever the paper's update rule or its audit
+changes; split, each piece would import all the others.
+
 The sample's rows are the "distribution": the audit uses the exact empirical cell statistics, so at
 termination the guarantees of thm:wrapper-distr-known hold *exactly* on the fitting rows:
 
@@ -249,6 +253,15 @@ class CellStats:
     n: int
     G: int
     m: int
+    p: DescentParams
+    S0: np.ndarray
+    C0: np.ndarray
+    Q0: np.ndarray | None
+    SA: dict
+    CA: dict
+    TA: dict
+    QA: dict
+    UA: dict
 
     @property
     def se(self) -> bool:
@@ -500,8 +513,8 @@ class DescentResult:
     max_moment_updates_per_call: int
     pmc_calls: int
     seconds: float
-    state: CellState
-    holdout: CellState | None = None
+    state: CellStats
+    holdout: CellStats | None = None
     kept_round: int | None = None
     best_round: int | None = None
     extra: dict = field(default_factory=dict)
@@ -654,6 +667,7 @@ def descend(params: DescentParams, state: CellStats, holdout: CellStats | None =
             if stop is not None and stop():
                 raise _Stop
             upd = state.make_update(1, thr_a, p.alpha)
+            assert upd is not None  # a violated cell was found just above, so there is an update
             push(upd)
             counters["mean"] += upd.cells.size
             if counters["mean"] > phi_mu / p.alpha**2 * (1 + 1e-9) + 1e-9:

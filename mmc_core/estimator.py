@@ -416,7 +416,9 @@ class MomentMulticalibrator(SklearnParams):
                             list(res.round_ends[: kept_round + 1]), task=task, binary=binary_info)
         snap = res.extra.get("best")
         if kept_round == len(res.round_ends) - 1:
-            fit_mu, fit_moms = res.state.mu.copy(), {a: v.copy() for a, v in res.state.mom.items()}
+            st = res.state
+            assert isinstance(st, CellState)  # the in-memory engine (the Dask engine has its own fit path)
+            fit_mu, fit_moms = st.mu.copy(), {a: v.copy() for a, v in st.mom.items()}
         elif snap is not None and snap["index"] == kept_round:
             fit_mu, fit_moms = snap["mu"], snap["mom"]
         else:

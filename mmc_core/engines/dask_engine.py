@@ -1,6 +1,11 @@
 """The Dask engine: fit, predict and audit on a Dask DataFrame (partitioned Parquet, a LocalCluster or a
 real scheduler). Imported lazily; needs ``pip install 'mmc-audit[dask]'`` (dask[dataframe] + distributed).
 
+Why one module of ~1,100 lines: the worker-side partition state, the client-side engine that the descent
+drives through the CellStats seam, the distributed quantiles, and fit / predict / audit on Dask share one
+private protocol (what a worker holds and what crosses the wire); keeping it in one file keeps that
+protocol in one place, and nothing else in mmc_core imports it.
+
 How it maps onto the descent's seam (:class:`mmc_core.descent.CellStats`):
 
 * Every row partition becomes one :class:`_Part` object that lives on a worker for the whole fit. It holds
