@@ -5,6 +5,7 @@ The fit polls a stop flag between chunks of boosting iterations (:class:`Stopped
 OpenMP / BLAS thread (:func:`_limit_threads`) so it does not fight the dashboard server for the cores. Kept apart
 from :mod:`app.pipeline` because it is the only part that needs scikit-learn.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,6 @@ def _feature_frame(df: pd.DataFrame, features) -> pd.DataFrame:
         elif not pd.api.types.is_numeric_dtype(s):
             X[c] = s.astype("string").astype(object).where(s.notna(), None)
     return X
-
 
 
 class StoppedByUser(MMCError):
@@ -62,8 +62,9 @@ class _Probability:
         return self.model.predict_proba(X)[:, 1]
 
 
-def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int = 0, stop=None, progress=None,
-                   binary: bool = False):
+def fit_base_model(
+    X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int = 0, stop=None, progress=None, binary: bool = False
+):
     """A scikit-learn pipeline (one-hot for text columns) fitted on (X, y).
 
     ``stop()`` is polled between chunks of BOOST_CHUNK boosting iterations (gradient boosting is grown with
@@ -85,16 +86,25 @@ def fit_base_model(X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int 
 
         pre = _preprocessor(cat, num, linear=False)
         boost = HistGradientBoostingClassifier if binary else HistGradientBoostingRegressor
-        est = boost(max_iter=BOOST_CHUNK, learning_rate=0.08, early_stopping=True, validation_fraction=0.15,
-                    random_state=seed, warm_start=True)
+        est = boost(
+            max_iter=BOOST_CHUNK,
+            learning_rate=0.08,
+            early_stopping=True,
+            validation_fraction=0.15,
+            random_state=seed,
+            warm_start=True,
+        )
         with _limit_threads():
             _grow(est, pre.fit_transform(X), y, stop, progress, max_iter=200)
         model = Pipeline([("pre", pre), ("clf" if binary else "reg", est)])
     elif kind == "ridge":
         from sklearn.linear_model import LogisticRegressionCV, RidgeCV
 
-        last = LogisticRegressionCV(Cs=np.logspace(-3, 3, 7), max_iter=2000, scoring="neg_log_loss") if binary \
+        last = (
+            LogisticRegressionCV(Cs=np.logspace(-3, 3, 7), max_iter=2000, scoring="neg_log_loss")
+            if binary
             else RidgeCV(alphas=np.logspace(-3, 3, 13))
+        )
         model = make_pipeline(_preprocessor(cat, num, linear=True), last)
         if stop is not None and stop():
             raise StoppedByUser("stopped during the base-model fit")
@@ -116,12 +126,23 @@ def _preprocessor(cat: list, num: list, linear: bool):
     missing = SimpleImputer(strategy="constant", fill_value="(missing)")
     if linear:
         return ColumnTransformer(
-            [("cat", make_pipeline(missing, OneHotEncoder(handle_unknown="ignore", max_categories=30)), cat),
-             ("num", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), num)], remainder="drop")
+            [
+                ("cat", make_pipeline(missing, OneHotEncoder(handle_unknown="ignore", max_categories=30)), cat),
+                ("num", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), num),
+            ],
+            remainder="drop",
+        )
     return ColumnTransformer(
-        [("cat", make_pipeline(missing, OneHotEncoder(handle_unknown="ignore", max_categories=30,
-                                                      sparse_output=False)), cat),
-         ("num", "passthrough", num)], remainder="drop")
+        [
+            (
+                "cat",
+                make_pipeline(missing, OneHotEncoder(handle_unknown="ignore", max_categories=30, sparse_output=False)),
+                cat,
+            ),
+            ("num", "passthrough", num),
+        ],
+        remainder="drop",
+    )
 
 
 def _grow(est, Xt, y, stop, progress, max_iter: int):
@@ -144,8 +165,17 @@ def _grow(est, Xt, y, stop, progress, max_iter: int):
 _BASE_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
 
 
-def cached_base_model(key: tuple, df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, spec: BaseSpec, seed: int,
-                      stop=None, progress=None, binary: bool = False):
+def cached_base_model(
+    key: tuple,
+    df: pd.DataFrame,
+    y: np.ndarray,
+    rows: np.ndarray,
+    spec: BaseSpec,
+    seed: int,
+    stop=None,
+    progress=None,
+    binary: bool = False,
+):
     """Predictions of an in-app base model on all rows, fitted on ``rows`` only; cached on ``key`` (data hash,
     label, split, spec, row digest) so re-running the multicalibration with new parameters does not refit it."""
     with _BASE_LOCK:
@@ -160,8 +190,10 @@ def cached_base_model(key: tuple, df: pd.DataFrame, y: np.ndarray, rows: np.ndar
     except MMCError:
         raise
     except ValueError as e:  # scikit-learn's own checks: say which model and features
-        raise DataError(f"the base model could not be fitted on features {', '.join(map(str, spec.features))}: "
-                        f"{str(e).splitlines()[0]}") from None
+        raise DataError(
+            f"the base model could not be fitted on features {', '.join(map(str, spec.features))}: "
+            f"{str(e).splitlines()[0]}"
+        ) from None
     out = (pred, model)
     with _BASE_LOCK:
         _BASE_CACHE[key] = out
@@ -170,8 +202,17 @@ def cached_base_model(key: tuple, df: pd.DataFrame, y: np.ndarray, rows: np.ndar
     return out
 
 
-def base_prediction(df: pd.DataFrame, label: PreparedLabel, label_spec: LabelSpec, spec: BaseSpec,
-                    split: dict, split_spec: SplitSpec, data_key: str = "", stop=None, progress=None):
+def base_prediction(
+    df: pd.DataFrame,
+    label: PreparedLabel,
+    label_spec: LabelSpec,
+    spec: BaseSpec,
+    split: dict,
+    split_spec: SplitSpec,
+    data_key: str = "",
+    stop=None,
+    progress=None,
+):
     """(base prediction of every row in fitted-label units clipped to the label range, or None; note)."""
     from app.io import numeric_column
 
@@ -210,14 +251,24 @@ def base_prediction(df: pd.DataFrame, label: PreparedLabel, label_spec: LabelSpe
         h.update(np.ascontiguousarray(label.y[rows], dtype=float).tobytes())
         h.update(pd.util.hash_pandas_object(df.iloc[rows][feats], index=False).to_numpy().tobytes())
         key = (data_key, label_spec, spec, split_spec, h.hexdigest()[:24])
-        b, _ = cached_base_model(key, df, label.y, split["base"], spec, split_spec.seed, stop=stop, progress=progress,
-                                 binary=label.task == "binary")
-        note = (f"base prediction: {BASE_MODELS.get(spec.model, spec.model)} on {len(feats)} feature(s), "
-                f"trained on {split['base'].size:,} rows that are not used again")
+        b, _ = cached_base_model(
+            key,
+            df,
+            label.y,
+            split["base"],
+            spec,
+            split_spec.seed,
+            stop=stop,
+            progress=progress,
+            binary=label.task == "binary",
+        )
+        note = (
+            f"base prediction: {BASE_MODELS.get(spec.model, spec.model)} on {len(feats)} feature(s), "
+            f"trained on {split['base'].size:,} rows that are not used again"
+        )
     else:
         raise DataError(f"unknown base prediction kind {spec.kind!r}")
     outside = int(np.sum((b < label.lo) | (b > label.hi)))
     if outside:
         note += f"; {outside:,} prediction(s) outside the label range were clipped into it"
     return np.clip(b, label.lo, label.hi), note
-

@@ -7,6 +7,7 @@ leave those shared helpers as the real content of every module.
 Every user error prints one line to stderr (``mmc: error: ...``) and exits with status 2; nothing is
 written unless the command succeeds (outputs are written to a temporary file and renamed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,54 +76,108 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="mmc", description="Moment multicalibration: fit, apply and audit mean and variance "
-                "predictors that are calibrated on every subgroup.")
+    p = _Parser(
+        prog="mmc",
+        description="Moment multicalibration: fit, apply and audit mean and variance "
+        "predictors that are calibrated on every subgroup.",
+    )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    f = sub.add_parser("fit", help="fit a moment-multicalibrated model on a table",
-                       description="Fit mean and central-moment predictors that are multicalibrated on every group.")
+    f = sub.add_parser(
+        "fit",
+        help="fit a moment-multicalibrated model on a table",
+        description="Fit mean and central-moment predictors that are multicalibrated on every group.",
+    )
     f.add_argument("--data", required=True, help="training table (CSV or Parquet)")
     f.add_argument("--label", required=True, help="label column")
     f.add_argument("--pred", help="base prediction column (label units), used as the initial mean")
     f.add_argument("--group-cols", type=_columns, default=[], help="columns whose values define groups, e.g. sex,race")
-    f.add_argument("--max-order", type=int, default=1, help="intersections of values of up to R different columns (default 1)")
+    f.add_argument(
+        "--max-order", type=int, default=1, help="intersections of values of up to R different columns (default 1)"
+    )
     f.add_argument("--groups", help="JSON file of named groups defined by conditions (see README)")
-    f.add_argument("--alpha", type=_threshold, default="se",
-                   help="mean violation threshold, mass-weighted: a cell S is flagged when P(S)*|mean residual| >= A; "
-                        "'se' (default) = a cell is corrected only when its residual is significant against its own "
-                        "standard error (Bonferroni); 'auto' = one threshold just above the sampling noise")
-    f.add_argument("--beta", type=_threshold, default="se",
-                   help="moment violation threshold, mass-weighted (default 'se', as for --alpha)")
-    f.add_argument("--buckets", type=_buckets, default=5,
-                   help="buckets m per predictor (default 5; 'auto' = 5, 10 or 20, chosen on the held-out rows)")
-    f.add_argument("--mean-buckets", choices=["uniform", "quantile"], default="uniform",
-                   help="mean buckets equally wide (default) or at quantiles of the base prediction")
-    f.add_argument("--moment-buckets", choices=["data", "range"], default="data",
-                   help="moment buckets on a log scale over the moments the data show (default) or over the "
-                        "attainable range")
-    f.add_argument("--moments", type=int, default=2, help="fit central moments 2..K; 1 = mean only (default 2; a "
-                   "binary label is always fitted for the mean only)")
-    f.add_argument("--task", choices=["auto", "regression", "binary"], default="auto",
-                   help="auto (default): a label with two values (0/1, true/false, or two values with --positive) "
-                        "is a classifier audit (probabilities on [0, 1], mean only, no intervals); regression: never")
+    f.add_argument(
+        "--alpha",
+        type=_threshold,
+        default="se",
+        help="mean violation threshold, mass-weighted: a cell S is flagged when P(S)*|mean residual| >= A; "
+        "'se' (default) = a cell is corrected only when its residual is significant against its own "
+        "standard error (Bonferroni); 'auto' = one threshold just above the sampling noise",
+    )
+    f.add_argument(
+        "--beta",
+        type=_threshold,
+        default="se",
+        help="moment violation threshold, mass-weighted (default 'se', as for --alpha)",
+    )
+    f.add_argument(
+        "--buckets",
+        type=_buckets,
+        default=5,
+        help="buckets m per predictor (default 5; 'auto' = 5, 10 or 20, chosen on the held-out rows)",
+    )
+    f.add_argument(
+        "--mean-buckets",
+        choices=["uniform", "quantile"],
+        default="uniform",
+        help="mean buckets equally wide (default) or at quantiles of the base prediction",
+    )
+    f.add_argument(
+        "--moment-buckets",
+        choices=["data", "range"],
+        default="data",
+        help="moment buckets on a log scale over the moments the data show (default) or over the attainable range",
+    )
+    f.add_argument(
+        "--moments",
+        type=int,
+        default=2,
+        help="fit central moments 2..K; 1 = mean only (default 2; a binary label is always fitted for the mean only)",
+    )
+    f.add_argument(
+        "--task",
+        choices=["auto", "regression", "binary"],
+        default="auto",
+        help="auto (default): a label with two values (0/1, true/false, or two values with --positive) "
+        "is a classifier audit (probabilities on [0, 1], mean only, no intervals); regression: never",
+    )
     f.add_argument("--positive", help="the positive class of a binary label whose values are not 0/1 (e.g. yes)")
     f.add_argument("--step", choices=["exact", "paper"], default="exact", help="step rule (default exact)")
-    f.add_argument("--odd-moments", choices=["absolute", "signed"], default="absolute",
-                   help="odd moments as E|y-mu|^a (default) or E(y-mu)^a")
+    f.add_argument(
+        "--odd-moments",
+        choices=["absolute", "signed"],
+        default="absolute",
+        help="odd moments as E|y-mu|^a (default) or E(y-mu)^a",
+    )
     f.add_argument("--label-range", type=_float_pair, help="LO,HI of the label (default: observed min,max)")
-    f.add_argument("--calibration-fraction", type=float, default=0.25,
-                   help="share of rows held out of fitting for interval calibration (default 0.25; 0 = none)")
-    f.add_argument("--early-stopping", action=argparse.BooleanOptionalAction, default=None,
-                   help="keep the round with the best held-out error (default: on when rows are held out)")
+    f.add_argument(
+        "--calibration-fraction",
+        type=float,
+        default=0.25,
+        help="share of rows held out of fitting for interval calibration (default 0.25; 0 = none)",
+    )
+    f.add_argument(
+        "--early-stopping",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep the round with the best held-out error (default: on when rows are held out)",
+    )
     f.add_argument("--max-rounds", type=int, help="cap on mean rounds (a capped run is reported as not converged)")
     f.add_argument("--seed", type=int, default=0, help="seed of the calibration split (default 0)")
-    f.add_argument("--save-partial", action="store_true",
-                   help="if interrupted (Ctrl-C), still save the model reached so far, marked as not converged")
-    f.add_argument("--discover", action="store_true",
-                   help="also find and calibrate sets nobody listed (learning-oracle auditor; see README)")
+    f.add_argument(
+        "--save-partial",
+        action="store_true",
+        help="if interrupted (Ctrl-C), still save the model reached so far, marked as not converged",
+    )
+    f.add_argument(
+        "--discover",
+        action="store_true",
+        help="also find and calibrate sets nobody listed (learning-oracle auditor; see README)",
+    )
     _discovery_options(f)
-    f.add_argument("--discover-rounds", type=int, default=2,
-                   help="with --discover: at most R audit-and-refit rounds (default 2)")
+    f.add_argument(
+        "--discover-rounds", type=int, default=2, help="with --discover: at most R audit-and-refit rounds (default 2)"
+    )
     f.add_argument("--out", required=True, help="where to write the model (JSON)")
     _engine_options(f)
 
@@ -132,10 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--pred", help="base prediction column, required if the model was fitted with --pred")
     pr.add_argument("--delta", type=float, default=0.1, help="interval miscoverage (default 0.1)")
     pr.add_argument("--gamma", type=float, default=0.05, help="smallest cell mass the guarantees cover (default 0.05)")
-    pr.add_argument("--interval", choices=["guaranteed", "plugin", "multimoment", "calibrated", "split-conformal",
-                                           "mondrian", "gaussian"], help="add lower/upper columns from this method")
-    pr.add_argument("--threshold", type=_decision_threshold,
-                    help="binary models: add a 0/1 `decision` column (1 when the probability `mean` >= T)")
+    pr.add_argument(
+        "--interval",
+        choices=["guaranteed", "plugin", "multimoment", "calibrated", "split-conformal", "mondrian", "gaussian"],
+        help="add lower/upper columns from this method",
+    )
+    pr.add_argument(
+        "--threshold",
+        type=_decision_threshold,
+        help="binary models: add a 0/1 `decision` column (1 when the probability `mean` >= T)",
+    )
     pr.add_argument("--out", required=True)
     _engine_options(pr)
 
@@ -146,15 +207,26 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--pred")
     au.add_argument("--delta", type=float, default=0.1)
     au.add_argument("--gamma", type=float, default=0.05)
-    au.add_argument("--error-control", choices=["holm", "bh"], default="holm",
-                    help="adjustment of the findings over every test: holm (family-wise error) or bh (false "
-                         "discovery rate)")
+    au.add_argument(
+        "--error-control",
+        choices=["holm", "bh"],
+        default="holm",
+        help="adjustment of the findings over every test: holm (family-wise error) or bh (false discovery rate)",
+    )
     au.add_argument("--min-group-count", type=int, default=30, help="smallest group or cell tested (30)")
-    au.add_argument("--variance-tolerance", type=float, default=None,
-                    help="a variance finding needs observed/predicted outside [1/(1+T), 1+T] beyond chance "
-                         "(default 0.1; 0 tests ratio != 1)")
-    au.add_argument("--threshold", type=_decision_threshold, default=0.5,
-                    help="binary models: the decision threshold of the rates (decision = probability >= T; 0.5)")
+    au.add_argument(
+        "--variance-tolerance",
+        type=float,
+        default=None,
+        help="a variance finding needs observed/predicted outside [1/(1+T), 1+T] beyond chance "
+        "(default 0.1; 0 tests ratio != 1)",
+    )
+    au.add_argument(
+        "--threshold",
+        type=_decision_threshold,
+        default=0.5,
+        help="binary models: the decision threshold of the rates (decision = probability >= T; 0.5)",
+    )
     au.add_argument("--out", required=True)
     _engine_options(au)
 
@@ -165,14 +237,21 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--pred")
     rp.add_argument("--delta", type=float, default=0.1)
     rp.add_argument("--gamma", type=float, default=0.05)
-    rp.add_argument("--threshold", type=_decision_threshold, default=0.5,
-                    help="binary models: the decision threshold of the rates (default 0.5)")
+    rp.add_argument(
+        "--threshold",
+        type=_decision_threshold,
+        default=0.5,
+        help="binary models: the decision threshold of the rates (default 0.5)",
+    )
     rp.add_argument("--out", required=True)
 
-    ds = sub.add_parser("discover", help="find miscalibrated groups nobody listed (audit only, no fitting)",
-                        description="Run the paper's learning-oracle auditor: a shallow regression tree proposes "
-                        "sets on half of the rows, the other half tests them; the strongest significant ones are "
-                        "written as an mmc-groups file that --groups reads.")
+    ds = sub.add_parser(
+        "discover",
+        help="find miscalibrated groups nobody listed (audit only, no fitting)",
+        description="Run the paper's learning-oracle auditor: a shallow regression tree proposes "
+        "sets on half of the rows, the other half tests them; the strongest significant ones are "
+        "written as an mmc-groups file that --groups reads.",
+    )
     ds.add_argument("--data", required=True)
     ds.add_argument("--label", required=True)
     ds.add_argument("--pred", help="prediction column to audit (label units); with --model, its base prediction")
@@ -182,16 +261,23 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("--moments", type=int, default=2, help="audit the mean and central moments 2..K (default 2)")
     ds.add_argument("--buckets", type=int, default=5, help="buckets m of the prediction (default 5; a model's own)")
     ds.add_argument("--label-range", type=_float_pair, help="LO,HI of the label (default: observed)")
-    ds.add_argument("--level", type=float, default=0.05,
-                    help="significance level after Bonferroni over all candidates tested (default 0.05)")
+    ds.add_argument(
+        "--level",
+        type=float,
+        default=0.05,
+        help="significance level after Bonferroni over all candidates tested (default 0.05)",
+    )
     ds.add_argument("--seed", type=int, default=0, help="seed of the search / check split (default 0)")
     ds.add_argument("--out", required=True, help="where to write the groups (mmc-groups JSON)")
 
     d = sub.add_parser("dashboard", help="start the Streamlit dashboard")
     d.add_argument("--port", type=int, default=8501)
     d.add_argument("--data", help="CSV/Parquet to open instead of the bundled demo dataset")
-    d.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1; anything else serves the network: a warning is printed)")
+    d.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; anything else serves the network: a warning is printed)",
+    )
     return p
 
 
@@ -202,11 +288,15 @@ def _engine_options(p):
 
 
 def _discovery_options(p):
-    p.add_argument("--features", type=_columns,
-                   help="columns the learner may use (default: every column but the label and the prediction)")
+    p.add_argument(
+        "--features",
+        type=_columns,
+        help="columns the learner may use (default: every column but the label and the prediction)",
+    )
     p.add_argument("--max-depth", type=int, default=3, help="conditions per learned rule, at most D (default 3)")
-    p.add_argument("--min-mass", type=float, default=0.01,
-                   help="smallest share of the rows a learned set may hold (default 0.01)")
+    p.add_argument(
+        "--min-mass", type=float, default=0.01, help="smallest share of the rows a learned set may hold (default 0.01)"
+    )
 
 
 def _features(args, df, exclude) -> list:
@@ -259,18 +349,30 @@ def cmd_fit(args) -> int:
             with open(args.groups, "r", encoding="utf-8") as fh:
                 text = fh.read()
         except (OSError, UnicodeDecodeError) as e:
-            raise CLIError(f"cannot read --groups {args.groups}: {e.strerror if hasattr(e, 'strerror') else e}") from None
+            raise CLIError(
+                f"cannot read --groups {args.groups}: {e.strerror if hasattr(e, 'strerror') else e}"
+            ) from None
         extra = GroupSet.from_json(text)
         for col in extra.columns():
             if col not in df.columns:
                 raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
         groups = groups + extra
-    est = MomentMulticalibrator(alpha=args.alpha, beta=args.beta, n_buckets=args.buckets, n_moments=args.moments,
-                                step=args.step, odd_moments=args.odd_moments, label_range=args.label_range,
-                                calibration_fraction=args.calibration_fraction,
-                                early_stopping="auto" if args.early_stopping is None else args.early_stopping,
-                                max_rounds=args.max_rounds, random_state=args.seed, mean_buckets=args.mean_buckets,
-                                moment_buckets=args.moment_buckets, task=task)
+    est = MomentMulticalibrator(
+        alpha=args.alpha,
+        beta=args.beta,
+        n_buckets=args.buckets,
+        n_moments=args.moments,
+        step=args.step,
+        odd_moments=args.odd_moments,
+        label_range=args.label_range,
+        calibration_fraction=args.calibration_fraction,
+        early_stopping="auto" if args.early_stopping is None else args.early_stopping,
+        max_rounds=args.max_rounds,
+        random_state=args.seed,
+        mean_buckets=args.mean_buckets,
+        moment_buckets=args.moment_buckets,
+        task=task,
+    )
     # Ctrl-C stops the descent at the end of the current round instead of killing it mid-update.
     interrupted = []
     previous = signal.getsignal(signal.SIGINT)
@@ -291,9 +393,13 @@ def cmd_fit(args) -> int:
         now = time.monotonic() - started
         if now - last[0] >= 1.0:
             last[0] = now
-            print(f"mmc: round {row['round']}: {row['violating_cells']} violating mean cell(s), "
-                  f"{row['mean_updates']} mean / {row['moment_updates']} moment updates, {now:.0f} s "
-                  "(Ctrl-C stops after the current update)", file=sys.stderr, flush=True)
+            print(
+                f"mmc: round {row['round']}: {row['violating_cells']} violating mean cell(s), "
+                f"{row['mean_updates']} mean / {row['moment_updates']} moment updates, {now:.0f} s "
+                "(Ctrl-C stops after the current update)",
+                file=sys.stderr,
+                flush=True,
+            )
         return False
 
     announced = []
@@ -301,8 +407,11 @@ def cmd_fit(args) -> int:
     def stop_requested() -> bool:  # polled before every update; the first poll says the descent is running
         if not announced:
             announced.append(True)
-            print(f"mmc: fitting {len(df):,} rows x {len(groups):,} groups (Ctrl-C stops after the current "
-                  "update)", file=sys.stderr, flush=True)
+            print(
+                f"mmc: fitting {len(df):,} rows x {len(groups):,} groups (Ctrl-C stops after the current update)",
+                file=sys.stderr,
+                flush=True,
+            )
         return bool(interrupted)
 
     feats = None
@@ -315,19 +424,42 @@ def cmd_fit(args) -> int:
         if args.discover:
             from mmc_core.discover import fit_with_discovery
 
-            fit_with_discovery(est, df, y, groups, base, features=feats, max_depth=args.max_depth,
-                               min_mass=args.min_mass, rounds=args.discover_rounds, label_name=args.label,
-                               base_name=args.pred, stop=stop_requested, callback=progress)
+            fit_with_discovery(
+                est,
+                df,
+                y,
+                groups,
+                base,
+                features=feats,
+                max_depth=args.max_depth,
+                min_mass=args.min_mass,
+                rounds=args.discover_rounds,
+                label_name=args.label,
+                base_name=args.pred,
+                stop=stop_requested,
+                callback=progress,
+            )
         else:
-            est.fit(df, y, groups, base_prediction=base, label_name=args.label, base_name=args.pred,
-                    stop=stop_requested, callback=progress)
+            est.fit(
+                df,
+                y,
+                groups,
+                base_prediction=base,
+                label_name=args.label,
+                base_name=args.pred,
+                stop=stop_requested,
+                callback=progress,
+            )
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     info = est.model_.info
     if interrupted:
-        print(f"mmc: interrupted after {info['rounds']} round(s), {info['mean_updates']} mean and "
-              f"{info['moment_updates']} moment updates; the model is NOT converged", file=sys.stderr)
+        print(
+            f"mmc: interrupted after {info['rounds']} round(s), {info['mean_updates']} mean and "
+            f"{info['moment_updates']} moment updates; the model is NOT converged",
+            file=sys.stderr,
+        )
         if not args.save_partial:
             print("mmc: nothing was written (use --save-partial to keep a partial model)", file=sys.stderr)
             return 130
@@ -336,21 +468,38 @@ def cmd_fit(args) -> int:
         est.model_.binary = est.binary_ = binary_info
     est.save(args.out)
     if info["empty_groups"]:
-        print(f"note: {len(info['empty_groups'])} group(s) have no fitting rows: "
-              + ", ".join(info["empty_groups"][:10]), file=sys.stderr)
+        print(
+            f"note: {len(info['empty_groups'])} group(s) have no fitting rows: " + ", ".join(info["empty_groups"][:10]),
+            file=sys.stderr,
+        )
     if info.get("base_clipped"):
-        print(f"note: {info['base_clipped']} base prediction(s) lay outside the label range "
-              f"[{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] and were clipped to it", file=sys.stderr)
+        print(
+            f"note: {info['base_clipped']} base prediction(s) lay outside the label range "
+            f"[{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] and were clipped to it",
+            file=sys.stderr,
+        )
     if est.label_scale_.source == "observed":
-        print(f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
-              "(pass --label-range LO,HI to declare it)", file=sys.stderr)
+        print(
+            f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
+            "(pass --label-range LO,HI to declare it)",
+            file=sys.stderr,
+        )
     summary = {"task": info.get("task", "regression")}
     if est.binary_:
         summary["positive"] = est.binary_["positive"]
-    summary.update({k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged",
-                                         "n_groups")})
-    summary.update(alpha=est.alpha_, beta=est.beta_, moment_betas={str(a): b for a, b in est.moment_betas_.items()}, kept_round=info["kept_round"], n_fit=info["n_fit"], n_calibration=info["n_calibration"],
-                   label_range=[est.label_scale_.lo, est.label_scale_.hi], model=args.out)
+    summary.update(
+        {k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups")}
+    )
+    summary.update(
+        alpha=est.alpha_,
+        beta=est.beta_,
+        moment_betas={str(a): b for a, b in est.moment_betas_.items()},
+        kept_round=info["kept_round"],
+        n_fit=info["n_fit"],
+        n_calibration=info["n_calibration"],
+        label_range=[est.label_scale_.lo, est.label_scale_.hi],
+        model=args.out,
+    )
     if args.discover:
         summary["learned_sets"] = len(info.get("learned_sets", []))
     print(json.dumps(summary))
@@ -373,14 +522,18 @@ def _fit_label(df, args):
     raw = df[args.label]
     if args.task == "auto" and raw.nunique(dropna=True) != 2:
         if args.positive is not None:
-            raise CLIError(f"--positive {args.positive} was given but the label '{args.label}' is not binary "
-                           f"(it has {raw.nunique(dropna=True)} distinct values)")
+            raise CLIError(
+                f"--positive {args.positive} was given but the label '{args.label}' is not binary "
+                f"(it has {raw.nunique(dropna=True)} distinct values)"
+            )
         return "regression", numeric_column(df, args.label, "label column"), None
     positive = args.positive
     if positive is None and not pd_numeric(raw) and not pd.api.types.is_bool_dtype(raw):
         shown = ", ".join(repr(v) for v in sorted(raw.dropna().unique(), key=str))
-        raise CLIError(f"label column '{args.label}' is not numeric: it has the two values {shown}; to audit it as a "
-                       "classifier, name the positive class with --positive VALUE")
+        raise CLIError(
+            f"label column '{args.label}' is not numeric: it has the two values {shown}; to audit it as a "
+            "classifier, name the positive class with --positive VALUE"
+        )
     if positive is not None and pd_numeric(raw):
         try:
             positive = float(positive)
@@ -418,8 +571,9 @@ def _load_for_apply(args, need_label: bool):
         if args.label not in df.columns:
             numeric_column(df, args.label, "label column")  # raises "not in the data"
         if df[args.label].isna().any():
-            raise CLIError(f"label column '{args.label}' has {int(df[args.label].isna().sum())} missing value(s); "
-                           "drop them first")
+            raise CLIError(
+                f"label column '{args.label}' has {int(df[args.label].isna().sum())} missing value(s); drop them first"
+            )
         return model, df, base, binary_labels(model, df[args.label], f"label column '{args.label}'")
     y = numeric_column(df, args.label, "label column") if need_label else None
     return model, df, base, y
@@ -430,8 +584,11 @@ def _note_base_range(model, base):
         return
     out = (base < model.scale.lo) | (base > model.scale.hi)
     if out.any():
-        print(f"note: {int(out.sum())} base prediction(s) lie outside the model's label range "
-              f"[{model.scale.lo:g}, {model.scale.hi:g}] and were clipped to it", file=sys.stderr)
+        print(
+            f"note: {int(out.sum())} base prediction(s) lie outside the model's label range "
+            f"[{model.scale.lo:g}, {model.scale.hi:g}] and were clipped to it",
+            file=sys.stderr,
+        )
 
 
 def cmd_predict(args) -> int:
@@ -457,8 +614,10 @@ def cmd_predict(args) -> int:
             raise CLIError("--threshold needs a binary (classifier) model; this model is a regression")
         out["decision"] = (preds["mean"] >= args.threshold).astype(int)
     if args.interval and model.task == "binary":
-        raise CLIError("--interval: no prediction intervals for a binary (classifier) model; `mean` is the "
-                       "probability (use --threshold T for a decision)")
+        raise CLIError(
+            "--interval: no prediction intervals for a binary (classifier) model; `mean` is the "
+            "probability (use --threshold T for a decision)"
+        )
     if args.interval:
         from mmc_core.intervals import predict_intervals
 
@@ -487,32 +646,71 @@ def cmd_audit(args) -> int:
     if not (0 <= tol < 1):
         raise CLIError(f"--variance-tolerance must be in [0, 1), got {args.variance_tolerance}")
     model, df, base, y = _load_for_apply(args, need_label=True)
-    result = audit(model, df, y, base=base, delta=args.delta, gamma=args.gamma, error_control=args.error_control,
-                   min_group_count=args.min_group_count, variance_tolerance=tol, threshold=args.threshold)
+    result = audit(
+        model,
+        df,
+        y,
+        base=base,
+        delta=args.delta,
+        gamma=args.gamma,
+        error_control=args.error_control,
+        min_group_count=args.min_group_count,
+        variance_tolerance=tol,
+        threshold=args.threshold,
+    )
     atomic_write_text(args.out, json.dumps(result.to_json(), allow_nan=False))
     if result.task == "binary":
         print(_classifier_text(result))
-        print(json.dumps({"task": "binary", "threshold": args.threshold, "groups": len(result.by_group),
-                          "findings": len(result.findings), "findings_status": result.findings_status,
-                          "tests": result.params.get("n_tests"), "error_control": args.error_control}))
+        print(
+            json.dumps(
+                {
+                    "task": "binary",
+                    "threshold": args.threshold,
+                    "groups": len(result.by_group),
+                    "findings": len(result.findings),
+                    "findings_status": result.findings_status,
+                    "tests": result.params.get("n_tests"),
+                    "error_control": args.error_control,
+                }
+            )
+        )
         return 0
-    print(json.dumps({"findings": len(result.findings), "findings_status": result.findings_status,
-                      "tests": result.params.get("n_tests"), "error_control": args.error_control}))
+    print(
+        json.dumps(
+            {
+                "findings": len(result.findings),
+                "findings_status": result.findings_status,
+                "tests": result.params.get("n_tests"),
+                "error_control": args.error_control,
+            }
+        )
+    )
     return 0
 
 
 def _classifier_text(result) -> str:
     """The per-group classifier table (before -> after, probability scale) and the disparities, as text."""
     bg = result.by_group
-    cols = [("count", "n", "{:.0f}"), ("base_rate", "rate", "{:.3f}"), ("mean_score_base", "score0", "{:.3f}"),
-            ("mean_score", "score", "{:.3f}"), ("calib_error_worst_base", "worst0", "{:+.3f}"),
-            ("calib_error_worst", "worst", "{:+.3f}"), ("log_loss_base", "logloss0", "{:.3f}"),
-            ("log_loss", "logloss", "{:.3f}"), ("selection_rate", "sel", "{:.3f}"), ("tpr", "tpr", "{:.3f}"),
-            ("fpr", "fpr", "{:.3f}"), ("precision", "prec", "{:.3f}")]
+    cols = [
+        ("count", "n", "{:.0f}"),
+        ("base_rate", "rate", "{:.3f}"),
+        ("mean_score_base", "score0", "{:.3f}"),
+        ("mean_score", "score", "{:.3f}"),
+        ("calib_error_worst_base", "worst0", "{:+.3f}"),
+        ("calib_error_worst", "worst", "{:+.3f}"),
+        ("log_loss_base", "logloss0", "{:.3f}"),
+        ("log_loss", "logloss", "{:.3f}"),
+        ("selection_rate", "sel", "{:.3f}"),
+        ("tpr", "tpr", "{:.3f}"),
+        ("fpr", "fpr", "{:.3f}"),
+        ("precision", "prec", "{:.3f}"),
+    ]
     width = max([len(str(g)) for g in bg.index] + [5])
-    lines = [f"classifier audit at threshold {result.params['threshold']:g} (0 = before multicalibration; "
-             "every number on the probability scale)",
-             "group".ljust(width) + "".join(f"{h:>9}" for _, h, _ in cols)]
+    lines = [
+        f"classifier audit at threshold {result.params['threshold']:g} (0 = before multicalibration; "
+        "every number on the probability scale)",
+        "group".ljust(width) + "".join(f"{h:>9}" for _, h, _ in cols),
+    ]
     for g, row in bg.iterrows():
         cells = []
         for c, _, fmt in cols:
@@ -521,12 +719,16 @@ def _classifier_text(result) -> str:
         lines.append(str(g).ljust(width) + "".join(cells))
     disp = result.classifier.disparities if result.classifier is not None else None
     if disp is not None and len(disp):
-        lines.append("disparities (after): column, demographic parity diff / ratio, equalized odds diff / ratio, "
-                     "four-fifths flagged")
+        lines.append(
+            "disparities (after): column, demographic parity diff / ratio, equalized odds diff / ratio, "
+            "four-fifths flagged"
+        )
         for col, r in disp.iterrows():
-            lines.append(f"  {col}: {r['demographic_parity_difference']:.3f} / {r['demographic_parity_ratio']:.3f}, "
-                         f"{r['equalized_odds_difference']:.3f} / {r['equalized_odds_ratio']:.3f}, "
-                         f"{', '.join(r['four_fifths_flagged']) or 'none'}")
+            lines.append(
+                f"  {col}: {r['demographic_parity_difference']:.3f} / {r['demographic_parity_ratio']:.3f}, "
+                f"{r['equalized_odds_difference']:.3f} / {r['equalized_odds_ratio']:.3f}, "
+                f"{', '.join(r['four_fifths_flagged']) or 'none'}"
+            )
     return "\n".join(lines)
 
 
@@ -538,8 +740,17 @@ def cmd_report(args) -> int:
     _check_prob("--delta", args.delta)
     _check_prob("--gamma", args.gamma)
     model, df, base, y = _load_for_apply(args, need_label=True)
-    pdf = build_report_pdf(model, df, y, base=base, delta=args.delta, gamma=args.gamma,
-                           label=args.label, data_name=os.path.basename(args.data), threshold=args.threshold)
+    pdf = build_report_pdf(
+        model,
+        df,
+        y,
+        base=base,
+        delta=args.delta,
+        gamma=args.gamma,
+        label=args.label,
+        data_name=os.path.basename(args.data),
+        threshold=args.threshold,
+    )
     write_bytes(args.out, pdf)
     return 0
 
@@ -570,15 +781,37 @@ def cmd_discover(args) -> int:
             print("note: the model was fitted without a base prediction; --pred is ignored", file=sys.stderr)
             pred = None
     feats = _features(args, df, {args.label} | ({args.pred} if args.pred else set()))
-    res = discover(df, y, prediction=pred, model=model, features=feats, max_depth=args.max_depth,
-                   min_mass=args.min_mass, n_moments=args.moments, n_buckets=args.buckets,
-                   label_range=args.label_range, seed=args.seed, level=args.level, label_name=args.label)
+    res = discover(
+        df,
+        y,
+        prediction=pred,
+        model=model,
+        features=feats,
+        max_depth=args.max_depth,
+        min_mass=args.min_mass,
+        n_moments=args.moments,
+        n_buckets=args.buckets,
+        label_range=args.label_range,
+        seed=args.seed,
+        level=args.level,
+        label_name=args.label,
+    )
     out = res.to_groups_json(args.top)
     atomic_write_text(args.out, json.dumps(out, allow_nan=False, indent=1))
-    print(json.dumps({"n_found": len(out["groups"]), "n_candidates": res.n_candidates,
-                      "n_accepted": len(res.accepted()), "n_search": res.n_search, "n_check": res.n_check,
-                      "kinds": sorted({g["kind"] for g in out["groups"]}), "seconds": round(res.seconds, 3),
-                      "out": args.out}))
+    print(
+        json.dumps(
+            {
+                "n_found": len(out["groups"]),
+                "n_candidates": res.n_candidates,
+                "n_accepted": len(res.accepted()),
+                "n_search": res.n_search,
+                "n_check": res.n_check,
+                "kinds": sorted({g["kind"] for g in out["groups"]}),
+                "seconds": round(res.seconds, 3),
+                "out": args.out,
+            }
+        )
+    )
     return 0
 
 
@@ -587,11 +820,28 @@ def cmd_dashboard(args) -> int:
     if args.data and not os.path.exists(args.data):
         raise CLIError(f"data file not found: {args.data}")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"WARNING: serving the dashboard on {args.host}: anyone who can reach this machine can open it "
-              "and upload data. Use the default 127.0.0.1 unless you mean it.", file=sys.stderr)
-    cmd = [sys.executable, "-m", "streamlit", "run", script, "--server.port", str(args.port),
-           "--server.address", args.host, "--server.headless", "true", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
+        print(
+            f"WARNING: serving the dashboard on {args.host}: anyone who can reach this machine can open it "
+            "and upload data. Use the default 127.0.0.1 unless you mean it.",
+            file=sys.stderr,
+        )
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        script,
+        "--server.port",
+        str(args.port),
+        "--server.address",
+        args.host,
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+    ]
     if args.data:
         cmd += ["--", "--data", os.path.abspath(args.data)]
     print(f"mmc dashboard: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
@@ -603,8 +853,14 @@ def cmd_dashboard(args) -> int:
         return proc.wait()
 
 
-COMMANDS = {"fit": cmd_fit, "predict": cmd_predict, "audit": cmd_audit, "report": cmd_report,
-            "discover": cmd_discover, "dashboard": cmd_dashboard}
+COMMANDS = {
+    "fit": cmd_fit,
+    "predict": cmd_predict,
+    "audit": cmd_audit,
+    "report": cmd_report,
+    "discover": cmd_discover,
+    "dashboard": cmd_dashboard,
+}
 
 
 def main(argv=None) -> int:
@@ -623,7 +879,10 @@ def main(argv=None) -> int:
         print("mmc: interrupted; nothing was written", file=sys.stderr)
         return 130
     except MemoryError:
-        print("mmc: error: out of memory: the table or the number of groups is too large for this machine", file=sys.stderr)
+        print(
+            "mmc: error: out of memory: the table or the number of groups is too large for this machine",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
 
 

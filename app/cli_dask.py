@@ -6,6 +6,7 @@ Without ``--scheduler`` a ``distributed.LocalCluster`` of ``--workers`` processe
 matching nothing, Parquet files with different schemas, a scheduler that does not answer) is one line on
 stderr and exit 2, before anything is written.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,11 @@ def _session(args):
     if args.scheduler:
         print(f"mmc: connecting to the Dask scheduler at {args.scheduler}", file=sys.stderr, flush=True)
     else:
-        print(f"mmc: starting a local Dask cluster: {args.workers} worker process(es), {args.memory_limit} each",
-              file=sys.stderr, flush=True)
+        print(
+            f"mmc: starting a local Dask cluster: {args.workers} worker process(es), {args.memory_limit} each",
+            file=sys.stderr,
+            flush=True,
+        )
     client, cluster = start_client(args.scheduler, args.workers, args.memory_limit, SCHEDULER_TIMEOUT)
     try:
         yield client
@@ -88,8 +92,11 @@ def fit(args) -> int:
     for c in args.group_cols:
         if c == args.label:
             raise CLIError(f"the label '{c}' cannot define groups (groups must be computable on new rows)")
-    ddf = _data(args, [("label column", args.label), ("prediction column", args.pred)]
-                + [("group column", c) for c in args.group_cols])
+    ddf = _data(
+        args,
+        [("label column", args.label), ("prediction column", args.pred)]
+        + [("group column", c) for c in args.group_cols],
+    )
     extra = None
     if args.groups:
         try:
@@ -100,29 +107,59 @@ def fit(args) -> int:
         for col in extra.columns():
             if col not in ddf.columns:
                 raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
-    est = MomentMulticalibrator(alpha=args.alpha, beta=args.beta, n_buckets=args.buckets, n_moments=args.moments,
-                                step=args.step, odd_moments=args.odd_moments, label_range=args.label_range,
-                                calibration_fraction=args.calibration_fraction,
-                                early_stopping="auto" if args.early_stopping is None else args.early_stopping,
-                                max_rounds=args.max_rounds, random_state=args.seed, mean_buckets=args.mean_buckets,
-                                moment_buckets=args.moment_buckets)
+    est = MomentMulticalibrator(
+        alpha=args.alpha,
+        beta=args.beta,
+        n_buckets=args.buckets,
+        n_moments=args.moments,
+        step=args.step,
+        odd_moments=args.odd_moments,
+        label_range=args.label_range,
+        calibration_fraction=args.calibration_fraction,
+        early_stopping="auto" if args.early_stopping is None else args.early_stopping,
+        max_rounds=args.max_rounds,
+        random_state=args.seed,
+        mean_buckets=args.mean_buckets,
+        moment_buckets=args.moment_buckets,
+    )
     started = time.monotonic()
 
     def progress(row) -> bool:  # one line per round on stderr
-        print(f"mmc: round {row['round']}: {row['violating_cells']} violating mean cell(s), "
-              f"{row['mean_updates']} mean / {row['moment_updates']} moment updates, "
-              f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+        print(
+            f"mmc: round {row['round']}: {row['violating_cells']} violating mean cell(s), "
+            f"{row['mean_updates']} mean / {row['moment_updates']} moment updates, "
+            f"{time.monotonic() - started:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         return False
 
     with _Interrupt() as intr, _session(args) as client:
-        groups = groups_from_columns(ddf, args.group_cols, args.max_order, client=client) if args.group_cols \
+        groups = (
+            groups_from_columns(ddf, args.group_cols, args.max_order, client=client)
+            if args.group_cols
             else GroupSet([])
+        )
         if extra is not None:
             groups = groups + extra
-        print(f"mmc: fitting {ddf.npartitions} partition(s) x {len(groups):,} groups on Dask (Ctrl-C stops "
-              "before the next update)", file=sys.stderr, flush=True)
-        est.fit(ddf, args.label, groups, base_prediction=args.pred, label_name=args.label, base_name=args.pred,
-                stop=lambda: intr.hit, callback=progress, engine="dask", client=client)
+        print(
+            f"mmc: fitting {ddf.npartitions} partition(s) x {len(groups):,} groups on Dask (Ctrl-C stops "
+            "before the next update)",
+            file=sys.stderr,
+            flush=True,
+        )
+        est.fit(
+            ddf,
+            args.label,
+            groups,
+            base_prediction=args.pred,
+            label_name=args.label,
+            base_name=args.pred,
+            stop=lambda: intr.hit,
+            callback=progress,
+            engine="dask",
+            client=client,
+        )
     info = est.model_.info
     if intr.hit:
         print(f"mmc: interrupted after {info['rounds']} round(s); the model is NOT converged", file=sys.stderr)
@@ -131,12 +168,22 @@ def fit(args) -> int:
             return 130
     est.save(args.out)
     if est.label_scale_.source == "observed":
-        print(f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
-              "(pass --label-range LO,HI to declare it)", file=sys.stderr)
+        print(
+            f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
+            "(pass --label-range LO,HI to declare it)",
+            file=sys.stderr,
+        )
     summary = {k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups")}
-    summary.update(alpha=est.alpha_, beta=est.beta_, kept_round=info["kept_round"], n_fit=info["n_fit"],
-                   n_calibration=info["n_calibration"], label_range=[est.label_scale_.lo, est.label_scale_.hi],
-                   engine=info["engine"], model=args.out)
+    summary.update(
+        alpha=est.alpha_,
+        beta=est.beta_,
+        kept_round=info["kept_round"],
+        n_fit=info["n_fit"],
+        n_calibration=info["n_calibration"],
+        label_range=[est.label_scale_.lo, est.label_scale_.hi],
+        engine=info["engine"],
+        model=args.out,
+    )
     print(json.dumps(summary))
     return 0
 
@@ -148,8 +195,9 @@ def _check_out_dir(path):
     if not os.path.isdir(parent):
         raise CLIError(f"output folder does not exist: {parent}")
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
-        raise CLIError(f"--out {path} exists and is not an empty folder (predictions are written as a folder of "
-                       "Parquet files)")
+        raise CLIError(
+            f"--out {path} exists and is not an empty folder (predictions are written as a folder of Parquet files)"
+        )
 
 
 def predict(args) -> int:
@@ -160,8 +208,9 @@ def predict(args) -> int:
 
     _check_out_dir(args.out)
     if args.interval:
-        raise CLIError("--interval is not supported with --engine dask yet (predict the mean and moments, or "
-                       "use the numpy engine)")
+        raise CLIError(
+            "--interval is not supported with --engine dask yet (predict the mean and moments, or use the numpy engine)"
+        )
     model = FittedModel.load(args.model)
     ddf = _data(args, [("prediction column", args.pred if model.uses_base else None)])
     missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
@@ -207,11 +256,25 @@ def audit(args) -> int:
 
 def add_engine_options(p):
     """--engine, --scheduler, --workers, --memory-limit (fit, predict, audit)."""
-    p.add_argument("--engine", choices=["numpy", "dask"], default="numpy",
-                   help="numpy (default: in memory) or dask (--data is then a Parquet glob or folder)")
-    p.add_argument("--scheduler", help="with --engine dask: address of a running Dask scheduler (tcp://HOST:8786); "
-                   "default: start a local cluster for this command")
-    p.add_argument("--workers", type=int, default=2, help="with --engine dask and no --scheduler: local worker "
-                   "processes (default 2)")
-    p.add_argument("--memory-limit", default="6GB", help="with --engine dask and no --scheduler: memory per local "
-                   "worker (default 6GB)")
+    p.add_argument(
+        "--engine",
+        choices=["numpy", "dask"],
+        default="numpy",
+        help="numpy (default: in memory) or dask (--data is then a Parquet glob or folder)",
+    )
+    p.add_argument(
+        "--scheduler",
+        help="with --engine dask: address of a running Dask scheduler (tcp://HOST:8786); "
+        "default: start a local cluster for this command",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="with --engine dask and no --scheduler: local worker processes (default 2)",
+    )
+    p.add_argument(
+        "--memory-limit",
+        default="6GB",
+        help="with --engine dask and no --scheduler: memory per local worker (default 6GB)",
+    )

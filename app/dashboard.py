@@ -8,6 +8,7 @@ Pages (``st.navigation``): Data, Groups, Run, Results, Export (the audit workflo
 The pages live in ``app/ui/*_page.py``; the heavy lifting is in ``app/pipeline.py`` and its neighbours
 (``app/runner.py`` re-exports them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,10 @@ def sidebar(box):
         ]
         if run is not None and not running:  # during a run the previous run's counts would mislead
             info = run.model.info
-            lines.append(f"rounds {info.get('rounds')}, mean updates {info.get('mean_updates'):,}, "
-                         f"moment updates {info.get('moment_updates'):,}")
+            lines.append(
+                f"rounds {info.get('rounds')}, mean updates {info.get('mean_updates'):,}, "
+                f"moment updates {info.get('moment_updates'):,}"
+            )
         st.markdown("  \n".join(lines))
         if running:
             st.caption(f"Fit running for {job.elapsed:.0f} s — see the Run page to watch or stop it.")
@@ -79,21 +82,27 @@ def page_icon():
     px[2:30, 2:30] = (0, 114, 178)  # Okabe-Ito blue
     for i, h in enumerate((10, 18, 24, 14)):  # four bars: groups' levels
         x = 6 + 5 * i
-        px[28 - h:28, x:x + 3] = (255, 255, 255)
+        px[28 - h : 28, x : x + 3] = (255, 255, 255)
     return Image.fromarray(px)
 
 
 def main():
     _debug("script run start")
-    st.set_page_config(page_title="mmc-audit: moment multicalibration", page_icon=page_icon(),
-                       layout="wide", initial_sidebar_state="expanded")
+    st.set_page_config(
+        page_title="mmc-audit: moment multicalibration",
+        page_icon=page_icon(),
+        layout="wide",
+        initial_sidebar_state="expanded",
+    )
     args = parse_args()
     state.keep_widget_state()  # first: restore settings Streamlit dropped, before defaults fill the gaps
     state.init_session(args.data)
     ui = _HERE / "ui"
     pages = {
         "Audit": [
-            st.Page(str(ui / "data_page.py"), title="Data", icon=":material/table_view:", url_path="data", default=True),
+            st.Page(
+                str(ui / "data_page.py"), title="Data", icon=":material/table_view:", url_path="data", default=True
+            ),
             st.Page(str(ui / "groups_page.py"), title="Groups", icon=":material/groups:", url_path="groups"),
             st.Page(str(ui / "run_page.py"), title="Run", icon=":material/play_circle:", url_path="run"),
             st.Page(str(ui / "results_page.py"), title="Results", icon=":material/insights:", url_path="results"),

@@ -5,6 +5,7 @@ that are neither test nor base-model rows, against the base prediction or the la
 stoppable thread the Groups page polls. Separate from the fitting job because it has its own spec, result and
 cache, and the Run page never needs it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +22,6 @@ from app.base_model import _BASE_LOCK, StoppedByUser, _limit_threads, base_predi
 from app.pipeline import _take_rows, split_rows
 from app.specs import DISCOVERED_PREFIX, AuditRun, BaseSpec, LabelSpec, SplitSpec, prepare_label
 from mmc_core.errors import DataError, MMCError
-
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,14 @@ def discovered_group(f, taken=()) -> dict:
     while name in taken:
         name, k = f"{base} #{k}", k + 1
     d = f.rule.group(name).to_dict()
-    d.update(kind=f.kind, count=int(f.count), mass=float(f.mass), region=str(f.region)[:200],
-             violation=float(f.violation), p_value=float(f.p_value))
+    d.update(
+        kind=f.kind,
+        count=int(f.count),
+        mass=float(f.mass),
+        region=str(f.region)[:200],
+        violation=float(f.violation),
+        p_value=float(f.p_value),
+    )
     d["mean_residual" if f.kind == "mean" else "moment_error"] = float(f.residual_label_units)
     return d
 
@@ -73,17 +79,25 @@ def describe_finding(f, label: str, units: str = "") -> dict:
         power = "²" if a == 2 else f"^{a}"
         unit = f" {units}{power}" if units else f" ({label} units){power}"
         size = f"{f.residual_label_units:+.3g}{unit} (95% CI {lo:+.3g} to {hi:+.3g})"
-    return {"rule": f.name, "kind": f.kind, "error": direction, "observed − predicted": size,
-            "rows": int(f.count), "share": float(f.mass), "p (adjusted)": float(f.p_value),
-            "check rows": int(f.check_count), "region": f.region}
+    return {
+        "rule": f.name,
+        "kind": f.kind,
+        "error": direction,
+        "observed − predicted": size,
+        "rows": int(f.count),
+        "share": float(f.mass),
+        "p (adjusted)": float(f.p_value),
+        "check rows": int(f.check_count),
+        "region": f.region,
+    }
 
 
 @dataclass
 class DiscoverResult:
-    discovery: object                     # mmc_core.discover.Discovery
-    findings: list                        # the accepted findings shown (top per kind)
-    groups: list                          # discovered_group(f) for each, same order
-    n_rows: int                           # rows searched + checked (never the test or base-model rows)
+    discovery: object  # mmc_core.discover.Discovery
+    findings: list  # the accepted findings shown (top per kind)
+    groups: list  # discovered_group(f) for each, same order
+    n_rows: int  # rows searched + checked (never the test or base-model rows)
     label: str
     target: str
     note: str = ""
@@ -94,9 +108,18 @@ class DiscoverResult:
 _DISCOVER_CACHE: "OrderedDict[tuple, DiscoverResult]" = OrderedDict()
 
 
-def run_discovery(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, split_spec: SplitSpec,
-                  spec: DiscoverSpec, run: AuditRun | None = None, data_key: str = "", stop=None, phase=None,
-                  progress=None) -> DiscoverResult:
+def run_discovery(
+    df: pd.DataFrame,
+    label_spec: LabelSpec,
+    base_spec: BaseSpec,
+    split_spec: SplitSpec,
+    spec: DiscoverSpec,
+    run: AuditRun | None = None,
+    data_key: str = "",
+    stop=None,
+    phase=None,
+    progress=None,
+) -> DiscoverResult:
     """Discover on the rows that are neither test rows (they stay fresh for the audit) nor base-model training
     rows (their base predictions are over-fitted): :func:`mmc_core.discover.discover` splits them into search
     and check halves and returns the sets whose error is significant on the check half. Cached on its inputs.
@@ -116,16 +139,20 @@ def run_discovery(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, 
     if missing:
         raise DataError(f"feature column(s) not in the data: {', '.join(map(str, missing))}")
     if label_spec.column in feats:
-        raise DataError(f"the label '{label_spec.column}' cannot be a feature of a group (groups must be known for "
-                        "new rows)")
+        raise DataError(
+            f"the label '{label_spec.column}' cannot be a feature of a group (groups must be known for new rows)"
+        )
     if spec.target == "model":
         if run is None or run.data_key != data_key:
-            raise DataError("there is no fitted model for this table yet: run the audit first, or discover on the "
-                            "base prediction")
+            raise DataError(
+                "there is no fitted model for this table yet: run the audit first, or discover on the base prediction"
+            )
     elif base_spec.kind == "none":
-        raise DataError("Discover looks for groups on which a prediction is wrong, and there is no base prediction: "
-                        "choose a prediction column or an in-app base model on the Data page (or run the audit "
-                        "and discover on its model)")
+        raise DataError(
+            "Discover looks for groups on which a prediction is wrong, and there is no base prediction: "
+            "choose a prediction column or an in-app base model on the Data page (or run the audit "
+            "and discover on its model)"
+        )
     key = (data_key, label_spec, base_spec, split_spec, spec, run.finished_at if spec.target == "model" and run else 0)
     with _BASE_LOCK:
         if data_key and key in _DISCOVER_CACHE:
@@ -144,8 +171,9 @@ def run_discovery(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, 
         rows = split["fit"]
         if base_spec.kind == "model":
             say(f"fitting the base model on {split['base'].size:,} rows")
-        base, _ = base_prediction(df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop,
-                                  progress=None)
+        base, _ = base_prediction(
+            df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop, progress=None
+        )
         target_note = "the base prediction"
         model = None
         cols = feats
@@ -154,11 +182,23 @@ def run_discovery(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, 
     X = _take_rows(df, rows, cols)
     say(f"searching {rows.size:,} rows ({target_note})")
     try:
-        disc = discover(X, label.y[rows], prediction=None if base is None else base[rows], model=model,
-                        features=feats, max_depth=int(spec.max_depth), min_mass=float(spec.min_mass),
-                        n_moments=int(spec.n_moments), n_buckets=int(spec.n_buckets),
-                        label_range=(label.lo, label.hi), seed=int(spec.seed), level=float(spec.level),
-                        label_name=label.name, stop=stop, progress=progress)
+        disc = discover(
+            X,
+            label.y[rows],
+            prediction=None if base is None else base[rows],
+            model=model,
+            features=feats,
+            max_depth=int(spec.max_depth),
+            min_mass=float(spec.min_mass),
+            n_moments=int(spec.n_moments),
+            n_buckets=int(spec.n_buckets),
+            label_range=(label.lo, label.hi),
+            seed=int(spec.seed),
+            level=float(spec.level),
+            label_name=label.name,
+            stop=stop,
+            progress=progress,
+        )
     except ImportError as e:
         raise DataError(f"Discover needs scikit-learn ({e})") from None
     # one group per rule: a rule accepted for the mean and for the variance is shown once (the strongest kind
@@ -178,11 +218,19 @@ def run_discovery(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, 
         g = discovered_group(f, taken)
         taken.add(g["name"])
         groups.append(g)
-    out = DiscoverResult(disc, shown, groups, int(rows.size), label.name, spec.target, also=also,
-                         note=f"{rows.size:,} rows (the test rows"
-                              + (" and the base model's training rows" if base_spec.kind == "model" else "")
-                              + " were not used)",
-                         seconds=time.perf_counter() - t0)
+    out = DiscoverResult(
+        disc,
+        shown,
+        groups,
+        int(rows.size),
+        label.name,
+        spec.target,
+        also=also,
+        note=f"{rows.size:,} rows (the test rows"
+        + (" and the base model's training rows" if base_spec.kind == "model" else "")
+        + " were not used)",
+        seconds=time.perf_counter() - t0,
+    )
     if data_key:
         with _BASE_LOCK:
             _DISCOVER_CACHE[key] = out
@@ -251,8 +299,14 @@ class DiscoverJob:
 
         try:
             with _limit_threads():
-                res = run_discovery(*self.args, run=self.run, data_key=self.data_key, stop=self._stop_now,
-                                    phase=self._set_phase, progress=self._progress)
+                res = run_discovery(
+                    *self.args,
+                    run=self.run,
+                    data_key=self.data_key,
+                    stop=self._stop_now,
+                    phase=self._set_phase,
+                    progress=self._progress,
+                )
             self.result, self.status = res, "done"
         except (DiscoveryStopped, StoppedByUser):
             self.status, self.error = "stopped", "stopped by you: nothing was kept"

@@ -4,6 +4,7 @@ below-gamma mark, row-dependent heights and margins, the common layout and foote
 number formatting, interval-method and bucket labels, the label and its units read from an audit). Kept in one
 place so :mod:`app.figures`, :mod:`app.figures_convergence` and :mod:`app.figures_binary` look alike.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,23 +16,35 @@ import plotly.graph_objects as go
 
 # Okabe & Ito (2008): distinguishable under all common colour-vision deficiencies.
 OKABE_ITO = {
-    "black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
-    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "grey": "#999999",
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky": "#56B4E9",
+    "green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "purple": "#CC79A7",
+    "grey": "#999999",
 }
-FIT_COLOR = OKABE_ITO["blue"]        # multicalibrated / fitting sample / predicted
+FIT_COLOR = OKABE_ITO["blue"]  # multicalibrated / fitting sample / predicted
 HOLDOUT_COLOR = OKABE_ITO["orange"]  # held-out rows / base model
 OBSERVED_COLOR = OKABE_ITO["vermillion"]
 MUTED = "#8c8c8c"
 BELOW_GAMMA_MARK = " †"
-COVERAGE_SCALE = "RdBu"      # red = under-covers, white = on target (1 - delta), blue = over-covers
+COVERAGE_SCALE = "RdBu"  # red = under-covers, white = on target (1 - delta), blue = over-covers
 #                              (see coverage_colorscale: the white point is placed exactly at 1 - delta)
-WIDTH_SCALE = "Blues"        # sequential single hue: wider = darker
+WIDTH_SCALE = "Blues"  # sequential single hue: wider = darker
 FONT = dict(family="DejaVu Sans, Arial, Helvetica, sans-serif", size=13, color="#222222")
-MAX_NAME = 40                # characters of a group name shown on an axis
+MAX_NAME = 40  # characters of a group name shown on an axis
 
 METHOD_LABELS = {
-    "guaranteed": "guaranteed", "plugin": "plug-in", "multimoment": "multi-moment", "calibrated": "calibrated",
-    "split-conformal": "split conformal", "mondrian": "Mondrian", "gaussian": "Gaussian",
+    "guaranteed": "guaranteed",
+    "plugin": "plug-in",
+    "multimoment": "multi-moment",
+    "calibrated": "calibrated",
+    "split-conformal": "split conformal",
+    "mondrian": "Mondrian",
+    "gaussian": "Gaussian",
 }
 
 
@@ -158,18 +171,42 @@ def _left_margin(labels) -> int:
     return int(min(330, 30 + 7.6 * longest))
 
 
-def _base_layout(fig: go.Figure, title: str, height: int, subtitle: str | None = None, left: int = 80,
-                 bottom: int = 60, legend: bool = True) -> go.Figure:
+def _base_layout(
+    fig: go.Figure,
+    title: str,
+    height: int,
+    subtitle: str | None = None,
+    left: int = 80,
+    bottom: int = 60,
+    legend: bool = True,
+) -> go.Figure:
     text = f"<b>{title}</b>" + (f"<br><span style='font-size:12px;color:#555'>{subtitle}</span>" if subtitle else "")
     fig.update_layout(
-        template="plotly_white", font=FONT, height=height,
-        title=dict(text=text, x=10 / 900, xanchor="left", xref="container", y=1.0 - 14.0 / height,
-                   yref="container", yanchor="top", font=dict(size=16)),
+        template="plotly_white",
+        font=FONT,
+        height=height,
+        title=dict(
+            text=text,
+            x=10 / 900,
+            xanchor="left",
+            xref="container",
+            y=1.0 - 14.0 / height,
+            yref="container",
+            yanchor="top",
+            font=dict(size=16),
+        ),
         margin=dict(l=left, r=30, t=95 if subtitle else 70, b=bottom),
         hoverlabel=dict(font_size=12),
         showlegend=legend,
-        legend=dict(orientation="h", yanchor="bottom", y=1.005, xanchor="right", x=1.0, font=dict(size=12),
-                    bgcolor="rgba(255,255,255,0.8)"),
+        legend=dict(
+            orientation="h",
+            yanchor="bottom",
+            y=1.005,
+            xanchor="right",
+            x=1.0,
+            font=dict(size=12),
+            bgcolor="rgba(255,255,255,0.8)",
+        ),
     )
     return fig
 
@@ -185,19 +222,30 @@ def _footer(fig: go.Figure, axis_px: int = 58, legend_rows: int = 0, note: str |
     m = fig.layout.margin
     plot_h = max(80.0, float(fig.layout.height) - float(m.t or 0) - bottom)
     if legend_rows:
-        fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-axis_px / plot_h, xanchor="left", x=0.0,
-                                      font=dict(size=11)))
+        fig.update_layout(
+            legend=dict(orientation="h", yanchor="top", y=-axis_px / plot_h, xanchor="left", x=0.0, font=dict(size=11))
+        )
     if note:
-        fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-(axis_px + legend_px + 2) / plot_h,
-                           xanchor="left", yanchor="top", showarrow=False, align="left",
-                           font=dict(size=11, color="#555555"))
+        fig.add_annotation(
+            text=note,
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=-(axis_px + legend_px + 2) / plot_h,
+            xanchor="left",
+            yanchor="top",
+            showarrow=False,
+            align="left",
+            font=dict(size=11, color="#555555"),
+        )
 
 
 def _empty(title: str, message: str, height: int = 320) -> go.Figure:
     fig = go.Figure()
     _base_layout(fig, title, height, legend=False)
-    fig.add_annotation(text=message, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
-                       font=dict(size=14, color="#555555"))
+    fig.add_annotation(
+        text=message, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False, font=dict(size=14, color="#555555")
+    )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
@@ -275,7 +323,5 @@ def coverage_colorscale(zmin: float, zmax: float, target: float) -> list:
         scale += [[c * i / (n - 1), col] for i, col in enumerate(cols)]
     if c < 1:
         cols = sample_colorscale(RdBu, list(np.linspace(0.5, 0.5 + 0.5 * fb, n)))
-        scale += [[c + (1 - c) * i / (n - 1), col] for i, col in enumerate(cols)][1 if c > 0 else 0:]
+        scale += [[c + (1 - c) * i / (n - 1), col] for i, col in enumerate(cols)][1 if c > 0 else 0 :]
     return scale
-
-

@@ -22,6 +22,7 @@ calibration before / after, moment reliability). The palette and the shared help
 :mod:`app.figure_style`, the convergence figure in :mod:`app.figures_convergence` (re-exported here), the
 classifier figures and tables in :mod:`app.figures_binary`.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,15 +34,44 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 __all__ = [
-    "convergence_figure", "variance_disparity_figure", "coverage_heatmap", "coverage_by_bucket_heatmap",
-    "width_heatmap", "calibration_before_after_figure", "moment_reliability_figure",
-    "label_info", "OKABE_ITO", "BELOW_GAMMA_MARK",
+    "convergence_figure",
+    "variance_disparity_figure",
+    "coverage_heatmap",
+    "coverage_by_bucket_heatmap",
+    "width_heatmap",
+    "calibration_before_after_figure",
+    "moment_reliability_figure",
+    "label_info",
+    "OKABE_ITO",
+    "BELOW_GAMMA_MARK",
 ]
 
-from app.figure_style import (BELOW_GAMMA_MARK, FIT_COLOR, HOLDOUT_COLOR, MUTED, OBSERVED_COLOR, OKABE_ITO,
-                              WIDTH_SCALE, _base_layout, _below_gamma, _bucket_labels, _coverage_range,
-                              _display_names, _empty, _fmt, _footer, _get, _left_margin, _method_order, _method_tick,
-                              _rows_height, _unit_power, coverage_colorscale, label_info)
+from app.figure_style import (
+    BELOW_GAMMA_MARK,
+    FIT_COLOR,
+    HOLDOUT_COLOR,
+    MUTED,
+    OBSERVED_COLOR,
+    OKABE_ITO,
+    WIDTH_SCALE,
+    _base_layout,
+    _below_gamma,
+    _bucket_labels,
+    _coverage_range,
+    _display_names,
+    _empty,
+    _fmt,
+    _footer,
+    _get,
+    _left_margin,
+    _method_order,
+    _method_tick,
+    _rows_height,
+    _unit_power,
+    coverage_colorscale,
+    label_info,
+)
+
 # re-exported: tests and app.report_tables use them as figures.X
 from app.figure_style import MAX_NAME as MAX_NAME, METHOD_LABELS as METHOD_LABELS, _short as _short
 from app.figures_convergence import convergence_figure
@@ -107,14 +137,24 @@ def variance_disparity_figure(audit, top: int | None = 30) -> go.Figure:
     mass = _col(bg, "mass")
     u2 = _unit_power(info["units"], 2)
     custom = np.column_stack([names, counts, mass, pv, ev, pr, pr_lo, pr_hi, er, er_lo, er_hi]).astype(object)
-    hover = ("<b>%{customdata[0]}</b><br>rows %{customdata[1]} (mass %{customdata[2]:.3f})<br>"
-             f"predicted variance %{{customdata[3]:.4g}} {u2}<br>observed variance %{{customdata[4]:.4g}} {u2}<br>"
-             "relative to all rows: predicted %{customdata[5]:.2f} [%{customdata[6]:.2f}, %{customdata[7]:.2f}], "
-             "observed %{customdata[8]:.2f} [%{customdata[9]:.2f}, %{customdata[10]:.2f}]<extra></extra>")
+    hover = (
+        "<b>%{customdata[0]}</b><br>rows %{customdata[1]} (mass %{customdata[2]:.3f})<br>"
+        f"predicted variance %{{customdata[3]:.4g}} {u2}<br>observed variance %{{customdata[4]:.4g}} {u2}<br>"
+        "relative to all rows: predicted %{customdata[5]:.2f} [%{customdata[6]:.2f}, %{customdata[7]:.2f}], "
+        "observed %{customdata[8]:.2f} [%{customdata[9]:.2f}, %{customdata[10]:.2f}]<extra></extra>"
+    )
 
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, column_widths=[0.48, 0.52], horizontal_spacing=0.035,
-                        subplot_titles=(f"Standard deviation ({info['units']})",
-                                        "Variance relative to all rows (95% bootstrap interval)"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        column_widths=[0.48, 0.52],
+        horizontal_spacing=0.035,
+        subplot_titles=(
+            f"Standard deviation ({info['units']})",
+            "Variance relative to all rows (95% bootstrap interval)",
+        ),
+    )
     big = ~np.asarray(below, dtype=bool)
 
     def sym(base):
@@ -124,32 +164,85 @@ def variance_disparity_figure(audit, top: int | None = 30) -> go.Figure:
     for y_, a, b in zip(ypos, pred_sd, emp_sd):
         cx += [a, b, None]
         cy += [y_, y_, None]
-    fig.add_trace(go.Scatter(x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip",
-                             showlegend=False), 1, 1)
-    fig.add_trace(go.Scatter(x=pred_sd, y=ypos, mode="markers", name="predicted (√ mean predicted variance)",
-                             legendgroup="pred", marker=dict(color=FIT_COLOR, size=10, symbol=sym("circle"),
-                                                             line=dict(width=2, color=FIT_COLOR)),
-                             customdata=custom, hovertemplate=hover), 1, 1)
-    fig.add_trace(go.Scatter(x=emp_sd, y=ypos, mode="markers", name="observed (√ mean squared residual y − μ(x))",
-                             legendgroup="obs", marker=dict(color=OBSERVED_COLOR, size=10, symbol=sym("diamond"),
-                                                            line=dict(width=2, color=OBSERVED_COLOR)),
-                             customdata=custom, hovertemplate=hover), 1, 1)
+    fig.add_trace(
+        go.Scatter(x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip", showlegend=False),
+        1,
+        1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=pred_sd,
+            y=ypos,
+            mode="markers",
+            name="predicted (√ mean predicted variance)",
+            legendgroup="pred",
+            marker=dict(color=FIT_COLOR, size=10, symbol=sym("circle"), line=dict(width=2, color=FIT_COLOR)),
+            customdata=custom,
+            hovertemplate=hover,
+        ),
+        1,
+        1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=emp_sd,
+            y=ypos,
+            mode="markers",
+            name="observed (√ mean squared residual y − μ(x))",
+            legendgroup="obs",
+            marker=dict(color=OBSERVED_COLOR, size=10, symbol=sym("diamond"), line=dict(width=2, color=OBSERVED_COLOR)),
+            customdata=custom,
+            hovertemplate=hover,
+        ),
+        1,
+        1,
+    )
 
     def err(v, lo, hi):
-        return dict(type="data", symmetric=False, array=np.where(np.isfinite(hi), hi - v, np.nan),
-                    arrayminus=np.where(np.isfinite(lo), v - lo, np.nan), thickness=1.6, width=3)
+        return dict(
+            type="data",
+            symmetric=False,
+            array=np.where(np.isfinite(hi), hi - v, np.nan),
+            arrayminus=np.where(np.isfinite(lo), v - lo, np.nan),
+            thickness=1.6,
+            width=3,
+        )
 
     off = 0.17
-    fig.add_trace(go.Scatter(x=pr, y=ypos - off, mode="markers", name="predicted", legendgroup="pred",
-                             showlegend=False, error_x=dict(err(pr, pr_lo, pr_hi), color=FIT_COLOR),
-                             marker=dict(color=FIT_COLOR, size=8, symbol=sym("circle"),
-                                         line=dict(width=1.5, color=FIT_COLOR)),
-                             customdata=custom, hovertemplate=hover), 1, 2)
-    fig.add_trace(go.Scatter(x=er, y=ypos + off, mode="markers", name="observed", legendgroup="obs",
-                             showlegend=False, error_x=dict(err(er, er_lo, er_hi), color=OBSERVED_COLOR),
-                             marker=dict(color=OBSERVED_COLOR, size=8, symbol=sym("diamond"),
-                                         line=dict(width=1.5, color=OBSERVED_COLOR)),
-                             customdata=custom, hovertemplate=hover), 1, 2)
+    fig.add_trace(
+        go.Scatter(
+            x=pr,
+            y=ypos - off,
+            mode="markers",
+            name="predicted",
+            legendgroup="pred",
+            showlegend=False,
+            error_x=dict(err(pr, pr_lo, pr_hi), color=FIT_COLOR),
+            marker=dict(color=FIT_COLOR, size=8, symbol=sym("circle"), line=dict(width=1.5, color=FIT_COLOR)),
+            customdata=custom,
+            hovertemplate=hover,
+        ),
+        1,
+        2,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=er,
+            y=ypos + off,
+            mode="markers",
+            name="observed",
+            legendgroup="obs",
+            showlegend=False,
+            error_x=dict(err(er, er_lo, er_hi), color=OBSERVED_COLOR),
+            marker=dict(
+                color=OBSERVED_COLOR, size=8, symbol=sym("diamond"), line=dict(width=1.5, color=OBSERVED_COLOR)
+            ),
+            customdata=custom,
+            hovertemplate=hover,
+        ),
+        1,
+        2,
+    )
     ov = getattr(audit, "overall", None)
     ov_emp = _get(ov, "emp_var")
     try:
@@ -159,32 +252,66 @@ def variance_disparity_figure(audit, top: int | None = 30) -> go.Figure:
     if math.isfinite(ov_sd):
         fig.add_vline(x=ov_sd, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2 - 1)
     fig.add_vline(x=1.0, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2)
-    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=MUTED, dash="dash", width=1.5),
-                             name="all rows (overall level)"), 1, 2)
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="lines",
+            line=dict(color=MUTED, dash="dash", width=1.5),
+            name="all rows (overall level)",
+        ),
+        1,
+        2,
+    )
 
     allv = np.concatenate([pr, pr_lo, pr_hi, er, er_lo, er_hi, [1.0]])
     allv = allv[np.isfinite(allv) & (allv > 0)]
     lo_ax, hi_ax = float(np.min(allv)), float(np.max(allv))
     pad = (math.log10(hi_ax) - math.log10(lo_ax)) * 0.06 + 0.02
-    fig.update_xaxes(type="log", range=[math.log10(lo_ax) - pad, math.log10(hi_ax) + pad], row=1, col=2,
-                     title_text="ratio to all rows (log scale)",
-                     dtick=1 if hi_ax / lo_ax > 300 else ("D2" if hi_ax / lo_ax > 3 else None))
+    fig.update_xaxes(
+        type="log",
+        range=[math.log10(lo_ax) - pad, math.log10(hi_ax) + pad],
+        row=1,
+        col=2,
+        title_text="ratio to all rows (log scale)",
+        dtick=1 if hi_ax / lo_ax > 300 else ("D2" if hi_ax / lo_ax > 3 else None),
+    )
     sds = np.concatenate([pred_sd, emp_sd, [ov_sd]])
     sd_max = float(np.nanmax(sds)) if np.isfinite(sds).any() else 1.0
     fig.update_xaxes(range=[0, sd_max * 1.06], row=1, col=1, title_text=f"SD ({info['units']})")
-    fig.update_yaxes(tickmode="array", tickvals=ypos, ticktext=disp, range=[-0.7, k - 0.3], automargin=True,
-                     showgrid=False, zeroline=False)
+    fig.update_yaxes(
+        tickmode="array",
+        tickvals=ypos,
+        ticktext=disp,
+        range=[-0.7, k - 0.3],
+        automargin=True,
+        showgrid=False,
+        zeroline=False,
+    )
     fig.update_yaxes(showticklabels=False, row=1, col=2)
     for y_ in ypos[1::2]:  # zebra bands help the eye across the two panels
         fig.add_hrect(y0=y_ - 0.5, y1=y_ + 0.5, fillcolor="#f3f3f3", line_width=0, layer="below")
     height = _rows_height(k, per_row=26, extra=260)
-    shown = (f"the {k} of {n_all} groups where predicted and observed variance disagree most{selection}"
-             if k < n_all else f"all {n_all} groups")
-    _base_layout(fig, title, height, subtitle=f"{info['name']}: {shown}; sorted by observed variance relative to "
-                 "all rows.", left=_left_margin(disp))
-    _footer(fig, axis_px=60, legend_rows=2,
-            note=f"{BELOW_GAMMA_MARK.strip()} hollow marks: group mass below γ; the guarantees do not cover it."
-            if any(below) else None)
+    shown = (
+        f"the {k} of {n_all} groups where predicted and observed variance disagree most{selection}"
+        if k < n_all
+        else f"all {n_all} groups"
+    )
+    _base_layout(
+        fig,
+        title,
+        height,
+        subtitle=f"{info['name']}: {shown}; sorted by observed variance relative to all rows.",
+        left=_left_margin(disp),
+    )
+    _footer(
+        fig,
+        axis_px=60,
+        legend_rows=2,
+        note=f"{BELOW_GAMMA_MARK.strip()} hollow marks: group mass below γ; the guarantees do not cover it."
+        if any(below)
+        else None,
+    )
     for a in fig.layout.annotations[:2]:
         a.update(font=dict(size=13, color="#333333"))
     return fig
@@ -224,9 +351,22 @@ def bucket_counts(audit, z: pd.DataFrame) -> np.ndarray | None:
     return None
 
 
-def _heatmap(z: pd.DataFrame, audit, title: str, subtitle: str, x_labels: list, x_title: str, colorscale,
-             zmin: float, zmax: float, colorbar_title: str, value_fmt: str, hover_value: str,
-             zmid: float | None = None, counts: np.ndarray | None = None) -> go.Figure:
+def _heatmap(
+    z: pd.DataFrame,
+    audit,
+    title: str,
+    subtitle: str,
+    x_labels: list,
+    x_title: str,
+    colorscale,
+    zmin: float,
+    zmax: float,
+    colorbar_title: str,
+    value_fmt: str,
+    hover_value: str,
+    zmid: float | None = None,
+    counts: np.ndarray | None = None,
+) -> go.Figure:
     """``value_fmt``: Python format spec of the printed values; ``hover_value``: hover label of the value.
     Infinite values (unbounded intervals) print as ∞ and take the top colour; missing cells stay blank.
     ``counts``: rows behind each cell (default: the group's test rows); shown on hover and printed under the
@@ -260,22 +400,39 @@ def _heatmap(z: pd.DataFrame, audit, title: str, subtitle: str, x_labels: list, 
             rows = f"<br>rows in this cell {int(c):,}" if np.isfinite(c) else ""
             custom[i, j] = f"<b>{_hover_safe(n)}</b>{rows}<br>{hover_value} {text[i, j]}"
     text_size = 12 if n_cols <= 8 else (10 if n_cols <= 12 else 8)
-    fig = go.Figure(go.Heatmap(
-        z=vals, x=x_labels, y=disp, colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
-        text=shown, texttemplate="%{text}", textfont=dict(size=text_size), customdata=custom, hoverongaps=False,
-        xgap=1, ygap=1,
-        hovertemplate="%{customdata}<br>%{x}<extra></extra>",
-        colorbar=dict(title=dict(text=colorbar_title, side="right"), thickness=14, len=min(1.0, 0.9))))
+    fig = go.Figure(
+        go.Heatmap(
+            z=vals,
+            x=x_labels,
+            y=disp,
+            colorscale=colorscale,
+            zmin=zmin,
+            zmax=zmax,
+            zmid=zmid,
+            text=shown,
+            texttemplate="%{text}",
+            textfont=dict(size=text_size),
+            customdata=custom,
+            hoverongaps=False,
+            xgap=1,
+            ygap=1,
+            hovertemplate="%{customdata}<br>%{x}<extra></extra>",
+            colorbar=dict(title=dict(text=colorbar_title, side="right"), thickness=14, len=min(1.0, 0.9)),
+        )
+    )
     fig.update_yaxes(autorange="reversed", type="category", automargin=True, title_text="group")
-    fig.update_xaxes(type="category", side="top", title_text=x_title, tickangle=0 if n_cols <= 8 else -35,
-                     automargin=True)
+    fig.update_xaxes(
+        type="category", side="top", title_text=x_title, tickangle=0 if n_cols <= 8 else -35, automargin=True
+    )
     height = _rows_height(len(disp), per_row=34 if print_counts else 22, extra=230)
     _base_layout(fig, title, height, subtitle=subtitle, left=_left_margin(disp), legend=False)
     fig.update_layout(margin=dict(t=125 if n_cols <= 8 else 150), plot_bgcolor="#f2f2f2")
     note = "n = test rows in the cell." if print_counts else "Hover a cell for its row count."
     if any(below):
-        note += (f" {BELOW_GAMMA_MARK.strip()} group mass below γ = "
-                 f"{_fmt(_get(getattr(audit, 'params', None), 'gamma'))}: the guarantees do not cover it.")
+        note += (
+            f" {BELOW_GAMMA_MARK.strip()} group mass below γ = "
+            f"{_fmt(_get(getattr(audit, 'params', None), 'gamma'))}: the guarantees do not cover it."
+        )
     _footer(fig, axis_px=8, note=note)
     return fig
 
@@ -300,9 +457,21 @@ def coverage_heatmap(audit, delta: float) -> go.Figure:
     scale = coverage_colorscale(zmin, zmax, target)
     methods = _method_order(cov.columns)
     labels = [_method_tick(m) for m in methods]
-    return _heatmap(cov, audit, title, f"share of rows inside their interval; target 1 − δ = {target:.2f} (white); "
-                    "red = under-covers, blue = over-covers", labels, "interval method", scale,
-                    zmin, zmax, "coverage", ".2f", "coverage")
+    return _heatmap(
+        cov,
+        audit,
+        title,
+        f"share of rows inside their interval; target 1 − δ = {target:.2f} (white); "
+        "red = under-covers, blue = over-covers",
+        labels,
+        "interval method",
+        scale,
+        zmin,
+        zmax,
+        "coverage",
+        ".2f",
+        "coverage",
+    )
 
 
 def coverage_by_bucket_heatmap(audit, delta: float) -> go.Figure:
@@ -322,9 +491,21 @@ def coverage_by_bucket_heatmap(audit, delta: float) -> go.Figure:
     target = 1.0 - float(delta)
     zmin, zmax = _coverage_range(cb.to_numpy(dtype=float), target)
     scale = coverage_colorscale(zmin, zmax, target)
-    return _heatmap(cb, audit, title, f"target 1 − δ = {target:.2f} (white); blank = no rows of the group in the "
-                    "bucket; red = under-covers", labels, f"predicted mean μ(x) ({info['units']})", scale,
-                    zmin, zmax, "coverage", ".2f", "coverage", counts=bucket_counts(audit, cb))
+    return _heatmap(
+        cb,
+        audit,
+        title,
+        f"target 1 − δ = {target:.2f} (white); blank = no rows of the group in the bucket; red = under-covers",
+        labels,
+        f"predicted mean μ(x) ({info['units']})",
+        scale,
+        zmin,
+        zmax,
+        "coverage",
+        ".2f",
+        "coverage",
+        counts=bucket_counts(audit, cb),
+    )
 
 
 def width_heatmap(audit) -> go.Figure:
@@ -354,14 +535,27 @@ def width_heatmap(audit) -> go.Figure:
                 zmax, capped = float(typical.max()) * 1.05, True
     methods = _method_order(wd.columns)
     labels = [_method_tick(m) for m in methods]
+
     def digits(v: float) -> str:
         return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
 
     sub = f"mean of upper − lower bound ({info['units']}); narrower is better only where coverage holds"
     if capped:
         sub += f"; colour scale capped at {zmax:.3g} (darkest = at or above)"
-    return _heatmap(wd, audit, title, sub, labels, "interval method", WIDTH_SCALE, zmin, zmax,
-                    f"width ({info['units']})", digits, f"mean width ({info['units']})")
+    return _heatmap(
+        wd,
+        audit,
+        title,
+        sub,
+        labels,
+        "interval method",
+        WIDTH_SCALE,
+        zmin,
+        zmax,
+        f"width ({info['units']})",
+        digits,
+        f"mean width ({info['units']})",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -394,16 +588,24 @@ def calibration_before_after_figure(audit, top: int | None = 20) -> go.Figure:
     below = _below_gamma(audit, idx)
     disp = _display_names(names, below)
     a, b = after.loc[idx].to_numpy(), before.loc[idx].to_numpy()
-    wa = bg["calib_error_worst_weighted"].astype(float).loc[idx].to_numpy() if "calib_error_worst_weighted" in bg \
+    wa = (
+        bg["calib_error_worst_weighted"].astype(float).loc[idx].to_numpy()
+        if "calib_error_worst_weighted" in bg
         else np.full(len(idx), np.nan)
-    wb = bg["calib_error_worst_weighted_base"].astype(float).loc[idx].to_numpy() \
-        if "calib_error_worst_weighted_base" in bg else np.full(len(idx), np.nan)
+    )
+    wb = (
+        bg["calib_error_worst_weighted_base"].astype(float).loc[idx].to_numpy()
+        if "calib_error_worst_weighted_base" in bg
+        else np.full(len(idx), np.nan)
+    )
     counts = bg["count"].loc[idx].to_numpy() if "count" in bg else np.full(len(idx), np.nan)
     custom = np.column_stack([names, counts, b, a, wb, wa])
     u = info["units"]
-    hover = ("<b>%{customdata[0]}</b><br>rows %{customdata[1]}<br>"
-             f"base: %{{customdata[2]:.3g}} {u} (mass-weighted %{{customdata[4]:.2g}})<br>"
-             f"multicalibrated: %{{customdata[3]:.3g}} {u} (mass-weighted %{{customdata[5]:.2g}})<extra></extra>")
+    hover = (
+        "<b>%{customdata[0]}</b><br>rows %{customdata[1]}<br>"
+        f"base: %{{customdata[2]:.3g}} {u} (mass-weighted %{{customdata[4]:.2g}})<br>"
+        f"multicalibrated: %{{customdata[3]:.3g}} {u} (mass-weighted %{{customdata[5]:.2g}})<extra></extra>"
+    )
     fig = go.Figure()
     if has_base:
         cx, cy = [], []
@@ -411,26 +613,54 @@ def calibration_before_after_figure(audit, top: int | None = 20) -> go.Figure:
             if np.isfinite(x0) and np.isfinite(x1):
                 cx += [x0, x1, None]
                 cy += [d, d, None]
-        fig.add_trace(go.Scatter(x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip",
-                                 showlegend=False))
-        fig.add_trace(go.Scatter(x=b, y=disp, mode="markers", name="base model",
-                                 marker=dict(color=HOLDOUT_COLOR, size=15, symbol="diamond",
-                                             line=dict(width=1, color="#7a5500")),
-                                 customdata=custom, hovertemplate=hover))
-    fig.add_trace(go.Scatter(x=a, y=disp, mode="markers", name="multicalibrated",
-                             marker=dict(color=FIT_COLOR, size=9, symbol="circle", line=dict(width=1, color="#003d5c")),
-                             customdata=custom, hovertemplate=hover))
+        fig.add_trace(
+            go.Scatter(
+                x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip", showlegend=False
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=b,
+                y=disp,
+                mode="markers",
+                name="base model",
+                marker=dict(color=HOLDOUT_COLOR, size=15, symbol="diamond", line=dict(width=1, color="#7a5500")),
+                customdata=custom,
+                hovertemplate=hover,
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=a,
+            y=disp,
+            mode="markers",
+            name="multicalibrated",
+            marker=dict(color=FIT_COLOR, size=9, symbol="circle", line=dict(width=1, color="#003d5c")),
+            customdata=custom,
+            hovertemplate=hover,
+        )
+    )
     fig.update_yaxes(categoryorder="array", categoryarray=disp, automargin=True)
-    fig.update_xaxes(rangemode="tozero",
-                     title_text=f"largest |mean prediction − mean {info['name']}| over the group's buckets ({u})")
+    fig.update_xaxes(
+        rangemode="tozero", title_text=f"largest |mean prediction − mean {info['name']}| over the group's buckets ({u})"
+    )
     height = _rows_height(len(disp), per_row=26, extra=220)
-    shown = (f"the {len(disp)} of {n_all} groups with the largest error"
-             + (" (groups of mass ≥ γ first)" if small.any() else "") if len(disp) < n_all else f"all {n_all} groups")
+    shown = (
+        f"the {len(disp)} of {n_all} groups with the largest error"
+        + (" (groups of mass ≥ γ first)" if small.any() else "")
+        if len(disp) < n_all
+        else f"all {n_all} groups"
+    )
     sub = f"per predicted-mean bucket; {shown}" + ("" if has_base else "; no base prediction was given")
     _base_layout(fig, title, height, subtitle=sub, left=_left_margin(disp))
     fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
-    _footer(fig, axis_px=60, note=f"{BELOW_GAMMA_MARK.strip()} group mass below γ: small cells make worst-cell "
-            "errors noisy." if any(below) else None)
+    _footer(
+        fig,
+        axis_px=60,
+        note=f"{BELOW_GAMMA_MARK.strip()} group mass below γ: small cells make worst-cell errors noisy."
+        if any(below)
+        else None,
+    )
     return fig
 
 
@@ -464,23 +694,34 @@ def moment_reliability_figure(audit, moment: int = 2) -> go.Figure:
     cols = [c for c in ("group", "mean_bucket", "moment_bucket", "count", "mass") if c in df.columns]
     custom = df[cols].to_numpy(dtype=object)
     hv = "<br>".join(f"{c.replace('_', ' ')} %{{customdata[{i}]}}" for i, c in enumerate(cols))
-    hover = (hv + f"<br>predicted %{{x:.4g}} {u2}<br>observed %{{y:.4g}} {u2}<extra></extra>")
+    hover = hv + f"<br>predicted %{{x:.4g}} {u2}<br>observed %{{y:.4g}} {u2}<extra></extra>"
     fig = go.Figure()
     for flag, name, sym in ((False, "cell (area ∝ mass)", "circle"), (True, "cell of a group below γ", "circle-open")):
         k = below == flag
         if not k.any():
             continue
-        fig.add_trace(go.Scatter(x=pred[k], y=emp[k], mode="markers", name=name, customdata=custom[k],
-                                 hovertemplate=hover,
-                                 marker=dict(size=size[k], color=FIT_COLOR if not flag else OKABE_ITO["grey"],
-                                             symbol=sym, opacity=0.55 if not flag else 0.8,
-                                             line=dict(width=1, color="#1f3b57" if not flag else "#666666"))))
+        fig.add_trace(
+            go.Scatter(
+                x=pred[k],
+                y=emp[k],
+                mode="markers",
+                name=name,
+                customdata=custom[k],
+                hovertemplate=hover,
+                marker=dict(
+                    size=size[k],
+                    color=FIT_COLOR if not flag else OKABE_ITO["grey"],
+                    symbol=sym,
+                    opacity=0.55 if not flag else 0.8,
+                    line=dict(width=1, color="#1f3b57" if not flag else "#666666"),
+                ),
+            )
+        )
     both = np.concatenate([pred, emp])
     vmax = float(np.nanmax(both))
     vmin = float(min(0.0, np.nanmin(both)))  # 0 unless signed odd moments
     positive = both[both > 0]
-    use_log = (a >= 3 and positive.size == both.size and positive.size > 0
-               and positive.max() / positive.min() > 100.0)
+    use_log = a >= 3 and positive.size == both.size and positive.size > 0 and positive.max() / positive.min() > 100.0
     if use_log:  # higher moments are heavy-tailed: a linear axis piles every cell into one corner
         llo, lhi = math.log10(positive.min()), math.log10(positive.max())
         pad = 0.05 * (lhi - llo)
@@ -490,24 +731,33 @@ def moment_reliability_figure(audit, moment: int = 2) -> go.Figure:
         span = vmax - vmin if vmax > vmin else 1.0
         lo, hi = vmin - 0.03 * span, vmax + 0.05 * span
         rng = [lo, hi]
-    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="perfect calibration (diagonal)",
-                             line=dict(color=OKABE_ITO["vermillion"], dash="dash", width=2), hoverinfo="skip"))
+    fig.add_trace(
+        go.Scatter(
+            x=[lo, hi],
+            y=[lo, hi],
+            mode="lines",
+            name="perfect calibration (diagonal)",
+            line=dict(color=OKABE_ITO["vermillion"], dash="dash", width=2),
+            hoverinfo="skip",
+        )
+    )
     axis_type = "log" if use_log else "linear"
     scale_note = " (log scale)" if use_log else ""
     ticks = {}
     if use_log:
         ticks = dict(dtick=1 if rng[1] - rng[0] >= 2 else "D2", tickformat="~s")
-    fig.update_xaxes(type=axis_type, range=rng, title_text=f"predicted {mname} ({u2}){scale_note}", zeroline=False,
-                     **ticks)
-    fig.update_yaxes(type=axis_type, range=rng, title_text=f"observed {mname} ({u2}){scale_note}", zeroline=False,
-                     **ticks)
+    fig.update_xaxes(
+        type=axis_type, range=rng, title_text=f"predicted {mname} ({u2}){scale_note}", zeroline=False, **ticks
+    )
+    fig.update_yaxes(
+        type=axis_type, range=rng, title_text=f"observed {mname} ({u2}){scale_note}", zeroline=False, **ticks
+    )
     w_err = ""
     if "error" in df.columns and "mass" in df.columns:
         e = df["error"].astype(float).to_numpy()
         tot = float(np.nansum(mass))
         if tot > 0:
             w_err = f"; mass-weighted mean |error| {np.nansum(np.abs(e) * mass) / tot:.3g} {u2}"
-    _base_layout(fig, title, 640, subtitle=f"{len(df)} cells (group × mean bucket × moment bucket){w_err}",
-                 left=90)
+    _base_layout(fig, title, 640, subtitle=f"{len(df)} cells (group × mean bucket × moment bucket){w_err}", left=90)
     _footer(fig, axis_px=60, legend_rows=1)
     return fig

@@ -3,6 +3,7 @@ moment), against the thresholds alpha / beta on a log scale, for the fitting row
 kept round marked. Drawn live on the Run page while a fit runs (from the growing history) and again in the PDF
 report; the label is scaled to [0, 1] here, unlike every other figure (its axes say so).
 """
+
 from __future__ import annotations
 
 import math
@@ -14,25 +15,43 @@ from plotly.subplots import make_subplots
 
 from app.figure_style import FIT_COLOR, HOLDOUT_COLOR, MUTED, OKABE_ITO, _base_layout, _empty, _footer
 
+
 # ---------------------------------------------------------------------------------------------------
 # convergence
 # ---------------------------------------------------------------------------------------------------
-def _log_hline(fig: go.Figure, y: float, text: str, row: int, color: str, below: bool = False,
-               right: bool = True) -> None:
+def _log_hline(
+    fig: go.Figure, y: float, text: str, row: int, color: str, below: bool = False, right: bool = True
+) -> None:
     """A horizontal reference line with a label on a log-scaled subplot.
 
     (``add_hline``'s own annotation is misplaced on log axes: annotations take log10 coordinates there.)
     """
     fig.add_hline(y=y, line=dict(color=color, dash="dot", width=1.5), row=row, col=1)
     axis = "" if row == 1 else str(row)
-    fig.add_annotation(text=text, xref=f"x{axis} domain", yref=f"y{axis}", x=1.0 if right else 0.0,
-                       y=math.log10(y), xanchor="right" if right else "left", yanchor="top" if below else "bottom",
-                       showarrow=False, font=dict(size=11, color=color), bgcolor="rgba(255,255,255,0.7)")
+    fig.add_annotation(
+        text=text,
+        xref=f"x{axis} domain",
+        yref=f"y{axis}",
+        x=1.0 if right else 0.0,
+        y=math.log10(y),
+        xanchor="right" if right else "left",
+        yanchor="top" if below else "bottom",
+        showarrow=False,
+        font=dict(size=11, color=color),
+        bgcolor="rgba(255,255,255,0.7)",
+    )
 
 
-def convergence_figure(history: list[dict], alpha: float, beta: float, mean_bound: float | None = None, *,
-                       moment_bound: float | None = None, kept_round: int | None = None,
-                       title: str = "Convergence of the alternating descent") -> go.Figure:
+def convergence_figure(
+    history: list[dict],
+    alpha: float,
+    beta: float,
+    mean_bound: float | None = None,
+    *,
+    moment_bound: float | None = None,
+    kept_round: int | None = None,
+    title: str = "Convergence of the alternating descent",
+) -> go.Figure:
     """Per-round audit statistics of a (possibly still running) fit.
 
     Three stacked panels sharing the round axis:
@@ -64,63 +83,157 @@ def convergence_figure(history: list[dict], alpha: float, beta: float, mean_boun
         return None if v is None else np.where(v > 0, v, np.nan)
 
     mode = "lines+markers" if len(df) <= 60 else "lines"
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.1,
-                        subplot_titles=("Largest mean violation", "Largest moment violation",
-                                        "Violating cells and updates"))
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.1,
+        subplot_titles=("Largest mean violation", "Largest moment violation", "Violating cells and updates"),
+    )
 
     mv, hmv = col("max_mean_violation"), col("holdout_max_mean_violation")
-    fig.add_trace(go.Scatter(x=x, y=pos(mv), mode=mode, name="mean: fitting rows",
-                             line=dict(color=FIT_COLOR, width=2.5), legendgroup="fit",
-                             hovertemplate="round %{x}<br>fitting rows: %{y:.3g}<extra></extra>"), 1, 1)
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=pos(mv),
+            mode=mode,
+            name="mean: fitting rows",
+            line=dict(color=FIT_COLOR, width=2.5),
+            legendgroup="fit",
+            hovertemplate="round %{x}<br>fitting rows: %{y:.3g}<extra></extra>",
+        ),
+        1,
+        1,
+    )
     if hmv is not None:
-        fig.add_trace(go.Scatter(x=x, y=pos(hmv), mode=mode, name="mean: held-out rows",
-                                 line=dict(color=HOLDOUT_COLOR, width=2.5, dash="dash"),
-                                 hovertemplate="round %{x}<br>held-out rows: %{y:.3g}<extra></extra>"), 1, 1)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=pos(hmv),
+                mode=mode,
+                name="mean: held-out rows",
+                line=dict(color=HOLDOUT_COLOR, width=2.5, dash="dash"),
+                hovertemplate="round %{x}<br>held-out rows: %{y:.3g}<extra></extra>",
+            ),
+            1,
+            1,
+        )
     _log_hline(fig, alpha, f"α = {alpha:.3g} (threshold)", 1, OKABE_ITO["black"])
 
     xv, bv, hxv = col("max_moment_violation"), col("moment_violation_before_fit"), col("holdout_max_moment_violation")
     if bv is not None:
-        fig.add_trace(go.Scatter(x=x, y=pos(bv), mode=mode, name="moment: before the round's moment fit",
-                                 line=dict(color=MUTED, width=1.5, dash="dot"), marker=dict(size=5),
-                                 hovertemplate="round %{x}<br>before moment fit: %{y:.3g}<extra></extra>"), 2, 1)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=pos(bv),
+                mode=mode,
+                name="moment: before the round's moment fit",
+                line=dict(color=MUTED, width=1.5, dash="dot"),
+                marker=dict(size=5),
+                hovertemplate="round %{x}<br>before moment fit: %{y:.3g}<extra></extra>",
+            ),
+            2,
+            1,
+        )
     if xv is not None:
-        fig.add_trace(go.Scatter(x=x, y=pos(xv), mode=mode, name="moment: fitting rows",
-                                 line=dict(color=OKABE_ITO["green"], width=2.5),
-                                 hovertemplate="round %{x}<br>fitting rows: %{y:.3g}<extra></extra>"), 2, 1)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=pos(xv),
+                mode=mode,
+                name="moment: fitting rows",
+                line=dict(color=OKABE_ITO["green"], width=2.5),
+                hovertemplate="round %{x}<br>fitting rows: %{y:.3g}<extra></extra>",
+            ),
+            2,
+            1,
+        )
     if hxv is not None:
-        fig.add_trace(go.Scatter(x=x, y=pos(hxv), mode=mode, name="moment: held-out rows",
-                                 line=dict(color=OKABE_ITO["purple"], width=2.5, dash="dash"),
-                                 hovertemplate="round %{x}<br>held-out rows: %{y:.3g}<extra></extra>"), 2, 1)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=pos(hxv),
+                mode=mode,
+                name="moment: held-out rows",
+                line=dict(color=OKABE_ITO["purple"], width=2.5, dash="dash"),
+                hovertemplate="round %{x}<br>held-out rows: %{y:.3g}<extra></extra>",
+            ),
+            2,
+            1,
+        )
     _log_hline(fig, beta, f"β = {beta:.3g} (threshold)", 2, OKABE_ITO["black"])
     if not any(v is not None and np.any(v > 0) for v in (xv, bv, hxv)):
-        fig.add_annotation(text="no moment violations to show (mean-only model, or every moment cell within β)",
-                           xref="x2 domain", yref="y2 domain", x=0.5, y=0.5, showarrow=False,
-                           font=dict(size=12, color="#555555"))
+        fig.add_annotation(
+            text="no moment violations to show (mean-only model, or every moment cell within β)",
+            xref="x2 domain",
+            yref="y2 domain",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+            font=dict(size=12, color="#555555"),
+        )
 
     vc, mu, mo = col("violating_cells"), col("mean_updates"), col("moment_updates")
     if vc is not None:
-        fig.add_trace(go.Bar(x=x, y=pos(vc), name="mean cells violating α", marker_color=OKABE_ITO["sky"],
-                             opacity=0.75, hovertemplate="round %{x}<br>violating cells: %{y:d}<extra></extra>"),
-                      3, 1)
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=pos(vc),
+                name="mean cells violating α",
+                marker_color=OKABE_ITO["sky"],
+                opacity=0.75,
+                hovertemplate="round %{x}<br>violating cells: %{y:d}<extra></extra>",
+            ),
+            3,
+            1,
+        )
     if mu is not None:
-        fig.add_trace(go.Scatter(x=x, y=pos(mu), mode=mode, name="cumulative mean updates",
-                                 line=dict(color=OKABE_ITO["vermillion"], width=2.5),
-                                 hovertemplate="round %{x}<br>mean updates: %{y:,.0f}<extra></extra>"), 3, 1)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=pos(mu),
+                mode=mode,
+                name="cumulative mean updates",
+                line=dict(color=OKABE_ITO["vermillion"], width=2.5),
+                hovertemplate="round %{x}<br>mean updates: %{y:,.0f}<extra></extra>",
+            ),
+            3,
+            1,
+        )
     if mo is not None:
-        fig.add_trace(go.Scatter(x=x, y=pos(mo), mode=mode, name="cumulative moment updates",
-                                 line=dict(color=OKABE_ITO["black"], width=2, dash="dashdot"),
-                                 hovertemplate="round %{x}<br>moment updates: %{y:,.0f}<extra></extra>"), 3, 1)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=pos(mo),
+                mode=mode,
+                name="cumulative moment updates",
+                line=dict(color=OKABE_ITO["black"], width=2, dash="dashdot"),
+                hovertemplate="round %{x}<br>moment updates: %{y:,.0f}<extra></extra>",
+            ),
+            3,
+            1,
+        )
     if mean_bound is not None and math.isfinite(mean_bound) and mean_bound > 0:
-        _log_hline(fig, mean_bound, f"bound on mean updates 1/α²−1 = {mean_bound:,.0f}", 3, OKABE_ITO["vermillion"],
-                   below=True)
+        _log_hline(
+            fig, mean_bound, f"bound on mean updates 1/α²−1 = {mean_bound:,.0f}", 3, OKABE_ITO["vermillion"], below=True
+        )
     if moment_bound is not None and math.isfinite(moment_bound) and moment_bound > 0:
-        _log_hline(fig, moment_bound, f"bound on moment updates = {moment_bound:,.0f}", 3, OKABE_ITO["black"],
-                   right=False)
+        _log_hline(
+            fig, moment_bound, f"bound on moment updates = {moment_bound:,.0f}", 3, OKABE_ITO["black"], right=False
+        )
     if kept_round is not None and len(x) and kept_round != int(x[-1]):
         for r in (1, 2, 3):
             fig.add_vline(x=kept_round, line=dict(color=OKABE_ITO["green"], width=1.5, dash="dash"), row=r, col=1)
-        fig.add_annotation(text=f"kept round {kept_round}", x=kept_round, y=1.0, xref="x", yref="paper",
-                           showarrow=False, yanchor="bottom", font=dict(size=11, color=OKABE_ITO["green"]))
+        fig.add_annotation(
+            text=f"kept round {kept_round}",
+            x=kept_round,
+            y=1.0,
+            xref="x",
+            yref="paper",
+            showarrow=False,
+            yanchor="bottom",
+            font=dict(size=11, color=OKABE_ITO["green"]),
+        )
 
     def log_range(*arrays):
         v = np.concatenate([np.atleast_1d(np.asarray(a, dtype=float)) for a in arrays if a is not None])
@@ -132,22 +245,45 @@ def convergence_figure(history: list[dict], alpha: float, beta: float, mean_boun
         return [lo - pad, hi + pad]
 
     bounds = [b for b in (mean_bound, moment_bound) if b is not None and math.isfinite(b) and b > 0]
-    fig.update_yaxes(type="log", exponentformat="power", title_text="mass-weighted<br>violation", row=1, col=1, dtick="D2", tickformat=".0e",
-                     range=log_range(mv, hmv, [alpha]))
-    fig.update_yaxes(type="log", exponentformat="power", title_text="mass-weighted<br>violation", row=2, col=1, dtick="D2", tickformat=".0e",
-                     range=log_range(xv, bv, hxv, [beta]))
-    fig.update_yaxes(type="log", exponentformat="power", title_text="count (log)", row=3, col=1,
-                     range=log_range(vc, mu, mo, [1.0], bounds))
+    fig.update_yaxes(
+        type="log",
+        exponentformat="power",
+        title_text="mass-weighted<br>violation",
+        row=1,
+        col=1,
+        dtick="D2",
+        tickformat=".0e",
+        range=log_range(mv, hmv, [alpha]),
+    )
+    fig.update_yaxes(
+        type="log",
+        exponentformat="power",
+        title_text="mass-weighted<br>violation",
+        row=2,
+        col=1,
+        dtick="D2",
+        tickformat=".0e",
+        range=log_range(xv, bv, hxv, [beta]),
+    )
+    fig.update_yaxes(
+        type="log",
+        exponentformat="power",
+        title_text="count (log)",
+        row=3,
+        col=1,
+        range=log_range(vc, mu, mo, [1.0], bounds),
+    )
     fig.update_xaxes(title_text="round", row=3, col=1)
     n = len(x)
-    fig.update_xaxes(range=[x.min() - 0.6, x.max() + 0.6] if n else None, dtick=1 if n <= 15 else None,
-                     showticklabels=True)
+    fig.update_xaxes(
+        range=[x.min() - 0.6, x.max() + 0.6] if n else None, dtick=1 if n <= 15 else None, showticklabels=True
+    )
     fig.update_layout(barmode="overlay")
     status = f"{n} round{'s' if n != 1 else ''} shown"
-    _base_layout(fig, title, 760, subtitle=f"Violations on the label scaled to [0, 1], weighted by cell mass; "
-                 f"{status}.", left=90)
+    _base_layout(
+        fig, title, 760, subtitle=f"Violations on the label scaled to [0, 1], weighted by cell mass; {status}.", left=90
+    )
     _footer(fig, axis_px=60, legend_rows=2)
     for a in fig.layout.annotations[:3]:  # subplot titles: left-aligned and bold-ish
         a.update(x=0.0, xanchor="left", font=dict(size=13, color="#333333"))
     return fig
-

@@ -4,6 +4,7 @@ Every problem is raised as :class:`mmc_core.errors.DataError` with a message nam
 Outputs are written to a temporary file in the target folder and renamed, so a failure never leaves a
 partial file; CSV cells that a spreadsheet would run as a formula are escaped.
 """
+
 from __future__ import annotations
 
 import csv
@@ -16,8 +17,17 @@ import pandas as pd
 from mmc_core.errors import DataError
 from mmc_core.model import atomic_write_bytes
 
-__all__ = ["read_table", "read_table_bytes", "numeric_column", "write_csv", "write_bytes", "escape_formulas",
-           "MAX_ROWS", "MAX_COLUMNS", "MAX_FILE_BYTES"]
+__all__ = [
+    "read_table",
+    "read_table_bytes",
+    "numeric_column",
+    "write_csv",
+    "write_bytes",
+    "escape_formulas",
+    "MAX_ROWS",
+    "MAX_COLUMNS",
+    "MAX_FILE_BYTES",
+]
 
 MAX_FILE_BYTES = 200 * 1024 * 1024
 MAX_ROWS = 5_000_000
@@ -34,7 +44,9 @@ def _check_shape(df: pd.DataFrame, name: str) -> pd.DataFrame:
         raise DataError(f"{name} has a header but no data rows")
     cols = [str(c) for c in df.columns]
     if len(cols) == 1 and any(d in cols[0] for d in (";", "\t", "|")):
-        raise DataError(f"{name} has a single column '{cols[0][:60]}': is it delimited by ';' or tabs? Save it as comma-separated CSV")
+        raise DataError(
+            f"{name} has a single column '{cols[0][:60]}': is it delimited by ';' or tabs? Save it as comma-separated CSV"
+        )
     return df
 
 
@@ -63,8 +75,9 @@ def read_table_bytes(data: bytes, name: str) -> pd.DataFrame:
     if any(h == "" for h in stripped) and len(stripped) > 1:
         raise DataError(f"{name} has an empty column name (column {stripped.index('') + 1})")
     try:
-        df = pd.read_csv(io.StringIO(text), na_values=["", "NA", "NaN", "nan", "."], keep_default_na=True,
-                         low_memory=False)
+        df = pd.read_csv(
+            io.StringIO(text), na_values=["", "NA", "NaN", "nan", "."], keep_default_na=True, low_memory=False
+        )
     except pd.errors.EmptyDataError:
         raise DataError(f"{name} is empty") from None
     except pd.errors.ParserError as e:
@@ -96,14 +109,18 @@ def numeric_column(df: pd.DataFrame, col: str, role: str = "column") -> np.ndarr
         bad = conv.isna() & s.notna()
         if bad.any():
             example = s[bad].iloc[0]
-            raise DataError(f"{role} '{col}' is not numeric (e.g. {str(example)[:40]!r} in row {int(np.flatnonzero(bad.to_numpy())[0]) + 1})")
+            raise DataError(
+                f"{role} '{col}' is not numeric (e.g. {str(example)[:40]!r} in row {int(np.flatnonzero(bad.to_numpy())[0]) + 1})"
+            )
         s = conv
     arr = s.to_numpy(dtype=float, na_value=np.nan)
     miss = ~np.isfinite(arr)
     if miss.all():
         raise DataError(f"{role} '{col}' has no usable values (all missing)")
     if miss.any():
-        raise DataError(f"{role} '{col}' has {int(miss.sum())} missing or infinite value(s) (first in data row {int(np.flatnonzero(miss)[0]) + 1}); drop or fill them first")
+        raise DataError(
+            f"{role} '{col}' has {int(miss.sum())} missing or infinite value(s) (first in data row {int(np.flatnonzero(miss)[0]) + 1}); drop or fill them first"
+        )
     return arr
 
 

@@ -5,6 +5,7 @@ every phase. Also the process-level set-up of the dashboard server: :func:`prewa
 the fork server in the background) and :func:`debug` (timing notes). Kept apart from the pipeline because all
 threading and multiprocessing lives here.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -69,7 +70,6 @@ def _import_sklearn():
         pass
 
 
-
 # ---------------------------------------------------------------------------------------------------
 # the background job
 # ---------------------------------------------------------------------------------------------------
@@ -87,8 +87,18 @@ class FitJob:
     before the next boosting chunk / update, not wall-clock times); ``stop_seen_at`` is when it was first seen.
     """
 
-    def __init__(self, df, label_spec, base_spec, split_spec, groups_json, settings, data_key="", data_name="",
-                 worker: str = "thread"):
+    def __init__(
+        self,
+        df,
+        label_spec,
+        base_spec,
+        split_spec,
+        groups_json,
+        settings,
+        data_key="",
+        data_name="",
+        worker: str = "thread",
+    ):
         self.worker = worker  # "thread" (in this process) or "process" (a forked worker; see start())
         self._proc = None
         self._mp_stop = None
@@ -130,13 +140,17 @@ class FitJob:
             queue = ctx.Queue()
             self._mp_stop = ctx.Event()
             self._mp_seen = ctx.Event()
-            self._proc = ctx.Process(target=_child_main, args=(self.args, self.data_key, self.data_name, queue,
-                                                                self._mp_stop, self._mp_seen),
-                                     name=f"mmc-fit-{self.id}", daemon=True)
+            self._proc = ctx.Process(
+                target=_child_main,
+                args=(self.args, self.data_key, self.data_name, queue, self._mp_stop, self._mp_seen),
+                name=f"mmc-fit-{self.id}",
+                daemon=True,
+            )
             self._proc.start()
             self.args = None
-            self._thread = threading.Thread(target=self._read_child, args=(queue,), name=f"mmc-read-{self.id}",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._read_child, args=(queue,), name=f"mmc-read-{self.id}", daemon=True
+            )
         else:
             self._thread = threading.Thread(target=self._run, name=f"mmc-fit-{self.id}", daemon=True)
         self._thread.start()
@@ -154,8 +168,9 @@ class FitJob:
                     if self._proc is not None and not self._proc.is_alive():
                         with self._lock:
                             if self.status == "running":
-                                if self._stop.is_set() and self.stop_phase.startswith(("fitting the base", "preparing",
-                                                                                        "starting")):
+                                if self._stop.is_set() and self.stop_phase.startswith(
+                                    ("fitting the base", "preparing", "starting")
+                                ):
                                     self.kept = "nothing was fitted; the previous results are kept"
                                     self.error, self.status = "stopped during the base-model fit", "stopped"
                                 else:
@@ -202,8 +217,11 @@ class FitJob:
         self._stop.set()
         if self._mp_stop is not None:
             self._mp_stop.set()
-            if self._proc is not None and self._fitted is None and \
-                    self.phase.startswith(("fitting the base", "preparing", "starting")):
+            if (
+                self._proc is not None
+                and self._fitted is None
+                and self.phase.startswith(("fitting the base", "preparing", "starting"))
+            ):
                 # nothing to keep: end the child at once (it may be inside a step that polls no flag)
                 self._proc.terminate()
                 with self._lock:
@@ -283,14 +301,23 @@ class FitJob:
     @staticmethod
     def _kept_text(run: AuditRun) -> str:
         info = getattr(run.model, "info", {}) or {}
-        return (f"the model after {info.get('rounds')} round(s) ({info.get('mean_updates', 0):,} mean updates) was "
-                "kept, not audited")
+        return (
+            f"the model after {info.get('rounds')} round(s) ({info.get('mean_updates', 0):,} mean updates) was "
+            "kept, not audited"
+        )
 
     def _run(self):
         try:
-            result = run_pipeline(*self.args, callback=self._callback, stop=self._stop_now, phase=self._set_phase,
-                                  data_key=self.data_key, data_name=self.data_name,
-                                  on_thresholds=self._set_thresholds, on_fitted=self._on_fitted)
+            result = run_pipeline(
+                *self.args,
+                callback=self._callback,
+                stop=self._stop_now,
+                phase=self._set_phase,
+                data_key=self.data_key,
+                data_name=self.data_name,
+                on_thresholds=self._set_thresholds,
+                on_fitted=self._on_fitted,
+            )
             with self._lock:
                 if self._abandoned:
                     return
@@ -334,9 +361,21 @@ def _mp_context():
         if not _MP_CTX:
             try:
                 ctx = mp.get_context("forkserver")
-                ctx.set_forkserver_preload(["numpy", "pandas", "app.jobs", "mmc_core", "mmc_core.metrics",
-                                            "sklearn.ensemble", "sklearn.compose", "sklearn.pipeline",
-                                            "sklearn.preprocessing", "sklearn.impute", "sklearn.linear_model"])
+                ctx.set_forkserver_preload(
+                    [
+                        "numpy",
+                        "pandas",
+                        "app.jobs",
+                        "mmc_core",
+                        "mmc_core.metrics",
+                        "sklearn.ensemble",
+                        "sklearn.compose",
+                        "sklearn.pipeline",
+                        "sklearn.preprocessing",
+                        "sklearn.impute",
+                        "sklearn.linear_model",
+                    ]
+                )
             except ValueError:  # pragma: no cover - no fork server on this platform
                 ctx = mp.get_context("spawn")
             _MP_CTX.append(ctx)
@@ -374,9 +413,16 @@ def _child_main(args, data_key, data_name, queue, stop_event, seen_event):
         queue.put(("phase", text))
 
     try:
-        result = run_pipeline(*args, callback=callback, stop=stop, phase=phase,
-                              data_key=data_key, data_name=data_name, on_thresholds=lambda t: queue.put(("thr", dict(t))),
-                              on_fitted=lambda r: queue.put(("fitted", r)))
+        result = run_pipeline(
+            *args,
+            callback=callback,
+            stop=stop,
+            phase=phase,
+            data_key=data_key,
+            data_name=data_name,
+            on_thresholds=lambda t: queue.put(("thr", dict(t))),
+            on_fitted=lambda r: queue.put(("fitted", r)),
+        )
         flush()
         kept = FitJob._kept_text(result) if result.stopped and not result.audit else ""
         queue.put(("end", ("done", result, "", "", kept)))
@@ -391,4 +437,3 @@ def _child_main(args, data_key, data_name, queue, stop_event, seen_event):
     finally:
         queue.close()
         queue.join_thread()
-

@@ -4,6 +4,7 @@ fonts, with Greek letters and symbols spelt out in ASCII), page footers, and :cl
 regression report (:mod:`app.report`) and the classifier report (:mod:`app.report_binary`) write through. Kept
 apart from the report's content so the content modules read as a sequence of sections.
 """
+
 from __future__ import annotations
 
 import io
@@ -15,8 +16,14 @@ import pandas as pd
 from mmc_core.errors import MMCError
 
 KALEIDO_MESSAGE = "PDF export needs the kaleido and fpdf2 packages: run `pip install kaleido fpdf2`"
-FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/TTF", "/usr/share/fonts/dejavu",
-             "/usr/local/share/fonts", "/Library/Fonts", "C:/Windows/Fonts")
+FONT_DIRS = (
+    "/usr/share/fonts/truetype/dejavu",
+    "/usr/share/fonts/TTF",
+    "/usr/share/fonts/dejavu",
+    "/usr/local/share/fonts",
+    "/Library/Fonts",
+    "C:/Windows/Fonts",
+)
 
 
 def _find_font(name: str) -> str | None:
@@ -28,9 +35,32 @@ def _find_font(name: str) -> str | None:
 
 
 _ASCII = {
-    "α": "alpha", "β": "beta", "γ": "gamma", "δ": "delta", "μ": "mu", "σ": "sigma", "−": "-", "–": "-",
-    "—": "-", "†": "+", "…": "...", "²": "^2", "³": "^3", "⁴": "^4", "≥": ">=", "≤": "<=", "×": "x", "·": "-",
-    "√": "sqrt", "∝": "~", "‘": "'", "’": "'", "“": '"', "”": '"', "≈": "~", "→": "->",
+    "α": "alpha",
+    "β": "beta",
+    "γ": "gamma",
+    "δ": "delta",
+    "μ": "mu",
+    "σ": "sigma",
+    "−": "-",
+    "–": "-",
+    "—": "-",
+    "†": "+",
+    "…": "...",
+    "²": "^2",
+    "³": "^3",
+    "⁴": "^4",
+    "≥": ">=",
+    "≤": "<=",
+    "×": "x",
+    "·": "-",
+    "√": "sqrt",
+    "∝": "~",
+    "‘": "'",
+    "’": "'",
+    "“": '"',
+    "”": '"',
+    "≈": "~",
+    "→": "->",
 }
 
 
@@ -110,14 +140,20 @@ class _Doc:
         p.set_text_color(0, 0, 0)
         p.ln(1)
 
-    def para(self, text: str, size: float = 9.5, style: str = "", color=(0, 0, 0), h: float | None = None,
-             markdown: bool = False):
+    def para(
+        self,
+        text: str,
+        size: float = 9.5,
+        style: str = "",
+        color=(0, 0, 0),
+        h: float | None = None,
+        markdown: bool = False,
+    ):
         """A paragraph; ``markdown`` only for our own texts (user and audit strings may contain ``--``)."""
         p = self.pdf
         p.set_font(p.family, style, size)
         p.set_text_color(*color)
-        p.multi_cell(0, h or size * 0.47, self.t(text), new_x="LMARGIN", new_y="NEXT", markdown=markdown,
-                     align="L")
+        p.multi_cell(0, h or size * 0.47, self.t(text), new_x="LMARGIN", new_y="NEXT", markdown=markdown, align="L")
         p.set_text_color(0, 0, 0)
         p.ln(1.2)
 
@@ -135,8 +171,14 @@ class _Doc:
         p = self.pdf
         p.set_font(p.family, "", size)
         p.set_draw_color(190, 190, 190)
-        with p.table(col_widths=col_widths, first_row_as_headings=False, line_height=size * 0.5,
-                     text_align=("LEFT", "LEFT"), borders_layout="HORIZONTAL_LINES", padding=0.8) as tb:
+        with p.table(
+            col_widths=col_widths,
+            first_row_as_headings=False,
+            line_height=size * 0.5,
+            text_align=("LEFT", "LEFT"),
+            borders_layout="HORIZONTAL_LINES",
+            padding=0.8,
+        ) as tb:
             for k, v in rows:
                 r = tb.row()
                 p.set_font(p.family, "B", size)
@@ -154,8 +196,10 @@ class _Doc:
 
         def lines(values, bold=False):
             p.set_font(p.family, "B" if bold else "", size)
-            return max(math.ceil(p.get_string_width(self.t(v)) / max(1.0, w * scale - 1.6)) or 1
-                       for v, w in zip(values, col_widths))
+            return max(
+                math.ceil(p.get_string_width(self.t(v)) / max(1.0, w * scale - 1.6)) or 1
+                for v, w in zip(values, col_widths)
+            )
 
         h = lines([str(c) for c in df.columns], True) * line + 1.6
         for _, row in df.iterrows():
@@ -174,9 +218,15 @@ class _Doc:
         p.set_draw_color(150, 150, 150)
         cols = [str(c) for c in df.columns]
         align = align or ["LEFT"] + ["RIGHT"] * (len(cols) - 1)
-        with p.table(col_widths=col_widths, line_height=size * 0.5, text_align=align,
-                     headings_style=_headings_style(p, size), borders_layout="SINGLE_TOP_LINE",
-                     padding=0.7, first_row_as_headings=True) as tb:
+        with p.table(
+            col_widths=col_widths,
+            line_height=size * 0.5,
+            text_align=align,
+            headings_style=_headings_style(p, size),
+            borders_layout="SINGLE_TOP_LINE",
+            padding=0.7,
+            first_row_as_headings=True,
+        ) as tb:
             r = tb.row()
             for c in cols:
                 r.cell(self.t(c))
@@ -203,8 +253,9 @@ class _Doc:
         n = math.ceil(p.get_string_width(self.t(caption)) / (self.width - 2)) + 0.3
         return n * size * 0.47 + 2.5
 
-    def figure(self, png: bytes, width_px: int, height_px: int, caption: str | None = None,
-               max_height: float | None = None):
+    def figure(
+        self, png: bytes, width_px: int, height_px: int, caption: str | None = None, max_height: float | None = None
+    ):
         """Place a figure at full text width (scaled down to fit the page if it is too tall)."""
         p = self.pdf
         w, h = self.figure_size(width_px, height_px, max_height)
@@ -223,4 +274,3 @@ def _headings_style(p, size):
     from fpdf.fonts import FontFace
 
     return FontFace(family=p.family, emphasis="BOLD", size_pt=size, color=(255, 255, 255), fill_color=(0, 84, 147))
-

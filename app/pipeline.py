@@ -5,6 +5,7 @@ from a finished run (the export table, classifier rates at a new threshold, one 
 preview the live chart draws before the fit starts (:func:`auto_thresholds`, :func:`se_thresholds`). The
 background jobs (:mod:`app.jobs`) call :func:`run_pipeline`; the tests call it directly.
 """
+
 from __future__ import annotations
 
 import time
@@ -14,9 +15,8 @@ import numpy as np
 import pandas as pd
 
 from app.base_model import StoppedByUser, base_prediction
-from app.specs import (GROUP_INFO_KEYS, AuditRun, BaseSpec, FitSettings, LabelSpec, SplitSpec, prepare_label)
+from app.specs import GROUP_INFO_KEYS, AuditRun, BaseSpec, FitSettings, LabelSpec, SplitSpec, prepare_label
 from mmc_core.errors import DataError
-
 
 
 def split_rows(n: int, spec: SplitSpec, with_base_model: bool, calibration_fraction: float = 0.0) -> dict:
@@ -28,14 +28,16 @@ def split_rows(n: int, spec: SplitSpec, with_base_model: bool, calibration_fract
         raise DataError(f"the test share must be between 0 and 1, got {spec.test}")
     base_share = spec.base if with_base_model else 0.0
     if not 0 <= base_share < 1 or spec.test + base_share >= 0.95:
-        raise DataError(f"test share {spec.test:.0%} + base-model share {base_share:.0%} leave too few rows "
-                        "for multicalibration (keep their sum below 95%)")
+        raise DataError(
+            f"test share {spec.test:.0%} + base-model share {base_share:.0%} leave too few rows "
+            "for multicalibration (keep their sum below 95%)"
+        )
     perm = np.random.default_rng(spec.seed).permutation(n)
     n_test = max(1, int(round(spec.test * n)))
     n_base = int(round(base_share * n))
     test = np.sort(perm[:n_test])
-    base = np.sort(perm[n_test:n_test + n_base])
-    fit = np.sort(perm[n_test + n_base:])
+    base = np.sort(perm[n_test : n_test + n_base])
+    fit = np.sort(perm[n_test + n_base :])
     if fit.size < 20:
         raise DataError(f"only {fit.size} row(s) left for multicalibration; use a larger table or smaller shares")
     if with_base_model and base.size < 10:
@@ -44,9 +46,15 @@ def split_rows(n: int, spec: SplitSpec, with_base_model: bool, calibration_fract
     return {"base": base, "fit": fit, "test": test, "calibration": np.zeros(n_cal, dtype=np.int64)}
 
 
-
-def auto_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, n_groups: int, settings: FitSettings,
-                    seed: int, groups=None, X=None) -> dict | None:
+def auto_thresholds(
+    y_unit: np.ndarray,
+    base_unit: np.ndarray | None,
+    n_groups: int,
+    settings: FitSettings,
+    seed: int,
+    groups=None,
+    X=None,
+) -> dict | None:
     """The thresholds ``MomentMulticalibrator(alpha="auto", beta="auto")`` will pick for these fitting rows
     (same calibration split, same noise rule), so the live chart can draw them while the fit runs. The
     fitted model's values are authoritative (``AuditRun.thresholds``).
@@ -69,17 +77,24 @@ def auto_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, n_groups: 
     moments = tuple(range(2, int(settings.n_moments) + 1))
     m, G, nf = int(settings.n_buckets), int(n_groups), fit_idx.size
     out = {}
-    out["alpha"] = auto_threshold(float(np.std(resid)), G * m * (1 + len(moments) * m), nf) \
-        if settings.alpha == "auto" else float(settings.alpha)
-    per = {a: auto_threshold(float(np.std(pseudo_label(a, resid, settings.odd_moments))), G * m * m, nf)
-           for a in moments} if settings.beta == "auto" else {a: float(settings.beta) for a in moments}
+    out["alpha"] = (
+        auto_threshold(float(np.std(resid)), G * m * (1 + len(moments) * m), nf)
+        if settings.alpha == "auto"
+        else float(settings.alpha)
+    )
+    per = (
+        {a: auto_threshold(float(np.std(pseudo_label(a, resid, settings.odd_moments))), G * m * m, nf) for a in moments}
+        if settings.beta == "auto"
+        else {a: float(settings.beta) for a in moments}
+    )
     out["beta"] = per.get(2, 0.01) if settings.beta == "auto" else float(settings.beta)
     out["moment_betas"] = per
     return out
 
 
-def se_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, groups, X, settings: FitSettings,
-                  seed: int) -> dict:
+def se_thresholds(
+    y_unit: np.ndarray, base_unit: np.ndarray | None, groups, X, settings: FitSettings, seed: int
+) -> dict:
     """What the "se" rule of ``MomentMulticalibrator`` will use on these fitting rows, computed by the
     estimator's own code (its calibration split and ``_build_params``; nothing re-implemented here):
 
@@ -91,9 +106,16 @@ def se_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, groups, X, s
     from mmc_core import GroupSet, MomentMulticalibrator
     from mmc_core.estimator import _take
 
-    est = MomentMulticalibrator(alpha=settings.alpha, beta=settings.beta, n_buckets=settings.n_buckets,
-                                n_moments=settings.n_moments, step=settings.step, odd_moments=settings.odd_moments,
-                                calibration_fraction=settings.calibration_fraction, random_state=seed)
+    est = MomentMulticalibrator(
+        alpha=settings.alpha,
+        beta=settings.beta,
+        n_buckets=settings.n_buckets,
+        n_moments=settings.n_moments,
+        step=settings.step,
+        odd_moments=settings.odd_moments,
+        calibration_fraction=settings.calibration_fraction,
+        random_state=seed,
+    )
     n = y_unit.size
     n_cal = int(round(settings.calibration_fraction * n))
     perm = np.random.default_rng(seed).permutation(n)  # the estimator's calibration split (same seed, same n)
@@ -104,10 +126,18 @@ def se_thresholds(y_unit: np.ndarray, base_unit: np.ndarray | None, groups, X, s
     resid = y_unit[fit_idx] - mu0
     moments = tuple(range(2, int(settings.n_moments) + 1))
     params, _ = est._build_params(int(settings.n_buckets), len(gset), fit_idx.size, moments, resid, mu0, memb)
-    return {"rule": "se", "alpha": float(params.alpha), "beta": float(params.beta),
-            "moment_betas": {int(a): float(params.beta_for(a)) for a in params.moments},
-            "z": float(params.z), "z_group": float(params.z_group), "min_count": int(params.min_count),
-            "n_fit": int(fit_idx.size), "resid_sd": float(np.std(resid)), "n_groups": len(gset)}
+    return {
+        "rule": "se",
+        "alpha": float(params.alpha),
+        "beta": float(params.beta),
+        "moment_betas": {int(a): float(params.beta_for(a)) for a in params.moments},
+        "z": float(params.z),
+        "z_group": float(params.z_group),
+        "min_count": int(params.min_count),
+        "n_fit": int(fit_idx.size),
+        "resid_sd": float(np.std(resid)),
+        "n_groups": len(gset),
+    }
 
 
 def _groups_json_with_info(groups, given) -> dict:
@@ -115,8 +145,11 @@ def _groups_json_with_info(groups, given) -> dict:
     so the run's groups file still marks discovered groups."""
     out = groups.to_json()
     raw = (given.get("groups") if isinstance(given, dict) else given) or []
-    info = {g["name"]: {k: g[k] for k in GROUP_INFO_KEYS if k in g} for g in raw
-            if isinstance(g, dict) and isinstance(g.get("name"), str)}
+    info = {
+        g["name"]: {k: g[k] for k in GROUP_INFO_KEYS if k in g}
+        for g in raw
+        if isinstance(g, dict) and isinstance(g.get("name"), str)
+    }
     out["groups"] = [{**g, **info.get(g["name"], {})} for g in out["groups"]]
     return out
 
@@ -124,8 +157,9 @@ def _groups_json_with_info(groups, given) -> dict:
 def _discovery_features(df: pd.DataFrame, label_spec: LabelSpec, settings: FitSettings) -> list:
     feats = list(settings.discover_features)
     if not feats:
-        raise DataError("discovery during the fit needs feature columns: choose them on the Groups page "
-                        "(tab 'Discover groups')")
+        raise DataError(
+            "discovery during the fit needs feature columns: choose them on the Groups page (tab 'Discover groups')"
+        )
     missing = [f for f in feats if f not in df.columns]
     if missing:
         raise DataError(f"discovery feature column(s) not in the data: {', '.join(map(str, missing))}")
@@ -139,8 +173,11 @@ def error_metrics(y, pred) -> dict:
         return {}
     err = pred - y
     ss = float(np.sum((y - y.mean()) ** 2))
-    return {"rmse": float(np.sqrt(np.mean(err ** 2))), "mae": float(np.mean(np.abs(err))),
-            "r2": float(1 - np.sum(err ** 2) / ss) if ss > 0 else float("nan")}
+    return {
+        "rmse": float(np.sqrt(np.mean(err**2))),
+        "mae": float(np.mean(np.abs(err))),
+        "r2": float(1 - np.sum(err**2) / ss) if ss > 0 else float("nan"),
+    }
 
 
 def _take_rows(df: pd.DataFrame, rows: np.ndarray, columns) -> pd.DataFrame:
@@ -150,9 +187,21 @@ def _take_rows(df: pd.DataFrame, rows: np.ndarray, columns) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------------
 # the pipeline
 # ---------------------------------------------------------------------------------------------------
-def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, split_spec: SplitSpec,
-                 groups_json: dict, settings: FitSettings, callback=None, phase=None, data_key: str = "",
-                 data_name: str = "", on_thresholds=None, stop=None, on_fitted=None) -> AuditRun:
+def run_pipeline(
+    df: pd.DataFrame,
+    label_spec: LabelSpec,
+    base_spec: BaseSpec,
+    split_spec: SplitSpec,
+    groups_json: dict,
+    settings: FitSettings,
+    callback=None,
+    phase=None,
+    data_key: str = "",
+    data_name: str = "",
+    on_thresholds=None,
+    stop=None,
+    on_fitted=None,
+) -> AuditRun:
     """Prepare, split, base model, fit (with ``callback(history_row) -> stop?``), audit. See module doc.
 
     ``on_thresholds(dict)`` receives the alpha / beta the fit will use (auto values computed) before it starts."""
@@ -183,10 +232,12 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
 
         def progress(it):
             say(f"fitting the base model on {n_base:,} rows ({it} boosting iterations)")
+
     if stop is not None and stop():
         raise StoppedByUser("stopped before the base model was fitted")
-    base, base_note = base_prediction(df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop,
-                                      progress=progress)
+    base, base_note = base_prediction(
+        df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop, progress=progress
+    )
     timings["base_model"] = time.perf_counter() - t1
 
     group_cols = sorted(groups.columns())
@@ -197,16 +248,31 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
     if binary:  # a classifier audit: the mean (a probability) only; k, delta and gamma are not used
         settings = replace(settings, n_moments=1)
     est = MomentMulticalibrator(
-        alpha=settings.alpha, beta=settings.beta, n_buckets=settings.n_buckets, n_moments=settings.n_moments,
-        step=settings.step, odd_moments=settings.odd_moments, label_range=(label.lo, label.hi),
-        calibration_fraction=settings.calibration_fraction, early_stopping=settings.early_stopping,
-        max_rounds=settings.max_rounds, random_state=split_spec.seed, task="binary" if binary else "regression")
+        alpha=settings.alpha,
+        beta=settings.beta,
+        n_buckets=settings.n_buckets,
+        n_moments=settings.n_moments,
+        step=settings.step,
+        odd_moments=settings.odd_moments,
+        label_range=(label.lo, label.hi),
+        calibration_fraction=settings.calibration_fraction,
+        early_stopping=settings.early_stopping,
+        max_rounds=settings.max_rounds,
+        random_state=split_spec.seed,
+        task="binary" if binary else "regression",
+    )
     X_fit = _take_rows(df, fit_rows, group_cols)
     if on_thresholds is not None:
         span = label.hi - label.lo
-        thr = auto_thresholds((label.y[fit_rows] - label.lo) / span,
-                              None if base is None else (base[fit_rows] - label.lo) / span,
-                              len(groups), settings, split_spec.seed, groups=groups, X=X_fit)
+        thr = auto_thresholds(
+            (label.y[fit_rows] - label.lo) / span,
+            None if base is None else (base[fit_rows] - label.lo) / span,
+            len(groups),
+            settings,
+            split_spec.seed,
+            groups=groups,
+            X=X_fit,
+        )
         if thr is not None:
             on_thresholds(thr)
     base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
@@ -214,26 +280,49 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
         feats = _discovery_features(df, label_spec, settings)
         from mmc_core.discover import fit_with_discovery
 
-        say(f"multicalibrating on {fit_rows.size:,} rows and {len(groups)} groups, discovering groups on "
-            f"{len(feats)} feature(s)")
+        say(
+            f"multicalibrating on {fit_rows.size:,} rows and {len(groups)} groups, discovering groups on "
+            f"{len(feats)} feature(s)"
+        )
         X_fit = _take_rows(df, fit_rows, sorted(set(group_cols) | set(feats)))
         try:
-            fit_with_discovery(est, X_fit, label.y[fit_rows], groups,
-                               base_prediction=None if base is None else base[fit_rows], features=feats,
-                               max_depth=int(settings.discover_depth), min_mass=float(settings.discover_min_mass),
-                               rounds=int(settings.discover_rounds), label_name=label.name, base_name=base_name,
-                               stop=stop, callback=callback)
+            fit_with_discovery(
+                est,
+                X_fit,
+                label.y[fit_rows],
+                groups,
+                base_prediction=None if base is None else base[fit_rows],
+                features=feats,
+                max_depth=int(settings.discover_depth),
+                min_mass=float(settings.discover_min_mass),
+                rounds=int(settings.discover_rounds),
+                label_name=label.name,
+                base_name=base_name,
+                stop=stop,
+                callback=callback,
+            )
         except ImportError as e:
             raise DataError(f"discovery needs scikit-learn ({e})") from None
         groups = est.model_.groups
     else:
-        est.fit(X_fit, label.y[fit_rows], groups, base_prediction=None if base is None else base[fit_rows],
-                callback=callback, label_name=label.name, base_name=base_name, stop=stop)
+        est.fit(
+            X_fit,
+            label.y[fit_rows],
+            groups,
+            base_prediction=None if base is None else base[fit_rows],
+            callback=callback,
+            label_name=label.name,
+            base_name=base_name,
+            stop=stop,
+        )
     timings["fit"] = time.perf_counter() - t2
     model = est.model_
     if binary:
-        model.binary = {"classes": [_json_scalar(c) for c in label.classes], "positive": _json_scalar(label.classes[1]),
-                        "floor": float((model.binary or {}).get("floor", 0.0))}
+        model.binary = {
+            "classes": [_json_scalar(c) for c in label.classes],
+            "positive": _json_scalar(label.classes[1]),
+            "floor": float((model.binary or {}).get("floor", 0.0)),
+        }
     if label.source in ("observed", "robust"):  # the range was passed explicitly: say where it came from
         from mmc_core import LabelScale
 
@@ -246,22 +335,38 @@ def run_pipeline(df: pd.DataFrame, label_spec: LabelSpec, base_spec: BaseSpec, s
     model.info["discovered_groups"] = [
         {"name": g["name"], **{k: g[k] for k in GROUP_INFO_KEYS if k in g}}
         for g in (groups_json.get("groups") if isinstance(groups_json, dict) else groups_json) or []
-        if isinstance(g, dict) and "kind" in g and g.get("name") in set(groups.names)]
+        if isinstance(g, dict) and "kind" in g and g.get("name") in set(groups.names)
+    ]
     split = dict(split)
     split["calibration"] = fit_rows[np.asarray(est.calibration_index_, dtype=np.int64)]
     split["fit"] = fit_rows[np.asarray(est.fit_index_, dtype=np.int64)]
 
-    thresholds = {"alpha": float(est.alpha_), "beta": float(est.beta_),
-                  "moment_betas": {int(a): float(b) for a, b in getattr(est, "moment_betas_", {}).items()},
-                  "auto": isinstance(settings.alpha, str) or isinstance(settings.beta, str),
-                  "rule": settings.alpha if isinstance(settings.alpha, str) else "given",
-                  "z": float(getattr(est, "z_", 0.0) or 0.0)}
-    run = AuditRun(model=model, history=list(est.history_), converged=bool(est.converged_),
-                   stopped=bool(model.info.get("stopped_by_user")), label=label, base=base, base_spec=base_spec,
-                   label_spec=label_spec, split=split, settings=settings,
-                   groups_json=_groups_json_with_info(groups, groups_json),
-                   timings=timings, data_key=data_key, data_name=data_name, thresholds=thresholds,
-                   split_seed=split_spec.seed)
+    thresholds = {
+        "alpha": float(est.alpha_),
+        "beta": float(est.beta_),
+        "moment_betas": {int(a): float(b) for a, b in getattr(est, "moment_betas_", {}).items()},
+        "auto": isinstance(settings.alpha, str) or isinstance(settings.beta, str),
+        "rule": settings.alpha if isinstance(settings.alpha, str) else "given",
+        "z": float(getattr(est, "z_", 0.0) or 0.0),
+    }
+    run = AuditRun(
+        model=model,
+        history=list(est.history_),
+        converged=bool(est.converged_),
+        stopped=bool(model.info.get("stopped_by_user")),
+        label=label,
+        base=base,
+        base_spec=base_spec,
+        label_spec=label_spec,
+        split=split,
+        settings=settings,
+        groups_json=_groups_json_with_info(groups, groups_json),
+        timings=timings,
+        data_key=data_key,
+        data_name=data_name,
+        thresholds=thresholds,
+        split_seed=split_spec.seed,
+    )
     test = split["test"]
     if base is not None and not binary:  # RMSE / R² are label-unit metrics: not for a 0/1 outcome
         run.base_metrics = {"base_test": error_metrics(label.y[test], base[test])}
@@ -303,13 +408,26 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
         group_cols = sorted(run.model.groups.columns())
         X_test = _take_rows(df, test, group_cols)
         if getattr(run.model, "task", "regression") == "binary":
-            run.audit = audit_fn(run.model, X_test, run.label.y[test],
-                                 base=None if run.base is None else run.base[test], n_boot=settings.n_boot,
-                                 seed=run.split_seed, threshold=settings.threshold)
+            run.audit = audit_fn(
+                run.model,
+                X_test,
+                run.label.y[test],
+                base=None if run.base is None else run.base[test],
+                n_boot=settings.n_boot,
+                seed=run.split_seed,
+                threshold=settings.threshold,
+            )
         else:
-            run.audit = audit_fn(run.model, X_test, run.label.y[test],
-                                 base=None if run.base is None else run.base[test], delta=settings.delta,
-                                 gamma=settings.gamma, n_boot=settings.n_boot, seed=run.split_seed)
+            run.audit = audit_fn(
+                run.model,
+                X_test,
+                run.label.y[test],
+                base=None if run.base is None else run.base[test],
+                delta=settings.delta,
+                gamma=settings.gamma,
+                n_boot=settings.n_boot,
+                seed=run.split_seed,
+            )
         run.audit_error = ""
     except ImportError as e:
         run.audit_error = f"the audit module is not available ({e})"
@@ -346,8 +464,9 @@ def predictions_table(df: pd.DataFrame, run: AuditRun, methods=None, rows: np.nd
         if k != "mean":
             out[f"mmc_{k}"] = v
     if methods:
-        ints = interval_table(model, table, base=base, delta=run.settings.delta, gamma=run.settings.gamma,
-                              methods=list(methods))
+        ints = interval_table(
+            model, table, base=base, delta=run.settings.delta, gamma=run.settings.gamma, methods=list(methods)
+        )
         for m, (lo, hi) in ints.items():
             out[f"mmc_lower_{m}"], out[f"mmc_upper_{m}"] = lo, hi
     return out
@@ -371,8 +490,16 @@ def classifier_rates(df: pd.DataFrame, run: AuditRun, threshold: float):
         from mmc_core.intervals import _initial_constant
 
         before = np.full(test.size, _initial_constant(model))
-    return threshold_rates(mu, run.label.y[test], model.groups, X_test, threshold, base=before,
-                           n_boot=run.settings.n_boot, seed=run.split_seed)
+    return threshold_rates(
+        mu,
+        run.label.y[test],
+        model.groups,
+        X_test,
+        threshold,
+        base=before,
+        n_boot=run.settings.n_boot,
+        seed=run.split_seed,
+    )
 
 
 def row_details(df: pd.DataFrame, run: AuditRun, row: int, intervals: dict | None = None) -> dict:
@@ -388,11 +515,19 @@ def row_details(df: pd.DataFrame, run: AuditRun, row: int, intervals: dict | Non
     if intervals is None:
         from mmc_core.intervals import interval_table
 
-        intervals = {m: (float(lo[0]), float(hi[0])) for m, (lo, hi) in
-                     interval_table(model, table, base=base, delta=run.settings.delta,
-                                    gamma=run.settings.gamma).items()}
+        intervals = {
+            m: (float(lo[0]), float(hi[0]))
+            for m, (lo, hi) in interval_table(
+                model, table, base=base, delta=run.settings.delta, gamma=run.settings.gamma
+            ).items()
+        }
     memb = model.groups.evaluate(table, 1)
     groups = [model.groups.names[g] for g in range(len(model.groups)) if memb.sizes[g] > 0]
-    return {"values": df.iloc[row].to_dict(), "label": float(run.label.y[row]),
-            "base": None if base is None else float(base[0]), "pred": preds, "intervals": dict(intervals),
-            "groups": groups}
+    return {
+        "values": df.iloc[row].to_dict(),
+        "label": float(run.label.y[row]),
+        "base": None if base is None else float(base[0]),
+        "pred": preds,
+        "intervals": dict(intervals),
+        "groups": groups,
+    }

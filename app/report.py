@@ -12,6 +12,7 @@ This module holds the figure export and the regression report's layout (:func:`b
 and findings text are in :mod:`app.report_tables`, the fpdf2 document layer in :mod:`app.pdf_doc`, and the
 classifier report in :mod:`app.report_binary`.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -27,17 +28,29 @@ from mmc_core.errors import MMCError
 
 from . import figures as F
 from .pdf_doc import KALEIDO_MESSAGE, _Doc, _make_pdf
-from .report_tables import (_below, _calibration_table, _chunks, _coverage_table, _findings_section, _Relabelled,
-                            _short, _subset, _variance_table, findings_summary)
+from .report_tables import (
+    _below,
+    _calibration_table,
+    _chunks,
+    _coverage_table,
+    _findings_section,
+    _Relabelled,
+    _short,
+    _subset,
+    _variance_table,
+    findings_summary,
+)
 
 __all__ = ["build_report_pdf", "figure_to_png", "chromium_available", "CHROMIUM_MESSAGE", "findings_summary"]
 
-CHROMIUM_MESSAGE = ("PDF export needs Chromium: run `apt-get install chromium` (Debian/Ubuntu) or set "
-                    "BROWSER_PATH to a Chrome/Chromium executable; the audit itself (`mmc audit`) works without it")
-EXPORT_WIDTH = 900          # px: figure width used for export (fonts are sized for this)
-EXPORT_SCALE = 2.0          # device pixels per px (sharp on paper)
-EXPORT_TIMEOUT = 120.0      # s per figure, including the first Chromium start
-MAX_HEATMAP_ROWS = 42       # groups per heatmap page; more groups are split over several figures
+CHROMIUM_MESSAGE = (
+    "PDF export needs Chromium: run `apt-get install chromium` (Debian/Ubuntu) or set "
+    "BROWSER_PATH to a Chrome/Chromium executable; the audit itself (`mmc audit`) works without it"
+)
+EXPORT_WIDTH = 900  # px: figure width used for export (fonts are sized for this)
+EXPORT_SCALE = 2.0  # device pixels per px (sharp on paper)
+EXPORT_TIMEOUT = 120.0  # s per figure, including the first Chromium start
+MAX_HEATMAP_ROWS = 42  # groups per heatmap page; more groups are split over several figures
 
 _export_lock = threading.Lock()
 
@@ -148,8 +161,10 @@ def figure_to_png(fig, width: int = EXPORT_WIDTH, height: int | None = None, sca
                 kaleido.stop_sync_server(silence_warnings=True)
                 raise MMCError(CHROMIUM_MESSAGE + " (the browser process stopped unexpectedly)")
             if time.monotonic() > deadline:
-                raise MMCError(f"PDF export timed out after {EXPORT_TIMEOUT:.0f} s rendering a figure; "
-                               "check that Chromium starts (`chromium --headless --version`)")
+                raise MMCError(
+                    f"PDF export timed out after {EXPORT_TIMEOUT:.0f} s rendering a figure; "
+                    "check that Chromium starts (`chromium --headless --version`)"
+                )
         if "error" in box:
             e = box["error"]
             if _is_kaleido_error(e):
@@ -166,22 +181,36 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
     moments = tuple(p.moments)
     k = max(moments) if moments else 1
     mb = p.mean_update_bound()
-    beta_bound = 1.0 / p.beta ** 2 - 1.0 if p.beta > 0 else float("inf")
+    beta_bound = 1.0 / p.beta**2 - 1.0 if p.beta > 0 else float("inf")
     rounds = info.get("rounds", "–")
     kept = info.get("kept_round")
-    rounds_txt = f"{rounds}" + (f" (kept round {kept}: stopped at the best held-out error)"
-                                if kept is not None and rounds != "–" and kept != rounds else "")
+    rounds_txt = f"{rounds}" + (
+        f" (kept round {kept}: stopped at the best held-out error)"
+        if kept is not None and rounds != "–" and kept != rounds
+        else ""
+    )
     conv = info.get("converged")
-    conv_txt = "yes" if conv else ("no (stopped by the user)" if info.get("stopped_by_user") else
-                                   "no (round cap or early stop: the guarantees below are not reached)")
+    conv_txt = (
+        "yes"
+        if conv
+        else (
+            "no (stopped by the user)"
+            if info.get("stopped_by_user")
+            else "no (round cap or early stop: the guarantees below are not reached)"
+        )
+    )
     if conv is None:
         conv_txt = "unknown"
-    odd = "; odd moments as E|y − μ|^a" if p.odd_moments == "absolute" and any(a % 2 for a in moments) else \
-        ("; odd moments signed" if any(a % 2 for a in moments) else "")
+    odd = (
+        "; odd moments as E|y − μ|^a"
+        if p.odd_moments == "absolute" and any(a % 2 for a in moments)
+        else ("; odd moments signed" if any(a % 2 for a in moments) else "")
+    )
     src = getattr(sc, "source", "declared")
-    src_txt = {"declared": "declared by the user",
-               "robust": "robust: clipped at quantiles of the data (not declared)"}.get(
-        src, "observed min/max of the fitting data (not declared)")
+    src_txt = {
+        "declared": "declared by the user",
+        "robust": "robust: clipped at quantiles of the data (not declared)",
+    }.get(src, "observed min/max of the fitting data (not declared)")
     note = info.get("label_note")
     if src == "robust" and isinstance(note, str) and note.strip():
         src_txt += f"; {note.strip()}"
@@ -189,31 +218,60 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
     se = [n_ for n_, r in (("α", "alpha_rule"), ("β", "beta_rule")) if info.get(r) == "se"]
     auto_txt = f"; {' and '.join(auto)} chosen automatically just above the sampling noise" if auto else ""
     if se:
-        auto_txt += (f"; {' and '.join(se)}: the values the model achieves on its fitting rows (cells were corrected "
-                     f"only when |t| >= {float(info.get('z', 0)):.2f} against their own standard error, whole "
-                     f"groups at {float(info.get('z_group', 0)):.2f})")
+        auto_txt += (
+            f"; {' and '.join(se)}: the values the model achieves on its fitting rows (cells were corrected "
+            f"only when |t| >= {float(info.get('z', 0)):.2f} against their own standard error, whole "
+            f"groups at {float(info.get('z_group', 0)):.2f})"
+        )
     secs = f", {float(info['seconds']):.2f} s" if "seconds" in info else ""
     rows = [
         ("Label", f"{label} in [{sc.lo:g}, {sc.hi:g}], range {src_txt}"),
         ("Mode", str(info.get("mode", "–"))),
-        ("Thresholds", f"α = {p.alpha:.3g} (means), β = {p.beta:.3g} (moments); mass-weighted, label scaled "
-                       f"to [0, 1]{auto_txt}"),
-        ("Predictors", (f"mean and central moments 2..{k}{odd}" if moments else "mean only")
-         + f"; m = {p.m} buckets per predictor (mean bucket width {(sc.hi - sc.lo) / p.m:.3g} {label} units)"),
-        ("Step rule", f"{p.step}" + (" (shift each violating cell by its mean residual)" if p.step == "exact"
-                                     else " (the paper's fixed step α or β)")),
+        (
+            "Thresholds",
+            f"α = {p.alpha:.3g} (means), β = {p.beta:.3g} (moments); mass-weighted, label scaled to [0, 1]{auto_txt}",
+        ),
+        (
+            "Predictors",
+            (f"mean and central moments 2..{k}{odd}" if moments else "mean only")
+            + f"; m = {p.m} buckets per predictor (mean bucket width {(sc.hi - sc.lo) / p.m:.3g} {label} units)",
+        ),
+        (
+            "Step rule",
+            f"{p.step}"
+            + (
+                " (shift each violating cell by its mean residual)"
+                if p.step == "exact"
+                else " (the paper's fixed step α or β)"
+            ),
+        ),
         ("Converged", f"{conv_txt}; {rounds_txt} round{'s' if rounds != 1 else ''}{secs}"),
-        ("Mean updates", f"{info.get('mean_updates', '–'):,} of at most 1/α² − 1 = {mb:,.0f}"
-         if isinstance(info.get("mean_updates"), int) else "–"),
-        ("Moment updates", (f"{info.get('moment_updates'):,} in total; at most "
-                            f"{info.get('max_moment_updates_per_call', '–'):,} per moment pass "
-                            f"(bound 1/β² − 1 = {beta_bound:,.0f} per pass)")
-         if isinstance(info.get("moment_updates"), int) and isinstance(info.get("max_moment_updates_per_call"), int)
-         else str(info.get("moment_updates", "–"))),
-        ("Fitting rows", f"{info.get('n_fit', '–'):,} fitted, {info.get('n_calibration', 0):,} held out for "
-                         "interval calibration" if isinstance(info.get("n_fit"), int) else "–"),
-        ("Audit settings", f"δ = {delta:g} (target coverage {1 - delta:.0%}), γ = {gamma:g} (smallest cell mass "
-                           "the guarantees cover)"),
+        (
+            "Mean updates",
+            f"{info.get('mean_updates', '–'):,} of at most 1/α² − 1 = {mb:,.0f}"
+            if isinstance(info.get("mean_updates"), int)
+            else "–",
+        ),
+        (
+            "Moment updates",
+            (
+                f"{info.get('moment_updates'):,} in total; at most "
+                f"{info.get('max_moment_updates_per_call', '–'):,} per moment pass "
+                f"(bound 1/β² − 1 = {beta_bound:,.0f} per pass)"
+            )
+            if isinstance(info.get("moment_updates"), int) and isinstance(info.get("max_moment_updates_per_call"), int)
+            else str(info.get("moment_updates", "–")),
+        ),
+        (
+            "Fitting rows",
+            f"{info.get('n_fit', '–'):,} fitted, {info.get('n_calibration', 0):,} held out for interval calibration"
+            if isinstance(info.get("n_fit"), int)
+            else "–",
+        ),
+        (
+            "Audit settings",
+            f"δ = {delta:g} (target coverage {1 - delta:.0%}), γ = {gamma:g} (smallest cell mass the guarantees cover)",
+        ),
     ]
     return rows
 
@@ -227,29 +285,49 @@ def _data_rows(audit, model, y, data_name, gamma) -> tuple[list, list]:
         rows.append(("Groups", f"{len(bg):,} (overlapping; the whole population is the group 'all')"))
         if "count" in bg:
             small = bg.sort_values("count").head(3)
-            rows.append(("Smallest groups", "; ".join(f"{_short(g, 40)} ({int(c):,} rows)"
-                                                    for g, c in zip(small.index, small["count"]))))
+            rows.append(
+                (
+                    "Smallest groups",
+                    "; ".join(f"{_short(g, 40)} ({int(c):,} rows)" for g, c in zip(small.index, small["count"])),
+                )
+            )
             empty = [str(g) for g, c in zip(bg.index, bg["count"]) if int(c) == 0]
             if empty:
                 notes.append(f"{len(empty)} group(s) have no rows in this data: " + ", ".join(empty[:8]))
         below = [g for g, b in zip(bg.index, _below(audit, bg.index)) if b]
-        rows.append(("Groups below γ", (f"{len(below)}: " + ", ".join(_short(g, 40) for g in below[:6])
-                                        + (f" and {len(below) - 6} more (marked † in the figures)"
-                                           if len(below) > 6 else "")) if below else
-                     f"none (every group has mass ≥ γ = {gamma:g})"))
+        rows.append(
+            (
+                "Groups below γ",
+                (
+                    f"{len(below)}: "
+                    + ", ".join(_short(g, 40) for g in below[:6])
+                    + (f" and {len(below) - 6} more (marked † in the figures)" if len(below) > 6 else "")
+                )
+                if below
+                else f"none (every group has mass ≥ γ = {gamma:g})",
+            )
+        )
     found = discovered_groups(model)
     if found:
-        rows.append(("Discovered groups", f"{len(found)}: " + "; ".join(_short(g, 60) for g in found[:6])
-                     + (f" and {len(found) - 6} more" if len(found) > 6 else "")))
+        rows.append(
+            (
+                "Discovered groups",
+                f"{len(found)}: "
+                + "; ".join(_short(g, 60) for g in found[:6])
+                + (f" and {len(found) - 6} more" if len(found) > 6 else ""),
+            )
+        )
         notes.append(DISCOVERED_NOTE)
     return rows, notes
 
 
-DISCOVERED_NOTE = ("Discovered groups were not listed by the analyst: the learning-oracle auditor (the dashboard's "
-                   "Discover, or mmc fit --discover) found them as rules on rows other than the audited ones, and "
-                   "kept each only after its error was significant on held-out check rows (Bonferroni-adjusted "
-                   "over every candidate tested). They were then calibrated like the listed groups; their names "
-                   "start with 'found:' or 'learned:'.")
+DISCOVERED_NOTE = (
+    "Discovered groups were not listed by the analyst: the learning-oracle auditor (the dashboard's "
+    "Discover, or mmc fit --discover) found them as rules on rows other than the audited ones, and "
+    "kept each only after its error was significant on held-out check rows (Bonferroni-adjusted "
+    "over every candidate tested). They were then calibrated like the listed groups; their names "
+    "start with 'found:' or 'learned:'."
+)
 
 
 def discovered_groups(model) -> list:
@@ -261,8 +339,18 @@ def discovered_groups(model) -> list:
     return [n for n in model.groups.names if n in names]
 
 
-def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, label: str = "label",
-                     data_name: str = "data", audit=None, threshold: float = 0.5) -> bytes:
+def build_report_pdf(
+    model,
+    table,
+    y,
+    base=None,
+    delta: float = 0.1,
+    gamma: float = 0.05,
+    label: str = "label",
+    data_name: str = "data",
+    audit=None,
+    threshold: float = 0.5,
+) -> bytes:
     """Build the PDF audit report and return its bytes.
 
     Parameters
@@ -314,15 +402,24 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
     pdf.set_text_color(90, 90, 90)
     pdf.set_font(pdf.family, "", 9)
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    pdf.multi_cell(0, 5, t(f"Data: {data_name} · {len(y):,} rows · {len(model.groups.names):,} groups · "
-                           f"generated {stamp} by mmc-audit"), new_x="LMARGIN", new_y="NEXT")
+    pdf.multi_cell(
+        0,
+        5,
+        t(f"Data: {data_name} · {len(y):,} rows · {len(model.groups.names):,} groups · generated {stamp} by mmc-audit"),
+        new_x="LMARGIN",
+        new_y="NEXT",
+    )
     pdf.set_text_color(0, 0, 0)
     pdf.ln(2)
 
     _findings_section(doc, audit)
     if not info.get("converged", True):
-        doc.para("**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
-                 "fitting rows.", color=(170, 40, 0), markdown=True)
+        doc.para(
+            "**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
+            "fitting rows.",
+            color=(170, 40, 0),
+            markdown=True,
+        )
 
     doc.heading("Model and run", size=12)
     doc.kv_table(_param_rows(model, audit, delta, gamma, label))
@@ -332,21 +429,33 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
     for n_ in dnotes:
         doc.para(n_, size=8.5, style="I")
     if len(y) == info.get("n_rows"):
-        doc.para("These data have as many rows as the model was fitted on: if they are the fitting rows, the "
-                 "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
-                 size=8.5, style="I", color=(170, 40, 0))
+        doc.para(
+            "These data have as many rows as the model was fitted on: if they are the fitting rows, the "
+            "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
+            size=8.5,
+            style="I",
+            color=(170, 40, 0),
+        )
     ct = _coverage_table(audit, delta)
     if ct is not None:
-        doc.data_table(ct, col_widths=(30, 26, 62, 34, 34), align=["LEFT", "RIGHT", "LEFT", "RIGHT", "RIGHT"],
-                       title=f"Interval coverage by method (target {1 - delta:.0%})")
+        doc.data_table(
+            ct,
+            col_widths=(30, 26, 62, 34, 34),
+            align=["LEFT", "RIGHT", "LEFT", "RIGHT", "RIGHT"],
+            title=f"Interval coverage by method (target {1 - delta:.0%})",
+        )
     unavailable = F._get(getattr(audit, "params", None), "methods_unavailable") or {}
     if unavailable:
         by_reason: dict = {}
         for meth, why in dict(unavailable).items():
             by_reason.setdefault(str(why), []).append(F.METHOD_LABELS.get(str(meth), str(meth)))
-        doc.para("Interval methods not computed: " + "; ".join(f"{', '.join(ms)}: {why}"
-                                                               for why, ms in by_reason.items()) + ".",
-                 size=8.3, color=(70, 70, 70))
+        doc.para(
+            "Interval methods not computed: "
+            + "; ".join(f"{', '.join(ms)}: {why}" for why, ms in by_reason.items())
+            + ".",
+            size=8.3,
+            color=(70, 70, 70),
+        )
 
     # ---- page 2: how to read + convergence ---------------------------------------------------
     doc.ensure(95)
@@ -354,9 +463,12 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
     doc.para(_HOW_TO_READ, size=9)
     doc.para(_PROMISES, size=9, markdown=True)
     doc.para(_NOT_PROMISES, size=9, markdown=True)
-    doc.para("Notation: α, β are the mean and moment thresholds; δ the interval miscoverage; γ the smallest "
-             "cell mass covered by the guarantees. Group names ending in † have mass below γ.",
-             size=8.3, color=(70, 70, 70))
+    doc.para(
+        "Notation: α, β are the mean and moment thresholds; δ the interval miscoverage; γ the smallest "
+        "cell mass covered by the guarantees. Group names ending in † have mass below γ.",
+        size=8.3,
+        color=(70, 70, 70),
+    )
 
     def add_figure(fig, heading, caption, max_height=None, fill=False):
         """Heading + figure + caption, kept together; ``fill``: shrink to the space left on the page."""
@@ -380,33 +492,43 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
     skipped = []
     p = model.params
     hist = list(info.get("history") or [])
-    add_figure(F.convergence_figure(hist, p.alpha, p.beta, p.mean_update_bound(),
-                                    kept_round=info.get("kept_round")),
-               numbered("Convergence of the fit"),
-               "Top: the largest mass-weighted mean error over all cells, per round, on the fitting rows (blue) "
-               "and the held-out rows (orange); the fit stops when the blue line is below α. Middle: the same "
-               "for the moments against β. Bottom: cells still violating α, and cumulative updates against the "
-               "theoretical bound. A held-out line far above the fitting line signals over-fitting of small cells.",
-               fill=True)
+    add_figure(
+        F.convergence_figure(hist, p.alpha, p.beta, p.mean_update_bound(), kept_round=info.get("kept_round")),
+        numbered("Convergence of the fit"),
+        "Top: the largest mass-weighted mean error over all cells, per round, on the fitting rows (blue) "
+        "and the held-out rows (orange); the fit stops when the blue line is below α. Middle: the same "
+        "for the moments against β. Bottom: cells still violating α, and cumulative updates against the "
+        "theoretical bound. A held-out line far above the fitting line signals over-fitting of small cells.",
+        fill=True,
+    )
 
     bg = getattr(audit, "by_group", None)
     has_var = isinstance(bg, pd.DataFrame) and "pred_var" in bg and np.isfinite(bg["pred_var"].astype(float)).any()
     if has_var:
         pdf.add_page()
-        add_figure(F.variance_disparity_figure(audit, top=20), numbered("Variance disparities by group"),
-                   "Left: the predicted spread (square root of the mean predicted variance) and the observed spread "
-                   "(root mean squared residual around the predicted mean) per group. Right: both variances "
-                   "relative to all rows, with 95% bootstrap intervals. Where blue and orange disagree, the model "
-                   "misjudges the uncertainty of that group; where both sit away from 1, the group is genuinely "
-                   "more (or less) variable than the population.",
-                   max_height=160)
+        add_figure(
+            F.variance_disparity_figure(audit, top=20),
+            numbered("Variance disparities by group"),
+            "Left: the predicted spread (square root of the mean predicted variance) and the observed spread "
+            "(root mean squared residual around the predicted mean) per group. Right: both variances "
+            "relative to all rows, with 95% bootstrap intervals. Where blue and orange disagree, the model "
+            "misjudges the uncertainty of that group; where both sit away from 1, the group is genuinely "
+            "more (or less) variable than the population.",
+            max_height=160,
+        )
         vt = _variance_table(audit, top=8)
         if vt is not None:
-            doc.data_table(vt, col_widths=(58, 12, 15, 15, 16, 35, 35),
-                           title="Groups whose predicted and observed variance disagree most")
-            doc.para(f"SD in {label} units; pred./obs.: predicted over observed variance (1 = right); "
-                     "vs all: the group's variance over the whole population's, with a 95% bootstrap interval.",
-                     size=8, color=(70, 70, 70))
+            doc.data_table(
+                vt,
+                col_widths=(58, 12, 15, 15, 16, 35, 35),
+                title="Groups whose predicted and observed variance disagree most",
+            )
+            doc.para(
+                f"SD in {label} units; pred./obs.: predicted over observed variance (1 = right); "
+                "vs all: the group's variance over the whole population's, with a 95% bootstrap interval.",
+                size=8,
+                color=(70, 70, 70),
+            )
     else:
         skipped.append("variance disparities and moment reliability (the model predicts the mean only)")
 
@@ -423,36 +545,48 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
                 pdf.add_page()
                 add_figure(builder(sub), heading + part, caption, fill=True)
 
-        parts(lambda a: F.coverage_heatmap(a, delta), "Interval coverage by group and method",
-              f"Share of rows whose label falls inside its interval, per group and interval method. White is "
-              f"the target {1 - delta:.0%}; red cells under-cover (the intervals are too narrow there), blue "
-              "cells over-cover (too wide). 'guaranteed' are the paper's worst-case intervals. The summary by "
-              "method is on page 1.")
+        parts(
+            lambda a: F.coverage_heatmap(a, delta),
+            "Interval coverage by group and method",
+            f"Share of rows whose label falls inside its interval, per group and interval method. White is "
+            f"the target {1 - delta:.0%}; red cells under-cover (the intervals are too narrow there), blue "
+            "cells over-cover (too wide). 'guaranteed' are the paper's worst-case intervals. The summary by "
+            "method is on page 1.",
+        )
         cb = getattr(audit, "coverage_by_bucket", None)
         if isinstance(cb, pd.DataFrame) and cb.notna().to_numpy().any():
             bm = F._get(getattr(audit, "params", None), "bucket_method") or "calibrated"
-            parts(lambda a: F.coverage_by_bucket_heatmap(a, delta),
-                  "Coverage by predicted mean",
-                  f"Coverage of the {bm} intervals per group and bucket of the predicted mean: multicalibrated "
-                  "intervals should be close to the target in every cell, not only on average. Blank: no rows "
-                  "there. Cells with few rows are noisy.")
-        parts(F.width_heatmap, "Interval widths",
-              f"Mean interval width in {label} units. Read together with the coverage: the best method is "
-              "the narrowest one that still reaches the target in every group.")
+            parts(
+                lambda a: F.coverage_by_bucket_heatmap(a, delta),
+                "Coverage by predicted mean",
+                f"Coverage of the {bm} intervals per group and bucket of the predicted mean: multicalibrated "
+                "intervals should be close to the target in every cell, not only on average. Blank: no rows "
+                "there. Cells with few rows are noisy.",
+            )
+        parts(
+            F.width_heatmap,
+            "Interval widths",
+            f"Mean interval width in {label} units. Read together with the coverage: the best method is "
+            "the narrowest one that still reaches the target in every group.",
+        )
     else:
         skipped.append("interval coverage and widths (no interval method is available for this model)")
 
     pdf.add_page()
-    add_figure(F.calibration_before_after_figure(audit, top=20), numbered("Mean calibration before and after"),
-               "For each group, the largest gap between the average prediction and the average label over the "
-               "group's buckets of predicted values, for the base model (or the constant the fit started from) "
-               "and after multicalibration.",
-               max_height=140)
+    add_figure(
+        F.calibration_before_after_figure(audit, top=20),
+        numbered("Mean calibration before and after"),
+        "For each group, the largest gap between the average prediction and the average label over the "
+        "group's buckets of predicted values, for the base model (or the constant the fit started from) "
+        "and after multicalibration.",
+        max_height=140,
+    )
     calt = _calibration_table(audit, top=10)
     if calt is not None:
         w = [60, 14] + [(186 - 74) / (len(calt.columns) - 2)] * (len(calt.columns) - 2)
-        doc.data_table(calt, col_widths=w,
-                       title=f"Calibration errors ({label} units; weighted: times the cell's share of rows)")
+        doc.data_table(
+            calt, col_widths=w, title=f"Calibration errors ({label} units; weighted: times the cell's share of rows)"
+        )
 
     moments = tuple(model.params.moments)
     mc = getattr(audit, "moment_cells", None)
@@ -465,13 +599,21 @@ def build_report_pdf(model, table, y, base=None, delta: float = 0.1, gamma: floa
         pdf.add_page()
         a_max = max(moments) if moments else 2
         second = a_max >= 3 and has_moment(a_max)
-        add_figure(F.moment_reliability_figure(audit, 2), numbered("Variance reliability"),
-                   "Each dot is a cell (a group × a bucket of the predicted mean × a bucket of the predicted "
-                   "variance); its area is the cell's share of rows. Dots on the dashed diagonal have the predicted "
-                   "variance they observe; small cells scatter more.", max_height=118 if second else 160)
+        add_figure(
+            F.moment_reliability_figure(audit, 2),
+            numbered("Variance reliability"),
+            "Each dot is a cell (a group × a bucket of the predicted mean × a bucket of the predicted "
+            "variance); its area is the cell's share of rows. Dots on the dashed diagonal have the predicted "
+            "variance they observe; small cells scatter more.",
+            max_height=118 if second else 160,
+        )
         if second:
-            add_figure(F.moment_reliability_figure(audit, a_max), numbered(f"Moment {a_max} reliability"),
-                       f"As above for the {a_max}th central moment.", max_height=105)
+            add_figure(
+                F.moment_reliability_figure(audit, a_max),
+                numbered(f"Moment {a_max} reliability"),
+                f"As above for the {a_max}th central moment.",
+                max_height=105,
+            )
 
     if skipped:
         doc.ensure(30)

@@ -5,6 +5,7 @@ shows). :func:`app.report.build_report_pdf` hands a binary audit to :func:`binar
 through ``app.report.figure_to_png`` (looked up there at call time, so one renderer, and one stand-in in the
 tests, serves both reports).
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -46,53 +47,90 @@ def binary_report(model, audit, label: str, data_name: str) -> bytes:
     pdf.set_text_color(90, 90, 90)
     pdf.set_font(pdf.family, "", 9)
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    pdf.multi_cell(0, 5, t(f"Data: {data_name} · {int(params['n']):,} rows · {len(bg):,} groups · decision "
-                           f"threshold {thr:g} · generated {stamp} by mmc-audit"), new_x="LMARGIN", new_y="NEXT")
+    pdf.multi_cell(
+        0,
+        5,
+        t(
+            f"Data: {data_name} · {int(params['n']):,} rows · {len(bg):,} groups · decision "
+            f"threshold {thr:g} · generated {stamp} by mmc-audit"
+        ),
+        new_x="LMARGIN",
+        new_y="NEXT",
+    )
     pdf.set_text_color(0, 0, 0)
     pdf.ln(2)
 
     s = findings_summary(audit)
     doc.heading("Key findings", size=12, space=1)
     if s["failed"]:
-        doc.para(f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
-                 color=(170, 40, 0))
+        doc.para(
+            f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
+            color=(170, 40, 0),
+        )
     else:
-        scope = (f"{s['n_tests']} tests of the predicted probability on every group and every group × "
-                 f"probability bucket of at least {s['min_count']} rows, adjusted together by {s['control']} at "
-                 f"{s['level']:g}.")
+        scope = (
+            f"{s['n_tests']} tests of the predicted probability on every group and every group × "
+            f"probability bucket of at least {s['min_count']} rows, adjusted together by {s['control']} at "
+            f"{s['level']:g}."
+        )
         if s["shown"]:
             doc.bullets([f["text"] for f in s["shown"]])
             doc.para(scope, size=8.5, style="I")
         else:
             doc.para("No miscalibrated group or bucket found: " + scope, style="I")
     if not info.get("converged", True):
-        doc.para("**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
-                 "fitting rows.", color=(170, 40, 0), markdown=True)
+        doc.para(
+            "**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
+            "fitting rows.",
+            color=(170, 40, 0),
+            markdown=True,
+        )
     classes = params["label"].get("classes") or [0, 1]
     p = model.params
     doc.heading("Model and run", size=12)
-    doc.kv_table([
-        ("Task", f"classifier audit (binary label {label}: positive class {classes[1]!s}, negative {classes[0]!s})"),
-        ("Prediction", "the multicalibrated probability of the positive class, in [0, 1] (mean only)"),
-        ("Before", str(params.get("base", "–"))),
-        ("Fit", f"α = {p.alpha:.3g} (mass-weighted, probability scale); m = {p.m} probability buckets; "
+    doc.kv_table(
+        [
+            (
+                "Task",
+                f"classifier audit (binary label {label}: positive class {classes[1]!s}, negative {classes[0]!s})",
+            ),
+            ("Prediction", "the multicalibrated probability of the positive class, in [0, 1] (mean only)"),
+            ("Before", str(params.get("base", "–"))),
+            (
+                "Fit",
+                f"α = {p.alpha:.3g} (mass-weighted, probability scale); m = {p.m} probability buckets; "
                 f"{info.get('rounds', '–')} round(s), {info.get('mean_updates', '–')} update(s); converged: "
-                f"{'yes' if info.get('converged', True) else 'no'}"),
-        ("Audit", f"threshold {thr:g} (decision = probability ≥ threshold); {params['n_buckets']} equal "
-                  f"probability buckets for calibration; {params['n_boot']} bootstrap replicates; worst-bucket "
-                  f"errors over buckets of ≥ {params['min_cell_count']} rows"),
-    ])
+                f"{'yes' if info.get('converged', True) else 'no'}",
+            ),
+            (
+                "Audit",
+                f"threshold {thr:g} (decision = probability ≥ threshold); {params['n_buckets']} equal "
+                f"probability buckets for calibration; {params['n_boot']} bootstrap replicates; worst-bucket "
+                f"errors over buckets of ≥ {params['min_cell_count']} rows",
+            ),
+        ]
+    )
     ov = bg.iloc[0]
     doc.heading("Data", size=12)
     small = bg.sort_values("count").head(3)
-    doc.kv_table([("Rows", f"{int(ov['count']):,} audited; share of positives {ov['base_rate']:.3f}"),
-                  ("Groups", f"{len(bg):,} (overlapping; 'all' is the whole population)"),
-                  ("Smallest groups", "; ".join(f"{_short(g, 40)} ({int(c):,} rows)"
-                                                for g, c in zip(small.index, small["count"])))])
+    doc.kv_table(
+        [
+            ("Rows", f"{int(ov['count']):,} audited; share of positives {ov['base_rate']:.3f}"),
+            ("Groups", f"{len(bg):,} (overlapping; 'all' is the whole population)"),
+            (
+                "Smallest groups",
+                "; ".join(f"{_short(g, 40)} ({int(c):,} rows)" for g, c in zip(small.index, small["count"])),
+            ),
+        ]
+    )
     if int(params["n"]) == info.get("n_rows"):
-        doc.para("These data have as many rows as the model was fitted on: if they are the fitting rows, the "
-                 "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
-                 size=8.5, style="I", color=(170, 40, 0))
+        doc.para(
+            "These data have as many rows as the model was fitted on: if they are the fitting rows, the "
+            "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
+            size=8.5,
+            style="I",
+            color=(170, 40, 0),
+        )
     doc.heading("How to read this report", size=12)
     doc.para(_BINARY_HOW_TO_READ, size=9)
 
@@ -114,33 +152,61 @@ def binary_report(model, audit, label: str, data_name: str) -> bytes:
     keep = [c for c in cal.columns if not c.startswith("Brier")]
     table(cal[keep[:2] + keep[2:7]], "1. Probability calibration by group (before → after, 95% intervals)", 28)
     table(cal[keep[:2] + keep[7:]], "Log loss and expected calibration error by group", 28)
-    doc.para("positive share: observed share of positives; mean probability: average predicted probability; worst "
-             "bucket error: observed − predicted in the group's probability bucket with the largest gap (buckets of "
-             f"≥ {params['min_cell_count']} rows); ECE: gaps averaged over the group's buckets, weighted by rows; "
-             "log loss: lower is better.", size=8, color=(70, 70, 70))
+    doc.para(
+        "positive share: observed share of positives; mean probability: average predicted probability; worst "
+        "bucket error: observed − predicted in the group's probability bucket with the largest gap (buckets of "
+        f"≥ {params['min_cell_count']} rows); ECE: gaps averaged over the group's buckets, weighted by rows; "
+        "log loss: lower is better.",
+        size=8,
+        color=(70, 70, 70),
+    )
     pdf.add_page()
-    add_figure(FB.reliability_figure(audit.calibration_cells, bg), "2. Reliability diagrams",
-               "Observed share of positives against the average predicted probability in each tenth of the "
-               "probability scale, per group (the largest groups), before (orange) and after (blue) "
-               "multicalibration. Points on the dashed diagonal are calibrated; bars are Wilson 95% intervals, "
-               "so small buckets scatter widely.", max_height=190)
+    add_figure(
+        FB.reliability_figure(audit.calibration_cells, bg),
+        "2. Reliability diagrams",
+        "Observed share of positives against the average predicted probability in each tenth of the "
+        "probability scale, per group (the largest groups), before (orange) and after (blue) "
+        "multicalibration. Points on the dashed diagonal are calibrated; bars are Wilson 95% intervals, "
+        "so small buckets scatter widely.",
+        max_height=190,
+    )
     pdf.add_page()
-    add_figure(FB.rate_figure(bg, thr), f"3. Rates by group at threshold {thr:g}",
-               "Selection rate (share decided positive), true positive rate and false positive rate per group, "
-               "with bootstrap 95% intervals, before and after multicalibration.", max_height=110)
+    add_figure(
+        FB.rate_figure(bg, thr),
+        f"3. Rates by group at threshold {thr:g}",
+        "Selection rate (share decided positive), true positive rate and false positive rate per group, "
+        "with bootstrap 95% intervals, before and after multicalibration.",
+        max_height=110,
+    )
     rt = FB.classifier_rate_table(bg, top=24)
-    table(rt[[c for c in rt.columns if not c.endswith(", before")]],
-          f"Rates at threshold {thr:g} after multicalibration (95% intervals)", 28)
+    table(
+        rt[[c for c in rt.columns if not c.endswith(", before")]],
+        f"Rates at threshold {thr:g} after multicalibration (95% intervals)",
+        28,
+    )
     dt = FB.classifier_disparity_table(audit.classifier.disparities) if audit.classifier is not None else None
     if dt is not None and len(dt):
-        doc.data_table(dt, col_widths=(24, 14, 22, 18, 22, 18, 68), size=7.5,
-                       title="Disparities across the values of each column (after multicalibration)")
-        doc.para("DP: demographic parity (selection rates: largest − smallest, smallest / largest); EO: equalized "
-                 "odds (the larger gap of the true and false positive rates; the smaller ratio); four-fifths rule: "
-                 "groups selected at less than 4/5 of the column's highest selection rate. Computed as fairlearn's "
-                 "MetricFrame does.", size=8, color=(70, 70, 70))
+        doc.data_table(
+            dt,
+            col_widths=(24, 14, 22, 18, 22, 18, 68),
+            size=7.5,
+            title="Disparities across the values of each column (after multicalibration)",
+        )
+        doc.para(
+            "DP: demographic parity (selection rates: largest − smallest, smallest / largest); EO: equalized "
+            "odds (the larger gap of the true and false positive rates; the smaller ratio); four-fifths rule: "
+            "groups selected at less than 4/5 of the column's highest selection rate. Computed as fairlearn's "
+            "MetricFrame does.",
+            size=8,
+            color=(70, 70, 70),
+        )
     doc.ensure(30)
     doc.heading("Not in this report", size=11)
-    doc.bullets(["Prediction intervals, coverage and variance findings: a 0/1 outcome has no useful interval, and "
-                 "its variance p(1 − p) follows from the probability."], size=9)
+    doc.bullets(
+        [
+            "Prediction intervals, coverage and variance findings: a 0/1 outcome has no useful interval, and "
+            "its variance p(1 − p) follows from the probability."
+        ],
+        size=9,
+    )
     return bytes(pdf.output())

@@ -5,6 +5,7 @@ several heatmaps (:func:`_subset`, :func:`_chunks`). Functions of an ``AuditResu
 (only :func:`_findings_section` writes, through the document layer of :mod:`app.pdf_doc`); :mod:`app.report`
 lays them out.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from . import figures as F
+
+
 def _num(v, digits: int = 3) -> str:
     try:
         v = float(v)
@@ -68,15 +71,20 @@ def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
 
     def col(c):
         return d[c] if c in d else pd.Series(np.nan, index=d.index)
-    return pd.DataFrame({
-        "group": _name_col(audit, d.index, 34),
-        "rows": [f"{int(v):,}" for v in d["count"]] if "count" in d else "–",
-        "pred. SD": [_num(math.sqrt(v)) for v in d["pred_var"].astype(float)],
-        "obs. SD": [_num(math.sqrt(v)) for v in d["emp_var"].astype(float)],
-        "pred./obs.": [_num(p_ / e_) for p_, e_ in zip(d["pred_var"].astype(float), d["emp_var"].astype(float))],
-        "pred. vs all": [ci(*t) for t in zip(col("var_ratio"), col("var_ratio_lo"), col("var_ratio_hi"))],
-        "obs. vs all": [ci(*t) for t in zip(col("emp_var_ratio"), col("emp_var_ratio_lo"), col("emp_var_ratio_hi"))],
-    })
+
+    return pd.DataFrame(
+        {
+            "group": _name_col(audit, d.index, 34),
+            "rows": [f"{int(v):,}" for v in d["count"]] if "count" in d else "–",
+            "pred. SD": [_num(math.sqrt(v)) for v in d["pred_var"].astype(float)],
+            "obs. SD": [_num(math.sqrt(v)) for v in d["emp_var"].astype(float)],
+            "pred./obs.": [_num(p_ / e_) for p_, e_ in zip(d["pred_var"].astype(float), d["emp_var"].astype(float))],
+            "pred. vs all": [ci(*t) for t in zip(col("var_ratio"), col("var_ratio_lo"), col("var_ratio_hi"))],
+            "obs. vs all": [
+                ci(*t) for t in zip(col("emp_var_ratio"), col("emp_var_ratio_lo"), col("emp_var_ratio_hi"))
+            ],
+        }
+    )
 
 
 def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
@@ -91,13 +99,17 @@ def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
         overall = c.get("all", np.nan) if "all" in c.index else np.nan
         cb = c[big] if big.any() else c
         worst = cb.idxmin() if cb.notna().any() else None
-        rows.append({
-            "method": F.METHOD_LABELS.get(str(m), str(m)),
-            "coverage (all)": _pct(overall),
-            "worst group (mass ≥ γ)": f"{_short(worst, 26)}: {_pct(cb.min())}" if worst is not None else "–",
-            f"groups under {target - 0.05:.0%}": f"{int((cb < target - 0.05).sum())} of {int(cb.notna().sum())}",
-            "mean width (all)": _num(wid[m].astype(float).get("all", np.nan)) if wid is not None and m in wid else "–",
-        })
+        rows.append(
+            {
+                "method": F.METHOD_LABELS.get(str(m), str(m)),
+                "coverage (all)": _pct(overall),
+                "worst group (mass ≥ γ)": f"{_short(worst, 26)}: {_pct(cb.min())}" if worst is not None else "–",
+                f"groups under {target - 0.05:.0%}": f"{int((cb < target - 0.05).sum())} of {int(cb.notna().sum())}",
+                "mean width (all)": _num(wid[m].astype(float).get("all", np.nan))
+                if wid is not None and m in wid
+                else "–",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -134,12 +146,19 @@ def findings_summary(audit) -> dict:
     status = getattr(audit, "findings_status", "failed: this audit has no findings (made by an older version)")
     found = list(getattr(audit, "findings", []) or [])
     control = {"holm": "Holm (family-wise error)", "bh": "Benjamini-Hochberg (false discovery rate)"}.get(
-        params.get("error_control"), str(params.get("error_control")))
-    return {"failed": None if status == "ok" else status.removeprefix("failed:").strip(),
-            "shown": found[:_MAX_FINDINGS], "n_found": len(found), "n_tests": params.get("n_tests"),
-            "control": control, "level": params.get("findings_level"), "min_count": params.get("min_group_count"),
-            "variance_note": _variance_note(params.get("variance_tolerance")),
-            "disparities": list(getattr(audit, "disparities", []) or [])[:3]}
+        params.get("error_control"), str(params.get("error_control"))
+    )
+    return {
+        "failed": None if status == "ok" else status.removeprefix("failed:").strip(),
+        "shown": found[:_MAX_FINDINGS],
+        "n_found": len(found),
+        "n_tests": params.get("n_tests"),
+        "control": control,
+        "level": params.get("findings_level"),
+        "min_count": params.get("min_group_count"),
+        "variance_note": _variance_note(params.get("variance_tolerance")),
+        "disparities": list(getattr(audit, "disparities", []) or [])[:3],
+    }
 
 
 def _variance_note(tol) -> str:
@@ -155,12 +174,16 @@ def _findings_section(doc, audit):
     s = findings_summary(audit)
     doc.heading("Key findings", size=12, space=1)
     if s["failed"]:
-        doc.para(f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
-                 color=(170, 40, 0))
+        doc.para(
+            f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
+            color=(170, 40, 0),
+        )
         return
-    scope = (f"{s['n_tests']} tests of the model's means, bucket calibration, variances and interval coverage on "
-             f"every group and cell of at least {s['min_count']} rows, adjusted together by {s['control']} at "
-             f"{s['level']:g}.{s['variance_note']}")
+    scope = (
+        f"{s['n_tests']} tests of the model's means, bucket calibration, variances and interval coverage on "
+        f"every group and cell of at least {s['min_count']} rows, adjusted together by {s['control']} at "
+        f"{s['level']:g}.{s['variance_note']}"
+    )
     if s["shown"]:
         doc.bullets([f["text"] for f in s["shown"]])
         more = s["n_found"] - len(s["shown"])
@@ -204,10 +227,14 @@ def _subset(audit, names) -> SimpleNamespace:
             return t.loc[[n for n in names if n in t.index]]
         return t
 
-    return SimpleNamespace(by_group=getattr(audit, "by_group", None), coverage=take(getattr(audit, "coverage", None)),
-                           width=take(getattr(audit, "width", None)),
-                           coverage_by_bucket=take(getattr(audit, "coverage_by_bucket", None)),
-                           params=getattr(audit, "params", {}), overall=getattr(audit, "overall", {}))
+    return SimpleNamespace(
+        by_group=getattr(audit, "by_group", None),
+        coverage=take(getattr(audit, "coverage", None)),
+        width=take(getattr(audit, "width", None)),
+        coverage_by_bucket=take(getattr(audit, "coverage_by_bucket", None)),
+        params=getattr(audit, "params", {}),
+        overall=getattr(audit, "overall", {}),
+    )
 
 
 def _chunks(index, size: int) -> list:
@@ -216,5 +243,4 @@ def _chunks(index, size: int) -> list:
         return [idx]
     k = math.ceil(len(idx) / size)
     step = math.ceil(len(idx) / k)
-    return [idx[i: i + step] for i in range(0, len(idx), step)]
-
+    return [idx[i : i + step] for i in range(0, len(idx), step)]

@@ -31,27 +31,87 @@ boosting iterations of the base model (nothing is kept), before every single upd
 so far is kept, marked "stopped by user", and not audited: :func:`audit_run` audits it on request), and
 abandons a running audit at once.
 """
+
 from __future__ import annotations
 
-from app.base_model import (BOOST_CHUNK, StoppedByUser, base_prediction, cached_base_model,
-                            fit_base_model)
-from app.discovery import (DiscoverJob, DiscoverResult, DiscoverSpec, describe_finding, discovered_group,
-                           run_discovery)
+from app.base_model import BOOST_CHUNK, StoppedByUser, base_prediction, cached_base_model, fit_base_model
+from app.discovery import DiscoverJob, DiscoverResult, DiscoverSpec, describe_finding, discovered_group, run_discovery
 from app.jobs import HISTORY_FLUSH, SWITCH_INTERVAL, FitJob, debug, prewarm
-from app.pipeline import (NOT_AUDITED, audit_run, auto_thresholds, classifier_rates, error_metrics,
-                          predictions_table, row_details, run_pipeline, se_thresholds, split_rows)
-from app.specs import (BASE_MODELS, DISCOVERED_PREFIX, GROUP_INFO_KEYS, SPLIT_NAMES, STEP_HELP, AuditRun, BaseSpec,
-                       FitSettings, LabelSpec, PreparedLabel, SplitSpec, binary_label, frame_key, groups_key,
-                       label_values, prepare_label, settings_dict)
+from app.pipeline import (
+    NOT_AUDITED,
+    audit_run,
+    auto_thresholds,
+    classifier_rates,
+    error_metrics,
+    predictions_table,
+    row_details,
+    run_pipeline,
+    se_thresholds,
+    split_rows,
+)
+from app.specs import (
+    BASE_MODELS,
+    DISCOVERED_PREFIX,
+    GROUP_INFO_KEYS,
+    SPLIT_NAMES,
+    STEP_HELP,
+    AuditRun,
+    BaseSpec,
+    FitSettings,
+    LabelSpec,
+    PreparedLabel,
+    SplitSpec,
+    binary_label,
+    frame_key,
+    groups_key,
+    label_values,
+    prepare_label,
+    settings_dict,
+)
 
 __all__ = [
-    "LabelSpec", "BaseSpec", "SplitSpec", "FitSettings", "PreparedLabel", "AuditRun", "FitJob",
-    "prepare_label", "split_rows", "base_prediction", "fit_base_model", "run_pipeline", "predictions_table",
-    "row_details", "frame_key", "STEP_HELP", "BASE_MODELS", "SPLIT_NAMES", "StoppedByUser", "audit_run",
-    "NOT_AUDITED", "DiscoverSpec", "DiscoverJob", "DiscoverResult", "run_discovery", "describe_finding",
-    "discovered_group", "DISCOVERED_PREFIX",
+    "LabelSpec",
+    "BaseSpec",
+    "SplitSpec",
+    "FitSettings",
+    "PreparedLabel",
+    "AuditRun",
+    "FitJob",
+    "prepare_label",
+    "split_rows",
+    "base_prediction",
+    "fit_base_model",
+    "run_pipeline",
+    "predictions_table",
+    "row_details",
+    "frame_key",
+    "STEP_HELP",
+    "BASE_MODELS",
+    "SPLIT_NAMES",
+    "StoppedByUser",
+    "audit_run",
+    "NOT_AUDITED",
+    "DiscoverSpec",
+    "DiscoverJob",
+    "DiscoverResult",
+    "run_discovery",
+    "describe_finding",
+    "discovered_group",
+    "DISCOVERED_PREFIX",
     # also used by the pages and tests
-    "BOOST_CHUNK", "GROUP_INFO_KEYS", "HISTORY_FLUSH", "SWITCH_INTERVAL", "auto_thresholds", "binary_label",
-    "cached_base_model", "classifier_rates", "debug", "error_metrics", "groups_key", "label_values", "prewarm",
-    "se_thresholds", "settings_dict",
+    "BOOST_CHUNK",
+    "GROUP_INFO_KEYS",
+    "HISTORY_FLUSH",
+    "SWITCH_INTERVAL",
+    "auto_thresholds",
+    "binary_label",
+    "cached_base_model",
+    "classifier_rates",
+    "debug",
+    "error_metrics",
+    "groups_key",
+    "label_values",
+    "prewarm",
+    "se_thresholds",
+    "settings_dict",
 ]

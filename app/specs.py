@@ -5,6 +5,7 @@ values every other part of the engine room (:mod:`app.base_model`, :mod:`app.pip
 :mod:`app.discovery`) and the Streamlit pages pass around; they import nothing from those modules, so the UI can
 build settings without loading scikit-learn or the fitting code.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,8 +19,12 @@ import pandas as pd
 from mmc_core.errors import DataError
 from mmc_core.groups import GROUP_INFO_KEYS  # noqa: F401 - re-exported; defined once, in mmc_core
 
-SPLIT_NAMES = {"base": "base-model training", "fit": "multicalibration fitting",
-               "calibration": "interval calibration (held out of fitting)", "test": "test (audit)"}
+SPLIT_NAMES = {
+    "base": "base-model training",
+    "fit": "multicalibration fitting",
+    "calibration": "interval calibration (held out of fitting)",
+    "test": "test (audit)",
+}
 BASE_MODELS = {
     "hgb": "gradient boosting (HistGradientBoostingRegressor)",
     "ridge": "ridge regression (one-hot + standardised)",
@@ -106,33 +111,33 @@ class FitSettings:
 
 @dataclass
 class PreparedLabel:
-    y: np.ndarray          # fitted label (after log / clipping), all rows
+    y: np.ndarray  # fitted label (after log / clipping), all rows
     lo: float
     hi: float
-    source: str            # observed | declared | robust
-    name: str              # display name, e.g. "wage" or "log(wage)"
+    source: str  # observed | declared | robust
+    name: str  # display name, e.g. "wage" or "log(wage)"
     n_clipped: int = 0
     note: str = ""
-    task: str = "regression"   # or "binary": y is 0/1, lo = 0, hi = 1
-    classes: tuple = ()        # binary: (negative, positive) as in the data
+    task: str = "regression"  # or "binary": y is 0/1, lo = 0, hi = 1
+    classes: tuple = ()  # binary: (negative, positive) as in the data
 
 
 @dataclass
 class AuditRun:
     """Everything one pipeline run produced (kept in session state; survives reruns)."""
 
-    model: object                      # mmc_core.FittedModel
+    model: object  # mmc_core.FittedModel
     history: list
     converged: bool
     stopped: bool
     label: PreparedLabel
-    base: np.ndarray | None            # base prediction of every row (label units after log), or None
+    base: np.ndarray | None  # base prediction of every row (label units after log), or None
     base_spec: BaseSpec
     label_spec: LabelSpec
-    split: dict                        # name -> row indices (base / fit / calibration / test)
+    split: dict  # name -> row indices (base / fit / calibration / test)
     settings: FitSettings
     groups_json: dict
-    audit: object = None               # mmc_core.metrics.AuditResult on the test rows (None if unavailable)
+    audit: object = None  # mmc_core.metrics.AuditResult on the test rows (None if unavailable)
     audit_error: str = ""
     timings: dict = field(default_factory=dict)
     data_key: str = ""
@@ -157,13 +162,17 @@ class AuditRun:
     def summary(self) -> dict:
         info = getattr(self.model, "info", {}) or {}
         return {
-            "converged": self.converged, "stopped": self.stopped, "rounds": info.get("rounds"),
-            "kept_round": info.get("kept_round"), "mean_updates": info.get("mean_updates"),
-            "moment_updates": info.get("moment_updates"), "n_groups": info.get("n_groups"),
-            "split": {k: int(v.size) for k, v in self.split.items()}, "timings": dict(self.timings),
+            "converged": self.converged,
+            "stopped": self.stopped,
+            "rounds": info.get("rounds"),
+            "kept_round": info.get("kept_round"),
+            "mean_updates": info.get("mean_updates"),
+            "moment_updates": info.get("moment_updates"),
+            "n_groups": info.get("n_groups"),
+            "split": {k: int(v.size) for k, v in self.split.items()},
+            "timings": dict(self.timings),
             "task": getattr(self.label, "task", "regression"),
         }
-
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -196,8 +205,10 @@ def prepare_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel:
     if spec.log:
         bad = int(np.sum(y <= 0))
         if bad:
-            raise DataError(f"log scale needs a positive label: {bad} row(s) of '{spec.column}' are <= 0 "
-                            f"(smallest {float(np.min(y)):g}); turn log off or use a shifted column")
+            raise DataError(
+                f"log scale needs a positive label: {bad} row(s) of '{spec.column}' are <= 0 "
+                f"(smallest {float(np.min(y)):g}); turn log off or use a shifted column"
+            )
         y = np.log(y)
         name = f"log({spec.column})"
     n_clipped = 0
@@ -216,12 +227,16 @@ def prepare_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel:
             raise DataError(f"the declared label range needs LO < HI, got [{spec.lo}, {spec.hi}]")
         outside = int(np.sum((y < lo) | (y > hi)))
         if outside:
-            raise DataError(f"{outside} label value(s) lie outside the declared range [{spec.lo:g}, {spec.hi:g}] "
-                            f"(min {float(np.min(y)):g}, max {float(np.max(y)):g}); widen it or choose 'robust'")
+            raise DataError(
+                f"{outside} label value(s) lie outside the declared range [{spec.lo:g}, {spec.hi:g}] "
+                f"(min {float(np.min(y)):g}, max {float(np.max(y)):g}); widen it or choose 'robust'"
+            )
         note = "declared range"
     elif spec.scaling == "robust":
         if not 0 <= spec.q_lo < spec.q_hi <= 1:
-            raise DataError(f"robust range needs 0 <= lower quantile < upper quantile <= 1, got {spec.q_lo}, {spec.q_hi}")
+            raise DataError(
+                f"robust range needs 0 <= lower quantile < upper quantile <= 1, got {spec.q_lo}, {spec.q_hi}"
+            )
         lo, hi = (float(v) for v in np.quantile(y, [spec.q_lo, spec.q_hi]))
         n_clipped = int(np.sum((y < lo) | (y > hi)))
         y = np.clip(y, lo, hi)
@@ -265,14 +280,22 @@ def binary_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel | None:
         positive = {"true": True, "false": False}.get(str(positive).lower(), positive)
     if positive is None and not (pd.api.types.is_bool_dtype(s) or (numeric and set(pd.unique(s)) <= {0, 1})):
         shown = ", ".join(repr(v) for v in sorted(pd.unique(s), key=str))
-        raise DataError(f"the label '{spec.column}' has the two values {shown}: choose its positive class (the "
-                        "outcome whose probability is predicted)")
+        raise DataError(
+            f"the label '{spec.column}' has the two values {shown}: choose its positive class (the "
+            "outcome whose probability is predicted)"
+        )
     _, y, info = resolve_task(s, "binary", positive, spec.column)
     neg, pos = info["classes"]
-    return PreparedLabel(y=y, lo=0.0, hi=1.0, source="binary", name=spec.column,
-                         note=f"binary label: positive class {pos!s} ({int(y.sum()):,} of {y.size:,} rows)",
-                         task="binary", classes=(neg, pos))
-
+    return PreparedLabel(
+        y=y,
+        lo=0.0,
+        hi=1.0,
+        source="binary",
+        name=spec.column,
+        note=f"binary label: positive class {pos!s} ({int(y.sum()):,} of {y.size:,} rows)",
+        task="binary",
+        classes=(neg, pos),
+    )
 
 
 def settings_dict(settings: FitSettings) -> dict:
@@ -281,7 +304,6 @@ def settings_dict(settings: FitSettings) -> dict:
 
 def groups_key(groups_json) -> str:
     return hashlib.sha1(json.dumps(groups_json, sort_keys=True).encode()).hexdigest()[:16]
-
 
 
 DISCOVERED_PREFIX = "found: "  # names of discovered groups start with this (every table and figure shows it)

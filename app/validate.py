@@ -6,6 +6,7 @@ correlation with it, or an exact monotone transform of it such as ``hrwage`` for
 The dashboard does not pre-select flagged columns and shows the reasons next to the feature list; the
 pipeline refuses all-missing and constant features with a message naming the column.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,8 @@ import pandas as pd
 
 __all__ = ["feature_flags", "LEAK_CORRELATION", "unusable_feature_error", "label_problem_rows"]
 
-LEAK_CORRELATION = 0.98   # |Pearson r| at or above this with the label: flagged as leaking
-MONOTONE_RANK = 0.999     # |Spearman rho| at or above this: an exact monotone transform of the label
+LEAK_CORRELATION = 0.98  # |Pearson r| at or above this with the label: flagged as leaking
+MONOTONE_RANK = 0.999  # |Spearman rho| at or above this: an exact monotone transform of the label
 MIN_PAIRS = 10
 
 

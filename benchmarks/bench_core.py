@@ -27,6 +27,7 @@ defaults; then mmc_core mean-only (k = 1, exact step) with alpha set to the erro
 being max over (group, bucket) of P(cell) * |mean residual| on the training rows with mmc_core's 10 mean
 buckets on [0, 1] (one function, :func:`mc_error`, scores both).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,10 +68,22 @@ TARGET_PEAK_MB = 2048.0  # 2 GiB
 HKRR_DEFAULTS = {"alpha": 0.1, "lambda": 0.01, "max_iter": float("inf"), "randomized": True, "use_oracle": True}
 
 COLUMNS = [  # (key, header) of the markdown table
-    ("n", "n"), ("groups", "groups"), ("k", "k"), ("step", "step"), ("alpha", "alpha"), ("beta", "beta"),
-    ("fit_s", "fit s"), ("fit_wall_s", "fit() wall s"), ("rounds", "rounds"), ("mean_updates", "mean upd"),
-    ("moment_updates", "moment upd"), ("log_entries", "log"), ("converged", "converged"),
-    ("peak_fit_mb", "peak MB (fit)"), ("predict_s", "predict s"), ("peak_mb", "peak MB (all)"),
+    ("n", "n"),
+    ("groups", "groups"),
+    ("k", "k"),
+    ("step", "step"),
+    ("alpha", "alpha"),
+    ("beta", "beta"),
+    ("fit_s", "fit s"),
+    ("fit_wall_s", "fit() wall s"),
+    ("rounds", "rounds"),
+    ("mean_updates", "mean upd"),
+    ("moment_updates", "moment upd"),
+    ("log_entries", "log"),
+    ("converged", "converged"),
+    ("peak_fit_mb", "peak MB (fit)"),
+    ("predict_s", "predict s"),
+    ("peak_mb", "peak MB (all)"),
 ]
 
 
@@ -92,8 +105,9 @@ def parse_cards(text: str) -> tuple:
     elif int(t) in GROUP_PRESETS:
         cards = GROUP_PRESETS[int(t)]
     else:
-        raise argparse.ArgumentTypeError(f"groups {text!r}: use a preset ({', '.join(map(str, GROUP_PRESETS))}) "
-                                         "or column cardinalities like 7x8x8")
+        raise argparse.ArgumentTypeError(
+            f"groups {text!r}: use a preset ({', '.join(map(str, GROUP_PRESETS))}) or column cardinalities like 7x8x8"
+        )
     if any(c < 2 or c > 10 for c in cards):
         raise argparse.ArgumentTypeError("column cardinalities must be 2..10 (from_columns bins >10 values)")
     return cards
@@ -101,7 +115,7 @@ def parse_cards(text: str) -> tuple:
 
 def n_groups(cards) -> int:
     """Number of groups from_columns(max_order=2) makes: all + values + pairwise intersections."""
-    return 1 + sum(cards) + sum(a * b for i, a in enumerate(cards) for b in cards[i + 1:])
+    return 1 + sum(cards) + sum(a * b for i, a in enumerate(cards) for b in cards[i + 1 :])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -203,21 +217,35 @@ def work_core(cfg: dict) -> dict:
     out["gen_s"] = time.perf_counter() - t
     out["groups"] = len(gset)
     out["rss_before_fit_mb"] = _rss_mb()
-    est = MomentMulticalibrator(alpha=cfg["alpha"], beta=cfg["beta"], n_buckets=cfg.get("m", M_BUCKETS), n_moments=cfg["k"],
-                                step=cfg["step"], label_range=(0, 1), calibration_fraction=0)
+    est = MomentMulticalibrator(
+        alpha=cfg["alpha"],
+        beta=cfg["beta"],
+        n_buckets=cfg.get("m", M_BUCKETS),
+        n_moments=cfg["k"],
+        step=cfg["step"],
+        label_range=(0, 1),
+        calibration_fraction=0,
+    )
     t = time.perf_counter()
     est.fit(table, y, gset, base_prediction=base)
     out["fit_wall_s"] = time.perf_counter() - t
     out["peak_fit_mb"] = _maxrss_mb()
-    out.update(fit_s=est.fit_seconds_, rounds=int(est.n_rounds_), mean_updates=int(est.mean_updates_),
-               moment_updates=int(est.moment_updates_), converged=bool(est.converged_),
-               log_entries=len(est.model_.log), empty_groups=len(est.empty_groups_))
+    out.update(
+        fit_s=est.fit_seconds_,
+        rounds=int(est.n_rounds_),
+        mean_updates=int(est.mean_updates_),
+        moment_updates=int(est.moment_updates_),
+        converged=bool(est.converged_),
+        log_entries=len(est.model_.log),
+        empty_groups=len(est.empty_groups_),
+    )
     if cfg.get("score"):
         memb = gset.evaluate(table, cfg["n"])
         out["error"] = mc_error(est.fit_mean_unit_, y, memb)
         if cfg.get("hkrr_lambda"):
-            out["error_hkrr_buckets"] = mc_error(est.fit_mean_unit_, y, memb,
-                                                 _bucket_hkrr(est.fit_mean_unit_, cfg["hkrr_lambda"]))
+            out["error_hkrr_buckets"] = mc_error(
+                est.fit_mean_unit_, y, memb, _bucket_hkrr(est.fit_mean_unit_, cfg["hkrr_lambda"])
+            )
         out["error_base"] = mc_error(base, y, memb)
     if cfg.get("predict", True):
         del table, y, base
@@ -369,41 +397,59 @@ def machine_line() -> str:
         load = "load avg %.2f %.2f %.2f" % os.getloadavg()
     except OSError:
         load = ""
-    return (f"{os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, Python {sys.version.split()[0]}, "
-            f"numpy {np.__version__}, {load}, {time.strftime('%Y-%m-%d %H:%M %Z')}")
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, Python {sys.version.split()[0]}, "
+        f"numpy {np.__version__}, {load}, {time.strftime('%Y-%m-%d %H:%M %Z')}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------------------
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="tiny smoke run (n=2000, k in {1,2}, one repeat)")
     ap.add_argument("--sizes", default=None, help="comma-separated n (10k,100k,1M); default 10k,100k,1M")
-    ap.add_argument("--groups", default=None,
-                    help="comma-separated group sets: presets 20,200,91 or cardinalities like 7x8x8; "
-                         "default 3x4 (20 groups), 7x8x8 (200 groups)")
+    ap.add_argument(
+        "--groups",
+        default=None,
+        help="comma-separated group sets: presets 20,200,91 or cardinalities like 7x8x8; "
+        "default 3x4 (20 groups), 7x8x8 (200 groups)",
+    )
     ap.add_argument("--moments", default=None, help="comma-separated k (1 = mean only); default 1,2,4")
     ap.add_argument("--steps", default=None, help="comma-separated step rules; default exact,paper")
     ap.add_argument("--alpha", type=float, default=5e-4, help="alpha of the exact step (default 5e-4)")
     ap.add_argument("--beta", type=float, default=1e-4, help="beta of the exact step (default 1e-4)")
-    ap.add_argument("--paper-alpha", type=float, default=2e-3,
-                    help="alpha of the paper step (default 2e-3: its updates move by eta = alpha, so "
-                         "alpha = 5e-4 takes ~160 s at n = 1M, k = 4)")
+    ap.add_argument(
+        "--paper-alpha",
+        type=float,
+        default=2e-3,
+        help="alpha of the paper step (default 2e-3: its updates move by eta = alpha, so "
+        "alpha = 5e-4 takes ~160 s at n = 1M, k = 4)",
+    )
     ap.add_argument("--paper-beta", type=float, default=5e-4, help="beta of the paper step (default 5e-4)")
     ap.add_argument("--repeat", type=int, default=None, help="fresh runs per configuration (default 2; 1 with --quick)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per child process (default 600)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-predict", action="store_true", help="skip the predict (replay) timing")
-    ap.add_argument("--blas-threads", type=int, default=None,
-                    help="set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS in the children "
-                         "(default: inherit the environment)")
+    ap.add_argument(
+        "--blas-threads",
+        type=int,
+        default=None,
+        help="set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS in the children "
+        "(default: inherit the environment)",
+    )
     ap.add_argument("--no-hkrr", action="store_true", help="skip the comparison with multicalibration's HKRR")
     ap.add_argument("--hkrr-only", action="store_true", help="run only the HKRR comparison")
     ap.add_argument("--hkrr-n", type=parse_count, default=None, help="rows of the HKRR comparison (default 100k)")
-    ap.add_argument("--hkrr-groups", type=parse_cards, default=None,
-                    help="group columns of the HKRR comparison (default 5x5x5 = 91 groups)")
+    ap.add_argument(
+        "--hkrr-groups",
+        type=parse_cards,
+        default=None,
+        help="group columns of the HKRR comparison (default 5x5x5 = 91 groups)",
+    )
     ap.add_argument("--hkrr-alpha", type=float, default=HKRR_DEFAULTS["alpha"])
     ap.add_argument("--hkrr-lambda", type=float, default=HKRR_DEFAULTS["lambda"])
     ap.add_argument("--out", default=None, help="write every measured row (all fields) to this CSV")
@@ -439,40 +485,71 @@ def main(argv=None):
 
     # ---- grid ----------------------------------------------------------------------------------
     if not args.hkrr_only:
-        print(f"\nm = {M_BUCKETS} buckets; exact step alpha = {args.alpha:g}, beta = {args.beta:g}; "
-              f"paper step alpha = {args.paper_alpha:g}, beta = {args.paper_beta:g}; "
-              f"label_range (0, 1), calibration_fraction 0, seed {args.seed}.")
-        print("fit s = fit_seconds_ (descent incl. cell statistics); fit() wall s = the whole fit() call "
-              "(incl. group membership); peak MB = ru_maxrss of the child process (MiB) after fit / at the "
-              "end (after predicting n fresh rows); predict s = FittedModel.load(saved JSON).predict on n "
-              "fresh rows (log replay).\n", flush=True)
+        print(
+            f"\nm = {M_BUCKETS} buckets; exact step alpha = {args.alpha:g}, beta = {args.beta:g}; "
+            f"paper step alpha = {args.paper_alpha:g}, beta = {args.paper_beta:g}; "
+            f"label_range (0, 1), calibration_fraction 0, seed {args.seed}."
+        )
+        print(
+            "fit s = fit_seconds_ (descent incl. cell statistics); fit() wall s = the whole fit() call "
+            "(incl. group membership); peak MB = ru_maxrss of the child process (MiB) after fit / at the "
+            "end (after predicting n fresh rows); predict s = FittedModel.load(saved JSON).predict on n "
+            "fresh rows (log replay).\n",
+            flush=True,
+        )
         rows = []
         for n in sizes:
             for cards in group_sets:
                 for k in moments:
                     for step in steps:
                         a, b = (args.alpha, args.beta) if step == "exact" else (args.paper_alpha, args.paper_beta)
-                        cfg = {"n": n, "cards": list(cards), "k": k, "step": step, "alpha": a, "beta": b,
-                               "seed": args.seed, "predict": not args.no_predict}
+                        cfg = {
+                            "n": n,
+                            "cards": list(cards),
+                            "k": k,
+                            "step": step,
+                            "alpha": a,
+                            "beta": b,
+                            "seed": args.seed,
+                            "predict": not args.no_predict,
+                        }
                         r = repeat_child("core", cfg, repeat, args.timeout, env)
-                        row = {"section": "grid", "n": n, "cards": "x".join(map(str, cards)),
-                               "groups": n_groups(cards), "k": k, "step": step, "alpha": a, "beta": b}
+                        row = {
+                            "section": "grid",
+                            "n": n,
+                            "cards": "x".join(map(str, cards)),
+                            "groups": n_groups(cards),
+                            "k": k,
+                            "step": step,
+                            "alpha": a,
+                            "beta": b,
+                        }
                         row.update(r)  # r["groups"] = len(GroupSet) measured in the child (same count)
                         rows.append(row)
                         status = r.get("error_msg") or f"fit {r['fit_s']:.2f} s, peak {r['peak_fit_mb']:.0f} MB"
-                        print(f"  n={n:>9,} |G|={row['groups']:>3} k={k} {step:<5}: {status}", file=sys.stderr,
-                              flush=True)
+                        print(
+                            f"  n={n:>9,} |G|={row['groups']:>3} k={k} {step:<5}: {status}", file=sys.stderr, flush=True
+                        )
         print(markdown_table(rows, COLUMNS))
         all_rows += rows
-        target = [r for r in rows if r["n"] == TARGET["n"] and r["groups"] == TARGET["groups"]
-                  and r["k"] == TARGET["k"] and r["step"] == TARGET["step"] and r["alpha"] == TARGET["alpha"]]
+        target = [
+            r
+            for r in rows
+            if r["n"] == TARGET["n"]
+            and r["groups"] == TARGET["groups"]
+            and r["k"] == TARGET["k"]
+            and r["step"] == TARGET["step"]
+            and r["alpha"] == TARGET["alpha"]
+        ]
         if target and "error_msg" not in target[0]:
             t = target[0]
             ok_t, ok_m = t["fit_s"] <= TARGET_FIT_SECONDS, t["peak_fit_mb"] <= TARGET_PEAK_MB
-            print(f"\nTarget (n = 1,000,000, |G| = 200, m = 10, k = 4, exact, alpha = 5e-4, beta = {t['beta']:g}): "
-                  f"fit {t['fit_s']:.2f} s (<= {TARGET_FIT_SECONDS:g} s: {'MET' if ok_t else 'NOT MET'}; "
-                  f"fit() wall {t['fit_wall_s']:.2f} s), peak memory {t['peak_fit_mb']:.0f} MiB "
-                  f"(<= 2 GiB: {'MET' if ok_m else 'NOT MET'}), converged: {fmt(t['converged'])}.")
+            print(
+                f"\nTarget (n = 1,000,000, |G| = 200, m = 10, k = 4, exact, alpha = 5e-4, beta = {t['beta']:g}): "
+                f"fit {t['fit_s']:.2f} s (<= {TARGET_FIT_SECONDS:g} s: {'MET' if ok_t else 'NOT MET'}; "
+                f"fit() wall {t['fit_wall_s']:.2f} s), peak memory {t['peak_fit_mb']:.0f} MiB "
+                f"(<= 2 GiB: {'MET' if ok_m else 'NOT MET'}), converged: {fmt(t['converged'])}."
+            )
         elif target:
             print(f"\nTarget configuration failed: {target[0]['error_msg']}")
 
@@ -481,18 +558,24 @@ def main(argv=None):
         print("\n## Mean-only comparison with multicalibration's HKRR\n")
         try:
             import multicalibration  # noqa: F401
+
             have = True
         except ImportError:
             have = False
         if not have:
-            print("SKIPPED: the `multicalibration` package is not installed "
-                  "(pip install -e \".[bench]\" or pip install multicalibration tqdm).")
+            print(
+                "SKIPPED: the `multicalibration` package is not installed "
+                '(pip install -e ".[bench]" or pip install multicalibration tqdm).'
+            )
         else:
             params = dict(HKRR_DEFAULTS, alpha=args.hkrr_alpha, **{"lambda": args.hkrr_lambda})
             hcfg = {"n": hkrr_n, "cards": list(hkrr_cards), "seed": args.seed, "params": params}
-            print(f"binary labels, n = {hkrr_n:,}, {n_groups(hkrr_cards)} groups "
-                  f"({'x'.join(map(str, hkrr_cards))} + pairwise intersections); HKRR params {params}; "
-                  f"np.random.seed({args.seed}).\n", flush=True)
+            print(
+                f"binary labels, n = {hkrr_n:,}, {n_groups(hkrr_cards)} groups "
+                f"({'x'.join(map(str, hkrr_cards))} + pairwise intersections); HKRR params {params}; "
+                f"np.random.seed({args.seed}).\n",
+                flush=True,
+            )
             h = repeat_child("hkrr", hcfg, repeat, args.timeout, env)
             if "error_msg" in h:
                 print(f"HKRR failed: {h['error_msg']}")
@@ -501,15 +584,25 @@ def main(argv=None):
                 # Protocol run: m = 10 buckets, alpha = HKRR's error on those buckets. Extra run: HKRR's own
                 # grid (m = 1 / lambda buckets), alpha = HKRR's error on its own buckets.
                 m_h = int(round(1 / args.hkrr_lambda))
-                base_o = {"n": hkrr_n, "cards": list(hkrr_cards), "k": 1, "step": "exact", "beta": 1e-4,
-                          "seed": args.seed, "binary": True, "score": True, "predict": False,
-                          "hkrr_lambda": args.hkrr_lambda}
+                base_o = {
+                    "n": hkrr_n,
+                    "cards": list(hkrr_cards),
+                    "k": 1,
+                    "step": "exact",
+                    "beta": 1e-4,
+                    "seed": args.seed,
+                    "binary": True,
+                    "score": True,
+                    "predict": False,
+                    "hkrr_lambda": args.hkrr_lambda,
+                }
                 ocfg = dict(base_o, alpha=h["error"], m=M_BUCKETS)
                 o = repeat_child("core", ocfg, repeat, args.timeout, env)
                 o2cfg = dict(base_o, alpha=h["error_hkrr_buckets"], m=m_h)
                 o2 = repeat_child("core", o2cfg, repeat, args.timeout, env) if 1 <= m_h <= 1000 else None
-                all_rows.append({"section": "hkrr", "method": "HKRR", "n": hkrr_n, "groups": h["groups"], **h,
-                                 "params": params})
+                all_rows.append(
+                    {"section": "hkrr", "method": "HKRR", "n": hkrr_n, "groups": h["groups"], **h, "params": params}
+                )
                 all_rows.append({"section": "hkrr", "method": "mmc_core k=1 exact (protocol)", **ocfg, **o})
                 if o2 is not None:
                     all_rows.append({"section": "hkrr", "method": "mmc_core k=1 exact (HKRR grid)", **o2cfg, **o2})
@@ -517,22 +610,41 @@ def main(argv=None):
                     print(f"mmc_core failed: {o['error_msg']}")
                 else:
                     speed = h["fit_s"] / o["fit_wall_s"]
-                    hk_cols = [("method", "method"), ("time", "fit s (min)"), ("all", "runs s"),
-                               ("work", "iterations / rounds"), ("upd", "updates"),
-                               ("err", f"error, m={M_BUCKETS} buckets"),
-                               ("err2", f"error, HKRR's lambda={args.hkrr_lambda:g} buckets"), ("peak", "peak MB")]
+                    hk_cols = [
+                        ("method", "method"),
+                        ("time", "fit s (min)"),
+                        ("all", "runs s"),
+                        ("work", "iterations / rounds"),
+                        ("upd", "updates"),
+                        ("err", f"error, m={M_BUCKETS} buckets"),
+                        ("err2", f"error, HKRR's lambda={args.hkrr_lambda:g} buckets"),
+                        ("peak", "peak MB"),
+                    ]
 
                     def ours_row(label, r, cfg):
-                        return {"method": f"{label}, alpha={cfg['alpha']:.4g}", "time": r["fit_wall_s"],
-                                "all": " / ".join(f"{v:.3f}" for v in r["fit_wall_s_all"]), "work": r["rounds"],
-                                "upd": r["mean_updates"], "err": r["error"], "err2": r["error_hkrr_buckets"],
-                                "peak": r["peak_fit_mb"]}
+                        return {
+                            "method": f"{label}, alpha={cfg['alpha']:.4g}",
+                            "time": r["fit_wall_s"],
+                            "all": " / ".join(f"{v:.3f}" for v in r["fit_wall_s_all"]),
+                            "work": r["rounds"],
+                            "upd": r["mean_updates"],
+                            "err": r["error"],
+                            "err2": r["error_hkrr_buckets"],
+                            "peak": r["peak_fit_mb"],
+                        }
 
                     trows = [
                         {"method": "base prediction", "err": h["error_base"], "err2": h["error_base_hkrr_buckets"]},
-                        {"method": "HKRR (multicalibration)", "time": h["fit_s"],
-                         "all": " / ".join(f"{v:.2f}" for v in h["fit_s_all"]), "work": h["iterations"],
-                         "upd": h["updates"], "err": h["error"], "err2": h["error_hkrr_buckets"], "peak": h["peak_mb"]},
+                        {
+                            "method": "HKRR (multicalibration)",
+                            "time": h["fit_s"],
+                            "all": " / ".join(f"{v:.2f}" for v in h["fit_s_all"]),
+                            "work": h["iterations"],
+                            "upd": h["updates"],
+                            "err": h["error"],
+                            "err2": h["error_hkrr_buckets"],
+                            "peak": h["peak_mb"],
+                        },
                         ours_row(f"mmc_core k=1 exact m={M_BUCKETS} (protocol)", o, ocfg),
                     ]
                     if o2 is not None and "error_msg" not in o2:
@@ -542,23 +654,37 @@ def main(argv=None):
                         cells = []
                         for key, _ in hk_cols:
                             v = tr.get(key)
-                            cells.append("" if v is None else f"{v:.3f}" if key == "time" else
-                                         f"{v:.0f}" if key == "peak" else
-                                         f"{v:.3g}" if isinstance(v, float) else str(v))
+                            cells.append(
+                                ""
+                                if v is None
+                                else f"{v:.3f}"
+                                if key == "time"
+                                else f"{v:.0f}"
+                                if key == "peak"
+                                else f"{v:.3g}"
+                                if isinstance(v, float)
+                                else str(v)
+                            )
                         lines.append("| " + " | ".join(cells) + " |")
                     print("\n".join(lines))
-                    print(f"\nmmc_core times are the whole fit() call (group membership included; "
-                          f"fit_seconds_ = {o['fit_s']:.3f} s). Error = max over (group, bucket) of "
-                          f"P(cell) * |mean residual| on the training rows (mc_error); HKRR's grid = its "
-                          f"level sets (v, v + lambda].")
-                    print(f"Speed-up (HKRR fit s / mmc_core fit() wall s): {speed:.0f}x "
-                          f"({h['fit_s'] / o['fit_s']:.0f}x against fit_seconds_)  "
-                          f"(floor 20x: {'MET' if speed >= 20 else 'NOT MET'}; 100x: {'MET' if speed >= 100 else 'not met'}); "
-                          f"mmc_core final error {o['error']:.3g} <= HKRR's {h['error']:.3g}: "
-                          f"{'yes' if o['error'] <= h['error'] else 'NO'}.")
+                    print(
+                        f"\nmmc_core times are the whole fit() call (group membership included; "
+                        f"fit_seconds_ = {o['fit_s']:.3f} s). Error = max over (group, bucket) of "
+                        f"P(cell) * |mean residual| on the training rows (mc_error); HKRR's grid = its "
+                        f"level sets (v, v + lambda]."
+                    )
+                    print(
+                        f"Speed-up (HKRR fit s / mmc_core fit() wall s): {speed:.0f}x "
+                        f"({h['fit_s'] / o['fit_s']:.0f}x against fit_seconds_)  "
+                        f"(floor 20x: {'MET' if speed >= 20 else 'NOT MET'}; 100x: {'MET' if speed >= 100 else 'not met'}); "
+                        f"mmc_core final error {o['error']:.3g} <= HKRR's {h['error']:.3g}: "
+                        f"{'yes' if o['error'] <= h['error'] else 'NO'}."
+                    )
                     if o2 is not None and "error_msg" not in o2:
-                        print(f"On HKRR's own grid (m = {m_h}): speed-up {h['fit_s'] / o2['fit_wall_s']:.0f}x; "
-                              f"final error {o2['error_hkrr_buckets']:.3g} vs HKRR's {h['error_hkrr_buckets']:.3g}.")
+                        print(
+                            f"On HKRR's own grid (m = {m_h}): speed-up {h['fit_s'] / o2['fit_wall_s']:.0f}x; "
+                            f"final error {o2['error_hkrr_buckets']:.3g} vs HKRR's {h['error_hkrr_buckets']:.3g}."
+                        )
                     elif o2 is not None:
                         print(f"mmc_core on HKRR's grid failed: {o2['error_msg']}")
 

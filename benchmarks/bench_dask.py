@@ -11,6 +11,7 @@ memory per worker is each worker process's maximum RSS. numpy: a child process r
 and fits in memory; its peak is the child's maximum RSS. Seconds per row = fit seconds / rows (the descent
 only, without reading the data; the load and setup passes are reported separately for Dask).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,9 @@ def generate(path, rows, file_rows, seed=0):
 def groups():
     from mmc_core.groups import Condition, Group, GroupSet
 
-    return GroupSet([Group(f"c{j}={v}", (Condition(f"c{j}", "==", value=v),)) for j in range(COLS)
-                     for v in range(VALUES)])
+    return GroupSet(
+        [Group(f"c{j}={v}", (Condition(f"c{j}", "==", value=v),)) for j in range(COLS) for v in range(VALUES)]
+    )
 
 
 def _est(k, max_rounds):
@@ -72,35 +74,65 @@ def run_numpy(path, rows, k, max_rounds):
     t0 = time.perf_counter()
     df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True).iloc[:rows]
     load = time.perf_counter() - t0
-    est = _est(k, max_rounds).fit(df, df["y"].to_numpy(), groups(), base_prediction=df["base"].to_numpy(),
-                                  base_name="base")
+    est = _est(k, max_rounds).fit(
+        df, df["y"].to_numpy(), groups(), base_prediction=df["base"].to_numpy(), base_name="base"
+    )
     info = est.model_.info
-    print(json.dumps({"engine": "numpy", "rows": len(df), "k": k, "fit_s": info["seconds"], "load_s": load,
-                      "rounds": info["rounds"], "updates": info["mean_updates"] + info["moment_updates"],
-                      "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "workers": 1}))
+    print(
+        json.dumps(
+            {
+                "engine": "numpy",
+                "rows": len(df),
+                "k": k,
+                "fit_s": info["seconds"],
+                "load_s": load,
+                "rounds": info["rounds"],
+                "updates": info["mean_updates"] + info["moment_updates"],
+                "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                "workers": 1,
+            }
+        )
+    )
 
 
 def run_dask(path, k, workers, memory_limit, max_rounds):
     import dask.dataframe as dd
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
-                           dashboard_address=None)
+    cluster = LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit, dashboard_address=None
+    )
     client = Client(cluster)
     try:
         ddf = dd.read_parquet(os.path.join(path, "*.parquet"))
         t0 = time.perf_counter()
         est = _est(k, max_rounds)
-        est.fit(ddf, "y", groups(), base_prediction="base", engine="dask", client=client,
-                callback=lambda row: print(f"  dask round {row['round']}: {row['seconds']:.0f} s", file=sys.stderr,
-                                           flush=True) and False)
+        est.fit(
+            ddf,
+            "y",
+            groups(),
+            base_prediction="base",
+            engine="dask",
+            client=client,
+            callback=lambda row: (
+                print(f"  dask round {row['round']}: {row['seconds']:.0f} s", file=sys.stderr, flush=True) and False
+            ),
+        )
         total = time.perf_counter() - t0
         info = est.model_.info
         peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
-        return {"engine": "dask", "rows": info["n_rows"], "k": k, "fit_s": info["seconds"],
-                "load_s": total - info["seconds"], "rounds": info["rounds"],
-                "updates": info["mean_updates"] + info["moment_updates"], "peak_gb": max(peaks.values()),
-                "workers": workers, "partitions": info["engine"]["partitions"]}
+        return {
+            "engine": "dask",
+            "rows": info["n_rows"],
+            "k": k,
+            "fit_s": info["seconds"],
+            "load_s": total - info["seconds"],
+            "rounds": info["rounds"],
+            "updates": info["mean_updates"] + info["moment_updates"],
+            "peak_gb": max(peaks.values()),
+            "workers": workers,
+            "partitions": info["engine"]["partitions"],
+        }
     finally:
         client.close()
         cluster.close()
@@ -130,8 +162,19 @@ def main(argv=None):
     print(f"data: {a.dir} ({max(a.rows, n_np):,} rows, {time.perf_counter() - t0:.0f} s to generate)", file=sys.stderr)
     results = []
     if not a.skip_numpy:
-        cmd = [sys.executable, __file__, "--numpy-child", "--dir", a.dir, "--rows", str(a.rows), "--numpy-rows",
-               str(n_np), "--numpy-moments", str(k_np)] + (["--max-rounds", str(a.max_rounds)] if a.max_rounds else [])
+        cmd = [
+            sys.executable,
+            __file__,
+            "--numpy-child",
+            "--dir",
+            a.dir,
+            "--rows",
+            str(a.rows),
+            "--numpy-rows",
+            str(n_np),
+            "--numpy-moments",
+            str(k_np),
+        ] + (["--max-rounds", str(a.max_rounds)] if a.max_rounds else [])
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             results.append({"engine": "numpy", "rows": n_np, "k": k_np, "error": out.stderr.strip().splitlines()[-1:]})
@@ -144,16 +187,20 @@ def main(argv=None):
         results.append(run_dask(a.dir, a.moments, a.workers, a.memory_limit, a.max_rounds))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     ref = next((r for r in results if r["engine"] == "numpy" and "error" not in r), None)
-    print(f"{'engine':7} {'rows':>12} {'groups':>6} {'k':>2} {'fit s':>8} {'setup s':>8} {'rounds':>6} "
-          f"{'updates':>8} {'peak GB/proc':>12} {'us/row':>8} {'vs numpy':>8}")
+    print(
+        f"{'engine':7} {'rows':>12} {'groups':>6} {'k':>2} {'fit s':>8} {'setup s':>8} {'rounds':>6} "
+        f"{'updates':>8} {'peak GB/proc':>12} {'us/row':>8} {'vs numpy':>8}"
+    )
     for r in results:
         if "error" in r:
             print(f"{r['engine']:7} {r['rows']:>12,} {len(groups()):>6} {r['k']:>2}  failed: {r['error']}")
             continue
         per = r["fit_s"] / r["rows"]
         rel = per / (ref["fit_s"] / ref["rows"]) if ref else float("nan")
-        print(f"{r['engine']:7} {r['rows']:>12,} {len(groups()):>6} {r['k']:>2} {r['fit_s']:>8.1f} {r['load_s']:>8.1f} "
-              f"{r['rounds']:>6} {r['updates']:>8} {r['peak_gb']:>12.2f} {per * 1e6:>8.3f} {rel:>8.2f}")
+        print(
+            f"{r['engine']:7} {r['rows']:>12,} {len(groups()):>6} {r['k']:>2} {r['fit_s']:>8.1f} {r['load_s']:>8.1f} "
+            f"{r['rounds']:>6} {r['updates']:>8} {r['peak_gb']:>12.2f} {per * 1e6:>8.3f} {rel:>8.2f}"
+        )
 
 
 if __name__ == "__main__":

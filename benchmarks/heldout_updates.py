@@ -14,6 +14,7 @@ after the update minus the base's. The summary per table: |t| on the fitting row
 correction that reappears on test rows, how many updates lower the test error of their own cells, and the
 test group-bias change summed over the bucket / whole-group updates.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,9 @@ def replay_updates(name: str, seed: int, **kw) -> pd.DataFrame:
     lo, hi = float(df[label].min()), float(df[label].max())
     tr, po, te = hp.split(len(df), seed)
     X = hp._features(df, label, drop)
-    base = np.clip(HistGradientBoostingRegressor(random_state=seed).fit(X.iloc[tr], df[label].iloc[tr]).predict(X),
-                   lo, hi)
+    base = np.clip(
+        HistGradientBoostingRegressor(random_state=seed).fit(X.iloc[tr], df[label].iloc[tr]).predict(X), lo, hi
+    )
     post, test = df.iloc[po].reset_index(drop=True), df.iloc[te].reset_index(drop=True)
     y_po, y_te = post[label].to_numpy(float), test[label].to_numpy(float)
     est = MomentMulticalibrator(label_range=(lo, hi), random_state=seed, **kw)
@@ -56,9 +58,11 @@ def replay_updates(name: str, seed: int, **kw) -> pd.DataFrame:
     model, sc = est.model_, est.model_.scale
     fi, ci = est.fit_index_, est.calibration_index_
     sets = {}
-    for nm, tab, y, b in (("fit", post.iloc[fi], y_po[fi], base[po][fi]),
-                          ("cal", post.iloc[ci], y_po[ci], base[po][ci]),
-                          ("test", test, y_te, base[te])):
+    for nm, tab, y, b in (
+        ("fit", post.iloc[fi], y_po[fi], base[po][fi]),
+        ("cal", post.iloc[ci], y_po[ci], base[po][ci]),
+        ("test", test, y_te, base[te]),
+    ):
         tab = tab.reset_index(drop=True)
         memb = model.groups.evaluate(tab, len(tab))
         mu, moms = model.initial(memb.n, (b - sc.lo) / sc.span)
@@ -68,8 +72,14 @@ def replay_updates(name: str, seed: int, **kw) -> pd.DataFrame:
     rows = []
     for i, upd in enumerate(model.log):
         part = "whole" if upd.partition == WHOLE else ("bucket" if upd.partition == 0 else f"joint{upd.partition}")
-        rec = {"table": name, "seed": seed, "update": i, "target": upd.target, "cell": part,
-               "group": model.groups.names[upd.group]}
+        rec = {
+            "table": name,
+            "seed": seed,
+            "update": i,
+            "target": upd.target,
+            "cell": part,
+            "group": model.groups.names[upd.group],
+        }
         one = type(model)(model.params, model.scale, model.groups, model.init_mean, model.init_moments, [upd], [1])
         for nm, (memb, mu, moms, y) in sets.items():
             before = mu.copy()
@@ -100,13 +110,15 @@ def summary(d: pd.DataFrame, n_splits: int) -> str:
     step = d.groupby("seed").gbias_after.diff().fillna(d.gbias_after)  # per-update change of the test bias
     fine = d.cell != "whole"
     w = float((d.res_test * d.delta * d.n_test).sum() / (d.res_fit * d.delta * d.n_test).sum())
-    return (f"{len(d)} mean updates in {d.seed.nunique()}/{n_splits} splits ({int(fine.sum())} bucket/joint, "
-            f"{int((~fine).sum())} whole-group); |t| on the fitting rows median {t.median():.2f} "
-            f"[{t.min():.2f}, {t.max():.2f}]; share of the correction reappearing on test rows: median "
-            f"{reap.median():.2f}, mass-weighted {w:.2f}; updates lowering their cells' test error "
-            f"{int(helps.sum())}/{len(d)}; test group-bias change (unit scale) summed: bucket/joint "
-            f"{step[fine].sum():+.4f} ({int((step[fine] > 0).sum())} raise it), whole-group "
-            f"{step[~fine].sum():+.4f} ({int((step[~fine] > 0).sum())} raise it)")
+    return (
+        f"{len(d)} mean updates in {d.seed.nunique()}/{n_splits} splits ({int(fine.sum())} bucket/joint, "
+        f"{int((~fine).sum())} whole-group); |t| on the fitting rows median {t.median():.2f} "
+        f"[{t.min():.2f}, {t.max():.2f}]; share of the correction reappearing on test rows: median "
+        f"{reap.median():.2f}, mass-weighted {w:.2f}; updates lowering their cells' test error "
+        f"{int(helps.sum())}/{len(d)}; test group-bias change (unit scale) summed: bucket/joint "
+        f"{step[fine].sum():+.4f} ({int((step[fine] > 0).sum())} raise it), whole-group "
+        f"{step[~fine].sum():+.4f} ({int((step[~fine] > 0).sum())} raise it)"
+    )
 
 
 def main(argv=None) -> int:
@@ -133,8 +145,18 @@ def main(argv=None) -> int:
         d = pd.concat([replay_updates(name, s, **kw) for s in seeds], ignore_index=True)
         frames.append(d)
         if not d.empty:
-            cols = ["seed", "cell", "group", "n_fit", "res_fit", "se_fit", "res_cal", "n_test", "res_test",
-                    "gbias_after"]
+            cols = [
+                "seed",
+                "cell",
+                "group",
+                "n_fit",
+                "res_fit",
+                "se_fit",
+                "res_cal",
+                "n_test",
+                "res_test",
+                "gbias_after",
+            ]
             print(d[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         print(f"{name}: {summary(d, args.splits)}\n")
     if args.out:

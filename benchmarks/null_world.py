@@ -9,6 +9,7 @@ materiality margin). tests/test_findings.py runs seeds 100-109 as a slow test.
     .venv/bin/python benchmarks/null_world.py --seeds 20 --n 8000
     .venv/bin/python benchmarks/null_world.py --mean-group-z 2     # the estimator's mean_group_z (issue 10)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--seed-start", type=int, default=100)
     ap.add_argument("--n", type=int, default=4000, help="rows to fit on, and as many fresh rows to audit")
-    ap.add_argument("--mean-group-z", default="bonferroni", help="the estimator's mean_group_z (a number or "
-                    "'bonferroni', the default)")
+    ap.add_argument(
+        "--mean-group-z",
+        default="bonferroni",
+        help="the estimator's mean_group_z (a number or 'bonferroni', the default)",
+    )
     args = ap.parse_args(argv)
     mgz = args.mean_group_z if args.mean_group_z == "bonferroni" else float(args.mean_group_z)
     dist = dataclasses.replace(demo_distribution(), base_bias={})
@@ -39,7 +43,8 @@ def main(argv=None) -> int:
         tr = pd.DataFrame(dist.sample_table(args.n, rng, truth=False))
         te = pd.DataFrame(dist.sample_table(args.n, rng, truth=False))
         est = MomentMulticalibrator(n_moments=2, label_range=(0, 100), mean_group_z=mgz).fit(
-            tr, tr["outcome"], GroupSet.from_columns(tr, ["sex", "race", "age"], 2), base_prediction=tr["base_pred"])
+            tr, tr["outcome"], GroupSet.from_columns(tr, ["sex", "race", "age"], 2), base_prediction=tr["base_pred"]
+        )
         r = audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0)
         with_findings += bool(r.findings)
         first = ", ".join(f"({f['kind']}, {f['group']}, {f['estimate']:.3g})" for f in r.findings[:3])

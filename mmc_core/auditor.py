@@ -5,6 +5,7 @@ v(S) = (1/n) * sum_{x in S} (p(x) - l(x, y)); S is alpha-violated when |v(S)| >=
 |p(S) - l(S)| >= alpha / P(S)). All cells of all groups are summed in one ``bincount`` over the
 (row, group) pairs: no loop over groups or cells.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,13 @@ def cell_index(bmu: np.ndarray, bmom: np.ndarray | None, m: int) -> np.ndarray:
     return bmu if bmom is None else bmu * m + bmom
 
 
-def cell_sums(memb: Membership, cells: np.ndarray, n_cells: int, weights: np.ndarray | None = None,
-              pair_groups: np.ndarray | None = None) -> np.ndarray:
+def cell_sums(
+    memb: Membership,
+    cells: np.ndarray,
+    n_cells: int,
+    weights: np.ndarray | None = None,
+    pair_groups: np.ndarray | None = None,
+) -> np.ndarray:
     """Sum of ``weights`` (or the count) over the rows of every (group, cell); shape (|G|, n_cells)."""
     if pair_groups is None:
         pair_groups = memb.pair_groups()

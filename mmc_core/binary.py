@@ -22,6 +22,7 @@ what happens to each group at a decision threshold. :func:`as_binary` recognises
 All sums are bincounts over membership signatures (rows with the same set of groups), spread to the groups
 with one more bincount: no Python loop over rows, groups or buckets, and no dependence on BLAS threads.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,11 +30,30 @@ import pandas as pd
 
 from .errors import DataError, MMCError
 
-__all__ = ["as_binary", "is_binary", "classifier_audit", "ClassifierAudit", "METRICS", "RATE_METRICS",
-           "reliability_cells", "threshold_rates"]
+__all__ = [
+    "as_binary",
+    "is_binary",
+    "classifier_audit",
+    "ClassifierAudit",
+    "METRICS",
+    "RATE_METRICS",
+    "reliability_cells",
+    "threshold_rates",
+]
 
-METRICS = ("base_rate", "mean_score", "calib_error", "calib_error_worst", "ece", "brier", "log_loss",
-           "selection_rate", "tpr", "fpr", "precision")
+METRICS = (
+    "base_rate",
+    "mean_score",
+    "calib_error",
+    "calib_error_worst",
+    "ece",
+    "brier",
+    "log_loss",
+    "selection_rate",
+    "tpr",
+    "fpr",
+    "precision",
+)
 RATE_METRICS = ("selection_rate", "tpr", "fpr", "precision")  # the metrics that depend on the threshold
 _EPS = 1e-15
 _TRUE = ("1", "1.0", "true", "yes", "y", "t")
@@ -66,8 +86,10 @@ def as_binary(y, positive=None, name: str = "label") -> tuple[np.ndarray, dict]:
         numeric = all(isinstance(v, (bool, np.bool_, int, float, np.integer, np.floating)) for v in vals)
         if not numeric or not {float(v) for v in vals} <= {0.0, 1.0}:
             shown = ", ".join(repr(v) for v in vals)
-            raise DataError(f"{name} has the two values {shown}: say which one is the positive class "
-                            f"(positive_label=... in Python, --positive on the command line)")
+            raise DataError(
+                f"{name} has the two values {shown}: say which one is the positive class "
+                f"(positive_label=... in Python, --positive on the command line)"
+            )
         y01 = np.asarray(arr.astype(float))
         return y01, {"classes": [0, 1], "positive": 1}
     match = [v for v in vals if v == positive or str(v) == str(positive)]
@@ -212,10 +234,13 @@ class ClassifierAudit:
     def to_json(self) -> dict:
         from .metrics import _json_clean
 
-        return {"format": "mmc-audit-classifier-audit", "version": 1,
-                "by_group": _json_clean(self.by_group.to_dict(orient="split")),
-                "disparities": _json_clean(self.disparities.to_dict(orient="split")),
-                "params": _json_clean(self.params)}
+        return {
+            "format": "mmc-audit-classifier-audit",
+            "version": 1,
+            "by_group": _json_clean(self.by_group.to_dict(orient="split")),
+            "disparities": _json_clean(self.disparities.to_dict(orient="split")),
+            "params": _json_clean(self.params),
+        }
 
 
 def _families(groups) -> dict:
@@ -236,20 +261,48 @@ def _disparities(bg: pd.DataFrame, memb, fam: dict, suffix: str = "") -> pd.Data
         with np.errstate(divide="ignore", invalid="ignore"):
             top = sel.max()
             four_fifths = [str(g) for g, v in sel.items() if top > 0 and v / top < 0.8]
-            rows.append({"column": col, "groups": len(ix), "rows_covered": int(dense_sizes[ix].sum()),
-                         "demographic_parity_difference": sel.max() - sel.min(),
-                         "demographic_parity_ratio": sel.min() / sel.max() if sel.max() > 0 else np.nan,
-                         "equalized_odds_difference": max(tpr.max() - tpr.min(), fpr.max() - fpr.min()),
-                         "equalized_odds_ratio": min(tpr.min() / tpr.max() if tpr.max() > 0 else np.nan,
-                                                     fpr.min() / fpr.max() if fpr.max() > 0 else np.nan),
-                         "four_fifths_flagged": four_fifths})
-    return pd.DataFrame(rows, columns=["column", "groups", "rows_covered", "demographic_parity_difference",
-                                       "demographic_parity_ratio", "equalized_odds_difference",
-                                       "equalized_odds_ratio", "four_fifths_flagged"]).set_index("column")
+            rows.append(
+                {
+                    "column": col,
+                    "groups": len(ix),
+                    "rows_covered": int(dense_sizes[ix].sum()),
+                    "demographic_parity_difference": sel.max() - sel.min(),
+                    "demographic_parity_ratio": sel.min() / sel.max() if sel.max() > 0 else np.nan,
+                    "equalized_odds_difference": max(tpr.max() - tpr.min(), fpr.max() - fpr.min()),
+                    "equalized_odds_ratio": min(
+                        tpr.min() / tpr.max() if tpr.max() > 0 else np.nan,
+                        fpr.min() / fpr.max() if fpr.max() > 0 else np.nan,
+                    ),
+                    "four_fifths_flagged": four_fifths,
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "column",
+            "groups",
+            "rows_covered",
+            "demographic_parity_difference",
+            "demographic_parity_ratio",
+            "equalized_odds_difference",
+            "equalized_odds_ratio",
+            "four_fifths_flagged",
+        ],
+    ).set_index("column")
 
 
-def classifier_audit(score, y, groups, table, base=None, threshold: float = 0.5, n_buckets: int = 10,
-                     min_cell_count: int = 20, n_boot: int = 200, seed: int = 0) -> ClassifierAudit:
+def classifier_audit(
+    score,
+    y,
+    groups,
+    table,
+    base=None,
+    threshold: float = 0.5,
+    n_buckets: int = 10,
+    min_cell_count: int = 20,
+    n_boot: int = 200,
+    seed: int = 0,
+) -> ClassifierAudit:
     """Audit a probability ``score`` (n,) against a 0/1 label ``y`` (n,) on every group of ``groups`` (a
     GroupSet evaluated on ``table``). ``base``: the score before multicalibration (the "before" columns).
     Scores are bucketed into ``n_buckets`` equal-width bins of [0, 1] for the calibration errors."""
@@ -278,9 +331,17 @@ def classifier_audit(score, y, groups, table, base=None, threshold: float = 0.5,
     bg.insert(1, "mass", bg["count"] / n)
     fam = _families(groups)
     disp = _disparities(bg, memb, fam)
-    params = {"threshold": float(threshold), "n_buckets": n_buckets, "min_cell_count": min_cell_count,
-              "n_boot": n_boot, "seed": seed, "n": int(n), "base": b is not None, "bootstrap_level": 0.95,
-              "log_loss_clip": _EPS}
+    params = {
+        "threshold": float(threshold),
+        "n_buckets": n_buckets,
+        "min_cell_count": min_cell_count,
+        "n_boot": n_boot,
+        "seed": seed,
+        "n": int(n),
+        "base": b is not None,
+        "bootstrap_level": 0.95,
+        "log_loss_clip": _EPS,
+    }
     return ClassifierAudit(bg, disp, params)
 
 
@@ -309,23 +370,47 @@ def reliability_cells(score, y, groups, table, n_buckets: int = 10, base=None) -
         nz = np.flatnonzero(cnt > 0)
         lo, hi = wilson_interval(sy[nz], cnt[nz])
         g_, i_ = np.divmod(nz, m)
-        frames.append(pd.DataFrame({"score": which, "group": names[g_], "bucket": i_, "bucket_lo": i_ / m,
-                                    "bucket_hi": (i_ + 1) / m, "count": cnt[nz].astype(np.int64),
-                                    "mean_score": ss[nz] / cnt[nz], "observed": sy[nz] / cnt[nz],
-                                    "observed_lo": lo, "observed_hi": hi}))
-    cols = ["score", "group", "bucket", "bucket_lo", "bucket_hi", "count", "mean_score", "observed", "observed_lo",
-            "observed_hi"]
+        frames.append(
+            pd.DataFrame(
+                {
+                    "score": which,
+                    "group": names[g_],
+                    "bucket": i_,
+                    "bucket_lo": i_ / m,
+                    "bucket_hi": (i_ + 1) / m,
+                    "count": cnt[nz].astype(np.int64),
+                    "mean_score": ss[nz] / cnt[nz],
+                    "observed": sy[nz] / cnt[nz],
+                    "observed_lo": lo,
+                    "observed_hi": hi,
+                }
+            )
+        )
+    cols = [
+        "score",
+        "group",
+        "bucket",
+        "bucket_lo",
+        "bucket_hi",
+        "count",
+        "mean_score",
+        "observed",
+        "observed_lo",
+        "observed_hi",
+    ]
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 
 
-def threshold_rates(score, y, groups, table, threshold: float, base=None, n_boot: int = 200,
-                    seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+def threshold_rates(
+    score, y, groups, table, threshold: float, base=None, n_boot: int = 200, seed: int = 0
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The threshold-dependent part of :func:`classifier_audit` at a new ``threshold``: (rates, disparities),
     rates = by_group's count, mass and :data:`RATE_METRICS` columns (with ``_base`` and the bootstrap ends).
     Cheap (bincounts over the rows; no refit): the dashboard's threshold slider calls it on every move."""
     r = classifier_audit(score, y, groups, table, base=base, threshold=threshold, n_boot=n_boot, seed=seed)
-    keep = ["count", "mass"] + [c for c in r.by_group.columns
-                                if any(c == k or c.startswith(k + "_") for k in RATE_METRICS)]
+    keep = ["count", "mass"] + [
+        c for c in r.by_group.columns if any(c == k or c.startswith(k + "_") for k in RATE_METRICS)
+    ]
     return r.by_group[keep], r.disparities
 
 
@@ -336,8 +421,12 @@ def check_threshold(threshold, name: str = "threshold") -> float:
     """A decision threshold strictly between 0 and 1, or MMCError naming it."""
     import numbers
 
-    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not np.isfinite(float(threshold)) \
-            or not 0 < float(threshold) < 1:
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, numbers.Real)
+        or not np.isfinite(float(threshold))
+        or not 0 < float(threshold) < 1
+    ):
         raise MMCError(f"{name} must be a number strictly between 0 and 1, got {threshold!r}")
     return float(threshold)
 
@@ -358,8 +447,20 @@ def binary_labels(model, y, name: str = "the labels") -> np.ndarray:
     raise DataError(f"{name} must be 0/1 for this classifier model (found values other than 0 and 1)")
 
 
-def audit_binary_model(model, table, y, base, n_boot, seed, min_cell_count, min_group_count, error_control,
-                       findings_level, threshold, n_buckets):
+def audit_binary_model(
+    model,
+    table,
+    y,
+    base,
+    n_boot,
+    seed,
+    min_cell_count,
+    min_group_count,
+    error_control,
+    findings_level,
+    threshold,
+    n_buckets,
+):
     """:func:`mmc_core.metrics.audit` of a binary model: an ``AuditResult`` with ``task="binary"`` (see the
     metrics module docstring). Lives here, next to the classifier metrics it is made of; the audit's shared
     parts (``AuditResult``, the membership pairs, the findings) are imported from :mod:`mmc_core.metrics` when
@@ -388,10 +489,22 @@ def audit_binary_model(model, table, y, base, n_boot, seed, min_cell_count, min_
     if base_arr is not None:
         before, base_kind = np.clip(base_arr, 0.0, 1.0), "base prediction"
     else:
-        before, base_kind = np.full(n, iv._initial_constant(model)), \
-            "initial constant (positive share of the fitting rows)"
-    ca = classifier_audit(mu, y01, model.groups, table, base=before, threshold=threshold, n_buckets=int(n_buckets),
-                          min_cell_count=min_cell_count, n_boot=n_boot, seed=seed)
+        before, base_kind = (
+            np.full(n, iv._initial_constant(model)),
+            "initial constant (positive share of the fitting rows)",
+        )
+    ca = classifier_audit(
+        mu,
+        y01,
+        model.groups,
+        table,
+        base=before,
+        threshold=threshold,
+        n_buckets=int(n_buckets),
+        min_cell_count=min_cell_count,
+        n_boot=n_boot,
+        seed=seed,
+    )
     bg = ca.by_group
     cells = reliability_cells(mu, y01, model.groups, table, int(n_buckets), base=before)
     empty = pd.DataFrame(index=bg.index)
@@ -399,26 +512,69 @@ def audit_binary_model(model, table, y, base, n_boot, seed, min_cell_count, min_
     overall.name = "overall"
     pairs = _Pairs(ctx.memb)
     names = list(ctx.memb.names)
-    params = {"task": "binary", "threshold": threshold, "n": int(n), "n_buckets": int(n_buckets),
-              "label": {"lo": 0.0, "hi": 1.0, "source": "binary",
-                        "name": (model.info or {}).get("label") if isinstance(model.info, dict) else None,
-                        "classes": (model.binary or {}).get("classes"),
-                        "positive": (model.binary or {}).get("positive")},
-              "methods": [], "methods_unavailable": {}, "intervals": iv.BINARY_NO_INTERVALS,
-              "base": base_kind, "n_boot": int(n_boot), "seed": int(seed), "bootstrap_level": 0.95,
-              "min_cell_count": int(min_cell_count), "min_group_count": int(min_group_count),
-              "error_control": error_control, "findings_level": float(findings_level), "moments": []}
+    params = {
+        "task": "binary",
+        "threshold": threshold,
+        "n": int(n),
+        "n_buckets": int(n_buckets),
+        "label": {
+            "lo": 0.0,
+            "hi": 1.0,
+            "source": "binary",
+            "name": (model.info or {}).get("label") if isinstance(model.info, dict) else None,
+            "classes": (model.binary or {}).get("classes"),
+            "positive": (model.binary or {}).get("positive"),
+        },
+        "methods": [],
+        "methods_unavailable": {},
+        "intervals": iv.BINARY_NO_INTERVALS,
+        "base": base_kind,
+        "n_boot": int(n_boot),
+        "seed": int(seed),
+        "bootstrap_level": 0.95,
+        "min_cell_count": int(min_cell_count),
+        "min_group_count": int(min_group_count),
+        "error_control": error_control,
+        "findings_level": float(findings_level),
+        "moments": [],
+    }
     try:
-        found, n_tests = _findings(pairs, names, model.scale, mu, y01, None, model.params.mean_grid, None, None,
-                                   0.0, min_group_count, error_control, findings_level)
+        found, n_tests = _findings(
+            pairs,
+            names,
+            model.scale,
+            mu,
+            y01,
+            None,
+            model.params.mean_grid,
+            None,
+            None,
+            0.0,
+            min_group_count,
+            error_control,
+            findings_level,
+        )
         for t in found:  # the mean of a 0/1 outcome is a probability
             t["text"] = t["text"].replace("the mean:", "the probability of the positive class:")
         status = "ok"
         params["n_tests"] = n_tests
     except Exception as e:  # noqa: BLE001 - reported as a failure, never as "no findings"
         found, status = [], f"failed: {type(e).__name__}: {e}"
-    return AuditResult(overall, bg, empty, empty.copy(), cells, pd.DataFrame(), empty.copy(), params, found, [],
-                       status, task="binary", classifier=ca)
+    return AuditResult(
+        overall,
+        bg,
+        empty,
+        empty.copy(),
+        cells,
+        pd.DataFrame(),
+        empty.copy(),
+        params,
+        found,
+        [],
+        status,
+        task="binary",
+        classifier=ca,
+    )
 
 
 # ---- the task of a label (used by the estimator) -------------------------------------------------------
@@ -450,8 +606,10 @@ def resolve_task(y, task="auto", positive_label=None, label_name: str = "label")
                 binary = False
         if not binary:
             if positive_label is not None:
-                raise DataError(f"positive_label={positive_label!r} was given but {name} is not binary "
-                                "(it does not have exactly two distinct values)")
+                raise DataError(
+                    f"positive_label={positive_label!r} was given but {name} is not binary "
+                    "(it does not have exactly two distinct values)"
+                )
             return "regression", y, None
     y01, info = as_binary(arr, positive_label, name)
     return TASK_BINARY, y01, {"classes": [_plain(v) for v in info["classes"]], "positive": _plain(info["positive"])}

@@ -13,6 +13,7 @@ about every cell of the partition. Only the bucket width enters the derived boun
 mean-conditioned moment lemma and the w_a of the interval theorem); ``width`` and ``max_width`` give the
 right (conservative) value for a non-uniform grid.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,7 +22,15 @@ import numpy as np
 
 from .moments import MomentKind, max_central_moment
 
-__all__ = ["BucketGrid", "mean_grid", "moment_grid", "moment_projection", "quantile_edges", "geometric_edges", "fill_edges"]
+__all__ = [
+    "BucketGrid",
+    "mean_grid",
+    "moment_grid",
+    "moment_projection",
+    "quantile_edges",
+    "geometric_edges",
+    "fill_edges",
+]
 
 
 @dataclass(frozen=True)
@@ -61,8 +70,9 @@ class BucketGrid:
         """Bucket index (int64) of each value: clip(floor((v - lo) * m / (hi - lo)), 0, m - 1) on a uniform
         grid; the number of interior edges <= v on a non-uniform one."""
         if self.inner:
-            return np.searchsorted(np.asarray(self.inner, dtype=float), np.asarray(values, dtype=float),
-                                   side="right").astype(np.int64)
+            return np.searchsorted(
+                np.asarray(self.inner, dtype=float), np.asarray(values, dtype=float), side="right"
+            ).astype(np.int64)
         idx = np.floor((np.asarray(values, dtype=float) - self.lo) * (self.m / (self.hi - self.lo)))
         return np.clip(idx, 0, self.m - 1).astype(np.int64)
 

@@ -25,6 +25,7 @@ group's violating cells; only the (row, group) pairs of those rows are re-counte
 negative weights for the old contributions), so the cost of a round is proportional to the rows it
 changes, not to n |G|. Before declaring convergence every statistic is recomputed from scratch.
 """
+
 from __future__ import annotations
 
 import time
@@ -95,15 +96,21 @@ class DescentParams:
 
     @property
     def is_format1(self) -> bool:
-        return not (self.mean_edges or self.moment_edges or self.moment_floors or self.z > 0 or self.min_count
-                    or self.z_group > 0 or self.moment_step != "add")
+        return not (
+            self.mean_edges
+            or self.moment_edges
+            or self.moment_floors
+            or self.z > 0
+            or self.min_count
+            or self.z_group > 0
+            or self.moment_step != "add"
+        )
 
     def moment_new(self, a: int, old: np.ndarray, d: np.ndarray) -> np.ndarray:
         """The a-th moment predictions after an update with per-row deltas (or factors), projected. Shared
         by fitting and replay (same arithmetic, so replay is bit-identical)."""
         lo, hi = self.projection(a)
         return np.clip(old * d if self.moment_step == "ratio" else old - d, lo, hi)
-
 
     def mean_update_bound(self) -> float:
         """thm:wrapper-distr-known: at most 1/alpha^2 - 1 mean updates."""
@@ -132,8 +139,13 @@ class Update:
     deltas: np.ndarray
 
     def to_json(self) -> list:
-        return [int(self.target), int(self.partition), int(self.group),
-                [int(c) for c in self.cells], [float(d) for d in self.deltas]]
+        return [
+            int(self.target),
+            int(self.partition),
+            int(self.group),
+            [int(c) for c in self.cells],
+            [float(d) for d in self.deltas],
+        ]
 
     @classmethod
     def from_json(cls, e) -> "Update":
@@ -374,8 +386,9 @@ class CellStats:
 class CellState(CellStats):
     """The numpy engine: predictions and incrementally maintained cell statistics over one set of rows."""
 
-    def __init__(self, params: DescentParams, memb: Membership, y: np.ndarray, mu: np.ndarray, moments: dict,
-                 summer=None):
+    def __init__(
+        self, params: DescentParams, memb: Membership, y: np.ndarray, mu: np.ndarray, moments: dict, summer=None
+    ):
         self.p = params
         self.memb = memb
         self.n = memb.n
@@ -549,8 +562,15 @@ class _Stop(Exception):
     pass
 
 
-def descend(params: DescentParams, state: CellStats, holdout: CellStats | None = None,
-            callback=None, log: list | None = None, stop=None, keep_best: bool = False) -> DescentResult:
+def descend(
+    params: DescentParams,
+    state: CellStats,
+    holdout: CellStats | None = None,
+    callback=None,
+    log: list | None = None,
+    stop=None,
+    keep_best: bool = False,
+) -> DescentResult:
     """Run AlternatingGradientDescent to convergence on ``state`` (modified in place).
 
     Each round: PseudoMomentConsistency for every moment (warm-started), then the mean audit over the cells
@@ -691,9 +711,17 @@ def descend(params: DescentParams, state: CellStats, holdout: CellStats | None =
         history[-1] = snapshot(rnd, history[-1]["moment_violation_before_fit"])
         round_ends[-1] = len(log)
     return DescentResult(
-        log=log, round_ends=round_ends, history=history, converged=converged, stopped=stopped,
-        mean_updates=counters["mean"], moment_updates=counters["moment"],
-        max_moment_updates_per_call=counters["max_call"], pmc_calls=counters["calls"],
-        seconds=time.perf_counter() - t0, state=state, holdout=holdout,
+        log=log,
+        round_ends=round_ends,
+        history=history,
+        converged=converged,
+        stopped=stopped,
+        mean_updates=counters["mean"],
+        moment_updates=counters["moment"],
+        max_moment_updates_per_call=counters["max_call"],
+        pmc_calls=counters["calls"],
+        seconds=time.perf_counter() - t0,
+        state=state,
+        holdout=holdout,
         extra={"best": best} if keep_best and "index" in best else {},
     )

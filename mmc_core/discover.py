@@ -18,6 +18,7 @@ fitting rows (split into search and check halves), add the accepted sets as ordi
 repeat until the oracle finds nothing or ``rounds`` audits are spent. See README, "Finding groups you did not
 list", for how this relates to the paper's interleaved AlternatingGradientDescentWithOracle.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,12 +36,20 @@ from .groups import GroupSet
 from .moments import LabelScale, MomentKind, pseudo_label
 from .oracle import FeatureMatrix, Rule, SetOracle, TreeOracle
 
-__all__ = ["Finding", "Discovery", "discover", "oracle_audit", "fit_with_discovery", "validate_discovery_params",
-           "DiscoveryStopped"]
+__all__ = [
+    "Finding",
+    "Discovery",
+    "discover",
+    "oracle_audit",
+    "fit_with_discovery",
+    "validate_discovery_params",
+    "DiscoveryStopped",
+]
 
 
 class DiscoveryStopped(MMCError):
     """Raised by :func:`discover` when its ``stop()`` returned True (checked before every oracle call)."""
+
 
 DEDUP_JACCARD = 0.9  # two accepted sets of one kind overlapping this much are one finding (the stronger kept)
 
@@ -92,8 +101,10 @@ class Finding:
 
     def ci(self, z: float = 1.959964) -> tuple:
         """A (two-sided 95% by default, unadjusted) normal interval of the residual, label units."""
-        return (self.residual_label_units - z * self.se_label_units,
-                self.residual_label_units + z * self.se_label_units)
+        return (
+            self.residual_label_units - z * self.se_label_units,
+            self.residual_label_units + z * self.se_label_units,
+        )
 
     @property
     def name(self) -> str:
@@ -125,17 +136,35 @@ class Discovery:
         for f in self.top(k):
             name = _unique_name(f"found ({f.kind}): {f.name}", names)
             d = f.rule.group(name).to_dict()
-            d.update(kind=f.kind, count=int(f.count), mass=float(f.mass), region=f.region,
-                     violation=float(f.violation), p_value=float(f.p_value))
+            d.update(
+                kind=f.kind,
+                count=int(f.count),
+                mass=float(f.mass),
+                region=f.region,
+                violation=float(f.violation),
+                p_value=float(f.p_value),
+            )
             d["mean_residual" if f.kind == "mean" else "moment_error"] = float(f.residual_label_units)
             groups.append(d)
         return {"format": "mmc-groups", "version": 1, "groups": groups}
 
     def table(self) -> list:
         """One row per candidate (for a dashboard table)."""
-        return [{"group": f.name, "kind": f.kind, "region": f.region, "accepted": f.accepted, "count": f.count,
-                 "mass": f.mass, "check_count": f.check_count, "residual": f.residual_label_units,
-                 "violation": f.violation, "p_value": f.p_value} for f in self.findings]
+        return [
+            {
+                "group": f.name,
+                "kind": f.kind,
+                "region": f.region,
+                "accepted": f.accepted,
+                "count": f.count,
+                "mass": f.mass,
+                "check_count": f.check_count,
+                "residual": f.residual_label_units,
+                "violation": f.violation,
+                "p_value": f.p_value,
+            }
+            for f in self.findings
+        ]
 
 
 def _unique_name(name: str, taken: set) -> str:
@@ -155,9 +184,20 @@ class _Features(FeatureMatrix):
         self.table = table
 
 
-def oracle_audit(F: _Features, lbar: np.ndarray, target: np.ndarray, regions: np.ndarray, region_names: list,
-                 search: np.ndarray, check: np.ndarray, oracle: SetOracle, min_count: int, kind: str,
-                 stop=None, progress=None):
+def oracle_audit(
+    F: _Features,
+    lbar: np.ndarray,
+    target: np.ndarray,
+    regions: np.ndarray,
+    region_names: list,
+    search: np.ndarray,
+    check: np.ndarray,
+    oracle: SetOracle,
+    min_count: int,
+    kind: str,
+    stop=None,
+    progress=None,
+):
     """LearningOracleConsistencyAuditor over every region: candidates S ∩ R with their check statistics.
 
     ``lbar`` and ``target`` are per row of F (unit scale); ``regions`` the region id of each row; ``search``
@@ -214,8 +254,9 @@ def _judge(findings: list, thresholds: dict, level: float, test: str, n_check: i
         if f.check_count == 0:
             continue
         if test == "chernoff":
-            flagged, _, _ = chernoff_auditor(np.array([f._sum]), np.array([f.check_count]), n_check,
-                                             f.threshold, level / m)
+            flagged, _, _ = chernoff_auditor(
+                np.array([f._sum]), np.array([f.check_count]), n_check, f.threshold, level / m
+            )
             f.accepted = bool(flagged[0])
         else:
             f.accepted = f.p_value < level and f.violation >= f.threshold
@@ -264,9 +305,24 @@ def _split(n_rows: int, search_fraction: float, seed: int):
     return np.sort(perm[:k]), np.sort(perm[k:])
 
 
-def audit_predictor(F: _Features, yu: np.ndarray, mu: np.ndarray, moms: dict, m: int, odd_moments: str,
-                    search: np.ndarray, check: np.ndarray, oracle: SetOracle, min_mass: float, level: float,
-                    alpha="auto", beta="auto", test: str = "z", stop=None, progress=None) -> Discovery:
+def audit_predictor(
+    F: _Features,
+    yu: np.ndarray,
+    mu: np.ndarray,
+    moms: dict,
+    m: int,
+    odd_moments: str,
+    search: np.ndarray,
+    check: np.ndarray,
+    oracle: SetOracle,
+    min_mass: float,
+    level: float,
+    alpha="auto",
+    beta="auto",
+    test: str = "z",
+    stop=None,
+    progress=None,
+) -> Discovery:
     """The oracle auditor on one predictor (unit scale): mean regions X(mu, i) and, for every moment a in
     ``moms``, joint regions X(mu, m_a, i, j). ``stop`` / ``progress(done, total, text)``: see
     :func:`discover`."""
@@ -287,21 +343,21 @@ def audit_predictor(F: _Features, yu: np.ndarray, mu: np.ndarray, moms: dict, m:
     resid = yu - mu
     thresholds = {}
     n_tests_cells = m * (1 + len(moms) * m)
-    thresholds["mean"] = auto_threshold(float(np.std(resid[search])), n_tests_cells, search.size) \
-        if alpha == "auto" else float(alpha)
+    thresholds["mean"] = (
+        auto_threshold(float(np.std(resid[search])), n_tests_cells, search.size) if alpha == "auto" else float(alpha)
+    )
     for a, ma in moms.items():
         lab = pseudo_label(a, resid, odd_moments)
         reg = bmu * m + moment_grid(a, m, odd_moments).index(ma)
         names_a = [f"mean bucket {i + 1}/{m}, moment-{a} bucket {j + 1}/{m}" for i in range(m) for j in range(m)]
-        findings += oracle_audit(F, ma, lab, reg, names_a, search, check, oracle, min_count, f"moment_{a}",
-                                 stop, tick)
-        thresholds[f"moment_{a}"] = auto_threshold(float(np.std(lab[search])), m * m, search.size) \
-            if beta == "auto" else float(beta)
+        findings += oracle_audit(F, ma, lab, reg, names_a, search, check, oracle, min_count, f"moment_{a}", stop, tick)
+        thresholds[f"moment_{a}"] = (
+            auto_threshold(float(np.std(lab[search])), m * m, search.size) if beta == "auto" else float(beta)
+        )
     _judge(findings, thresholds, level, test, check.size)
     n_tested = len(findings)  # the Bonferroni factor: every candidate judged on the check rows
     findings = _dedup(findings, F)
-    return Discovery(findings, n_tested, int(search.size), int(check.size), thresholds,
-                     time.perf_counter() - t0)
+    return Discovery(findings, n_tested, int(search.size), int(check.size), thresholds, time.perf_counter() - t0)
 
 
 def _make_oracle(oracle, max_depth, seed):
@@ -312,11 +368,30 @@ def _make_oracle(oracle, max_depth, seed):
     return oracle
 
 
-def discover(X, y, *, prediction=None, model=None, features, max_depth: int = 3, min_mass: float = 0.01,
-             n_moments: int = 2, n_buckets: int = 5, odd_moments: str = MomentKind.ABSOLUTE, label_range=None,
-             seed: int = 0, level: float = 0.05, alpha="auto", beta="auto", search_fraction: float = 0.5,
-             test: str = "z", oracle: SetOracle | None = None, label_name: str = "label", stop=None,
-             progress=None) -> Discovery:
+def discover(
+    X,
+    y,
+    *,
+    prediction=None,
+    model=None,
+    features,
+    max_depth: int = 3,
+    min_mass: float = 0.01,
+    n_moments: int = 2,
+    n_buckets: int = 5,
+    odd_moments: str = MomentKind.ABSOLUTE,
+    label_range=None,
+    seed: int = 0,
+    level: float = 0.05,
+    alpha="auto",
+    beta="auto",
+    search_fraction: float = 0.5,
+    test: str = "z",
+    oracle: SetOracle | None = None,
+    label_name: str = "label",
+    stop=None,
+    progress=None,
+) -> Discovery:
     """Audit a predictor for miscalibrated sets nobody listed (``mmc discover``). No fitting.
 
     The predictor is ``prediction`` (a mean prediction in label units; the moments are then the constant
@@ -344,8 +419,9 @@ def discover(X, y, *, prediction=None, model=None, features, max_depth: int = 3,
         if model.uses_base:
             if prediction is None:
                 raise MMCError("this model was fitted on a base prediction: pass it (--pred COL)")
-            base_u = scale.to_unit(np.clip(to_label_array(prediction, "base prediction", n), scale.lo, scale.hi),
-                                   "base prediction")
+            base_u = scale.to_unit(
+                np.clip(to_label_array(prediction, "base prediction", n), scale.lo, scale.hi), "base prediction"
+            )
         mu, moms = model.predict_unit(X, base_u, n)
         m, odd_moments = model.params.m, model.params.odd_moments
         moms = {a: v for a, v in moms.items() if a <= max(n_moments, 1)}
@@ -372,23 +448,61 @@ def discover(X, y, *, prediction=None, model=None, features, max_depth: int = 3,
     yu = scale.to_unit(y, f"label '{label_name}'")
     F = _Features(X, features, n)
     search, check = _split(n, search_fraction, seed)
-    res = audit_predictor(F, yu, mu, moms, m, odd_moments, search, check, _make_oracle(oracle, max_depth, seed),
-                          min_mass, level, alpha, beta, test, stop=stop, progress=progress)
+    res = audit_predictor(
+        F,
+        yu,
+        mu,
+        moms,
+        m,
+        odd_moments,
+        search,
+        check,
+        _make_oracle(oracle, max_depth, seed),
+        min_mass,
+        level,
+        alpha,
+        beta,
+        test,
+        stop=stop,
+        progress=progress,
+    )
     for f in res.findings:
         a = 1 if f.kind == "mean" else int(f.kind.split("_")[1])
-        f.residual_label_units = f.residual * scale.span ** a
-        f.se_label_units = f.se * scale.span ** a
+        f.residual_label_units = f.residual * scale.span**a
+        f.se_label_units = f.se * scale.span**a
     res.seconds = time.perf_counter() - t0
-    res.info = {"features": list(features), "max_depth": int(max_depth), "min_mass": float(min_mass),
-                "level": float(level), "test": test, "seed": int(seed), "buckets": int(m),
-                "label_range": [scale.lo, scale.hi]}
+    res.info = {
+        "features": list(features),
+        "max_depth": int(max_depth),
+        "min_mass": float(min_mass),
+        "level": float(level),
+        "test": test,
+        "seed": int(seed),
+        "buckets": int(m),
+        "label_range": [scale.lo, scale.hi],
+    }
     return res
 
 
-def fit_with_discovery(est, X, y, groups=None, base_prediction=None, *, features, max_depth: int = 3,
-                       min_mass: float = 0.01, rounds: int = 2, level: float = 0.05, search_fraction: float = 0.5,
-                       oracle: SetOracle | None = None, label_name: str = "label", base_name=None, stop=None,
-                       callback=None):
+def fit_with_discovery(
+    est,
+    X,
+    y,
+    groups=None,
+    base_prediction=None,
+    *,
+    features,
+    max_depth: int = 3,
+    min_mass: float = 0.01,
+    rounds: int = 2,
+    level: float = 0.05,
+    search_fraction: float = 0.5,
+    oracle: SetOracle | None = None,
+    label_name: str = "label",
+    base_name=None,
+    stop=None,
+    callback=None,
+):
     """``mmc fit --discover``: alternate oracle audits and fits of ``est`` (a MomentMulticalibrator).
 
     Round 1 fits on the listed ``groups``. Each audit runs the learning-oracle auditor on the fitted
@@ -409,8 +523,16 @@ def fit_with_discovery(est, X, y, groups=None, base_prediction=None, *, features
     history = []
     oracle = _make_oracle(oracle, max_depth, est.random_state if isinstance(est.random_state, int) else 0)
     for rnd in range(rounds + 1):
-        est.fit(X, y, GroupSet(listed + [g for g, _ in learned]), base_prediction=base_prediction,
-                callback=callback, label_name=label_name, base_name=base_name, stop=stop)
+        est.fit(
+            X,
+            y,
+            GroupSet(listed + [g for g, _ in learned]),
+            base_prediction=base_prediction,
+            callback=callback,
+            label_name=label_name,
+            base_name=base_name,
+            stop=stop,
+        )
         if rnd == rounds or (stop is not None and stop()):
             break
         fit_idx = est.fit_index_
@@ -419,8 +541,21 @@ def fit_with_discovery(est, X, y, groups=None, base_prediction=None, *, features
         F = _Features(Xf, features, fit_idx.size)
         search, check = _split(fit_idx.size, search_fraction, (est.random_state or 0) + 1000 + rnd)
         p = est.model_.params
-        res = audit_predictor(F, yu, est.fit_mean_unit_, est.fit_moments_unit_, p.m, p.odd_moments, search, check,
-                              oracle, min_mass, level, est.alpha_, est.beta_)
+        res = audit_predictor(
+            F,
+            yu,
+            est.fit_mean_unit_,
+            est.fit_moments_unit_,
+            p.m,
+            p.odd_moments,
+            search,
+            check,
+            oracle,
+            min_mass,
+            level,
+            est.alpha_,
+            est.beta_,
+        )
         new = []
         for f in res.accepted():
             k = f.rule.key()
@@ -428,17 +563,37 @@ def fit_with_discovery(est, X, y, groups=None, base_prediction=None, *, features
                 continue
             seen_keys.add(k)
             new.append((f.rule.group(_unique_name(f"learned: {f.name}", taken)), f))
-        history.append({"round": rnd + 1, "candidates": res.n_candidates, "accepted": len(res.accepted()),
-                        "new": len(new), "seconds": res.seconds})
+        history.append(
+            {
+                "round": rnd + 1,
+                "candidates": res.n_candidates,
+                "accepted": len(res.accepted()),
+                "new": len(new),
+                "seconds": res.seconds,
+            }
+        )
         if not new:
             break
         learned += new
     info = est.model_.info
     info["learned_sets"] = [g.name for g, _ in learned]
-    info["discovery"] = {"features": list(features), "max_depth": int(max_depth), "min_mass": float(min_mass),
-                         "level": float(level), "rounds": history, "seconds": time.perf_counter() - t0,
-                         "found": [{"name": g.name, "kind": f.kind, "region": f.region,
-                                    "violation": float(f.violation), "p_value": float(f.p_value)}
-                                   for g, f in learned]}
+    info["discovery"] = {
+        "features": list(features),
+        "max_depth": int(max_depth),
+        "min_mass": float(min_mass),
+        "level": float(level),
+        "rounds": history,
+        "seconds": time.perf_counter() - t0,
+        "found": [
+            {
+                "name": g.name,
+                "kind": f.kind,
+                "region": f.region,
+                "violation": float(f.violation),
+                "p_value": float(f.p_value),
+            }
+            for g, f in learned
+        ],
+    }
     est.learned_groups_ = [g for g, _ in learned]
     return est

@@ -1,4 +1,5 @@
 """The public estimator: scikit-learn style fit / predict over tables, labels and groups."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,13 +18,35 @@ from .binary import TASK_BINARY, TASKS, resolve_task  # noqa: F401 - TASKS re-ex
 from .sklearn_params import SklearnParams, _json_params
 from .tables import _n_rows, _take, as_table, to_label_array
 from .thresholds import (  # noqa: F401 - the rule constants are re-exported for older imports
-    AUTO_BUCKETS, AUTO_LEVEL, AUTO_REFERENCE_MASS, FLOOR_MASS, GROUP_Z_RULES, MEAN_BUCKET_RULES,
-    MOMENT_BUCKET_RULES, SE_GROUP_LEVEL, SE_GROUP_MOMENT_Z, SE_LEVEL, SE_MIN_COUNT, THRESHOLD_RULES,
-    _check_unit_interval, auto_threshold, bonferroni_z, validate_params,
+    AUTO_BUCKETS,
+    AUTO_LEVEL,
+    AUTO_REFERENCE_MASS,
+    FLOOR_MASS,
+    GROUP_Z_RULES,
+    MEAN_BUCKET_RULES,
+    MOMENT_BUCKET_RULES,
+    SE_GROUP_LEVEL,
+    SE_GROUP_MOMENT_Z,
+    SE_LEVEL,
+    SE_MIN_COUNT,
+    THRESHOLD_RULES,
+    _check_unit_interval,
+    auto_threshold,
+    bonferroni_z,
+    validate_params,
 )
 
-__all__ = ["MomentMulticalibrator", "validate_params", "to_label_array", "auto_threshold", "bonferroni_z",
-           "MEAN_BUCKET_RULES", "MOMENT_BUCKET_RULES", "AUTO_BUCKETS"]
+__all__ = [
+    "MomentMulticalibrator",
+    "validate_params",
+    "to_label_array",
+    "auto_threshold",
+    "bonferroni_z",
+    "MEAN_BUCKET_RULES",
+    "MOMENT_BUCKET_RULES",
+    "AUTO_BUCKETS",
+]
+
 
 def _achieved(params: DescentParams, memb, y, mu, moms) -> dict:
     """The smallest (alpha, beta_a) the predictions satisfy on these rows: just above the largest mass-weighted
@@ -65,8 +88,9 @@ class FitStats:
         return float(np.mean(self._label(a)))
 
     def group_label_sums(self, a) -> np.ndarray:
-        return np.bincount(self.memb.pair_groups(), weights=self._label(a)[self.memb.rows],
-                           minlength=self.memb.n_groups)
+        return np.bincount(
+            self.memb.pair_groups(), weights=self._label(a)[self.memb.rows], minlength=self.memb.n_groups
+        )
 
     def mean_quantile_edges(self, m) -> tuple:
         return quantile_edges(self.mu0, m)
@@ -163,10 +187,25 @@ class MomentMulticalibrator(SklearnParams):
     fit_mean_unit_: np.ndarray | None
     fit_moments_unit_: dict | None
 
-    def __init__(self, alpha="se", beta="se", n_buckets=5, n_moments=2, step="exact",
-                 odd_moments="absolute", label_range=None, calibration_fraction=0.25,
-                 early_stopping="auto", max_rounds=None, random_state=0, mean_buckets="uniform",
-                 moment_buckets="data", mean_group_z="bonferroni", task="auto", positive_label=None):
+    def __init__(
+        self,
+        alpha="se",
+        beta="se",
+        n_buckets=5,
+        n_moments=2,
+        step="exact",
+        odd_moments="absolute",
+        label_range=None,
+        calibration_fraction=0.25,
+        early_stopping="auto",
+        max_rounds=None,
+        random_state=0,
+        mean_buckets="uniform",
+        moment_buckets="data",
+        mean_group_z="bonferroni",
+        task="auto",
+        positive_label=None,
+    ):
         self.alpha = alpha
         self.beta = beta
         self.n_buckets = n_buckets
@@ -184,16 +223,25 @@ class MomentMulticalibrator(SklearnParams):
         self.task = task
         self.positive_label = positive_label
 
-
     # ------------------------------------------------------------------------------------------
-    def _params(self, alpha: float, beta: float, moments: tuple, moment_betas: tuple = (), m: int | None = None,
-                **extra) -> DescentParams:
-        return DescentParams(float(alpha), float(beta), int(self.n_buckets if m is None else m), tuple(moments),
-                             self.step, self.odd_moments, None if self.max_rounds is None else int(self.max_rounds),
-                             moment_betas, **extra)
+    def _params(
+        self, alpha: float, beta: float, moments: tuple, moment_betas: tuple = (), m: int | None = None, **extra
+    ) -> DescentParams:
+        return DescentParams(
+            float(alpha),
+            float(beta),
+            int(self.n_buckets if m is None else m),
+            tuple(moments),
+            self.step,
+            self.odd_moments,
+            None if self.max_rounds is None else int(self.max_rounds),
+            moment_betas,
+            **extra,
+        )
 
-    def _build_params(self, m: int, G: int, nf: int, moments: tuple, resid: np.ndarray, mu0: np.ndarray, memb,
-                      stats=None):
+    def _build_params(
+        self, m: int, G: int, nf: int, moments: tuple, resid: np.ndarray, mu0: np.ndarray, memb, stats=None
+    ):
         """Thresholds, grids and floors for m buckets, all chosen from the fitting rows before the descent.
 
         * alpha / beta "auto" (exact step): a cell is corrected only when its residual is at least z of *its
@@ -216,8 +264,10 @@ class MomentMulticalibrator(SklearnParams):
         z_group = bonferroni_z(G * (1 + K), SE_GROUP_LEVEL) if se else 0.0
         z_group_moment = min(SE_GROUP_MOMENT_Z, z_group)
         mgz = getattr(self, "mean_group_z", "bonferroni")
-        if not (mgz in GROUP_Z_RULES or (isinstance(mgz, numbers.Real) and not isinstance(mgz, bool)
-                                          and 1.0 <= float(mgz) <= 10.0)):
+        if not (
+            mgz in GROUP_Z_RULES
+            or (isinstance(mgz, numbers.Real) and not isinstance(mgz, bool) and 1.0 <= float(mgz) <= 10.0)
+        ):
             raise MMCError(f"mean_group_z must be 'bonferroni' or a number from 1 to 10, got {mgz!r}")
         if se and mgz not in GROUP_Z_RULES:
             # Whole groups of the mean at a fixed critical value (issue 10, held-out tables): a significant
@@ -233,8 +283,9 @@ class MomentMulticalibrator(SklearnParams):
                 return float(np.clip(z * spread * np.sqrt(min_count) / max(nf, 1), 1e-7, 0.05))
             return auto_threshold(spread, n_cells, nf)
 
-        alpha = thr(self.alpha, stats.resid_std, G * m * (1 + K * m)) if isinstance(self.alpha, str) \
-            else float(self.alpha)
+        alpha = (
+            thr(self.alpha, stats.resid_std, G * m * (1 + K * m)) if isinstance(self.alpha, str) else float(self.alpha)
+        )
         moment_betas: tuple = ()
         if not isinstance(self.beta, str):
             beta = float(self.beta)
@@ -252,8 +303,11 @@ class MomentMulticalibrator(SklearnParams):
             # can tell from noise; when it was wrong by less than the Bonferroni z_group, leaving it (up to
             # ~30% on a 200-row group) is a defect an audit of fresh rows does find. Hence a per-group z.
             extra["z_group_moment"] = z_group_moment
-        if self.moment_buckets == "data" and self.step == "exact" and not (
-                self.odd_moments == MomentKind.SIGNED and K >= 2):
+        if (
+            self.moment_buckets == "data"
+            and self.step == "exact"
+            and not (self.odd_moments == MomentKind.SIGNED and K >= 2)
+        ):
             extra["moment_step"] = "ratio"  # positive moments on their own (log) scale
         if self.mean_buckets == "quantile" and m >= 2:
             q = stats.mean_quantile_edges(m)
@@ -287,8 +341,19 @@ class MomentMulticalibrator(SklearnParams):
         init_moments = {a: float(np.clip(stats.label_mean(a), *params.projection(a))) for a in moments}
         return params, init_moments
 
-    def fit(self, X, y, groups=None, base_prediction=None, callback=None, label_name: str = "label",
-            base_name: str | None = None, stop=None, engine: str | None = None, client=None):
+    def fit(
+        self,
+        X,
+        y,
+        groups=None,
+        base_prediction=None,
+        callback=None,
+        label_name: str = "label",
+        base_name: str | None = None,
+        stop=None,
+        engine: str | None = None,
+        client=None,
+    ):
         """Fit on a table.
 
         Parameters
@@ -322,11 +387,31 @@ class MomentMulticalibrator(SklearnParams):
         if engine == "dask" or (engine is None and type(X).__module__.split(".")[0] in ("dask", "dask_expr")):
             from .engines.dask_engine import fit_dask  # lazily: importing mmc_core never imports dask
 
-            return fit_dask(self, X, y, groups, base_prediction, callback=callback, label_name=label_name
-                            if label_name != "label" else None, base_name=base_name, stop=stop, client=client)
-        validate_params(self.alpha, self.beta, self.n_buckets, self.n_moments, self.step,
-                        self.odd_moments, self.calibration_fraction, self.max_rounds, self.mean_buckets,
-                        self.moment_buckets, self.early_stopping)
+            return fit_dask(
+                self,
+                X,
+                y,
+                groups,
+                base_prediction,
+                callback=callback,
+                label_name=label_name if label_name != "label" else None,
+                base_name=base_name,
+                stop=stop,
+                client=client,
+            )
+        validate_params(
+            self.alpha,
+            self.beta,
+            self.n_buckets,
+            self.n_moments,
+            self.step,
+            self.odd_moments,
+            self.calibration_fraction,
+            self.max_rounds,
+            self.mean_buckets,
+            self.moment_buckets,
+            self.early_stopping,
+        )
         X = as_table(X)
         n = _n_rows(X)
         if n < 2:
@@ -335,11 +420,15 @@ class MomentMulticalibrator(SklearnParams):
         k = int(self.n_moments)
         if task == TASK_BINARY:
             if self.n_moments not in (1, 2):
-                raise MMCError(f"moments={self.n_moments!r}: a binary label is fitted for the mean only (its "
-                               "variance is p(1 - p) once the probability p is right); use moments=1")
+                raise MMCError(
+                    f"moments={self.n_moments!r}: a binary label is fitted for the mean only (its "
+                    "variance is p(1 - p) once the probability p is right); use moments=1"
+                )
             if self.label_range is not None and tuple(float(v) for v in self.label_range) != (0.0, 1.0):
-                raise MMCError(f"label range {self.label_range!r}: a binary label is a probability on [0, 1] "
-                               "(leave label_range unset)")
+                raise MMCError(
+                    f"label range {self.label_range!r}: a binary label is a probability on [0, 1] "
+                    "(leave label_range unset)"
+                )
             k = 1
         y = to_label_array(y, f"label '{label_name}'", n)
         if task == TASK_BINARY:
@@ -397,10 +486,12 @@ class MomentMulticalibrator(SklearnParams):
             holdout = None
             if n_cal:
                 assert memb_h is not None and mu_h is not None  # both exist whenever n_cal > 0
-                holdout = CellState(params, memb_h, yu[cal_idx], mu_h,
-                                    {a: np.full(n_cal, v) for a, v in init_moments.items()})
-            res = descend(params, state, holdout, callback if len(candidates) == 1 else None, stop=stop,
-                          keep_best=early)
+                holdout = CellState(
+                    params, memb_h, yu[cal_idx], mu_h, {a: np.full(n_cal, v) for a, v in init_moments.items()}
+                )
+            res = descend(
+                params, state, holdout, callback if len(candidates) == 1 else None, stop=stop, keep_best=early
+            )
             kept = _best_round(res.history) if early else len(res.round_ends) - 1
             score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
             runs.append((score, m, params, init_moments, res, kept))
@@ -409,11 +500,23 @@ class MomentMulticalibrator(SklearnParams):
         score, m, params, init_moments, res, kept_round = min(runs, key=lambda r: r[0])
         seconds = time.perf_counter() - t0
 
-        init_mean = {"kind": "base", "column": base_name} if base_u is not None else \
-            {"kind": "constant", "value": float(np.mean(yu[fit_idx]))}
+        init_mean = (
+            {"kind": "base", "column": base_name}
+            if base_u is not None
+            else {"kind": "constant", "value": float(np.mean(yu[fit_idx]))}
+        )
         log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
-        model = FittedModel(params, scale, gset, init_mean, init_moments, list(log),
-                            list(res.round_ends[: kept_round + 1]), task=task, binary=binary_info)
+        model = FittedModel(
+            params,
+            scale,
+            gset,
+            init_mean,
+            init_moments,
+            list(log),
+            list(res.round_ends[: kept_round + 1]),
+            task=task,
+            binary=binary_info,
+        )
         snap = res.extra.get("best")
         if kept_round == len(res.round_ends) - 1:
             st = res.state
@@ -431,15 +534,19 @@ class MomentMulticalibrator(SklearnParams):
             alpha_a = achieved["alpha"] if self.alpha == "se" else params.alpha
             betas = {a: (achieved["betas"][a] if self.beta == "se" else params.beta_for(a)) for a in params.moments}
             model.params = dataclasses.replace(
-                params, alpha=alpha_a, beta=betas.get(2, params.beta),
-                moment_betas=tuple((a, b) for a, b in betas.items() if a != 2))
+                params,
+                alpha=alpha_a,
+                beta=betas.get(2, params.beta),
+                moment_betas=tuple((a, b) for a, b in betas.items() if a != 2),
+            )
             params = model.params
         if n_cal and task != TASK_BINARY:
             # Interval calibration uses only the held-out rows (never the rows the moments were fitted on).
             from . import intervals
 
             model.extras["intervals"] = intervals.calibrate(
-                model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx])
+                model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx]
+            )
         model.info = {
             "mode": "practical (one fitting sample, audited exactly)",
             "task": task,
@@ -450,7 +557,9 @@ class MomentMulticalibrator(SklearnParams):
             "early_stopped": bool(kept_round < len(res.round_ends) - 1),
             "achieved": {"alpha": achieved["alpha"], "betas": {str(a): b for a, b in achieved["betas"].items()}},
             "thresholds_used": floors,
-            "z": params.z, "z_group": params.z_group, "min_count": params.min_count,
+            "z": params.z,
+            "z_group": params.z_group,
+            "min_count": params.min_count,
             "stopped_by_user": bool(res.stopped),
             "rounds": int(res.history[-1]["round"]) if res.history else 0,
             "kept_round": int(kept_round),
@@ -531,8 +640,9 @@ class MomentMulticalibrator(SklearnParams):
         positive class, shape (n,), in [0, 1]. A fitted regression has no such method (AttributeError, as
         scikit-learn's ``available_if`` would say), so tools that look for it see a regressor."""
         if hasattr(self, "model_") and self.model_.task != TASK_BINARY:
-            raise AttributeError("predict_proba needs a binary (classifier) model; this one is a regression: use "
-                                 "predict")
+            raise AttributeError(
+                "predict_proba needs a binary (classifier) model; this one is a regression: use predict"
+            )
         return self._predict_proba
 
     def _predict_proba(self, X, base_prediction=None) -> np.ndarray:
@@ -543,8 +653,9 @@ class MomentMulticalibrator(SklearnParams):
         """Mean prediction, shape (n,), in label units."""
         return self.predict_moments(X, base_prediction)["mean"]
 
-    def predict_interval(self, X, base_prediction=None, *, delta: float = 0.1, method: str = "calibrated",
-                         gamma: float = 0.05) -> np.ndarray:
+    def predict_interval(
+        self, X, base_prediction=None, *, delta: float = 0.1, method: str = "calibrated", gamma: float = 0.05
+    ) -> np.ndarray:
         """Prediction intervals in label units, shape (n, 2): column 0 the lower end, 1 the upper end.
 
         ``delta``: the miscoverage (0.1 gives 90% intervals); ``method``: one of ``mmc_core.intervals.METHODS``
@@ -556,8 +667,9 @@ class MomentMulticalibrator(SklearnParams):
         from .intervals import predict_intervals
 
         X = as_table(X)
-        lo, hi = predict_intervals(self.model_, X, self._base_for(X, base_prediction), method=method, delta=delta,
-                                   gamma=gamma)
+        lo, hi = predict_intervals(
+            self.model_, X, self._base_for(X, base_prediction), method=method, delta=delta, gamma=gamma
+        )
         return np.column_stack([lo, hi])
 
     def save(self, path):
@@ -575,17 +687,29 @@ class MomentMulticalibrator(SklearnParams):
         saved = model.info.get("estimator_params")
         if isinstance(saved, dict):
             valid = cls().get_params(deep=False)
-            kw = {k: (tuple(v) if k == "label_range" and isinstance(v, list) else v)
-                  for k, v in saved.items() if k in valid}
+            kw = {
+                k: (tuple(v) if k == "label_range" and isinstance(v, list) else v)
+                for k, v in saved.items()
+                if k in valid
+            }
         else:
-            kw = dict(alpha=p.alpha, beta=p.beta, n_buckets=p.m, n_moments=len(p.moments) + 1, step=p.step,
-                      odd_moments=p.odd_moments, label_range=(model.scale.lo, model.scale.hi),
-                      calibration_fraction=model.info.get("calibration_fraction", 0.0),
-                      early_stopping=model.info.get("early_stopping", False), max_rounds=p.max_rounds,
-                      random_state=model.info.get("seed", 0),
-                      mean_buckets="quantile" if p.mean_edges else "uniform",
-                      moment_buckets="data" if (p.moment_edges or p.moment_floors) else "range",
-                      task=model.task, positive_label=(model.binary or {}).get("positive"))
+            kw = dict(
+                alpha=p.alpha,
+                beta=p.beta,
+                n_buckets=p.m,
+                n_moments=len(p.moments) + 1,
+                step=p.step,
+                odd_moments=p.odd_moments,
+                label_range=(model.scale.lo, model.scale.hi),
+                calibration_fraction=model.info.get("calibration_fraction", 0.0),
+                early_stopping=model.info.get("early_stopping", False),
+                max_rounds=p.max_rounds,
+                random_state=model.info.get("seed", 0),
+                mean_buckets="quantile" if p.mean_edges else "uniform",
+                moment_buckets="data" if (p.moment_edges or p.moment_floors) else "range",
+                task=model.task,
+                positive_label=(model.binary or {}).get("positive"),
+            )
         est = cls(**kw)
         est._set_fitted(model)
         est._clear_row_state()

@@ -27,6 +27,7 @@ They are listed apart and never adjusted as tests.
 Everything here is numpy: the normal and binomial tails are computed with ``math.erfc`` and a continued
 fraction for the regularized incomplete beta function, checked against scipy in the tests.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,16 @@ import numpy as np
 
 from .errors import MMCError
 
-__all__ = ["ADJUSTMENTS", "adjust_pvalues", "binom_cdf", "norm_sf", "wilson_interval", "group_tests",
-           "select_findings", "variance_disparities"]
+__all__ = [
+    "ADJUSTMENTS",
+    "adjust_pvalues",
+    "binom_cdf",
+    "norm_sf",
+    "wilson_interval",
+    "group_tests",
+    "select_findings",
+    "variance_disparities",
+]
 
 ADJUSTMENTS = ("holm", "bh")
 # A variance finding claims the model misstates a group's variance by more than this factor (1 + tol) beyond
@@ -222,13 +231,20 @@ def group_tests(kind: str, names, cnt, s1, s2, min_count: int, s3=None, **extra)
     each record (e.g. predicted and observed means). Returns one dict per tested entry.
     """
     cnt = np.asarray(cnt, dtype=float)
-    mean, se, p = _t_test(np.asarray(s1, float), np.asarray(s2, float), cnt,
-                          None if s3 is None else np.asarray(s3, float))
+    mean, se, p = _t_test(
+        np.asarray(s1, float), np.asarray(s2, float), cnt, None if s3 is None else np.asarray(s3, float)
+    )
     keep = np.nonzero(cnt >= max(min_count, 1))[0]
     out = []
     for i in keep:  # one record per tested group / cell (a handful of hundreds), not per row
-        rec = {"kind": kind, "group": names[i], "n": int(cnt[i]), "statistic_mean": float(mean[i]),
-               "statistic_se": float(se[i]), "p_value": float(p[i])}
+        rec = {
+            "kind": kind,
+            "group": names[i],
+            "n": int(cnt[i]),
+            "statistic_mean": float(mean[i]),
+            "statistic_se": float(se[i]),
+            "p_value": float(p[i]),
+        }
         for k, v in extra.items():
             rec[k] = v[i].item() if isinstance(v[i], np.generic) else v[i]
         out.append(rec)
@@ -266,11 +282,18 @@ def variance_disparities(names, cnt, ratio, lo, hi, min_count: int, skip_first: 
             continue
         more = r >= 1
         txt = f"{r:.1f} times" if more else f"{r:.2f} times (about 1/{1 / r:.1f} of)"
-        out.append({"kind": "variance_disparity", "group": g, "n": int(cnt[i]), "estimate": r,
-                    "interval": [a, b],
-                    "text": f"The model's predicted variance for group {g} (n={int(cnt[i])}) is {txt} the overall "
-                            f"level (95% CI {a:.2f}-{b:.2f}): the model is {'less' if more else 'more'} certain "
-                            "about this group."})
+        out.append(
+            {
+                "kind": "variance_disparity",
+                "group": g,
+                "n": int(cnt[i]),
+                "estimate": r,
+                "interval": [a, b],
+                "text": f"The model's predicted variance for group {g} (n={int(cnt[i])}) is {txt} the overall "
+                f"level (95% CI {a:.2f}-{b:.2f}): the model is {'less' if more else 'more'} certain "
+                "about this group.",
+            }
+        )
     # an intersection whose listed parent shows about the same ratio says nothing new
     ratio_of = {d["group"]: d["estimate"] for d in out}
 
@@ -300,19 +323,28 @@ def describe(rec: dict) -> str:
     lo, hi = rec["interval"]
     padj = f"adjusted p = {rec['p_adjusted']:.2g}, {rec['adjustment']}"
     if kind in ("mean", "calibration"):
-        where = f"group {g}" if kind == "mean" else \
-            f"group {g} with predictions in [{_g(rec['bucket'][0])}, {_g(rec['bucket'][1])})"
+        where = (
+            f"group {g}"
+            if kind == "mean"
+            else f"group {g} with predictions in [{_g(rec['bucket'][0])}, {_g(rec['bucket'][1])})"
+        )
         verb = "under-predicts" if rec["estimate"] > 0 else "over-predicts"
-        return (f"For {where} (n={n}) the model {verb} the mean: observed {_g(rec['observed'])} vs predicted "
-                f"{_g(rec['predicted'])} (difference {_g(rec['estimate'])}, 95% CI {_g(lo)} to {_g(hi)}; {padj}).")
+        return (
+            f"For {where} (n={n}) the model {verb} the mean: observed {_g(rec['observed'])} vs predicted "
+            f"{_g(rec['predicted'])} (difference {_g(rec['estimate'])}, 95% CI {_g(lo)} to {_g(hi)}; {padj})."
+        )
     if kind == "variance":
         verb = "understates" if rec["estimate"] > 1 else "overstates"
         tol = rec.get("tolerance") or 0.0
         beyond = f"; by more than {1 + tol:.2g}x" if tol > 0 else ""
-        return (f"For group {g} (n={n}) the model {verb} its uncertainty: predicted variance {_g(rec['predicted'])}, "
-                f"observed squared error {_g(rec['observed'])} ({rec['estimate']:.2f} times, 95% CI {lo:.2f}-{hi:.2f}"
-                f"{beyond}; {padj}).")
+        return (
+            f"For group {g} (n={n}) the model {verb} its uncertainty: predicted variance {_g(rec['predicted'])}, "
+            f"observed squared error {_g(rec['observed'])} ({rec['estimate']:.2f} times, 95% CI {lo:.2f}-{hi:.2f}"
+            f"{beyond}; {padj})."
+        )
     if kind == "coverage":
-        return (f"The {rec['method']} {rec['target']:.0%} intervals cover only {rec['estimate']:.1%} of group {g} "
-                f"(n={n}, 95% CI {lo:.1%}-{hi:.1%}; {padj}).")
+        return (
+            f"The {rec['method']} {rec['target']:.0%} intervals cover only {rec['estimate']:.1%} of group {g} "
+            f"(n={n}, 95% CI {lo:.1%}-{hi:.1%}; {padj})."
+        )
     raise MMCError(f"unknown finding kind {kind!r}")

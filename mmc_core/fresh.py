@@ -7,6 +7,7 @@ predictors live only as the model's update log, exactly as the paper maintains t
 
 :class:`FreshDescent` runs one audit per :meth:`step`, so the teaching page can show each decision.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,18 @@ class FreshDescent:
         Used only to report the exact potential E[(mu - E[y|x])^2] for teaching.
     """
 
-    def __init__(self, sampler, groups: GroupSet, params: DescentParams, n: int, delta: float = 1e-3,
-                 seed: int = 0, init_mean: float = 0.0, init_moment: float = 0.0, truth=None):
+    def __init__(
+        self,
+        sampler,
+        groups: GroupSet,
+        params: DescentParams,
+        n: int,
+        delta: float = 1e-3,
+        seed: int = 0,
+        init_mean: float = 0.0,
+        init_moment: float = 0.0,
+        truth=None,
+    ):
         eps = 2 * math.sqrt(math.log(2 / delta) / (2 * n))
         if eps > params.alpha or any(eps > params.beta_for(a) for a in params.moments):
             raise ValueError(
@@ -58,9 +69,15 @@ class FreshDescent:
         self.sampler, self.groups, self.p, self.n, self.delta = sampler, groups, params, n, delta
         self.rng = np.random.default_rng(seed)
         self.truth = truth
-        self.model = FittedModel(params, LabelScale(0.0, 1.0, "declared"), groups,
-                                 {"kind": "constant", "value": float(init_mean)},
-                                 {a: float(init_moment) for a in params.moments}, [], [])
+        self.model = FittedModel(
+            params,
+            LabelScale(0.0, 1.0, "declared"),
+            groups,
+            {"kind": "constant", "value": float(init_mean)},
+            {a: float(init_moment) for a in params.moments},
+            [],
+            [],
+        )
         # The paper's wrapper would return untouched zero moments if the initial mean passed its first
         # audit, so the moment predictors are fitted once before the first mean audit.
         self.queue = [("moment", a) for a in params.moments] + [("mean", 0)]
@@ -121,8 +138,13 @@ class FreshDescent:
                 self.model.round_ends.append(len(self.model.log))
                 self.queue = [("moment", b) for b in p.moments] + [("mean", 0)]
                 ev = self._event("mean_update", upd, st, None)
-        ev.update(audits=self.audits, samples_used=self.audits * self.n, mean_updates=self.mean_updates,
-                  moment_updates=self.moment_updates, mean_bound=p.mean_update_bound())
+        ev.update(
+            audits=self.audits,
+            samples_used=self.audits * self.n,
+            mean_updates=self.mean_updates,
+            moment_updates=self.moment_updates,
+            mean_bound=p.mean_update_bound(),
+        )
         if self.truth is not None:
             ev["potential"] = self.potential()
         self.events.append(ev)
@@ -142,8 +164,15 @@ class FreshDescent:
             cells_ij = [(int(c) // self.p.m, int(c) % self.p.m) for c in cells]
         else:
             cells_ij = [(int(c), None) for c in cells]
-        return {"kind": kind, "moment": a, "group": self.groups.names[upd.group], "group_index": upd.group,
-                "partition": upd.partition, "cells": cells_ij, "deltas": [float(d) for d in upd.deltas]}
+        return {
+            "kind": kind,
+            "moment": a,
+            "group": self.groups.names[upd.group],
+            "group_index": upd.group,
+            "partition": upd.partition,
+            "cells": cells_ij,
+            "deltas": [float(d) for d in upd.deltas],
+        }
 
     def potential(self) -> float:
         """E_P[(mu(x) - E[y|x])^2], exactly, on the truth's finite support (the descent's potential)."""
@@ -158,14 +187,28 @@ class FreshDescent:
                 break
         self.model.info = {
             "mode": "fresh samples (paper-faithful, alg:wrapper-finite)",
-            "converged": bool(self.done), "mean_updates": self.mean_updates, "moment_updates": self.moment_updates,
-            "audits": self.audits, "samples_used": self.audits * self.n, "rows_per_audit": self.n, "delta": self.delta,
-            "rounds": len(self.model.round_ends), "n_groups": len(self.groups),
+            "converged": bool(self.done),
+            "mean_updates": self.mean_updates,
+            "moment_updates": self.moment_updates,
+            "audits": self.audits,
+            "samples_used": self.audits * self.n,
+            "rows_per_audit": self.n,
+            "delta": self.delta,
+            "rounds": len(self.model.round_ends),
+            "n_groups": len(self.groups),
         }
         return self.model
 
 
-def fit_fresh(sampler, groups: GroupSet, params: DescentParams, n: int, delta: float = 1e-3, seed: int = 0,
-              max_audits: int | None = None, **kw) -> FittedModel:
+def fit_fresh(
+    sampler,
+    groups: GroupSet,
+    params: DescentParams,
+    n: int,
+    delta: float = 1e-3,
+    seed: int = 0,
+    max_audits: int | None = None,
+    **kw,
+) -> FittedModel:
     """Run :class:`FreshDescent` to convergence (or ``max_audits``) and return the model."""
     return FreshDescent(sampler, groups, params, n, delta, seed, **kw).run(max_audits)

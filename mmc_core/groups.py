@@ -29,6 +29,7 @@ descriptive fields ``mmc discover`` writes beside a group (``kind``, ``count``, 
 ignored. A bare list of groups is accepted too. Rows whose value is missing (NaN / empty) satisfy no condition
 except ``!=`` and ``not in``. A category never seen when fitting simply matches no rows at predict time.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -245,8 +246,14 @@ class Group:
             raise GroupDefinitionError(f"{where}: unknown key(s) {sorted(unknown)}")
         for k in _INFO_KEYS & set(d):
             v = d[k]
-            if not (v is None or isinstance(v, str) and len(v) <= 200
-                    or _is_number(v) and math.isfinite(v) or isinstance(v, bool)):
+            if not (
+                v is None
+                or isinstance(v, str)
+                and len(v) <= 200
+                or _is_number(v)
+                and math.isfinite(v)
+                or isinstance(v, bool)
+            ):
                 raise GroupDefinitionError(f"{where}: '{k}' must be a short string, a finite number or null")
         name = d.get("name")
         if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -255,14 +262,27 @@ class Group:
         if not isinstance(conds, list):
             raise GroupDefinitionError(f"{where} '{name}': 'where' must be a list of conditions")
         terms = d.get("any", [])
-        if not isinstance(terms, list) or len(terms) > MAX_ANY_TERMS or ("any" in d and not terms) or any(
-                not isinstance(t, list) or not 1 <= len(t) <= MAX_TERM_CONDITIONS for t in terms):
+        if (
+            not isinstance(terms, list)
+            or len(terms) > MAX_ANY_TERMS
+            or ("any" in d and not terms)
+            or any(not isinstance(t, list) or not 1 <= len(t) <= MAX_TERM_CONDITIONS for t in terms)
+        ):
             raise GroupDefinitionError(
                 f"{where} '{name}': 'any' must be a list of 1-{MAX_ANY_TERMS} non-empty lists of at most "
-                f"{MAX_TERM_CONDITIONS} conditions")
-        return cls(name, tuple(Condition.from_dict(c, f"{where} '{name}' condition {i + 1}") for i, c in enumerate(conds)),
-                   tuple(tuple(Condition.from_dict(c, f"{where} '{name}' any[{t + 1}] condition {i + 1}")
-                               for i, c in enumerate(term)) for t, term in enumerate(terms)))
+                f"{MAX_TERM_CONDITIONS} conditions"
+            )
+        return cls(
+            name,
+            tuple(Condition.from_dict(c, f"{where} '{name}' condition {i + 1}") for i, c in enumerate(conds)),
+            tuple(
+                tuple(
+                    Condition.from_dict(c, f"{where} '{name}' any[{t + 1}] condition {i + 1}")
+                    for i, c in enumerate(term)
+                )
+                for t, term in enumerate(terms)
+            ),
+        )
 
     def to_dict(self) -> dict:
         d = {"name": self.name, "where": [c.to_dict() for c in self.where]}
@@ -404,8 +424,10 @@ def column_conditions(table, c: str, n_bins: int = 4, max_values: int = MAX_VALU
     if not vals:
         raise GroupDefinitionError(f"group column '{c}' has no values")
     if len(vals) > 200:
-        raise GroupDefinitionError(f"group column '{c}' has {len(vals)} distinct values; a group per value is not "
-                                   "useful (bin it first or define groups in a JSON file)")
+        raise GroupDefinitionError(
+            f"group column '{c}' has {len(vals)} distinct values; a group per value is not "
+            "useful (bin it first or define groups in a JSON file)"
+        )
     return [Condition(c, "==", value=v) for v in vals]
 
 
@@ -451,8 +473,9 @@ class GroupSet:
         return {"format": "mmc-groups", "version": 1, "groups": [g.to_dict() for g in self.groups]}
 
     @classmethod
-    def from_columns(cls, table, columns, max_order: int = 1, max_values: int = 10,
-                     conditions: dict | None = None) -> "GroupSet":
+    def from_columns(
+        cls, table, columns, max_order: int = 1, max_values: int = 10, conditions: dict | None = None
+    ) -> "GroupSet":
         """Every value of each column (numeric columns with more than ``max_values`` distinct values are cut
         at their quartiles, computed on ``table``) plus all intersections of values of *different* columns
         up to ``max_order``, plus the whole population. ``conditions`` (column -> its conditions, as
@@ -463,11 +486,15 @@ class GroupSet:
         columns = list(columns)
         if len(set(columns)) != len(columns):
             raise GroupDefinitionError("a group column is listed twice")
-        per_col = [list(conditions[c]) if conditions is not None else column_conditions(table, c, 4, max_values)
-                   for c in columns]
-        count = sum(math.prod(len(per_col[i]) for i in combo)
-                    for r in range(1, min(max_order, len(per_col)) + 1)
-                    for combo in itertools.combinations(range(len(per_col)), r))
+        per_col = [
+            list(conditions[c]) if conditions is not None else column_conditions(table, c, 4, max_values)
+            for c in columns
+        ]
+        count = sum(
+            math.prod(len(per_col[i]) for i in combo)
+            for r in range(1, min(max_order, len(per_col)) + 1)
+            for combo in itertools.combinations(range(len(per_col)), r)
+        )
         if count + 1 > MAX_GROUPS:
             raise GroupDefinitionError(
                 f"these columns and --max-order {max_order} give {count + 1} groups; the limit is {MAX_GROUPS}"

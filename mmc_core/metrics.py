@@ -81,6 +81,7 @@ and ``coverage``, ``width``, ``moment_cells``, ``coverage_by_bucket`` are empty 
 Findings are the mean and calibration tests only (on the probability scale), never variance or coverage.
 JSON adds ``"task": "binary"``, ``"threshold"`` and ``"classifier"``.
 """
+
 from __future__ import annotations
 
 import math
@@ -153,8 +154,9 @@ class _Pairs:
         return np.bincount(key, weights=w, minlength=self.G * n_cells).reshape(self.G, n_cells).astype(float)
 
 
-def _bootstrap_ratios(pairs: _Pairs, values: dict, n_boot: int, seed: int, level: float = 0.95,
-                      block_elems: int = 4_000_000) -> dict:
+def _bootstrap_ratios(
+    pairs: _Pairs, values: dict, n_boot: int, seed: int, level: float = 0.95, block_elems: int = 4_000_000
+) -> dict:
     """Percentile bootstrap CI of (group mean of v) / (overall mean of v) for each array v in ``values``.
 
     Rows are resampled with replacement (n draws per replicate; each replicate's row weights are one
@@ -198,8 +200,10 @@ def _bootstrap_ratios(pairs: _Pairs, values: dict, n_boot: int, seed: int, level
             keys = (np.arange(b)[:, None] * G + pairs.pg[None, :]).ravel()
             wp = w[:, pairs.pr]
             cnt = np.bincount(keys, weights=wp.ravel(), minlength=b * G).reshape(b, G)
-            sums = {k: np.bincount(keys, weights=(wp * v[pairs.pr][None, :]).ravel(), minlength=b * G).reshape(b, G)
-                    for k, v in values.items()}
+            sums = {
+                k: np.bincount(keys, weights=(wp * v[pairs.pr][None, :]).ravel(), minlength=b * G).reshape(b, G)
+                for k, v in values.items()
+            }
         with np.errstate(divide="ignore", invalid="ignore"):
             for k, s_ in sums.items():
                 mean = s_ / cnt
@@ -230,8 +234,9 @@ def _worst_cells(pairs: _Pairs, pred_u, y_u, grid, n: int, span: float, min_coun
     absw = np.abs(sp - sy) / max(n, 1) * span
     with np.errstate(invalid="ignore"):
         big = (cnt >= max(min_count, 1)).any(axis=1)
-        worst = np.where(big, np.max(np.where(cnt >= max(min_count, 1), np.abs(np.nan_to_num(err)), -np.inf), axis=1),
-                         np.nan)
+        worst = np.where(
+            big, np.max(np.where(cnt >= max(min_count, 1), np.abs(np.nan_to_num(err)), -np.inf), axis=1), np.nan
+        )
         worst_w = np.where(cnt.sum(1) > 0, np.max(np.where(cnt > 0, absw, -np.inf), axis=1), np.nan)
     return worst, worst_w, cnt, sp, sy, err
 
@@ -240,8 +245,22 @@ def _worst_cells(pairs: _Pairs, pred_u, y_u, grid, n: int, span: float, min_coun
 class AuditResult:
     """Per-group audit tables of one model on one labelled table (see the module docstring)."""
 
-    def __init__(self, overall, by_group, coverage, width, calibration_cells, moment_cells, coverage_by_bucket,
-                 params, findings=(), disparities=(), findings_status="ok", task="regression", classifier=None):
+    def __init__(
+        self,
+        overall,
+        by_group,
+        coverage,
+        width,
+        calibration_cells,
+        moment_cells,
+        coverage_by_bucket,
+        params,
+        findings=(),
+        disparities=(),
+        findings_status="ok",
+        task="regression",
+        classifier=None,
+    ):
         self.overall = overall
         self.by_group = by_group
         self.coverage = coverage
@@ -265,8 +284,10 @@ class AuditResult:
                 raise MMCError(f"no {kind} for method {method!r}; computed: {', '.join(tab.columns)}")
             return tab[method], float(self.overall[column])
         if column not in self.by_group.columns:
-            raise MMCError(f"unknown column {column!r}; by_group has {', '.join(self.by_group.columns)} "
-                           "(or use 'coverage:<method>' / 'width:<method>')")
+            raise MMCError(
+                f"unknown column {column!r}; by_group has {', '.join(self.by_group.columns)} "
+                "(or use 'coverage:<method>' / 'width:<method>')"
+            )
         return self.by_group[column], float(self.overall[column])
 
     def difference(self, column: str) -> pd.Series:
@@ -281,8 +302,7 @@ class AuditResult:
 
     # ---- serialisation ----
     def to_json(self) -> dict:
-        d = {"format": FORMAT, "version": VERSION,
-             "overall": _json_clean({k: v for k, v in self.overall.items()})}
+        d = {"format": FORMAT, "version": VERSION, "overall": _json_clean({k: v for k, v in self.overall.items()})}
         for name in _TABLES:
             d[name] = _json_clean(getattr(self, name).to_dict(orient="split"))
         d["params"] = _json_clean(self.params)
@@ -296,16 +316,29 @@ class AuditResult:
         return d
 
     def __repr__(self) -> str:
-        return (f"AuditResult(n={self.params['n']}, groups={len(self.by_group)}, "
-                f"methods={list(self.coverage.columns)})")
+        return f"AuditResult(n={self.params['n']}, groups={len(self.by_group)}, methods={list(self.coverage.columns)})"
 
 
 # ---- the audit -------------------------------------------------------------------------------------------
-def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, methods=iv.METHODS,
-          n_boot: int = 200, seed: int = 0, bucket_method: str | None = None,
-          min_cell_count: int = 20, min_group_count: int = 30, error_control: str = "holm",
-          findings_level: float = 0.05, variance_tolerance: float = VARIANCE_TOLERANCE, threshold: float = 0.5,
-          n_buckets: int = 10) -> AuditResult:
+def audit(
+    model,
+    table,
+    y,
+    base=None,
+    delta: float = 0.1,
+    gamma: float = 0.05,
+    methods=iv.METHODS,
+    n_boot: int = 200,
+    seed: int = 0,
+    bucket_method: str | None = None,
+    min_cell_count: int = 20,
+    min_group_count: int = 30,
+    error_control: str = "holm",
+    findings_level: float = 0.05,
+    variance_tolerance: float = VARIANCE_TOLERANCE,
+    threshold: float = 0.5,
+    n_buckets: int = 10,
+) -> AuditResult:
     """Audit ``model`` on the rows of ``table`` with labels ``y`` (original units).
 
     ``base``: the base prediction in label units (required if the model was fitted on one; optional
@@ -323,14 +356,29 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
         raise MMCError(f"error_control must be one of {', '.join(fnd.ADJUSTMENTS)}, got {error_control!r}")
     if not (isinstance(findings_level, (int, float)) and 0 < findings_level < 1):
         raise MMCError(f"findings_level must be in (0, 1), got {findings_level!r}")
-    if isinstance(variance_tolerance, bool) or not isinstance(variance_tolerance, (int, float)) \
-            or not (0 <= variance_tolerance < 1):
+    if (
+        isinstance(variance_tolerance, bool)
+        or not isinstance(variance_tolerance, (int, float))
+        or not (0 <= variance_tolerance < 1)
+    ):
         raise MMCError(f"variance_tolerance must be a number in [0, 1), got {variance_tolerance!r}")
     if getattr(model, "task", "regression") == "binary":
         from .binary import audit_binary_model
 
-        return audit_binary_model(model, table, y, base, n_boot, seed, min_cell_count, min_group_count,
-                                  error_control, findings_level, threshold, n_buckets)
+        return audit_binary_model(
+            model,
+            table,
+            y,
+            base,
+            n_boot,
+            seed,
+            min_cell_count,
+            min_group_count,
+            error_control,
+            findings_level,
+            threshold,
+            n_buckets,
+        )
     scale = model.scale
     span = scale.span
     y = np.asarray(y, dtype=float)
@@ -355,7 +403,10 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
     if base_arr is not None:
         before_u, base_kind = np.clip((base_arr - scale.lo) / span, 0.0, 1.0), "base prediction"
     else:
-        before_u, base_kind = np.full(n, iv._initial_constant(model)), "initial constant (label mean of the fitting rows)"
+        before_u, base_kind = (
+            np.full(n, iv._initial_constant(model)),
+            "initial constant (label mean of the fitting rows)",
+        )
     grid = model.params.mean_grid  # the model's own mean buckets (quantile grids too)
     m = grid.m
 
@@ -454,15 +505,24 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
     # ---- calibration cells (long) ----
     edges = scale.mean_from_unit(grid.edges())
     gi, bi = np.nonzero((c_m > 0) | (c_b > 0))
-    cal = pd.DataFrame({
-        "group": np.asarray(names, dtype=object)[gi], "bucket": bi, "bucket_lo": edges[bi], "bucket_hi": edges[bi + 1],
-        "count": c_m[gi, bi].astype(np.int64), "mass": c_m[gi, bi] / n,
-        "mean_label": scale.mean_from_unit(_div(sy_m, c_m)[gi, bi]),
-        "mean_pred": scale.mean_from_unit(_div(sp_m, c_m)[gi, bi]), "error": err_m[gi, bi],
-        "count_base": c_b[gi, bi].astype(np.int64), "mass_base": c_b[gi, bi] / n,
-        "mean_label_base": scale.mean_from_unit(_div(sy_b, c_b)[gi, bi]),
-        "mean_pred_base": scale.mean_from_unit(_div(sp_b, c_b)[gi, bi]), "error_base": err_b[gi, bi],
-    })
+    cal = pd.DataFrame(
+        {
+            "group": np.asarray(names, dtype=object)[gi],
+            "bucket": bi,
+            "bucket_lo": edges[bi],
+            "bucket_hi": edges[bi + 1],
+            "count": c_m[gi, bi].astype(np.int64),
+            "mass": c_m[gi, bi] / n,
+            "mean_label": scale.mean_from_unit(_div(sy_m, c_m)[gi, bi]),
+            "mean_pred": scale.mean_from_unit(_div(sp_m, c_m)[gi, bi]),
+            "error": err_m[gi, bi],
+            "count_base": c_b[gi, bi].astype(np.int64),
+            "mass_base": c_b[gi, bi] / n,
+            "mean_label_base": scale.mean_from_unit(_div(sy_b, c_b)[gi, bi]),
+            "mean_pred_base": scale.mean_from_unit(_div(sp_b, c_b)[gi, bi]),
+            "error_base": err_b[gi, bi],
+        }
+    )
 
     # ---- moment cells (long): mean-conditioned empirical central moments ----
     mom_frames = []
@@ -482,12 +542,38 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
         i_, j_ = np.divmod(rem, m)
         pred_o = scale.moment_from_unit(pred_c, a)
         emp_o = scale.moment_from_unit(emp_c, a)
-        mom_frames.append(pd.DataFrame({
-            "group": np.asarray(names, dtype=object)[g_], "moment": a, "mean_bucket": i_, "moment_bucket": j_,
-            "count": c.astype(np.int64), "mass": c / n, "predicted": pred_o, "empirical": emp_o,
-            "error": pred_o - emp_o}))
-    moment_cells = pd.concat(mom_frames, ignore_index=True) if mom_frames else pd.DataFrame(
-        columns=["group", "moment", "mean_bucket", "moment_bucket", "count", "mass", "predicted", "empirical", "error"])
+        mom_frames.append(
+            pd.DataFrame(
+                {
+                    "group": np.asarray(names, dtype=object)[g_],
+                    "moment": a,
+                    "mean_bucket": i_,
+                    "moment_bucket": j_,
+                    "count": c.astype(np.int64),
+                    "mass": c / n,
+                    "predicted": pred_o,
+                    "empirical": emp_o,
+                    "error": pred_o - emp_o,
+                }
+            )
+        )
+    moment_cells = (
+        pd.concat(mom_frames, ignore_index=True)
+        if mom_frames
+        else pd.DataFrame(
+            columns=[
+                "group",
+                "moment",
+                "mean_bucket",
+                "moment_bucket",
+                "count",
+                "mass",
+                "predicted",
+                "empirical",
+                "error",
+            ]
+        )
+    )
 
     # ---- overall ----
     overall = bg.loc[names[0]].copy() if names else pd.Series(dtype=float)
@@ -497,58 +583,120 @@ def audit(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, m
     overall.name = "overall"
 
     params = {
-        "delta": float(delta), "gamma": float(gamma), "n": int(n),
-        "label": {"lo": scale.lo, "hi": scale.hi, "source": scale.source,
-                  "name": (model.info or {}).get("label") if isinstance(model.info, dict) else None},
-        "methods": list(coverage.columns), "methods_unavailable": unavailable, "bucket_method": bucket_method,
-        "base": base_kind, "n_boot": int(n_boot), "seed": int(seed), "bootstrap_level": 0.95,
-        "interval_details": details, "mean_buckets": [float(e) for e in edges],
-        "moments": list(model.moments), "odd_moments": model.params.odd_moments,
+        "delta": float(delta),
+        "gamma": float(gamma),
+        "n": int(n),
+        "label": {
+            "lo": scale.lo,
+            "hi": scale.hi,
+            "source": scale.source,
+            "name": (model.info or {}).get("label") if isinstance(model.info, dict) else None,
+        },
+        "methods": list(coverage.columns),
+        "methods_unavailable": unavailable,
+        "bucket_method": bucket_method,
+        "base": base_kind,
+        "n_boot": int(n_boot),
+        "seed": int(seed),
+        "bootstrap_level": 0.95,
+        "interval_details": details,
+        "mean_buckets": [float(e) for e in edges],
+        "moments": list(model.moments),
+        "odd_moments": model.params.odd_moments,
         "label_outside_range": int(np.sum((yu < -1e-9) | (yu > 1 + 1e-9))),
     }
-    params.update({"min_group_count": int(min_group_count), "error_control": error_control,
-                   "findings_level": float(findings_level), "variance_tolerance": float(variance_tolerance)})
+    params.update(
+        {
+            "min_group_count": int(min_group_count),
+            "error_control": error_control,
+            "findings_level": float(findings_level),
+            "variance_tolerance": float(variance_tolerance),
+        }
+    )
     try:
         inside_f = bucket_inside if bucket_method is not None else None
-        found, n_tests = _findings(pairs, names, scale, mu, yu, moms.get(2) if 2 in model.moments else None,
-                                   grid, inside_f, bucket_method, 1 - delta, min_group_count, error_control,
-                                   findings_level, variance_tolerance)
+        found, n_tests = _findings(
+            pairs,
+            names,
+            scale,
+            mu,
+            yu,
+            moms.get(2) if 2 in model.moments else None,
+            grid,
+            inside_f,
+            bucket_method,
+            1 - delta,
+            min_group_count,
+            error_control,
+            findings_level,
+            variance_tolerance,
+        )
         disp = fnd.variance_disparities(names, cnt, bg["var_ratio"].to_numpy(), lo_p, hi_p, min_group_count)
         status = "ok"
         params["n_tests"] = n_tests
     except Exception as e:  # noqa: BLE001 - reported as a failure, never as "no findings"
         found, disp, status = [], [], f"failed: {type(e).__name__}: {e}"
-    return AuditResult(overall, bg, coverage, width_t, cal, moment_cells, coverage_by_bucket, params,
-                       found, disp, status)
+    return AuditResult(
+        overall, bg, coverage, width_t, cal, moment_cells, coverage_by_bucket, params, found, disp, status
+    )
 
 
-def _findings(pairs: _Pairs, names, scale, mu, yu, var_pred, grid, inside, method, target, min_count, control, level,
-              var_tol: float = 0.0):
+def _findings(
+    pairs: _Pairs,
+    names,
+    scale,
+    mu,
+    yu,
+    var_pred,
+    grid,
+    inside,
+    method,
+    target,
+    min_count,
+    control,
+    level,
+    var_tol: float = 0.0,
+):
     """Every test of the model's claims on these rows (mean per group and per mean-bucket cell, variance,
     coverage of ``method``), adjusted as one family. Returns (findings, number of tests)."""
     span = scale.span
     cnt = pairs.gsum()
     r = yu - mu
-    tests = fnd.group_tests("mean", names, cnt, pairs.gsum(r), pairs.gsum(r * r), min_count,
-                            predicted=scale.mean_from_unit(_div(pairs.gsum(mu), cnt)),
-                            observed=scale.mean_from_unit(_div(pairs.gsum(yu), cnt)))
+    tests = fnd.group_tests(
+        "mean",
+        names,
+        cnt,
+        pairs.gsum(r),
+        pairs.gsum(r * r),
+        min_count,
+        predicted=scale.mean_from_unit(_div(pairs.gsum(mu), cnt)),
+        observed=scale.mean_from_unit(_div(pairs.gsum(yu), cnt)),
+    )
     m = grid.m
     b = grid.index(mu)
     edges = scale.mean_from_unit(grid.edges())
     cc = pairs.cell_sums(b, m).ravel()
     cell_names = [(g, i) for g in names for i in range(m)]
-    cal = fnd.group_tests("calibration", cell_names, cc, pairs.cell_sums(b, m, r).ravel(),
-                          pairs.cell_sums(b, m, r * r).ravel(), min_count,
-                          predicted=scale.mean_from_unit(_div(pairs.cell_sums(b, m, mu).ravel(), cc)),
-                          observed=scale.mean_from_unit(_div(pairs.cell_sums(b, m, yu).ravel(), cc)))
+    cal = fnd.group_tests(
+        "calibration",
+        cell_names,
+        cc,
+        pairs.cell_sums(b, m, r).ravel(),
+        pairs.cell_sums(b, m, r * r).ravel(),
+        min_count,
+        predicted=scale.mean_from_unit(_div(pairs.cell_sums(b, m, mu).ravel(), cc)),
+        observed=scale.mean_from_unit(_div(pairs.cell_sums(b, m, yu).ravel(), cc)),
+    )
     for t in cal:
         g, i = t["group"]
         t["group"], t["bucket"] = g, [float(edges[i]), float(edges[i + 1])]
     tests += cal
     for t in tests:
         t["estimate"] = t["statistic_mean"] * span  # observed - predicted, label units
-        t["interval"] = [t["estimate"] - fnd._Z95 * t["statistic_se"] * span,
-                         t["estimate"] + fnd._Z95 * t["statistic_se"] * span]
+        t["interval"] = [
+            t["estimate"] - fnd._Z95 * t["statistic_se"] * span,
+            t["estimate"] + fnd._Z95 * t["statistic_se"] * span,
+        ]
         t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
     if var_pred is not None:
         r2 = r * r
@@ -569,11 +717,20 @@ def _findings(pairs: _Pairs, names, scale, mu, yu, var_pred, grid, inside, metho
             up = mean_s > 0 if side == "hi" else mean_s < 0
             p_side[side] = np.where(up, p2 / 2, 1 - p2 / 2)
         p_var = np.minimum(1.0, 2 * np.minimum(p_side["hi"], p_side["lo"]))
-        var_t = fnd.group_tests("variance", names, cnt, pairs.gsum(d), pairs.gsum(d * d), min_count,
-                                s3=pairs.gsum(d**3),
-                                predicted=scale.moment_from_unit(_div(s_v, cnt), 2),
-                                observed=scale.moment_from_unit(_div(s_r2, cnt), 2), ratio=ratio, se_ratio=se_ratio,
-                                p_tol=p_var)
+        var_t = fnd.group_tests(
+            "variance",
+            names,
+            cnt,
+            pairs.gsum(d),
+            pairs.gsum(d * d),
+            min_count,
+            s3=pairs.gsum(d**3),
+            predicted=scale.moment_from_unit(_div(s_v, cnt), 2),
+            observed=scale.moment_from_unit(_div(s_r2, cnt), 2),
+            ratio=ratio,
+            se_ratio=se_ratio,
+            p_tol=p_var,
+        )
         for t in var_t:
             t["p_value"] = t.pop("p_tol")
             t["tolerance"] = float(var_tol)
@@ -587,11 +744,21 @@ def _findings(pairs: _Pairs, names, scale, mu, yu, var_pred, grid, inside, metho
         p = fnd.binom_cdf(np.round(k), cnt, target)
         lo, hi = fnd.wilson_interval(k, cnt)
         for i in np.nonzero(cnt >= min_count)[0]:
-            tests.append({"kind": "coverage", "group": names[i], "n": int(cnt[i]), "method": method,
-                          "target": float(target), "estimate": float(k[i] / cnt[i]),
-                          "predicted": float(target), "observed": float(k[i] / cnt[i]),
-                          "interval": [float(lo[i]), float(hi[i])], "p_value": float(p[i]),
-                          "z": float((k[i] - target * cnt[i]) / math.sqrt(cnt[i] * target * (1 - target)))})
+            tests.append(
+                {
+                    "kind": "coverage",
+                    "group": names[i],
+                    "n": int(cnt[i]),
+                    "method": method,
+                    "target": float(target),
+                    "estimate": float(k[i] / cnt[i]),
+                    "predicted": float(target),
+                    "observed": float(k[i] / cnt[i]),
+                    "interval": [float(lo[i]), float(hi[i])],
+                    "p_value": float(p[i]),
+                    "z": float((k[i] - target * cnt[i]) / math.sqrt(cnt[i] * target * (1 - target))),
+                }
+            )
     found = fnd.select_findings(tests, control, level)
     for t in found:
         t.pop("statistic_mean", None)
@@ -606,5 +773,7 @@ def _unavailable_reason(model, method) -> str:
         if not model.moments:
             return "the model fits the mean only (refit with --moments 2 or more)"
         return "the model has no even or absolute moments"
-    return ("the model was fitted without held-out calibration rows (calibration fraction 0): refit with "
-            "--calibration-fraction 0.25")
+    return (
+        "the model was fitted without held-out calibration rows (calibration fraction 0): refit with "
+        "--calibration-fraction 0.25"
+    )

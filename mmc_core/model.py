@@ -4,6 +4,7 @@ Predicting on new rows replays the log: at each step the cells are recomputed fr
 stand then, exactly as during fitting, so replaying on the fitting rows reproduces the fitted predictions
 bit for bit. Floats are written with ``repr`` precision, so a save/load round trip is exact too.
 """
+
 from __future__ import annotations
 
 import json
@@ -92,9 +93,7 @@ class FittedModel:
         if self.uses_base:
             if base_unit is None:
                 col = self.init_mean.get("column") or "the base prediction"
-                raise DataError(
-                    f"this model was fitted on top of a base prediction ({col}); pass it (--pred COL)"
-                )
+                raise DataError(f"this model was fitted on top of a base prediction ({col}); pass it (--pred COL)")
             mu = np.clip(np.asarray(base_unit, dtype=float), 0.0, 1.0)
             if mu.shape != (n,):
                 raise DataError(f"base prediction has {mu.size} values for {n} rows")
@@ -151,15 +150,28 @@ class FittedModel:
     # ---- JSON ------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         p = self.params
-        params = {"alpha": p.alpha, "beta": p.beta, "buckets": p.m, "moments": list(p.moments),
-                  "step": p.step, "odd_moments": p.odd_moments, "max_rounds": p.max_rounds,
-                  "moment_betas": {str(a): b for a, b in p.moment_betas}}
+        params = {
+            "alpha": p.alpha,
+            "beta": p.beta,
+            "buckets": p.m,
+            "moments": list(p.moments),
+            "step": p.step,
+            "odd_moments": p.odd_moments,
+            "max_rounds": p.max_rounds,
+            "moment_betas": {str(a): b for a, b in p.moment_betas},
+        }
         if not p.is_format1:
-            params.update({"mean_edges": list(p.mean_edges),
-                           "moment_edges": {str(a): list(e) for a, e in p.moment_edges},
-                           "moment_floors": {str(a): f for a, f in p.moment_floors},
-                           "z": p.z, "z_group": p.z_group, "min_count": p.min_count,
-                           "moment_step": p.moment_step})
+            params.update(
+                {
+                    "mean_edges": list(p.mean_edges),
+                    "moment_edges": {str(a): list(e) for a, e in p.moment_edges},
+                    "moment_floors": {str(a): f for a, f in p.moment_floors},
+                    "z": p.z,
+                    "z_group": p.z_group,
+                    "min_count": p.min_count,
+                    "moment_step": p.moment_step,
+                }
+            )
             if p.z_group_moment >= 0:
                 params["z_group_moment"] = p.z_group_moment
         out = {
@@ -201,7 +213,9 @@ class FittedModel:
         try:
             d = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ModelFormatError(f"{where} is not valid JSON (truncated or edited?): {e.msg} at line {e.lineno}") from None
+            raise ModelFormatError(
+                f"{where} is not valid JSON (truncated or edited?): {e.msg} at line {e.lineno}"
+            ) from None
         return cls.from_dict(d, where)
 
     @classmethod
@@ -210,11 +224,13 @@ class FittedModel:
             return ModelFormatError(f"{where}: {msg}")
 
         if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise bad(f"not an mmc-audit model (missing \"format\": \"{FORMAT}\")")
+            raise bad(f'not an mmc-audit model (missing "format": "{FORMAT}")')
         version = d.get("version")
         if version not in READABLE_VERSIONS or isinstance(version, bool):
-            raise bad(f"model schema version {version!r} is not supported (this mmc-audit reads versions "
-                      f"{', '.join(map(str, READABLE_VERSIONS))})")
+            raise bad(
+                f"model schema version {version!r} is not supported (this mmc-audit reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))})"
+            )
         for key in ("params", "label_scale", "groups", "init", "log", "round_ends"):
             if key not in d:
                 raise bad(f"missing field '{key}'")
@@ -230,8 +246,9 @@ class FittedModel:
             raise bad(f"params alpha={alpha}, beta={beta} must lie in (0, 1)")
         if not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= 1000:
             raise bad(f"params buckets={m!r} must be an integer in [1, 1000]")
-        if any(not isinstance(a, int) or isinstance(a, bool) or not 2 <= a <= 20 for a in moments) \
-                or list(moments) != list(range(2, len(moments) + 2)):
+        if any(not isinstance(a, int) or isinstance(a, bool) or not 2 <= a <= 20 for a in moments) or list(
+            moments
+        ) != list(range(2, len(moments) + 2)):
             raise bad(f"params moments={list(moments)!r} must be 2..K with K <= 20")
         if step not in STEP_RULES or odd not in MomentKind.ALL:
             raise bad(f"params step={step!r} / odd_moments={odd!r} are not recognised")
@@ -240,16 +257,19 @@ class FittedModel:
             raise bad("params.moment_betas must be an object {moment: beta}")
         moment_betas = []
         for key, v in raw_mb.items():
-            if key not in {str(a) for a in moments} or not isinstance(v, (int, float)) or isinstance(v, bool) \
-                    or not 0 < v < 1:
+            if (
+                key not in {str(a) for a in moments}
+                or not isinstance(v, (int, float))
+                or isinstance(v, bool)
+                or not 0 < v < 1
+            ):
                 raise bad(f"params.moment_betas[{key!r}]={v!r} must be a number in (0, 1) for a fitted moment")
             moment_betas.append((int(key), float(v)))
         extra = {}
         if version >= 2:
             extra = _format2_params(pr, moments, m, odd, bad)
         try:
-            params = DescentParams(alpha, beta, m, moments, step, odd, max_rounds, tuple(sorted(moment_betas)),
-                                   **extra)
+            params = DescentParams(alpha, beta, m, moments, step, odd, max_rounds, tuple(sorted(moment_betas)), **extra)
             _ = params.mean_grid  # builds (and so validates) the grids
             for a in moments:
                 params.grid(a)
@@ -268,7 +288,7 @@ class FittedModel:
         init = d["init"]
         init_mean = init.get("mean") if isinstance(init, dict) else None
         if not isinstance(init_mean, dict) or init_mean.get("kind") not in ("constant", "base"):
-            raise bad("init.mean must be {\"kind\": \"constant\", \"value\": v} or {\"kind\": \"base\"}")
+            raise bad('init.mean must be {"kind": "constant", "value": v} or {"kind": "base"}')
         if init_mean["kind"] == "constant":
             v = init_mean.get("value")
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= 1.0:
@@ -289,22 +309,34 @@ class FittedModel:
                 upd = Update.from_json(entry)
                 whole = version >= 2 and upd.partition == WHOLE
                 n_cells = 1 if whole else (m if upd.partition == 0 else m * m)
-                ok = (len(entry) == 5 and (upd.target == 1 or upd.target in moments)
-                      and (upd.partition == 0 or upd.partition in moments or whole)
-                      and (upd.target == 1 or upd.partition == upd.target or whole)
-                      and 0 <= upd.group < G and upd.cells.size == upd.deltas.size and upd.cells.size > 0
-                      and upd.cells.min() >= 0 and upd.cells.max() < n_cells
-                      and np.all(np.isfinite(upd.deltas))
-                      and (np.all((upd.deltas > 0) & (upd.deltas <= 1e6))
-                           if (upd.target >= 2 and params.moment_step == "ratio") else np.all(np.abs(upd.deltas) <= 2.0)))
+                ok = (
+                    len(entry) == 5
+                    and (upd.target == 1 or upd.target in moments)
+                    and (upd.partition == 0 or upd.partition in moments or whole)
+                    and (upd.target == 1 or upd.partition == upd.target or whole)
+                    and 0 <= upd.group < G
+                    and upd.cells.size == upd.deltas.size
+                    and upd.cells.size > 0
+                    and upd.cells.min() >= 0
+                    and upd.cells.max() < n_cells
+                    and np.all(np.isfinite(upd.deltas))
+                    and (
+                        np.all((upd.deltas > 0) & (upd.deltas <= 1e6))
+                        if (upd.target >= 2 and params.moment_step == "ratio")
+                        else np.all(np.abs(upd.deltas) <= 2.0)
+                    )
+                )
             except (TypeError, ValueError, IndexError):
                 ok = False
             if not ok:
                 raise bad(f"log entry {k} is malformed or out of range")
             log.append(upd)
         ends = d["round_ends"]
-        if not isinstance(ends, list) or any(not isinstance(x, int) or not 0 <= x <= len(log) for x in ends) \
-                or ends != sorted(ends):
+        if (
+            not isinstance(ends, list)
+            or any(not isinstance(x, int) or not 0 <= x <= len(log) for x in ends)
+            or ends != sorted(ends)
+        ):
             raise bad("round_ends must be a non-decreasing list of log positions")
         info = d.get("info", {})
         extras = d.get("extras", {})
@@ -313,18 +345,22 @@ class FittedModel:
         task = d.get("task", "regression")
         binary = d.get("binary")
         if task not in ("regression", "binary"):
-            raise bad(f"task={task!r} must be \"regression\" or \"binary\"")
+            raise bad(f'task={task!r} must be "regression" or "binary"')
         if task == "binary":
-            if not isinstance(binary, dict) or "positive" not in binary or not isinstance(binary.get("classes"), list) \
-                    or len(binary["classes"]) != 2:
-                raise bad("a binary model needs \"binary\": {\"classes\": [negative, positive], \"positive\": ...}")
+            if (
+                not isinstance(binary, dict)
+                or "positive" not in binary
+                or not isinstance(binary.get("classes"), list)
+                or len(binary["classes"]) != 2
+            ):
+                raise bad('a binary model needs "binary": {"classes": [negative, positive], "positive": ...}')
             if (scale.lo, scale.hi) != (0.0, 1.0) or moments:
                 raise bad("a binary model has label_scale [0, 1] and no moments")
             fl = binary.get("floor", 0.0)
             if not isinstance(fl, (int, float)) or isinstance(fl, bool) or not 0.0 <= fl < 0.5:
                 raise bad(f"binary.floor={fl!r} must be a number in [0, 0.5)")
         elif binary is not None:
-            raise bad("\"binary\" is only allowed with \"task\": \"binary\"")
+            raise bad('"binary" is only allowed with "task": "binary"')
         return cls(params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras, task, binary)
 
 
@@ -333,9 +369,12 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
     from .buckets import moment_projection
 
     def edges(v, what, lo, hi):
-        if not isinstance(v, list) or (v and len(v) != m - 1) \
-                or any(not _finite(x) or isinstance(x, bool) or not lo < x < hi for x in v) \
-                or any(b <= a for a, b in zip(v, v[1:])):
+        if (
+            not isinstance(v, list)
+            or (v and len(v) != m - 1)
+            or any(not _finite(x) or isinstance(x, bool) or not lo < x < hi for x in v)
+            or any(b <= a for a, b in zip(v, v[1:]))
+        ):
             raise bad(f"params.{what} must be [] or {m - 1} increasing numbers inside ({lo}, {hi})")
         return tuple(float(x) for x in v)
 
@@ -366,9 +405,16 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
             raise bad(f"params.{name}={v!r} must be a number in [0, 100]")
     if not isinstance(mc, int) or isinstance(mc, bool) or not 0 <= mc <= 10**9:
         raise bad(f"params.min_count={mc!r} must be a non-negative integer")
-    return {"mean_edges": mean_edges, "moment_edges": tuple(sorted(moment_edges)),
-            "moment_floors": tuple(sorted(floors)), "z": float(z), "z_group": float(zg), "min_count": mc,
-            "moment_step": ms, "z_group_moment": float(zgm)}
+    return {
+        "mean_edges": mean_edges,
+        "moment_edges": tuple(sorted(moment_edges)),
+        "moment_floors": tuple(sorted(floors)),
+        "z": float(z),
+        "z_group": float(zg),
+        "min_count": mc,
+        "moment_step": ms,
+        "z_group_moment": float(zgm),
+    }
 
 
 def _finite(x) -> bool:

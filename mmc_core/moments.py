@@ -3,6 +3,7 @@
 The theory works with labels in [0, 1]. A user's label (wages, scores) is mapped there by an affine map
 fixed by a label range; means map back affinely and the a-th central moment maps back by range**a.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,7 +56,9 @@ class MomentKind:
 
 def pseudo_label(a: int, residual: np.ndarray, odd_moments: str) -> np.ndarray:
     """(y - mu)^a, or |y - mu|^a for odd a with absolute moments."""
-    base = np.abs(residual) if (a % 2 == 1 and odd_moments == MomentKind.ABSOLUTE) else np.asarray(residual, dtype=float)
+    base = (
+        np.abs(residual) if (a % 2 == 1 and odd_moments == MomentKind.ABSOLUTE) else np.asarray(residual, dtype=float)
+    )
     out = base * base
     for _ in range(a - 2):  # repeated products: several times faster than a general float power
         out = out * base

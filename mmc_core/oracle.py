@@ -11,6 +11,7 @@ and replayed exactly on new rows. Membership is always recomputed from the rule,
 so ``import mmc_core`` stays numpy-only. Any object with a ``learn_pair`` method of the same signature can be
 plugged in instead (see :class:`SetOracle`).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,12 @@ class Rule:
         return parts[0] if len(parts) == 1 else " | ".join(f"({p})" for p in parts)
 
     def key(self) -> tuple:
-        return tuple(sorted(tuple(sorted((c.column, c.op, repr(c.value), repr(c.values), repr(c.lo), repr(c.hi))
-                                         for c in t)) for t in self.terms))
+        return tuple(
+            sorted(
+                tuple(sorted((c.column, c.op, repr(c.value), repr(c.values), repr(c.lo), repr(c.hi)) for c in t))
+                for t in self.terms
+            )
+        )
 
 
 class FeatureMatrix:
@@ -63,7 +68,9 @@ class FeatureMatrix:
         if len(set(features)) != len(features):
             raise MMCError("a feature column is listed twice")
         blocks: list[np.ndarray] = []
-        self.source: list[tuple[str, str | None]] = []  # source[j] = (column, None) numeric, or (column, value) indicator
+        self.source: list[
+            tuple[str, str | None]
+        ] = []  # source[j] = (column, None) numeric, or (column, value) indicator
         for c in features:
             arr = _column(table, c)
             if _is_numeric_column(arr):
@@ -167,8 +174,9 @@ class TreeOracle(SetOracle):
     (a small ensemble: more candidate nodes, each scored on all of R's rows).
     """
 
-    def __init__(self, max_depth: int = 3, form: str = "node", n_trees: int = 1, random_state: int = 0,
-                 tie: float = 0.1):
+    def __init__(
+        self, max_depth: int = 3, form: str = "node", n_trees: int = 1, random_state: int = 0, tie: float = 0.1
+    ):
         if not isinstance(max_depth, int) or isinstance(max_depth, bool) or not 1 <= max_depth <= 8:
             raise MMCError(f"max depth must be an integer from 1 to 8, got {max_depth!r}")
         if form not in ("node", "leaves"):
@@ -193,8 +201,9 @@ class TreeOracle(SetOracle):
             leaf = max(1, min_count if t == 0 else min_count // 2)
             if rows.size < 2 * leaf:
                 continue
-            tree = DecisionTreeRegressor(max_depth=self.max_depth, min_samples_leaf=leaf,
-                                         random_state=self.random_state + t)
+            tree = DecisionTreeRegressor(
+                max_depth=self.max_depth, min_samples_leaf=leaf, random_state=self.random_state + t
+            )
             tree.fit(X[np.ix_(rows, feats)] if t else X, r[rows])
             yield tree.tree_, feats
 
@@ -227,8 +236,9 @@ class TreeOracle(SetOracle):
                 for sign in (1.0, -1.0):
                     pos = [lf for lf in leaves if sign * sums[lf] > 0 and paths[lf]]
                     if len(pos) > 1:
-                        cands.append((tuple(simplify(paths[lf]) for lf in pos),
-                                      np.logical_or.reduce([member[lf] for lf in pos])))
+                        cands.append(
+                            (tuple(simplify(paths[lf]) for lf in pos), np.logical_or.reduce([member[lf] for lf in pos]))
+                        )
         if not cands:
             return None, None
         # Scores on R's rows through the *rule* (the set that will be stored), not the tree's routing.

@@ -1,5 +1,6 @@
 """scikit-learn's estimator protocol without importing scikit-learn (mmc_core stays numpy-only), and the JSON
 form of constructor parameters that a saved model keeps so that ``load()`` restores them as given."""
+
 from __future__ import annotations
 
 import inspect
@@ -7,6 +8,7 @@ import inspect
 import numpy as np
 
 from .errors import MMCError
+
 
 class SklearnParams:
     """scikit-learn's parameter protocol without importing scikit-learn (mmc_core stays numpy-only):
@@ -38,10 +40,14 @@ class SklearnParams:
         free here: a regressor-like post-processor that takes a 2-D table with missing values and strings."""
         from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
 
-        return Tags(estimator_type="regressor", target_tags=TargetTags(required=True), transformer_tags=None,
-                    classifier_tags=None, regressor_tags=RegressorTags(),
-                    input_tags=InputTags(two_d_array=True, allow_nan=True, string=True, categorical=True,
-                                         dict=True))
+        return Tags(
+            estimator_type="regressor",
+            target_tags=TargetTags(required=True),
+            transformer_tags=None,
+            classifier_tags=None,
+            regressor_tags=RegressorTags(),
+            input_tags=InputTags(two_d_array=True, allow_nan=True, string=True, categorical=True, dict=True),
+        )
 
     def __repr__(self) -> str:
         sig = inspect.signature(type(self).__init__)
@@ -63,7 +69,10 @@ def _json_params(params: dict) -> dict:
             v = v.item()
         if isinstance(v, tuple):
             v = [x.item() if isinstance(x, np.generic) else x for x in v]
-        if v is None or isinstance(v, (bool, int, float, str)) or (
-                isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)):
+        if (
+            v is None
+            or isinstance(v, (bool, int, float, str))
+            or (isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v))
+        ):
             out[k] = v
     return out

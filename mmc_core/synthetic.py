@@ -8,6 +8,7 @@ form (signed) or by high-order quadrature (absolute).
 
 Tables are plain ``dict[str, numpy.ndarray]`` (a pandas DataFrame works wherever a table is read).
 """
+
 from __future__ import annotations
 
 import itertools

@@ -1,10 +1,12 @@
 """The table edge of the core: labels and predictions as checked float vectors, tables (DataFrame, dict of
 columns, 2-D array) read by column name, and row selection. Every error names the column or parameter."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from .errors import DataError
+
 
 def to_label_array(values, name: str, n: int | None = None) -> np.ndarray:
     """A finite float vector, or a DataError naming ``name``."""
@@ -18,7 +20,9 @@ def to_label_array(values, name: str, n: int | None = None) -> np.ndarray:
         raise DataError(f"{name} has {arr.size} values for {n} rows")
     bad = ~np.isfinite(arr)
     if bad.any():
-        raise DataError(f"{name} has {int(bad.sum())} missing or infinite value(s) (first at row {int(np.flatnonzero(bad)[0])})")
+        raise DataError(
+            f"{name} has {int(bad.sum())} missing or infinite value(s) (first at row {int(np.flatnonzero(bad)[0])})"
+        )
     return arr
 
 

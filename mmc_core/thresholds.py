@@ -1,6 +1,7 @@
 """The estimator's parameter rules: validation of its settings, and the threshold rules ("auto": just above the
 sampling noise of a 5%-mass cell; "se": the per-cell standard-error test and its Bonferroni critical values).
 One place for both, used by the estimator, the discovery auditor and the dashboard's threshold preview."""
+
 from __future__ import annotations
 
 import numbers
@@ -48,8 +49,19 @@ def bonferroni_z(n_tests: int, level: float = AUTO_LEVEL) -> float:
     return float(NormalDist().inv_cdf(1.0 - level / (2.0 * max(int(n_tests), 1))))
 
 
-def validate_params(alpha, beta, n_buckets, n_moments, step, odd_moments, calibration_fraction, max_rounds=None,
-                    mean_buckets="quantile", moment_buckets="data", early_stopping="auto"):
+def validate_params(
+    alpha,
+    beta,
+    n_buckets,
+    n_moments,
+    step,
+    odd_moments,
+    calibration_fraction,
+    max_rounds=None,
+    mean_buckets="quantile",
+    moment_buckets="data",
+    early_stopping="auto",
+):
     """Check the estimator's parameters; raise MMCError naming the parameter."""
     for name, v in (("alpha", alpha), ("beta", beta)):
         if isinstance(v, str):
@@ -58,7 +70,8 @@ def validate_params(alpha, beta, n_buckets, n_moments, step, odd_moments, calibr
         else:
             _check_unit_interval(name, v)
     if not (isinstance(n_buckets, str) and n_buckets == "auto") and (
-            not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000):
+        not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000
+    ):
         raise MMCError(f"buckets must be an integer from 1 to 1000 or 'auto', got {n_buckets!r}")
     if mean_buckets not in MEAN_BUCKET_RULES:
         raise MMCError(f"mean_buckets must be one of {', '.join(MEAN_BUCKET_RULES)}, got {mean_buckets!r}")

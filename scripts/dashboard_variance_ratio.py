@@ -5,13 +5,13 @@ default run on a bundled demo, as the Results page computes it (app.runner.run_p
 
 Defaults: the dashboard's current default settings (app.ui.settings.Settings) and the demo's suggested
 label, base prediction and groups (as the Data page sets them)."""
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 import time
-
 
 
 def main(argv=None):
@@ -39,12 +39,12 @@ def main(argv=None):
     nums = [g for g in ds.numeric_groups if g in df.columns]
     order = 2 if len(cols) <= 3 and not nums else 1
     groups = groups_file(suggest_groups(df, cols, nums, order=order, n_bins=4))
-    lspec = LabelSpec(ds.label, "declared" if ds.label_range else "observed",
-                      *(ds.label_range or (None, None)))
+    lspec = LabelSpec(ds.label, "declared" if ds.label_range else "observed", *(ds.label_range or (None, None)))
     if ds.base_prediction:
         bspec = BaseSpec("column", ds.base_prediction)
     else:
         from app.validate import feature_flags
+
         flags = feature_flags(df, ds.label)
         feats = tuple(c for c in df.columns if c != ds.label and c not in set(ds.ground_truth) and c not in flags)
         bspec = BaseSpec("model", None, "hgb", feats)
@@ -54,12 +54,21 @@ def main(argv=None):
     ok = bg["count"] >= a.min_count
     ratio = (bg["emp_var"] / bg["pred_var"])[ok]
     worst_hi, worst_lo = ratio.idxmax(), ratio.idxmin()
-    out = {"demo": a.demo, "alpha": fs.alpha, "early_stopping": fs.early_stopping, "n_groups": int(len(bg)),
-           "worst_obs_over_pred": float(ratio.max()), "worst_group": worst_hi,
-           "lowest_obs_over_pred": float(ratio.min()), "lowest_group": worst_lo,
-           "worst_factor_either_way": float(max(ratio.max(), 1 / ratio.min())),
-           "all_rows_ratio": float(ratio.iloc[0]), "seconds": round(time.perf_counter() - t0, 2),
-           "alpha_used": run.alpha, "rounds": run.model.info.get("rounds")}
+    out = {
+        "demo": a.demo,
+        "alpha": fs.alpha,
+        "early_stopping": fs.early_stopping,
+        "n_groups": int(len(bg)),
+        "worst_obs_over_pred": float(ratio.max()),
+        "worst_group": worst_hi,
+        "lowest_obs_over_pred": float(ratio.min()),
+        "lowest_group": worst_lo,
+        "worst_factor_either_way": float(max(ratio.max(), 1 / ratio.min())),
+        "all_rows_ratio": float(ratio.iloc[0]),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "alpha_used": run.alpha,
+        "rounds": run.model.info.get("rounds"),
+    }
     print(json.dumps(out))
 
 

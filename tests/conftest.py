@@ -4,6 +4,7 @@ The markers ``slow`` and ``browser`` are registered in pyproject.toml ([tool.pyt
 Plain ``pytest`` deselects them (addopts ``-m "not slow and not browser"``); the full suite, as run by
 ``bash scripts/test.sh`` and CI, is ``pytest -m "slow or not slow"`` (the later ``-m`` wins).
 """
+
 from __future__ import annotations
 
 
@@ -12,6 +13,6 @@ def pytest_report_header(config):
     if expr and "not slow" in expr and "slow or" not in expr:
         return [
             f"marker selection: -m {expr!r} (fast tests only); "
-            "full suite: pytest -m \"slow or not slow\"  or  bash scripts/test.sh"
+            'full suite: pytest -m "slow or not slow"  or  bash scripts/test.sh'
         ]
     return [f"marker selection: -m {expr!r}" if expr else "marker selection: none (all tests)"]

@@ -1,5 +1,6 @@
 """A real `mmc dashboard` server for the browser tests: started in its own process group, waited for on
 its health endpoint, and stopped (SIGTERM, then SIGKILL) afterwards."""
+
 from __future__ import annotations
 
 import os
@@ -15,15 +16,28 @@ ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"  # Debian's; never `playwright install`
 # without the background-networking flags Chromium tries outside hosts this machine refuses
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @contextmanager
 def dashboard_server(port: int, log_path: Path, start_timeout: float = 60):
     log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "dashboard", "--port", str(port)], cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "dashboard", "--port", str(port)],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + start_timeout
         while True:

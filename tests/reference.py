@@ -1,5 +1,6 @@
 """Straightforward reference computations (dense matrices, plain loops) that the tests compare the
 vectorised engine against. Deliberately written independently of mmc_core's incremental code."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,7 @@ def _bucket(edges, v):
     """Index of the bucket [e_i, e_{i+1}) holding each value (first / last bucket for values outside)."""
     out = np.zeros(len(v), dtype=np.int64)
     for e in edges[1:-1]:
-        out += (np.asarray(v) >= e)
+        out += np.asarray(v) >= e
     return out
 
 
@@ -26,8 +27,15 @@ def cells(model_params, mu, moms):
     # the plain edge comparison rather than the engine's index formula
     edges = p.mean_grid.edges()
     bmu = _bucket(edges, mu) if not p.mean_grid.uniform else mean_grid(p.m).index(mu)
-    joint = {a: bmu * p.m + (_bucket(p.grid(a).edges(), moms[a]) if not p.grid(a).uniform
-                             else moment_grid(a, p.m, p.odd_moments).index(moms[a])) for a in p.moments}
+    joint = {
+        a: bmu * p.m
+        + (
+            _bucket(p.grid(a).edges(), moms[a])
+            if not p.grid(a).uniform
+            else moment_grid(a, p.m, p.odd_moments).index(moms[a])
+        )
+        for a in p.moments
+    }
     return bmu, joint
 
 
@@ -48,10 +56,16 @@ def audit_sample(params, dense, y, mu, moms):
                 lab = moment_label(a, y[s] - mu[s], params.odd_moments)
                 ybar = y[s].mean()
                 emp_central = np.mean(moment_label(a, y[s] - ybar, params.odd_moments))
-                out["joint"].append(dict(
-                    g=g, a=a, cell=int(c), P=s.sum() / n,
-                    v_mean=np.sum(mu[s] - y[s]) / n,
-                    v_moment=np.sum(moms[a][s] - lab) / n,
-                    pred_moment=moms[a][s].mean(), emp_moment=emp_central,
-                ))
+                out["joint"].append(
+                    dict(
+                        g=g,
+                        a=a,
+                        cell=int(c),
+                        P=s.sum() / n,
+                        v_mean=np.sum(mu[s] - y[s]) / n,
+                        v_moment=np.sum(moms[a][s] - lab) / n,
+                        pred_moment=moms[a][s].mean(),
+                        emp_moment=emp_central,
+                    )
+                )
     return out

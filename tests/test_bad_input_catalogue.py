@@ -5,6 +5,7 @@ names the problem, no traceback, and no output file (outputs are written to a te
 A few entries are *not* errors (empty groups, unseen categories, formula-looking text) and say what
 happens instead.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,14 +24,37 @@ ROWS = 400
 def work(tmp_path_factory):
     d = tmp_path_factory.mktemp("catalogue")
     rng = np.random.default_rng(0)
-    df = pd.DataFrame({
-        "sex": rng.choice(["F", "M"], ROWS), "race": rng.choice(["A", "B", "C"], ROWS),
-        "age": rng.integers(18, 80, ROWS).astype(float), "y": rng.random(ROWS) * 100,
-        "base": rng.random(ROWS) * 100, "note": ["ok"] * ROWS,
-    })
+    df = pd.DataFrame(
+        {
+            "sex": rng.choice(["F", "M"], ROWS),
+            "race": rng.choice(["A", "B", "C"], ROWS),
+            "age": rng.integers(18, 80, ROWS).astype(float),
+            "y": rng.random(ROWS) * 100,
+            "base": rng.random(ROWS) * 100,
+            "note": ["ok"] * ROWS,
+        }
+    )
     df.to_csv(d / "good.csv", index=False)
-    assert main(["fit", "--data", str(d / "good.csv"), "--label", "y", "--pred", "base", "--group-cols", "sex,race",
-                 "--label-range", "0,100", "--out", str(d / "model.json")]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                str(d / "good.csv"),
+                "--label",
+                "y",
+                "--pred",
+                "base",
+                "--group-cols",
+                "sex,race",
+                "--label-range",
+                "0,100",
+                "--out",
+                str(d / "model.json"),
+            ]
+        )
+        == 0
+    )
     return d, df
 
 
@@ -89,10 +113,16 @@ def cases(d, df):
         ("label non-numeric", FIT(good, label="sex"), "not numeric"),
         ("label constant", FIT(_variant(d, df, "const.csv", lambda x: x.assign(y=5.0))), "constant"),
         ("label all NaN", FIT(_variant(d, df, "allnan.csv", lambda x: x.assign(y=np.nan))), "no usable values"),
-        ("label partly NaN", FIT(_variant(d, df, "somenan.csv", lambda x: x.assign(y=x.y.where(x.index % 7 > 0)))),
-         "missing or infinite"),
-        ("label infinite", FIT(_variant(d, df, "inf.csv", lambda x: x.assign(y=x.y.where(x.index != 3, np.inf)))),
-         "missing or infinite"),
+        (
+            "label partly NaN",
+            FIT(_variant(d, df, "somenan.csv", lambda x: x.assign(y=x.y.where(x.index % 7 > 0)))),
+            "missing or infinite",
+        ),
+        (
+            "label infinite",
+            FIT(_variant(d, df, "inf.csv", lambda x: x.assign(y=x.y.where(x.index != 3, np.inf)))),
+            "missing or infinite",
+        ),
         ("label outside declared range", FIT(good, "--label-range", "0,50"), "outside the label range"),
         ("label range reversed", FIT(good, "--label-range", "100,0"), "LO < HI"),
         ("label range not numbers", FIT(good, "--label-range", "low,high"), "LO,HI"),
@@ -104,21 +134,66 @@ def cases(d, df):
         ("group column missing", FIT(good, "--group-cols", "sex,income"), "'income' is not in the data"),
         ("groups file not JSON", FIT(good, "--groups", gfile("g1.json", "{groups: [")), "not valid JSON"),
         ("groups file missing", FIT(good, "--groups", str(d / "none.json")), "cannot read"),
-        ("code smuggled as an operator", FIT(good, "--groups", gfile("g2.json", [
-            {"name": "x", "where": [{"column": "age", "op": "__import__('os').system('id')", "value": 1}]}])),
-         "unknown op"),
-        ("pandas query string as the condition", FIT(good, "--groups", gfile("g3.json", [
-            {"name": "x", "where": "age > 30 and @pd.eval('1')"}])), "must be a list"),
-        ("python expression as a value", FIT(good, "--groups", gfile("g4.json", [
-            {"name": "x", "where": [{"column": "age", "op": ">", "value": "__import__('os')"}]}])), "numeric"),
-        ("dunder column name", FIT(good, "--groups", gfile("g5.json", [
-            {"name": "x", "where": [{"column": "__class__", "op": "==", "value": 1}]}])), "'__class__'"),
-        ("object as a value", FIT(good, "--groups", gfile("g6.json", [
-            {"name": "x", "where": [{"column": "sex", "op": "==", "value": {"$ne": 1}}]}])), "string or a number"),
-        ("unknown key in a condition", FIT(good, "--groups", gfile("g7.json", [
-            {"name": "x", "where": [{"column": "sex", "op": "==", "value": "F", "lambda": "x"}]}])), "unknown key"),
-        ("10,000+ groups from intersections", FIT(big_path, "--group-cols", "c0,c1,c2,c3,c4", "--max-order", "4"),
-         "the limit is"),
+        (
+            "code smuggled as an operator",
+            FIT(
+                good,
+                "--groups",
+                gfile(
+                    "g2.json",
+                    [{"name": "x", "where": [{"column": "age", "op": "__import__('os').system('id')", "value": 1}]}],
+                ),
+            ),
+            "unknown op",
+        ),
+        (
+            "pandas query string as the condition",
+            FIT(good, "--groups", gfile("g3.json", [{"name": "x", "where": "age > 30 and @pd.eval('1')"}])),
+            "must be a list",
+        ),
+        (
+            "python expression as a value",
+            FIT(
+                good,
+                "--groups",
+                gfile("g4.json", [{"name": "x", "where": [{"column": "age", "op": ">", "value": "__import__('os')"}]}]),
+            ),
+            "numeric",
+        ),
+        (
+            "dunder column name",
+            FIT(
+                good,
+                "--groups",
+                gfile("g5.json", [{"name": "x", "where": [{"column": "__class__", "op": "==", "value": 1}]}]),
+            ),
+            "'__class__'",
+        ),
+        (
+            "object as a value",
+            FIT(
+                good,
+                "--groups",
+                gfile("g6.json", [{"name": "x", "where": [{"column": "sex", "op": "==", "value": {"$ne": 1}}]}]),
+            ),
+            "string or a number",
+        ),
+        (
+            "unknown key in a condition",
+            FIT(
+                good,
+                "--groups",
+                gfile(
+                    "g7.json", [{"name": "x", "where": [{"column": "sex", "op": "==", "value": "F", "lambda": "x"}]}]
+                ),
+            ),
+            "unknown key",
+        ),
+        (
+            "10,000+ groups from intersections",
+            FIT(big_path, "--group-cols", "c0,c1,c2,c3,c4", "--max-order", "4"),
+            "the limit is",
+        ),
         ("max order zero", FIT(good, "--group-cols", "sex", "--max-order", "0"), "max-order"),
         # --- parameters
         ("alpha zero", FIT(good, "--alpha", "0"), "alpha"),
@@ -136,21 +211,46 @@ def cases(d, df):
         ("gamma zero", PRED(model, good, "--pred", "base", "--gamma", "0"), "--gamma"),
         ("gamma above one", PRED(model, good, "--pred", "base", "--gamma", "1.5"), "--gamma"),
         # --- model files
-        ("model truncated", PRED(_write(d, "trunc.json", (d / "model.json").read_text()[:300]), good), "not valid JSON"),
-        ("model of another schema version", PRED(edited_model("v9.json", lambda m: m.update(version=9)), good),
-         "version"),
-        ("model edited: alpha out of range", PRED(edited_model("a.json", lambda m: m["params"].update(alpha=3)), good),
-         "alpha"),
-        ("model edited: group index out of range", PRED(edited_model("gi.json", lambda m: m["log"].append(
-            [1, 0, 999, [0], [0.1]])), good), "log entry"),
-        ("model edited: NaN step", PRED(_write(d, "nan.json", (d / "model.json").read_text().replace(
-            '"log":[', '"log":[[1,0,0,[0],[NaN]],', 1)), good, "--pred", "base"), "log entry"),
+        (
+            "model truncated",
+            PRED(_write(d, "trunc.json", (d / "model.json").read_text()[:300]), good),
+            "not valid JSON",
+        ),
+        (
+            "model of another schema version",
+            PRED(edited_model("v9.json", lambda m: m.update(version=9)), good),
+            "version",
+        ),
+        (
+            "model edited: alpha out of range",
+            PRED(edited_model("a.json", lambda m: m["params"].update(alpha=3)), good),
+            "alpha",
+        ),
+        (
+            "model edited: group index out of range",
+            PRED(edited_model("gi.json", lambda m: m["log"].append([1, 0, 999, [0], [0.1]])), good),
+            "log entry",
+        ),
+        (
+            "model edited: NaN step",
+            PRED(
+                _write(
+                    d, "nan.json", (d / "model.json").read_text().replace('"log":[', '"log":[[1,0,0,[0],[NaN]],', 1)
+                ),
+                good,
+                "--pred",
+                "base",
+            ),
+            "log entry",
+        ),
         ("model is a CSV", PRED(good, good), "not valid JSON"),
         ("model missing", PRED(str(d / "none.json"), good), "not found"),
         ("model without --pred", PRED(model, good), "--pred"),
-        ("group column missing at predict time", PRED(model, _variant(d, df, "norace.csv",
-                                                                      lambda x: x.drop(columns=["race"])),
-                                                        "--pred", "base"), "race"),
+        (
+            "group column missing at predict time",
+            PRED(model, _variant(d, df, "norace.csv", lambda x: x.drop(columns=["race"])), "--pred", "base"),
+            "race",
+        ),
         # --- outputs
         ("output folder missing", FIT(good, out=str(d / "no" / "such" / "m.json")), "does not exist"),
         ("output is a folder", FIT(good, out=str(d)), "is a folder"),
@@ -170,8 +270,14 @@ def test_catalogue(work, capsys):
         code = main(args)
         _, err = capsys.readouterr()
         lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-        ok = (code == 2 and len(lines) == 1 and lines[0].startswith("mmc: error:") and expect in lines[0]
-              and "Traceback" not in err and (out is None or not os.path.exists(out)))
+        ok = (
+            code == 2
+            and len(lines) == 1
+            and lines[0].startswith("mmc: error:")
+            and expect in lines[0]
+            and "Traceback" not in err
+            and (out is None or not os.path.exists(out))
+        )
         if not ok:
             failures.append(f"{name}: exit {code}, stderr {err.strip()!r}")
     assert not failures, "\n".join(failures)
@@ -188,16 +294,62 @@ def test_not_errors_empty_group_unseen_category_and_formula_cells(work, capsys, 
     # a group with zero rows: fitting succeeds and the empty group is reported on stderr
     g = tmp_path / "g.json"
     g.write_text(json.dumps([{"name": "nobody", "where": [{"column": "age", "op": ">", "value": 500}]}]))
-    assert main(["fit", "--data", str(d / "good.csv"), "--label", "y", "--groups", str(g),
-                 "--out", str(tmp_path / "m.json")]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                str(d / "good.csv"),
+                "--label",
+                "y",
+                "--groups",
+                str(g),
+                "--out",
+                str(tmp_path / "m.json"),
+            ]
+        )
+        == 0
+    )
     assert "nobody" in capsys.readouterr().err
     # base predictions outside the label range: clipped to it, and said so
-    assert main(["fit", "--data", str(d / "good.csv"), "--label", "y", "--pred", "base", "--label-range", "0,100",
-                 "--out", str(tmp_path / "m2.json")]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                str(d / "good.csv"),
+                "--label",
+                "y",
+                "--pred",
+                "base",
+                "--label-range",
+                "0,100",
+                "--out",
+                str(tmp_path / "m2.json"),
+            ]
+        )
+        == 0
+    )
     df2 = df.assign(base=df.base * 1.2)
     df2.to_csv(tmp_path / "over.csv", index=False)
-    assert main(["fit", "--data", str(tmp_path / "over.csv"), "--label", "y", "--pred", "base", "--label-range",
-                 "0,100", "--out", str(tmp_path / "m3.json")]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                str(tmp_path / "over.csv"),
+                "--label",
+                "y",
+                "--pred",
+                "base",
+                "--label-range",
+                "0,100",
+                "--out",
+                str(tmp_path / "m3.json"),
+            ]
+        )
+        == 0
+    )
     assert "were clipped" in capsys.readouterr().err
     # unseen categories and a spreadsheet formula in a text cell at predict time
     new = df.copy()
@@ -206,8 +358,22 @@ def test_not_errors_empty_group_unseen_category_and_formula_cells(work, capsys, 
     new.loc[2, "note"] = "@SUM(A1)"
     new.to_csv(tmp_path / "new.csv", index=False)
     out = tmp_path / "p.csv"
-    assert main(["predict", "--model", str(d / "model.json"), "--data", str(tmp_path / "new.csv"), "--pred", "base",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(d / "model.json"),
+                "--data",
+                str(tmp_path / "new.csv"),
+                "--pred",
+                "base",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     p = pd.read_csv(out)
     assert p.loc[1, "note"] == "'=cmd|' /C calc'!A0" and p.loc[2, "note"] == "'@SUM(A1)"
     assert np.isfinite(p.loc[0, "mean"])  # the unseen category simply belongs to no race group

@@ -1,4 +1,5 @@
 """Smoke test of the benchmark script: `benchmarks/bench_core.py --quick` runs and prints its tables."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_core.py"
 
-GRID_HEADER = ("| n | groups | k | step | alpha | beta | fit s | fit() wall s | rounds | mean upd | moment upd | log "
-               "| converged | peak MB (fit) | predict s | peak MB (all) |")
+GRID_HEADER = (
+    "| n | groups | k | step | alpha | beta | fit s | fit() wall s | rounds | mean upd | moment upd | log "
+    "| converged | peak MB (fit) | predict s | peak MB (all) |"
+)
 
 
 def _has_multicalibration() -> bool:
@@ -29,7 +32,10 @@ def test_bench_core_quick(tmp_path):
     # products of the signature sums many times slower (see benchmarks/README.md).
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--blas-threads", "1", "--out", str(out_csv)],
-        capture_output=True, text=True, timeout=120, cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(ROOT),
     )
     elapsed = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -38,7 +44,7 @@ def test_bench_core_quick(tmp_path):
     assert GRID_HEADER in lines, out
     start = lines.index(GRID_HEADER)
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([c.strip() for c in line.strip("|").split("|")])
@@ -50,8 +56,9 @@ def test_bench_core_quick(tmp_path):
         assert r[0] == "2,000" and r[1] in ("20", "200") and r[3] in ("exact", "paper"), r
         assert r[12] == "yes", f"not converged: {r}"
         assert float(r[6]) >= 0 and float(r[13]) > 0 and float(r[14]) >= 0, r
-    assert {(r[1], r[2], r[3]) for r in rows} == {(g, k, s) for g in ("20", "200") for k in ("1", "2")
-                                                  for s in ("exact", "paper")}
+    assert {(r[1], r[2], r[3]) for r in rows} == {
+        (g, k, s) for g in ("20", "200") for k in ("1", "2") for s in ("exact", "paper")
+    }
     assert out_csv.exists() and out_csv.read_text().count("\n") >= 9
     if _has_multicalibration():
         assert "| HKRR (multicalibration) |" in out, out
@@ -67,7 +74,13 @@ def test_hkrr_part_skips_without_the_package(tmp_path):
     (shadow / "__init__.py").write_text("raise ImportError('simulated: package not installed')\n")
 
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--hkrr-only"],
-                          capture_output=True, text=True, timeout=60, cwd=str(ROOT), env=env)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--hkrr-only"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(ROOT),
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "SKIPPED: the `multicalibration` package is not installed" in proc.stdout, proc.stdout

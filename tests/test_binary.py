@@ -1,5 +1,6 @@
 """Classifier audits (mmc_core.binary): label detection, per-group metrics against fairlearn and scikit-learn,
 calibration errors against a direct loop, and the bootstrap intervals' coverage on data with known rates."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,8 +35,7 @@ def test_as_binary():
 
 def _data(n=3000, seed=0):
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({"race": rng.choice(["A", "B", "C"], n, p=[0.6, 0.3, 0.1]),
-                       "sex": rng.choice(["F", "M"], n)})
+    df = pd.DataFrame({"race": rng.choice(["A", "B", "C"], n, p=[0.6, 0.3, 0.1]), "sex": rng.choice(["F", "M"], n)})
     p = 0.2 + 0.3 * (df["race"] == "B") + 0.1 * (df["sex"] == "F")
     y = (rng.random(n) < p).astype(float)
     score = np.clip(p + rng.normal(0, 0.15, n), 0, 1)
@@ -44,9 +44,16 @@ def _data(n=3000, seed=0):
 
 
 def test_rates_match_fairlearn_and_sklearn():
-    from fairlearn.metrics import (MetricFrame, demographic_parity_difference, demographic_parity_ratio,
-                                   equalized_odds_difference, equalized_odds_ratio, false_positive_rate,
-                                   selection_rate, true_positive_rate)
+    from fairlearn.metrics import (
+        MetricFrame,
+        demographic_parity_difference,
+        demographic_parity_ratio,
+        equalized_odds_difference,
+        equalized_odds_ratio,
+        false_positive_rate,
+        selection_rate,
+        true_positive_rate,
+    )
     from sklearn.metrics import brier_score_loss, log_loss, precision_score
 
     df, y, s, _ = _data()
@@ -55,25 +62,38 @@ def test_rates_match_fairlearn_and_sklearn():
     pred = (s >= 0.5).astype(int)
     bg = r.by_group
     for col in ("race", "sex"):
-        mf = MetricFrame(metrics={"selection_rate": selection_rate, "tpr": true_positive_rate,
-                                  "fpr": false_positive_rate, "precision": precision_score},
-                         y_true=y, y_pred=pred, sensitive_features=df[col])
+        mf = MetricFrame(
+            metrics={
+                "selection_rate": selection_rate,
+                "tpr": true_positive_rate,
+                "fpr": false_positive_rate,
+                "precision": precision_score,
+            },
+            y_true=y,
+            y_pred=pred,
+            sensitive_features=df[col],
+        )
         for g, row in mf.by_group.iterrows():
             for k in ("selection_rate", "tpr", "fpr", "precision"):
                 assert bg.loc[f"{col}={g}", k] == pytest.approx(row[k], abs=1e-12), (col, g, k)
         d = r.disparities.loc[col]
         assert d["demographic_parity_difference"] == pytest.approx(
-            demographic_parity_difference(y, pred, sensitive_features=df[col]), abs=1e-12)
+            demographic_parity_difference(y, pred, sensitive_features=df[col]), abs=1e-12
+        )
         assert d["demographic_parity_ratio"] == pytest.approx(
-            demographic_parity_ratio(y, pred, sensitive_features=df[col]), abs=1e-12)
+            demographic_parity_ratio(y, pred, sensitive_features=df[col]), abs=1e-12
+        )
         assert d["equalized_odds_difference"] == pytest.approx(
-            equalized_odds_difference(y, pred, sensitive_features=df[col]), abs=1e-12)
+            equalized_odds_difference(y, pred, sensitive_features=df[col]), abs=1e-12
+        )
         assert d["equalized_odds_ratio"] == pytest.approx(
-            equalized_odds_ratio(y, pred, sensitive_features=df[col]), abs=1e-12)
+            equalized_odds_ratio(y, pred, sensitive_features=df[col]), abs=1e-12
+        )
     m = (df["race"] == "B").to_numpy() & (df["sex"] == "F").to_numpy()  # an intersection
     assert bg.loc["race=B & sex=F", "brier"] == pytest.approx(brier_score_loss(y[m], s[m]), abs=1e-12)
-    assert bg.loc["race=B & sex=F", "log_loss"] == pytest.approx(log_loss(y[m], np.clip(s[m], 1e-15, 1 - 1e-15),
-                                                                          labels=[0, 1]), abs=1e-12)
+    assert bg.loc["race=B & sex=F", "log_loss"] == pytest.approx(
+        log_loss(y[m], np.clip(s[m], 1e-15, 1 - 1e-15), labels=[0, 1]), abs=1e-12
+    )
     assert bg.loc["all", "base_rate"] == pytest.approx(y.mean(), abs=1e-12)
 
 

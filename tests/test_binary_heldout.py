@@ -26,6 +26,7 @@ of 30-40 rows, about two standard errors), so there is nothing to lower: with th
 no update at all, and one makes a whole-group correction of black=1 that does not replicate on the test rows.
 Only the log-loss check is asserted there.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,12 +48,20 @@ def _sigmoid(x):
 
 def synthetic(n: int, rng) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
     """(table, y, true p, base score): the base is overconfident and off for race C and (race B, sex F)."""
-    df = pd.DataFrame({"race": rng.choice(["A", "B", "C"], n, p=[0.6, 0.25, 0.15]),
-                       "sex": rng.choice(["F", "M"], n),
-                       "age": rng.choice(["18-34", "35-54", "55+"], n, p=[0.35, 0.4, 0.25])})
+    df = pd.DataFrame(
+        {
+            "race": rng.choice(["A", "B", "C"], n, p=[0.6, 0.25, 0.15]),
+            "sex": rng.choice(["F", "M"], n),
+            "age": rng.choice(["18-34", "35-54", "55+"], n, p=[0.35, 0.4, 0.25]),
+        }
+    )
     x = rng.normal(0, 1, n)
-    rc, rb, f, old = ((df["race"] == "C").to_numpy(), (df["race"] == "B").to_numpy(),
-                      (df["sex"] == "F").to_numpy(), (df["age"] == "55+").to_numpy())
+    rc, rb, f, old = (
+        (df["race"] == "C").to_numpy(),
+        (df["race"] == "B").to_numpy(),
+        (df["sex"] == "F").to_numpy(),
+        (df["age"] == "55+").to_numpy(),
+    )
     logit = -0.3 + 1.2 * x + 0.6 * rb - 0.4 * f + 0.5 * old + 0.8 * (rc & old)
     p = _sigmoid(logit)
     y = (rng.random(n) < p).astype(float)
@@ -89,9 +98,11 @@ def check(name, seed, groups, X_test, y_test, base_test, after_test, worst=True,
     memb = groups.evaluate(X_test, y_test.size)
     wb, wa = worst_cell(memb, y_test, base_test), worst_cell(memb, y_test, after_test)
     floor = "" if truth is None else f" (true probabilities: {worst_cell(memb, y_test, truth):.4f})"
-    print(f"\n{name} seed {seed}: test rows {y_test.size}; log loss {log_loss_rows(y_test, base_test).mean():.4f} "
-          f"-> {log_loss_rows(y_test, after_test).mean():.4f} (delta {d.mean():+.4f}, se {se:.4f}); worst cell "
-          f"|error| {wb:.4f} -> {wa:.4f}{floor}")
+    print(
+        f"\n{name} seed {seed}: test rows {y_test.size}; log loss {log_loss_rows(y_test, base_test).mean():.4f} "
+        f"-> {log_loss_rows(y_test, after_test).mean():.4f} (delta {d.mean():+.4f}, se {se:.4f}); worst cell "
+        f"|error| {wb:.4f} -> {wa:.4f}{floor}"
+    )
     assert np.all((after_test >= 0) & (after_test <= 1))
     assert d.mean() <= Z_LOGLOSS * se, f"{name} seed {seed}: log loss worse by {d.mean():.4f} (se {se:.4f})"
     if worst:
@@ -124,15 +135,35 @@ def _loanapp(seed, balanced: bool):
     df = load_dataset("loanapp")
     y = df[ds.label].to_numpy(dtype=float)
     # a race-blind score on credit and loan characteristics (no demographic columns, nothing leaky)
-    feats = ["hrat", "obrat", "loanprc", "gdlin", "chist", "pubrec", "mortlat1", "mortlat2", "mortperf", "self",
-             "unem", "cosign", "sch", "appinc", "liq", "netw"]
-    Xf = df[feats].fillna(df[feats].median()).clip(lower=df[feats].quantile(0.01), upper=df[feats].quantile(0.99),
-                                                   axis=1)
+    feats = [
+        "hrat",
+        "obrat",
+        "loanprc",
+        "gdlin",
+        "chist",
+        "pubrec",
+        "mortlat1",
+        "mortlat2",
+        "mortperf",
+        "self",
+        "unem",
+        "cosign",
+        "sch",
+        "appinc",
+        "liq",
+        "netw",
+    ]
+    Xf = (
+        df[feats]
+        .fillna(df[feats].median())
+        .clip(lower=df[feats].quantile(0.01), upper=df[feats].quantile(0.99), axis=1)
+    )
     perm = np.random.default_rng(seed).permutation(len(df))
     n_base, n_fit = int(0.35 * len(df)), int(0.35 * len(df))
-    rb, rf, rt = perm[:n_base], perm[n_base:n_base + n_fit], perm[n_base + n_fit:]
-    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000,
-                                                             class_weight="balanced" if balanced else None))
+    rb, rf, rt = perm[:n_base], perm[n_base : n_base + n_fit], perm[n_base + n_fit :]
+    clf = make_pipeline(
+        StandardScaler(), LogisticRegression(max_iter=2000, class_weight="balanced" if balanced else None)
+    )
     clf.fit(Xf.iloc[rb], y[rb])
     base = clf.predict_proba(Xf)[:, 1]
     G = df[list(ds.groups)]

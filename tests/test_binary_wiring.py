@@ -2,6 +2,7 @@
 binary label detection (0/1, True/False, strings with a declared positive class), probabilities in [0, 1], no
 intervals, the task in the model JSON (older files still load), ``audit()`` returning the classifier tables, and
 per-group rates equal to fairlearn's on the same rows through the public path."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def test_detects_binary_labels_and_fits_the_mean_only():
         MomentMulticalibrator().fit(df, words, gs, label_name="hired?")
     est = MomentMulticalibrator(positive_label="hired").fit(df, words, gs, base_prediction=base)
     assert est.binary_["classes"] == ["not hired", "hired"] and est.binary_["positive"] == "hired"
-    np.testing.assert_array_equal(est.predict(df, base), MomentMulticalibrator().fit(
-        df, y, gs, base_prediction=base).predict(df, base))  # the same fit as on the 0/1 coding
+    np.testing.assert_array_equal(
+        est.predict(df, base), MomentMulticalibrator().fit(df, y, gs, base_prediction=base).predict(df, base)
+    )  # the same fit as on the 0/1 coding
     with pytest.raises(DataError, match="positive class 'yes' is not a value"):
         MomentMulticalibrator(positive_label="yes").fit(df, words, gs)
     with pytest.raises(DataError, match="positive_label=1 was given but label 'label' is not binary"):
@@ -93,11 +95,17 @@ def test_model_json_round_trip_and_old_files():
     rd = json.loads(reg.model_.to_json())
     assert "task" not in rd and "binary" not in rd and FittedModel.from_dict(rd).task == "regression"
     # ... and a format-1 / format-2 file without one loads as a regression
-    rd1 = json.loads(MomentMulticalibrator(task="regression", alpha=0.02, beta=0.02, moment_buckets="range",
-                                           calibration_fraction=0).fit(df, y.astype(float), gs).model_.to_json())
+    rd1 = json.loads(
+        MomentMulticalibrator(task="regression", alpha=0.02, beta=0.02, moment_buckets="range", calibration_fraction=0)
+        .fit(df, y.astype(float), gs)
+        .model_.to_json()
+    )
     assert rd1["version"] == 1 and FittedModel.from_dict(rd1).task == "regression"
-    for bad, msg in (({"task": "classify"}, "task="), ({"binary": {"positive": 1}}, "only allowed"),
-                     ({"task": "binary", "binary": None}, "needs")):
+    for bad, msg in (
+        ({"task": "classify"}, "task="),
+        ({"binary": {"positive": 1}}, "only allowed"),
+        ({"task": "binary", "binary": None}, "needs"),
+    ):
         with pytest.raises(ModelFormatError, match=msg):
             FittedModel.from_dict({**rd, **bad})
     with pytest.raises(ModelFormatError, match="no moments"):
@@ -107,8 +115,14 @@ def test_model_json_round_trip_and_old_files():
 
 
 def test_audit_rates_equal_fairlearn_through_the_public_path():
-    from fairlearn.metrics import (MetricFrame, demographic_parity_difference, equalized_odds_difference,
-                                   false_positive_rate, selection_rate, true_positive_rate)
+    from fairlearn.metrics import (
+        MetricFrame,
+        demographic_parity_difference,
+        equalized_odds_difference,
+        false_positive_rate,
+        selection_rate,
+        true_positive_rate,
+    )
     from functools import partial
 
     from sklearn.metrics import precision_score
@@ -126,18 +140,33 @@ def test_audit_rates_equal_fairlearn_through_the_public_path():
         assert not any(k.startswith(("pred_var", "emp_var", "var_ratio")) for k in res.by_group.columns)
         pred = (est.predict(Xt, base[te]) >= thr).astype(int)  # the public prediction, thresholded
         for col in ("race", "sex"):
-            mf = MetricFrame(metrics={"selection_rate": selection_rate, "tpr": true_positive_rate,
-                                      "fpr": false_positive_rate, "precision": precision_score},
-                             y_true=y[te], y_pred=pred, sensitive_features=Xt[col])
+            mf = MetricFrame(
+                metrics={
+                    "selection_rate": selection_rate,
+                    "tpr": true_positive_rate,
+                    "fpr": false_positive_rate,
+                    "precision": precision_score,
+                },
+                y_true=y[te],
+                y_pred=pred,
+                sensitive_features=Xt[col],
+            )
             for g, row in mf.by_group.iterrows():
                 for k in ("selection_rate", "tpr", "fpr", "precision"):
                     got = res.by_group.loc[f"{col}={g}", k]
                     assert (np.isnan(got) and np.isnan(row[k])) or abs(got - row[k]) <= 1e-12, (thr, col, g, k)
             d = res.classifier.disparities.loc[col]
-            assert abs(d["demographic_parity_difference"]
-                       - demographic_parity_difference(y[te], pred, sensitive_features=Xt[col])) <= 1e-12
-            assert abs(d["equalized_odds_difference"]
-                       - equalized_odds_difference(y[te], pred, sensitive_features=Xt[col])) <= 1e-12
+            assert (
+                abs(
+                    d["demographic_parity_difference"]
+                    - demographic_parity_difference(y[te], pred, sensitive_features=Xt[col])
+                )
+                <= 1e-12
+            )
+            assert (
+                abs(d["equalized_odds_difference"] - equalized_odds_difference(y[te], pred, sensitive_features=Xt[col]))
+                <= 1e-12
+            )
         out = res.to_json()
         assert out["task"] == "binary" and out["threshold"] == thr and out["classifier"]["by_group"]["data"]
         json.dumps(out, allow_nan=False)
@@ -155,27 +184,109 @@ def test_cli_binary_fit_predict_audit(tmp_path, capsys):
     data = tmp_path / "d.csv"
     df.to_csv(data, index=False)
     model, pred, aud = tmp_path / "m.json", tmp_path / "p.csv", tmp_path / "a.json"
-    assert main(["fit", "--data", str(data), "--label", "y01", "--pred", "score", "--group-cols", "race,sex",
-                 "--out", str(model)]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                str(data),
+                "--label",
+                "y01",
+                "--pred",
+                "score",
+                "--group-cols",
+                "race,sex",
+                "--out",
+                str(model),
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["task"] == "binary" and summary["moment_updates"] == 0 and summary["label_range"] == [0.0, 1.0]
-    assert main(["predict", "--model", str(model), "--data", str(data), "--pred", "score", "--threshold", "0.4",
-                 "--out", str(pred)]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(model),
+                "--data",
+                str(data),
+                "--pred",
+                "score",
+                "--threshold",
+                "0.4",
+                "--out",
+                str(pred),
+            ]
+        )
+        == 0
+    )
     out = pd.read_csv(pred)
     assert "mean" in out and "decision" in out and "moment_2" not in out and "lower" not in out
     assert out["mean"].between(0, 1).all()
     assert (out["decision"] == (out["mean"] >= 0.4).astype(int)).all()
     for bad in ("0", "1", "1.5", "-0.1", "abc", "nan"):
-        assert main(["predict", "--model", str(model), "--data", str(data), "--pred", "score", "--threshold", bad,
-                     "--out", str(pred)]) == 2
+        assert (
+            main(
+                [
+                    "predict",
+                    "--model",
+                    str(model),
+                    "--data",
+                    str(data),
+                    "--pred",
+                    "score",
+                    "--threshold",
+                    bad,
+                    "--out",
+                    str(pred),
+                ]
+            )
+            == 2
+        )
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "--threshold" in err, err
-    assert main(["predict", "--model", str(model), "--data", str(data), "--pred", "score", "--interval",
-                 "calibrated", "--out", str(tmp_path / "q.csv")]) == 2
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(model),
+                "--data",
+                str(data),
+                "--pred",
+                "score",
+                "--interval",
+                "calibrated",
+                "--out",
+                str(tmp_path / "q.csv"),
+            ]
+        )
+        == 2
+    )
     assert "no prediction intervals for a binary" in capsys.readouterr().err
     assert not (tmp_path / "q.csv").exists()
-    assert main(["audit", "--model", str(model), "--data", str(data), "--label", "y01", "--pred", "score",
-                 "--threshold", "0.6", "--out", str(aud)]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                "--model",
+                str(model),
+                "--data",
+                str(data),
+                "--label",
+                "y01",
+                "--pred",
+                "score",
+                "--threshold",
+                "0.6",
+                "--out",
+                str(aud),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "classifier audit at threshold 0.6" in printed and "race=B" in printed and "label units" not in printed
     last = json.loads(printed.strip().splitlines()[-1])
@@ -183,30 +294,78 @@ def test_cli_binary_fit_predict_audit(tmp_path, capsys):
     written = json.loads(aud.read_text())
     assert written["task"] == "binary" and written["classifier"]["params"]["threshold"] == 0.6
     # strings need --positive; the model keeps the classes, and audit reads the same strings
-    assert main(["fit", "--data", str(data), "--label", "hired", "--group-cols", "race", "--out",
-                 str(tmp_path / "h.json")]) == 2
+    assert (
+        main(
+            ["fit", "--data", str(data), "--label", "hired", "--group-cols", "race", "--out", str(tmp_path / "h.json")]
+        )
+        == 2
+    )
     assert "positive" in capsys.readouterr().err
-    assert main(["fit", "--data", str(data), "--label", "hired", "--positive", "yes", "--group-cols", "race",
-                 "--out", str(tmp_path / "h.json")]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                str(data),
+                "--label",
+                "hired",
+                "--positive",
+                "yes",
+                "--group-cols",
+                "race",
+                "--out",
+                str(tmp_path / "h.json"),
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["task"] == "binary" and summary["positive"] == "yes"
-    assert main(["audit", "--model", str(tmp_path / "h.json"), "--data", str(data), "--label", "hired", "--out",
-                 str(aud)]) == 0
+    assert (
+        main(["audit", "--model", str(tmp_path / "h.json"), "--data", str(data), "--label", "hired", "--out", str(aud)])
+        == 0
+    )
     capsys.readouterr()
     assert json.loads(aud.read_text())["by_group"]["data"][0][2] == pytest.approx(y.mean())  # base_rate of all
     # a regression label keeps its task; --threshold is for classifiers only
-    assert main(["fit", "--data", str(data), "--label", "score", "--group-cols", "race", "--out",
-                 str(tmp_path / "r.json")]) == 0
+    assert (
+        main(
+            ["fit", "--data", str(data), "--label", "score", "--group-cols", "race", "--out", str(tmp_path / "r.json")]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["task"] == "regression"
-    assert main(["predict", "--model", str(tmp_path / "r.json"), "--data", str(data), "--threshold", "0.5",
-                 "--out", str(pred)]) == 2
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(tmp_path / "r.json"),
+                "--data",
+                str(data),
+                "--threshold",
+                "0.5",
+                "--out",
+                str(pred),
+            ]
+        )
+        == 2
+    )
     assert "needs a binary" in capsys.readouterr().err
 
 
 def test_runner_binary_pipeline_and_live_rates():
     from app.demo_data import get_dataset, load_dataset
-    from app.runner import (BaseSpec, FitSettings, LabelSpec, SplitSpec, classifier_rates, predictions_table,
-                            prepare_label, run_pipeline)
+    from app.runner import (
+        BaseSpec,
+        FitSettings,
+        LabelSpec,
+        SplitSpec,
+        classifier_rates,
+        predictions_table,
+        prepare_label,
+        run_pipeline,
+    )
     from fairlearn.metrics import MetricFrame, selection_rate
 
     ds = get_dataset("loanapp")
@@ -220,8 +379,14 @@ def test_runner_binary_pipeline_and_live_rates():
         prepare_label(text, LabelSpec("ok", positive="maybe"))
     assert prepare_label(text, LabelSpec("ok", positive="yes")).y.sum() == df["approve"].sum()
     gs = GroupSet.from_columns(df, list(ds.groups), 1)
-    run = run_pipeline(df, LabelSpec("approve"), BaseSpec("model", None, "ridge", ("hrat", "obrat", "loanprc")),
-                       SplitSpec(seed=1), gs.to_json(), FitSettings(n_boot=20))
+    run = run_pipeline(
+        df,
+        LabelSpec("approve"),
+        BaseSpec("model", None, "ridge", ("hrat", "obrat", "loanprc")),
+        SplitSpec(seed=1),
+        gs.to_json(),
+        FitSettings(n_boot=20),
+    )
     assert run.model.task == "binary" and run.audit.task == "binary" and run.settings.n_moments == 1
     assert run.base_metrics == {}  # no RMSE in label units for a 0/1 outcome
     base = run.base[run.split["test"]]
@@ -230,12 +395,18 @@ def test_runner_binary_pipeline_and_live_rates():
     assert table["mmc_mean"].between(0, 1).all() and set(table["mmc_decision"]) <= {0, 1}
     r5, _ = classifier_rates(df, run, 0.5)
     r9, d9 = classifier_rates(df, run, 0.9)
-    assert (r5["selection_rate"] >= r9["selection_rate"]).all() and not r5["selection_rate"].equals(r9["selection_rate"])
+    assert (r5["selection_rate"] >= r9["selection_rate"]).all() and not r5["selection_rate"].equals(
+        r9["selection_rate"]
+    )
     assert r5["selection_rate"].to_numpy() == pytest.approx(run.audit.by_group["selection_rate"].to_numpy(), abs=1e-12)
     test = run.split["test"]
     pred = (table["mmc_mean"].to_numpy()[test] >= 0.9).astype(int)
-    mf = MetricFrame(metrics=selection_rate, y_true=df["approve"].to_numpy()[test], y_pred=pred,
-                     sensitive_features=df["black"].to_numpy()[test])
+    mf = MetricFrame(
+        metrics=selection_rate,
+        y_true=df["approve"].to_numpy()[test],
+        y_pred=pred,
+        sensitive_features=df["black"].to_numpy()[test],
+    )
     for g, v in mf.by_group.items():
         assert abs(r9.loc[f"black={int(g)}", "selection_rate"] - v) <= 1e-12
     assert "black" in d9.index
@@ -255,8 +426,9 @@ def test_readme_classifier_commands_run(tmp_path):
     script = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     os.symlink(root / "demo_datasets", tmp_path / "demo_datasets")
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     assert '"task": "binary"' in r.stdout
     pred = pd.read_csv(tmp_path / "loan_pred.csv")
@@ -278,17 +450,28 @@ def test_pdf_report_of_a_binary_model(tmp_path, monkeypatch):
     rendered = stand_in_renderer(monkeypatch)
     df, y, base = _data(2000, 8)
     gs = GroupSet.from_columns(df, ["race", "sex"], 1)
-    est = MomentMulticalibrator(n_buckets=10).fit(df.iloc[:1200], y[:1200], gs, base_prediction=base[:1200],
-                                                  label_name="hired")
-    pdf = R.build_report_pdf(est.model_, df.iloc[1200:].reset_index(drop=True), y[1200:], base=base[1200:],
-                             data_name="new.csv", threshold=0.4)
+    est = MomentMulticalibrator(n_buckets=10).fit(
+        df.iloc[:1200], y[:1200], gs, base_prediction=base[:1200], label_name="hired"
+    )
+    pdf = R.build_report_pdf(
+        est.model_,
+        df.iloc[1200:].reset_index(drop=True),
+        y[1200:],
+        base=base[1200:],
+        data_name="new.csv",
+        threshold=0.4,
+    )
     path = tmp_path / "r.pdf"
     path.write_bytes(pdf)
-    text = subprocess.run(["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True,
-                          check=True).stdout
+    text = subprocess.run(["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True, check=True).stdout
     assert "Classifier audit: hired" in text and "threshold 0.4" in text
-    for needle in ("Probability calibration by group", "Reliability diagrams", "Rates at threshold 0.4",
-                   "Disparities across the values", "race=C"):
+    for needle in (
+        "Probability calibration by group",
+        "Reliability diagrams",
+        "Rates at threshold 0.4",
+        "Disparities across the values",
+        "race=C",
+    ):
         assert needle in text, needle
     assert "label units" not in text and "coverage by group" not in text.lower()
     titles = [t.replace("<b>", "").split("</b>")[0] for t in rendered]

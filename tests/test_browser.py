@@ -2,6 +2,7 @@
 Debian's Chromium (never `playwright install`). It runs the demo audit, checks that the convergence and result
 charts render, uploads a CSV, downloads an export, and saves full-page screenshots to artifacts/screenshots/.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,10 @@ from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server
 PORT = 8599
 URL = f"http://127.0.0.1:{PORT}"
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian Chromium (/usr/bin/chromium) missing")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian Chromium (/usr/bin/chromium) missing"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +32,10 @@ def server():
 
 def _full_shot(page, name: str):
     """Streamlit scrolls inside its main container: grow the viewport to the content, then screenshot."""
-    h = page.evaluate("() => { const b = document.querySelector('[data-testid=\"stMainBlockContainer\"]');"
-                      " return b ? b.getBoundingClientRect().height + 40 : 1000; }")
+    h = page.evaluate(
+        "() => { const b = document.querySelector('[data-testid=\"stMainBlockContainer\"]');"
+        " return b ? b.getBoundingClientRect().height + 40 : 1000; }"
+    )
     page.set_viewport_size({"width": 1400, "height": min(max(int(h) + 40, 900), 9000)})
     page.wait_for_timeout(1200)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True, timeout=120_000)  # slow on a busy machine
@@ -81,8 +86,11 @@ def test_dashboard_in_a_real_browser(server, tmp_path):
         expect(page.locator(charts).first).to_be_visible(timeout=30_000)
         expect(page.get_by_text("What the audit found")).to_be_visible()
         _full_shot(page, "03_results_variance")
-        for tab, name in (("Coverage", "04_results_coverage"), ("Calibration", "05_results_calibration"),
-                          ("Row explorer", "06_results_row")):
+        for tab, name in (
+            ("Coverage", "04_results_coverage"),
+            ("Calibration", "05_results_calibration"),
+            ("Row explorer", "06_results_row"),
+        ):
             page.get_by_role("tab", name=tab).click()
             expect(page.locator(f'[role="tabpanel"]:visible {charts}').first).to_be_visible(timeout=30_000)
             _full_shot(page, name)

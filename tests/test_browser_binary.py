@@ -1,6 +1,7 @@
 """Classifier audits in a real browser (Debian Chromium driven by Playwright, never `playwright install`):
 load the bundled binary demo (loanapp), run it, open the Results, move the decision-threshold slider and see
 the per-group rate table change (recomputed from the stored test-row probabilities, no refit)."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,10 @@ from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server
 PORT = 8593
 URL = f"http://127.0.0.1:{PORT}"
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian Chromium (/usr/bin/chromium) missing")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian Chromium (/usr/bin/chromium) missing"),
+]
 
 
 def _goto(page, title: str, heading: str):

@@ -7,6 +7,7 @@ a rerun to the end, the PDF and the predictions CSV. Every request the browser m
 to a non-loopback address fails the test. Stop latencies are printed (not asserted: the machine is shared),
 the assertions are on what Stop reports it kept.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,16 +27,25 @@ PORT = 8597
 URL = f"http://127.0.0.1:{PORT}"
 FEATURES = ["educ", "exper", "tenure", "female", "black", "region", "hours"]  # 'married' is taken out by hand
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian Chromium (/usr/bin/chromium) missing")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian Chromium (/usr/bin/chromium) missing"),
+]
 
 
 def cps_csv(path: Path, n: int = 100_000, seed: int = 1) -> Path:
     rng = np.random.default_rng(seed)
     df = cps_features(rng, n)
     df["empty"] = np.nan
-    logw = 0.5 + 0.08 * df["educ"] + 0.01 * df["exper"] - 0.15 * df["female"] - 0.1 * df["black"] \
-        + 0.002 * df["hours"] + rng.normal(0, 0.45 + 0.1 * df["black"], n)
+    logw = (
+        0.5
+        + 0.08 * df["educ"]
+        + 0.01 * df["exper"]
+        - 0.15 * df["female"]
+        - 0.1 * df["black"]
+        + 0.002 * df["hours"]
+        + rng.normal(0, 0.45 + 0.1 * df["black"], n)
+    )
     df["hrwage"] = np.exp(logw).round(3)  # leaks the label
     df["lwage"] = logw.round(5)
     df.to_csv(path, index=False)
@@ -142,7 +152,9 @@ def test_analyst_session_end_to_end(server, tmp_path):
         page.keyboard.press("Enter")
         page.wait_for_timeout(800)
         page.get_by_role("button", name="Replace all groups with these").click()
-        expect(page.get_by_text(re.compile(r"Replaced the groups with \d+ new ones")).first).to_be_visible(timeout=20_000)
+        expect(page.get_by_text(re.compile(r"Replaced the groups with \d+ new ones")).first).to_be_visible(
+            timeout=20_000
+        )
         page.get_by_role("tab", name="Custom group").click()
         _select(page, "Column", "region")
         values = page.get_by_test_id("stMultiSelect").filter(has_text="Values of").get_by_role("combobox").first
@@ -195,8 +207,13 @@ def test_analyst_session_end_to_end(server, tmp_path):
             expect(page.get_by_text(re.compile(r"label lwage, \d+ groups, base: model")).first).to_be_visible()
             _goto(page, "Data", "Data")
             assert _chips(page, "Feature columns") == FEATURES, where
-            assert page.get_by_test_id("stSelectbox").filter(has_text="Label column").get_by_role("combobox") \
-                .first.input_value() == "lwage", where
+            assert (
+                page.get_by_test_id("stSelectbox")
+                .filter(has_text="Label column")
+                .get_by_role("combobox")
+                .first.input_value()
+                == "lwage"
+            ), where
             assert page.get_by_role("radio", name="fit a model here (scikit-learn)").is_checked(), where
             _goto(page, "Groups", "Groups")
             assert re.search(r"Groups:\s*(\d+)", sidebar.inner_text()).group(1) == n_groups, where
@@ -247,9 +264,11 @@ def test_analyst_session_end_to_end(server, tmp_path):
         _shot(page, "07_export")
         browser.close()
     outside = sorted({u for u in requests if not _loopback(u)})
-    print(f"\nrequests {len(requests)}, non-loopback {len(outside)}; stop latency (click to banner): "
-          f"base-model fit {timings['stop_in_base_fit']:.2f} s, descent {timings['stop_in_descent']:.2f} s; "
-          f"in-app base-model fit {timings['base_fit_in_app']:.2f} s")
+    print(
+        f"\nrequests {len(requests)}, non-loopback {len(outside)}; stop latency (click to banner): "
+        f"base-model fit {timings['stop_in_base_fit']:.2f} s, descent {timings['stop_in_descent']:.2f} s; "
+        f"in-app base-model fit {timings['base_fit_in_app']:.2f} s"
+    )
     assert not outside, outside
 
 

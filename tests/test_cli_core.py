@@ -1,4 +1,5 @@
 """`mmc fit` / `mmc predict`: the exact command-line contract and its error cases."""
+
 from __future__ import annotations
 
 import json
@@ -30,10 +31,34 @@ def run(args, capsys):
 
 def test_fit_prints_summary_json_last_and_predict_writes_units(csvs, capsys):
     model = csvs / "m.json"
-    code, out, err = run(["fit", "--data", str(csvs / "train.csv"), "--label", "outcome", "--pred", "base_pred",
-                          "--group-cols", "sex,race,age,score", "--max-order", "2", "--moments", "4",
-                          "--alpha", "0.002", "--beta", "0.0004", "--label-range", "0,100", "--seed", "3",
-                          "--out", str(model)], capsys)
+    code, out, err = run(
+        [
+            "fit",
+            "--data",
+            str(csvs / "train.csv"),
+            "--label",
+            "outcome",
+            "--pred",
+            "base_pred",
+            "--group-cols",
+            "sex,race,age,score",
+            "--max-order",
+            "2",
+            "--moments",
+            "4",
+            "--alpha",
+            "0.002",
+            "--beta",
+            "0.0004",
+            "--label-range",
+            "0,100",
+            "--seed",
+            "3",
+            "--out",
+            str(model),
+        ],
+        capsys,
+    )
     assert code == 0, err
     summary = json.loads(out.strip().splitlines()[-1])
     assert {"rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups"} <= summary.keys()
@@ -41,8 +66,10 @@ def test_fit_prints_summary_json_last_and_predict_writes_units(csvs, capsys):
     saved = json.loads(model.read_text())
     assert saved["info"]["n_calibration"] == 500  # default --calibration-fraction 0.25
     pred = csvs / "p.csv"
-    code, out, err = run(["predict", "--model", str(model), "--data", str(csvs / "test.csv"), "--pred", "base_pred",
-                          "--out", str(pred)], capsys)
+    code, out, err = run(
+        ["predict", "--model", str(model), "--data", str(csvs / "test.csv"), "--pred", "base_pred", "--out", str(pred)],
+        capsys,
+    )
     assert code == 0, err
     p = pd.read_csv(pred)
     test = pd.read_csv(csvs / "test.csv")
@@ -61,37 +88,72 @@ def test_fit_prints_summary_json_last_and_predict_writes_units(csvs, capsys):
 
 def test_mean_only_and_groups_file(csvs, capsys, tmp_path):
     gfile = tmp_path / "g.json"
-    gfile.write_text(json.dumps({"format": "mmc-groups", "version": 1, "groups": [
-        {"name": "older women", "where": [{"column": "sex", "op": "==", "value": "F"},
-                                          {"column": "age", "op": "==", "value": "55+"}]}]}))
+    gfile.write_text(
+        json.dumps(
+            {
+                "format": "mmc-groups",
+                "version": 1,
+                "groups": [
+                    {
+                        "name": "older women",
+                        "where": [
+                            {"column": "sex", "op": "==", "value": "F"},
+                            {"column": "age", "op": "==", "value": "55+"},
+                        ],
+                    }
+                ],
+            }
+        )
+    )
     model = tmp_path / "m.json"
-    code, out, err = run(["fit", "--data", str(csvs / "train.csv"), "--label", "outcome", "--groups", str(gfile),
-                          "--moments", "1", "--calibration-fraction", "0", "--out", str(model)], capsys)
+    code, out, err = run(
+        [
+            "fit",
+            "--data",
+            str(csvs / "train.csv"),
+            "--label",
+            "outcome",
+            "--groups",
+            str(gfile),
+            "--moments",
+            "1",
+            "--calibration-fraction",
+            "0",
+            "--out",
+            str(model),
+        ],
+        capsys,
+    )
     assert code == 0, err
     s = json.loads(out.strip().splitlines()[-1])
     assert s["n_groups"] == 2 and s["moment_updates"] == 0
-    code, _, err = run(["predict", "--model", str(model), "--data", str(csvs / "test.csv"),
-                        "--out", str(tmp_path / "p.csv")], capsys)
+    code, _, err = run(
+        ["predict", "--model", str(model), "--data", str(csvs / "test.csv"), "--out", str(tmp_path / "p.csv")], capsys
+    )
     assert code == 0, err
     assert list(pd.read_csv(tmp_path / "p.csv").columns)[-1] == "mean"
 
 
-@pytest.mark.parametrize("extra,match", [
-    (["--alpha", "0"], "alpha"),
-    (["--alpha", "1.5"], "alpha"),
-    (["--beta", "-0.1"], "beta"),
-    (["--buckets", "0"], "buckets"),
-    (["--moments", "0"], "moments"),
-    (["--label-range", "0,50"], "outside the label range"),
-    (["--label-range", "abc"], "LO,HI"),
-    (["--group-cols", "nope"], "'nope' is not in the data"),
-    (["--calibration-fraction", "1"], "calibration"),
-    (["--pred", "sex"], "not numeric"),
-])
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        (["--alpha", "0"], "alpha"),
+        (["--alpha", "1.5"], "alpha"),
+        (["--beta", "-0.1"], "beta"),
+        (["--buckets", "0"], "buckets"),
+        (["--moments", "0"], "moments"),
+        (["--label-range", "0,50"], "outside the label range"),
+        (["--label-range", "abc"], "LO,HI"),
+        (["--group-cols", "nope"], "'nope' is not in the data"),
+        (["--calibration-fraction", "1"], "calibration"),
+        (["--pred", "sex"], "not numeric"),
+    ],
+)
 def test_fit_errors_are_one_line_exit_2_no_output(csvs, capsys, tmp_path, extra, match):
     out = tmp_path / "m.json"
-    code, stdout, err = run(["fit", "--data", str(csvs / "train.csv"), "--label", "outcome", "--out", str(out)]
-                            + extra, capsys)
+    code, stdout, err = run(
+        ["fit", "--data", str(csvs / "train.csv"), "--label", "outcome", "--out", str(out)] + extra, capsys
+    )
     assert code == 2
     assert match in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not out.exists()
@@ -101,34 +163,80 @@ def test_label_errors(tmp_path, capsys):
     df = pd.DataFrame({"g": ["a", "b"] * 5, "y": [1.0, 2, 3, None, 5, 6, 7, 8, 9, 10], "t": ["x"] * 10})
     df.to_csv(tmp_path / "d.csv", index=False)
     for label, match in [("y", "missing"), ("t", "not numeric"), ("zz", "not in the data")]:
-        code, _, err = run(["fit", "--data", str(tmp_path / "d.csv"), "--label", label, "--out",
-                            str(tmp_path / "m.json")], capsys)
+        code, _, err = run(
+            ["fit", "--data", str(tmp_path / "d.csv"), "--label", label, "--out", str(tmp_path / "m.json")], capsys
+        )
         assert code == 2 and match in err, err
     (tmp_path / "empty.csv").write_text("")
-    code, _, err = run(["fit", "--data", str(tmp_path / "empty.csv"), "--label", "y", "--out",
-                        str(tmp_path / "m.json")], capsys)
+    code, _, err = run(
+        ["fit", "--data", str(tmp_path / "empty.csv"), "--label", "y", "--out", str(tmp_path / "m.json")], capsys
+    )
     assert code == 2 and "empty" in err
     assert not (tmp_path / "m.json").exists()
 
 
 def test_predict_errors(csvs, capsys, tmp_path):
     model = tmp_path / "m.json"
-    assert run(["fit", "--data", str(csvs / "train.csv"), "--label", "outcome", "--pred", "base_pred",
-                "--group-cols", "race", "--out", str(model)], capsys)[0] == 0
+    assert (
+        run(
+            [
+                "fit",
+                "--data",
+                str(csvs / "train.csv"),
+                "--label",
+                "outcome",
+                "--pred",
+                "base_pred",
+                "--group-cols",
+                "race",
+                "--out",
+                str(model),
+            ],
+            capsys,
+        )[0]
+        == 0
+    )
     out = tmp_path / "p.csv"
     code, _, err = run(["predict", "--model", str(model), "--data", str(csvs / "test.csv"), "--out", str(out)], capsys)
     assert code == 2 and "--pred" in err and not out.exists()
     pd.read_csv(csvs / "test.csv").drop(columns=["race"]).to_csv(tmp_path / "norace.csv", index=False)
-    code, _, err = run(["predict", "--model", str(model), "--data", str(tmp_path / "norace.csv"), "--pred",
-                        "base_pred", "--out", str(out)], capsys)
+    code, _, err = run(
+        [
+            "predict",
+            "--model",
+            str(model),
+            "--data",
+            str(tmp_path / "norace.csv"),
+            "--pred",
+            "base_pred",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert code == 2 and "race" in err and not out.exists()
     (tmp_path / "bad.json").write_text('{"format": "mmc-audit-model", "version": 7}')
-    code, _, err = run(["predict", "--model", str(tmp_path / "bad.json"), "--data", str(csvs / "test.csv"),
-                        "--out", str(out)], capsys)
+    code, _, err = run(
+        ["predict", "--model", str(tmp_path / "bad.json"), "--data", str(csvs / "test.csv"), "--out", str(out)], capsys
+    )
     assert code == 2 and "version" in err
 
 
 def test_console_script_entry_point_has_no_traceback(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "app.cli", "fit", "--data", str(tmp_path / "none.csv"), "--label", "y",
-                        "--out", str(tmp_path / "m.json")], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "fit",
+            "--data",
+            str(tmp_path / "none.csv"),
+            "--label",
+            "y",
+            "--out",
+            str(tmp_path / "m.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and r.stderr.startswith("mmc: error:") and "Traceback" not in r.stderr

@@ -1,4 +1,5 @@
 """Ctrl-C during `mmc fit`: no file unless asked, and then one marked as not converged."""
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,31 @@ def big_csv(tmp_path_factory):
 
 def _fit_and_interrupt(csv, out, *extra):
     # the paper's step with tiny thresholds runs for minutes: long enough to interrupt
-    cmd = [sys.executable, "-m", "app.cli", "fit", "--data", str(csv), "--label", "outcome", "--group-cols",
-           "sex,race,age,score", "--max-order", "2", "--moments", "4", "--step", "paper", "--alpha", "2e-5",
-           "--beta", "2e-6", "--out", str(out), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "app.cli",
+        "fit",
+        "--data",
+        str(csv),
+        "--label",
+        "outcome",
+        "--group-cols",
+        "sex,race,age,score",
+        "--max-order",
+        "2",
+        "--moments",
+        "4",
+        "--step",
+        "paper",
+        "--alpha",
+        "2e-5",
+        "--beta",
+        "2e-6",
+        "--out",
+        str(out),
+        *extra,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # interrupt once the descent runs (its Ctrl-C handler is then in place; `mmc fit` says so on stderr when
     # it polls for a stop the first time): a fixed sleep raced with reading the table on a loaded machine

@@ -1,4 +1,5 @@
 """The "auto" thresholds: set from the sampling noise, they keep the descent from fitting noise."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,7 +25,9 @@ def _heldout_excess(alpha, beta, seed=0):
     tr, te = np.arange(1500), np.arange(1500, 3000)
     sub = lambda idx: {c: v[idx] for c, v in t.items()}  # noqa: E731
     groups = GroupSet.from_columns(sub(tr), list(t), 2)
-    est = MomentMulticalibrator(alpha=alpha, beta=beta, label_range=(0, 1), calibration_fraction=0).fit(sub(tr), y[tr], groups, base[tr])
+    est = MomentMulticalibrator(alpha=alpha, beta=beta, label_range=(0, 1), calibration_fraction=0).fit(
+        sub(tr), y[tr], groups, base[tr]
+    )
     pred = est.predict(sub(te), base[te])
     d = (pred - y[te]) ** 2 - (base[te] - y[te]) ** 2
     scale = np.mean((base[te] - y[te]) ** 2)
@@ -75,7 +78,8 @@ def test_auto_beta_is_per_moment_and_saved():
 
     t = demo_distribution().sample_table(4000, np.random.default_rng(0))
     est = MomentMulticalibrator(n_moments=4, label_range=(0, 100)).fit(
-        t, t["outcome"], GroupSet.from_columns(t, ["race", "age"], 2), base_prediction=t["base_pred"])
+        t, t["outcome"], GroupSet.from_columns(t, ["race", "age"], 2), base_prediction=t["base_pred"]
+    )
     b = est.moment_betas_
     assert set(b) == {2, 3, 4} and b[4] < b[2]  # the fourth moment lives on a far smaller scale
     again = FittedModel.from_json(est.model_.to_json())

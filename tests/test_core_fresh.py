@@ -1,5 +1,6 @@
 """Paper-faithful fresh-sample mode: the finite-sample guarantees of thm:finite-wrapper, checked exactly in
 the population (the synthetic distribution has a finite feature support with known probabilities)."""
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,14 @@ def test_sample_size_requirement_is_enforced():
 def test_steps_report_the_auditors_choice():
     d = demo_distribution()
     t, _ = d.support()
-    fd = FreshDescent(d.sample, GroupSet.from_columns(t, ["race"]), DescentParams(0.05, 0.03, 4, (2,), "paper"),
-                      n=20000, delta=1e-3, truth=d)
+    fd = FreshDescent(
+        d.sample,
+        GroupSet.from_columns(t, ["race"]),
+        DescentParams(0.05, 0.03, 4, (2,), "paper"),
+        n=20000,
+        delta=1e-3,
+        truth=d,
+    )
     ev = fd.step()
     assert ev["kind"] == "moment_update" and ev["group"] in fd.groups.names and ev["samples_used"] == 20000
     assert all(abs(x) == pytest.approx(0.03) for x in ev["deltas"])  # the paper's step, eta = beta

@@ -1,4 +1,5 @@
 """Group definitions: grammar, evaluation on new rows, generated intersections, limits."""
+
 from __future__ import annotations
 
 import json
@@ -25,16 +26,22 @@ def test_whole_population_is_always_first():
 
 
 def test_conditions_and_conjunctions():
-    spec = {"format": "mmc-groups", "version": 1, "groups": [
-        {"name": "women", "where": [{"column": "sex", "op": "==", "value": "F"}]},
-        {"name": "not women", "where": [{"column": "sex", "op": "!=", "value": "F"}]},
-        {"name": "A or C", "where": [{"column": "race", "op": "in", "values": ["A", "C"]}]},
-        {"name": "40-65", "where": [{"column": "age", "op": "between", "lo": 40, "hi": 65}]},
-        {"name": ">=50", "where": [{"column": "age", "op": ">=", "value": 50}]},
-        {"name": "female==1 & B", "where": [{"column": "female", "op": "==", "value": 1},
-                                              {"column": "race", "op": "==", "value": "B"}]},
-        {"name": "female text 1", "where": [{"column": "female", "op": "==", "value": "1"}]},
-    ]}
+    spec = {
+        "format": "mmc-groups",
+        "version": 1,
+        "groups": [
+            {"name": "women", "where": [{"column": "sex", "op": "==", "value": "F"}]},
+            {"name": "not women", "where": [{"column": "sex", "op": "!=", "value": "F"}]},
+            {"name": "A or C", "where": [{"column": "race", "op": "in", "values": ["A", "C"]}]},
+            {"name": "40-65", "where": [{"column": "age", "op": "between", "lo": 40, "hi": 65}]},
+            {"name": ">=50", "where": [{"column": "age", "op": ">=", "value": 50}]},
+            {
+                "name": "female==1 & B",
+                "where": [{"column": "female", "op": "==", "value": 1}, {"column": "race", "op": "==", "value": "B"}],
+            },
+            {"name": "female text 1", "where": [{"column": "female", "op": "==", "value": "1"}]},
+        ],
+    }
     gs = GroupSet.from_json(json.dumps(spec))
     dense = gs.evaluate(TABLE).to_dense()
     col = {n: dense[:, i].nonzero()[0].tolist() for i, n in enumerate(gs.names)}
@@ -80,18 +87,21 @@ def test_missing_column_is_a_clear_error():
         gs.evaluate({"sex": TABLE["sex"]})
 
 
-@pytest.mark.parametrize("bad,match", [
-    ("{not json", "not valid JSON"),
-    ('{"format": "other"}', "not a group definition"),
-    ('[{"name": "x", "where": [{"column": "age", "op": "__import__(\'os\')", "value": 1}]}]', "unknown op"),
-    ('[{"name": "x", "where": [{"column": "age", "op": "==", "value": {"$gt": 1}}]}]', "string or a number"),
-    ('[{"name": "x", "where": "age > 3"}]', "must be a list"),
-    ('[{"name": "x", "where": [{"column": "age", "op": ">", "value": "3; rm -rf"}]}]', "numeric"),
-    ('[{"name": "", "where": []}]', "name"),
-    ('[{"name": "a", "where": []}, {"name": "a", "where": []}]', "duplicate"),
-    ('[{"name": "x", "where": [{"column": "age", "op": "between", "lo": 5, "hi": 1}]}]', "lo < hi"),
-    ('[{"name": "x", "where": [{"column": "age", "op": "==", "value": 1, "eval": "x"}]}]', "unknown key"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"format": "other"}', "not a group definition"),
+        ('[{"name": "x", "where": [{"column": "age", "op": "__import__(\'os\')", "value": 1}]}]', "unknown op"),
+        ('[{"name": "x", "where": [{"column": "age", "op": "==", "value": {"$gt": 1}}]}]', "string or a number"),
+        ('[{"name": "x", "where": "age > 3"}]', "must be a list"),
+        ('[{"name": "x", "where": [{"column": "age", "op": ">", "value": "3; rm -rf"}]}]', "numeric"),
+        ('[{"name": "", "where": []}]', "name"),
+        ('[{"name": "a", "where": []}, {"name": "a", "where": []}]', "duplicate"),
+        ('[{"name": "x", "where": [{"column": "age", "op": "between", "lo": 5, "hi": 1}]}]', "lo < hi"),
+        ('[{"name": "x", "where": [{"column": "age", "op": "==", "value": 1, "eval": "x"}]}]', "unknown key"),
+    ],
+)
 def test_malformed_or_hostile_definitions_are_rejected(bad, match):
     with pytest.raises(GroupDefinitionError, match=match):
         GroupSet.from_json(bad)

@@ -1,5 +1,6 @@
 """thm:wrapper-distr-known on the fitting sample, exactly, for both step rules; update bounds; the
 group variance tracking the truth within a bound derived from the guarantee."""
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,16 @@ def _fit(step, k, odd="absolute", n=6000, alpha=0.004, beta=0.0008, m=6, seed=0)
     d = demo_distribution()
     table, y = d.sample(n, np.random.default_rng(seed))
     groups = GroupSet.from_columns(table, ["sex", "race", "age"], 2)
-    est = MomentMulticalibrator(alpha=alpha, beta=beta, n_buckets=m, n_moments=k, step=step, odd_moments=odd,
-                                label_range=(0, 1), calibration_fraction=0)
+    est = MomentMulticalibrator(
+        alpha=alpha,
+        beta=beta,
+        n_buckets=m,
+        n_moments=k,
+        step=step,
+        odd_moments=odd,
+        label_range=(0, 1),
+        calibration_fraction=0,
+    )
     est.fit(table, y, groups, base_prediction=d.base_prediction(table))
     return est, table, y, groups
 
@@ -89,8 +98,9 @@ def test_group_variance_tracks_truth_within_derived_bound():
     n = 60000
     table, y = d.sample(n, np.random.default_rng(7))
     groups = GroupSet.from_columns(table, ["sex", "race", "age", "score"], 1)
-    est = MomentMulticalibrator(alpha=0.0005, beta=0.00005, n_buckets=10, n_moments=2, label_range=(0, 1),
-                                calibration_fraction=0)
+    est = MomentMulticalibrator(
+        alpha=0.0005, beta=0.00005, n_buckets=10, n_moments=2, label_range=(0, 1), calibration_fraction=0
+    )
     est.fit(table, y, groups, base_prediction=d.base_prediction(table))
     assert est.converged_
     mu, m2 = est.fit_mean_unit_, est.fit_moments_unit_[2]

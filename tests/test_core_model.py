@@ -1,4 +1,5 @@
 """Model replay, JSON round trip, determinism, label scaling, and the estimator's contract."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,9 @@ def fitted():
     d = demo_distribution()
     t = d.sample_table(5000, np.random.default_rng(3))
     groups = GroupSet.from_columns(t, ["sex", "race", "age"], 2)
-    est = MomentMulticalibrator(alpha=0.002, beta=0.0003, n_moments=4, label_range=(0, 100),
-                                calibration_fraction=0.2, random_state=5)
+    est = MomentMulticalibrator(
+        alpha=0.002, beta=0.0003, n_moments=4, label_range=(0, 100), calibration_fraction=0.2, random_state=5
+    )
     est.fit(t, t["outcome"], groups, base_prediction=t["base_pred"], label_name="outcome", base_name="base_pred")
     return est, t
 
@@ -64,7 +66,9 @@ def test_outputs_are_in_label_units(fitted):
     for a in (2, 3, 4):
         np.testing.assert_allclose(p[f"moment_{a}"], 100.0**a * moms_u[a], rtol=1e-13, atol=0)
         # the a-th absolute central moment of a label in [0, 100] is at most max_central_moment(a) 100^a
-        assert np.all(p[f"moment_{a}"] >= 0) and p[f"moment_{a}"].max() <= max_central_moment(a) * 100.0**a * (1 + 1e-12)
+        assert np.all(p[f"moment_{a}"] >= 0) and p[f"moment_{a}"].max() <= max_central_moment(a) * 100.0**a * (
+            1 + 1e-12
+        )
     assert 0 <= p["mean"].min() and p["mean"].max() <= 100
     # Unit scale, fitting rows (n of them; the fit converged, so the guarantee holds there exactly), with the
     # truth m = E[y | x], sigma^2 = Var(y | x) known:
@@ -99,23 +103,28 @@ def test_same_seed_same_bytes_in_a_new_process(tmp_path):
         "e.model_.info.pop('history'); e.model_.info.pop('seconds')\n"
         "sys.stdout.write(e.model_.to_json())\n"
     )
-    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-            for _ in range(2)]
+    outs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    ]
     assert outs[0] == outs[1] and len(outs[0]) > 100
 
 
-@pytest.mark.parametrize("mutate,msg", [
-    (lambda d: d.update(version=99), "version"),
-    (lambda d: d.update(format="x"), "not an mmc-audit model"),
-    (lambda d: d["params"].update(alpha=2.0), "alpha"),
-    (lambda d: d["params"].update(buckets=0), "buckets"),
-    (lambda d: d["log"].append([1, 0, 10**6, [0], [0.1]]), "log entry"),
-    (lambda d: d["log"].append([1, 0, 0, [99], [0.1]]), "log entry"),
-    (lambda d: d["log"].append([1, 0, 0, [0], [1e9]]), "log entry"),
-    (lambda d: d["init"]["moments"].update({"2": 7.0}), "init.moments"),
-    (lambda d: d["groups"]["groups"].append({"name": "x", "where": [{"column": "c", "op": "__import__"}]}), "op"),
-    (lambda d: d.pop("log"), "missing field"),
-])
+@pytest.mark.parametrize(
+    "mutate,msg",
+    [
+        (lambda d: d.update(version=99), "version"),
+        (lambda d: d.update(format="x"), "not an mmc-audit model"),
+        (lambda d: d["params"].update(alpha=2.0), "alpha"),
+        (lambda d: d["params"].update(buckets=0), "buckets"),
+        (lambda d: d["log"].append([1, 0, 10**6, [0], [0.1]]), "log entry"),
+        (lambda d: d["log"].append([1, 0, 0, [99], [0.1]]), "log entry"),
+        (lambda d: d["log"].append([1, 0, 0, [0], [1e9]]), "log entry"),
+        (lambda d: d["init"]["moments"].update({"2": 7.0}), "init.moments"),
+        (lambda d: d["groups"]["groups"].append({"name": "x", "where": [{"column": "c", "op": "__import__"}]}), "op"),
+        (lambda d: d.pop("log"), "missing field"),
+    ],
+)
 def test_edited_model_files_are_rejected_clearly(fitted, mutate, msg):
     est, _ = fitted
     d = json.loads(est.model_.to_json())
@@ -154,11 +163,20 @@ def test_sklearn_contract():
     assert hasattr(est, "history_") and est.history_[0]["round"] == 0
 
 
-@pytest.mark.parametrize("kw,match", [
-    ({"alpha": 0}, "alpha"), ({"alpha": 1.5}, "alpha"), ({"beta": -1}, "beta"), ({"n_buckets": 0}, "buckets"),
-    ({"n_moments": 0}, "moments"), ({"n_moments": 50}, "moments"), ({"step": "fast"}, "step"),
-    ({"calibration_fraction": 1.0}, "calibration"), ({"odd_moments": "x"}, "odd_moments"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"alpha": 0}, "alpha"),
+        ({"alpha": 1.5}, "alpha"),
+        ({"beta": -1}, "beta"),
+        ({"n_buckets": 0}, "buckets"),
+        ({"n_moments": 0}, "moments"),
+        ({"n_moments": 50}, "moments"),
+        ({"step": "fast"}, "step"),
+        ({"calibration_fraction": 1.0}, "calibration"),
+        ({"odd_moments": "x"}, "odd_moments"),
+    ],
+)
 def test_bad_parameters_name_the_parameter(kw, match):
     t = {"g": np.array(["a", "b"] * 10), "y": np.linspace(0, 1, 20)}
     with pytest.raises(MMCError, match=match):
@@ -198,8 +216,9 @@ def test_callback_can_stop_the_run():
 def test_early_stopping_keeps_the_best_held_out_round():
     d = demo_distribution()
     t, y = d.sample(3000, np.random.default_rng(2))
-    est = MomentMulticalibrator(alpha=0.0003, beta=0.0001, label_range=(0, 1), calibration_fraction=0.3,
-                                early_stopping=True)
+    est = MomentMulticalibrator(
+        alpha=0.0003, beta=0.0001, label_range=(0, 1), calibration_fraction=0.3, early_stopping=True
+    )
     est.fit(t, y, GroupSet.from_columns(t, ["sex", "race", "age", "score"], 2))
     losses = [h["holdout_mse"] for h in est.history_]
     kept = est.model_.info["kept_round"]

@@ -1,4 +1,5 @@
 """Invariants of the core on random small tables, groups and parameters (hypothesis)."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,12 @@ def problems(draw):
     rng = np.random.default_rng(seed)
     table = {"a": rng.integers(0, draw(st.integers(1, 4)), n), "b": rng.integers(0, draw(st.integers(1, 3)), n)}
     kind = draw(st.sampled_from(["uniform", "binary", "beta", "ties"]))
-    y = {"uniform": rng.random(n), "binary": (rng.random(n) < 0.3).astype(float),
-         "beta": rng.beta(0.5, 2.0, n), "ties": rng.integers(0, 3, n) / 2.0}[kind]
+    y = {
+        "uniform": rng.random(n),
+        "binary": (rng.random(n) < 0.3).astype(float),
+        "beta": rng.beta(0.5, 2.0, n),
+        "ties": rng.integers(0, 3, n) / 2.0,
+    }[kind]
     base = rng.random(n) if draw(st.booleans()) else None
     params = dict(
         alpha=draw(st.sampled_from([0.005, 0.02, 0.08])),

@@ -1,5 +1,6 @@
 """Issue 10: moments at the data's own scale, strictly positive moments, validated ("se") updates, data-chosen
 grids in the model file (format 2) and the old format still loading and replaying unchanged."""
+
 from __future__ import annotations
 
 import json
@@ -95,8 +96,10 @@ def test_group_variance_at_realistic_scale_matches_the_truth_on_fresh_rows(seed)
     fit_rows = tr[est.fit_index_]
     dfit = groups.evaluate(_sub(t, fit_rows)).to_dense()
     r2 = (y[fit_rows] - base[fit_rows]) ** 2
-    worst_rel_se = max(np.std(r2[dfit[:, g]]) / math.sqrt(dfit[:, g].sum()) / np.mean(var[fit_rows][dfit[:, g]])
-                       for g in np.flatnonzero(big))
+    worst_rel_se = max(
+        np.std(r2[dfit[:, g]]) / math.sqrt(dfit[:, g].sum()) / np.mean(var[fit_rows][dfit[:, g]])
+        for g in np.flatnonzero(big)
+    )
     p = est.model_.params
     z_moment = p.z_group_moment if p.z_group_moment >= 0 else p.z_group  # whole-group moment cells' z
     assert (z_moment + 2) * worst_rel_se < 0.10
@@ -112,8 +115,9 @@ def test_variance_predictions_stay_positive_and_spread_over_the_buckets():
     p = est.model_.params
     assert m2.min() > 0 and p.projection(2)[0] > 0
     assert np.unique(p.grid(2).index(m2)).size >= 3
-    old = MomentMulticalibrator(alpha="auto", beta="auto", n_moments=2, label_range=(0, 200),
-                                moment_buckets="range").fit(t, y, groups, base_prediction=base)
+    old = MomentMulticalibrator(
+        alpha="auto", beta="auto", n_moments=2, label_range=(0, 200), moment_buckets="range"
+    ).fit(t, y, groups, base_prediction=base)
     assert np.unique(old.model_.params.grid(2).index(old.fit_moments_unit_[2])).size == 1
 
 
@@ -171,11 +175,15 @@ def test_early_stopping_is_on_by_default_with_held_out_rows():
 def test_format2_round_trip_and_bit_identical_replay(tmp_path):
     t, y, base, var = known_variance_table(6000, 2)
     groups = GroupSet.from_columns(t, ["a", "b", "c"], 2)
-    est = MomentMulticalibrator(n_moments=3, label_range=(0, 200), mean_buckets="quantile", n_buckets="auto",
-                                calibration_fraction=0.25).fit(t, y, groups, base_prediction=base)
+    est = MomentMulticalibrator(
+        n_moments=3, label_range=(0, 200), mean_buckets="quantile", n_buckets="auto", calibration_fraction=0.25
+    ).fit(t, y, groups, base_prediction=base)
     d = json.loads(est.model_.to_json())
-    assert d["version"] == 2 and d["params"]["moment_step"] == "ratio" and len(d["params"]["mean_edges"]) == \
-        est.model_.params.m - 1
+    assert (
+        d["version"] == 2
+        and d["params"]["moment_step"] == "ratio"
+        and len(d["params"]["mean_edges"]) == est.model_.params.m - 1
+    )
     est.save(tmp_path / "m.json")
     again = FittedModel.load(tmp_path / "m.json")
     assert again.to_json() == est.model_.to_json()
@@ -189,8 +197,15 @@ def test_format2_round_trip_and_bit_identical_replay(tmp_path):
 def test_format1_models_still_load_and_replay_unchanged():
     t, y, base = _noise(2000, 0)
     groups = GroupSet.from_columns(t, list(t), 2)
-    est = MomentMulticalibrator(alpha=0.003, beta=0.001, label_range=(0, 1), calibration_fraction=0,
-                                moment_buckets="range", mean_buckets="uniform", early_stopping=False)
+    est = MomentMulticalibrator(
+        alpha=0.003,
+        beta=0.001,
+        label_range=(0, 1),
+        calibration_fraction=0,
+        moment_buckets="range",
+        mean_buckets="uniform",
+        early_stopping=False,
+    )
     est.fit(t, y, groups, base)
     d = json.loads(est.model_.to_json())
     assert d["version"] == 1 and "z" not in d["params"]
@@ -199,12 +214,15 @@ def test_format1_models_still_load_and_replay_unchanged():
     assert np.array_equal(mu, est.fit_mean_unit_) and np.array_equal(moms[2], est.fit_moments_unit_[2])
 
 
-@pytest.mark.parametrize("mutate,msg", [
-    (lambda p: p.update(mean_edges=[0.5, 0.2, 0.3, 0.4]), "mean_edges"),
-    (lambda p: p.update(moment_floors={"2": 0.0}), "moment_floors"),
-    (lambda p: p.update(moment_step="mult"), "moment_step"),
-    (lambda p: p.update(z=-1), "z"),
-])
+@pytest.mark.parametrize(
+    "mutate,msg",
+    [
+        (lambda p: p.update(mean_edges=[0.5, 0.2, 0.3, 0.4]), "mean_edges"),
+        (lambda p: p.update(moment_floors={"2": 0.0}), "moment_floors"),
+        (lambda p: p.update(moment_step="mult"), "moment_step"),
+        (lambda p: p.update(z=-1), "z"),
+    ],
+)
 def test_malformed_format2_params_are_rejected(mutate, msg):
     t, y, base, var = known_variance_table(3000, 0)
     groups = GroupSet.from_columns(t, ["a", "b"], 2)
@@ -215,11 +233,16 @@ def test_malformed_format2_params_are_rejected(mutate, msg):
         FittedModel.from_dict(d)
 
 
-@pytest.mark.parametrize("kw,match", [
-    ({"alpha": "fast"}, "alpha"), ({"mean_buckets": "log"}, "mean_buckets"),
-    ({"moment_buckets": "quantile"}, "moment_buckets"), ({"early_stopping": "yes"}, "early_stopping"),
-    ({"n_buckets": "many"}, "buckets"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"alpha": "fast"}, "alpha"),
+        ({"mean_buckets": "log"}, "mean_buckets"),
+        ({"moment_buckets": "quantile"}, "moment_buckets"),
+        ({"early_stopping": "yes"}, "early_stopping"),
+        ({"n_buckets": "many"}, "buckets"),
+    ],
+)
 def test_bad_new_parameters_name_the_parameter(kw, match):
     t, y, base = _noise(200, 0)
     with pytest.raises(MMCError, match=match):
@@ -229,7 +252,9 @@ def test_bad_new_parameters_name_the_parameter(kw, match):
 def test_buckets_auto_needs_held_out_rows():
     t, y, base = _noise(500, 0)
     with pytest.raises(MMCError, match="buckets"):
-        MomentMulticalibrator(n_buckets="auto", calibration_fraction=0).fit(t, y, GroupSet.from_columns(t, ["a"], 1), base)
+        MomentMulticalibrator(n_buckets="auto", calibration_fraction=0).fit(
+            t, y, GroupSet.from_columns(t, ["a"], 1), base
+        )
 
 
 def test_audit_runs_on_every_model_it_fits():
@@ -240,7 +265,9 @@ def test_audit_runs_on_every_model_it_fits():
     groups = GroupSet.from_columns(t, ["a", "b", "c"], 2)
     tr, te = np.arange(3000), np.arange(3000, 4000)
     for kw in ({}, {"n_moments": 4}, {"n_moments": 3, "odd_moments": "signed"}, {"mean_buckets": "quantile"}):
-        est = MomentMulticalibrator(label_range=(0, 200), **kw).fit(_sub(t, tr), y[tr], groups, base_prediction=base[tr])
+        est = MomentMulticalibrator(label_range=(0, 200), **kw).fit(
+            _sub(t, tr), y[tr], groups, base_prediction=base[tr]
+        )
         assert est.predict_moments(_sub(t, te), base[te])["moment_2"].min() > 0
         res = audit(est.model_, _sub(t, te), y[te], base=base[te])
         assert len(res.by_group) == len(groups)
@@ -253,8 +280,9 @@ def test_early_stopped_fit_predictions_equal_the_replayed_kept_log():
 
     d = demo_distribution()
     t, y = d.sample(3000, np.random.default_rng(2))
-    est = MomentMulticalibrator(alpha=0.0003, beta=0.0001, label_range=(0, 1), calibration_fraction=0.3,
-                                n_moments=3).fit(t, y, GroupSet.from_columns(t, ["sex", "race", "age", "score"], 2))
+    est = MomentMulticalibrator(
+        alpha=0.0003, beta=0.0001, label_range=(0, 1), calibration_fraction=0.3, n_moments=3
+    ).fit(t, y, GroupSet.from_columns(t, ["sex", "race", "age", "score"], 2))
     assert est.model_.info["early_stopped"]
     rows = est.fit_index_
     mu, moms = est.model_.predict_unit(_sub(t, rows), n=rows.size)

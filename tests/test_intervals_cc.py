@@ -13,6 +13,7 @@ What is checked, and against which statement of the module docstring:
       falls below 1 - delta is at most the order-statistic bound P(Binomial(n_g, 1 - delta) >= k_g) averaged
       over the draws (exact for a group fitted on its own rows), plus 3 binomial standard errors over R draws.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,7 +38,7 @@ def _binom_tail(n: int, p: float, k: int) -> float:
 # x = (a, b): a in {p, q}, b in {r, s, t}; y | x takes 60 values (a skewed shape, a scale and shift per cell)
 CELLS = [(a, b) for a in ("p", "q") for b in ("r", "s", "t")]
 P_CELL = np.array([0.30, 0.20, 0.08, 0.17, 0.15, 0.10])
-SHAPE = -np.log1p(-(np.arange(60) + 0.5) / 60) - 1.0   # 60 equally likely atoms: Exp(1) - 1 quantiles (skewed)
+SHAPE = -np.log1p(-(np.arange(60) + 0.5) / 60) - 1.0  # 60 equally likely atoms: Exp(1) - 1 quantiles (skewed)
 P_SHAPE = np.full(60, 1 / 60)
 SCALE = np.array([1.0, 1.6, 0.7, 1.2, 2.2, 0.9])
 SHIFT = np.array([0.0, 0.3, -0.2, 0.1, -0.4, 0.5])
@@ -47,9 +48,18 @@ def _groups():
     table = {"a": np.array([c[0] for c in CELLS]), "b": np.array([c[1] for c in CELLS])}
     # the marginal groups and one intersection only: the cells are not all groups, the fit is misspecified
     gs = GroupSet.from_columns(table, ["a", "b"], 1)
-    extra = GroupSet.from_json({"format": "mmc-groups", "version": 1, "groups": [
-        {"name": "a=q & b=s", "where": [{"column": "a", "op": "==", "value": "q"},
-                                        {"column": "b", "op": "==", "value": "s"}]}]})
+    extra = GroupSet.from_json(
+        {
+            "format": "mmc-groups",
+            "version": 1,
+            "groups": [
+                {
+                    "name": "a=q & b=s",
+                    "where": [{"column": "a", "op": "==", "value": "q"}, {"column": "b", "op": "==", "value": "s"}],
+                }
+            ],
+        }
+    )
     return gs + extra
 
 

@@ -4,6 +4,7 @@ Two fresh interpreters fit the same model with OPENBLAS_NUM_THREADS (and the OMP
 to 2 and save it; the JSON files must be identical byte for byte once the wall-clock fields (every "seconds" key
 of the fit's info and history, which no two runs share) are blanked. Fitted with the default calibration (``cc``) and
 with ``ridge-cqr`` (whose quantile regression used dense products before)."""
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,7 @@ def _fit(tmp_path: Path, threads: int, approach: str) -> bytes:
         env[k] = str(threads)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     out = tmp_path / f"model_{approach}_{threads}.json"
-    subprocess.run([sys.executable, "-c", SCRIPT, str(out), approach], check=True, cwd=ROOT, env=env,
-                   timeout=600)
+    subprocess.run([sys.executable, "-c", SCRIPT, str(out), approach], check=True, cwd=ROOT, env=env, timeout=600)
     return out.read_bytes()
 
 

@@ -1,5 +1,6 @@
 """The audit (mmc_core.metrics): every table checked against hand-computed values on a tiny table, the
 bootstrap against a direct loop, the JSON form, and the MetricFrame-style views."""
+
 from __future__ import annotations
 
 import json
@@ -28,17 +29,31 @@ def tiny():
     params = DescentParams(alpha=0.01, beta=0.01, m=2, moments=(2,), step="exact")
     # group b (index 2): joint cells i * 2 + j with moment bucket j = 0 (0.01 < 0.125); subtract -0.03
     log = [Update(2, 2, 2, np.array([0, 2]), np.array([-0.03, -0.03]))]
-    model = FittedModel(params, LabelScale(0.0, 10.0), groups, {"kind": "base", "column": "base"}, {2: 0.01},
-                        log, [1])
-    model.extras["intervals"] = {"format": "mmc-intervals", "version": 1, "deltas": [0.1], "center": "base",
-                                 "split_conformal": [0.08], "gaussian": {"sd": 0.1}}
+    model = FittedModel(params, LabelScale(0.0, 10.0), groups, {"kind": "base", "column": "base"}, {2: 0.01}, log, [1])
+    model.extras["intervals"] = {
+        "format": "mmc-intervals",
+        "version": 1,
+        "deltas": [0.1],
+        "center": "base",
+        "split_conformal": [0.08],
+        "gaussian": {"sd": 0.1},
+    }
     return model, table, y, base
 
 
 def test_tiny_table_by_hand():
     model, table, y, base = tiny()
-    r = audit(model, table, y, base=base, delta=0.1, gamma=0.4, methods=("split-conformal", "gaussian"), n_boot=50,
-              min_cell_count=1)
+    r = audit(
+        model,
+        table,
+        y,
+        base=base,
+        delta=0.1,
+        gamma=0.4,
+        methods=("split-conformal", "gaussian"),
+        n_boot=50,
+        min_cell_count=1,
+    )
     bg = r.by_group
     assert list(bg.index) == ["all", "g=a", "g=b"]
     # with the default minimum of 20 rows per cell, no cell of this tiny table counts for the unweighted worst
@@ -194,8 +209,11 @@ def synthetic_audit():
     df = pd.DataFrame(t)
     tr, te = df.iloc[:2500], df.iloc[2500:].reset_index(drop=True)
     est = MomentMulticalibrator(label_range=(0, 100), calibration_fraction=0.3, n_moments=3).fit(
-        tr, tr["outcome"].to_numpy(), GroupSet.from_columns(tr, ["sex", "race", "age"], 2),
-        base_prediction=tr["base_pred"].to_numpy())
+        tr,
+        tr["outcome"].to_numpy(),
+        GroupSet.from_columns(tr, ["sex", "race", "age"], 2),
+        base_prediction=tr["base_pred"].to_numpy(),
+    )
     return est, te, audit(est.model_, te, te["outcome"].to_numpy(), base=te["base_pred"].to_numpy())
 
 
@@ -212,10 +230,16 @@ def test_synthetic_audit_consistency(synthetic_audit):
     assert r.coverage.loc["race=D", "calibrated"] == pytest.approx(np.mean(((y >= lo) & (y <= hi))[d]))
     # race D is the noisiest group of the ground truth: the model says so, with a CI above 1
     assert r.by_group.loc["race=D", "var_ratio_lo"] > 1
-    assert r.by_group.loc["race=D", "var_ratio_lo"] <= r.by_group.loc["race=D", "var_ratio"] \
+    assert (
+        r.by_group.loc["race=D", "var_ratio_lo"]
+        <= r.by_group.loc["race=D", "var_ratio"]
         <= r.by_group.loc["race=D", "var_ratio_hi"]
+    )
     # the multicalibrated mean fixes the base's bias on race D (the base misses +8 points there)
-    assert r.by_group.loc["race=D", "calib_error_worst_weighted"] < r.by_group.loc["race=D", "calib_error_worst_weighted_base"]
+    assert (
+        r.by_group.loc["race=D", "calib_error_worst_weighted"]
+        < r.by_group.loc["race=D", "calib_error_worst_weighted_base"]
+    )
     # moment cells cover moments 2 and 3 and their counts add up per group and moment
     mc = r.moment_cells
     assert set(mc["moment"]) == {2, 3}
@@ -252,7 +276,8 @@ def test_audit_uses_the_models_own_mean_buckets():
     df = pd.DataFrame(demo_distribution().sample_table(3000, np.random.default_rng(4), truth=False))
     tr, te = df.iloc[:2000], df.iloc[2000:].reset_index(drop=True)
     est = MomentMulticalibrator(label_range=(0, 100), mean_buckets="quantile").fit(
-        tr, tr["outcome"], GroupSet.from_columns(tr, ["race"], 1), base_prediction=tr["base_pred"])
+        tr, tr["outcome"], GroupSet.from_columns(tr, ["race"], 1), base_prediction=tr["base_pred"]
+    )
     grid = est.model_.params.mean_grid
     assert not grid.uniform
     r = audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0)
@@ -260,5 +285,7 @@ def test_audit_uses_the_models_own_mean_buckets():
     np.testing.assert_allclose(edges, est.model_.scale.mean_from_unit(grid.edges()))
     mu = est.predict(te, base_prediction=te["base_pred"])
     b = np.searchsorted(edges[1:-1], mu, side="right")
-    np.testing.assert_array_equal(r.calibration_cells.query("group == 'all'").set_index("bucket")["count"],
-                                  np.bincount(b, minlength=grid.m)[np.bincount(b, minlength=grid.m) > 0])
+    np.testing.assert_array_equal(
+        r.calibration_cells.query("group == 'all'").set_index("bucket")["count"],
+        np.bincount(b, minlength=grid.m)[np.bincount(b, minlength=grid.m) > 0],
+    )

@@ -5,6 +5,7 @@ environment, runs a regular (non-editable) ``pip install`` of a copy of the repo
 the installed package from outside the repository: the console script, both packages, and the bundled
 demo tables. Downloads come from pip's cache after the first run.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,10 +54,7 @@ def test_every_subpackage_is_declared():
     """A folder of .py files under mmc_core/ or app/ that is not in [tool.setuptools] packages would be
     silently left out of `pip install .`."""
     declared = set(PYPROJECT["tool"]["setuptools"]["packages"])
-    folders = {
-        str(Path(m).parent).replace("/", ".")
-        for m in _modules()
-    }
+    folders = {str(Path(m).parent).replace("/", ".") for m in _modules()}
     missing = folders - declared
     assert not missing, f"add {sorted(missing)} to [tool.setuptools] packages in pyproject.toml"
 
@@ -71,7 +69,9 @@ def test_streamlit_config_copies_identical():
     assert cfg["server"]["fileWatcherType"] == "none"
 
 
-@pytest.mark.parametrize("script", ["scripts/test.sh", "scripts/test_min_versions.sh", "scripts/dashboard.sh", ".ci/run"])
+@pytest.mark.parametrize(
+    "script", ["scripts/test.sh", "scripts/test_min_versions.sh", "scripts/dashboard.sh", ".ci/run"]
+)
 def test_shell_scripts_parse(script):
     path = REPO / script
     assert path.read_text(encoding="utf-8").startswith("#!/usr/bin/env bash\n")
@@ -103,8 +103,19 @@ def installed(tmp_path_factory):
     # Install from a copy of the checkout: pip builds in-tree and would otherwise leave build/ and
     # *.egg-info in it. Version control, environments, caches and generated output are left out.
     ignore = shutil.ignore_patterns(
-        ".git", ".venv", ".venv-min", "venv", "__pycache__", "*.pyc", "*.egg-info", "build", "dist",
-        ".pytest_cache", ".hypothesis", "artifacts", "results",
+        ".git",
+        ".venv",
+        ".venv-min",
+        "venv",
+        "__pycache__",
+        "*.pyc",
+        "*.egg-info",
+        "build",
+        "dist",
+        ".pytest_cache",
+        ".hypothesis",
+        "artifacts",
+        "results",
     )
     shutil.copytree(REPO, src, ignore=ignore, symlinks=True)
     venv = base / "venv"
@@ -148,12 +159,16 @@ def test_installed_package_works_outside_the_repo(installed):
 def test_installed_files_complete(installed):
     venv, outside, env, modules = installed
     py = str(venv / "bin" / "python")
-    site = Path(_run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=outside, env=env).strip())
+    site = Path(
+        _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=outside, env=env).strip()
+    )
     missing = sorted(m for m in modules if not (site / m).is_file())
     assert not missing, f"modules not installed by `pip install .`: {missing}"
     for f in DEMO_FILES:
         assert (site / "app" / "demo_datasets" / f).read_bytes() == (REPO / "demo_datasets" / f).read_bytes()
-    assert (site / "app" / ".streamlit" / "config.toml").read_bytes() == (REPO / ".streamlit" / "config.toml").read_bytes()
+    assert (site / "app" / ".streamlit" / "config.toml").read_bytes() == (
+        REPO / ".streamlit" / "config.toml"
+    ).read_bytes()
     assert not (site / "demo_datasets").exists(), "demo_datasets must not be installed as a top-level folder"
 
 

@@ -1,4 +1,5 @@
 """The README's Python and command-line quickstarts run exactly as written."""
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,9 @@ def test_first_screen_has_exactly_the_two_fresh_machine_commands():
 def test_python_quickstart_runs(tmp_path):
     code = _block("Python quickstart", "python")
     assert len(code.strip().splitlines()) <= 12
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().startswith("True")
 
@@ -48,8 +50,14 @@ def test_python_quickstart_runs(tmp_path):
 def test_cli_quickstart_runs(tmp_path):
     script = _block("Command-line quickstart", "bash")
     os.symlink(ROOT / "demo_datasets", tmp_path / "demo_datasets")
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=_env(), capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     for f in ("model.json", "predictions.csv", "audit.json", "report.pdf"):
         assert (tmp_path / f).stat().st_size > 0, f

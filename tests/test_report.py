@@ -5,6 +5,7 @@
 * slow (``-m slow``): a real report through kaleido and the system Chromium, rendered with poppler to
   check that the figure pages really carry figures, and the ``mmc report`` command end to end.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,10 +26,13 @@ from mmc_core.synthetic import demo_distribution
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_CHROMIUM = os.path.exists("/usr/bin/chromium") or R.chromium_available() is not None
 HAVE_POPPLER = all(shutil.which(t) for t in ("pdftoppm", "pdfinfo", "pdfimages"))
-needs_browser = pytest.mark.skipif(not HAVE_CHROMIUM, reason="no Chromium (apt-get install chromium): "
-                                   "the PDF report exports its figures with kaleido + Chromium")
-needs_poppler = pytest.mark.skipif(not HAVE_POPPLER, reason="poppler-utils (pdftoppm, pdfinfo, pdfimages) missing: "
-                                   "apt-get install poppler-utils")
+needs_browser = pytest.mark.skipif(
+    not HAVE_CHROMIUM,
+    reason="no Chromium (apt-get install chromium): the PDF report exports its figures with kaleido + Chromium",
+)
+needs_poppler = pytest.mark.skipif(
+    not HAVE_POPPLER, reason="poppler-utils (pdftoppm, pdfinfo, pdfimages) missing: apt-get install poppler-utils"
+)
 N_FIGURES = 8  # convergence, variance, coverage, coverage by bucket, width, calibration, moment 2, moment 4
 
 
@@ -39,8 +43,13 @@ def demo():
 
     t = demo_distribution().sample_table(4000, np.random.default_rng(0))
     est = MomentMulticalibrator(n_moments=4, label_range=(0, 100), calibration_fraction=0.25).fit(
-        t, t["outcome"], GroupSet.from_columns(t, ["sex", "race", "age"], 2), base_prediction=t["base_pred"],
-        label_name="outcome", base_name="base_pred")
+        t,
+        t["outcome"],
+        GroupSet.from_columns(t, ["sex", "race", "age"], 2),
+        base_prediction=t["base_pred"],
+        label_name="outcome",
+        base_name="base_pred",
+    )
     new = demo_distribution().sample_table(3000, np.random.default_rng(1))
     y, base = np.asarray(new["outcome"], float), np.asarray(new["base_pred"], float)
     res = audit(est.model_, new, y, base=base, delta=0.1, gamma=0.05)
@@ -65,17 +74,39 @@ def pdf_text(data: bytes, tmp_path) -> str:
 def test_layout_with_stand_in_renderer(demo, tmp_path, monkeypatch):
     """The whole layout (text, tables, figure placement) without a browser: figures become grey boxes."""
     rendered = stand_in_renderer(monkeypatch)
-    data = R.build_report_pdf(demo["model"], demo["table"], demo["y"], base=demo["base"], label="outcome",
-                              data_name="fresh.csv", audit=demo["audit"])
+    data = R.build_report_pdf(
+        demo["model"],
+        demo["table"],
+        demo["y"],
+        base=demo["base"],
+        label="outcome",
+        data_name="fresh.csv",
+        audit=demo["audit"],
+    )
     assert data[:5] == b"%PDF-"
     assert len(rendered) == N_FIGURES
     assert 7 <= pdf_pages(data, tmp_path) <= 12
     text = pdf_text(data, tmp_path)
-    for needle in ("Moment multicalibration audit: outcome", "Key findings", "Model and run", "Converged",
-                   "How to read this report", "What it promises", "What it does not promise",
-                   "Convergence of the fit", "Variance disparities", "Interval coverage", "Interval widths",
-                   "Mean calibration before and after", "Variance reliability", "Interval coverage by method",
-                   "Groups below", "fresh.csv", "[0, 100]", "declared"):
+    for needle in (
+        "Moment multicalibration audit: outcome",
+        "Key findings",
+        "Model and run",
+        "Converged",
+        "How to read this report",
+        "What it promises",
+        "What it does not promise",
+        "Convergence of the fit",
+        "Variance disparities",
+        "Interval coverage",
+        "Interval widths",
+        "Mean calibration before and after",
+        "Variance reliability",
+        "Interval coverage by method",
+        "Groups below",
+        "fresh.csv",
+        "[0, 100]",
+        "declared",
+    ):
         assert needle in text, needle
     flat = " ".join(text.split())
     summary = R.findings_summary(demo["audit"])
@@ -100,8 +131,9 @@ def test_findings_of_a_wrong_model_are_printed_in_full(demo, tmp_path, monkeypat
     res = audit(demo["model"], demo["table"], y, base=demo["base"], delta=0.1, gamma=0.05)
     summary = R.findings_summary(res)
     assert summary["shown"] and any("race=D" in f["text"] for f in summary["shown"])
-    data = R.build_report_pdf(demo["model"], demo["table"], y, base=demo["base"], label="outcome",
-                              data_name="shifted.csv", audit=res)
+    data = R.build_report_pdf(
+        demo["model"], demo["table"], y, base=demo["base"], label="outcome", data_name="shifted.csv", audit=res
+    )
     flat = " ".join(pdf_text(data, tmp_path).split())
     for f in summary["shown"]:
         assert " ".join(f["text"].split()) in flat, f["text"]
@@ -133,7 +165,8 @@ def test_mean_only_model_skips_empty_sections(tmp_path, monkeypatch):
     rendered = stand_in_renderer(monkeypatch)
     t = demo_distribution().sample_table(1500, np.random.default_rng(4))
     est = MomentMulticalibrator(n_moments=1, label_range=(0, 100), calibration_fraction=0).fit(
-        t, t["outcome"], GroupSet.from_columns(t, ["sex", "race"], 2), label_name="outcome")
+        t, t["outcome"], GroupSet.from_columns(t, ["sex", "race"], 2), label_name="outcome"
+    )
     data = R.build_report_pdf(est.model_, t, np.asarray(t["outcome"], float), label="outcome", data_name="d.csv")
     assert data[:5] == b"%PDF-" and len(rendered) == 2  # convergence, calibration
     text = pdf_text(data, tmp_path)
@@ -146,14 +179,51 @@ def test_missing_chromium_is_one_actionable_line(tmp_path):
     t = pd.DataFrame(demo_distribution().sample_table(600, np.random.default_rng(3)))
     t.to_csv(tmp_path / "d.csv", index=False)
     env = dict(os.environ, BROWSER_PATH=str(tmp_path / "no-such-chromium"), PYTHONPATH=ROOT)
-    fit = subprocess.run([sys.executable, "-m", "app.cli", "fit", "--data", str(tmp_path / "d.csv"), "--label",
-                          "outcome", "--group-cols", "sex,race", "--label-range", "0,100", "--out",
-                          str(tmp_path / "m.json")], capture_output=True, text=True, env=env, cwd=ROOT)
+    fit = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "fit",
+            "--data",
+            str(tmp_path / "d.csv"),
+            "--label",
+            "outcome",
+            "--group-cols",
+            "sex,race",
+            "--label-range",
+            "0,100",
+            "--out",
+            str(tmp_path / "m.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert fit.returncode == 0, fit.stderr
     out = tmp_path / "r.pdf"
-    rep = subprocess.run([sys.executable, "-m", "app.cli", "report", "--model", str(tmp_path / "m.json"), "--data",
-                          str(tmp_path / "d.csv"), "--label", "outcome", "--out", str(out)],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    rep = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "report",
+            "--model",
+            str(tmp_path / "m.json"),
+            "--data",
+            str(tmp_path / "d.csv"),
+            "--label",
+            "outcome",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert rep.returncode == 2
     lines = [ln for ln in rep.stderr.splitlines() if ln.startswith("mmc:")]
     assert len(lines) == 1 and "apt-get install chromium" in lines[0], rep.stderr
@@ -162,9 +232,11 @@ def test_missing_chromium_is_one_actionable_line(tmp_path):
 
 def test_missing_chromium_raises_mmcerror():
     # in a fresh process: a kaleido server started by an earlier test would otherwise short-cut the check
-    code = ("import app.report as R\n"
-            "R.chromium_available = lambda: None\n"
-            "try:\n    R._ensure_kaleido()\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+    code = (
+        "import app.report as R\n"
+        "R.chromium_available = lambda: None\n"
+        "try:\n    R._ensure_kaleido()\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.stdout.startswith("MMCError") and "apt-get install chromium" in r.stdout, r.stdout + r.stderr
 
@@ -173,8 +245,9 @@ def test_missing_chromium_raises_mmcerror():
 @pytest.fixture(scope="module")
 def real_report(demo):
     t0 = time.perf_counter()
-    data = R.build_report_pdf(demo["model"], demo["table"], demo["y"], base=demo["base"], label="outcome",
-                              data_name="fresh.csv")  # computes the audit itself
+    data = R.build_report_pdf(
+        demo["model"], demo["table"], demo["y"], base=demo["base"], label="outcome", data_name="fresh.csv"
+    )  # computes the audit itself
     return data, time.perf_counter() - t0
 
 
@@ -221,11 +294,50 @@ def test_cli_report_end_to_end(tmp_path, capsys):
 
     data = os.path.join(ROOT, "demo_datasets", "synthetic_scores.csv")
     model = tmp_path / "m.json"
-    assert main(["fit", "--data", data, "--label", "outcome", "--pred", "base_pred", "--group-cols", "sex,race,age",
-                 "--max-order", "2", "--moments", "4", "--label-range", "0,100", "--out", str(model)]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                data,
+                "--label",
+                "outcome",
+                "--pred",
+                "base_pred",
+                "--group-cols",
+                "sex,race,age",
+                "--max-order",
+                "2",
+                "--moments",
+                "4",
+                "--label-range",
+                "0,100",
+                "--out",
+                str(model),
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "report.pdf"
-    code = main(["report", "--model", str(model), "--data", data, "--label", "outcome", "--pred", "base_pred",
-                 "--delta", "0.2", "--gamma", "0.02", "--out", str(out)])
+    code = main(
+        [
+            "report",
+            "--model",
+            str(model),
+            "--data",
+            data,
+            "--label",
+            "outcome",
+            "--pred",
+            "base_pred",
+            "--delta",
+            "0.2",
+            "--gamma",
+            "0.02",
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     assert out.read_bytes()[:5] == b"%PDF-" and out.stat().st_size > 50_000

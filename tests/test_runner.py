@@ -1,5 +1,6 @@
 """The dashboard's pure logic: label preparation, splits, base models, the pipeline, the stoppable background
 job, group building and the teaching controller (no Streamlit involved)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,21 @@ import pandas as pd
 import pytest
 
 from app.demo_data import load_dataset
-from app.runner import (AuditRun, BaseSpec, FitJob, FitSettings, LabelSpec, SplitSpec, base_prediction,
-                        frame_key, predictions_table, prepare_label, row_details, run_pipeline, split_rows)
+from app.runner import (
+    AuditRun,
+    BaseSpec,
+    FitJob,
+    FitSettings,
+    LabelSpec,
+    SplitSpec,
+    base_prediction,
+    frame_key,
+    predictions_table,
+    prepare_label,
+    row_details,
+    run_pipeline,
+    split_rows,
+)
 from app.ui import groupbuild as gb
 from mmc_core import FittedModel, GroupSet
 from mmc_core.errors import DataError, GroupDefinitionError
@@ -46,14 +60,17 @@ def test_prepare_label_observed_declared_robust_log(wage):
     assert lg.name == "log(wage)" and np.allclose(lg.y, np.log(wage["wage"]))
 
 
-@pytest.mark.parametrize("spec, frame, message", [
-    (LabelSpec("wage", "declared", 0.0, 100.0), None, "outside the declared range"),
-    (LabelSpec("race"), None, "not numeric"),
-    (LabelSpec("nope"), None, "not in the data"),
-    (LabelSpec("y", log=True), pd.DataFrame({"y": [0.0, 1.0, 2.0]}), "log scale needs a positive label"),
-    (LabelSpec("y"), pd.DataFrame({"y": [1.0, np.nan, 2.0]}), "missing"),
-    (LabelSpec("y"), pd.DataFrame({"y": [3.0, 3.0, 3.0]}), "constant"),
-])
+@pytest.mark.parametrize(
+    "spec, frame, message",
+    [
+        (LabelSpec("wage", "declared", 0.0, 100.0), None, "outside the declared range"),
+        (LabelSpec("race"), None, "not numeric"),
+        (LabelSpec("nope"), None, "not in the data"),
+        (LabelSpec("y", log=True), pd.DataFrame({"y": [0.0, 1.0, 2.0]}), "log scale needs a positive label"),
+        (LabelSpec("y"), pd.DataFrame({"y": [1.0, np.nan, 2.0]}), "missing"),
+        (LabelSpec("y"), pd.DataFrame({"y": [3.0, 3.0, 3.0]}), "constant"),
+    ],
+)
 def test_prepare_label_errors_are_clear(wage, spec, frame, message):
     with pytest.raises(DataError, match=message):
         prepare_label(wage if frame is None else frame, spec)
@@ -99,14 +116,16 @@ def test_in_app_base_model_is_trained_on_its_rows_only_and_cached(wage, monkeypa
     other = np.setdiff1d(np.arange(len(wage)), split["base"])
     scrambled = label.y.copy()
     scrambled[other] = label.y[other][::-1] * 1.5
-    b3, _ = base_prediction(wage, dataclasses.replace(label, y=scrambled), LabelSpec("wage"), spec, split,
-                            split_spec, data_key="k2")
+    b3, _ = base_prediction(
+        wage, dataclasses.replace(label, y=scrambled), LabelSpec("wage"), spec, split, split_spec, data_key="k2"
+    )
     assert len(fits) == 2 and np.array_equal(b3, b1)
     # (and the base rows' labels do matter: this check can tell a model from a constant)
     scrambled = label.y.copy()
     scrambled[split["base"]] = label.y[split["base"]][::-1]
-    b4, _ = base_prediction(wage, dataclasses.replace(label, y=scrambled), LabelSpec("wage"), spec, split,
-                            split_spec, data_key="k3")
+    b4, _ = base_prediction(
+        wage, dataclasses.replace(label, y=scrambled), LabelSpec("wage"), spec, split, split_spec, data_key="k3"
+    )
     assert not np.allclose(b4, b1)
     # the cache key is what the model is trained on, not the caller's data_key: the same key with other base-row
     # labels (an edited upload under the same name) fits again instead of returning the old model
@@ -123,12 +142,22 @@ def test_in_app_base_model_is_trained_on_its_rows_only_and_cached(wage, monkeypa
 # ---- the pipeline ------------------------------------------------------------------------------------------
 def test_pipeline_on_the_synthetic_demo(synth):
     groups = _groups(synth, ["sex", "race", "age"], order=2)
-    run = run_pipeline(synth, LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"),
-                       SplitSpec(test=0.3), groups, FitSettings(), data_key="x", data_name="synthetic_scores")
+    run = run_pipeline(
+        synth,
+        LabelSpec("outcome", "declared", 0, 100),
+        BaseSpec("column", "base_pred"),
+        SplitSpec(test=0.3),
+        groups,
+        FitSettings(),
+        data_key="x",
+        data_name="synthetic_scores",
+    )
     assert isinstance(run, AuditRun) and run.converged and not run.stopped
     sizes = {k: v.size for k, v in run.split.items()}
     assert sizes["test"] == 1800 and sizes["fit"] + sizes["calibration"] == 4200 and sizes["calibration"] == 1050
-    assert not set(run.split["test"]) & set(run.split["fit"]) and not set(run.split["fit"]) & set(run.split["calibration"])
+    assert not set(run.split["test"]) & set(run.split["fit"]) and not set(run.split["fit"]) & set(
+        run.split["calibration"]
+    )
     assert run.audit is not None, run.audit_error
     assert list(run.audit.by_group.index)[0] == "all" and len(run.audit.by_group) == 36
     assert set(run.timings) >= {"total"} and run.timings["total"] > 0  # seconds are reported, not bounded
@@ -138,7 +167,9 @@ def test_pipeline_on_the_synthetic_demo(synth):
     assert len(out) == len(synth) and set(out["mmc_split"]) == {"fit", "calibration", "test"}
     for c in ("mmc_mean", "mmc_sd", "mmc_moment_2", "mmc_lower_calibrated", "mmc_upper_gaussian"):
         assert c in out.columns
-    assert (out["mmc_lower_calibrated"] <= out["mmc_mean"]).all() and (out["mmc_mean"] <= out["mmc_upper_calibrated"]).all()
+    assert (out["mmc_lower_calibrated"] <= out["mmc_mean"]).all() and (
+        out["mmc_mean"] <= out["mmc_upper_calibrated"]
+    ).all()
     det = row_details(synth, run, int(run.split["test"][0]))
     assert "all" in det["groups"] and det["pred"]["mean"] == pytest.approx(out["mmc_mean"].iloc[run.split["test"][0]])
     # the saved model reloads and predicts the same
@@ -149,18 +180,33 @@ def test_pipeline_on_the_synthetic_demo(synth):
 
 def test_pipeline_with_in_app_model_and_log_label(wage):
     groups = gb.groups_file(gb.suggest_groups(wage, ["race", "education", "age"], ("age",), order=1))
-    run = run_pipeline(wage, LabelSpec("wage", "observed", log=True),
-                       BaseSpec("model", None, "hgb", ("age", "education", "maritl", "race", "jobclass", "health")),
-                       SplitSpec(test=0.25, base=0.3), groups, FitSettings(alpha=0.002, beta=0.0005, n_boot=50))
-    assert run.thresholds == {"alpha": 0.002, "beta": 0.0005, "moment_betas": {2: 0.0005}, "auto": False,
-                              "rule": "given", "z": 0.0}
+    run = run_pipeline(
+        wage,
+        LabelSpec("wage", "observed", log=True),
+        BaseSpec("model", None, "hgb", ("age", "education", "maritl", "race", "jobclass", "health")),
+        SplitSpec(test=0.25, base=0.3),
+        groups,
+        FitSettings(alpha=0.002, beta=0.0005, n_boot=50),
+    )
+    assert run.thresholds == {
+        "alpha": 0.002,
+        "beta": 0.0005,
+        "moment_betas": {2: 0.0005},
+        "auto": False,
+        "rule": "given",
+        "z": 0.0,
+    }
     assert run.label.name == "log(wage)" and run.split["base"].size == 900
     assert run.audit is not None and "base_test" in run.base_metrics
     assert run.model.info["label_source"] == "observed"
 
 
 def test_pipeline_errors_surface_as_mmc_errors(synth):
-    groups = {"format": "mmc-groups", "version": 1, "groups": [{"name": "x", "where": [{"column": "nope", "op": "==", "value": 1}]}]}
+    groups = {
+        "format": "mmc-groups",
+        "version": 1,
+        "groups": [{"name": "x", "where": [{"column": "nope", "op": "==", "value": 1}]}],
+    }
     with pytest.raises(DataError, match="not in the data"):
         run_pipeline(synth, LabelSpec("outcome"), BaseSpec(), SplitSpec(), groups, FitSettings())
     job = FitJob(synth, LabelSpec("race"), BaseSpec(), SplitSpec(), _groups(synth, ["sex"]), FitSettings()).start()
@@ -172,8 +218,14 @@ def test_fit_job_stops_a_long_run_quickly():
     df = pd.DataFrame(demo_distribution().sample_table(60_000, np.random.default_rng(5)))
     groups = _groups(df, ["sex", "race", "age"])
     # the paper's step with a tiny alpha would need ~10^10 updates: it only ends when stopped
-    job = FitJob(df, LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"), SplitSpec(),
-                 groups, FitSettings(alpha=1e-5, step="paper", n_boot=0))
+    job = FitJob(
+        df,
+        LabelSpec("outcome", "declared", 0, 100),
+        BaseSpec("column", "base_pred"),
+        SplitSpec(),
+        groups,
+        FitSettings(alpha=1e-5, step="paper", n_boot=0),
+    )
     polls = {"clear": 0, "set": 0}
     real_stop_now = job._stop_now
 
@@ -233,17 +285,28 @@ def test_base_model_fit_sees_the_stop_flag_between_boosting_chunks():
     from sklearn.ensemble import HistGradientBoostingRegressor
 
     model = fit_base_model(df[["a", "b"]], df["y"].to_numpy(), "hgb", 0)
-    ref = HistGradientBoostingRegressor(max_iter=200, learning_rate=0.08, early_stopping=True,
-                                        validation_fraction=0.15, random_state=0).fit(df[["a", "b"]], df["y"])
+    ref = HistGradientBoostingRegressor(
+        max_iter=200, learning_rate=0.08, early_stopping=True, validation_fraction=0.15, random_state=0
+    ).fit(df[["a", "b"]], df["y"])
     assert model.named_steps["reg"].n_iter_ == ref.n_iter_
     assert np.allclose(model.predict(df[["a", "b"]]), ref.predict(df[["a", "b"]]))
 
 
 def test_fit_job_stopped_in_the_base_model_keeps_nothing():
     df = _stoppable_fit_frame(20_000)
-    groups = {"format": "mmc-groups", "version": 1, "groups": [{"name": "c=x", "where": [{"column": "c", "op": "==", "value": "x"}]}]}
-    job = FitJob(df, LabelSpec("y"), BaseSpec("model", None, "hgb", ("a", "b", "c")), SplitSpec(seed=7), groups,
-                 FitSettings(n_boot=0))
+    groups = {
+        "format": "mmc-groups",
+        "version": 1,
+        "groups": [{"name": "c=x", "where": [{"column": "c", "op": "==", "value": "x"}]}],
+    }
+    job = FitJob(
+        df,
+        LabelSpec("y"),
+        BaseSpec("model", None, "hgb", ("a", "b", "c")),
+        SplitSpec(seed=7),
+        groups,
+        FitSettings(n_boot=0),
+    )
     job.stop()  # pressed before the first boosting chunk
     job.run_sync()
     assert job.status == "stopped" and job.result is None and "nothing was fitted" in job.kept
@@ -263,8 +326,14 @@ def test_stop_during_the_audit_ends_the_job_at_once(synth, monkeypatch):
         return real(*a, **k)
 
     monkeypatch.setattr(metrics, "audit", slow_audit)
-    job = FitJob(synth, LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"), SplitSpec(),
-                 _groups(synth, ["sex"]), FitSettings(n_boot=0)).start()
+    job = FitJob(
+        synth,
+        LabelSpec("outcome", "declared", 0, 100),
+        BaseSpec("column", "base_pred"),
+        SplitSpec(),
+        _groups(synth, ["sex"]),
+        FitSettings(n_boot=0),
+    ).start()
     assert entered.wait(60)
     job.stop()
     assert not job.running and job.status == "done"  # no waiting for the audit
@@ -279,9 +348,15 @@ def test_auto_threshold_preview_matches_the_fit(synth):
 
     groups = _groups(synth, ["sex", "race"], order=2)
     seen = {}
-    run = run_pipeline(synth, LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"),
-                       SplitSpec(seed=4), groups, FitSettings(alpha="auto", beta="auto", n_moments=3, n_boot=0),
-                       on_thresholds=seen.update)
+    run = run_pipeline(
+        synth,
+        LabelSpec("outcome", "declared", 0, 100),
+        BaseSpec("column", "base_pred"),
+        SplitSpec(seed=4),
+        groups,
+        FitSettings(alpha="auto", beta="auto", n_moments=3, n_boot=0),
+        on_thresholds=seen.update,
+    )
     assert seen["alpha"] == pytest.approx(run.alpha, rel=1e-12) and seen["beta"] == pytest.approx(run.beta, rel=1e-12)
     assert seen["moment_betas"][3] == pytest.approx(run.thresholds["moment_betas"][3], rel=1e-12)
     manual = auto_thresholds(np.linspace(0, 1, 100), None, 3, FitSettings(alpha=0.01, beta=0.02), 0)
@@ -296,12 +371,23 @@ def test_dashboard_default_is_the_library_default_and_its_preview_is_the_estimat
 
     lib = MomentMulticalibrator()
     fs = FitSettings()
-    assert (fs.alpha, fs.beta, fs.early_stopping, fs.n_buckets) == (lib.alpha, lib.beta, lib.early_stopping,
-                                                                    lib.n_buckets)
+    assert (fs.alpha, fs.beta, fs.early_stopping, fs.n_buckets) == (
+        lib.alpha,
+        lib.beta,
+        lib.early_stopping,
+        lib.n_buckets,
+    )
     groups = _groups(synth, ["sex", "race"], order=2)
     seen = {}
-    run = run_pipeline(synth, LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"),
-                       SplitSpec(seed=4), groups, FitSettings(n_moments=3, n_boot=0), on_thresholds=seen.update)
+    run = run_pipeline(
+        synth,
+        LabelSpec("outcome", "declared", 0, 100),
+        BaseSpec("column", "base_pred"),
+        SplitSpec(seed=4),
+        groups,
+        FitSettings(n_moments=3, n_boot=0),
+        on_thresholds=seen.update,
+    )
     info = run.model.info
     assert info["alpha_rule"] == "se" and info["early_stopping"] is True
     assert seen["rule"] == "se" and info["z"] > 0 and seen["z"] == pytest.approx(info["z"], rel=1e-12)
@@ -343,8 +429,9 @@ def test_groups_file_round_trip_and_errors(wage):
     assert gb.parse_groups_file(text.encode(), wage.columns) == groups
     assert len(GroupSet.from_json(text)) == 5  # + all
     with pytest.raises(GroupDefinitionError, match="not in the data"):
-        gb.parse_groups_file(json.dumps([{"name": "x", "where": [{"column": "zz", "op": "==", "value": 1}]}]),
-                             wage.columns)
+        gb.parse_groups_file(
+            json.dumps([{"name": "x", "where": [{"column": "zz", "op": "==", "value": 1}]}]), wage.columns
+        )
     with pytest.raises(GroupDefinitionError, match="not valid JSON"):
         gb.parse_groups_file("{nope", wage.columns)
     with pytest.raises(GroupDefinitionError, match="unknown op"):
@@ -355,8 +442,17 @@ def test_groups_file_round_trip_and_errors(wage):
 
 # ---- teaching -----------------------------------------------------------------------------------------------
 def test_lesson_steps_and_figures():
-    from app.ui.teaching_figs import Lesson, LessonConfig, cells_figure, describe, group_table, min_rows, \
-        potential_figure, truth_figure, two_point_figure
+    from app.ui.teaching_figs import (
+        Lesson,
+        LessonConfig,
+        cells_figure,
+        describe,
+        group_table,
+        min_rows,
+        potential_figure,
+        truth_figure,
+        two_point_figure,
+    )
 
     # the paper's sample size condition 2 sqrt(ln(2 / delta) / (2 n)) <= min(alpha, beta), n in steps of 10,000:
     # min_rows satisfies it and the step below does not (checked for a few settings, not one hard-coded value)
@@ -380,7 +476,7 @@ def test_lesson_steps_and_figures():
     phis = [t["potential"] for t in lesson.trace]
     mean_upd = [t["mean_updates"] for t in lesson.trace]
     # the potential argument: every mean update lowers the potential (fresh-sample mode: with high probability)
-    assert phis[-1] < phis[0] and lesson.fd.mean_updates <= lesson.phi0 / 0.02 ** 2
+    assert phis[-1] < phis[0] and lesson.fd.mean_updates <= lesson.phi0 / 0.02**2
     assert all(b <= a + 1e-12 for a, b, k0, k1 in zip(phis, phis[1:], mean_upd, mean_upd[1:]) if k1 > k0)
     t = group_table(lesson)
     inside = (t["pred_mean"] - t["true_mean"]).abs() <= t["mean_tol"] + 1e-9
@@ -395,9 +491,15 @@ def test_bug10_cli_and_dashboard_build_the_same_groups():
     dashboard's quick add / suggestions, so an exported groups file and a CLI run agree."""
     rng = np.random.default_rng(3)
     n = 2000
-    df = pd.DataFrame({"eleven": rng.integers(0, 11, n), "twelve": rng.integers(0, 12, n),
-                       "wage": rng.lognormal(2, 0.5, n).round(2), "few": rng.integers(0, 3, n),
-                       "race": rng.choice(["a", "b", "c"], n)})
+    df = pd.DataFrame(
+        {
+            "eleven": rng.integers(0, 11, n),
+            "twelve": rng.integers(0, 12, n),
+            "wage": rng.lognormal(2, 0.5, n).round(2),
+            "few": rng.integers(0, 3, n),
+            "race": rng.choice(["a", "b", "c"], n),
+        }
+    )
     cols = ["eleven", "twelve", "wage", "few", "race"]
     cli = GroupSet.from_columns(df, cols, max_order=2)
     per = [gb.column_conditions(df, c, 4) for c in cols]

@@ -4,6 +4,7 @@ Scans the source of mmc_core/ and app/ with the ast module for calls that would 
 eval, exec, compile, pickle/dill/joblib/marshal loads, pandas eval/query, yaml.load, os.system,
 subprocess with shell=True, and __import__ of a computed name.
 """
+
 from __future__ import annotations
 
 import ast
@@ -12,9 +13,19 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "execfile"}
 FORBIDDEN_ATTRS = {
-    ("pickle", "load"), ("pickle", "loads"), ("dill", "load"), ("dill", "loads"), ("joblib", "load"),
-    ("marshal", "load"), ("marshal", "loads"), ("pd", "eval"), ("pandas", "eval"), ("yaml", "load"),
-    ("os", "system"), ("os", "popen"), ("shelve", "open"),
+    ("pickle", "load"),
+    ("pickle", "loads"),
+    ("dill", "load"),
+    ("dill", "loads"),
+    ("joblib", "load"),
+    ("marshal", "load"),
+    ("marshal", "loads"),
+    ("pd", "eval"),
+    ("pandas", "eval"),
+    ("yaml", "load"),
+    ("os", "system"),
+    ("os", "popen"),
+    ("shelve", "open"),
 }
 FORBIDDEN_METHODS = {"query", "eval"}  # DataFrame.query / DataFrame.eval on any object
 
@@ -47,9 +58,11 @@ def test_no_code_execution_on_user_data():
 
 def test_the_scanner_catches_what_it_looks_for(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("import pickle, pandas as pd\n"
-                   "eval('1')\npickle.loads(b'')\ndf.query('a > 1')\npd.eval('1+1')\n"
-                   "import subprocess\nsubprocess.run('ls', shell=True)\n")
+    bad.write_text(
+        "import pickle, pandas as pd\n"
+        "eval('1')\npickle.loads(b'')\ndf.query('a > 1')\npd.eval('1+1')\n"
+        "import subprocess\nsubprocess.run('ls', shell=True)\n"
+    )
     global ROOT
     old, ROOT = ROOT, tmp_path
     try:

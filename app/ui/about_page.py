@@ -1,4 +1,5 @@
 """About: the concepts in plain words, and how the pages fit together."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -56,12 +57,17 @@ def render():
     st.subheader("How the pages fit together")
     st.markdown(WORKFLOW)
     st.subheader("Command line")
-    st.code("mmc fit --data train.csv --label wage --pred base --groups groups.json --out model.json\n"
-            "mmc predict --model model.json --data new.csv --pred base --interval calibrated --out preds.csv\n"
-            "mmc report --model model.json --data test.csv --label wage --pred base --out report.pdf\n"
-            "mmc dashboard --data my_table.csv", language="bash")
-    st.caption("Christopher Jung, Changhwa Lee, Mallesh M. Pai, Aaron Roth and Rakesh Vohra. Moment Multicalibration "
-               "for Uncertainty Estimation. COLT 2021, PMLR 134:2634-2678. arXiv:2008.08037.")
+    st.code(
+        "mmc fit --data train.csv --label wage --pred base --groups groups.json --out model.json\n"
+        "mmc predict --model model.json --data new.csv --pred base --interval calibrated --out preds.csv\n"
+        "mmc report --model model.json --data test.csv --label wage --pred base --out report.pdf\n"
+        "mmc dashboard --data my_table.csv",
+        language="bash",
+    )
+    st.caption(
+        "Christopher Jung, Changhwa Lee, Mallesh M. Pai, Aaron Roth and Rakesh Vohra. Moment Multicalibration "
+        "for Uncertainty Estimation. COLT 2021, PMLR 134:2634-2678. arXiv:2008.08037."
+    )
 
 
 if __name__ == "__main__":

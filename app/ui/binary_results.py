@@ -2,6 +2,7 @@
 bootstrap intervals, reliability diagrams, and the rates at a decision threshold with a slider that recomputes
 them from the stored test-row predictions (no refit). Figures and display tables come from ``app/figures_binary.py``
 (the PDF report uses the same ones); every number is on the probability scale, never in label units."""
+
 from __future__ import annotations
 
 import math
@@ -46,21 +47,36 @@ def headline(run):
     ov = bg.iloc[0]
     info = run.model.info
     c = st.columns(5)
-    c[0].metric("Model", "converged" if run.converged else ("stopped" if run.stopped else "not converged"),
-                help=f"{info.get('rounds')} rounds, {info.get('mean_updates'):,} updates of the probability")
-    c[1].metric("Test rows", f"{run.split['test'].size:,}", help="All results on this page are on rows the fit never saw.")
+    c[0].metric(
+        "Model",
+        "converged" if run.converged else ("stopped" if run.stopped else "not converged"),
+        help=f"{info.get('rounds')} rounds, {info.get('mean_updates'):,} updates of the probability",
+    )
+    c[1].metric(
+        "Test rows", f"{run.split['test'].size:,}", help="All results on this page are on rows the fit never saw."
+    )
     c[2].metric("Share of positives", _num(ov["base_rate"]), help="Observed share of the positive class, test rows.")
+
     def change(k):
         if f"{k}_base" not in bg.columns:
             return None
         d = float(ov[k] - ov[f"{k}_base"])
         return None if not math.isfinite(d) or abs(d) < 5e-4 else f"{d:+.3f} vs before"
 
-    c[3].metric("Log loss, all rows", _num(ov["log_loss"]), delta=change("log_loss"), delta_color="inverse",
-                help="Mean negative log-likelihood of the test labels (lower is better); the change is against "
-                     "the base score.")
-    c[4].metric("ECE, all rows", _num(ov["ece"]), delta=change("ece"), delta_color="inverse",
-                help="Expected calibration error: |observed − predicted| per probability tenth, weighted by rows.")
+    c[3].metric(
+        "Log loss, all rows",
+        _num(ov["log_loss"]),
+        delta=change("log_loss"),
+        delta_color="inverse",
+        help="Mean negative log-likelihood of the test labels (lower is better); the change is against the base score.",
+    )
+    c[4].metric(
+        "ECE, all rows",
+        _num(ov["ece"]),
+        delta=change("ece"),
+        delta_color="inverse",
+        help="Expected calibration error: |observed − predicted| per probability tenth, weighted by rows.",
+    )
 
 
 def findings_box(run):
@@ -75,32 +91,45 @@ def findings_box(run):
         if s["shown"]:
             st.markdown("\n".join(f"- {esc(f['text'])}" for f in s["shown"]))
         else:
-            st.markdown("No group's (or probability bucket's) share of positives differs from the predicted "
-                        f"probability beyond sampling error (groups and cells with at least {s['min_count']} test "
-                        "rows).")
-        st.caption(f"{s['n_tests']} tests of the predicted probability per group and per group × probability "
-                   f"bucket, adjusted together by {s['control']} at {s['level']:g}. No variance or interval "
-                   "findings: for a 0/1 outcome the spread is p(1 − p) and intervals are not offered.")
+            st.markdown(
+                "No group's (or probability bucket's) share of positives differs from the predicted "
+                f"probability beyond sampling error (groups and cells with at least {s['min_count']} test "
+                "rows)."
+            )
+        st.caption(
+            f"{s['n_tests']} tests of the predicted probability per group and per group × probability "
+            f"bucket, adjusted together by {s['control']} at {s['level']:g}. No variance or interval "
+            "findings: for a 0/1 outcome the spread is p(1 − p) and intervals are not offered."
+        )
 
 
 def calibration_tab(run):
     from app import figures_binary as F
 
     bg = run.audit.by_group
-    st.markdown("**Probability calibration by group** (test rows; before = the base score, after = "
-                "multicalibrated; brackets: bootstrap 95% intervals)")
+    st.markdown(
+        "**Probability calibration by group** (test rows; before = the base score, after = "
+        "multicalibrated; brackets: bootstrap 95% intervals)"
+    )
     st.dataframe(F.classifier_calibration_table(bg), hide_index=True, width="stretch")
-    st.caption("worst bucket error: observed − predicted in the group's probability tenth with the largest gap "
-               f"(tenths of ≥ {run.audit.params.get('min_cell_count', 20)} rows); ECE: the gaps weighted by rows; "
-               "log loss and Brier: lower is better.")
+    st.caption(
+        "worst bucket error: observed − predicted in the group's probability tenth with the largest gap "
+        f"(tenths of ≥ {run.audit.params.get('min_cell_count', 20)} rows); ECE: the gaps weighted by rows; "
+        "log loss and Brier: lower is better."
+    )
     st.plotly_chart(_reliability(_run_key(run), run), width="stretch", key="bin_reliability")
 
 
 def rates_tab(run, frame):
     from app import figures_binary as F
 
-    st.slider("Decision threshold (decision = predicted probability ≥ threshold)", 0.05, 0.95, step=0.05,
-              **state.bind("res_threshold"))
+    st.slider(
+        "Decision threshold (decision = predicted probability ≥ threshold)",
+        0.05,
+        0.95,
+        step=0.05,
+        **state.bind("res_threshold"),
+    )
     thr = float(st.session_state.get("res_threshold", 0.5))
     try:
         rates, disp = rates_at(_run_key(run), run, frame, round(thr, 4))
@@ -111,19 +140,25 @@ def rates_tab(run, frame):
     st.markdown(f"**Rates by group at threshold {thr:.2f}** (after multicalibration; 95% bootstrap intervals)")
     st.table(table[[c for c in RATE_TABLE_COLUMNS if c in table.columns]].set_index("group"))
     st.plotly_chart(F.rate_figure(rates, thr), width="stretch", key="bin_rates")
-    st.markdown("**Disparities across the values of each column** (after multicalibration; as fairlearn's "
-                "MetricFrame computes them)")
+    st.markdown(
+        "**Disparities across the values of each column** (after multicalibration; as fairlearn's "
+        "MetricFrame computes them)"
+    )
     st.dataframe(F.classifier_disparity_table(disp), hide_index=True, width="stretch")
-    st.caption("DP: demographic parity (selection rates: largest − smallest, smallest / largest); EO: equalized "
-               "odds (the larger gap of the true and false positive rates; the smaller ratio); four-fifths rule: "
-               "groups selected at less than 4/5 of the column's highest selection rate. Moving the threshold "
-               "recomputes these from the stored test-row probabilities; nothing is refitted.")
+    st.caption(
+        "DP: demographic parity (selection rates: largest − smallest, smallest / largest); EO: equalized "
+        "odds (the larger gap of the true and false positive rates; the smaller ratio); four-fifths rule: "
+        "groups selected at less than 4/5 of the column's highest selection rate. Moving the threshold "
+        "recomputes these from the stored test-row probabilities; nothing is refitted."
+    )
 
 
 def tables_tab(run):
     audit = run.audit
-    st.markdown(f"**Per group** ({len(audit.by_group):,} rows; every metric, its `_base` (before) and its "
-                "bootstrap `_lo` / `_hi`)")
+    st.markdown(
+        f"**Per group** ({len(audit.by_group):,} rows; every metric, its `_base` (before) and its "
+        "bootstrap `_lo` / `_hi`)"
+    )
     st.dataframe(audit.by_group, width="stretch")
     st.markdown(f"**Reliability cells** ({len(audit.calibration_cells):,} rows)")
     st.dataframe(audit.calibration_cells, width="stretch", hide_index=True)
@@ -136,18 +171,23 @@ def run_page_note(d):
     label = st.session_state.get("label_col")
     if d is None or binary_values(d["df"], label) is None:
         return
-    st.info(f"**Binary label** {esc(label)}: a classifier audit. Only the mean (the probability of the positive "
-            "class) is fitted, so k, the odd moments, δ and γ (intervals) are not used; the decision threshold is "
-            "set on the Results page.", icon=":material/toggle_on:")
+    st.info(
+        f"**Binary label** {esc(label)}: a classifier audit. Only the mean (the probability of the positive "
+        "class) is fitted, so k, the odd moments, δ and γ (intervals) are not used; the decision threshold is "
+        "set on the Results page.",
+        icon=":material/toggle_on:",
+    )
 
 
 def render_binary(run, frame):
     """The Results page of a binary (classifier) run."""
     params = run.audit.params
     classes = (params.get("label") or {}).get("classes") or ["0", "1"]
-    st.caption(f"{esc(run.data_name)} · binary label **{esc(run.label.name)}** (positive class "
-               f"**{esc(classes[1])}**) · classifier audit · {run.model.info.get('n_groups')} groups · "
-               f"α = {run.alpha:.3g}, m = {run.settings.n_buckets} · audited on {run.split['test'].size:,} test rows")
+    st.caption(
+        f"{esc(run.data_name)} · binary label **{esc(run.label.name)}** (positive class "
+        f"**{esc(classes[1])}**) · classifier audit · {run.model.info.get('n_groups')} groups · "
+        f"α = {run.alpha:.3g}, m = {run.settings.n_buckets} · audited on {run.split['test'].size:,} test rows"
+    )
     if run.stopped or not run.converged:
         st.warning("This model did not converge (stopped or capped); its guarantees do not hold.")
     headline(run)
@@ -160,9 +200,12 @@ def render_binary(run, frame):
         rates_tab(run, frame)
     with tabs[2]:
         tables_tab(run)
-    st.info("No prediction intervals, coverage heatmaps or variance pages for a binary label: the outcome is 0 or "
-            "1, so an interval is {0}, {1} or {0, 1}, and the variance p(1 − p) follows from the probability, "
-            "which is what is calibrated here.", icon=":material/info:")
+    st.info(
+        "No prediction intervals, coverage heatmaps or variance pages for a binary label: the outcome is 0 or "
+        "1, so an interval is {0}, {1} or {0, 1}, and the variance p(1 − p) follows from the probability, "
+        "which is what is calibrated here.",
+        icon=":material/info:",
+    )
 
 
 __all__ = ["render_binary", "rates_at", "RATE_TABLE_COLUMNS"]

@@ -1,4 +1,5 @@
 """Small Streamlit helpers shared by the pages."""
+
 from __future__ import annotations
 
 import streamlit as st

@@ -1,5 +1,6 @@
 """Data page: pick a demo table or upload CSV / Parquet; choose the label, its range and the base prediction;
 see the train / fit / test split. Only a sample of rows is ever sent to the browser."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,10 +16,16 @@ from app.ui.common import esc, sanitize
 from mmc_core.errors import MMCError
 
 SOURCES = ["Bundled demo dataset", "Upload a file"]
-BASE_KINDS = {"column": "an existing prediction column", "model": "fit a model here (scikit-learn)",
-              "none": "none: start from the label mean"}
-SCALINGS = {"observed": "observed: min / max of the data", "declared": "declared: a known range (e.g. 0-100)",
-            "robust": "robust: clip at quantiles"}
+BASE_KINDS = {
+    "column": "an existing prediction column",
+    "model": "fit a model here (scikit-learn)",
+    "none": "none: start from the label mean",
+}
+SCALINGS = {
+    "observed": "observed: min / max of the data",
+    "declared": "declared: a known range (e.g. 0-100)",
+    "robust": "robust: clip at quantiles",
+}
 
 
 def _on_label_change():
@@ -43,8 +50,11 @@ def binary_values(frame: pd.DataFrame, label) -> list | None:
     vals = list(pd.unique(s.dropna()))
     if len(vals) != 2:
         return None
-    is01 = all(isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, float, np.integer, np.floating))
-                                                  and float(v) in (0.0, 1.0)) for v in vals)
+    is01 = all(
+        isinstance(v, (bool, np.bool_))
+        or (isinstance(v, (int, float, np.integer, np.floating)) and float(v) in (0.0, 1.0))
+        for v in vals
+    )
     return sorted((str(v) for v in vals)) + [not is01]
 
 
@@ -52,14 +62,22 @@ def binary_section(values: list):
     """A binary label: a classifier audit (probabilities on [0, 1]); asks for the positive class when the two
     values are not 0/1 or true/false."""
     *vals, needs = values
-    st.info("**Binary label** (two values: " + ", ".join(f"`{esc(v)}`" for v in vals) + "): the audit is a "
-            "classifier audit. The model's prediction is the probability of the positive class on [0, 1]; only "
-            "the mean is fitted (the spread of a 0/1 outcome is p(1 − p)), no intervals are computed, and the "
-            "results show per-group calibration and rates at a decision threshold.", icon=":material/toggle_on:")
+    st.info(
+        "**Binary label** (two values: " + ", ".join(f"`{esc(v)}`" for v in vals) + "): the audit is a "
+        "classifier audit. The model's prediction is the probability of the positive class on [0, 1]; only "
+        "the mean is fitted (the spread of a 0/1 outcome is p(1 − p)), no intervals are computed, and the "
+        "results show per-group calibration and rates at a decision threshold.",
+        icon=":material/toggle_on:",
+    )
     if needs:
         sanitize("label_positive", vals, None)
-        st.selectbox("Positive class (the outcome whose probability is predicted)", vals,
-                     **state.bind("label_positive"), index=None, placeholder="choose the positive class")
+        st.selectbox(
+            "Positive class (the outcome whose probability is predicted)",
+            vals,
+            **state.bind("label_positive"),
+            index=None,
+            placeholder="choose the positive class",
+        )
 
 
 def _drop_bad_label_rows(label: str):
@@ -75,8 +93,15 @@ def _drop_bad_label_rows(label: str):
     kept = frame.loc[~bad].reset_index(drop=True)
     if pd.api.types.is_object_dtype(kept[label]) or pd.api.types.is_string_dtype(kept[label]):
         kept[label] = pd.to_numeric(kept[label], errors="coerce")
-    state.set_data(kept, d["name"], d["source"], demo=d.get("demo"), file_id=d.get("file_id"), keep_settings=True,
-                   note=f"{int(bad.sum()):,} row(s) without a numeric '{label}' dropped")
+    state.set_data(
+        kept,
+        d["name"],
+        d["source"],
+        demo=d.get("demo"),
+        file_id=d.get("file_id"),
+        keep_settings=True,
+        note=f"{int(bad.sum()):,} row(s) without a numeric '{label}' dropped",
+    )
 
 
 def _on_demo_change():
@@ -102,24 +127,35 @@ def source_section():
     ss = st.session_state
     sources = list(SOURCES) + (["File given on the command line"] if ss.get("cli_data") else [])
     sanitize("src_kind", sources, SOURCES[0])
-    st.radio("Source", sources, horizontal=True, **state.bind("src_kind", _on_source_change),
-             label_visibility="collapsed")
+    st.radio(
+        "Source", sources, horizontal=True, **state.bind("src_kind", _on_source_change), label_visibility="collapsed"
+    )
     if ss.get("cli_data_error"):
         st.error(esc(ss["cli_data_error"]))
     if ss["src_kind"] == "Bundled demo dataset":
         names = [ds.name for ds in demo_data.list_datasets()]
         titles = {ds.name: ds.title for ds in demo_data.list_datasets()}
-        st.selectbox("Demo dataset", names, format_func=lambda n: f"{titles[n]}  ({n})",
-                     **state.bind("demo_name", _on_demo_change))
+        st.selectbox(
+            "Demo dataset",
+            names,
+            format_func=lambda n: f"{titles[n]}  ({n})",
+            **state.bind("demo_name", _on_demo_change),
+        )
         ds = demo_data.get_dataset(ss["demo_name"])
         st.markdown(ds.description)
         st.caption(f"Source: {ds.source}")
     elif ss["src_kind"] == "Upload a file":
-        up = st.file_uploader("CSV or Parquet file", type=["csv", "parquet", "pq"], key="upload",
-                              help="The first row of a CSV must hold the column names; UTF-8, comma-separated.")
-        st.caption(f"Up to {MAX_FILE_BYTES // 1024 ** 2} MB, {MAX_ROWS:,} rows and {MAX_COLUMNS:,} columns. "
-                   "Missing values may be empty cells, NA, NaN or '.'. The file stays on this machine: the "
-                   "browser only ever receives a sample of 200 rows.")
+        up = st.file_uploader(
+            "CSV or Parquet file",
+            type=["csv", "parquet", "pq"],
+            key="upload",
+            help="The first row of a CSV must hold the column names; UTF-8, comma-separated.",
+        )
+        st.caption(
+            f"Up to {MAX_FILE_BYTES // 1024**2} MB, {MAX_ROWS:,} rows and {MAX_COLUMNS:,} columns. "
+            "Missing values may be empty cells, NA, NaN or '.'. The file stays on this machine: the "
+            "browser only ever receives a sample of 200 rows."
+        )
         if up is not None:
             d = state.data()
             if d is None or d.get("file_id") != up.file_id:
@@ -136,7 +172,7 @@ def source_section():
         elif (state.data() or {}).get("source") != "upload":
             st.info("Choose a file to audit your own model's predictions. Until then the previous table stays loaded.")
     else:
-        st.caption(esc(ss.get('cli_data')))
+        st.caption(esc(ss.get("cli_data")))
 
 
 def overview_section(d):
@@ -149,19 +185,34 @@ def overview_section(d):
     c[3].metric("Source", {"demo": "demo", "upload": "upload", "file": "file"}.get(d["source"], d["source"]))
     n = min(state.PREVIEW_ROWS, d["rows"])
     st.dataframe(state.preview(frame, d["key"]), height=260, hide_index=False, width="stretch")
-    st.caption(f"A random sample of {n} of {d['rows']:,} rows (row numbers on the left)." if d["rows"] > n else
-               f"All {d['rows']:,} rows.")
+    st.caption(
+        f"A random sample of {n} of {d['rows']:,} rows (row numbers on the left)."
+        if d["rows"] > n
+        else f"All {d['rows']:,} rows."
+    )
     with st.expander("Columns: types, missing values, distinct values"):
         st.dataframe(prof, hide_index=True, width="stretch")
 
 
 def _label_hist(summary, name, units):
     edges = np.asarray(summary["edges"])
-    fig = go.Figure(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=summary["counts"], width=np.diff(edges),
-                           marker_color="#0072B2", hovertemplate="%{x:.4g}: %{y:,} rows<extra></extra>"))
-    fig.update_layout(height=230, margin=dict(l=60, r=10, t=30, b=50), bargap=0.02,
-                      title=dict(text="Distribution of the fitted label", font=dict(size=13)),
-                      font=dict(family="DejaVu Sans, Arial, sans-serif", size=12), plot_bgcolor="white")
+    fig = go.Figure(
+        go.Bar(
+            x=(edges[:-1] + edges[1:]) / 2,
+            y=summary["counts"],
+            width=np.diff(edges),
+            marker_color="#0072B2",
+            hovertemplate="%{x:.4g}: %{y:,} rows<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        height=230,
+        margin=dict(l=60, r=10, t=30, b=50),
+        bargap=0.02,
+        title=dict(text="Distribution of the fitted label", font=dict(size=13)),
+        font=dict(family="DejaVu Sans, Arial, sans-serif", size=12),
+        plot_bgcolor="white",
+    )
     fig.update_xaxes(title_text=f"{name} ({units})" if units else name, showgrid=False, linecolor="#888")
     fig.update_yaxes(title_text="rows", gridcolor="#e5e5e5")
     return fig
@@ -170,8 +221,12 @@ def _label_hist(summary, name, units):
 def _regression_label_widgets():
     """A regression label: its range, log scale and units."""
     ss = st.session_state
-    st.radio("Label range (the theory works on [0, 1]; outputs are mapped back to label units)",
-             list(SCALINGS), **state.bind("label_scaling"), format_func=SCALINGS.get)
+    st.radio(
+        "Label range (the theory works on [0, 1]; outputs are mapped back to label units)",
+        list(SCALINGS),
+        **state.bind("label_scaling"),
+        format_func=SCALINGS.get,
+    )
     if ss["label_scaling"] == "declared":
         a, b = st.columns(2)
         a.number_input("Lowest possible value", **state.bind("label_lo"), format="%g")
@@ -181,8 +236,12 @@ def _regression_label_widgets():
         a.number_input("Clip below quantile (%)", 0.0, 49.0, step=0.5, **state.bind("label_qlo"))
         b.number_input("Clip above quantile (%)", 51.0, 100.0, step=0.5, **state.bind("label_qhi"))
     st.checkbox("Log scale (fit ln label; all outputs in log units)", **state.bind("label_log"))
-    st.text_input("Units of the label (for axis titles)", **state.bind("label_units"), placeholder="e.g. thousand USD",
-                  max_chars=40)
+    st.text_input(
+        "Units of the label (for axis titles)",
+        **state.bind("label_units"),
+        placeholder="e.g. thousand USD",
+        max_chars=40,
+    )
 
 
 def label_section(d):
@@ -194,9 +253,13 @@ def label_section(d):
     sanitize("label_col", ordered, nums[-1] if nums else None)
     c1, c2 = st.columns([1, 1], gap="large")
     with c1:
-        st.selectbox("Label column (what the model predicts)", ordered, **state.bind("label_col", _on_label_change),
-                     format_func=lambda c: c if c in nums else f"{c}  (text)",
-                     help="Numeric columns are listed first.")
+        st.selectbox(
+            "Label column (what the model predicts)",
+            ordered,
+            **state.bind("label_col", _on_label_change),
+            format_func=lambda c: c if c in nums else f"{c}  (text)",
+            help="Numeric columns are listed first.",
+        )
         binary = binary_values(frame, ss.get("label_col"))
         if binary is not None:
             binary_section(binary)
@@ -210,13 +273,23 @@ def label_section(d):
             if lab in frame.columns:
                 n_bad = int(state.label_problems(frame, d["key"], lab))
                 if n_bad and n_bad < len(frame):
-                    st.button(f"Drop the {n_bad:,} rows whose label is missing or not a number", key="drop_missing_label",
-                              on_click=_drop_bad_label_rows, args=(lab,))
+                    st.button(
+                        f"Drop the {n_bad:,} rows whose label is missing or not a number",
+                        key="drop_missing_label",
+                        on_click=_drop_bad_label_rows,
+                        args=(lab,),
+                    )
         else:
-            st.markdown(f"Fitted label **{esc(summary['name'])}** in **[{summary['lo']:.4g}, {summary['hi']:.4g}]** "
-                        f"({esc(summary['note'])}); mean {summary['mean']:.4g}, SD {summary['sd']:.4g}.")
-            st.plotly_chart(_label_hist(summary, summary["name"], state.units()), width="stretch",
-                            config={"displayModeBar": False}, key="label_hist")
+            st.markdown(
+                f"Fitted label **{esc(summary['name'])}** in **[{summary['lo']:.4g}, {summary['hi']:.4g}]** "
+                f"({esc(summary['note'])}); mean {summary['mean']:.4g}, SD {summary['sd']:.4g}."
+            )
+            st.plotly_chart(
+                _label_hist(summary, summary["name"], state.units()),
+                width="stretch",
+                config={"displayModeBar": False},
+                key="label_hist",
+            )
 
 
 def base_section(d):
@@ -225,32 +298,51 @@ def base_section(d):
     nums = [c for c in state.numeric_columns(frame) if c != ss.get("label_col")]
     c1, c2 = st.columns([1, 1], gap="large")
     with c1:
-        st.radio("Base prediction (the model being audited; the initial mean)", list(BASE_KINDS), **state.bind("base_kind"),
-                 format_func=BASE_KINDS.get)
+        st.radio(
+            "Base prediction (the model being audited; the initial mean)",
+            list(BASE_KINDS),
+            **state.bind("base_kind"),
+            format_func=BASE_KINDS.get,
+        )
     with c2:
         if ss["base_kind"] == "column":
             sanitize("base_col", nums, None)
-            st.selectbox("Prediction column (label units)", nums, **state.bind("base_col"), index=None,
-                         placeholder="choose a column")
+            st.selectbox(
+                "Prediction column (label units)",
+                nums,
+                **state.bind("base_col"),
+                index=None,
+                placeholder="choose a column",
+            )
             if not nums:
                 st.warning("There is no numeric column other than the label.")
         elif ss["base_kind"] == "model":
             st.selectbox("Model", list(BASE_MODELS), **state.bind("base_model"), format_func=BASE_MODELS.get)
             options = [c for c in frame.columns if c != ss.get("label_col")]
             sanitize("base_features", options, multi=True)
-            st.multiselect("Feature columns", options, **state.bind("base_features"),
-                           help="Text columns are one-hot encoded; missing values are handled. Do not include "
-                                "columns that leak the label.")
+            st.multiselect(
+                "Feature columns",
+                options,
+                **state.bind("base_features"),
+                help="Text columns are one-hot encoded; missing values are handled. Do not include "
+                "columns that leak the label.",
+            )
             flags = state.feature_flags(frame, d["key"], ss.get("label_col"))
             chosen = [c for c in ss.get("base_features") or [] if c in flags]
             for c in chosen:
                 st.warning(f"Feature **{esc(c)}**: {esc(flags[c])}.", icon=":material/warning:")
             others = [c for c in flags if c not in chosen and c != ss.get("label_col")]
             if others:
-                st.caption("Not pre-selected: " + "; ".join(f"{esc(c)} ({esc(flags[c])})" for c in others[:12])
-                           + ("…" if len(others) > 12 else "") + ".")
-            st.caption("The model is trained on its own rows only (see the split below), so its predictions on the "
-                       "fitting and test rows are honest out-of-sample predictions.")
+                st.caption(
+                    "Not pre-selected: "
+                    + "; ".join(f"{esc(c)} ({esc(flags[c])})" for c in others[:12])
+                    + ("…" if len(others) > 12 else "")
+                    + "."
+                )
+            st.caption(
+                "The model is trained on its own rows only (see the split below), so its predictions on the "
+                "fitting and test rows are honest out-of-sample predictions."
+            )
         else:
             st.caption("The mean predictor starts at the label mean; multicalibration alone then fits the means.")
 
@@ -272,11 +364,16 @@ def split_section(d):
     df = pd.DataFrame({"part": list(sizes), "rows": list(sizes.values())})
     df["share"] = df["rows"] / d["rows"]
     df = df[df["rows"] > 0]
-    st.dataframe(df, hide_index=True, width="content",
-                 column_config={"share": st.column_config.ProgressColumn("share", format="percent", min_value=0,
-                                                                         max_value=1)})
-    st.caption("Interval calibration rows are drawn by the estimator from the multicalibration rows "
-               "(the share is set on the Run page).")
+    st.dataframe(
+        df,
+        hide_index=True,
+        width="content",
+        column_config={"share": st.column_config.ProgressColumn("share", format="percent", min_value=0, max_value=1)},
+    )
+    st.caption(
+        "Interval calibration rows are drawn by the estimator from the multicalibration rows "
+        "(the share is set on the Run page)."
+    )
 
 
 def render():
@@ -286,8 +383,10 @@ def render():
     if run is not None and run.data_key == (state.data() or {}).get("key") and ss.get("src_kind") != "Upload a file":
         with st.container(border=True):
             info = run.model.info
-            st.markdown(f"**An audit of _{esc(run.data_name)}_ is ready** ({info.get('n_groups')} groups, "
-                        f"{run.split['test'].size:,} test rows). Change anything below and re-run, or look at it now.")
+            st.markdown(
+                f"**An audit of _{esc(run.data_name)}_ is ready** ({info.get('n_groups')} groups, "
+                f"{run.split['test'].size:,} test rows). Change anything below and re-run, or look at it now."
+            )
             st.page_link("ui/results_page.py", label="Open the results", icon=":material/insights:")
     st.subheader("1 · Table")
     source_section()

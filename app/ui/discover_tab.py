@@ -8,6 +8,7 @@ discovered everywhere: the group list, the recipe, the Results page and the PDF 
 
 :func:`results_section` is the Results page's note on the discovered groups of a run.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -24,9 +25,16 @@ TARGETS = {"base": "the base prediction", "model": "the last run's multicalibrat
 
 def _spec() -> DiscoverSpec:
     s = state.settings()
-    return DiscoverSpec(features=tuple(s.disc_features or ()), max_depth=int(s.disc_depth),
-                        min_mass=float(s.disc_min_mass), top=int(s.disc_top), n_moments=max(2, int(s.p_k)),
-                        n_buckets=int(s.p_m), seed=int(s.split_seed), target=s.disc_target)
+    return DiscoverSpec(
+        features=tuple(s.disc_features or ()),
+        max_depth=int(s.disc_depth),
+        min_mass=float(s.disc_min_mass),
+        top=int(s.disc_top),
+        n_moments=max(2, int(s.p_k)),
+        n_buckets=int(s.p_m),
+        seed=int(s.split_seed),
+        target=s.disc_target,
+    )
 
 
 def start(sync: bool = False) -> DiscoverJob | None:
@@ -39,8 +47,15 @@ def start(sync: bool = False) -> DiscoverJob | None:
     if old is not None and old.running:
         return old
     ss.pop("disc_last", None)
-    job = DiscoverJob(d["df"], state.label_spec(), state.base_spec(), state.split_spec(), _spec(),
-                      run=ss.get("run"), data_key=d["key"])
+    job = DiscoverJob(
+        d["df"],
+        state.label_spec(),
+        state.base_spec(),
+        state.split_spec(),
+        _spec(),
+        run=ss.get("run"),
+        data_key=d["key"],
+    )
     ss["disc_job"] = job
     if sync:
         job.run_sync()
@@ -58,8 +73,13 @@ def finalize():
     if job is None or job.running or job.status == "idle":
         return
     ss["disc_job"] = None
-    ss["disc_last"] = {"status": job.status, "error": job.error, "elapsed": job.elapsed,
-                       "result": job.result, "data_key": job.data_key}  # shown only while that table is loaded
+    ss["disc_last"] = {
+        "status": job.status,
+        "error": job.error,
+        "elapsed": job.elapsed,
+        "result": job.result,
+        "data_key": job.data_key,
+    }  # shown only while that table is loaded
 
 
 def _add(i: int):
@@ -75,8 +95,10 @@ def _add(i: int):
         return
     ss["groups"] = groups + [g]
     ss.pop("export_groups", None)
-    ss["groups_msg"] = (f"Added the discovered group '{g['name']}' ({g['count']:,} rows). The next run calibrates on "
-                        "it; Results and the PDF mark it as discovered.")
+    ss["groups_msg"] = (
+        f"Added the discovered group '{g['name']}' ({g['count']:,} rows). The next run calibrates on "
+        "it; Results and the PDF mark it as discovered."
+    )
 
 
 def _add_all():
@@ -98,8 +120,13 @@ def _live():
         st.rerun()
         return
     c1, c2 = st.columns([1, 5])
-    if c1.button("Stop", key="disc_stop", icon=":material/stop_circle:", disabled=job._stop.is_set(),
-                 help="Ends the search before the next tree is grown; nothing is kept."):
+    if c1.button(
+        "Stop",
+        key="disc_stop",
+        icon=":material/stop_circle:",
+        disabled=job._stop.is_set(),
+        help="Ends the search before the next tree is grown; nothing is kept.",
+    ):
         job.stop()
         job.wait(2.0)
         if not job.running:
@@ -116,23 +143,49 @@ def _controls(d, has_run: bool):
     frame = d["df"]
     options = [c for c in frame.columns if c != ss.get("label_col")]
     sanitize("disc_features", options, multi=True)
-    st.multiselect("Features the rules may use", options, **state.bind("disc_features"),
-                   help="Discover grows shallow regression trees on these columns and reads each leaf back as a rule "
-                        "(conditions joined by AND). Leave out identifiers and columns unknown for new rows.")
+    st.multiselect(
+        "Features the rules may use",
+        options,
+        **state.bind("disc_features"),
+        help="Discover grows shallow regression trees on these columns and reads each leaf back as a rule "
+        "(conditions joined by AND). Leave out identifiers and columns unknown for new rows.",
+    )
     c1, c2, c3 = st.columns(3)
-    c1.number_input("Conditions per rule (tree depth)", 1, 6, **state.bind("disc_depth"),
-                    help="At most this many conditions in one rule. 2–3 keeps rules readable.")
-    c2.number_input("Smallest group (share of the searched rows)", min_value=0.001, max_value=0.4, step=0.005,
-                    format="%.3f", **state.bind("disc_min_mass"),
-                    help="A rule must hold for at least this share of the rows; smaller sets are too noisy to check.")
-    c3.number_input("Groups shown per kind", 1, 20, **state.bind("disc_top"),
-                    help="The strongest accepted sets of each kind (mean, variance).")
+    c1.number_input(
+        "Conditions per rule (tree depth)",
+        1,
+        6,
+        **state.bind("disc_depth"),
+        help="At most this many conditions in one rule. 2–3 keeps rules readable.",
+    )
+    c2.number_input(
+        "Smallest group (share of the searched rows)",
+        min_value=0.001,
+        max_value=0.4,
+        step=0.005,
+        format="%.3f",
+        **state.bind("disc_min_mass"),
+        help="A rule must hold for at least this share of the rows; smaller sets are too noisy to check.",
+    )
+    c3.number_input(
+        "Groups shown per kind",
+        1,
+        20,
+        **state.bind("disc_top"),
+        help="The strongest accepted sets of each kind (mean, variance).",
+    )
     if has_run:
         sanitize("disc_target", list(TARGETS), "base")
-        st.radio("Look for errors of", list(TARGETS), **state.bind("disc_target"), format_func=lambda t: TARGETS[t],
-                 horizontal=True, help="The base prediction: groups it gets wrong (to list them before the audit). "
-                                       "The model: groups the last run still gets wrong (the listed groups are "
-                                       "calibrated; is anything outside them off?).")
+        st.radio(
+            "Look for errors of",
+            list(TARGETS),
+            **state.bind("disc_target"),
+            format_func=lambda t: TARGETS[t],
+            horizontal=True,
+            help="The base prediction: groups it gets wrong (to list them before the audit). "
+            "The model: groups the last run still gets wrong (the listed groups are "
+            "calibrated; is anything outside them off?).",
+        )
     elif ss.get("disc_target") != "base":
         state.put("disc_target", "base")
 
@@ -147,10 +200,15 @@ def _problem(d) -> str | None:
         if run is None or run.data_key != d["key"]:
             return "There is no fitted model for this table yet: run the audit first, or look at the base prediction."
     elif s.base_kind == "none":
-        return ("Discover looks for groups on which a prediction is wrong, and there is no base prediction yet: "
-                "choose a prediction column or an in-app base model on the Data page"
-                + (", or look at the last run's model." if run is not None and run.data_key == d["key"] else
-                   " (or run the audit and look at its model)."))
+        return (
+            "Discover looks for groups on which a prediction is wrong, and there is no base prediction yet: "
+            "choose a prediction column or an in-app base model on the Data page"
+            + (
+                ", or look at the last run's model."
+                if run is not None and run.data_key == d["key"]
+                else " (or run the audit and look at its model)."
+            )
+        )
     if s.label_col in (s.disc_features or []):
         return f"The label '{s.label_col}' cannot be a feature of a group."
     return None
@@ -166,8 +224,9 @@ def _same_as_listed(d, found: list) -> list:
     if not listed or len(listed) > 500 or not found:
         return [None] * len(found)
     try:
-        memb = GroupSet.from_json(listed + [dict(g, name=f"__discover_candidate_{i}") for i, g in enumerate(found)]) \
-            .evaluate(d["df"])
+        memb = GroupSet.from_json(
+            listed + [dict(g, name=f"__discover_candidate_{i}") for i, g in enumerate(found)]
+        ).evaluate(d["df"])
     except Exception:  # noqa: BLE001 - a hint only
         return [None] * len(found)
     rows = [memb.group_rows(i + 1) for i in range(len(listed) + len(found))]
@@ -193,23 +252,32 @@ def _results(d):
         return
     disc = res.discovery
     units = state.units()
-    lead = (f"Looked for errors of {TARGETS.get(res.target, res.target)} on {res.note}: {disc.n_candidates} "
-            f"candidate set(s) "
-            f"from the search half ({disc.n_search:,} rows), each tested on the check half ({disc.n_check:,} rows) "
-            f"with a Bonferroni correction over all candidates; {last['elapsed']:.1f} s.")
+    lead = (
+        f"Looked for errors of {TARGETS.get(res.target, res.target)} on {res.note}: {disc.n_candidates} "
+        f"candidate set(s) "
+        f"from the search half ({disc.n_search:,} rows), each tested on the check half ({disc.n_check:,} rows) "
+        f"with a Bonferroni correction over all candidates; {last['elapsed']:.1f} s."
+    )
     if not res.findings:
-        st.info("**No group found.** No rule on these features has a mean or variance error beyond sampling noise "
-                "on the check rows (adjusted p < 0.05 and above the size threshold). Try more features or a smaller "
-                "'smallest group', or accept that the prediction is calibrated on every such rule at this "
-                "sample size.", icon=":material/search_off:")
+        st.info(
+            "**No group found.** No rule on these features has a mean or variance error beyond sampling noise "
+            "on the check rows (adjusted p < 0.05 and above the size threshold). Try more features or a smaller "
+            "'smallest group', or accept that the prediction is calibrated on every such rule at this "
+            "sample size.",
+            icon=":material/search_off:",
+        )
         st.caption(esc(lead))
         best = disc.findings[:3]
         if best:
-            st.caption("Strongest candidates (not significant): " + "; ".join(
-                f"{esc(f.name)} (p = {f.p_value:.2g})" for f in best))
+            st.caption(
+                "Strongest candidates (not significant): "
+                + "; ".join(f"{esc(f.name)} (p = {f.p_value:.2g})" for f in best)
+            )
         return
-    st.markdown(f"**{len(res.findings)} group(s) found** — each is a rule (a group definition you can add), the "
-                "error measured on check rows the search never saw, inside the prediction bucket it was found in.")
+    st.markdown(
+        f"**{len(res.findings)} group(s) found** — each is a rule (a group definition you can add), the "
+        "error measured on check rows the search never saw, inside the prediction bucket it was found in."
+    )
     st.caption(esc(lead))
     in_list = {g["name"] for g in ss.get("groups") or []}
     same = _same_as_listed(d, res.groups)
@@ -218,34 +286,54 @@ def _results(d):
     for i, (g, r) in enumerate(zip(res.groups, rows)):
         with st.container(border=True):
             c1, c2 = st.columns([5, 1])
-            c1.markdown(f"**{esc(r['rule'])}** · {esc(r['error'])}  \n"
-                        f"{r['rows']:,} rows ({r['share']:.1%} of the searched rows) · observed − predicted "
-                        f"{esc(r['observed − predicted'])} on {r['check rows']:,} check rows in "
-                        f"{esc(r['region'])} · adjusted p = {r['p (adjusted)']:.2g}"
-                        + "".join(f"  \nAlso: {esc(o['error'])}, {esc(o['observed − predicted'])}, adjusted p = "
-                                  f"{o['p (adjusted)']:.2g}" for o in others[i])
-                        + (f"  \n*Same rows as the listed group '{esc(same[i])}'.*" if same[i] else ""))
+            c1.markdown(
+                f"**{esc(r['rule'])}** · {esc(r['error'])}  \n"
+                f"{r['rows']:,} rows ({r['share']:.1%} of the searched rows) · observed − predicted "
+                f"{esc(r['observed − predicted'])} on {r['check rows']:,} check rows in "
+                f"{esc(r['region'])} · adjusted p = {r['p (adjusted)']:.2g}"
+                + "".join(
+                    f"  \nAlso: {esc(o['error'])}, {esc(o['observed − predicted'])}, adjusted p = "
+                    f"{o['p (adjusted)']:.2g}"
+                    for o in others[i]
+                )
+                + (f"  \n*Same rows as the listed group '{esc(same[i])}'.*" if same[i] else "")
+            )
             added = g["name"] in in_list
-            c2.button("Added ✓" if added else "Add", key=f"disc_add_{i}", disabled=added, on_click=_add, args=(i,),
-                      type="secondary" if added else "primary", width="stretch",
-                      help=f"Adds the group '{g['name']}' to the list.")
+            c2.button(
+                "Added ✓" if added else "Add",
+                key=f"disc_add_{i}",
+                disabled=added,
+                on_click=_add,
+                args=(i,),
+                type="secondary" if added else "primary",
+                width="stretch",
+                help=f"Adds the group '{g['name']}' to the list.",
+            )
     fresh = [g for g in res.groups if g["name"] not in in_list]
     if len(fresh) > 1:
         st.button(f"Add all {len(fresh)}", key="disc_add_all", on_click=_add_all)
     with st.expander("As a table"):
         t = pd.DataFrame(rows)
-        st.dataframe(t, hide_index=True, width="stretch",
-                     column_config={"share": st.column_config.NumberColumn(format="percent"),
-                                    "p (adjusted)": st.column_config.NumberColumn(format="%.2g")})
+        st.dataframe(
+            t,
+            hide_index=True,
+            width="stretch",
+            column_config={
+                "share": st.column_config.NumberColumn(format="percent"),
+                "p (adjusted)": st.column_config.NumberColumn(format="%.2g"),
+            },
+        )
 
 
 def render(d):
     ss = st.session_state
     finalize()
-    st.markdown("Find groups you did not list: a learning oracle (shallow regression trees on the residuals, inside "
-                "each prediction bucket) proposes rules on half of the non-test rows, and only rules whose error is "
-                "significant on the other half are shown. Test rows are never used, so the audit of an added group "
-                "stays honest.")
+    st.markdown(
+        "Find groups you did not list: a learning oracle (shallow regression trees on the residuals, inside "
+        "each prediction bucket) proposes rules on half of the non-test rows, and only rules whose error is "
+        "significant on the other half are shown. Test rows are never used, so the audit of an added group "
+        "stays honest."
+    )
     run = ss.get("run")
     has_run = run is not None and run.data_key == d["key"]
     _controls(d, has_run)
@@ -254,8 +342,13 @@ def render(d):
     problem = _problem(d)
     if problem:
         st.info(problem, icon=":material/info:")
-    if st.button("Discover", key="disc_btn", type="primary", icon=":material/travel_explore:",
-                 disabled=running or problem is not None):
+    if st.button(
+        "Discover",
+        key="disc_btn",
+        type="primary",
+        icon=":material/travel_explore:",
+        disabled=running or problem is not None,
+    ):
         job = start()
         running = job is not None and job.running
     if running:
@@ -285,9 +378,13 @@ def results_section(run):
     bg = getattr(run.audit, "by_group", None)
     rows = []
     for name, g in found.items():
-        r = {"group": name, "origin": "discovered",
-             "found for": {"mean": "mean error", "moment_2": "variance error",
-                           "learned": "learned during the fit"}.get(g.get("kind"), str(g.get("kind")))}
+        r = {
+            "group": name,
+            "origin": "discovered",
+            "found for": {"mean": "mean error", "moment_2": "variance error", "learned": "learned during the fit"}.get(
+                g.get("kind"), str(g.get("kind"))
+            ),
+        }
         if isinstance(bg, pd.DataFrame) and name in bg.index:
             b = bg.loc[name]
             r["test rows"] = int(b.get("count", 0))
@@ -299,11 +396,18 @@ def results_section(run):
                 r["variance obs./pred."] = float(b["emp_var"]) / float(b["pred_var"])
         rows.append(r)
     with st.container(border=True):
-        st.markdown(f"**Discovered groups** ({len(rows)}): found by the learning-oracle auditor (Discover) and checked "
-                    "on held-out rows, then calibrated like the listed groups. The numbers here are on the test rows, "
-                    "which the search never saw (mean error: observed − predicted mean; variance: observed over "
-                    "predicted variance).")
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
-                     column_config={c: st.column_config.NumberColumn(format="%.3g") for c in
-                                    ("mean error now", "mean error of the base",
-                                     "variance obs./pred.")})
+        st.markdown(
+            f"**Discovered groups** ({len(rows)}): found by the learning-oracle auditor (Discover) and checked "
+            "on held-out rows, then calibrated like the listed groups. The numbers here are on the test rows, "
+            "which the search never saw (mean error: observed − predicted mean; variance: observed over "
+            "predicted variance)."
+        )
+        st.dataframe(
+            pd.DataFrame(rows),
+            hide_index=True,
+            width="stretch",
+            column_config={
+                c: st.column_config.NumberColumn(format="%.3g")
+                for c in ("mean error now", "mean error of the base", "variance obs./pred.")
+            },
+        )

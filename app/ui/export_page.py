@@ -1,4 +1,5 @@
 """Export page: the PDF report, predictions with intervals (CSV), the fitted model and the groups (JSON)."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,17 @@ def build_pdf(run, frame) -> bytes:
     from app.report import build_report_pdf
 
     table, y, base = _test_inputs(run, frame)
-    return build_report_pdf(run.model, table, y, base=base, delta=run.settings.delta, gamma=run.settings.gamma,
-                            label=run.label.name, data_name=f"{run.data_name} (test rows)", audit=run.audit)
+    return build_report_pdf(
+        run.model,
+        table,
+        y,
+        base=base,
+        delta=run.settings.delta,
+        gamma=run.settings.gamma,
+        label=run.label.name,
+        data_name=f"{run.data_name} (test rows)",
+        audit=run.audit,
+    )
 
 
 def build_csv(run, frame, methods, which: str) -> bytes:
@@ -49,10 +59,13 @@ def build_csv(run, frame, methods, which: str) -> bytes:
 def pdf_section(run, frame):
     ss = st.session_state
     st.subheader("PDF report")
-    st.caption("For a review board: parameters, data summary, findings in plain language, and the figures of the "
-               "Results page, computed on the test rows.")
+    st.caption(
+        "For a review board: parameters, data summary, findings in plain language, and the figures of the "
+        "Results page, computed on the test rows."
+    )
     try:
         from app.report import CHROMIUM_MESSAGE, chromium_available
+
         chrome = chromium_available()
     except ImportError:
         chrome, CHROMIUM_MESSAGE = None, "the report module (app/report.py) is not installed"
@@ -70,13 +83,22 @@ def pdf_section(run, frame):
                 ss["export_pdf_error"] = str(e)
                 ss.pop("export_pdf", None)
             except ImportError as e:
-                ss["export_pdf_error"] = f"PDF export needs the kaleido and fpdf2 packages: pip install kaleido fpdf2 ({e})"
+                ss["export_pdf_error"] = (
+                    f"PDF export needs the kaleido and fpdf2 packages: pip install kaleido fpdf2 ({e})"
+                )
                 ss.pop("export_pdf", None)
     if ss.get("export_pdf_error"):
         st.error(f"Could not build the PDF: {esc(ss['export_pdf_error'])}", icon=":material/error:")
     if ss.get("export_pdf"):
-        c2.download_button("Download report.pdf", data=ss["export_pdf"], file_name=report_file_name(run.data_name),
-                           mime="application/pdf", key="pdf_download", on_click="ignore", icon=":material/download:")
+        c2.download_button(
+            "Download report.pdf",
+            data=ss["export_pdf"],
+            file_name=report_file_name(run.data_name),
+            mime="application/pdf",
+            key="pdf_download",
+            on_click="ignore",
+            icon=":material/download:",
+        )
         c2.caption(f"{len(ss['export_pdf']) / 1024:,.0f} KB, built in {ss.get('export_pdf_seconds', 0):.1f} s.")
 
 
@@ -89,8 +111,13 @@ def csv_section(run, frame):
     state.put("exp_methods", [m for m in ss.get("exp_methods", []) if m in methods])
     c1, c2 = st.columns([2, 1])
     c1.multiselect("Interval methods (a lower and an upper column each)", methods, **state.bind("exp_methods"))
-    which = c2.radio("Rows", ["all", "test"], key="exp_rows", horizontal=True,
-                     format_func=lambda w: {"all": f"all {len(frame):,} rows", "test": "test rows only"}[w])
+    which = c2.radio(
+        "Rows",
+        ["all", "test"],
+        key="exp_rows",
+        horizontal=True,
+        format_func=lambda w: {"all": f"all {len(frame):,} rows", "test": "test rows only"}[w],
+    )
     sig = (run.finished_at, tuple(ss["exp_methods"]), which)
     if ss.get("export_csv_sig") != sig:
         ss.pop("export_csv", None)
@@ -104,19 +131,33 @@ def csv_section(run, frame):
                 ss["export_csv"] = build_csv(run, frame, ss["exp_methods"], which)
                 ss["export_csv_sig"] = sig
     if ss.get("export_csv") is not None:
-        st.download_button("Download predictions.csv", data=ss["export_csv"], file_name="predictions.csv",
-                           mime="text/csv", key="csv_download", on_click="ignore", icon=":material/download:")
-        st.caption(f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the "
-                   "split the row was in), `mmc_base`, `mmc_mean`, `mmc_sd`, `mmc_moment_a`, and "
-                   "`mmc_lower_<method>` / `mmc_upper_<method>`"
-                   + (f"; all in log({run.label_spec.column}) units" if run.label_spec.log else
-                      f"; all in {run.label.name} units") + ". Text cells that would run as spreadsheet formulas are "
-                   "escaped." if getattr(run.model, "task", "") != "binary" else
-                   f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the "
-                   "split the row was in), `mmc_base` (the base probability), `mmc_mean` (the multicalibrated "
-                   "probability of the positive class, in [0, 1]) and `mmc_decision` (1 when `mmc_mean` ≥ "
-                   f"{run.settings.threshold:g}). A binary label has no intervals. Text cells that would run as "
-                   "spreadsheet formulas are escaped.")
+        st.download_button(
+            "Download predictions.csv",
+            data=ss["export_csv"],
+            file_name="predictions.csv",
+            mime="text/csv",
+            key="csv_download",
+            on_click="ignore",
+            icon=":material/download:",
+        )
+        st.caption(
+            f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the "
+            "split the row was in), `mmc_base`, `mmc_mean`, `mmc_sd`, `mmc_moment_a`, and "
+            "`mmc_lower_<method>` / `mmc_upper_<method>`"
+            + (
+                f"; all in log({run.label_spec.column}) units"
+                if run.label_spec.log
+                else f"; all in {run.label.name} units"
+            )
+            + ". Text cells that would run as spreadsheet formulas are "
+            "escaped."
+            if getattr(run.model, "task", "") != "binary"
+            else f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the "
+            "split the row was in), `mmc_base` (the base probability), `mmc_mean` (the multicalibrated "
+            "probability of the positive class, in [0, 1]) and `mmc_decision` (1 when `mmc_mean` ≥ "
+            f"{run.settings.threshold:g}). A binary label has no intervals. Text cells that would run as "
+            "spreadsheet formulas are escaped."
+        )
 
 
 def json_section(run):
@@ -138,20 +179,41 @@ def json_section(run):
             ss["export_audit"] = None
     c = st.columns(3)
     with c[0]:
-        st.download_button("Download model.json", data=ss["export_model"], file_name="model.json",
-                           mime="application/json", key="model_download", on_click="ignore", icon=":material/download:")
-        st.caption("Apply it to new rows with `mmc predict --model model.json …` "
-                   + ("(pass the base prediction with --pred)." if run.model.uses_base else "."))
+        st.download_button(
+            "Download model.json",
+            data=ss["export_model"],
+            file_name="model.json",
+            mime="application/json",
+            key="model_download",
+            on_click="ignore",
+            icon=":material/download:",
+        )
+        st.caption(
+            "Apply it to new rows with `mmc predict --model model.json …` "
+            + ("(pass the base prediction with --pred)." if run.model.uses_base else ".")
+        )
     with c[1]:
-        st.download_button("Download groups.json", data=ss["export_groups_run"], file_name="groups.json",
-                           mime="application/json", key="groups_download", on_click="ignore",
-                           icon=":material/download:")
+        st.download_button(
+            "Download groups.json",
+            data=ss["export_groups_run"],
+            file_name="groups.json",
+            mime="application/json",
+            key="groups_download",
+            on_click="ignore",
+            icon=":material/download:",
+        )
         st.caption("The groups of this model, in the format `mmc fit --groups` reads.")
     with c[2]:
         if ss.get("export_audit"):
-            st.download_button("Download audit.json", data=ss["export_audit"], file_name="audit.json",
-                               mime="application/json", key="audit_download", on_click="ignore",
-                               icon=":material/download:")
+            st.download_button(
+                "Download audit.json",
+                data=ss["export_audit"],
+                file_name="audit.json",
+                mime="application/json",
+                key="audit_download",
+                on_click="ignore",
+                icon=":material/download:",
+            )
             st.caption("Every table of the Results page (per group, per cell), as `mmc audit` writes it.")
 
 

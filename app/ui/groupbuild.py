@@ -4,6 +4,7 @@ Groups are kept as JSON-ready dicts in the format ``mmc fit --groups`` reads (se
 ``{"name": ..., "where": [{"column": ..., "op": ..., ...}, ...]}``. Everything that turns text into a group
 goes through :meth:`mmc_core.GroupSet.from_json` (an explicit grammar; nothing is evaluated).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -17,9 +18,20 @@ from mmc_core.errors import GroupDefinitionError
 from mmc_core.groups import MAX_GROUPS, MAX_VALUES, _quartile_edges
 from mmc_core.groups import column_conditions as core_column_conditions
 
-__all__ = ["column_kind", "distinct_values", "quantile_edges", "column_conditions", "intersections",
-           "condition_label", "group_name", "validate_groups", "groups_file", "parse_groups_file",
-           "suggest_groups", "MAX_CATEGORIES"]
+__all__ = [
+    "column_kind",
+    "distinct_values",
+    "quantile_edges",
+    "column_conditions",
+    "intersections",
+    "condition_label",
+    "group_name",
+    "validate_groups",
+    "groups_file",
+    "parse_groups_file",
+    "suggest_groups",
+    "MAX_CATEGORIES",
+]
 
 MAX_CATEGORIES = MAX_VALUES  # numeric columns with more distinct values than this are binned (as `mmc fit`)
 
@@ -56,8 +68,9 @@ def quantile_edges(s: pd.Series, n_bins: int) -> list:
     return _quartile_edges(v, n_bins)
 
 
-def column_conditions(df: pd.DataFrame, col: str, n_bins: int = 4, max_categories: int = MAX_CATEGORIES,
-                      bin_numeric: bool = False) -> list:
+def column_conditions(
+    df: pd.DataFrame, col: str, n_bins: int = 4, max_categories: int = MAX_CATEGORIES, bin_numeric: bool = False
+) -> list:
     """One condition dict per value (categorical) or per quantile bin (numeric) of ``col``: the one group builder
     of mmc_core (:func:`mmc_core.groups.column_conditions`), so a groups file exported here and a
     ``mmc fit --group-cols`` run on the same table define the same groups."""
@@ -86,12 +99,16 @@ def intersections(per_column: list, max_order: int) -> list:
     """All groups from one condition of each of up to ``max_order`` different columns (order 1 first)."""
     if max_order < 1:
         raise GroupDefinitionError(f"the intersection order must be >= 1, got {max_order}")
-    count = sum(int(np.prod([len(per_column[i]) for i in combo]))
-                for r in range(1, min(max_order, len(per_column)) + 1)
-                for combo in itertools.combinations(range(len(per_column)), r))
+    count = sum(
+        int(np.prod([len(per_column[i]) for i in combo]))
+        for r in range(1, min(max_order, len(per_column)) + 1)
+        for combo in itertools.combinations(range(len(per_column)), r)
+    )
     if count + 1 > MAX_GROUPS:
-        raise GroupDefinitionError(f"these columns and order {max_order} give {count + 1:,} groups; the limit is "
-                                   f"{MAX_GROUPS:,} (lower the order, use fewer bins or fewer columns)")
+        raise GroupDefinitionError(
+            f"these columns and order {max_order} give {count + 1:,} groups; the limit is "
+            f"{MAX_GROUPS:,} (lower the order, use fewer bins or fewer columns)"
+        )
     groups = []
     for r in range(1, min(max_order, len(per_column)) + 1):
         for combo in itertools.combinations(range(len(per_column)), r):

@@ -4,6 +4,7 @@ Quick add (every value / quantile bin of chosen columns and their intersections 
 groups (conditions on columns combined with AND), edit / rename / remove, and import / export as the JSON
 file ``mmc fit --groups`` reads. Counts are live; groups below gamma mass are flagged.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,17 @@ def counts_table(d, groups: list) -> pd.DataFrame:
     for i, (g, n) in enumerate(zip([{"name": "all", "where": []}] + groups, sizes)):
         share = n / max(d["rows"], 1)
         status = "✕ empty" if n == 0 else ("⚠ below γ" if share < gamma else "✓ ok")
-        rows.append({"#": i, "group": g["name"], "definition": gb.definition(g),
-                     "rows": n, "share": share, "status": status,
-                     "origin": "discovered" if gb.is_discovered(g) else ("always" if i == 0 else "listed")})
+        rows.append(
+            {
+                "#": i,
+                "group": g["name"],
+                "definition": gb.definition(g),
+                "rows": n,
+                "share": share,
+                "status": status,
+                "origin": "discovered" if gb.is_discovered(g) else ("always" if i == 0 else "listed"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -55,23 +64,34 @@ def current_section(d):
     n_empty = int((table["status"] == "✕ empty").sum())
     c = st.columns(3)
     c[0].metric("Groups", f"{len(table):,}", help="Including the whole population ('all'), which is always audited.")
-    c[1].metric(f"Below γ = {gamma:g}", f"{n_below:,}", help="Groups with less than γ of the rows: the guarantees do "
-                "not cover them and their estimates are noisy.")
+    c[1].metric(
+        f"Below γ = {gamma:g}",
+        f"{n_below:,}",
+        help="Groups with less than γ of the rows: the guarantees do not cover them and their estimates are noisy.",
+    )
     c[2].metric("Empty", f"{n_empty:,}")
     if n_below or n_empty:
         names = table.loc[table["status"] != "✓ ok", "group"].tolist()
-        st.warning(f"{n_below + n_empty} group(s) hold less than γ = {gamma:g} of the rows "
-                   f"({', '.join(esc(n) for n in names[:6])}{'…' if len(names) > 6 else ''}). They are still fitted, but their "
-                   "guarantees are weak; the results mark them with †.", icon=":material/warning:")
-    st.dataframe(table, hide_index=True, width="stretch", height=min(38 + 35 * len(table), 420),
-                 column_config={
-                     "#": st.column_config.NumberColumn(width="small"),
-                     "rows": st.column_config.NumberColumn(format="localized"),
-                     "share": st.column_config.ProgressColumn("share of rows", format="percent", min_value=0,
-                                                              max_value=1),
-                     "origin": st.column_config.TextColumn(help="discovered: found by the Discover tab (the "
-                                                                "learning-oracle auditor) and checked on held-out rows"),
-                 })
+        st.warning(
+            f"{n_below + n_empty} group(s) hold less than γ = {gamma:g} of the rows "
+            f"({', '.join(esc(n) for n in names[:6])}{'…' if len(names) > 6 else ''}). They are still fitted, but their "
+            "guarantees are weak; the results mark them with †.",
+            icon=":material/warning:",
+        )
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        height=min(38 + 35 * len(table), 420),
+        column_config={
+            "#": st.column_config.NumberColumn(width="small"),
+            "rows": st.column_config.NumberColumn(format="localized"),
+            "share": st.column_config.ProgressColumn("share of rows", format="percent", min_value=0, max_value=1),
+            "origin": st.column_config.TextColumn(
+                help="discovered: found by the Discover tab (the learning-oracle auditor) and checked on held-out rows"
+            ),
+        },
+    )
 
 
 def quick_add(d):
@@ -79,15 +99,23 @@ def quick_add(d):
     frame = d["df"]
     options = [c for c in frame.columns if c != ss.get("label_col")]
     sanitize("qa_cols", options, multi=True)
-    st.multiselect("Columns", options, **state.bind("qa_cols"),
-                   help="Each value of a column becomes a group; numeric columns with many values are cut into "
-                        "quantile bins.")
+    st.multiselect(
+        "Columns",
+        options,
+        **state.bind("qa_cols"),
+        help="Each value of a column becomes a group; numeric columns with many values are cut into quantile bins.",
+    )
     c1, c2 = st.columns(2)
     max_order = max(1, len(ss["qa_cols"]))
     if ss["qa_order"] > max_order:
         state.put("qa_order", max_order)
-    c1.number_input("Intersections up to order", min_value=1, max_value=max(max_order, 1), **state.bind("qa_order"),
-                    help="2 adds every pair of values from two different columns (e.g. race=B & sex=F).")
+    c1.number_input(
+        "Intersections up to order",
+        min_value=1,
+        max_value=max(max_order, 1),
+        **state.bind("qa_order"),
+        help="2 adds every pair of values from two different columns (e.g. race=B & sex=F).",
+    )
     c2.number_input("Quantile bins for numeric columns", min_value=2, max_value=10, **state.bind("qa_bins"))
     if not ss["qa_cols"]:
         st.caption("Pick one or more columns.")
@@ -100,8 +128,10 @@ def quick_add(d):
         return
     existing = {g["name"] for g in _groups()}
     fresh = [g for g in new if g["name"] not in existing]
-    st.caption(f"{len(new):,} groups from these settings; {len(fresh):,} of them are new"
-               + (": " + ", ".join(esc(g["name"]) for g in fresh[:5]) + ("…" if len(fresh) > 5 else "") if fresh else "."))
+    st.caption(
+        f"{len(new):,} groups from these settings; {len(fresh):,} of them are new"
+        + (": " + ", ".join(esc(g["name"]) for g in fresh[:5]) + ("…" if len(fresh) > 5 else "") if fresh else ".")
+    )
     b1, b2 = st.columns(2)
     if b1.button(f"Add {len(fresh):,} groups", key="qa_add", disabled=not fresh, type="primary"):
         merged, _ = gb.merge(_groups(), new)
@@ -134,7 +164,9 @@ def _cond_widgets(d, prefix: str):
             return {"column": col, "op": "!=" if neg else "==", "value": picked[0]}
         return {"column": col, "op": "not in" if neg else "in", "values": list(picked)}
     q = info["quartiles"]
-    st.caption(f"{esc(col)}: min {info['min']:.4g}, quartiles {q[0]:.4g} / {q[1]:.4g} / {q[2]:.4g}, max {info['max']:.4g}")
+    st.caption(
+        f"{esc(col)}: min {info['min']:.4g}, quartiles {q[0]:.4g} / {q[1]:.4g} / {q[2]:.4g}, max {info['max']:.4g}"
+    )
     c1, c2 = st.columns(2)
     ss.setdefault(f"{prefix}_lo", float(q[0]))
     ss.setdefault(f"{prefix}_hi", float(q[2]))
@@ -174,8 +206,7 @@ def custom_group(d):
     draft = ss.setdefault("draft_conds", [])
     st.markdown("A group is the rows meeting **all** its conditions. Add conditions one by one.")
     cond = _cond_widgets(d, "cg")
-    st.button("Add this condition", key="cg_add_cond", disabled=cond is None, on_click=_cb_add_condition,
-              args=(cond,))
+    st.button("Add this condition", key="cg_add_cond", disabled=cond is None, on_click=_cb_add_condition, args=(cond,))
     if draft:
         try:
             sizes = state.group_sizes(d["df"], d["key"], json.dumps([{"name": "draft", "where": draft}]))
@@ -183,13 +214,17 @@ def custom_group(d):
         except MMCError as e:
             st.error(esc(e))
             n = None
-        st.markdown("**Draft:** " + " **and** ".join(esc(gb.condition_label(c)) for c in draft)
-                    + (f" — {n:,} rows ({n / max(d['rows'], 1):.1%})" if n is not None else ""))
+        st.markdown(
+            "**Draft:** "
+            + " **and** ".join(esc(gb.condition_label(c)) for c in draft)
+            + (f" — {n:,} rows ({n / max(d['rows'], 1):.1%})" if n is not None else "")
+        )
         ss.setdefault("cg_name", "")
         st.text_input("Group name (optional)", key="cg_name", placeholder=gb.group_name(draft), max_chars=200)
         b1, b2 = st.columns(2)
-        b1.button("Create group", key="cg_create", type="primary", on_click=_cb_create_group,
-                  args=(list(d["df"].columns),))
+        b1.button(
+            "Create group", key="cg_create", type="primary", on_click=_cb_create_group, args=(list(d["df"].columns),)
+        )
         b2.button("Clear draft", key="cg_clear", on_click=_cb_clear_draft)
 
 
@@ -204,7 +239,7 @@ def _cb_save_group(i: int, columns):
             edited["any"] = groups[i]["any"]  # a learned rule's disjunction is kept (the editor shows 'where')
         if where == groups[i].get("where"):
             edited.update(gb.info_fields(groups[i]))  # same rule, renamed: still the discovered group
-        new = groups[:i] + [edited] + groups[i + 1:]
+        new = groups[:i] + [edited] + groups[i + 1 :]
         gs = gb.validate_groups(new, columns)
     except json.JSONDecodeError as e:
         ss["groups_err"] = f"The conditions are not valid JSON: {e.msg} (line {e.lineno})"
@@ -213,8 +248,10 @@ def _cb_save_group(i: int, columns):
         ss["groups_err"] = str(e)
         return
     info = {g["name"]: gb.info_fields(g) for g in new}
-    _set_groups([{**x.to_dict(), **info.get(x.name, {})} for x in gs.groups if not x.is_everything or x.name != "all"],
-                f"Saved '{name}'.")
+    _set_groups(
+        [{**x.to_dict(), **info.get(x.name, {})} for x in gs.groups if not x.is_everything or x.name != "all"],
+        f"Saved '{name}'.",
+    )
     ss["ed_loaded"] = None
     ss["ed_pick"] = name
 
@@ -253,20 +290,22 @@ def edit_groups(d):
         ss["ed_json"] = json.dumps(g["where"], indent=1)
         ss["ed_loaded"] = pick
     st.text_input("Name", key="ed_name", max_chars=200)
-    st.text_area("Conditions (JSON list; the grammar of the group file)", key="ed_json", height=140,
-                 help='e.g. [{"column": "race", "op": "==", "value": "B"}, {"column": "age", "op": "between", '
-                      '"lo": 50, "hi": 65}]')
+    st.text_area(
+        "Conditions (JSON list; the grammar of the group file)",
+        key="ed_json",
+        height=140,
+        help='e.g. [{"column": "race", "op": "==", "value": "B"}, {"column": "age", "op": "between", '
+        '"lo": 50, "hi": 65}]',
+    )
     b1, b2, b3 = st.columns(3)
-    b1.button("Save changes", key="ed_save", type="primary", on_click=_cb_save_group,
-              args=(i, list(d["df"].columns)))
+    b1.button("Save changes", key="ed_save", type="primary", on_click=_cb_save_group, args=(i, list(d["df"].columns)))
     b2.button("Remove this group", key="ed_remove", on_click=_cb_remove, args=([pick], f"Removed '{pick}'."))
     b3.button("Load into the custom builder", key="ed_to_draft", on_click=_cb_to_draft, args=(g,))
     st.divider()
     sanitize("rm_pick", names, multi=True)
     st.multiselect("Remove several groups", names, key="rm_pick")
     c1, c2 = st.columns(2)
-    c1.button("Remove selected", key="rm_btn", disabled=not ss.get("rm_pick"), on_click=_cb_remove,
-              args=(None, None))
+    c1.button("Remove selected", key="rm_btn", disabled=not ss.get("rm_pick"), on_click=_cb_remove, args=(None, None))
     c2.button("Remove all groups", key="rm_all", on_click=_cb_remove, args=(names, "Removed all groups."))
 
 
@@ -284,8 +323,9 @@ def _parse_import(data, columns) -> tuple[list, object]:
         if obj.get("version", 1) != 1:
             raise ValueError(f"recipe version {obj.get('version')!r} is not supported (expected 1)")
         settings = Settings.from_dict(obj.get("settings") or {}, base=state.settings())
-        groups = gb.parse_groups_file(json.dumps({"format": "mmc-groups", "version": 1,
-                                                  "groups": obj.get("groups") or []}), columns)
+        groups = gb.parse_groups_file(
+            json.dumps({"format": "mmc-groups", "version": 1, "groups": obj.get("groups") or []}), columns
+        )
         return groups, settings
     return gb.parse_groups_file(text, columns), None
 
@@ -301,8 +341,12 @@ def _apply_import(new: list, settings, mode: str, source: str):
         _set_groups(new, f"Imported {len(new)} groups from {source} (replacing the old ones).")
     else:
         merged, skipped = gb.merge(groups, new)
-        _set_groups(merged, f"Imported {len(new) - skipped} groups from {source}"
-                    + (f" ({skipped} already present by name)" if skipped else "") + ".")
+        _set_groups(
+            merged,
+            f"Imported {len(new) - skipped} groups from {source}"
+            + (f" ({skipped} already present by name)" if skipped else "")
+            + ".",
+        )
     st.rerun()
 
 
@@ -316,21 +360,34 @@ def import_export(d):
         st.markdown("**Export**: the file `mmc fit --groups FILE.json` reads.")
         text = gb.to_text(groups) if groups else json.dumps({"format": "mmc-groups", "version": 1, "groups": []})
         ss["export_groups"] = text.encode("utf-8")
-        st.download_button("Download groups.json", data=ss["export_groups"], file_name="groups.json",
-                           mime="application/json", key="grp_download", on_click="ignore",
-                           icon=":material/download:")
+        st.download_button(
+            "Download groups.json",
+            data=ss["export_groups"],
+            file_name="groups.json",
+            mime="application/json",
+            key="grp_download",
+            on_click="ignore",
+            icon=":material/download:",
+        )
         ss["export_recipe"] = json.dumps(recipe(state.settings(), json.loads(text)), indent=2).encode("utf-8")
-        st.download_button("Download the audit recipe (settings + groups)", data=ss["export_recipe"],
-                           file_name="mmc_recipe.json", mime="application/json", key="recipe_download",
-                           on_click="ignore", icon=":material/download:",
-                           help="Every setting of every page plus the groups; import it here to repeat the audit.")
+        st.download_button(
+            "Download the audit recipe (settings + groups)",
+            data=ss["export_recipe"],
+            file_name="mmc_recipe.json",
+            mime="application/json",
+            key="recipe_download",
+            on_click="ignore",
+            icon=":material/download:",
+            help="Every setting of every page plus the groups; import it here to repeat the audit.",
+        )
         with st.expander("Show the JSON"):
             st.code(text[:20000] + ("\n…" if len(text) > 20000 else ""), language="json")
     with c2:
         st.markdown("**Import** a groups file or an audit recipe (JSON, as exported here or written by hand).")
         up = st.file_uploader("Groups or recipe JSON", type=["json"], key="grp_upload")
-        mode = st.radio("On import", ["add to the current groups", "replace the current groups"], key="grp_mode",
-                        horizontal=True)
+        mode = st.radio(
+            "On import", ["add to the current groups", "replace the current groups"], key="grp_mode", horizontal=True
+        )
         if up is not None and ss.get("grp_imported") != up.file_id:
             try:
                 new, settings = _parse_import(up.getvalue(), d["df"].columns)
@@ -339,8 +396,12 @@ def import_export(d):
             else:
                 ss["grp_imported"] = up.file_id
                 _apply_import(new, settings, mode, up.name)
-        st.text_area("…or paste JSON", key="grp_paste", height=100,
-                     placeholder='{"format": "mmc-groups", "version": 1, "groups": [...]}')
+        st.text_area(
+            "…or paste JSON",
+            key="grp_paste",
+            height=100,
+            placeholder='{"format": "mmc-groups", "version": 1, "groups": [...]}',
+        )
         if st.button("Import pasted JSON", key="grp_paste_btn", disabled=not (ss.get("grp_paste") or "").strip()):
             try:
                 new, settings = _parse_import(ss["grp_paste"], d["df"].columns)
@@ -357,8 +418,10 @@ def render():
     if d is None:
         st.info("Load a table on the Data page first.")
         return
-    st.caption("The audit checks calibration of means and variances on every group below (and on 'all'). Groups "
-               "may overlap. They are defined by conditions on columns, so they can be computed on new rows.")
+    st.caption(
+        "The audit checks calibration of means and variances on every group below (and on 'all'). Groups "
+        "may overlap. They are defined by conditions on columns, so they can be computed on new rows."
+    )
     msg = ss.pop("groups_msg", None)
     if msg:
         st.success(msg, icon=":material/check:")

@@ -7,6 +7,7 @@ Variance disparities (which groups the model is least certain about, and whether
 width heatmaps of the interval methods, mean calibration before / after, moment calibration per cell, and a
 row explorer. Figures come from ``app/figures.py`` (the PDF report uses the same ones) and are cached per run.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,11 +21,15 @@ import streamlit as st
 from app.ui import state
 from app.ui.common import esc, need_run, tab_state
 
-METHOD_LABELS = {"guaranteed": "guaranteed (paper, Section 5)", "plugin": "plug-in Chebyshev",
-                 "multimoment": "multi-moment cover (Appendix)", "calibrated": "calibrated on held-out rows",
-                 "split-conformal": "split conformal (marginal)", "mondrian": "Mondrian (per-group) conformal",
-                 "gaussian": "Gaussian (base ± z·sd)"}
-
+METHOD_LABELS = {
+    "guaranteed": "guaranteed (paper, Section 5)",
+    "plugin": "plug-in Chebyshev",
+    "multimoment": "multi-moment cover (Appendix)",
+    "calibrated": "calibrated on held-out rows",
+    "split-conformal": "split conformal (marginal)",
+    "mondrian": "Mondrian (per-group) conformal",
+    "gaussian": "Gaussian (base ± z·sd)",
+}
 
 
 def _rule_note(info: dict) -> str:
@@ -35,6 +40,7 @@ def _rule_note(info: dict) -> str:
     if "auto" in rules:
         return " (auto: just above the sampling noise)"
     return ""
+
 
 def _run_key(run) -> str:
     return f"{run.data_key}:{run.finished_at}"
@@ -72,8 +78,10 @@ def _min_count_audit(audit, min_count: int):
         return audit
     a = copy.copy(audit)
     bg = bg.copy()
-    for col, err, cnt, mass in (("calib_error_worst", "error", "count", "mass"),
-                                ("calib_error_worst_base", "error_base", "count_base", "mass_base")):
+    for col, err, cnt, mass in (
+        ("calib_error_worst", "error", "count", "mass"),
+        ("calib_error_worst_base", "error_base", "count_base", "mass_base"),
+    ):
         if col in bg.columns and {err, cnt}.issubset(cc.columns):
             keep = cc[cc[cnt].fillna(0) >= min_count]
             worst = keep.assign(_e=keep[err].abs()).groupby("group")["_e"].max()
@@ -108,9 +116,12 @@ def _test_intervals(key: str, _run, _frame) -> dict:
     preds = _run.model.predict(table, base)
     ints = interval_table(_run.model, table, base=base, delta=_run.settings.delta, gamma=_run.settings.gamma)
     memb = _run.model.groups.evaluate(table, len(rows))
-    return {"mean": preds["mean"], "ints": {m: (np.asarray(lo), np.asarray(hi)) for m, (lo, hi) in ints.items()},
-            "groups": [memb.group_rows(g) for g in range(len(_run.model.groups))],
-            "names": list(_run.model.groups.names)}
+    return {
+        "mean": preds["mean"],
+        "ints": {m: (np.asarray(lo), np.asarray(hi)) for m, (lo, hi) in ints.items()},
+        "groups": [memb.group_rows(g) for g in range(len(_run.model.groups))],
+        "names": list(_run.model.groups.names),
+    }
 
 
 def coverage_by_bucket_table(run, frame, method: str, with_counts: bool = False):
@@ -177,23 +188,35 @@ def headline(run):
     info = run.model.info
     s = run.settings
     c = st.columns(5)
-    c[0].metric("Model", "converged" if run.converged else ("stopped" if run.stopped else "not converged"),
-                help=f"{info.get('rounds')} rounds, {info.get('mean_updates'):,} mean and "
-                     f"{info.get('moment_updates'):,} moment updates")
-    c[1].metric("Test rows", f"{run.split['test'].size:,}", help="All results on this page are on rows the fit never saw.")
+    c[0].metric(
+        "Model",
+        "converged" if run.converged else ("stopped" if run.stopped else "not converged"),
+        help=f"{info.get('rounds')} rounds, {info.get('mean_updates'):,} mean and "
+        f"{info.get('moment_updates'):,} moment updates",
+    )
+    c[1].metric(
+        "Test rows", f"{run.split['test'].size:,}", help="All results on this page are on rows the fit never saw."
+    )
     c[2].metric("Groups", f"{info.get('n_groups')}")
     cov = getattr(audit, "coverage", None)
     if isinstance(cov, pd.DataFrame) and "calibrated" in cov.columns:
         col = cov["calibrated"].astype(float)
         target = 1 - s.delta
         overall = float(col.iloc[0]) if len(col) else float("nan")
-        c[3].metric("Coverage, all rows", _pct(overall), delta=_pts(overall - target, target),
-                    help=f"Share of test rows inside their calibrated {target:.0%} interval.")
+        c[3].metric(
+            "Coverage, all rows",
+            _pct(overall),
+            delta=_pts(overall - target, target),
+            help=f"Share of test rows inside their calibrated {target:.0%} interval.",
+        )
         big = _large_enough(audit, col.index)
         worst = float(col[big].min() if big.any() else col.min())
-        c[4].metric("Worst group (mass ≥ γ)", _pct(worst), delta=_pts(worst - target, target),
-                    help="The lowest coverage of the calibrated intervals among groups with at least γ of the rows.")
-
+        c[4].metric(
+            "Worst group (mass ≥ γ)",
+            _pct(worst),
+            delta=_pts(worst - target, target),
+            help="The lowest coverage of the calibrated intervals among groups with at least γ of the rows.",
+        )
 
 
 def rmse_line(run, frame):
@@ -207,8 +230,10 @@ def rmse_line(run, frame):
     u = esc(state.units() or f"{run.label.name} units")
     if bm.get("base_test"):
         b = bm["base_test"]
-        st.caption(f"Test rows: root mean squared error {b['rmse']:.4g} (base) → {after['rmse']:.4g} "
-                   f"(multicalibrated) {u}; R² {b['r2']:.3f} → {after['r2']:.3f}.")
+        st.caption(
+            f"Test rows: root mean squared error {b['rmse']:.4g} (base) → {after['rmse']:.4g} "
+            f"(multicalibrated) {u}; R² {b['r2']:.3f} → {after['r2']:.3f}."
+        )
     else:
         st.caption(f"Test rows: root mean squared error {after['rmse']:.4g} {u}; R² {after['r2']:.3f}.")
 
@@ -239,8 +264,12 @@ def _large_enough(audit, index) -> np.ndarray:
     return np.ones(len(index), bool)
 
 
-KIND_TITLES = {"mean": "mean over/under-prediction", "variance": "predicted vs observed spread",
-               "coverage": "interval coverage shortfall", "calibration": "bucket calibration"}
+KIND_TITLES = {
+    "mean": "mean over/under-prediction",
+    "variance": "predicted vs observed spread",
+    "coverage": "interval coverage shortfall",
+    "calibration": "bucket calibration",
+}
 
 
 def findings(run):
@@ -252,74 +281,105 @@ def findings(run):
     with st.container(border=True):
         st.markdown("**What the audit found** (test rows)")
         if s["failed"]:
-            st.error(f"The findings could not be computed ({esc(s['failed'])}). The tables and figures below are "
-                     "unaffected.", icon=":material/error:")
+            st.error(
+                f"The findings could not be computed ({esc(s['failed'])}). The tables and figures below are "
+                "unaffected.",
+                icon=":material/error:",
+            )
             return
         if s["shown"]:
-            st.markdown("\n".join(f"- **{esc(KIND_TITLES.get(f['kind'], f['kind']))}:** {esc(f['text'])}"
-                                   for f in s["shown"]))
+            st.markdown(
+                "\n".join(f"- **{esc(KIND_TITLES.get(f['kind'], f['kind']))}:** {esc(f['text'])}" for f in s["shown"])
+            )
         else:
-            st.markdown("No group's mean, spread or interval coverage differs from the model's prediction beyond "
-                        f"sampling error (groups and cells with at least {s['min_count']} test rows).")
+            st.markdown(
+                "No group's mean, spread or interval coverage differs from the model's prediction beyond "
+                f"sampling error (groups and cells with at least {s['min_count']} test rows)."
+            )
         more = s["n_found"] - len(s["shown"])
-        st.caption((f"{more} more finding(s) in the audit JSON (Export page). " if more > 0 else "")
-                   + f"{s['n_tests']} tests of groups and cells with at least {s['min_count']} test rows, adjusted "
-                   f"together by {s['control']} at {s['level']:g}; smaller groups are never reported."
-                   + s.get("variance_note", ""))
+        st.caption(
+            (f"{more} more finding(s) in the audit JSON (Export page). " if more > 0 else "")
+            + f"{s['n_tests']} tests of groups and cells with at least {s['min_count']} test rows, adjusted "
+            f"together by {s['control']} at {s['level']:g}; smaller groups are never reported."
+            + s.get("variance_note", "")
+        )
     if s["disparities"]:
         with st.container(border=True):
-            st.markdown("**Variance disparities** (descriptive: groups the model is more or less certain about; "
-                        "not a defect of the model)")
+            st.markdown(
+                "**Variance disparities** (descriptive: groups the model is more or less certain about; "
+                "not a defect of the model)"
+            )
             st.markdown("\n".join(f"- {esc(d['text'])}" for d in s["disparities"]))
 
 
 def variance_tab(run):
     ss = st.session_state
-    st.markdown("Which groups is the model **least certain** about, and does it *know* it? Each row compares the "
-                "model's predicted spread (√ of the mean predicted variance) with the observed spread of the "
-                "outcome around the predicted mean, on the test rows. A ratio far from 1 means the stated "
-                "uncertainty is wrong for that group.")
+    st.markdown(
+        "Which groups is the model **least certain** about, and does it *know* it? Each row compares the "
+        "model's predicted spread (√ of the mean predicted variance) with the observed spread of the "
+        "outcome around the predicted mean, on the test rows. A ratio far from 1 means the stated "
+        "uncertainty is wrong for that group."
+    )
     n_groups = len(run.model.groups)
     top = None
     if n_groups > 10:
         c1, _ = st.columns([2, 3])
-        c1.select_slider("Groups shown (farthest from the overall level first)", [10, 20, 30, 50, 100],
-                         **state.bind("res_top"))
+        c1.select_slider(
+            "Groups shown (farthest from the overall level first)", [10, 20, 30, 50, 100], **state.bind("res_top")
+        )
         top = int(ss["res_top"])
-    st.plotly_chart(_figure("variance", _run_key(run), run, top, state.units()), width="stretch",
-                    key="fig_variance")
+    st.plotly_chart(_figure("variance", _run_key(run), run, top, state.units()), width="stretch", key="fig_variance")
     bg = getattr(run.audit, "by_group", None)
     if isinstance(bg, pd.DataFrame) and "pred_var" in bg.columns:
         t = bg.copy()
         t["predicted SD"] = np.sqrt(np.clip(t["pred_var"].astype(float), 0, None))
         if "emp_var" in t.columns:
             t["observed SD"] = np.sqrt(np.clip(t["emp_var"].astype(float), 0, None))
-        keep = [c for c in ("count", "mass", "predicted SD", "observed SD", "var_ratio", "var_ratio_lo", "var_ratio_hi")
-                if c in t.columns]
-        min_n = int((getattr(run.audit, "params", {}) or {}).get("min_group_count") or st.session_state.get("res_mincount") or 20)
+        keep = [
+            c
+            for c in ("count", "mass", "predicted SD", "observed SD", "var_ratio", "var_ratio_lo", "var_ratio_hi")
+            if c in t.columns
+        ]
+        min_n = int(
+            (getattr(run.audit, "params", {}) or {}).get("min_group_count")
+            or st.session_state.get("res_mincount")
+            or 20
+        )
         small = t["count"].astype(float) < min_n if "count" in t.columns else pd.Series(False, index=t.index)
         top = t[~small].sort_values("predicted SD", ascending=False)[keep].head(8)
         below = ~_large_enough(run.audit, top.index)
         top.index = [f"{n} †" if b else str(n) for n, b in zip(top.index, below)]
-        st.markdown(f"**Least certain groups** (largest predicted SD, {esc(state.units() or run.label.name + ' units')})"
-                    + ("; † = fewer than γ of the rows, estimates are noisy" if below.any() else ""))
+        st.markdown(
+            f"**Least certain groups** (largest predicted SD, {esc(state.units() or run.label.name + ' units')})"
+            + ("; † = fewer than γ of the rows, estimates are noisy" if below.any() else "")
+        )
         if small.any():
-            st.caption(f"{int(small.sum())} group(s) with fewer than {min_n} test rows are left out of this table "
-                       "(their spread cannot be estimated).")
-        st.dataframe(top, width="stretch", column_config={
-            "mass": st.column_config.NumberColumn(format="%.3f"), "predicted SD": st.column_config.NumberColumn(format="%.3g"),
-            "observed SD": st.column_config.NumberColumn(format="%.3g"),
-            "var_ratio": st.column_config.NumberColumn("variance ratio", format="%.3f"),
-            "var_ratio_lo": st.column_config.NumberColumn("ratio 95% low", format="%.3f"),
-            "var_ratio_hi": st.column_config.NumberColumn("ratio 95% high", format="%.3f")})
+            st.caption(
+                f"{int(small.sum())} group(s) with fewer than {min_n} test rows are left out of this table "
+                "(their spread cannot be estimated)."
+            )
+        st.dataframe(
+            top,
+            width="stretch",
+            column_config={
+                "mass": st.column_config.NumberColumn(format="%.3f"),
+                "predicted SD": st.column_config.NumberColumn(format="%.3g"),
+                "observed SD": st.column_config.NumberColumn(format="%.3g"),
+                "var_ratio": st.column_config.NumberColumn("variance ratio", format="%.3f"),
+                "var_ratio_lo": st.column_config.NumberColumn("ratio 95% low", format="%.3f"),
+                "var_ratio_hi": st.column_config.NumberColumn("ratio 95% high", format="%.3f"),
+            },
+        )
 
 
 def coverage_tab(run, frame):
     ss = st.session_state
     s = run.settings
-    st.markdown(f"Do the prediction intervals contain the outcome **{1 - s.delta:.0%}** of the time **in every "
-                "group**? White = on target, red = too few rows covered, blue = wider than needed. Groups marked † "
-                f"hold less than γ = {s.gamma:g} of the rows.")
+    st.markdown(
+        f"Do the prediction intervals contain the outcome **{1 - s.delta:.0%}** of the time **in every "
+        "group**? White = on target, red = too few rows covered, blue = wider than needed. Groups marked † "
+        f"hold less than γ = {s.gamma:g} of the rows."
+    )
     st.plotly_chart(_figure("coverage", _run_key(run), run, None, state.units()), width="stretch", key="fig_coverage")
     try:
         methods = list(_test_intervals(_run_key(run), run, frame)["ints"])
@@ -329,34 +389,61 @@ def coverage_tab(run, frame):
     if methods:
         if ss.get("res_method") not in methods:
             state.put("res_method", "calibrated" if "calibrated" in methods else methods[0])
-        st.selectbox("Method for the coverage by predicted-mean bucket", methods, **state.bind("res_method"),
-                     format_func=lambda m: METHOD_LABELS.get(m, m))
-        st.plotly_chart(_bucket_figure(_run_key(run), ss["res_method"], run, frame, state.units()), width="stretch",
-                        key="fig_bucket")
+        st.selectbox(
+            "Method for the coverage by predicted-mean bucket",
+            methods,
+            **state.bind("res_method"),
+            format_func=lambda m: METHOD_LABELS.get(m, m),
+        )
+        st.plotly_chart(
+            _bucket_figure(_run_key(run), ss["res_method"], run, frame, state.units()),
+            width="stretch",
+            key="fig_bucket",
+        )
     st.plotly_chart(_figure("width", _run_key(run), run, None, state.units()), width="stretch", key="fig_width")
 
 
 def calibration_tab(run):
     ss = st.session_state
-    st.markdown("**Mean calibration before and after.** For each group, the largest gap between the average "
-                "prediction and the average outcome over its predicted-mean buckets, for the base model and for "
-                "the multicalibrated model (test rows).")
+    st.markdown(
+        "**Mean calibration before and after.** For each group, the largest gap between the average "
+        "prediction and the average outcome over its predicted-mean buckets, for the base model and for "
+        "the multicalibrated model (test rows)."
+    )
     c1, _ = st.columns([1, 2])
-    c1.select_slider("Ignore cells with fewer test rows than", [1, 5, 10, 20, 50, 100], **state.bind("res_mincount"),
-                     help="The error of a cell holding one or two rows is mostly noise; by default such cells are "
-                          "left out of the worst-cell error (the Tables tab lists every cell).")
-    st.plotly_chart(_figure("calibration", _run_key(run), run, (20, int(ss["res_mincount"])), state.units()),
-                    width="stretch", key="fig_calibration")
+    c1.select_slider(
+        "Ignore cells with fewer test rows than",
+        [1, 5, 10, 20, 50, 100],
+        **state.bind("res_mincount"),
+        help="The error of a cell holding one or two rows is mostly noise; by default such cells are "
+        "left out of the worst-cell error (the Tables tab lists every cell).",
+    )
+    st.plotly_chart(
+        _figure("calibration", _run_key(run), run, (20, int(ss["res_mincount"])), state.units()),
+        width="stretch",
+        key="fig_calibration",
+    )
     moments = list(run.model.moments)
     if moments:
-        st.markdown("**Moment calibration per cell.** Each marker is one (group, mean bucket, variance bucket) cell: "
-                    "its predicted against its observed central moment. On the diagonal = calibrated.")
+        st.markdown(
+            "**Moment calibration per cell.** Each marker is one (group, mean bucket, variance bucket) cell: "
+            "its predicted against its observed central moment. On the diagonal = calibrated."
+        )
         if ss.get("res_moment") not in moments:
             state.put("res_moment", moments[0])
-        st.selectbox("Moment", moments, **state.bind("res_moment"),
-                     format_func=lambda a: {2: "2: variance", 3: "3: third absolute moment", 4: "4: fourth moment"}.get(a, str(a)))
-        st.plotly_chart(_figure("moment", _run_key(run), run, int(ss["res_moment"]), state.units()), width="stretch",
-                        key="fig_moment")
+        st.selectbox(
+            "Moment",
+            moments,
+            **state.bind("res_moment"),
+            format_func=lambda a: {2: "2: variance", 3: "3: third absolute moment", 4: "4: fourth moment"}.get(
+                a, str(a)
+            ),
+        )
+        st.plotly_chart(
+            _figure("moment", _run_key(run), run, int(ss["res_moment"]), state.units()),
+            width="stretch",
+            key="fig_moment",
+        )
     mc = getattr(run.audit, "moment_cells", None)
     if isinstance(mc, pd.DataFrame) and len(mc):
         with st.expander(f"Moment cells table ({len(mc):,} cells)"):
@@ -371,24 +458,56 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
     labels = [METHOD_LABELS.get(m, m) for m, _ in rows]
     for lab, (_, (lo, hi)) in zip(labels, rows):
         inside = lo <= y <= hi
-        fig.add_trace(go.Scatter(x=[lo, hi], y=[lab, lab], mode="lines+markers", showlegend=False,
-                                 line=dict(color=OKABE_ITO["blue"] if inside else OKABE_ITO["vermillion"], width=6),
-                                 marker=dict(symbol="line-ns", size=14, line=dict(width=2)),
-                                 hovertemplate=f"{lab}: [{lo:.4g}, {hi:.4g}]<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[lo, hi],
+                y=[lab, lab],
+                mode="lines+markers",
+                showlegend=False,
+                line=dict(color=OKABE_ITO["blue"] if inside else OKABE_ITO["vermillion"], width=6),
+                marker=dict(symbol="line-ns", size=14, line=dict(width=2)),
+                hovertemplate=f"{lab}: [{lo:.4g}, {hi:.4g}]<extra></extra>",
+            )
+        )
     mu = details["pred"]["mean"]
     fig.add_vline(x=mu, line=dict(color="#555", dash="dot", width=2))
     fig.add_vline(x=y, line=dict(color=OKABE_ITO["orange"], width=3))
-    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color="#555", dash="dot", width=2),
-                             name=f"predicted mean {mu:.4g}"))
-    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=OKABE_ITO["orange"], width=3),
-                             name=f"observed {name} {y:.4g}"))
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="lines",
+            line=dict(color="#555", dash="dot", width=2),
+            name=f"predicted mean {mu:.4g}",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="lines",
+            line=dict(color=OKABE_ITO["orange"], width=3),
+            name=f"observed {name} {y:.4g}",
+        )
+    )
     if any(not (lo <= y <= hi) for _, (lo, hi) in rows):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=OKABE_ITO["vermillion"], width=6),
-                                 name="interval misses the observed value"))
-    fig.update_layout(height=120 + 38 * len(rows), margin=dict(l=10, r=20, t=40, b=50), template="plotly_white",
-                      font=dict(family="DejaVu Sans, Arial, sans-serif", size=13),
-                      title=dict(text="<b>This row's intervals</b>", x=0, font=dict(size=15)),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"))
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="lines",
+                line=dict(color=OKABE_ITO["vermillion"], width=6),
+                name="interval misses the observed value",
+            )
+        )
+    fig.update_layout(
+        height=120 + 38 * len(rows),
+        margin=dict(l=10, r=20, t=40, b=50),
+        template="plotly_white",
+        font=dict(family="DejaVu Sans, Arial, sans-serif", size=13),
+        title=dict(text="<b>This row's intervals</b>", x=0, font=dict(size=15)),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"),
+    )
     fig.update_xaxes(title_text=f"{name} ({units})" if units else name)
     fig.update_yaxes(autorange="reversed", automargin=True)
     return fig
@@ -399,13 +518,16 @@ def explorer_tab(run, frame):
 
     ss = st.session_state
     test = run.split["test"]
-    st.markdown("Pick a test row: its features, predicted mean and moments, every method's interval, and the "
-                "groups it belongs to.")
+    st.markdown(
+        "Pick a test row: its features, predicted mean and moments, every method's interval, and the "
+        "groups it belongs to."
+    )
     c1, c2 = st.columns([1, 3])
     if "res_row" not in ss or not 0 <= ss["res_row"] < test.size:
         ss["res_row"] = 0
-    c1.number_input(f"Test row (0 – {test.size - 1:,})", min_value=0, max_value=int(test.size - 1), key="res_row",
-                    step=1)
+    c1.number_input(
+        f"Test row (0 – {test.size - 1:,})", min_value=0, max_value=int(test.size - 1), key="res_row", step=1
+    )
     if c1.button("Random row", key="res_random"):
         ss["res_row_next"] = int(np.random.default_rng().integers(test.size))
         st.rerun()
@@ -425,35 +547,55 @@ def explorer_tab(run, frame):
         p = det["pred"]
         k = st.columns(4)
         k[0].metric(f"Observed {esc(run.label.name)}{u}", f"{det['label']:.4g}")
-        k[1].metric(f"Predicted mean{u}", f"{p['mean']:.4g}",
-                    delta=None if det["base"] is None else f"{p['mean'] - det['base']:+.3g} vs base",
-                    delta_color="off")
+        k[1].metric(
+            f"Predicted mean{u}",
+            f"{p['mean']:.4g}",
+            delta=None if det["base"] is None else f"{p['mean'] - det['base']:+.3g} vs base",
+            delta_color="off",
+        )
         if "moment_2" in p:
             k[2].metric(f"Predicted SD{u}", f"{math.sqrt(max(p['moment_2'], 0)):.4g}")
         if det["base"] is not None:
             k[3].metric(f"Base prediction{u}", f"{det['base']:.4g}")
-    st.caption(f"Table row {row:,} (counting from 0). Central moments: " + ", ".join(
-        f"m{k.split('_')[1]} = {v:.4g}" for k, v in det["pred"].items() if k.startswith("moment_")))
+    st.caption(
+        f"Table row {row:,} (counting from 0). Central moments: "
+        + ", ".join(f"m{k.split('_')[1]} = {v:.4g}" for k, v in det["pred"].items() if k.startswith("moment_"))
+    )
     a, b = st.columns([3, 2], gap="large")
     with a:
         st.plotly_chart(_interval_figure(det, det["label"], run.label.name, units), width="stretch", key="fig_row")
-        rows = [(METHOD_LABELS.get(m, m), lo, hi, hi - lo, lo <= det["label"] <= hi)
-                for m, v in det["intervals"].items() if isinstance(v, tuple) for lo, hi in [v]]
-        st.dataframe(pd.DataFrame(rows, columns=["method", "lower", "upper", "width", "contains the outcome"]),
-                     hide_index=True, width="stretch",
-                     column_config={c: st.column_config.NumberColumn(format="%.4g") for c in ("lower", "upper", "width")})
+        rows = [
+            (METHOD_LABELS.get(m, m), lo, hi, hi - lo, lo <= det["label"] <= hi)
+            for m, v in det["intervals"].items()
+            if isinstance(v, tuple)
+            for lo, hi in [v]
+        ]
+        st.dataframe(
+            pd.DataFrame(rows, columns=["method", "lower", "upper", "width", "contains the outcome"]),
+            hide_index=True,
+            width="stretch",
+            column_config={c: st.column_config.NumberColumn(format="%.4g") for c in ("lower", "upper", "width")},
+        )
     with b:
         st.markdown(f"**Groups of this row** ({len(det['groups'])})")
         st.markdown(" · ".join(esc(g) for g in det["groups"]))
         vals = {k: v for k, v in det["values"].items()}
-        st.dataframe(pd.DataFrame({"column": list(vals), "value": [str(v) for v in vals.values()]}),
-                     hide_index=True, width="stretch", height=min(36 + 35 * len(vals), 320))
+        st.dataframe(
+            pd.DataFrame({"column": list(vals), "value": [str(v) for v in vals.values()]}),
+            hide_index=True,
+            width="stretch",
+            height=min(36 + 35 * len(vals), 320),
+        )
 
 
 def tables_tab(run):
     audit = run.audit
-    for attr, title in (("by_group", "Per group"), ("coverage", "Coverage (group × method)"),
-                        ("width", "Mean width (group × method)"), ("calibration_cells", "Mean calibration per cell")):
+    for attr, title in (
+        ("by_group", "Per group"),
+        ("coverage", "Coverage (group × method)"),
+        ("width", "Mean width (group × method)"),
+        ("calibration_cells", "Mean calibration per cell"),
+    ):
         t = getattr(audit, attr, None)
         if isinstance(t, pd.DataFrame) and len(t):
             st.markdown(f"**{title}** ({len(t):,} rows)")
@@ -479,11 +621,13 @@ def render():
         if run.audit is not None:
             render_binary(run, frame)
             return
-    st.caption(f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
-               f"α = {run.alpha:.3g}, β = {run.beta:.3g}{_rule_note(run.model.info)}, "
-               f"m = {run.settings.n_buckets}, "
-               f"k = {run.settings.n_moments} · audited on {run.split['test'].size:,} test rows · δ = "
-               f"{run.settings.delta:g}, γ = {run.settings.gamma:g}")
+    st.caption(
+        f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
+        f"α = {run.alpha:.3g}, β = {run.beta:.3g}{_rule_note(run.model.info)}, "
+        f"m = {run.settings.n_buckets}, "
+        f"k = {run.settings.n_moments} · audited on {run.split['test'].size:,} test rows · δ = "
+        f"{run.settings.delta:g}, γ = {run.settings.gamma:g}"
+    )
     if run.stopped or not run.converged:
         st.warning("This model did not converge (stopped or capped); its guarantees do not hold.")
     if run.audit is None:

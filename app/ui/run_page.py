@@ -11,6 +11,7 @@ thinned convergence chart). The Stop button inside the fragment sets the job's s
 seen it the fragment says what is kept, and when the job is over the fragment triggers a full rerun and the
 result is stored in ``st.session_state["run"]`` (it survives reruns).
 """
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,17 @@ def run_now(sync: bool = False) -> FitJob | None:
     if old is not None and old.running:
         return old
     ss.pop("run_error", None)
-    job = FitJob(d["df"], state.label_spec(), state.base_spec(), state.split_spec(), _groups_json(),
-                 state.fit_settings(), data_key=d["key"], data_name=d["name"],
-                 worker="thread" if sync else WORKER)
+    job = FitJob(
+        d["df"],
+        state.label_spec(),
+        state.base_spec(),
+        state.split_spec(),
+        _groups_json(),
+        state.fit_settings(),
+        data_key=d["key"],
+        data_name=d["name"],
+        worker="thread" if sync else WORKER,
+    )
     job.label_units = state.units()
     ss["job"] = job
     if sync:
@@ -76,10 +85,19 @@ def finalize():
     if job is None or job.running or job.status == "idle":
         return
     ss["job"] = None
-    ss["last_job"] = {"status": job.status, "elapsed": job.elapsed, "error": job.error, "detail": job.detail,
-                      "rounds_seen": len(job.history), "stop_requested_at": job.stop_requested_at,
-                      "stop_seen_at": job.stop_seen_at, "ended_at": job.ended_at, "id": job.id,
-                      "kept": job.kept, "stop_phase": job.stop_phase}
+    ss["last_job"] = {
+        "status": job.status,
+        "elapsed": job.elapsed,
+        "error": job.error,
+        "detail": job.detail,
+        "rounds_seen": len(job.history),
+        "stop_requested_at": job.stop_requested_at,
+        "stop_seen_at": job.stop_seen_at,
+        "ended_at": job.ended_at,
+        "id": job.id,
+        "kept": job.kept,
+        "stop_phase": job.stop_phase,
+    }
     if job.status == "done" and job.result is not None:
         run = job.result
         units = getattr(job, "label_units", "")
@@ -119,15 +137,18 @@ def stopped_banner():
         kept = last.get("kept") or ""
         if st.session_state.get("run") is None:
             kept = kept.replace("; the previous results are kept", "")
-        st.warning(f"Stopped by you during {esc(last.get('stop_phase') or 'the run')}: {esc(kept)}.",
-                   icon=":material/stop_circle:")
+        st.warning(
+            f"Stopped by you during {esc(last.get('stop_phase') or 'the run')}: {esc(kept)}.",
+            icon=":material/stop_circle:",
+        )
 
 
 # ---------------------------------------------------------------------------------------------------
 # implications of the parameters
 # ---------------------------------------------------------------------------------------------------
-def implications(settings, n_rows: int, n_groups: int, lo: float | None, hi: float | None, units: str,
-                 preview: dict | None = None) -> list:
+def implications(
+    settings, n_rows: int, n_groups: int, lo: float | None, hi: float | None, units: str, preview: dict | None = None
+) -> list:
     """Plain-language consequences of the parameters, as markdown bullet strings. With "auto" thresholds,
     ``preview`` holds the values the run will use (None: known only once the base model is fitted)."""
     m, k, g = settings.n_buckets, settings.n_moments, settings.gamma
@@ -135,17 +156,21 @@ def implications(settings, n_rows: int, n_groups: int, lo: float | None, hi: flo
         return se_implications(settings, n_groups, lo, hi, units, preview)
     auto = settings.alpha == "auto" or settings.beta == "auto"
     if auto and not preview:
-        return ["**Thresholds α, β: automatic.** They are set just above the sampling noise of the fitting rows "
-                "once the base model's residuals are known (at the start of the run); the run summary shows them.",
-                f"**Buckets:** m = {m} per predictor; **moments:** 2..{k}" if k >= 2 else f"**Buckets:** m = {m}."]
+        return [
+            "**Thresholds α, β: automatic.** They are set just above the sampling noise of the fitting rows "
+            "once the base model's residuals are known (at the start of the run); the run summary shows them.",
+            f"**Buckets:** m = {m} per predictor; **moments:** 2..{k}" if k >= 2 else f"**Buckets:** m = {m}.",
+        ]
     a = float(preview["alpha"]) if auto else float(settings.alpha)
     b = float(preview["beta"]) if auto else float(settings.beta)
     span = (hi - lo) if (lo is not None and hi is not None and hi > lo) else None
     u = f" {units}" if units else ""
     out = []
     if auto:
-        out.append(f"**Automatic thresholds** for this data: α = **{a:.3g}**, β = **{b:.3g}** (just above the sampling "
-                   "noise of a cell with 5% of the fitting rows, so the descent does not chase noise).")
+        out.append(
+            f"**Automatic thresholds** for this data: α = **{a:.3g}**, β = **{b:.3g}** (just above the sampling "
+            "noise of a cell with 5% of the fitting rows, so the descent does not chase noise)."
+        )
     err = a / g
     txt = f"**Mean, per cell:** error ≤ α / P(S). For a group of mass γ = {g:g}: ≤ {err:.3g} on the [0, 1] scale"
     if span:
@@ -153,14 +178,21 @@ def implications(settings, n_rows: int, n_groups: int, lo: float | None, hi: flo
     out.append(txt + "; for the whole population ≤ " + (f"{a * span:.3g}{u}." if span else f"{a:g}."))
     if k >= 2:
         vb = (b + 2 * a) / g + 2 / m
-        txt = (f"**Variance, per cell:** the paper's worst case is (β + 2α) / P(S) + 2/m = {vb:.3g} on the [0, 1]² "
-               "scale for a γ-mass group (the 2/m comes from conditioning on mean buckets)")
+        txt = (
+            f"**Variance, per cell:** the paper's worst case is (β + 2α) / P(S) + 2/m = {vb:.3g} on the [0, 1]² "
+            "scale for a γ-mass group (the 2/m comes from conditioning on mean buckets)"
+        )
         if span:
-            txt += f", i.e. {vb * span ** 2:,.4g}{u}²" if u else f", i.e. {vb * span ** 2:,.4g} label units²"
+            txt += f", i.e. {vb * span**2:,.4g}{u}²" if u else f", i.e. {vb * span**2:,.4g} label units²"
         out.append(txt + ". The Results page shows the errors actually reached.")
-    out.append(f"**Iterations:** at most 1/α² − 1 = **{1 / a ** 2 - 1:,.0f}** mean updates"
-               + (f", each followed by at most (k − 1)(1/β² − 1) = {(k - 1) * (1 / b ** 2 - 1):,.0f} moment updates."
-                  if k >= 2 else "."))
+    out.append(
+        f"**Iterations:** at most 1/α² − 1 = **{1 / a**2 - 1:,.0f}** mean updates"
+        + (
+            f", each followed by at most (k − 1)(1/β² − 1) = {(k - 1) * (1 / b**2 - 1):,.0f} moment updates."
+            if k >= 2
+            else "."
+        )
+    )
     bw = f"{span / m:.3g}{u}" if span else f"{1 / m:.3g} of the range"
     cells = n_groups * m + (n_groups * m * m * (k - 1) if k >= 2 else 0)
     out.append(f"**Buckets:** m = {m} mean buckets, each {bw} wide; {n_groups} groups give {cells:,} cells to audit.")
@@ -168,19 +200,24 @@ def implications(settings, n_rows: int, n_groups: int, lo: float | None, hi: flo
         # sampling noise of a gamma-mass cell's mass-weighted residual, for a label SD of about 0.15 on [0, 1]
         noise = 2 * 0.15 * math.sqrt(g) / math.sqrt(n_rows)
         if a < noise:
-            out.append(f"⚠️ With {n_rows:,} fitting rows, α = {a:g} is below the sampling noise of a γ-mass cell "
-                       f"(≈ {noise:.2g}): the descent will partly fit noise. Raise α or turn on early stopping.")
+            out.append(
+                f"⚠️ With {n_rows:,} fitting rows, α = {a:g} is below the sampling noise of a γ-mass cell "
+                f"(≈ {noise:.2g}): the descent will partly fit noise. Raise α or turn on early stopping."
+            )
     return out
 
 
-SE_RULE_TEXT = ("**Thresholds: the per-cell standard-error test** (the library default, as `mmc fit`). A cell is "
-                "corrected only when its mean residual is at least z of *its own* standard errors from 0 "
-                "(Bonferroni at family-wise level 0.1 over every audited cell) and it has enough fitting rows, so "
-                "the descent does not chase noise.")
+SE_RULE_TEXT = (
+    "**Thresholds: the per-cell standard-error test** (the library default, as `mmc fit`). A cell is "
+    "corrected only when its mean residual is at least z of *its own* standard errors from 0 "
+    "(Bonferroni at family-wise level 0.1 over every audited cell) and it has enough fitting rows, so "
+    "the descent does not chase noise."
+)
 
 
-def se_implications(settings, n_groups: int, lo: float | None, hi: float | None, units: str,
-                    preview: dict | None) -> list:
+def se_implications(
+    settings, n_groups: int, lo: float | None, hi: float | None, units: str, preview: dict | None
+) -> list:
     """The "se" rule in plain words, with the z and the smallest correctable error the estimator computes
     (``preview`` from :func:`app.pipeline.se_thresholds`; None: known once the base model is fitted)."""
     m, k = settings.n_buckets, settings.n_moments
@@ -188,12 +225,16 @@ def se_implications(settings, n_groups: int, lo: float | None, hi: float | None,
     span = (hi - lo) if (lo is not None and hi is not None and hi > lo) else None
     u = f" {units}" if units else ""
     if not preview or preview.get("rule") != "se":
-        out.append("The test's z and the smallest error it corrects are computed at the start of the run (they need "
-                   "the base model's residuals); the run summary shows them.")
+        out.append(
+            "The test's z and the smallest error it corrects are computed at the start of the run (they need "
+            "the base model's residuals); the run summary shows them."
+        )
     else:
         z, nf, sd = preview["z"], max(int(preview["n_fit"]), 1), float(preview["resid_sd"])
-        out.append(f"**z = {z:.2f}** for cells (group × bucket), **z = {preview['z_group']:.2f}** for whole groups; "
-                   f"cells with fewer than {preview['min_count']} fitting rows are never corrected.")
+        out.append(
+            f"**z = {z:.2f}** for cells (group × bucket), **z = {preview['z_group']:.2f}** for whole groups; "
+            f"cells with fewer than {preview['min_count']} fitting rows are never corrected."
+        )
         parts = []
         sizes = [(int(preview["min_count"]), f"the smallest corrected size, {int(preview['min_count'])} rows")]
         for share, what in ((0.05, "5% of the fitting rows"), (settings.gamma, f"γ = {settings.gamma:g} of them")):
@@ -201,17 +242,28 @@ def se_implications(settings, n_groups: int, lo: float | None, hi: float | None,
                 sizes.append((max(int(round(share * nf)), 1), f"{what} ({max(int(round(share * nf)), 1):,} rows)"))
         for rows, what in sizes:
             d = z * sd / math.sqrt(rows)
-            parts.append(f"a cell of {what}: ±{d * span:.3g}{u}" if span
-                         else f"a cell of {what}: ±{d:.3g} of the label range")
-        out.append("**Smallest mean error corrected** (z × residual SD / √rows, with the residual SD of all "
-                   f"{nf:,} fitting rows): " + "; ".join(parts) + ". Smaller errors are left as noise.")
-        out.append("After the fit, the α and β shown are the values the kept model *achieves* on the fitting rows "
-                   "(every cell's mass-weighted error is below them), so the paper's guarantees hold with them.")
-    out.append(f"**Buckets:** m = {m} per predictor; **moments:** " + ("the variance" if k == 2 else f"2..{k}")
-               if k >= 2 else f"**Buckets:** m = {m}; mean only.")
+            parts.append(
+                f"a cell of {what}: ±{d * span:.3g}{u}" if span else f"a cell of {what}: ±{d:.3g} of the label range"
+            )
+        out.append(
+            "**Smallest mean error corrected** (z × residual SD / √rows, with the residual SD of all "
+            f"{nf:,} fitting rows): " + "; ".join(parts) + ". Smaller errors are left as noise."
+        )
+        out.append(
+            "After the fit, the α and β shown are the values the kept model *achieves* on the fitting rows "
+            "(every cell's mass-weighted error is below them), so the paper's guarantees hold with them."
+        )
+    out.append(
+        f"**Buckets:** m = {m} per predictor; **moments:** " + ("the variance" if k == 2 else f"2..{k}")
+        if k >= 2
+        else f"**Buckets:** m = {m}; mean only."
+    )
     if settings.early_stopping == "auto":
-        out.append("**Early stopping:** on (the round with the lowest held-out squared error is kept)."
-                   if settings.calibration_fraction > 0 else "**Early stopping:** off (no rows are held out).")
+        out.append(
+            "**Early stopping:** on (the round with the lowest held-out squared error is kept)."
+            if settings.calibration_fraction > 0
+            else "**Early stopping:** off (no rows are held out)."
+        )
     return out
 
 
@@ -233,7 +285,7 @@ def progress_of(history: list, alpha: float, max_rounds: int | None) -> float:
 def _convergence_fig(history, alpha: float, beta: float, kept_round=None):
     from app.figures_convergence import convergence_figure
 
-    return convergence_figure(history, alpha, beta, 1 / alpha ** 2 - 1, kept_round=kept_round)
+    return convergence_figure(history, alpha, beta, 1 / alpha**2 - 1, kept_round=kept_round)
 
 
 def _job_thresholds(job, settings) -> tuple[float, float] | None:
@@ -256,8 +308,10 @@ def stopping_text(job) -> str:
     if phase.startswith("auditing"):
         return "Stopped by you during the audit: the fitted model is kept, not audited."
     rnd = job.history[-1]["round"] if job.history else 0
-    return (f"Stopped by you at round {rnd} of the descent: the model after round {rnd} is kept (not audited); "
-            "its intervals are being calibrated, then it appears below.")
+    return (
+        f"Stopped by you at round {rnd} of the descent: the model after round {rnd} is kept (not audited); "
+        "its intervals are being calibrated, then it appears below."
+    )
 
 
 LIVE_POINTS = 300  # rounds drawn in the live chart (the paper's step makes thousands; the final chart has all)
@@ -306,9 +360,11 @@ def _live_body():
     alpha = thr[0] if thr else None
     frac = progress_of(hist, alpha, settings.max_rounds) if alpha else 0.0
     if last is not None:
-        text = (f"{job.phase} · round {last['round']} · largest mean violation {last['max_mean_violation']:.3g} "
-                f"(target < α = {alpha:.3g}) · {last['violating_cells']} violating cells · "
-                f"{last['mean_updates']:,} mean updates · {job.elapsed:.1f} s")
+        text = (
+            f"{job.phase} · round {last['round']} · largest mean violation {last['max_mean_violation']:.3g} "
+            f"(target < α = {alpha:.3g}) · {last['violating_cells']} violating cells · "
+            f"{last['mean_updates']:,} mean updates · {job.elapsed:.1f} s"
+        )
     else:
         text = f"{job.phase} · {job.elapsed:.1f} s"
     auditing = job.phase.startswith("auditing")
@@ -319,10 +375,15 @@ def _live_body():
         text = "Stopping… " + text
     c1, c2 = st.columns([1, 5])
     with c1:
-        clicked = st.button("Stop", key="stop_run", type="secondary", icon=":material/stop_circle:",
-                            disabled=job.stop_requested,
-                            help="Ends the run at once. During the base-model fit nothing is kept; during the descent "
-                                 "or the audit the model fitted so far is kept (marked 'not converged'), not audited.")
+        clicked = st.button(
+            "Stop",
+            key="stop_run",
+            type="secondary",
+            icon=":material/stop_circle:",
+            disabled=job.stop_requested,
+            help="Ends the run at once. During the base-model fit nothing is kept; during the descent "
+            "or the audit the model fitted so far is kept (marked 'not converged'), not audited.",
+        )
     if clicked:
         _debug(f"stop clicked in phase {job.phase!r}")
         job.stop()
@@ -362,35 +423,63 @@ def settings_form(d):
     for key, opts in (("p_alpha", ALPHAS), ("p_beta", BETAS)):
         if ss.get(key) not in opts:
             ss[key] = min(opts, key=lambda o: abs(math.log(o) - math.log(max(float(ss.get(key) or 1e-3), 1e-9))))
-    st.toggle("Automatic thresholds α, β (recommended)", **state.bind("p_auto"),
-              help="Corrects a cell only when its error is beyond its sampling noise. Reusing one sample for every "
-                   "audit overfits when the thresholds are below the noise level; the automatic rules avoid that. "
-                   "Turn it off to set α and β yourself.")
+    st.toggle(
+        "Automatic thresholds α, β (recommended)",
+        **state.bind("p_auto"),
+        help="Corrects a cell only when its error is beyond its sampling noise. Reusing one sample for every "
+        "audit overfits when the thresholds are below the noise level; the automatic rules avoid that. "
+        "Turn it off to set α and β yourself.",
+    )
     manual = not ss["p_auto"]
     if not manual:
-        st.radio("Automatic rule", list(RULES), **state.bind("p_rule"), format_func=lambda r: RULES[r],
-                 horizontal=True,
-                 help="se: each cell is tested against its own standard error (the library's and `mmc fit`'s "
-                      "default). noise threshold: one mass-weighted threshold just above the noise of a 5%-mass "
-                      "cell (the dashboard's rule before; it can understate group variances).")
+        st.radio(
+            "Automatic rule",
+            list(RULES),
+            **state.bind("p_rule"),
+            format_func=lambda r: RULES[r],
+            horizontal=True,
+            help="se: each cell is tested against its own standard error (the library's and `mmc fit`'s "
+            "default). noise threshold: one mass-weighted threshold just above the noise of a 5%-mass "
+            "cell (the dashboard's rule before; it can understate group variances).",
+        )
         if ss.get("p_rule") == "auto":
-            st.caption("The noise-threshold rule is the previous default (kept so older recipes repeat their "
-                       "audit); the standard-error test is now the default.")
+            st.caption(
+                "The noise-threshold rule is the previous default (kept so older recipes repeat their "
+                "audit); the standard-error test is now the default."
+            )
     c1, c2 = st.columns(2)
     with c1:
         if manual:
-            st.select_slider("α: mean threshold (mass-weighted)", options=ALPHAS, **state.bind("p_alpha"),
-                             format_func=_fmt_alpha,
-                             help="A cell S is flagged when P(S)·|mean residual over S| ≥ α. Smaller α = finer "
-                                  "calibration, more updates (at most 1/α² − 1).")
-        st.slider("m: buckets per predictor", 2, 40, **state.bind("p_m"),
-                  help="Level sets of the mean (and of each moment) prediction. More buckets = finer conditioning, "
-                       "smaller cells.")
-        st.radio("Step rule", ["exact", "paper"], **state.bind("p_step"), format_func=lambda s: STEP_HELP[s], horizontal=False)
-        st.checkbox("Discover groups during the fit", **state.bind("p_disc"),
-                    help="As `mmc fit --discover`. After fitting, the learning oracle audits the model on the fitting rows (search and check "
-                         "halves); sets with a significant error become groups and the model is refitted (at most "
-                         "twice). Features, depth and smallest group: Groups page, tab 'Discover groups'.")
+            st.select_slider(
+                "α: mean threshold (mass-weighted)",
+                options=ALPHAS,
+                **state.bind("p_alpha"),
+                format_func=_fmt_alpha,
+                help="A cell S is flagged when P(S)·|mean residual over S| ≥ α. Smaller α = finer "
+                "calibration, more updates (at most 1/α² − 1).",
+            )
+        st.slider(
+            "m: buckets per predictor",
+            2,
+            40,
+            **state.bind("p_m"),
+            help="Level sets of the mean (and of each moment) prediction. More buckets = finer conditioning, "
+            "smaller cells.",
+        )
+        st.radio(
+            "Step rule",
+            ["exact", "paper"],
+            **state.bind("p_step"),
+            format_func=lambda s: STEP_HELP[s],
+            horizontal=False,
+        )
+        st.checkbox(
+            "Discover groups during the fit",
+            **state.bind("p_disc"),
+            help="As `mmc fit --discover`. After fitting, the learning oracle audits the model on the fitting rows (search and check "
+            "halves); sets with a significant error become groups and the model is refitted (at most "
+            "twice). Features, depth and smallest group: Groups page, tab 'Discover groups'.",
+        )
         if ss.get("p_disc"):
             feats = state.settings().disc_features or []
             if feats:
@@ -399,36 +488,87 @@ def settings_form(d):
                 st.warning("Choose the features for discovery on the Groups page (tab 'Discover groups').")
     with c2:
         if manual:
-            st.select_slider("β: moment threshold (mass-weighted)", options=BETAS, **state.bind("p_beta"),
-                             format_func=_fmt_alpha,
-                             help="Same test for the pseudo-moments (y − μ(x))^a within each (mean bucket, moment "
-                                  "bucket) cell.")
-        st.selectbox("k: moments fitted", [1, 2, 3, 4], **state.bind("p_k"),
-                     format_func=lambda k: {1: "1: mean only (plain multicalibration)", 2: "2: mean and variance",
-                                            3: "3: + third absolute moment", 4: "4: + fourth moment"}[k],
-                     help="Central moments 2..k are fitted. Intervals need at least the variance (k ≥ 2).")
+            st.select_slider(
+                "β: moment threshold (mass-weighted)",
+                options=BETAS,
+                **state.bind("p_beta"),
+                format_func=_fmt_alpha,
+                help="Same test for the pseudo-moments (y − μ(x))^a within each (mean bucket, moment bucket) cell.",
+            )
+        st.selectbox(
+            "k: moments fitted",
+            [1, 2, 3, 4],
+            **state.bind("p_k"),
+            format_func=lambda k: {
+                1: "1: mean only (plain multicalibration)",
+                2: "2: mean and variance",
+                3: "3: + third absolute moment",
+                4: "4: + fourth moment",
+            }[k],
+            help="Central moments 2..k are fitted. Intervals need at least the variance (k ≥ 2).",
+        )
     with st.expander("More settings: held-out rows, stopping, intervals"):
         c3, c4, c5 = st.columns(3)
         with c3:
-            st.slider("Held out of fitting for interval calibration (%)", 0, 50, **state.bind("p_cal"), step=5,
-                      help="The estimator keeps this share of the fitting rows aside: they calibrate the intervals "
-                           "and track the held-out violation during the run.")
-            st.checkbox("Early stopping (keep the round with the best held-out error)", **state.bind("p_es"),
-                        disabled=ss["p_cal"] == 0,
-                        help="On by default, as in the library (early_stopping='auto'): it needs held-out rows.")
+            st.slider(
+                "Held out of fitting for interval calibration (%)",
+                0,
+                50,
+                **state.bind("p_cal"),
+                step=5,
+                help="The estimator keeps this share of the fitting rows aside: they calibrate the intervals "
+                "and track the held-out violation during the run.",
+            )
+            st.checkbox(
+                "Early stopping (keep the round with the best held-out error)",
+                **state.bind("p_es"),
+                disabled=ss["p_cal"] == 0,
+                help="On by default, as in the library (early_stopping='auto'): it needs held-out rows.",
+            )
         with c4:
-            st.number_input("Cap on rounds (0 = none)", min_value=0, max_value=100000, step=10, **state.bind("p_maxr"),
-                            help="A capped run is reported as not converged.")
-            st.selectbox("Odd moments", ["absolute", "signed"], **state.bind("p_odd"),
-                         format_func=lambda s: {"absolute": "absolute E|y − μ|^a (usable for intervals)",
-                                                "signed": "signed E(y − μ)^a"}[s])
+            st.number_input(
+                "Cap on rounds (0 = none)",
+                min_value=0,
+                max_value=100000,
+                step=10,
+                **state.bind("p_maxr"),
+                help="A capped run is reported as not converged.",
+            )
+            st.selectbox(
+                "Odd moments",
+                ["absolute", "signed"],
+                **state.bind("p_odd"),
+                format_func=lambda s: {
+                    "absolute": "absolute E|y − μ|^a (usable for intervals)",
+                    "signed": "signed E(y − μ)^a",
+                }[s],
+            )
         with c5:
-            st.number_input("δ: interval miscoverage", min_value=0.01, max_value=0.5, step=0.01, **state.bind("p_delta"),
-                            format="%.2f", help="Intervals aim at coverage 1 − δ.")
-            st.number_input("γ: smallest cell mass covered", min_value=0.001, max_value=0.5, step=0.005, **state.bind("p_gamma"),
-                            format="%.3f", help="Guarantees (and the audit's marks) cover groups/cells of mass ≥ γ.")
-            st.number_input("Bootstrap resamples for intervals of ratios", min_value=0, max_value=2000, step=50,
-                            **state.bind("p_nboot"))
+            st.number_input(
+                "δ: interval miscoverage",
+                min_value=0.01,
+                max_value=0.5,
+                step=0.01,
+                **state.bind("p_delta"),
+                format="%.2f",
+                help="Intervals aim at coverage 1 − δ.",
+            )
+            st.number_input(
+                "γ: smallest cell mass covered",
+                min_value=0.001,
+                max_value=0.5,
+                step=0.005,
+                **state.bind("p_gamma"),
+                format="%.3f",
+                help="Guarantees (and the audit's marks) cover groups/cells of mass ≥ γ.",
+            )
+            st.number_input(
+                "Bootstrap resamples for intervals of ratios",
+                min_value=0,
+                max_value=2000,
+                step=50,
+                **state.bind("p_nboot"),
+            )
 
 
 def split_summary(d) -> dict | None:
@@ -437,13 +577,18 @@ def split_summary(d) -> dict | None:
     from mmc_core.errors import MMCError
 
     try:
-        sp = split_rows(d["rows"], state.split_spec(), state.base_spec().kind == "model",
-                        state.fit_settings().calibration_fraction)
+        sp = split_rows(
+            d["rows"], state.split_spec(), state.base_spec().kind == "model", state.fit_settings().calibration_fraction
+        )
     except MMCError:
         return None
     n_cal = sp["calibration"].size
-    return {"base-model training": sp["base"].size, "multicalibration fitting": sp["fit"].size - n_cal,
-            "interval calibration": n_cal, "test (audit)": sp["test"].size}
+    return {
+        "base-model training": sp["base"].size,
+        "multicalibration fitting": sp["fit"].size - n_cal,
+        "interval calibration": n_cal,
+        "test (audit)": sp["test"].size,
+    }
 
 
 def render():
@@ -454,8 +599,10 @@ def render():
     if d is None:
         st.info("Load a table on the Data page first.")
         return
-    st.caption("Set the thresholds, press **Run**, and watch the alternating descent drive every group's cells "
-               "below them. The fitted model and its audit stay available on the other pages.")
+    st.caption(
+        "Set the thresholds, press **Run**, and watch the alternating descent drive every group's cells "
+        "below them. The fitted model and its audit stay available on the other pages."
+    )
     left, right = st.columns([3, 2], gap="large")
     with left:
         settings_form(d)
@@ -467,8 +614,16 @@ def render():
         n_fit = sizes["multicalibration fitting"] if sizes else 0
         lo, hi = (lab.get("lo"), lab.get("hi")) if "error" not in lab else (None, None)
         n_groups = len(ss.get("groups") or []) + 1
-        preview = state.threshold_preview(d["df"], d["key"], state.label_spec(), state.base_spec(), state.split_spec(),
-                                          n_groups, settings, json.dumps(_groups_json(), sort_keys=True))
+        preview = state.threshold_preview(
+            d["df"],
+            d["key"],
+            state.label_spec(),
+            state.base_spec(),
+            state.split_spec(),
+            n_groups,
+            settings,
+            json.dumps(_groups_json(), sort_keys=True),
+        )
         for line in implications(settings, n_fit, n_groups, lo, hi, esc(state.units()), preview):
             st.markdown(f"- {line}")
         if sizes:
@@ -479,11 +634,14 @@ def render():
     running = job is not None and job.running
     b1, b2 = st.columns([1, 4])
     with b1:
-        clicked = st.button("Run", key="run_btn", type="primary", icon=":material/play_arrow:", disabled=running,
-                            width="stretch")
+        clicked = st.button(
+            "Run", key="run_btn", type="primary", icon=":material/play_arrow:", disabled=running, width="stretch"
+        )
     with b2:
-        st.caption(f"{esc(d['name'])}: label **{esc(ss.get('label_col'))}**, {len(ss.get('groups') or []) + 1} groups, "
-                   f"base: {ss['base_kind']}.")
+        st.caption(
+            f"{esc(d['name'])}: label **{esc(ss.get('label_col'))}**, {len(ss.get('groups') or []) + 1} groups, "
+            f"base: {ss['base_kind']}."
+        )
     if clicked:
         job = run_now(sync=False)
         running = job is not None and job.running
@@ -512,16 +670,26 @@ def show_run_summary(run):
     t = run.timings
     if run.stopped:
         audited = run.audit is not None
-        st.warning(f"Stopped by you after {info['rounds']} rounds: the model fitted so far was kept"
-                   + (" and audited" if audited else " (not audited)") + "; it is **not** multicalibrated to α, β.",
-                   icon=":material/stop_circle:")
+        st.warning(
+            f"Stopped by you after {info['rounds']} rounds: the model fitted so far was kept"
+            + (" and audited" if audited else " (not audited)")
+            + "; it is **not** multicalibrated to α, β.",
+            icon=":material/stop_circle:",
+        )
         if not audited:
-            st.button("Audit this model now", key="audit_kept", on_click=audit_kept_model,
-                      help="Computes the Results page for the stopped model on the test rows (may take a while).")
+            st.button(
+                "Audit this model now",
+                key="audit_kept",
+                on_click=audit_kept_model,
+                help="Computes the Results page for the stopped model on the test rows (may take a while).",
+            )
     elif run.converged:
-        st.success(f"Converged in {info['rounds']} rounds ({info['mean_updates']:,} mean updates, "
-                   f"{info['moment_updates']:,} moment updates). Fit {t.get('fit', 0):.2f} s, audit "
-                   f"{t.get('audit', 0):.2f} s, total {t.get('total', 0):.2f} s.", icon=":material/check_circle:")
+        st.success(
+            f"Converged in {info['rounds']} rounds ({info['mean_updates']:,} mean updates, "
+            f"{info['moment_updates']:,} moment updates). Fit {t.get('fit', 0):.2f} s, audit "
+            f"{t.get('audit', 0):.2f} s, total {t.get('total', 0):.2f} s.",
+            icon=":material/check_circle:",
+        )
     else:
         reason = "the round cap was reached" if run.settings.max_rounds else "it was not run to convergence"
         if info.get("early_stopping"):
@@ -529,8 +697,10 @@ def show_run_summary(run):
         st.warning(f"Not converged: {reason}. ({info['rounds']} rounds, {info['mean_updates']:,} mean updates.)")
     last = ss.get("last_job") or {}
     if last.get("stop_requested_at") and last.get("stop_seen_at"):
-        st.caption(f"Stop pressed → the run saw it {last['stop_seen_at'] - last['stop_requested_at']:.2f} s later "
-                   f"and ended {max(last['ended_at'] - last['stop_requested_at'], 0):.2f} s after the click.")
+        st.caption(
+            f"Stop pressed → the run saw it {last['stop_seen_at'] - last['stop_requested_at']:.2f} s later "
+            f"and ended {max(last['ended_at'] - last['stop_requested_at'], 0):.2f} s after the click."
+        )
     if run.audit_error and not run.stopped:
         st.warning(f"Audit not available: {esc(run.audit_error)}")
     cols = st.columns(4)
@@ -538,23 +708,40 @@ def show_run_summary(run):
     cols[0].metric("Fitting rows", f"{sizes['fit']:,}", help="Rows the descent audited and updated on.")
     cols[1].metric("Calibration rows", f"{sizes['calibration']:,}", help="Held out of the descent; used for intervals.")
     cols[2].metric("Test rows (audit)", f"{sizes['test']:,}", help="Never used for fitting; every result is on these.")
-    cols[3].metric("Base-model rows", f"{sizes['base']:,}" if sizes["base"] else "—",
-                   help="Rows the in-app base model was trained on (not used again).")
-    base_t = f"base model fitted in {t['base_model']:.2f} s" if run.base_spec.kind == "model" and "base_model" in t else ""
-    st.caption(esc(" · ".join(x for x in (run.label.note and f"Label {run.label.name}: {run.label.note}",
-                                          info.get("base_note"), base_t) if x)))
+    cols[3].metric(
+        "Base-model rows",
+        f"{sizes['base']:,}" if sizes["base"] else "—",
+        help="Rows the in-app base model was trained on (not used again).",
+    )
+    base_t = (
+        f"base model fitted in {t['base_model']:.2f} s" if run.base_spec.kind == "model" and "base_model" in t else ""
+    )
+    st.caption(
+        esc(
+            " · ".join(
+                x
+                for x in (run.label.note and f"Label {run.label.name}: {run.label.note}", info.get("base_note"), base_t)
+                if x
+            )
+        )
+    )
     kept = info.get("kept_round") if info.get("early_stopping") else None
     th = run.thresholds
     mb = th.get("moment_betas") or {}
     if th.get("rule") == "se":
-        st.caption(f"Thresholds: per-cell standard-error test, z = {th.get('z', 0):.2f}. The kept model achieves "
-                   f"α = {run.alpha:.3g}, β = {run.beta:.3g}"
-                   + ("".join(f", β{a} = {v:.3g}" for a, v in mb.items() if a != 2))
-                   + " on the fitting rows (every cell's mass-weighted error is below them).")
+        st.caption(
+            f"Thresholds: per-cell standard-error test, z = {th.get('z', 0):.2f}. The kept model achieves "
+            f"α = {run.alpha:.3g}, β = {run.beta:.3g}"
+            + ("".join(f", β{a} = {v:.3g}" for a, v in mb.items() if a != 2))
+            + " on the fitting rows (every cell's mass-weighted error is below them)."
+        )
     else:
-        st.caption(f"Thresholds used: α = {run.alpha:.3g}, β = {run.beta:.3g}"
-                   + ("".join(f", β{a} = {v:.3g}" for a, v in mb.items() if a != 2))
-                   + (" (automatic: just above the sampling noise)" if th.get("auto") else " (set by you)") + ".")
+        st.caption(
+            f"Thresholds used: α = {run.alpha:.3g}, β = {run.beta:.3g}"
+            + ("".join(f", β{a} = {v:.3g}" for a, v in mb.items() if a != 2))
+            + (" (automatic: just above the sampling noise)" if th.get("auto") else " (set by you)")
+            + "."
+        )
     st.plotly_chart(_convergence_fig(run.history, run.alpha, run.beta, kept), width="stretch", key="final_chart")
     st.page_link("ui/results_page.py", label="See the results", icon=":material/insights:")
 

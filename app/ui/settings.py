@@ -10,6 +10,7 @@ state (page switches, fragment reruns, Stop, failed runs) can change a setting.
 The object is exported with the groups as an *audit recipe* (``{"format": "mmc-recipe", ...}``) and read back
 by :func:`Settings.from_dict`, which checks every field's type and range (it is user-supplied JSON).
 """
+
 from __future__ import annotations
 
 import math
@@ -116,16 +117,35 @@ class Settings:
 
 
 _CHOICES = {
-    "label_scaling": ("observed", "declared", "robust"), "base_kind": ("none", "column", "model"),
-    "base_model": ("hgb", "ridge"), "p_step": ("exact", "paper"), "p_odd": ("absolute", "signed"),
-    "p_k": (1, 2, 3, 4), "p_rule": ("se", "auto"), "disc_target": ("base", "model"),
+    "label_scaling": ("observed", "declared", "robust"),
+    "base_kind": ("none", "column", "model"),
+    "base_model": ("hgb", "ridge"),
+    "p_step": ("exact", "paper"),
+    "p_odd": ("absolute", "signed"),
+    "p_k": (1, 2, 3, 4),
+    "p_rule": ("se", "auto"),
+    "disc_target": ("base", "model"),
 }
 _RANGES = {
-    "split_test": (5, 60), "split_base": (5, 60), "split_seed": (0, 10_000), "p_alpha": (1e-6, 1.0),
-    "p_beta": (1e-7, 1.0), "p_m": (2, 40), "p_cal": (0, 50), "p_maxr": (0, 100_000), "p_delta": (0.01, 0.5),
-    "p_gamma": (0.001, 0.5), "p_nboot": (0, 2000), "qa_order": (1, 10), "qa_bins": (2, 10),
-    "label_qlo": (0.0, 49.0), "label_qhi": (51.0, 100.0), "res_threshold": (0.01, 0.99),
-    "disc_depth": (1, 6), "disc_min_mass": (0.001, 0.4), "disc_top": (1, 20),
+    "split_test": (5, 60),
+    "split_base": (5, 60),
+    "split_seed": (0, 10_000),
+    "p_alpha": (1e-6, 1.0),
+    "p_beta": (1e-7, 1.0),
+    "p_m": (2, 40),
+    "p_cal": (0, 50),
+    "p_maxr": (0, 100_000),
+    "p_delta": (0.01, 0.5),
+    "p_gamma": (0.001, 0.5),
+    "p_nboot": (0, 2000),
+    "qa_order": (1, 10),
+    "qa_bins": (2, 10),
+    "label_qlo": (0.0, 49.0),
+    "label_qhi": (51.0, 100.0),
+    "res_threshold": (0.01, 0.99),
+    "disc_depth": (1, 6),
+    "disc_min_mass": (0.001, 0.4),
+    "disc_top": (1, 20),
 }
 
 
@@ -164,5 +184,9 @@ def _check(key: str, typ, v):
 
 def recipe(settings: Settings, groups_file: dict) -> dict:
     """The audit recipe: every setting plus the group file (as ``mmc fit --groups`` reads it)."""
-    return {"format": RECIPE_FORMAT, "version": RECIPE_VERSION, "settings": settings.to_dict(),
-            "groups": groups_file.get("groups", [])}
+    return {
+        "format": RECIPE_FORMAT,
+        "version": RECIPE_VERSION,
+        "settings": settings.to_dict(),
+        "groups": groups_file.get("groups", []),
+    }

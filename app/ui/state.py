@@ -6,6 +6,7 @@ name as its key and ``**bind(name)`` (an on_change that writes the user's value 
 re-fills every such key from the object at the start of every script run, and code changes settings with
 :func:`put`. Widgets never get ``value=`` and a key at the same time.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -121,21 +122,47 @@ def df() -> pd.DataFrame | None:
     return None if d is None else d["df"]
 
 
-def set_data(frame: pd.DataFrame, name: str, source: str, demo=None, file_id: str | None = None,
-             keep_settings: bool = False, note: str = ""):
+def set_data(
+    frame: pd.DataFrame,
+    name: str,
+    source: str,
+    demo=None,
+    file_id: str | None = None,
+    keep_settings: bool = False,
+    note: str = "",
+):
     """Make ``frame`` the current table: reset the label / base / groups to suggestions (unless
     ``keep_settings``) and drop results."""
     ss = st.session_state
     key = frame_key(frame, name)
-    ss["data"] = {"df": frame, "name": name, "source": source, "demo": demo, "key": key, "file_id": file_id,
-                  "rows": len(frame), "cols": frame.shape[1], "note": note}
+    ss["data"] = {
+        "df": frame,
+        "name": name,
+        "source": source,
+        "demo": demo,
+        "key": key,
+        "file_id": file_id,
+        "rows": len(frame),
+        "cols": frame.shape[1],
+        "note": note,
+    }
     ss["run"] = None
     job = ss.get("job")
     if job is not None and job.running:
         job.stop()
     ss["job"] = None
-    for k in ("export_pdf", "export_pdf_error", "export_csv", "export_model", "export_groups", "export_audit",
-              "draft_conds", "autorun", "run_error", "last_job"):
+    for k in (
+        "export_pdf",
+        "export_pdf_error",
+        "export_csv",
+        "export_model",
+        "export_groups",
+        "export_audit",
+        "draft_conds",
+        "autorun",
+        "run_error",
+        "last_job",
+    ):
         ss.pop(k, None)
     if not keep_settings:
         apply_suggestions(frame, demo)
@@ -151,7 +178,9 @@ def load_demo_into_state(name: str, autorun: bool = False):
 
 
 def numeric_columns(frame: pd.DataFrame) -> list:
-    return [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])]
+    return [
+        c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])
+    ]
 
 
 def apply_suggestions(frame: pd.DataFrame, demo=None):
@@ -177,29 +206,47 @@ def apply_suggestions(frame: pd.DataFrame, demo=None):
     else:
         lower = {c.lower(): c for c in nums}
         usable = [c for c in nums if frame[c].notna().any()]
-        label = next((lower[n] for n in ("y", "label", "target", "outcome", "y_true") if n in lower),
-                     usable[-1] if usable else (nums[-1] if nums else None))
+        label = next(
+            (lower[n] for n in ("y", "label", "target", "outcome", "y_true") if n in lower),
+            usable[-1] if usable else (nums[-1] if nums else None),
+        )
         new["label_scaling"] = "observed"
-        base_col = next((lower[n] for n in ("pred", "prediction", "y_pred", "base_pred", "yhat", "score_pred")
-                         if n in lower and lower[n] != label), None)
-        group_cols = [c for c in cols if c != label and c != base_col
-                      and not pd.api.types.is_float_dtype(frame[c]) and 2 <= frame[c].nunique(dropna=True) <= 10][:3]
+        base_col = next(
+            (
+                lower[n]
+                for n in ("pred", "prediction", "y_pred", "base_pred", "yhat", "score_pred")
+                if n in lower and lower[n] != label
+            ),
+            None,
+        )
+        group_cols = [
+            c
+            for c in cols
+            if c != label
+            and c != base_col
+            and not pd.api.types.is_float_dtype(frame[c])
+            and 2 <= frame[c].nunique(dropna=True) <= 10
+        ][:3]
         numeric_groups = []
         order = 1
     new["label_col"] = label
     new["label_log"] = False
     new["label_positive"] = None
     new["res_threshold"] = 0.5
-    new["label_units"] = {"islp_wage": "thousand USD per year", "nels_catholic": "test-score points",
-                          "synthetic_scores": "points"}.get(getattr(demo, "name", ""), "")
+    new["label_units"] = {
+        "islp_wage": "thousand USD per year",
+        "nels_catholic": "test-score points",
+        "synthetic_scores": "points",
+    }.get(getattr(demo, "name", ""), "")
     leaky = set(getattr(demo, "leaky", ()) or ())
     if new["label_scaling"] == "observed" and label is not None:
         y = pd.to_numeric(frame[label], errors="coerce")
         if y.notna().any():
             new["label_lo"], new["label_hi"] = float(y.min()), float(y.max())
     flags = feature_flags(frame, label)
-    features = [c for c in cols if c != label and c != base_col and c not in truth and c not in flags
-                and c not in leaky]
+    features = [
+        c for c in cols if c != label and c != base_col and c not in truth and c not in flags and c not in leaky
+    ]
     new["base_features"] = features
     new["disc_features"] = list(features)  # the columns Discover may use in its rules
     if base_col:
@@ -233,9 +280,16 @@ def suggest_features(frame: pd.DataFrame, label: str | None) -> list:
 # ---------------------------------------------------------------------------------------------------
 def label_spec() -> LabelSpec:
     s = settings()
-    return LabelSpec(column=s.label_col or "", scaling=s.label_scaling, lo=float(s.label_lo), hi=float(s.label_hi),
-                     q_lo=float(s.label_qlo) / 100, q_hi=float(s.label_qhi) / 100, log=bool(s.label_log),
-                     positive=s.label_positive or None)
+    return LabelSpec(
+        column=s.label_col or "",
+        scaling=s.label_scaling,
+        lo=float(s.label_lo),
+        hi=float(s.label_hi),
+        q_lo=float(s.label_qlo) / 100,
+        q_hi=float(s.label_qhi) / 100,
+        log=bool(s.label_log),
+        positive=s.label_positive or None,
+    )
 
 
 def base_spec() -> BaseSpec:
@@ -257,13 +311,24 @@ def fit_settings() -> FitSettings:
     auto = bool(s.p_auto)
     rule = s.p_rule if s.p_rule in ("se", "auto") else "se"
     # early stopping: the library's "auto" (on whenever rows are held out) unless switched off
-    return FitSettings(alpha=rule if auto else float(s.p_alpha), beta=rule if auto else float(s.p_beta),
-                       n_buckets=int(s.p_m), n_moments=int(s.p_k), step=s.p_step, odd_moments=s.p_odd,
-                       calibration_fraction=s.p_cal / 100, early_stopping="auto" if s.p_es else False,
-                       max_rounds=int(s.p_maxr) or None, delta=float(s.p_delta), gamma=float(s.p_gamma),
-                       n_boot=int(s.p_nboot), discover=bool(s.p_disc),
-                       discover_features=tuple(s.disc_features or ()) if s.p_disc else (),
-                       discover_depth=int(s.disc_depth), discover_min_mass=float(s.disc_min_mass))
+    return FitSettings(
+        alpha=rule if auto else float(s.p_alpha),
+        beta=rule if auto else float(s.p_beta),
+        n_buckets=int(s.p_m),
+        n_moments=int(s.p_k),
+        step=s.p_step,
+        odd_moments=s.p_odd,
+        calibration_fraction=s.p_cal / 100,
+        early_stopping="auto" if s.p_es else False,
+        max_rounds=int(s.p_maxr) or None,
+        delta=float(s.p_delta),
+        gamma=float(s.p_gamma),
+        n_boot=int(s.p_nboot),
+        discover=bool(s.p_disc),
+        discover_features=tuple(s.disc_features or ()) if s.p_disc else (),
+        discover_depth=int(s.disc_depth),
+        discover_min_mass=float(s.disc_min_mass),
+    )
 
 
 def units() -> str:
@@ -288,12 +353,16 @@ def column_profile(_frame: pd.DataFrame, key: str) -> pd.DataFrame:
     for c in _frame.columns:
         s = _frame[c]
         numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
-        rows.append({
-            "column": c, "type": "number" if numeric else ("yes/no" if pd.api.types.is_bool_dtype(s) else "text"),
-            "missing": int(s.isna().sum()), "distinct": int(s.nunique(dropna=True)),
-            "min": float(s.min()) if numeric and s.notna().any() else None,
-            "max": float(s.max()) if numeric and s.notna().any() else None,
-        })
+        rows.append(
+            {
+                "column": c,
+                "type": "number" if numeric else ("yes/no" if pd.api.types.is_bool_dtype(s) else "text"),
+                "missing": int(s.isna().sum()),
+                "distinct": int(s.nunique(dropna=True)),
+                "min": float(s.min()) if numeric and s.notna().any() else None,
+                "max": float(s.max()) if numeric and s.notna().any() else None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -323,8 +392,16 @@ def column_values(_frame: pd.DataFrame, key: str, col: str) -> dict:
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def threshold_preview(_frame: pd.DataFrame, key: str, lspec: LabelSpec, bspec: BaseSpec, sspec: SplitSpec,
-                      n_groups: int, settings: FitSettings, groups_text: str | None = None) -> dict | None:
+def threshold_preview(
+    _frame: pd.DataFrame,
+    key: str,
+    lspec: LabelSpec,
+    bspec: BaseSpec,
+    sspec: SplitSpec,
+    n_groups: int,
+    settings: FitSettings,
+    groups_text: str | None = None,
+) -> dict | None:
     """The alpha / beta a run with these settings will use (None when the base model must be fitted first).
     With the "se" rule: the estimator's own z, floors and residual SD (:func:`app.pipeline.se_thresholds`), for
     which ``groups_text`` (the groups file as JSON text) is needed."""
@@ -350,9 +427,15 @@ def threshold_preview(_frame: pd.DataFrame, key: str, lspec: LabelSpec, bspec: B
 
             groups = GroupSet.from_json(groups_text)
             X = _frame.iloc[rows][sorted(groups.columns())].reset_index(drop=True)
-        return auto_thresholds((lab.y[rows] - lab.lo) / span,
-                               None if base is None else (base[rows] - lab.lo) / span, n_groups, settings, sspec.seed,
-                               groups=groups, X=X)
+        return auto_thresholds(
+            (lab.y[rows] - lab.lo) / span,
+            None if base is None else (base[rows] - lab.lo) / span,
+            n_groups,
+            settings,
+            sspec.seed,
+            groups=groups,
+            X=X,
+        )
     except MMCError:
         return None
     except Exception:  # noqa: BLE001 - a preview never breaks the page; the run reports the error
@@ -384,9 +467,17 @@ def label_summary(_frame: pd.DataFrame, key: str, spec: LabelSpec) -> dict:
     except MMCError as e:
         return {"error": str(e)}
     counts, edges = np.histogram(lab.y, bins=40)
-    return {"lo": lab.lo, "hi": lab.hi, "name": lab.name, "note": lab.note, "n_clipped": lab.n_clipped,
-            "mean": float(np.mean(lab.y)), "sd": float(np.std(lab.y)), "counts": counts.tolist(),
-            "edges": edges.tolist()}
+    return {
+        "lo": lab.lo,
+        "hi": lab.hi,
+        "name": lab.name,
+        "note": lab.note,
+        "n_clipped": lab.n_clipped,
+        "mean": float(np.mean(lab.y)),
+        "sd": float(np.std(lab.y)),
+        "counts": counts.tolist(),
+        "edges": edges.tolist(),
+    }
 
 
 def bytes_key(data: bytes) -> str:

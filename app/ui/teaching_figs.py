@@ -4,6 +4,7 @@ Everything is computed exactly on the synthetic distribution's finite support (i
 so the figures show population truths, while the algorithm itself only sees fresh samples, as in the paper.
 No Streamlit here: the page (``teaching_page.py``) keeps a :class:`Lesson` in session state.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,17 @@ from mmc_core.descent import DescentParams
 from mmc_core.fresh import FreshDescent
 from mmc_core.synthetic import DiscreteBetaDistribution, demo_distribution
 
-__all__ = ["Lesson", "LessonConfig", "min_rows", "group_table", "cells_figure", "potential_figure",
-           "truth_figure", "two_point_figure", "describe"]
+__all__ = [
+    "Lesson",
+    "LessonConfig",
+    "min_rows",
+    "group_table",
+    "cells_figure",
+    "potential_figure",
+    "truth_figure",
+    "two_point_figure",
+    "describe",
+]
 
 FONT = dict(family="DejaVu Sans, Arial, Helvetica, sans-serif", size=13, color="#222222")
 PRED, TRUE, EXTRA = OKABE_ITO["blue"], OKABE_ITO["vermillion"], OKABE_ITO["green"]
@@ -41,18 +51,27 @@ def strong_distribution() -> DiscreteBetaDistribution:
     given sex, race (A/B), age (young/old) and a score 0-4; race B, women of race B and older people are
     noisier."""
     return DiscreteBetaDistribution(
-        features={"sex": (("F", "M"), (0.5, 0.5)), "race": (("A", "B"), (0.6, 0.4)),
-                  "age": (("young", "old"), (0.5, 0.5)), "score": (tuple(range(5)), tuple([0.2] * 5))},
-        intercept=0.35, score_slope=0.04,
+        features={
+            "sex": (("F", "M"), (0.5, 0.5)),
+            "race": (("A", "B"), (0.6, 0.4)),
+            "age": (("young", "old"), (0.5, 0.5)),
+            "score": (tuple(range(5)), tuple([0.2] * 5)),
+        },
+        intercept=0.35,
+        score_slope=0.04,
         mean_effects={("race", "B"): -0.12, ("sex", "F"): 0.08, ("age", "old"): 0.12},
-        base_sd=0.06, sd_effects={("race", "B"): 0.05, ("age", "old"): 0.03},
+        base_sd=0.06,
+        sd_effects={("race", "B"): 0.05, ("age", "old"): 0.03},
         interaction_sd={(("sex", "F"), ("race", "B")): 0.05},
-        label_name="outcome", label_range=(0.0, 100.0))
+        label_name="outcome",
+        label_range=(0.0, 100.0),
+    )
 
 
-POPULATIONS = {"strong": ("strong group effects (easy to see)", strong_distribution),
-               "reference": ("the reference population of the synthetic_scores table (subtle effects)",
-                             demo_distribution)}
+POPULATIONS = {
+    "strong": ("strong group effects (easy to see)", strong_distribution),
+    "reference": ("the reference population of the synthetic_scores table (subtle effects)", demo_distribution),
+}
 
 
 @dataclass(frozen=True)
@@ -62,9 +81,9 @@ class LessonConfig:
     m: int = 5
     delta: float = 1e-3
     columns: tuple = ("sex", "race", "age")
-    start: str = "zero"            # "zero" (the paper) or "mean" (label mean and variance)
+    start: str = "zero"  # "zero" (the paper) or "mean" (label mean and variance)
     seed: int = 0
-    population: str = "strong"     # a key of POPULATIONS
+    population: str = "strong"  # a key of POPULATIONS
 
     @property
     def n(self) -> int:
@@ -96,11 +115,13 @@ class Lesson:
             v0 = float(np.sum(self.prob * (self.true_var + (self.true_mean - m0) ** 2)))
         else:
             m0 = v0 = 0.0
-        self.fd = FreshDescent(self.dist.sample, self.groups, params, c.n, c.delta, c.seed,
-                               init_mean=m0, init_moment=v0, truth=self.dist)
+        self.fd = FreshDescent(
+            self.dist.sample, self.groups, params, c.n, c.delta, c.seed, init_mean=m0, init_moment=v0, truth=self.dist
+        )
         self.phi0 = self.fd.potential()
-        self.trace.append({"step": 0, "kind": "start", "potential": self.phi0, "mean_updates": 0,
-                           "moment_updates": 0, "samples": 0})
+        self.trace.append(
+            {"step": 0, "kind": "start", "potential": self.phi0, "mean_updates": 0, "moment_updates": 0, "samples": 0}
+        )
 
     # -- stepping --
     @property
@@ -117,9 +138,17 @@ class Lesson:
         ev = dict(ev)
         ev["log_before"] = n_log
         self.last = ev
-        self.trace.append({"step": len(self.trace), "kind": ev["kind"], "potential": ev.get("potential", self.phi()),
-                           "mean_updates": self.fd.mean_updates, "moment_updates": self.fd.moment_updates,
-                           "samples": self.fd.audits * self.fd.n, "group": ev.get("group", "")})
+        self.trace.append(
+            {
+                "step": len(self.trace),
+                "kind": ev["kind"],
+                "potential": ev.get("potential", self.phi()),
+                "mean_updates": self.fd.mean_updates,
+                "moment_updates": self.fd.moment_updates,
+                "samples": self.fd.audits * self.fd.n,
+                "group": ev.get("group", ""),
+            }
+        )
         return ev
 
     def run_for(self, seconds: float, max_steps: int = 1000) -> int:
@@ -171,7 +200,7 @@ def group_table(lesson: Lesson, scale: float = 100.0) -> pd.DataFrame:
     tolerance the auditor allows each at this sample size (``mean_tol``, ``var_tol``)."""
     mu, m2 = lesson.predictions()
     p, tm, tv = lesson.prob, lesson.true_mean, lesson.true_var
-    target = tv + (tm - mu) ** 2   # E[(y - mu(x))^2 | x]: what the moment predictor is fitted to
+    target = tv + (tm - mu) ** 2  # E[(y - mu(x))^2 | x]: what the moment predictor is fitted to
     params = lesson.fd.model.params
     bi, bj = params.mean_grid.index(mu), params.grid(2).index(m2)
     c = lesson.config
@@ -179,13 +208,19 @@ def group_table(lesson: Lesson, scale: float = 100.0) -> pd.DataFrame:
     for g, name in enumerate(lesson.groups.names):
         r = lesson.memb.group_rows(g)
         w = p[r]
-        rows.append({"group": name, "mass": float(w.sum()),
-                     "pred_mean": scale * _weighted_mean(mu[r], w), "true_mean": scale * _weighted_mean(tm[r], w),
-                     "pred_var": scale ** 2 * _weighted_mean(m2[r], w),
-                     "target_var": scale ** 2 * _weighted_mean(target[r], w),
-                     "true_var": scale ** 2 * _weighted_mean(tv[r], w),
-                     "mean_tol": scale * _tolerance(lesson, r, bi[r], c.alpha),
-                     "var_tol": scale ** 2 * _tolerance(lesson, r, bi[r] * c.m + bj[r], c.beta)})
+        rows.append(
+            {
+                "group": name,
+                "mass": float(w.sum()),
+                "pred_mean": scale * _weighted_mean(mu[r], w),
+                "true_mean": scale * _weighted_mean(tm[r], w),
+                "pred_var": scale**2 * _weighted_mean(m2[r], w),
+                "target_var": scale**2 * _weighted_mean(target[r], w),
+                "true_var": scale**2 * _weighted_mean(tv[r], w),
+                "mean_tol": scale * _tolerance(lesson, r, bi[r], c.alpha),
+                "var_tol": scale**2 * _tolerance(lesson, r, bi[r] * c.m + bj[r], c.beta),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -195,14 +230,32 @@ def _layout(fig, title, height, subtitle=None, legend_below_px: int | None = Non
     text = f"<b>{title}</b>" + (f"<br><span style='font-size:12px;color:#555'>{subtitle}</span>" if subtitle else "")
     top = 92 if subtitle else 60
     bottom = 62 + (34 if legend_below_px is not None else 0)
-    fig.update_layout(title=dict(text=text, x=0, xanchor="left", xref="container", y=1, yref="container",
-                                 yanchor="top", pad=dict(t=12, l=8), font=dict(size=15)),
-                      height=height, font=FONT, margin=dict(l=70, r=24, t=top, b=bottom), plot_bgcolor="white",
-                      paper_bgcolor="white", hoverlabel=dict(font_size=12))
+    fig.update_layout(
+        title=dict(
+            text=text,
+            x=0,
+            xanchor="left",
+            xref="container",
+            y=1,
+            yref="container",
+            yanchor="top",
+            pad=dict(t=12, l=8),
+            font=dict(size=15),
+        ),
+        height=height,
+        font=FONT,
+        margin=dict(l=70, r=24, t=top, b=bottom),
+        plot_bgcolor="white",
+        paper_bgcolor="white",
+        hoverlabel=dict(font_size=12),
+    )
     if legend_below_px is not None:
         plot_h = max(80.0, height - top - bottom)
-        fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-legend_below_px / plot_h, x=0,
-                                      xanchor="left", font=dict(size=12)))
+        fig.update_layout(
+            legend=dict(
+                orientation="h", yanchor="top", y=-legend_below_px / plot_h, x=0, xanchor="left", font=dict(size=12)
+            )
+        )
     else:
         fig.update_layout(showlegend=False)
     fig.update_xaxes(showline=True, linecolor="#888", gridcolor="#ececec")
@@ -214,46 +267,108 @@ def truth_figure(lesson: Lesson, units: str = "points", scale: float = 100.0) ->
     """Per group: predicted vs true mean, and predicted variance vs the variance around the current mean."""
     t = group_table(lesson, scale)
     names = t["group"].tolist()
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
-                        subplot_titles=(f"Mean ({units})", f"Variance ({units}²)"))
-    for col, (pv, tv, extra) in enumerate((("pred_mean", "true_mean", None),
-                                           ("pred_var", "target_var", "true_var")), start=1):
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        horizontal_spacing=0.05,
+        subplot_titles=(f"Mean ({units})", f"Variance ({units}²)"),
+    )
+    for col, (pv, tv, extra) in enumerate(
+        (("pred_mean", "true_mean", None), ("pred_var", "target_var", "true_var")), start=1
+    ):
         show = col == 2
         cx, cy = [], []
         for n, a, b in zip(names, t[pv], t[tv]):
             cx += [a, b, None]
             cy += [n, n, None]
-        fig.add_trace(go.Scatter(x=cx, y=cy, mode="lines", line=dict(color="#cccccc", width=3), hoverinfo="skip",
-                                 showlegend=False), 1, col)
+        fig.add_trace(
+            go.Scatter(
+                x=cx, y=cy, mode="lines", line=dict(color="#cccccc", width=3), hoverinfo="skip", showlegend=False
+            ),
+            1,
+            col,
+        )
         tol = t["mean_tol" if col == 1 else "var_tol"].to_numpy(dtype=float)
         cap = 100.0 if col == 1 else 2500.0
         tol = np.where(np.isfinite(tol), np.minimum(tol, cap), cap)
-        fig.add_trace(go.Scatter(x=t[tv], y=names, mode="markers", showlegend=False,
-                                 marker=dict(color="rgba(0,0,0,0)", size=1),
-                                 error_x=dict(type="data", array=tol, color=TOL, thickness=10, width=0),
-                                 hoverinfo="skip"), 1, col)
+        fig.add_trace(
+            go.Scatter(
+                x=t[tv],
+                y=names,
+                mode="markers",
+                showlegend=False,
+                marker=dict(color="rgba(0,0,0,0)", size=1),
+                error_x=dict(type="data", array=tol, color=TOL, thickness=10, width=0),
+                hoverinfo="skip",
+            ),
+            1,
+            col,
+        )
         if show:
-            fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=TOL, width=10),
-                                     name="tolerance: what the auditor lets pass at this sample size"), 1, col)
-        fig.add_trace(go.Scatter(x=t[tv], y=names, mode="markers", showlegend=show,
-                                 name="truth: E[y|x] (left), E[(y − μ(x))²|x] = what m₂ targets (right)",
-                                 marker=dict(color=TRUE, size=12, symbol="diamond"),
-                                 hovertemplate="%{y}: %{x:.3g}<extra>truth</extra>"), 1, col)
+            fig.add_trace(
+                go.Scatter(
+                    x=[None],
+                    y=[None],
+                    mode="lines",
+                    line=dict(color=TOL, width=10),
+                    name="tolerance: what the auditor lets pass at this sample size",
+                ),
+                1,
+                col,
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=t[tv],
+                y=names,
+                mode="markers",
+                showlegend=show,
+                name="truth: E[y|x] (left), E[(y − μ(x))²|x] = what m₂ targets (right)",
+                marker=dict(color=TRUE, size=12, symbol="diamond"),
+                hovertemplate="%{y}: %{x:.3g}<extra>truth</extra>",
+            ),
+            1,
+            col,
+        )
         if extra:
-            fig.add_trace(go.Scatter(x=t[extra], y=names, mode="markers", name="true Var(y | x)",
-                                     marker=dict(color=EXTRA, size=9, symbol="x-thin-open", line=dict(width=2)),
-                                     hovertemplate="%{y}: %{x:.3g}<extra>Var(y|x)</extra>"), 1, col)
-        fig.add_trace(go.Scatter(x=t[pv], y=names, mode="markers", name="prediction: μ (left), m₂ (right)",
-                                 marker=dict(color=PRED, size=11, symbol="circle"), showlegend=show,
-                                 hovertemplate="%{y}: %{x:.3g}<extra>predicted</extra>"), 1, col)
+            fig.add_trace(
+                go.Scatter(
+                    x=t[extra],
+                    y=names,
+                    mode="markers",
+                    name="true Var(y | x)",
+                    marker=dict(color=EXTRA, size=9, symbol="x-thin-open", line=dict(width=2)),
+                    hovertemplate="%{y}: %{x:.3g}<extra>Var(y|x)</extra>",
+                ),
+                1,
+                col,
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=t[pv],
+                y=names,
+                mode="markers",
+                name="prediction: μ (left), m₂ (right)",
+                marker=dict(color=PRED, size=11, symbol="circle"),
+                showlegend=show,
+                hovertemplate="%{y}: %{x:.3g}<extra>predicted</extra>",
+            ),
+            1,
+            col,
+        )
     fig.update_yaxes(autorange="reversed", type="category")
     lo = float(np.nanmin(np.concatenate([t["pred_mean"], t["true_mean"] - np.minimum(t["mean_tol"], 100)])))
     hi = float(np.nanmax(np.concatenate([t["pred_mean"], t["true_mean"] + np.minimum(t["mean_tol"], 100)])))
     fig.update_xaxes(title_text=f"group average ({units})", row=1, col=1, range=[max(lo, 0) - 2, min(hi, 100) + 2])
     vhi = float(np.nanmax(np.concatenate([t["pred_var"], t["target_var"], t["true_var"]])))
     fig.update_xaxes(title_text=f"group average ({units}²)", row=1, col=2, range=[0, vhi * 1.25])
-    _layout(fig, "Predictions against the truth, per group", 230 + 28 * len(names),
-            "exact population averages over each group (the algorithm only ever sees samples)", legend_below_px=52)
+    _layout(
+        fig,
+        "Predictions against the truth, per group",
+        230 + 28 * len(names),
+        "exact population averages over each group (the algorithm only ever sees samples)",
+        legend_below_px=52,
+    )
     return fig
 
 
@@ -288,8 +403,15 @@ def cells_figure(lesson: Lesson, ev: dict | None, units: str = "points") -> go.F
     """The audited group's cells and the population violation of each, with the chosen cells marked."""
     fig = go.Figure()
     if not ev or ev.get("kind") not in ("mean_update", "moment_update"):
-        fig.add_annotation(text="Press Step: the auditor's chosen cells appear here.", x=0.5, y=0.5, xref="paper",
-                           yref="paper", showarrow=False, font=dict(size=14, color="#555"))
+        fig.add_annotation(
+            text="Press Step: the auditor's chosen cells appear here.",
+            x=0.5,
+            y=0.5,
+            xref="paper",
+            yref="paper",
+            showarrow=False,
+            font=dict(size=14, color="#555"),
+        )
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
         return _layout(fig, "The auditor's choice", 380)
@@ -304,33 +426,69 @@ def cells_figure(lesson: Lesson, ev: dict | None, units: str = "points") -> go.F
     title = f"The auditor's choice: group “{ev['group']}”"
     if kind == "mean":
         colors = [OKABE_ITO["vermillion"] if (i, None) in chosen else "#9ab7d3" for i in range(m)]
-        fig.add_trace(go.Bar(x=mean_labels, y=z, marker_color=colors, name="population violation",
-                             hovertemplate="%{x}: %{y:.4f}<extra></extra>", showlegend=False))
+        fig.add_trace(
+            go.Bar(
+                x=mean_labels,
+                y=z,
+                marker_color=colors,
+                name="population violation",
+                hovertemplate="%{x}: %{y:.4f}<extra></extra>",
+                showlegend=False,
+            )
+        )
         for s in (thr, -thr):
             fig.add_hline(y=s, line=dict(color="#333", dash="dash", width=1.5))
-        fig.add_annotation(text=f"±{sym} = {thr:g}", x=1, xref="paper", y=thr, yanchor="bottom", xanchor="right",
-                           showarrow=False, font=dict(size=12))
-        fig.update_yaxes(title_text="Σ P(x)·(μ(x) − E[y|x]) over the cell<br>(mass-weighted, [0, 1] scale)",
-                         zeroline=True, zerolinecolor="#888")
+        fig.add_annotation(
+            text=f"±{sym} = {thr:g}",
+            x=1,
+            xref="paper",
+            y=thr,
+            yanchor="bottom",
+            xanchor="right",
+            showarrow=False,
+            font=dict(size=12),
+        )
+        fig.update_yaxes(
+            title_text="Σ P(x)·(μ(x) − E[y|x]) over the cell<br>(mass-weighted, [0, 1] scale)",
+            zeroline=True,
+            zerolinecolor="#888",
+        )
         fig.update_xaxes(title_text=f"mean bucket: predicted μ ({units})")
         sub = "bars: each cell's true mass-weighted mean error before the update;<br>red = the cells the update moved"
     else:
         vmax = max(float(np.max(np.abs(z))), thr * 1.2)
-        mom_edges = lesson.fd.model.params.grid(2).edges() * 100 ** 2
+        mom_edges = lesson.fd.model.params.grid(2).edges() * 100**2
         mom_labels = [f"{mom_edges[j]:.0f}–<br>{mom_edges[j + 1]:.0f}" for j in range(m)]
         text = [[f"{z[i, j]:+.3f}" if z[i, j] != 0 else "" for j in range(m)] for i in range(m)]
-        fig.add_trace(go.Heatmap(z=z, x=mom_labels, y=mean_labels, colorscale="RdBu_r", zmid=0, zmin=-vmax,
-                                 zmax=vmax, text=text, texttemplate="%{text}", textfont=dict(size=12), xgap=2, ygap=2,
-                                 colorbar=dict(title=dict(text="violation", side="right"), thickness=12),
-                                 hovertemplate="%{y}, %{x}: %{z:.4f}<extra></extra>"))
-        for (i, j) in chosen:
-            fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5,
-                          line=dict(color="black", width=3))
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=mom_labels,
+                y=mean_labels,
+                colorscale="RdBu_r",
+                zmid=0,
+                zmin=-vmax,
+                zmax=vmax,
+                text=text,
+                texttemplate="%{text}",
+                textfont=dict(size=12),
+                xgap=2,
+                ygap=2,
+                colorbar=dict(title=dict(text="violation", side="right"), thickness=12),
+                hovertemplate="%{y}, %{x}: %{z:.4f}<extra></extra>",
+            )
+        )
+        for i, j in chosen:
+            fig.add_shape(
+                type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5, line=dict(color="black", width=3)
+            )
         fig.update_xaxes(title_text=f"variance bucket: predicted m₂ ({units}²)", type="category", tickangle=0)
         fig.update_yaxes(title_text=f"mean bucket: predicted μ ({units})", type="category")
         what = "m₂(x) − E[(y − μ(x))²|x]" if kind == "moment" else "μ(x) − E[y|x]"
-        sub = (f"cells: Σ P(x)·({what}) before the update;<br>outlined in black = the cells the update moved "
-               f"(threshold {sym} = {thr:g})")
+        sub = (
+            f"cells: Σ P(x)·({what}) before the update;<br>outlined in black = the cells the update moved "
+            f"(threshold {sym} = {thr:g})"
+        )
     return _layout(fig, title, 380, sub)
 
 
@@ -339,68 +497,138 @@ def potential_figure(lesson: Lesson) -> go.Figure:
     t = pd.DataFrame(lesson.trace)
     a = lesson.config.alpha
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=t["mean_updates"], y=t["potential"], mode="lines+markers", name="potential Φ",
-                             line=dict(color=PRED, width=2.5), marker=dict(size=6),
-                             hovertemplate="after %{x} mean updates: Φ = %{y:.4f}<extra></extra>"))
+    fig.add_trace(
+        go.Scatter(
+            x=t["mean_updates"],
+            y=t["potential"],
+            mode="lines+markers",
+            name="potential Φ",
+            line=dict(color=PRED, width=2.5),
+            marker=dict(size=6),
+            hovertemplate="after %{x} mean updates: Φ = %{y:.4f}<extra></extra>",
+        )
+    )
     k = np.arange(0, max(int(t["mean_updates"].max()), 1) + 2)
     worst = lesson.phi0 - a * a * k
-    fig.add_trace(go.Scatter(x=k, y=np.maximum(worst, 0), mode="lines", name="worst case allowed: Φ₀ − α²·k",
-                             line=dict(color=TRUE, dash="dash", width=2), hoverinfo="skip"))
+    fig.add_trace(
+        go.Scatter(
+            x=k,
+            y=np.maximum(worst, 0),
+            mode="lines",
+            name="worst case allowed: Φ₀ − α²·k",
+            line=dict(color=TRUE, dash="dash", width=2),
+            hoverinfo="skip",
+        )
+    )
     fig.update_xaxes(title_text="mean updates k (cells moved)", rangemode="tozero")
     fig.update_yaxes(title_text="Φ = E[(μ(x) − E[y|x])²] ([0, 1] scale)", rangemode="tozero")
     bound = lesson.phi0 / (a * a)
-    return _layout(fig, "The potential argument", 380,
-                   f"each mean update lowers Φ by at least α² = {a * a:.4g},<br>so there are at most "
-                   f"Φ₀/α² = {bound:,.0f} ≤ 1/α² = {1 / a ** 2:,.0f} of them", legend_below_px=50)
+    return _layout(
+        fig,
+        "The potential argument",
+        380,
+        f"each mean update lowers Φ by at least α² = {a * a:.4g},<br>so there are at most "
+        f"Φ₀/α² = {bound:,.0f} ≤ 1/α² = {1 / a**2:,.0f} of them",
+        legend_below_px=50,
+    )
 
 
 def two_point_figure() -> go.Figure:
     """The paper's example: labels fixed by x, so the true variance is 0, yet pooled over 'predicted variance 0'
     the labels vary with variance 1/4."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.16,
-                        subplot_titles=("Pool by predicted variance only", "Pool by (predicted mean, predicted variance)"))
-    fig.add_trace(go.Bar(x=["x₁ (y = 0)", "x₂ (y = 1)"], y=[0.5, 0.5], marker_color=[PRED, TRUE], showlegend=False,
-                         text=["μ = 0, Var = 0", "μ = 1, Var = 0"], textposition="inside",
-                         hovertemplate="%{x}: probability %{y}<extra></extra>"), 1, 1)
-    fig.add_annotation(text="cell “Var = 0”: variance of y = 1/4 ≠ 0", x=0.5, y=0.62, xref="x", yref="y",
-                       showarrow=False, font=dict(size=12, color="#b00"), row=1, col=1)
-    fig.add_trace(go.Bar(x=["cell μ = 0", "cell μ = 1"], y=[0.5, 0.5], marker_color=[PRED, TRUE], showlegend=False,
-                         text=["Var of y = 0 ✓", "Var of y = 0 ✓"], textposition="inside",
-                         hovertemplate="%{x}: probability %{y}<extra></extra>"), 1, 2)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        horizontal_spacing=0.16,
+        subplot_titles=("Pool by predicted variance only", "Pool by (predicted mean, predicted variance)"),
+    )
+    fig.add_trace(
+        go.Bar(
+            x=["x₁ (y = 0)", "x₂ (y = 1)"],
+            y=[0.5, 0.5],
+            marker_color=[PRED, TRUE],
+            showlegend=False,
+            text=["μ = 0, Var = 0", "μ = 1, Var = 0"],
+            textposition="inside",
+            hovertemplate="%{x}: probability %{y}<extra></extra>",
+        ),
+        1,
+        1,
+    )
+    fig.add_annotation(
+        text="cell “Var = 0”: variance of y = 1/4 ≠ 0",
+        x=0.5,
+        y=0.62,
+        xref="x",
+        yref="y",
+        showarrow=False,
+        font=dict(size=12, color="#b00"),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=["cell μ = 0", "cell μ = 1"],
+            y=[0.5, 0.5],
+            marker_color=[PRED, TRUE],
+            showlegend=False,
+            text=["Var of y = 0 ✓", "Var of y = 0 ✓"],
+            textposition="inside",
+            hovertemplate="%{x}: probability %{y}<extra></extra>",
+        ),
+        1,
+        2,
+    )
     fig.update_yaxes(title_text="probability", range=[0, 0.75], row=1, col=1)
     fig.update_yaxes(range=[0, 0.75], row=1, col=2)
-    return _layout(fig, "Why moments are conditioned on the mean: the two-point example", 340,
-                   "the true predictors (Var = 0 everywhere) fail a naive variance-calibration test, "
-                   "<br>but pass once the cells also fix the predicted mean")
+    return _layout(
+        fig,
+        "Why moments are conditioned on the mean: the two-point example",
+        340,
+        "the true predictors (Var = 0 everywhere) fail a naive variance-calibration test, "
+        "<br>but pass once the cells also fix the predicted mean",
+    )
 
 
 def describe(ev: dict | None, lesson: Lesson, units: str = "points") -> str:
     """One paragraph, in words, of what the last step did."""
     if ev is None:
-        return ("Nothing has happened yet. Each **Step** draws a fresh sample of "
-                f"{lesson.config.n:,} rows and asks the auditor whether some cell is miscalibrated.")
+        return (
+            "Nothing has happened yet. Each **Step** draws a fresh sample of "
+            f"{lesson.config.n:,} rows and asks the auditor whether some cell is miscalibrated."
+        )
     c = lesson.config
     m = c.m
     width = 100 / m
     kind = ev["kind"]
     if kind == "converged":
-        return ("**Converged.** On a fresh sample no cell of any group fails the auditor's test: the mean is "
-                f"α = {c.alpha:g}-multicalibrated and the variance β-calibrated within every (group, mean bucket, "
-                "variance bucket) cell, up to the finite-sample slack of Section 4.")
+        return (
+            "**Converged.** On a fresh sample no cell of any group fails the auditor's test: the mean is "
+            f"α = {c.alpha:g}-multicalibrated and the variance β-calibrated within every (group, mean bucket, "
+            "variance bucket) cell, up to the finite-sample slack of Section 4."
+        )
     if kind == "moment_pass":
-        return (f"**Variance passes.** On {c.n:,} fresh rows no (mean bucket, variance bucket) cell of any group "
-                f"fails the β = {c.beta:g} test for the variance: back to auditing the mean.")
+        return (
+            f"**Variance passes.** On {c.n:,} fresh rows no (mean bucket, variance bucket) cell of any group "
+            f"fails the β = {c.beta:g} test for the variance: back to auditing the mean."
+        )
     cells = ev["cells"]
     d = ev["deltas"]
     if kind == "mean_update":
-        where = ", ".join(f"μ ∈ [{i * width:.0f}, {(i + 1) * width:.0f})" + ("" if j is None else f" × m₂ bucket {j}")
-                          for i, j in cells)
+        where = ", ".join(
+            f"μ ∈ [{i * width:.0f}, {(i + 1) * width:.0f})" + ("" if j is None else f" × m₂ bucket {j}")
+            for i, j in cells
+        )
         direction = "down" if d[0] > 0 else "up"
-        return (f"**Mean update.** The auditor flagged group **{ev['group']}** on {len(cells)} cell(s) ({where}): "
-                f"there the predicted mean is off by more than α = {c.alpha:g} (mass-weighted, on a fresh sample of "
-                f"{c.n:,} rows). The update moves μ {direction} by α·100 = {abs(d[0]) * 100:g} {units} on those rows "
-                "(the paper's step). The variance is then re-fitted.")
+        return (
+            f"**Mean update.** The auditor flagged group **{ev['group']}** on {len(cells)} cell(s) ({where}): "
+            f"there the predicted mean is off by more than α = {c.alpha:g} (mass-weighted, on a fresh sample of "
+            f"{c.n:,} rows). The update moves μ {direction} by α·100 = {abs(d[0]) * 100:g} {units} on those rows "
+            "(the paper's step). The variance is then re-fitted."
+        )
     where = ", ".join(f"(μ bucket {i}, m₂ bucket {j})" for i, j in cells)
     direction = "down" if d[0] > 0 else "up"
-    return (f"**Variance update.** In group **{ev['group']}**, cell(s) {where} fail the β = {c.beta:g} test for the "
-            f"pseudo-variance (y − μ(x))². The update moves m₂ {direction} by β·100² = {abs(d[0]) * 1e4:g} {units}² there.")
+    return (
+        f"**Variance update.** In group **{ev['group']}**, cell(s) {where} fail the β = {c.beta:g} test for the "
+        f"pseudo-variance (y − μ(x))². The update moves m₂ {direction} by β·100² = {abs(d[0]) * 1e4:g} {units}² there."
+    )

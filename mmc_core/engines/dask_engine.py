@@ -43,6 +43,7 @@ What differs from the numpy engine (and why):
 * Nothing of our own schedules, shards or pools: partitions, workers, actors and tasks are Dask's.
 * A worker lost mid-fit loses its actor's partitions: the next update fails with a clear error (run again).
 """
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,17 @@ import numpy as np
 from ..descent import CellState, CellStats, descend
 from ..errors import DataError, GroupDefinitionError, MMCError
 
-__all__ = ["fit_dask", "predict_dask", "audit_tables_dask", "groups_from_columns", "exact_quantiles",
-           "read_parquet", "start_client", "is_dask_collection", "CAL_SAMPLE_CAP"]
+__all__ = [
+    "fit_dask",
+    "predict_dask",
+    "audit_tables_dask",
+    "groups_from_columns",
+    "exact_quantiles",
+    "read_parquet",
+    "start_client",
+    "is_dask_collection",
+    "CAL_SAMPLE_CAP",
+]
 
 CAL_SAMPLE_CAP = 1_000_000  # held-out rows brought to the client for interval calibration (a seeded sample)
 FAN_IN = 8  # tree reduction: partial sums combined 8 at a time
@@ -68,8 +78,10 @@ def _require():
         import dask.dataframe  # noqa: F401
         import distributed  # noqa: F401
     except ImportError as e:
-        raise MMCError(f"the Dask engine needs dask[dataframe] and distributed ({e}); "
-                       "install them with: pip install 'mmc-audit[dask]'") from None
+        raise MMCError(
+            f"the Dask engine needs dask[dataframe] and distributed ({e}); "
+            "install them with: pip install 'mmc-audit[dask]'"
+        ) from None
 
 
 def is_dask_collection(x) -> bool:
@@ -86,8 +98,10 @@ def _client(client=None):
     try:
         return default_client()
     except ValueError:
-        raise MMCError("the Dask engine needs a distributed client: start one (distributed.Client(...) or "
-                       "Client(LocalCluster(...))) or pass client=") from None
+        raise MMCError(
+            "the Dask engine needs a distributed client: start one (distributed.Client(...) or "
+            "Client(LocalCluster(...))) or pass client="
+        ) from None
 
 
 # ---- per-partition state (lives on a worker) ------------------------------------------------------------
@@ -174,8 +188,15 @@ class _PartState(CellState):
         old, b_old = self.mom[a][rows].copy(), self.bmom[a][rows].copy()
         super().set_moment(a, rows, new)
         bmu, m = self.bmu[rows], self.m
-        self.sums.shift(self.MA[a], m * m, self.sums.context(rows), bmu * m + b_old, bmu * m + self.bmom[a][rows],
-                        old, self.mom[a][rows])
+        self.sums.shift(
+            self.MA[a],
+            m * m,
+            self.sums.context(rows),
+            bmu * m + b_old,
+            bmu * m + self.bmom[a][rows],
+            old,
+            self.mom[a][rows],
+        )
 
 
 def _sums_ma(st):
@@ -196,8 +217,9 @@ class _Part:
         self.y = to_label_array(df[label].to_numpy(), f"label '{label}'", n) if n else np.zeros(0)
         self.base = None
         if base_col is not None:
-            self.base = to_label_array(df[base_col].to_numpy(), f"base prediction '{base_col}'", n) if n \
-                else np.zeros(0)
+            self.base = (
+                to_label_array(df[base_col].to_numpy(), f"base prediction '{base_col}'", n) if n else np.zeros(0)
+            )
         rng = np.random.default_rng([int(seed) if isinstance(seed, (int, np.integer)) else 0, int(index)])
         n_cal = int(round(fraction * n)) if fraction > 0 else 0
         perm = rng.permutation(n)
@@ -215,8 +237,13 @@ class _Part:
     # -- passes before the descent
     def summary(self):
         y = self.y
-        return {"n": self.n, "nf": int(self.fit_idx.size), "nc": int(self.cal_idx.size),
-                "ymin": float(y.min()) if y.size else math.inf, "ymax": float(y.max()) if y.size else -math.inf}
+        return {
+            "n": self.n,
+            "nf": int(self.fit_idx.size),
+            "nc": int(self.cal_idx.size),
+            "ymin": float(y.min()) if y.size else math.inf,
+            "ymax": float(y.max()) if y.size else -math.inf,
+        }
 
     def set_scale(self, scale, label_name, bname):
         self.scale = scale
@@ -269,19 +296,23 @@ class _Part:
     def start(self, params, init_moments):
         nf, nc = self.fit_idx.size, self.cal_idx.size
         self.params, self.init_moments = params, dict(init_moments)
-        self.st_f = _PartState(params, self.memb_f, self.yu_f, self.mu0_f,
-                               {a: np.full(nf, v) for a, v in init_moments.items()})
+        self.st_f = _PartState(
+            params, self.memb_f, self.yu_f, self.mu0_f, {a: np.full(nf, v) for a, v in init_moments.items()}
+        )
         self.st_h = None
         if nc:
-            self.st_h = _PartState(params, self.memb_h, self.yu_h, self.mu0_h,
-                                   {a: np.full(nc, v) for a, v in init_moments.items()})
+            self.st_h = _PartState(
+                params, self.memb_h, self.yu_h, self.mu0_h, {a: np.full(nc, v) for a, v in init_moments.items()}
+            )
         self.applied = 0
         return _sums_ma(self.st_f), _sums_ma(self.st_h)
 
     def apply(self, upd, k: int):
         if k != self.applied:
-            raise RuntimeError(f"partition {self.index} lost its state (update {k}, has {self.applied}): a worker "
-                               "was restarted; run the fit again")
+            raise RuntimeError(
+                f"partition {self.index} lost its state (update {k}, has {self.applied}): a worker "
+                "was restarted; run the fit again"
+            )
         self.st_f.apply(upd)
         if self.st_h is not None:
             self.st_h.apply(upd)
@@ -337,8 +368,11 @@ class _Part:
             return None
         rng = np.random.default_rng([int(seed) if isinstance(seed, (int, np.integer)) else 0, int(self.index), 7])
         keep = np.flatnonzero(rng.random(self.cal_idx.size) < rate) if rate < 1 else np.arange(self.cal_idx.size)
-        return ({c: v[keep] for c, v in self.table_h.items()}, self.yu_h[keep],
-                None if self.base_u is None else self.base_u[self.cal_idx][keep])
+        return (
+            {c: v[keep] for c, v in self.table_h.items()},
+            self.yu_h[keep],
+            None if self.base_u is None else self.base_u[self.cal_idx][keep],
+        )
 
     def release(self):
         self.st_f = self.st_h = None
@@ -420,7 +454,7 @@ class _View(CellStats):
         self.G = self.S0.size // self.m
         self.SA, self.CA, self.TA, self.QA, self.UA = {}, {}, {}, {}, {}
         for i, a in enumerate(p.moments):
-            s = sums[3 + 5 * i: 8 + 5 * i]
+            s = sums[3 + 5 * i : 8 + 5 * i]
             self.SA[a], self.CA[a], self.TA[a] = s[0], s[1], s[2]
             if s[3] is not None:
                 self.QA[a], self.UA[a] = s[3], s[4]
@@ -444,7 +478,7 @@ class _View(CellStats):
 
     def cell_totals(self, target, g, partition):
         mm = self.m * self.m
-        blk = self.MA[target][g * mm:(g + 1) * mm]
+        blk = self.MA[target][g * mm : (g + 1) * mm]
         from ..descent import WHOLE
 
         return np.array([blk.sum()]) if partition == WHOLE else blk
@@ -514,12 +548,13 @@ def _as_column(ddf, v, name):
     raise MMCError(f"with a Dask DataFrame, {name} must be a column name or a Dask Series of the same frame")
 
 
-def fit_dask(est, X, y, groups=None, base_prediction=None, callback=None, label_name=None, base_name=None,
-             stop=None, client=None):
+def fit_dask(
+    est, X, y, groups=None, base_prediction=None, callback=None, label_name=None, base_name=None, stop=None, client=None
+):
     """``MomentMulticalibrator.fit`` on a Dask DataFrame (``y`` / ``base_prediction``: column names or Dask
     Series of the same frame). Same model JSON, same descent; see the module docstring for what differs."""
     from .. import intervals
-    from ..estimator import (AUTO_BUCKETS, _best_round, validate_params)
+    from ..estimator import AUTO_BUCKETS, _best_round, validate_params
     from ..buckets import _clean
     from ..groups import GroupSet
     from ..model import FittedModel
@@ -527,8 +562,19 @@ def fit_dask(est, X, y, groups=None, base_prediction=None, callback=None, label_
 
     _require()
     client = _client(client)
-    validate_params(est.alpha, est.beta, est.n_buckets, est.n_moments, est.step, est.odd_moments,
-                    est.calibration_fraction, est.max_rounds, est.mean_buckets, est.moment_buckets, est.early_stopping)
+    validate_params(
+        est.alpha,
+        est.beta,
+        est.n_buckets,
+        est.n_moments,
+        est.step,
+        est.odd_moments,
+        est.calibration_fraction,
+        est.max_rounds,
+        est.mean_buckets,
+        est.moment_buckets,
+        est.early_stopping,
+    )
     if not is_dask_collection(X):  # engine="dask" on an in-memory table: label / base may be arrays
         import dask.dataframe as dd
         import pandas as pd
@@ -544,8 +590,12 @@ def fit_dask(est, X, y, groups=None, base_prediction=None, callback=None, label_
         raise MMCError("y (the label) is required")
     X, bcol = _as_column(X, base_prediction, "base prediction")
     label_name = label_name or (ycol if not ycol.startswith("__mmc_") else "label")
-    if bcol is not None and base_name is None and isinstance(base_prediction, str) \
-            and not base_prediction.startswith("__mmc_"):
+    if (
+        bcol is not None
+        and base_name is None
+        and isinstance(base_prediction, str)
+        and not base_prediction.startswith("__mmc_")
+    ):
         base_name = base_prediction
     gset = GroupSet.coerce(groups)
     missing = sorted(c for c in gset.columns() if c not in X.columns)
@@ -555,14 +605,46 @@ def fit_dask(est, X, y, groups=None, base_prediction=None, callback=None, label_
     seed = est.random_state
     parts = _Parts(client, X.to_delayed(), ycol, bcol, gset, frac, seed, [])
     try:
-        return _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop, frac, seed,
-                             AUTO_BUCKETS, _best_round, _clean, FittedModel, LabelScale, intervals)
+        return _fit_on_parts(
+            est,
+            parts,
+            gset,
+            bcol,
+            label_name,
+            base_name,
+            callback,
+            stop,
+            frac,
+            seed,
+            AUTO_BUCKETS,
+            _best_round,
+            _clean,
+            FittedModel,
+            LabelScale,
+            intervals,
+        )
     finally:
         parts.close()
 
 
-def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop, frac, seed,
-                  AUTO_BUCKETS, _best_round, _clean, FittedModel, LabelScale, intervals):
+def _fit_on_parts(
+    est,
+    parts,
+    gset,
+    bcol,
+    label_name,
+    base_name,
+    callback,
+    stop,
+    frac,
+    seed,
+    AUTO_BUCKETS,
+    _best_round,
+    _clean,
+    FittedModel,
+    LabelScale,
+    intervals,
+):
     import dataclasses
 
     t_load = time.perf_counter()
@@ -600,8 +682,12 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     def mean_quantiles(m):
         if bcol is None:
             return ()  # a constant initial mean: no quantile edges (as numpy's quantile_edges)
-        qs = exact_quantiles(lambda: parts.gather("mu0_sketch"), lambda lo, hi: parts.gather("mu0_bracket", lo, hi),
-                             np.arange(1, m) / m, nonempty_range=True)
+        qs = exact_quantiles(
+            lambda: parts.gather("mu0_sketch"),
+            lambda lo, hi: parts.gather("mu0_bracket", lo, hi),
+            np.arange(1, m) / m,
+            nonempty_range=True,
+        )
         return () if qs is None else _clean(qs, 0.0, 1.0)
 
     stats = _DaskFitStats(parts, moments, est.odd_moments, nf, mean_quantiles)
@@ -613,8 +699,9 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     for m in candidates:
         params, init_moments = est._build_params(m, G, nf, moments, None, None, None, stats=stats)
         eng = _Engine(parts, params, init_moments, nf, n_cal)
-        res = descend(params, eng.fit, eng.holdout, callback if len(candidates) == 1 else None, stop=stop,
-                      keep_best=early)
+        res = descend(
+            params, eng.fit, eng.holdout, callback if len(candidates) == 1 else None, stop=stop, keep_best=early
+        )
         kept = _best_round(res.history) if early else len(res.round_ends) - 1
         score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
         runs.append((score, m, params, init_moments, res, kept))
@@ -624,11 +711,11 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     score, m, params, init_moments, res, kept_round = runs[best]
     seconds = time.perf_counter() - t0
 
-    init_mean = {"kind": "base", "column": base_name} if bcol is not None else \
-        {"kind": "constant", "value": float(mean_fit)}
+    init_mean = (
+        {"kind": "base", "column": base_name} if bcol is not None else {"kind": "constant", "value": float(mean_fit)}
+    )
     log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
-    model = FittedModel(params, scale, gset, init_mean, init_moments, list(log),
-                        list(res.round_ends[: kept_round + 1]))
+    model = FittedModel(params, scale, gset, init_mean, init_moments, list(log), list(res.round_ends[: kept_round + 1]))
     last_run = best == len(runs) - 1
     if not last_run:
         parts.gather("start", params, init_moments)  # the chosen m's initial state, then its kept log
@@ -642,16 +729,22 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
         return float(min(max(v * (1 + 1e-9) + 1e-15, 1e-7), 0.999))
 
     worst = max(float(np.abs(s).max(initial=0.0)) for s in sums[: 1 + K])
-    achieved = {"alpha": up(worst / max(nf, 1)),
-                "betas": {a: up(float(np.abs(sums[1 + K + i]).max(initial=0.0)) / max(nf, 1))
-                          for i, a in enumerate(plain.moments)}}
+    achieved = {
+        "alpha": up(worst / max(nf, 1)),
+        "betas": {
+            a: up(float(np.abs(sums[1 + K + i]).max(initial=0.0)) / max(nf, 1)) for i, a in enumerate(plain.moments)
+        },
+    }
     floors = {"alpha": params.alpha, "betas": {str(a): params.beta_for(a) for a in params.moments}}
     if params.z > 0:
         alpha_a = achieved["alpha"] if est.alpha == "se" else params.alpha
         betas = {a: (achieved["betas"][a] if est.beta == "se" else params.beta_for(a)) for a in params.moments}
         model.params = dataclasses.replace(
-            params, alpha=alpha_a, beta=betas.get(2, params.beta),
-            moment_betas=tuple((a, b) for a, b in betas.items() if a != 2))
+            params,
+            alpha=alpha_a,
+            beta=betas.get(2, params.beta),
+            moment_betas=tuple((a, b) for a, b in betas.items() if a != 2),
+        )
         params = model.params
     cal_rows = 0
     if n_cal:
@@ -671,7 +764,9 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
         "early_stopped": bool(kept_round < len(res.round_ends) - 1),
         "achieved": {"alpha": achieved["alpha"], "betas": {str(a): b for a, b in achieved["betas"].items()}},
         "thresholds_used": floors,
-        "z": params.z, "z_group": params.z_group, "min_count": params.min_count,
+        "z": params.z,
+        "z_group": params.z_group,
+        "min_count": params.min_count,
         "stopped_by_user": bool(res.stopped),
         "rounds": int(res.history[-1]["round"]) if res.history else 0,
         "kept_round": int(kept_round),
@@ -696,9 +791,14 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
         "alpha_rule": est.alpha if isinstance(est.alpha, str) else "given",
         "beta_rule": est.beta if isinstance(est.beta, str) else "given",
         "history": res.history,
-        "engine": {"name": "dask", "partitions": parts.n_partitions, "workers": len(parts.actors), "load_seconds": float(load_seconds),
-                   "calibration_split": "per partition (seeded by seed and partition index)",
-                   "interval_calibration_rows": cal_rows},
+        "engine": {
+            "name": "dask",
+            "partitions": parts.n_partitions,
+            "workers": len(parts.actors),
+            "load_seconds": float(load_seconds),
+            "calibration_split": "per partition (seeded by seed and partition index)",
+            "interval_calibration_rows": cal_rows,
+        },
     }
     est.model_ = model
     est.alpha_, est.beta_ = params.alpha, params.beta
@@ -843,7 +943,9 @@ def groups_from_columns(ddf, columns, max_order: int = 1, max_values: int = 10, 
     columns = list(columns)
     for c in columns:
         if c not in ddf.columns:
-            raise GroupDefinitionError(f"group column '{c}' is not in the data (columns: {', '.join(map(str, list(ddf.columns)[:30]))})")
+            raise GroupDefinitionError(
+                f"group column '{c}' is not in the data (columns: {', '.join(map(str, list(ddf.columns)[:30]))})"
+            )
     futs = client.compute([dask.delayed(_cols_values, pure=False)(d, columns) for d in ddf.to_delayed()])
     per_col = {}
     try:
@@ -859,24 +961,30 @@ def groups_from_columns(ddf, columns, max_order: int = 1, max_values: int = 10, 
                 if distinct.size > max_values:
                     qs = exact_quantiles(
                         lambda: client.gather([client.submit(_sketch_col, f, c, pure=False) for f in futs]),
-                        lambda lo, hi: client.gather([client.submit(_bracket_col, f, c, lo, hi, pure=False)
-                                                      for f in futs]),
-                        np.linspace(0, 1, 5)[1:-1])
+                        lambda lo, hi: client.gather(
+                            [client.submit(_bracket_col, f, c, lo, hi, pure=False) for f in futs]
+                        ),
+                        np.linspace(0, 1, 5)[1:-1],
+                    )
                     vmin = float(distinct[0])
                     edges = [float(q) for q in np.unique(qs) if q > vmin] if qs is not None else []
                     bounds = [None] + edges + [None]
-                    per_col[c] = [Condition(c, "between", lo=bounds[i], hi=bounds[i + 1])
-                                  for i in range(len(bounds) - 1)]
+                    per_col[c] = [
+                        Condition(c, "between", lo=bounds[i], hi=bounds[i + 1]) for i in range(len(bounds) - 1)
+                    ]
                 else:
-                    per_col[c] = [Condition(c, "==", value=(int(v) if float(v).is_integer() else float(v)))
-                                  for v in distinct]
+                    per_col[c] = [
+                        Condition(c, "==", value=(int(v) if float(v).is_integer() else float(v))) for v in distinct
+                    ]
             else:
                 vals = sorted(set().union(*(set(u[c][1]) for u in us)))
                 if not vals:
                     raise GroupDefinitionError(f"group column '{c}' has no values")
                 if len(vals) > 200:
-                    raise GroupDefinitionError(f"group column '{c}' has more than 200 distinct values; a group per "
-                                               "value is not useful (bin it first or define groups in a JSON file)")
+                    raise GroupDefinitionError(
+                        f"group column '{c}' has more than 200 distinct values; a group per "
+                        "value is not useful (bin it first or define groups in a JSON file)"
+                    )
                 per_col[c] = [Condition(c, "==", value=v) for v in vals]
     finally:
         for f in futs:
@@ -931,8 +1039,9 @@ def predict_dask(model, ddf, base_col=None):
     for a in model.moments:
         meta[f"moment_{a}"] = np.zeros(0)
     text = dask.delayed(model.to_json(), pure=True)
-    return ddf.map_partitions(_predict_frame, text, base_col if model.uses_base else None, tuple(model.moments),
-                              meta=meta)
+    return ddf.map_partitions(
+        _predict_frame, text, base_col if model.uses_base else None, tuple(model.moments), meta=meta
+    )
 
 
 def _audit_part(df, model_json, label, base_col):
@@ -985,7 +1094,7 @@ def audit_tables_dask(model, ddf, label, base_col=None):
     text = dask.delayed(model.to_json(), pure=True)
     parts = [dask.delayed(_audit_part, pure=False)(d, text, label, base_col) for d in ddf.to_delayed()]
     while len(parts) > 1:
-        parts = [dask.delayed(_add, pure=False)(*parts[i:i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
+        parts = [dask.delayed(_add, pure=False)(*parts[i : i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
     tot = parts[0].compute()
     return _audit_json(model, tot)
 
@@ -1001,26 +1110,47 @@ def _audit_json(model, tot):
         emp_var = sc.moment_from_unit(sres2 / cnt, 2)
         label_var = sc.moment_from_unit(np.maximum(syy / cnt - (sy / cnt) ** 2, 0.0), 2)
     worst_mean = np.abs(S0).reshape(G, m).max(axis=1) / n
-    rows = {"group": list(model.groups.names), "count": cnt.astype(int).tolist(), "mass": (cnt / n).tolist(),
-            "mean_label": mean_label.tolist(), "mean_pred": mean_pred.tolist(), "emp_var": emp_var.tolist(),
-            "label_var": label_var.tolist(), "calib_error_worst_weighted": worst_mean.tolist()}
+    rows = {
+        "group": list(model.groups.names),
+        "count": cnt.astype(int).tolist(),
+        "mass": (cnt / n).tolist(),
+        "mean_label": mean_label.tolist(),
+        "mean_pred": mean_pred.tolist(),
+        "emp_var": emp_var.tolist(),
+        "label_var": label_var.tolist(),
+        "calib_error_worst_weighted": worst_mean.tolist(),
+    }
     achieved_alpha = float(np.abs(S0).max() / n)
     betas = {}
     for i, a in enumerate(model.moments):
-        spred, TA, CA, SA = tot[8 + 4 * i: 12 + 4 * i]
+        spred, TA, CA, SA = tot[8 + 4 * i : 12 + 4 * i]
         with np.errstate(invalid="ignore", divide="ignore"):
             rows[f"pred_moment_{a}"] = sc.moment_from_unit(spred / cnt, a).tolist()
         rows[f"moment_{a}_error_worst_weighted"] = (np.abs(TA).reshape(G, m * m).max(axis=1) / n).tolist()
         achieved_alpha = max(achieved_alpha, float(np.abs(SA).max() / n))
         betas[str(a)] = float(np.abs(TA).max() / n)
-    cells = [{"group": model.groups.names[g], "bucket": int(b), "count": int(C0[g * m + b]),
-              "mass_weighted_residual": float(S0[g * m + b] / n)}
-             for g in range(G) for b in range(m) if C0[g * m + b] > 0]
-    return _finite({
-        "format": "mmc-audit-tables", "version": 1, "engine": "dask", "n": int(n),
-        "achieved": {"alpha": achieved_alpha, "betas": betas},
-        "by_group": rows, "mean_cells": cells,
-    })
+    cells = [
+        {
+            "group": model.groups.names[g],
+            "bucket": int(b),
+            "count": int(C0[g * m + b]),
+            "mass_weighted_residual": float(S0[g * m + b] / n),
+        }
+        for g in range(G)
+        for b in range(m)
+        if C0[g * m + b] > 0
+    ]
+    return _finite(
+        {
+            "format": "mmc-audit-tables",
+            "version": 1,
+            "engine": "dask",
+            "n": int(n),
+            "achieved": {"alpha": achieved_alpha, "betas": betas},
+            "by_group": rows,
+            "mean_cells": cells,
+        }
+    )
 
 
 def _finite(obj):
@@ -1060,8 +1190,10 @@ def read_parquet(pattern: str, columns=None):
             first = (f, sig)
         elif sig != first[1]:
             diff = sorted(set(sig) ^ set(first[1]))[:3]
-            raise DataError(f"Parquet files have different schemas: {os.path.basename(f)} vs "
-                            f"{os.path.basename(first[0])} (differing columns: {', '.join(f'{a}:{b}' for a, b in diff)})")
+            raise DataError(
+                f"Parquet files have different schemas: {os.path.basename(f)} vs "
+                f"{os.path.basename(first[0])} (differing columns: {', '.join(f'{a}:{b}' for a, b in diff)})"
+            )
     return dd.read_parquet(files, columns=columns)
 
 
@@ -1085,8 +1217,9 @@ def start_client(scheduler: str | None = None, workers: int = 2, memory_limit: s
             raise MMCError(f"--scheduler {scheduler!r} is not a scheduler address ({e})") from None
     if not isinstance(workers, int) or workers < 1:
         raise MMCError(f"--workers must be a positive integer, got {workers!r}")
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
-                           dashboard_address=None)
+    cluster = LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit, dashboard_address=None
+    )
     return Client(cluster), cluster
 
 

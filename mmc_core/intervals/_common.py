@@ -1,5 +1,6 @@
 """Constants and small helpers shared by the interval methods (grid of deltas, conformal ranks, JSON lists,
 row sums of per-group coefficients)."""
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,35 @@ from ..moments import MomentKind
 
 
 METHODS = ("guaranteed", "plugin", "multimoment", "calibrated", "split-conformal", "mondrian", "gaussian")
-DELTA_GRID = (0.005, 0.01, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.07, 0.075, 0.08, 0.09, 0.1, 0.11, 0.12,
-              0.125, 0.13, 0.14, 0.15, 0.175, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
+DELTA_GRID = (
+    0.005,
+    0.01,
+    0.02,
+    0.025,
+    0.03,
+    0.04,
+    0.05,
+    0.06,
+    0.07,
+    0.075,
+    0.08,
+    0.09,
+    0.1,
+    0.11,
+    0.12,
+    0.125,
+    0.13,
+    0.14,
+    0.15,
+    0.175,
+    0.2,
+    0.25,
+    0.3,
+    0.35,
+    0.4,
+    0.45,
+    0.5,
+)
 APPROACHES = ("cc", "ridge-cqr", "gcp", "gcp-cv", "mondrian-std", "mondrian-relaxed")
 DEFAULT_APPROACH = "cc"
 RECORD_FORMAT = "mmc-intervals"
@@ -33,27 +61,49 @@ def normal_ppf(p: float) -> float:
     p = float(p)
     if not 0.0 < p < 1.0:
         raise ValueError(f"probability must be in (0, 1), got {p}")
-    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
-         -3.066479806614716e01, 2.506628277459239e00)
-    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
-         -1.328068155288572e01)
-    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
-         4.374664141464968e00, 2.938163982698783e00)
+    a = (
+        -3.969683028665376e01,
+        2.209460984245205e02,
+        -2.759285104469687e02,
+        1.383577518672690e02,
+        -3.066479806614716e01,
+        2.506628277459239e00,
+    )
+    b = (
+        -5.447609879822406e01,
+        1.615858368580409e02,
+        -1.556989798598866e02,
+        6.680131188771972e01,
+        -1.328068155288572e01,
+    )
+    c = (
+        -7.784894002430293e-03,
+        -3.223964580411365e-01,
+        -2.400758277161838e00,
+        -2.549732539343734e00,
+        4.374664141464968e00,
+        2.938163982698783e00,
+    )
     d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
     lo = 0.02425
     if p < lo:
         q = math.sqrt(-2 * math.log(p))
-        x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
-            ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+        x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
+        )
     elif p <= 1 - lo:
         q = p - 0.5
         r = q * q
-        x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / \
-            (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+        x = (
+            (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5])
+            * q
+            / (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+        )
     else:
         q = math.sqrt(-2 * math.log1p(-p))
-        x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
-            ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+        x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
+        )
     e = 0.5 * math.erfc(-x / math.sqrt(2)) - p
     u = e * math.sqrt(2 * math.pi) * math.exp(x * x / 2)
     return x - u / (1 + x * u / 2)
@@ -77,8 +127,9 @@ def grid_delta(delta: float, deltas=DELTA_GRID) -> int:
     arr = np.asarray(deltas, dtype=float)
     ok = np.flatnonzero(arr <= delta * (1 + 1e-9))
     if ok.size == 0:
-        raise MMCError(f"delta={delta} is below {arr[0]}, the smallest miscoverage the data-driven intervals "
-                       "are calibrated for")
+        raise MMCError(
+            f"delta={delta} is below {arr[0]}, the smallest miscoverage the data-driven intervals are calibrated for"
+        )
     return int(ok[-1])
 
 
@@ -108,8 +159,9 @@ def _to_json_list(arr) -> list:
 
 def _from_json_list(lst, where: str, length: int | None = None, allow_null: bool = True) -> np.ndarray:
     if not isinstance(lst, list) or (length is not None and len(lst) != length):
-        raise ModelFormatError(f"model extras: intervals.{where} must be a list"
-                               + (f" of {length} numbers" if length is not None else ""))
+        raise ModelFormatError(
+            f"model extras: intervals.{where} must be a list" + (f" of {length} numbers" if length is not None else "")
+        )
     out = np.empty(len(lst))
     for i, v in enumerate(lst):
         if v is None and allow_null:
@@ -130,11 +182,15 @@ def usable_moments(model) -> tuple:
 def _need_moments(model, method: str) -> tuple:
     use = usable_moments(model)
     if not model.moments:
-        raise MMCError(f"the '{method}' interval needs moment predictors, but this model fits the mean only "
-                       "(refit with --moments 2 or more)")
+        raise MMCError(
+            f"the '{method}' interval needs moment predictors, but this model fits the mean only "
+            "(refit with --moments 2 or more)"
+        )
     if not use:
-        raise MMCError(f"the '{method}' interval needs an even moment or absolute odd moments; this model has "
-                       f"signed moments {list(model.moments)} only")
+        raise MMCError(
+            f"the '{method}' interval needs an even moment or absolute odd moments; this model has "
+            f"signed moments {list(model.moments)} only"
+        )
     return use
 
 

@@ -1,5 +1,6 @@
 """Conditional conformal prediction over the group indicators (approach ``cc``, the default ``calibrated``
 method): see the package docstring for what it guarantees."""
+
 from __future__ import annotations
 
 import math
@@ -64,8 +65,16 @@ def _layer_step(s, q, rows, loc, starts, k, bound):
     return kth - (off + bound)[None, :]
 
 
-def fit_conditional(memb, u: np.ndarray, deltas, *, margin: float = CC_MARGIN, sweeps: int = CC_SWEEPS,
-                    two_sided: bool = True, return_info: bool = False):
+def fit_conditional(
+    memb,
+    u: np.ndarray,
+    deltas,
+    *,
+    margin: float = CC_MARGIN,
+    sweeps: int = CC_SWEEPS,
+    two_sided: bool = True,
+    return_info: bool = False,
+):
     """Conditional conformal thresholds over the group indicators (Gibbs, Cherian & Candes) on the score ``u``.
 
     Score: s = max(u / a_up, -u / a_lo) with the pooled side scales a_up = the (1 - delta/2)-quantile of u and
@@ -108,13 +117,13 @@ def fit_conditional(memb, u: np.ndarray, deltas, *, margin: float = CC_MARGIN, s
         a_lo = np.where(a_lo > 0, a_lo, fb)
     else:
         a_up = a_lo = np.ones(D)
-    s = np.maximum(u[None, :] / a_up[:, None], -u[None, :] / a_lo[:, None])   # (D, n)
+    s = np.maximum(u[None, :] / a_up[:, None], -u[None, :] / a_lo[:, None])  # (D, n)
     n_g = memb.sizes.astype(float)
     se = np.sqrt(deltas[:, None] * (1 - deltas[:, None]) / np.maximum(n_g, 1.0)[None, :])
     tau = 1 - deltas[:, None] + float(margin) * se
     k = np.minimum(np.ceil((n_g[None, :] + 1) * tau - 1e-9), n_g[None, :]).astype(np.int64)
     k = np.maximum(k, 1)
-    ok_d = np.ceil((n + 1) * (1 - deltas) - 1e-12) <= n       # the pooled conformal rank exists
+    ok_d = np.ceil((n + 1) * (1 - deltas) - 1e-12) <= n  # the pooled conformal rank exists
     theta = np.zeros((D, G))
     q = np.zeros((D, n))
     layers = _disjoint_layers(memb)

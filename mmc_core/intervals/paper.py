@@ -1,5 +1,6 @@
 """The paper's intervals: the guaranteed half-width of thm:ciguarantee, the plug-in one, and the Appendix's
 greedy submodular cover (see the package docstring)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +37,15 @@ def plugin_halfwidth(mom_a: np.ndarray, a: int, delta: float) -> np.ndarray:
     return (np.maximum(np.asarray(mom_a, dtype=float), 0.0) / delta) ** (1.0 / a)
 
 
-def greedy_cover(pair_rows: np.ndarray, pair_sets: np.ndarray, pair_width: np.ndarray, n_rows: int,
-                 n_sets: int, eligible: np.ndarray, row_mass: np.ndarray | None = None):
+def greedy_cover(
+    pair_rows: np.ndarray,
+    pair_sets: np.ndarray,
+    pair_width: np.ndarray,
+    n_rows: int,
+    n_sets: int,
+    eligible: np.ndarray,
+    row_mass: np.ndarray | None = None,
+):
     """The greedy algorithm for the Appendix's submodular-cost submodular cover.
 
     Sets and rows are given as incidence pairs: row ``pair_rows[k]`` lies in set ``pair_sets[k]``, where

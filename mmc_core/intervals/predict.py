@@ -1,12 +1,22 @@
 """Prediction: every method's interval through one code path (:func:`interval_table`)."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import MMCError, ModelFormatError
 from ._common import (
-    METHODS, _check_prob, _from_json_list, _need_moments, _pairs, _row_max, _row_sum, _threshold_rows,
-    grid_delta, normal_ppf, usable_moments,
+    METHODS,
+    _check_prob,
+    _from_json_list,
+    _need_moments,
+    _pairs,
+    _row_max,
+    _row_sum,
+    _threshold_rows,
+    grid_delta,
+    normal_ppf,
+    usable_moments,
 )
 from .paper import greedy_cover, guaranteed_halfwidth, plugin_halfwidth
 from .record import _finite_nonneg, _initial_constant, _predict_on, _record, _record_deltas, _record_matrix
@@ -39,8 +49,10 @@ class _Context:
             self.base_unit = np.clip((b - scale.lo) / scale.span, 0.0, 1.0)
         elif model.uses_base:
             col = model.init_mean.get("column")
-            raise MMCError(f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass it "
-                           "(base=..., or --pred COL)")
+            raise MMCError(
+                f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass it "
+                "(base=..., or --pred COL)"
+            )
         self.memb, self.mu, self.moms = _predict_on(model, table, self.base_unit if model.uses_base else None, n)
         self.n = self.memb.n
 
@@ -74,8 +86,9 @@ def _choose_guaranteed(ctx, delta, gamma, moment=None):
         if moment not in use:
             raise MMCError(f"moment {moment} is not usable for intervals; usable: {list(use)}")
         return moment
-    widths = {a: float(np.mean(guaranteed_halfwidth(ctx.model, _reference_moments(ctx, a), a, delta, gamma)))
-              for a in use}
+    widths = {
+        a: float(np.mean(guaranteed_halfwidth(ctx.model, _reference_moments(ctx, a), a, delta, gamma))) for a in use
+    }
     return min(widths, key=widths.get)
 
 
@@ -227,14 +240,22 @@ def _half_gaussian(ctx, delta, gamma, moment=None):
     return ctx.center(rec), np.full(ctx.n, z * sd), {"z": z}
 
 
-_HALF = {"guaranteed": _half_guaranteed, "plugin": _half_plugin, "multimoment": _half_multimoment,
-         "calibrated": _half_calibrated, "split-conformal": _half_split, "mondrian": _half_mondrian,
-         "gaussian": _half_gaussian}
+_HALF = {
+    "guaranteed": _half_guaranteed,
+    "plugin": _half_plugin,
+    "multimoment": _half_multimoment,
+    "calibrated": _half_calibrated,
+    "split-conformal": _half_split,
+    "mondrian": _half_mondrian,
+    "gaussian": _half_gaussian,
+}
 
 
-BINARY_NO_INTERVALS = ("this is a classifier model (binary label): prediction intervals are not offered for a 0/1 "
-                       "outcome (an interval would be {0}, {1} or {0, 1}); use the probability (the mean) and the "
-                       "classifier audit instead")
+BINARY_NO_INTERVALS = (
+    "this is a classifier model (binary label): prediction intervals are not offered for a 0/1 "
+    "outcome (an interval would be {0}, {1} or {0, 1}); use the probability (the mean) and the "
+    "classifier audit instead"
+)
 
 
 def _unit_interval(ctx, method, delta, gamma, moment=None, clip=True):
@@ -263,8 +284,16 @@ def _to_original(model, lo, hi):
     return s.lo + s.span * lo, s.lo + s.span * hi
 
 
-def predict_intervals(model, table, base=None, method: str = "calibrated", delta: float = 0.1,
-                      gamma: float = 0.05, *, moment: int | None = None):
+def predict_intervals(
+    model,
+    table,
+    base=None,
+    method: str = "calibrated",
+    delta: float = 0.1,
+    gamma: float = 0.05,
+    *,
+    moment: int | None = None,
+):
     """``(lower, upper)`` numpy arrays in the label's original units for the rows of ``table``.
 
     ``base`` is the base prediction in label units (required when the model was fitted on one). ``moment``
@@ -292,8 +321,16 @@ def available_methods(model) -> tuple:
     return tuple(out)
 
 
-def interval_table(model, table, base=None, delta: float = 0.1, gamma: float = 0.05, methods=None,
-                   skip_unavailable: bool = True, with_info: bool = False):
+def interval_table(
+    model,
+    table,
+    base=None,
+    delta: float = 0.1,
+    gamma: float = 0.05,
+    methods=None,
+    skip_unavailable: bool = True,
+    with_info: bool = False,
+):
     """{method: (lower, upper)} in original units, the model's predictions computed once for all methods.
 
     ``methods`` defaults to every method; with ``skip_unavailable`` the ones the model cannot compute (see

@@ -1,5 +1,6 @@
 """The calibration record: computed on held-out rows by :func:`calibrate` (called by
 ``MomentMulticalibrator.fit``), validated on use."""
+
 from __future__ import annotations
 
 import math
@@ -9,8 +10,17 @@ import numpy as np
 
 from ..errors import MMCError, ModelFormatError
 from ._common import (
-    APPROACHES, DEFAULT_APPROACH, DELTA_GRID, FLOOR_FRACTION, N_MOMENT_QUANTILES, RECORD_FORMAT,
-    RECORD_VERSION, _from_json_list, _group_conformal, _to_json_list, usable_moments,
+    APPROACHES,
+    DEFAULT_APPROACH,
+    DELTA_GRID,
+    FLOOR_FRACTION,
+    N_MOMENT_QUANTILES,
+    RECORD_FORMAT,
+    RECORD_VERSION,
+    _from_json_list,
+    _group_conformal,
+    _to_json_list,
+    usable_moments,
 )
 from .conditional import _CC_OPTIONS, fit_conditional
 from .ridge_cqr import fit_two_sided
@@ -31,8 +41,9 @@ def _std_scale(model, moms: dict, floor: float | None):
     return np.sqrt(np.maximum(moms[2], 0.0 if floor is None else floor))
 
 
-def calibrate(model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DEFAULT_APPROACH,
-              options: dict | None = None) -> dict:
+def calibrate(
+    model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DEFAULT_APPROACH, options: dict | None = None
+) -> dict:
     """Everything the data-driven intervals need, computed on held-out calibration rows.
 
     ``model`` is final (its log is the kept one); ``y_cal_unit`` are the labels on the unit scale,
@@ -52,8 +63,13 @@ def calibrate(model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DE
     else:
         center, center_kind = np.full(n, _initial_constant(model)), "constant"
     r_base = np.abs(y - center)
-    rec = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "n": n, "deltas": [float(d) for d in deltas],
-           "center": center_kind}
+    rec = {
+        "format": RECORD_FORMAT,
+        "version": RECORD_VERSION,
+        "n": n,
+        "deltas": [float(d) for d in deltas],
+        "center": center_kind,
+    }
     # moments: distribution of the predictions (for choosing a) and held-out plug-in coverage
     qs = np.linspace(0, 1, N_MOMENT_QUANTILES)
     rec["moment_quantiles"] = {str(a): _to_json_list(np.quantile(moms[a], qs)) for a in model.moments}
@@ -99,10 +115,18 @@ def calibrate(model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DE
             thetas.append(_to_json_list(th))
             if not info["converged"]:
                 unconverged.append(float(d))
-    rec["calibrated"] = {"approach": approach, "options": _json_options(opts), "floor_fraction": floor_fraction,
-                         "scale": scale_kind, "floor": floor, "combine": combine,
-                         "n": [int(v) for v in memb.sizes], "theta": thetas, **extra,
-                         "unconverged_deltas": unconverged}
+    rec["calibrated"] = {
+        "approach": approach,
+        "options": _json_options(opts),
+        "floor_fraction": floor_fraction,
+        "scale": scale_kind,
+        "floor": floor,
+        "combine": combine,
+        "n": [int(v) for v in memb.sizes],
+        "theta": thetas,
+        **extra,
+        "unconverged_deltas": unconverged,
+    }
     return rec
 
 
@@ -130,12 +154,15 @@ def _record(model, method: str) -> dict:
     if not rec:
         raise MMCError(
             f"the '{method}' interval needs held-out calibration rows, but this model was fitted without them "
-            "(calibration fraction 0): refit with --calibration-fraction 0.25 (or calibration_fraction=0.25)")
+            "(calibration fraction 0): refit with --calibration-fraction 0.25 (or calibration_fraction=0.25)"
+        )
     if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
         raise ModelFormatError("model extras: 'intervals' is not an mmc-intervals calibration record")
     if rec.get("version") != RECORD_VERSION:
-        raise ModelFormatError(f"model extras: intervals version {rec.get('version')!r} is not supported "
-                               f"(this mmc-audit reads version {RECORD_VERSION})")
+        raise ModelFormatError(
+            f"model extras: intervals version {rec.get('version')!r} is not supported "
+            f"(this mmc-audit reads version {RECORD_VERSION})"
+        )
     return rec
 
 
@@ -150,8 +177,11 @@ def _record_matrix(rec_part, key, where, n_rows, n_cols, nonneg=True) -> np.ndar
     rows = rec_part.get(key) if isinstance(rec_part, dict) else None
     if not isinstance(rows, list) or len(rows) != n_rows:
         raise ModelFormatError(f"model extras: intervals.{where}.{key} must be a list of {n_rows} lists")
-    out = np.vstack([_from_json_list(r, f"{where}.{key}[{i}]", n_cols) for i, r in enumerate(rows)]) \
-        if n_rows else np.zeros((0, n_cols))
+    out = (
+        np.vstack([_from_json_list(r, f"{where}.{key}[{i}]", n_cols) for i, r in enumerate(rows)])
+        if n_rows
+        else np.zeros((0, n_cols))
+    )
     if nonneg and np.any(out < 0):
         raise ModelFormatError(f"model extras: intervals.{where}.{key} has negative values")
     return out

@@ -1,5 +1,6 @@
 """The two-sided ridge-penalized group quantile regression with a cross-fitted conformal shift (approach
 ``ridge-cqr``, the previous default)."""
+
 from __future__ import annotations
 
 import math
@@ -95,19 +96,27 @@ def _newton_direction(B: np.ndarray, w, d: np.ndarray, d0: float, g: np.ndarray)
     dr = d[1:]
     a = float(w @ (b0 * b0)) + d0
     c = Br.T @ (w * b0)
-    rhs = np.stack([g[1:], c], axis=1) / dr[:, None]          # D^-1 [g_r, c]
-    act = np.flatnonzero(Br.any(axis=0))                       # groups holding none of the b rows: M = D there
+    rhs = np.stack([g[1:], c], axis=1) / dr[:, None]  # D^-1 [g_r, c]
+    act = np.flatnonzero(Br.any(axis=0))  # groups holding none of the b rows: M = D there
     if act.size:
         Ba, da = Br[:, act], dr[act]
         K = np.diag(1.0 / w) + (Ba / da[None, :]) @ Ba.T
         rhs[act] -= (Ba.T @ np.linalg.solve(K, Ba @ rhs[act])) / da[:, None]
-    y1, y2 = rhs[:, 0], rhs[:, 1]                              # M^-1 g_r, M^-1 c
+    y1, y2 = rhs[:, 0], rhs[:, 1]  # M^-1 g_r, M^-1 c
     x0 = (g[0] - c @ y1) / (a - c @ y2)
     return np.concatenate([[x0], y1 - y2 * x0])
 
 
-def _qr_ridge(des: _Design, s: np.ndarray, tau: float, lam: np.ndarray, h: float, theta0: np.ndarray,
-              max_iter: int = 50, xtol: float = 1e-3):
+def _qr_ridge(
+    des: _Design,
+    s: np.ndarray,
+    tau: float,
+    lam: np.ndarray,
+    h: float,
+    theta0: np.ndarray,
+    max_iter: int = 50,
+    xtol: float = 1e-3,
+):
     """min_theta sum_i rho_tau,h(s_i - sum_{g ni i} theta_g) + sum_g lam_g theta_g^2 (lam_0 = 0): group-additive
     quantile regression with a ridge penalty, by damped Newton steps (curvature 1 / (2h) from the rows inside the
     rounded kink, 2 lam_g from the penalty, plus one row's worth for the population group so that a step is
@@ -185,9 +194,20 @@ def _patch_up(des: _Design, e: np.ndarray, t: float, level: float, delta: float,
     return extra, steps
 
 
-def _fit_two_sided(memb, u: np.ndarray, deltas, *, lam: float = RIDGE_LAMBDA,
-                  lam_flagged: float = RIDGE_LAMBDA_FLAGGED, flag_z: float = FLAG_Z, margin_z: float = MARGIN_Z,
-                  z_patch: float = Z_UNDER, folds: int = CV_FOLDS, seed: int = 0, return_info: bool = False):
+def _fit_two_sided(
+    memb,
+    u: np.ndarray,
+    deltas,
+    *,
+    lam: float = RIDGE_LAMBDA,
+    lam_flagged: float = RIDGE_LAMBDA_FLAGGED,
+    flag_z: float = FLAG_Z,
+    margin_z: float = MARGIN_Z,
+    z_patch: float = Z_UNDER,
+    folds: int = CV_FOLDS,
+    seed: int = 0,
+    return_info: bool = False,
+):
     """Lower and upper thresholds on the signed score ``u`` (interval u in [-q_lo(x), q_hi(x)]) for every delta.
 
     ``ridge-cqr``: conformalized quantile regression over the groups, asymmetric, with shrinkage.

@@ -1,5 +1,6 @@
 """Symmetric multicalibrated thresholds on |u| (approaches ``gcp``, ``gcp-cv``, ``mondrian-std``,
 ``mondrian-relaxed``)."""
+
 from __future__ import annotations
 
 import math
@@ -20,11 +21,24 @@ Z_UNDER = 2.0
 Z_OVER = 3.0
 
 
-def fit_threshold(memb, s: np.ndarray, delta: float, approach: str = "gcp", *,
-                  z_under: float = Z_UNDER, z_over: float = Z_OVER, margin_z: float = MARGIN_Z,
-                  margin: float = 0.0, group_margin=0.0, correction: str = "conformal",
-                  max_iter: int | None = None, return_info: bool = False, cv_folds: int = 5,
-                  cv_z: float = 2.33, seed: int = 0):
+def fit_threshold(
+    memb,
+    s: np.ndarray,
+    delta: float,
+    approach: str = "gcp",
+    *,
+    z_under: float = Z_UNDER,
+    z_over: float = Z_OVER,
+    margin_z: float = MARGIN_Z,
+    margin: float = 0.0,
+    group_margin=0.0,
+    correction: str = "conformal",
+    max_iter: int | None = None,
+    return_info: bool = False,
+    cv_folds: int = 5,
+    cv_z: float = 2.33,
+    seed: int = 0,
+):
     """A threshold q(x) on the score ``s`` multicalibrated over the groups, for miscoverage ``delta``.
 
     Returns ``(theta, combine)`` (and a dict of details with ``return_info``): q(x) = the sum of theta_g over
@@ -84,17 +98,35 @@ def fit_threshold(memb, s: np.ndarray, delta: float, approach: str = "gcp", *,
         out = (relaxed(lo)[1], "max")
         return (*out, info) if return_info else out
     if approach == "gcp-cv":
-        margin = cv_margin(memb, s, delta, folds=cv_folds, z_crit=cv_z, seed=seed, z_under=z_under,
-                           z_over=z_over, correction=correction, group_margin=group_margin)
+        margin = cv_margin(
+            memb,
+            s,
+            delta,
+            folds=cv_folds,
+            z_crit=cv_z,
+            seed=seed,
+            z_under=z_under,
+            z_over=z_over,
+            correction=correction,
+            group_margin=group_margin,
+        )
         margin_z = 0.0
         info["margin"] = margin
     elif approach in ("ridge-cqr", "cc"):
-        raise MMCError(f"the '{approach}' thresholds are two-sided: use "
-                       + ("fit_two_sided" if approach == "ridge-cqr" else "fit_conditional"))
+        raise MMCError(
+            f"the '{approach}' thresholds are two-sided: use "
+            + ("fit_two_sided" if approach == "ridge-cqr" else "fit_conditional")
+        )
     elif approach != "gcp":
         raise MMCError(f"unknown threshold approach {approach!r}; expected one of {', '.join(APPROACHES)}")
-    level = np.minimum(1.0, 1.0 - delta + margin + margin_z * math.sqrt(delta * (1 - delta) / max(n, 1))
-                       + np.asarray(group_margin, dtype=float) * se)
+    level = np.minimum(
+        1.0,
+        1.0
+        - delta
+        + margin
+        + margin_z * math.sqrt(delta * (1 - delta) / max(n, 1))
+        + np.asarray(group_margin, dtype=float) * se,
+    )
     if correction == "conformal":
         target = np.minimum(1.0, np.ceil((n_g + 1) * level - 1e-12) / np.maximum(n_g, 1.0))
     elif correction == "none":
@@ -155,8 +187,9 @@ def _subset_membership(memb, rows: np.ndarray):
     return Membership(int(rows.size), list(memb.names), indptr, new_rows)
 
 
-def cv_margin(memb, s: np.ndarray, delta: float, margins=None, folds: int = 5, z_crit: float = 2.33,
-              seed: int = 0, **kw) -> float:
+def cv_margin(
+    memb, s: np.ndarray, delta: float, margins=None, folds: int = 5, z_crit: float = 2.33, seed: int = 0, **kw
+) -> float:
     """The smallest global margin (coverage units) whose K-fold out-of-fold coverage passes a one-sided
     binomial (normal) test of coverage >= 1 - delta at ``z_crit`` in every group, and >= 1 - delta overall."""
     margins = np.arange(0.0, 0.0501, 0.005) if margins is None else np.asarray(margins, dtype=float)
