@@ -96,6 +96,83 @@ class FitStats:
         return quantile_edges(self.mu0, m)
 
 
+def state_achieved(est, model, params: DescentParams, achieved: dict) -> tuple:
+    """(params, floors): with the "se" rule the model's params state the (alpha, beta) the kept model achieves
+    on its fitting rows, so that the paper's guarantees (and the guaranteed intervals) are stated with values
+    that hold exactly there; ``floors`` are the thresholds the descent used. Sets ``model.params``."""
+    floors = {"alpha": params.alpha, "betas": {str(a): params.beta_for(a) for a in params.moments}}
+    if params.z > 0:
+        alpha_a = achieved["alpha"] if est.alpha == "se" else params.alpha
+        betas = {a: (achieved["betas"][a] if est.beta == "se" else params.beta_for(a)) for a in params.moments}
+        model.params = dataclasses.replace(
+            params,
+            alpha=alpha_a,
+            beta=betas.get(2, params.beta),
+            moment_betas=tuple((a, b) for a, b in betas.items() if a != 2),
+        )
+    return model.params, floors
+
+
+def fit_info(
+    est,
+    res,
+    kept_round,
+    achieved,
+    floors,
+    params,
+    seconds,
+    *,
+    n,
+    n_fit,
+    n_cal,
+    gset,
+    sizes,
+    base_clipped,
+    label_name,
+    early,
+    runs,
+) -> dict:
+    """The model's ``info`` record of one fit (shared by the in-memory fit and the Dask engine)."""
+    return {
+        "mode": "practical (one fitting sample, audited exactly)",
+        # converged: the descent ran until its audit found no violated cell (early stopping may then keep an
+        # earlier round: "kept_round" / "early_stopped"; the achieved alpha / beta hold for the kept model)
+        "converged": bool(res.converged),
+        "run_converged": bool(res.converged),
+        "early_stopped": bool(kept_round < len(res.round_ends) - 1),
+        "achieved": {"alpha": achieved["alpha"], "betas": {str(a): b for a, b in achieved["betas"].items()}},
+        "thresholds_used": floors,
+        "z": params.z,
+        "z_group": params.z_group,
+        "min_count": params.min_count,
+        "stopped_by_user": bool(res.stopped),
+        "rounds": int(res.history[-1]["round"]) if res.history else 0,
+        "kept_round": int(kept_round),
+        "mean_updates": int(res.mean_updates),
+        "moment_updates": int(res.moment_updates),
+        "max_moment_updates_per_call": int(res.max_moment_updates_per_call),
+        "seconds": float(seconds),
+        "n_rows": int(n),
+        "n_fit": int(n_fit),
+        "n_calibration": int(n_cal),
+        "calibration_fraction": float(est.calibration_fraction),
+        "seed": est.random_state if isinstance(est.random_state, int) else None,
+        "n_groups": len(gset),
+        "empty_groups": [gset.names[g] for g in np.flatnonzero(sizes == 0)],
+        "base_clipped": int(base_clipped),
+        "label": label_name,
+        "early_stopping": bool(early),
+        "buckets_rule": "auto" if est.n_buckets == "auto" else "given",
+        "buckets_tried": {str(r[1]): float(r[0]) for r in runs} if len(runs) > 1 else {},
+        "mean_buckets": est.mean_buckets,
+        "moment_buckets": est.moment_buckets,
+        "alpha_rule": est.alpha if isinstance(est.alpha, str) else "given",
+        "beta_rule": est.beta if isinstance(est.beta, str) else "given",
+        "history": res.history,
+        "estimator_params": _json_params(est.get_params(deep=False)),
+    }
+
+
 def _best_round(history: list) -> int:
     """The round with the lowest held-out squared error of the mean (the earliest on ties)."""
     return int(np.argmin([h.get("holdout_mse", np.inf) for h in history])) if history else 0
@@ -527,19 +604,7 @@ class MomentMulticalibrator(SklearnParams):
         else:
             fit_mu, fit_moms = model.predict_unit(Xf, mu0 if base_u is not None else None, fit_idx.size)
         achieved = _achieved(params, memb, yu[fit_idx], fit_mu, fit_moms)
-        floors = {"alpha": params.alpha, "betas": {str(a): params.beta_for(a) for a in params.moments}}
-        if params.z > 0:
-            # The "se" rule: report the (alpha, beta) the kept model achieves on the fitting rows, so that the
-            # paper's guarantees (and the guaranteed intervals) are stated with values that hold exactly there.
-            alpha_a = achieved["alpha"] if self.alpha == "se" else params.alpha
-            betas = {a: (achieved["betas"][a] if self.beta == "se" else params.beta_for(a)) for a in params.moments}
-            model.params = dataclasses.replace(
-                params,
-                alpha=alpha_a,
-                beta=betas.get(2, params.beta),
-                moment_betas=tuple((a, b) for a, b in betas.items() if a != 2),
-            )
-            params = model.params
+        params, floors = state_achieved(self, model, params, achieved)
         if n_cal and task != TASK_BINARY:
             # Interval calibration uses only the held-out rows (never the rows the moments were fitted on).
             from . import intervals
@@ -548,43 +613,25 @@ class MomentMulticalibrator(SklearnParams):
                 model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx]
             )
         model.info = {
-            "mode": "practical (one fitting sample, audited exactly)",
             "task": task,
-            # converged: the descent ran until its audit found no violated cell (early stopping may then keep an
-            # earlier round: "kept_round" / "early_stopped"; the achieved alpha / beta hold for the kept model)
-            "converged": bool(res.converged),
-            "run_converged": bool(res.converged),
-            "early_stopped": bool(kept_round < len(res.round_ends) - 1),
-            "achieved": {"alpha": achieved["alpha"], "betas": {str(a): b for a, b in achieved["betas"].items()}},
-            "thresholds_used": floors,
-            "z": params.z,
-            "z_group": params.z_group,
-            "min_count": params.min_count,
-            "stopped_by_user": bool(res.stopped),
-            "rounds": int(res.history[-1]["round"]) if res.history else 0,
-            "kept_round": int(kept_round),
-            "mean_updates": int(res.mean_updates),
-            "moment_updates": int(res.moment_updates),
-            "max_moment_updates_per_call": int(res.max_moment_updates_per_call),
-            "seconds": float(seconds),
-            "n_rows": int(n),
-            "n_fit": int(fit_idx.size),
-            "n_calibration": int(n_cal),
-            "calibration_fraction": float(self.calibration_fraction),
-            "seed": self.random_state if isinstance(self.random_state, int) else None,
-            "n_groups": len(gset),
-            "empty_groups": [gset.names[g] for g in np.flatnonzero(memb.sizes == 0)],
-            "base_clipped": base_clipped,
-            "label": label_name,
-            "early_stopping": bool(early),
-            "buckets_rule": "auto" if self.n_buckets == "auto" else "given",
-            "buckets_tried": {str(r[1]): float(r[0]) for r in runs} if len(runs) > 1 else {},
-            "mean_buckets": self.mean_buckets,
-            "moment_buckets": self.moment_buckets,
-            "alpha_rule": self.alpha if isinstance(self.alpha, str) else "given",
-            "beta_rule": self.beta if isinstance(self.beta, str) else "given",
-            "history": res.history,
-            "estimator_params": _json_params(self.get_params(deep=False)),
+            **fit_info(
+                self,
+                res,
+                kept_round,
+                achieved,
+                floors,
+                params,
+                seconds,
+                n=n,
+                n_fit=fit_idx.size,
+                n_cal=n_cal,
+                gset=gset,
+                sizes=memb.sizes,
+                base_clipped=base_clipped,
+                label_name=label_name,
+                early=early,
+                runs=runs,
+            ),
         }
         self._set_fitted(model)
         # row-level state of this fit (not saved with the model: a loaded estimator has None here)

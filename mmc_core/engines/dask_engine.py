@@ -735,17 +735,9 @@ def _fit_on_parts(
             a: up(float(np.abs(sums[1 + K + i]).max(initial=0.0)) / max(nf, 1)) for i, a in enumerate(plain.moments)
         },
     }
-    floors = {"alpha": params.alpha, "betas": {str(a): params.beta_for(a) for a in params.moments}}
-    if params.z > 0:
-        alpha_a = achieved["alpha"] if est.alpha == "se" else params.alpha
-        betas = {a: (achieved["betas"][a] if est.beta == "se" else params.beta_for(a)) for a in params.moments}
-        model.params = dataclasses.replace(
-            params,
-            alpha=alpha_a,
-            beta=betas.get(2, params.beta),
-            moment_betas=tuple((a, b) for a, b in betas.items() if a != 2),
-        )
-        params = model.params
+    from ..estimator import state_achieved
+
+    params, floors = state_achieved(est, model, params, achieved)
     cal_rows = 0
     if n_cal:
         rate = min(1.0, CAL_SAMPLE_CAP / n_cal)
@@ -756,41 +748,28 @@ def _fit_on_parts(
         base_c = None if bcol is None else np.concatenate([p[2] for p in pieces])
         cal_rows = int(yu_c.size)
         model.extras["intervals"] = intervals.calibrate(model, table, yu_c, base_c)
+    from ..estimator import fit_info
+
     sizes = stats.sizes
     model.info = {
-        "mode": "practical (one fitting sample, audited exactly)",
-        "converged": bool(res.converged),
-        "run_converged": bool(res.converged),
-        "early_stopped": bool(kept_round < len(res.round_ends) - 1),
-        "achieved": {"alpha": achieved["alpha"], "betas": {str(a): b for a, b in achieved["betas"].items()}},
-        "thresholds_used": floors,
-        "z": params.z,
-        "z_group": params.z_group,
-        "min_count": params.min_count,
-        "stopped_by_user": bool(res.stopped),
-        "rounds": int(res.history[-1]["round"]) if res.history else 0,
-        "kept_round": int(kept_round),
-        "mean_updates": int(res.mean_updates),
-        "moment_updates": int(res.moment_updates),
-        "max_moment_updates_per_call": int(res.max_moment_updates_per_call),
-        "seconds": float(seconds),
-        "n_rows": int(n),
-        "n_fit": int(nf),
-        "n_calibration": int(n_cal),
-        "calibration_fraction": float(frac),
-        "seed": seed if isinstance(seed, int) else None,
-        "n_groups": len(gset),
-        "empty_groups": [gset.names[g] for g in np.flatnonzero(sizes == 0)],
-        "base_clipped": int(sc["base_clipped"]),
-        "label": label_name,
-        "early_stopping": bool(early),
-        "buckets_rule": "auto" if est.n_buckets == "auto" else "given",
-        "buckets_tried": {str(r[1]): float(r[0]) for r in runs} if len(runs) > 1 else {},
-        "mean_buckets": est.mean_buckets,
-        "moment_buckets": est.moment_buckets,
-        "alpha_rule": est.alpha if isinstance(est.alpha, str) else "given",
-        "beta_rule": est.beta if isinstance(est.beta, str) else "given",
-        "history": res.history,
+        **fit_info(
+            est,
+            res,
+            kept_round,
+            achieved,
+            floors,
+            params,
+            seconds,
+            n=n,
+            n_fit=nf,
+            n_cal=n_cal,
+            gset=gset,
+            sizes=sizes,
+            base_clipped=sc["base_clipped"],
+            label_name=label_name,
+            early=early,
+            runs=runs,
+        ),
         "engine": {
             "name": "dask",
             "partitions": parts.n_partitions,
