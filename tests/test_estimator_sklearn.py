@@ -24,7 +24,6 @@ APPLICABLE = [
     "check_dont_overwrite_parameters",
     "check_fit_idempotent",
     "check_fit_check_is_fitted",
-    "check_fit2d_1feature",
     "check_fit_score_takes_y",
     "check_estimators_pickle",
     "check_estimator_repr",
@@ -35,8 +34,9 @@ APPLICABLE = [
 #   check_estimators_unfitted: newer scikit-learn wants its own NotFittedError class; mmc_core does not import
 #       scikit-learn, so predict before fit raises MMCError (a ValueError, which older versions accepted) --
 #       test_clone_gives_an_unfitted_copy_with_the_same_settings checks the message.
-#   check_estimators_dtypes: its label takes two values (1 and 2); a two-valued label is fitted as a classifier
-#       label and needs positive_label (tests/test_binary_wiring.py).
+#   check_estimators_dtypes, check_fit2d_1feature (the latter in scikit-learn < 1.6): the label takes two
+#       values (1 and 2); a two-valued label is fitted as a classifier label and needs positive_label
+#       (tests/test_binary_wiring.py).
 #   check_n_features_in: the estimator reads named group columns, not a fixed feature matrix (no n_features_in_).
 #   check_fit2d_1sample, check_estimators_empty_data_messages: they match scikit-learn's own wording; ours says
 #       "need at least 2 rows to fit, got 1" / "X has no columns ...".
