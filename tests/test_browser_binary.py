@@ -69,10 +69,26 @@ def test_binary_demo_threshold_slider_changes_the_rate_table():
         expect(page.get_by_text("Rates by group at threshold 0.50").first).to_be_visible(timeout=60_000)
         before = _rate_table(page)
         assert "black=1" in before and "selection rate" in before
-        slider = page.get_by_test_id("stSlider").filter(has_text="Decision threshold").get_by_role("slider")
-        for _ in range(6):  # 0.50 -> 0.80 in steps of 0.05
+        box = page.get_by_test_id("stSlider").filter(has_text="Decision threshold")
+        slider = box.get_by_role("slider")
+
+        def value() -> float:  # the number the slider's thumb shows
+            return float(box.get_by_test_id("stSliderThumbValue").first.inner_text())
+
+        # 0.50 -> 0.80 in steps of 0.05, one key press at a time: each press waits for the slider to report its
+        # new value and for the page to redraw the table at it (a press sent during a rerun can be dropped on a
+        # loaded machine; then the loop presses again instead of ending one step short)
+        for _ in range(12):
+            was = value()
+            if was >= 0.8 - 1e-9:
+                break
             slider.press("ArrowRight")
-            page.wait_for_timeout(150)
+            for _ in range(40):
+                page.wait_for_timeout(250)
+                if value() != was:
+                    break
+            now = value()
+            expect(page.get_by_text(f"Rates by group at threshold {now:.2f}").first).to_be_visible(timeout=60_000)
         expect(page.get_by_text("Rates by group at threshold 0.80").first).to_be_visible(timeout=60_000)
         expect(page.get_by_test_id("stTable").first).not_to_have_text(before, timeout=60_000)
         after = _rate_table(page)
