@@ -324,12 +324,34 @@ def _check_prob(name: str, v: float):
         raise CLIError(f"{name} must be strictly between 0 and 1, got {v}")
 
 
+def estimator_from_args(args, **extra):
+    """The estimator ``mmc fit`` builds from its options (one place for both engines)."""
+    from mmc_core import MomentMulticalibrator
+
+    return MomentMulticalibrator(
+        alpha=args.alpha,
+        beta=args.beta,
+        n_buckets=args.buckets,
+        n_moments=args.moments,
+        step=args.step,
+        odd_moments=args.odd_moments,
+        label_range=args.label_range,
+        calibration_fraction=args.calibration_fraction,
+        early_stopping="auto" if args.early_stopping is None else args.early_stopping,
+        max_rounds=args.max_rounds,
+        random_state=args.seed,
+        mean_buckets=args.mean_buckets,
+        moment_buckets=args.moment_buckets,
+        **extra,
+    )
+
+
 def cmd_fit(args) -> int:
     if args.engine == "dask":
         from .cli_dask import fit
 
         return fit(args)
-    from mmc_core import GroupSet, MomentMulticalibrator
+    from mmc_core import GroupSet
     from .io import numeric_column, read_table
 
     _check_out(args.out)
@@ -357,22 +379,7 @@ def cmd_fit(args) -> int:
             if col not in df.columns:
                 raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
         groups = groups + extra
-    est = MomentMulticalibrator(
-        alpha=args.alpha,
-        beta=args.beta,
-        n_buckets=args.buckets,
-        n_moments=args.moments,
-        step=args.step,
-        odd_moments=args.odd_moments,
-        label_range=args.label_range,
-        calibration_fraction=args.calibration_fraction,
-        early_stopping="auto" if args.early_stopping is None else args.early_stopping,
-        max_rounds=args.max_rounds,
-        random_state=args.seed,
-        mean_buckets=args.mean_buckets,
-        moment_buckets=args.moment_buckets,
-        task=task,
-    )
+    est = estimator_from_args(args, task=task)
     # Ctrl-C stops the descent at the end of the current round instead of killing it mid-update.
     interrupted = []
     previous = signal.getsignal(signal.SIGINT)

@@ -79,7 +79,7 @@ def _data(args, need):
 
 
 def fit(args) -> int:
-    from mmc_core import GroupSet, MomentMulticalibrator
+    from mmc_core import GroupSet
     from mmc_core.engines.dask_engine import groups_from_columns
 
     from .cli import CLIError, _check_out
@@ -107,21 +107,9 @@ def fit(args) -> int:
         for col in extra.columns():
             if col not in ddf.columns:
                 raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
-    est = MomentMulticalibrator(
-        alpha=args.alpha,
-        beta=args.beta,
-        n_buckets=args.buckets,
-        n_moments=args.moments,
-        step=args.step,
-        odd_moments=args.odd_moments,
-        label_range=args.label_range,
-        calibration_fraction=args.calibration_fraction,
-        early_stopping="auto" if args.early_stopping is None else args.early_stopping,
-        max_rounds=args.max_rounds,
-        random_state=args.seed,
-        mean_buckets=args.mean_buckets,
-        moment_buckets=args.moment_buckets,
-    )
+    from app.cli import estimator_from_args
+
+    est = estimator_from_args(args)
     started = time.monotonic()
 
     def progress(row) -> bool:  # one line per round on stderr
