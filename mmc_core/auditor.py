@@ -13,30 +13,13 @@ import math
 import numpy as np
 
 from .buckets import BucketGrid
-from .groups import Membership
 
-__all__ = ["cell_index", "cell_sums", "chernoff_auditor", "consistency_auditor", "chernoff_slack"]
+__all__ = ["cell_index", "chernoff_auditor", "consistency_auditor", "chernoff_slack"]
 
 
 def cell_index(bmu: np.ndarray, bmom: np.ndarray | None, m: int) -> np.ndarray:
     """Cell of each row within its group: the mean bucket i, or i * m + j for the joint (mean, moment) cells."""
     return bmu if bmom is None else bmu * m + bmom
-
-
-def cell_sums(
-    memb: Membership,
-    cells: np.ndarray,
-    n_cells: int,
-    weights: np.ndarray | None = None,
-    pair_groups: np.ndarray | None = None,
-) -> np.ndarray:
-    """Sum of ``weights`` (or the count) over the rows of every (group, cell); shape (|G|, n_cells)."""
-    if pair_groups is None:
-        pair_groups = memb.pair_groups()
-    keys = pair_groups * n_cells + cells[memb.rows]
-    w = None if weights is None else weights[memb.rows]
-    out = np.bincount(keys, weights=w, minlength=memb.n_groups * n_cells)
-    return out.reshape(memb.n_groups, n_cells).astype(float)
 
 
 def chernoff_slack(count, delta: float) -> np.ndarray:

@@ -117,31 +117,19 @@ def _check_scores(s, n: int, name: str) -> np.ndarray:
 
 # ---- sums over (group, bucket) cells ------------------------------------------------------------------------
 class _CellSums:
-    """Weighted sums of row values over (group, score bucket) cells, via membership signatures."""
+    """Weighted sums of row values over (group, score bucket) cells."""
 
     def __init__(self, memb, bucket: np.ndarray, m: int):
         self.G, self.m, self.n = memb.n_groups, m, memb.n
-        sig, n_sig = memb.signatures()
-        A = memb.signature_matrix(sig, n_sig)
-        self.a_sig, self.a_grp = np.nonzero(A)
-        self.key = sig * m + bucket  # (signature, bucket) of each row
-        self.n_key = n_sig * m
+        self.sums, self.bucket = memb.sums(), bucket
 
-    def sums(self, values: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    def sums_of(self, values: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         """values (V, n), weights (B, n) or None -> sums (B, V, G, m)."""
         V = values.shape[0]
         w = np.ones((1, self.n)) if weights is None else weights
         B = w.shape[0]
-        keys = (np.arange(B * V)[:, None] * self.n_key + self.key[None, :]).ravel()
-        wv = (w[:, None, :] * values[None, :, :]).reshape(B * V, self.n).ravel()
-        per_key = np.bincount(keys, weights=wv, minlength=B * V * self.n_key).reshape(B * V, -1, self.m)
-        # spread signatures to groups: every (signature, group) membership adds the signature's sums
-        idx = (np.arange(B * V)[:, None] * self.G + self.a_grp[None, :]).ravel()
-        src = per_key[:, self.a_sig, :].reshape(-1, self.m)
-        out = np.zeros((B * V * self.G, self.m))
-        for j in range(self.m):  # m score buckets: a handful of bincounts
-            out[:, j] = np.bincount(idx, weights=src[:, j], minlength=B * V * self.G)
-        return out.reshape(B, V, self.G, self.m)
+        wv = (w[:, None, :] * values[None, :, :]).reshape(B * V, self.n)
+        return self.sums.replicate_cell_sums(wv, self.bucket, self.m).reshape(B, V, self.G, self.m)
 
 
 def _metrics(S: np.ndarray, min_cell: int) -> dict:
@@ -172,7 +160,7 @@ def _score_table(cells: _CellSums, s, y, threshold, min_cell, n_boot, seed, suff
     sc = np.clip(s, _EPS, 1 - _EPS)
     ll = -(y * np.log(sc) + (1 - y) * np.log1p(-sc))
     vals = np.vstack([np.ones_like(y), y, s, (s - y) ** 2, ll, d, d * y, d * (1 - y), 1 - y])
-    point = _metrics(cells.sums(vals), min_cell)
+    point = _metrics(cells.sums_of(vals), min_cell)
     cols = {"count" + suffix: point["count"][0]} if suffix == "" else {}
     for k in METRICS:
         cols[k + suffix] = point[k][0]
@@ -184,7 +172,7 @@ def _score_table(cells: _CellSums, s, y, threshold, min_cell, n_boot, seed, suff
         while done < n_boot:
             b = min(block, n_boot - done)
             w = rng.poisson(1.0, size=(b, cells.n)).astype(float)
-            mb = _metrics(cells.sums(vals, w), min_cell)
+            mb = _metrics(cells.sums_of(vals, w), min_cell)
             for k in METRICS:
                 reps[k].append(mb[k])
             done += b
@@ -354,8 +342,8 @@ def reliability_cells(score, y, groups, table, n_buckets: int = 10, base=None) -
     y = np.asarray(y, dtype=float)
     n = y.size
     memb = groups.evaluate(table, n)
-    pr, pg = memb.rows, memb.pair_groups()
-    G, m = memb.n_groups, int(n_buckets)
+    sums = memb.sums()
+    m = int(n_buckets)
     names = np.asarray(list(memb.names), dtype=object)
     frames = []
     for which, sc in (("after", score), ("before", base)):
@@ -363,10 +351,7 @@ def reliability_cells(score, y, groups, table, n_buckets: int = 10, base=None) -
             continue
         sc = _check_scores(sc, n, "the score" if which == "after" else "the base score")
         b = np.clip(np.floor(sc * m), 0, m - 1).astype(np.int64)
-        key = pg * m + b[pr]
-        cnt = np.bincount(key, minlength=G * m).astype(float)
-        sy = np.bincount(key, weights=y[pr], minlength=G * m)
-        ss = np.bincount(key, weights=sc[pr], minlength=G * m)
+        cnt, sy, ss = (sums.cell_sums(b, m, w) for w in (None, y, sc))
         nz = np.flatnonzero(cnt > 0)
         lo, hi = wilson_interval(sy[nz], cnt[nz])
         g_, i_ = np.divmod(nz, m)
@@ -466,7 +451,7 @@ def audit_binary_model(
     parts (``AuditResult``, the membership pairs, the findings) are imported from :mod:`mmc_core.metrics` when
     called (that module imports this one)."""
     from . import intervals as iv
-    from .metrics import AuditResult, _findings, _Pairs
+    from .metrics import AuditResult, _findings
 
     threshold = check_threshold(threshold)
     if isinstance(n_buckets, bool) or not isinstance(n_buckets, (int, np.integer)) or not 1 <= n_buckets <= 100:
@@ -510,7 +495,7 @@ def audit_binary_model(
     empty = pd.DataFrame(index=bg.index)
     overall = bg.iloc[0].copy()
     overall.name = "overall"
-    pairs = _Pairs(ctx.memb)
+    pairs = ctx.memb.sums()
     names = list(ctx.memb.names)
     params = {
         "task": "binary",

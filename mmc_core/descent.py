@@ -35,6 +35,7 @@ import numpy as np
 
 from .buckets import BucketGrid, mean_grid, moment_grid, moment_projection
 from .groups import Membership
+from .sums import MembershipSums
 from .moments import MomentKind, pseudo_label
 
 __all__ = ["DescentParams", "Update", "CellStats", "CellState", "DescentResult", "descend", "select_rows", "STEP_RULES"]
@@ -162,84 +163,6 @@ def select_rows(upd: Update, rows_g: np.ndarray, cells_g: np.ndarray, n_cells: i
     d = lookup[cells_g]
     sel = np.flatnonzero(~np.isnan(d))
     return rows_g[sel], d[sel]
-
-
-class _PairSums:
-    """Cell sums over (row, group) pairs: works for any membership; cost per update ~ rows x groups per row."""
-
-    def __init__(self, memb: Membership):
-        self.memb = memb
-        self.G = memb.n_groups
-
-    def context(self, rows):
-        return self.memb.pairs_for_rows(rows)
-
-    def full(self, nc, cells, weights):
-        r = self.memb.rows
-        keys = self.memb.pair_groups() * nc + cells[r]
-        return np.bincount(keys, weights=None if weights is None else weights[r], minlength=self.G * nc).astype(float)
-
-    def shift(self, arr, nc, ctx, c_old, c_new, w_old, w_new, mask=None):
-        loc, pg = ctx
-        if mask is not None:
-            keep = mask[loc]
-            loc, pg = loc[keep], pg[keep]
-        arr += np.bincount(pg * nc + c_new[loc], weights=None if w_new is None else w_new[loc], minlength=arr.size)
-        arr -= np.bincount(pg * nc + c_old[loc], weights=None if w_old is None else w_old[loc], minlength=arr.size)
-
-
-class _SignatureSums:
-    """Cell sums through membership signatures.
-
-    Rows with the same set of groups (a "signature": with groups built from a few categorical columns there
-    are few) are summed per (signature, cell) with one bincount over rows; the (group, cell) sums follow by
-    spreading each touched signature's row of sums to its groups, again with one bincount. An update then
-    costs ~ rows changed, instead of rows x groups per row. (A dense signature x group matrix product would
-    do the same, but BLAS threading makes it slow under load and its rounding depend on the thread count.)
-    """
-
-    def __init__(self, memb: Membership, sig: np.ndarray, A: np.ndarray):
-        self.sig, self.ns, self.G = sig, A.shape[0], A.shape[1]
-        sig_of_pair, self.pair_group = np.nonzero(A)
-        self.ptr = np.searchsorted(sig_of_pair, np.arange(self.ns + 1))
-
-    def context(self, rows):
-        return self.sig[rows]
-
-    def _spread(self, arr, d, nc, touched):
-        starts, ends = self.ptr[touched], self.ptr[touched + 1]
-        counts = ends - starts
-        sig_rep = np.repeat(touched, counts)
-        pos = np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
-        keys = (self.pair_group[pos] * nc)[:, None] + np.arange(nc)[None, :]
-        arr += np.bincount(keys.ravel(), weights=d[sig_rep].ravel(), minlength=self.G * nc)
-
-    def full(self, nc, cells, weights):
-        d = np.bincount(self.sig * nc + cells, weights=weights, minlength=self.ns * nc).astype(float)
-        out = np.zeros(self.G * nc)
-        self._spread(out, d.reshape(self.ns, nc), nc, np.arange(self.ns))
-        return out
-
-    def shift(self, arr, nc, s, c_old, c_new, w_old, w_new, mask=None):
-        if mask is not None:
-            s, c_old, c_new = s[mask], c_old[mask], c_new[mask]
-            w_old = None if w_old is None else w_old[mask]
-            w_new = None if w_new is None else w_new[mask]
-        size = self.ns * nc
-        d = np.bincount(s * nc + c_new, weights=w_new, minlength=size).astype(float)
-        d -= np.bincount(s * nc + c_old, weights=w_old, minlength=size)
-        d = d.reshape(self.ns, nc)
-        touched = np.flatnonzero(d.any(axis=1))
-        if touched.size:
-            self._spread(arr, d, nc, touched)
-
-
-def make_summer(memb: Membership):
-    """Signature sums when the signature x group matrix is small, pair sums otherwise (see benchmarks)."""
-    sig, n_sig = memb.signatures()
-    if n_sig * memb.n_groups <= 4_000_000 and n_sig * 2 <= max(memb.n, 2):
-        return _SignatureSums(memb, sig, memb.signature_matrix(sig, n_sig))
-    return _PairSums(memb)
 
 
 class CellStats:
@@ -384,10 +307,20 @@ class CellStats:
 
 
 class CellState(CellStats):
-    """The numpy engine: predictions and incrementally maintained cell statistics over one set of rows."""
+    """The numpy engine: predictions and incrementally maintained cell statistics over one set of rows.
+
+    With ``track_moment_sums`` it also keeps MA[a], the per-(group, joint cell) sums of the moment-a
+    predictions (the ratio step's denominators; the Dask engine ships them with every update's sums)."""
 
     def __init__(
-        self, params: DescentParams, memb: Membership, y: np.ndarray, mu: np.ndarray, moments: dict, summer=None
+        self,
+        params: DescentParams,
+        memb: Membership,
+        y: np.ndarray,
+        mu: np.ndarray,
+        moments: dict,
+        summer: MembershipSums | None = None,
+        track_moment_sums: bool = False,
     ):
         self.p = params
         self.memb = memb
@@ -397,9 +330,12 @@ class CellState(CellStats):
         self.y = np.asarray(y, dtype=float)
         self.mu = np.array(mu, dtype=float)
         self.mom = {a: np.array(moments[a], dtype=float) for a in params.moments}
-        self.bmu = params.mean_grid.index(self.mu)
-        self.bmom = {a: params.grid(a).index(self.mom[a]) for a in params.moments}
-        self.sums = summer if summer is not None else make_summer(memb)
+        # bucket indices as int32 (half the memory; cell keys are widened to int64 where they meet the groups)
+        self.bmu = params.mean_grid.index(self.mu).astype(np.int32)
+        self.bmom = {a: params.grid(a).index(self.mom[a]).astype(np.int32) for a in params.moments}
+        self.sums = summer if summer is not None else memb.sums()
+        self.track_ma = track_moment_sums
+        self._cells: tuple | None = None  # (group, partition, rows, cells): apply() reuses make_update's
         self.full_recompute()
 
     # ---- statistics ------------------------------------------------------------------------------
@@ -407,98 +343,144 @@ class CellState(CellStats):
         return pseudo_label(a, y - mu, self.p.odd_moments)
 
     def full_recompute(self):
-        m, mm, sums = self.m, self.m * self.m, self.sums
+        m, mm, cell_sums = self.m, self.m * self.m, self.sums.cell_sums
         res = self.mu - self.y
-        self.S0 = sums.full(m, self.bmu, res)
-        self.C0 = sums.full(m, self.bmu, None)
+        self.S0 = cell_sums(self.bmu, m, res)
+        self.C0 = cell_sums(self.bmu, m, None)
         self.SA, self.CA, self.TA = {}, {}, {}
         self.Q0, self.QA, self.UA = None, {}, {}
         if self.se:
-            self.Q0 = sums.full(m, self.bmu, res * res)
+            self.Q0 = cell_sums(self.bmu, m, res * res)
         for a in self.p.moments:
             cells = self.bmu * m + self.bmom[a]
-            self.SA[a] = sums.full(mm, cells, res)
-            self.CA[a] = sums.full(mm, cells, None)
+            self.SA[a] = cell_sums(cells, mm, res)
+            self.CA[a] = cell_sums(cells, mm, None)
             t = self.mom[a] - self.label(a, self.mu, self.y)
-            self.TA[a] = sums.full(mm, cells, t)
+            self.TA[a] = cell_sums(cells, mm, t)
             if self.se:
-                self.QA[a] = sums.full(mm, cells, res * res)
-                self.UA[a] = sums.full(mm, cells, t * t)
+                self.QA[a] = cell_sums(cells, mm, res * res)
+                self.UA[a] = cell_sums(cells, mm, t * t)
+        if self.track_ma:
+            self.MA = {a: cell_sums(self.bmu * m + self.bmom[a], mm, self.mom[a]) for a in self.p.moments}
 
+    def _target(self, a: int, ma: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """m_a - (y - mu)^a from the residual r = mu - y, in one buffer. (y - mu)^a is pseudo_label(a, r) up
+        to the sign (-1)^a of signed odd moments: a product of IEEE numbers flips exactly with a factor's sign,
+        so this equals ``ma - self.label(a, mu, y)`` to the last bit."""
+        lab = pseudo_label(a, r, self.p.odd_moments)
+        if a % 2 == 1 and self.p.odd_moments != MomentKind.ABSOLUTE:
+            return np.add(ma, lab, out=lab)
+        return np.subtract(ma, lab, out=lab)
+
+    # set_mean / set_moment drop each row-length temporary as soon as it is used (``del``): an update of a
+    # large group touches every row, and these temporaries, not the state, set the fit's peak memory.
     def set_mean(self, rows: np.ndarray, new: np.ndarray):
         if rows.size == 0:
             return
+        self._cells = None
         m, mm, sums = self.m, self.m * self.m, self.sums
         ctx = sums.context(rows)
         y = self.y[rows]
         old = self.mu[rows]
         b_old, b_new = self.bmu[rows], self.p.mean_grid.index(new)
         r_old, r_new = old - y, new - y
+        del y, old
         moved = b_old != b_new
+        any_moved = bool(moved.any())
         se = self.se
-        sums.shift(self.S0, m, ctx, b_old, b_new, r_old, r_new)
+        sh = sums.shift_keys(ctx, m, b_old, b_new, moved)
+        sums.shift(self.S0, m, sh, r_old, r_new)
+        q_old = q_new = None
         if se:
             q_old, q_new = r_old * r_old, r_new * r_new
-            sums.shift(self.Q0, m, ctx, b_old, b_new, q_old, q_new)
-        if moved.any():
-            sums.shift(self.C0, m, ctx, b_old, b_new, None, None, moved)
+            sums.shift(self.Q0, m, sh, q_old, q_new)
+        if any_moved:
+            sums.shift(self.C0, m, sh, masked=True)
+        del sh
         for a in self.p.moments:
             ba = self.bmom[a][rows]
-            c_old, c_new = b_old * m + ba, b_new * m + ba
-            sums.shift(self.SA[a], mm, ctx, c_old, c_new, r_old, r_new)
-            if moved.any():
-                sums.shift(self.CA[a], mm, ctx, c_old, c_new, None, None, moved)
+            sh = sums.shift_keys(ctx, mm, b_old * m + ba, b_new * m + ba, moved)
+            del ba
+            sums.shift(self.SA[a], mm, sh, r_old, r_new)
+            if any_moved:
+                sums.shift(self.CA[a], mm, sh, masked=True)
             ma = self.mom[a][rows]
-            t_old, t_new = ma - self.label(a, old, y), ma - self.label(a, new, y)
-            sums.shift(self.TA[a], mm, ctx, c_old, c_new, t_old, t_new)
+            t_old, t_new = self._target(a, ma, r_old), self._target(a, ma, r_new)
+            sums.shift(self.TA[a], mm, sh, t_old, t_new)
             if se:
-                sums.shift(self.QA[a], mm, ctx, c_old, c_new, q_old, q_new)
-                sums.shift(self.UA[a], mm, ctx, c_old, c_new, t_old * t_old, t_new * t_new)
+                sums.shift(self.QA[a], mm, sh, q_old, q_new)
+                sums.shift(self.UA[a], mm, sh, t_old * t_old, t_new * t_new)
+            del t_old, t_new
+            if self.track_ma and any_moved:
+                sums.shift(self.MA[a], mm, sh, ma, ma, masked=True)
+            del sh, ma
         self.mu[rows] = new
         self.bmu[rows] = b_new
 
     def set_moment(self, a: int, rows: np.ndarray, new: np.ndarray):
         if rows.size == 0:
             return
+        self._cells = None
         m, mm, sums = self.m, self.m * self.m, self.sums
         ctx = sums.context(rows)
         old = self.mom[a][rows]
         b_old, b_new = self.bmom[a][rows], self.p.grid(a).index(new)
         bmu = self.bmu[rows]
-        c_old, c_new = bmu * m + b_old, bmu * m + b_new
+        moved = b_old != b_new
+        sh = sums.shift_keys(ctx, mm, bmu * m + b_old, bmu * m + b_new, moved)
+        del ctx, bmu, b_old
         lab = self.label(a, self.mu[rows], self.y[rows])
         t_old, t_new = old - lab, new - lab
-        sums.shift(self.TA[a], mm, ctx, c_old, c_new, t_old, t_new)
+        del lab
+        sums.shift(self.TA[a], mm, sh, t_old, t_new)
         if self.se:
-            sums.shift(self.UA[a], mm, ctx, c_old, c_new, t_old * t_old, t_new * t_new)
-        moved = b_old != b_new
+            sums.shift(self.UA[a], mm, sh, t_old * t_old, t_new * t_new)
+        del t_old, t_new
         if moved.any():
             res = self.mu[rows] - self.y[rows]
-            sums.shift(self.SA[a], mm, ctx, c_old, c_new, res, res, moved)
-            sums.shift(self.CA[a], mm, ctx, c_old, c_new, None, None, moved)
+            sums.shift(self.SA[a], mm, sh, res, res, masked=True)
+            sums.shift(self.CA[a], mm, sh, masked=True)
             if self.se:
                 rr = res * res
-                sums.shift(self.QA[a], mm, ctx, c_old, c_new, rr, rr, moved)
+                sums.shift(self.QA[a], mm, sh, rr, rr, masked=True)
+                del rr
+            del res
+        if self.track_ma:
+            sums.shift(self.MA[a], mm, sh, old, new)
+        del sh, old
         self.mom[a][rows] = new
         self.bmom[a][rows] = b_new
 
     # ---- updates ---------------------------------------------------------------------------------
     def cells_of_group(self, g: int, partition: int):
+        """(rows of group g, each row's cell in the partition, cells per group); kept until predictions change
+        (the ratio step reads them for its denominators, then the update's apply for its rows)."""
+        c = self._cells
+        if c is not None and c[0] == g and c[1] == partition:
+            return c[2]
         rows_g = self.memb.group_rows(g)
         if partition == WHOLE:
-            return rows_g, np.zeros(rows_g.size, dtype=np.int64), 1
-        if partition == 0:
-            return rows_g, self.bmu[rows_g], self.m
-        return rows_g, self.bmu[rows_g] * self.m + self.bmom[partition][rows_g], self.m * self.m
+            out = rows_g, np.zeros(rows_g.size, dtype=np.int64), 1
+        elif partition == 0:
+            out = rows_g, self.bmu[rows_g], self.m
+        else:
+            out = rows_g, self.bmu[rows_g] * self.m + self.bmom[partition][rows_g], self.m * self.m
+        self._cells = (g, partition, out)
+        return out
 
     def apply(self, upd: Update):
         rows_g, cells_g, n_cells = self.cells_of_group(upd.group, upd.partition)
         rows, d = select_rows(upd, rows_g, cells_g, n_cells)
+        del rows_g, cells_g
         if upd.target == 1:
             lo, hi = self.p.projection(1)
-            self.set_mean(rows, np.clip(self.mu[rows] - d, lo, hi))
+            new = np.clip(self.mu[rows] - d, lo, hi)
+            del d
+            self.set_mean(rows, new)
         else:
-            self.set_moment(upd.target, rows, self.p.moment_new(upd.target, self.mom[upd.target][rows], d))
+            new = self.p.moment_new(upd.target, self.mom[upd.target][rows], d)
+            del d
+            self.set_moment(upd.target, rows, new)
 
     def cell_totals(self, target: int, g: int, partition: int) -> np.ndarray:
         rows_g, cells_g, n_cells = self.cells_of_group(g, partition)

@@ -50,16 +50,26 @@ __all__ = [
 
 def _achieved(params: DescentParams, memb, y, mu, moms) -> dict:
     """The smallest (alpha, beta_a) the predictions satisfy on these rows: just above the largest mass-weighted
-    |residual| over the paper's cells G(mu, i), G(mu, m_a, i, j) (mean) and G(mu, m_a, i, j) (moment a)."""
-    plain = dataclasses.replace(params, z=0.0, z_group=0.0, min_count=0)
-    st = CellState(plain, memb, y, mu, moms)
-    n = max(st.n, 1)
+    |residual| over the paper's cells G(mu, i), G(mu, m_a, i, j) (mean) and G(mu, m_a, i, j) (moment a).
+    The sums are the descent's own (``CellState.full_recompute``), without building a second descent state."""
+    m, mm, cell_sums = params.m, params.m * params.m, memb.sums().cell_sums
+    y, mu = np.asarray(y, dtype=float), np.asarray(mu, dtype=float)
+    res = mu - y
+    bmu = params.mean_grid.index(mu)
+    n = max(memb.n, 1)
 
     def up(v):
         return float(min(max(v * (1 + 1e-9) + 1e-15, 1e-7), 0.999))
 
-    worst = max([np.abs(st.S0).max(initial=0.0)] + [np.abs(st.SA[a]).max(initial=0.0) for a in params.moments])
-    return {"alpha": up(worst / n), "betas": {a: up(np.abs(st.TA[a]).max(initial=0.0) / n) for a in params.moments}}
+    worst = np.abs(cell_sums(bmu, m, res)).max(initial=0.0)
+    betas = {}
+    for a in params.moments:
+        mom = np.asarray(moms[a], dtype=float)
+        cells = bmu * m + params.grid(a).index(mom)
+        worst = max(worst, np.abs(cell_sums(cells, mm, res)).max(initial=0.0))
+        t = mom - pseudo_label(a, y - mu, params.odd_moments)
+        betas[a] = up(np.abs(cell_sums(cells, mm, t)).max(initial=0.0) / n)
+    return {"alpha": up(worst / n), "betas": betas}
 
 
 class FitStats:
@@ -88,9 +98,7 @@ class FitStats:
         return float(np.mean(self._label(a)))
 
     def group_label_sums(self, a) -> np.ndarray:
-        return np.bincount(
-            self.memb.pair_groups(), weights=self._label(a)[self.memb.rows], minlength=self.memb.n_groups
-        )
+        return self.memb.sums().group_sums(self._label(a), row_order=True)
 
     def mean_quantile_edges(self, m) -> tuple:
         return quantile_edges(self.mu0, m)
@@ -529,6 +537,7 @@ class MomentMulticalibrator(SklearnParams):
             outside = (base < scale.lo) | (base > scale.hi)
             base_clipped = int(outside.sum())
             base_u = scale.to_unit(np.clip(base, scale.lo, scale.hi), bname)
+            del base
         gset = GroupSet.coerce(groups)
 
         rng = np.random.default_rng(self.random_state)
@@ -543,23 +552,29 @@ class MomentMulticalibrator(SklearnParams):
         perm = rng.permutation(n)
         cal_idx = np.sort(perm[:n_cal])
         fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
-        Xf = _take(X, fit_idx)
+        del perm, y  # row-length arrays no longer needed: at tens of millions of rows memory is the limit
+        # without held-out rows the fitting rows are all the rows: the arrays are used as they are, not copied
+        Xf = _take(X, fit_idx) if n_cal else X
+        yu_f = yu[fit_idx] if n_cal else yu
         memb = gset.evaluate(Xf, fit_idx.size)
-        mu0 = base_u[fit_idx] if base_u is not None else np.full(fit_idx.size, float(np.mean(yu[fit_idx])))
+        if base_u is not None:
+            mu0 = base_u[fit_idx] if n_cal else base_u
+        else:
+            mu0 = np.full(fit_idx.size, float(np.mean(yu_f)))
         moments = tuple(range(2, k + 1))
         G, nf = len(gset), fit_idx.size
-        resid = yu[fit_idx] - mu0
+        resid = yu_f - mu0
         memb_h = gset.evaluate(_take(X, cal_idx), n_cal) if n_cal else None
         mu_h = None
         if n_cal:
-            mu_h = base_u[cal_idx] if base_u is not None else np.full(n_cal, float(np.mean(yu[fit_idx])))
+            mu_h = base_u[cal_idx] if base_u is not None else np.full(n_cal, float(np.mean(yu_f)))
 
         candidates = AUTO_BUCKETS if self.n_buckets == "auto" else (int(self.n_buckets),)
         t0 = time.perf_counter()
         runs = []
         for m in candidates:
             params, init_moments = self._build_params(m, G, nf, moments, resid, mu0, memb)
-            state = CellState(params, memb, yu[fit_idx], mu0, {a: np.full(nf, v) for a, v in init_moments.items()})
+            state = CellState(params, memb, yu_f, mu0, {a: np.full(nf, v) for a, v in init_moments.items()})
             holdout = None
             if n_cal:
                 assert memb_h is not None and mu_h is not None  # both exist whenever n_cal > 0
@@ -576,11 +591,12 @@ class MomentMulticalibrator(SklearnParams):
                 break
         score, m, params, init_moments, res, kept_round = min(runs, key=lambda r: r[0])
         seconds = time.perf_counter() - t0
+        del resid
 
         init_mean = (
             {"kind": "base", "column": base_name}
             if base_u is not None
-            else {"kind": "constant", "value": float(np.mean(yu[fit_idx]))}
+            else {"kind": "constant", "value": float(np.mean(yu_f))}
         )
         log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
         model = FittedModel(
@@ -603,7 +619,7 @@ class MomentMulticalibrator(SklearnParams):
             fit_mu, fit_moms = snap["mu"], snap["mom"]
         else:
             fit_mu, fit_moms = model.predict_unit(Xf, mu0 if base_u is not None else None, fit_idx.size)
-        achieved = _achieved(params, memb, yu[fit_idx], fit_mu, fit_moms)
+        achieved = _achieved(params, memb, yu_f, fit_mu, fit_moms)
         params, floors = state_achieved(self, model, params, achieved)
         if n_cal and task != TASK_BINARY:
             # Interval calibration uses only the held-out rows (never the rows the moments were fitted on).

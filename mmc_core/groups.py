@@ -37,6 +37,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -310,6 +311,7 @@ class Membership:
     _row_indptr: np.ndarray | None = field(default=None, repr=False)
     _row_groups: np.ndarray | None = field(default=None, repr=False)
     _row_ids: np.ndarray | None = field(default=None, repr=False)
+    _sums: Any = field(default=None, repr=False)
 
     @property
     def n_groups(self) -> int:
@@ -322,26 +324,41 @@ class Membership:
     def group_rows(self, g: int) -> np.ndarray:
         return self.rows[self.indptr[g] : self.indptr[g + 1]]
 
+    def sums(self):
+        """The :class:`~mmc_core.sums.MembershipSums` of this membership, built once (the signatures behind
+        it cost a sort of all (row, group) pairs) and shared by the descent, the audit and the intervals."""
+        if self._sums is None:
+            from .sums import MembershipSums
+
+            self._sums = MembershipSums(self)
+        return self._sums
+
     def pair_groups(self) -> np.ndarray:
         """Group id of each stored (group, row) pair, aligned with ``rows``."""
         return np.repeat(np.arange(self.n_groups, dtype=np.int64), self.sizes)
 
-    def _row_major(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(row_indptr, row_groups, row_ids): the pairs ordered by row, built once on first use."""
-        if self._row_indptr is None or self._row_groups is None or self._row_ids is None:
-            gids = self.pair_groups().astype(np.int32)
+    def _row_major(self) -> tuple[np.ndarray, np.ndarray]:
+        """(row_indptr, row_groups): the pairs ordered by row, built once on first use."""
+        if self._row_indptr is None or self._row_groups is None:
             order = np.argsort(self.rows, kind="stable")
-            self._row_groups = gids[order]
+            self._row_groups = np.repeat(np.arange(self.n_groups, dtype=np.int32), self.sizes)[order]
+            del order
             counts = np.bincount(self.rows, minlength=self.n)
             self._row_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-            self._row_ids = np.repeat(np.arange(self.n, dtype=np.int32), counts)
-        return self._row_indptr, self._row_groups, self._row_ids
+        return self._row_indptr, self._row_groups
+
+    def release_row_major(self):
+        """Drop the row-major view (rebuilt on next use): 12 bytes a pair that sums by signature never need."""
+        self._row_indptr = self._row_groups = self._row_ids = None
 
     def pairs_for_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For rows R (distinct), all (position in R, group) pairs with R[position] in group."""
-        indptr, row_groups, row_ids = self._row_major()
+        indptr, row_groups = self._row_major()
         if rows.size * 4 > self.n:
             # Many rows: one masked pass over all pairs beats gathering row by row.
+            if self._row_ids is None:
+                self._row_ids = np.repeat(np.arange(self.n, dtype=np.int32), np.diff(indptr))
+            row_ids = self._row_ids
             inside = np.zeros(self.n, dtype=bool)
             inside[rows] = True
             sel = inside[row_ids]
@@ -361,7 +378,7 @@ class Membership:
         A row's signature is hashed as the wrapping sum of random 64-bit keys of its groups; two different
         group sets collide with probability about (number of signatures)^2 / 2^64.
         """
-        indptr, row_groups, _ = self._row_major()
+        indptr, row_groups = self._row_major()
         seeds = np.random.default_rng(0x5EED).integers(1, 2**63 - 1, size=max(self.n_groups, 1), dtype=np.int64)
         keys = seeds.astype(np.uint64) * np.uint64(2) + np.uint64(1)
         h = np.zeros(self.n, dtype=np.uint64)
@@ -379,7 +396,7 @@ class Membership:
         rep = np.zeros(n_sig, dtype=np.int64)
         rep[sig[::-1]] = np.arange(sig.size - 1, -1, -1)
         A = np.zeros((n_sig, self.n_groups))
-        indptr, row_groups, _ = self._row_major()
+        indptr, row_groups = self._row_major()
         starts, ends = indptr[rep], indptr[rep + 1]
         counts = ends - starts
         sig_ids = np.repeat(np.arange(n_sig), counts)
@@ -536,6 +553,7 @@ class GroupSet:
         cache: dict = {}
         columns: dict = {}
         indptr = [0]
+        row_dtype = np.int32 if n < 2**31 else np.int64  # half the memory of the (row, group) pairs
         chunks = []
         for g in self.groups:
             m = np.ones(n, dtype=bool)
@@ -555,8 +573,8 @@ class GroupSet:
                         t &= cache[key]
                     hit |= t
                 m &= hit
-            idx = np.flatnonzero(m).astype(np.int64)
+            idx = np.flatnonzero(m).astype(row_dtype)
             chunks.append(idx)
             indptr.append(indptr[-1] + idx.size)
-        rows = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+        rows = np.concatenate(chunks) if chunks else np.zeros(0, row_dtype)
         return Membership(n, self.names, np.asarray(indptr, dtype=np.int64), rows)

@@ -96,6 +96,7 @@ from .errors import DataError, MMCError, ModelFormatError
 from .findings import VARIANCE_TOLERANCE
 from .binary import binary_labels, check_threshold
 from .moments import MomentKind
+from .sums import MembershipSums
 
 __all__ = ["audit", "AuditResult", "FORMAT", "VERSION", "check_threshold", "binary_labels"]
 
@@ -134,79 +135,30 @@ def _div(a, b):
         return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
 
 
-class _Pairs:
-    """The (row, group) membership pairs and group-wise sums over them."""
-
-    def __init__(self, memb):
-        self.memb = memb
-        self.pr = memb.rows
-        self.pg = memb.pair_groups()
-        self.G = memb.n_groups
-        self.n = memb.n
-
-    def gsum(self, values=None):
-        w = None if values is None else np.asarray(values, dtype=float)[self.pr]
-        return np.bincount(self.pg, weights=w, minlength=self.G).astype(float)
-
-    def cell_sums(self, cell_of_row, n_cells, values=None):
-        key = self.pg * n_cells + np.asarray(cell_of_row)[self.pr]
-        w = None if values is None else np.asarray(values, dtype=float)[self.pr]
-        return np.bincount(key, weights=w, minlength=self.G * n_cells).reshape(self.G, n_cells).astype(float)
-
-
 def _bootstrap_ratios(
-    pairs: _Pairs, values: dict, n_boot: int, seed: int, level: float = 0.95, block_elems: int = 4_000_000
+    sums: MembershipSums, values: dict, n_boot: int, seed: int, level: float = 0.95, block_elems: int = 4_000_000
 ) -> dict:
     """Percentile bootstrap CI of (group mean of v) / (overall mean of v) for each array v in ``values``.
 
     Rows are resampled with replacement (n draws per replicate; each replicate's row weights are one
-    bincount). Group sums of a block of replicates: rows with the same set of groups (membership signature)
-    are summed first, one bincount over (replicate, signature) keys, and a matrix product with the
-    signatures x groups 0/1 matrix gives every group; with too many distinct signatures, one bincount over
-    (replicate, group) keys of the membership pairs instead. Returns {name: (lo, hi)} arrays of shape (G,);
-    the whole population is group 0.
+    bincount); the group sums of a block of replicates are one :meth:`MembershipSums.replicate_group_sums`
+    per array. Returns {name: (lo, hi)} arrays of shape (G,); the whole population is group 0.
     """
-    n, G = pairs.n, pairs.G
+    n, G = sums.n, sums.G
     out: dict[str, list] = {k: [] for k in values}
     if n_boot <= 0 or n == 0:
         return {k: (np.full(G, np.nan), np.full(G, np.nan)) for k in values}
     rng = np.random.default_rng(seed)
-    memb = pairs.memb
-    sig: np.ndarray | None = None
-    A: np.ndarray | None = None
-    n_sig = 0
-    if hasattr(memb, "signatures"):
-        sig, n_sig = memb.signatures()
-        if n_sig * G <= 4_000_000 and n_sig <= n:
-            A = memb.signature_matrix(sig, n_sig)
-        else:
-            sig = None
-    width = n if A is not None else pairs.pr.size + n
-    block = max(1, min(n_boot, block_elems // max(width, 1)))
+    block = max(1, min(n_boot, block_elems // max(sums.replicate_width(), 1)))
     done = 0
     while done < n_boot:
         b = min(block, n_boot - done)
         idx = rng.integers(0, n, size=(b, n))
         w = np.bincount((idx + (np.arange(b) * n)[:, None]).ravel(), minlength=b * n).reshape(b, n).astype(float)
-        if A is not None and sig is not None:
-            keys = (np.arange(b)[:, None] * n_sig + sig[None, :]).ravel()
-
-            def gsum(weights):
-                return np.bincount(keys, weights=weights.ravel(), minlength=b * n_sig).reshape(b, n_sig) @ A
-
-            cnt = gsum(w)
-            sums = {k: gsum(w * v[None, :]) for k, v in values.items()}
-        else:
-            keys = (np.arange(b)[:, None] * G + pairs.pg[None, :]).ravel()
-            wp = w[:, pairs.pr]
-            cnt = np.bincount(keys, weights=wp.ravel(), minlength=b * G).reshape(b, G)
-            sums = {
-                k: np.bincount(keys, weights=(wp * v[pairs.pr][None, :]).ravel(), minlength=b * G).reshape(b, G)
-                for k, v in values.items()
-            }
+        cnt = sums.replicate_group_sums(w)
         with np.errstate(divide="ignore", invalid="ignore"):
-            for k, s_ in sums.items():
-                mean = s_ / cnt
+            for k, v in values.items():
+                mean = sums.replicate_group_sums(w * v[None, :]) / cnt
                 out[k].append(mean / mean[:, :1])
         done += b
     res = {}
@@ -222,14 +174,14 @@ def _bootstrap_ratios(
     return res
 
 
-def _worst_cells(pairs: _Pairs, pred_u, y_u, grid, n: int, span: float, min_count: int = 20):
+def _worst_cells(pairs: MembershipSums, pred_u, y_u, grid, n: int, span: float, min_count: int = 20):
     """Per-group worst |mean pred - mean label| over the mean buckets of ``pred_u`` (unweighted over cells of at
     least ``min_count`` rows, and mass-weighted over all cells), and the long table pieces of the cells."""
     m = grid.m
     b = grid.index(pred_u)
-    cnt = pairs.cell_sums(b, m)
-    sp = pairs.cell_sums(b, m, pred_u)
-    sy = pairs.cell_sums(b, m, y_u)
+    cnt = pairs.cell_table(b, m)
+    sp = pairs.cell_table(b, m, pred_u)
+    sy = pairs.cell_table(b, m, y_u)
     err = _div(sp - sy, cnt) * span  # signed, label units
     absw = np.abs(sp - sy) / max(n, 1) * span
     with np.errstate(invalid="ignore"):
@@ -397,7 +349,7 @@ def audit(
     if ctx.n != n:
         raise DataError(f"the table has {ctx.n} rows but there are {n} labels")
     memb, mu, moms = ctx.memb, ctx.mu, ctx.moms
-    pairs = _Pairs(memb)
+    pairs = memb.sums()
     G, names = memb.n_groups, list(memb.names)
     yu = (y - scale.lo) / span  # not clipped: labels outside the range stay honest
     if base_arr is not None:
@@ -410,24 +362,24 @@ def audit(
     grid = model.params.mean_grid  # the model's own mean buckets (quantile grids too)
     m = grid.m
 
-    cnt = pairs.gsum()
+    cnt = pairs.group_sums()
     bg = pd.DataFrame(index=pd.Index(names, name="group"))
     bg["count"] = cnt.astype(np.int64)
     bg["mass"] = cnt / n
-    bg["mean_label"] = scale.mean_from_unit(_div(pairs.gsum(yu), cnt))
-    bg["mean_pred"] = scale.mean_from_unit(_div(pairs.gsum(mu), cnt))
-    bg["mean_pred_base"] = scale.mean_from_unit(_div(pairs.gsum(before_u), cnt))
+    bg["mean_label"] = scale.mean_from_unit(_div(pairs.group_sums(yu), cnt))
+    bg["mean_pred"] = scale.mean_from_unit(_div(pairs.group_sums(mu), cnt))
+    bg["mean_pred_base"] = scale.mean_from_unit(_div(pairs.group_sums(before_u), cnt))
     w, ww, c_m, sp_m, sy_m, err_m = _worst_cells(pairs, mu, yu, grid, n, span, min_cell_count)
     wb, wwb, c_b, sp_b, sy_b, err_b = _worst_cells(pairs, before_u, yu, grid, n, span, min_cell_count)
     bg["calib_error_worst"], bg["calib_error_worst_weighted"] = w, ww
     bg["calib_error_worst_base"], bg["calib_error_worst_weighted_base"] = wb, wwb
     res2 = (yu - mu) ** 2
-    emp = _div(pairs.gsum(res2), cnt)
-    ybar = _div(pairs.gsum(yu), cnt)
-    label_var = _div(pairs.gsum(yu**2), cnt) - ybar**2
+    emp = _div(pairs.group_sums(res2), cnt)
+    ybar = _div(pairs.group_sums(yu), cnt)
+    label_var = _div(pairs.group_sums(yu**2), cnt) - ybar**2
     boot_vals = {"emp": res2}
     if 2 in model.moments:
-        pv = _div(pairs.gsum(moms[2]), cnt)
+        pv = _div(pairs.group_sums(moms[2]), cnt)
         boot_vals["pred"] = moms[2]
     else:
         pv = np.full(G, np.nan)
@@ -461,11 +413,11 @@ def audit(
             unavailable[meth] = str(e)
             continue
         inside = ((yu >= lo_u) & (yu <= hi_u)).astype(float)
-        cov_cols[meth] = _div(pairs.gsum(inside), cnt)
+        cov_cols[meth] = _div(pairs.group_sums(inside), cnt)
         width = (hi_u - lo_u) * span
         fin = np.isfinite(width)
-        wsum = pairs.gsum(np.where(fin, width, 0.0))
-        nonfin = pairs.gsum((~fin).astype(float))
+        wsum = pairs.group_sums(np.where(fin, width, 0.0))
+        nonfin = pairs.group_sums((~fin).astype(float))
         wid_cols[meth] = np.where(nonfin > 0, np.inf, _div(wsum, cnt))
         details[meth] = _json_clean(info)
         if meth == bucket_method or (bucket_method is None and meth == "calibrated"):
@@ -481,7 +433,7 @@ def audit(
         raise MMCError(f"bucket_method {bucket_method!r} is not among the computed methods ({', '.join(cov_cols)})")
     bmu = grid.index(mu)
     if bucket_method is not None:
-        cb = _div(pairs.cell_sums(bmu, m, bucket_inside), c_m)
+        cb = _div(pairs.cell_table(bmu, m, bucket_inside), c_m)
     else:
         cb = np.full((G, m), np.nan)
     coverage_by_bucket = pd.DataFrame(cb, index=bg.index, columns=list(range(m)))
@@ -642,7 +594,7 @@ def audit(
 
 
 def _findings(
-    pairs: _Pairs,
+    pairs: MembershipSums,
     names,
     scale,
     mu,
@@ -660,32 +612,32 @@ def _findings(
     """Every test of the model's claims on these rows (mean per group and per mean-bucket cell, variance,
     coverage of ``method``), adjusted as one family. Returns (findings, number of tests)."""
     span = scale.span
-    cnt = pairs.gsum()
+    cnt = pairs.group_sums()
     r = yu - mu
     tests = fnd.group_tests(
         "mean",
         names,
         cnt,
-        pairs.gsum(r),
-        pairs.gsum(r * r),
+        pairs.group_sums(r),
+        pairs.group_sums(r * r),
         min_count,
-        predicted=scale.mean_from_unit(_div(pairs.gsum(mu), cnt)),
-        observed=scale.mean_from_unit(_div(pairs.gsum(yu), cnt)),
+        predicted=scale.mean_from_unit(_div(pairs.group_sums(mu), cnt)),
+        observed=scale.mean_from_unit(_div(pairs.group_sums(yu), cnt)),
     )
     m = grid.m
     b = grid.index(mu)
     edges = scale.mean_from_unit(grid.edges())
-    cc = pairs.cell_sums(b, m).ravel()
+    cc = pairs.cell_table(b, m).ravel()
     cell_names = [(g, i) for g in names for i in range(m)]
     cal = fnd.group_tests(
         "calibration",
         cell_names,
         cc,
-        pairs.cell_sums(b, m, r).ravel(),
-        pairs.cell_sums(b, m, r * r).ravel(),
+        pairs.cell_table(b, m, r).ravel(),
+        pairs.cell_table(b, m, r * r).ravel(),
         min_count,
-        predicted=scale.mean_from_unit(_div(pairs.cell_sums(b, m, mu).ravel(), cc)),
-        observed=scale.mean_from_unit(_div(pairs.cell_sums(b, m, yu).ravel(), cc)),
+        predicted=scale.mean_from_unit(_div(pairs.cell_table(b, m, mu).ravel(), cc)),
+        observed=scale.mean_from_unit(_div(pairs.cell_table(b, m, yu).ravel(), cc)),
     )
     for t in cal:
         g, i = t["group"]
@@ -701,10 +653,14 @@ def _findings(
     if var_pred is not None:
         r2 = r * r
         d = r2 - var_pred
-        s_r2, s_v = pairs.gsum(r2), pairs.gsum(var_pred)
+        s_r2, s_v = pairs.group_sums(r2), pairs.group_sums(var_pred)
         ratio = _div(s_r2, s_v)
         # delta method for mean(r2) / mean(v): the residuals z = r2 - R v
-        s_zz = pairs.gsum(r2 * r2) - 2 * ratio * pairs.gsum(r2 * var_pred) + ratio**2 * pairs.gsum(var_pred**2)
+        s_zz = (
+            pairs.group_sums(r2 * r2)
+            - 2 * ratio * pairs.group_sums(r2 * var_pred)
+            + ratio**2 * pairs.group_sums(var_pred**2)
+        )
         with np.errstate(divide="ignore", invalid="ignore"):
             se_ratio = np.sqrt(np.maximum(s_zz, 0.0) / np.maximum(cnt - 1, 1)) / np.sqrt(cnt) / (s_v / cnt)
         # H0: the ratio E[r^2] / E[v] lies within [1 / (1 + tol), 1 + tol]; each side's one-sided test at its
@@ -713,7 +669,7 @@ def _findings(
         d_hi, d_lo = r2 - tol * var_pred, r2 - var_pred / tol
         p_side = {}
         for side, dd in (("hi", d_hi), ("lo", d_lo)):
-            mean_s, _, p2 = fnd._t_test(pairs.gsum(dd), pairs.gsum(dd * dd), cnt, pairs.gsum(dd**3))
+            mean_s, _, p2 = fnd._t_test(pairs.group_sums(dd), pairs.group_sums(dd * dd), cnt, pairs.group_sums(dd**3))
             up = mean_s > 0 if side == "hi" else mean_s < 0
             p_side[side] = np.where(up, p2 / 2, 1 - p2 / 2)
         p_var = np.minimum(1.0, 2 * np.minimum(p_side["hi"], p_side["lo"]))
@@ -721,10 +677,10 @@ def _findings(
             "variance",
             names,
             cnt,
-            pairs.gsum(d),
-            pairs.gsum(d * d),
+            pairs.group_sums(d),
+            pairs.group_sums(d * d),
             min_count,
-            s3=pairs.gsum(d**3),
+            s3=pairs.group_sums(d**3),
             predicted=scale.moment_from_unit(_div(s_v, cnt), 2),
             observed=scale.moment_from_unit(_div(s_r2, cnt), 2),
             ratio=ratio,
@@ -740,7 +696,7 @@ def _findings(
             t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
         tests += var_t
     if inside is not None:
-        k = pairs.gsum(inside)
+        k = pairs.group_sums(inside)
         p = fnd.binom_cdf(np.round(k), cnt, target)
         lo, hi = fnd.wilson_interval(k, cnt)
         for i in np.nonzero(cnt >= min_count)[0]:

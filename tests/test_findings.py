@@ -96,7 +96,7 @@ def _exact_findings(
         p_in = np.where(d, 0.9 - cover_drop, p_in)
     inside = (rng.random(n) < p_in).astype(float)
     found, n_tests = metrics._findings(
-        metrics._Pairs(memb),
+        memb.sums(),
         list(memb.names),
         _UnitScale(),
         mu,
@@ -209,11 +209,11 @@ def test_small_groups_are_never_tested():
     mu = DIST.true_mean(tab) + 0.5 * (df["race"] == "Z").to_numpy()  # wildly wrong on the tiny group
     v = DIST.true_moment(tab, 2)
     found, _ = metrics._findings(
-        metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9, 30, "holm", 0.05
+        memb.sums(), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9, 30, "holm", 0.05
     )
     assert not any(f["group"] == "race=Z" for f in found)
     found, _ = metrics._findings(
-        metrics._Pairs(memb), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9, 5, "holm", 0.05
+        memb.sums(), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9, 5, "holm", 0.05
     )
     assert any(f["group"] == "race=Z" and f["kind"] == "mean" for f in found)
 

@@ -137,66 +137,12 @@ def _sum_arrays(arrs):
     return out
 
 
-class _MemoContext:
-    """A summer whose ``context(rows)`` is remembered for the last ``rows`` array (the MA bookkeeping below
-    reuses the context the base class has just computed for the same rows)."""
-
-    def __init__(self, inner):
-        self.inner, self._rows, self._ctx = inner, None, None
-
-    def context(self, rows):
-        if rows is not self._rows:
-            self._rows, self._ctx = rows, self.inner.context(rows)
-        return self._ctx
-
-    def full(self, *args):
-        return self.inner.full(*args)
-
-    def shift(self, *args, **kw):
-        return self.inner.shift(*args, **kw)
-
-
 class _PartState(CellState):
     """A partition's numpy CellState that also keeps MA[a], the per-(group, joint cell) sums of the moment-a
     predictions, so that the ratio step's denominators come with every update's sums (no extra round trip)."""
 
     def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self.sums = _MemoContext(self.sums)
-
-    def full_recompute(self):
-        super().full_recompute()
-        mm = self.m * self.m
-        self.MA = {a: self.sums.full(mm, self.bmu * self.m + self.bmom[a], self.mom[a]) for a in self.p.moments}
-
-    def set_mean(self, rows, new):
-        if rows.size == 0:
-            return
-        b_old = self.bmu[rows].copy()
-        super().set_mean(rows, new)
-        b_new = self.bmu[rows]
-        moved = b_old != b_new
-        if moved.any() and self.p.moments:
-            ctx, m = self.sums.context(rows), self.m
-            for a in self.p.moments:
-                ba, w = self.bmom[a][rows], self.mom[a][rows]
-                self.sums.shift(self.MA[a], m * m, ctx, b_old * m + ba, b_new * m + ba, w, w, moved)
-
-    def set_moment(self, a, rows, new):
-        if rows.size == 0:
-            return
-        old, b_old = self.mom[a][rows].copy(), self.bmom[a][rows].copy()
-        super().set_moment(a, rows, new)
-        bmu, m = self.bmu[rows], self.m
-        self.sums.shift(
-            self.MA[a],
-            m * m,
-            self.sums.context(rows),
-            bmu * m + b_old,
-            bmu * m + self.bmom[a][rows],
-            old,
-            self.mom[a][rows],
-        )
+        super().__init__(*args, track_moment_sums=True, **kw)
 
 
 def _sums_ma(st):
@@ -276,11 +222,10 @@ class _Part:
 
         r = self.yu_f - self.mu0_f
         out = {"resid": float(r.sum()), "sizes": self.memb_f.sizes.astype(np.int64), "label": {}, "gsum": {}}
-        pg = self.memb_f.pair_groups()
         for a in moments:
             lab = pseudo_label(a, r, odd)
             out["label"][a] = float(lab.sum())
-            out["gsum"][a] = np.bincount(pg, weights=lab[self.memb_f.rows], minlength=self.memb_f.n_groups)
+            out["gsum"][a] = self.memb_f.sums().group_sums(lab, row_order=True)
         return out
 
     def moments_pass2(self, moments, odd, means):
@@ -1043,11 +988,7 @@ def _audit_part(df, model_json, label, base_col):
 
     plain = dataclasses.replace(model.params, z=0.0, z_group=0.0, min_count=0)
     st = CellState(plain, memb, yu, mu, moms)
-    pg = memb.pair_groups()
-    r = memb.rows
-
-    def gs(w):
-        return np.bincount(pg, weights=None if w is None else w[r], minlength=memb.n_groups).astype(float)
+    gs = memb.sums().group_sums
 
     out = [float(n), gs(None), gs(yu), gs(yu * yu), gs(mu), gs((yu - mu) ** 2), st.S0, st.C0]
     for a in model.moments:

@@ -196,12 +196,12 @@ def _need_moments(model, method: str) -> tuple:
 
 # ---- the multicalibrated threshold -----------------------------------------------------------------------
 def _pairs(memb):
-    return memb.rows, memb.pair_groups()
+    sums = memb.sums()
+    return sums.pr, sums.pg
 
 
 def _row_sum(memb, theta: np.ndarray) -> np.ndarray:
-    pr, pg = _pairs(memb)
-    return np.bincount(pr, weights=theta[pg], minlength=memb.n)
+    return memb.sums().row_sums(theta)
 
 
 def _row_max(memb, theta: np.ndarray) -> np.ndarray:

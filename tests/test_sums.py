@@ -1,0 +1,111 @@
+"""The membership-sum primitive (mmc_core.sums): both ways of summing (membership signatures, (row, group)
+pairs) against a dense reference on random memberships, and the incremental shift against a full recount."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmc_core.groups import GroupSet
+from mmc_core.sums import MembershipSums, use_signatures
+
+
+def _membership(seed: int, n: int, n_cols: int, card: int):
+    rng = np.random.default_rng(seed)
+    table = {f"c{i}": rng.integers(0, card, n).astype(str) for i in range(n_cols)}
+    return GroupSet.from_columns(table, list(table), max_order=2).evaluate(table, n), rng
+
+
+memberships = st.tuples(st.integers(0, 10_000), st.integers(1, 120), st.integers(1, 3), st.integers(2, 5)).map(
+    lambda t: _membership(*t)
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(memberships, st.integers(1, 6))
+def test_both_modes_match_the_dense_sums(mr, nc):
+    memb, rng = mr
+    D = memb.to_dense().astype(float)  # (n, G)
+    n, G = D.shape
+    cells = rng.integers(0, nc, n)
+    w = rng.normal(size=n)
+    onehot = np.zeros((n, nc))
+    onehot[np.arange(n), cells] = 1.0
+    dense_cells = np.einsum("ng,nc,n->gc", D, onehot, w)
+    theta = rng.normal(size=G)
+    W = rng.poisson(1.0, size=(3, n)).astype(float)
+    rows = {}
+    for mode in (True, False):
+        s = MembershipSums(memb, by_signature=mode)
+        assert s.by_signature is mode
+        np.testing.assert_allclose(s.cell_table(cells, nc, w), dense_cells, atol=1e-12)
+        np.testing.assert_allclose(s.cell_table(cells, nc), np.einsum("ng,nc->gc", D, onehot), atol=0)
+        np.testing.assert_allclose(s.group_sums(w), D.T @ w, atol=1e-12)
+        np.testing.assert_allclose(s.group_sums(w, row_order=True), D.T @ w, atol=1e-12)
+        np.testing.assert_allclose(
+            s.replicate_cell_sums(W, cells, nc), np.einsum("ng,nc,bn->bgc", D, onehot, W), atol=1e-9
+        )
+        rows[mode] = s.row_sums(theta)
+        np.testing.assert_allclose(rows[mode], D @ theta, atol=1e-12)
+    # a row's threshold adds its groups' coefficients in increasing group order either way: the same bits
+    np.testing.assert_array_equal(rows[True], rows[False])
+
+
+@settings(max_examples=40, deadline=None)
+@given(memberships, st.integers(1, 5), st.floats(0.05, 1.0))
+def test_shift_equals_a_full_recount(mr, nc, share):
+    memb, rng = mr
+    n = memb.n
+    c_old = rng.integers(0, nc, n)
+    w_old = rng.normal(size=n)
+    rows = np.flatnonzero(rng.random(n) < share)
+    c_new, w_new = c_old.copy(), w_old.copy()
+    c_new[rows] = rng.integers(0, nc, rows.size)
+    w_new[rows] = rng.normal(size=rows.size)
+    moved = c_old[rows] != c_new[rows]
+    for mode in (True, False):
+        s = MembershipSums(memb, by_signature=mode)
+        arr, cnt = s.cell_sums(c_old, nc, w_old), s.cell_sums(c_old, nc)
+        sh = s.shift_keys(s.context(rows), nc, c_old[rows], c_new[rows], moved)
+        s.shift(arr, nc, sh, w_old[rows], w_new[rows])
+        s.shift(cnt, nc, sh, masked=True)  # counts change only where the cell changes
+        np.testing.assert_allclose(arr, s.cell_sums(c_new, nc, w_new), atol=1e-9)
+        np.testing.assert_array_equal(cnt, s.cell_sums(c_new, nc))
+
+
+def test_the_rule():
+    # few signatures (groups from a few categorical columns): signatures; about one per row: pairs
+    assert use_signatures(10_000, 200, 448)
+    assert not use_signatures(10_000, 200, 9_000)
+    assert not use_signatures(10_000_000, 5_000, 1_000)  # the signature x group table would be too large
+    memb, _ = _membership(0, 2_000, 2, 3)
+    assert memb.sums().by_signature
+    assert memb.sums() is memb.sums()  # built once per membership
+
+
+@settings(max_examples=25, deadline=None)
+@given(memberships, st.sampled_from(["absolute", "signed"]), st.booleans(), st.booleans())
+def test_descent_state_stays_equal_to_a_fresh_count(mr, odd, se, track):
+    """CellState's incrementally kept statistics (every sum of every moment, mean and moment updates, odd
+    moments of both kinds, with and without the standard-error sums) equal a recount from its predictions."""
+    from mmc_core.descent import CellState, DescentParams
+
+    memb, rng = mr
+    n = memb.n
+    params = DescentParams(alpha=1e-3, beta=1e-3, m=4, moments=(2, 3, 4), odd_moments=odd, z=2.0 if se else 0.0)
+    y = rng.random(n)
+    st_ = CellState(
+        params, memb, y, rng.random(n), {a: rng.random(n) * 0.2 for a in (2, 3, 4)}, track_moment_sums=track
+    )
+    for _ in range(4):
+        rows = np.flatnonzero(rng.random(n) < 0.5)
+        st_.set_mean(rows, rng.random(rows.size))
+        a = int(rng.integers(2, 5))
+        rows = np.flatnonzero(rng.random(n) < 0.5)
+        st_.set_moment(a, rows, rng.random(rows.size) * 0.2)
+    fresh = CellState(params, memb, y, st_.mu, st_.mom, track_moment_sums=track)
+    names = ["S0", "C0"] + (["Q0"] if se else [])
+    for nm in names:
+        np.testing.assert_allclose(getattr(st_, nm), getattr(fresh, nm), atol=1e-9, err_msg=nm)
+    for nm in ["SA", "CA", "TA"] + (["QA", "UA"] if se else []) + (["MA"] if track else []):
+        for a in (2, 3, 4):
+            np.testing.assert_allclose(getattr(st_, nm)[a], getattr(fresh, nm)[a], atol=1e-9, err_msg=f"{nm}[{a}]")
