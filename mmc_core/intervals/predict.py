@@ -194,9 +194,9 @@ def _half_calibrated(ctx, delta, gamma, moment=None):
     info = {"grid_delta": float(deltas[k]), "approach": part.get("approach")}
     if "theta_lower" not in part:
         return ctx.mu, np.maximum(q, 0.0) * scale, info
-    # Two-sided thresholds (ridge-cqr): [mu - max(q_lo, 0) sd, mu + max(q_up, 0) sd] (max(., 0) keeps mu inside),
-    # made nested in delta: each end goes at least as far as at every larger grid delta (the hull of those
-    # intervals). The two sides are fitted per delta, so without this an end could move inward as delta
+    # Two-sided thresholds (cc; older ridge-cqr records too): [mu - max(q_lo, 0) sd, mu + max(q_up, 0) sd]
+    # (max(., 0) keeps mu inside), made nested in delta: each end goes at least as far as at every larger grid
+    # delta (the hull of those intervals). The two sides are fitted per delta, so without this an end could move inward as delta
     # decreases; widening never lowers a coverage.
     rows = part.get("theta_lower")
     if part.get("combine") != "sum":
