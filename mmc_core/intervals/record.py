@@ -21,6 +21,7 @@ from ._common import (
     _from_json_list,
     _group_conformal,
     _to_json_list,
+    grid_delta,
     usable_moments,
 )
 from .conditional import _CC_OPTIONS, fit_conditional
@@ -173,6 +174,20 @@ def _record_deltas(rec) -> np.ndarray:
     if d.size == 0 or np.any(d <= 0) or np.any(d >= 1) or np.any(np.diff(d) <= 0):
         raise ModelFormatError("model extras: intervals.deltas must be increasing numbers in (0, 1)")
     return d
+
+
+def _record_at(model, method: str, delta: float) -> tuple[dict, np.ndarray, int]:
+    """The record ``method`` reads, its delta grid, and the index of the grid delta that serves ``delta``."""
+    rec = _record(model, method)
+    deltas = _record_deltas(rec)
+    return rec, deltas, grid_delta(delta, deltas)
+
+
+def _record_object(rec: dict, key: str) -> dict:
+    part = rec.get(key)
+    if not isinstance(part, dict):
+        raise ModelFormatError(f"model extras: intervals.{key} must be an object")
+    return part
 
 
 def _record_matrix(rec_part, key, where, n_rows, n_cols, nonneg=True) -> np.ndarray:
