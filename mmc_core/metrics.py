@@ -666,13 +666,14 @@ def _findings(
     span = scale.span
     cnt = pairs.gsum()
     r = yu - mu
-    tests = fnd.group_tests(
+
+    def per_group(kind, x, **extra):
+        """The test of a zero mean of ``x`` in every group."""
+        return fnd.group_tests(kind, names, cnt, pairs.gsum(x), pairs.gsum(x * x), min_count, **extra)
+
+    tests = per_group(
         "mean",
-        names,
-        cnt,
-        pairs.gsum(r),
-        pairs.gsum(r * r),
-        min_count,
+        r,
         predicted=scale.mean_from_unit(_div(pairs.gsum(mu), cnt)),
         observed=scale.mean_from_unit(_div(pairs.gsum(yu), cnt)),
     )
@@ -721,13 +722,9 @@ def _findings(
             up = mean_s > 0 if side == "hi" else mean_s < 0
             p_side[side] = np.where(up, p2 / 2, 1 - p2 / 2)
         p_var = np.minimum(1.0, 2 * np.minimum(p_side["hi"], p_side["lo"]))
-        var_t = fnd.group_tests(
+        var_t = per_group(
             "variance",
-            names,
-            cnt,
-            pairs.gsum(d),
-            pairs.gsum(d * d),
-            min_count,
+            d,
             s3=pairs.gsum(d**3),
             predicted=scale.moment_from_unit(_div(s_v, cnt), 2),
             observed=scale.moment_from_unit(_div(s_r2, cnt), 2),
