@@ -24,6 +24,7 @@ from app.demo_data import load_dataset
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv
 
+from benchmarks.interval_fitters import fit_approach
 from coverage_protocol import DATASETS
 
 
@@ -40,7 +41,7 @@ def measure(name: str, approach: str, repeats: int, seed: int = 1):
     def timed(*a, **kw):
         t0 = time.perf_counter()
         try:
-            return original(*a, approach=approach, **kw)
+            return original(*a, approach=approach, fitter=fit_approach, **kw)
         finally:
             spent.append(time.perf_counter() - t0)
 

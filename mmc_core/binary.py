@@ -451,33 +451,18 @@ def audit_binary_model(
     parts (``AuditResult``, the membership pairs, the findings) are imported from :mod:`mmc_core.metrics` when
     called (that module imports this one)."""
     from . import intervals as iv
-    from .metrics import AuditResult, _findings
+    from .metrics import AuditResult, _audit_rows, _findings
 
     threshold = check_threshold(threshold)
     if isinstance(n_buckets, bool) or not isinstance(n_buckets, (int, np.integer)) or not 1 <= n_buckets <= 100:
         raise MMCError(f"n_buckets must be an integer from 1 to 100, got {n_buckets!r}")
     y01 = binary_labels(model, y)
     n = y01.size
-    if n == 0:
-        raise DataError("the audit needs at least one labelled row")
-    base_arr = None
-    if base is not None:
-        base_arr = np.asarray(base, dtype=float)
-        if base_arr.shape != (n,) or not np.all(np.isfinite(base_arr)):
-            raise DataError(f"the base prediction must be {n} finite numbers")
-    ctx = iv._Context(model, table, base_arr)
-    if ctx.n != n:
-        raise DataError(f"the table has {ctx.n} rows but there are {n} labels")
+    # the label range of a binary model is [0, 1]: the unit-scale "before" is the base itself, clipped
+    ctx, before, base_kind = _audit_rows(model, table, n, base, "positive share of the fitting rows")
     from .model import binary_clip
 
     mu = binary_clip(model, ctx.mu)
-    if base_arr is not None:
-        before, base_kind = np.clip(base_arr, 0.0, 1.0), "base prediction"
-    else:
-        before, base_kind = (
-            np.full(n, iv._initial_constant(model)),
-            "initial constant (positive share of the fitting rows)",
-        )
     ca = classifier_audit(
         mu,
         y01,

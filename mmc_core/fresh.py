@@ -201,14 +201,9 @@ class FreshDescent:
 
 
 def fit_fresh(
-    sampler,
-    groups: GroupSet,
-    params: DescentParams,
-    n: int,
-    delta: float = 1e-3,
-    seed: int = 0,
-    max_audits: int | None = None,
-    **kw,
+    sampler, groups: GroupSet, params: DescentParams, n: int, *, max_audits: int | None = None, **kw
 ) -> FittedModel:
-    """Run :class:`FreshDescent` to convergence (or ``max_audits``) and return the model."""
-    return FreshDescent(sampler, groups, params, n, delta, seed, **kw).run(max_audits)
+    """Run :class:`FreshDescent` to convergence (or ``max_audits``) and return the model.
+    ``kw``: the other arguments of FreshDescent (``delta``, ``seed``, ``init_mean``, ``init_moment``, ``truth``),
+    with its defaults."""
+    return FreshDescent(sampler, groups, params, n, **kw).run(max_audits)

@@ -272,6 +272,27 @@ class AuditResult:
 
 
 # ---- the audit -------------------------------------------------------------------------------------------
+def _audit_rows(model, table, n: int, base, constant: str):
+    """What the regression and the binary audit both start from: the base prediction (label units, or None)
+    checked against the ``n`` labels, one prediction context of the table's rows (predictions and memberships
+    computed once for every method), and the "before" prediction on the unit scale with its description: the
+    base clipped to the label range, else the model's initial constant (``constant`` says what it is)."""
+    if n == 0:
+        raise DataError("the audit needs at least one labelled row")
+    base_arr = None
+    if base is not None:
+        base_arr = np.asarray(base, dtype=float)
+        if base_arr.shape != (n,) or not np.all(np.isfinite(base_arr)):
+            raise DataError(f"the base prediction must be {n} finite numbers")
+    ctx = iv._Context(model, table, base_arr)
+    if ctx.n != n:
+        raise DataError(f"the table has {ctx.n} rows but there are {n} labels")
+    if base_arr is None:
+        return ctx, np.full(n, iv._initial_constant(model)), f"initial constant ({constant})"
+    scale = model.scale
+    return ctx, np.clip((base_arr - scale.lo) / scale.span, 0.0, 1.0), "base prediction"
+
+
 def audit(
     model,
     table,
@@ -337,28 +358,11 @@ def audit(
     if y.ndim != 1 or not np.all(np.isfinite(y)):
         raise DataError("the labels must be one column of finite numbers")
     n = y.size
-    if n == 0:
-        raise DataError("the audit needs at least one labelled row")
-    base_arr = None
-    if base is not None:
-        base_arr = np.asarray(base, dtype=float)
-        if base_arr.shape != (n,) or not np.all(np.isfinite(base_arr)):
-            raise DataError(f"the base prediction must be {n} finite numbers")
-    # one context: predictions and memberships computed once for every method
-    ctx = iv._Context(model, table, base_arr)
-    if ctx.n != n:
-        raise DataError(f"the table has {ctx.n} rows but there are {n} labels")
+    ctx, before_u, base_kind = _audit_rows(model, table, n, base, "label mean of the fitting rows")
     memb, mu, moms = ctx.memb, ctx.mu, ctx.moms
     pairs = memb.sums()
     G, names = memb.n_groups, list(memb.names)
     yu = (y - scale.lo) / span  # not clipped: labels outside the range stay honest
-    if base_arr is not None:
-        before_u, base_kind = np.clip((base_arr - scale.lo) / span, 0.0, 1.0), "base prediction"
-    else:
-        before_u, base_kind = (
-            np.full(n, iv._initial_constant(model)),
-            "initial constant (label mean of the fitting rows)",
-        )
     grid = model.params.mean_grid  # the model's own mean buckets (quantile grids too)
     m = grid.m
 
@@ -614,13 +618,14 @@ def _findings(
     span = scale.span
     cnt = pairs.group_sums()
     r = yu - mu
-    tests = fnd.group_tests(
+
+    def per_group(kind, x, **extra):
+        """The test of a zero mean of ``x`` in every group."""
+        return fnd.group_tests(kind, names, cnt, pairs.group_sums(x), pairs.group_sums(x * x), min_count, **extra)
+
+    tests = per_group(
         "mean",
-        names,
-        cnt,
-        pairs.group_sums(r),
-        pairs.group_sums(r * r),
-        min_count,
+        r,
         predicted=scale.mean_from_unit(_div(pairs.group_sums(mu), cnt)),
         observed=scale.mean_from_unit(_div(pairs.group_sums(yu), cnt)),
     )
@@ -673,13 +678,9 @@ def _findings(
             up = mean_s > 0 if side == "hi" else mean_s < 0
             p_side[side] = np.where(up, p2 / 2, 1 - p2 / 2)
         p_var = np.minimum(1.0, 2 * np.minimum(p_side["hi"], p_side["lo"]))
-        var_t = fnd.group_tests(
+        var_t = per_group(
             "variance",
-            names,
-            cnt,
-            pairs.group_sums(d),
-            pairs.group_sums(d * d),
-            min_count,
+            d,
             s3=pairs.group_sums(d**3),
             predicted=scale.moment_from_unit(_div(s_v, cnt), 2),
             observed=scale.moment_from_unit(_div(s_r2, cnt), 2),

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchmarks.interval_fitters import fit_approach, ridge_cqr, symmetric
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv
 from mmc_core.errors import MMCError, ModelFormatError
@@ -368,22 +369,22 @@ def test_gcp_fixed_point(delta):
     g_of = memb.to_dense()
     scale = 1.0 + 2.0 * g_of[:, 1] + 0.5 * g_of[:, 5]  # heteroscedastic across groups
     s = np.abs(rng.standard_normal(memb.n)) * scale
-    theta, combine, info = iv.fit_threshold(memb, s, delta, return_info=True)
+    theta, combine, info = symmetric.fit_threshold(memb, s, delta, return_info=True)
     assert combine == "sum" and info["converged"]
     q = g_of.astype(float) @ theta
     n_g = g_of.sum(0)
     cov = (g_of & (s <= q)[:, None]).sum(0) / n_g
     se = np.sqrt(delta * (1 - delta) / n_g)
-    level = 1 - delta + iv.MARGIN_Z * math.sqrt(delta * (1 - delta) / memb.n)
+    level = 1 - delta + symmetric.MARGIN_Z * math.sqrt(delta * (1 - delta) / memb.n)
     target = np.minimum(1, np.ceil((n_g + 1) * level - 1e-12) / n_g)
-    assert np.all(cov >= target - iv.Z_UNDER * se - 1e-12)
-    assert np.all(cov <= target + iv.Z_OVER * se + 1e-12)
+    assert np.all(cov >= target - symmetric.Z_UNDER * se - 1e-12)
+    assert np.all(cov <= target + symmetric.Z_OVER * se + 1e-12)
 
 
 def test_mondrian_std_is_groupwise_conformal():
     memb, rng = _random_membership(500, 12)
     s = rng.exponential(size=memb.n)
-    theta, combine = iv.fit_threshold(memb, s, 0.1, "mondrian-std")
+    theta, combine = symmetric.fit_threshold(memb, s, 0.1, "mondrian-std")
     assert combine == "max"
     for g in range(memb.n_groups):
         assert theta[g] == iv.conformal_quantile(s[memb.group_rows(g)], 0.1)
@@ -394,16 +395,16 @@ def test_mondrian_relaxed_respects_group_targets():
     g_of = memb.to_dense()
     s = rng.exponential(size=memb.n) * (1 + g_of[:, 2])
     delta = 0.1
-    theta, combine, info = iv.fit_threshold(memb, s, delta, "mondrian-relaxed", return_info=True)
+    theta, combine, info = symmetric.fit_threshold(memb, s, delta, "mondrian-relaxed", return_info=True)
     assert combine == "max" and info["relaxed_delta"] >= delta
     q = np.max(np.where(g_of, theta[None, :], -np.inf), axis=1)
     n_g = g_of.sum(0)
     cov = (g_of & (s <= q)[:, None]).sum(0) / n_g
-    level = 1 - delta + iv.MARGIN_Z * math.sqrt(delta * (1 - delta) / memb.n)
+    level = 1 - delta + symmetric.MARGIN_Z * math.sqrt(delta * (1 - delta) / memb.n)
     target = np.minimum(1, np.ceil((n_g + 1) * level - 1e-12) / n_g)
-    assert np.all(cov >= target - iv.Z_UNDER * np.sqrt(delta * (1 - delta) / n_g) - 1e-12)
+    assert np.all(cov >= target - symmetric.Z_UNDER * np.sqrt(delta * (1 - delta) / n_g) - 1e-12)
     # never narrower than needed: at the plain delta (no relaxation) the thresholds are at least as large
-    theta0, _ = iv.fit_threshold(memb, s, delta, "mondrian-std")
+    theta0, _ = symmetric.fit_threshold(memb, s, delta, "mondrian-std")
     assert np.all(theta <= theta0 + 1e-12)
 
 
@@ -421,7 +422,9 @@ def test_newton_direction_matches_dense_solve(b):
     g = rng.standard_normal(G)
     H = (B.T * w) @ B + np.diag(d)
     H[0, 0] += d0
-    np.testing.assert_allclose(iv._newton_direction(B, w, d, d0, g), np.linalg.solve(H, g), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        ridge_cqr._newton_direction(B, w, d, d0, g), np.linalg.solve(H, g), rtol=1e-10, atol=1e-12
+    )
 
 
 def test_qr_ridge_optimality():
@@ -432,14 +435,14 @@ def test_qr_ridge_optimality():
     memb, rng = _random_membership(1500, 31)
     g_of = memb.to_dense()
     s = rng.standard_normal(memb.n) * (1 + g_of[:, 2]) + 0.5 * g_of[:, 4]
-    des = iv._Design(memb)
+    des = ridge_cqr._Design(memb)
     tau = 0.9
     lam = np.full(memb.n_groups, 3.0)
     lam[0] = 0.0
-    h = iv._band_halfwidth(s, tau)
+    h = ridge_cqr._band_halfwidth(s, tau)
     th0 = np.zeros(memb.n_groups)
     th0[0] = np.quantile(s, tau)
-    tight, _, ok = iv._qr_ridge(des, s, tau, lam, h, th0, max_iter=500, xtol=1e-12)
+    tight, _, ok = ridge_cqr._qr_ridge(des, s, tau, lam, h, th0, max_iter=500, xtol=1e-12)
     assert ok
     r = s - g_of.astype(float) @ tight
     c = 1 - np.clip((r + h) / (2 * h), 0, 1)
@@ -448,16 +451,16 @@ def test_qr_ridge_optimality():
     np.testing.assert_allclose(g_of.T.astype(float) @ c, target, atol=1e-6 * memb.n)
     assert np.all(g_of.T.astype(float) @ (r <= -h) <= target + 1e-6 * memb.n)
     assert np.all(target <= g_of.T.astype(float) @ (r < h) + 1e-6 * memb.n)
-    default, _, ok = iv._qr_ridge(des, s, tau, lam, h, th0)
+    default, _, ok = ridge_cqr._qr_ridge(des, s, tau, lam, h, th0)
     assert ok
 
     def objective(th):
-        return iv._smooth_pinball(s - g_of.astype(float) @ th, tau, h).sum() + np.sum(lam * th * th)
+        return ridge_cqr._smooth_pinball(s - g_of.astype(float) @ th, tau, h).sum() + np.sum(lam * th * th)
 
     assert objective(default) <= objective(tight) * (1 + 1e-6)
     # a huge penalty leaves only the population group: its (smoothed) pooled quantile
     big = np.where(lam > 0, 1e12, 0.0)
-    th, _, _ = iv._qr_ridge(des, s, tau, big, h, th0, max_iter=500, xtol=1e-12)
+    th, _, _ = ridge_cqr._qr_ridge(des, s, tau, big, h, th0, max_iter=500, xtol=1e-12)
     assert np.all(np.abs(th[1:]) < 1e-6)
     r = s - th[0]
     assert np.sum(r <= -h) <= tau * memb.n + 1e-6 and tau * memb.n <= np.sum(r < h) + 1e-6
@@ -480,11 +483,11 @@ def test_fit_two_sided_fixed_point(n):
     memb, rng = _random_membership(n, 32)
     u, _ = _skewed_scores(memb, rng)
     deltas = [0.05, 0.1, 0.2, 0.3]
-    up, lo, info = iv.fit_two_sided(memb, u, deltas, return_info=True)
+    up, lo, info = ridge_cqr.fit_two_sided(memb, u, deltas, return_info=True)
     g_of = memb.to_dense().astype(float)
     n_g = g_of.sum(0)
     for j, delta in enumerate(deltas):
-        level = min(1.0, 1 - delta + iv.MARGIN_Z * math.sqrt(delta * (1 - delta) / n))
+        level = min(1.0, 1 - delta + symmetric.MARGIN_Z * math.sqrt(delta * (1 - delta) / n))
         if math.ceil((n + 1) * level - 1e-12) > n:
             assert np.isinf(up[j, 0]) and np.isinf(lo[j, 0])
             continue
@@ -492,8 +495,8 @@ def test_fit_two_sided_fixed_point(n):
         inside = ((u <= q_up) & (u >= -q_lo)).astype(float)
         cov = (g_of.T @ inside) / np.maximum(n_g, 1)
         ok = n_g > 0
-        assert np.all(cov[ok] >= level - iv.Z_UNDER * np.sqrt(delta * (1 - delta) / n_g[ok]) - 1e-12)
-        if n < iv.MIN_RIDGE_ROWS:
+        assert np.all(cov[ok] >= level - symmetric.Z_UNDER * np.sqrt(delta * (1 - delta) / n_g[ok]) - 1e-12)
+        if n < ridge_cqr.MIN_RIDGE_ROWS:
             np.testing.assert_array_equal(up[j], lo[j])
             # the score is |u| itself there, so the conformal rank holds on the calibration rows
             assert inside.mean() >= math.ceil((n + 1) * level - 1e-12) / n - 1e-12
@@ -509,7 +512,7 @@ def test_fit_two_sided_population_coverage():
     eta, delta, n = 1e-3, 0.1, 4000
     memb, rng = _random_membership(n, 33)
     u, sigma = _skewed_scores(memb, rng)
-    up, lo = iv.fit_two_sided(memb, u, [delta])
+    up, lo = ridge_cqr.fit_two_sided(memb, u, [delta])
     g_of = memb.to_dense()
     pats, pat = np.unique(g_of, axis=0, return_inverse=True)
     pat = pat.ravel()
@@ -541,29 +544,29 @@ def test_fit_two_sided_population_coverage():
         wg, pg_ = n_p[m] / n_p[m].sum(), pi[m] / pi[m].sum()
         pop = float(pg_ @ cover_p[m])
         slack = 2 * float(wg @ eps[m]) + float(np.abs(wg - pg_).sum())
-        assert pop >= 1 - delta - iv.Z_UNDER * se[g] - slack, (names[g], pop)
+        assert pop >= 1 - delta - symmetric.Z_UNDER * se[g] - slack, (names[g], pop)
 
 
 def test_calibrate_unknown_approach(cal_model):
     est, table, y = cal_model
     cal = est.calibration_index_
+    table_cal = {c: np.asarray(v)[cal] for c, v in table.items()}
     with pytest.raises(MMCError, match="unknown threshold approach"):
-        iv.calibrate(est.model_, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None, approach="bogus")
+        iv.calibrate(est.model_, table_cal, y[cal], None, approach="bogus")
+    with pytest.raises(MMCError, match="unknown threshold approach 'bogus'; expected cc or one of ridge-cqr"):
+        iv.calibrate(est.model_, table_cal, y[cal], None, approach="bogus", fitter=fit_approach)
+    # mmc_core alone fits cc only: the benchmark approaches need their fitter
+    for approach in ("ridge-cqr", "gcp", "mondrian-std"):
+        with pytest.raises(MMCError, match="fitter=benchmarks.interval_fitters.fit_approach"):
+            iv.calibrate(est.model_, table_cal, y[cal], None, approach=approach)
     with pytest.raises(MMCError, match="two-sided"):
-        iv.fit_threshold(est.model_.groups.evaluate(table), np.ones(len(y)), 0.1, "ridge-cqr")
+        symmetric.fit_threshold(est.model_.groups.evaluate(table), np.ones(len(y)), 0.1, "ridge-cqr")
     for bad in ({"lam": 0.0}, {"lam_flagged": -1.0}, {"folds": 1}):
         with pytest.raises(MMCError, match="ridge-cqr"):
-            iv.calibrate(
-                est.model_,
-                {c: np.asarray(v)[cal] for c, v in table.items()},
-                y[cal],
-                None,
-                approach="ridge-cqr",
-                options=bad,
-            )
+            iv.calibrate(est.model_, table_cal, y[cal], None, approach="ridge-cqr", options=bad, fitter=fit_approach)
     for bad in ({"margin": -1.0}, {"sweeps": 1.5}, {"lam": 3.0}):
         with pytest.raises(MMCError, match="cc"):
-            iv.calibrate(est.model_, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None, options=bad)
+            iv.calibrate(est.model_, table_cal, y[cal], None, options=bad)
 
 
 def _beta_cdf(x, p, q, nodes=200):
@@ -645,22 +648,22 @@ def test_calibrated_group_coverage_on_population(n, delta, approach):
     cal = est.calibration_index_
     table_cal = {c: np.asarray(v)[cal] for c, v in table.items()}
     if approach != iv.DEFAULT_APPROACH:
-        model.extras["intervals"] = iv.calibrate(model, table_cal, y[cal], None, approach=approach)
+        model.extras["intervals"] = iv.calibrate(model, table_cal, y[cal], None, approach=approach, fitter=fit_approach)
     assert model.extras["intervals"]["calibrated"]["approach"] == approach
     cov, mass = _population_group_coverage(model, delta)
     n_g = np.array(model.extras["intervals"]["calibrated"]["n"], dtype=float)
     se = np.sqrt(delta * (1 - delta) / np.maximum(n_g, 1))
     slack = _calibrated_slack(model, table_cal, delta, eta, sides=1 if approach == "gcp" else 2)
-    tol = (0.0 if approach == "cc" else iv.Z_UNDER) * se + slack
+    tol = (0.0 if approach == "cc" else symmetric.Z_UNDER) * se + slack
     ok = n_g > 0
     assert np.all(cov[ok] >= 1 - delta - tol[ok]), (cov[ok] - (1 - delta - tol[ok])).min()
     if approach != "gcp":
         return
     # gcp is not wasteful either: the whole population's coverage is at most its target + z_over se + the slack
     n0 = n_g[0]
-    level = 1 - delta + iv.MARGIN_Z * math.sqrt(delta * (1 - delta) / n0)
+    level = 1 - delta + symmetric.MARGIN_Z * math.sqrt(delta * (1 - delta) / n0)
     target0 = min(1.0, math.ceil((n0 + 1) * level - 1e-12) / n0)
-    assert cov[0] <= target0 + iv.Z_OVER * se[0] + slack[0]
+    assert cov[0] <= target0 + symmetric.Z_OVER * se[0] + slack[0]
 
 
 # ---- baselines -------------------------------------------------------------------------------------------------
@@ -729,7 +732,7 @@ def test_calibrated_formula_gcp(cal_model):
     cal = est.calibration_index_
     try:
         model.extras["intervals"] = iv.calibrate(
-            model, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None, approach="gcp"
+            model, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None, approach="gcp", fitter=fit_approach
         )
         rec = model.extras["intervals"]["calibrated"]
         assert rec["approach"] == "gcp" and "theta_lower" not in rec
@@ -743,6 +746,60 @@ def test_calibrated_formula_gcp(cal_model):
         np.testing.assert_allclose(hi, mu + half, atol=1e-12)
     finally:
         model.extras["intervals"] = saved
+
+
+@pytest.mark.parametrize("approach", ["ridge-cqr", "gcp", "mondrian-std"])
+def test_benchmark_approach_records_load_and_predict(cal_model, tmp_path, approach):
+    """Records of the approaches mmc_core no longer fits (ridge-cqr: two-sided, combine "sum"; gcp: symmetric,
+    "sum"; mondrian-std: symmetric, "max"), as older versions saved them, load with mmc_core alone and predict
+    every method as the in-memory model does, the calibrated interval by the record's formula."""
+    est, table, y = cal_model
+    model = est.model_
+    saved = model.extras["intervals"]
+    cal = est.calibration_index_
+    try:
+        model.extras["intervals"] = iv.calibrate(
+            model,
+            {c: np.asarray(v)[cal] for c, v in table.items()},
+            y[cal],
+            None,
+            approach=approach,
+            fitter=fit_approach,
+        )
+        path = tmp_path / "m.json"
+        model.save(path)
+        loaded = FittedModel.load(path)
+        for m in iv.METHODS:
+            for delta in (0.1, 0.033):
+                a = iv.predict_intervals(model, table, method=m, delta=delta)
+                b = iv.predict_intervals(loaded, table, method=m, delta=delta)
+                np.testing.assert_array_equal(a[0], b[0])
+                np.testing.assert_array_equal(a[1], b[1])
+    finally:
+        model.extras["intervals"] = saved
+    rec = loaded.extras["intervals"]["calibrated"]
+    assert rec["approach"] == approach and rec["combine"] == ("max" if approach == "mondrian-std" else "sum")
+    assert ("theta_lower" in rec) == (approach == "ridge-cqr")
+    k = iv.grid_delta(0.1)
+    dense = loaded.groups.evaluate(table).to_dense()
+    mu, moms = loaded.predict_unit(table)
+    sd = np.sqrt(np.maximum(moms[2], rec["floor"]))
+
+    def q_of(theta):
+        theta = np.array([np.inf if v is None else v for v in theta], dtype=float)
+        if rec["combine"] == "sum":
+            return dense.astype(float) @ theta
+        fin = np.where(dense & np.isfinite(theta)[None, :], theta[None, :], -np.inf).max(axis=1)
+        return np.where(fin == -np.inf, np.inf, fin)
+
+    if approach == "ridge-cqr":  # nested in delta: each end the farthest over the grid deltas >= delta
+        q_up = np.max([q_of(t) for t in rec["theta"][k:]] + [np.zeros(len(mu))], axis=0)
+        q_lo = np.max([q_of(t) for t in rec["theta_lower"][k:]] + [np.zeros(len(mu))], axis=0)
+    else:
+        q_up = q_lo = np.maximum(q_of(rec["theta"][k]), 0.0)
+    lo, hi, _ = iv._unit_interval(iv._Context(loaded, table), "calibrated", 0.1, 0.05, clip=False)
+    np.testing.assert_allclose(lo, mu - q_lo * sd, atol=1e-12)
+    np.testing.assert_allclose(hi, mu + q_up * sd, atol=1e-12)
 
 
 def test_interval_table_matches_predict_intervals(cal_model):

@@ -3,7 +3,8 @@
 Two fresh interpreters fit the same model with OPENBLAS_NUM_THREADS (and the OMP / MKL equivalents) set to 1 and
 to 2 and save it; the JSON files must be identical byte for byte once the wall-clock fields (every "seconds" key
 of the fit's info and history, which no two runs share) are blanked. Fitted with the default calibration (``cc``) and
-with ``ridge-cqr`` (whose quantile regression used dense products before)."""
+with the benchmark-only ``ridge-cqr`` of benchmarks/interval_fitters (whose quantile regression used dense products
+before)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import numpy as np
 from app.demo_data import load_dataset
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv
+from benchmarks.interval_fitters import fit_approach
 
 out, approach = sys.argv[1], sys.argv[2]
 df = load_dataset("islp_wage")
@@ -36,7 +38,7 @@ if approach != "default":
     table = {c: df[c].to_numpy()[cal] for c in df.columns}
     scale = est.model_.scale
     est.model_.extras["intervals"] = iv.calibrate(est.model_, table, scale.to_unit(y[cal]), None,
-                                                  approach=approach)
+                                                  approach=approach, fitter=fit_approach)
 est.save(out)
 """
 

@@ -81,16 +81,12 @@ clipped (new labels may fall outside it).
     1.25, for a mean width of 0.72-0.91 / 0.91-0.96 / 0.93-0.98 / 0.94-0.98 / 0.98-1.05 x Mondrian's, and an
     average group coverage of 0.91-0.92 / 0.93-0.95 / 0.93-0.96 / 0.94-0.96 / 0.94-0.97 (per table).
 
-    ``ridge-cqr`` (:func:`fit_two_sided`, the previous default): per side a ridge-penalized group-additive
-    quantile regression (groups borrow strength from the pooled fit), a weak penalty for the groups whose
-    cross-fitted miss rate is significantly too high, a conformal shift from the cross-fitted scores (CQR) at the
-    level 1 - delta + MARGIN_Z sqrt(delta (1 - delta) / n), and a final patch after which every group's coverage
-    on the calibration rows is at least that level minus Z_UNDER binomial standard errors. Narrower than ``cc``
-    and with an average coverage nearer 1 - delta, but no per-group margin: more groups under-covered
-    (benchmarks/README.md). The symmetric approaches of :func:`fit_threshold` (``gcp``: a multicalibrated
-    threshold on |u| by significance-gated coordinate steps; ``gcp-cv``; ``mondrian-std``; ``mondrian-relaxed``)
-    stay selectable (``calibrate(..., approach=...)``; records without ``theta_lower`` predict exactly as
-    before, and records of every approach, ridge-cqr ones included, load and predict unchanged).
+    mmc_core fits ``cc`` only. Other threshold approaches, compared with it by the benchmarks (``ridge-cqr``,
+    the previous default: a ridge-penalized group quantile regression per side with a cross-fitted conformal
+    shift; the symmetric ``gcp``, ``gcp-cv``, ``mondrian-std``, ``mondrian-relaxed``), live in
+    benchmarks/interval_fitters and plug in through ``calibrate(..., fitter=...)``. Their records use the same
+    format (``combine`` "sum" or "max"; ``theta_lower`` only for two-sided thresholds), so models calibrated
+    with them, or saved by an older mmc-audit that offered them, load and predict unchanged.
 ``split-conformal``  marginal split conformal on |y - base| (the conformal rank ceil((n + 1)(1 - delta))).
 ``mondrian``  per-group split conformal on |y - base|; a row gets the widest interval among its groups.
     Groups with fewer than ceil(1/delta) - 1 calibration rows have an infinite conformal quantile and are
@@ -116,7 +112,7 @@ Calibration record (``model.extras["intervals"]``, written by :func:`calibrate`,
                     "floor": f,                # variance floor, unit scale
                     "combine": "sum" | "max", "n": [rows per group],
                     "theta": [[theta_g or null per group] per delta],        # the upper (or symmetric) one
-                    "theta_lower": [[theta_g or null per group] per delta],  # two-sided approaches only
+                    "theta_lower": [[theta_g or null per group] per delta],  # two-sided thresholds only
                     "unconverged_deltas": [...]}}
 
 Any delta works at predict time. The data-driven methods are fitted for every delta of ``DELTA_GRID``
@@ -127,98 +123,27 @@ a grid keeps the model file small (about 3 x groups x 27 numbers) whatever the n
 
 from __future__ import annotations
 
+# Beyond __all__: the names mmc_core.metrics, mmc_core.binary, app and the tests import from here.
 from ._common import (  # noqa: F401
     METHODS,
     DELTA_GRID,
     APPROACHES,
     DEFAULT_APPROACH,
-    RECORD_FORMAT,
-    RECORD_VERSION,
-    N_MOMENT_QUANTILES,
     FLOOR_FRACTION,
     normal_ppf,
     conformal_quantile,
     _check_prob,
     grid_delta,
-    _group_sorted,
-    _group_conformal,
-    _to_json_list,
-    _from_json_list,
     usable_moments,
-    _need_moments,
-    _pairs,
     _row_sum,
-    _row_max,
-    _threshold_rows,
 )
-from .paper import (  # noqa: F401
-    guaranteed_halfwidth,
-    _beta,
-    plugin_halfwidth,
-    greedy_cover,
-)
-from .symmetric import (  # noqa: F401
-    MARGIN_Z,
-    Z_UNDER,
-    Z_OVER,
-    fit_threshold,
-    _subset_membership,
-    cv_margin,
-    _level_quantile,
-)
-from .ridge_cqr import (  # noqa: F401
-    RIDGE_LAMBDA,
-    RIDGE_LAMBDA_FLAGGED,
-    FLAG_Z,
-    CV_FOLDS,
-    MIN_RIDGE_ROWS,
-    _Design,
-    _smooth_pinball,
-    _newton_direction,
-    _qr_ridge,
-    _band_halfwidth,
-    _conformal_rank_value,
-    _patch_up,
-    _fit_two_sided,
-    _blas_single_thread,
-    fit_two_sided,
-)
-from .conditional import (  # noqa: F401
-    CC_MARGIN,
-    CC_SWEEPS,
-    _CC_OPTIONS,
-    _disjoint_layers,
-    _layer_step,
-    fit_conditional,
-)
-from .record import (  # noqa: F401
-    _predict_on,
-    _std_scale,
-    calibrate,
-    _json_options,
-    _initial_constant,
-    _record,
-    _record_deltas,
-    _record_matrix,
-    _finite_nonneg,
-)
+from .paper import guaranteed_halfwidth, plugin_halfwidth, greedy_cover
+from .conditional import CC_MARGIN, fit_conditional
+from .record import calibrate, _initial_constant  # noqa: F401
 from .predict import (  # noqa: F401
-    _n_rows,
     _Context,
-    _reference_moments,
-    _choose_guaranteed,
-    _choose_plugin,
-    _half_guaranteed,
-    _half_plugin,
-    _multimoment_cells,
-    _half_multimoment,
     _half_calibrated,
-    _half_split,
-    _half_mondrian,
-    _half_gaussian,
-    _HALF,
     _unit_interval,
-    _to_original,
     predict_intervals,
     available_methods,
     interval_table,
@@ -239,8 +164,6 @@ __all__ = [
     "guaranteed_halfwidth",
     "plugin_halfwidth",
     "greedy_cover",
-    "fit_threshold",
-    "fit_two_sided",
     "fit_conditional",
     "CC_MARGIN",
     "normal_ppf",

@@ -14,12 +14,19 @@ from ._common import (
     _row_max,
     _row_sum,
     _threshold_rows,
-    grid_delta,
     normal_ppf,
     usable_moments,
 )
 from .paper import greedy_cover, guaranteed_halfwidth, plugin_halfwidth
-from .record import _finite_nonneg, _initial_constant, _predict_on, _record, _record_deltas, _record_matrix
+from .record import (
+    _finite_nonneg,
+    _initial_constant,
+    _predict_on,
+    _record,
+    _record_at,
+    _record_matrix,
+    _record_object,
+)
 
 
 # ---- prediction -------------------------------------------------------------------------------------------
@@ -102,12 +109,8 @@ def _choose_plugin(ctx, delta, moment=None):
     widths = {a: float(np.mean(plugin_halfwidth(_reference_moments(ctx, a), a, delta))) for a in use}
     if not rec:
         return min(widths, key=widths.get), None
-    rec = _record(ctx.model, "plugin")
-    deltas = _record_deltas(rec)
-    k = grid_delta(delta, deltas)
-    pc = rec.get("plugin_coverage")
-    if not isinstance(pc, dict):
-        raise ModelFormatError("model extras: intervals.plugin_coverage must be an object")
+    rec, deltas, k = _record_at(ctx.model, "plugin", delta)
+    pc = _record_object(rec, "plugin_coverage")
     cov = {}
     for a in use:
         if str(a) not in pc:
@@ -169,12 +172,8 @@ def _half_multimoment(ctx, delta, gamma, moment=None):
 
 
 def _half_calibrated(ctx, delta, gamma, moment=None):
-    rec = _record(ctx.model, "calibrated")
-    deltas = _record_deltas(rec)
-    k = grid_delta(delta, deltas)
-    part = rec.get("calibrated")
-    if not isinstance(part, dict):
-        raise ModelFormatError("model extras: intervals.calibrated must be an object")
+    rec, deltas, k = _record_at(ctx.model, "calibrated", delta)
+    part = _record_object(rec, "calibrated")
     G = ctx.memb.n_groups
     rows_up = part.get("theta")
     if not isinstance(rows_up, list) or len(rows_up) != deltas.size:
@@ -194,9 +193,9 @@ def _half_calibrated(ctx, delta, gamma, moment=None):
     info = {"grid_delta": float(deltas[k]), "approach": part.get("approach")}
     if "theta_lower" not in part:
         return ctx.mu, np.maximum(q, 0.0) * scale, info
-    # Two-sided thresholds (ridge-cqr): [mu - max(q_lo, 0) sd, mu + max(q_up, 0) sd] (max(., 0) keeps mu inside),
-    # made nested in delta: each end goes at least as far as at every larger grid delta (the hull of those
-    # intervals). The two sides are fitted per delta, so without this an end could move inward as delta
+    # Two-sided thresholds (cc; older ridge-cqr records too): [mu - max(q_lo, 0) sd, mu + max(q_up, 0) sd]
+    # (max(., 0) keeps mu inside), made nested in delta: each end goes at least as far as at every larger grid
+    # delta (the hull of those intervals). The two sides are fitted per delta, so without this an end could move inward as delta
     # decreases; widening never lowers a coverage.
     rows = part.get("theta_lower")
     if part.get("combine") != "sum":
@@ -212,9 +211,7 @@ def _half_calibrated(ctx, delta, gamma, moment=None):
 
 
 def _half_split(ctx, delta, gamma, moment=None):
-    rec = _record(ctx.model, "split-conformal")
-    deltas = _record_deltas(rec)
-    k = grid_delta(delta, deltas)
+    rec, deltas, k = _record_at(ctx.model, "split-conformal", delta)
     q = _from_json_list(rec.get("split_conformal"), "split_conformal", deltas.size)
     if np.any(q < 0):
         raise ModelFormatError("model extras: intervals.split_conformal has negative values")
@@ -222,9 +219,7 @@ def _half_split(ctx, delta, gamma, moment=None):
 
 
 def _half_mondrian(ctx, delta, gamma, moment=None):
-    rec = _record(ctx.model, "mondrian")
-    deltas = _record_deltas(rec)
-    k = grid_delta(delta, deltas)
+    rec, deltas, k = _record_at(ctx.model, "mondrian", delta)
     G = ctx.memb.n_groups
     qm = _record_matrix(rec.get("mondrian"), "q", "mondrian", G, deltas.size)
     half = _row_max(ctx.memb, qm[:, k])

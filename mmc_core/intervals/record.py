@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 
 import numpy as np
 
@@ -20,11 +21,10 @@ from ._common import (
     _from_json_list,
     _group_conformal,
     _to_json_list,
+    grid_delta,
     usable_moments,
 )
 from .conditional import _CC_OPTIONS, fit_conditional
-from .ridge_cqr import fit_two_sided
-from .symmetric import fit_threshold
 
 
 # ---- calibration (called by MomentMulticalibrator.fit on the held-out rows) -----------------------------
@@ -35,21 +35,29 @@ def _predict_on(model, table, base_unit, n):
     return memb, mu, moms
 
 
-def _std_scale(model, moms: dict, floor: float | None):
-    if 2 not in model.moments:
-        return None
-    return np.sqrt(np.maximum(moms[2], 0.0 if floor is None else floor))
-
-
 def calibrate(
-    model, table_cal, y_cal_unit, base_cal_unit, *, approach: str = DEFAULT_APPROACH, options: dict | None = None
+    model,
+    table_cal,
+    y_cal_unit,
+    base_cal_unit,
+    *,
+    approach: str = DEFAULT_APPROACH,
+    options: dict | None = None,
+    fitter: Callable | None = None,
 ) -> dict:
     """Everything the data-driven intervals need, computed on held-out calibration rows.
 
     ``model`` is final (its log is the kept one); ``y_cal_unit`` are the labels on the unit scale,
     ``base_cal_unit`` the base prediction on the unit scale (or None). Returns the JSON-serialisable record
     described in the module docstring. ``approach`` / ``options`` select the thresholds of the ``calibrated``
-    method (``ridge-cqr``: :func:`fit_two_sided`; the symmetric ones: :func:`fit_threshold`).
+    method: mmc_core fits ``cc`` (:func:`fit_conditional`, options ``margin``, ``sweeps``, ``two_sided``).
+
+    ``fitter`` fits any other approach (the benchmarks pass ``benchmarks.interval_fitters.fit_approach``):
+    ``fitter(approach, memb, u, deltas, **options) -> (theta, theta_lower, combine, unconverged)`` with ``memb``
+    the calibration rows' group membership, ``u`` their standardized signed scores, ``deltas`` the grid,
+    ``theta`` and ``theta_lower`` (len(deltas), G) per-group coefficients of the upper and lower threshold
+    (``theta_lower`` None: one symmetric threshold on |u|), ``combine`` "sum" or "max" (how a row's groups'
+    coefficients make its threshold) and ``unconverged`` the deltas whose fit did not converge.
     """
     y = np.asarray(y_cal_unit, dtype=float)
     n = int(y.size)
@@ -89,8 +97,6 @@ def calibrate(
     # the multicalibrated threshold on the standardized score
     opts = dict(options or {})
     floor_fraction = float(opts.pop("floor_fraction", FLOOR_FRACTION))
-    if approach not in APPROACHES:
-        raise MMCError(f"unknown threshold approach {approach!r}; expected one of {', '.join(APPROACHES)}")
     if 2 in model.moments:
         floor = float(floor_fraction * max(float(np.mean(moms[2])), 1e-12))
         u = (y - mu) / np.sqrt(np.maximum(moms[2], floor))
@@ -98,23 +104,20 @@ def calibrate(
     else:
         floor, scale_kind = 0.0, "none"
         u = y - mu
-    thetas, combine, unconverged, extra = [], "sum", [], {}
-    if approach in ("ridge-cqr", "cc"):
-        fitter = fit_two_sided if approach == "ridge-cqr" else fit_conditional
-        unknown = sorted(set(opts) - set(_CC_OPTIONS)) if approach == "cc" else []
+    if approach == "cc":
+        unknown = sorted(set(opts) - set(_CC_OPTIONS))
         if unknown:
             raise MMCError(f"cc: unknown option(s) {', '.join(unknown)}; expected {', '.join(_CC_OPTIONS)}")
-        up, lo, info = fitter(memb, u, deltas, return_info=True, **opts)
-        thetas = [_to_json_list(row) for row in up]
-        extra["theta_lower"] = [_to_json_list(row) for row in lo]
-        unconverged = sorted(info.get("unconverged", []))
+        up, lo = fit_conditional(memb, u, deltas, **opts)
+        combine, unconverged = "sum", []  # its sweeps and upward pass always finish
+    elif fitter is not None:
+        up, lo, combine, unconverged = fitter(approach, memb, u, deltas, **opts)
     else:
-        s = np.abs(u)
-        for d in deltas:
-            th, combine, info = fit_threshold(memb, s, float(d), approach, return_info=True, **opts)
-            thetas.append(_to_json_list(th))
-            if not info["converged"]:
-                unconverged.append(float(d))
+        raise MMCError(
+            f"unknown threshold approach {approach!r}; mmc_core offers {', '.join(APPROACHES)} (the benchmark-only "
+            "approaches need calibrate(..., fitter=benchmarks.interval_fitters.fit_approach))"
+        )
+    extra = {} if lo is None else {"theta_lower": [_to_json_list(row) for row in lo]}
     rec["calibrated"] = {
         "approach": approach,
         "options": _json_options(opts),
@@ -123,9 +126,9 @@ def calibrate(
         "floor": floor,
         "combine": combine,
         "n": [int(v) for v in memb.sizes],
-        "theta": thetas,
+        "theta": [_to_json_list(row) for row in up],
         **extra,
-        "unconverged_deltas": unconverged,
+        "unconverged_deltas": sorted(unconverged),
     }
     return rec
 
@@ -171,6 +174,20 @@ def _record_deltas(rec) -> np.ndarray:
     if d.size == 0 or np.any(d <= 0) or np.any(d >= 1) or np.any(np.diff(d) <= 0):
         raise ModelFormatError("model extras: intervals.deltas must be increasing numbers in (0, 1)")
     return d
+
+
+def _record_at(model, method: str, delta: float) -> tuple[dict, np.ndarray, int]:
+    """The record ``method`` reads, its delta grid, and the index of the grid delta that serves ``delta``."""
+    rec = _record(model, method)
+    deltas = _record_deltas(rec)
+    return rec, deltas, grid_delta(delta, deltas)
+
+
+def _record_object(rec: dict, key: str) -> dict:
+    part = rec.get(key)
+    if not isinstance(part, dict):
+        raise ModelFormatError(f"model extras: intervals.{key} must be an object")
+    return part
 
 
 def _record_matrix(rec_part, key, where, n_rows, n_cols, nonneg=True) -> np.ndarray:

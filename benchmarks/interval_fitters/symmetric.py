@@ -1,5 +1,5 @@
 """Symmetric multicalibrated thresholds on |u| (approaches ``gcp``, ``gcp-cv``, ``mondrian-std``,
-``mondrian-relaxed``)."""
+``mondrian-relaxed``): benchmark-only, compared with mmc_core's ``cc`` by benchmarks/coverage_protocol.py."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ import math
 
 import numpy as np
 
-from ..errors import MMCError
-from ._common import APPROACHES, _group_conformal, _pairs, _row_max, _threshold_rows
+from mmc_core.errors import MMCError
+from mmc_core.groups import Membership
+from mmc_core.intervals._common import _group_conformal, _pairs, _row_max, _threshold_rows
+
+SYMMETRIC_APPROACHES = ("gcp", "gcp-cv", "mondrian-std", "mondrian-relaxed")
 
 
 # Defaults of the ``gcp`` threshold (MARGIN_Z and Z_UNDER are also ridge-cqr's level margin and final patch
@@ -118,7 +121,7 @@ def fit_threshold(
             + ("fit_two_sided" if approach == "ridge-cqr" else "fit_conditional")
         )
     elif approach != "gcp":
-        raise MMCError(f"unknown threshold approach {approach!r}; expected one of {', '.join(APPROACHES)}")
+        raise MMCError(f"unknown threshold approach {approach!r}; expected one of {', '.join(SYMMETRIC_APPROACHES)}")
     level = np.minimum(
         1.0,
         1.0
@@ -173,8 +176,6 @@ def fit_threshold(
 
 def _subset_membership(memb, rows: np.ndarray):
     """The membership of a subset of rows (renumbered 0..len(rows)-1, order kept)."""
-    from ..groups import Membership
-
     inside = np.zeros(memb.n, dtype=bool)
     inside[rows] = True
     pos = np.full(memb.n, -1, dtype=np.int64)

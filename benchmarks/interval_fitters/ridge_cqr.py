@@ -1,5 +1,6 @@
 """The two-sided ridge-penalized group quantile regression with a cross-fitted conformal shift (approach
-``ridge-cqr``, the previous default)."""
+``ridge-cqr``, mmc_core's default before ``cc``): benchmark-only, compared with ``cc`` by
+benchmarks/coverage_protocol.py."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import numbers
 
 import numpy as np
 
-from ..errors import MMCError
-from ._common import _pairs
+from mmc_core.errors import MMCError
+from mmc_core.intervals._common import _pairs
+
 from .symmetric import MARGIN_Z, Z_UNDER, _level_quantile, _subset_membership
 
 
