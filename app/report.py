@@ -350,6 +350,7 @@ def build_report_pdf(
     data_name: str = "data",
     audit=None,
     threshold: float = 0.5,
+    rates: tuple | None = None,
 ) -> bytes:
     """Build the PDF audit report and return its bytes.
 
@@ -363,6 +364,8 @@ def build_report_pdf(
     label, data_name : names printed in the report
     audit : a precomputed ``mmc_core.metrics.AuditResult`` for the same arguments (computed if None)
     threshold : the decision threshold of a binary (classifier) model's rates (see :func:`app.report_binary.binary_report`)
+    rates : (threshold, rates, disparities) of a binary model at a threshold chosen after the audit (the dashboard's
+        slider; :func:`app.pipeline.classifier_rates`): the report's rates, disparities and stated threshold are these
 
     Raises
     ------
@@ -382,7 +385,7 @@ def build_report_pdf(
     if getattr(audit, "task", "regression") == "binary":
         from app.report_binary import binary_report
 
-        return binary_report(model, audit, label, data_name)
+        return binary_report(model, audit, label, data_name, rates=rates)
     y = np.asarray(y, dtype=float)
     info = dict(model.info or {})
     if label in (None, "", "label") and info.get("label") not in (None, "", "label"):

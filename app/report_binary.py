@@ -26,17 +26,25 @@ _BINARY_HOW_TO_READ = (
 )
 
 
-def binary_report(model, audit, label: str, data_name: str) -> bytes:
+def binary_report(model, audit, label: str, data_name: str, rates: tuple | None = None) -> bytes:
     """The PDF of a classifier audit: findings, per-group probability metrics before / after, reliability
     diagrams, rates at the threshold and the disparity summaries (figures and tables from app/figures_binary.py,
-    the same the dashboard shows)."""
+    the same the dashboard shows). ``rates``: (threshold, rates, disparities) at a threshold the analyst chose
+    after the audit (the dashboard's slider); without it, the audit's own threshold and rates."""
     info = dict(model.info or {})
     if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
         label = str(info["label"])
     label = str(label or "label")
     params = audit.params
-    thr = float(params.get("threshold", 0.5))
+    audit_thr = float(params.get("threshold", 0.5))
     bg = audit.by_group
+    if rates is None:
+        thr, rate_rows = audit_thr, bg
+        disparities = audit.classifier.disparities if audit.classifier is not None else None
+    else:
+        thr, rate_rows, disparities = float(rates[0]), rates[1], rates[2]
+    # the reader must know which threshold the rates are at when it is not the one the audit ran with
+    chosen = f" (chosen on the dashboard; the audit ran at {audit_thr:g})" if thr != audit_thr else ""
     pdf = _make_pdf(f"mmc-audit classifier report: {label} on {data_name}")
     doc = _Doc(pdf)
     t = pdf.text_
@@ -52,7 +60,7 @@ def binary_report(model, audit, label: str, data_name: str) -> bytes:
         5,
         t(
             f"Data: {data_name} · {int(params['n']):,} rows · {len(bg):,} groups · decision "
-            f"threshold {thr:g} · generated {stamp} by mmc-audit"
+            f"threshold {thr:g}{chosen} · generated {stamp} by mmc-audit"
         ),
         new_x="LMARGIN",
         new_y="NEXT",
@@ -104,7 +112,7 @@ def binary_report(model, audit, label: str, data_name: str) -> bytes:
             ),
             (
                 "Audit",
-                f"threshold {thr:g} (decision = probability ≥ threshold); {params['n_buckets']} equal "
+                f"threshold {thr:g}{chosen} (decision = probability ≥ threshold); {params['n_buckets']} equal "
                 f"probability buckets for calibration; {params['n_boot']} bootstrap replicates; worst-bucket "
                 f"errors over buckets of ≥ {params['min_cell_count']} rows",
             ),
@@ -172,19 +180,19 @@ def binary_report(model, audit, label: str, data_name: str) -> bytes:
     )
     pdf.add_page()
     add_figure(
-        FB.rate_figure(bg, thr),
+        FB.rate_figure(rate_rows, thr),
         f"3. Rates by group at threshold {thr:g}",
         "Selection rate (share decided positive), true positive rate and false positive rate per group, "
         "with bootstrap 95% intervals, before and after multicalibration.",
         max_height=110,
     )
-    rt = FB.classifier_rate_table(bg, top=24)
+    rt = FB.classifier_rate_table(rate_rows, top=24)
     table(
         rt[[c for c in rt.columns if not c.endswith(", before")]],
         f"Rates at threshold {thr:g} after multicalibration (95% intervals)",
         28,
     )
-    dt = FB.classifier_disparity_table(audit.classifier.disparities) if audit.classifier is not None else None
+    dt = FB.classifier_disparity_table(disparities) if disparities is not None else None
     if dt is not None and len(dt):
         doc.data_table(
             dt,

@@ -31,10 +31,16 @@ def report_file_name(data_name: str) -> str:
     return f"mmc_report_{stem[:80]}.pdf"
 
 
-def build_pdf(run, frame) -> bytes:
+def build_pdf(run, frame, threshold: float | None = None) -> bytes:
+    """The PDF report of ``run`` on its test rows; for a classifier, ``threshold`` is the decision threshold the
+    analyst chose on the Results page (its rates are recomputed from the stored predictions, no refit)."""
+    from app.pipeline import classifier_rates
     from app.report import build_report_pdf
 
     table, y, base = _test_inputs(run, frame)
+    rates = None
+    if threshold is not None and run.model.task == "binary":
+        rates = (float(threshold), *classifier_rates(frame, run, threshold))
     return build_report_pdf(
         run.model,
         table,
@@ -45,7 +51,13 @@ def build_pdf(run, frame) -> bytes:
         label=run.label.name,
         data_name=f"{run.data_name} (test rows)",
         audit=run.audit,
+        rates=rates,
     )
+
+
+def pdf_threshold(run) -> float | None:
+    """The decision threshold of the Results page's slider (a classifier run), else None."""
+    return round(float(state.settings().res_threshold), 4) if run.model.task == "binary" else None
 
 
 def build_csv(run, frame, methods, which: str) -> bytes:
@@ -71,12 +83,19 @@ def pdf_section(run, frame):
         chrome, CHROMIUM_MESSAGE = None, "the report module (app/report.py) is not installed"
     if not chrome:
         st.warning(f"PDF export is unavailable: {CHROMIUM_MESSAGE}.", icon=":material/warning:")
+    thr = pdf_threshold(run)
+    if thr is not None:
+        st.caption(f"Rates and disparities at the decision threshold **{thr:g}** set on the Results page.")
+    sig = (run.finished_at, thr)
+    if ss.get("export_pdf_sig") != sig:  # a PDF built at another slider threshold is not this report
+        ss.pop("export_pdf", None)
     c1, c2 = st.columns([1, 3])
     if c1.button("Build the PDF report", key="pdf_build", type="primary", icon=":material/picture_as_pdf:"):
         with st.spinner("Drawing the figures and laying out the report (a few seconds)…"):
             t = time.perf_counter()
             try:
-                ss["export_pdf"] = build_pdf(run, frame)
+                ss["export_pdf"] = build_pdf(run, frame, thr)
+                ss["export_pdf_sig"] = sig
                 ss["export_pdf_seconds"] = time.perf_counter() - t
                 ss.pop("export_pdf_error", None)
             except MMCError as e:
