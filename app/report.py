@@ -34,7 +34,6 @@ from .report_tables import (
     _chunks,
     _coverage_table,
     _findings_section,
-    _Relabelled,
     _short,
     _subset,
     _variance_table,
@@ -351,6 +350,7 @@ def build_report_pdf(
     audit=None,
     threshold: float = 0.5,
     rates: tuple | None = None,
+    units: str = "",
 ) -> bytes:
     """Build the PDF audit report and return its bytes.
 
@@ -362,6 +362,7 @@ def build_report_pdf(
     base : array (n,) or None, the base model's predictions (label units); needed if the model used one
     delta, gamma : interval miscoverage and the smallest cell mass the guarantees cover
     label, data_name : names printed in the report
+    units : the label's units as the axes and tables print them (default "<label> units")
     audit : a precomputed ``mmc_core.metrics.AuditResult`` for the same arguments (computed if None)
     threshold : the decision threshold of a binary (classifier) model's rates (see :func:`app.report_binary.binary_report`)
     rates : (threshold, rates, disparities) of a binary model at a threshold chosen after the audit (the dashboard's
@@ -391,7 +392,8 @@ def build_report_pdf(
     if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
         label = str(info["label"])
     label = str(label or "label")
-    audit = _Relabelled.wrap(audit, label)
+    units = units or f"{label} units"
+    names = {"label": label, "units": units}  # what the figures print about the label
     title = f"Moment multicalibration audit: {label}"
     pdf = _make_pdf(f"mmc-audit report: {label} on {data_name}")
     doc = _Doc(pdf)
@@ -447,7 +449,7 @@ def build_report_pdf(
             align=["LEFT", "RIGHT", "LEFT", "RIGHT", "RIGHT"],
             title=f"Interval coverage by method (target {1 - delta:.0%})",
         )
-    unavailable = F._get(getattr(audit, "params", None), "methods_unavailable") or {}
+    unavailable = audit.params.get("methods_unavailable") or {}
     if unavailable:
         by_reason: dict = {}
         for meth, why in dict(unavailable).items():
@@ -510,7 +512,7 @@ def build_report_pdf(
     if has_var:
         pdf.add_page()
         add_figure(
-            F.variance_disparity_figure(audit, top=20),
+            F.variance_disparity_figure(audit, top=20, **names),
             numbered("Variance disparities by group"),
             "Left: the predicted spread (square root of the mean predicted variance) and the observed spread "
             "(root mean squared residual around the predicted mean) per group. Right: both variances "
@@ -527,7 +529,7 @@ def build_report_pdf(
                 title="Groups whose predicted and observed variance disagree most",
             )
             doc.para(
-                f"SD in {label} units; pred./obs.: predicted over observed variance (1 = right); "
+                f"SD in {units}; pred./obs.: predicted over observed variance (1 = right); "
                 "vs all: the group's variance over the whole population's, with a 95% bootstrap interval.",
                 size=8,
                 color=(70, 70, 70),
@@ -556,20 +558,19 @@ def build_report_pdf(
             "cells over-cover (too wide). 'guaranteed' are the paper's worst-case intervals. The summary by "
             "method is on page 1.",
         )
-        cb = getattr(audit, "coverage_by_bucket", None)
-        if isinstance(cb, pd.DataFrame) and cb.notna().to_numpy().any():
-            bm = F._get(getattr(audit, "params", None), "bucket_method") or "calibrated"
+        if audit.coverage_by_bucket.notna().to_numpy().any():
+            bm = audit.params.get("bucket_method") or "calibrated"
             parts(
-                lambda a: F.coverage_by_bucket_heatmap(a, delta),
+                lambda a: F.coverage_by_bucket_heatmap(a, delta, **names),
                 "Coverage by predicted mean",
                 f"Coverage of the {bm} intervals per group and bucket of the predicted mean: multicalibrated "
                 "intervals should be close to the target in every cell, not only on average. Blank: no rows "
                 "there. Cells with few rows are noisy.",
             )
         parts(
-            F.width_heatmap,
+            lambda a: F.width_heatmap(a, **names),
             "Interval widths",
-            f"Mean interval width in {label} units. Read together with the coverage: the best method is "
+            f"Mean interval width in {units}. Read together with the coverage: the best method is "
             "the narrowest one that still reaches the target in every group.",
         )
     else:
@@ -577,7 +578,7 @@ def build_report_pdf(
 
     pdf.add_page()
     add_figure(
-        F.calibration_before_after_figure(audit, top=20),
+        F.calibration_before_after_figure(audit, top=20, **names),
         numbered("Mean calibration before and after"),
         "For each group, the largest gap between the average prediction and the average label over the "
         "group's buckets of predicted values, for the base model (or the constant the fit started from) "
@@ -588,7 +589,7 @@ def build_report_pdf(
     if calt is not None:
         w = [60, 14] + [(186 - 74) / (len(calt.columns) - 2)] * (len(calt.columns) - 2)
         doc.data_table(
-            calt, col_widths=w, title=f"Calibration errors ({label} units; weighted: times the cell's share of rows)"
+            calt, col_widths=w, title=f"Calibration errors ({units}; weighted: times the cell's share of rows)"
         )
 
     moments = tuple(model.params.moments)
@@ -603,7 +604,7 @@ def build_report_pdf(
         a_max = max(moments) if moments else 2
         second = a_max >= 3 and has_moment(a_max)
         add_figure(
-            F.moment_reliability_figure(audit, 2),
+            F.moment_reliability_figure(audit, 2, **names),
             numbered("Variance reliability"),
             "Each dot is a cell (a group × a bucket of the predicted mean × a bucket of the predicted "
             "variance); its area is the cell's share of rows. Dots on the dashed diagonal have the predicted "
@@ -612,7 +613,7 @@ def build_report_pdf(
         )
         if second:
             add_figure(
-                F.moment_reliability_figure(audit, a_max),
+                F.moment_reliability_figure(audit, a_max, **names),
                 numbered(f"Moment {a_max} reliability"),
                 f"As above for the {a_max}th central moment.",
                 max_height=105,

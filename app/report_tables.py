@@ -8,8 +8,8 @@ lays them out.
 
 from __future__ import annotations
 
+import copy
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -195,46 +195,19 @@ def _findings_section(doc, audit):
         doc.bullets([d["text"] for d in s["disparities"]])
 
 
-class _Relabelled:
-    """The audit with ``params["label"]`` set to the report's label name (used in axis titles)."""
-
-    def __init__(self, audit, label: str):
-        self._audit = audit
-        params = getattr(audit, "params", None)
-        try:
-            params = dict(params) if params is not None else {}
-        except (TypeError, ValueError):
-            params = {}
-        params["label"] = label
-        self.params = params
-
-    def __getattr__(self, name):
-        return getattr(self._audit, name)
-
-    @classmethod
-    def wrap(cls, audit, label: str):
-        if F.label_info(audit)["name"] == label:
-            return audit
-        return cls(audit, label)
-
-
-def _subset(audit, names) -> SimpleNamespace:
-    """The audit restricted to some groups (for splitting tall heatmaps over pages)."""
+def _subset(audit, names):
+    """The audit restricted to some groups (for splitting tall heatmaps over pages): a copy whose coverage, width
+    and coverage-by-bucket tables hold only ``names``."""
     names = list(names)
 
     def take(t):
-        if isinstance(t, pd.DataFrame) and not t.empty:
-            return t.loc[[n for n in names if n in t.index]]
-        return t
+        return t.loc[[n for n in names if n in t.index]] if not t.empty else t
 
-    return SimpleNamespace(
-        by_group=getattr(audit, "by_group", None),
-        coverage=take(getattr(audit, "coverage", None)),
-        width=take(getattr(audit, "width", None)),
-        coverage_by_bucket=take(getattr(audit, "coverage_by_bucket", None)),
-        params=getattr(audit, "params", {}),
-        overall=getattr(audit, "overall", {}),
-    )
+    part = copy.copy(audit)
+    part.coverage, part.width = take(audit.coverage), take(audit.width)
+    part.coverage_by_bucket = take(audit.coverage_by_bucket)
+    part.coverage_by_bucket_of = {m: take(t) for m, t in audit.coverage_by_bucket_of.items()}
+    return part
 
 
 def _chunks(index, size: int) -> list:

@@ -49,6 +49,7 @@ def build_pdf(run, frame, threshold: float | None = None) -> bytes:
         delta=run.settings.delta,
         gamma=run.settings.gamma,
         label=run.label.name,
+        units=state.units(),
         data_name=f"{run.data_name} (test rows)",
         audit=run.audit,
         rates=rates,
