@@ -66,3 +66,18 @@ def need_run() -> bool:
 def units_suffix() -> str:
     u = (st.session_state.get("label_units") or "").strip()
     return f" ({esc(u)})" if u else ""
+
+
+def download(label: str, data: bytes, file_name: str, key: str, mime: str = "application/json", where=st, **extra):
+    """A download button as every page draws it: no rerun on click (the data is ready), the download icon;
+    ``where``: a column or container."""
+    where.download_button(
+        label,
+        data=data,
+        file_name=file_name,
+        mime=mime,
+        key=key,
+        on_click="ignore",
+        icon=":material/download:",
+        **extra,
+    )

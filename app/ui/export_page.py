@@ -9,7 +9,7 @@ import streamlit as st
 
 from app.io import escape_formulas
 from app.ui import state
-from app.ui.common import esc, need_run
+from app.ui.common import download, esc, need_run
 from mmc_core.errors import MMCError
 
 AUTO_CSV_ROWS = 100_000  # build the CSV without a click up to this many rows
@@ -110,14 +110,13 @@ def pdf_section(run, frame):
     if ss.get("export_pdf_error"):
         st.error(f"Could not build the PDF: {esc(ss['export_pdf_error'])}", icon=":material/error:")
     if ss.get("export_pdf"):
-        c2.download_button(
+        download(
             "Download report.pdf",
-            data=ss["export_pdf"],
-            file_name=report_file_name(run.data_name),
+            ss["export_pdf"],
+            report_file_name(run.data_name),
+            "pdf_download",
             mime="application/pdf",
-            key="pdf_download",
-            on_click="ignore",
-            icon=":material/download:",
+            where=c2,
         )
         c2.caption(f"{len(ss['export_pdf']) / 1024:,.0f} KB, built in {ss.get('export_pdf_seconds', 0):.1f} s.")
 
@@ -151,32 +150,22 @@ def csv_section(run, frame):
                 ss["export_csv"] = build_csv(run, frame, ss["exp_methods"], which)
                 ss["export_csv_sig"] = sig
     if ss.get("export_csv") is not None:
-        st.download_button(
-            "Download predictions.csv",
-            data=ss["export_csv"],
-            file_name="predictions.csv",
-            mime="text/csv",
-            key="csv_download",
-            on_click="ignore",
-            icon=":material/download:",
-        )
-        st.caption(
-            f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the "
-            "split the row was in), `mmc_base`, `mmc_mean`, `mmc_sd`, `mmc_moment_a`, and "
-            "`mmc_lower_<method>` / `mmc_upper_<method>`"
-            + (
-                f"; all in log({run.label_spec.column}) units"
-                if run.label_spec.log
-                else f"; all in {run.label.name} units"
+        download("Download predictions.csv", ss["export_csv"], "predictions.csv", "csv_download", mime="text/csv")
+        if getattr(run.model, "task", "") != "binary":
+            units = f"log({run.label_spec.column})" if run.label_spec.log else run.label.name
+            cols = (
+                "`mmc_base`, `mmc_mean`, `mmc_sd`, `mmc_moment_a`, and `mmc_lower_<method>` / `mmc_upper_<method>`"
+                f"; all in {units} units."
             )
-            + ". Text cells that would run as spreadsheet formulas are "
-            "escaped."
-            if getattr(run.model, "task", "") != "binary"
-            else f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the "
-            "split the row was in), `mmc_base` (the base probability), `mmc_mean` (the multicalibrated "
-            "probability of the positive class, in [0, 1]) and `mmc_decision` (1 when `mmc_mean` ≥ "
-            f"{run.settings.threshold:g}). A binary label has no intervals. Text cells that would run as "
-            "spreadsheet formulas are escaped."
+        else:
+            cols = (
+                "`mmc_base` (the base probability), `mmc_mean` (the multicalibrated probability of the positive "
+                f"class, in [0, 1]) and `mmc_decision` (1 when `mmc_mean` ≥ {run.settings.threshold:g}). A binary "
+                "label has no intervals."
+            )
+        st.caption(
+            f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the split the "
+            f"row was in), {cols} Text cells that would run as spreadsheet formulas are escaped."
         )
 
 
@@ -199,41 +188,17 @@ def json_section(run):
             ss["export_audit"] = None
     c = st.columns(3)
     with c[0]:
-        st.download_button(
-            "Download model.json",
-            data=ss["export_model"],
-            file_name="model.json",
-            mime="application/json",
-            key="model_download",
-            on_click="ignore",
-            icon=":material/download:",
-        )
+        download("Download model.json", ss["export_model"], "model.json", "model_download")
         st.caption(
             "Apply it to new rows with `mmc predict --model model.json …` "
             + ("(pass the base prediction with --pred)." if run.model.uses_base else ".")
         )
     with c[1]:
-        st.download_button(
-            "Download groups.json",
-            data=ss["export_groups_run"],
-            file_name="groups.json",
-            mime="application/json",
-            key="groups_download",
-            on_click="ignore",
-            icon=":material/download:",
-        )
+        download("Download groups.json", ss["export_groups_run"], "groups.json", "groups_download")
         st.caption("The groups of this model, in the format `mmc fit --groups` reads.")
     with c[2]:
         if ss.get("export_audit"):
-            st.download_button(
-                "Download audit.json",
-                data=ss["export_audit"],
-                file_name="audit.json",
-                mime="application/json",
-                key="audit_download",
-                on_click="ignore",
-                icon=":material/download:",
-            )
+            download("Download audit.json", ss["export_audit"], "audit.json", "audit_download")
             st.caption("Every table of the Results page (per group, per cell), as `mmc audit` writes it.")
 
 

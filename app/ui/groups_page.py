@@ -14,7 +14,7 @@ import streamlit as st
 
 from app.ui import groupbuild as gb
 from app.ui import state
-from app.ui.common import esc, sanitize, tab_state
+from app.ui.common import download, esc, sanitize, tab_state
 from mmc_core.errors import MMCError
 
 
@@ -360,24 +360,13 @@ def import_export(d):
         st.markdown("**Export**: the file `mmc fit --groups FILE.json` reads.")
         text = gb.to_text(groups) if groups else json.dumps({"format": "mmc-groups", "version": 1, "groups": []})
         ss["export_groups"] = text.encode("utf-8")
-        st.download_button(
-            "Download groups.json",
-            data=ss["export_groups"],
-            file_name="groups.json",
-            mime="application/json",
-            key="grp_download",
-            on_click="ignore",
-            icon=":material/download:",
-        )
+        download("Download groups.json", ss["export_groups"], "groups.json", "grp_download")
         ss["export_recipe"] = json.dumps(recipe(state.settings(), json.loads(text)), indent=2).encode("utf-8")
-        st.download_button(
+        download(
             "Download the audit recipe (settings + groups)",
-            data=ss["export_recipe"],
-            file_name="mmc_recipe.json",
-            mime="application/json",
-            key="recipe_download",
-            on_click="ignore",
-            icon=":material/download:",
+            ss["export_recipe"],
+            "mmc_recipe.json",
+            "recipe_download",
             help="Every setting of every page plus the groups; import it here to repeat the audit.",
         )
         with st.expander("Show the JSON"):
