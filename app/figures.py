@@ -84,6 +84,24 @@ def _col(df: pd.DataFrame, name: str) -> np.ndarray:
     return df[name].astype(float).to_numpy() if name in df.columns else np.full(len(df), np.nan)
 
 
+def _markers(x, y, name: str, marker: dict, custom, hover: str, **extra) -> go.Scatter:
+    """One series of markers whose hover shows the row's customdata (the figures' shared per-group hover)."""
+    return go.Scatter(
+        x=x, y=y, mode="markers", name=name, marker=marker, customdata=custom, hovertemplate=hover, **extra
+    )
+
+
+def _connectors(x0, x1, y) -> go.Scatter:
+    """Grey bars joining each row's two markers (before / after, predicted / observed); a row missing an end
+    gets none."""
+    cx, cy = [], []
+    for y_, a, b in zip(y, x0, x1):
+        if np.isfinite(a) and np.isfinite(b):
+            cx += [a, b, None]
+            cy += [y_, y_, None]
+    return go.Scatter(x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip", showlegend=False)
+
+
 def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label: str, units: str = "") -> go.Figure:
     """Predicted vs observed spread per group, in absolute terms and relative to the whole population.
 
@@ -160,43 +178,14 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     def sym(base):
         return np.where(big, base, base + "-open")
 
-    cx, cy = [], []
-    for y_, a, b in zip(ypos, pred_sd, emp_sd):
-        cx += [a, b, None]
-        cy += [y_, y_, None]
-    fig.add_trace(
-        go.Scatter(x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip", showlegend=False),
-        1,
-        1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=pred_sd,
-            y=ypos,
-            mode="markers",
-            name="predicted (√ mean predicted variance)",
-            legendgroup="pred",
-            marker=dict(color=FIT_COLOR, size=10, symbol=sym("circle"), line=dict(width=2, color=FIT_COLOR)),
-            customdata=custom,
-            hovertemplate=hover,
-        ),
-        1,
-        1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=emp_sd,
-            y=ypos,
-            mode="markers",
-            name="observed (√ mean squared residual y − μ(x))",
-            legendgroup="obs",
-            marker=dict(color=OBSERVED_COLOR, size=10, symbol=sym("diamond"), line=dict(width=2, color=OBSERVED_COLOR)),
-            customdata=custom,
-            hovertemplate=hover,
-        ),
-        1,
-        1,
-    )
+    fig.add_trace(_connectors(pred_sd, emp_sd, ypos), 1, 1)
+
+    def markers(x, y, name, group, color, size, symbol, width, col, **extra):
+        marker = dict(color=color, size=size, symbol=sym(symbol), line=dict(width=width, color=color))
+        fig.add_trace(_markers(x, y, name, marker, custom, hover, legendgroup=group, **extra), 1, col)
+
+    markers(pred_sd, ypos, "predicted (√ mean predicted variance)", "pred", FIT_COLOR, 10, "circle", 2, 1)
+    markers(emp_sd, ypos, "observed (√ mean squared residual y − μ(x))", "obs", OBSERVED_COLOR, 10, "diamond", 2, 1)
 
     def err(v, lo, hi):
         return dict(
@@ -209,40 +198,12 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
         )
 
     off = 0.17
-    fig.add_trace(
-        go.Scatter(
-            x=pr,
-            y=ypos - off,
-            mode="markers",
-            name="predicted",
-            legendgroup="pred",
-            showlegend=False,
-            error_x=dict(err(pr, pr_lo, pr_hi), color=FIT_COLOR),
-            marker=dict(color=FIT_COLOR, size=8, symbol=sym("circle"), line=dict(width=1.5, color=FIT_COLOR)),
-            customdata=custom,
-            hovertemplate=hover,
-        ),
-        1,
-        2,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=er,
-            y=ypos + off,
-            mode="markers",
-            name="observed",
-            legendgroup="obs",
-            showlegend=False,
-            error_x=dict(err(er, er_lo, er_hi), color=OBSERVED_COLOR),
-            marker=dict(
-                color=OBSERVED_COLOR, size=8, symbol=sym("diamond"), line=dict(width=1.5, color=OBSERVED_COLOR)
-            ),
-            customdata=custom,
-            hovertemplate=hover,
-        ),
-        1,
-        2,
-    )
+    for x, y, name, group, color, symbol, (lo, hi) in (
+        (pr, ypos - off, "predicted", "pred", FIT_COLOR, "circle", (pr_lo, pr_hi)),
+        (er, ypos + off, "observed", "obs", OBSERVED_COLOR, "diamond", (er_lo, er_hi)),
+    ):
+        error = dict(err(x, lo, hi), color=color)
+        markers(x, y, name, group, color, 8, symbol, 1.5, 2, showlegend=False, error_x=error)
     ov_emp = audit.overall.get("emp_var")
     try:
         ov_sd = math.sqrt(max(float(ov_emp), 0.0))
@@ -596,38 +557,11 @@ def calibration_before_after_figure(
     )
     fig = go.Figure()
     if has_base:
-        cx, cy = [], []
-        for d, x0, x1 in zip(disp, b, a):
-            if np.isfinite(x0) and np.isfinite(x1):
-                cx += [x0, x1, None]
-                cy += [d, d, None]
-        fig.add_trace(
-            go.Scatter(
-                x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip", showlegend=False
-            )
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=b,
-                y=disp,
-                mode="markers",
-                name="base model",
-                marker=dict(color=HOLDOUT_COLOR, size=15, symbol="diamond", line=dict(width=1, color="#7a5500")),
-                customdata=custom,
-                hovertemplate=hover,
-            )
-        )
-    fig.add_trace(
-        go.Scatter(
-            x=a,
-            y=disp,
-            mode="markers",
-            name="multicalibrated",
-            marker=dict(color=FIT_COLOR, size=9, symbol="circle", line=dict(width=1, color="#003d5c")),
-            customdata=custom,
-            hovertemplate=hover,
-        )
-    )
+        fig.add_trace(_connectors(b, a, disp))
+        base_marker = dict(color=HOLDOUT_COLOR, size=15, symbol="diamond", line=dict(width=1, color="#7a5500"))
+        fig.add_trace(_markers(b, disp, "base model", base_marker, custom, hover))
+    after_marker = dict(color=FIT_COLOR, size=9, symbol="circle", line=dict(width=1, color="#003d5c"))
+    fig.add_trace(_markers(a, disp, "multicalibrated", after_marker, custom, hover))
     fig.update_yaxes(categoryorder="array", categoryarray=disp, automargin=True)
     fig.update_xaxes(
         rangemode="tozero", title_text=f"largest |mean prediction − mean {info['name']}| over the group's buckets ({u})"
