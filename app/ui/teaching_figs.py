@@ -317,44 +317,35 @@ def truth_figure(lesson: Lesson, units: str = "points", scale: float = 100.0) ->
                 1,
                 col,
             )
-        fig.add_trace(
-            go.Scatter(
-                x=t[tv],
-                y=names,
-                mode="markers",
-                showlegend=show,
-                name="truth: E[y|x] (left), E[(y − μ(x))²|x] = what m₂ targets (right)",
-                marker=dict(color=TRUE, size=12, symbol="diamond"),
-                hovertemplate="%{y}: %{x:.3g}<extra>truth</extra>",
-            ),
-            1,
-            col,
-        )
-        if extra:
+
+        def dots(values, name: str, marker: dict, what: str, **extra):
+            hover = f"%{{y}}: %{{x:.3g}}<extra>{what}</extra>"
             fig.add_trace(
-                go.Scatter(
-                    x=t[extra],
-                    y=names,
-                    mode="markers",
-                    name="true Var(y | x)",
-                    marker=dict(color=EXTRA, size=9, symbol="x-thin-open", line=dict(width=2)),
-                    hovertemplate="%{y}: %{x:.3g}<extra>Var(y|x)</extra>",
-                ),
+                go.Scatter(x=values, y=names, mode="markers", name=name, marker=marker, hovertemplate=hover, **extra),
                 1,
                 col,
             )
-        fig.add_trace(
-            go.Scatter(
-                x=t[pv],
-                y=names,
-                mode="markers",
-                name="prediction: μ (left), m₂ (right)",
-                marker=dict(color=PRED, size=11, symbol="circle"),
-                showlegend=show,
-                hovertemplate="%{y}: %{x:.3g}<extra>predicted</extra>",
-            ),
-            1,
-            col,
+
+        dots(
+            t[tv],
+            "truth: E[y|x] (left), E[(y − μ(x))²|x] = what m₂ targets (right)",
+            dict(color=TRUE, size=12, symbol="diamond"),
+            "truth",
+            showlegend=show,
+        )
+        if extra:
+            dots(
+                t[extra],
+                "true Var(y | x)",
+                dict(color=EXTRA, size=9, symbol="x-thin-open", line=dict(width=2)),
+                "Var(y|x)",
+            )
+        dots(
+            t[pv],
+            "prediction: μ (left), m₂ (right)",
+            dict(color=PRED, size=11, symbol="circle"),
+            "predicted",
+            showlegend=show,
         )
     fig.update_yaxes(autorange="reversed", type="category")
     lo = float(np.nanmin(np.concatenate([t["pred_mean"], t["true_mean"] - np.minimum(t["mean_tol"], 100)])))
