@@ -325,27 +325,20 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
 
         group_cols = sorted(run.model.groups.columns())
         X_test = _take_rows(df, test, group_cols)
+        # a classifier is audited at its decision threshold; a regression's intervals at delta / gamma
         if getattr(run.model, "task", "regression") == "binary":
-            run.audit = audit_fn(
-                run.model,
-                X_test,
-                run.label.y[test],
-                base=None if run.base is None else run.base[test],
-                n_boot=settings.n_boot,
-                seed=run.split_seed,
-                threshold=settings.threshold,
-            )
+            task_args = {"threshold": settings.threshold}
         else:
-            run.audit = audit_fn(
-                run.model,
-                X_test,
-                run.label.y[test],
-                base=None if run.base is None else run.base[test],
-                delta=settings.delta,
-                gamma=settings.gamma,
-                n_boot=settings.n_boot,
-                seed=run.split_seed,
-            )
+            task_args = {"delta": settings.delta, "gamma": settings.gamma}
+        run.audit = audit_fn(
+            run.model,
+            X_test,
+            run.label.y[test],
+            base=None if run.base is None else run.base[test],
+            n_boot=settings.n_boot,
+            seed=run.split_seed,
+            **task_args,
+        )
         run.audit_error = ""
     except ImportError as e:
         run.audit_error = f"the audit module is not available ({e})"
