@@ -15,7 +15,6 @@ classifier report in :mod:`app.report_binary`.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import threading
 import time
@@ -27,7 +26,7 @@ import pandas as pd
 from mmc_core.errors import MMCError
 
 from . import figures as F
-from .pdf_doc import KALEIDO_MESSAGE, _Doc, _make_pdf
+from .pdf_doc import KALEIDO_MESSAGE, _title_page, report_label
 from .report_tables import (
     _below,
     _calibration_table,
@@ -389,35 +388,20 @@ def build_report_pdf(
         return binary_report(model, audit, label, data_name, rates=rates)
     y = np.asarray(y, dtype=float)
     info = dict(model.info or {})
-    if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
-        label = str(info["label"])
-    label = str(label or "label")
+    label = report_label(model, label)
     units = units or f"{label} units"
     names = {"label": label, "units": units}  # what the figures print about the label
-    title = f"Moment multicalibration audit: {label}"
-    pdf = _make_pdf(f"mmc-audit report: {label} on {data_name}")
-    doc = _Doc(pdf)
-    t = pdf.text_
-
-    # ---- page 1: summary ----------------------------------------------------------------------
-    pdf.add_page()
-    pdf.set_font(pdf.family, "B", 18)
-    pdf.set_text_color(*_Doc.BLUE)
-    pdf.multi_cell(0, 9, t(title), new_x="LMARGIN", new_y="NEXT")
-    pdf.set_text_color(90, 90, 90)
-    pdf.set_font(pdf.family, "", 9)
-    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    pdf.multi_cell(
-        0,
-        5,
-        t(f"Data: {data_name} · {len(y):,} rows · {len(model.groups.names):,} groups · generated {stamp} by mmc-audit"),
-        new_x="LMARGIN",
-        new_y="NEXT",
+    pdf, doc = _title_page(
+        f"mmc-audit report: {label} on {data_name}",
+        f"Moment multicalibration audit: {label}",
+        f"Data: {data_name} · {len(y):,} rows · {len(model.groups.names):,} groups",
     )
-    pdf.set_text_color(0, 0, 0)
-    pdf.ln(2)
-
-    _findings_section(doc, audit)
+    _findings_section(
+        doc,
+        audit,
+        "the model's means, bucket calibration, variances and interval coverage on every group and cell",
+        "No defect found",
+    )
     if not info.get("converged", True):
         doc.para(
             "**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "

@@ -8,12 +8,11 @@ tests, serves both reports).
 
 from __future__ import annotations
 
-import datetime as _dt
 
 from app import figures_binary as FB
 from app import report as R
-from app.pdf_doc import _Doc, _make_pdf
-from app.report_tables import _short, findings_summary
+from app.pdf_doc import _title_page, report_label
+from app.report_tables import _findings_section, _short
 
 _BINARY_HOW_TO_READ = (
     "The label is a 0/1 outcome, so the model's prediction is a probability, and every number in this report "
@@ -32,9 +31,7 @@ def binary_report(model, audit, label: str, data_name: str, rates: tuple | None 
     the same the dashboard shows). ``rates``: (threshold, rates, disparities) at a threshold the analyst chose
     after the audit (the dashboard's slider); without it, the audit's own threshold and rates."""
     info = dict(model.info or {})
-    if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
-        label = str(info["label"])
-    label = str(label or "label")
+    label = report_label(model, label)
     params = audit.params
     audit_thr = float(params.get("threshold", 0.5))
     bg = audit.by_group
@@ -45,47 +42,18 @@ def binary_report(model, audit, label: str, data_name: str, rates: tuple | None 
         thr, rate_rows, disparities = float(rates[0]), rates[1], rates[2]
     # the reader must know which threshold the rates are at when it is not the one the audit ran with
     chosen = f" (chosen on the dashboard; the audit ran at {audit_thr:g})" if thr != audit_thr else ""
-    pdf = _make_pdf(f"mmc-audit classifier report: {label} on {data_name}")
-    doc = _Doc(pdf)
-    t = pdf.text_
-    pdf.add_page()
-    pdf.set_font(pdf.family, "B", 18)
-    pdf.set_text_color(*_Doc.BLUE)
-    pdf.multi_cell(0, 9, t(f"Classifier audit: {label}"), new_x="LMARGIN", new_y="NEXT")
-    pdf.set_text_color(90, 90, 90)
-    pdf.set_font(pdf.family, "", 9)
-    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    pdf.multi_cell(
-        0,
-        5,
-        t(
-            f"Data: {data_name} · {int(params['n']):,} rows · {len(bg):,} groups · decision "
-            f"threshold {thr:g}{chosen} · generated {stamp} by mmc-audit"
-        ),
-        new_x="LMARGIN",
-        new_y="NEXT",
+    pdf, doc = _title_page(
+        f"mmc-audit classifier report: {label} on {data_name}",
+        f"Classifier audit: {label}",
+        f"Data: {data_name} · {int(params['n']):,} rows · {len(bg):,} groups · decision threshold {thr:g}{chosen}",
     )
-    pdf.set_text_color(0, 0, 0)
-    pdf.ln(2)
 
-    s = findings_summary(audit)
-    doc.heading("Key findings", size=12, space=1)
-    if s["failed"]:
-        doc.para(
-            f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
-            color=(170, 40, 0),
-        )
-    else:
-        scope = (
-            f"{s['n_tests']} tests of the predicted probability on every group and every group × "
-            f"probability bucket of at least {s['min_count']} rows, adjusted together by {s['control']} at "
-            f"{s['level']:g}."
-        )
-        if s["shown"]:
-            doc.bullets([f["text"] for f in s["shown"]])
-            doc.para(scope, size=8.5, style="I")
-        else:
-            doc.para("No miscalibrated group or bucket found: " + scope, style="I")
+    _findings_section(
+        doc,
+        audit,
+        "the predicted probability on every group and every group × probability bucket",
+        "No miscalibrated group or bucket found",
+    )
     if not info.get("converged", True):
         doc.para(
             "**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "

@@ -18,15 +18,14 @@ from . import figures as F
 
 
 def _num(v, digits: int = 3) -> str:
+    """The figures' number format, with very large or small numbers in exponent notation (narrow table cells)."""
     try:
-        v = float(v)
+        f = float(v)
     except (TypeError, ValueError):
         return "–"
-    if not math.isfinite(v):
-        return "–"
-    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
-        return f"{v:.{digits - 1}e}"
-    return f"{v:.{digits}g}"
+    if math.isfinite(f) and f != 0 and (abs(f) >= 1e5 or abs(f) < 1e-3):
+        return f"{f:.{digits - 1}e}"
+    return F._fmt(f, digits)
 
 
 def _pct(v) -> str:
@@ -142,9 +141,7 @@ def findings_summary(audit) -> dict:
     (most significant first, at most ``_MAX_FINDINGS``), how many there are, how many tests were made, the
     error control, the smallest group tested, the descriptive disparities, and a failure message if the
     findings could not be computed."""
-    params = getattr(audit, "params", {}) or {}
-    status = getattr(audit, "findings_status", "failed: this audit has no findings (made by an older version)")
-    found = list(getattr(audit, "findings", []) or [])
+    params, status, found = audit.params, audit.findings_status, list(audit.findings)
     control = {"holm": "Holm (family-wise error)", "bh": "Benjamini-Hochberg (false discovery rate)"}.get(
         params.get("error_control"), str(params.get("error_control"))
     )
@@ -157,7 +154,7 @@ def findings_summary(audit) -> dict:
         "level": params.get("findings_level"),
         "min_count": params.get("min_group_count"),
         "variance_note": _variance_note(params.get("variance_tolerance")),
-        "disparities": list(getattr(audit, "disparities", []) or [])[:3],
+        "disparities": list(audit.disparities)[:3],
     }
 
 
@@ -170,7 +167,10 @@ def _variance_note(tol) -> str:
     return f" A variance counts as misstated only when it is off by more than {1 + tol:.2g}x beyond chance."
 
 
-def _findings_section(doc, audit):
+def _findings_section(doc, audit, tested: str, none_found: str) -> None:
+    """The "Key findings" block of both PDF reports: the findings shown (any more are counted: audit.json has
+    them) or ``none_found``, then what was ``tested`` and how; or why the findings could not be computed. Then the
+    descriptive variance disparities, if any."""
     s = findings_summary(audit)
     doc.heading("Key findings", size=12, space=1)
     if s["failed"]:
@@ -180,16 +180,15 @@ def _findings_section(doc, audit):
         )
         return
     scope = (
-        f"{s['n_tests']} tests of the model's means, bucket calibration, variances and interval coverage on "
-        f"every group and cell of at least {s['min_count']} rows, adjusted together by {s['control']} at "
-        f"{s['level']:g}.{s['variance_note']}"
+        f"{s['n_tests']} tests of {tested} of at least {s['min_count']} rows, adjusted together by {s['control']} "
+        f"at {s['level']:g}.{s['variance_note']}"
     )
     if s["shown"]:
         doc.bullets([f["text"] for f in s["shown"]])
         more = s["n_found"] - len(s["shown"])
         doc.para(("" if more <= 0 else f"{more} further finding(s) are in audit.json. ") + scope, size=8.5, style="I")
     else:
-        doc.para("No defect found: " + scope, style="I")
+        doc.para(f"{none_found}: " + scope, style="I")
     if s["disparities"]:
         doc.para("Where the model is more or less certain (descriptive, not defects):", size=9.5)
         doc.bullets([d["text"] for d in s["disparities"]])
