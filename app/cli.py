@@ -322,6 +322,13 @@ def _check_prob(name: str, v: float):
         raise CLIError(f"{name} must be strictly between 0 and 1, got {v}")
 
 
+def _check_apply_args(args):
+    """--out, --delta and --gamma of the commands that apply a model (predict, audit, report)."""
+    _check_out(args.out)
+    _check_prob("--delta", args.delta)
+    _check_prob("--gamma", args.gamma)
+
+
 def estimator_from_args(args, **extra):
     """The estimator ``mmc fit`` builds from its options (one place for both engines)."""
     from mmc_core import MomentMulticalibrator
@@ -605,9 +612,7 @@ def cmd_predict(args) -> int:
 
     from .io import write_csv
 
-    _check_out(args.out)
-    _check_prob("--delta", args.delta)
-    _check_prob("--gamma", args.gamma)
+    _check_apply_args(args)
     model, df, base, _ = _load_for_apply(args, need_label=False)
     preds = model.predict(df, base)
     _note_base_range(model, base)
@@ -640,9 +645,7 @@ def cmd_audit(args) -> int:
     from mmc_core.metrics import audit
     from mmc_core.model import atomic_write_text
 
-    _check_out(args.out)
-    _check_prob("--delta", args.delta)
-    _check_prob("--gamma", args.gamma)
+    _check_apply_args(args)
     if args.min_group_count < 2:
         raise CLIError(f"--min-group-count must be at least 2, got {args.min_group_count}")
     from mmc_core.findings import VARIANCE_TOLERANCE
@@ -664,32 +667,16 @@ def cmd_audit(args) -> int:
         threshold=args.threshold,
     )
     atomic_write_text(args.out, json.dumps(result.to_json(), allow_nan=False))
+    summary = {
+        "findings": len(result.findings),
+        "findings_status": result.findings_status,
+        "tests": result.params.get("n_tests"),
+        "error_control": args.error_control,
+    }
     if result.task == "binary":
         print(_classifier_text(result))
-        print(
-            json.dumps(
-                {
-                    "task": "binary",
-                    "threshold": args.threshold,
-                    "groups": len(result.by_group),
-                    "findings": len(result.findings),
-                    "findings_status": result.findings_status,
-                    "tests": result.params.get("n_tests"),
-                    "error_control": args.error_control,
-                }
-            )
-        )
-        return 0
-    print(
-        json.dumps(
-            {
-                "findings": len(result.findings),
-                "findings_status": result.findings_status,
-                "tests": result.params.get("n_tests"),
-                "error_control": args.error_control,
-            }
-        )
-    )
+        summary = {"task": "binary", "threshold": args.threshold, "groups": len(result.by_group), **summary}
+    print(json.dumps(summary))
     return 0
 
 
@@ -741,9 +728,7 @@ def cmd_report(args) -> int:
     from .io import write_bytes
     from .report import build_report_pdf
 
-    _check_out(args.out)
-    _check_prob("--delta", args.delta)
-    _check_prob("--gamma", args.gamma)
+    _check_apply_args(args)
     model, df, base, y = _load_for_apply(args, need_label=True)
     pdf = build_report_pdf(
         model,
