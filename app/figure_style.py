@@ -215,14 +215,16 @@ def _empty(title: str, message: str, height: int = 320) -> go.Figure:
     return fig
 
 
-def _fmt(v, digits: int = 3) -> str:
+def _fmt(v, digits: int = 3, kind: str = "g") -> str:
+    """A number for display, "–" when missing or not finite: ``digits`` significant digits ("g"), decimals ("f")
+    or a percentage with that many decimals ("%")."""
     try:
         v = float(v)
     except (TypeError, ValueError):
         return "–"
     if not math.isfinite(v):
         return "–"
-    return f"{v:.{digits}g}"
+    return f"{v:.{digits}{kind}}"
 
 
 def _method_order(cols) -> list:

@@ -29,11 +29,7 @@ def _num(v, digits: int = 3) -> str:
 
 
 def _pct(v) -> str:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(v) else f"{100 * v:.1f}%"
+    return F._fmt(v, 1, "%")
 
 
 def _short(s, n=30) -> str:

@@ -35,11 +35,9 @@ def _reliability(key: str, _run):
 
 
 def _num(v, nd: int = 3) -> str:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(v) else f"{v:.{nd}f}"
+    from app.figure_style import _fmt
+
+    return _fmt(v, nd, "f")
 
 
 def headline(run):

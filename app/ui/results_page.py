@@ -17,6 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from app.figure_style import _fmt
 from app.ui import state
 from app.ui.common import esc, need_run, tab_state
 
@@ -93,14 +94,6 @@ def _test_intervals(key: str, _run, _frame) -> dict:
 # ---------------------------------------------------------------------------------------------------
 # sections
 # ---------------------------------------------------------------------------------------------------
-def _fmt(v, nd=3):
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(v) else f"{v:.{nd}g}"
-
-
 def headline(run):
     audit = run.audit
     info = run.model.info
@@ -157,11 +150,7 @@ def rmse_line(run, frame):
 
 
 def _pct(v):
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(v) else f"{v:.1%}"
+    return _fmt(v, 1, "%")
 
 
 def _pts(diff: float, target: float) -> str | None:
