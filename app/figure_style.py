@@ -215,6 +215,11 @@ def _empty(title: str, message: str, height: int = 320) -> go.Figure:
     return fig
 
 
+def _legend_line(name: str, line: dict) -> go.Scatter:
+    """A legend entry for a line drawn some other way (a reference line, error bars, a coloured bar)."""
+    return go.Scatter(x=[None], y=[None], mode="lines", line=line, name=name)
+
+
 def _fmt(v, digits: int = 3, kind: str = "g") -> str:
     """A number for display, "–" when missing or not finite: ``digits`` significant digits ("g"), decimals ("f")
     or a percentage with that many decimals ("%")."""

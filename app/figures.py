@@ -62,6 +62,7 @@ from app.figure_style import (
     _empty,
     _fmt,
     _footer,
+    _legend_line,
     _left_margin,
     _method_order,
     _method_tick,
@@ -212,17 +213,7 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     if math.isfinite(ov_sd):
         fig.add_vline(x=ov_sd, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2 - 1)
     fig.add_vline(x=1.0, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2)
-    fig.add_trace(
-        go.Scatter(
-            x=[None],
-            y=[None],
-            mode="lines",
-            line=dict(color=MUTED, dash="dash", width=1.5),
-            name="all rows (overall level)",
-        ),
-        1,
-        2,
-    )
+    fig.add_trace(_legend_line("all rows (overall level)", dict(color=MUTED, dash="dash", width=1.5)), 1, 2)
 
     allv = np.concatenate([pr, pr_lo, pr_hi, er, er_lo, er_hi, [1.0]])
     allv = allv[np.isfinite(allv) & (allv > 0)]

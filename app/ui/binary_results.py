@@ -61,20 +61,21 @@ def headline(run):
         d = float(ov[k] - ov[f"{k}_base"])
         return None if not math.isfinite(d) or abs(d) < 5e-4 else f"{d:+.3f} vs before"
 
-    c[3].metric(
-        "Log loss, all rows",
-        _num(ov["log_loss"]),
-        delta=change("log_loss"),
-        delta_color="inverse",
-        help="Mean negative log-likelihood of the test labels (lower is better); the change is against the base score.",
-    )
-    c[4].metric(
-        "ECE, all rows",
-        _num(ov["ece"]),
-        delta=change("ece"),
-        delta_color="inverse",
-        help="Expected calibration error: |observed − predicted| per probability tenth, weighted by rows.",
-    )
+    for col, key, name, text in (
+        (
+            c[3],
+            "log_loss",
+            "Log loss, all rows",
+            "Mean negative log-likelihood of the test labels (lower is better); the change is against the base score.",
+        ),
+        (
+            c[4],
+            "ece",
+            "ECE, all rows",
+            "Expected calibration error: |observed − predicted| per probability tenth, weighted by rows.",
+        ),
+    ):
+        col.metric(name, _num(ov[key]), delta=change(key), delta_color="inverse", help=text)
 
 
 def findings_box(run):

@@ -63,6 +63,21 @@ def need_run() -> bool:
     return False
 
 
+def run_and_frame(stale: str):
+    """(run, table) for the pages that show a finished run, or None with the reason drawn: no run yet, or the
+    loaded table is not the one the run was fitted on (``stale`` says what to do)."""
+    from app.ui import state
+
+    if need_run():
+        return None
+    run = st.session_state["run"]
+    d = state.data()
+    if d is None or d["key"] != run.data_key:
+        st.warning(stale)
+        return None
+    return run, d["df"]
+
+
 def units_suffix() -> str:
     u = (st.session_state.get("label_units") or "").strip()
     return f" ({esc(u)})" if u else ""

@@ -9,7 +9,7 @@ import streamlit as st
 
 from app.io import escape_formulas
 from app.ui import state
-from app.ui.common import download, esc, need_run
+from app.ui.common import download, esc, run_and_frame
 from mmc_core.errors import MMCError
 
 AUTO_CSV_ROWS = 100_000  # build the CSV without a click up to this many rows
@@ -204,15 +204,10 @@ def json_section(run):
 
 def render():
     st.title("Export")
-    if need_run():
+    shown = run_and_frame("The table changed since this model was fitted: run the audit again to export.")
+    if shown is None:
         return
-    ss = st.session_state
-    run = ss["run"]
-    d = state.data()
-    if d is None or d["key"] != run.data_key:
-        st.warning("The table changed since this model was fitted: run the audit again to export.")
-        return
-    frame = d["df"]
+    run, frame = shown
     if run.stopped or not run.converged:
         st.warning("This model did not converge (stopped early or capped): say so when you hand it on.")
     pdf_section(run, frame)

@@ -17,9 +17,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.figure_style import _fmt
+from app.figure_style import _fmt, _legend_line
 from app.ui import state
-from app.ui.common import esc, need_run, tab_state
+from app.ui.common import esc, run_and_frame, tab_state
 
 METHOD_LABELS = {
     "guaranteed": "guaranteed (paper, Section 5)",
@@ -368,25 +368,10 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
             name=f"predicted mean {mu:.4g}",
         )
     )
-    fig.add_trace(
-        go.Scatter(
-            x=[None],
-            y=[None],
-            mode="lines",
-            line=dict(color=OKABE_ITO["orange"], width=3),
-            name=f"observed {name} {y:.4g}",
-        )
-    )
+    fig.add_trace(_legend_line(f"observed {name} {y:.4g}", dict(color=OKABE_ITO["orange"], width=3)))
     if any(not (lo <= y <= hi) for _, (lo, hi) in rows):
-        fig.add_trace(
-            go.Scatter(
-                x=[None],
-                y=[None],
-                mode="lines",
-                line=dict(color=OKABE_ITO["vermillion"], width=6),
-                name="interval misses the observed value",
-            )
-        )
+        miss = dict(color=OKABE_ITO["vermillion"], width=6)
+        fig.add_trace(_legend_line("interval misses the observed value", miss))
     fig.update_layout(
         height=120 + 38 * len(rows),
         margin=dict(l=10, r=20, t=40, b=50),
@@ -494,15 +479,11 @@ def render():
     if "res_row_next" in ss:
         ss["res_row"] = ss.pop("res_row_next")
     st.title("Results")
-    if need_run():
+    shown = run_and_frame("The table changed since this audit ran: run it again on the Run page.")
+    if shown is None:
         return
-    run = ss["run"]
-    d = state.data()
-    if d is None or d["key"] != run.data_key:
-        st.warning("The table changed since this audit ran: run it again on the Run page.")
-        return
-    frame = d["df"]
-    if getattr(run.audit, "task", "") == "binary" or getattr(run.model, "task", "") == "binary":
+    run, frame = shown
+    if getattr(run.audit, "task", "") == "binary" or run.model.task == "binary":
         from app.ui.binary_results import render_binary
 
         if run.audit is not None:

@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.figure_style import _legend_line
 from app.figures import OKABE_ITO
 from mmc_core import GroupSet
 from mmc_core.descent import DescentParams
@@ -306,17 +307,8 @@ def truth_figure(lesson: Lesson, units: str = "points", scale: float = 100.0) ->
             col,
         )
         if show:
-            fig.add_trace(
-                go.Scatter(
-                    x=[None],
-                    y=[None],
-                    mode="lines",
-                    line=dict(color=TOL, width=10),
-                    name="tolerance: what the auditor lets pass at this sample size",
-                ),
-                1,
-                col,
-            )
+            tolerance = "tolerance: what the auditor lets pass at this sample size"
+            fig.add_trace(_legend_line(tolerance, dict(color=TOL, width=10)), 1, col)
 
         def dots(values, name: str, marker: dict, what: str, **extra):
             hover = f"%{{y}}: %{{x:.3g}}<extra>{what}</extra>"
