@@ -32,6 +32,7 @@ from .report_tables import (
     _calibration_table,
     _chunks,
     _coverage_table,
+    _convergence_warning,
     _findings_section,
     _short,
     _subset,
@@ -402,13 +403,7 @@ def build_report_pdf(
         "the model's means, bucket calibration, variances and interval coverage on every group and cell",
         "No defect found",
     )
-    if not info.get("converged", True):
-        doc.para(
-            "**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
-            "fitting rows.",
-            color=(170, 40, 0),
-            markdown=True,
-        )
+    _convergence_warning(doc, info)
 
     doc.heading("Model and run", size=12)
     doc.kv_table(_param_rows(model, audit, delta, gamma, label))

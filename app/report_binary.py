@@ -12,7 +12,7 @@ from __future__ import annotations
 from app import figures_binary as FB
 from app import report as R
 from app.pdf_doc import _title_page, report_label
-from app.report_tables import _findings_section, _short
+from app.report_tables import _convergence_warning, _findings_section, _short
 
 _BINARY_HOW_TO_READ = (
     "The label is a 0/1 outcome, so the model's prediction is a probability, and every number in this report "
@@ -54,13 +54,7 @@ def binary_report(model, audit, label: str, data_name: str, rates: tuple | None 
         "the predicted probability on every group and every group × probability bucket",
         "No miscalibrated group or bucket found",
     )
-    if not info.get("converged", True):
-        doc.para(
-            "**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
-            "fitting rows.",
-            color=(170, 40, 0),
-            markdown=True,
-        )
+    _convergence_warning(doc, info)
     classes = params["label"].get("classes") or [0, 1]
     p = model.params
     doc.heading("Model and run", size=12)

@@ -190,6 +190,17 @@ def _findings_section(doc, audit, tested: str, none_found: str) -> None:
         doc.bullets([d["text"] for d in s["disparities"]])
 
 
+def _convergence_warning(doc, info: dict) -> None:
+    """Both reports say, under the findings, when the fit did not converge."""
+    if not info.get("converged", True):
+        doc.para(
+            "**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
+            "fitting rows.",
+            color=(170, 40, 0),
+            markdown=True,
+        )
+
+
 def _subset(audit, names):
     """The audit restricted to some groups (for splitting tall heatmaps over pages): a copy whose coverage, width
     and coverage-by-bucket tables hold only ``names``."""
