@@ -377,6 +377,15 @@ def _hover_safe(text: str) -> str:
     return str(text).replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _coverage_cells(z, audit, title, subtitle, x_labels, x_title, target: float, counts=None) -> go.Figure:
+    """A coverage heatmap: diverging colours centred on the target 1 - delta, values printed to 2 decimals."""
+    zmin, zmax = _coverage_range(z.to_numpy(dtype=float), target)
+    scale = coverage_colorscale(zmin, zmax, target)
+    return _heatmap(
+        z, audit, title, subtitle, x_labels, x_title, scale, zmin, zmax, "coverage", ".2f", "coverage", counts=counts
+    )
+
+
 def coverage_heatmap(audit: AuditResult, delta: float) -> go.Figure:
     """Empirical interval coverage per group (rows) and method (columns).
 
@@ -388,25 +397,12 @@ def coverage_heatmap(audit: AuditResult, delta: float) -> go.Figure:
     if cov.empty:
         return _empty(title, "The audit has no coverage table.")
     target = 1.0 - float(delta)
-    zmin, zmax = _coverage_range(cov.to_numpy(dtype=float), target)
-    scale = coverage_colorscale(zmin, zmax, target)
-    methods = _method_order(cov.columns)
-    labels = [_method_tick(m) for m in methods]
-    return _heatmap(
-        cov,
-        audit,
-        title,
-        f"share of rows inside their interval; target 1 − δ = {target:.2f} (white); "
-        "red = under-covers, blue = over-covers",
-        labels,
-        "interval method",
-        scale,
-        zmin,
-        zmax,
-        "coverage",
-        ".2f",
-        "coverage",
+    labels = [_method_tick(m) for m in _method_order(cov.columns)]
+    subtitle = (
+        f"share of rows inside their interval; target 1 − δ = {target:.2f} (white); red = under-covers, blue = "
+        "over-covers"
     )
+    return _coverage_cells(cov, audit, title, subtitle, labels, "interval method", target)
 
 
 def coverage_by_bucket_heatmap(
@@ -427,23 +423,9 @@ def coverage_by_bucket_heatmap(
     if cb.empty:
         return _empty(title, "No coverage values in any bucket.")
     target = 1.0 - float(delta)
-    zmin, zmax = _coverage_range(cb.to_numpy(dtype=float), target)
-    scale = coverage_colorscale(zmin, zmax, target)
-    return _heatmap(
-        cb,
-        audit,
-        title,
-        f"target 1 − δ = {target:.2f} (white); blank = no rows of the group in the bucket; red = under-covers",
-        labels,
-        f"predicted mean μ(x) ({info['units']})",
-        scale,
-        zmin,
-        zmax,
-        "coverage",
-        ".2f",
-        "coverage",
-        counts=bucket_counts(audit, cb),
-    )
+    subtitle = f"target 1 − δ = {target:.2f} (white); blank = no rows of the group in the bucket; red = under-covers"
+    x_title = f"predicted mean μ(x) ({info['units']})"
+    return _coverage_cells(cb, audit, title, subtitle, labels, x_title, target, counts=bucket_counts(audit, cb))
 
 
 def width_heatmap(audit: AuditResult, *, label: str, units: str = "") -> go.Figure:
