@@ -22,6 +22,28 @@ def sanitize(key: str, options: list, default=None, multi: bool = False):
         state.put(key, new) if is_setting else ss.__setitem__(key, new)
 
 
+def feature_columns(frame) -> list:
+    """The table's columns other than the label (what groups, features and rules may use)."""
+    return [c for c in frame.columns if c != st.session_state.get("label_col")]
+
+
+def columns_multiselect(frame, key: str, label: str, help: str) -> None:
+    """A multiselect of the non-label columns bound to the setting ``key`` (columns no longer there dropped)."""
+    from app.ui import state
+
+    options = feature_columns(frame)
+    sanitize(key, options, multi=True)
+    st.multiselect(label, options, **state.bind(key), help=help)
+
+
+def choose_one(key: str, label: str, options: list, placeholder: str) -> None:
+    """A selectbox bound to the setting ``key`` that starts empty (the analyst must choose)."""
+    from app.ui import state
+
+    sanitize(key, options, None)
+    st.selectbox(label, options, **state.bind(key), index=None, placeholder=placeholder)
+
+
 _MD_SPECIAL = "\\`*_{}[]<>#|~$:"  # links and images need [ ], autolinks < > or :, math $
 
 
