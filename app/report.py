@@ -34,6 +34,7 @@ from .report_tables import (
     _coverage_table,
     _convergence_warning,
     _findings_section,
+    _in_sample_warning,
     _short,
     _subset,
     _variance_table,
@@ -412,14 +413,7 @@ def build_report_pdf(
     doc.kv_table(drows)
     for n_ in dnotes:
         doc.para(n_, size=8.5, style="I")
-    if len(y) == info.get("n_rows"):
-        doc.para(
-            "These data have as many rows as the model was fitted on: if they are the fitting rows, the "
-            "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
-            size=8.5,
-            style="I",
-            color=(170, 40, 0),
-        )
+    _in_sample_warning(doc, len(y), info)
     ct = _coverage_table(audit, delta)
     if ct is not None:
         doc.data_table(

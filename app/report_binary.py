@@ -12,7 +12,7 @@ from __future__ import annotations
 from app import figures_binary as FB
 from app import report as R
 from app.pdf_doc import _title_page, report_label
-from app.report_tables import _convergence_warning, _findings_section, _short
+from app.report_tables import _convergence_warning, _findings_section, _in_sample_warning, _short
 
 _BINARY_HOW_TO_READ = (
     "The label is a 0/1 outcome, so the model's prediction is a probability, and every number in this report "
@@ -93,14 +93,7 @@ def binary_report(model, audit, label: str, data_name: str, rates: tuple | None 
             ),
         ]
     )
-    if int(params["n"]) == info.get("n_rows"):
-        doc.para(
-            "These data have as many rows as the model was fitted on: if they are the fitting rows, the "
-            "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
-            size=8.5,
-            style="I",
-            color=(170, 40, 0),
-        )
+    _in_sample_warning(doc, int(params["n"]), info)
     doc.heading("How to read this report", size=12)
     doc.para(_BINARY_HOW_TO_READ, size=9)
 

@@ -201,6 +201,18 @@ def _convergence_warning(doc, info: dict) -> None:
         )
 
 
+def _in_sample_warning(doc, n_rows: int, info: dict) -> None:
+    """Both reports warn when the audited table is as large as the fitting table (probably the same rows)."""
+    if n_rows == info.get("n_rows"):
+        doc.para(
+            "These data have as many rows as the model was fitted on: if they are the fitting rows, the "
+            "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
+            size=8.5,
+            style="I",
+            color=(170, 40, 0),
+        )
+
+
 def _subset(audit, names):
     """The audit restricted to some groups (for splitting tall heatmaps over pages): a copy whose coverage, width
     and coverage-by-bucket tables hold only ``names``."""

@@ -10,7 +10,7 @@ import math
 import streamlit as st
 
 from app.ui import state
-from app.ui.common import esc, tab_state
+from app.ui.common import esc, tabbed
 
 RATE_TABLE_COLUMNS = ("group", "n", "selection rate", "true positive rate", "false positive rate", "precision")
 
@@ -191,14 +191,14 @@ def render_binary(run, frame):
         st.warning("This model did not converge (stopped or capped); its guarantees do not hold.")
     headline(run)
     findings_box(run)
-    names = ["Calibration", "Rates at a threshold", "Tables"]
-    tabs = st.tabs(names, **tab_state("results_tab_binary", names))
-    with tabs[0]:
-        calibration_tab(run)
-    with tabs[1]:
-        rates_tab(run, frame)
-    with tabs[2]:
-        tables_tab(run)
+    tabbed(
+        "results_tab_binary",
+        {
+            "Calibration": lambda: calibration_tab(run),
+            "Rates at a threshold": lambda: rates_tab(run, frame),
+            "Tables": lambda: tables_tab(run),
+        },
+    )
     st.info(
         "No prediction intervals, coverage heatmaps or variance pages for a binary label: the outcome is 0 or "
         "1, so an interval is {0}, {1} or {0, 1}, and the variance p(1 − p) follows from the probability, "

@@ -68,6 +68,14 @@ def tab_state(key: str, names: list) -> dict:
     return {"key": key, "default": default, "on_change": remember}
 
 
+def tabbed(key: str, sections: dict) -> None:
+    """Tabs named by ``sections``' keys, each drawn by its value (a function), the open tab kept (:func:`tab_state`)."""
+    names = list(sections)
+    for tab, draw in zip(st.tabs(names, **tab_state(key, names)), sections.values()):
+        with tab:
+            draw()
+
+
 def show_error(prefix: str, e: Exception):
     st.error(f"{prefix}: {esc(e)}" if prefix else esc(e), icon=":material/error:")
 

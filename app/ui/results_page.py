@@ -19,7 +19,7 @@ import streamlit as st
 
 from app.figure_style import _fmt, _legend_line
 from app.ui import state
-from app.ui.common import esc, run_and_frame, tab_state
+from app.ui.common import esc, run_and_frame, tabbed
 
 METHOD_LABELS = {
     "guaranteed": "guaranteed (paper, Section 5)",
@@ -513,18 +513,16 @@ def render():
     from app.ui.discover_tab import results_section
 
     results_section(run)  # discovered groups (Discover / mmc fit --discover), marked as such
-    names = ["Variance disparities", "Coverage", "Calibration", "Row explorer", "Tables"]
-    tabs = st.tabs(names, **tab_state("results_tab", names))
-    with tabs[0]:
-        variance_tab(run)
-    with tabs[1]:
-        coverage_tab(run, frame)
-    with tabs[2]:
-        calibration_tab(run)
-    with tabs[3]:
-        explorer_tab(run, frame)
-    with tabs[4]:
-        tables_tab(run)
+    tabbed(
+        "results_tab",
+        {
+            "Variance disparities": lambda: variance_tab(run),
+            "Coverage": lambda: coverage_tab(run, frame),
+            "Calibration": lambda: calibration_tab(run),
+            "Row explorer": lambda: explorer_tab(run, frame),
+            "Tables": lambda: tables_tab(run),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -525,19 +525,23 @@ def two_point_figure() -> go.Figure:
         horizontal_spacing=0.16,
         subplot_titles=("Pool by predicted variance only", "Pool by (predicted mean, predicted variance)"),
     )
-    fig.add_trace(
-        go.Bar(
-            x=["x₁ (y = 0)", "x₂ (y = 1)"],
-            y=[0.5, 0.5],
-            marker_color=[PRED, TRUE],
-            showlegend=False,
-            text=["μ = 0, Var = 0", "μ = 1, Var = 0"],
-            textposition="inside",
-            hovertemplate="%{x}: probability %{y}<extra></extra>",
-        ),
-        1,
-        1,
-    )
+    for col, x, text in (
+        (1, ["x₁ (y = 0)", "x₂ (y = 1)"], ["μ = 0, Var = 0", "μ = 1, Var = 0"]),
+        (2, ["cell μ = 0", "cell μ = 1"], ["Var of y = 0 ✓", "Var of y = 0 ✓"]),
+    ):
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[0.5, 0.5],
+                marker_color=[PRED, TRUE],
+                showlegend=False,
+                text=text,
+                textposition="inside",
+                hovertemplate="%{x}: probability %{y}<extra></extra>",
+            ),
+            1,
+            col,
+        )
     fig.add_annotation(
         text="cell “Var = 0”: variance of y = 1/4 ≠ 0",
         x=0.5,
@@ -548,19 +552,6 @@ def two_point_figure() -> go.Figure:
         font=dict(size=12, color="#b00"),
         row=1,
         col=1,
-    )
-    fig.add_trace(
-        go.Bar(
-            x=["cell μ = 0", "cell μ = 1"],
-            y=[0.5, 0.5],
-            marker_color=[PRED, TRUE],
-            showlegend=False,
-            text=["Var of y = 0 ✓", "Var of y = 0 ✓"],
-            textposition="inside",
-            hovertemplate="%{x}: probability %{y}<extra></extra>",
-        ),
-        1,
-        2,
     )
     fig.update_yaxes(title_text="probability", range=[0, 0.75], row=1, col=1)
     fig.update_yaxes(range=[0, 0.75], row=1, col=2)
