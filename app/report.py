@@ -21,7 +21,6 @@ import time
 import warnings
 
 import numpy as np
-import pandas as pd
 
 from mmc_core.errors import MMCError
 
@@ -277,11 +276,11 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
 
 
 def _data_rows(audit, model, y, data_name, gamma) -> tuple[list, list]:
-    bg = getattr(audit, "by_group", None)
+    bg = audit.by_group
     n = len(y)
     rows = [("Data", f"{data_name}: {n:,} labelled rows audited")]
     notes = []
-    if bg is not None and len(bg):
+    if len(bg):
         rows.append(("Groups", f"{len(bg):,} (overlapping; the whole population is the group 'all')"))
         if "count" in bg:
             small = bg.sort_values("count").head(3)
@@ -480,8 +479,8 @@ def build_report_pdf(
         fill=True,
     )
 
-    bg = getattr(audit, "by_group", None)
-    has_var = isinstance(bg, pd.DataFrame) and "pred_var" in bg and np.isfinite(bg["pred_var"].astype(float)).any()
+    bg = audit.by_group
+    has_var = "pred_var" in bg and np.isfinite(bg["pred_var"].astype(float)).any()
     if has_var:
         pdf.add_page()
         add_figure(
@@ -510,8 +509,8 @@ def build_report_pdf(
     else:
         skipped.append("variance disparities and moment reliability (the model predicts the mean only)")
 
-    cov = getattr(audit, "coverage", None)
-    has_cov = isinstance(cov, pd.DataFrame) and not cov.empty and len(cov.columns) > 0
+    cov = audit.coverage
+    has_cov = not cov.empty and len(cov.columns) > 0
     if has_cov:
         chunks = _chunks(list(cov.index), MAX_HEATMAP_ROWS)
 
@@ -566,8 +565,8 @@ def build_report_pdf(
         )
 
     moments = tuple(model.params.moments)
-    mc = getattr(audit, "moment_cells", None)
-    has_mom = isinstance(mc, pd.DataFrame) and "moment" in mc and not mc.empty
+    mc = audit.moment_cells
+    has_mom = "moment" in mc and not mc.empty
 
     def has_moment(a):
         return has_mom and (mc["moment"].astype(int) == a).any()

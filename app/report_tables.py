@@ -47,8 +47,8 @@ def _name_col(audit, names, n=30) -> list:
 
 def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
     """The groups whose predicted and observed variance disagree most (largest |log(predicted/observed)|)."""
-    bg = getattr(audit, "by_group", None)
-    if bg is None or not {"pred_var", "emp_var"} <= set(bg.columns):
+    bg = audit.by_group
+    if not {"pred_var", "emp_var"} <= set(bg.columns):
         return None
     pv, ev = bg["pred_var"].astype(float), bg["emp_var"].astype(float)
     ok = np.isfinite(pv) & np.isfinite(ev) & (pv > 0) & (ev > 0)
@@ -83,8 +83,8 @@ def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
 
 
 def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
-    cov, wid = getattr(audit, "coverage", None), getattr(audit, "width", None)
-    if cov is None or cov.empty:
+    cov, wid = audit.coverage, audit.width
+    if cov.empty:
         return None
     target = 1 - delta
     big = ~np.asarray(_below(audit, cov.index), dtype=bool)
@@ -100,17 +100,15 @@ def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
                 "coverage (all)": _pct(overall),
                 "worst group (mass ≥ γ)": f"{_short(worst, 26)}: {_pct(cb.min())}" if worst is not None else "–",
                 f"groups under {target - 0.05:.0%}": f"{int((cb < target - 0.05).sum())} of {int(cb.notna().sum())}",
-                "mean width (all)": _num(wid[m].astype(float).get("all", np.nan))
-                if wid is not None and m in wid
-                else "–",
+                "mean width (all)": _num(wid[m].astype(float).get("all", np.nan)) if m in wid else "–",
             }
         )
     return pd.DataFrame(rows)
 
 
 def _calibration_table(audit, top: int = 12) -> pd.DataFrame | None:
-    bg = getattr(audit, "by_group", None)
-    if bg is None or "calib_error_worst" not in bg:
+    bg = audit.by_group
+    if "calib_error_worst" not in bg:
         return None
     has_base = "calib_error_worst_base" in bg and np.isfinite(bg["calib_error_worst_base"].astype(float)).any()
     key = bg["calib_error_worst_base"].astype(float) if has_base else bg["calib_error_worst"].astype(float)

@@ -109,8 +109,8 @@ def headline(run):
         "Test rows", f"{run.split['test'].size:,}", help="All results on this page are on rows the fit never saw."
     )
     c[2].metric("Groups", f"{info.get('n_groups')}")
-    cov = getattr(audit, "coverage", None)
-    if isinstance(cov, pd.DataFrame) and "calibrated" in cov.columns:
+    cov = audit.coverage
+    if "calibrated" in cov.columns:
         col = cov["calibrated"].astype(float)
         target = 1 - s.delta
         overall = float(col.iloc[0]) if len(col) else float("nan")
@@ -230,8 +230,8 @@ def variance_tab(run):
         )
         top = int(ss["res_top"])
     st.plotly_chart(_figure("variance", _run_key(run), run, top, state.units()), width="stretch", key="fig_variance")
-    bg = getattr(run.audit, "by_group", None)
-    if isinstance(bg, pd.DataFrame) and "pred_var" in bg.columns:
+    bg = run.audit.by_group
+    if "pred_var" in bg.columns:
         t = bg.copy()
         t["predicted SD"] = np.sqrt(np.clip(t["pred_var"].astype(float), 0, None))
         if "emp_var" in t.columns:
@@ -331,8 +331,8 @@ def calibration_tab(run):
             width="stretch",
             key="fig_moment",
         )
-    mc = getattr(run.audit, "moment_cells", None)
-    if isinstance(mc, pd.DataFrame) and len(mc):
+    mc = run.audit.moment_cells
+    if len(mc):
         with st.expander(f"Moment cells table ({len(mc):,} cells)"):
             st.dataframe(mc.head(2000), width="stretch", hide_index=True)
 
@@ -468,8 +468,8 @@ def tables_tab(run):
         ("width", "Mean width (group × method)"),
         ("calibration_cells", "Mean calibration per cell"),
     ):
-        t = getattr(audit, attr, None)
-        if isinstance(t, pd.DataFrame) and len(t):
+        t = getattr(audit, attr)
+        if len(t):
             st.markdown(f"**{title}** ({len(t):,} rows)")
             st.dataframe(t.head(2000), width="stretch")
 
