@@ -182,11 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_options(f)
 
     pr = sub.add_parser("predict", help="predict mean, moments and intervals for new rows")
-    pr.add_argument("--model", required=True)
-    pr.add_argument("--data", required=True)
-    pr.add_argument("--pred", help="base prediction column, required if the model was fitted with --pred")
-    pr.add_argument("--delta", type=float, default=0.1, help="interval miscoverage (default 0.1)")
-    pr.add_argument("--gamma", type=float, default=0.05, help="smallest cell mass the guarantees cover (default 0.05)")
+    _model_options(pr, label=False)
     pr.add_argument(
         "--interval",
         choices=["guaranteed", "plugin", "multimoment", "calibrated", "split-conformal", "mondrian", "gaussian"],
@@ -201,12 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_options(pr)
 
     au = sub.add_parser("audit", help="audit a fitted model on labelled data (per-group tables as JSON)")
-    au.add_argument("--model", required=True)
-    au.add_argument("--data", required=True)
-    au.add_argument("--label", required=True)
-    au.add_argument("--pred")
-    au.add_argument("--delta", type=float, default=0.1)
-    au.add_argument("--gamma", type=float, default=0.05)
+    _model_options(au, label=True)
     au.add_argument(
         "--error-control",
         choices=["holm", "bh"],
@@ -221,28 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a variance finding needs observed/predicted outside [1/(1+T), 1+T] beyond chance "
         "(default 0.1; 0 tests ratio != 1)",
     )
-    au.add_argument(
-        "--threshold",
-        type=_decision_threshold,
-        default=0.5,
-        help="binary models: the decision threshold of the rates (decision = probability >= T; 0.5)",
-    )
+    _rates_threshold_option(au)
     au.add_argument("--out", required=True)
     _engine_options(au)
 
     rp = sub.add_parser("report", help="write a PDF audit report")
-    rp.add_argument("--model", required=True)
-    rp.add_argument("--data", required=True)
-    rp.add_argument("--label", required=True)
-    rp.add_argument("--pred")
-    rp.add_argument("--delta", type=float, default=0.1)
-    rp.add_argument("--gamma", type=float, default=0.05)
-    rp.add_argument(
-        "--threshold",
-        type=_decision_threshold,
-        default=0.5,
-        help="binary models: the decision threshold of the rates (default 0.5)",
-    )
+    _model_options(rp, label=True)
+    _rates_threshold_option(rp)
     rp.add_argument("--out", required=True)
 
     ds = sub.add_parser(
@@ -279,6 +255,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="address to bind (default 127.0.0.1; anything else serves the network: a warning is printed)",
     )
     return p
+
+
+def _model_options(p, label: bool):
+    """--model, --data, (--label), --pred, --delta, --gamma: a fitted model applied to a table (predict, audit,
+    report)."""
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    if label:
+        p.add_argument("--label", required=True)
+    p.add_argument("--pred", help="base prediction column, required if the model was fitted with --pred")
+    p.add_argument("--delta", type=float, default=0.1, help="interval miscoverage (default 0.1)")
+    p.add_argument("--gamma", type=float, default=0.05, help="smallest cell mass the guarantees cover (default 0.05)")
+
+
+def _rates_threshold_option(p):
+    """--threshold of audit and report: the decision threshold of a binary model's rates."""
+    p.add_argument(
+        "--threshold",
+        type=_decision_threshold,
+        default=0.5,
+        help="binary models: the decision threshold of the rates (decision = probability >= T; default 0.5)",
+    )
 
 
 def _engine_options(p):
@@ -322,6 +320,13 @@ def _check_out(path: str):
 def _check_prob(name: str, v: float):
     if not (0 < v < 1):
         raise CLIError(f"{name} must be strictly between 0 and 1, got {v}")
+
+
+def _check_apply_args(args):
+    """--out, --delta and --gamma of the commands that apply a model (predict, audit, report)."""
+    _check_out(args.out)
+    _check_prob("--delta", args.delta)
+    _check_prob("--gamma", args.gamma)
 
 
 def estimator_from_args(args, **extra):
@@ -607,9 +612,7 @@ def cmd_predict(args) -> int:
 
     from .io import write_csv
 
-    _check_out(args.out)
-    _check_prob("--delta", args.delta)
-    _check_prob("--gamma", args.gamma)
+    _check_apply_args(args)
     model, df, base, _ = _load_for_apply(args, need_label=False)
     preds = model.predict(df, base)
     _note_base_range(model, base)
@@ -642,9 +645,7 @@ def cmd_audit(args) -> int:
     from mmc_core.metrics import audit
     from mmc_core.model import atomic_write_text
 
-    _check_out(args.out)
-    _check_prob("--delta", args.delta)
-    _check_prob("--gamma", args.gamma)
+    _check_apply_args(args)
     if args.min_group_count < 2:
         raise CLIError(f"--min-group-count must be at least 2, got {args.min_group_count}")
     from mmc_core.findings import VARIANCE_TOLERANCE
@@ -666,32 +667,16 @@ def cmd_audit(args) -> int:
         threshold=args.threshold,
     )
     atomic_write_text(args.out, json.dumps(result.to_json(), allow_nan=False))
+    summary = {
+        "findings": len(result.findings),
+        "findings_status": result.findings_status,
+        "tests": result.params.get("n_tests"),
+        "error_control": args.error_control,
+    }
     if result.task == "binary":
         print(_classifier_text(result))
-        print(
-            json.dumps(
-                {
-                    "task": "binary",
-                    "threshold": args.threshold,
-                    "groups": len(result.by_group),
-                    "findings": len(result.findings),
-                    "findings_status": result.findings_status,
-                    "tests": result.params.get("n_tests"),
-                    "error_control": args.error_control,
-                }
-            )
-        )
-        return 0
-    print(
-        json.dumps(
-            {
-                "findings": len(result.findings),
-                "findings_status": result.findings_status,
-                "tests": result.params.get("n_tests"),
-                "error_control": args.error_control,
-            }
-        )
-    )
+        summary = {"task": "binary", "threshold": args.threshold, "groups": len(result.by_group), **summary}
+    print(json.dumps(summary))
     return 0
 
 
@@ -743,9 +728,7 @@ def cmd_report(args) -> int:
     from .io import write_bytes
     from .report import build_report_pdf
 
-    _check_out(args.out)
-    _check_prob("--delta", args.delta)
-    _check_prob("--gamma", args.gamma)
+    _check_apply_args(args)
     model, df, base, y = _load_for_apply(args, need_label=True)
     pdf = build_report_pdf(
         model,

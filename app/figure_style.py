@@ -1,18 +1,18 @@
 """The shared look of every dashboard and report figure: the colour-blind-safe palette (Okabe-Ito), the coverage
 and width colour scales, fonts, and the helpers every figure builder uses (shortened group names with the
 below-gamma mark, row-dependent heights and margins, the common layout and footer, the empty-figure placeholder,
-number formatting, interval-method and bucket labels, the label and its units read from an audit). Kept in one
+number formatting, interval-method and bucket labels, the label's name, units and range). Kept in one
 place so :mod:`app.figures`, :mod:`app.figures_convergence` and :mod:`app.figures_binary` look alike.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
+
+from mmc_core.metrics import AuditResult
 
 # Okabe & Ito (2008): distinguishable under all common colour-vision deficiencies.
 OKABE_ITO = {
@@ -61,44 +61,12 @@ def _method_tick(method: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------
-def _get(obj, key, default=None):
-    if obj is None:
-        return default
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    if isinstance(obj, pd.Series):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
-
-
-def label_info(audit) -> dict:
-    """Label name, unit strings and range, read from ``audit.params`` (tolerant of key spellings)."""
-    p = getattr(audit, "params", None) or {}
-    name = None
-    lo = hi = None
-    lab = _get(p, "label")
-    if isinstance(lab, Mapping):  # mmc_core.metrics: {"lo", "hi", "source", "name"}
-        name = lab.get("name") or None
-        lo, hi = lab.get("lo"), lab.get("hi")
-    for k in ("label", "label_name"):
-        v = _get(p, k)
-        if name is None and isinstance(v, str) and v:
-            name = v
-    name = str(name or "label")
-    units = _get(p, "label_units") or _get(p, "units") or f"{name} units"
-    rng = _get(p, "label_range")
-    if isinstance(rng, Mapping):
-        lo, hi = rng.get("lo"), rng.get("hi")
-    elif isinstance(rng, Sequence) and not isinstance(rng, str) and len(rng) >= 2:
-        lo, hi = rng[0], rng[1]
-    if lo is None:
-        lo, hi = _get(p, "label_lo"), _get(p, "label_hi")
-    try:
-        lo, hi = float(lo), float(hi)
-    except (TypeError, ValueError):
-        lo = hi = None
-    source = lab.get("source") if isinstance(lab, Mapping) else _get(p, "label_source")
-    return {"name": name, "units": units, "lo": lo, "hi": hi, "source": source}
+def label_info(audit: AuditResult, label: str, units: str = "") -> dict:
+    """What the figures print about the label: the name and units the caller states (the dashboard's units box,
+    the report's label argument; empty units read "<label> units") and the range the audit was scaled with."""
+    rng = audit.params["label"]
+    name = str(label or "label")
+    return {"name": name, "units": units or f"{name} units", "lo": rng["lo"], "hi": rng["hi"]}
 
 
 def _unit_power(units: str, a: int) -> str:
@@ -150,16 +118,12 @@ def _display_names(names, below=None, n: int = MAX_NAME) -> list:
     return out
 
 
-def _below_gamma(audit, names) -> list:
-    """True for groups whose mass is below gamma (``large_enough`` is False)."""
-    bg = getattr(audit, "by_group", None)
-    if bg is None or "large_enough" not in getattr(bg, "columns", []):
-        gamma = _get(getattr(audit, "params", None), "gamma")
-        if bg is not None and gamma is not None and "mass" in bg.columns:
-            return [bool(bg["mass"].get(n, 1.0) < gamma) for n in names]
+def _below_gamma(audit: AuditResult, names) -> list:
+    """True for groups whose mass is below gamma (``large_enough`` is False; a classifier audit has no gamma)."""
+    le = audit.by_group.get("large_enough")
+    if le is None:
         return [False] * len(names)
-    le = bg["large_enough"]
-    return [not bool(le.get(n, True)) if n in le.index else False for n in names]
+    return [not bool(le.get(n, True)) for n in names]
 
 
 def _rows_height(n_rows: int, per_row: float = 24, extra: float = 190, minimum: float = 360) -> int:
@@ -251,14 +215,21 @@ def _empty(title: str, message: str, height: int = 320) -> go.Figure:
     return fig
 
 
-def _fmt(v, digits: int = 3) -> str:
+def _legend_line(name: str, line: dict) -> go.Scatter:
+    """A legend entry for a line drawn some other way (a reference line, error bars, a coloured bar)."""
+    return go.Scatter(x=[None], y=[None], mode="lines", line=line, name=name)
+
+
+def _fmt(v, digits: int = 3, kind: str = "g") -> str:
+    """A number for display, "–" when missing or not finite: ``digits`` significant digits ("g"), decimals ("f")
+    or a percentage with that many decimals ("%")."""
     try:
         v = float(v)
     except (TypeError, ValueError):
         return "–"
     if not math.isfinite(v):
         return "–"
-    return f"{v:.{digits}g}"
+    return f"{v:.{digits}{kind}}"
 
 
 def _method_order(cols) -> list:

@@ -62,7 +62,7 @@ from app.figure_style import (
     _empty,
     _fmt,
     _footer,
-    _get,
+    _legend_line,
     _left_margin,
     _method_order,
     _method_tick,
@@ -75,6 +75,7 @@ from app.figure_style import (
 # re-exported: tests and app.report_tables use them as figures.X
 from app.figure_style import MAX_NAME as MAX_NAME, METHOD_LABELS as METHOD_LABELS, _short as _short
 from app.figures_convergence import convergence_figure
+from mmc_core.metrics import AuditResult
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -84,7 +85,25 @@ def _col(df: pd.DataFrame, name: str) -> np.ndarray:
     return df[name].astype(float).to_numpy() if name in df.columns else np.full(len(df), np.nan)
 
 
-def variance_disparity_figure(audit, top: int | None = 30) -> go.Figure:
+def _markers(x, y, name: str, marker: dict, custom, hover: str, **extra) -> go.Scatter:
+    """One series of markers whose hover shows the row's customdata (the figures' shared per-group hover)."""
+    return go.Scatter(
+        x=x, y=y, mode="markers", name=name, marker=marker, customdata=custom, hovertemplate=hover, **extra
+    )
+
+
+def _connectors(x0, x1, y) -> go.Scatter:
+    """Grey bars joining each row's two markers (before / after, predicted / observed); a row missing an end
+    gets none."""
+    cx, cy = [], []
+    for y_, a, b in zip(y, x0, x1):
+        if np.isfinite(a) and np.isfinite(b):
+            cx += [a, b, None]
+            cy += [y_, y_, None]
+    return go.Scatter(x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip", showlegend=False)
+
+
+def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label: str, units: str = "") -> go.Figure:
     """Predicted vs observed spread per group, in absolute terms and relative to the whole population.
 
     Left panel: standard deviations in label units, the square roots of the mean predicted variance m_2(x)
@@ -94,12 +113,12 @@ def variance_disparity_figure(audit, top: int | None = 30) -> go.Figure:
     the overall level. A group whose observed ratio is far from its predicted ratio is one whose uncertainty
     the model misjudges. Groups are sorted by the observed ratio; with ``top`` only the ``top`` groups
     with the largest predicted/observed disagreement are shown. Groups below gamma are drawn hollow and
-    carry a dagger.
+    carry a dagger. ``label`` / ``units``: the label's name and units as the axes print them.
     """
-    info = label_info(audit)
+    info = label_info(audit, label, units)
     title = "Variance disparities: predicted vs observed spread per group"
-    bg = getattr(audit, "by_group", None)
-    if bg is None or not {"pred_var", "emp_var"} <= set(bg.columns) or len(bg) == 0:
+    bg = audit.by_group
+    if not {"pred_var", "emp_var"} <= set(bg.columns) or len(bg) == 0:
         return _empty(title, "The audit has no per-group variances.")
     pv_all, ev_all = _col(bg, "pred_var"), _col(bg, "emp_var")
     ok = np.isfinite(ev_all) & (_col(bg, "count") > 0 if "count" in bg.columns else True)
@@ -160,43 +179,14 @@ def variance_disparity_figure(audit, top: int | None = 30) -> go.Figure:
     def sym(base):
         return np.where(big, base, base + "-open")
 
-    cx, cy = [], []
-    for y_, a, b in zip(ypos, pred_sd, emp_sd):
-        cx += [a, b, None]
-        cy += [y_, y_, None]
-    fig.add_trace(
-        go.Scatter(x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip", showlegend=False),
-        1,
-        1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=pred_sd,
-            y=ypos,
-            mode="markers",
-            name="predicted (√ mean predicted variance)",
-            legendgroup="pred",
-            marker=dict(color=FIT_COLOR, size=10, symbol=sym("circle"), line=dict(width=2, color=FIT_COLOR)),
-            customdata=custom,
-            hovertemplate=hover,
-        ),
-        1,
-        1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=emp_sd,
-            y=ypos,
-            mode="markers",
-            name="observed (√ mean squared residual y − μ(x))",
-            legendgroup="obs",
-            marker=dict(color=OBSERVED_COLOR, size=10, symbol=sym("diamond"), line=dict(width=2, color=OBSERVED_COLOR)),
-            customdata=custom,
-            hovertemplate=hover,
-        ),
-        1,
-        1,
-    )
+    fig.add_trace(_connectors(pred_sd, emp_sd, ypos), 1, 1)
+
+    def markers(x, y, name, group, color, size, symbol, width, col, **extra):
+        marker = dict(color=color, size=size, symbol=sym(symbol), line=dict(width=width, color=color))
+        fig.add_trace(_markers(x, y, name, marker, custom, hover, legendgroup=group, **extra), 1, col)
+
+    markers(pred_sd, ypos, "predicted (√ mean predicted variance)", "pred", FIT_COLOR, 10, "circle", 2, 1)
+    markers(emp_sd, ypos, "observed (√ mean squared residual y − μ(x))", "obs", OBSERVED_COLOR, 10, "diamond", 2, 1)
 
     def err(v, lo, hi):
         return dict(
@@ -209,42 +199,13 @@ def variance_disparity_figure(audit, top: int | None = 30) -> go.Figure:
         )
 
     off = 0.17
-    fig.add_trace(
-        go.Scatter(
-            x=pr,
-            y=ypos - off,
-            mode="markers",
-            name="predicted",
-            legendgroup="pred",
-            showlegend=False,
-            error_x=dict(err(pr, pr_lo, pr_hi), color=FIT_COLOR),
-            marker=dict(color=FIT_COLOR, size=8, symbol=sym("circle"), line=dict(width=1.5, color=FIT_COLOR)),
-            customdata=custom,
-            hovertemplate=hover,
-        ),
-        1,
-        2,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=er,
-            y=ypos + off,
-            mode="markers",
-            name="observed",
-            legendgroup="obs",
-            showlegend=False,
-            error_x=dict(err(er, er_lo, er_hi), color=OBSERVED_COLOR),
-            marker=dict(
-                color=OBSERVED_COLOR, size=8, symbol=sym("diamond"), line=dict(width=1.5, color=OBSERVED_COLOR)
-            ),
-            customdata=custom,
-            hovertemplate=hover,
-        ),
-        1,
-        2,
-    )
-    ov = getattr(audit, "overall", None)
-    ov_emp = _get(ov, "emp_var")
+    for x, y, name, group, color, symbol, (lo, hi) in (
+        (pr, ypos - off, "predicted", "pred", FIT_COLOR, "circle", (pr_lo, pr_hi)),
+        (er, ypos + off, "observed", "obs", OBSERVED_COLOR, "diamond", (er_lo, er_hi)),
+    ):
+        error = dict(err(x, lo, hi), color=color)
+        markers(x, y, name, group, color, 8, symbol, 1.5, 2, showlegend=False, error_x=error)
+    ov_emp = audit.overall.get("emp_var")
     try:
         ov_sd = math.sqrt(max(float(ov_emp), 0.0))
     except (TypeError, ValueError):
@@ -252,17 +213,7 @@ def variance_disparity_figure(audit, top: int | None = 30) -> go.Figure:
     if math.isfinite(ov_sd):
         fig.add_vline(x=ov_sd, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2 - 1)
     fig.add_vline(x=1.0, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2)
-    fig.add_trace(
-        go.Scatter(
-            x=[None],
-            y=[None],
-            mode="lines",
-            line=dict(color=MUTED, dash="dash", width=1.5),
-            name="all rows (overall level)",
-        ),
-        1,
-        2,
-    )
+    fig.add_trace(_legend_line("all rows (overall level)", dict(color=MUTED, dash="dash", width=1.5)), 1, 2)
 
     allv = np.concatenate([pr, pr_lo, pr_hi, er, er_lo, er_hi, [1.0]])
     allv = allv[np.isfinite(allv) & (allv > 0)]
@@ -320,40 +271,24 @@ def variance_disparity_figure(audit, top: int | None = 30) -> go.Figure:
 # ---------------------------------------------------------------------------------------------------
 # heatmaps
 # ---------------------------------------------------------------------------------------------------
-def _group_table(audit, attr: str) -> pd.DataFrame | None:
-    t = getattr(audit, attr, None)
-    if t is None or not isinstance(t, pd.DataFrame) or t.empty:
+def _group_counts(audit: AuditResult, names) -> np.ndarray:
+    """Test rows of each group."""
+    return audit.by_group["count"].reindex(names).to_numpy(dtype=float)
+
+
+def bucket_counts(audit: AuditResult, z: pd.DataFrame) -> np.ndarray | None:
+    """Rows of each (group, predicted-mean bucket) cell of a coverage-by-bucket table: the counts of the audit's
+    mean-calibration cells (the same buckets of the model's mean grid)."""
+    cc = audit.calibration_cells
+    if cc.empty:
         return None
-    return t
-
-
-def _group_counts(audit, names) -> np.ndarray:
-    """Test rows of each group (NaN where unknown)."""
-    bg = getattr(audit, "by_group", None)
-    out = np.full(len(names), np.nan)
-    if isinstance(bg, pd.DataFrame) and "count" in bg.columns:
-        for i, n in enumerate(names):
-            if n in bg.index:
-                out[i] = float(bg.loc[n, "count"])
-    return out
-
-
-def bucket_counts(audit, z: pd.DataFrame) -> np.ndarray | None:
-    """Rows of each (group, predicted-mean bucket) cell of the coverage-by-bucket table: the audit's own
-    ``coverage_by_bucket_counts`` if present, else the counts of the mean-calibration cells (same buckets)."""
-    own = getattr(audit, "coverage_by_bucket_counts", None)
-    if isinstance(own, pd.DataFrame):
-        return own.reindex(index=z.index, columns=z.columns).to_numpy(dtype=float)
-    cc = getattr(audit, "calibration_cells", None)
-    if isinstance(cc, pd.DataFrame) and {"group", "bucket", "count"}.issubset(cc.columns):
-        piv = cc.pivot_table(index="group", columns="bucket", values="count", aggfunc="sum")
-        return piv.reindex(index=z.index, columns=z.columns).to_numpy(dtype=float)
-    return None
+    piv = cc.pivot_table(index="group", columns="bucket", values="count", aggfunc="sum")
+    return piv.reindex(index=z.index, columns=z.columns).to_numpy(dtype=float)
 
 
 def _heatmap(
     z: pd.DataFrame,
-    audit,
+    audit: AuditResult,
     title: str,
     subtitle: str,
     x_labels: list,
@@ -431,7 +366,7 @@ def _heatmap(
     if any(below):
         note += (
             f" {BELOW_GAMMA_MARK.strip()} group mass below γ = "
-            f"{_fmt(_get(getattr(audit, 'params', None), 'gamma'))}: the guarantees do not cover it."
+            f"{_fmt(audit.params.get('gamma'))}: the guarantees do not cover it."
         )
     _footer(fig, axis_px=8, note=note)
     return fig
@@ -442,82 +377,67 @@ def _hover_safe(text: str) -> str:
     return str(text).replace("<", "&lt;").replace(">", "&gt;")
 
 
-def coverage_heatmap(audit, delta: float) -> go.Figure:
+def _coverage_cells(z, audit, title, subtitle, x_labels, x_title, target: float, counts=None) -> go.Figure:
+    """A coverage heatmap: diverging colours centred on the target 1 - delta, values printed to 2 decimals."""
+    zmin, zmax = _coverage_range(z.to_numpy(dtype=float), target)
+    scale = coverage_colorscale(zmin, zmax, target)
+    return _heatmap(
+        z, audit, title, subtitle, x_labels, x_title, scale, zmin, zmax, "coverage", ".2f", "coverage", counts=counts
+    )
+
+
+def coverage_heatmap(audit: AuditResult, delta: float) -> go.Figure:
     """Empirical interval coverage per group (rows) and method (columns).
 
     Diverging RdBu scale centred on the target 1 - delta (white): red cells under-cover, blue cells
     over-cover (conservative intervals). Values are printed in the cells.
     """
     title = "Interval coverage by group and method"
-    cov = _group_table(audit, "coverage")
-    if cov is None:
+    cov = audit.coverage
+    if cov.empty:
         return _empty(title, "The audit has no coverage table.")
     target = 1.0 - float(delta)
-    zmin, zmax = _coverage_range(cov.to_numpy(dtype=float), target)
-    scale = coverage_colorscale(zmin, zmax, target)
-    methods = _method_order(cov.columns)
-    labels = [_method_tick(m) for m in methods]
-    return _heatmap(
-        cov,
-        audit,
-        title,
-        f"share of rows inside their interval; target 1 − δ = {target:.2f} (white); "
-        "red = under-covers, blue = over-covers",
-        labels,
-        "interval method",
-        scale,
-        zmin,
-        zmax,
-        "coverage",
-        ".2f",
-        "coverage",
+    labels = [_method_tick(m) for m in _method_order(cov.columns)]
+    subtitle = (
+        f"share of rows inside their interval; target 1 − δ = {target:.2f} (white); red = under-covers, blue = "
+        "over-covers"
     )
+    return _coverage_cells(cov, audit, title, subtitle, labels, "interval method", target)
 
 
-def coverage_by_bucket_heatmap(audit, delta: float) -> go.Figure:
-    """Coverage of the calibrated intervals per group and predicted-mean bucket (centred on 1 - delta)."""
-    info = label_info(audit)
-    title = "Coverage of the calibrated intervals by predicted-mean bucket"
-    cb = _group_table(audit, "coverage_by_bucket")
-    if cb is None:
+def coverage_by_bucket_heatmap(
+    audit: AuditResult, delta: float, method: str | None = None, *, label: str, units: str = ""
+) -> go.Figure:
+    """Coverage of one interval method's intervals per group and predicted-mean bucket (centred on 1 - delta):
+    ``method`` None is the audit's ``coverage_by_bucket`` (its ``bucket_method``), else the audit's table of that
+    method (``coverage_by_bucket_of``)."""
+    info = label_info(audit, label, units)
+    method = method or audit.params.get("bucket_method") or "calibrated"
+    title = f"Coverage of the {METHOD_LABELS.get(method, method)} intervals by predicted-mean bucket"
+    cb = audit.coverage_by_bucket_of.get(method, audit.coverage_by_bucket)
+    if cb.empty:
         return _empty(title, "The audit has no coverage-by-bucket table.")
-    params = getattr(audit, "params", None)
-    m = _get(params, "buckets") or _get(params, "m")
-    labels = _bucket_labels(cb.columns, info, m, _get(params, "mean_buckets"))
+    labels = _bucket_labels(cb.columns, info, None, audit.params.get("mean_buckets"))
     keep = cb.notna().any(axis=0).to_numpy()  # drop buckets no group's predictions fall in
     cb, labels = cb.loc[:, keep], [lab for lab, k in zip(labels, keep) if k]
     if cb.empty:
         return _empty(title, "No coverage values in any bucket.")
     target = 1.0 - float(delta)
-    zmin, zmax = _coverage_range(cb.to_numpy(dtype=float), target)
-    scale = coverage_colorscale(zmin, zmax, target)
-    return _heatmap(
-        cb,
-        audit,
-        title,
-        f"target 1 − δ = {target:.2f} (white); blank = no rows of the group in the bucket; red = under-covers",
-        labels,
-        f"predicted mean μ(x) ({info['units']})",
-        scale,
-        zmin,
-        zmax,
-        "coverage",
-        ".2f",
-        "coverage",
-        counts=bucket_counts(audit, cb),
-    )
+    subtitle = f"target 1 − δ = {target:.2f} (white); blank = no rows of the group in the bucket; red = under-covers"
+    x_title = f"predicted mean μ(x) ({info['units']})"
+    return _coverage_cells(cb, audit, title, subtitle, labels, x_title, target, counts=bucket_counts(audit, cb))
 
 
-def width_heatmap(audit) -> go.Figure:
+def width_heatmap(audit: AuditResult, *, label: str, units: str = "") -> go.Figure:
     """Mean interval width per group and method, in label units (sequential colour scale).
 
     The colour scale is capped at the widest non-outlying method so a very wide method (typically the
     worst-case "guaranteed" intervals) does not wash out the others; the printed values are exact.
     """
-    info = label_info(audit)
+    info = label_info(audit, label, units)
     title = "Mean interval width by group and method"
-    wd = _group_table(audit, "width")
-    if wd is None:
+    wd = audit.width
+    if wd.empty:
         return _empty(title, "The audit has no width table.")
     vals = wd.to_numpy(dtype=float)
     finite = vals[np.isfinite(vals)]
@@ -561,16 +481,18 @@ def width_heatmap(audit) -> go.Figure:
 # ---------------------------------------------------------------------------------------------------
 # calibration and moments
 # ---------------------------------------------------------------------------------------------------
-def calibration_before_after_figure(audit, top: int | None = 20) -> go.Figure:
+def calibration_before_after_figure(
+    audit: AuditResult, top: int | None = 20, *, label: str, units: str = ""
+) -> go.Figure:
     """Worst-cell mean calibration error per group: base model vs multicalibrated (label units).
 
     For each group, the largest |mean prediction - mean label| over its predicted-mean buckets. Groups are
     the ``top`` with the largest error before or after; a grey connector shows the change.
     """
-    info = label_info(audit)
+    info = label_info(audit, label, units)
     title = "Mean calibration: worst cell per group, before and after"
-    bg = getattr(audit, "by_group", None)
-    if bg is None or "calib_error_worst" not in bg.columns or len(bg) == 0:
+    bg = audit.by_group
+    if "calib_error_worst" not in bg.columns or len(bg) == 0:
         return _empty(title, "The audit has no calibration errors.")
     after = bg["calib_error_worst"].astype(float)
     has_base = "calib_error_worst_base" in bg.columns and np.isfinite(bg["calib_error_worst_base"].astype(float)).any()
@@ -608,38 +530,11 @@ def calibration_before_after_figure(audit, top: int | None = 20) -> go.Figure:
     )
     fig = go.Figure()
     if has_base:
-        cx, cy = [], []
-        for d, x0, x1 in zip(disp, b, a):
-            if np.isfinite(x0) and np.isfinite(x1):
-                cx += [x0, x1, None]
-                cy += [d, d, None]
-        fig.add_trace(
-            go.Scatter(
-                x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip", showlegend=False
-            )
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=b,
-                y=disp,
-                mode="markers",
-                name="base model",
-                marker=dict(color=HOLDOUT_COLOR, size=15, symbol="diamond", line=dict(width=1, color="#7a5500")),
-                customdata=custom,
-                hovertemplate=hover,
-            )
-        )
-    fig.add_trace(
-        go.Scatter(
-            x=a,
-            y=disp,
-            mode="markers",
-            name="multicalibrated",
-            marker=dict(color=FIT_COLOR, size=9, symbol="circle", line=dict(width=1, color="#003d5c")),
-            customdata=custom,
-            hovertemplate=hover,
-        )
-    )
+        fig.add_trace(_connectors(b, a, disp))
+        base_marker = dict(color=HOLDOUT_COLOR, size=15, symbol="diamond", line=dict(width=1, color="#7a5500"))
+        fig.add_trace(_markers(b, disp, "base model", base_marker, custom, hover))
+    after_marker = dict(color=FIT_COLOR, size=9, symbol="circle", line=dict(width=1, color="#003d5c"))
+    fig.add_trace(_markers(a, disp, "multicalibrated", after_marker, custom, hover))
     fig.update_yaxes(categoryorder="array", categoryarray=disp, automargin=True)
     fig.update_xaxes(
         rangemode="tozero", title_text=f"largest |mean prediction − mean {info['name']}| over the group's buckets ({u})"
@@ -667,18 +562,18 @@ def calibration_before_after_figure(audit, top: int | None = 20) -> go.Figure:
 _MOMENT_NAMES = {2: "variance", 3: "third absolute central moment", 4: "fourth central moment"}
 
 
-def moment_reliability_figure(audit, moment: int = 2) -> go.Figure:
+def moment_reliability_figure(audit: AuditResult, moment: int = 2, *, label: str, units: str = "") -> go.Figure:
     """Predicted vs observed a-th central moment per (group, mean bucket, moment bucket) cell.
 
     Each marker is one cell; its area is proportional to the cell's mass. Points on the diagonal are
     calibrated. Cells of groups below gamma are drawn hollow.
     """
-    info = label_info(audit)
+    info = label_info(audit, label, units)
     a = int(moment)
     mname = _MOMENT_NAMES.get(a, f"{a}th central moment")
     title = f"Moment reliability: predicted vs observed {mname} per cell"
-    mc = getattr(audit, "moment_cells", None)
-    if mc is None or not isinstance(mc, pd.DataFrame) or mc.empty or "moment" not in mc.columns:
+    mc = audit.moment_cells
+    if mc.empty:
         return _empty(title, "The audit has no moment cells.")
     df = mc[mc["moment"].astype(int) == a]
     df = df[np.isfinite(df["predicted"].astype(float)) & np.isfinite(df["empirical"].astype(float))]

@@ -91,76 +91,29 @@ def convergence_figure(
         subplot_titles=("Largest mean violation", "Largest moment violation", "Violating cells and updates"),
     )
 
-    mv, hmv = col("max_mean_violation"), col("holdout_max_mean_violation")
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=pos(mv),
-            mode=mode,
-            name="mean: fitting rows",
-            line=dict(color=FIT_COLOR, width=2.5),
-            legendgroup="fit",
-            hovertemplate="round %{x}<br>fitting rows: %{y:.3g}<extra></extra>",
-        ),
-        1,
-        1,
-    )
-    if hmv is not None:
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=pos(hmv),
-                mode=mode,
-                name="mean: held-out rows",
-                line=dict(color=HOLDOUT_COLOR, width=2.5, dash="dash"),
-                hovertemplate="round %{x}<br>held-out rows: %{y:.3g}<extra></extra>",
-            ),
-            1,
-            1,
+    def series(v, row: int, name: str, line: dict, hover: str, always: bool = False, **extra):
+        """One line of a panel; a column the history lacks draws nothing (``always``: an empty trace)."""
+        if v is None and not always:
+            return
+        trace = go.Scatter(
+            x=x, y=pos(v), mode=mode, name=name, line=line, hovertemplate=f"round %{{x}}<br>{hover}<extra></extra>"
         )
+        fig.add_trace(trace.update(**extra), row, 1)
+
+    mv, hmv = col("max_mean_violation"), col("holdout_max_mean_violation")
+    series(
+        mv, 1, "mean: fitting rows", dict(color=FIT_COLOR, width=2.5), "fitting rows: %{y:.3g}", True, legendgroup="fit"
+    )
+    held = dict(color=HOLDOUT_COLOR, width=2.5, dash="dash")
+    series(hmv, 1, "mean: held-out rows", held, "held-out rows: %{y:.3g}")
     _log_hline(fig, alpha, f"α = {alpha:.3g} (threshold)", 1, OKABE_ITO["black"])
 
     xv, bv, hxv = col("max_moment_violation"), col("moment_violation_before_fit"), col("holdout_max_moment_violation")
-    if bv is not None:
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=pos(bv),
-                mode=mode,
-                name="moment: before the round's moment fit",
-                line=dict(color=MUTED, width=1.5, dash="dot"),
-                marker=dict(size=5),
-                hovertemplate="round %{x}<br>before moment fit: %{y:.3g}<extra></extra>",
-            ),
-            2,
-            1,
-        )
-    if xv is not None:
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=pos(xv),
-                mode=mode,
-                name="moment: fitting rows",
-                line=dict(color=OKABE_ITO["green"], width=2.5),
-                hovertemplate="round %{x}<br>fitting rows: %{y:.3g}<extra></extra>",
-            ),
-            2,
-            1,
-        )
-    if hxv is not None:
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=pos(hxv),
-                mode=mode,
-                name="moment: held-out rows",
-                line=dict(color=OKABE_ITO["purple"], width=2.5, dash="dash"),
-                hovertemplate="round %{x}<br>held-out rows: %{y:.3g}<extra></extra>",
-            ),
-            2,
-            1,
-        )
+    before = dict(color=MUTED, width=1.5, dash="dot")
+    series(bv, 2, "moment: before the round's moment fit", before, "before moment fit: %{y:.3g}", marker=dict(size=5))
+    series(xv, 2, "moment: fitting rows", dict(color=OKABE_ITO["green"], width=2.5), "fitting rows: %{y:.3g}")
+    held = dict(color=OKABE_ITO["purple"], width=2.5, dash="dash")
+    series(hxv, 2, "moment: held-out rows", held, "held-out rows: %{y:.3g}")
     _log_hline(fig, beta, f"β = {beta:.3g} (threshold)", 2, OKABE_ITO["black"])
     if not any(v is not None and np.any(v > 0) for v in (xv, bv, hxv)):
         fig.add_annotation(
@@ -187,32 +140,10 @@ def convergence_figure(
             3,
             1,
         )
-    if mu is not None:
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=pos(mu),
-                mode=mode,
-                name="cumulative mean updates",
-                line=dict(color=OKABE_ITO["vermillion"], width=2.5),
-                hovertemplate="round %{x}<br>mean updates: %{y:,.0f}<extra></extra>",
-            ),
-            3,
-            1,
-        )
-    if mo is not None:
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=pos(mo),
-                mode=mode,
-                name="cumulative moment updates",
-                line=dict(color=OKABE_ITO["black"], width=2, dash="dashdot"),
-                hovertemplate="round %{x}<br>moment updates: %{y:,.0f}<extra></extra>",
-            ),
-            3,
-            1,
-        )
+    mean_line = dict(color=OKABE_ITO["vermillion"], width=2.5)
+    series(mu, 3, "cumulative mean updates", mean_line, "mean updates: %{y:,.0f}")
+    moment_line = dict(color=OKABE_ITO["black"], width=2, dash="dashdot")
+    series(mo, 3, "cumulative moment updates", moment_line, "moment updates: %{y:,.0f}")
     if mean_bound is not None and math.isfinite(mean_bound) and mean_bound > 0:
         _log_hline(
             fig, mean_bound, f"bound on mean updates 1/α²−1 = {mean_bound:,.0f}", 3, OKABE_ITO["vermillion"], below=True
@@ -245,34 +176,13 @@ def convergence_figure(
         return [lo - pad, hi + pad]
 
     bounds = [b for b in (mean_bound, moment_bound) if b is not None and math.isfinite(b) and b > 0]
-    fig.update_yaxes(
-        type="log",
-        exponentformat="power",
-        title_text="mass-weighted<br>violation",
-        row=1,
-        col=1,
-        dtick="D2",
-        tickformat=".0e",
-        range=log_range(mv, hmv, [alpha]),
-    )
-    fig.update_yaxes(
-        type="log",
-        exponentformat="power",
-        title_text="mass-weighted<br>violation",
-        row=2,
-        col=1,
-        dtick="D2",
-        tickformat=".0e",
-        range=log_range(xv, bv, hxv, [beta]),
-    )
-    fig.update_yaxes(
-        type="log",
-        exponentformat="power",
-        title_text="count (log)",
-        row=3,
-        col=1,
-        range=log_range(vc, mu, mo, [1.0], bounds),
-    )
+    violation = dict(title_text="mass-weighted<br>violation", dtick="D2", tickformat=".0e")
+    for row, title_row, rng in (
+        (1, violation, log_range(mv, hmv, [alpha])),
+        (2, violation, log_range(xv, bv, hxv, [beta])),
+        (3, dict(title_text="count (log)"), log_range(vc, mu, mo, [1.0], bounds)),
+    ):
+        fig.update_yaxes(type="log", exponentformat="power", row=row, col=1, range=rng, **title_row)
     fig.update_xaxes(title_text="round", row=3, col=1)
     n = len(x)
     fig.update_xaxes(

@@ -7,6 +7,7 @@ apart from the report's content so the content modules read as a sequence of sec
 
 from __future__ import annotations
 
+import datetime as _dt
 import io
 import math
 import os
@@ -107,6 +108,32 @@ def _make_pdf(title_left: str):
     pdf.set_title(pdf.text_(title_left))
     pdf.set_creator("mmc-audit")
     return pdf
+
+
+def report_label(model, label) -> str:
+    """The label name a report prints: the one given, else the one the model was fitted with."""
+    info = dict(model.info or {})
+    if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
+        label = str(info["label"])
+    return str(label or "label")
+
+
+def _title_page(window_title: str, title: str, facts: str):
+    """A new report on its first page: the title (large, blue) and one grey line of ``facts`` with the time it was
+    generated. Returns (pdf, doc)."""
+    pdf = _make_pdf(window_title)
+    doc = _Doc(pdf)
+    pdf.add_page()
+    pdf.set_font(pdf.family, "B", 18)
+    pdf.set_text_color(*_Doc.BLUE)
+    pdf.multi_cell(0, 9, pdf.text_(title), new_x="LMARGIN", new_y="NEXT")
+    pdf.set_text_color(90, 90, 90)
+    pdf.set_font(pdf.family, "", 9)
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    pdf.multi_cell(0, 5, pdf.text_(f"{facts} · generated {stamp} by mmc-audit"), new_x="LMARGIN", new_y="NEXT")
+    pdf.set_text_color(0, 0, 0)
+    pdf.ln(2)
+    return pdf, doc
 
 
 class _Doc:

@@ -2,7 +2,7 @@
 (:mod:`app.base_model`), fit :class:`mmc_core.MomentMulticalibrator` with a callback and a stop flag
 (:func:`run_pipeline`), audit the fitted model on the test rows (:func:`audit_run`); plus what the pages derive
 from a finished run (the export table, classifier rates at a new threshold, one row's details) and the threshold
-preview the live chart draws before the fit starts (:func:`auto_thresholds`, :func:`se_thresholds`). The
+preview the live chart draws before the fit starts (:func:`planned_thresholds`, asked of the estimator). The
 background jobs (:mod:`app.jobs`) call :func:`run_pipeline`; the tests call it directly.
 """
 
@@ -46,98 +46,40 @@ def split_rows(n: int, spec: SplitSpec, with_base_model: bool, calibration_fract
     return {"base": base, "fit": fit, "test": test, "calibration": np.zeros(n_cal, dtype=np.int64)}
 
 
-def auto_thresholds(
-    y_unit: np.ndarray,
-    base_unit: np.ndarray | None,
-    n_groups: int,
-    settings: FitSettings,
-    seed: int,
-    groups=None,
-    X=None,
-) -> dict | None:
-    """The thresholds ``MomentMulticalibrator(alpha="auto", beta="auto")`` will pick for these fitting rows
-    (same calibration split, same noise rule), so the live chart can draw them while the fit runs. The
-    fitted model's values are authoritative (``AuditRun.thresholds``).
+def make_estimator(settings: FitSettings, label, seed: int):
+    """The estimator a run fits with these settings on this prepared label (a classifier audit fits the mean
+    only). The live threshold preview asks this same estimator what it will use (:func:`planned_thresholds`)."""
+    from mmc_core import MomentMulticalibrator
 
-    With the "se" rule the test is computed by the estimator itself (:func:`se_thresholds`; it needs the
-    ``groups`` and the group columns ``X`` of the fitting rows, else None is returned)."""
-    from mmc_core.estimator import auto_threshold
-    from mmc_core.moments import pseudo_label
-
-    if "se" in (settings.alpha, settings.beta):
-        if groups is None or X is None:
-            return None
-        return se_thresholds(y_unit, base_unit, groups, X, settings, seed)
-    n = y_unit.size
-    n_cal = int(round(settings.calibration_fraction * n))
-    perm = np.random.default_rng(seed).permutation(n)
-    fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
-    mu0 = base_unit[fit_idx] if base_unit is not None else np.full(fit_idx.size, float(np.mean(y_unit[fit_idx])))
-    resid = y_unit[fit_idx] - mu0
-    moments = tuple(range(2, int(settings.n_moments) + 1))
-    m, G, nf = int(settings.n_buckets), int(n_groups), fit_idx.size
-    out = {}
-    out["alpha"] = (
-        auto_threshold(float(np.std(resid)), G * m * (1 + len(moments) * m), nf)
-        if settings.alpha == "auto"
-        else float(settings.alpha)
-    )
-    per = (
-        {a: auto_threshold(float(np.std(pseudo_label(a, resid, settings.odd_moments))), G * m * m, nf) for a in moments}
-        if settings.beta == "auto"
-        else {a: float(settings.beta) for a in moments}
-    )
-    out["beta"] = per.get(2, 0.01) if settings.beta == "auto" else float(settings.beta)
-    out["moment_betas"] = per
-    return out
-
-
-def se_thresholds(
-    y_unit: np.ndarray, base_unit: np.ndarray | None, groups, X, settings: FitSettings, seed: int
-) -> dict:
-    """What the "se" rule of ``MomentMulticalibrator`` will use on these fitting rows, computed by the
-    estimator's own code (its calibration split and ``_build_params``; nothing re-implemented here):
-
-    ``z`` (a cell is corrected only when its mean residual is at least z of its own standard errors from 0),
-    ``z_group`` (whole groups), ``min_count`` (smallest cell corrected), the mass-weighted floors ``alpha`` /
-    ``beta`` / ``moment_betas`` a cell must also pass, ``n_fit`` (rows the descent fits on) and ``resid_sd``
-    (the residual SD of those rows, unit scale), from which the page derives the smallest correctable error
-    of a cell of a given size: z * resid_sd / sqrt(rows)."""
-    from mmc_core import GroupSet, MomentMulticalibrator
-    from mmc_core.estimator import _take
-
-    est = MomentMulticalibrator(
+    binary = label.task == "binary"
+    return MomentMulticalibrator(
         alpha=settings.alpha,
         beta=settings.beta,
         n_buckets=settings.n_buckets,
-        n_moments=settings.n_moments,
+        n_moments=1 if binary else settings.n_moments,
         step=settings.step,
         odd_moments=settings.odd_moments,
+        label_range=(label.lo, label.hi),
         calibration_fraction=settings.calibration_fraction,
+        early_stopping=settings.early_stopping,
+        max_rounds=settings.max_rounds,
         random_state=seed,
+        task="binary" if binary else "regression",
     )
-    n = y_unit.size
-    n_cal = int(round(settings.calibration_fraction * n))
-    perm = np.random.default_rng(seed).permutation(n)  # the estimator's calibration split (same seed, same n)
-    fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
-    gset = GroupSet.coerce(groups)
-    memb = gset.evaluate(_take(X, fit_idx), fit_idx.size)
-    mu0 = base_unit[fit_idx] if base_unit is not None else np.full(fit_idx.size, float(np.mean(y_unit[fit_idx])))
-    resid = y_unit[fit_idx] - mu0
-    moments = tuple(range(2, int(settings.n_moments) + 1))
-    params, _ = est._build_params(int(settings.n_buckets), len(gset), fit_idx.size, moments, resid, mu0, memb)
-    return {
-        "rule": "se",
-        "alpha": float(params.alpha),
-        "beta": float(params.beta),
-        "moment_betas": {int(a): float(params.beta_for(a)) for a in params.moments},
-        "z": float(params.z),
-        "z_group": float(params.z_group),
-        "min_count": int(params.min_count),
-        "n_fit": int(fit_idx.size),
-        "resid_sd": float(np.std(resid)),
-        "n_groups": len(gset),
-    }
+
+
+def planned_thresholds(est, df: pd.DataFrame, label, base: np.ndarray | None, groups, fit_rows: np.ndarray) -> dict:
+    """What ``est`` will use on these fitting rows, from the estimator's own resolver
+    (:meth:`mmc_core.MomentMulticalibrator.planned_thresholds`: same split, same "auto" / "se" rule), so the
+    live chart draws the thresholds the fit will use. Keys: see that method (``z``, ``n_fit``, ``resid_sd``
+    feed the Run page's description of the "se" test)."""
+    return est.planned_thresholds(
+        _take_rows(df, fit_rows, sorted(groups.columns())),
+        label.y[fit_rows],
+        groups,
+        base_prediction=None if base is None else base[fit_rows],
+        label_name=label.name,
+    )
 
 
 def _groups_json_with_info(groups, given) -> dict:
@@ -205,7 +147,7 @@ def run_pipeline(
     """Prepare, split, base model, fit (with ``callback(history_row) -> stop?``), audit. See module doc.
 
     ``on_thresholds(dict)`` receives the alpha / beta the fit will use (auto values computed) before it starts."""
-    from mmc_core import GroupSet, MomentMulticalibrator
+    from mmc_core import GroupSet
 
     def say(text):
         if phase is not None:
@@ -247,34 +189,10 @@ def run_pipeline(
     binary = label.task == "binary"
     if binary:  # a classifier audit: the mean (a probability) only; k, delta and gamma are not used
         settings = replace(settings, n_moments=1)
-    est = MomentMulticalibrator(
-        alpha=settings.alpha,
-        beta=settings.beta,
-        n_buckets=settings.n_buckets,
-        n_moments=settings.n_moments,
-        step=settings.step,
-        odd_moments=settings.odd_moments,
-        label_range=(label.lo, label.hi),
-        calibration_fraction=settings.calibration_fraction,
-        early_stopping=settings.early_stopping,
-        max_rounds=settings.max_rounds,
-        random_state=split_spec.seed,
-        task="binary" if binary else "regression",
-    )
+    est = make_estimator(settings, label, split_spec.seed)
     X_fit = _take_rows(df, fit_rows, group_cols)
     if on_thresholds is not None:
-        span = label.hi - label.lo
-        thr = auto_thresholds(
-            (label.y[fit_rows] - label.lo) / span,
-            None if base is None else (base[fit_rows] - label.lo) / span,
-            len(groups),
-            settings,
-            split_spec.seed,
-            groups=groups,
-            X=X_fit,
-        )
-        if thr is not None:
-            on_thresholds(thr)
+        on_thresholds(planned_thresholds(est, df, label, base, groups, fit_rows))
     base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
     if settings.discover:
         feats = _discovery_features(df, label_spec, settings)
@@ -407,27 +325,20 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
 
         group_cols = sorted(run.model.groups.columns())
         X_test = _take_rows(df, test, group_cols)
+        # a classifier is audited at its decision threshold; a regression's intervals at delta / gamma
         if getattr(run.model, "task", "regression") == "binary":
-            run.audit = audit_fn(
-                run.model,
-                X_test,
-                run.label.y[test],
-                base=None if run.base is None else run.base[test],
-                n_boot=settings.n_boot,
-                seed=run.split_seed,
-                threshold=settings.threshold,
-            )
+            task_args = {"threshold": settings.threshold}
         else:
-            run.audit = audit_fn(
-                run.model,
-                X_test,
-                run.label.y[test],
-                base=None if run.base is None else run.base[test],
-                delta=settings.delta,
-                gamma=settings.gamma,
-                n_boot=settings.n_boot,
-                seed=run.split_seed,
-            )
+            task_args = {"delta": settings.delta, "gamma": settings.gamma}
+        run.audit = audit_fn(
+            run.model,
+            X_test,
+            run.label.y[test],
+            base=None if run.base is None else run.base[test],
+            n_boot=settings.n_boot,
+            seed=run.split_seed,
+            **task_args,
+        )
         run.audit_error = ""
     except ImportError as e:
         run.audit_error = f"the audit module is not available ({e})"

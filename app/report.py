@@ -15,26 +15,25 @@ classifier report in :mod:`app.report_binary`.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import threading
 import time
 import warnings
 
 import numpy as np
-import pandas as pd
 
 from mmc_core.errors import MMCError
 
 from . import figures as F
-from .pdf_doc import KALEIDO_MESSAGE, _Doc, _make_pdf
+from .pdf_doc import KALEIDO_MESSAGE, _title_page, report_label
 from .report_tables import (
     _below,
     _calibration_table,
     _chunks,
     _coverage_table,
+    _convergence_warning,
     _findings_section,
-    _Relabelled,
+    _in_sample_warning,
     _short,
     _subset,
     _variance_table,
@@ -277,11 +276,11 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
 
 
 def _data_rows(audit, model, y, data_name, gamma) -> tuple[list, list]:
-    bg = getattr(audit, "by_group", None)
+    bg = audit.by_group
     n = len(y)
     rows = [("Data", f"{data_name}: {n:,} labelled rows audited")]
     notes = []
-    if bg is not None and len(bg):
+    if len(bg):
         rows.append(("Groups", f"{len(bg):,} (overlapping; the whole population is the group 'all')"))
         if "count" in bg:
             small = bg.sort_values("count").head(3)
@@ -350,6 +349,8 @@ def build_report_pdf(
     data_name: str = "data",
     audit=None,
     threshold: float = 0.5,
+    rates: tuple | None = None,
+    units: str = "",
 ) -> bytes:
     """Build the PDF audit report and return its bytes.
 
@@ -361,8 +362,11 @@ def build_report_pdf(
     base : array (n,) or None, the base model's predictions (label units); needed if the model used one
     delta, gamma : interval miscoverage and the smallest cell mass the guarantees cover
     label, data_name : names printed in the report
+    units : the label's units as the axes and tables print them (default "<label> units")
     audit : a precomputed ``mmc_core.metrics.AuditResult`` for the same arguments (computed if None)
     threshold : the decision threshold of a binary (classifier) model's rates (see :func:`app.report_binary.binary_report`)
+    rates : (threshold, rates, disparities) of a binary model at a threshold chosen after the audit (the dashboard's
+        slider; :func:`app.pipeline.classifier_rates`): the report's rates, disparities and stated threshold are these
 
     Raises
     ------
@@ -382,44 +386,24 @@ def build_report_pdf(
     if getattr(audit, "task", "regression") == "binary":
         from app.report_binary import binary_report
 
-        return binary_report(model, audit, label, data_name)
+        return binary_report(model, audit, label, data_name, rates=rates)
     y = np.asarray(y, dtype=float)
     info = dict(model.info or {})
-    if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
-        label = str(info["label"])
-    label = str(label or "label")
-    audit = _Relabelled.wrap(audit, label)
-    title = f"Moment multicalibration audit: {label}"
-    pdf = _make_pdf(f"mmc-audit report: {label} on {data_name}")
-    doc = _Doc(pdf)
-    t = pdf.text_
-
-    # ---- page 1: summary ----------------------------------------------------------------------
-    pdf.add_page()
-    pdf.set_font(pdf.family, "B", 18)
-    pdf.set_text_color(*_Doc.BLUE)
-    pdf.multi_cell(0, 9, t(title), new_x="LMARGIN", new_y="NEXT")
-    pdf.set_text_color(90, 90, 90)
-    pdf.set_font(pdf.family, "", 9)
-    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    pdf.multi_cell(
-        0,
-        5,
-        t(f"Data: {data_name} · {len(y):,} rows · {len(model.groups.names):,} groups · generated {stamp} by mmc-audit"),
-        new_x="LMARGIN",
-        new_y="NEXT",
+    label = report_label(model, label)
+    units = units or f"{label} units"
+    names = {"label": label, "units": units}  # what the figures print about the label
+    pdf, doc = _title_page(
+        f"mmc-audit report: {label} on {data_name}",
+        f"Moment multicalibration audit: {label}",
+        f"Data: {data_name} · {len(y):,} rows · {len(model.groups.names):,} groups",
     )
-    pdf.set_text_color(0, 0, 0)
-    pdf.ln(2)
-
-    _findings_section(doc, audit)
-    if not info.get("converged", True):
-        doc.para(
-            "**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
-            "fitting rows.",
-            color=(170, 40, 0),
-            markdown=True,
-        )
+    _findings_section(
+        doc,
+        audit,
+        "the model's means, bucket calibration, variances and interval coverage on every group and cell",
+        "No defect found",
+    )
+    _convergence_warning(doc, info)
 
     doc.heading("Model and run", size=12)
     doc.kv_table(_param_rows(model, audit, delta, gamma, label))
@@ -428,14 +412,7 @@ def build_report_pdf(
     doc.kv_table(drows)
     for n_ in dnotes:
         doc.para(n_, size=8.5, style="I")
-    if len(y) == info.get("n_rows"):
-        doc.para(
-            "These data have as many rows as the model was fitted on: if they are the fitting rows, the "
-            "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
-            size=8.5,
-            style="I",
-            color=(170, 40, 0),
-        )
+    _in_sample_warning(doc, len(y), info)
     ct = _coverage_table(audit, delta)
     if ct is not None:
         doc.data_table(
@@ -444,7 +421,7 @@ def build_report_pdf(
             align=["LEFT", "RIGHT", "LEFT", "RIGHT", "RIGHT"],
             title=f"Interval coverage by method (target {1 - delta:.0%})",
         )
-    unavailable = F._get(getattr(audit, "params", None), "methods_unavailable") or {}
+    unavailable = audit.params.get("methods_unavailable") or {}
     if unavailable:
         by_reason: dict = {}
         for meth, why in dict(unavailable).items():
@@ -502,12 +479,12 @@ def build_report_pdf(
         fill=True,
     )
 
-    bg = getattr(audit, "by_group", None)
-    has_var = isinstance(bg, pd.DataFrame) and "pred_var" in bg and np.isfinite(bg["pred_var"].astype(float)).any()
+    bg = audit.by_group
+    has_var = "pred_var" in bg and np.isfinite(bg["pred_var"].astype(float)).any()
     if has_var:
         pdf.add_page()
         add_figure(
-            F.variance_disparity_figure(audit, top=20),
+            F.variance_disparity_figure(audit, top=20, **names),
             numbered("Variance disparities by group"),
             "Left: the predicted spread (square root of the mean predicted variance) and the observed spread "
             "(root mean squared residual around the predicted mean) per group. Right: both variances "
@@ -524,7 +501,7 @@ def build_report_pdf(
                 title="Groups whose predicted and observed variance disagree most",
             )
             doc.para(
-                f"SD in {label} units; pred./obs.: predicted over observed variance (1 = right); "
+                f"SD in {units}; pred./obs.: predicted over observed variance (1 = right); "
                 "vs all: the group's variance over the whole population's, with a 95% bootstrap interval.",
                 size=8,
                 color=(70, 70, 70),
@@ -532,8 +509,8 @@ def build_report_pdf(
     else:
         skipped.append("variance disparities and moment reliability (the model predicts the mean only)")
 
-    cov = getattr(audit, "coverage", None)
-    has_cov = isinstance(cov, pd.DataFrame) and not cov.empty and len(cov.columns) > 0
+    cov = audit.coverage
+    has_cov = not cov.empty and len(cov.columns) > 0
     if has_cov:
         chunks = _chunks(list(cov.index), MAX_HEATMAP_ROWS)
 
@@ -553,20 +530,19 @@ def build_report_pdf(
             "cells over-cover (too wide). 'guaranteed' are the paper's worst-case intervals. The summary by "
             "method is on page 1.",
         )
-        cb = getattr(audit, "coverage_by_bucket", None)
-        if isinstance(cb, pd.DataFrame) and cb.notna().to_numpy().any():
-            bm = F._get(getattr(audit, "params", None), "bucket_method") or "calibrated"
+        if audit.coverage_by_bucket.notna().to_numpy().any():
+            bm = audit.params.get("bucket_method") or "calibrated"
             parts(
-                lambda a: F.coverage_by_bucket_heatmap(a, delta),
+                lambda a: F.coverage_by_bucket_heatmap(a, delta, **names),
                 "Coverage by predicted mean",
                 f"Coverage of the {bm} intervals per group and bucket of the predicted mean: multicalibrated "
                 "intervals should be close to the target in every cell, not only on average. Blank: no rows "
                 "there. Cells with few rows are noisy.",
             )
         parts(
-            F.width_heatmap,
+            lambda a: F.width_heatmap(a, **names),
             "Interval widths",
-            f"Mean interval width in {label} units. Read together with the coverage: the best method is "
+            f"Mean interval width in {units}. Read together with the coverage: the best method is "
             "the narrowest one that still reaches the target in every group.",
         )
     else:
@@ -574,7 +550,7 @@ def build_report_pdf(
 
     pdf.add_page()
     add_figure(
-        F.calibration_before_after_figure(audit, top=20),
+        F.calibration_before_after_figure(audit, top=20, **names),
         numbered("Mean calibration before and after"),
         "For each group, the largest gap between the average prediction and the average label over the "
         "group's buckets of predicted values, for the base model (or the constant the fit started from) "
@@ -585,12 +561,12 @@ def build_report_pdf(
     if calt is not None:
         w = [60, 14] + [(186 - 74) / (len(calt.columns) - 2)] * (len(calt.columns) - 2)
         doc.data_table(
-            calt, col_widths=w, title=f"Calibration errors ({label} units; weighted: times the cell's share of rows)"
+            calt, col_widths=w, title=f"Calibration errors ({units}; weighted: times the cell's share of rows)"
         )
 
     moments = tuple(model.params.moments)
-    mc = getattr(audit, "moment_cells", None)
-    has_mom = isinstance(mc, pd.DataFrame) and "moment" in mc and not mc.empty
+    mc = audit.moment_cells
+    has_mom = "moment" in mc and not mc.empty
 
     def has_moment(a):
         return has_mom and (mc["moment"].astype(int) == a).any()
@@ -600,7 +576,7 @@ def build_report_pdf(
         a_max = max(moments) if moments else 2
         second = a_max >= 3 and has_moment(a_max)
         add_figure(
-            F.moment_reliability_figure(audit, 2),
+            F.moment_reliability_figure(audit, 2, **names),
             numbered("Variance reliability"),
             "Each dot is a cell (a group × a bucket of the predicted mean × a bucket of the predicted "
             "variance); its area is the cell's share of rows. Dots on the dashed diagonal have the predicted "
@@ -609,7 +585,7 @@ def build_report_pdf(
         )
         if second:
             add_figure(
-                F.moment_reliability_figure(audit, a_max),
+                F.moment_reliability_figure(audit, a_max, **names),
                 numbered(f"Moment {a_max} reliability"),
                 f"As above for the {a_max}th central moment.",
                 max_height=105,

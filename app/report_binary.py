@@ -8,12 +8,11 @@ tests, serves both reports).
 
 from __future__ import annotations
 
-import datetime as _dt
 
 from app import figures_binary as FB
 from app import report as R
-from app.pdf_doc import _Doc, _make_pdf
-from app.report_tables import _short, findings_summary
+from app.pdf_doc import _title_page, report_label
+from app.report_tables import _convergence_warning, _findings_section, _in_sample_warning, _short
 
 _BINARY_HOW_TO_READ = (
     "The label is a 0/1 outcome, so the model's prediction is a probability, and every number in this report "
@@ -26,65 +25,36 @@ _BINARY_HOW_TO_READ = (
 )
 
 
-def binary_report(model, audit, label: str, data_name: str) -> bytes:
+def binary_report(model, audit, label: str, data_name: str, rates: tuple | None = None) -> bytes:
     """The PDF of a classifier audit: findings, per-group probability metrics before / after, reliability
     diagrams, rates at the threshold and the disparity summaries (figures and tables from app/figures_binary.py,
-    the same the dashboard shows)."""
+    the same the dashboard shows). ``rates``: (threshold, rates, disparities) at a threshold the analyst chose
+    after the audit (the dashboard's slider); without it, the audit's own threshold and rates."""
     info = dict(model.info or {})
-    if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
-        label = str(info["label"])
-    label = str(label or "label")
+    label = report_label(model, label)
     params = audit.params
-    thr = float(params.get("threshold", 0.5))
+    audit_thr = float(params.get("threshold", 0.5))
     bg = audit.by_group
-    pdf = _make_pdf(f"mmc-audit classifier report: {label} on {data_name}")
-    doc = _Doc(pdf)
-    t = pdf.text_
-    pdf.add_page()
-    pdf.set_font(pdf.family, "B", 18)
-    pdf.set_text_color(*_Doc.BLUE)
-    pdf.multi_cell(0, 9, t(f"Classifier audit: {label}"), new_x="LMARGIN", new_y="NEXT")
-    pdf.set_text_color(90, 90, 90)
-    pdf.set_font(pdf.family, "", 9)
-    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    pdf.multi_cell(
-        0,
-        5,
-        t(
-            f"Data: {data_name} · {int(params['n']):,} rows · {len(bg):,} groups · decision "
-            f"threshold {thr:g} · generated {stamp} by mmc-audit"
-        ),
-        new_x="LMARGIN",
-        new_y="NEXT",
-    )
-    pdf.set_text_color(0, 0, 0)
-    pdf.ln(2)
-
-    s = findings_summary(audit)
-    doc.heading("Key findings", size=12, space=1)
-    if s["failed"]:
-        doc.para(
-            f"The findings could not be computed ({s['failed']}); the tables below still hold the numbers.",
-            color=(170, 40, 0),
-        )
+    if rates is None:
+        thr, rate_rows = audit_thr, bg
+        disparities = audit.classifier.disparities if audit.classifier is not None else None
     else:
-        scope = (
-            f"{s['n_tests']} tests of the predicted probability on every group and every group × "
-            f"probability bucket of at least {s['min_count']} rows, adjusted together by {s['control']} at "
-            f"{s['level']:g}."
-        )
-        if s["shown"]:
-            doc.bullets([f["text"] for f in s["shown"]])
-            doc.para(scope, size=8.5, style="I")
-        else:
-            doc.para("No miscalibrated group or bucket found: " + scope, style="I")
-    if not info.get("converged", True):
-        doc.para(
-            "**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
-            "fitting rows.",
-            color=(170, 40, 0),
-            markdown=True,
-        )
+        thr, rate_rows, disparities = float(rates[0]), rates[1], rates[2]
+    # the reader must know which threshold the rates are at when it is not the one the audit ran with
+    chosen = f" (chosen on the dashboard; the audit ran at {audit_thr:g})" if thr != audit_thr else ""
+    pdf, doc = _title_page(
+        f"mmc-audit classifier report: {label} on {data_name}",
+        f"Classifier audit: {label}",
+        f"Data: {data_name} · {int(params['n']):,} rows · {len(bg):,} groups · decision threshold {thr:g}{chosen}",
+    )
+
+    _findings_section(
+        doc,
+        audit,
+        "the predicted probability on every group and every group × probability bucket",
+        "No miscalibrated group or bucket found",
+    )
+    _convergence_warning(doc, info)
     classes = params["label"].get("classes") or [0, 1]
     p = model.params
     doc.heading("Model and run", size=12)
@@ -104,7 +74,7 @@ def binary_report(model, audit, label: str, data_name: str) -> bytes:
             ),
             (
                 "Audit",
-                f"threshold {thr:g} (decision = probability ≥ threshold); {params['n_buckets']} equal "
+                f"threshold {thr:g}{chosen} (decision = probability ≥ threshold); {params['n_buckets']} equal "
                 f"probability buckets for calibration; {params['n_boot']} bootstrap replicates; worst-bucket "
                 f"errors over buckets of ≥ {params['min_cell_count']} rows",
             ),
@@ -123,14 +93,7 @@ def binary_report(model, audit, label: str, data_name: str) -> bytes:
             ),
         ]
     )
-    if int(params["n"]) == info.get("n_rows"):
-        doc.para(
-            "These data have as many rows as the model was fitted on: if they are the fitting rows, the "
-            "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
-            size=8.5,
-            style="I",
-            color=(170, 40, 0),
-        )
+    _in_sample_warning(doc, int(params["n"]), info)
     doc.heading("How to read this report", size=12)
     doc.para(_BINARY_HOW_TO_READ, size=9)
 
@@ -172,19 +135,19 @@ def binary_report(model, audit, label: str, data_name: str) -> bytes:
     )
     pdf.add_page()
     add_figure(
-        FB.rate_figure(bg, thr),
+        FB.rate_figure(rate_rows, thr),
         f"3. Rates by group at threshold {thr:g}",
         "Selection rate (share decided positive), true positive rate and false positive rate per group, "
         "with bootstrap 95% intervals, before and after multicalibration.",
         max_height=110,
     )
-    rt = FB.classifier_rate_table(bg, top=24)
+    rt = FB.classifier_rate_table(rate_rows, top=24)
     table(
         rt[[c for c in rt.columns if not c.endswith(", before")]],
         f"Rates at threshold {thr:g} after multicalibration (95% intervals)",
         28,
     )
-    dt = FB.classifier_disparity_table(audit.classifier.disparities) if audit.classifier is not None else None
+    dt = FB.classifier_disparity_table(disparities) if disparities is not None else None
     if dt is not None and len(dt):
         doc.data_table(
             dt,

@@ -8,8 +8,8 @@ lays them out.
 
 from __future__ import annotations
 
+import copy
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -18,23 +18,18 @@ from . import figures as F
 
 
 def _num(v, digits: int = 3) -> str:
+    """The figures' number format, with very large or small numbers in exponent notation (narrow table cells)."""
     try:
-        v = float(v)
+        f = float(v)
     except (TypeError, ValueError):
         return "–"
-    if not math.isfinite(v):
-        return "–"
-    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
-        return f"{v:.{digits - 1}e}"
-    return f"{v:.{digits}g}"
+    if math.isfinite(f) and f != 0 and (abs(f) >= 1e5 or abs(f) < 1e-3):
+        return f"{f:.{digits - 1}e}"
+    return F._fmt(f, digits)
 
 
 def _pct(v) -> str:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(v) else f"{100 * v:.1f}%"
+    return F._fmt(v, 1, "%")
 
 
 def _short(s, n=30) -> str:
@@ -52,8 +47,8 @@ def _name_col(audit, names, n=30) -> list:
 
 def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
     """The groups whose predicted and observed variance disagree most (largest |log(predicted/observed)|)."""
-    bg = getattr(audit, "by_group", None)
-    if bg is None or not {"pred_var", "emp_var"} <= set(bg.columns):
+    bg = audit.by_group
+    if not {"pred_var", "emp_var"} <= set(bg.columns):
         return None
     pv, ev = bg["pred_var"].astype(float), bg["emp_var"].astype(float)
     ok = np.isfinite(pv) & np.isfinite(ev) & (pv > 0) & (ev > 0)
@@ -88,8 +83,8 @@ def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
 
 
 def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
-    cov, wid = getattr(audit, "coverage", None), getattr(audit, "width", None)
-    if cov is None or cov.empty:
+    cov, wid = audit.coverage, audit.width
+    if cov.empty:
         return None
     target = 1 - delta
     big = ~np.asarray(_below(audit, cov.index), dtype=bool)
@@ -105,17 +100,15 @@ def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
                 "coverage (all)": _pct(overall),
                 "worst group (mass ≥ γ)": f"{_short(worst, 26)}: {_pct(cb.min())}" if worst is not None else "–",
                 f"groups under {target - 0.05:.0%}": f"{int((cb < target - 0.05).sum())} of {int(cb.notna().sum())}",
-                "mean width (all)": _num(wid[m].astype(float).get("all", np.nan))
-                if wid is not None and m in wid
-                else "–",
+                "mean width (all)": _num(wid[m].astype(float).get("all", np.nan)) if m in wid else "–",
             }
         )
     return pd.DataFrame(rows)
 
 
 def _calibration_table(audit, top: int = 12) -> pd.DataFrame | None:
-    bg = getattr(audit, "by_group", None)
-    if bg is None or "calib_error_worst" not in bg:
+    bg = audit.by_group
+    if "calib_error_worst" not in bg:
         return None
     has_base = "calib_error_worst_base" in bg and np.isfinite(bg["calib_error_worst_base"].astype(float)).any()
     key = bg["calib_error_worst_base"].astype(float) if has_base else bg["calib_error_worst"].astype(float)
@@ -142,9 +135,7 @@ def findings_summary(audit) -> dict:
     (most significant first, at most ``_MAX_FINDINGS``), how many there are, how many tests were made, the
     error control, the smallest group tested, the descriptive disparities, and a failure message if the
     findings could not be computed."""
-    params = getattr(audit, "params", {}) or {}
-    status = getattr(audit, "findings_status", "failed: this audit has no findings (made by an older version)")
-    found = list(getattr(audit, "findings", []) or [])
+    params, status, found = audit.params, audit.findings_status, list(audit.findings)
     control = {"holm": "Holm (family-wise error)", "bh": "Benjamini-Hochberg (false discovery rate)"}.get(
         params.get("error_control"), str(params.get("error_control"))
     )
@@ -157,7 +148,7 @@ def findings_summary(audit) -> dict:
         "level": params.get("findings_level"),
         "min_count": params.get("min_group_count"),
         "variance_note": _variance_note(params.get("variance_tolerance")),
-        "disparities": list(getattr(audit, "disparities", []) or [])[:3],
+        "disparities": list(audit.disparities)[:3],
     }
 
 
@@ -170,7 +161,10 @@ def _variance_note(tol) -> str:
     return f" A variance counts as misstated only when it is off by more than {1 + tol:.2g}x beyond chance."
 
 
-def _findings_section(doc, audit):
+def _findings_section(doc, audit, tested: str, none_found: str) -> None:
+    """The "Key findings" block of both PDF reports: the findings shown (any more are counted: audit.json has
+    them) or ``none_found``, then what was ``tested`` and how; or why the findings could not be computed. Then the
+    descriptive variance disparities, if any."""
     s = findings_summary(audit)
     doc.heading("Key findings", size=12, space=1)
     if s["failed"]:
@@ -180,61 +174,56 @@ def _findings_section(doc, audit):
         )
         return
     scope = (
-        f"{s['n_tests']} tests of the model's means, bucket calibration, variances and interval coverage on "
-        f"every group and cell of at least {s['min_count']} rows, adjusted together by {s['control']} at "
-        f"{s['level']:g}.{s['variance_note']}"
+        f"{s['n_tests']} tests of {tested} of at least {s['min_count']} rows, adjusted together by {s['control']} "
+        f"at {s['level']:g}.{s['variance_note']}"
     )
     if s["shown"]:
         doc.bullets([f["text"] for f in s["shown"]])
         more = s["n_found"] - len(s["shown"])
         doc.para(("" if more <= 0 else f"{more} further finding(s) are in audit.json. ") + scope, size=8.5, style="I")
     else:
-        doc.para("No defect found: " + scope, style="I")
+        doc.para(f"{none_found}: " + scope, style="I")
     if s["disparities"]:
         doc.para("Where the model is more or less certain (descriptive, not defects):", size=9.5)
         doc.bullets([d["text"] for d in s["disparities"]])
 
 
-class _Relabelled:
-    """The audit with ``params["label"]`` set to the report's label name (used in axis titles)."""
-
-    def __init__(self, audit, label: str):
-        self._audit = audit
-        params = getattr(audit, "params", None)
-        try:
-            params = dict(params) if params is not None else {}
-        except (TypeError, ValueError):
-            params = {}
-        params["label"] = label
-        self.params = params
-
-    def __getattr__(self, name):
-        return getattr(self._audit, name)
-
-    @classmethod
-    def wrap(cls, audit, label: str):
-        if F.label_info(audit)["name"] == label:
-            return audit
-        return cls(audit, label)
+def _convergence_warning(doc, info: dict) -> None:
+    """Both reports say, under the findings, when the fit did not converge."""
+    if not info.get("converged", True):
+        doc.para(
+            "**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
+            "fitting rows.",
+            color=(170, 40, 0),
+            markdown=True,
+        )
 
 
-def _subset(audit, names) -> SimpleNamespace:
-    """The audit restricted to some groups (for splitting tall heatmaps over pages)."""
+def _in_sample_warning(doc, n_rows: int, info: dict) -> None:
+    """Both reports warn when the audited table is as large as the fitting table (probably the same rows)."""
+    if n_rows == info.get("n_rows"):
+        doc.para(
+            "These data have as many rows as the model was fitted on: if they are the fitting rows, the "
+            "numbers in this report are in-sample and optimistic. Audit on rows the model has not seen.",
+            size=8.5,
+            style="I",
+            color=(170, 40, 0),
+        )
+
+
+def _subset(audit, names):
+    """The audit restricted to some groups (for splitting tall heatmaps over pages): a copy whose coverage, width
+    and coverage-by-bucket tables hold only ``names``."""
     names = list(names)
 
     def take(t):
-        if isinstance(t, pd.DataFrame) and not t.empty:
-            return t.loc[[n for n in names if n in t.index]]
-        return t
+        return t.loc[[n for n in names if n in t.index]] if not t.empty else t
 
-    return SimpleNamespace(
-        by_group=getattr(audit, "by_group", None),
-        coverage=take(getattr(audit, "coverage", None)),
-        width=take(getattr(audit, "width", None)),
-        coverage_by_bucket=take(getattr(audit, "coverage_by_bucket", None)),
-        params=getattr(audit, "params", {}),
-        overall=getattr(audit, "overall", {}),
-    )
+    part = copy.copy(audit)
+    part.coverage, part.width = take(audit.coverage), take(audit.width)
+    part.coverage_by_bucket = take(audit.coverage_by_bucket)
+    part.coverage_by_bucket_of = {m: take(t) for m, t in audit.coverage_by_bucket_of.items()}
+    return part
 
 
 def _chunks(index, size: int) -> list:

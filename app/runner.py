@@ -40,13 +40,12 @@ from app.jobs import HISTORY_FLUSH, SWITCH_INTERVAL, FitJob, debug, prewarm
 from app.pipeline import (
     NOT_AUDITED,
     audit_run,
-    auto_thresholds,
     classifier_rates,
     error_metrics,
     predictions_table,
     row_details,
     run_pipeline,
-    se_thresholds,
+    planned_thresholds,
     split_rows,
 )
 from app.specs import (
@@ -103,7 +102,6 @@ __all__ = [
     "GROUP_INFO_KEYS",
     "HISTORY_FLUSH",
     "SWITCH_INTERVAL",
-    "auto_thresholds",
     "binary_label",
     "cached_base_model",
     "classifier_rates",
@@ -112,6 +110,6 @@ __all__ = [
     "groups_key",
     "label_values",
     "prewarm",
-    "se_thresholds",
+    "planned_thresholds",
     "settings_dict",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import time
+import types
 
 import numpy as np
 
@@ -426,64 +427,9 @@ class MomentMulticalibrator(SklearnParams):
         init_moments = {a: float(np.clip(stats.label_mean(a), *params.projection(a))) for a in moments}
         return params, init_moments
 
-    def fit(
-        self,
-        X,
-        y,
-        groups=None,
-        base_prediction=None,
-        callback=None,
-        label_name: str = "label",
-        base_name: str | None = None,
-        stop=None,
-        engine: str | None = None,
-        client=None,
-    ):
-        """Fit on a table.
-
-        Parameters
-        ----------
-        X : pandas.DataFrame or dict of column -> array, n rows
-            Must contain every column the groups refer to.
-        y : array of shape (n,)
-            Labels in their own units.
-        groups : GroupSet, list of group dicts, or None
-            The groups to calibrate on (the whole population is always added).
-        base_prediction : array of shape (n,) or None
-            A base model's mean prediction in label units, used as the initial mean predictor.
-        callback : callable(dict) -> bool, optional
-            Called after every round with its history row; return True to stop (the model is then marked
-            not converged).
-        stop : callable() -> bool, optional
-            Polled before every single update (moment passes included); True stops at once.
-        engine : {"numpy", "dask"} or None
-            Where the descent runs. None: "dask" when X is a Dask DataFrame (then ``y`` and
-            ``base_prediction`` are column names or Dask Series of it), else "numpy" (in memory). See
-            :mod:`mmc_core.engines.dask_engine` for what runs where.
-        client : distributed.Client, optional
-            The Dask engine's client (default: the current one).
-
-        Returns
-        -------
-        self
-        """
-        if engine is not None and engine not in ("numpy", "dask"):
-            raise MMCError(f"engine must be 'numpy' or 'dask', got {engine!r}")
-        if engine == "dask" or (engine is None and type(X).__module__.split(".")[0] in ("dask", "dask_expr")):
-            from .engines.dask_engine import fit_dask  # lazily: importing mmc_core never imports dask
-
-            return fit_dask(
-                self,
-                X,
-                y,
-                groups,
-                base_prediction,
-                callback=callback,
-                label_name=label_name if label_name != "label" else None,
-                base_name=base_name,
-                stop=stop,
-                client=client,
-            )
+    def _fitting_rows(self, X, y, groups, base_prediction, label_name: str, base_name):
+        """Checks, label scale, calibration split and the fitting rows' residuals: everything ``fit`` decides
+        before the descent, shared with :meth:`planned_thresholds` so the preview cannot drift from the fit."""
         validate_params(
             self.alpha,
             self.beta,
@@ -564,6 +510,143 @@ class MomentMulticalibrator(SklearnParams):
         moments = tuple(range(2, k + 1))
         G, nf = len(gset), fit_idx.size
         resid = yu_f - mu0
+        return types.SimpleNamespace(
+            X=X,
+            n=n,
+            task=task,
+            binary_info=binary_info,
+            scale=scale,
+            yu=yu,
+            yu_f=yu_f,
+            base_u=base_u,
+            base_clipped=base_clipped,
+            gset=gset,
+            n_cal=n_cal,
+            early=early,
+            cal_idx=cal_idx,
+            fit_idx=fit_idx,
+            Xf=Xf,
+            memb=memb,
+            mu0=mu0,
+            moments=moments,
+            G=G,
+            nf=nf,
+            resid=resid,
+        )
+
+    def planned_thresholds(self, X, y, groups=None, base_prediction=None, label_name: str = "label") -> dict:
+        """The thresholds ``fit(X, y, groups, base_prediction)`` will use, computed by the fit's own steps
+        (same checks, label scale and calibration split, then ``_build_params``) without running the descent:
+        the one resolver of the "auto" and "se" rules (a number is returned as given).
+
+        Returns ``rule`` ("se", "auto" or "given"), ``alpha``, ``beta``, ``moment_betas`` {moment: beta}, the
+        "se" test's ``z``, ``z_group`` and ``min_count`` (0 without it), ``n_fit`` (rows the descent fits on),
+        ``resid_sd`` (their residual SD, unit scale) and ``n_groups``. These equal the fitted model's
+        ``info["thresholds_used"]`` (with "se", ``alpha_`` / ``beta_`` then state what the model achieved).
+        With ``n_buckets="auto"`` the thresholds depend on the bucket count the fit chooses: MMCError."""
+        if self.n_buckets == "auto":
+            raise MMCError("with buckets 'auto' the thresholds are known only after the fit (they depend on m)")
+        d = self._fitting_rows(X, y, groups, base_prediction, label_name, None)
+        params, _ = self._build_params(int(self.n_buckets), d.G, d.nf, d.moments, d.resid, d.mu0, d.memb)
+        rules = (self.alpha, self.beta)
+        return {
+            "rule": "se" if "se" in rules else ("auto" if "auto" in rules else "given"),
+            "alpha": float(params.alpha),
+            "beta": float(params.beta),
+            "moment_betas": {int(a): float(params.beta_for(a)) for a in params.moments},
+            "z": float(params.z),
+            "z_group": float(params.z_group),
+            "min_count": int(params.min_count),
+            "n_fit": int(d.nf),
+            "resid_sd": float(np.std(d.resid)),
+            "n_groups": int(d.G),
+        }
+
+    def fit(
+        self,
+        X,
+        y,
+        groups=None,
+        base_prediction=None,
+        callback=None,
+        label_name: str = "label",
+        base_name: str | None = None,
+        stop=None,
+        engine: str | None = None,
+        client=None,
+    ):
+        """Fit on a table.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame or dict of column -> array, n rows
+            Must contain every column the groups refer to.
+        y : array of shape (n,)
+            Labels in their own units.
+        groups : GroupSet, list of group dicts, or None
+            The groups to calibrate on (the whole population is always added).
+        base_prediction : array of shape (n,) or None
+            A base model's mean prediction in label units, used as the initial mean predictor.
+        callback : callable(dict) -> bool, optional
+            Called after every round with its history row; return True to stop (the model is then marked
+            not converged).
+        stop : callable() -> bool, optional
+            Polled before every single update (moment passes included); True stops at once.
+        engine : {"numpy", "dask"} or None
+            Where the descent runs. None: "dask" when X is a Dask DataFrame (then ``y`` and
+            ``base_prediction`` are column names or Dask Series of it), else "numpy" (in memory). See
+            :mod:`mmc_core.engines.dask_engine` for what runs where.
+        client : distributed.Client, optional
+            The Dask engine's client (default: the current one).
+
+        Returns
+        -------
+        self
+        """
+        if engine is not None and engine not in ("numpy", "dask"):
+            raise MMCError(f"engine must be 'numpy' or 'dask', got {engine!r}")
+        if engine == "dask" or (engine is None and type(X).__module__.split(".")[0] in ("dask", "dask_expr")):
+            from .engines.dask_engine import fit_dask  # lazily: importing mmc_core never imports dask
+
+            return fit_dask(
+                self,
+                X,
+                y,
+                groups,
+                base_prediction,
+                callback=callback,
+                label_name=label_name if label_name != "label" else None,
+                base_name=base_name,
+                stop=stop,
+                client=client,
+            )
+        d = self._fitting_rows(X, y, groups, base_prediction, label_name, base_name)
+        X, n, task, binary_info, scale, yu, yu_f, base_u, base_clipped, gset = (
+            d.X,
+            d.n,
+            d.task,
+            d.binary_info,
+            d.scale,
+            d.yu,
+            d.yu_f,
+            d.base_u,
+            d.base_clipped,
+            d.gset,
+        )
+        n_cal, early, cal_idx, fit_idx, Xf, memb, mu0, moments, G, nf, resid = (
+            d.n_cal,
+            d.early,
+            d.cal_idx,
+            d.fit_idx,
+            d.Xf,
+            d.memb,
+            d.mu0,
+            d.moments,
+            d.G,
+            d.nf,
+            d.resid,
+        )
+        del d  # the locals hold what is needed; resid is dropped after the descent
         memb_h = gset.evaluate(_take(X, cal_idx), n_cal) if n_cal else None
         mu_h = None
         if n_cal:

@@ -212,6 +212,7 @@ class AuditResult:
         findings_status="ok",
         task="regression",
         classifier=None,
+        coverage_by_bucket_of=None,
     ):
         self.overall = overall
         self.by_group = by_group
@@ -226,6 +227,9 @@ class AuditResult:
         self.findings_status = findings_status
         self.task = task
         self.classifier = classifier  # mmc_core.binary.ClassifierAudit for a binary model, else None
+        # {method: coverage_by_bucket of that method}, every computed method (the dashboard's method choice);
+        # not in the JSON, which keeps ``coverage_by_bucket`` of ``params["bucket_method"]`` only
+        self.coverage_by_bucket_of = dict(coverage_by_bucket_of or {})
 
     # ---- MetricFrame-style views ----
     def _column(self, column: str) -> tuple[pd.Series, float]:
@@ -402,7 +406,8 @@ def audit(
     # ---- intervals ----
     methods = tuple(methods)
     avail = set(iv.available_methods(model))
-    unavailable, cov_cols, wid_cols, details = {}, {}, {}, {}
+    unavailable, cov_cols, wid_cols, details, bucket_cols = {}, {}, {}, {}, {}
+    bmu = grid.index(mu)
     for meth in methods:
         if meth not in iv.METHODS:
             raise MMCError(f"unknown interval method {meth!r}; expected one of {', '.join(iv.METHODS)}")
@@ -424,6 +429,7 @@ def audit(
         nonfin = pairs.group_sums((~fin).astype(float))
         wid_cols[meth] = np.where(nonfin > 0, np.inf, _div(wsum, cnt))
         details[meth] = _json_clean(info)
+        bucket_cols[meth] = _div(pairs.cell_table(bmu, m, inside), c_m)
         if meth == bucket_method or (bucket_method is None and meth == "calibrated"):
             bucket_inside = inside
     coverage = pd.DataFrame(cov_cols, index=bg.index)
@@ -435,11 +441,7 @@ def audit(
             bucket_inside = ((yu >= lo_u) & (yu <= hi_u)).astype(float)
     elif bucket_method not in cov_cols:
         raise MMCError(f"bucket_method {bucket_method!r} is not among the computed methods ({', '.join(cov_cols)})")
-    bmu = grid.index(mu)
-    if bucket_method is not None:
-        cb = _div(pairs.cell_table(bmu, m, bucket_inside), c_m)
-    else:
-        cb = np.full((G, m), np.nan)
+    cb = bucket_cols[bucket_method] if bucket_method is not None else np.full((G, m), np.nan)
     coverage_by_bucket = pd.DataFrame(cb, index=bg.index, columns=list(range(m)))
     coverage_by_bucket.columns.name = "mean_bucket"
 
@@ -564,6 +566,7 @@ def audit(
     params.update(
         {
             "min_group_count": int(min_group_count),
+            "min_cell_count": int(min_cell_count),  # the worst-cell errors' smallest cell (as the classifier audit)
             "error_control": error_control,
             "findings_level": float(findings_level),
             "variance_tolerance": float(variance_tolerance),
@@ -593,7 +596,20 @@ def audit(
     except Exception as e:  # noqa: BLE001 - reported as a failure, never as "no findings"
         found, disp, status = [], [], f"failed: {type(e).__name__}: {e}"
     return AuditResult(
-        overall, bg, coverage, width_t, cal, moment_cells, coverage_by_bucket, params, found, disp, status
+        overall,
+        bg,
+        coverage,
+        width_t,
+        cal,
+        moment_cells,
+        coverage_by_bucket,
+        params,
+        found,
+        disp,
+        status,
+        coverage_by_bucket_of={
+            meth: pd.DataFrame(v, index=bg.index, columns=coverage_by_bucket.columns) for meth, v in bucket_cols.items()
+        },
     )
 
 

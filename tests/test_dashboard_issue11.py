@@ -339,3 +339,40 @@ def test_bug7_findings_disparities_and_failures_render_and_tiny_groups_stay_out(
     run.finished_at += 1
     at.run()
     assert any("could not be computed" in e.value and "boom" in e.value for e in at.error)
+
+
+def test_binary_pdf_states_and_uses_the_threshold_chosen_on_the_results_slider(monkeypatch, tmp_path):
+    """Issue 11 leftover: the PDF exported from the dashboard used the run's decision threshold (0.5), not the one
+    the analyst set on the Results page's slider; it now reports the rates at the slider's threshold and says so."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    from tests.test_report import stand_in_renderer
+
+    if not shutil.which("pdftotext"):
+        pytest.skip("poppler-utils missing")
+    rendered = stand_in_renderer(monkeypatch)  # figures as grey boxes: no browser needed
+    at = _new()
+    at.selectbox(key="demo_name").set_value("loanapp").run()
+    _ok(at)
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait(at, 300)
+    run = at.session_state["run"]
+    assert run is not None and run.model.task == "binary" and run.audit.params["threshold"] == 0.5
+    _page(at, "results")
+    at.slider(key="res_threshold").set_value(0.3).run()
+    _ok(at)
+    _page(at, "export")
+    at.button(key="pdf_build").click().run(timeout=180)
+    _ok(at)
+    assert not at.error, [e.value for e in at.error]
+    path = tmp_path / "report.pdf"
+    path.write_bytes(at.session_state["export_pdf"])
+    text = subprocess.run(["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True, check=True).stdout
+    flat = " ".join(text.split())
+    assert "Rates at threshold 0.3 after multicalibration" in flat and "the audit ran at 0.5" in flat
+    assert "Rates by group at threshold 0.3" in rendered[-1]
+    assert "Rates at threshold 0.5" not in flat

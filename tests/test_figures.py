@@ -7,6 +7,7 @@ marked, long names shortened with the full name in the hover, partial convergenc
 
 from __future__ import annotations
 
+import copy
 import json
 from types import SimpleNamespace
 
@@ -17,9 +18,11 @@ import pytest
 
 from app import figures as F
 from mmc_core import GroupSet, MomentMulticalibrator
+from mmc_core.metrics import AuditResult
 from mmc_core.synthetic import demo_distribution
 
 DELTA = 0.1
+NAMES = {"label": "outcome", "units": "points"}  # what the caller states about the label (typed, no key-guessing)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +63,15 @@ def title(fig: go.Figure) -> str:
 
 
 def units(audit) -> str:
-    return F.label_info(audit)["units"]
+    return NAMES["units"]
+
+
+def view(audit: AuditResult, **tables) -> AuditResult:
+    """The audit with some of its tables replaced (an AuditResult still)."""
+    out = copy.copy(audit)
+    for k, v in tables.items():
+        setattr(out, k, v)
+    return out
 
 
 def below_gamma_names(audit) -> set:
@@ -147,7 +158,7 @@ def ratio_traces(fig):
 
 def test_variance_disparity_figure(fitted):
     a = fitted.audit
-    fig = F.variance_disparity_figure(a, top=12)
+    fig = F.variance_disparity_figure(a, top=12, **NAMES)
     serialisable(fig)
     assert "Variance" in title(fig)
     assert all(isinstance(tr, go.Scatter) for tr in fig.data)
@@ -166,7 +177,7 @@ def test_variance_disparity_figure(fitted):
     for name, x in zip(np.asarray(sd.customdata, dtype=object)[:, 0], sd.x):
         assert x == pytest.approx(np.sqrt(bg.loc[name, "pred_var"]))
     # all groups when top=None; the figure grows with them
-    full = F.variance_disparity_figure(a, top=None)
+    full = F.variance_disparity_figure(a, top=None, **NAMES)
     assert len(ratio_traces(full)[1].y) == len(a.by_group)
     assert full.layout.height > fig.layout.height
     # the overall level (ratio 1) is marked by a vertical line
@@ -187,7 +198,7 @@ def test_variance_disparity_figure(fitted):
 def test_variance_figure_mean_only_model_is_a_placeholder(fitted):
     a = fitted.audit
     bg = a.by_group.assign(pred_var=np.nan, var_ratio=np.nan, var_ratio_lo=np.nan, var_ratio_hi=np.nan)
-    fig = F.variance_disparity_figure(SimpleNamespace(by_group=bg, params=a.params, overall=a.overall))
+    fig = F.variance_disparity_figure(view(a, by_group=bg), **NAMES)
     assert len(fig.data) == 0 and "mean only" in fig.layout.annotations[0].text
 
 
@@ -195,7 +206,7 @@ def test_variance_figure_mean_only_model_is_a_placeholder(fitted):
 @pytest.mark.parametrize("builder", ["coverage", "bucket"])
 def test_coverage_heatmaps_centred_on_target(fitted, builder):
     a = fitted.audit
-    fig = F.coverage_heatmap(a, DELTA) if builder == "coverage" else F.coverage_by_bucket_heatmap(a, DELTA)
+    fig = F.coverage_heatmap(a, DELTA) if builder == "coverage" else F.coverage_by_bucket_heatmap(a, DELTA, **NAMES)
     serialisable(fig)
     (hm,) = [tr for tr in fig.data if isinstance(tr, go.Heatmap)]
     table = a.coverage if builder == "coverage" else a.coverage_by_bucket
@@ -239,7 +250,7 @@ def test_coverage_heatmaps_centred_on_target(fitted, builder):
 
 def test_width_heatmap(fitted):
     a = fitted.audit
-    fig = F.width_heatmap(a)
+    fig = F.width_heatmap(a, **NAMES)
     serialisable(fig)
     (hm,) = fig.data
     assert isinstance(hm, go.Heatmap) and len(hm.y) == len(a.by_group) and len(hm.x) == len(a.width.columns)
@@ -251,7 +262,7 @@ def test_width_heatmap_unbounded_intervals_print_infinity(fitted):
     a = fitted.audit
     wd = a.width.copy()
     wd.iloc[2, 0] = np.inf
-    (hm,) = F.width_heatmap(SimpleNamespace(by_group=a.by_group, width=wd, params=a.params)).data
+    (hm,) = F.width_heatmap(view(a, width=wd), **NAMES).data
     assert np.asarray(hm.text, dtype=object)[2, 0].split("<br>")[0] == "∞"
     assert np.isfinite(np.asarray(hm.z, float)).all()
     serialisable(go.Figure(hm))
@@ -268,7 +279,7 @@ def test_coverage_colorscale_white_at_target(zmin, zmax, target):
 
 def test_heatmap_height_grows_with_groups(fitted):
     a = fitted.audit
-    few = SimpleNamespace(**{k: getattr(a, k) for k in ("by_group", "params", "overall")}, coverage=a.coverage.iloc[:5])
+    few = view(a, coverage=a.coverage.iloc[:5])
     assert F.coverage_heatmap(few, DELTA).layout.height < F.coverage_heatmap(a, DELTA).layout.height
 
 
@@ -277,8 +288,7 @@ def test_long_group_names_are_shortened_with_full_name_in_hover(fitted):
     long = "a very long group name that goes on and on & age=55+ & race=D & sex=F"
     ren = {a.coverage.index[1]: long}
     bg = a.by_group.rename(index=ren)
-    view = SimpleNamespace(by_group=bg, coverage=a.coverage.rename(index=ren), params=a.params, overall=a.overall)
-    (hm,) = F.coverage_heatmap(view, DELTA).data
+    (hm,) = F.coverage_heatmap(view(a, by_group=bg, coverage=a.coverage.rename(index=ren)), DELTA).data
     shown = str(hm.y[1])
     assert len(shown) <= F.MAX_NAME + len(F.BELOW_GAMMA_MARK) and shown.startswith("a very long")
     assert long in str(np.asarray(hm.customdata)[1, 0])
@@ -287,7 +297,7 @@ def test_long_group_names_are_shortened_with_full_name_in_hover(fitted):
 # ---- calibration and moments -----------------------------------------------------------------------
 def test_calibration_before_after(fitted):
     a = fitted.audit
-    fig = F.calibration_before_after_figure(a, top=8)
+    fig = F.calibration_before_after_figure(a, top=8, **NAMES)
     serialisable(fig)
     names = {tr.name for tr in fig.data}
     assert {"base model", "multicalibrated"} <= names
@@ -304,14 +314,14 @@ def test_calibration_before_after(fitted):
 def test_calibration_without_base(fitted):
     a = fitted.audit
     bg = a.by_group.drop(columns=[c for c in a.by_group.columns if c.endswith("_base")])
-    fig = F.calibration_before_after_figure(SimpleNamespace(by_group=bg, params=a.params), top=5)
+    fig = F.calibration_before_after_figure(view(a, by_group=bg), top=5, **NAMES)
     assert [tr.name for tr in fig.data] == ["multicalibrated"]
 
 
 @pytest.mark.parametrize("moment", [2, 3, 4])
 def test_moment_reliability(fitted, moment):
     a = fitted.audit
-    fig = F.moment_reliability_figure(a, moment)
+    fig = F.moment_reliability_figure(a, moment, **NAMES)
     serialisable(fig)
     cells = a.moment_cells[a.moment_cells["moment"] == moment]
     pts = [tr for tr in fig.data if tr.mode == "markers"]
@@ -334,22 +344,17 @@ def test_moment_reliability(fitted, moment):
 
 
 def test_missing_tables_give_placeholders():
-    empty = SimpleNamespace(
-        by_group=pd.DataFrame(),
-        coverage=None,
-        width=None,
-        coverage_by_bucket=None,
-        moment_cells=pd.DataFrame(),
-        params={},
-        overall={},
+    none = pd.DataFrame()
+    empty = AuditResult(
+        pd.Series(dtype=float), none, none, none, none, none, none, {"label": {"lo": 0.0, "hi": 1.0, "source": "x"}}
     )
     for fig in (
-        F.variance_disparity_figure(empty),
+        F.variance_disparity_figure(empty, **NAMES),
         F.coverage_heatmap(empty, 0.1),
-        F.coverage_by_bucket_heatmap(empty, 0.1),
-        F.width_heatmap(empty),
-        F.calibration_before_after_figure(empty),
-        F.moment_reliability_figure(empty),
+        F.coverage_by_bucket_heatmap(empty, 0.1, **NAMES),
+        F.width_heatmap(empty, **NAMES),
+        F.calibration_before_after_figure(empty, **NAMES),
+        F.moment_reliability_figure(empty, **NAMES),
     ):
         assert isinstance(fig, go.Figure) and len(fig.data) == 0 and fig.layout.annotations
 
@@ -382,9 +387,9 @@ def test_figures_draw_in_the_okabe_ito_palette(fitted):
     assert colour["mean: fitting rows"] == "#0072B2" and colour["mean: held-out rows"] == "#E69F00"
     figs = [
         conv,
-        F.variance_disparity_figure(a, top=12),
-        F.calibration_before_after_figure(a, top=8),
-        F.moment_reliability_figure(a, 2),
+        F.variance_disparity_figure(a, top=12, **NAMES),
+        F.calibration_before_after_figure(a, top=8, **NAMES),
+        F.moment_reliability_figure(a, 2, **NAMES),
     ]
     seen = [(f.layout.title.text, name, c) for f in figs for name, c in _trace_colours(f)]
     assert len(seen) >= 10
@@ -393,18 +398,27 @@ def test_figures_draw_in_the_okabe_ito_palette(fitted):
 
 
 def test_bucket_heatmap_counts_follow_the_cells():
-    from types import SimpleNamespace
-
     cov = pd.DataFrame([[0.5, 0.9], [np.nan, 1.0]], index=["all", "tiny"], columns=[0, 1])
-    counts = pd.DataFrame([[2, 2000], [0, 7]], index=["all", "tiny"], columns=[0, 1])
-    bg = pd.DataFrame({"count": [2002, 7], "mass": [1.0, 0.003]}, index=["all", "tiny"])
-    view = SimpleNamespace(
-        by_group=bg,
-        coverage_by_bucket=cov,
-        coverage_by_bucket_counts=counts,
-        params={"gamma": 0.05, "mean_buckets": [0, 50, 100]},
-        overall={},
-    )
-    (hm,) = [t for t in F.coverage_by_bucket_heatmap(view, 0.1).data if isinstance(t, go.Heatmap)]
+    cells = pd.DataFrame(
+        {"group": ["all", "all", "tiny"], "bucket": [0, 1, 1], "count": [2, 2000, 7]}
+    )  # the audit's mean-calibration cells: the same buckets
+    bg = pd.DataFrame({"count": [2002, 7], "mass": [1.0, 0.003], "large_enough": [True, False]}, index=["all", "tiny"])
+    params = {"gamma": 0.05, "mean_buckets": [0, 50, 100], "label": {"lo": 0.0, "hi": 100.0, "source": "declared"}}
+    audit = AuditResult(pd.Series(dtype=float), bg, None, None, cells, None, cov, params)
+    (hm,) = [t for t in F.coverage_by_bucket_heatmap(audit, 0.1, **NAMES).data if isinstance(t, go.Heatmap)]
     text = np.asarray(hm.text, dtype=object)
     assert "n=2<" in text[0, 0] and "n=2,000" in text[0, 1] and text[1, 0] == "" and "n=7" in text[1, 1]
+
+
+def test_bucket_coverage_of_every_method_is_the_audits(fitted):
+    """Issue 15: the Results page's method choice draws the audit's own coverage by bucket of that method (it
+    used to recompute it on equal-width buckets, which disagree with the model's quantile mean buckets)."""
+    a = fitted.audit
+    assert set(a.coverage_by_bucket_of) == set(a.coverage.columns)
+    pd.testing.assert_frame_equal(a.coverage_by_bucket_of[a.params["bucket_method"]], a.coverage_by_bucket)
+    other = next(m for m in a.coverage.columns if m != a.params["bucket_method"])
+    fig = F.coverage_by_bucket_heatmap(a, DELTA, other, **NAMES)
+    (hm,) = [tr for tr in fig.data if isinstance(tr, go.Heatmap)]
+    table = a.coverage_by_bucket_of[other]
+    np.testing.assert_allclose(np.asarray(hm.z, float), table.loc[:, table.notna().any(axis=0)].to_numpy(float))
+    assert F.METHOD_LABELS[other] in title(fig)

@@ -343,24 +343,32 @@ def test_stop_during_the_audit_ends_the_job_at_once(synth, monkeypatch):
     assert job.result.audit is None  # the abandoned audit does not overwrite the stopped result
 
 
-def test_auto_threshold_preview_matches_the_fit(synth):
-    from app.runner import auto_thresholds
+@pytest.mark.parametrize(
+    "alpha, beta", [("auto", "auto"), ("se", "se"), ("auto", "se"), (0.01, 0.02)], ids=["auto", "se", "mixed", "given"]
+)
+def test_dashboard_threshold_preview_is_what_the_fit_uses(synth, alpha, beta):
+    """Issue 15: the Run page's preview (state.threshold_preview) and the live chart's thresholds (on_thresholds)
+    both come from the estimator's one resolver, so they equal the thresholds the fitted model used, for every
+    rule (the app used to re-implement the "auto" rule)."""
+    from app.ui import state
 
     groups = _groups(synth, ["sex", "race"], order=2)
+    lspec, bspec, sspec = LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"), SplitSpec(seed=4)
+    settings = FitSettings(alpha=alpha, beta=beta, n_moments=3, n_boot=0)
     seen = {}
-    run = run_pipeline(
-        synth,
-        LabelSpec("outcome", "declared", 0, 100),
-        BaseSpec("column", "base_pred"),
-        SplitSpec(seed=4),
-        groups,
-        FitSettings(alpha="auto", beta="auto", n_moments=3, n_boot=0),
-        on_thresholds=seen.update,
+    run = run_pipeline(synth, lspec, bspec, sspec, groups, settings, on_thresholds=seen.update)
+    preview = state.threshold_preview(
+        synth, "synth", lspec, bspec, sspec, len(groups["groups"]) + 1, settings, json.dumps(groups)
     )
-    assert seen["alpha"] == pytest.approx(run.alpha, rel=1e-12) and seen["beta"] == pytest.approx(run.beta, rel=1e-12)
-    assert seen["moment_betas"][3] == pytest.approx(run.thresholds["moment_betas"][3], rel=1e-12)
-    manual = auto_thresholds(np.linspace(0, 1, 100), None, 3, FitSettings(alpha=0.01, beta=0.02), 0)
-    assert (manual["alpha"], manual["beta"]) == (0.01, 0.02)
+    used = run.model.info["thresholds_used"]
+    for shown in (seen, preview):
+        assert shown["alpha"] == pytest.approx(used["alpha"], rel=1e-12)
+        assert shown["beta"] == pytest.approx(used["betas"]["2"], rel=1e-12)
+        assert shown["moment_betas"][3] == pytest.approx(used["betas"]["3"], rel=1e-12)
+    if "se" not in (alpha, beta):  # without the "se" test the fitted alpha / beta are the thresholds used
+        assert (seen["alpha"], seen["beta"]) == pytest.approx((run.alpha, run.beta), rel=1e-12)
+    else:
+        assert seen["z"] == pytest.approx(run.model.info["z"], rel=1e-12) == preview["z"]
 
 
 def test_dashboard_default_is_the_library_default_and_its_preview_is_the_estimators(synth):

@@ -10,7 +10,7 @@ import math
 import streamlit as st
 
 from app.ui import state
-from app.ui.common import esc, tab_state
+from app.ui.common import esc, tabbed
 
 RATE_TABLE_COLUMNS = ("group", "n", "selection rate", "true positive rate", "false positive rate", "precision")
 
@@ -35,11 +35,9 @@ def _reliability(key: str, _run):
 
 
 def _num(v, nd: int = 3) -> str:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(v) else f"{v:.{nd}f}"
+    from app.figure_style import _fmt
+
+    return _fmt(v, nd, "f")
 
 
 def headline(run):
@@ -63,20 +61,21 @@ def headline(run):
         d = float(ov[k] - ov[f"{k}_base"])
         return None if not math.isfinite(d) or abs(d) < 5e-4 else f"{d:+.3f} vs before"
 
-    c[3].metric(
-        "Log loss, all rows",
-        _num(ov["log_loss"]),
-        delta=change("log_loss"),
-        delta_color="inverse",
-        help="Mean negative log-likelihood of the test labels (lower is better); the change is against the base score.",
-    )
-    c[4].metric(
-        "ECE, all rows",
-        _num(ov["ece"]),
-        delta=change("ece"),
-        delta_color="inverse",
-        help="Expected calibration error: |observed − predicted| per probability tenth, weighted by rows.",
-    )
+    for col, key, name, text in (
+        (
+            c[3],
+            "log_loss",
+            "Log loss, all rows",
+            "Mean negative log-likelihood of the test labels (lower is better); the change is against the base score.",
+        ),
+        (
+            c[4],
+            "ece",
+            "ECE, all rows",
+            "Expected calibration error: |observed − predicted| per probability tenth, weighted by rows.",
+        ),
+    ):
+        col.metric(name, _num(ov[key]), delta=change(key), delta_color="inverse", help=text)
 
 
 def findings_box(run):
@@ -192,14 +191,14 @@ def render_binary(run, frame):
         st.warning("This model did not converge (stopped or capped); its guarantees do not hold.")
     headline(run)
     findings_box(run)
-    names = ["Calibration", "Rates at a threshold", "Tables"]
-    tabs = st.tabs(names, **tab_state("results_tab_binary", names))
-    with tabs[0]:
-        calibration_tab(run)
-    with tabs[1]:
-        rates_tab(run, frame)
-    with tabs[2]:
-        tables_tab(run)
+    tabbed(
+        "results_tab_binary",
+        {
+            "Calibration": lambda: calibration_tab(run),
+            "Rates at a threshold": lambda: rates_tab(run, frame),
+            "Tables": lambda: tables_tab(run),
+        },
+    )
     st.info(
         "No prediction intervals, coverage heatmaps or variance pages for a binary label: the outcome is 0 or "
         "1, so an interval is {0}, {1} or {0, 1}, and the variance p(1 − p) follows from the probability, "

@@ -22,6 +22,28 @@ def sanitize(key: str, options: list, default=None, multi: bool = False):
         state.put(key, new) if is_setting else ss.__setitem__(key, new)
 
 
+def feature_columns(frame) -> list:
+    """The table's columns other than the label (what groups, features and rules may use)."""
+    return [c for c in frame.columns if c != st.session_state.get("label_col")]
+
+
+def columns_multiselect(frame, key: str, label: str, help: str) -> None:
+    """A multiselect of the non-label columns bound to the setting ``key`` (columns no longer there dropped)."""
+    from app.ui import state
+
+    options = feature_columns(frame)
+    sanitize(key, options, multi=True)
+    st.multiselect(label, options, **state.bind(key), help=help)
+
+
+def choose_one(key: str, label: str, options: list, placeholder: str) -> None:
+    """A selectbox bound to the setting ``key`` that starts empty (the analyst must choose)."""
+    from app.ui import state
+
+    sanitize(key, options, None)
+    st.selectbox(label, options, **state.bind(key), index=None, placeholder=placeholder)
+
+
 _MD_SPECIAL = "\\`*_{}[]<>#|~$:"  # links and images need [ ], autolinks < > or :, math $
 
 
@@ -46,6 +68,14 @@ def tab_state(key: str, names: list) -> dict:
     return {"key": key, "default": default, "on_change": remember}
 
 
+def tabbed(key: str, sections: dict) -> None:
+    """Tabs named by ``sections``' keys, each drawn by its value (a function), the open tab kept (:func:`tab_state`)."""
+    names = list(sections)
+    for tab, draw in zip(st.tabs(names, **tab_state(key, names)), sections.values()):
+        with tab:
+            draw()
+
+
 def show_error(prefix: str, e: Exception):
     st.error(f"{prefix}: {esc(e)}" if prefix else esc(e), icon=":material/error:")
 
@@ -63,6 +93,36 @@ def need_run() -> bool:
     return False
 
 
+def run_and_frame(stale: str):
+    """(run, table) for the pages that show a finished run, or None with the reason drawn: no run yet, or the
+    loaded table is not the one the run was fitted on (``stale`` says what to do)."""
+    from app.ui import state
+
+    if need_run():
+        return None
+    run = st.session_state["run"]
+    d = state.data()
+    if d is None or d["key"] != run.data_key:
+        st.warning(stale)
+        return None
+    return run, d["df"]
+
+
 def units_suffix() -> str:
     u = (st.session_state.get("label_units") or "").strip()
     return f" ({esc(u)})" if u else ""
+
+
+def download(label: str, data: bytes, file_name: str, key: str, mime: str = "application/json", where=st, **extra):
+    """A download button as every page draws it: no rerun on click (the data is ready), the download icon;
+    ``where``: a column or container."""
+    where.download_button(
+        label,
+        data=data,
+        file_name=file_name,
+        mime=mime,
+        key=key,
+        on_click="ignore",
+        icon=":material/download:",
+        **extra,
+    )

@@ -12,7 +12,7 @@ from app import demo_data
 from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
 from app.specs import BASE_MODELS
 from app.ui import state
-from app.ui.common import esc, sanitize
+from app.ui.common import choose_one, columns_multiselect, esc, sanitize
 from mmc_core.errors import MMCError
 
 SOURCES = ["Bundled demo dataset", "Upload a file"]
@@ -70,13 +70,11 @@ def binary_section(values: list):
         icon=":material/toggle_on:",
     )
     if needs:
-        sanitize("label_positive", vals, None)
-        st.selectbox(
+        choose_one(
+            "label_positive",
             "Positive class (the outcome whose probability is predicted)",
             vals,
-            **state.bind("label_positive"),
-            index=None,
-            placeholder="choose the positive class",
+            "choose the positive class",
         )
 
 
@@ -306,26 +304,17 @@ def base_section(d):
         )
     with c2:
         if ss["base_kind"] == "column":
-            sanitize("base_col", nums, None)
-            st.selectbox(
-                "Prediction column (label units)",
-                nums,
-                **state.bind("base_col"),
-                index=None,
-                placeholder="choose a column",
-            )
+            choose_one("base_col", "Prediction column (label units)", nums, "choose a column")
             if not nums:
                 st.warning("There is no numeric column other than the label.")
         elif ss["base_kind"] == "model":
             st.selectbox("Model", list(BASE_MODELS), **state.bind("base_model"), format_func=BASE_MODELS.get)
-            options = [c for c in frame.columns if c != ss.get("label_col")]
-            sanitize("base_features", options, multi=True)
-            st.multiselect(
+            columns_multiselect(
+                frame,
+                "base_features",
                 "Feature columns",
-                options,
-                **state.bind("base_features"),
-                help="Text columns are one-hot encoded; missing values are handled. Do not include "
-                "columns that leak the label.",
+                "Text columns are one-hot encoded; missing values are handled. Do not include columns that leak "
+                "the label.",
             )
             flags = state.feature_flags(frame, d["key"], ss.get("label_col"))
             chosen = [c for c in ss.get("base_features") or [] if c in flags]

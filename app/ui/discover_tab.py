@@ -17,7 +17,7 @@ import streamlit as st
 from app.discovery import DiscoverJob, DiscoverSpec, describe_finding
 from app.ui import groupbuild as gb
 from app.ui import state
-from app.ui.common import esc, sanitize
+from app.ui.common import columns_multiselect, esc, sanitize
 
 POLL_SECONDS = 0.25
 TARGETS = {"base": "the base prediction", "model": "the last run's multicalibrated model"}
@@ -141,13 +141,11 @@ def _live():
 def _controls(d, has_run: bool):
     ss = st.session_state
     frame = d["df"]
-    options = [c for c in frame.columns if c != ss.get("label_col")]
-    sanitize("disc_features", options, multi=True)
-    st.multiselect(
+    columns_multiselect(
+        frame,
+        "disc_features",
         "Features the rules may use",
-        options,
-        **state.bind("disc_features"),
-        help="Discover grows shallow regression trees on these columns and reads each leaf back as a rule "
+        "Discover grows shallow regression trees on these columns and reads each leaf back as a rule "
         "(conditions joined by AND). Leave out identifiers and columns unknown for new rows.",
     )
     c1, c2, c3 = st.columns(3)

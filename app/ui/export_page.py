@@ -9,7 +9,7 @@ import streamlit as st
 
 from app.io import escape_formulas
 from app.ui import state
-from app.ui.common import esc, need_run
+from app.ui.common import download, esc, run_and_frame
 from mmc_core.errors import MMCError
 
 AUTO_CSV_ROWS = 100_000  # build the CSV without a click up to this many rows
@@ -31,10 +31,16 @@ def report_file_name(data_name: str) -> str:
     return f"mmc_report_{stem[:80]}.pdf"
 
 
-def build_pdf(run, frame) -> bytes:
+def build_pdf(run, frame, threshold: float | None = None) -> bytes:
+    """The PDF report of ``run`` on its test rows; for a classifier, ``threshold`` is the decision threshold the
+    analyst chose on the Results page (its rates are recomputed from the stored predictions, no refit)."""
+    from app.pipeline import classifier_rates
     from app.report import build_report_pdf
 
     table, y, base = _test_inputs(run, frame)
+    rates = None
+    if threshold is not None and run.model.task == "binary":
+        rates = (float(threshold), *classifier_rates(frame, run, threshold))
     return build_report_pdf(
         run.model,
         table,
@@ -43,9 +49,16 @@ def build_pdf(run, frame) -> bytes:
         delta=run.settings.delta,
         gamma=run.settings.gamma,
         label=run.label.name,
+        units=state.units(),
         data_name=f"{run.data_name} (test rows)",
         audit=run.audit,
+        rates=rates,
     )
+
+
+def pdf_threshold(run) -> float | None:
+    """The decision threshold of the Results page's slider (a classifier run), else None."""
+    return round(float(state.settings().res_threshold), 4) if run.model.task == "binary" else None
 
 
 def build_csv(run, frame, methods, which: str) -> bytes:
@@ -71,12 +84,19 @@ def pdf_section(run, frame):
         chrome, CHROMIUM_MESSAGE = None, "the report module (app/report.py) is not installed"
     if not chrome:
         st.warning(f"PDF export is unavailable: {CHROMIUM_MESSAGE}.", icon=":material/warning:")
+    thr = pdf_threshold(run)
+    if thr is not None:
+        st.caption(f"Rates and disparities at the decision threshold **{thr:g}** set on the Results page.")
+    sig = (run.finished_at, thr)
+    if ss.get("export_pdf_sig") != sig:  # a PDF built at another slider threshold is not this report
+        ss.pop("export_pdf", None)
     c1, c2 = st.columns([1, 3])
     if c1.button("Build the PDF report", key="pdf_build", type="primary", icon=":material/picture_as_pdf:"):
         with st.spinner("Drawing the figures and laying out the report (a few seconds)…"):
             t = time.perf_counter()
             try:
-                ss["export_pdf"] = build_pdf(run, frame)
+                ss["export_pdf"] = build_pdf(run, frame, thr)
+                ss["export_pdf_sig"] = sig
                 ss["export_pdf_seconds"] = time.perf_counter() - t
                 ss.pop("export_pdf_error", None)
             except MMCError as e:
@@ -90,14 +110,13 @@ def pdf_section(run, frame):
     if ss.get("export_pdf_error"):
         st.error(f"Could not build the PDF: {esc(ss['export_pdf_error'])}", icon=":material/error:")
     if ss.get("export_pdf"):
-        c2.download_button(
+        download(
             "Download report.pdf",
-            data=ss["export_pdf"],
-            file_name=report_file_name(run.data_name),
+            ss["export_pdf"],
+            report_file_name(run.data_name),
+            "pdf_download",
             mime="application/pdf",
-            key="pdf_download",
-            on_click="ignore",
-            icon=":material/download:",
+            where=c2,
         )
         c2.caption(f"{len(ss['export_pdf']) / 1024:,.0f} KB, built in {ss.get('export_pdf_seconds', 0):.1f} s.")
 
@@ -131,32 +150,22 @@ def csv_section(run, frame):
                 ss["export_csv"] = build_csv(run, frame, ss["exp_methods"], which)
                 ss["export_csv_sig"] = sig
     if ss.get("export_csv") is not None:
-        st.download_button(
-            "Download predictions.csv",
-            data=ss["export_csv"],
-            file_name="predictions.csv",
-            mime="text/csv",
-            key="csv_download",
-            on_click="ignore",
-            icon=":material/download:",
-        )
-        st.caption(
-            f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the "
-            "split the row was in), `mmc_base`, `mmc_mean`, `mmc_sd`, `mmc_moment_a`, and "
-            "`mmc_lower_<method>` / `mmc_upper_<method>`"
-            + (
-                f"; all in log({run.label_spec.column}) units"
-                if run.label_spec.log
-                else f"; all in {run.label.name} units"
+        download("Download predictions.csv", ss["export_csv"], "predictions.csv", "csv_download", mime="text/csv")
+        if getattr(run.model, "task", "") != "binary":
+            units = f"log({run.label_spec.column})" if run.label_spec.log else run.label.name
+            cols = (
+                "`mmc_base`, `mmc_mean`, `mmc_sd`, `mmc_moment_a`, and `mmc_lower_<method>` / `mmc_upper_<method>`"
+                f"; all in {units} units."
             )
-            + ". Text cells that would run as spreadsheet formulas are "
-            "escaped."
-            if getattr(run.model, "task", "") != "binary"
-            else f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the "
-            "split the row was in), `mmc_base` (the base probability), `mmc_mean` (the multicalibrated "
-            "probability of the positive class, in [0, 1]) and `mmc_decision` (1 when `mmc_mean` ≥ "
-            f"{run.settings.threshold:g}). A binary label has no intervals. Text cells that would run as "
-            "spreadsheet formulas are escaped."
+        else:
+            cols = (
+                "`mmc_base` (the base probability), `mmc_mean` (the multicalibrated probability of the positive "
+                f"class, in [0, 1]) and `mmc_decision` (1 when `mmc_mean` ≥ {run.settings.threshold:g}). A binary "
+                "label has no intervals."
+            )
+        st.caption(
+            f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the split the "
+            f"row was in), {cols} Text cells that would run as spreadsheet formulas are escaped."
         )
 
 
@@ -179,55 +188,26 @@ def json_section(run):
             ss["export_audit"] = None
     c = st.columns(3)
     with c[0]:
-        st.download_button(
-            "Download model.json",
-            data=ss["export_model"],
-            file_name="model.json",
-            mime="application/json",
-            key="model_download",
-            on_click="ignore",
-            icon=":material/download:",
-        )
+        download("Download model.json", ss["export_model"], "model.json", "model_download")
         st.caption(
             "Apply it to new rows with `mmc predict --model model.json …` "
             + ("(pass the base prediction with --pred)." if run.model.uses_base else ".")
         )
     with c[1]:
-        st.download_button(
-            "Download groups.json",
-            data=ss["export_groups_run"],
-            file_name="groups.json",
-            mime="application/json",
-            key="groups_download",
-            on_click="ignore",
-            icon=":material/download:",
-        )
+        download("Download groups.json", ss["export_groups_run"], "groups.json", "groups_download")
         st.caption("The groups of this model, in the format `mmc fit --groups` reads.")
     with c[2]:
         if ss.get("export_audit"):
-            st.download_button(
-                "Download audit.json",
-                data=ss["export_audit"],
-                file_name="audit.json",
-                mime="application/json",
-                key="audit_download",
-                on_click="ignore",
-                icon=":material/download:",
-            )
+            download("Download audit.json", ss["export_audit"], "audit.json", "audit_download")
             st.caption("Every table of the Results page (per group, per cell), as `mmc audit` writes it.")
 
 
 def render():
     st.title("Export")
-    if need_run():
+    shown = run_and_frame("The table changed since this model was fitted: run the audit again to export.")
+    if shown is None:
         return
-    ss = st.session_state
-    run = ss["run"]
-    d = state.data()
-    if d is None or d["key"] != run.data_key:
-        st.warning("The table changed since this model was fitted: run the audit again to export.")
-        return
-    frame = d["df"]
+    run, frame = shown
     if run.stopped or not run.converged:
         st.warning("This model did not converge (stopped early or capped): say so when you hand it on.")
     pdf_section(run, frame)

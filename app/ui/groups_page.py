@@ -14,7 +14,7 @@ import streamlit as st
 
 from app.ui import groupbuild as gb
 from app.ui import state
-from app.ui.common import esc, sanitize, tab_state
+from app.ui.common import columns_multiselect, download, esc, feature_columns, sanitize, tab_state
 from mmc_core.errors import MMCError
 
 
@@ -97,13 +97,11 @@ def current_section(d):
 def quick_add(d):
     ss = st.session_state
     frame = d["df"]
-    options = [c for c in frame.columns if c != ss.get("label_col")]
-    sanitize("qa_cols", options, multi=True)
-    st.multiselect(
+    columns_multiselect(
+        frame,
+        "qa_cols",
         "Columns",
-        options,
-        **state.bind("qa_cols"),
-        help="Each value of a column becomes a group; numeric columns with many values are cut into quantile bins.",
+        "Each value of a column becomes a group; numeric columns with many values are cut into quantile bins.",
     )
     c1, c2 = st.columns(2)
     max_order = max(1, len(ss["qa_cols"]))
@@ -146,7 +144,7 @@ def _cond_widgets(d, prefix: str):
     """Widgets for one condition; returns a condition dict or None."""
     ss = st.session_state
     frame = d["df"]
-    options = [c for c in frame.columns if c != ss.get("label_col")]
+    options = feature_columns(frame)
     sanitize(f"{prefix}_col", options, options[0] if options else None)
     col = st.selectbox("Column", options, key=f"{prefix}_col")
     if col is None:
@@ -360,24 +358,13 @@ def import_export(d):
         st.markdown("**Export**: the file `mmc fit --groups FILE.json` reads.")
         text = gb.to_text(groups) if groups else json.dumps({"format": "mmc-groups", "version": 1, "groups": []})
         ss["export_groups"] = text.encode("utf-8")
-        st.download_button(
-            "Download groups.json",
-            data=ss["export_groups"],
-            file_name="groups.json",
-            mime="application/json",
-            key="grp_download",
-            on_click="ignore",
-            icon=":material/download:",
-        )
+        download("Download groups.json", ss["export_groups"], "groups.json", "grp_download")
         ss["export_recipe"] = json.dumps(recipe(state.settings(), json.loads(text)), indent=2).encode("utf-8")
-        st.download_button(
+        download(
             "Download the audit recipe (settings + groups)",
-            data=ss["export_recipe"],
-            file_name="mmc_recipe.json",
-            mime="application/json",
-            key="recipe_download",
-            on_click="ignore",
-            icon=":material/download:",
+            ss["export_recipe"],
+            "mmc_recipe.json",
+            "recipe_download",
             help="Every setting of every page plus the groups; import it here to repeat the audit.",
         )
         with st.expander("Show the JSON"):

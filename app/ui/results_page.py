@@ -10,7 +10,6 @@ row explorer. Figures come from ``app/figures.py`` (the PDF report uses the same
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
@@ -18,8 +17,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from app.figure_style import _fmt, _legend_line
 from app.ui import state
-from app.ui.common import esc, need_run, tab_state
+from app.ui.common import esc, run_and_frame, tabbed
 
 METHOD_LABELS = {
     "guaranteed": "guaranteed (paper, Section 5)",
@@ -51,57 +51,24 @@ def _run_key(run) -> str:
 # ---------------------------------------------------------------------------------------------------
 @st.cache_data(show_spinner=False, max_entries=64)
 def _figure(kind: str, key: str, _run, arg=None, units: str = ""):
+    """One figure of the run's audit (what ``audit()`` computed on the test rows; nothing recomputed here)."""
     from app import figures as F
 
-    audit = _audit_with_units(_run.audit, units)
-    s = _run.settings
+    audit, delta = _run.audit, _run.settings.delta
+    names = {"label": _run.label.name, "units": units}
     if kind == "variance":
-        return F.variance_disparity_figure(audit, top=arg)
+        return F.variance_disparity_figure(audit, top=arg, **names)
     if kind == "coverage":
-        return F.coverage_heatmap(audit, s.delta)
+        return F.coverage_heatmap(audit, delta)
+    if kind == "bucket":
+        return F.coverage_by_bucket_heatmap(audit, delta, arg, **names)
     if kind == "width":
-        return F.width_heatmap(audit)
+        return F.width_heatmap(audit, **names)
     if kind == "calibration":
-        top, min_count = arg
-        return F.calibration_before_after_figure(_min_count_audit(audit, min_count), top=top)
+        return F.calibration_before_after_figure(audit, top=arg, **names)
     if kind == "moment":
-        return F.moment_reliability_figure(audit, moment=arg)
+        return F.moment_reliability_figure(audit, moment=arg, **names)
     raise ValueError(kind)
-
-
-def _min_count_audit(audit, min_count: int):
-    """A view of the audit whose worst-cell calibration errors ignore cells with fewer than ``min_count`` test
-    rows (a cell of one or two rows has an error that is mostly noise)."""
-    cc = getattr(audit, "calibration_cells", None)
-    bg = getattr(audit, "by_group", None)
-    if min_count <= 1 or not isinstance(cc, pd.DataFrame) or not isinstance(bg, pd.DataFrame) or cc.empty:
-        return audit
-    a = copy.copy(audit)
-    bg = bg.copy()
-    for col, err, cnt, mass in (
-        ("calib_error_worst", "error", "count", "mass"),
-        ("calib_error_worst_base", "error_base", "count_base", "mass_base"),
-    ):
-        if col in bg.columns and {err, cnt}.issubset(cc.columns):
-            keep = cc[cc[cnt].fillna(0) >= min_count]
-            worst = keep.assign(_e=keep[err].abs()).groupby("group")["_e"].max()
-            bg[col] = worst.reindex(bg.index)
-            wcol = col.replace("calib_error_worst", "calib_error_worst_weighted")
-            if wcol in bg.columns and mass in cc.columns:
-                wworst = keep.assign(_w=keep[err].abs() * keep[mass]).groupby("group")["_w"].max()
-                bg[wcol] = wworst.reindex(bg.index)
-    a.by_group = bg
-    return a
-
-
-def _audit_with_units(audit, units: str):
-    if not units or not isinstance(getattr(audit, "params", None), dict):
-        return audit
-    if audit.params.get("label_units") == units:
-        return audit
-    a = copy.copy(audit)
-    a.params = dict(audit.params, label_units=units)
-    return a
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -124,65 +91,9 @@ def _test_intervals(key: str, _run, _frame) -> dict:
     }
 
 
-def coverage_by_bucket_table(run, frame, method: str, with_counts: bool = False):
-    """Coverage of ``method`` per group (rows) and predicted-mean bucket (columns 0..m-1) on the test rows
-    (and, with ``with_counts``, the rows of each cell as a second table)."""
-    t = _test_intervals(_run_key(run), run, frame)
-    y = run.label.y[run.split["test"]]
-    lo, hi = t["ints"][method]
-    inside = (y >= lo) & (y <= hi)
-    m = run.settings.n_buckets
-    unit = (t["mean"] - run.model.scale.lo) / run.model.scale.span
-    b = np.clip(np.floor(unit * m), 0, m - 1).astype(int)
-    out = np.full((len(t["names"]), m), np.nan)
-    counts = np.zeros((len(t["names"]), m))
-    for g, r in enumerate(t["groups"]):
-        if r.size:
-            cnt = np.bincount(b[r], minlength=m)
-            counts[g] = cnt
-            hit = np.bincount(b[r], weights=inside[r].astype(float), minlength=m)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out[g] = np.where(cnt > 0, hit / np.maximum(cnt, 1), np.nan)
-    cov = pd.DataFrame(out, index=t["names"], columns=list(range(m)))
-    if with_counts:
-        return cov, pd.DataFrame(counts, index=t["names"], columns=list(range(m)))
-    return cov
-
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def _bucket_figure(key: str, method: str, _run, _frame, units: str = ""):
-    from app import figures as F
-
-    audit = copy.copy(_audit_with_units(_run.audit, units))
-    audit.coverage_by_bucket, audit.coverage_by_bucket_counts = coverage_by_bucket_table(_run, _frame, method, True)
-    fig = F.coverage_by_bucket_heatmap(audit, _run.settings.delta)
-    label = F.METHOD_LABELS.get(method, method)
-    if fig.layout.title and fig.layout.title.text:
-        fig.layout.title.text = fig.layout.title.text.replace("the calibrated intervals", f"the {label} intervals")
-    return fig
-
-
 # ---------------------------------------------------------------------------------------------------
 # sections
 # ---------------------------------------------------------------------------------------------------
-def _fmt(v, nd=3):
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(v) else f"{v:.{nd}g}"
-
-
-def _overall(audit, key):
-    ov = getattr(audit, "overall", None)
-    if ov is None:
-        return None
-    try:
-        return ov.get(key)
-    except AttributeError:
-        return getattr(ov, key, None)
-
-
 def headline(run):
     audit = run.audit
     info = run.model.info
@@ -198,8 +109,8 @@ def headline(run):
         "Test rows", f"{run.split['test'].size:,}", help="All results on this page are on rows the fit never saw."
     )
     c[2].metric("Groups", f"{info.get('n_groups')}")
-    cov = getattr(audit, "coverage", None)
-    if isinstance(cov, pd.DataFrame) and "calibrated" in cov.columns:
+    cov = audit.coverage
+    if "calibrated" in cov.columns:
         col = cov["calibrated"].astype(float)
         target = 1 - s.delta
         overall = float(col.iloc[0]) if len(col) else float("nan")
@@ -239,11 +150,7 @@ def rmse_line(run, frame):
 
 
 def _pct(v):
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(v) else f"{v:.1%}"
+    return _fmt(v, 1, "%")
 
 
 def _pts(diff: float, target: float) -> str | None:
@@ -253,15 +160,9 @@ def _pts(diff: float, target: float) -> str | None:
 
 
 def _large_enough(audit, index) -> np.ndarray:
-    bg = getattr(audit, "by_group", None)
-    if bg is None:
-        return np.ones(len(index), bool)
-    if "large_enough" in bg.columns:
-        return np.array([bool(bg["large_enough"].get(n, True)) for n in index])
-    gamma = (getattr(audit, "params", {}) or {}).get("gamma", 0.05)
-    if "mass" in bg.columns:
-        return np.array([float(bg["mass"].get(n, 1.0)) >= gamma for n in index])
-    return np.ones(len(index), bool)
+    from app.figure_style import _below_gamma  # the one definition of "below gamma"
+
+    return ~np.asarray(_below_gamma(audit, index), dtype=bool)
 
 
 KIND_TITLES = {
@@ -329,8 +230,8 @@ def variance_tab(run):
         )
         top = int(ss["res_top"])
     st.plotly_chart(_figure("variance", _run_key(run), run, top, state.units()), width="stretch", key="fig_variance")
-    bg = getattr(run.audit, "by_group", None)
-    if isinstance(bg, pd.DataFrame) and "pred_var" in bg.columns:
+    bg = run.audit.by_group
+    if "pred_var" in bg.columns:
         t = bg.copy()
         t["predicted SD"] = np.sqrt(np.clip(t["pred_var"].astype(float), 0, None))
         if "emp_var" in t.columns:
@@ -340,11 +241,7 @@ def variance_tab(run):
             for c in ("count", "mass", "predicted SD", "observed SD", "var_ratio", "var_ratio_lo", "var_ratio_hi")
             if c in t.columns
         ]
-        min_n = int(
-            (getattr(run.audit, "params", {}) or {}).get("min_group_count")
-            or st.session_state.get("res_mincount")
-            or 20
-        )
+        min_n = int(run.audit.params["min_group_count"])
         small = t["count"].astype(float) < min_n if "count" in t.columns else pd.Series(False, index=t.index)
         top = t[~small].sort_values("predicted SD", ascending=False)[keep].head(8)
         below = ~_large_enough(run.audit, top.index)
@@ -381,11 +278,7 @@ def coverage_tab(run, frame):
         f"hold less than γ = {s.gamma:g} of the rows."
     )
     st.plotly_chart(_figure("coverage", _run_key(run), run, None, state.units()), width="stretch", key="fig_coverage")
-    try:
-        methods = list(_test_intervals(_run_key(run), run, frame)["ints"])
-    except Exception as e:  # noqa: BLE001
-        st.warning(f"Intervals unavailable: {esc(e)}")
-        return
+    methods = [m for m in run.audit.coverage.columns if m in run.audit.coverage_by_bucket_of]
     if methods:
         if ss.get("res_method") not in methods:
             state.put("res_method", "calibrated" if "calibrated" in methods else methods[0])
@@ -396,7 +289,7 @@ def coverage_tab(run, frame):
             format_func=lambda m: METHOD_LABELS.get(m, m),
         )
         st.plotly_chart(
-            _bucket_figure(_run_key(run), ss["res_method"], run, frame, state.units()),
+            _figure("bucket", _run_key(run), run, ss["res_method"], state.units()),
             width="stretch",
             key="fig_bucket",
         )
@@ -410,18 +303,12 @@ def calibration_tab(run):
         "prediction and the average outcome over its predicted-mean buckets, for the base model and for "
         "the multicalibrated model (test rows)."
     )
-    c1, _ = st.columns([1, 2])
-    c1.select_slider(
-        "Ignore cells with fewer test rows than",
-        [1, 5, 10, 20, 50, 100],
-        **state.bind("res_mincount"),
-        help="The error of a cell holding one or two rows is mostly noise; by default such cells are "
-        "left out of the worst-cell error (the Tables tab lists every cell).",
-    )
     st.plotly_chart(
-        _figure("calibration", _run_key(run), run, (20, int(ss["res_mincount"])), state.units()),
-        width="stretch",
-        key="fig_calibration",
+        _figure("calibration", _run_key(run), run, 20, state.units()), width="stretch", key="fig_calibration"
+    )
+    st.caption(
+        f"Worst cell over the group's buckets of at least {run.audit.params['min_cell_count']} test rows (the "
+        "error of a cell of one or two rows is mostly noise); the Tables tab lists every cell."
     )
     moments = list(run.model.moments)
     if moments:
@@ -444,8 +331,8 @@ def calibration_tab(run):
             width="stretch",
             key="fig_moment",
         )
-    mc = getattr(run.audit, "moment_cells", None)
-    if isinstance(mc, pd.DataFrame) and len(mc):
+    mc = run.audit.moment_cells
+    if len(mc):
         with st.expander(f"Moment cells table ({len(mc):,} cells)"):
             st.dataframe(mc.head(2000), width="stretch", hide_index=True)
 
@@ -481,25 +368,10 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
             name=f"predicted mean {mu:.4g}",
         )
     )
-    fig.add_trace(
-        go.Scatter(
-            x=[None],
-            y=[None],
-            mode="lines",
-            line=dict(color=OKABE_ITO["orange"], width=3),
-            name=f"observed {name} {y:.4g}",
-        )
-    )
+    fig.add_trace(_legend_line(f"observed {name} {y:.4g}", dict(color=OKABE_ITO["orange"], width=3)))
     if any(not (lo <= y <= hi) for _, (lo, hi) in rows):
-        fig.add_trace(
-            go.Scatter(
-                x=[None],
-                y=[None],
-                mode="lines",
-                line=dict(color=OKABE_ITO["vermillion"], width=6),
-                name="interval misses the observed value",
-            )
-        )
+        miss = dict(color=OKABE_ITO["vermillion"], width=6)
+        fig.add_trace(_legend_line("interval misses the observed value", miss))
     fig.update_layout(
         height=120 + 38 * len(rows),
         margin=dict(l=10, r=20, t=40, b=50),
@@ -596,8 +468,8 @@ def tables_tab(run):
         ("width", "Mean width (group × method)"),
         ("calibration_cells", "Mean calibration per cell"),
     ):
-        t = getattr(audit, attr, None)
-        if isinstance(t, pd.DataFrame) and len(t):
+        t = getattr(audit, attr)
+        if len(t):
             st.markdown(f"**{title}** ({len(t):,} rows)")
             st.dataframe(t.head(2000), width="stretch")
 
@@ -607,15 +479,11 @@ def render():
     if "res_row_next" in ss:
         ss["res_row"] = ss.pop("res_row_next")
     st.title("Results")
-    if need_run():
+    shown = run_and_frame("The table changed since this audit ran: run it again on the Run page.")
+    if shown is None:
         return
-    run = ss["run"]
-    d = state.data()
-    if d is None or d["key"] != run.data_key:
-        st.warning("The table changed since this audit ran: run it again on the Run page.")
-        return
-    frame = d["df"]
-    if getattr(run.audit, "task", "") == "binary" or getattr(run.model, "task", "") == "binary":
+    run, frame = shown
+    if getattr(run.audit, "task", "") == "binary" or run.model.task == "binary":
         from app.ui.binary_results import render_binary
 
         if run.audit is not None:
@@ -645,18 +513,16 @@ def render():
     from app.ui.discover_tab import results_section
 
     results_section(run)  # discovered groups (Discover / mmc fit --discover), marked as such
-    names = ["Variance disparities", "Coverage", "Calibration", "Row explorer", "Tables"]
-    tabs = st.tabs(names, **tab_state("results_tab", names))
-    with tabs[0]:
-        variance_tab(run)
-    with tabs[1]:
-        coverage_tab(run, frame)
-    with tabs[2]:
-        calibration_tab(run)
-    with tabs[3]:
-        explorer_tab(run, frame)
-    with tabs[4]:
-        tables_tab(run)
+    tabbed(
+        "results_tab",
+        {
+            "Variance disparities": lambda: variance_tab(run),
+            "Coverage": lambda: coverage_tab(run, frame),
+            "Calibration": lambda: calibration_tab(run),
+            "Row explorer": lambda: explorer_tab(run, frame),
+            "Tables": lambda: tables_tab(run),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -74,7 +74,6 @@ class Settings:
     res_method: str = "calibrated"
     res_moment: int = 2
     res_top: int = 30
-    res_mincount: int = 20
     res_threshold: float = 0.5  # binary labels: the decision threshold of the rate table (slider)
     exp_methods: list = field(default_factory=lambda: ["calibrated"])
     # teaching
@@ -103,6 +102,9 @@ class Settings:
             raise ValueError("the recipe's 'settings' must be a JSON object")
         out = cls(**(base.to_dict() if base is not None else {}))
         types = {f.name: f.type for f in fields(cls)}
+        # res_mincount: the Results page's own worst-cell filter, retired (the page shows the audit's worst cells);
+        # recipes that carry it still load
+        d = {k: v for k, v in d.items() if k not in _RETIRED}
         unknown = sorted(set(d) - set(types))
         if unknown:
             raise ValueError(f"unknown setting(s) in the recipe: {', '.join(unknown[:8])}")
@@ -116,6 +118,7 @@ class Settings:
         return out
 
 
+_RETIRED = ("res_mincount",)
 _CHOICES = {
     "label_scaling": ("observed", "declared", "robust"),
     "base_kind": ("none", "column", "model"),

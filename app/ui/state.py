@@ -402,40 +402,27 @@ def threshold_preview(
     settings: FitSettings,
     groups_text: str | None = None,
 ) -> dict | None:
-    """The alpha / beta a run with these settings will use (None when the base model must be fitted first).
-    With the "se" rule: the estimator's own z, floors and residual SD (:func:`app.pipeline.se_thresholds`), for
-    which ``groups_text`` (the groups file as JSON text) is needed."""
+    """The thresholds a run with these settings will use, asked of the estimator the run fits with
+    (:func:`app.pipeline.planned_thresholds`); None when the base model must be fitted first or the groups
+    file (``groups_text``, JSON) is missing. ``n_groups`` only keys the cache (the groups file decides)."""
     from app.base_model import base_prediction
-    from app.pipeline import auto_thresholds, split_rows
+    from app.pipeline import make_estimator, planned_thresholds, split_rows
     from app.specs import prepare_label
     from mmc_core.errors import MMCError
 
     if not isinstance(settings.alpha, str) and not isinstance(settings.beta, str):  # set by hand: nothing to compute
         a, b = float(settings.alpha), float(settings.beta)
         return {"alpha": a, "beta": b, "moment_betas": {k: b for k in range(2, int(settings.n_moments) + 1)}}
-    if bspec.kind == "model":  # known only once the base model is fitted (at the start of the run)
+    if bspec.kind == "model" or groups_text is None:  # the base model is fitted at the start of the run
         return None
     try:
+        from mmc_core import GroupSet
+
         lab = prepare_label(_frame, lspec)
         split = split_rows(len(_frame), sspec, False, settings.calibration_fraction)
         base, _ = base_prediction(_frame, lab, lspec, bspec, split, sspec, key)
-        rows = split["fit"]
-        span = lab.hi - lab.lo
-        groups = X = None
-        if groups_text is not None:
-            from mmc_core import GroupSet
-
-            groups = GroupSet.from_json(groups_text)
-            X = _frame.iloc[rows][sorted(groups.columns())].reset_index(drop=True)
-        return auto_thresholds(
-            (lab.y[rows] - lab.lo) / span,
-            None if base is None else (base[rows] - lab.lo) / span,
-            n_groups,
-            settings,
-            sspec.seed,
-            groups=groups,
-            X=X,
-        )
+        est = make_estimator(settings, lab, sspec.seed)
+        return planned_thresholds(est, _frame, lab, base, GroupSet.from_json(groups_text), split["fit"])
     except MMCError:
         return None
     except Exception:  # noqa: BLE001 - a preview never breaks the page; the run reports the error

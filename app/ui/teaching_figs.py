@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.figure_style import _legend_line
 from app.figures import OKABE_ITO
 from mmc_core import GroupSet
 from mmc_core.descent import DescentParams
@@ -306,55 +307,37 @@ def truth_figure(lesson: Lesson, units: str = "points", scale: float = 100.0) ->
             col,
         )
         if show:
+            tolerance = "tolerance: what the auditor lets pass at this sample size"
+            fig.add_trace(_legend_line(tolerance, dict(color=TOL, width=10)), 1, col)
+
+        def dots(values, name: str, marker: dict, what: str, **extra):
+            hover = f"%{{y}}: %{{x:.3g}}<extra>{what}</extra>"
             fig.add_trace(
-                go.Scatter(
-                    x=[None],
-                    y=[None],
-                    mode="lines",
-                    line=dict(color=TOL, width=10),
-                    name="tolerance: what the auditor lets pass at this sample size",
-                ),
+                go.Scatter(x=values, y=names, mode="markers", name=name, marker=marker, hovertemplate=hover, **extra),
                 1,
                 col,
             )
-        fig.add_trace(
-            go.Scatter(
-                x=t[tv],
-                y=names,
-                mode="markers",
-                showlegend=show,
-                name="truth: E[y|x] (left), E[(y − μ(x))²|x] = what m₂ targets (right)",
-                marker=dict(color=TRUE, size=12, symbol="diamond"),
-                hovertemplate="%{y}: %{x:.3g}<extra>truth</extra>",
-            ),
-            1,
-            col,
+
+        dots(
+            t[tv],
+            "truth: E[y|x] (left), E[(y − μ(x))²|x] = what m₂ targets (right)",
+            dict(color=TRUE, size=12, symbol="diamond"),
+            "truth",
+            showlegend=show,
         )
         if extra:
-            fig.add_trace(
-                go.Scatter(
-                    x=t[extra],
-                    y=names,
-                    mode="markers",
-                    name="true Var(y | x)",
-                    marker=dict(color=EXTRA, size=9, symbol="x-thin-open", line=dict(width=2)),
-                    hovertemplate="%{y}: %{x:.3g}<extra>Var(y|x)</extra>",
-                ),
-                1,
-                col,
+            dots(
+                t[extra],
+                "true Var(y | x)",
+                dict(color=EXTRA, size=9, symbol="x-thin-open", line=dict(width=2)),
+                "Var(y|x)",
             )
-        fig.add_trace(
-            go.Scatter(
-                x=t[pv],
-                y=names,
-                mode="markers",
-                name="prediction: μ (left), m₂ (right)",
-                marker=dict(color=PRED, size=11, symbol="circle"),
-                showlegend=show,
-                hovertemplate="%{y}: %{x:.3g}<extra>predicted</extra>",
-            ),
-            1,
-            col,
+        dots(
+            t[pv],
+            "prediction: μ (left), m₂ (right)",
+            dict(color=PRED, size=11, symbol="circle"),
+            "predicted",
+            showlegend=show,
         )
     fig.update_yaxes(autorange="reversed", type="category")
     lo = float(np.nanmin(np.concatenate([t["pred_mean"], t["true_mean"] - np.minimum(t["mean_tol"], 100)])))
@@ -542,19 +525,23 @@ def two_point_figure() -> go.Figure:
         horizontal_spacing=0.16,
         subplot_titles=("Pool by predicted variance only", "Pool by (predicted mean, predicted variance)"),
     )
-    fig.add_trace(
-        go.Bar(
-            x=["x₁ (y = 0)", "x₂ (y = 1)"],
-            y=[0.5, 0.5],
-            marker_color=[PRED, TRUE],
-            showlegend=False,
-            text=["μ = 0, Var = 0", "μ = 1, Var = 0"],
-            textposition="inside",
-            hovertemplate="%{x}: probability %{y}<extra></extra>",
-        ),
-        1,
-        1,
-    )
+    for col, x, text in (
+        (1, ["x₁ (y = 0)", "x₂ (y = 1)"], ["μ = 0, Var = 0", "μ = 1, Var = 0"]),
+        (2, ["cell μ = 0", "cell μ = 1"], ["Var of y = 0 ✓", "Var of y = 0 ✓"]),
+    ):
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[0.5, 0.5],
+                marker_color=[PRED, TRUE],
+                showlegend=False,
+                text=text,
+                textposition="inside",
+                hovertemplate="%{x}: probability %{y}<extra></extra>",
+            ),
+            1,
+            col,
+        )
     fig.add_annotation(
         text="cell “Var = 0”: variance of y = 1/4 ≠ 0",
         x=0.5,
@@ -565,19 +552,6 @@ def two_point_figure() -> go.Figure:
         font=dict(size=12, color="#b00"),
         row=1,
         col=1,
-    )
-    fig.add_trace(
-        go.Bar(
-            x=["cell μ = 0", "cell μ = 1"],
-            y=[0.5, 0.5],
-            marker_color=[PRED, TRUE],
-            showlegend=False,
-            text=["Var of y = 0 ✓", "Var of y = 0 ✓"],
-            textposition="inside",
-            hovertemplate="%{x}: probability %{y}<extra></extra>",
-        ),
-        1,
-        2,
     )
     fig.update_yaxes(title_text="probability", range=[0, 0.75], row=1, col=1)
     fig.update_yaxes(range=[0, 0.75], row=1, col=2)
