@@ -76,3 +76,70 @@ def test_ctrl_c_with_save_partial_keeps_a_not_converged_model(big_csv, tmp_path)
     assert code == 0, err
     model = json.loads(out.read_text())
     assert model["info"]["converged"] is False and model["info"]["stopped_by_user"] is True
+
+
+# ---- the Dask engine: Ctrl-C stops the descent, closes the LocalCluster it started, writes nothing --------------
+@pytest.fixture(scope="module")
+def big_parquet(tmp_path_factory):
+    pytest.importorskip("distributed")
+    d = tmp_path_factory.mktemp("interrupt_dask")
+    t = pd.DataFrame(demo_distribution().sample_table(60_000, np.random.default_rng(1), truth=False))
+    for i, part in enumerate(np.array_split(np.arange(len(t)), 3)):
+        t.iloc[part].to_parquet(d / f"part-{i}.parquet")
+    return d
+
+
+def _dask_fit(data, out, *extra):
+    cmd = [sys.executable, "-m", "app.cli", "fit", "--engine", "dask", "--workers", "1", "--memory-limit", "2GB"]
+    cmd += ["--data", str(data / "*.parquet"), "--label", "outcome", "--group-cols", "sex,race,age,score"]
+    cmd += ["--max-order", "2", "--moments", "2", "--step", "paper", "--alpha", "2e-5", "--beta", "2e-6"]
+    return subprocess.Popen(
+        [*cmd, "--out", str(out), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_for_descent(proc) -> str:
+    """stderr up to the line that says the descent runs (the cluster is up and the Ctrl-C handler in place)."""
+    seen = ""
+    while True:
+        line = proc.stderr.readline()
+        assert line, (seen, proc.poll(), proc.communicate())
+        seen += line
+        if line.startswith("mmc: fitting"):
+            return seen
+
+
+@pytest.mark.slow
+def test_dask_ctrl_c_stops_closes_the_cluster_and_writes_nothing(big_parquet, tmp_path):
+    psutil = pytest.importorskip("psutil")
+    out = tmp_path / "m.json"
+    proc = _dask_fit(big_parquet, out)
+    err = _wait_for_descent(proc)
+    assert "starting a local Dask cluster" in err
+    children = psutil.Process(proc.pid).children(recursive=True)  # the cluster's scheduler/worker processes
+    assert children, "the LocalCluster's worker process should be running"
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=180)
+    err += rest
+    assert proc.returncode == 130, err
+    assert "stopping before the next update" in err and "interrupted after" in err and "nothing was written" in err
+    assert "Traceback" not in err and not out.exists()
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"processes of the local cluster still running after exit: {alive}"
+
+
+@pytest.mark.slow
+def test_dask_ctrl_c_twice_aborts_and_still_closes_the_cluster(big_parquet, tmp_path):
+    psutil = pytest.importorskip("psutil")
+    out = tmp_path / "m.json"
+    proc = _dask_fit(big_parquet, out)
+    _wait_for_descent(proc)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGINT)
+    line = proc.stderr.readline()  # the first Ctrl-C is acknowledged before the second one is sent
+    assert "stopping before the next update" in line or line.strip() == "", line
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode != 0 and not out.exists(), err
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"processes of the local cluster still running after exit: {alive}"
