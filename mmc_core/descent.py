@@ -38,7 +38,17 @@ from .groups import Membership
 from .sums import MembershipSums
 from .moments import MomentKind, pseudo_label
 
-__all__ = ["DescentParams", "Update", "CellStats", "CellState", "DescentResult", "descend", "select_rows", "STEP_RULES"]
+__all__ = [
+    "DescentParams",
+    "Update",
+    "CellStats",
+    "CellState",
+    "DescentResult",
+    "descend",
+    "select_rows",
+    "group_cells",
+    "STEP_RULES",
+]
 
 STEP_RULES = ("exact", "paper")
 WHOLE = 1  # partition code of the whole-group cells (one cell per group)
@@ -153,16 +163,34 @@ class Update:
         return cls(int(e[0]), int(e[1]), int(e[2]), np.asarray(e[3], dtype=np.int64), np.asarray(e[4], dtype=float))
 
 
-def select_rows(upd: Update, rows_g: np.ndarray, cells_g: np.ndarray, n_cells: int):
-    """Rows of the group that lie in the update's cells, and the delta each receives.
+def select_rows(upd: Update, rows_g: np.ndarray | None, cells_g: np.ndarray, n_cells: int):
+    """Rows of the group that lie in the update's cells, and the delta each receives. ``rows_g`` None: the
+    group is every row, in order (``cells_g`` is then per row of the table, and no gather is needed).
 
     Shared by fitting and replay so that both compute the same sets with the same arithmetic.
     """
-    lookup = np.full(n_cells, np.nan)
+    inside = np.zeros(n_cells, dtype=bool)
+    inside[upd.cells] = ~np.isnan(upd.deltas)
+    lookup = np.zeros(n_cells)
     lookup[upd.cells] = upd.deltas
-    d = lookup[cells_g]
-    sel = np.flatnonzero(~np.isnan(d))
-    return rows_g[sel], d[sel]
+    sel = np.flatnonzero(inside[cells_g])
+    d = lookup[cells_g[sel]]
+    return (sel if rows_g is None else rows_g[sel]), d
+
+
+def group_cells(rows_g: np.ndarray, n: int, bmu: np.ndarray, m: int, bmom: np.ndarray | None, partition: int):
+    """(rows of the group or None for every row, each row's cell in the partition, cells per group): the
+    mean cells (partition 0), the joint cells with moment ``partition`` (bmom), or the whole group (WHOLE).
+    A group of every row (the whole population, updated most often) is not gathered."""
+    whole_table = rows_g.size == n
+    rows = None if whole_table else rows_g
+    if partition == WHOLE:
+        return rows, np.zeros(rows_g.size, dtype=np.int64), 1
+    b = bmu if whole_table else bmu[rows_g]
+    if partition == 0:
+        return rows, b, m
+    assert bmom is not None
+    return rows, b * m + (bmom if whole_table else bmom[rows_g]), m * m
 
 
 class CellStats:
@@ -453,18 +481,13 @@ class CellState(CellStats):
 
     # ---- updates ---------------------------------------------------------------------------------
     def cells_of_group(self, g: int, partition: int):
-        """(rows of group g, each row's cell in the partition, cells per group); kept until predictions change
-        (the ratio step reads them for its denominators, then the update's apply for its rows)."""
+        """:func:`group_cells` of group g; kept until predictions change (the ratio step reads them for its
+        denominators, then the update's apply for its rows)."""
         c = self._cells
         if c is not None and c[0] == g and c[1] == partition:
             return c[2]
-        rows_g = self.memb.group_rows(g)
-        if partition == WHOLE:
-            out = rows_g, np.zeros(rows_g.size, dtype=np.int64), 1
-        elif partition == 0:
-            out = rows_g, self.bmu[rows_g], self.m
-        else:
-            out = rows_g, self.bmu[rows_g] * self.m + self.bmom[partition][rows_g], self.m * self.m
+        bmom = self.bmom[partition] if partition not in (0, WHOLE) else None
+        out = group_cells(self.memb.group_rows(g), self.n, self.bmu, self.m, bmom, partition)
         self._cells = (g, partition, out)
         return out
 
@@ -484,7 +507,8 @@ class CellState(CellStats):
 
     def cell_totals(self, target: int, g: int, partition: int) -> np.ndarray:
         rows_g, cells_g, n_cells = self.cells_of_group(g, partition)
-        return np.bincount(cells_g, weights=self.mom[target][rows_g], minlength=n_cells)
+        w = self.mom[target] if rows_g is None else self.mom[target][rows_g]
+        return np.bincount(cells_g, weights=w, minlength=n_cells)
 
     def snapshot_predictions(self) -> dict:
         return {"mu": self.mu.copy(), "mom": {a: v.copy() for a, v in self.mom.items()}}

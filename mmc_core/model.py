@@ -107,19 +107,22 @@ class FittedModel:
         p = self.params
         mgrid = p.mean_grid
         grids = {a: p.grid(a) for a in self.moments}
+        n = memb.n
         for upd in self.log[: len(self.log) if upto is None else upto]:
             rows_g = memb.group_rows(upd.group)
             if rows_g.size == 0:
                 continue
+            whole_table = rows_g.size == n  # the whole population: no gathers (as in the descent)
             if upd.partition == WHOLE:
                 cells, n_cells = np.zeros(rows_g.size, dtype=np.int64), 1
             else:
-                cells = mgrid.index(mu[rows_g])
+                cells = mgrid.index(mu if whole_table else mu[rows_g])
                 n_cells = p.m
             if upd.partition and upd.partition != WHOLE:
-                cells = cells * p.m + grids[upd.partition].index(moms[upd.partition][rows_g])
+                mp = moms[upd.partition]
+                cells = cells * p.m + grids[upd.partition].index(mp if whole_table else mp[rows_g])
                 n_cells = p.m * p.m
-            rows, d = select_rows(upd, rows_g, cells, n_cells)
+            rows, d = select_rows(upd, None if whole_table else rows_g, cells, n_cells)
             if upd.target == 1:
                 lo, hi = p.projection(1)
                 mu[rows] = np.clip(mu[rows] - d, lo, hi)
