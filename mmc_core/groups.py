@@ -430,19 +430,33 @@ def column_conditions(table, c: str, n_bins: int = 4, max_values: int = MAX_VALU
     arr = _column(table, c)
     if _is_numeric_column(arr):
         distinct = np.unique(arr[np.isfinite(arr)])
-        if distinct.size == 0:
-            raise GroupDefinitionError(f"group column '{c}' has no values")
         if distinct.size > max_values or (bin_numeric and distinct.size > n_bins):
-            bounds = [None] + _quartile_edges(arr, n_bins) + [None]
-            return [Condition(c, "between", lo=bounds[i], hi=bounds[i + 1]) for i in range(len(bounds) - 1)]
-        return [Condition(c, "==", value=(int(v) if float(v).is_integer() else float(v))) for v in distinct]
+            return numeric_conditions(c, distinct, _quartile_edges(arr, n_bins))
+        return numeric_conditions(c, distinct)
     miss = _missing(arr)
-    vals = sorted({str(v) for v in arr[~miss]})
+    return text_conditions(c, sorted({str(v) for v in arr[~miss]}))
+
+
+def numeric_conditions(c: str, distinct: np.ndarray, edges: list | None = None) -> list:
+    """A numeric group column's conditions (one source for the in-memory and the Dask builders): one per
+    distinct value, or with ``edges`` (inner cut points) one per bin between them."""
+    if distinct.size == 0:
+        raise GroupDefinitionError(f"group column '{c}' has no values")
+    if edges is not None:
+        bounds = [None] + list(edges) + [None]
+        return [Condition(c, "between", lo=bounds[i], hi=bounds[i + 1]) for i in range(len(bounds) - 1)]
+    return [Condition(c, "==", value=(int(v) if float(v).is_integer() else float(v))) for v in distinct]
+
+
+def text_conditions(c: str, vals: list, counted_to: int | None = None) -> list:
+    """A text group column's conditions: one per value (sorted), at most 200. ``counted_to``: the values were
+    counted only up to about this many (then the error says "more than 200")."""
     if not vals:
         raise GroupDefinitionError(f"group column '{c}' has no values")
     if len(vals) > 200:
+        many = "more than 200" if counted_to is not None else str(len(vals))
         raise GroupDefinitionError(
-            f"group column '{c}' has {len(vals)} distinct values; a group per value is not "
+            f"group column '{c}' has {many} distinct values; a group per value is not "
             "useful (bin it first or define groups in a JSON file)"
         )
     return [Condition(c, "==", value=v) for v in vals]

@@ -498,12 +498,8 @@ def fit_dask(
 ):
     """``MomentMulticalibrator.fit`` on a Dask DataFrame (``y`` / ``base_prediction``: column names or Dask
     Series of the same frame). Same model JSON, same descent; see the module docstring for what differs."""
-    from .. import intervals
-    from ..estimator import AUTO_BUCKETS, _best_round, validate_params
-    from ..buckets import _clean
+    from ..estimator import validate_params
     from ..groups import GroupSet
-    from ..model import FittedModel
-    from ..moments import LabelScale
 
     _require()
     client = _client(client)
@@ -550,47 +546,19 @@ def fit_dask(
     seed = est.random_state
     parts = _Parts(client, X.to_delayed(), ycol, bcol, gset, frac, seed, [])
     try:
-        return _fit_on_parts(
-            est,
-            parts,
-            gset,
-            bcol,
-            label_name,
-            base_name,
-            callback,
-            stop,
-            frac,
-            seed,
-            AUTO_BUCKETS,
-            _best_round,
-            _clean,
-            FittedModel,
-            LabelScale,
-            intervals,
-        )
+        return _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop, frac, seed)
     finally:
         parts.close()
 
 
-def _fit_on_parts(
-    est,
-    parts,
-    gset,
-    bcol,
-    label_name,
-    base_name,
-    callback,
-    stop,
-    frac,
-    seed,
-    AUTO_BUCKETS,
-    _best_round,
-    _clean,
-    FittedModel,
-    LabelScale,
-    intervals,
-):
+def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop, frac, seed):
     import dataclasses
+
+    from .. import intervals
+    from ..buckets import _clean
+    from ..estimator import AUTO_BUCKETS, _best_round
+    from ..model import FittedModel
+    from ..moments import LabelScale
 
     t_load = time.perf_counter()
     summ = parts.gather("summary")
@@ -861,7 +829,7 @@ def groups_from_columns(ddf, columns, max_order: int = 1, max_values: int = 10, 
     ``max_values`` distinct values cut at their quartiles)."""
     import dask
 
-    from ..groups import Condition, GroupSet
+    from ..groups import GroupSet, numeric_conditions, text_conditions
 
     client = _client(client)
     columns = list(columns)
@@ -880,8 +848,7 @@ def groups_from_columns(ddf, columns, max_order: int = 1, max_values: int = 10, 
                 raise GroupDefinitionError(f"group column '{c}' is numeric in some partitions and text in others")
             if kinds == {"num"}:
                 distinct = np.unique(np.concatenate([u[c][1] for u in us]))
-                if distinct.size == 0:
-                    raise GroupDefinitionError(f"group column '{c}' has no values")
+                edges = None
                 if distinct.size > max_values:
                     qs = exact_quantiles(
                         lambda: client.gather([client.submit(_sketch_col, f, c, pure=False) for f in futs]),
@@ -890,26 +857,11 @@ def groups_from_columns(ddf, columns, max_order: int = 1, max_values: int = 10, 
                         ),
                         np.linspace(0, 1, 5)[1:-1],
                     )
-                    vmin = float(distinct[0])
+                    vmin = float(distinct[0]) if distinct.size else 0.0
                     edges = [float(q) for q in np.unique(qs) if q > vmin] if qs is not None else []
-                    bounds = [None] + edges + [None]
-                    per_col[c] = [
-                        Condition(c, "between", lo=bounds[i], hi=bounds[i + 1]) for i in range(len(bounds) - 1)
-                    ]
-                else:
-                    per_col[c] = [
-                        Condition(c, "==", value=(int(v) if float(v).is_integer() else float(v))) for v in distinct
-                    ]
+                per_col[c] = numeric_conditions(c, distinct, edges)
             else:
-                vals = sorted(set().union(*(set(u[c][1]) for u in us)))
-                if not vals:
-                    raise GroupDefinitionError(f"group column '{c}' has no values")
-                if len(vals) > 200:
-                    raise GroupDefinitionError(
-                        f"group column '{c}' has more than 200 distinct values; a group per "
-                        "value is not useful (bin it first or define groups in a JSON file)"
-                    )
-                per_col[c] = [Condition(c, "==", value=v) for v in vals]
+                per_col[c] = text_conditions(c, sorted(set().union(*(set(u[c][1]) for u in us))), counted_to=200)
     finally:
         for f in futs:
             f.release()
