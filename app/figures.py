@@ -1,5 +1,8 @@
 """Plotly figures built from the audit tables (tables first, plots from tables).
 
+Why one module of ~650 lines: a dozen builders of 30-80 lines each that share the palette, the cell labels and
+the hover conventions below; the convergence and classifier figures and the style live in their own modules.
+
 Every builder takes the tables of an :class:`mmc_core.metrics.AuditResult` (or a fitted model's history)
 and returns a ``plotly.graph_objects.Figure``. The Streamlit dashboard shows these figures and the PDF
 report (``app/report.py``) exports the very same figures with kaleido, so what a user sees on screen and

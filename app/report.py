@@ -1,5 +1,8 @@
 """The PDF audit report: the dashboard's figures and tables on paper.
 
+Why one module of ~600 lines: the regression report is one linear document whose sections share the run's
+parameters and the figure export; its tables, the fpdf2 layer and the classifier report are split off (below).
+
 ``build_report_pdf`` computes the audit (unless given one), builds the same plotly figures the dashboard
 shows (``app/figures.py``), exports them to PNG with kaleido and the system Chromium, and lays them out
 with fpdf2 together with the run's parameters, a data summary, compact tables and the audit's findings in

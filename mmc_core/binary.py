@@ -1,5 +1,9 @@
 """Classifier audits: a 0/1 outcome and a score in [0, 1], per group, before and after multicalibration.
 
+Why one module of ~600 lines: the task resolution, the classifier metrics and their bootstrap, the reliability
+cells and the binary branch of ``audit()`` are all read off the same (group x score bucket) sums and change
+together whenever a metric is added; split, each part would import the others' internals.
+
 For a binary outcome the conditional variance is p(1 - p) once the mean is right, so mean multicalibration
 is the whole story; what an auditor asks is whether the score is calibrated on every group and bucket, and
 what happens to each group at a decision threshold. :func:`as_binary` recognises binary labels;

@@ -1,5 +1,9 @@
 """Finding groups nobody listed: the paper's learning-oracle consistency auditor (Section 4.2).
 
+Why one module of ~600 lines: the regions, the search / check split, the candidate sets and the one
+multiplicity count of the acceptance test are shared by the discovery run and by the fit-time wrapper that
+adds the accepted groups; the oracles themselves are in :mod:`mmc_core.oracle`.
+
 For each region R of the current predictor -- the mean buckets X(mu, i), and for the a-th moment the joint
 cells X(mu, m_a, i, j) -- a learning oracle (:mod:`mmc_core.oracle`) is run on a *search* sample with the
 residual labels r+_R = lbar(x) - l(x, y) on R and 0 outside (and r-_R = -r+_R), where lbar is the predictor

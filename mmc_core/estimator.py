@@ -1,4 +1,10 @@
-"""The public estimator: scikit-learn style fit / predict over tables, labels and groups."""
+"""The public estimator: scikit-learn style fit / predict over tables, labels and groups.
+
+Why one module of ~870 lines: ``fit`` is one sequence (checks, split, thresholds, descent, kept round, achieved
+thresholds, interval calibration, the fit record) that ``predict``, ``audit``, ``save`` and ``load`` mirror;
+the threshold rules, table handling, scikit-learn parameters and the binary task are already modules of their
+own (``thresholds``, ``tables``, ``sklearn_params``, ``binary``).
+"""
 
 from __future__ import annotations
 

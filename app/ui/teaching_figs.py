@@ -1,5 +1,9 @@
 """Teaching mode: a step-by-step controller around :class:`mmc_core.fresh.FreshDescent` and its figures.
 
+Why one module of ~600 lines: every figure of a lesson step is drawn from the same exact population state
+the controller keeps (the support, its probabilities, the current predictors); split, each figure would need
+the controller's internals.
+
 Everything is computed exactly on the synthetic distribution's finite support (its probabilities are known),
 so the figures show population truths, while the algorithm itself only sees fresh samples, as in the paper.
 No Streamlit here: the page (``teaching_page.py``) keeps a :class:`Lesson` in session state.
