@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="buckets m per predictor (default 5; 'auto' = 5, 10 or 20, chosen on the held-out rows)",
     )
     f.add_argument(
+        "--base-recalibration",
+        choices=["none", "affine"],
+        default="none",
+        help="with --pred: 'affine' first maps the base prediction to a + b x pred by least squares on the fitting "
+        "rows (an over-fitted base model's predictions are too spread out); default none",
+    )
+    f.add_argument(
         "--mean-buckets",
         choices=["uniform", "quantile"],
         default="uniform",
@@ -347,6 +354,7 @@ def estimator_from_args(args, **extra):
         random_state=args.seed,
         mean_buckets=args.mean_buckets,
         moment_buckets=args.moment_buckets,
+        base_recalibration=args.base_recalibration,
         **extra,
     )
 

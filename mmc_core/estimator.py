@@ -19,7 +19,7 @@ from .buckets import fill_edges, geometric_edges, quantile_edges
 from .descent import CellState, DescentParams, descend
 from .errors import DataError, MMCError
 from .groups import GroupSet
-from .model import FittedModel
+from .model import FittedModel, affine_base
 from .moments import LabelScale, MomentKind, pseudo_label
 from .binary import TASK_BINARY, TASKS, resolve_task  # noqa: F401 - TASKS re-exported
 from .sklearn_params import SklearnParams, _json_params
@@ -109,6 +109,19 @@ class FitStats:
 
     def mean_quantile_edges(self, m) -> tuple:
         return quantile_edges(self.mu0, m)
+
+
+BASE_RECALIBRATIONS = ("none", "affine")
+
+
+def fit_affine(y: np.ndarray, base: np.ndarray) -> tuple[float, float]:
+    """(a, b) of the least-squares line y ~ a + b base (unit scale); a constant base gets slope 1 and the mean
+    residual as intercept."""
+    mb, my = float(np.mean(base)), float(np.mean(y))
+    db = base - mb
+    var = float(np.dot(db, db))
+    b = float(np.dot(db, y - my)) / var if var > 0 else 1.0
+    return my - b * mb, b
 
 
 def state_achieved(est, model, params: DescentParams, achieved: dict) -> tuple:
@@ -271,6 +284,13 @@ class MomentMulticalibrator(SklearnParams):
         With the "se" rule: the critical value for whole groups of the mean. "bonferroni" (default): family-wise
         level 0.1 over the whole-group cells (about 3-3.5). A number (e.g. 2): that z, so a group-level bias the
         fit's own bucket corrections create (issue 10) is corrected once it is that many standard errors from 0.
+    base_recalibration : {"none", "affine"}
+        With a base prediction: "affine" first maps it to a + b x base (least squares on the fitting rows, on the
+        unit scale, clipped to the label range) and starts the descent from that; the map is part of the model
+        (``init.mean``: ``{"kind": "base-affine", "intercept": a, "slope": b}``) and applied to every base
+        prediction passed to ``predict``. An over-fitted base model's predictions are too spread out (slope
+        b < 1 on new rows); the bucketed corrections of the descent remove that only at the bucket
+        resolution. "none" (default): the base prediction as given.
     """
 
     # row-level state of the last fit (None on a loaded estimator)
@@ -297,6 +317,7 @@ class MomentMulticalibrator(SklearnParams):
         mean_group_z="bonferroni",
         task="auto",
         positive_label=None,
+        base_recalibration="none",
     ):
         self.alpha = alpha
         self.beta = beta
@@ -314,6 +335,7 @@ class MomentMulticalibrator(SklearnParams):
         self.mean_group_z = mean_group_z
         self.task = task
         self.positive_label = positive_label
+        self.base_recalibration = base_recalibration
 
     # ------------------------------------------------------------------------------------------
     def _params(
@@ -449,6 +471,10 @@ class MomentMulticalibrator(SklearnParams):
             self.moment_buckets,
             self.early_stopping,
         )
+        if self.base_recalibration not in BASE_RECALIBRATIONS:
+            raise MMCError(
+                f"base_recalibration must be one of {', '.join(BASE_RECALIBRATIONS)}, got {self.base_recalibration!r}"
+            )
         X = as_table(X)
         n = _n_rows(X)
         if n < 2:
@@ -509,8 +535,12 @@ class MomentMulticalibrator(SklearnParams):
         Xf = _take(X, fit_idx) if n_cal else X
         yu_f = yu[fit_idx] if n_cal else yu
         memb = gset.evaluate(Xf, fit_idx.size)
+        affine = None
         if base_u is not None:
             mu0 = base_u[fit_idx] if n_cal else base_u
+            if self.base_recalibration == "affine":
+                affine = fit_affine(yu_f, mu0)
+                mu0 = affine_base(mu0, *affine)
         else:
             mu0 = np.full(fit_idx.size, float(np.mean(yu_f)))
         moments = tuple(range(2, k + 1))
@@ -534,6 +564,7 @@ class MomentMulticalibrator(SklearnParams):
             Xf=Xf,
             memb=memb,
             mu0=mu0,
+            affine=affine,
             moments=moments,
             G=G,
             nf=nf,
@@ -639,7 +670,7 @@ class MomentMulticalibrator(SklearnParams):
             d.base_clipped,
             d.gset,
         )
-        n_cal, early, cal_idx, fit_idx, Xf, memb, mu0, moments, G, nf, resid = (
+        n_cal, early, cal_idx, fit_idx, Xf, memb, mu0, affine, moments, G, nf, resid = (
             d.n_cal,
             d.early,
             d.cal_idx,
@@ -647,6 +678,7 @@ class MomentMulticalibrator(SklearnParams):
             d.Xf,
             d.memb,
             d.mu0,
+            d.affine,
             d.moments,
             d.G,
             d.nf,
@@ -657,6 +689,8 @@ class MomentMulticalibrator(SklearnParams):
         mu_h = None
         if n_cal:
             mu_h = base_u[cal_idx] if base_u is not None else np.full(n_cal, float(np.mean(yu_f)))
+            if affine is not None:
+                mu_h = affine_base(mu_h, *affine)
 
         candidates = AUTO_BUCKETS if self.n_buckets == "auto" else (int(self.n_buckets),)
         t0 = time.perf_counter()
@@ -682,11 +716,12 @@ class MomentMulticalibrator(SklearnParams):
         seconds = time.perf_counter() - t0
         del resid
 
-        init_mean = (
-            {"kind": "base", "column": base_name}
-            if base_u is not None
-            else {"kind": "constant", "value": float(np.mean(yu_f))}
-        )
+        if base_u is None:
+            init_mean = {"kind": "constant", "value": float(np.mean(yu_f))}
+        elif affine is None:
+            init_mean = {"kind": "base", "column": base_name}
+        else:
+            init_mean = {"kind": "base-affine", "column": base_name, "intercept": affine[0], "slope": affine[1]}
         log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
         model = FittedModel(
             params,
@@ -707,7 +742,8 @@ class MomentMulticalibrator(SklearnParams):
         elif snap is not None and snap["index"] == kept_round:
             fit_mu, fit_moms = snap["mu"], snap["mom"]
         else:
-            fit_mu, fit_moms = model.predict_unit(Xf, mu0 if base_u is not None else None, fit_idx.size)
+            base_f = None if base_u is None else (base_u[fit_idx] if n_cal else base_u)  # as given: predict maps it
+            fit_mu, fit_moms = model.predict_unit(Xf, base_f, fit_idx.size)
         achieved = _achieved(params, memb, yu_f, fit_mu, fit_moms)
         params, floors = state_achieved(self, model, params, achieved)
         if n_cal and task != TASK_BINARY:

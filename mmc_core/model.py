@@ -20,11 +20,16 @@ from .errors import DataError, ModelFormatError
 from .groups import GroupSet, Membership
 from .moments import LabelScale, MomentKind
 
-__all__ = ["FittedModel", "FORMAT", "VERSION", "atomic_write_text", "atomic_write_bytes"]
+__all__ = ["FittedModel", "FORMAT", "VERSION", "affine_base", "atomic_write_text", "atomic_write_bytes"]
 
 FORMAT = "mmc-audit-model"
 VERSION = 2  # written when a model uses data-chosen grids, moment floors or the standard-error test
 READABLE_VERSIONS = (1, 2)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
+
+
+def affine_base(base_unit: np.ndarray, intercept: float, slope: float) -> np.ndarray:
+    """A base prediction (unit scale) through the fitted line a + b x base, kept in the label range [0, 1]."""
+    return np.clip(float(intercept) + float(slope) * np.asarray(base_unit, dtype=float), 0.0, 1.0)
 
 
 def _default_mode() -> int:
@@ -69,7 +74,7 @@ class FittedModel:
     params: DescentParams
     scale: LabelScale
     groups: GroupSet
-    init_mean: dict  # {"kind": "constant", "value": u} or {"kind": "base"}  (unit scale)
+    init_mean: dict  # {"kind": "constant", "value": u}, {"kind": "base"} or {"kind": "base-affine", ...} (unit scale)
     init_moments: dict  # a -> constant (unit scale)
     log: list
     round_ends: list
@@ -87,7 +92,7 @@ class FittedModel:
 
     @property
     def uses_base(self) -> bool:
-        return self.init_mean.get("kind") == "base"
+        return self.init_mean.get("kind") in ("base", "base-affine")
 
     def initial(self, n: int, base_unit: np.ndarray | None = None):
         if self.uses_base:
@@ -97,6 +102,8 @@ class FittedModel:
             mu = np.clip(np.asarray(base_unit, dtype=float), 0.0, 1.0)
             if mu.shape != (n,):
                 raise DataError(f"base prediction has {mu.size} values for {n} rows")
+            if self.init_mean.get("kind") == "base-affine":
+                mu = affine_base(mu, self.init_mean["intercept"], self.init_mean["slope"])
         else:
             mu = np.full(n, float(self.init_mean["value"]))
         moms = {a: np.full(n, float(self.init_moments[a])) for a in self.moments}
@@ -290,8 +297,13 @@ class FittedModel:
         G = len(groups)
         init = d["init"]
         init_mean = init.get("mean") if isinstance(init, dict) else None
-        if not isinstance(init_mean, dict) or init_mean.get("kind") not in ("constant", "base"):
-            raise bad('init.mean must be {"kind": "constant", "value": v} or {"kind": "base"}')
+        if not isinstance(init_mean, dict) or init_mean.get("kind") not in ("constant", "base", "base-affine"):
+            raise bad('init.mean must be {"kind": "constant", "value": v}, {"kind": "base"} or {"kind": "base-affine"}')
+        if init_mean["kind"] == "base-affine":
+            for key in ("intercept", "slope"):
+                v = init_mean.get(key)
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                    raise bad(f"init.mean.{key}={v!r} must be a finite number")
         if init_mean["kind"] == "constant":
             v = init_mean.get("value")
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= 1.0:

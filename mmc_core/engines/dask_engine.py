@@ -502,6 +502,8 @@ def fit_dask(
     from ..groups import GroupSet
 
     _require()
+    if getattr(est, "base_recalibration", "none") != "none":
+        raise MMCError("base_recalibration='affine' is not supported by the Dask engine yet (use the numpy engine)")
     client = _client(client)
     validate_params(
         est.alpha,
