@@ -37,6 +37,9 @@ class StoppedByUser(MMCError):
 
 
 BOOST_CHUNK = 10  # boosting iterations between two looks at the stop flag
+# True in a worker process of the dashboard: Stop terminates the process, so the base model needs no stop checks
+# and is fitted in one call (see _grow); set by app.jobs._child_main, never in the server process.
+KILLABLE = False
 
 
 def _limit_threads():
@@ -147,7 +150,17 @@ def _preprocessor(cat: list, num: list, linear: bool):
 
 def _grow(est, Xt, y, stop, progress, max_iter: int):
     """Fit a ``warm_start`` gradient-boosting model BOOST_CHUNK iterations at a time up to ``max_iter`` (or until
-    its early stopping ends the boosting), looking at ``stop()`` before every chunk."""
+    its early stopping ends the boosting), looking at ``stop()`` before every chunk.
+
+    In a worker process that Stop terminates (:data:`KILLABLE`) the model is fitted in one call instead: every
+    warm start re-bins the rows and re-predicts them with all the trees grown so far, which made the chunked fit
+    up to twice as slow as the plain one on large tables."""
+    if KILLABLE:
+        est.set_params(max_iter=max_iter)
+        est.fit(Xt, y)
+        if progress is not None:
+            progress(int(est.n_iter_))
+        return
     done = 0
     while done < max_iter:
         if stop is not None and stop():
@@ -157,9 +170,22 @@ def _grow(est, Xt, y, stop, progress, max_iter: int):
         est.fit(Xt, y)
         if progress is not None:
             progress(int(est.n_iter_))
-        if est.n_iter_ < target:  # early stopping ended the boosting
+        if est.n_iter_ < target or _early_stopped(est):  # early stopping ended the boosting
             break
         done = target
+
+
+def _early_stopped(est) -> bool:
+    """Whether the model's own early stopping fired at its last iteration. A chunk that ends exactly there stops
+    at ``max_iter`` and does not say so; without this check the next warm start grew one more tree than a single
+    fit does (scikit-learn's rule, restated with the public ``n_iter_no_change`` / ``tol`` / scores)."""
+    if not getattr(est, "do_early_stopping_", False):
+        return False
+    scores = est.validation_score_ if len(est.validation_score_) else est.train_score_
+    ref = est.n_iter_no_change + 1
+    if len(scores) < ref:
+        return False
+    return not any(s > scores[-ref] + est.tol for s in scores[-ref + 1 :])
 
 
 _BASE_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()

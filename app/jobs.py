@@ -388,6 +388,10 @@ HISTORY_FLUSH = 0.2  # seconds between two batches of history rows sent by a wor
 def _child_main(args, data_key, data_name, queue, stop_event, seen_event):
     """The body of a worker process: run the pipeline, report everything through ``queue`` (history rows in
     batches, so that a fast descent does not flood it) and ``seen_event`` (set the moment Stop is seen)."""
+    import app.base_model
+
+    # Stop terminates this process during the base-model fit (FitJob.stop), so the fit runs in one call
+    app.base_model.KILLABLE = True
     buf, last = [], [time.time()]
 
     def flush():
