@@ -5,11 +5,12 @@ implications of the parameters, the live fragment, starting and finishing the jo
 session-state keys; the work it starts lives in :mod:`app.pipeline` and :mod:`app.jobs`.
 
 How the live view works: Run starts :class:`app.jobs.FitJob` (in a forked worker process). The page then draws
-a fragment that Streamlit re-executes every 0.25 s (``st.fragment(run_every=...)``) while the job runs; each tick
-reads the job's history (one row per descent round) and redraws the progress line (and, at most every 1.5 s, a
-thinned convergence chart). The Stop button inside the fragment sets the job's stop flag; as soon as the job has
-seen it the fragment says what is kept, and when the job is over the fragment triggers a full rerun and the
-result is stored in ``st.session_state["run"]`` (it survives reruns).
+two fragments while the job runs. The live view is re-executed every 0.5 s (``st.fragment(run_every=...)``);
+each tick reads the job's history (one row per descent round) and redraws the progress line and the thinned
+convergence chart (another fragment, every 2 s; the figure is built in a helper thread); when the job is over it triggers a full rerun
+and the result is stored in ``st.session_state["run"]`` (it survives reruns). The Stop box is a fragment without
+a timer: a click sets the job's stop flag and, in that same short run, says what is kept (the browser shows it
+a few tenths of a second after the click; tests/test_browser_stop.py measures it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from app.specs import STEP_HELP
 from app.ui import state
 from app.ui.common import esc
 
-POLL_SECONDS = 0.25
+POLL_SECONDS = 0.5  # seconds between two ticks of the live view (each costs the browser 50-200 ms, loaded)
 WORKER = os.environ.get("MMC_WORKER", "process")  # background runs in a forked process ("thread": in-process)
 RULES = {"se": "standard-error test per cell (default)", "auto": "noise threshold (previous rule)"}
 ALPHAS = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1]
@@ -297,14 +298,15 @@ def _job_thresholds(job, settings) -> tuple[float, float] | None:
     return float(a), float(b)
 
 
-CHART_EVERY = 1.5  # seconds between two rebuilds of the live chart (the progress line updates every tick)
+CHART_EVERY = 2.0  # seconds between two redraws of the live chart (the progress line updates every POLL_SECONDS)
 
 
 def stopping_text(job) -> str:
     """What Stop keeps, as soon as the job has seen the flag (before its last bookkeeping is done)."""
     phase = job.stop_phase or job.phase
     if phase.startswith("fitting the base model") or phase.startswith("preparing") or phase == "starting":
-        return f"Stopped by you during {phase}: nothing was fitted."
+        kept = "; the previous results are kept" if st.session_state.get("run") is not None else ""
+        return f"Stopped by you during {phase}: nothing was fitted{kept}."
     if phase.startswith("auditing"):
         return "Stopped by you during the audit: the fitted model is kept, not audited."
     rnd = job.history[-1]["round"] if job.history else 0
@@ -328,15 +330,39 @@ def thin(hist: list, n: int = LIVE_POINTS) -> list:
 
 
 def _live_chart(job, hist, thr):
-    """The convergence chart, rebuilt at most every CHART_EVERY seconds (building a Plotly figure is the costly
-    part of a tick, and the fit thread competes for the same interpreter)."""
+    """The convergence chart, rebuilt (at most once per tick of its fragment) in a helper thread. Building the
+    Plotly figure takes 0.2-0.5 s, and a click on Stop waits for the fragment run in progress (Streamlit does not
+    preempt one fragment run with another): built in the tick, it delayed the stopped banner by as much."""
     ss = st.session_state
-    cached = ss.get("_live_fig")
-    now = time.time()
-    if cached is None or cached[0] != job.id or (len(hist) != cached[1] and now - cached[2] >= CHART_EVERY):
-        cached = (job.id, len(hist), now, _convergence_fig(thin(hist), *thr))
-        ss["_live_fig"] = cached
-    st.plotly_chart(cached[3], width="stretch", key="live_chart")
+    live = ss.get("_live_fig")
+    if live is None or live.job_id != job.id:
+        live = ss["_live_fig"] = _LiveFigure(job.id)
+    live.refresh(hist, thr)
+    if live.fig is not None:
+        st.plotly_chart(live.fig, width="stretch", key="live_chart")
+
+
+class _LiveFigure:
+    """The latest live figure of one job and the thread building the next one (plain attributes: the thread never
+    touches Streamlit or the session)."""
+
+    def __init__(self, job_id: str):
+        self.job_id = job_id
+        self.fig = None
+        self.rows = -1
+        self._thread = None
+
+    def refresh(self, hist: list, thr):
+        import threading
+
+        if (self._thread is not None and self._thread.is_alive()) or len(hist) == self.rows:
+            return
+        self.rows = len(hist)
+        self._thread = threading.Thread(target=self._build, args=(thin(hist), thr), name="mmc-live-chart", daemon=True)
+        self._thread.start()  # the figure is shown from the next tick on
+
+    def _build(self, hist, thr):
+        self.fig = _convergence_fig(hist, *thr)
 
 
 def _live_body():
@@ -350,9 +376,7 @@ def _live_body():
         st.rerun()  # leave the fragment: redraw the whole page with the result
         return
     if job.stop_requested and job.stop_seen():
-        # the run has seen Stop: say so at once; the page redraws with the result when the job is done
-        st.warning(stopping_text(job), icon=":material/stop_circle:")
-        return
+        return  # the Stop box says what is kept; the page redraws with the result when the job is done
     settings = job.settings
     hist = list(job.history)
     last = hist[-1] if hist else None
@@ -367,45 +391,71 @@ def _live_body():
         )
     else:
         text = f"{job.phase} · {job.elapsed:.1f} s"
-    auditing = job.phase.startswith("auditing")
-    if auditing:
+    if job.phase.startswith("auditing"):
         frac = 0.99
         text = f"Fit finished after {len(hist)} rounds · {job.phase} · {job.elapsed:.1f} s"
     elif job.stop_requested:
         text = "Stopping… " + text
-    c1, c2 = st.columns([1, 5])
-    with c1:
-        clicked = st.button(
+    st.progress(frac, text=text)
+    st.caption("The chart redraws while the fit runs. You can switch pages; the fit continues in the background.")
+
+
+def _chart_box():
+    """The live chart, a fragment of its own on a slower timer: the browser takes 0.1-0.4 s (loaded) to draw the
+    Plotly figure each time it is sent, and while it draws it handles neither a click nor the banner."""
+    job = st.session_state.get("job")
+    if job is None or not job.running or job.stop_requested:
+        return
+    thr = _job_thresholds(job, job.settings)
+    if thr:
+        _live_chart(job, list(job.history), thr)
+
+
+def _stop_box():
+    """The Stop button, and once it is pressed, what is kept. A fragment of its own, without a timer: a click
+    reruns only this small box, and the live view's ticks (another fragment) neither delay its banner nor clear
+    it. With the button inside the ticking fragment, a tick requested while the click was handled replaced the
+    click's output, and the banner waited for a later tick or the full-page redraw (about a second, loaded)."""
+    from app.jobs import debug as _debug
+
+    job = st.session_state.get("job")
+    if job is None:
+        return
+    if not job.stop_requested:
+        if not st.button(
             "Stop",
             key="stop_run",
             type="secondary",
             icon=":material/stop_circle:",
-            disabled=job.stop_requested,
             help="Ends the run at once. During the base-model fit nothing is kept; during the descent "
             "or the audit the model fitted so far is kept (marked 'not converged'), not audited.",
-        )
-    if clicked:
+        ):
+            return
         _debug(f"stop clicked in phase {job.phase!r}")
         job.stop()
-        # the flag is seen before the next boosting chunk / update, or at once in the audit
+        # the flag is seen before the next update of the descent, at once elsewhere (see FitJob.stop)
         deadline = time.time() + 0.8
         while job.running and not job.stop_seen() and time.time() < deadline:
             time.sleep(0.02)
         _debug(f"job status {job.status}, stop seen {job.stop_seen()}")
-        if not job.running:
-            finalize()
-            st.rerun(scope="app")
-        st.warning(stopping_text(job), icon=":material/stop_circle:")
-        return
-    with c2:
-        st.progress(frac, text=text)
-    st.caption("The chart redraws while the fit runs. You can switch pages; the fit continues in the background.")
-    if thr:
-        _live_chart(job, hist, thr)
+    st.warning(stopping_text(job), icon=":material/stop_circle:")
 
 
 def live_view():
-    st.fragment(run_every=POLL_SECONDS)(_live_body)()
+    st.fragment(_stop_box)()
+    st.fragment(run_every=POLL_SECONDS)(_timed_live_body)()
+    st.fragment(run_every=CHART_EVERY)(_chart_box)()
+
+
+def _timed_live_body():
+    """A tick, with its duration in the MMC_DEBUG_TIMING notes: a click on Stop waits for the tick in progress."""
+    from app.jobs import debug as _debug
+
+    t0 = time.perf_counter()
+    try:
+        _live_body()
+    finally:
+        _debug(f"fragment tick took {time.perf_counter() - t0:.3f} s")
 
 
 # ---------------------------------------------------------------------------------------------------
