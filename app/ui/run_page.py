@@ -26,6 +26,7 @@ from app.jobs import FitJob
 from app.specs import STEP_HELP
 from app.ui import state
 from app.ui.common import esc
+from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
 
 POLL_SECONDS = 0.5  # seconds between two ticks of the live view (each costs the browser 50-200 ms, loaded)
 WORKER = os.environ.get("MMC_WORKER", "process")  # background runs in a forked process ("thread": in-process)
@@ -44,15 +45,12 @@ def run_now(sync: bool = False) -> FitJob | None:
     if d is None:
         ss["run_error"] = "load a table first (Data page)"
         return None
-    old = ss.get("job")
-    if old is not None and old.running:
+    old = running_job("job")
+    if old is not None:
         return old
     ss.pop("run_error", None)
     job = FitJob(
-        d["df"],
-        state.label_spec(),
-        state.base_spec(),
-        state.split_spec(),
+        *job_inputs(d),
         _groups_json(),
         state.fit_settings(),
         data_key=d["key"],
@@ -60,12 +58,7 @@ def run_now(sync: bool = False) -> FitJob | None:
         worker="thread" if sync else WORKER,
     )
     job.label_units = state.units()
-    ss["job"] = job
-    if sync:
-        job.run_sync()
-    else:
-        job.start()
-        job.wait(0.6)  # quick fits finish before the page is drawn: no flicker
+    start_job("job", job, sync, 0.6)
     finalize()
     return job
 
@@ -82,23 +75,13 @@ def _groups_json():
 def finalize():
     """Move a finished job's result into session state (called on every page run)."""
     ss = st.session_state
-    job = ss.get("job")
-    if job is None or job.running or job.status == "idle":
+    job = take_finished("job")
+    if job is None:
         return
-    ss["job"] = None
-    ss["last_job"] = {
-        "status": job.status,
-        "elapsed": job.elapsed,
-        "error": job.error,
-        "detail": job.detail,
-        "rounds_seen": len(job.history),
-        "stop_requested_at": job.stop_requested_at,
-        "stop_seen_at": job.stop_seen_at,
-        "ended_at": job.ended_at,
-        "id": job.id,
-        "kept": job.kept,
-        "stop_phase": job.stop_phase,
-    }
+    ss["last_job"] = outcome(
+        job, "status", "elapsed", "error", "detail", "stop_requested_at", "stop_seen_at", "ended_at", "id", "kept"
+    )
+    ss["last_job"].update(rounds_seen=len(job.history), stop_phase=job.stop_phase)
     if job.status == "done" and job.result is not None:
         run = job.result
         units = getattr(job, "label_units", "")
@@ -594,24 +577,18 @@ def settings_form(d):
                 }[s],
             )
         with c5:
-            st.number_input(
-                "δ: interval miscoverage",
-                min_value=0.01,
-                max_value=0.5,
-                step=0.01,
-                **state.bind("p_delta"),
-                format="%.2f",
-                help="Intervals aim at coverage 1 − δ.",
-            )
-            st.number_input(
-                "γ: smallest cell mass covered",
-                min_value=0.001,
-                max_value=0.5,
-                step=0.005,
-                **state.bind("p_gamma"),
-                format="%.3f",
-                help="Guarantees (and the audit's marks) cover groups/cells of mass ≥ γ.",
-            )
+            for label, key, lo, step, fmt, why in (
+                ("δ: interval miscoverage", "p_delta", 0.01, 0.01, "%.2f", "Intervals aim at coverage 1 − δ."),
+                (
+                    "γ: smallest cell mass covered",
+                    "p_gamma",
+                    0.001,
+                    0.005,
+                    "%.3f",
+                    "Guarantees (and the audit's marks) cover groups/cells of mass ≥ γ.",
+                ),
+            ):
+                st.number_input(label, min_value=lo, max_value=0.5, step=step, **state.bind(key), format=fmt, help=why)
             st.number_input(
                 "Bootstrap resamples for intervals of ratios",
                 min_value=0,
@@ -644,15 +621,13 @@ def split_summary(d) -> dict | None:
 def render():
     ss = st.session_state
     finalize()
-    st.title("Run the audit")
-    d = state.data()
-    if d is None:
-        st.info("Load a table on the Data page first.")
-        return
-    st.caption(
+    d = page_start(
+        "Run the audit",
         "Set the thresholds, press **Run**, and watch the alternating descent drive every group's cells "
-        "below them. The fitted model and its audit stay available on the other pages."
+        "below them. The fitted model and its audit stay available on the other pages.",
     )
+    if d is None:
+        return
     left, right = st.columns([3, 2], gap="large")
     with left:
         settings_form(d)
