@@ -220,12 +220,25 @@ def cached_base_model(
             f"the base model could not be fitted on features {', '.join(map(str, spec.features))}: "
             f"{str(e).splitlines()[0]}"
         ) from None
-    out = (pred, model)
+    cache_put(key, pred, model)
+    return pred, model
+
+
+def cache_put(key: tuple, pred: np.ndarray, model=None):
+    """Keep a base model's predictions (the four most recent). A worker process's fit is put here by the server
+    (with no model: only the predictions are used again), so the next run does not fit it again."""
     with _BASE_LOCK:
-        _BASE_CACHE[key] = out
+        _BASE_CACHE[key] = (pred, model)
+        _BASE_CACHE.move_to_end(key)
         while len(_BASE_CACHE) > 4:
             _BASE_CACHE.popitem(last=False)
-    return out
+
+
+def cache_entries(data_key: str | None = None) -> list:
+    """The cached (key, predictions), oldest first, only those of the table ``data_key`` if given: what a worker
+    process starts with (it is forked from the fork server, which has none of the server's cache)."""
+    with _BASE_LOCK:
+        return [(k, v[0]) for k, v in _BASE_CACHE.items() if data_key is None or k[0] == data_key]
 
 
 def base_prediction(

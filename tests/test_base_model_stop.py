@@ -92,3 +92,32 @@ def test_stop_in_the_worker_process_during_the_base_model_fit_ends_the_job_at_on
     assert "nothing was fitted" in job.kept
     job._proc.join(30)
     assert not job._proc.is_alive()
+
+
+def test_a_base_model_fitted_in_a_worker_process_is_reused_by_the_next_run(monkeypatch):
+    """Each run's worker process is forked from the fork server, which has none of the server's cache: the base
+    model used to be fitted again for every run. Now the worker sends the predictions back, and the next worker
+    starts with them (a planted prediction shows that it is used instead of a new fit)."""
+    from app.jobs import FitJob
+
+    monkeypatch.setattr(bm, "_BASE_CACHE", type(bm._BASE_CACHE)())
+    df = _frame(4000, seed=2)
+    args = (
+        df,
+        LabelSpec("y"),
+        BaseSpec("model", None, "hgb", ("a", "b", "c")),
+        SplitSpec(base=0.4, seed=5),
+        {"format": "mmc-groups", "version": 1, "groups": []},
+    )
+    first = FitJob(*args, FitSettings(n_boot=0, max_rounds=2), data_key="t", worker="process").start()
+    assert first.wait(300) and first.status == "done", first.error
+    entries = bm.cache_entries("t")
+    assert len(entries) == 1  # the worker's fit, now in this process's cache
+    key, pred = entries[0]
+    assert np.array_equal(np.clip(pred, first.result.label.lo, first.result.label.hi), first.result.base)
+    planted = np.full_like(pred, float(np.median(pred)))
+    bm.cache_put(key, planted)
+    second = FitJob(*args, FitSettings(n_boot=0, max_rounds=3), data_key="t", worker="process").start()
+    assert second.wait(300) and second.status == "done", second.error
+    assert np.array_equal(second.result.base, planted)  # no second fit
+    assert bm.cache_entries("other table") == []
