@@ -5,12 +5,12 @@ implications of the parameters, the live fragment, starting and finishing the jo
 session-state keys; the work it starts lives in :mod:`app.pipeline` and :mod:`app.jobs`.
 
 How the live view works: Run starts :class:`app.jobs.FitJob` (in a forked worker process). The page then draws
-two fragments while the job runs. The live view is re-executed every 0.5 s (``st.fragment(run_every=...)``);
-each tick reads the job's history (one row per descent round) and redraws the progress line and the thinned
-convergence chart (another fragment, every 2 s; the figure is built in a helper thread); when the job is over it triggers a full rerun
-and the result is stored in ``st.session_state["run"]`` (it survives reruns). The Stop box is a fragment without
-a timer: a click sets the job's stop flag and, in that same short run, says what is kept (the browser shows it
-a few tenths of a second after the click; tests/test_browser_stop.py measures it).
+three fragments while the job runs. The live view is re-executed every second (``st.fragment(run_every=...)``):
+each tick reads the job's history (one row per descent round) and redraws the progress line; when the job is
+over it triggers a full rerun and the result is stored in ``st.session_state["run"]`` (it survives reruns). The
+thinned convergence chart is another fragment, every 3 s (its figure is built in a helper thread). The Stop box
+is a fragment without a timer: a click sets the job's stop flag and, in that same short run, says what is kept
+(the browser shows it a few tenths of a second after the click; tests/test_browser_stop.py measures it).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from app.ui import state
 from app.ui.common import esc
 from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
 
-POLL_SECONDS = 0.5  # seconds between two ticks of the live view (each costs the browser 50-200 ms, loaded)
+POLL_SECONDS = 1.0  # seconds between two ticks of the live view (each costs the browser 50-200 ms, loaded)
 WORKER = os.environ.get("MMC_WORKER", "process")  # background runs in a forked process ("thread": in-process)
 RULES = {"se": "standard-error test per cell (default)", "auto": "noise threshold (previous rule)"}
 ALPHAS = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1]
@@ -281,7 +281,7 @@ def _job_thresholds(job, settings) -> tuple[float, float] | None:
     return float(a), float(b)
 
 
-CHART_EVERY = 2.0  # seconds between two redraws of the live chart (the progress line updates every POLL_SECONDS)
+CHART_EVERY = 3.0  # seconds between two redraws of the live chart (the progress line updates every POLL_SECONDS)
 
 
 def stopping_text(job) -> str:
