@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 
 import numpy as np
@@ -202,17 +203,22 @@ def cached_base_model(
     progress=None,
     binary: bool = False,
 ):
-    """Predictions of an in-app base model on all rows, fitted on ``rows`` only; cached on ``key`` (data hash,
-    label, split, spec, row digest) so re-running the multicalibration with new parameters does not refit it."""
+    """(predictions of an in-app base model on all rows, the model, seconds): fitted on ``rows`` only; cached on
+    ``key`` (data hash, label, split, spec, row digest) so re-running the multicalibration with new parameters does
+    not refit it. ``seconds`` ({"fit", "predict"}) is None when the cache answered (and the model is None when a
+    worker process fitted it: only the predictions come back)."""
     with _BASE_LOCK:
         if key in _BASE_CACHE:
             _BASE_CACHE.move_to_end(key)
-            return _BASE_CACHE[key]
+            return (*_BASE_CACHE[key], None)
     X = _feature_frame(df, spec.features)
     try:
+        t0 = time.perf_counter()
         model = fit_base_model(X.iloc[rows], y[rows], spec.model, seed, stop=stop, progress=progress, binary=binary)
+        t1 = time.perf_counter()
         with _limit_threads():
             pred = np.asarray(model.predict(X), dtype=float)
+        seconds = {"fit": t1 - t0, "predict": time.perf_counter() - t1}
     except MMCError:
         raise
     except ValueError as e:  # scikit-learn's own checks: say which model and features
@@ -221,7 +227,7 @@ def cached_base_model(
             f"{str(e).splitlines()[0]}"
         ) from None
     cache_put(key, pred, model)
-    return pred, model
+    return pred, model, seconds
 
 
 def cache_put(key: tuple, pred: np.ndarray, model=None):
@@ -290,7 +296,7 @@ def base_prediction(
         h.update(np.ascontiguousarray(label.y[rows], dtype=float).tobytes())
         h.update(pd.util.hash_pandas_object(df.iloc[rows][feats], index=False).to_numpy().tobytes())
         key = (data_key, label_spec, spec, split_spec, h.hexdigest()[:24])
-        b, _ = cached_base_model(
+        b, _, seconds = cached_base_model(
             key,
             df,
             label.y,
@@ -305,6 +311,10 @@ def base_prediction(
             f"base prediction: {BASE_MODELS.get(spec.model, spec.model)} on {len(feats)} feature(s), "
             f"trained on {split['base'].size:,} rows that are not used again"
         )
+        if seconds:  # the Run page's "base model fitted in ..." counts both
+            note += f" (fitted in {seconds['fit']:.2f} s, all {len(df):,} rows predicted in {seconds['predict']:.2f} s)"
+        else:
+            note += " (fitted for an earlier run with the same rows and settings, not again)"
     else:
         raise DataError(f"unknown base prediction kind {spec.kind!r}")
     outside = int(np.sum((b < label.lo) | (b > label.hi)))
