@@ -416,8 +416,10 @@ def _stop_box():
             return
         _debug(f"stop clicked in phase {job.phase!r}")
         job.stop()
-        # the flag is seen before the next update of the descent, at once elsewhere (see FitJob.stop)
-        deadline = time.time() + 0.8
+        # The flag is seen before the next update of the descent (tens of ms), at once elsewhere (FitJob.stop); a
+        # short wait lets the banner name the round the run stopped at. Not longer: in a step that polls no flag
+        # (the interval calibration after the descent) the banner must not wait for the step.
+        deadline = time.time() + 0.25
         while job.running and not job.stop_seen() and time.time() < deadline:
             time.sleep(0.02)
         _debug(f"job status {job.status}, stop seen {job.stop_seen()}")
