@@ -399,31 +399,36 @@ def _stop_box():
     reruns only this small box, and the live view's ticks (another fragment) neither delay its banner nor clear
     it. With the button inside the ticking fragment, a tick requested while the click was handled replaced the
     click's output, and the banner waited for a later tick or the full-page redraw (about a second, loaded)."""
-    from app.jobs import debug as _debug
-
     job = st.session_state.get("job")
     if job is None:
         return
     if not job.stop_requested:
-        if not st.button(
+        st.button(
             "Stop",
             key="stop_run",
             type="secondary",
             icon=":material/stop_circle:",
+            on_click=_press_stop,  # before this box is drawn again: the banner replaces the button
+            args=(job,),
             help="Ends the run at once. During the base-model fit nothing is kept; during the descent "
             "or the audit the model fitted so far is kept (marked 'not converged'), not audited.",
-        ):
-            return
-        _debug(f"stop clicked in phase {job.phase!r}")
-        job.stop()
-        # The flag is seen before the next update of the descent (tens of ms), at once elsewhere (FitJob.stop); a
-        # short wait lets the banner name the round the run stopped at. Not longer: in a step that polls no flag
-        # (the interval calibration after the descent) the banner must not wait for the step.
-        deadline = time.time() + 0.25
-        while job.running and not job.stop_seen() and time.time() < deadline:
-            time.sleep(0.02)
-        _debug(f"job status {job.status}, stop seen {job.stop_seen()}")
+        )
+        return
+    # The flag is seen before the next update of the descent (tens of ms), at once elsewhere (FitJob.stop); a
+    # short wait lets the banner name the round the run stopped at. Not longer: in a step that polls no flag
+    # (the interval calibration after the descent) the banner must not wait for the step.
+    deadline = (job.stop_requested_at or 0.0) + 0.25
+    while job.running and not job.stop_seen() and time.time() < deadline:
+        time.sleep(0.02)
     st.warning(stopping_text(job), icon=":material/stop_circle:")
+
+
+def _press_stop(job):
+    from app.jobs import debug as _debug
+
+    _debug(f"stop clicked in phase {job.phase!r}")
+    job.stop()
+    _debug(f"job status {job.status}, stop seen {job.stop_seen()}")
 
 
 def live_view():
