@@ -1,7 +1,8 @@
 """The base prediction a run starts from: none, an existing column, or a scikit-learn model (gradient boosting or
 ridge / logistic regression) fitted on the base-model rows only, with the process-wide cache
 (:func:`cached_base_model`) that lets the multicalibration be re-run with new parameters without refitting it.
-The fit polls a stop flag between chunks of boosting iterations (:class:`StoppedByUser`) and runs with one
+In a thread the fit polls a stop flag between chunks of boosting iterations (:class:`StoppedByUser`); in the
+dashboard's worker process, which Stop terminates, it runs in one call (:data:`KILLABLE`). It runs with one
 OpenMP / BLAS thread (:func:`_limit_threads`) so it does not fight the dashboard server for the cores. Kept apart
 from :mod:`app.pipeline` because it is the only part that needs scikit-learn.
 """

@@ -79,7 +79,8 @@ class FitJob:
     ``status`` is one of ``running``, ``done``, ``stopped`` (Stop pressed before anything was fitted: no
     result), ``error``. Stop is honoured within one check of the flag in every phase:
 
-    * base-model fit: between two chunks of boosting iterations (nothing is kept; ``stopped``);
+    * base-model fit: in a worker process, at once (the process is terminated; the fit runs in one call); in a
+      thread, between two chunks of boosting iterations (nothing is kept; ``stopped``);
     * descent: before the next single update (the model fitted so far is kept, marked stopped, not audited);
     * audit: at once: the job ends with the fitted model (not audited) and the audit thread's result is dropped.
 
