@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,28 +35,12 @@ FEATURES = ["educ", "exper", "tenure", "female", "black", "region", "hours"]
 
 
 def table(n: int, seed: int = 1) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    df = pd.DataFrame(
-        {
-            "educ": rng.integers(8, 19, n),
-            "exper": rng.integers(0, 45, n),
-            "tenure": rng.integers(0, 30, n),
-            "female": rng.integers(0, 2, n),
-            "black": (rng.random(n) < 0.1).astype(int),
-            "region": rng.choice(["north", "south", "east", "west"], n),
-            "hours": rng.integers(20, 60, n).astype(float),
-        }
-    )
-    df["lwage"] = (
-        0.5
-        + 0.08 * df["educ"]
-        + 0.01 * df["exper"]
-        - 0.15 * df["female"]
-        - 0.1 * df["black"]
-        + 0.002 * df["hours"]
-        + rng.normal(0, 0.45 + 0.1 * df["black"], n)
-    )
-    return df
+    """The CPS-like table the browser tests upload (``tests/test_browser_e2e.py``), read back from its CSV as
+    the dashboard reads it."""
+    from tests.test_browser_e2e import cps_csv
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return pd.read_csv(cps_csv(Path(tmp) / "cps.csv", n, seed))
 
 
 def plain_sklearn(X: pd.DataFrame, y: np.ndarray, seed: int):
