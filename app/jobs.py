@@ -16,7 +16,7 @@ import traceback
 
 import numpy as np
 
-from app.base_model import _BASE_LOCK, StoppedByUser
+from app.base_model import _BASE_LOCK, StoppedByUser, cache_entries, cache_put
 from app.pipeline import NOT_AUDITED, run_pipeline
 from app.specs import AuditRun
 from mmc_core.errors import MMCError
@@ -79,7 +79,8 @@ class FitJob:
     ``status`` is one of ``running``, ``done``, ``stopped`` (Stop pressed before anything was fitted: no
     result), ``error``. Stop is honoured within one check of the flag in every phase:
 
-    * base-model fit: between two chunks of boosting iterations (nothing is kept; ``stopped``);
+    * base-model fit: in a worker process, at once (the process is terminated; the fit runs in one call); in a
+      thread, between two chunks of boosting iterations (nothing is kept; ``stopped``);
     * descent: before the next single update (the model fitted so far is kept, marked stopped, not audited);
     * audit: at once: the job ends with the fitted model (not audited) and the audit thread's result is dropped.
 
@@ -142,7 +143,15 @@ class FitJob:
             self._mp_seen = ctx.Event()
             self._proc = ctx.Process(
                 target=_child_main,
-                args=(self.args, self.data_key, self.data_name, queue, self._mp_stop, self._mp_seen),
+                args=(
+                    self.args,
+                    self.data_key,
+                    self.data_name,
+                    queue,
+                    self._mp_stop,
+                    self._mp_seen,
+                    cache_entries(self.data_key),
+                ),
                 name=f"mmc-fit-{self.id}",
                 daemon=True,
             )
@@ -185,6 +194,8 @@ class FitJob:
                     self._set_phase(payload)
                 elif kind == "thr":
                     self.thresholds = payload
+                elif kind == "base":  # a base model the child fitted: the next run's child starts with it
+                    cache_put(*payload)
                 elif kind == "seen":
                     self.stop_seen_at = self.stop_seen_at or time.time()
                 elif kind == "fitted":
@@ -385,10 +396,26 @@ def _mp_context():
 HISTORY_FLUSH = 0.2  # seconds between two batches of history rows sent by a worker process
 
 
-def _child_main(args, data_key, data_name, queue, stop_event, seen_event):
+def _child_main(args, data_key, data_name, queue, stop_event, seen_event, cached=()):
     """The body of a worker process: run the pipeline, report everything through ``queue`` (history rows in
-    batches, so that a fast descent does not flood it) and ``seen_event`` (set the moment Stop is seen)."""
+    batches, so that a fast descent does not flood it; a newly fitted base model's predictions, for the server's
+    cache) and ``seen_event`` (set the moment Stop is seen). ``cached``: the server's cached base predictions of
+    this table, so that a new run with other settings does not fit the same base model again."""
+    import app.base_model
+
+    # Stop terminates this process during the base-model fit (FitJob.stop), so the fit runs in one call
+    app.base_model.KILLABLE = True
+    known = set()
+    for key, pred in cached:
+        cache_put(key, pred)
+        known.add(key)
     buf, last = [], [time.time()]
+
+    def share_base_models():
+        for key, pred in cache_entries():
+            if key not in known:
+                known.add(key)
+                queue.put(("base", (key, pred)))
 
     def flush():
         if buf:
@@ -410,6 +437,7 @@ def _child_main(args, data_key, data_name, queue, stop_event, seen_event):
 
     def phase(text):
         flush()
+        share_base_models()  # the phase after the base model: send it before a Stop can end this process
         queue.put(("phase", text))
 
     try:

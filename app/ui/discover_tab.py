@@ -18,6 +18,7 @@ from app.discovery import DiscoverJob, DiscoverSpec, describe_finding
 from app.ui import groupbuild as gb
 from app.ui import state
 from app.ui.common import columns_multiselect, esc, sanitize
+from app.ui.widgets import job_inputs, outcome, running_job, start_job, take_finished
 
 POLL_SECONDS = 0.25
 TARGETS = {"base": "the base prediction", "model": "the last run's multicalibrated model"}
@@ -43,25 +44,17 @@ def start(sync: bool = False) -> DiscoverJob | None:
     d = state.data()
     if d is None:
         return None
-    old = ss.get("disc_job")
-    if old is not None and old.running:
+    old = running_job("disc_job")
+    if old is not None:
         return old
     ss.pop("disc_last", None)
     job = DiscoverJob(
-        d["df"],
-        state.label_spec(),
-        state.base_spec(),
-        state.split_spec(),
+        *job_inputs(d),
         _spec(),
         run=ss.get("run"),
         data_key=d["key"],
     )
-    ss["disc_job"] = job
-    if sync:
-        job.run_sync()
-    else:
-        job.start()
-        job.wait(0.5)  # quick (cached) searches finish before the page is drawn
+    start_job("disc_job", job, sync, 0.5)  # quick (cached) searches finish before the page is drawn
     finalize()
     return job
 
@@ -69,17 +62,10 @@ def start(sync: bool = False) -> DiscoverJob | None:
 def finalize():
     """A finished job's outcome into session state (called on every run of the tab)."""
     ss = st.session_state
-    job = ss.get("disc_job")
-    if job is None or job.running or job.status == "idle":
+    job = take_finished("disc_job")
+    if job is None:
         return
-    ss["disc_job"] = None
-    ss["disc_last"] = {
-        "status": job.status,
-        "error": job.error,
-        "elapsed": job.elapsed,
-        "result": job.result,
-        "data_key": job.data_key,
-    }  # shown only while that table is loaded
+    ss["disc_last"] = outcome(job, "status", "error", "elapsed", "result", "data_key")  # shown only for that table
 
 
 def _add(i: int):

@@ -15,6 +15,7 @@ import streamlit as st
 from app.ui import groupbuild as gb
 from app.ui import state
 from app.ui.common import columns_multiselect, download, esc, feature_columns, sanitize, tab_state
+from app.ui.widgets import page_start
 from mmc_core.errors import MMCError
 
 
@@ -400,15 +401,13 @@ def import_export(d):
 
 def render():
     ss = st.session_state
-    st.title("Groups")
-    d = state.data()
-    if d is None:
-        st.info("Load a table on the Data page first.")
-        return
-    st.caption(
+    d = page_start(
+        "Groups",
         "The audit checks calibration of means and variances on every group below (and on 'all'). Groups "
-        "may overlap. They are defined by conditions on columns, so they can be computed on new rows."
+        "may overlap. They are defined by conditions on columns, so they can be computed on new rows.",
     )
+    if d is None:
+        return
     msg = ss.pop("groups_msg", None)
     if msg:
         st.success(msg, icon=":material/check:")

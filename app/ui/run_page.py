@@ -5,11 +5,12 @@ implications of the parameters, the live fragment, starting and finishing the jo
 session-state keys; the work it starts lives in :mod:`app.pipeline` and :mod:`app.jobs`.
 
 How the live view works: Run starts :class:`app.jobs.FitJob` (in a forked worker process). The page then draws
-a fragment that Streamlit re-executes every 0.25 s (``st.fragment(run_every=...)``) while the job runs; each tick
-reads the job's history (one row per descent round) and redraws the progress line (and, at most every 1.5 s, a
-thinned convergence chart). The Stop button inside the fragment sets the job's stop flag; as soon as the job has
-seen it the fragment says what is kept, and when the job is over the fragment triggers a full rerun and the
-result is stored in ``st.session_state["run"]`` (it survives reruns).
+three fragments while the job runs. The live view is re-executed every second (``st.fragment(run_every=...)``):
+each tick reads the job's history (one row per descent round) and redraws the progress line; when the job is
+over it triggers a full rerun and the result is stored in ``st.session_state["run"]`` (it survives reruns). The
+thinned convergence chart is another fragment, every 3 s (its figure is built in a helper thread). The Stop box
+is a fragment without a timer: a click sets the job's stop flag and, in that same short run, says what is kept
+(the browser shows it a few tenths of a second after the click; tests/test_browser_stop.py measures it).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from app.jobs import FitJob
 from app.specs import STEP_HELP
 from app.ui import state
 from app.ui.common import esc
+from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
 
-POLL_SECONDS = 0.25
+POLL_SECONDS = 1.0  # seconds between two ticks of the live view (each costs the browser 50-200 ms, loaded)
 WORKER = os.environ.get("MMC_WORKER", "process")  # background runs in a forked process ("thread": in-process)
 RULES = {"se": "standard-error test per cell (default)", "auto": "noise threshold (previous rule)"}
 ALPHAS = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1]
@@ -43,15 +45,12 @@ def run_now(sync: bool = False) -> FitJob | None:
     if d is None:
         ss["run_error"] = "load a table first (Data page)"
         return None
-    old = ss.get("job")
-    if old is not None and old.running:
+    old = running_job("job")
+    if old is not None:
         return old
     ss.pop("run_error", None)
     job = FitJob(
-        d["df"],
-        state.label_spec(),
-        state.base_spec(),
-        state.split_spec(),
+        *job_inputs(d),
         _groups_json(),
         state.fit_settings(),
         data_key=d["key"],
@@ -59,12 +58,7 @@ def run_now(sync: bool = False) -> FitJob | None:
         worker="thread" if sync else WORKER,
     )
     job.label_units = state.units()
-    ss["job"] = job
-    if sync:
-        job.run_sync()
-    else:
-        job.start()
-        job.wait(0.6)  # quick fits finish before the page is drawn: no flicker
+    start_job("job", job, sync, 0.6)
     finalize()
     return job
 
@@ -81,23 +75,13 @@ def _groups_json():
 def finalize():
     """Move a finished job's result into session state (called on every page run)."""
     ss = st.session_state
-    job = ss.get("job")
-    if job is None or job.running or job.status == "idle":
+    job = take_finished("job")
+    if job is None:
         return
-    ss["job"] = None
-    ss["last_job"] = {
-        "status": job.status,
-        "elapsed": job.elapsed,
-        "error": job.error,
-        "detail": job.detail,
-        "rounds_seen": len(job.history),
-        "stop_requested_at": job.stop_requested_at,
-        "stop_seen_at": job.stop_seen_at,
-        "ended_at": job.ended_at,
-        "id": job.id,
-        "kept": job.kept,
-        "stop_phase": job.stop_phase,
-    }
+    ss["last_job"] = outcome(
+        job, "status", "elapsed", "error", "detail", "stop_requested_at", "stop_seen_at", "ended_at", "id", "kept"
+    )
+    ss["last_job"].update(rounds_seen=len(job.history), stop_phase=job.stop_phase)
     if job.status == "done" and job.result is not None:
         run = job.result
         units = getattr(job, "label_units", "")
@@ -219,7 +203,7 @@ def se_implications(
     settings, n_groups: int, lo: float | None, hi: float | None, units: str, preview: dict | None
 ) -> list:
     """The "se" rule in plain words, with the z and the smallest correctable error the estimator computes
-    (``preview`` from :func:`app.pipeline.se_thresholds`; None: known once the base model is fitted)."""
+    (``preview`` from :func:`app.pipeline.planned_thresholds`; None: known once the base model is fitted)."""
     m, k = settings.n_buckets, settings.n_moments
     out = [SE_RULE_TEXT]
     span = (hi - lo) if (lo is not None and hi is not None and hi > lo) else None
@@ -297,14 +281,15 @@ def _job_thresholds(job, settings) -> tuple[float, float] | None:
     return float(a), float(b)
 
 
-CHART_EVERY = 1.5  # seconds between two rebuilds of the live chart (the progress line updates every tick)
+CHART_EVERY = 3.0  # seconds between two redraws of the live chart (the progress line updates every POLL_SECONDS)
 
 
 def stopping_text(job) -> str:
     """What Stop keeps, as soon as the job has seen the flag (before its last bookkeeping is done)."""
     phase = job.stop_phase or job.phase
     if phase.startswith("fitting the base model") or phase.startswith("preparing") or phase == "starting":
-        return f"Stopped by you during {phase}: nothing was fitted."
+        kept = "; the previous results are kept" if st.session_state.get("run") is not None else ""
+        return f"Stopped by you during {phase}: nothing was fitted{kept}."
     if phase.startswith("auditing"):
         return "Stopped by you during the audit: the fitted model is kept, not audited."
     rnd = job.history[-1]["round"] if job.history else 0
@@ -328,15 +313,39 @@ def thin(hist: list, n: int = LIVE_POINTS) -> list:
 
 
 def _live_chart(job, hist, thr):
-    """The convergence chart, rebuilt at most every CHART_EVERY seconds (building a Plotly figure is the costly
-    part of a tick, and the fit thread competes for the same interpreter)."""
+    """The convergence chart, rebuilt (at most once per tick of its fragment) in a helper thread. Building the
+    Plotly figure takes 0.2-0.5 s, and a click on Stop waits for the fragment run in progress (Streamlit does not
+    preempt one fragment run with another): built in the tick, it delayed the stopped banner by as much."""
     ss = st.session_state
-    cached = ss.get("_live_fig")
-    now = time.time()
-    if cached is None or cached[0] != job.id or (len(hist) != cached[1] and now - cached[2] >= CHART_EVERY):
-        cached = (job.id, len(hist), now, _convergence_fig(thin(hist), *thr))
-        ss["_live_fig"] = cached
-    st.plotly_chart(cached[3], width="stretch", key="live_chart")
+    live = ss.get("_live_fig")
+    if live is None or live.job_id != job.id:
+        live = ss["_live_fig"] = _LiveFigure(job.id)
+    live.refresh(hist, thr)
+    if live.fig is not None:
+        st.plotly_chart(live.fig, width="stretch", key="live_chart")
+
+
+class _LiveFigure:
+    """The latest live figure of one job and the thread building the next one (plain attributes: the thread never
+    touches Streamlit or the session)."""
+
+    def __init__(self, job_id: str):
+        self.job_id = job_id
+        self.fig = None
+        self.rows = -1
+        self._thread = None
+
+    def refresh(self, hist: list, thr):
+        import threading
+
+        if (self._thread is not None and self._thread.is_alive()) or len(hist) == self.rows:
+            return
+        self.rows = len(hist)
+        self._thread = threading.Thread(target=self._build, args=(thin(hist), thr), name="mmc-live-chart", daemon=True)
+        self._thread.start()  # the figure is shown from the next tick on
+
+    def _build(self, hist, thr):
+        self.fig = _convergence_fig(hist, *thr)
 
 
 def _live_body():
@@ -350,9 +359,7 @@ def _live_body():
         st.rerun()  # leave the fragment: redraw the whole page with the result
         return
     if job.stop_requested and job.stop_seen():
-        # the run has seen Stop: say so at once; the page redraws with the result when the job is done
-        st.warning(stopping_text(job), icon=":material/stop_circle:")
-        return
+        return  # the Stop box says what is kept; the page redraws with the result when the job is done
     settings = job.settings
     hist = list(job.history)
     last = hist[-1] if hist else None
@@ -367,45 +374,78 @@ def _live_body():
         )
     else:
         text = f"{job.phase} · {job.elapsed:.1f} s"
-    auditing = job.phase.startswith("auditing")
-    if auditing:
+    if job.phase.startswith("auditing"):
         frac = 0.99
         text = f"Fit finished after {len(hist)} rounds · {job.phase} · {job.elapsed:.1f} s"
     elif job.stop_requested:
         text = "Stopping… " + text
-    c1, c2 = st.columns([1, 5])
-    with c1:
-        clicked = st.button(
+    st.progress(frac, text=text)
+    st.caption("The chart redraws while the fit runs. You can switch pages; the fit continues in the background.")
+
+
+def _chart_box():
+    """The live chart, a fragment of its own on a slower timer: the browser takes 0.1-0.4 s (loaded) to draw the
+    Plotly figure each time it is sent, and while it draws it handles neither a click nor the banner."""
+    job = st.session_state.get("job")
+    if job is None or not job.running or job.stop_requested:
+        return
+    thr = _job_thresholds(job, job.settings)
+    if thr:
+        _live_chart(job, list(job.history), thr)
+
+
+def _stop_box():
+    """The Stop button, and once it is pressed, what is kept. A fragment of its own, without a timer: a click
+    reruns only this small box, and the live view's ticks (another fragment) neither delay its banner nor clear
+    it. With the button inside the ticking fragment, a tick requested while the click was handled replaced the
+    click's output, and the banner waited for a later tick or the full-page redraw (about a second, loaded)."""
+    job = st.session_state.get("job")
+    if job is None:
+        return
+    if not job.stop_requested:
+        st.button(
             "Stop",
             key="stop_run",
             type="secondary",
             icon=":material/stop_circle:",
-            disabled=job.stop_requested,
+            on_click=_press_stop,  # before this box is drawn again: the banner replaces the button
+            args=(job,),
             help="Ends the run at once. During the base-model fit nothing is kept; during the descent "
             "or the audit the model fitted so far is kept (marked 'not converged'), not audited.",
         )
-    if clicked:
-        _debug(f"stop clicked in phase {job.phase!r}")
-        job.stop()
-        # the flag is seen before the next boosting chunk / update, or at once in the audit
-        deadline = time.time() + 0.8
-        while job.running and not job.stop_seen() and time.time() < deadline:
-            time.sleep(0.02)
-        _debug(f"job status {job.status}, stop seen {job.stop_seen()}")
-        if not job.running:
-            finalize()
-            st.rerun(scope="app")
-        st.warning(stopping_text(job), icon=":material/stop_circle:")
         return
-    with c2:
-        st.progress(frac, text=text)
-    st.caption("The chart redraws while the fit runs. You can switch pages; the fit continues in the background.")
-    if thr:
-        _live_chart(job, hist, thr)
+    # The flag is seen before the next update of the descent (tens of ms), at once elsewhere (FitJob.stop); a
+    # short wait lets the banner name the round the run stopped at. Not longer: in a step that polls no flag
+    # (the interval calibration after the descent) the banner must not wait for the step.
+    deadline = (job.stop_requested_at or 0.0) + 0.25
+    while job.running and not job.stop_seen() and time.time() < deadline:
+        time.sleep(0.02)
+    st.warning(stopping_text(job), icon=":material/stop_circle:")
+
+
+def _press_stop(job):
+    from app.jobs import debug as _debug
+
+    _debug(f"stop clicked in phase {job.phase!r}")
+    job.stop()
+    _debug(f"job status {job.status}, stop seen {job.stop_seen()}")
 
 
 def live_view():
-    st.fragment(run_every=POLL_SECONDS)(_live_body)()
+    st.fragment(_stop_box)()
+    st.fragment(run_every=POLL_SECONDS)(_timed_live_body)()
+    st.fragment(run_every=CHART_EVERY)(_chart_box)()
+
+
+def _timed_live_body():
+    """A tick, with its duration in the MMC_DEBUG_TIMING notes: a click on Stop waits for the tick in progress."""
+    from app.jobs import debug as _debug
+
+    t0 = time.perf_counter()
+    try:
+        _live_body()
+    finally:
+        _debug(f"fragment tick took {time.perf_counter() - t0:.3f} s")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -544,24 +584,18 @@ def settings_form(d):
                 }[s],
             )
         with c5:
-            st.number_input(
-                "δ: interval miscoverage",
-                min_value=0.01,
-                max_value=0.5,
-                step=0.01,
-                **state.bind("p_delta"),
-                format="%.2f",
-                help="Intervals aim at coverage 1 − δ.",
-            )
-            st.number_input(
-                "γ: smallest cell mass covered",
-                min_value=0.001,
-                max_value=0.5,
-                step=0.005,
-                **state.bind("p_gamma"),
-                format="%.3f",
-                help="Guarantees (and the audit's marks) cover groups/cells of mass ≥ γ.",
-            )
+            for label, key, lo, step, fmt, why in (
+                ("δ: interval miscoverage", "p_delta", 0.01, 0.01, "%.2f", "Intervals aim at coverage 1 − δ."),
+                (
+                    "γ: smallest cell mass covered",
+                    "p_gamma",
+                    0.001,
+                    0.005,
+                    "%.3f",
+                    "Guarantees (and the audit's marks) cover groups/cells of mass ≥ γ.",
+                ),
+            ):
+                st.number_input(label, min_value=lo, max_value=0.5, step=step, **state.bind(key), format=fmt, help=why)
             st.number_input(
                 "Bootstrap resamples for intervals of ratios",
                 min_value=0,
@@ -594,15 +628,13 @@ def split_summary(d) -> dict | None:
 def render():
     ss = st.session_state
     finalize()
-    st.title("Run the audit")
-    d = state.data()
-    if d is None:
-        st.info("Load a table on the Data page first.")
-        return
-    st.caption(
+    d = page_start(
+        "Run the audit",
         "Set the thresholds, press **Run**, and watch the alternating descent drive every group's cells "
-        "below them. The fitted model and its audit stay available on the other pages."
+        "below them. The fitted model and its audit stay available on the other pages.",
     )
+    if d is None:
+        return
     left, right = st.columns([3, 2], gap="large")
     with left:
         settings_form(d)

@@ -1,0 +1,208 @@
+"""Issue 11, Stop in a real browser: the stopped banner is visible at most 1 s after the click, once during the
+in-app base-model fit and once during the descent, and it says what was kept.
+
+This is the one test with a wall-clock assertion, because the criterion itself is a time seen by the analyst
+("<= 1 s from click to the stopped state in the browser"). The time is taken inside the browser: a capturing
+click listener stamps the click and a MutationObserver stamps the first alert holding "Stopped by you"
+(``performance.now()`` on both, so neither Playwright's own round trips nor the test process count). The
+Playwright wait on the banner has a 1000 ms timeout too; when it times out the test keeps waiting (up to a
+minute) only to report the actual latency in the failure message. Both latencies are printed, with what the
+page did meanwhile (websocket frames sent / received, alerts shown, main-thread tasks over 50 ms, in seconds
+from the click): with MMC_DEBUG_TIMING=1 the server log (artifacts/dashboard-stop-server.log) has the server's
+side in the same clock, so a slow case shows whether the server, the network or the page's rendering was late.
+
+Data: the CPS-like table of the end-to-end test (250,000 rows, 60% of them for the base model, so its fit
+lasts several seconds), one group, manual thresholds with alpha = 1e-5 and the paper's step, so the descent
+runs until it is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server
+from tests.test_browser_e2e import _chips, _goto, _select, _slider, cps_csv
+
+PORT = 8593
+URL = f"http://127.0.0.1:{PORT}"
+LIMIT_MS = 1000.0  # the issue's criterion
+N_ROWS = 250_000  # 60% of them for the base model: a fit of several seconds, long enough to press Stop in it
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian Chromium (/usr/bin/chromium) missing"),
+]
+
+# stamps the next click and the first alert that says "Stopped by you" (in the page's own clock)
+ARM = """() => {
+  window.__mmcClick = null; window.__mmcBanner = null;
+  document.addEventListener('click', () => { if (window.__mmcClick === null) window.__mmcClick = performance.now(); },
+                            {capture: true, once: true});
+  const seen = () => Array.from(document.querySelectorAll('[data-testid="stAlert"], [role="alert"]'))
+      .some(e => e.textContent.includes('Stopped by you'));
+  window.__mmcAlerts = []; let last = '';
+  const obs = new MutationObserver(() => {
+    const now = Array.from(document.querySelectorAll('[data-testid="stAlert"]')).map(e => e.textContent.slice(0, 40)).join(' | ');
+    if (now !== last) { window.__mmcAlerts.push([(performance.timeOrigin + performance.now()) / 1000, now]); last = now; }
+    if (window.__mmcClick !== null && window.__mmcBanner === null && seen()) {
+      window.__mmcBanner = performance.now();
+    }
+  });
+  obs.observe(document.body, {childList: true, subtree: true, characterData: true});
+}"""
+
+
+# every websocket frame the page sends or receives, in epoch seconds (when the page's main thread handles it)
+WS_LOG = """(() => {
+  window.__mmcWs = [];
+  const stamp = () => (performance.timeOrigin + performance.now()) / 1000;
+  const send = WebSocket.prototype.send;
+  WebSocket.prototype.send = function (d) {
+    window.__mmcWs.push(['send', stamp(), d.byteLength || d.length || 0]);
+    if (!this.__mmcLogged) {
+      this.__mmcLogged = true;
+      this.addEventListener('message', (e) => window.__mmcWs.push(['recv', stamp(), e.data.byteLength || e.data.size || 0]));
+    }
+    return send.call(this, d);
+  };
+  window.__mmcLong = [];  // main-thread tasks over 50 ms (the page cannot handle a frame or a click meanwhile)
+  new PerformanceObserver((l) => l.getEntries().forEach((e) => window.__mmcLong.push(
+      [(performance.timeOrigin + e.startTime) / 1000, e.duration / 1000]))).observe({type: 'longtask', buffered: true});
+})()"""
+
+
+def _outside_fit_seconds(csv, features) -> dict:
+    """The same base model fitted by plain scikit-learn in this process on the rows the app trained it on
+    (benchmarks/bench_base_model.py's pipeline, default threads), for the printed in-app comparison."""
+    import importlib.util
+
+    import pandas as pd
+
+    from app.pipeline import split_rows
+    from app.specs import SplitSpec
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_base_model.py"
+    spec = importlib.util.spec_from_file_location("bench_base_model", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    df = pd.read_csv(csv)
+    rows = split_rows(len(df), SplitSpec(test=0.3, base=0.6, seed=0), True)["base"]  # the Data page's defaults
+    t = time.perf_counter()
+    model = bench.plain_sklearn(df.iloc[rows][features].reset_index(drop=True), df["lwage"].to_numpy()[rows], 0)
+    fit = time.perf_counter() - t
+    model.predict(df[features])
+    return {"fit": fit, "fit_predict": time.perf_counter() - t}
+
+
+@pytest.fixture(scope="module")
+def server():
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with dashboard_server(PORT, SHOTS.parent / "dashboard-stop-server.log") as proc:
+        yield proc
+
+
+def _stop_and_time(page, name: str) -> dict:
+    """Click Stop, wait (1000 ms) for the banner; the click-to-banner time measured in the browser."""
+    from playwright.sync_api import TimeoutError as PwTimeout
+
+    banner = page.get_by_test_id("stAlert").filter(has_text="Stopped by you").first
+    assert page.get_by_test_id("stAlert").filter(has_text="Stopped by you").count() == 0  # no banner left over
+    page.evaluate(ARM)
+    t0 = time.perf_counter()
+    page.get_by_role("button", name="Stop").click()
+    in_time = True
+    try:
+        banner.wait_for(state="visible", timeout=LIMIT_MS)
+    except PwTimeout:
+        in_time = False
+        banner.wait_for(state="visible", timeout=60_000)  # only to report how late it was
+    wall = time.perf_counter() - t0
+    click, seen, origin = page.evaluate("() => [window.__mmcClick, window.__mmcBanner, performance.timeOrigin]")
+    frames = page.evaluate("() => window.__mmcWs || []")
+    longs = page.evaluate("() => window.__mmcLong || []")
+    alerts = page.evaluate("() => window.__mmcAlerts || []")
+    page.screenshot(path=str(SHOTS / f"stop_{name}.png"), full_page=True, timeout=120_000)
+    c0 = (origin + click) / 1000 if click is not None else 0.0
+    c1 = (origin + seen) / 1000 if seen is not None else c0 + 60
+    around = [f"{k} {t - c0:+.3f}" for k, t, _ in frames if c0 - 0.1 <= t <= c1 + 0.05]
+    around += [f"alerts {t - c0:+.3f} [{a}]" for t, a in alerts if t <= c1 + 0.5]
+    around += [f"busy {t - c0:+.3f} for {d:.3f}" for t, d in longs if c0 - 1.5 <= t <= c1 + 0.05]
+    return {
+        "frames": ", ".join(around),
+        "browser_ms": (seen - click) if click is not None and seen is not None else float("nan"),
+        "wall_s": wall,
+        "in_time": in_time,
+        "text": banner.inner_text(),
+        # epoch seconds, to line up with the server's MMC_DEBUG_TIMING log
+        "click_epoch": (origin + click) / 1000 if click is not None else float("nan"),
+    }
+
+
+def test_stop_shows_the_banner_within_a_second(server, tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    csv = cps_csv(tmp_path / "stop_table.csv", n=N_ROWS)
+    load = os.getloadavg()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.add_init_script(WS_LOG)
+        page.set_default_timeout(120_000)
+        page.goto(URL)
+        expect(page.get_by_text("An audit of").first).to_be_visible(timeout=60_000)
+        page.get_by_text("Upload a file").click()
+        page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(csv))
+        expect(page.get_by_text(f"{N_ROWS:,}").first).to_be_visible(timeout=60_000)
+        _select(page, "Label column", "lwage")
+        page.get_by_text("fit a model here (scikit-learn)").first.click()  # (a rerun may show a stale copy)
+        page.wait_for_timeout(800)
+        _slider(page, "Base-model training rows").press("End")  # 60% of the rows: a fit of several seconds
+        page.wait_for_timeout(800)
+        features = _chips(page, "Feature columns")
+
+        _goto(page, "Run", "Run the audit")
+        page.get_by_text("Automatic thresholds α, β (recommended)").click()
+        page.wait_for_timeout(800)
+        _slider(page, "α: mean threshold").press("Home")
+        page.wait_for_timeout(800)
+        page.get_by_text(re.compile("^paper: move by alpha")).click()
+        page.wait_for_timeout(800)
+
+        # run 1: Stop during the base-model fit
+        page.get_by_role("button", name="Run", exact=True).click()
+        expect(page.get_by_text(re.compile("fitting the base model")).first).to_be_visible(timeout=120_000)
+        base = _stop_and_time(page, "in_base_fit")
+        assert "nothing was fitted" in base["text"], base["text"]
+        assert "base model" in base["text"], base["text"]
+
+        # run 2: Stop during the descent (the base model is fitted again: nothing was kept of the first one)
+        page.get_by_role("button", name="Run", exact=True).click()
+        expect(page.get_by_text(re.compile(r"round \d+ · largest mean violation")).first).to_be_visible(timeout=180_000)
+        page.wait_for_timeout(500)
+        descent = _stop_and_time(page, "in_descent")
+        assert re.search(r"round \d+|\d+ rounds", descent["text"]) and "kept" in descent["text"], descent["text"]
+        # the full page follows with the kept model's summary
+        expect(page.get_by_text(re.compile(r"Stopped by you after \d+ rounds")).first).to_be_visible(timeout=60_000)
+        page.screenshot(path=str(SHOTS / "stop_in_descent_summary.png"), full_page=True, timeout=120_000)
+        caption = page.get_by_text(re.compile(r"base model fitted in [0-9.]+ s")).first.inner_text()
+        in_app = float(re.search(r"base model fitted in ([0-9.]+) s", caption).group(1))
+        browser.close()
+    outside = _outside_fit_seconds(csv, features)
+    report = (
+        f"\nload average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}; click to banner: "
+        f"base-model fit {base['browser_ms']:.0f} ms in the browser ({base['wall_s']:.2f} s in the test), "
+        f"descent {descent['browser_ms']:.0f} ms ({descent['wall_s']:.2f} s); clicks at "
+        f"{base['click_epoch']:.3f} and {descent['click_epoch']:.3f}; websocket frames from the click (s): "
+        f"base-model fit [{base['frames']}], descent [{descent['frames']}]\n"
+        f"in-app base model (fit and prediction of every row, as the Run page reports it) {in_app:.2f} s; "
+        f"the same scikit-learn fit outside the app {outside['fit']:.2f} s, with the prediction of every row "
+        f"{outside['fit_predict']:.2f} s (ratio {in_app / outside['fit_predict']:.2f}; not asserted)"
+    )
+    print(report)
+    assert base["in_time"] and base["browser_ms"] <= LIMIT_MS, report
+    assert descent["in_time"] and descent["browser_ms"] <= LIMIT_MS, report
