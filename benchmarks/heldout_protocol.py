@@ -175,13 +175,14 @@ MCGRAD_TUNED = {
         "num_rounds": 3,
     },
 }
-METHODS = ("base", "mmc", "mmc-fine", "mmc-v1", "mmc-gz2", "mmc-gz25", "mcgrad", *MCGRAD_TUNED)
+METHODS = ("base", "mmc", "mmc-fine", "mmc-v1", "mmc-gz2", "mmc-gz25", "mmc-affine", "mcgrad", *MCGRAD_TUNED)
 MMC_KW = {
     "mmc": {},
     "mmc-fine": {"mean_buckets": "quantile", "n_buckets": "auto"},
     "mmc-v1": {"alpha": "auto", "beta": "auto", "early_stopping": False, "moment_buckets": "range"},
     "mmc-gz2": {"mean_group_z": 2.0},
     "mmc-gz25": {"mean_group_z": 2.5},
+    "mmc-affine": {"base_recalibration": "affine"},
 }
 METRICS = ("mse", "gbias", "cell", "var")
 

@@ -169,13 +169,16 @@ def test_analyst_session_end_to_end(server, tmp_path):
         page.get_by_test_id("stTextInput").filter(has_text="Group name").locator("input").fill("the South")
         page.keyboard.press("Enter")
         page.wait_for_timeout(600)
+        sidebar = page.get_by_test_id("stSidebar")
+        n_before = int(re.search(r"Groups:\s*(\d+)", sidebar.inner_text()).group(1))
         page.get_by_role("button", name="Create group").click()
         expect(page.get_by_text("Created group 'the South'").first).to_be_visible(timeout=20_000)
         # the tab stays where the analyst was
         expect(page.get_by_role("tab", name="Custom group")).to_have_attribute("aria-selected", "true")
+        # the sidebar is drawn after the page: under load it shows the new count a moment after the message
+        n_groups = str(n_before + 1)
+        expect(sidebar).to_contain_text(re.compile(rf"Groups:\s*{n_groups}\b"), timeout=20_000)
         _shot(page, "02_groups")
-        sidebar = page.get_by_test_id("stSidebar")
-        n_groups = re.search(r"Groups:\s*(\d+)", sidebar.inner_text()).group(1)
         assert int(n_groups) > 20
 
         # ---- run settings: manual thresholds, m = 7, the paper's step (runs until stopped)
