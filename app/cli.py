@@ -70,6 +70,12 @@ def _columns(text: str):
     return cols
 
 
+def choice_option(p, flag: str, choices: list, help: str):
+    """An option of fixed choices whose default is the first one (every such option of mmc and of its Dask
+    engine options lists its default first)."""
+    p.add_argument(flag, choices=choices, default=choices[0], help=help)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, like every other user error
         self.exit(EXIT_USAGE, f"mmc: error: {message} (see `{self.prog} --help`)\n")
@@ -116,17 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=5,
         help="buckets m per predictor (default 5; 'auto' = 5, 10 or 20, chosen on the held-out rows)",
     )
-    f.add_argument(
+    choice_option(
+        f,
         "--mean-buckets",
-        choices=["uniform", "quantile"],
-        default="uniform",
-        help="mean buckets equally wide (default) or at quantiles of the base prediction",
+        ["uniform", "quantile"],
+        "mean buckets equally wide (default) or at quantiles of the base prediction",
     )
-    f.add_argument(
+    choice_option(
+        f,
         "--moment-buckets",
-        choices=["data", "range"],
-        default="data",
-        help="moment buckets on a log scale over the moments the data show (default) or over the attainable range",
+        ["data", "range"],
+        "moment buckets on a log scale over the moments the data show (default) or over the attainable range",
     )
     f.add_argument(
         "--moments",
@@ -134,21 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         help="fit central moments 2..K; 1 = mean only (default 2; a binary label is always fitted for the mean only)",
     )
-    f.add_argument(
+    choice_option(
+        f,
         "--task",
-        choices=["auto", "regression", "binary"],
-        default="auto",
-        help="auto (default): a label with two values (0/1, true/false, or two values with --positive) "
+        ["auto", "regression", "binary"],
+        "auto (default): a label with two values (0/1, true/false, or two values with --positive) "
         "is a classifier audit (probabilities on [0, 1], mean only, no intervals); regression: never",
     )
     f.add_argument("--positive", help="the positive class of a binary label whose values are not 0/1 (e.g. yes)")
-    f.add_argument("--step", choices=["exact", "paper"], default="exact", help="step rule (default exact)")
-    f.add_argument(
-        "--odd-moments",
-        choices=["absolute", "signed"],
-        default="absolute",
-        help="odd moments as E|y-mu|^a (default) or E(y-mu)^a",
-    )
+    choice_option(f, "--step", ["exact", "paper"], "step rule (default exact)")
+    choice_option(f, "--odd-moments", ["absolute", "signed"], "odd moments as E|y-mu|^a (default) or E(y-mu)^a")
     f.add_argument("--label-range", type=_float_pair, help="LO,HI of the label (default: observed min,max)")
     f.add_argument(
         "--calibration-fraction",
@@ -198,11 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     au = sub.add_parser("audit", help="audit a fitted model on labelled data (per-group tables as JSON)")
     _model_options(au, label=True)
-    au.add_argument(
+    choice_option(
+        au,
         "--error-control",
-        choices=["holm", "bh"],
-        default="holm",
-        help="adjustment of the findings over every test: holm (family-wise error) or bh (false discovery rate)",
+        ["holm", "bh"],
+        "adjustment of the findings over every test: holm (family-wise error) or bh (false discovery rate)",
     )
     au.add_argument("--min-group-count", type=int, default=30, help="smallest group or cell tested (30)")
     au.add_argument(
@@ -297,6 +298,11 @@ def _discovery_options(p):
     )
 
 
+def _discovery_kwargs(args) -> dict:
+    """What _discovery_options declares, as the learner's keyword arguments (mmc fit --discover, mmc discover)."""
+    return {"max_depth": args.max_depth, "min_mass": args.min_mass}
+
+
 def _features(args, df, exclude) -> list:
     feats = args.features if args.features else [c for c in df.columns if c not in exclude]
     for c in feats:
@@ -327,6 +333,12 @@ def _check_apply_args(args):
     _check_out(args.out)
     _check_prob("--delta", args.delta)
     _check_prob("--gamma", args.gamma)
+
+
+def _applied_options(args, base) -> dict:
+    """The keyword arguments ``mmc audit`` and ``mmc report`` pass alike (mmc_core.metrics.audit and
+    build_report_pdf take them under the same names): the base prediction, --delta, --gamma, --threshold."""
+    return {"base": base, "delta": args.delta, "gamma": args.gamma, "threshold": args.threshold}
 
 
 def estimator_from_args(args, **extra):
@@ -432,6 +444,8 @@ def cmd_fit(args) -> int:
 
         feats = _features(args, df, {args.label, args.pred})
         validate_discovery_params(args.max_depth, args.min_mass, rounds=args.discover_rounds)
+    # the same names, Ctrl-C poll and progress lines with and without --discover
+    fit_kw = {"label_name": args.label, "base_name": args.pred, "stop": stop_requested, "callback": progress}
     try:
         if args.discover:
             from mmc_core.discover import fit_with_discovery
@@ -443,25 +457,12 @@ def cmd_fit(args) -> int:
                 groups,
                 base,
                 features=feats,
-                max_depth=args.max_depth,
-                min_mass=args.min_mass,
+                **_discovery_kwargs(args),
                 rounds=args.discover_rounds,
-                label_name=args.label,
-                base_name=args.pred,
-                stop=stop_requested,
-                callback=progress,
+                **fit_kw,
             )
         else:
-            est.fit(
-                df,
-                y,
-                groups,
-                base_prediction=base,
-                label_name=args.label,
-                base_name=args.pred,
-                stop=stop_requested,
-                callback=progress,
-            )
+            est.fit(df, y, groups, base_prediction=base, **fit_kw)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
@@ -658,13 +659,10 @@ def cmd_audit(args) -> int:
         model,
         df,
         y,
-        base=base,
-        delta=args.delta,
-        gamma=args.gamma,
+        **_applied_options(args, base),
         error_control=args.error_control,
         min_group_count=args.min_group_count,
         variance_tolerance=tol,
-        threshold=args.threshold,
     )
     atomic_write_text(args.out, json.dumps(result.to_json(), allow_nan=False))
     summary = {
@@ -731,15 +729,7 @@ def cmd_report(args) -> int:
     _check_apply_args(args)
     model, df, base, y = _load_for_apply(args, need_label=True)
     pdf = build_report_pdf(
-        model,
-        df,
-        y,
-        base=base,
-        delta=args.delta,
-        gamma=args.gamma,
-        label=args.label,
-        data_name=os.path.basename(args.data),
-        threshold=args.threshold,
+        model, df, y, **_applied_options(args, base), label=args.label, data_name=os.path.basename(args.data)
     )
     write_bytes(args.out, pdf)
     return 0
@@ -777,8 +767,7 @@ def cmd_discover(args) -> int:
         prediction=pred,
         model=model,
         features=feats,
-        max_depth=args.max_depth,
-        min_mass=args.min_mass,
+        **_discovery_kwargs(args),
         n_moments=args.moments,
         n_buckets=args.buckets,
         label_range=args.label_range,
