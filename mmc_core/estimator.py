@@ -122,26 +122,60 @@ def state_achieved(est, model, params: DescentParams, achieved: dict) -> tuple:
     return model.params, floors
 
 
-def fit_info(
-    est,
-    res,
-    kept_round,
-    achieved,
-    floors,
-    params,
-    seconds,
-    *,
-    n,
-    n_fit,
-    n_cal,
-    gset,
-    sizes,
-    base_clipped,
-    label_name,
-    early,
-    runs,
-) -> dict:
-    """The model's ``info`` record of one fit (shared by the in-memory fit and the Dask engine)."""
+@dataclasses.dataclass(frozen=True)
+class BucketSearch:
+    """The descents of one fit, one per candidate bucket count m (``n_buckets="auto"``: 5, 10, 20, else the one
+    given), and the one kept: the lowest held-out squared error at its kept round (the first on ties)."""
+
+    runs: list  # (score, m, params, init_moments, DescentResult, kept_round) per candidate tried
+    best: int  # index into runs
+    seconds: float  # wall-clock of all the descents
+    early: bool  # early stopping: each run keeps its best held-out round
+
+    @property
+    def res(self):
+        return self.runs[self.best][4]
+
+    @property
+    def kept_round(self) -> int:
+        return self.runs[self.best][5]
+
+
+def search_buckets(est, start, callback, stop, early: bool) -> BucketSearch:
+    """Run the descent once per candidate bucket count and keep the best (shared by the in-memory fit and the
+    Dask engine). ``start(m)`` -> (params, init_moments, fitting state, held-out state or None); the callback is
+    passed only when there is a single candidate (its rounds are then the fit's rounds)."""
+    candidates = AUTO_BUCKETS if est.n_buckets == "auto" else (int(est.n_buckets),)
+    t0 = time.perf_counter()
+    runs = []
+    for m in candidates:
+        params, init_moments, state, holdout = start(m)
+        res = descend(params, state, holdout, callback if len(candidates) == 1 else None, stop=stop, keep_best=early)
+        kept = _best_round(res.history) if early else len(res.round_ends) - 1
+        score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
+        runs.append((score, m, params, init_moments, res, kept))
+        if res.stopped:
+            break
+    best = min(range(len(runs)), key=lambda i: runs[i][0])
+    return BucketSearch(runs, best, time.perf_counter() - t0, bool(early))
+
+
+@dataclasses.dataclass(frozen=True)
+class FitRows:
+    """What a fit's ``info`` says about its rows (the in-memory fit and the Dask engine count them differently)."""
+
+    n: int  # rows with a label
+    n_fit: int  # rows the moments were fitted on
+    n_cal: int  # held-out rows (early stopping, bucket choice, interval calibration)
+    sizes: np.ndarray  # fitting rows per group
+    base_clipped: int  # base predictions clipped to the label range
+    label_name: str
+
+
+def fit_info(est, model, search: BucketSearch, rows: FitRows, achieved, floors) -> dict:
+    """The model's ``info`` record of one fit (shared by the in-memory fit and the Dask engine); ``model`` is the
+    kept model with its stated params (after :func:`state_achieved`)."""
+    res, kept_round, params, gset, runs = search.res, search.kept_round, model.params, model.groups, search.runs
     return {
         "mode": "practical (one fitting sample, audited exactly)",
         # converged: the descent ran until its audit found no violated cell (early stopping may then keep an
@@ -160,17 +194,17 @@ def fit_info(
         "mean_updates": int(res.mean_updates),
         "moment_updates": int(res.moment_updates),
         "max_moment_updates_per_call": int(res.max_moment_updates_per_call),
-        "seconds": float(seconds),
-        "n_rows": int(n),
-        "n_fit": int(n_fit),
-        "n_calibration": int(n_cal),
+        "seconds": float(search.seconds),
+        "n_rows": int(rows.n),
+        "n_fit": int(rows.n_fit),
+        "n_calibration": int(rows.n_cal),
         "calibration_fraction": float(est.calibration_fraction),
         "seed": est.random_state if isinstance(est.random_state, int) else None,
         "n_groups": len(gset),
-        "empty_groups": [gset.names[g] for g in np.flatnonzero(sizes == 0)],
-        "base_clipped": int(base_clipped),
-        "label": label_name,
-        "early_stopping": bool(early),
+        "empty_groups": [gset.names[g] for g in np.flatnonzero(rows.sizes == 0)],
+        "base_clipped": int(rows.base_clipped),
+        "label": rows.label_name,
+        "early_stopping": bool(search.early),
         "buckets_rule": "auto" if est.n_buckets == "auto" else "given",
         "buckets_tried": {str(r[1]): float(r[0]) for r in runs} if len(runs) > 1 else {},
         "mean_buckets": est.mean_buckets,
@@ -652,10 +686,7 @@ class MomentMulticalibrator(SklearnParams):
         if n_cal:
             mu_h = base_u[cal_idx] if base_u is not None else np.full(n_cal, float(np.mean(yu_f)))
 
-        candidates = AUTO_BUCKETS if self.n_buckets == "auto" else (int(self.n_buckets),)
-        t0 = time.perf_counter()
-        runs = []
-        for m in candidates:
+        def start(m):
             params, init_moments = self._build_params(m, G, nf, moments, resid, mu0, memb)
             state = CellState(params, memb, yu_f, mu0, {a: np.full(nf, v) for a, v in init_moments.items()})
             holdout = None
@@ -664,17 +695,11 @@ class MomentMulticalibrator(SklearnParams):
                 holdout = CellState(
                     params, memb_h, yu[cal_idx], mu_h, {a: np.full(n_cal, v) for a, v in init_moments.items()}
                 )
-            res = descend(
-                params, state, holdout, callback if len(candidates) == 1 else None, stop=stop, keep_best=early
-            )
-            kept = _best_round(res.history) if early else len(res.round_ends) - 1
-            score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
-            runs.append((score, m, params, init_moments, res, kept))
-            if res.stopped:
-                break
-        score, m, params, init_moments, res, kept_round = min(runs, key=lambda r: r[0])
-        seconds = time.perf_counter() - t0
-        del resid
+            return params, init_moments, state, holdout
+
+        search = search_buckets(self, start, callback, stop, early)
+        score, m, params, init_moments, res, kept_round = search.runs[search.best]
+        resid = None  # the descents are done: free it (rebound, not deleted: start's closure shares the variable)
 
         init_mean = (
             {"kind": "base", "column": base_name}
@@ -703,7 +728,7 @@ class MomentMulticalibrator(SklearnParams):
         else:
             fit_mu, fit_moms = model.predict_unit(Xf, mu0 if base_u is not None else None, fit_idx.size)
         achieved = _achieved(params, memb, yu_f, fit_mu, fit_moms)
-        params, floors = state_achieved(self, model, params, achieved)
+        _, floors = state_achieved(self, model, params, achieved)
         if n_cal and task != TASK_BINARY:
             # Interval calibration uses only the held-out rows (never the rows the moments were fitted on).
             from . import intervals
@@ -711,27 +736,8 @@ class MomentMulticalibrator(SklearnParams):
             model.extras["intervals"] = intervals.calibrate(
                 model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx]
             )
-        model.info = {
-            "task": task,
-            **fit_info(
-                self,
-                res,
-                kept_round,
-                achieved,
-                floors,
-                params,
-                seconds,
-                n=n,
-                n_fit=fit_idx.size,
-                n_cal=n_cal,
-                gset=gset,
-                sizes=memb.sizes,
-                base_clipped=base_clipped,
-                label_name=label_name,
-                early=early,
-                runs=runs,
-            ),
-        }
+        rows = FitRows(n, fit_idx.size, n_cal, memb.sizes, base_clipped, label_name)
+        model.info = {"task": task, **fit_info(self, model, search, rows, achieved, floors)}
         self._set_fitted(model)
         # row-level state of this fit (not saved with the model: a loaded estimator has None here)
         self.fit_index_ = fit_idx
