@@ -84,6 +84,7 @@ JSON adds ``"task": "binary"``, ``"threshold"`` and ``"classifier"``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -297,6 +298,22 @@ def _audit_rows(model, table, n: int, base, constant: str):
     return ctx, np.clip((base_arr - scale.lo) / scale.span, 0.0, 1.0), "base prediction"
 
 
+@dataclasses.dataclass(frozen=True)
+class AuditOptions:
+    """The options of :func:`audit` that its classifier branch (:func:`mmc_core.binary.audit_binary_model`)
+    reads, built once by ``audit`` after checking them (``threshold`` and ``n_buckets`` are checked by that
+    branch: only a binary model's audit reads them)."""
+
+    n_boot: int
+    seed: int
+    min_cell_count: int
+    min_group_count: int
+    error_control: str
+    findings_level: float
+    threshold: float
+    n_buckets: int
+
+
 def audit(
     model,
     table,
@@ -342,20 +359,10 @@ def audit(
     if getattr(model, "task", "regression") == "binary":
         from .binary import audit_binary_model
 
-        return audit_binary_model(
-            model,
-            table,
-            y,
-            base,
-            n_boot,
-            seed,
-            min_cell_count,
-            min_group_count,
-            error_control,
-            findings_level,
-            threshold,
-            n_buckets,
+        opts = AuditOptions(
+            n_boot, seed, min_cell_count, min_group_count, error_control, findings_level, threshold, n_buckets
         )
+        return audit_binary_model(model, table, y, base, opts)
     scale = model.scale
     span = scale.span
     y = np.asarray(y, dtype=float)
