@@ -122,6 +122,18 @@ def state_achieved(est, model, params: DescentParams, achieved: dict) -> tuple:
     return model.params, floors
 
 
+def check_held_out(est, fraction, n: int, n_fit: int, n_cal: int) -> bool:
+    """Whether early stopping is on, after checking that the split leaves rows for what needs them (shared by
+    the in-memory fit and the Dask engine, which splits per partition)."""
+    if fraction > 0 and (n_cal < 1 or n_fit < 2):
+        raise DataError(f"calibration fraction {fraction} leaves too few rows (n={n})")
+    if est.early_stopping is True and not n_cal:
+        raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
+    if est.n_buckets == "auto" and not n_cal:
+        raise MMCError("buckets 'auto' needs calibration_fraction > 0 (held-out rows to choose on)")
+    return bool(n_cal) if est.early_stopping == "auto" else bool(est.early_stopping)
+
+
 @dataclasses.dataclass(frozen=True)
 class BucketSearch:
     """The descents of one fit, one per candidate bucket count m (``n_buckets="auto"``: 5, 10, 20, else the one
@@ -501,11 +513,7 @@ class MomentMulticalibrator(SklearnParams):
         elif self.label_range is None:
             scale = LabelScale.observed(y)
         else:
-            try:
-                lo, hi = (float(v) for v in self.label_range)
-            except (TypeError, ValueError):
-                raise MMCError(f"label range must be two numbers LO,HI, got {self.label_range!r}") from None
-            scale = LabelScale(lo, hi, "declared")
+            scale = LabelScale.declared(self.label_range)
         yu = scale.to_unit(y, f"label '{label_name}'")
         base_u = None
         base_clipped = 0
@@ -522,13 +530,7 @@ class MomentMulticalibrator(SklearnParams):
 
         rng = np.random.default_rng(self.random_state)
         n_cal = int(round(self.calibration_fraction * n))
-        if self.calibration_fraction > 0 and (n_cal < 1 or n - n_cal < 2):
-            raise DataError(f"calibration fraction {self.calibration_fraction} leaves too few rows (n={n})")
-        if self.early_stopping is True and not n_cal:
-            raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
-        early = bool(n_cal) if self.early_stopping == "auto" else bool(self.early_stopping)
-        if self.n_buckets == "auto" and not n_cal:
-            raise MMCError("buckets 'auto' needs calibration_fraction > 0 (held-out rows to choose on)")
+        early = check_held_out(self, self.calibration_fraction, n, n - n_cal, n_cal)
         perm = rng.permutation(n)
         cal_idx = np.sort(perm[:n_cal])
         fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)

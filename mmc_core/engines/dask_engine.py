@@ -556,7 +556,7 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
 
     from .. import intervals
     from ..buckets import _clean
-    from ..estimator import FitRows, fit_info, search_buckets, state_achieved
+    from ..estimator import FitRows, check_held_out, fit_info, search_buckets, state_achieved
     from ..model import FittedModel
     from ..moments import LabelScale
 
@@ -567,24 +567,11 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     n_cal = sum(s["nc"] for s in summ)
     if n < 2:
         raise DataError(f"need at least 2 rows to fit, got {n}")
-    if frac > 0 and (n_cal < 1 or nf < 2):
-        raise DataError(f"calibration fraction {frac} leaves too few rows (n={n})")
-    if est.early_stopping is True and not n_cal:
-        raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
-    early = bool(n_cal) if est.early_stopping == "auto" else bool(est.early_stopping)
-    if est.n_buckets == "auto" and not n_cal:
-        raise MMCError("buckets 'auto' needs calibration_fraction > 0 (held-out rows to choose on)")
+    early = check_held_out(est, frac, n, nf, n_cal)
     if est.label_range is None:
-        lo, hi = min(s["ymin"] for s in summ), max(s["ymax"] for s in summ)
-        if not hi > lo:
-            raise DataError(f"the label is constant ({lo}); there is nothing to calibrate")
-        scale = LabelScale(lo, hi, "observed")
+        scale = LabelScale.from_observed(min(s["ymin"] for s in summ), max(s["ymax"] for s in summ))
     else:
-        try:
-            lo, hi = (float(v) for v in est.label_range)
-        except (TypeError, ValueError):
-            raise MMCError(f"label range must be two numbers LO,HI, got {est.label_range!r}") from None
-        scale = LabelScale(lo, hi, "declared")
+        scale = LabelScale.declared(est.label_range)
     bname = f"base prediction '{base_name}'" if base_name else "base prediction"
     sc = parts.map_reduce("set_scale", scale, label_name, bname)
     mean_fit = sc["sum_yu_f"] / nf
