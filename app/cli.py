@@ -35,22 +35,22 @@ def _float_pair(text: str):
     return lo, hi
 
 
-def _threshold(text: str):
-    if text in ("auto", "se"):
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, 'se' or 'auto', got {text!r}") from None
+def _number_or_word(number, words: tuple, expected: str):
+    """An argparse type: one of ``words`` as it is, else the text as a ``number`` (int or float)."""
+
+    def parse(text: str):
+        if text in words:
+            return text
+        try:
+            return number(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+    return parse
 
 
-def _buckets(text: str):
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+_threshold = _number_or_word(float, ("auto", "se"), "a number, 'se' or 'auto'")
+_buckets = _number_or_word(int, ("auto",), "an integer or 'auto'")
 
 
 def _decision_threshold(text: str):
