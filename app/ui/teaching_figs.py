@@ -310,30 +310,19 @@ def truth_figure(lesson: Lesson, units: str = "points", scale: float = 100.0) ->
             tolerance = "tolerance: what the auditor lets pass at this sample size"
             fig.add_trace(_legend_line(tolerance, dict(color=TOL, width=10)), 1, col)
 
-        # the dots, drawn in this order: (column, legend name, marker, hover label, in the legend: None = default)
+        # the dots, drawn in this order: (column, hover label, the trace's own style)
         truth = "truth: E[y|x] (left), E[(y − μ(x))²|x] = what m₂ targets (right)"
-        dots = [(tv, truth, dict(color=TRUE, size=12, symbol="diamond"), "truth", show)]
+        dots = [(tv, "truth", dict(name=truth, marker=dict(color=TRUE, size=12, symbol="diamond"), showlegend=show))]
         if extra:
             var_marker = dict(color=EXTRA, size=9, symbol="x-thin-open", line=dict(width=2))
-            dots.append((extra, "true Var(y | x)", var_marker, "Var(y|x)", None))
+            dots.append((extra, "Var(y|x)", dict(name="true Var(y | x)", marker=var_marker)))
+        pred = "prediction: μ (left), m₂ (right)"
         dots.append(
-            (pv, "prediction: μ (left), m₂ (right)", dict(color=PRED, size=11, symbol="circle"), "predicted", show)
+            (pv, "predicted", dict(name=pred, marker=dict(color=PRED, size=11, symbol="circle"), showlegend=show))
         )
-        for column, name, marker, what, legend in dots:
+        for column, what, style in dots:
             hover = f"%{{y}}: %{{x:.3g}}<extra>{what}</extra>"
-            fig.add_trace(
-                go.Scatter(
-                    x=t[column],
-                    y=names,
-                    mode="markers",
-                    name=name,
-                    marker=marker,
-                    hovertemplate=hover,
-                    showlegend=legend,
-                ),
-                1,
-                col,
-            )
+            fig.add_trace(go.Scatter(x=t[column], y=names, mode="markers", hovertemplate=hover, **style), 1, col)
     fig.update_yaxes(autorange="reversed", type="category")
     lo = float(np.nanmin(np.concatenate([t["pred_mean"], t["true_mean"] - np.minimum(t["mean_tol"], 100)])))
     hi = float(np.nanmax(np.concatenate([t["pred_mean"], t["true_mean"] + np.minimum(t["mean_tol"], 100)])))
