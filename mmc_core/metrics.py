@@ -87,6 +87,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -195,42 +196,31 @@ def _worst_cells(pairs: MembershipSums, pred_u, y_u, grid, n: int, span: float, 
 
 
 # ---- the result object -----------------------------------------------------------------------------------
+@dataclasses.dataclass(eq=False, repr=False)
 class AuditResult:
     """Per-group audit tables of one model on one labelled table (see the module docstring)."""
 
-    def __init__(
-        self,
-        overall,
-        by_group,
-        coverage,
-        width,
-        calibration_cells,
-        moment_cells,
-        coverage_by_bucket,
-        params,
-        findings=(),
-        disparities=(),
-        findings_status="ok",
-        task="regression",
-        classifier=None,
-        coverage_by_bucket_of=None,
-    ):
-        self.overall = overall
-        self.by_group = by_group
-        self.coverage = coverage
-        self.width = width
-        self.calibration_cells = calibration_cells
-        self.moment_cells = moment_cells
-        self.coverage_by_bucket = coverage_by_bucket
-        self.params = params
-        self.findings = list(findings)
-        self.disparities = list(disparities)
-        self.findings_status = findings_status
-        self.task = task
-        self.classifier = classifier  # mmc_core.binary.ClassifierAudit for a binary model, else None
-        # {method: coverage_by_bucket of that method}, every computed method (the dashboard's method choice);
-        # not in the JSON, which keeps ``coverage_by_bucket`` of ``params["bucket_method"]`` only
-        self.coverage_by_bucket_of = dict(coverage_by_bucket_of or {})
+    overall: Any  # pandas Series of the whole-population values
+    by_group: Any  # the per-group tables (pandas DataFrames, one row per group)
+    coverage: Any
+    width: Any
+    calibration_cells: Any
+    moment_cells: Any
+    coverage_by_bucket: Any
+    params: dict
+    findings: Any = ()  # stored as a list
+    disparities: Any = ()  # stored as a list
+    findings_status: str = "ok"
+    task: str = "regression"
+    classifier: Any = None  # mmc_core.binary.ClassifierAudit for a binary model, else None
+    # {method: coverage_by_bucket of that method}, every computed method (the dashboard's method choice);
+    # not in the JSON, which keeps ``coverage_by_bucket`` of ``params["bucket_method"]`` only
+    coverage_by_bucket_of: Any = None  # stored as a dict
+
+    def __post_init__(self):
+        self.findings = list(self.findings)
+        self.disparities = list(self.disparities)
+        self.coverage_by_bucket_of = dict(self.coverage_by_bucket_of or {})
 
     # ---- MetricFrame-style views ----
     def _column(self, column: str) -> tuple[pd.Series, float]:
