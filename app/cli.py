@@ -35,22 +35,22 @@ def _float_pair(text: str):
     return lo, hi
 
 
-def _threshold(text: str):
-    if text in ("auto", "se"):
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, 'se' or 'auto', got {text!r}") from None
+def _number_or_word(number, words: tuple, expected: str):
+    """An argparse type: one of ``words`` as it is, else the text as a ``number`` (int or float)."""
+
+    def parse(text: str):
+        if text in words:
+            return text
+        try:
+            return number(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+    return parse
 
 
-def _buckets(text: str):
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+_threshold = _number_or_word(float, ("auto", "se"), "a number, 'se' or 'auto'")
+_buckets = _number_or_word(int, ("auto",), "an integer or 'auto'")
 
 
 def _decision_threshold(text: str):
@@ -68,6 +68,12 @@ def _columns(text: str):
     if not cols:
         raise argparse.ArgumentTypeError("expected comma-separated column names")
     return cols
+
+
+def choice_option(p, flag: str, choices: list, help: str):
+    """An option of fixed choices whose default is the first one (every such option of mmc and of its Dask
+    engine options lists its default first)."""
+    p.add_argument(flag, choices=choices, default=choices[0], help=help)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -116,24 +122,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=5,
         help="buckets m per predictor (default 5; 'auto' = 5, 10 or 20, chosen on the held-out rows)",
     )
-    f.add_argument(
+    choice_option(
+        f,
         "--base-recalibration",
-        choices=["none", "affine"],
-        default="none",
-        help="with --pred: 'affine' first maps the base prediction to a + b x pred by least squares on the fitting "
+        ["none", "affine"],
+        "with --pred: 'affine' first maps the base prediction to a + b x pred by least squares on the fitting "
         "rows (an over-fitted base model's predictions are too spread out); default none",
     )
-    f.add_argument(
+    choice_option(
+        f,
         "--mean-buckets",
-        choices=["uniform", "quantile"],
-        default="uniform",
-        help="mean buckets equally wide (default) or at quantiles of the base prediction",
+        ["uniform", "quantile"],
+        "mean buckets equally wide (default) or at quantiles of the base prediction",
     )
-    f.add_argument(
+    choice_option(
+        f,
         "--moment-buckets",
-        choices=["data", "range"],
-        default="data",
-        help="moment buckets on a log scale over the moments the data show (default) or over the attainable range",
+        ["data", "range"],
+        "moment buckets on a log scale over the moments the data show (default) or over the attainable range",
     )
     f.add_argument(
         "--moments",
@@ -141,21 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         help="fit central moments 2..K; 1 = mean only (default 2; a binary label is always fitted for the mean only)",
     )
-    f.add_argument(
+    choice_option(
+        f,
         "--task",
-        choices=["auto", "regression", "binary"],
-        default="auto",
-        help="auto (default): a label with two values (0/1, true/false, or two values with --positive) "
+        ["auto", "regression", "binary"],
+        "auto (default): a label with two values (0/1, true/false, or two values with --positive) "
         "is a classifier audit (probabilities on [0, 1], mean only, no intervals); regression: never",
     )
     f.add_argument("--positive", help="the positive class of a binary label whose values are not 0/1 (e.g. yes)")
-    f.add_argument("--step", choices=["exact", "paper"], default="exact", help="step rule (default exact)")
-    f.add_argument(
-        "--odd-moments",
-        choices=["absolute", "signed"],
-        default="absolute",
-        help="odd moments as E|y-mu|^a (default) or E(y-mu)^a",
-    )
+    choice_option(f, "--step", ["exact", "paper"], "step rule (default exact)")
+    choice_option(f, "--odd-moments", ["absolute", "signed"], "odd moments as E|y-mu|^a (default) or E(y-mu)^a")
     f.add_argument("--label-range", type=_float_pair, help="LO,HI of the label (default: observed min,max)")
     f.add_argument(
         "--calibration-fraction",
@@ -205,11 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     au = sub.add_parser("audit", help="audit a fitted model on labelled data (per-group tables as JSON)")
     _model_options(au, label=True)
-    au.add_argument(
+    choice_option(
+        au,
         "--error-control",
-        choices=["holm", "bh"],
-        default="holm",
-        help="adjustment of the findings over every test: holm (family-wise error) or bh (false discovery rate)",
+        ["holm", "bh"],
+        "adjustment of the findings over every test: holm (family-wise error) or bh (false discovery rate)",
     )
     au.add_argument("--min-group-count", type=int, default=30, help="smallest group or cell tested (30)")
     au.add_argument(
@@ -304,6 +305,11 @@ def _discovery_options(p):
     )
 
 
+def _discovery_kwargs(args) -> dict:
+    """What _discovery_options declares, as the learner's keyword arguments (mmc fit --discover, mmc discover)."""
+    return {"max_depth": args.max_depth, "min_mass": args.min_mass}
+
+
 def _features(args, df, exclude) -> list:
     feats = args.features if args.features else [c for c in df.columns if c not in exclude]
     for c in feats:
@@ -334,6 +340,12 @@ def _check_apply_args(args):
     _check_out(args.out)
     _check_prob("--delta", args.delta)
     _check_prob("--gamma", args.gamma)
+
+
+def _applied_options(args, base) -> dict:
+    """The keyword arguments ``mmc audit`` and ``mmc report`` pass alike (mmc_core.metrics.audit and
+    build_report_pdf take them under the same names): the base prediction, --delta, --gamma, --threshold."""
+    return {"base": base, "delta": args.delta, "gamma": args.gamma, "threshold": args.threshold}
 
 
 def estimator_from_args(args, **extra):
@@ -440,6 +452,8 @@ def cmd_fit(args) -> int:
 
         feats = _features(args, df, {args.label, args.pred})
         validate_discovery_params(args.max_depth, args.min_mass, rounds=args.discover_rounds)
+    # the same names, Ctrl-C poll and progress lines with and without --discover
+    fit_kw = {"label_name": args.label, "base_name": args.pred, "stop": stop_requested, "callback": progress}
     try:
         if args.discover:
             from mmc_core.discover import fit_with_discovery
@@ -451,25 +465,12 @@ def cmd_fit(args) -> int:
                 groups,
                 base,
                 features=feats,
-                max_depth=args.max_depth,
-                min_mass=args.min_mass,
+                **_discovery_kwargs(args),
                 rounds=args.discover_rounds,
-                label_name=args.label,
-                base_name=args.pred,
-                stop=stop_requested,
-                callback=progress,
+                **fit_kw,
             )
         else:
-            est.fit(
-                df,
-                y,
-                groups,
-                base_prediction=base,
-                label_name=args.label,
-                base_name=args.pred,
-                stop=stop_requested,
-                callback=progress,
-            )
+            est.fit(df, y, groups, base_prediction=base, **fit_kw)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
@@ -666,13 +667,10 @@ def cmd_audit(args) -> int:
         model,
         df,
         y,
-        base=base,
-        delta=args.delta,
-        gamma=args.gamma,
+        **_applied_options(args, base),
         error_control=args.error_control,
         min_group_count=args.min_group_count,
         variance_tolerance=tol,
-        threshold=args.threshold,
     )
     atomic_write_text(args.out, json.dumps(result.to_json(), allow_nan=False))
     summary = {
@@ -739,15 +737,7 @@ def cmd_report(args) -> int:
     _check_apply_args(args)
     model, df, base, y = _load_for_apply(args, need_label=True)
     pdf = build_report_pdf(
-        model,
-        df,
-        y,
-        base=base,
-        delta=args.delta,
-        gamma=args.gamma,
-        label=args.label,
-        data_name=os.path.basename(args.data),
-        threshold=args.threshold,
+        model, df, y, **_applied_options(args, base), label=args.label, data_name=os.path.basename(args.data)
     )
     write_bytes(args.out, pdf)
     return 0
@@ -785,8 +775,7 @@ def cmd_discover(args) -> int:
         prediction=pred,
         model=model,
         features=feats,
-        max_depth=args.max_depth,
-        min_mass=args.min_mass,
+        **_discovery_kwargs(args),
         n_moments=args.moments,
         n_buckets=args.buckets,
         label_range=args.label_range,

@@ -244,11 +244,10 @@ def audit(args) -> int:
 
 def add_engine_options(p):
     """--engine, --scheduler, --workers, --memory-limit (fit, predict, audit)."""
-    p.add_argument(
-        "--engine",
-        choices=["numpy", "dask"],
-        default="numpy",
-        help="numpy (default: in memory) or dask (--data is then a Parquet glob or folder)",
+    from .cli import choice_option
+
+    choice_option(
+        p, "--engine", ["numpy", "dask"], "numpy (default: in memory) or dask (--data is then a Parquet glob or folder)"
     )
     p.add_argument(
         "--scheduler",

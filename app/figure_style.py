@@ -207,12 +207,18 @@ def _footer(fig: go.Figure, axis_px: int = 58, legend_rows: int = 0, note: str |
 def _empty(title: str, message: str, height: int = 320) -> go.Figure:
     fig = go.Figure()
     _base_layout(fig, title, height, legend=False)
+    _message_only(fig, message)
+    return fig
+
+
+def _message_only(fig: go.Figure, message: str, color: str = "#555555") -> None:
+    """Turn ``fig`` into a message where a figure will be: the text centred, no axes (the results' empty figures,
+    the teaching tab before its first step)."""
     fig.add_annotation(
-        text=message, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False, font=dict(size=14, color="#555555")
+        text=message, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False, font=dict(size=14, color=color)
     )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    return fig
 
 
 def _legend_line(name: str, line: dict) -> go.Scatter:

@@ -207,16 +207,12 @@ def part_timing(n, out):
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "t.csv")
         tr.to_csv(data, index=False)
+        table = ["--data", data, "--label", "y", "--pred", "pred"]  # both commands read the same table
         t1, s1 = _run(
             mmc
             + [
                 "discover",
-                "--data",
-                data,
-                "--label",
-                "y",
-                "--pred",
-                "pred",
+                *table,
                 "--max-depth",
                 "3",
                 "--label-range=-0.5,1.5",
@@ -228,12 +224,7 @@ def part_timing(n, out):
             mmc
             + [
                 "fit",
-                "--data",
-                data,
-                "--label",
-                "y",
-                "--pred",
-                "pred",
+                *table,
                 "--group-cols",
                 "c1",
                 "--moments",

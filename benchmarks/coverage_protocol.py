@@ -32,44 +32,12 @@ default: cc without margin (one sweep and four sweeps, the latter closer to the 
 regression), cc with margin 1, and ``ridge-cqr``, the previous default).
 
 The current results (issue 9: cc against conditional conformal without margin, ridge-cqr and Mondrian, 20 fresh
-splits) are in benchmarks/README.md, section "Coverage protocol". The table below is the issue-4 run that made
-ridge-cqr the default then; its notes record what was tried for that issue.
-
-Issue-4 results (50 fresh splits, seeds 1000-1049, never used for tuning; ``--seeds 50 --seed-start 1000``)
----------------------------------------------------------------------------------------------------
-                         under mean/max   splits_ok   goal    cov     w_mond
-    wage  none  ridge-cqr    0.60 / 6        0.76     0.28   0.930   0.605
-                gcp          0.28 / 5        0.86     0.14   0.941   0.673
-                mondrian     0.10 / 5        0.98     0.00   0.969   1
-                split-conf. 11.20 / 30       0.00     0.00   0.905   0.586
-          gbr   ridge-cqr    0.60 / 5        0.76     0.36   0.929   0.633
-                gcp          0.58 / 6        0.78     0.08   0.939   0.712
-                mondrian     0.14 / 5        0.94     0.00   0.967   1
-                split-conf. 12.34 / 26       0.00     0.00   0.902   0.577
-    NELS  none  ridge-cqr    0.62 / 10       0.84     0.68   0.920   0.928
-                gcp          0.66 / 9        0.84     0.46   0.927   0.931
-                mondrian     0.12 / 2        0.92     0.00   0.934   1
-                split-conf. 11.40 / 34       0.02     0.00   0.883   0.951
-          gbr   ridge-cqr    0.48 / 5        0.78     0.56   0.917   0.931
-                gcp          0.04 / 1        0.96     0.56   0.923   0.945
-                mondrian     0.10 / 5        0.98     0.00   0.932   1
-                split-conf.  2.00 / 18       0.64     0.62   0.902   0.920
-    synth none  ridge-cqr    0.22 / 3        0.84     0.74   0.917   0.899
-                gcp          0.12 / 3        0.92     0.62   0.923   0.914
-                mondrian     0.10 / 3        0.94     0.00   0.940   1
-                split-conf.  7.64 / 12       0.00     0.00   0.881   0.886
-          gbr   ridge-cqr    0.58 / 6        0.62     0.50   0.915   0.812
-                gcp          0.28 / 3        0.80     0.48   0.925   0.838
-                mondrian     0.12 / 1        0.88     0.00   0.957   1
-                split-conf. 12.74 / 17       0.00     0.00   0.856   0.814
-Overall the whole goal is met on 52% of the 300 (dataset, base, split) runs with ridge-cqr against 39% with gcp
-(57% vs 41% without a base); on the same splits ridge-cqr alone meets it 63 times, gcp alone 24 times. gcp has
-fewer under-covered groups because it over-covers: its average coverage exceeds 0.93 on 16-80% of the splits
-(ridge-cqr: 10-52%). On the wage table ridge-cqr still fails the goal on most splits, about evenly by an
-under-covered group and by an average coverage above 0.93 (see below why).
+splits) are in benchmarks/README.md, section "Coverage protocol"; the issue-4 run that made ridge-cqr the
+default then (50 fresh splits, seeds 1000-1049) is there too, under "Issue-4 results". The notes below record
+what was tried for that issue.
 
 Notes (approaches tried; tuned on seeds 0-99 with a harness that re-used cached fits, none of them on the
-seeds above; "goal" = share of splits meeting the whole goal, both bases unless said)
+issue-4 result seeds 1000-1049; "goal" = share of splits meeting the whole goal, both bases unless said)
 ---------------------------------------------------------------------------------------------------------
 What limits the goal. With 25% of a 60% split held out a group holding 2% of the test rows has ~9 (wage) to
 ~22 (NELS) calibration rows, and the whole calibration set is 450 (wage), 900 (synthetic) or 1114 (NELS) rows.
@@ -125,7 +93,7 @@ instead of per-group conformal ranks under a margin); on NELS and the synthetic 
    nested in delta (the two sides are fitted per delta; without this an end moved inward on up to 97% of the
    wage rows between neighbouring grid deltas, gcp has the same defect on up to 48% of NELS rows): 0.1-0.2
    fewer under-covered groups per split, coverage +0.001-0.002, goal unchanged on the tuning splits (0.54
-   vs 0.55; on the fresh splits above 0.52 vs 0.53, wage without a base 0.28 vs 0.34). 100 tuning splits:
+   vs 0.55; on the issue-4 fresh splits 0.52 vs 0.53, wage without a base 0.28 vs 0.34). 100 tuning splits:
    goal 0.54 (0.58 without a base). Cost: ~0.2 s per calibration on the demo tables (27 deltas x 2 sides x 6
    fits, warm-started Newton steps on merged signatures; gcp ~0.01 s), ~4 s with 1561 groups and 2000
    calibration rows.

@@ -436,28 +436,15 @@ def binary_labels(model, y, name: str = "the labels") -> np.ndarray:
     raise DataError(f"{name} must be 0/1 for this classifier model (found values other than 0 and 1)")
 
 
-def audit_binary_model(
-    model,
-    table,
-    y,
-    base,
-    n_boot,
-    seed,
-    min_cell_count,
-    min_group_count,
-    error_control,
-    findings_level,
-    threshold,
-    n_buckets,
-):
+def audit_binary_model(model, table, y, base, opts):
     """:func:`mmc_core.metrics.audit` of a binary model: an ``AuditResult`` with ``task="binary"`` (see the
-    metrics module docstring). Lives here, next to the classifier metrics it is made of; the audit's shared
-    parts (``AuditResult``, the membership pairs, the findings) are imported from :mod:`mmc_core.metrics` when
-    called (that module imports this one)."""
+    metrics module docstring); ``opts``: the audit's ``mmc_core.metrics.AuditOptions``. Lives here, next to the
+    classifier metrics it is made of; the audit's shared parts (``AuditResult``, the membership pairs, the
+    findings) are imported from :mod:`mmc_core.metrics` when called (that module imports this one)."""
     from . import intervals as iv
     from .metrics import AuditResult, _audit_rows, _findings
 
-    threshold = check_threshold(threshold)
+    threshold, n_buckets = check_threshold(opts.threshold), opts.n_buckets
     if isinstance(n_buckets, bool) or not isinstance(n_buckets, (int, np.integer)) or not 1 <= n_buckets <= 100:
         raise MMCError(f"n_buckets must be an integer from 1 to 100, got {n_buckets!r}")
     y01 = binary_labels(model, y)
@@ -475,9 +462,9 @@ def audit_binary_model(
         base=before,
         threshold=threshold,
         n_buckets=int(n_buckets),
-        min_cell_count=min_cell_count,
-        n_boot=n_boot,
-        seed=seed,
+        min_cell_count=opts.min_cell_count,
+        n_boot=opts.n_boot,
+        seed=opts.seed,
     )
     bg = ca.by_group
     cells = reliability_cells(mu, y01, model.groups, table, int(n_buckets), base=before)
@@ -503,13 +490,13 @@ def audit_binary_model(
         "methods_unavailable": {},
         "intervals": iv.BINARY_NO_INTERVALS,
         "base": base_kind,
-        "n_boot": int(n_boot),
-        "seed": int(seed),
+        "n_boot": int(opts.n_boot),
+        "seed": int(opts.seed),
         "bootstrap_level": 0.95,
-        "min_cell_count": int(min_cell_count),
-        "min_group_count": int(min_group_count),
-        "error_control": error_control,
-        "findings_level": float(findings_level),
+        "min_cell_count": int(opts.min_cell_count),
+        "min_group_count": int(opts.min_group_count),
+        "error_control": opts.error_control,
+        "findings_level": float(opts.findings_level),
         "moments": [],
     }
     try:
@@ -524,9 +511,9 @@ def audit_binary_model(
             None,
             None,
             0.0,
-            min_group_count,
-            error_control,
-            findings_level,
+            opts.min_group_count,
+            opts.error_control,
+            opts.findings_level,
         )
         for t in found:  # the mean of a 0/1 outcome is a probability
             t["text"] = t["text"].replace("the mean:", "the probability of the positive class:")

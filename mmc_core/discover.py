@@ -372,6 +372,11 @@ def _make_oracle(oracle, max_depth, seed):
     return oracle
 
 
+def _search_info(features, max_depth, min_mass, level) -> dict:
+    """What both discovery records say about the search: ``discover``'s ``info`` and a fit's ``info["discovery"]``."""
+    return {"features": list(features), "max_depth": int(max_depth), "min_mass": float(min_mass), "level": float(level)}
+
+
 def discover(
     X,
     y,
@@ -476,10 +481,7 @@ def discover(
         f.se_label_units = f.se * scale.span**a
     res.seconds = time.perf_counter() - t0
     res.info = {
-        "features": list(features),
-        "max_depth": int(max_depth),
-        "min_mass": float(min_mass),
-        "level": float(level),
+        **_search_info(features, max_depth, min_mass, level),
         "test": test,
         "seed": int(seed),
         "buckets": int(m),
@@ -582,10 +584,7 @@ def fit_with_discovery(
     info = est.model_.info
     info["learned_sets"] = [g.name for g, _ in learned]
     info["discovery"] = {
-        "features": list(features),
-        "max_depth": int(max_depth),
-        "min_mass": float(min_mass),
-        "level": float(level),
+        **_search_info(features, max_depth, min_mass, level),
         "rounds": history,
         "seconds": time.perf_counter() - t0,
         "found": [

@@ -141,26 +141,72 @@ def state_achieved(est, model, params: DescentParams, achieved: dict) -> tuple:
     return model.params, floors
 
 
-def fit_info(
-    est,
-    res,
-    kept_round,
-    achieved,
-    floors,
-    params,
-    seconds,
-    *,
-    n,
-    n_fit,
-    n_cal,
-    gset,
-    sizes,
-    base_clipped,
-    label_name,
-    early,
-    runs,
-) -> dict:
-    """The model's ``info`` record of one fit (shared by the in-memory fit and the Dask engine)."""
+def check_held_out(est, fraction, n: int, n_fit: int, n_cal: int) -> bool:
+    """Whether early stopping is on, after checking that the split leaves rows for what needs them (shared by
+    the in-memory fit and the Dask engine, which splits per partition)."""
+    if fraction > 0 and (n_cal < 1 or n_fit < 2):
+        raise DataError(f"calibration fraction {fraction} leaves too few rows (n={n})")
+    if est.early_stopping is True and not n_cal:
+        raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
+    if est.n_buckets == "auto" and not n_cal:
+        raise MMCError("buckets 'auto' needs calibration_fraction > 0 (held-out rows to choose on)")
+    return bool(n_cal) if est.early_stopping == "auto" else bool(est.early_stopping)
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketSearch:
+    """The descents of one fit, one per candidate bucket count m (``n_buckets="auto"``: 5, 10, 20, else the one
+    given), and the one kept: the lowest held-out squared error at its kept round (the first on ties)."""
+
+    runs: list  # (score, m, params, init_moments, DescentResult, kept_round) per candidate tried
+    best: int  # index into runs
+    seconds: float  # wall-clock of all the descents
+    early: bool  # early stopping: each run keeps its best held-out round
+
+    @property
+    def res(self):
+        return self.runs[self.best][4]
+
+    @property
+    def kept_round(self) -> int:
+        return self.runs[self.best][5]
+
+
+def search_buckets(est, start, callback, stop, early: bool) -> BucketSearch:
+    """Run the descent once per candidate bucket count and keep the best (shared by the in-memory fit and the
+    Dask engine). ``start(m)`` -> (params, init_moments, fitting state, held-out state or None); the callback is
+    passed only when there is a single candidate (its rounds are then the fit's rounds)."""
+    candidates = AUTO_BUCKETS if est.n_buckets == "auto" else (int(est.n_buckets),)
+    t0 = time.perf_counter()
+    runs = []
+    for m in candidates:
+        params, init_moments, state, holdout = start(m)
+        res = descend(params, state, holdout, callback if len(candidates) == 1 else None, stop=stop, keep_best=early)
+        kept = _best_round(res.history) if early else len(res.round_ends) - 1
+        score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
+        runs.append((score, m, params, init_moments, res, kept))
+        if res.stopped:
+            break
+    best = min(range(len(runs)), key=lambda i: runs[i][0])
+    return BucketSearch(runs, best, time.perf_counter() - t0, bool(early))
+
+
+@dataclasses.dataclass(frozen=True)
+class FitRows:
+    """What a fit's ``info`` says about its rows (the in-memory fit and the Dask engine count them differently)."""
+
+    n: int  # rows with a label
+    n_fit: int  # rows the moments were fitted on
+    n_cal: int  # held-out rows (early stopping, bucket choice, interval calibration)
+    sizes: np.ndarray  # fitting rows per group
+    base_clipped: int  # base predictions clipped to the label range
+    label_name: str
+
+
+def fit_info(est, model, search: BucketSearch, rows: FitRows, achieved, floors) -> dict:
+    """The model's ``info`` record of one fit (shared by the in-memory fit and the Dask engine); ``model`` is the
+    kept model with its stated params (after :func:`state_achieved`)."""
+    res, kept_round, params, gset, runs = search.res, search.kept_round, model.params, model.groups, search.runs
     return {
         "mode": "practical (one fitting sample, audited exactly)",
         # converged: the descent ran until its audit found no violated cell (early stopping may then keep an
@@ -179,17 +225,17 @@ def fit_info(
         "mean_updates": int(res.mean_updates),
         "moment_updates": int(res.moment_updates),
         "max_moment_updates_per_call": int(res.max_moment_updates_per_call),
-        "seconds": float(seconds),
-        "n_rows": int(n),
-        "n_fit": int(n_fit),
-        "n_calibration": int(n_cal),
+        "seconds": float(search.seconds),
+        "n_rows": int(rows.n),
+        "n_fit": int(rows.n_fit),
+        "n_calibration": int(rows.n_cal),
         "calibration_fraction": float(est.calibration_fraction),
         "seed": est.random_state if isinstance(est.random_state, int) else None,
         "n_groups": len(gset),
-        "empty_groups": [gset.names[g] for g in np.flatnonzero(sizes == 0)],
-        "base_clipped": int(base_clipped),
-        "label": label_name,
-        "early_stopping": bool(early),
+        "empty_groups": [gset.names[g] for g in np.flatnonzero(rows.sizes == 0)],
+        "base_clipped": int(rows.base_clipped),
+        "label": rows.label_name,
+        "early_stopping": bool(search.early),
         "buckets_rule": "auto" if est.n_buckets == "auto" else "given",
         "buckets_tried": {str(r[1]): float(r[0]) for r in runs} if len(runs) > 1 else {},
         "mean_buckets": est.mean_buckets,
@@ -499,11 +545,7 @@ class MomentMulticalibrator(SklearnParams):
         elif self.label_range is None:
             scale = LabelScale.observed(y)
         else:
-            try:
-                lo, hi = (float(v) for v in self.label_range)
-            except (TypeError, ValueError):
-                raise MMCError(f"label range must be two numbers LO,HI, got {self.label_range!r}") from None
-            scale = LabelScale(lo, hi, "declared")
+            scale = LabelScale.declared(self.label_range)
         yu = scale.to_unit(y, f"label '{label_name}'")
         base_u = None
         base_clipped = 0
@@ -520,13 +562,7 @@ class MomentMulticalibrator(SklearnParams):
 
         rng = np.random.default_rng(self.random_state)
         n_cal = int(round(self.calibration_fraction * n))
-        if self.calibration_fraction > 0 and (n_cal < 1 or n - n_cal < 2):
-            raise DataError(f"calibration fraction {self.calibration_fraction} leaves too few rows (n={n})")
-        if self.early_stopping is True and not n_cal:
-            raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
-        early = bool(n_cal) if self.early_stopping == "auto" else bool(self.early_stopping)
-        if self.n_buckets == "auto" and not n_cal:
-            raise MMCError("buckets 'auto' needs calibration_fraction > 0 (held-out rows to choose on)")
+        early = check_held_out(self, self.calibration_fraction, n, n - n_cal, n_cal)
         perm = rng.permutation(n)
         cal_idx = np.sort(perm[:n_cal])
         fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
@@ -692,10 +728,7 @@ class MomentMulticalibrator(SklearnParams):
             if affine is not None:
                 mu_h = affine_base(mu_h, *affine)
 
-        candidates = AUTO_BUCKETS if self.n_buckets == "auto" else (int(self.n_buckets),)
-        t0 = time.perf_counter()
-        runs = []
-        for m in candidates:
+        def start(m):
             params, init_moments = self._build_params(m, G, nf, moments, resid, mu0, memb)
             state = CellState(params, memb, yu_f, mu0, {a: np.full(nf, v) for a, v in init_moments.items()})
             holdout = None
@@ -704,17 +737,11 @@ class MomentMulticalibrator(SklearnParams):
                 holdout = CellState(
                     params, memb_h, yu[cal_idx], mu_h, {a: np.full(n_cal, v) for a, v in init_moments.items()}
                 )
-            res = descend(
-                params, state, holdout, callback if len(candidates) == 1 else None, stop=stop, keep_best=early
-            )
-            kept = _best_round(res.history) if early else len(res.round_ends) - 1
-            score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
-            runs.append((score, m, params, init_moments, res, kept))
-            if res.stopped:
-                break
-        score, m, params, init_moments, res, kept_round = min(runs, key=lambda r: r[0])
-        seconds = time.perf_counter() - t0
-        del resid
+            return params, init_moments, state, holdout
+
+        search = search_buckets(self, start, callback, stop, early)
+        score, m, params, init_moments, res, kept_round = search.runs[search.best]
+        resid = None  # the descents are done: free it (rebound, not deleted: start's closure shares the variable)
 
         if base_u is None:
             init_mean = {"kind": "constant", "value": float(np.mean(yu_f))}
@@ -745,7 +772,7 @@ class MomentMulticalibrator(SklearnParams):
             base_f = None if base_u is None else (base_u[fit_idx] if n_cal else base_u)  # as given: predict maps it
             fit_mu, fit_moms = model.predict_unit(Xf, base_f, fit_idx.size)
         achieved = _achieved(params, memb, yu_f, fit_mu, fit_moms)
-        params, floors = state_achieved(self, model, params, achieved)
+        _, floors = state_achieved(self, model, params, achieved)
         if n_cal and task != TASK_BINARY:
             # Interval calibration uses only the held-out rows (never the rows the moments were fitted on).
             from . import intervals
@@ -753,27 +780,8 @@ class MomentMulticalibrator(SklearnParams):
             model.extras["intervals"] = intervals.calibrate(
                 model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx]
             )
-        model.info = {
-            "task": task,
-            **fit_info(
-                self,
-                res,
-                kept_round,
-                achieved,
-                floors,
-                params,
-                seconds,
-                n=n,
-                n_fit=fit_idx.size,
-                n_cal=n_cal,
-                gset=gset,
-                sizes=memb.sizes,
-                base_clipped=base_clipped,
-                label_name=label_name,
-                early=early,
-                runs=runs,
-            ),
-        }
+        rows = FitRows(n, fit_idx.size, n_cal, memb.sizes, base_clipped, label_name)
+        model.info = {"task": task, **fit_info(self, model, search, rows, achieved, floors)}
         self._set_fitted(model)
         # row-level state of this fit (not saved with the model: a loaded estimator has None here)
         self.fit_index_ = fit_idx

@@ -84,8 +84,10 @@ JSON adds ``"task": "binary"``, ``"threshold"`` and ``"classifier"``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -194,42 +196,31 @@ def _worst_cells(pairs: MembershipSums, pred_u, y_u, grid, n: int, span: float, 
 
 
 # ---- the result object -----------------------------------------------------------------------------------
+@dataclasses.dataclass(eq=False, repr=False)
 class AuditResult:
     """Per-group audit tables of one model on one labelled table (see the module docstring)."""
 
-    def __init__(
-        self,
-        overall,
-        by_group,
-        coverage,
-        width,
-        calibration_cells,
-        moment_cells,
-        coverage_by_bucket,
-        params,
-        findings=(),
-        disparities=(),
-        findings_status="ok",
-        task="regression",
-        classifier=None,
-        coverage_by_bucket_of=None,
-    ):
-        self.overall = overall
-        self.by_group = by_group
-        self.coverage = coverage
-        self.width = width
-        self.calibration_cells = calibration_cells
-        self.moment_cells = moment_cells
-        self.coverage_by_bucket = coverage_by_bucket
-        self.params = params
-        self.findings = list(findings)
-        self.disparities = list(disparities)
-        self.findings_status = findings_status
-        self.task = task
-        self.classifier = classifier  # mmc_core.binary.ClassifierAudit for a binary model, else None
-        # {method: coverage_by_bucket of that method}, every computed method (the dashboard's method choice);
-        # not in the JSON, which keeps ``coverage_by_bucket`` of ``params["bucket_method"]`` only
-        self.coverage_by_bucket_of = dict(coverage_by_bucket_of or {})
+    overall: Any  # pandas Series of the whole-population values
+    by_group: Any  # the per-group tables (pandas DataFrames, one row per group)
+    coverage: Any
+    width: Any
+    calibration_cells: Any
+    moment_cells: Any
+    coverage_by_bucket: Any
+    params: dict
+    findings: Any = ()  # stored as a list
+    disparities: Any = ()  # stored as a list
+    findings_status: str = "ok"
+    task: str = "regression"
+    classifier: Any = None  # mmc_core.binary.ClassifierAudit for a binary model, else None
+    # {method: coverage_by_bucket of that method}, every computed method (the dashboard's method choice);
+    # not in the JSON, which keeps ``coverage_by_bucket`` of ``params["bucket_method"]`` only
+    coverage_by_bucket_of: Any = None  # stored as a dict
+
+    def __post_init__(self):
+        self.findings = list(self.findings)
+        self.disparities = list(self.disparities)
+        self.coverage_by_bucket_of = dict(self.coverage_by_bucket_of or {})
 
     # ---- MetricFrame-style views ----
     def _column(self, column: str) -> tuple[pd.Series, float]:
@@ -297,6 +288,22 @@ def _audit_rows(model, table, n: int, base, constant: str):
     return ctx, np.clip((base_arr - scale.lo) / scale.span, 0.0, 1.0), "base prediction"
 
 
+@dataclasses.dataclass(frozen=True)
+class AuditOptions:
+    """The options of :func:`audit` that its classifier branch (:func:`mmc_core.binary.audit_binary_model`)
+    reads, built once by ``audit`` after checking them (``threshold`` and ``n_buckets`` are checked by that
+    branch: only a binary model's audit reads them)."""
+
+    n_boot: int
+    seed: int
+    min_cell_count: int
+    min_group_count: int
+    error_control: str
+    findings_level: float
+    threshold: float
+    n_buckets: int
+
+
 def audit(
     model,
     table,
@@ -342,20 +349,10 @@ def audit(
     if getattr(model, "task", "regression") == "binary":
         from .binary import audit_binary_model
 
-        return audit_binary_model(
-            model,
-            table,
-            y,
-            base,
-            n_boot,
-            seed,
-            min_cell_count,
-            min_group_count,
-            error_control,
-            findings_level,
-            threshold,
-            n_buckets,
+        opts = AuditOptions(
+            n_boot, seed, min_cell_count, min_group_count, error_control, findings_level, threshold, n_buckets
         )
+        return audit_binary_model(model, table, y, base, opts)
     scale = model.scale
     span = scale.span
     y = np.asarray(y, dtype=float)

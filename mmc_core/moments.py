@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .errors import DataError
+from .errors import DataError, MMCError
 
 __all__ = ["LabelScale", "max_central_moment", "MomentKind", "pseudo_label"]
 
@@ -85,10 +85,23 @@ class LabelScale:
 
     @classmethod
     def observed(cls, y: np.ndarray) -> "LabelScale":
-        lo, hi = float(np.min(y)), float(np.max(y))
+        return cls.from_observed(float(np.min(y)), float(np.max(y)))
+
+    @classmethod
+    def from_observed(cls, lo, hi) -> "LabelScale":
+        """The scale of the label's observed extremes (the Dask engine has them from its partitions' summaries)."""
         if not hi > lo:
             raise DataError(f"the label is constant ({lo}); there is nothing to calibrate")
         return cls(lo, hi, "observed")
+
+    @classmethod
+    def declared(cls, label_range) -> "LabelScale":
+        """The scale of a label range the user gave (``label_range``: LO, HI)."""
+        try:
+            lo, hi = (float(v) for v in label_range)
+        except (TypeError, ValueError):
+            raise MMCError(f"label range must be two numbers LO,HI, got {label_range!r}") from None
+        return cls(lo, hi, "declared")
 
     def to_unit(self, y: np.ndarray, what: str = "label", tol: float = 1e-9) -> np.ndarray:
         """Map into [0, 1]; values outside the range by more than ``tol`` (relative) are an error."""

@@ -20,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.figure_style import _legend_line
+from app.figure_style import _legend_line, _message_only
 from app.figures import OKABE_ITO
 from mmc_core import GroupSet
 from mmc_core.descent import DescentParams
@@ -314,35 +314,19 @@ def truth_figure(lesson: Lesson, units: str = "points", scale: float = 100.0) ->
             tolerance = "tolerance: what the auditor lets pass at this sample size"
             fig.add_trace(_legend_line(tolerance, dict(color=TOL, width=10)), 1, col)
 
-        def dots(values, name: str, marker: dict, what: str, **extra):
-            hover = f"%{{y}}: %{{x:.3g}}<extra>{what}</extra>"
-            fig.add_trace(
-                go.Scatter(x=values, y=names, mode="markers", name=name, marker=marker, hovertemplate=hover, **extra),
-                1,
-                col,
-            )
-
-        dots(
-            t[tv],
-            "truth: E[y|x] (left), E[(y − μ(x))²|x] = what m₂ targets (right)",
-            dict(color=TRUE, size=12, symbol="diamond"),
-            "truth",
-            showlegend=show,
-        )
+        # the dots, drawn in this order: (column, hover label, the trace's own style)
+        truth = "truth: E[y|x] (left), E[(y − μ(x))²|x] = what m₂ targets (right)"
+        dots = [(tv, "truth", dict(name=truth, marker=dict(color=TRUE, size=12, symbol="diamond"), showlegend=show))]
         if extra:
-            dots(
-                t[extra],
-                "true Var(y | x)",
-                dict(color=EXTRA, size=9, symbol="x-thin-open", line=dict(width=2)),
-                "Var(y|x)",
-            )
-        dots(
-            t[pv],
-            "prediction: μ (left), m₂ (right)",
-            dict(color=PRED, size=11, symbol="circle"),
-            "predicted",
-            showlegend=show,
+            var_marker = dict(color=EXTRA, size=9, symbol="x-thin-open", line=dict(width=2))
+            dots.append((extra, "Var(y|x)", dict(name="true Var(y | x)", marker=var_marker)))
+        pred = "prediction: μ (left), m₂ (right)"
+        dots.append(
+            (pv, "predicted", dict(name=pred, marker=dict(color=PRED, size=11, symbol="circle"), showlegend=show))
         )
+        for column, what, style in dots:
+            hover = f"%{{y}}: %{{x:.3g}}<extra>{what}</extra>"
+            fig.add_trace(go.Scatter(x=t[column], y=names, mode="markers", hovertemplate=hover, **style), 1, col)
     fig.update_yaxes(autorange="reversed", type="category")
     lo = float(np.nanmin(np.concatenate([t["pred_mean"], t["true_mean"] - np.minimum(t["mean_tol"], 100)])))
     hi = float(np.nanmax(np.concatenate([t["pred_mean"], t["true_mean"] + np.minimum(t["mean_tol"], 100)])))
@@ -390,17 +374,7 @@ def cells_figure(lesson: Lesson, ev: dict | None, units: str = "points") -> go.F
     """The audited group's cells and the population violation of each, with the chosen cells marked."""
     fig = go.Figure()
     if not ev or ev.get("kind") not in ("mean_update", "moment_update"):
-        fig.add_annotation(
-            text="Press Step: the auditor's chosen cells appear here.",
-            x=0.5,
-            y=0.5,
-            xref="paper",
-            yref="paper",
-            showarrow=False,
-            font=dict(size=14, color="#555"),
-        )
-        fig.update_xaxes(visible=False)
-        fig.update_yaxes(visible=False)
+        _message_only(fig, "Press Step: the auditor's chosen cells appear here.", color="#555")
         return _layout(fig, "The auditor's choice", 380)
     kind, z = cell_stats(lesson, ev)
     c = lesson.config

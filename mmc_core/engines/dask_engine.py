@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from ..descent import CellState, CellStats, descend
+from ..descent import CellState, CellStats
 from ..errors import DataError, GroupDefinitionError, MMCError
 
 __all__ = [
@@ -558,7 +558,7 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
 
     from .. import intervals
     from ..buckets import _clean
-    from ..estimator import AUTO_BUCKETS, _best_round
+    from ..estimator import FitRows, check_held_out, fit_info, search_buckets, state_achieved
     from ..model import FittedModel
     from ..moments import LabelScale
 
@@ -569,24 +569,11 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     n_cal = sum(s["nc"] for s in summ)
     if n < 2:
         raise DataError(f"need at least 2 rows to fit, got {n}")
-    if frac > 0 and (n_cal < 1 or nf < 2):
-        raise DataError(f"calibration fraction {frac} leaves too few rows (n={n})")
-    if est.early_stopping is True and not n_cal:
-        raise MMCError("early_stopping needs calibration_fraction > 0 (held-out rows to stop on)")
-    early = bool(n_cal) if est.early_stopping == "auto" else bool(est.early_stopping)
-    if est.n_buckets == "auto" and not n_cal:
-        raise MMCError("buckets 'auto' needs calibration_fraction > 0 (held-out rows to choose on)")
+    early = check_held_out(est, frac, n, nf, n_cal)
     if est.label_range is None:
-        lo, hi = min(s["ymin"] for s in summ), max(s["ymax"] for s in summ)
-        if not hi > lo:
-            raise DataError(f"the label is constant ({lo}); there is nothing to calibrate")
-        scale = LabelScale(lo, hi, "observed")
+        scale = LabelScale.from_observed(min(s["ymin"] for s in summ), max(s["ymax"] for s in summ))
     else:
-        try:
-            lo, hi = (float(v) for v in est.label_range)
-        except (TypeError, ValueError):
-            raise MMCError(f"label range must be two numbers LO,HI, got {est.label_range!r}") from None
-        scale = LabelScale(lo, hi, "declared")
+        scale = LabelScale.declared(est.label_range)
     bname = f"base prediction '{base_name}'" if base_name else "base prediction"
     sc = parts.map_reduce("set_scale", scale, label_name, bname)
     mean_fit = sc["sum_yu_f"] / nf
@@ -608,30 +595,20 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     stats = _DaskFitStats(parts, moments, est.odd_moments, nf, mean_quantiles)
     load_seconds = time.perf_counter() - t_load
 
-    candidates = AUTO_BUCKETS if est.n_buckets == "auto" else (int(est.n_buckets),)
-    t0 = time.perf_counter()
-    runs = []
-    for m in candidates:
+    def start(m):
         params, init_moments = est._build_params(m, G, nf, moments, None, None, None, stats=stats)
         eng = _Engine(parts, params, init_moments, nf, n_cal)
-        res = descend(
-            params, eng.fit, eng.holdout, callback if len(candidates) == 1 else None, stop=stop, keep_best=early
-        )
-        kept = _best_round(res.history) if early else len(res.round_ends) - 1
-        score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
-        runs.append((score, m, params, init_moments, res, kept))
-        if res.stopped:
-            break
-    best = min(range(len(runs)), key=lambda i: runs[i][0])
-    score, m, params, init_moments, res, kept_round = runs[best]
-    seconds = time.perf_counter() - t0
+        return params, init_moments, eng.fit, eng.holdout
+
+    search = search_buckets(est, start, callback, stop, early)
+    score, m, params, init_moments, res, kept_round = search.runs[search.best]
 
     init_mean = (
         {"kind": "base", "column": base_name} if bcol is not None else {"kind": "constant", "value": float(mean_fit)}
     )
     log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
     model = FittedModel(params, scale, gset, init_mean, init_moments, list(log), list(res.round_ends[: kept_round + 1]))
-    last_run = best == len(runs) - 1
+    last_run = search.best == len(search.runs) - 1
     if not last_run:
         parts.gather("start", params, init_moments)  # the chosen m's initial state, then its kept log
     replay = not (last_run and kept_round == len(res.round_ends) - 1)
@@ -650,9 +627,7 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
             a: up(float(np.abs(sums[1 + K + i]).max(initial=0.0)) / max(nf, 1)) for i, a in enumerate(plain.moments)
         },
     }
-    from ..estimator import state_achieved
-
-    params, floors = state_achieved(est, model, params, achieved)
+    _, floors = state_achieved(est, model, params, achieved)
     cal_rows = 0
     if n_cal:
         rate = min(1.0, CAL_SAMPLE_CAP / n_cal)
@@ -663,28 +638,9 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
         base_c = None if bcol is None else np.concatenate([p[2] for p in pieces])
         cal_rows = int(yu_c.size)
         model.extras["intervals"] = intervals.calibrate(model, table, yu_c, base_c)
-    from ..estimator import fit_info
-
-    sizes = stats.sizes
+    rows = FitRows(n, nf, n_cal, stats.sizes, sc["base_clipped"], label_name)
     model.info = {
-        **fit_info(
-            est,
-            res,
-            kept_round,
-            achieved,
-            floors,
-            params,
-            seconds,
-            n=n,
-            n_fit=nf,
-            n_cal=n_cal,
-            gset=gset,
-            sizes=sizes,
-            base_clipped=sc["base_clipped"],
-            label_name=label_name,
-            early=early,
-            runs=runs,
-        ),
+        **fit_info(est, model, search, rows, achieved, floors),
         "engine": {
             "name": "dask",
             "partitions": parts.n_partitions,
@@ -694,23 +650,8 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
             "interval_calibration_rows": cal_rows,
         },
     }
-    est.model_ = model
-    est.alpha_, est.beta_ = params.alpha, params.beta
-    est.moment_betas_ = {a: params.beta_for(a) for a in params.moments}
-    est.z_ = params.z
-    est.n_buckets_ = params.m
-    est.history_ = res.history
-    est.converged_ = model.info["converged"]
-    est.n_rounds_ = model.info["rounds"]
-    est.mean_updates_ = res.mean_updates
-    est.moment_updates_ = res.moment_updates
-    est.fit_seconds_ = seconds
-    est.label_scale_ = scale
-    est.groups_ = gset
-    est.fit_index_ = None  # rows stay on the workers (per-partition split)
-    est.calibration_index_ = None
-    est.empty_groups_ = model.info["empty_groups"]
-    est.fit_mean_unit_, est.fit_moments_unit_ = None, None
+    est._set_fitted(model)
+    est._clear_row_state()  # rows stay on the workers (per-partition split)
     return est
 
 
