@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     f.add_argument(
         "--buckets",
+        dest="n_buckets",
+        metavar="BUCKETS",
         type=_buckets,
         default=5,
         help="buckets m per predictor (default 5; 'auto' = 5, 10 or 20, chosen on the held-out rows)",
@@ -143,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     f.add_argument(
         "--moments",
+        dest="n_moments",
+        metavar="MOMENTS",
         type=int,
         default=2,
         help="fit central moments 2..K; 1 = mean only (default 2; a binary label is always fitted for the mean only)",
@@ -167,11 +171,18 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument(
         "--early-stopping",
         action=argparse.BooleanOptionalAction,
-        default=None,
+        default="auto",
         help="keep the round with the best held-out error (default: on when rows are held out)",
     )
     f.add_argument("--max-rounds", type=int, help="cap on mean rounds (a capped run is reported as not converged)")
-    f.add_argument("--seed", type=int, default=0, help="seed of the calibration split (default 0)")
+    f.add_argument(
+        "--seed",
+        dest="random_state",
+        metavar="SEED",
+        type=int,
+        default=0,
+        help="seed of the calibration split (default 0)",
+    )
     f.add_argument(
         "--save-partial",
         action="store_true",
@@ -348,27 +359,18 @@ def _applied_options(args, base) -> dict:
     return {"base": base, "delta": args.delta, "gamma": args.gamma, "threshold": args.threshold}
 
 
+# the options of `mmc fit` that are MomentMulticalibrator parameters of the same name (their argparse dest)
+FIT_PARAMS = (
+    "alpha beta n_buckets n_moments step odd_moments label_range calibration_fraction early_stopping max_rounds "
+    "random_state mean_buckets moment_buckets base_recalibration"
+).split()
+
+
 def estimator_from_args(args, **extra):
     """The estimator ``mmc fit`` builds from its options (one place for both engines)."""
     from mmc_core import MomentMulticalibrator
 
-    return MomentMulticalibrator(
-        alpha=args.alpha,
-        beta=args.beta,
-        n_buckets=args.buckets,
-        n_moments=args.moments,
-        step=args.step,
-        odd_moments=args.odd_moments,
-        label_range=args.label_range,
-        calibration_fraction=args.calibration_fraction,
-        early_stopping="auto" if args.early_stopping is None else args.early_stopping,
-        max_rounds=args.max_rounds,
-        random_state=args.seed,
-        mean_buckets=args.mean_buckets,
-        moment_buckets=args.moment_buckets,
-        base_recalibration=args.base_recalibration,
-        **extra,
-    )
+    return MomentMulticalibrator(**{k: getattr(args, k) for k in FIT_PARAMS}, **extra)
 
 
 def cmd_fit(args) -> int:

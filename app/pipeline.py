@@ -46,23 +46,21 @@ def split_rows(n: int, spec: SplitSpec, with_base_model: bool, calibration_fract
     return {"base": base, "fit": fit, "test": test, "calibration": np.zeros(n_cal, dtype=np.int64)}
 
 
+# the FitSettings fields that are MomentMulticalibrator parameters of the same name
+ESTIMATOR_SETTINGS = "alpha beta n_buckets step odd_moments calibration_fraction early_stopping max_rounds".split()
+
+
 def make_estimator(settings: FitSettings, label, seed: int):
     """The estimator a run fits with these settings on this prepared label (a classifier audit fits the mean
     only). The live threshold preview asks this same estimator what it will use (:func:`planned_thresholds`)."""
     from mmc_core import MomentMulticalibrator
 
     binary = label.task == "binary"
+    shared = {k: getattr(settings, k) for k in ESTIMATOR_SETTINGS}
     return MomentMulticalibrator(
-        alpha=settings.alpha,
-        beta=settings.beta,
-        n_buckets=settings.n_buckets,
+        **shared,
         n_moments=1 if binary else settings.n_moments,
-        step=settings.step,
-        odd_moments=settings.odd_moments,
         label_range=(label.lo, label.hi),
-        calibration_fraction=settings.calibration_fraction,
-        early_stopping=settings.early_stopping,
-        max_rounds=settings.max_rounds,
         random_state=seed,
         task="binary" if binary else "regression",
     )

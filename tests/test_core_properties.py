@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
@@ -41,7 +41,27 @@ def problems(draw):
     return table, y, base, params, order
 
 
+_KNIFE_EDGE = (  # found by hypothesis: the paper's step ends the whole population exactly at |v| = alpha
+    {"a": np.zeros(8, dtype=int), "b": np.array([1, 1, 2, 2, 0, 0, 2, 2])},
+    np.array([0.0, 0, 0, 0, 1, 0, 1, 1]),
+    None,
+    dict(
+        alpha=0.005,
+        beta=0.002,
+        n_buckets=1,
+        n_moments=1,
+        step="paper",
+        odd_moments="absolute",
+        label_range=(0.0, 1.0),
+        calibration_fraction=0.0,
+        task="regression",
+    ),
+    1,
+)
+
+
 @given(problems())
+@example(_KNIFE_EDGE)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_core_invariants(problem):
     table, y, base, params, order = problem
@@ -60,9 +80,12 @@ def test_core_invariants(problem):
         lo, hi = p.projection(a)
         assert np.all((moms[a] >= lo) & (moms[a] <= hi))
     # the guarantee, checked by a straightforward reference computation
+    # (up to rounding: the descent and the reference add the rows in another order, and the paper's step can end
+    # a cell exactly at the threshold, e.g. 8 rows moved by eta = alpha, where the two sums differ by ~1e-16)
     audit = audit_sample(p, groups.evaluate(table).to_dense(), y, mu, moms)
-    assert all(abs(r[3]) < p.alpha for r in audit["mean"])
-    assert all(abs(r["v_mean"]) < p.alpha and abs(r["v_moment"]) < p.beta for r in audit["joint"])
+    tol = 1 + 1e-9
+    assert all(abs(r[3]) < p.alpha * tol for r in audit["mean"])
+    assert all(abs(r["v_mean"]) < p.alpha * tol and abs(r["v_moment"]) < p.beta * tol for r in audit["joint"])
     # replay equals fit; save/load is exact
     mu2, moms2 = model.predict_unit(table, base)
     assert np.array_equal(mu2, mu) and all(np.array_equal(moms2[a], moms[a]) for a in p.moments)
