@@ -94,7 +94,9 @@ class MembershipSums:
         if self._pg is not None:
             return self._pg
         pg = self.memb.pair_groups()
-        if not self.by_signature:  # kept only where every sum needs it (8 bytes a pair)
+        # kept only once pairs mode is decided (every sum then needs it; 8 bytes a pair); asking for the mode
+        # here would build the signatures for a single row sum (a prediction's thresholds)
+        if self._by_signature is False:
             self._pg = pg
         return pg
 

@@ -109,3 +109,20 @@ def test_descent_state_stays_equal_to_a_fresh_count(mr, odd, se, track):
     for nm in ["SA", "CA", "TA"] + (["QA", "UA"] if se else []) + (["MA"] if track else []):
         for a in (2, 3, 4):
             np.testing.assert_allclose(getattr(st_, nm)[a], getattr(fresh, nm)[a], atol=1e-9, err_msg=f"{nm}[{a}]")
+
+
+def test_a_row_sum_does_not_build_the_signatures(monkeypatch):
+    """Predicting interval thresholds (per-row sums of group coefficients) runs over the pairs: building the
+    signatures (a sort of every pair) only pays off for the descent's and the audit's many sums."""
+    from mmc_core import groups
+
+    memb, rng = _membership(1, 3_000, 2, 4)
+    builds = []
+    original = groups.Membership.signatures
+    monkeypatch.setattr(groups.Membership, "signatures", lambda self: builds.append(1) or original(self))
+    sums = MembershipSums(memb)
+    theta = rng.normal(size=memb.n_groups)
+    np.testing.assert_allclose(sums.row_sums(theta), memb.to_dense() @ theta, atol=1e-12)
+    assert builds == []
+    sums.cell_sums(np.zeros(memb.n, dtype=np.int64), 1)  # a whole-table sum decides the mode: one build
+    assert builds == [1] and sums.by_signature
