@@ -202,6 +202,7 @@ class FitJob:
                     self._on_fitted(payload)
                 elif kind == "end":
                     status, result, error, detail, kept = payload
+                    self.stop_seen()  # a stop the child saw through the shared event is recorded before the end
                     with self._lock:
                         if not self._abandoned and self.status == "running":
                             self.result, self.error, self.detail = result, error, detail
