@@ -281,7 +281,8 @@ def variance_disparities(names, cnt, ratio, lo, hi, min_count: int, skip_first: 
         if not (np.isfinite(r) and np.isfinite(a) and np.isfinite(b)) or r <= 0 or a <= 1 <= b:
             continue
         more = r >= 1
-        txt = f"{r:.1f} times" if more else f"{r:.2f} times (about 1/{1 / r:.1f} of)"
+        # the ratio at the precision of its interval: "1.3 times (95% CI 1.34-1.34)" read as a contradiction
+        txt = f"{r:.2f} times" if more else f"{r:.2f} times (about 1/{1 / r:.2f} of)"
         out.append(
             {
                 "kind": "variance_disparity",

@@ -332,7 +332,7 @@ def test_bug7_findings_disparities_and_failures_render_and_tiny_groups_stay_out(
     md = "\n".join(m.value for m in at.markdown).replace("\\", "")
     assert "What the audit found" in md and "observed 9.23 vs predicted 10.4" in md
     assert "n=62" in md and "95% CI -1.9 to -0.42" in md and "adjusted p = 0.03" in md
-    assert "Variance disparities" in md and "1.8 times the overall level" in md and "n=400" in md
+    assert "Variance disparities" in md and "1.80 times the overall level" in md and "n=400" in md
     least = [d.value for d in at.dataframe if "predicted SD" in d.value.columns][0]
     assert str(tiny) not in [str(i).rstrip(" †") for i in least.index]
     audit.findings, audit.findings_status = [], "failed: ValueError: boom"

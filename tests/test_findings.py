@@ -310,3 +310,23 @@ def test_disparities_skip_intersections_repeating_a_parent():
     assert [x["group"] for x in d] == ["race=C & sex=F", "race=D", "race=C"]  # no repeat, no tiny group
     ratio[1] = 0.0  # a zero predicted variance is skipped, not a crash
     assert "race=D" not in [x["group"] for x in fnd.variance_disparities(names, cnt, ratio, lo, hi, 30)]
+
+
+def test_disparity_text_states_the_ratio_at_the_precision_of_its_interval():
+    """A ratio of 1.344 with a 95% CI of 1.336-1.352 read "1.3 times ... (95% CI 1.34-1.34)": the printed ratio
+    now carries the interval's two decimals (and lies inside the printed interval)."""
+    import re
+
+    names = ["all", "black=1", "black=0"]
+    d = fnd.variance_disparities(
+        names,
+        np.array([30000, 3077, 26923]),
+        np.array([1.0, 1.344, 0.962]),
+        np.array([1.0, 1.336, 0.958]),
+        np.array([1.0, 1.352, 0.966]),
+        30,
+    )
+    for x in d:
+        shown, lo, hi = (float(v) for v in re.search(r"is ([\d.]+) times.*CI ([\d.]+)-([\d.]+)", x["text"]).groups())
+        assert lo <= shown <= hi, x["text"]
+    assert "0.96 times (about 1/1.04 of)" in d[1]["text"]
