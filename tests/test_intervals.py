@@ -724,16 +724,20 @@ def test_calibrated_nested_in_delta(cal_model):
         prev = (lo, hi)
 
 
+def _calibrate_with_benchmark_fitter(est, table, y, approach):
+    """The calibration record of ``approach`` (a fitter that moved to benchmarks/) on the model's held-out rows."""
+    cal = est.calibration_index_
+    rows = {c: np.asarray(v)[cal] for c, v in table.items()}
+    return iv.calibrate(est.model_, rows, y[cal], None, approach=approach, fitter=fit_approach)
+
+
 def test_calibrated_formula_gcp(cal_model):
     """The symmetric approaches (gcp): mu +- max(q, 0) sd, q = the sum of theta over the row's groups."""
     est, table, y = cal_model
     model = est.model_
     saved = model.extras["intervals"]
-    cal = est.calibration_index_
     try:
-        model.extras["intervals"] = iv.calibrate(
-            model, {c: np.asarray(v)[cal] for c, v in table.items()}, y[cal], None, approach="gcp", fitter=fit_approach
-        )
+        model.extras["intervals"] = _calibrate_with_benchmark_fitter(est, table, y, "gcp")
         rec = model.extras["intervals"]["calibrated"]
         assert rec["approach"] == "gcp" and "theta_lower" not in rec
         theta = np.array(rec["theta"][iv.grid_delta(0.1)], dtype=float)
@@ -756,16 +760,8 @@ def test_benchmark_approach_records_load_and_predict(cal_model, tmp_path, approa
     est, table, y = cal_model
     model = est.model_
     saved = model.extras["intervals"]
-    cal = est.calibration_index_
     try:
-        model.extras["intervals"] = iv.calibrate(
-            model,
-            {c: np.asarray(v)[cal] for c, v in table.items()},
-            y[cal],
-            None,
-            approach=approach,
-            fitter=fit_approach,
-        )
+        model.extras["intervals"] = _calibrate_with_benchmark_fitter(est, table, y, approach)
         path = tmp_path / "m.json"
         model.save(path)
         loaded = FittedModel.load(path)
