@@ -127,9 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     choice_option(
         f,
         "--base-recalibration",
-        ["none", "affine"],
+        ["auto", "none", "affine", "group-linear"],  # mmc_core.recalibrate.BASE_RECALIBRATIONS (lazy imports)
         "with --pred: 'affine' first maps the base prediction to a + b x pred by least squares on the fitting "
-        "rows (an over-fitted base model's predictions are too spread out); default none",
+        "rows (an over-fitted base model's predictions are too spread out); 'group-linear' fits one slope within "
+        "the listed groups and one between them, kept only when it lowers the squared error out of sample; "
+        "default auto = group-linear (none with --engine dask)",
     )
     choice_option(
         f,
@@ -523,6 +525,11 @@ def cmd_fit(args) -> int:
         label_range=[est.label_scale_.lo, est.label_scale_.hi],
         model=args.out,
     )
+    from mmc_core.recalibrate import describe
+
+    base_text = describe(est.model_.init_mean, info)
+    if base_text:
+        summary["base_prediction"] = base_text
     if args.discover:
         summary["learned_sets"] = len(info.get("learned_sets", []))
     print(json.dumps(summary))

@@ -26,6 +26,7 @@ import warnings
 import numpy as np
 
 from mmc_core.errors import MMCError
+from mmc_core.recalibrate import describe as describe_base
 
 from . import figures as F
 from .pdf_doc import KALEIDO_MESSAGE, _title_page, report_label
@@ -226,6 +227,7 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
             f"groups at {float(info.get('z_group', 0)):.2f})"
         )
     secs = f", {float(info['seconds']):.2f} s" if "seconds" in info else ""
+    base_text = describe_base(model.init_mean, info)
     rows = [
         ("Label", f"{label} in [{sc.lo:g}, {sc.hi:g}], range {src_txt}"),
         ("Mode", str(info.get("mode", "–"))),
@@ -264,6 +266,7 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
             if isinstance(info.get("moment_updates"), int) and isinstance(info.get("max_moment_updates_per_call"), int)
             else str(info.get("moment_updates", "–")),
         ),
+        *([("Base prediction", base_text)] if base_text else []),
         (
             "Fitting rows",
             f"{info.get('n_fit', '–'):,} fitted, {info.get('n_calibration', 0):,} held out for interval calibration"

@@ -30,7 +30,9 @@ Methods: ``base``; ``mmc``: ``MomentMulticalibrator()`` with its defaults (label
 min / max, known a priori); ``mmc-fine``: the same with ``mean_buckets="quantile", n_buckets="auto"``;
 ``mmc-v1``: the previous defaults (``alpha="auto", beta="auto", early_stopping=False,
 moment_buckets="range"``); ``mmc-gz2`` / ``mmc-gz25``: the defaults with ``mean_group_z=2`` / ``2.5`` (whole
-groups of the mean corrected at that z instead of the Bonferroni one); ``mcgrad``: ``mcgrad.methods.RegressionMCGrad()`` with its defaults (``mcgrad.methods.MCGrad()``, the
+groups of the mean corrected at that z instead of the Bonferroni one); ``mmc-none`` / ``mmc-affine`` /
+``mmc-gl``: the defaults with ``base_recalibration="none"`` (the default before the group-linear map) /
+``"affine"`` / ``"group-linear"`` (what the default ``"auto"`` does with the numpy engine); ``mcgrad``: ``mcgrad.methods.RegressionMCGrad()`` with its defaults (``mcgrad.methods.MCGrad()``, the
 binary-label variant, when the label takes only the values 0 and 1; base predictions clipped to [1e-4, 1 - 1e-4]),
 the group columns as categorical segmentation features (skipped when ``mcgrad`` is not installed);
 ``mcgrad-t1`` ... ``mcgrad-t3``: the same with the settings in ``MCGRAD_TUNED`` (a small hand-made grid over
@@ -175,14 +177,28 @@ MCGRAD_TUNED = {
         "num_rounds": 3,
     },
 }
-METHODS = ("base", "mmc", "mmc-fine", "mmc-v1", "mmc-gz2", "mmc-gz25", "mmc-affine", "mcgrad", *MCGRAD_TUNED)
+METHODS = (
+    "base",
+    "mmc",
+    "mmc-none",
+    "mmc-fine",
+    "mmc-v1",
+    "mmc-gz2",
+    "mmc-gz25",
+    "mmc-affine",
+    "mmc-gl",
+    "mcgrad",
+    *MCGRAD_TUNED,
+)
 MMC_KW = {
     "mmc": {},
+    "mmc-none": {"base_recalibration": "none"},
     "mmc-fine": {"mean_buckets": "quantile", "n_buckets": "auto"},
     "mmc-v1": {"alpha": "auto", "beta": "auto", "early_stopping": False, "moment_buckets": "range"},
     "mmc-gz2": {"mean_group_z": 2.0},
     "mmc-gz25": {"mean_group_z": 2.5},
     "mmc-affine": {"base_recalibration": "affine"},
+    "mmc-gl": {"base_recalibration": "group-linear"},
 }
 METRICS = ("mse", "gbias", "cell", "var")
 

@@ -65,7 +65,7 @@ def replay_updates(name: str, seed: int, **kw) -> pd.DataFrame:
     ):
         tab = tab.reset_index(drop=True)
         memb = model.groups.evaluate(tab, len(tab))
-        mu, moms = model.initial(memb.n, (b - sc.lo) / sc.span)
+        mu, moms = model.initial(memb.n, (b - sc.lo) / sc.span, memb)
         sets[nm] = (memb, mu, moms, (y - sc.lo) / sc.span)
     dense_te = sets["test"][0].to_dense().astype(float)
     gb0 = _gbias(sets["test"][1], sets["test"][3], dense_te)

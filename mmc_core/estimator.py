@@ -19,7 +19,8 @@ from .buckets import fill_edges, geometric_edges, quantile_edges
 from .descent import CellState, DescentParams, descend
 from .errors import DataError, MMCError
 from .groups import GroupSet
-from .model import FittedModel, affine_base
+from .model import FittedModel
+from .recalibrate import BASE_RECALIBRATIONS, affine_base, fit_affine, fit_group_linear, group_linear_base
 from .moments import LabelScale, MomentKind, pseudo_label
 from .binary import TASK_BINARY, TASKS, resolve_task  # noqa: F401 - TASKS re-exported
 from .sklearn_params import SklearnParams, _json_params
@@ -109,19 +110,6 @@ class FitStats:
 
     def mean_quantile_edges(self, m) -> tuple:
         return quantile_edges(self.mu0, m)
-
-
-BASE_RECALIBRATIONS = ("none", "affine")
-
-
-def fit_affine(y: np.ndarray, base: np.ndarray) -> tuple[float, float]:
-    """(a, b) of the least-squares line y ~ a + b base (unit scale); a constant base gets slope 1 and the mean
-    residual as intercept."""
-    mb, my = float(np.mean(base)), float(np.mean(y))
-    db = base - mb
-    var = float(np.dot(db, db))
-    b = float(np.dot(db, y - my)) / var if var > 0 else 1.0
-    return my - b * mb, b
 
 
 def state_achieved(est, model, params: DescentParams, achieved: dict) -> tuple:
@@ -330,13 +318,17 @@ class MomentMulticalibrator(SklearnParams):
         With the "se" rule: the critical value for whole groups of the mean. "bonferroni" (default): family-wise
         level 0.1 over the whole-group cells (about 3-3.5). A number (e.g. 2): that z, so a group-level bias the
         fit's own bucket corrections create (issue 10) is corrected once it is that many standard errors from 0.
-    base_recalibration : {"none", "affine"}
+    base_recalibration : {"auto", "none", "affine", "group-linear"}
         With a base prediction: "affine" first maps it to a + b x base (least squares on the fitting rows, on the
         unit scale, clipped to the label range) and starts the descent from that; the map is part of the model
         (``init.mean``: ``{"kind": "base-affine", "intercept": a, "slope": b}``) and applied to every base
         prediction passed to ``predict``. An over-fitted base model's predictions are too spread out (slope
         b < 1 on new rows); the bucketed corrections of the descent remove that only at the bucket
-        resolution. "none" (default): the base prediction as given.
+        resolution. "group-linear": one slope within the listed groups and one between them (so the groups'
+        means are not shrunk with everything else), kept only when it lowers the squared error out of sample
+        (:mod:`mmc_core.recalibrate`; ``init.mean`` kind "base-group-linear"; the check is in
+        ``model_.info["base_recalibration"]``). "none": the base prediction as given. "auto" (default):
+        "group-linear" with this (numpy) engine; the Dask engine does not fit the map yet and uses "none".
     """
 
     # row-level state of the last fit (None on a loaded estimator)
@@ -363,7 +355,7 @@ class MomentMulticalibrator(SklearnParams):
         mean_group_z="bonferroni",
         task="auto",
         positive_label=None,
-        base_recalibration="none",
+        base_recalibration="auto",
     ):
         self.alpha = alpha
         self.beta = beta
@@ -571,12 +563,17 @@ class MomentMulticalibrator(SklearnParams):
         Xf = _take(X, fit_idx) if n_cal else X
         yu_f = yu[fit_idx] if n_cal else yu
         memb = gset.evaluate(Xf, fit_idx.size)
-        affine = None
+        affine = within = memb_h = None
         if base_u is not None:
             mu0 = base_u[fit_idx] if n_cal else base_u
             if self.base_recalibration == "affine":
                 affine = fit_affine(yu_f, mu0)
                 mu0 = affine_base(mu0, *affine)
+            elif self.base_recalibration in ("group-linear", "auto"):
+                memb_h = gset.evaluate(_take(X, cal_idx), n_cal) if n_cal else None
+                held = (yu[cal_idx], base_u[cal_idx], memb_h.sums()) if memb_h is not None else None
+                within = fit_group_linear(yu_f, mu0, memb.sums(), held)
+                mu0 = group_linear_base(mu0, memb.sums(), within)
         else:
             mu0 = np.full(fit_idx.size, float(np.mean(yu_f)))
         moments = tuple(range(2, k + 1))
@@ -601,6 +598,8 @@ class MomentMulticalibrator(SklearnParams):
             memb=memb,
             mu0=mu0,
             affine=affine,
+            within=within,
+            memb_h=memb_h,
             moments=moments,
             G=G,
             nf=nf,
@@ -706,7 +705,7 @@ class MomentMulticalibrator(SklearnParams):
             d.base_clipped,
             d.gset,
         )
-        n_cal, early, cal_idx, fit_idx, Xf, memb, mu0, affine, moments, G, nf, resid = (
+        n_cal, early, cal_idx, fit_idx, Xf, memb, mu0, affine, within, memb_h, moments, G, nf, resid = (
             d.n_cal,
             d.early,
             d.cal_idx,
@@ -715,18 +714,24 @@ class MomentMulticalibrator(SklearnParams):
             d.memb,
             d.mu0,
             d.affine,
+            d.within,
+            d.memb_h,
             d.moments,
             d.G,
             d.nf,
             d.resid,
         )
         del d  # the locals hold what is needed; resid is dropped after the descent
-        memb_h = gset.evaluate(_take(X, cal_idx), n_cal) if n_cal else None
+        if memb_h is None and n_cal:
+            memb_h = gset.evaluate(_take(X, cal_idx), n_cal)
         mu_h = None
         if n_cal:
             mu_h = base_u[cal_idx] if base_u is not None else np.full(n_cal, float(np.mean(yu_f)))
             if affine is not None:
                 mu_h = affine_base(mu_h, *affine)
+            elif within is not None:
+                assert memb_h is not None
+                mu_h = group_linear_base(mu_h, memb_h.sums(), within)
 
         def start(m):
             params, init_moments = self._build_params(m, G, nf, moments, resid, mu0, memb)
@@ -745,10 +750,12 @@ class MomentMulticalibrator(SklearnParams):
 
         if base_u is None:
             init_mean = {"kind": "constant", "value": float(np.mean(yu_f))}
-        elif affine is None:
-            init_mean = {"kind": "base", "column": base_name}
-        else:
+        elif affine is not None:
             init_mean = {"kind": "base-affine", "column": base_name, "intercept": affine[0], "slope": affine[1]}
+        elif within is not None and within["validation"]["kept"]:
+            init_mean = {"kind": "base-group-linear", "column": base_name, **within}
+        else:
+            init_mean = {"kind": "base", "column": base_name}
         log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
         model = FittedModel(
             params,
@@ -782,6 +789,12 @@ class MomentMulticalibrator(SklearnParams):
             )
         rows = FitRows(n, fit_idx.size, n_cal, memb.sizes, base_clipped, label_name)
         model.info = {"task": task, **fit_info(self, model, search, rows, achieved, floors)}
+        if within is not None:  # the out-of-sample check of the group-linear map, kept or not
+            model.info["base_recalibration"] = {
+                "method": "group-linear",
+                "ridge": within["ridge"],
+                **within["validation"],
+            }
         self._set_fitted(model)
         # row-level state of this fit (not saved with the model: a loaded estimator has None here)
         self.fit_index_ = fit_idx

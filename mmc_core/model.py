@@ -18,18 +18,15 @@ import numpy as np
 from .descent import STEP_RULES, WHOLE, DescentParams, Update, select_rows
 from .errors import DataError, ModelFormatError
 from .groups import GroupSet, Membership
+from .recalibrate import affine_base, group_linear_base
 from .moments import LabelScale, MomentKind
 
 __all__ = ["FittedModel", "FORMAT", "VERSION", "affine_base", "atomic_write_text", "atomic_write_bytes"]
 
 FORMAT = "mmc-audit-model"
 VERSION = 2  # written when a model uses data-chosen grids, moment floors or the standard-error test
+BASE_KINDS = ("base", "base-affine", "base-group-linear")  # init.mean kinds that start from a base prediction
 READABLE_VERSIONS = (1, 2)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
-
-
-def affine_base(base_unit: np.ndarray, intercept: float, slope: float) -> np.ndarray:
-    """A base prediction (unit scale) through the fitted line a + b x base, kept in the label range [0, 1]."""
-    return np.clip(float(intercept) + float(slope) * np.asarray(base_unit, dtype=float), 0.0, 1.0)
 
 
 def _default_mode() -> int:
@@ -92,9 +89,11 @@ class FittedModel:
 
     @property
     def uses_base(self) -> bool:
-        return self.init_mean.get("kind") in ("base", "base-affine")
+        return self.init_mean.get("kind") in BASE_KINDS
 
-    def initial(self, n: int, base_unit: np.ndarray | None = None):
+    def initial(self, n: int, base_unit: np.ndarray | None = None, memb: Membership | None = None):
+        """Initial (mean, moments) for ``n`` rows: the constant or the base prediction through the model's
+        recalibration map (``memb``, the rows' groups, is needed by the "base-within" map)."""
         if self.uses_base:
             if base_unit is None:
                 col = self.init_mean.get("column") or "the base prediction"
@@ -102,8 +101,13 @@ class FittedModel:
             mu = np.clip(np.asarray(base_unit, dtype=float), 0.0, 1.0)
             if mu.shape != (n,):
                 raise DataError(f"base prediction has {mu.size} values for {n} rows")
-            if self.init_mean.get("kind") == "base-affine":
+            kind = self.init_mean.get("kind")
+            if kind == "base-affine":
                 mu = affine_base(mu, self.init_mean["intercept"], self.init_mean["slope"])
+            elif kind == "base-group-linear":
+                if memb is None:
+                    raise ValueError("the group-linear base map needs the rows' group membership")
+                mu = group_linear_base(mu, memb.sums(), self.init_mean)
         else:
             mu = np.full(n, float(self.init_mean["value"]))
         moms = {a: np.full(n, float(self.init_moments[a])) for a in self.moments}
@@ -140,7 +144,7 @@ class FittedModel:
     def predict_unit(self, table, base_unit: np.ndarray | None = None, n: int | None = None, upto=None):
         """Mean and moment predictions on the unit scale for the rows of ``table``."""
         memb = self.groups.evaluate(table, n)
-        mu, moms = self.initial(memb.n, base_unit)
+        mu, moms = self.initial(memb.n, base_unit, memb)
         return self.replay(memb, mu, moms, upto)
 
     def predict(self, table, base: np.ndarray | None = None) -> dict:
@@ -297,13 +301,28 @@ class FittedModel:
         G = len(groups)
         init = d["init"]
         init_mean = init.get("mean") if isinstance(init, dict) else None
-        if not isinstance(init_mean, dict) or init_mean.get("kind") not in ("constant", "base", "base-affine"):
-            raise bad('init.mean must be {"kind": "constant", "value": v}, {"kind": "base"} or {"kind": "base-affine"}')
+        if not isinstance(init_mean, dict) or init_mean.get("kind") not in ("constant", *BASE_KINDS):
+            raise bad(
+                'init.mean must be {"kind": "constant", "value": v}, {"kind": "base"}, {"kind": "base-affine"} or'
+                ' {"kind": "base-group-linear"}'
+            )
         if init_mean["kind"] == "base-affine":
             for key in ("intercept", "slope"):
                 v = init_mean.get(key)
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
                     raise bad(f"init.mean.{key}={v!r} must be a finite number")
+        if init_mean["kind"] == "base-group-linear":
+            for key in ("offset", "slope", "between", "shift", "center"):
+                v = init_mean.get(key)
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                    raise bad(f"init.mean.{key}={v!r} must be a finite number")
+            coef = init_mean.get("groups")
+            if (
+                not isinstance(coef, list)
+                or len(coef) != G
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in coef)
+            ):
+                raise bad(f"init.mean.groups must be a list of {G} finite numbers (one per group)")
         if init_mean["kind"] == "constant":
             v = init_mean.get("value")
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= 1.0:

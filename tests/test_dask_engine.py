@@ -18,6 +18,7 @@ distributed = pytest.importorskip("distributed", reason="the Dask engine needs d
 from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
 from mmc_core.engines import dask_engine as de  # noqa: E402
 from mmc_core.model import FittedModel  # noqa: E402
+from mmc_core.errors import MMCError  # noqa: E402
 
 SIZES = [5000, 60000, 12000, 40000, 1000, 52000, 30000]  # 200k rows in 7 unequal partitions
 
@@ -156,7 +157,10 @@ def test_k2_with_base_and_quantile_mean_buckets(client):
     df = make_frame()
     groups = GroupSet.from_columns(df, ["region", "kind"])
     kw = dict(n_moments=2, mean_buckets="quantile", max_rounds=4, calibration_fraction=0.0)
-    e_np = MomentMulticalibrator(**kw).fit(df, df["y"], groups, base_prediction=df["base"], base_name="base")
+    # the default base_recalibration "auto" is "none" on Dask (the group-linear map is fitted in memory only)
+    e_np = MomentMulticalibrator(**kw, base_recalibration="none").fit(
+        df, df["y"], groups, base_prediction=df["base"], base_name="base"
+    )
     e_dk = MomentMulticalibrator(**kw).fit(split(df), "y", groups, base_prediction="base", client=client)
     assert e_np.model_.params.mean_edges == e_dk.model_.params.mean_edges  # exact quantiles of the base
     assert_same_fit(e_np, e_dk, df, df["base"].to_numpy())
@@ -330,10 +334,19 @@ def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case):
     assert not out.exists()
 
 
+def test_recalibrations_the_dask_engine_does_not_fit_are_refused(client):
+    df = make_frame(2000)
+    for how in ("affine", "group-linear"):
+        with pytest.raises(MMCError, match=f"base_recalibration='{how}' is not supported by the Dask engine"):
+            MomentMulticalibrator(base_recalibration=how).fit(
+                split(df), "y", None, base_prediction="base", client=client
+            )
+
+
 def test_engine_dask_on_an_in_memory_table_with_arrays(client):
     df = make_frame(4000)
     groups = GroupSet.from_columns(df, ["region", "kind"])
-    kw = dict(n_moments=2, calibration_fraction=0.0, max_rounds=2)
+    kw = dict(n_moments=2, calibration_fraction=0.0, max_rounds=2, base_recalibration="none")
     e_np = MomentMulticalibrator(**kw).fit(df, df["y"].to_numpy(), groups, base_prediction=df["base"].to_numpy())
     e_dk = MomentMulticalibrator(**kw).fit(
         df, df["y"].to_numpy(), groups, base_prediction=df["base"].to_numpy(), engine="dask", client=client

@@ -27,6 +27,7 @@ from app.specs import STEP_HELP
 from app.ui import state
 from app.ui.common import esc
 from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
+from mmc_core.recalibrate import describe as describe_base
 
 POLL_SECONDS = 1.0  # seconds between two ticks of the live view (each costs the browser 50-200 ms, loaded)
 WORKER = os.environ.get("MMC_WORKER", "process")  # background runs in a forked process ("thread": in-process)
@@ -733,6 +734,9 @@ def show_run_summary(run):
             f"Stop pressed → the run saw it {last['stop_seen_at'] - last['stop_requested_at']:.2f} s later "
             f"and ended {max(last['ended_at'] - last['stop_requested_at'], 0):.2f} s after the click."
         )
+    base_text = describe_base(run.model.init_mean, info)
+    if base_text:
+        st.caption(f"Base prediction: {esc(base_text)}.")
     if run.audit_error and not run.stopped:
         st.warning(f"Audit not available: {esc(run.audit_error)}")
     cols = st.columns(4)

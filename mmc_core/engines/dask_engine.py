@@ -502,8 +502,12 @@ def fit_dask(
     from ..groups import GroupSet
 
     _require()
-    if getattr(est, "base_recalibration", "none") != "none":
-        raise MMCError("base_recalibration='affine' is not supported by the Dask engine yet (use the numpy engine)")
+    # "auto" (the default) is "none" here: the group-linear map is fitted by the numpy engine only
+    if getattr(est, "base_recalibration", "auto") not in ("auto", "none"):
+        raise MMCError(
+            f"base_recalibration={est.base_recalibration!r} is not supported by the Dask engine yet"
+            " (use the numpy engine, or base_recalibration='none')"
+        )
     client = _client(client)
     validate_params(
         est.alpha,
@@ -876,7 +880,7 @@ def _audit_part(df, model_json, label, base_col):
     if model.uses_base:
         base_u = np.clip((df[base_col].to_numpy(dtype=float) - model.scale.lo) / model.scale.span, 0.0, 1.0)
     memb = model.groups.evaluate(df, n)
-    mu, moms = model.initial(n, base_u)
+    mu, moms = model.initial(n, base_u, memb)
     model.replay(memb, mu, moms)
     yu = (y - model.scale.lo) / model.scale.span
     import dataclasses

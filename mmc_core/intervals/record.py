@@ -30,7 +30,7 @@ from .conditional import _CC_OPTIONS, fit_conditional
 # ---- calibration (called by MomentMulticalibrator.fit on the held-out rows) -----------------------------
 def _predict_on(model, table, base_unit, n):
     memb = model.groups.evaluate(table, n)
-    mu, moms = model.initial(memb.n, base_unit)
+    mu, moms = model.initial(memb.n, base_unit, memb)
     mu, moms = model.replay(memb, mu, moms)
     return memb, mu, moms
 

@@ -1,0 +1,242 @@
+"""Recalibration of a base prediction before the descent (``base_recalibration``).
+
+An over-fitted base model spreads its predictions too far: on new rows the label moves by only b < 1 per unit
+of prediction. The descent's bucketed corrections remove that only at bucket resolution and only where a
+single cell passes its test, so a line fitted over all fitting rows removes it better. Two maps:
+
+* ``"affine"``: base -> a + b base (least squares). It also shrinks every group's mean toward the overall
+  mean, so it moves the groups' biases (issue 10 measured it raising the group-level bias).
+* ``"group-linear"``: base -> base + s (base - p) + u (p - center) + a, where p = P base is the least-squares
+  projection of the base prediction on a constant and the listed groups' indicators (ridge-penalized, the
+  penalty chosen by 5-fold cross-validation; fitted on the base, a function of the features, not on the
+  labels), so base - p is the part of the base the groups do not explain. s is the slope *within* the groups
+  and u the slope *between* them, fitted by least squares of y - base on (base - p, p - center, 1): a base
+  that over-spreads its within-group signal but has the groups' means right gets s < 0 and u ~ 0, so the
+  groups' means are left alone (the affine map would shrink them with everything else). The map is kept only
+  when it lowers the squared error out of sample by ``MIN_GAIN_Z`` standard errors (paired, over the held-out
+  rows and the fitting rows' 5-fold out-of-fold predictions); a calibrated base is then left as given.
+
+Both maps are fitted on the unit scale and stored in the model (``init.mean``); every base prediction passed
+to ``predict`` goes through the same map.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .sums import MembershipSums
+
+__all__ = [
+    "BASE_RECALIBRATIONS",
+    "MIN_GAIN_Z",
+    "affine_base",
+    "describe",
+    "fit_affine",
+    "fit_group_linear",
+    "group_linear_base",
+]
+
+BASE_RECALIBRATIONS = ("auto", "none", "affine", "group-linear")  # "auto": group-linear (numpy engine), none (Dask)
+# the group-linear map is kept only when its out-of-sample squared-error gain is this many standard errors
+# above 0 (one-sided, about 2.3% of fits keep a map that does not help); measured in benchmarks/README.md
+MIN_GAIN_Z = 2.0
+RIDGE_GRID = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
+CV_FOLDS = 5
+CV_MAX_ROWS = 200_000
+_CG_TOL = 1e-10
+_CG_MAX_ITER = 500
+
+
+def affine_base(base_unit: np.ndarray, intercept: float, slope: float) -> np.ndarray:
+    """A base prediction (unit scale) through the fitted line a + b x base, kept in the label range [0, 1]."""
+    return np.clip(float(intercept) + float(slope) * np.asarray(base_unit, dtype=float), 0.0, 1.0)
+
+
+def fit_affine(y: np.ndarray, base: np.ndarray) -> tuple[float, float]:
+    """(a, b) of the least-squares line y ~ a + b base (unit scale); a constant base gets slope 1 and the mean
+    residual as intercept."""
+    mb, my = float(np.mean(base)), float(np.mean(y))
+    db = base - mb
+    var = float(np.dot(db, db))
+    b = float(np.dot(db, y - my)) / var if var > 0 else 1.0
+    return my - b * mb, b
+
+
+def _group_projection(
+    base: np.ndarray, sums: MembershipSums, ridge: float, weights: np.ndarray | None = None
+) -> tuple[float, np.ndarray]:
+    """(c0, c) minimizing sum_i w_i (base_i - c0 - (M c)_i)^2 + ridge ||c||^2 (M: the rows' group
+    indicators, w: 0/1 row weights, all 1 by default), by conjugate gradients on the normal equations with a
+    Jacobi preconditioner. Only group sums and per-row sums of group values are needed (the membership
+    primitive), so an iteration costs one pass over the (row, group) pairs or the signatures. The ridge is
+    in rows: a group with far fewer rows than ``ridge`` keeps a coefficient near 0 (its rows are explained
+    by their other groups); overlapping indicators that sum to the whole table make the unpenalized system
+    singular, which any ridge > 0 resolves."""
+    n, G = sums.n, sums.G
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    ridge = max(float(ridge), 1e-9 * max(n, 1))
+
+    def matvec(v0: float, v: np.ndarray) -> tuple[float, np.ndarray]:
+        rowvec = w * (v0 + sums.row_sums(v))
+        return float(rowvec.sum()), sums.group_sums(rowvec) + ridge * v
+
+    wb = w * base
+    b0, b = float(wb.sum()), sums.group_sums(wb)
+    d0, d = max(float(w.sum()), 1.0), sums.group_sums(w) + ridge
+    x0, x = 0.0, np.zeros(G)
+    r0, r = b0, b.copy()
+    z0, z = r0 / d0, r / d
+    p0, p = z0, z.copy()
+    rz = r0 * z0 + float(r @ z)
+    norm_b = math.sqrt(b0 * b0 + float(b @ b)) or 1.0
+    for _ in range(_CG_MAX_ITER):
+        if math.sqrt(r0 * r0 + float(r @ r)) <= _CG_TOL * norm_b:
+            break
+        q0, q = matvec(p0, p)
+        pq = p0 * q0 + float(p @ q)
+        if pq <= 0:
+            break
+        step = rz / pq
+        x0, x = x0 + step * p0, x + step * p
+        r0, r = r0 - step * q0, r - step * q
+        z0, z = r0 / d0, r / d
+        rz_new = r0 * z0 + float(r @ z)
+        p0, p = z0 + (rz_new / rz) * p0, z + (rz_new / rz) * p
+        rz = rz_new
+    return x0, x
+
+
+def _choose_ridge(base: np.ndarray, sums: MembershipSums, seed: int = 0) -> float:
+    """The ridge (in rows) whose projection predicts the base best on rows it was not fitted on (5-fold
+    cross-validation over RIDGE_GRID): what matters is that the groups' means of r = base - P base stay near
+    0 on new rows, which an unpenalized projection of a few hundred rows on dozens of overlapping groups does
+    not achieve (measured: the groups' means moved by 12-25 on a 210-row table). Above CV_MAX_ROWS rows the
+    groups are large enough that the smallest ridge is used."""
+    n = sums.n
+    if n > CV_MAX_ROWS:
+        return RIDGE_GRID[0]
+    fold = np.random.default_rng(seed).permutation(n) % CV_FOLDS
+    err = np.zeros(len(RIDGE_GRID))
+    for k in range(CV_FOLDS):
+        w = (fold != k).astype(float)
+        for j, lam in enumerate(RIDGE_GRID):
+            c0, c = _group_projection(base, sums, lam, w)
+            r = (base - (c0 + sums.row_sums(c)))[fold == k]
+            err[j] += float(r @ r)
+    return RIDGE_GRID[int(np.argmin(err))]
+
+
+def group_linear_base(base_unit: np.ndarray, sums: MembershipSums, m: dict) -> np.ndarray:
+    """The ``"group-linear"`` map ``m`` applied to a base prediction (unit scale), kept in [0, 1]:
+    base + slope (base - p) + between (p - center) + shift, p = offset + the row's groups' coefficients."""
+    base = np.asarray(base_unit, dtype=float)
+    slope, between, shift = float(m["slope"]), float(m["between"]), float(m["shift"])
+    if slope == 0.0 and between == 0.0 and shift == 0.0:
+        return np.clip(base, 0.0, 1.0)
+    proj = float(m["offset"]) + sums.row_sums(np.asarray(m["groups"], dtype=float))
+    return np.clip(base + slope * (base - proj) + between * (proj - float(m["center"])) + shift, 0.0, 1.0)
+
+
+def _coefficients(y: np.ndarray, base: np.ndarray, proj: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """(slope, between, shift, center): least squares of y - base on (base - proj, proj - center, 1) over the
+    rows with weight 1 (all rows without ``w``)."""
+    sel = slice(None) if w is None else w > 0
+    b, p, e = base[sel], proj[sel], (y - base)[sel]
+    center = float(np.mean(p)) if p.size else 0.0
+    X = np.column_stack([b - p, p - center, np.ones_like(b)])
+    coef = np.linalg.lstsq(X, e, rcond=None)[0] if e.size > 3 else np.zeros(3)
+    return np.array([coef[0], coef[1], coef[2], center])
+
+
+def _parts(base: np.ndarray, proj: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The map's change of the base split into its within-group part and its between-group part (+ shift)."""
+    return coef[0] * (base - proj), coef[1] * (proj - coef[3]) + coef[2]
+
+
+def fit_group_linear(
+    y: np.ndarray,
+    base: np.ndarray,
+    sums: MembershipSums,
+    held_out: tuple | None = None,
+    seed: int = 0,
+) -> dict:
+    """The ``"group-linear"`` map fitted on the fitting rows and validated out of sample (unit scale).
+
+    ``held_out`` = (y_h, base_h, sums_h): the held-out rows, if any. The map is kept only when it lowers the
+    squared error out of sample by at least ``MIN_GAIN_Z`` standard errors of the paired difference, counted
+    over the held-out rows and the fitting rows' out-of-fold predictions (5 folds: the map refitted without
+    the fold, projection included); otherwise every coefficient is 0 and the base is used as given.
+
+    Returns ``{"offset", "groups", "slope", "between", "shift", "center", "ridge", "validation"}``;
+    ``validation`` = {"rows", "gain", "z", "kept"} (gain: mean squared-error reduction per row, unit scale)."""
+    y = np.asarray(y, dtype=float)
+    base = np.asarray(base, dtype=float)
+    n = base.size
+    ridge = _choose_ridge(base, sums, seed)
+    c0, c = _group_projection(base, sums, ridge)
+    proj = c0 + sums.row_sums(c)
+    coef = _coefficients(y, base, proj)
+    # out-of-sample parts of the map: on the held-out rows from the full fit, on the fitting rows from 5-fold
+    # cross-fitting (the map refitted without the fold, projection included; above CV_MAX_ROWS the held-out
+    # rows alone are plenty)
+    sets = []  # (y, base, within part, between part)
+    if held_out is not None and held_out[0].size:
+        y_h, base_h, sums_h = held_out
+        y_h, base_h = np.asarray(y_h, dtype=float), np.asarray(base_h, dtype=float)
+        sets.append((y_h, base_h, *_parts(base_h, c0 + sums_h.row_sums(c), coef)))
+    if n <= CV_MAX_ROWS and n >= 2 * CV_FOLDS:
+        fold = np.random.default_rng(seed + 1).permutation(n) % CV_FOLDS
+        dw, db = np.zeros(n), np.zeros(n)
+        for k in range(CV_FOLDS):
+            w = (fold != k).astype(float)
+            k0, kc = _group_projection(base, sums, ridge, w)
+            p_k = k0 + sums.row_sums(kc)
+            out = fold == k
+            dw[out], db[out] = (part[out] for part in _parts(base, p_k, _coefficients(y, base, p_k, w)))
+        sets.append((y, base, dw, db))
+    # paired differences of squared error, base minus map, on every out-of-sample row
+    d = np.concatenate([(b - yy) ** 2 - (np.clip(b + dw + db, 0.0, 1.0) - yy) ** 2 for yy, b, dw, db in sets] or [[]])
+    gain, z = 0.0, 0.0
+    if d.size > 1:
+        gain = float(np.mean(d))
+        sd = float(np.std(d, ddof=1))
+        z = gain / (sd / math.sqrt(d.size)) if sd > 0 else (1e9 if gain > 0 else 0.0)
+    kept = bool(z >= MIN_GAIN_Z)
+    if not kept:
+        coef = np.array([0.0, 0.0, 0.0, coef[3]])
+    return {
+        "offset": float(c0),
+        "groups": [float(v) for v in c],
+        "slope": float(coef[0]),
+        "between": float(coef[1]),
+        "shift": float(coef[2]),
+        "center": float(coef[3]),
+        "ridge": float(ridge),
+        "validation": {"rows": int(d.size), "gain": gain, "z": z, "kept": kept},
+    }
+
+
+def describe(init_mean: dict, info: dict) -> str | None:
+    """One sentence on how the base prediction was used (None for a model without one), for the CLI summary,
+    the dashboard and the PDF report. Slopes are of the label on the base: 1 + the fitted slope."""
+    kind = init_mean.get("kind")
+    if kind == "base-affine":
+        return f"recalibrated by a line: label ≈ {init_mean['intercept']:.3g} + {init_mean['slope']:.3g} × base (unit scale)"
+    check = info.get("base_recalibration")
+    if kind == "base-group-linear":
+        z = check.get("z") if isinstance(check, dict) else None
+        return (
+            f"recalibrated within and between the groups: slope {1 + init_mean['slope']:.2f} within, "
+            f"{1 + init_mean['between']:.2f} between"
+            + (f" (out-of-sample squared error lower, z = {z:.1f})" if isinstance(z, (int, float)) else "")
+        )
+    if kind == "base":
+        if isinstance(check, dict) and isinstance(check.get("z"), (int, float)):
+            return (
+                f"used as given (a group-linear recalibration did not lower the out-of-sample squared error "
+                f"enough: z = {check['z']:.1f} < {MIN_GAIN_Z:g})"
+            )
+        return "used as given"
+    return None
