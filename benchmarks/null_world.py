@@ -8,6 +8,7 @@ materiality margin). tests/test_findings.py runs seeds 100-109 as a slow test.
     .venv/bin/python benchmarks/null_world.py              # 10 seeds, 4000 fitting + 4000 audit rows
     .venv/bin/python benchmarks/null_world.py --seeds 20 --n 8000
     .venv/bin/python benchmarks/null_world.py --mean-group-z 2     # the estimator's mean_group_z (issue 10)
+    .venv/bin/python benchmarks/null_world.py --interval-calibration cross-fit   # the estimator's (issue 9)
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ def main(argv=None) -> int:
         default="bonferroni",
         help="the estimator's mean_group_z (a number or 'bonferroni', the default)",
     )
+    ap.add_argument(
+        "--interval-calibration",
+        default=None,
+        choices=["held-out", "cross-fit"],
+        help="the estimator's interval_calibration (default: the estimator's default)",
+    )
     args = ap.parse_args(argv)
+    ic = {} if args.interval_calibration is None else {"interval_calibration": args.interval_calibration}
     mgz = args.mean_group_z if args.mean_group_z == "bonferroni" else float(args.mean_group_z)
     dist = dataclasses.replace(demo_distribution(), base_bias={})
     with_findings = 0
@@ -42,7 +50,7 @@ def main(argv=None) -> int:
         rng = np.random.default_rng(seed)
         tr = pd.DataFrame(dist.sample_table(args.n, rng, truth=False))
         te = pd.DataFrame(dist.sample_table(args.n, rng, truth=False))
-        est = MomentMulticalibrator(n_moments=2, label_range=(0, 100), mean_group_z=mgz).fit(
+        est = MomentMulticalibrator(n_moments=2, label_range=(0, 100), mean_group_z=mgz, **ic).fit(
             tr, tr["outcome"], GroupSet.from_columns(tr, ["sex", "race", "age"], 2), base_prediction=tr["base_pred"]
         )
         r = audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0)

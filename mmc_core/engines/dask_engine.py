@@ -504,6 +504,11 @@ def fit_dask(
     _require()
     if getattr(est, "base_recalibration", "none") != "none":
         raise MMCError("base_recalibration='affine' is not supported by the Dask engine yet (use the numpy engine)")
+    if getattr(est, "interval_calibration", "held-out") != "held-out":
+        raise MMCError(
+            "interval_calibration='cross-fit' is not supported by the Dask engine (it calibrates the intervals on "
+            "the held-out rows only): use interval_calibration='held-out' or the numpy engine"
+        )
     client = _client(client)
     validate_params(
         est.alpha,

@@ -33,7 +33,8 @@ clipped (new labels may fall outside it).
     assumes P_X known; the rows at hand stand in for it, so pass the whole table, not a handful of rows).
     Rows that no cell of mass >= gamma contains get the label range [lo, hi]: there is no valid interval
     for them (assumption 3 of the Appendix); :func:`greedy_cover` reports how many.
-``calibrated``  beyond the paper, on held-out calibration rows (never the rows the moments were fitted on).
+``calibrated``  beyond the paper, on held-out calibration rows (never the rows the moments were fitted on), or on
+    every row with out-of-fold predictions (cross-fitted calibration, below).
     The signed standardized residual u = (y - mu(x)) / sd(x), sd(x) = sqrt(max(m_2(x), floor)) (``floor`` =
     FLOOR_FRACTION x the calibration rows' mean m_2; a mean-only model uses sd = 1), gets two thresholds, each a
     sum of per-group coefficients over x's groups, and the interval is [mu - max(q_lo(x), 0) sd(x),
@@ -87,6 +88,42 @@ clipped (new labels may fall outside it).
     benchmarks/interval_fitters and plug in through ``calibrate(..., fitter=...)``. Their records use the same
     format (``combine`` "sum" or "max"; ``theta_lower`` only for two-sided thresholds), so models calibrated
     with them, or saved by an older mmc-audit that offered them, load and predict unchanged.
+Cross-fitted calibration (``MomentMulticalibrator(interval_calibration="cross-fit")``, :mod:`mmc_core.crossfit`).
+    The rows are split into 5 seeded folds; each fold's rows get the predictions (mu, m_a) of a model fitted
+    with the same parameters on the other four folds (which holds out its own rows for early stopping), and
+    :func:`calibrate` computes the whole record from ALL n rows with these out-of-fold predictions instead of
+    the held-out rows with the final model's. The final model is fitted exactly as with held-out calibration
+    (on 75% of the rows); at predict time its own predictions go through the stored thresholds. A group thus
+    calibrates on all its rows (4x its held-out rows at calibration fraction 0.25), and the margin
+    c sqrt(delta (1 - delta) / n_g) costs half as much. Cost: 5 extra fits. What carries over:
+    1'. Deterministic and exact, on the out-of-fold scores: every group with n_g >= 1 rows has at least k_g
+        (with that n_g) of its rows' out-of-fold scores inside its interval (tests/test_intervals_crossfit.py).
+        This is about the out-of-fold scores, not the final model's intervals on its own fitting rows.
+    2'. In expectation: NOT a theorem. The conformal argument needs the test point's score to be exchangeable
+        with the calibration scores; here the calibration scores come from 5 fold models, the test score from
+        the final model, fitted on other rows. This is the setting of cross-conformal prediction (Vovk) and
+        CV+ (Barber, Candes, Ramdas & Tibshirani, "Predictive inference with the jackknife+"): even CV+, which
+        scores the test point with the fold models themselves, guarantees only 1 - 2 delta - 2 (1 - 1/K) / (n/K + 1)
+        (marginal, K folds) in the worst case and about 1 - delta for a stable fit; refitting one final model, as here (their "CV"
+        method), has no worst-case guarantee at all, and the group-conditional version is approximate in the
+        same way. It holds approximately when the fit is stable: the final model's scores on new rows are
+        distributed like the fold models' out-of-fold scores. The fold models learn from 60% of the rows (80%
+        minus their own 25% held out), the final model from 75%: out-of-fold scores are, if anything, slightly
+        larger than the final model's fresh scores (conservative) as long as more rows do not make the fit
+        worse. Checked empirically, not proven: on a finite-support Beta distribution the exact population
+        coverage of every group, averaged over 30 training samples, is at least 1 - delta up to 3 Monte Carlo
+        standard errors (tests/test_intervals_crossfit.py, slow), and on the protocol and the null world
+        (benchmarks/README.md).
+    3'. With high probability: P(Binomial(n_g, 1 - delta) >= k_g) assumes i.i.d. scores of one fixed function;
+        the out-of-fold scores of one fold share a model, so it is an approximation (with the larger n_g).
+    The other fields of a cross-fitted record use the same rows, so the methods stay comparable: the moment
+    quantiles and the plug-in coverage (``plugin`` and ``guaranteed`` choose their moment from them) use the
+    out-of-fold predictions (an out-of-sample estimate for the final model, approximate as 2'.). The baselines
+    (``split-conformal``, ``mondrian``, ``gaussian``) do not use the model's predictions: centred on a base
+    prediction fitted elsewhere they use all n rows with their exact split-conformal guarantees (every row is
+    exchangeable with a new one); centred on the constant (the final model's fitting-row label mean, computed
+    from 75% of these rows) that guarantee is approximate, off by O(1/n). The record says which rows it used
+    (``rows``, ``folds``). The Dask engine calibrates on held-out rows only (MMCError for "cross-fit").
 ``split-conformal``  marginal split conformal on |y - base| (the conformal rank ceil((n + 1)(1 - delta))).
 ``mondrian``  per-group split conformal on |y - base|; a row gets the widest interval among its groups.
     Groups with fewer than ceil(1/delta) - 1 calibration rows have an infinite conformal quantile and are
@@ -100,7 +137,9 @@ model's initial constant mean (the fitting rows' label mean): the record says wh
 Calibration record (``model.extras["intervals"]``, written by :func:`calibrate`, validated on use)::
 
     {"format": "mmc-intervals", "version": 1,
-     "n": n_cal,                             # calibration rows
+     "n": n_cal,                             # calibration rows (cross-fit: every row)
+     "rows": "held-out" | "cross-fit",       # absent in older records: held-out
+     "folds": 5,                             # cross-fit only
      "deltas": [...],                        # DELTA_GRID: the deltas the data-driven methods are fitted for
      "center": "base" | "constant",
      "moment_quantiles": {"a": [201 quantiles of m_a(x) on the calibration rows, unit scale]},
