@@ -17,16 +17,21 @@ import numpy as np
 from .errors import MMCError
 from .tables import _take
 
-INTERVAL_CALIBRATIONS = ("held-out", "cross-fit")
+# "auto" (the default): "cross-fit" with the in-memory (numpy) engine, "held-out" with the Dask engine
+INTERVAL_CALIBRATIONS = ("auto", "held-out", "cross-fit")
 CROSS_FIT_FOLDS = 5
 _FOLD_SEED_TAG = 0x78666974  # "xfit": the folds' stream is independent of the calibration split's
 
 
-def check_interval_calibration(value) -> str:
+def check_interval_calibration(value, engine: str = "numpy") -> str:
+    """The rows the intervals are calibrated on for ``engine``: "held-out" or "cross-fit" ("auto" resolved);
+    MMCError naming the parameter for any other value."""
     if not isinstance(value, str) or value not in INTERVAL_CALIBRATIONS:
         raise MMCError(
             f"interval_calibration must be one of {', '.join(map(repr, INTERVAL_CALIBRATIONS))}, got {value!r}"
         )
+    if value == "auto":
+        return "held-out" if engine == "dask" else "cross-fit"
     return value
 
 
@@ -39,6 +44,12 @@ def fold_ids(n: int, random_state, folds: int = CROSS_FIT_FOLDS) -> np.ndarray:
     out = np.empty(n, dtype=np.int64)
     out[rng.permutation(n)] = np.arange(n) * folds // max(n, 1)
     return out
+
+
+def _rows(X, idx) -> dict:
+    """Rows ``idx`` of the table; a table without columns (only the whole population) gets a row-number column
+    so the fold's fit still knows its row count."""
+    return _take(X, idx) or {"__mmc_row__": np.asarray(idx)}
 
 
 def out_of_fold_predictions(est, X, yu, base_u, gset, task: str, stop=None, folds: int = CROSS_FIT_FOLDS) -> dict:
@@ -58,8 +69,8 @@ def out_of_fold_predictions(est, X, yu, base_u, gset, task: str, stop=None, fold
         test, train = np.flatnonzero(fold == k), np.flatnonzero(fold != k)
         sub = type(est)(**params)
         sub._calibrate_intervals = False  # the fold's model needs no interval record of its own
-        sub.fit(_take(X, train), yu[train], gset, None if base_u is None else base_u[train], stop=stop)
-        m_k, mo_k = sub.model_.predict_unit(_take(X, test), None if base_u is None else base_u[test], test.size)
+        sub.fit(_rows(X, train), yu[train], gset, None if base_u is None else base_u[train], stop=stop)
+        m_k, mo_k = sub.model_.predict_unit(_rows(X, test), None if base_u is None else base_u[test], test.size)
         mu[test] = m_k
         for a, v in mo_k.items():
             moms.setdefault(a, np.empty(n))[test] = v

@@ -337,14 +337,18 @@ class MomentMulticalibrator(SklearnParams):
         prediction passed to ``predict``. An over-fitted base model's predictions are too spread out (slope
         b < 1 on new rows); the bucketed corrections of the descent remove that only at the bucket
         resolution. "none" (default): the base prediction as given.
-    interval_calibration : {"held-out", "cross-fit"}
+    interval_calibration : {"auto", "cross-fit", "held-out"}
         Which rows the data-driven intervals (``mmc_core.intervals``) are calibrated on (needs
-        calibration_fraction > 0; the final model is fitted the same way with either). "held-out" (default):
-        the held-out rows, with the final model's predictions. "cross-fit": every row, with out-of-fold
-        predictions: the rows are split into 5 seeded folds and a model with these same parameters is fitted
-        on the other four folds for each (:mod:`mmc_core.crossfit`), i.e. 5 extra fits. More calibration rows
-        per group (4x the held-out ones at the default fraction), at the price of guarantees that hold only
-        approximately (see :mod:`mmc_core.intervals`). The Dask engine offers "held-out" only.
+        calibration_fraction > 0; the final model is fitted the same way with either). "cross-fit": every row,
+        with out-of-fold predictions: the rows are split into 5 seeded folds and a model with these same
+        parameters is fitted on the other four folds for each (:mod:`mmc_core.crossfit`), i.e. 5 extra fits
+        (and a copy of 80% of the table per fold). A group calibrates on 4x its held-out rows (at the default
+        fraction), so its interval is narrower and its coverage less dependent on a lucky or unlucky held-out
+        sample, at the price of guarantees that hold only approximately (see :mod:`mmc_core.intervals`;
+        measured in benchmarks/README.md, issue 9). "held-out": the held-out rows, with the final model's
+        predictions (exact split-conformal-type guarantees; the behaviour before issue 9). "auto" (default):
+        "cross-fit" with the in-memory engine, "held-out" with the Dask engine (which offers only that:
+        "cross-fit" there is an MMCError).
     """
 
     # row-level state of the last fit (None on a loaded estimator)
@@ -373,7 +377,7 @@ class MomentMulticalibrator(SklearnParams):
         task="auto",
         positive_label=None,
         base_recalibration="none",
-        interval_calibration="held-out",
+        interval_calibration="auto",
     ):
         self.alpha = alpha
         self.beta = beta
@@ -691,7 +695,7 @@ class MomentMulticalibrator(SklearnParams):
             raise MMCError(f"engine must be 'numpy' or 'dask', got {engine!r}")
         from .crossfit import check_interval_calibration
 
-        check_interval_calibration(self.interval_calibration)
+        interval_rows = check_interval_calibration(self.interval_calibration)
         if engine == "dask" or (engine is None and type(X).__module__.split(".")[0] in ("dask", "dask_expr")):
             from .engines.dask_engine import fit_dask  # lazily: importing mmc_core never imports dask
 
@@ -791,7 +795,7 @@ class MomentMulticalibrator(SklearnParams):
         if n_cal and task != TASK_BINARY and getattr(self, "_calibrate_intervals", True):
             from . import intervals
 
-            if self.interval_calibration == "cross-fit":
+            if interval_rows == "cross-fit":
                 # Every row, with the predictions of a model fitted without its fold (mmc_core.crossfit).
                 from .crossfit import CROSS_FIT_FOLDS, out_of_fold_predictions
 

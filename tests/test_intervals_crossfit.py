@@ -7,7 +7,9 @@ What is checked, against the statements of the mmc_core.intervals docstring ("Cr
 2. The record is computed on every row with the out-of-fold predictions by the same code path as the held-out
    record (``calibrate(..., predictions=...)`` equals ``calibrate`` without them when the predictions are the
    model's own), and a model saved to JSON and loaded predicts the same intervals.
-3. Parameter handling: a bad value is an MMCError naming the parameter; the Dask engine refuses "cross-fit".
+3. Parameter handling: the default "auto" cross-fits in memory (the Dask engine keeps held-out calibration:
+   tests/test_dask_engine.py); a bad value is an MMCError naming the parameter; the Dask engine refuses
+   "cross-fit".
 4. Statistical (slow): on a distribution with known ground truth (finite feature support, Beta labels: the
    population coverage of any interval is an exact finite sum of Beta probabilities), the per-group population
    coverage of the final model's cross-fit-calibrated intervals, averaged over R independent training samples,
@@ -66,7 +68,7 @@ def test_record_uses_every_row(fitted):
     assert oof["mean"].shape == (len(tr),) and set(oof["moments"]) == {2}
     assert np.array_equal(np.sort(np.unique(oof["fold"])), np.arange(CROSS_FIT_FOLDS))
     # the final model is the held-out fit's: same parameters, same split, same log
-    ho = MomentMulticalibrator(n_moments=2, label_range=(0, 100), random_state=3).fit(
+    ho = MomentMulticalibrator(n_moments=2, label_range=(0, 100), random_state=3, interval_calibration="held-out").fit(
         tr, tr["outcome"], gs, base_prediction=tr["base_pred"]
     )
     assert ho.model_.extras["intervals"]["rows"] == "held-out"
@@ -122,11 +124,28 @@ def test_save_load_same_intervals(fitted, tmp_path):
         assert np.array_equal(a, b), method
 
 
+def test_default_is_cross_fit_in_memory():
+    tr, gs = _sample(300, 2)
+    est = MomentMulticalibrator(n_moments=2, label_range=(0, 100)).fit(tr, tr["outcome"], gs)
+    assert est.interval_calibration == "auto"
+    assert est.model_.extras["intervals"]["rows"] == "cross-fit" and est.model_.extras["intervals"]["n"] == 300
+    # no held-out rows: nothing to calibrate on, whichever mode
+    est0 = MomentMulticalibrator(n_moments=2, calibration_fraction=0.0).fit(tr, tr["outcome"], gs)
+    assert "intervals" not in est0.model_.extras and est0.oof_predictions_unit_ is None
+
+
 @pytest.mark.parametrize("bad", ["crossfit", "", None, 5, "cross-fit "])
 def test_bad_value_names_parameter(bad):
     tr, gs = _sample(200, 1)
     with pytest.raises(MMCError, match="interval_calibration"):
         MomentMulticalibrator(interval_calibration=bad).fit(tr, tr["outcome"], gs)
+
+
+def test_table_without_columns():
+    """Only the whole population: the fold models get the rows without any column (as the final fit does)."""
+    tr, _ = _sample(300, 4)
+    est = MomentMulticalibrator(n_moments=2).fit(pd.DataFrame(index=range(300)), tr["outcome"].to_numpy(), None)
+    assert est.model_.extras["intervals"]["rows"] == "cross-fit"
 
 
 def test_dask_engine_refuses_cross_fit():
