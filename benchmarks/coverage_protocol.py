@@ -4,6 +4,7 @@
     python benchmarks/coverage_protocol.py --seeds 5 --base gbr --datasets islp_wage
     python benchmarks/coverage_protocol.py --approaches "gcp;mondrian-std"   # compare threshold approaches
     python benchmarks/coverage_protocol.py --seeds 50 --seed-start 1000 --methods calibrated,mondrian,split-conformal
+    python benchmarks/coverage_protocol.py --interval-calibration held-out   # the estimator's (issue 9)
 
 Protocol (per dataset, per seed): a seeded 60/40 train/test split; the tool fits on the training split with
 default parameters (alpha and beta "auto", 5 buckets, moments 2..2, calibration fraction 0.25 held out inside
@@ -30,6 +31,10 @@ threshold approach (``--approaches``, ';'-separated, options after commas: ``"gc
 the approaches other than cc are fitted by benchmarks/interval_fitters, mmc_core fits cc only;
 default: cc without margin (one sweep and four sweeps, the latter closer to the exact group quantile
 regression), cc with margin 1, and ``ridge-cqr``, the previous default).
+
+``--interval-calibration`` sets the estimator's ``interval_calibration`` ("cross-fit" calibrates the record, the
+baselines included, on every training row with out-of-fold predictions; then ``mondrian[held-out]`` is added, and
+``w_mond_ho`` divides by its width; the ``calibrated[...]`` variants re-calibrate on the record's own rows).
 
 The current results (issue 9: cc against conditional conformal without margin, ridge-cqr and Mondrian, 20 fresh
 splits) are in benchmarks/README.md, section "Coverage protocol"; the issue-4 run that made ridge-cqr the

@@ -808,6 +808,7 @@ class MomentMulticalibrator(SklearnParams):
                     predictions=(oof["mean"], oof["moments"]),
                     rows="cross-fit",
                     folds=CROSS_FIT_FOLDS,
+                    options={"margin": intervals.CC_MARGIN_CROSS_FIT},
                 )
             else:
                 # Only the held-out rows (never the rows the moments were fitted on).

@@ -64,6 +64,7 @@ def test_record_uses_every_row(fitted):
     tr, gs, est = fitted
     rec = est.model_.extras["intervals"]
     assert rec["rows"] == "cross-fit" and rec["folds"] == CROSS_FIT_FOLDS and rec["n"] == len(tr)
+    assert rec["calibrated"]["options"]["margin"] == iv.CC_MARGIN_CROSS_FIT
     oof = est.oof_predictions_unit_
     assert oof["mean"].shape == (len(tr),) and set(oof["moments"]) == {2}
     assert np.array_equal(np.sort(np.unique(oof["fold"])), np.arange(CROSS_FIT_FOLDS))
@@ -91,7 +92,12 @@ def test_count_guarantee_on_out_of_fold_scores(fitted, delta):
     dense = ctx.memb.to_dense()
     n_g = dense.sum(0).astype(float)
     cnt = (dense & inside[:, None]).sum(0)
-    tau = 1 - delta + iv.CC_MARGIN * np.sqrt(delta * (1 - delta) / np.maximum(n_g, 1))
+    tau = (
+        1
+        - delta
+        + est.model_.extras["intervals"]["calibrated"]["options"]["margin"]
+        * np.sqrt(delta * (1 - delta) / np.maximum(n_g, 1))
+    )
     k = np.minimum(np.ceil((n_g + 1) * tau - 1e-9), n_g)
     assert np.all(cnt[n_g > 0] >= k[n_g > 0]), (delta, cnt, k)
 
