@@ -4,6 +4,7 @@
     python benchmarks/coverage_protocol.py --seeds 5 --base gbr --datasets islp_wage
     python benchmarks/coverage_protocol.py --approaches "gcp;mondrian-std"   # compare threshold approaches
     python benchmarks/coverage_protocol.py --seeds 50 --seed-start 1000 --methods calibrated,mondrian,split-conformal
+    python benchmarks/coverage_protocol.py --interval-calibration held-out   # the estimator's (issue 9)
 
 Protocol (per dataset, per seed): a seeded 60/40 train/test split; the tool fits on the training split with
 default parameters (alpha and beta "auto", 5 buckets, moments 2..2, calibration fraction 0.25 held out inside
@@ -30,6 +31,10 @@ threshold approach (``--approaches``, ';'-separated, options after commas: ``"gc
 the approaches other than cc are fitted by benchmarks/interval_fitters, mmc_core fits cc only;
 default: cc without margin (one sweep and four sweeps, the latter closer to the exact group quantile
 regression), cc with margin 1, and ``ridge-cqr``, the previous default).
+
+``--interval-calibration`` sets the estimator's ``interval_calibration`` ("cross-fit" calibrates the record, the
+baselines included, on every training row with out-of-fold predictions; then ``mondrian[held-out]`` is added, and
+``w_mond_ho`` divides by its width; the ``calibrated[...]`` variants re-calibrate on the record's own rows).
 
 The current results (issue 9: cc against conditional conformal without margin, ridge-cqr and Mondrian, 20 fresh
 splits) are in benchmarks/README.md, section "Coverage protocol"; the issue-4 run that made ridge-cqr the
@@ -187,7 +192,7 @@ def evaluate(lower, upper, y, masks):
     }
 
 
-def run_one(name, seed, base_kind, approaches, methods):
+def run_one(name, seed, base_kind, approaches, methods, est_kwargs=None):
     label, cols, feats, base_col = DATASETS[name]
     df = load_dataset(name)
     rng = np.random.default_rng(seed)
@@ -206,7 +211,7 @@ def run_one(name, seed, base_kind, approaches, methods):
         bte = np.clip(bte, ytr.min(), ytr.max())
     groups = GroupSet.from_columns(train, cols, 2)
     # the test labels may leave the training range: declare a slightly wider range so fit/predict accept them
-    est = MomentMulticalibrator(calibration_fraction=0.25, random_state=seed)
+    est = MomentMulticalibrator(calibration_fraction=0.25, random_state=seed, **(est_kwargs or {}))
     t0 = time.perf_counter()
     est.fit(train, ytr, groups, base_prediction=btr)
     fit_s = time.perf_counter() - t0
@@ -218,13 +223,22 @@ def run_one(name, seed, base_kind, approaches, methods):
     ycal = model.scale.to_unit(ytr[cal])
     bcal = None if btr is None else model.scale.to_unit(btr[cal])
     default_rec = model.extras["intervals"]
+    # the variants re-calibrate on the rows the default record used: the held-out rows with the model's own
+    # predictions, or (interval_calibration="cross-fit") every training row with its out-of-fold predictions
+    oof = getattr(est, "oof_predictions_unit_", None)
+    recal: dict = {}
+    if oof is not None:
+        tall = {c: train[c].to_numpy() for c in train.columns}
+        recal = dict(predictions=(oof["mean"], oof["moments"]), rows="cross-fit", folds=default_rec.get("folds"))
+        tcal, ycal = tall, model.scale.to_unit(ytr)
+        bcal = None if btr is None else model.scale.to_unit(btr)
     variants = [(a, opts) for a, opts in approaches]
     for m in methods:
         if m == "calibrated":
             for a, opts in variants:
                 t1 = time.perf_counter()
                 model.extras["intervals"] = iv.calibrate(
-                    model, tcal, ycal, bcal, approach=a, options=opts, fitter=fit_approach
+                    model, tcal, ycal, bcal, approach=a, options=opts, fitter=fit_approach, **recal
                 )
                 cal_s = time.perf_counter() - t1
                 lo, hi = iv.predict_intervals(model, test, bte, "calibrated", DELTA)
@@ -238,9 +252,22 @@ def run_one(name, seed, base_kind, approaches, methods):
         else:
             lo, hi = iv.predict_intervals(model, test, bte, m, DELTA)
             rows.append(dict(method=m, **evaluate(lo, hi, yte, masks)))
+    if oof is not None and "mondrian" in methods:
+        # the held-out Mondrian baseline too (cross-fit calibrates the baselines on every row)
+        model.extras["intervals"] = iv.calibrate(
+            model,
+            {c: train[c].to_numpy()[cal] for c in train.columns},
+            model.scale.to_unit(ytr[cal]),
+            None if btr is None else model.scale.to_unit(btr[cal]),
+        )
+        lo, hi = iv.predict_intervals(model, test, bte, "mondrian", DELTA)
+        rows.append(dict(method="mondrian[held-out]", **evaluate(lo, hi, yte, masks)))
+        model.extras["intervals"] = default_rec
     out = pd.DataFrame(rows)
     mond = out.loc[out.method == "mondrian", "width"].iloc[0]
     out["w/mond"] = out["width"] / mond
+    ho = out.loc[out.method == "mondrian[held-out]", "width"]
+    out["w/mond_ho"] = out["width"] / (ho.iloc[0] if len(ho) else mond)
     out.insert(0, "seed", seed)
     out.insert(0, "base", base_kind)
     out.insert(0, "dataset", name)
@@ -285,18 +312,25 @@ def main(argv=None):
         default="cc,margin=0;cc,margin=0,sweeps=4;cc,margin=0.75;cc,margin=1;ridge-cqr",
         help="extra threshold approaches for 'calibrated', ';'-separated, e.g. 'gcp,z=2;mondrian-std'",
     )
+    ap.add_argument(
+        "--interval-calibration",
+        choices=["held-out", "cross-fit"],
+        default=None,
+        help="the estimator's interval_calibration (default: the estimator's default)",
+    )
     ap.add_argument("--per-seed", action="store_true", help="also print every seed's rows")
     ap.add_argument("--csv", help="also write every seed's rows to this CSV")
     args = ap.parse_args(argv)
     pd.set_option("display.width", 200)
     pd.set_option("display.max_rows", 500)
     approaches = parse_approaches(args.approaches)
+    est_kwargs = {} if args.interval_calibration is None else {"interval_calibration": args.interval_calibration}
     bases = ["gbr", "none"] if args.base == "both" else [args.base]
     frames = []
     for name in args.datasets.split(","):
         for b in bases:
             for seed in range(args.seed_start, args.seed_start + args.seeds):
-                frames.append(run_one(name, seed, b, approaches, args.methods.split(",")))
+                frames.append(run_one(name, seed, b, approaches, args.methods.split(","), est_kwargs))
     res = pd.concat(frames, ignore_index=True)
     if args.per_seed:
         print(res.to_string(float_format=lambda v: f"{v:.3f}"))
@@ -315,6 +349,7 @@ def main(argv=None):
         min=("min", "mean"),
         width=("width", "mean"),
         w_mond=("w/mond", "mean"),
+        w_mond_ho=("w/mond_ho", "mean"),
         groups=("n_groups", "mean"),
     )
     agg.insert(0, "flag%", 100 * agg.pop("flagged") / agg.pop("judged"))

@@ -9,6 +9,7 @@ materiality margin). tests/test_findings.py runs seeds 100-109 as a slow test.
     .venv/bin/python benchmarks/null_world.py --seeds 20 --n 8000
     .venv/bin/python benchmarks/null_world.py --mean-group-z 2     # the estimator's mean_group_z (issue 10)
     .venv/bin/python benchmarks/null_world.py --base-recalibration group-linear
+    .venv/bin/python benchmarks/null_world.py --interval-calibration cross-fit   # the estimator's (issue 9)
 """
 
 from __future__ import annotations
@@ -35,8 +36,16 @@ def main(argv=None) -> int:
         help="the estimator's mean_group_z (a number or 'bonferroni', the default)",
     )
     ap.add_argument("--base-recalibration", default=None, help="the estimator's base_recalibration (default: its own)")
+    ap.add_argument(
+        "--interval-calibration",
+        default=None,
+        choices=["held-out", "cross-fit"],
+        help="the estimator's interval_calibration (default: the estimator's default)",
+    )
     args = ap.parse_args(argv)
     extra = {} if args.base_recalibration is None else {"base_recalibration": args.base_recalibration}
+    if args.interval_calibration is not None:
+        extra["interval_calibration"] = args.interval_calibration
     mgz = args.mean_group_z if args.mean_group_z == "bonferroni" else float(args.mean_group_z)
     dist = dataclasses.replace(demo_distribution(), base_bias={})
     with_findings = 0

@@ -329,6 +329,19 @@ class MomentMulticalibrator(SklearnParams):
         (:mod:`mmc_core.recalibrate`; ``init.mean`` kind "base-group-linear"; the check is in
         ``model_.info["base_recalibration"]``). "none": the base prediction as given. "auto" (default):
         "group-linear" with this (numpy) engine; the Dask engine does not fit the map yet and uses "none".
+    interval_calibration : {"auto", "cross-fit", "held-out"}
+        Which rows the data-driven intervals (``mmc_core.intervals``) are calibrated on (needs
+        calibration_fraction > 0; the final model is fitted the same way with either). "cross-fit": every row,
+        with out-of-fold predictions: the rows are split into 5 seeded folds and a model with these same
+        parameters is fitted on the other four folds for each (:mod:`mmc_core.crossfit`), i.e. 5 extra fits
+        (and a copy of 80% of the table per fold). A group calibrates on 4x its held-out rows (at the default
+        fraction), so its interval is narrower and its coverage less dependent on a lucky or unlucky held-out
+        sample, at the price of guarantees that hold only approximately (see :mod:`mmc_core.intervals`;
+        measured in benchmarks/README.md, issue 9). "held-out": the held-out rows, with the final model's
+        predictions (exact split-conformal-type guarantees; the behaviour before issue 9). "auto" (default):
+        "cross-fit" with the in-memory engine up to ``mmc_core.crossfit.CROSS_FIT_MAX_ROWS`` (200,000) rows,
+        "held-out" above that and with the Dask engine (which offers only that: "cross-fit" there is an
+        MMCError). A fit stopped by ``stop`` or ``callback`` is calibrated on the held-out rows either way.
     """
 
     # row-level state of the last fit (None on a loaded estimator)
@@ -336,6 +349,7 @@ class MomentMulticalibrator(SklearnParams):
     calibration_index_: np.ndarray | None
     fit_mean_unit_: np.ndarray | None
     fit_moments_unit_: dict | None
+    oof_predictions_unit_: dict | None
 
     def __init__(
         self,
@@ -356,6 +370,7 @@ class MomentMulticalibrator(SklearnParams):
         task="auto",
         positive_label=None,
         base_recalibration="auto",
+        interval_calibration="auto",
     ):
         self.alpha = alpha
         self.beta = beta
@@ -374,6 +389,7 @@ class MomentMulticalibrator(SklearnParams):
         self.task = task
         self.positive_label = positive_label
         self.base_recalibration = base_recalibration
+        self.interval_calibration = interval_calibration
 
     # ------------------------------------------------------------------------------------------
     def _params(
@@ -677,6 +693,9 @@ class MomentMulticalibrator(SklearnParams):
         """
         if engine is not None and engine not in ("numpy", "dask"):
             raise MMCError(f"engine must be 'numpy' or 'dask', got {engine!r}")
+        from .crossfit import check_interval_calibration
+
+        check_interval_calibration(self.interval_calibration)  # the value, at the top; "auto" resolves by size below
         if engine == "dask" or (engine is None and type(X).__module__.split(".")[0] in ("dask", "dask_expr")):
             from .engines.dask_engine import fit_dask  # lazily: importing mmc_core never imports dask
 
@@ -780,13 +799,35 @@ class MomentMulticalibrator(SklearnParams):
             fit_mu, fit_moms = model.predict_unit(Xf, base_f, fit_idx.size)
         achieved = _achieved(params, memb, yu_f, fit_mu, fit_moms)
         _, floors = state_achieved(self, model, params, achieved)
-        if n_cal and task != TASK_BINARY:
-            # Interval calibration uses only the held-out rows (never the rows the moments were fitted on).
+        oof = None
+        if n_cal and task != TASK_BINARY and getattr(self, "_calibrate_intervals", True):
             from . import intervals
 
-            model.extras["intervals"] = intervals.calibrate(
-                model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx]
-            )
+            interval_rows = check_interval_calibration(self.interval_calibration, n=n)
+            if interval_rows == "cross-fit" and not (res.stopped or (stop is not None and stop())):
+                # Every row, with the predictions of a model fitted without its fold (mmc_core.crossfit).
+                from .crossfit import CROSS_FIT_FOLDS, out_of_fold_predictions
+
+                oof = out_of_fold_predictions(self, X, yu, base_u, gset, task, stop=stop)
+                if stop is not None and stop():  # stopped during the fold fits: their models are partial
+                    oof = None
+            if oof is not None:
+                model.extras["intervals"] = intervals.calibrate(
+                    model,
+                    X,
+                    yu,
+                    base_u,
+                    predictions=(oof["mean"], oof["moments"]),
+                    rows="cross-fit",
+                    folds=CROSS_FIT_FOLDS,
+                    options={"margin": intervals.CC_MARGIN_CROSS_FIT},
+                )
+            else:
+                # Only the held-out rows (never the rows the moments were fitted on); also a stopped fit's
+                # (the fold models would be as partial as it is, and the user is waiting).
+                model.extras["intervals"] = intervals.calibrate(
+                    model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx]
+                )
         rows = FitRows(n, fit_idx.size, n_cal, memb.sizes, base_clipped, label_name)
         model.info = {"task": task, **fit_info(self, model, search, rows, achieved, floors)}
         if within is not None:  # the out-of-sample check of the group-linear map, kept or not
@@ -800,6 +841,7 @@ class MomentMulticalibrator(SklearnParams):
         self.fit_index_ = fit_idx
         self.calibration_index_ = cal_idx
         self.fit_mean_unit_, self.fit_moments_unit_ = fit_mu, fit_moms
+        self.oof_predictions_unit_ = oof  # cross-fit: every row's out-of-fold predictions and fold (else None)
         if task == TASK_BINARY:  # probabilities never exactly 0 or 1 (see mmc_core.model.binary_clip)
             binary_info["floor"] = 0.5 / (fit_idx.size + 1)
         return self
@@ -928,6 +970,7 @@ class MomentMulticalibrator(SklearnParams):
         """A loaded estimator has no fitting rows: the row-level attributes of a fit are None."""
         self.fit_index_ = self.calibration_index_ = None
         self.fit_mean_unit_ = self.fit_moments_unit_ = None
+        self.oof_predictions_unit_ = None
 
     @classmethod
     def load(cls, path) -> "MomentMulticalibrator":

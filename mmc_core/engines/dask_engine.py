@@ -35,7 +35,9 @@ What differs from the numpy engine (and why):
   and the partition's index: round(fraction x rows) held-out rows in each partition), not by one global
   permutation: with held-out rows the two engines fit on different rows. Early stopping and held-out
   tracking run distributed; the interval calibration runs on the client on the held-out rows (a seeded
-  sample of at most ``CAL_SAMPLE_CAP`` of them, recorded in ``info``).
+  sample of at most ``CAL_SAMPLE_CAP`` of them, recorded in ``info``). The numpy engine's default
+  ``interval_calibration="auto"`` cross-fits the calibration over every row (5 extra fits); here "auto" keeps the
+  held-out calibration (the record says ``"rows": "held-out"``) and "cross-fit" is an MMCError.
 * Quartile cuts of numeric group columns (:func:`groups_from_columns`) are *exact* (the same cut points as
   numpy's ``np.quantile``): an approximate sketch brackets each order statistic and the few values inside
   the bracket are brought to the client. ``mean_buckets="quantile"`` with a base prediction uses the same
@@ -507,6 +509,11 @@ def fit_dask(
         raise MMCError(
             f"base_recalibration={est.base_recalibration!r} is not supported by the Dask engine yet"
             " (use the numpy engine, or base_recalibration='none')"
+        )
+    if getattr(est, "interval_calibration", "auto") == "cross-fit":
+        raise MMCError(
+            "interval_calibration='cross-fit' is not supported by the Dask engine (it calibrates the intervals on "
+            "the held-out rows only): use interval_calibration='auto' or 'held-out', or the numpy engine"
         )
     client = _client(client)
     validate_params(

@@ -33,7 +33,10 @@ clipped (new labels may fall outside it).
     assumes P_X known; the rows at hand stand in for it, so pass the whole table, not a handful of rows).
     Rows that no cell of mass >= gamma contains get the label range [lo, hi]: there is no valid interval
     for them (assumption 3 of the Appendix); :func:`greedy_cover` reports how many.
-``calibrated``  beyond the paper, on held-out calibration rows (never the rows the moments were fitted on).
+``calibrated``  beyond the paper, on calibration rows whose predictions do not come from a fit on them: every row
+    with out-of-fold predictions (cross-fitted calibration, below: the in-memory default) or the held-out rows
+    with the final model's predictions (``interval_calibration="held-out"``, and the Dask engine). The statements
+    1.-3. below are those of held-out calibration; 1'.-3'. say what carries over to cross-fitting.
     The signed standardized residual u = (y - mu(x)) / sd(x), sd(x) = sqrt(max(m_2(x), floor)) (``floor`` =
     FLOOR_FRACTION x the calibration rows' mean m_2; a mean-only model uses sd = 1), gets two thresholds, each a
     sum of per-group coefficients over x's groups, and the interval is [mu - max(q_lo(x), 0) sd(x),
@@ -76,10 +79,19 @@ clipped (new labels may fall outside it).
        overlapping groups of an additive threshold this is an approximation (the finite-support test checks
        the first bound with 3 Monte Carlo standard errors; the worst group there exceeded it by 0.03).
     What the margin costs: width grows with c sqrt(delta (1 - delta) / n_g) in coverage units, i.e. most for the
-    small groups. Measured in benchmarks/README.md (20 fresh splits of the three bundled tables, both base
-    variants): flagged groups 3.8% / 0.53% / 0.39% / 0.25% / 0.11% of the judged ones at c = 0 / 0.75 / 0.9 / 1 /
-    1.25, for a mean width of 0.72-0.91 / 0.91-0.96 / 0.93-0.98 / 0.94-0.98 / 0.98-1.05 x Mondrian's, and an
-    average group coverage of 0.91-0.92 / 0.93-0.95 / 0.93-0.96 / 0.94-0.96 / 0.94-0.97 (per table).
+    small groups. Measured in benchmarks/README.md with held-out calibration (20 fresh splits of the three
+    bundled tables, both base variants): flagged groups 3.8% / 0.53% / 0.39% / 0.25% / 0.11% of the judged ones
+    at c = 0 / 0.75 / 0.9 / 1 / 1.25, for a mean width of 0.72-0.91 / 0.91-0.96 / 0.93-0.98 / 0.94-0.98 /
+    0.98-1.05 x Mondrian's, and an average group coverage of 0.91-0.92 / 0.93-0.95 / 0.93-0.96 / 0.94-0.96 /
+    0.94-0.97 (per table).
+    Cross-fitted (the in-memory default, c = CC_MARGIN_CROSS_FIT = 1.25; benchmarks/README.md, "Cross-fitted
+    calibration"; 30 splits, seeds 4000-4009 and 2000-2019, both base variants, the same models as held-out):
+    flagged 0.37% of the judged groups (held-out at 0.9: 0.41%; cross-fit at 0.9: 0.61%), runs with a flagged
+    group 15 / 180 (held-out 24 / 180), average group coverage 0.948-0.950 / 0.925-0.926 / 0.926 (wage / NELS /
+    synthetic; held-out 0.953-0.958 / 0.934-0.936 / 0.939-0.943), mean width 0.80-0.87 / 0.93-0.94 / 0.86-0.87
+    x held-out Mondrian's (held-out cc: 0.94-0.97 / 0.97 / 0.91-0.92). NELS alone flags more than held-out on
+    seeds 2000-2019 (1.19% vs 0.77%). Null world (benchmarks/null_world.py, seeds 100-139 and 200-239): seeds
+    with a finding 8 / 80 (held-out 10 / 80), of them with a coverage finding 2 (held-out 5).
 
     mmc_core fits ``cc`` only. Other threshold approaches, compared with it by the benchmarks (``ridge-cqr``,
     the previous default: a ridge-penalized group quantile regression per side with a cross-fitted conformal
@@ -87,6 +99,47 @@ clipped (new labels may fall outside it).
     benchmarks/interval_fitters and plug in through ``calibrate(..., fitter=...)``. Their records use the same
     format (``combine`` "sum" or "max"; ``theta_lower`` only for two-sided thresholds), so models calibrated
     with them, or saved by an older mmc-audit that offered them, load and predict unchanged.
+Cross-fitted calibration (``MomentMulticalibrator(interval_calibration="cross-fit")``, and "auto", the default,
+    with the in-memory engine; :mod:`mmc_core.crossfit`).
+    The rows are split into 5 seeded folds; each fold's rows get the predictions (mu, m_a) of a model fitted
+    with the same parameters on the other four folds (which holds out its own rows for early stopping), and
+    :func:`calibrate` computes the whole record from ALL n rows with these out-of-fold predictions instead of
+    the held-out rows with the final model's. The final model is fitted exactly as with held-out calibration
+    (on 75% of the rows); at predict time its own predictions go through the stored thresholds. A group thus
+    calibrates on all its rows (4x its held-out rows at calibration fraction 0.25), so the margin
+    c sqrt(delta (1 - delta) / n_g) costs half as much at the same c. A cross-fitted record uses
+    c = CC_MARGIN_CROSS_FIT = 1.25 (0.625 held-out standard errors) against the extra approximation of 2'. below
+    (at c = 0.9 it flagged 0.76% of the groups on the protocol's seeds 2000-2019, held-out calibration 0.42%).
+    Cost: 5 extra fits. What carries over:
+    1'. Deterministic and exact, on the out-of-fold scores: every group with n_g >= 1 rows has at least k_g
+        (with that n_g) of its rows' out-of-fold scores inside its interval (tests/test_intervals_crossfit.py).
+        This is about the out-of-fold scores, not the final model's intervals on its own fitting rows.
+    2'. In expectation: NOT a theorem. The conformal argument needs the test point's score to be exchangeable
+        with the calibration scores; here the calibration scores come from 5 fold models, the test score from
+        the final model, fitted on other rows. This is the setting of cross-conformal prediction (Vovk) and
+        CV+ (Barber, Candes, Ramdas & Tibshirani, "Predictive inference with the jackknife+"): even CV+, which
+        scores the test point with the fold models themselves, guarantees only
+        1 - 2 delta - 2 (1 - 1/K) / (n/K + 1) (marginal, K folds) in the worst case and about 1 - delta for a
+        stable fit; refitting one final model, as here (their "CV" method), has no worst-case guarantee at all,
+        and the group-conditional version is approximate in the same way. It holds approximately when the fit
+        is stable: the final model's scores on new rows are distributed like the fold models' out-of-fold
+        scores. The fold models learn from 60% of the rows (80% minus their own 25% held out), the final model
+        from 75%, which tends to make out-of-fold scores larger (conservative), but not always: in one protocol
+        run the standardized scores had sd 1.004 out of fold and 1.022 for the final model on fresh rows
+        (1.013 on its held-out rows). Checked empirically, not proven: on mmc_core.synthetic's demo distribution (finite
+        feature support, Beta labels) the exact population coverage of every group, averaged over 30 training
+        samples, is at least 1 - delta up to 3 Monte Carlo standard errors (tests/test_intervals_crossfit.py,
+        slow), and on the protocol and the null world (benchmarks/README.md).
+    3'. With high probability: P(Binomial(n_g, 1 - delta) >= k_g) assumes i.i.d. scores of one fixed function;
+        the out-of-fold scores of one fold share a model, so it is an approximation (with the larger n_g).
+    The other fields of a cross-fitted record use the same rows, so the methods stay comparable: the moment
+    quantiles and the plug-in coverage (``plugin`` and ``guaranteed`` choose their moment from them) use the
+    out-of-fold predictions (an out-of-sample estimate for the final model, approximate as 2'.). The baselines
+    (``split-conformal``, ``mondrian``, ``gaussian``) do not use the model's predictions: centred on a base
+    prediction fitted elsewhere they use all n rows with their exact split-conformal guarantees (every row is
+    exchangeable with a new one); centred on the constant (the final model's fitting-row label mean, computed
+    from 75% of these rows) that guarantee is approximate, off by O(1/n). The record says which rows it used
+    (``rows``, ``folds``). The Dask engine calibrates on held-out rows only (MMCError for "cross-fit").
 ``split-conformal``  marginal split conformal on |y - base| (the conformal rank ceil((n + 1)(1 - delta))).
 ``mondrian``  per-group split conformal on |y - base|; a row gets the widest interval among its groups.
     Groups with fewer than ceil(1/delta) - 1 calibration rows have an infinite conformal quantile and are
@@ -100,7 +153,9 @@ model's initial constant mean (the fitting rows' label mean): the record says wh
 Calibration record (``model.extras["intervals"]``, written by :func:`calibrate`, validated on use)::
 
     {"format": "mmc-intervals", "version": 1,
-     "n": n_cal,                             # calibration rows
+     "n": n_cal,                             # calibration rows (cross-fit: every row)
+     "rows": "held-out" | "cross-fit",       # absent in older records: held-out
+     "folds": 5,                             # cross-fit only
      "deltas": [...],                        # DELTA_GRID: the deltas the data-driven methods are fitted for
      "center": "base" | "constant",
      "moment_quantiles": {"a": [201 quantiles of m_a(x) on the calibration rows, unit scale]},
@@ -138,7 +193,7 @@ from ._common import (  # noqa: F401
     _row_sum,
 )
 from .paper import guaranteed_halfwidth, plugin_halfwidth, greedy_cover
-from .conditional import CC_MARGIN, fit_conditional
+from .conditional import CC_MARGIN, CC_MARGIN_CROSS_FIT, fit_conditional
 from .record import calibrate, _initial_constant  # noqa: F401
 from .predict import (  # noqa: F401
     _Context,
@@ -166,6 +221,7 @@ __all__ = [
     "greedy_cover",
     "fit_conditional",
     "CC_MARGIN",
+    "CC_MARGIN_CROSS_FIT",
     "normal_ppf",
     "conformal_quantile",
     "grid_delta",

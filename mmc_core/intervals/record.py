@@ -1,5 +1,5 @@
-"""The calibration record: computed on held-out rows by :func:`calibrate` (called by
-``MomentMulticalibrator.fit``), validated on use."""
+"""The calibration record: computed by :func:`calibrate` (called by ``MomentMulticalibrator.fit``) on held-out
+rows or on every row with out-of-fold predictions (cross-fit), validated on use."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from ._common import (
 from .conditional import _CC_OPTIONS, fit_conditional
 
 
-# ---- calibration (called by MomentMulticalibrator.fit on the held-out rows) -----------------------------
+# ---- calibration (called by MomentMulticalibrator.fit: held-out rows, or every row cross-fitted) -----------
 def _predict_on(model, table, base_unit, n):
     memb = model.groups.evaluate(table, n)
     mu, moms = model.initial(memb.n, base_unit, memb)
@@ -44,8 +44,11 @@ def calibrate(
     approach: str = DEFAULT_APPROACH,
     options: dict | None = None,
     fitter: Callable | None = None,
+    predictions: tuple | None = None,
+    rows: str = "held-out",
+    folds: int | None = None,
 ) -> dict:
-    """Everything the data-driven intervals need, computed on held-out calibration rows.
+    """Everything the data-driven intervals need, computed on the calibration rows.
 
     ``model`` is final (its log is the kept one); ``y_cal_unit`` are the labels on the unit scale,
     ``base_cal_unit`` the base prediction on the unit scale (or None). Returns the JSON-serialisable record
@@ -58,13 +61,25 @@ def calibrate(
     ``theta`` and ``theta_lower`` (len(deltas), G) per-group coefficients of the upper and lower threshold
     (``theta_lower`` None: one symmetric threshold on |u|), ``combine`` "sum" or "max" (how a row's groups'
     coefficients make its threshold) and ``unconverged`` the deltas whose fit did not converge.
+
+    ``predictions`` = (mean, {a: moment}) on the unit scale, one value per calibration row: the per-row
+    predictions every model-based field is computed from (default: ``model``'s own predictions on these rows,
+    right for held-out rows). Cross-fitted calibration passes every row of the table with its out-of-fold
+    predictions (``rows="cross-fit"``, ``folds`` = the number of folds; both are recorded). Either way the
+    record is computed by the same code from (labels, base, predictions).
     """
     y = np.asarray(y_cal_unit, dtype=float)
     n = int(y.size)
     if n == 0:
-        raise MMCError("interval calibration needs at least one held-out row")
+        raise MMCError("interval calibration needs at least one calibration row")
     base_unit = None if base_cal_unit is None else np.clip(np.asarray(base_cal_unit, dtype=float), 0.0, 1.0)
-    memb, mu, moms = _predict_on(model, table_cal, base_unit, n)
+    if rows not in ("held-out", "cross-fit"):
+        raise MMCError(f"calibrate: rows must be 'held-out' or 'cross-fit', got {rows!r}")
+    if predictions is None:
+        memb, mu, moms = _predict_on(model, table_cal, base_unit, n)
+    else:
+        memb = model.groups.evaluate(table_cal, n)
+        mu, moms = _given_predictions(model, predictions, n)
     deltas = np.asarray(DELTA_GRID)
     if base_unit is not None:
         center, center_kind = base_unit, "base"
@@ -77,7 +92,10 @@ def calibrate(
         "n": n,
         "deltas": [float(d) for d in deltas],
         "center": center_kind,
+        "rows": rows,
     }
+    if folds is not None:
+        rec["folds"] = int(folds)
     # moments: distribution of the predictions (for choosing a) and held-out plug-in coverage
     qs = np.linspace(0, 1, N_MOMENT_QUANTILES)
     rec["moment_quantiles"] = {str(a): _to_json_list(np.quantile(moms[a], qs)) for a in model.moments}
@@ -131,6 +149,20 @@ def calibrate(
         "unconverged_deltas": sorted(unconverged),
     }
     return rec
+
+
+def _given_predictions(model, predictions, n: int) -> tuple:
+    try:
+        mu, moms = predictions
+    except (TypeError, ValueError):
+        raise MMCError("calibrate: predictions must be a pair (mean, {moment: values})") from None
+    mu = np.asarray(mu, dtype=float)
+    if mu.shape != (n,) or not isinstance(moms, dict) or set(moms) != set(model.moments):
+        raise MMCError(f"calibrate: predictions must hold {n} means and the moments {list(model.moments)}")
+    moms = {a: np.asarray(moms[a], dtype=float) for a in model.moments}
+    if any(v.shape != (n,) for v in moms.values()):
+        raise MMCError(f"calibrate: every moment prediction must have {n} values")
+    return mu, moms
 
 
 def _json_options(opts: dict) -> dict:
