@@ -269,7 +269,12 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
         *([("Base prediction", base_text)] if base_text else []),
         (
             "Fitting rows",
-            f"{info.get('n_fit', '–'):,} fitted, {info.get('n_calibration', 0):,} held out for interval calibration"
+            f"{info.get('n_fit', '–'):,} fitted, {info.get('n_calibration', 0):,} held out"
+            + (
+                "; intervals calibrated on all of them out of fold (5-fold cross-fitting)"
+                if (model.extras.get("intervals") or {}).get("rows") == "cross-fit"
+                else " for interval calibration"
+            )
             if isinstance(info.get("n_fit"), int)
             else "–",
         ),

@@ -742,7 +742,18 @@ def show_run_summary(run):
     cols = st.columns(4)
     sizes = {k: v.size for k, v in run.split.items()}
     cols[0].metric("Fitting rows", f"{sizes['fit']:,}", help="Rows the descent audited and updated on.")
-    cols[1].metric("Calibration rows", f"{sizes['calibration']:,}", help="Held out of the descent; used for intervals.")
+    xfit = (run.model.extras.get("intervals") or {}).get("rows") == "cross-fit"
+    cols[1].metric(
+        "Held-out rows",
+        f"{sizes['calibration']:,}",
+        help="Held out of the descent: they choose the kept round (early stopping)"
+        + (
+            "; the intervals are calibrated on every fitting and held-out row, each with a model fitted without it "
+            "(5-fold cross-fitting)."
+            if xfit
+            else " and calibrate the intervals."
+        ),
+    )
     cols[2].metric("Test rows (audit)", f"{sizes['test']:,}", help="Never used for fitting; every result is on these.")
     cols[3].metric(
         "Base-model rows",
