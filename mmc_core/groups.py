@@ -311,6 +311,8 @@ class Membership:
     _row_indptr: np.ndarray | None = field(default=None, repr=False)
     _row_groups: np.ndarray | None = field(default=None, repr=False)
     _row_ids: np.ndarray | None = field(default=None, repr=False)
+    _row_counts: np.ndarray | None = field(default=None, repr=False)
+    _layers: np.ndarray | None = field(default=None, repr=False)
     _sums: Any = field(default=None, repr=False)
 
     @property
@@ -349,7 +351,7 @@ class Membership:
 
     def release_row_major(self):
         """Drop the row-major view (rebuilt on next use): 12 bytes a pair that sums by signature never need."""
-        self._row_indptr = self._row_groups = self._row_ids = None
+        self._row_indptr = self._row_groups = self._row_ids = self._row_counts = None
 
     def pairs_for_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For rows R (distinct), all (position in R, group) pairs with R[position] in group."""
@@ -371,6 +373,61 @@ class Membership:
         local = np.repeat(np.arange(rows.size, dtype=np.int64), counts)
         offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
         return local, row_groups[np.arange(total, dtype=np.int64) + offsets]
+
+    def groups_of_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For rows R (distinct, increasing): (the number of groups of each row of R, the group of each (row, group)
+        pair in row-major order). The pairs are those of :meth:`pairs_for_rows`, in the same order; a per-row
+        value reaches its pairs by ``np.repeat(value, counts)``, a sequential copy instead of a gather."""
+        indptr, row_groups = self._row_major()
+        if self._row_counts is None:
+            self._row_counts = np.diff(indptr).astype(np.int32)
+        all_counts = self._row_counts
+        counts = all_counts[rows]
+        if rows.size * 4 > self.n:
+            # Many rows: one sequential masked pass over the row-major pairs beats gathering row by row.
+            inside = np.zeros(self.n, dtype=bool)
+            inside[rows] = True
+            return counts, row_groups[np.repeat(inside, all_counts)]
+        starts = indptr[rows]
+        offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+        offsets += np.arange(offsets.size, dtype=np.int64)
+        return counts, row_groups[offsets]
+
+    def layers(self) -> np.ndarray | None:
+        """Groups in layers: (L, n) int32, the group of each row in each layer (``n_groups`` where the row has
+        none), every group in exactly one layer, so a row has at most one group per layer. Groups built from
+        columns fill few layers (the whole population; each column's values; each pair of columns' values).
+        A large update sums over each layer with its rows' own weights, in row order (the same order per
+        (group, cell) as over the pairs), without spreading every weight to the row's pairs. None when the
+        groups do not fit in 63 layers or the layers would be mostly empty (then pairs are cheaper).
+
+        Built once, first-fit in group order: each group goes to the lowest layer none of its rows uses yet
+        (a bit mask per row; a loop over groups, each a pass over its rows)."""
+        if self._layers is None:
+            self._layers = self._build_layers()
+        return self._layers if self._layers.size else None
+
+    def _build_layers(self) -> np.ndarray:
+        none = np.zeros((0, self.n), dtype=np.int32)
+        if self.n == 0 or self.n_groups == 0:
+            return none
+        used = np.zeros(self.n, dtype=np.uint64)
+        layer_of = np.zeros(self.n_groups, dtype=np.int64)
+        for g in range(self.n_groups):
+            rows = self.group_rows(g)
+            taken = int(np.bitwise_or.reduce(used[rows])) if rows.size else 0
+            free = (~taken & (taken + 1)).bit_length() - 1  # the lowest clear bit
+            if free >= 63:
+                return none
+            layer_of[g] = free
+            used[rows] |= np.uint64(1 << free)
+        n_layers = int(layer_of.max()) + 1
+        if n_layers * self.n > 2 * self.rows.size:
+            return none
+        out = np.full((n_layers, self.n), self.n_groups, dtype=np.int32)
+        pg = self.pair_groups()
+        out[layer_of[pg], self.rows] = pg
+        return out
 
     def signatures(self) -> tuple[np.ndarray, int]:
         """Signature id of each row: rows with the same set of groups share an id.
