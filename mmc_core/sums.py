@@ -66,21 +66,23 @@ class Shift:
         reach = self.masked()[2]
         if self.counts is not None:
             return np.repeat(w[self.mask], reach)
-        return w[reach]
+        return w[self.mask] if reach is None else w[reach]
 
     def masked(self):
         """(k_old, k_new, how per-row weights reach the kept keys) over the rows under the mask: the counts of the
-        mask's rows (pairs with ``counts``), else the rows' positions in the update."""
+        mask's rows (pairs with ``counts``), the pairs' rows' positions in the update (pairs with ``pos``), else
+        None (one key a row)."""
         if self._masked is None:
             if self.layered:
                 self._masked = (self.k_old[:, self.mask], self.k_new[:, self.mask], None)
             elif self.counts is not None:
                 keep = np.repeat(self.mask, self.counts)
                 self._masked = (self.k_old[keep], self.k_new[keep], self.counts[self.mask])
+            elif self.pos is None:  # a key per row (signatures): the mask's rows' weights are w[mask]
+                self._masked = (self.k_old[self.mask], self.k_new[self.mask], None)
             else:
-                keep = self.mask if self.pos is None else self.mask[self.pos]
-                reach = np.flatnonzero(keep) if self.pos is None else self.pos[keep]
-                self._masked = (self.k_old[keep], self.k_new[keep], reach)
+                keep = self.mask[self.pos]
+                self._masked = (self.k_old[keep], self.k_new[keep], self.pos[keep])
         return self._masked
 
 
@@ -115,6 +117,9 @@ class MembershipSums:
                 A = memb.signature_matrix(sig, n_sig) if self.n and self.G else np.zeros((n_sig, self.G))
                 self.sig_of_pair, self.pair_group = np.nonzero(A)  # (signature, group) pairs, signature-major
                 self.ptr = np.searchsorted(self.sig_of_pair, np.arange(self.ns + 1))
+                # layers by position cost a few sequential passes while the row-major pairs exist (row-order
+                # group sums use them); then the row-major pairs go (12 bytes a pair)
+                memb.layers(first_fit=False)
                 memb.release_row_major()
         return self._by_signature
 
@@ -182,6 +187,11 @@ class MembershipSums:
         saved models were computed in, kept so that those models stay identical to the last bit)."""
         w = None if weights is None else np.asarray(weights, dtype=float)
         if row_order and self.by_signature:
+            layers = self.memb.layers(first_fit=False)  # built with the signatures, when groups allow
+            if layers is not None:
+                # per layer, each group's rows in row order: the additions of one bincount over the pairs,
+                # with sequential reads instead of a gather of every pair's weight
+                return _layer_sums(layers, w, self.G + 1)[: self.G]
             r = self.memb.rows
             return np.bincount(self.pg, weights=None if w is None else w[r], minlength=self.G).astype(float)
         return self.cell_sums(np.zeros(self.n, dtype=np.int64), 1, w)
