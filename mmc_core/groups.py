@@ -311,6 +311,9 @@ class Membership:
     _row_indptr: np.ndarray | None = field(default=None, repr=False)
     _row_groups: np.ndarray | None = field(default=None, repr=False)
     _row_ids: np.ndarray | None = field(default=None, repr=False)
+    _row_counts: np.ndarray | None = field(default=None, repr=False)
+    _layers: np.ndarray | None = field(default=None, repr=False)
+    _layers_not_by_position: bool = field(default=False, repr=False)
     _sums: Any = field(default=None, repr=False)
 
     @property
@@ -349,7 +352,7 @@ class Membership:
 
     def release_row_major(self):
         """Drop the row-major view (rebuilt on next use): 12 bytes a pair that sums by signature never need."""
-        self._row_indptr = self._row_groups = self._row_ids = None
+        self._row_indptr = self._row_groups = self._row_ids = self._row_counts = None
 
     def pairs_for_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For rows R (distinct), all (position in R, group) pairs with R[position] in group."""
@@ -371,6 +374,92 @@ class Membership:
         local = np.repeat(np.arange(rows.size, dtype=np.int64), counts)
         offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
         return local, row_groups[np.arange(total, dtype=np.int64) + offsets]
+
+    def groups_of_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For rows R (distinct, increasing): (the number of groups of each row of R, the group of each (row, group)
+        pair in row-major order). The pairs are those of :meth:`pairs_for_rows`, in the same order; a per-row
+        value reaches its pairs by ``np.repeat(value, counts)``, a sequential copy instead of a gather."""
+        indptr, row_groups = self._row_major()
+        if self._row_counts is None:
+            self._row_counts = np.diff(indptr).astype(np.int32)
+        all_counts = self._row_counts
+        counts = all_counts[rows]
+        if rows.size * 4 > self.n:
+            # Many rows: one sequential masked pass over the row-major pairs beats gathering row by row.
+            inside = np.zeros(self.n, dtype=bool)
+            inside[rows] = True
+            return counts, row_groups[np.repeat(inside, all_counts)]
+        starts = indptr[rows]
+        offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+        offsets += np.arange(offsets.size, dtype=np.int64)
+        return counts, row_groups[offsets]
+
+    def layers(self, first_fit: bool = True) -> np.ndarray | None:
+        """Groups in layers: (L, n) small ints, the group of each row in each layer (``n_groups`` where the row has
+        none), every group in exactly one layer, so a row has at most one group per layer. Groups built from
+        columns fill few layers (the whole population; each column's values; each pair of columns' values).
+        A sum per layer over the rows, with each row's own weight, adds every (group, cell) over the same rows
+        in the same (row) order as over the pairs, without a weight per pair. None when the layers would be
+        mostly empty (then pairs are cheaper).
+
+        Built once: the layer of a group is its position among each row's groups when that position is the
+        same in all its rows (groups from columns without missing values; sequential passes over the row-major
+        pairs), else (with ``first_fit``) each group goes, in group order, to the lowest layer none of its rows
+        uses yet (a bit mask per row, a loop over groups, at most 63 layers)."""
+        if self._layers is None and not self._layers_not_by_position:
+            self._layers = self._layers_by_position()
+            self._layers_not_by_position = self._layers is None
+        if self._layers is None and first_fit:
+            self._layers = self._layers_first_fit()
+        return self._layers if self._layers is not None and self._layers.size else None
+
+    def _layer_dtype(self) -> type[np.integer]:
+        """The narrowest unsigned type for group ids and the 'no group' id: 1 byte a (layer, row) with < 255
+        groups."""
+        return np.uint8 if self.n_groups < 255 else np.uint16 if self.n_groups < 65535 else np.int32
+
+    def _layers_by_position(self) -> np.ndarray | None:
+        indptr, row_groups = self._row_major()
+        if self._row_counts is None:
+            self._row_counts = np.diff(indptr).astype(np.int32)
+        counts = self._row_counts
+        n_layers = int(counts.max(initial=0))
+        if self.n == 0 or self.n_groups == 0 or n_layers * self.n > 2 * self.rows.size:
+            return np.zeros((0, self.n), dtype=np.int32)
+        out: np.ndarray = np.full((n_layers, self.n), self.n_groups, dtype=self._layer_dtype())
+        seen = np.zeros(self.n_groups, dtype=bool)
+        for j in range(n_layers):
+            has = np.flatnonzero(counts > j)
+            g = row_groups[indptr[has] + j]
+            out[j, has] = g
+            present = np.bincount(g, minlength=self.n_groups) > 0
+            if (seen & present).any():  # a group at two positions: no layers by position
+                return None
+            seen |= present
+        return out
+
+    def _layers_first_fit(self) -> np.ndarray:
+        none = np.zeros((0, self.n), dtype=np.int32)
+        if self.n == 0 or self.n_groups == 0:
+            return none
+        used = np.zeros(self.n, dtype=np.uint64)
+        layer_of = np.zeros(self.n_groups, dtype=np.int64)
+        for g in range(self.n_groups):
+            rows = self.group_rows(g)
+            taken = int(np.bitwise_or.reduce(used[rows])) if rows.size else 0
+            free = (~taken & (taken + 1)).bit_length() - 1  # the lowest clear bit
+            if free >= 63:
+                return none
+            layer_of[g] = free
+            used[rows] |= np.uint64(1 << free)
+        del used
+        n_layers = int(layer_of.max()) + 1
+        if n_layers * self.n > 2 * self.rows.size:
+            return none
+        out: np.ndarray = np.full((n_layers, self.n), self.n_groups, dtype=self._layer_dtype())
+        for g in range(self.n_groups):
+            out[layer_of[g], self.group_rows(g)] = g
+        return out
 
     def signatures(self) -> tuple[np.ndarray, int]:
         """Signature id of each row: rows with the same set of groups share an id.

@@ -61,7 +61,7 @@ def pseudo_label(a: int, residual: np.ndarray, odd_moments: str) -> np.ndarray:
     )
     out = base * base
     for _ in range(a - 2):  # repeated products: several times faster than a general float power
-        out = out * base
+        np.multiply(out, base, out=out)  # in place: the same products, one row-length buffer
     return out if a >= 2 else base
 
 

@@ -38,20 +38,52 @@ class Shift:
     """The keys of one incremental change: rows (of an update) move from cells ``c_old`` to ``c_new`` of a
     partition with ``nc`` cells per group. Computed once and shared by every statistic the change refreshes
     (sums of residuals, counts, squares, ...), and the same for the rows under ``mask`` (those whose cell
-    changes: counts only change there)."""
+    changes: counts only change there).
 
-    __slots__ = ("k_old", "k_new", "pos", "pos_m", "k_old_m", "k_new_m", "mask", "size")
+    A key belongs to one row of the update: per signature (one key a row), per (row, group) pair at ``pos``
+    (the row's position in the update, any order), per pair with ``counts`` (the pairs of each row of the
+    update, in its order: a row's weight reaches its pairs by a sequential ``np.repeat``), or ``layered``: one
+    key per (layer, row) (see :meth:`~mmc_core.groups.Membership.layers`), the row's weight used as it is."""
 
-    def __init__(self, k_old, k_new, pos, mask, size):
-        self.k_old, self.k_new, self.pos, self.mask, self.size = k_old, k_new, pos, mask, size
-        self.pos_m = self.k_old_m = self.k_new_m = None
+    __slots__ = ("k_old", "k_new", "pos", "counts", "mask", "size", "layered", "_masked")
+
+    def __init__(self, k_old, k_new, pos, mask, size, counts=None, layered=False) -> None:
+        self.k_old, self.k_new, self.pos, self.mask, self.size, self.counts = k_old, k_new, pos, mask, size, counts
+        # layered: keys are (layers, rows of the update), a row's weight serves each of its layers as it is
+        self.layered = layered
+        self._masked: tuple | None = None
+
+    def weights(self, w: np.ndarray | None, masked: bool = False) -> np.ndarray | None:
+        """Per-row weights ``w`` (one per row of the update, also with ``masked``) as weights of the keys."""
+        if w is None:
+            return None
+        if self.layered:
+            return w[self.mask] if masked else w
+        if not masked:
+            if self.counts is not None:
+                return np.repeat(w, self.counts)
+            return w if self.pos is None else w[self.pos]
+        reach = self.masked()[2]
+        if self.counts is not None:
+            return np.repeat(w[self.mask], reach)
+        return w[self.mask] if reach is None else w[reach]
 
     def masked(self):
-        if self.k_old_m is None:
-            keep = self.mask if self.pos is None else self.mask[self.pos]
-            self.k_old_m, self.k_new_m = self.k_old[keep], self.k_new[keep]
-            self.pos_m = np.flatnonzero(keep) if self.pos is None else self.pos[keep]
-        return self.k_old_m, self.k_new_m, self.pos_m
+        """(k_old, k_new, how per-row weights reach the kept keys) over the rows under the mask: the counts of the
+        mask's rows (pairs with ``counts``), the pairs' rows' positions in the update (pairs with ``pos``), else
+        None (one key a row)."""
+        if self._masked is None:
+            if self.layered:
+                self._masked = (self.k_old[:, self.mask], self.k_new[:, self.mask], None)
+            elif self.counts is not None:
+                keep = np.repeat(self.mask, self.counts)
+                self._masked = (self.k_old[keep], self.k_new[keep], self.counts[self.mask])
+            elif self.pos is None:  # a key per row (signatures): the mask's rows' weights are w[mask]
+                self._masked = (self.k_old[self.mask], self.k_new[self.mask], None)
+            else:
+                keep = self.mask[self.pos]
+                self._masked = (self.k_old[keep], self.k_new[keep], self.pos[keep])
+        return self._masked
 
 
 class MembershipSums:
@@ -85,6 +117,9 @@ class MembershipSums:
                 A = memb.signature_matrix(sig, n_sig) if self.n and self.G else np.zeros((n_sig, self.G))
                 self.sig_of_pair, self.pair_group = np.nonzero(A)  # (signature, group) pairs, signature-major
                 self.ptr = np.searchsorted(self.sig_of_pair, np.arange(self.ns + 1))
+                # layers by position cost a few sequential passes while the row-major pairs exist (row-order
+                # group sums use them); then the row-major pairs go (12 bytes a pair)
+                memb.layers(first_fit=False)
                 memb.release_row_major()
         return self._by_signature
 
@@ -152,6 +187,11 @@ class MembershipSums:
         saved models were computed in, kept so that those models stay identical to the last bit)."""
         w = None if weights is None else np.asarray(weights, dtype=float)
         if row_order and self.by_signature:
+            layers = self.memb.layers(first_fit=False)  # built with the signatures, when groups allow
+            if layers is not None:
+                # per layer, each group's rows in row order: the additions of one bincount over the pairs,
+                # with sequential reads instead of a gather of every pair's weight
+                return _layer_sums(layers, w, self.G + 1)[: self.G]
             r = self.memb.rows
             return np.bincount(self.pg, weights=None if w is None else w[r], minlength=self.G).astype(float)
         return self.cell_sums(np.zeros(self.n, dtype=np.int64), 1, w)
@@ -190,9 +230,16 @@ class MembershipSums:
 
     # ---- incremental sums (the descent) --------------------------------------------------------------------
     def context(self, rows: np.ndarray):
-        """What an update of ``rows`` (distinct) needs: their signatures, or their (position, group) pairs."""
+        """What an update of ``rows`` (distinct) needs: their signatures, or their (row, group) pairs: (counts,
+        groups) when the rows increase (the descent's updates), else (positions, groups)."""
         if self.by_signature:
             return self.sig[rows]
+        if rows.size < 2 or bool((rows[1:] > rows[:-1]).all()):
+            # a large update (a quarter of the rows or more, as a whole-population cell) sums per layer
+            layers = self.memb.layers() if rows.size * 4 > self.n else None
+            if layers is not None:
+                return _RowLayers(np.take(layers, rows, axis=1))
+            return _RowPairs(*self.memb.groups_of_rows(rows))
         return self.memb.pairs_for_rows(rows)
 
     def shift_keys(self, ctx, nc: int, c_old: np.ndarray, c_new: np.ndarray, mask: np.ndarray | None = None) -> Shift:
@@ -201,6 +248,23 @@ class MembershipSums:
         if self.by_signature:
             base = ctx * nc
             return Shift(base + c_old, base + c_new, None, mask, self.ns * nc)
+        if isinstance(ctx, _RowLayers):
+            # the group part of each key (dummy group G where a row has no group in a layer), then its cell
+            base = np.multiply(ctx.groups, nc, dtype=np.int64)
+            k_new = None if mask is not None and not mask.any() else base + c_new
+            k_old = np.add(base, c_old, out=base)
+            if k_new is None:  # no row changes cell: the new keys are the old ones
+                k_new = k_old
+            return Shift(k_old, k_new, None, mask, (self.G + 1) * nc, layered=True)
+        if isinstance(ctx, _RowPairs):
+            counts = ctx.counts
+            k_old = ctx.base(nc) + np.repeat(c_old, counts)
+            # rows whose cell stays keep their keys: a row-length test spares a pass over the pairs
+            if mask is not None and not mask.any():
+                k_new = k_old
+            else:
+                k_new = k_old + np.repeat(c_new - c_old, counts)
+            return Shift(k_old, k_new, None, mask, self.G * nc, counts=counts)
         loc, pg = ctx
         base = pg * nc
         return Shift(base + c_old[loc], base + c_new[loc], loc, mask, self.G * nc)
@@ -209,12 +273,16 @@ class MembershipSums:
         """arr (flat |G| * nc sums) += the sums of ``w_new`` at the new cells - ``w_old`` at the old ones, over
         the shift's rows (only those under its mask with ``masked``; weights are per row of the update)."""
         if masked:
-            k_old, k_new, pos = sh.masked()
+            k_old, k_new, _ = sh.masked()
         else:
-            k_old, k_new, pos = sh.k_old, sh.k_new, sh.pos
-        if pos is not None:
-            w_old = None if w_old is None else w_old[pos]
-            w_new = None if w_new is None else w_new[pos]
+            k_old, k_new = sh.k_old, sh.k_new
+        w_old, w_new = sh.weights(w_old, masked), sh.weights(w_new, masked)
+        if sh.layered:
+            # a (group, cell) lies in one layer: its sum there is the one over the pairs (same rows, same order),
+            # and adding the other layers' zeros leaves it as it is
+            arr += _layer_sums(k_new, w_new, sh.size)[: arr.size]
+            arr -= _layer_sums(k_old, w_old, sh.size)[: arr.size]
+            return
         if not self.by_signature:
             arr += np.bincount(k_new, weights=w_new, minlength=arr.size)
             arr -= np.bincount(k_old, weights=w_old, minlength=arr.size)
@@ -225,3 +293,36 @@ class MembershipSums:
         touched = np.flatnonzero(d.any(axis=1))
         if touched.size:
             self._spread(arr, d, nc, touched)
+
+
+def _layer_sums(keys: np.ndarray, w: np.ndarray | None, size: int) -> np.ndarray:
+    """Sums of ``w`` per key over every layer of (layers, rows) keys: a bincount per layer, added."""
+    out = np.bincount(keys[0], weights=w, minlength=size).astype(float)
+    for k in keys[1:]:
+        out += np.bincount(k, weights=w, minlength=size)
+    return out
+
+
+class _RowLayers:
+    """The groups of an update's rows per layer, (layers, rows)."""
+
+    __slots__ = ("groups",)
+
+    def __init__(self, groups: np.ndarray):
+        self.groups = groups
+
+
+class _RowPairs:
+    """The (row, group) pairs of an update's rows in row-major order: each row's number of groups and the
+    pairs' groups, with the keys' group part ``group * nc`` kept per partition (a mean update shifts two)."""
+
+    __slots__ = ("counts", "groups", "_base")
+
+    def __init__(self, counts: np.ndarray, groups: np.ndarray):
+        self.counts, self.groups = counts, groups
+        self._base: dict = {}
+
+    def base(self, nc: int) -> np.ndarray:
+        if nc not in self._base:
+            self._base[nc] = self.groups.astype(np.int64) * nc
+        return self._base[nc]

@@ -126,3 +126,63 @@ def test_a_row_sum_does_not_build_the_signatures(monkeypatch):
     assert builds == []
     sums.cell_sums(np.zeros(memb.n, dtype=np.int64), 1)  # a whole-table sum decides the mode: one build
     assert builds == [1] and sums.by_signature
+
+
+def _random_membership(seed: int, n: int, n_groups: int, density: float):
+    """Groups that are arbitrary row sets (overlapping, some empty), unlike groups built from columns."""
+    from mmc_core.groups import Membership
+
+    rng = np.random.default_rng(seed)
+    D = rng.random((n, n_groups)) < rng.uniform(0, density, n_groups)
+    indptr = np.concatenate([[0], np.cumsum(D.sum(axis=0))]).astype(np.int64)
+    rows = np.concatenate([np.flatnonzero(D[:, g]) for g in range(n_groups)] + [np.zeros(0, np.int64)])
+    return Membership(n, [f"g{g}" for g in range(n_groups)], indptr, rows.astype(np.int64)), rng
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.one_of(
+        memberships,
+        st.tuples(st.integers(0, 10_000), st.integers(1, 80), st.integers(1, 12), st.floats(0.05, 1.0)).map(
+            lambda t: _random_membership(*t)
+        ),
+    ),
+    st.integers(1, 5),
+    st.floats(0.0, 1.0),
+)
+def test_every_way_of_shifting_gives_the_same_bits(mr, nc, share):
+    """An update's sums per layer, over its row-major pairs (repeated weights) and over pairs gathered by
+    position are the same to the last bit: every (group, cell) adds the same rows in the same order."""
+    from mmc_core.sums import _RowLayers, _RowPairs
+
+    memb, rng = mr
+    n, G = memb.n, memb.n_groups
+    layers = memb.layers()
+    if layers is not None:  # each group in one layer, each row at most once per layer, every pair kept
+        D = np.zeros((n, G + 1), dtype=int)
+        np.add.at(D, (np.repeat(np.arange(n)[None, :], layers.shape[0], axis=0), layers), 1)
+        np.testing.assert_array_equal(D[:, :G], memb.to_dense().astype(int))
+        layer_of = [np.unique(np.nonzero(layers == g)[0]) for g in range(G)]
+        assert all(lo.size <= 1 for lo in layer_of)
+    rows = np.flatnonzero(rng.random(n) < share)
+    c_old, c_new = rng.integers(0, nc, rows.size), rng.integers(0, nc, rows.size)
+    stay = rng.random(rows.size) < 0.5
+    c_new[stay] = c_old[stay]
+    moved = c_old != c_new
+    w_old, w_new = rng.normal(size=rows.size), rng.normal(size=rows.size)
+    s = MembershipSums(memb, by_signature=False)
+    ctxs = [memb.pairs_for_rows(rows), _RowPairs(*memb.groups_of_rows(rows))]
+    if layers is not None:
+        ctxs.append(_RowLayers(np.take(layers, rows, axis=1)))
+    results = []
+    for ctx in ctxs:
+        start = rng.normal(size=G * nc) if not results else results[0][0]
+        arr, cnt, part = start.copy(), np.zeros(G * nc), np.zeros(G * nc)
+        sh = s.shift_keys(ctx, nc, c_old, c_new, moved)
+        s.shift(arr, nc, sh, w_old, w_new)
+        s.shift(cnt, nc, sh, masked=True)
+        s.shift(part, nc, sh, w_old, w_new, masked=True)
+        results.append((start, arr, cnt, part))
+    for r in results[1:]:
+        for a, b in zip(results[0][1:], r[1:]):
+            np.testing.assert_array_equal(a, b)
