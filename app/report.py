@@ -71,7 +71,7 @@ _PROMISES = (
     "error is below α and every moment error below β (both weighted by the cell's share of rows). On new rows "
     "they hold up to sampling error, which is small for large groups and large for small ones. The "
     "'guaranteed' intervals cover the label with probability at least 1 − δ in every cell of mass at least γ "
-    "(they are honest, and wide); the 'calibrated' intervals aim at 1 − δ in every group using out-of-fold (or held-out) rows, "
+    "(they are honest, and wide); the 'calibrated' intervals aim at 1 − δ in every group using held-out (or out-of-fold) rows, "
     "and are much narrower."
 )
 _NOT_PROMISES = (

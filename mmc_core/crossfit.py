@@ -17,7 +17,7 @@ import numpy as np
 from .errors import MMCError
 from .tables import _take
 
-# "auto" (the default): "cross-fit" with the in-memory (numpy) engine up to CROSS_FIT_MAX_ROWS rows,
+# "held-out" is the default; "auto": "cross-fit" with the in-memory (numpy) engine up to CROSS_FIT_MAX_ROWS rows,
 # "held-out" above that and with the Dask engine
 INTERVAL_CALIBRATIONS = ("auto", "held-out", "cross-fit")
 CROSS_FIT_FOLDS = 5

@@ -329,19 +329,19 @@ class MomentMulticalibrator(SklearnParams):
         (:mod:`mmc_core.recalibrate`; ``init.mean`` kind "base-group-linear"; the check is in
         ``model_.info["base_recalibration"]``). "none": the base prediction as given. "auto" (default):
         "group-linear" with this (numpy) engine; the Dask engine does not fit the map yet and uses "none".
-    interval_calibration : {"auto", "cross-fit", "held-out"}
+    interval_calibration : {"held-out", "cross-fit", "auto"}
         Which rows the data-driven intervals (``mmc_core.intervals``) are calibrated on (needs
-        calibration_fraction > 0; the final model is fitted the same way with either). "cross-fit": every row,
-        with out-of-fold predictions: the rows are split into 5 seeded folds and a model with these same
-        parameters is fitted on the other four folds for each (:mod:`mmc_core.crossfit`), i.e. 5 extra fits
-        (and a copy of 80% of the table per fold). A group calibrates on 4x its held-out rows (at the default
-        fraction), so its interval is narrower and its coverage less dependent on a lucky or unlucky held-out
-        sample, at the price of guarantees that hold only approximately (see :mod:`mmc_core.intervals`;
-        measured in benchmarks/README.md, issue 9). "held-out": the held-out rows, with the final model's
-        predictions (exact split-conformal-type guarantees; the behaviour before issue 9). "auto" (default):
-        "cross-fit" with the in-memory engine up to ``mmc_core.crossfit.CROSS_FIT_MAX_ROWS`` (200,000) rows,
-        "held-out" above that and with the Dask engine (which offers only that: "cross-fit" there is an
-        MMCError). A fit stopped by ``stop`` or ``callback`` is calibrated on the held-out rows either way.
+        calibration_fraction > 0; the final model is fitted the same way with either). "held-out" (default):
+        the held-out rows, with the final model's predictions (exact split-conformal-type guarantees).
+        "cross-fit": every row, with out-of-fold predictions: the rows are split into 5 seeded folds and a
+        model with these same parameters is fitted on the other four folds for each (:mod:`mmc_core.crossfit`),
+        i.e. 5 extra fits. A group calibrates on 4x its held-out rows, so its interval is narrower, but the
+        guarantees hold only approximately (:mod:`mmc_core.intervals`), and on two unseen tables (cps91 and
+        labsup without a base, benchmarks/README.md, issue 9) 6-12% of the groups were under-covered, against
+        at most 0.3% with "held-out": an option, not the default. "auto": "cross-fit" in memory up to
+        ``mmc_core.crossfit.CROSS_FIT_MAX_ROWS`` (200,000) rows, "held-out" above that and with the Dask engine
+        ("cross-fit" there is an MMCError). A fit stopped by ``stop`` or ``callback`` is calibrated on the
+        held-out rows either way.
     """
 
     # row-level state of the last fit (None on a loaded estimator)
@@ -370,7 +370,7 @@ class MomentMulticalibrator(SklearnParams):
         task="auto",
         positive_label=None,
         base_recalibration="auto",
-        interval_calibration="auto",
+        interval_calibration="held-out",
     ):
         self.alpha = alpha
         self.beta = beta

@@ -7,7 +7,7 @@ What is checked, against the statements of the mmc_core.intervals docstring ("Cr
 2. The record is computed on every row with the out-of-fold predictions by the same code path as the held-out
    record (``calibrate(..., predictions=...)`` equals ``calibrate`` without them when the predictions are the
    model's own), and a model saved to JSON and loaded predicts the same intervals.
-3. Parameter handling: the default "auto" cross-fits in memory (the Dask engine keeps held-out calibration:
+3. Parameter handling: the default is "held-out"; "auto" cross-fits in memory (the Dask engine keeps held-out calibration:
    tests/test_dask_engine.py); a bad value is an MMCError naming the parameter; the Dask engine refuses
    "cross-fit".
 4. Statistical (slow): on a distribution with known ground truth (finite feature support, Beta labels: the
@@ -130,10 +130,15 @@ def test_save_load_same_intervals(fitted, tmp_path):
         assert np.array_equal(a, b), method
 
 
-def test_default_is_cross_fit_in_memory():
+def test_default_is_held_out_and_auto_cross_fits_in_memory():
+    """Held-out is the default: cross-fitted records under-covered groups of two unseen tables (issue 9)."""
     tr, gs = _sample(300, 2)
     est = MomentMulticalibrator(n_moments=2, label_range=(0, 100)).fit(tr, tr["outcome"], gs)
-    assert est.interval_calibration == "auto"
+    assert est.interval_calibration == "held-out" and est.model_.extras["intervals"]["rows"] == "held-out"
+    assert est.oof_predictions_unit_ is None
+    est = MomentMulticalibrator(n_moments=2, label_range=(0, 100), interval_calibration="auto").fit(
+        tr, tr["outcome"], gs
+    )
     assert est.model_.extras["intervals"]["rows"] == "cross-fit" and est.model_.extras["intervals"]["n"] == 300
     # no held-out rows: nothing to calibrate on, whichever mode
     est0 = MomentMulticalibrator(n_moments=2, calibration_fraction=0.0).fit(tr, tr["outcome"], gs)
@@ -146,11 +151,12 @@ def test_auto_calibrates_on_the_held_out_rows_above_the_size_limit_and_after_a_s
     import mmc_core.crossfit as cf
 
     tr, gs = _sample(400, 5)
+    auto = dict(n_moments=2, label_range=(0, 100), interval_calibration="auto")
     monkeypatch.setattr(cf, "CROSS_FIT_MAX_ROWS", 399)
-    est = MomentMulticalibrator(n_moments=2, label_range=(0, 100)).fit(tr, tr["outcome"], gs)
+    est = MomentMulticalibrator(**auto).fit(tr, tr["outcome"], gs)
     assert est.model_.extras["intervals"]["rows"] == "held-out" and est.oof_predictions_unit_ is None
     monkeypatch.setattr(cf, "CROSS_FIT_MAX_ROWS", 400)
-    est = MomentMulticalibrator(n_moments=2, label_range=(0, 100)).fit(tr, tr["outcome"], gs)
+    est = MomentMulticalibrator(**auto).fit(tr, tr["outcome"], gs)
     assert est.model_.extras["intervals"]["rows"] == "cross-fit"
     # an explicit "cross-fit" ignores the size limit
     monkeypatch.setattr(cf, "CROSS_FIT_MAX_ROWS", 10)
@@ -172,7 +178,9 @@ def test_bad_value_names_parameter(bad):
 def test_table_without_columns():
     """Only the whole population: the fold models get the rows without any column (as the final fit does)."""
     tr, _ = _sample(300, 4)
-    est = MomentMulticalibrator(n_moments=2).fit(pd.DataFrame(index=range(300)), tr["outcome"].to_numpy(), None)
+    est = MomentMulticalibrator(n_moments=2, interval_calibration="cross-fit").fit(
+        pd.DataFrame(index=range(300)), tr["outcome"].to_numpy(), None
+    )
     assert est.model_.extras["intervals"]["rows"] == "cross-fit"
 
 

@@ -33,7 +33,7 @@ number of shifts is bounded by 1/α²: the procedure always ends.
 **Prediction intervals.** From the calibrated mean and variance the tool builds intervals meant to contain the
 outcome with probability 1 − δ *in every group*, not just overall. The Results page compares several ways of
 building them: the paper's guaranteed (honest, wide) intervals, plug-in Chebyshev intervals, the paper's
-multi-moment cover, intervals calibrated per group on out-of-fold rows, and the usual baselines (split conformal, per-group
+multi-moment cover, intervals calibrated per group on held-out rows, and the usual baselines (split conformal, per-group
 "Mondrian" conformal, Gaussian).
 
 **Honest numbers.** The guarantees hold exactly on the rows the model was fitted on. Every figure on the Results

@@ -25,7 +25,7 @@ METHOD_LABELS = {
     "guaranteed": "guaranteed (paper, Section 5)",
     "plugin": "plug-in Chebyshev",
     "multimoment": "multi-moment cover (Appendix)",
-    "calibrated": "calibrated per group (out-of-fold rows)",
+    "calibrated": "calibrated per group",
     "split-conformal": "split conformal (marginal)",
     "mondrian": "Mondrian (per-group) conformal",
     "gaussian": "Gaussian (base ± z·sd)",

@@ -35,7 +35,7 @@ What differs from the numpy engine (and why):
   and the partition's index: round(fraction x rows) held-out rows in each partition), not by one global
   permutation: with held-out rows the two engines fit on different rows. Early stopping and held-out
   tracking run distributed; the interval calibration runs on the client on the held-out rows (a seeded
-  sample of at most ``CAL_SAMPLE_CAP`` of them, recorded in ``info``). The numpy engine's default
+  sample of at most ``CAL_SAMPLE_CAP`` of them, recorded in ``info``). The numpy engine's
   ``interval_calibration="auto"`` cross-fits the calibration over every row (5 extra fits); here "auto" keeps the
   held-out calibration (the record says ``"rows": "held-out"``) and "cross-fit" is an MMCError.
 * Quartile cuts of numeric group columns (:func:`groups_from_columns`) are *exact* (the same cut points as

@@ -15,7 +15,7 @@ from ..errors import MMCError
 # Margin of the per-group level in binomial standard errors of the group's calibration count (see
 # fit_conditional), the sweeps of exact block coordinate steps before the final upward pass.
 CC_MARGIN = 0.9
-# The margin of a cross-fitted record (interval_calibration "cross-fit", the in-memory default): out-of-fold scores
+# The margin of a cross-fitted record (interval_calibration "cross-fit", an option): out-of-fold scores
 # are only approximately exchangeable with the final model's (mmc_core.intervals, 2'.), and with every row calibrating
 # (4x the held-out rows) a margin of 1.25 se costs 0.625 held-out se. Measured on the coverage protocol
 # (benchmarks/README.md, issue 9, 30 splits): 0.9 flagged 0.61% of the groups, 1.25 0.37% (held-out at 0.9: 0.41%).
