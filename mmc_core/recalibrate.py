@@ -14,7 +14,9 @@ single cell passes its test, so a line fitted over all fitting rows removes it b
   that over-spreads its within-group signal but has the groups' means right gets s < 0 and u ~ 0, so the
   groups' means are left alone (the affine map would shrink them with everything else). The map is kept only
   when it lowers the squared error out of sample by ``MIN_GAIN_Z`` standard errors (paired, over the held-out
-  rows and the fitting rows' 5-fold out-of-fold predictions); a calibrated base is then left as given.
+  rows and the fitting rows' 5-fold out-of-fold predictions); a calibrated base is then left as given. On a
+  larger table the map is fitted and checked on a seeded sample of ``CV_MAX_ROWS`` (50,000) fitting and
+  held-out rows (it has only |G| + 3 coefficients) and applied to every row.
 
 Both maps are fitted on the unit scale and stored in the model (``init.mean``); every base prediction passed
 to ``predict`` goes through the same map.
@@ -26,6 +28,7 @@ import math
 
 import numpy as np
 
+from .groups import Membership
 from .sums import MembershipSums
 
 __all__ = [
@@ -44,7 +47,7 @@ BASE_RECALIBRATIONS = ("auto", "none", "affine", "group-linear")  # "auto": grou
 MIN_GAIN_Z = 2.0
 RIDGE_GRID = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 CV_FOLDS = 5
-CV_MAX_ROWS = 200_000
+CV_MAX_ROWS = 50_000  # the map is fitted and cross-validated on at most this many rows (a seeded sample)
 _CG_TOL = 1e-10
 _CG_MAX_ITER = 500
 
@@ -113,7 +116,7 @@ def _choose_ridge(base: np.ndarray, sums: MembershipSums, seed: int = 0) -> floa
     cross-validation over RIDGE_GRID): what matters is that the groups' means of r = base - P base stay near
     0 on new rows, which an unpenalized projection of a few hundred rows on dozens of overlapping groups does
     not achieve (measured: the groups' means moved by 12-25 on a 210-row table). Above CV_MAX_ROWS rows the
-    groups are large enough that the smallest ridge is used."""
+    groups are large enough that the smallest ridge is used (fit_group_linear samples down to it first)."""
     n = sums.n
     if n > CV_MAX_ROWS:
         return RIDGE_GRID[0]
@@ -155,6 +158,23 @@ def _parts(base: np.ndarray, proj: np.ndarray, coef: np.ndarray) -> tuple[np.nda
     return coef[0] * (base - proj), coef[1] * (proj - coef[3]) + coef[2]
 
 
+def _subsample(sums: MembershipSums, y: np.ndarray, base: np.ndarray, size: int, seed: int):
+    """A seeded sample of ``size`` rows (kept in row order) with their own membership: the map has only
+    |G| + 3 coefficients, and fitting them by conjugate gradients on tens of millions of rows would cost
+    minutes (one pass over the (row, group) pairs per iteration)."""
+    memb = sums.memb
+    idx = np.sort(np.random.default_rng(seed + 2).choice(memb.n, size=size, replace=False))
+    keep = np.zeros(memb.n, dtype=bool)
+    keep[idx] = True
+    pos = np.cumsum(keep) - 1
+    in_sample = keep[memb.rows]
+    group_of_pair = np.repeat(np.arange(memb.n_groups), memb.sizes)
+    counts = np.bincount(group_of_pair[in_sample], minlength=memb.n_groups)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(memb.indptr.dtype)
+    sub = Membership(size, list(memb.names), indptr, pos[memb.rows[in_sample]].astype(memb.rows.dtype))
+    return MembershipSums(sub), y[idx], base[idx]
+
+
 def fit_group_linear(
     y: np.ndarray,
     base: np.ndarray,
@@ -164,7 +184,8 @@ def fit_group_linear(
 ) -> dict:
     """The ``"group-linear"`` map fitted on the fitting rows and validated out of sample (unit scale).
 
-    ``held_out`` = (y_h, base_h, sums_h): the held-out rows, if any. The map is kept only when it lowers the
+    ``held_out`` = (y_h, base_h, sums_h): the held-out rows, if any. Above ``CV_MAX_ROWS`` rows (fitting or
+    held-out) a seeded sample of that many is used. The map is kept only when it lowers the
     squared error out of sample by at least ``MIN_GAIN_Z`` standard errors of the paired difference, counted
     over the held-out rows and the fitting rows' out-of-fold predictions (5 folds: the map refitted without
     the fold, projection included); otherwise every coefficient is 0 and the base is used as given.
@@ -173,14 +194,19 @@ def fit_group_linear(
     ``validation`` = {"rows", "gain", "z", "kept"} (gain: mean squared-error reduction per row, unit scale)."""
     y = np.asarray(y, dtype=float)
     base = np.asarray(base, dtype=float)
+    if base.size > CV_MAX_ROWS:  # fitted and cross-validated on a sample; applied to every row
+        sums, y, base = _subsample(sums, y, base, CV_MAX_ROWS, seed)
+    if held_out is not None and held_out[0].size > CV_MAX_ROWS:
+        y_h, base_h, sums_h = held_out
+        sums_h, y_h, base_h = _subsample(sums_h, np.asarray(y_h), np.asarray(base_h), CV_MAX_ROWS, seed + 7)
+        held_out = (y_h, base_h, sums_h)
     n = base.size
     ridge = _choose_ridge(base, sums, seed)
     c0, c = _group_projection(base, sums, ridge)
     proj = c0 + sums.row_sums(c)
     coef = _coefficients(y, base, proj)
     # out-of-sample parts of the map: on the held-out rows from the full fit, on the fitting rows from 5-fold
-    # cross-fitting (the map refitted without the fold, projection included; above CV_MAX_ROWS the held-out
-    # rows alone are plenty)
+    # cross-fitting (the map refitted without the fold, projection included)
     sets = []  # (y, base, within part, between part)
     if held_out is not None and held_out[0].size:
         y_h, base_h, sums_h = held_out
