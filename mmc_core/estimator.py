@@ -820,7 +820,8 @@ class MomentMulticalibrator(SklearnParams):
                     predictions=(oof["mean"], oof["moments"]),
                     rows="cross-fit",
                     folds=CROSS_FIT_FOLDS,
-                    options={"margin": intervals.CC_MARGIN_CROSS_FIT},
+                    # the configuration measured for cross-fitting (mmc_core.intervals, 1'.-3'.)
+                    options={"combine": "sum", "margin": intervals.CC_MARGIN_CROSS_FIT},
                 )
             else:
                 # Only the held-out rows (never the rows the moments were fitted on); also a stopped fit's

@@ -565,7 +565,13 @@ def test_calibrate_unknown_approach(cal_model):
     for bad in ({"lam": 0.0}, {"lam_flagged": -1.0}, {"folds": 1}):
         with pytest.raises(MMCError, match="ridge-cqr"):
             iv.calibrate(est.model_, table_cal, y[cal], None, approach="ridge-cqr", options=bad, fitter=fit_approach)
-    for bad in ({"margin": -1.0}, {"sweeps": 1.5}, {"lam": 3.0}):
+    for bad in (
+        {"margin": -1.0},
+        {"sweeps": 1.5},
+        {"lam": 3.0},
+        {"combine": "min"},
+        {"combine": "max", "margin": -2.0},
+    ):
         with pytest.raises(MMCError, match="cc"):
             iv.calibrate(est.model_, table_cal, y[cal], None, options=bad)
 
@@ -694,19 +700,44 @@ def test_baselines_by_hand(cal_model):
     np.testing.assert_allclose(hi - center, want)
 
 
-def test_calibrated_formula(cal_model):
-    """The default (cc) interval: [mu - q_lo sd, mu + q_up sd], q_side = the largest of max(sum of the
-    stored coefficients over the row's groups, 0) over the grid deltas >= delta, sd = sqrt(max(m_2, floor))."""
-    est, table, _ = cal_model
+def _dense_threshold(memb, theta, combine):
+    t = np.array([np.inf if v is None else v for v in theta], dtype=float)
+    if combine == "sum":
+        return memb @ t
+    fin = np.where(np.isfinite(t), t, -np.inf)
+    out = np.max(np.where(memb > 0, fin[None, :], -np.inf), axis=1)
+    return np.where(out == -np.inf, np.inf, out)
+
+
+@pytest.mark.parametrize("combine", ["default", "sum", "max"])
+def test_calibrated_formula(cal_model, combine):
+    """The default (cc) interval: [mu - q_lo sd, mu + q_up sd], q_side = the largest of max(the row's threshold,
+    0) over the grid deltas >= delta, sd = sqrt(max(m_2, floor)); the row's threshold is the sum (rule "sum") or
+    the largest (rule "max") of the stored coefficients of the row's groups."""
+    est, table, y = cal_model
     model = est.model_
+    if combine != "default":
+        cal = est.calibration_index_
+        model = FittedModel.from_json(model.to_json())
+        model.extras["intervals"] = iv.calibrate(
+            model,
+            {c: np.asarray(v)[cal] for c, v in table.items()},
+            model.scale.to_unit(np.asarray(y)[cal]),
+            None,
+            options={"combine": combine},
+        )
     rec = model.extras["intervals"]["calibrated"]
-    assert rec["approach"] == iv.DEFAULT_APPROACH == "cc" and rec["combine"] == "sum"
+    assert rec["approach"] == iv.DEFAULT_APPROACH == "cc" and rec["combine"] in ("sum", "max")
+    assert rec["combine"] == (iv.CC_DEFAULT_COMBINE if combine == "default" else combine) and rec["options"] == (
+        {} if combine == "default" else {"combine": combine}
+    )
     k = iv.grid_delta(0.1)
     memb = model.groups.evaluate(table).to_dense().astype(float)
     mu, moms = model.predict_unit(table)
     sd = np.sqrt(np.maximum(moms[2], rec["floor"]))
-    q_up = np.max([memb @ np.array(t, dtype=float) for t in rec["theta"][k:]] + [np.zeros(len(mu))], axis=0)
-    q_lo = np.max([memb @ np.array(t, dtype=float) for t in rec["theta_lower"][k:]] + [np.zeros(len(mu))], axis=0)
+    zero = [np.zeros(len(mu))]
+    q_up = np.max([_dense_threshold(memb, t, rec["combine"]) for t in rec["theta"][k:]] + zero, axis=0)
+    q_lo = np.max([_dense_threshold(memb, t, rec["combine"]) for t in rec["theta_lower"][k:]] + zero, axis=0)
     lo, hi = iv.predict_intervals(model, table, method="calibrated", delta=0.1)
     np.testing.assert_allclose(lo, np.clip(mu - q_lo * sd, 0, 1), atol=1e-12)
     np.testing.assert_allclose(hi, np.clip(mu + q_up * sd, 0, 1), atol=1e-12)
@@ -874,7 +905,6 @@ def test_record_round_trip_and_validation(cal_model, tmp_path):
         ("theta_lower", lambda r: r["calibrated"]["theta_lower"][iv.grid_delta(0.1)].pop()),
         ("theta_lower", lambda r: r["calibrated"]["theta_lower"].pop()),
         ("theta_lower", lambda r: r["calibrated"]["theta_lower"][iv.grid_delta(0.1)].__setitem__(1, True)),
-        ("theta_lower", lambda r: r["calibrated"].update(combine="max")),
         ("floor", lambda r: r["calibrated"].update(floor=-1)),
         ("combine", lambda r: r["calibrated"].update(combine="avg")),
         ("deltas", lambda r: r.update(deltas=[0.2, 0.1])),

@@ -71,9 +71,9 @@ def _draw(gs, n, rng):
     return gs.evaluate(table, n), u
 
 
-def _cell_thresholds(gs, up, lo):
+def _cell_thresholds(gs, up, lo, rule="sum"):
     cells = gs.evaluate({"a": np.array([c[0] for c in CELLS]), "b": np.array([c[1] for c in CELLS])}, len(CELLS))
-    return iv._row_sum(cells, up), iv._row_sum(cells, lo), cells.to_dense()
+    return _rows(rule, cells, up), _rows(rule, cells, lo), cells.to_dense()
 
 
 def _population_coverage(q_up, q_lo):
@@ -83,20 +83,32 @@ def _population_coverage(q_up, q_lo):
     return inside.astype(float) @ P_SHAPE
 
 
+def _fit(rule, memb, u, deltas, margin):
+    if rule == "sum":
+        return iv.fit_conditional(memb, u, deltas, margin=margin)
+    return iv.fit_group_max(memb, u, deltas, margin=margin)
+
+
+def _rows(rule, memb, theta):
+    return iv._row_sum(memb, theta) if rule == "sum" else iv._row_max(memb, theta)
+
+
+@pytest.mark.parametrize("rule", ["sum", "max"])
 @pytest.mark.parametrize("n", [40, 300, 2000])
 @pytest.mark.parametrize("margin", [0.0, iv.CC_MARGIN, 2.0])
-def test_cc_calibration_counts(n, margin):
+def test_cc_calibration_counts(n, margin, rule):
     gs = _groups()
     memb, u = _draw(gs, n, np.random.default_rng(n))
     deltas = [0.05, 0.1, 0.2, 0.5]
-    up, lo = iv.fit_conditional(memb, u, deltas, margin=margin)
+    up, lo = _fit(rule, memb, u, deltas, margin)
     dense = memb.to_dense()
     n_g = dense.sum(0).astype(float)
     for j, d in enumerate(deltas):
         if math.ceil((n + 1) * (1 - d) - 1e-12) > n:
             assert np.isinf(up[j, 0]) and np.isinf(lo[j, 0])
+            assert np.all(np.isinf(_rows(rule, memb, up[j])))  # no finite interval for any row
             continue
-        inside = (u <= iv._row_sum(memb, up[j])) & (u >= -iv._row_sum(memb, lo[j]))
+        inside = (u <= _rows(rule, memb, up[j])) & (u >= -_rows(rule, memb, lo[j]))
         cnt = (dense & inside[:, None]).sum(0)
         tau = 1 - d + margin * np.sqrt(d * (1 - d) / np.maximum(n_g, 1))
         k = np.minimum(np.ceil((n_g + 1) * tau - 1e-9), n_g)
@@ -104,8 +116,9 @@ def test_cc_calibration_counts(n, margin):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("rule", ["sum", "max"])
 @pytest.mark.parametrize("margin", [0.0, iv.CC_MARGIN])
-def test_cc_exact_population_coverage(margin):
+def test_cc_exact_population_coverage(margin, rule):
     gs = _groups()
     dense_cells = None
     delta, n, R = 0.1, 400, 300
@@ -113,8 +126,8 @@ def test_cc_exact_population_coverage(margin):
     covs, fails_pred = [], []
     for _ in range(R):
         memb, u = _draw(gs, n, rng)
-        up, lo = iv.fit_conditional(memb, u, [delta], margin=margin)
-        q_up, q_lo, dense_cells = _cell_thresholds(gs, up[0], lo[0])
+        up, lo = _fit(rule, memb, u, [delta], margin)
+        q_up, q_lo, dense_cells = _cell_thresholds(gs, up[0], lo[0], rule)
         cov_cell = _population_coverage(q_up, q_lo)
         w = dense_cells * P_CELL[:, None]
         covs.append((w * cov_cell[:, None]).sum(0) / w.sum(0))
@@ -131,3 +144,45 @@ def test_cc_exact_population_coverage(margin):
     bound = fails_pred.mean(0)
     tol = 3 * np.sqrt(np.maximum(bound * (1 - bound), 1 / R) / R)
     assert np.all(fail <= bound + tol), (gs.names, fail, bound)
+
+
+def test_max_rule_is_each_rows_widest_group_quantile():
+    """The max rule by hand: theta_g = the conformal quantile of |u| in g (rank ceil((n_g + 1)(1 - delta)),
+    capped at n_g), a row's threshold = the largest over its groups; a group without calibration rows is
+    skipped (inf)."""
+    rng = np.random.default_rng(11)
+    n = 300
+    a = rng.choice(["p", "q", "r"], size=n, p=[0.6, 0.4, 0.0])  # no calibration row has a = r
+    b = rng.choice(["s", "t"], size=n)
+    u = rng.standard_t(3, size=n) * np.where(a == "p", 1.0, 2.5)
+    gs = GroupSet.from_columns({"a": np.array(["p", "q", "r"]), "b": np.array(["s", "t", "s"])}, ["a", "b"], 2)
+    memb = gs.evaluate({"a": a, "b": b}, n)
+    dense = memb.to_dense()
+    up, lo = iv.fit_group_max(memb, u, [0.1, 0.2])
+    assert np.array_equal(up, lo)  # symmetric by default
+    for j, d in enumerate([0.1, 0.2]):
+        for g in range(dense.shape[1]):
+            s = np.sort(np.abs(u[dense[:, g]]))
+            if s.size == 0:
+                assert np.isinf(up[j, g])
+                continue
+            k = min(s.size, math.ceil((s.size + 1) * (1 - d) - 1e-12))
+            assert up[j, g] == pytest.approx(s[k - 1], abs=1e-6)
+    # new rows: one of a = r only (its groups have no calibration rows except through b)
+    new = gs.evaluate({"a": np.array(["r", "p"]), "b": np.array(["s", "t"])}, 2)
+    q = iv._row_max(new, up[0])
+    names = list(gs.names)
+    finite = [g for g in range(len(names)) if np.isfinite(up[0, g]) and new.to_dense()[0, g]]
+    assert q[0] == pytest.approx(max(up[0, g] for g in finite))
+    # every group set holds "all": a row whose other groups have no calibration rows gets the population's
+    assert names[0] == "all" and q[0] >= up[0, 0]
+    only_r = GroupSet.from_json(
+        {
+            "format": "mmc-groups",
+            "version": 1,
+            "groups": [{"name": "a=r", "where": [{"column": "a", "op": "==", "value": "r"}]}],
+        }
+    )
+    up_r, _ = iv.fit_group_max(only_r.evaluate({"a": a}, n), u, [0.1])
+    assert np.isinf(up_r[0, 1])
+    assert iv._row_max(only_r.evaluate({"a": np.array(["r"])}, 1), up_r[0])[0] == up_r[0, 0]

@@ -207,11 +207,16 @@ def _row_sum(memb, theta: np.ndarray) -> np.ndarray:
 
 def _row_max(memb, theta: np.ndarray) -> np.ndarray:
     """max over the groups containing each row of theta (inf entries skipped; rows with none: inf)."""
-    pr, pg = _pairs(memb)
-    t = theta[pg]
-    fin = np.isfinite(t)
-    out = np.full(memb.n, -np.inf)
-    np.maximum.at(out, pr[fin], t[fin])
+    theta = np.asarray(theta, dtype=float)
+    t = np.where(np.isfinite(theta), theta, -np.inf)
+    sums = memb.sums()
+    if sums.by_signature:  # rows with the same groups share their maximum: one per signature
+        out_sig = np.full(sums.ns, -np.inf)
+        np.maximum.at(out_sig, sums.sig_of_pair, t[sums.pair_group])
+        out = out_sig[sums.sig]
+    else:
+        out = np.full(memb.n, -np.inf)
+        np.maximum.at(out, sums.pr, t[sums.pg])
     out[out == -np.inf] = np.inf
     return out
 

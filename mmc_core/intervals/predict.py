@@ -12,7 +12,6 @@ from ._common import (
     _need_moments,
     _pairs,
     _row_max,
-    _row_sum,
     _threshold_rows,
     normal_ppf,
     usable_moments,
@@ -198,15 +197,16 @@ def _half_calibrated(ctx, delta, gamma, moment=None):
     # delta (the hull of those intervals). The two sides are fitted per delta, so without this an end could move inward as delta
     # decreases; widening never lowers a coverage.
     rows = part.get("theta_lower")
-    if part.get("combine") != "sum":
-        raise ModelFormatError("model extras: intervals.calibrated.theta_lower needs combine 'sum'")
+    combine = part.get("combine")
     if not isinstance(rows, list) or len(rows) != deltas.size:
         raise ModelFormatError(f"model extras: intervals.calibrated.theta_lower must be a list of {deltas.size} lists")
     q_up, q_lo = np.maximum(q, 0.0), np.zeros(ctx.n)
     for j in range(k, deltas.size):
-        q_lo = np.maximum(q_lo, _row_sum(ctx.memb, _from_json_list(rows[j], f"calibrated.theta_lower[{j}]", G)))
+        th_lo = _from_json_list(rows[j], f"calibrated.theta_lower[{j}]", G)
+        q_lo = np.maximum(q_lo, _threshold_rows(ctx.memb, th_lo, combine))
         if j > k:
-            q_up = np.maximum(q_up, _row_sum(ctx.memb, _from_json_list(rows_up[j], f"calibrated.theta[{j}]", G)))
+            th_up = _from_json_list(rows_up[j], f"calibrated.theta[{j}]", G)
+            q_up = np.maximum(q_up, _threshold_rows(ctx.memb, th_up, combine))
     return ctx.mu, (q_lo * scale, q_up * scale), info
 
 

@@ -24,7 +24,13 @@ from ._common import (
     grid_delta,
     usable_moments,
 )
-from .conditional import _CC_OPTIONS, fit_conditional
+from .conditional import (
+    _CC_OPTIONS,
+    CC_COMBINE,
+    CC_DEFAULT_COMBINE,
+    fit_conditional,
+    fit_group_max,
+)
 
 
 # ---- calibration (called by MomentMulticalibrator.fit: held-out rows, or every row cross-fitted) -----------
@@ -53,7 +59,8 @@ def calibrate(
     ``model`` is final (its log is the kept one); ``y_cal_unit`` are the labels on the unit scale,
     ``base_cal_unit`` the base prediction on the unit scale (or None). Returns the JSON-serialisable record
     described in the module docstring. ``approach`` / ``options`` select the thresholds of the ``calibrated``
-    method: mmc_core fits ``cc`` (:func:`fit_conditional`, options ``margin``, ``sweeps``, ``two_sided``).
+    method: mmc_core fits ``cc`` (options ``combine`` "max" (default, :func:`fit_group_max`) or "sum"
+    (:func:`fit_conditional`), ``margin``, ``two_sided``, and ``sweeps`` for "sum").
 
     ``fitter`` fits any other approach (the benchmarks pass ``benchmarks.interval_fitters.fit_approach``):
     ``fitter(approach, memb, u, deltas, **options) -> (theta, theta_lower, combine, unconverged)`` with ``memb``
@@ -126,8 +133,8 @@ def calibrate(
         unknown = sorted(set(opts) - set(_CC_OPTIONS))
         if unknown:
             raise MMCError(f"cc: unknown option(s) {', '.join(unknown)}; expected {', '.join(_CC_OPTIONS)}")
-        up, lo = fit_conditional(memb, u, deltas, **opts)
-        combine, unconverged = "sum", []  # its sweeps and upward pass always finish
+        up, lo, combine = _fit_cc(memb, u, deltas, opts)
+        unconverged = []  # the fits always finish
     elif fitter is not None:
         up, lo, combine, unconverged = fitter(approach, memb, u, deltas, **opts)
     else:
@@ -149,6 +156,28 @@ def calibrate(
         "unconverged_deltas": sorted(unconverged),
     }
     return rec
+
+
+def _fit_cc(memb, u, deltas, opts: dict):
+    """The thresholds of approach ``cc``, by the rule ``combine`` (default CC_DEFAULT_COMBINE = "max"):
+
+    - "max": :func:`fit_group_max` (a row's threshold is the largest of its groups' own conformal quantiles of
+      the standardized score; defaults margin = CC_MAX_MARGIN = 0, two_sided = CC_MAX_TWO_SIDED = False);
+    - "sum": :func:`fit_conditional` (conditional conformal, additive over the groups; defaults margin =
+      CC_MARGIN, two_sided = True).
+
+    Returns (up, lo, combine)."""
+    opts = dict(opts)
+    mode = opts.pop("combine", CC_DEFAULT_COMBINE)
+    if mode not in CC_COMBINE:
+        raise MMCError(f"cc: combine must be one of {', '.join(map(repr, CC_COMBINE))}, got {mode!r}")
+    if mode == "sum":
+        up, lo = fit_conditional(memb, u, deltas, **opts)
+        return up, lo, mode
+    if "sweeps" in opts:
+        raise MMCError("cc: sweeps applies to combine='sum' only")
+    up, lo = fit_group_max(memb, u, deltas, **opts)
+    return up, lo, mode
 
 
 def _given_predictions(model, predictions, n: int) -> tuple:
