@@ -281,8 +281,10 @@ def variance_disparities(names, cnt, ratio, lo, hi, min_count: int, skip_first: 
         if not (np.isfinite(r) and np.isfinite(a) and np.isfinite(b)) or r <= 0 or a <= 1 <= b:
             continue
         more = r >= 1
-        # the ratio at the precision of its interval: "1.3 times (95% CI 1.34-1.34)" read as a contradiction
-        txt = f"{r:.2f} times" if more else f"{r:.2f} times (about 1/{1 / r:.2f} of)"
+        # the ratio and its interval at a precision that shows the interval's width: "1.3 times (95% CI
+        # 1.34-1.34)" read as a contradiction (a tight interval of a large group: 1.3401-1.3449)
+        d = next((k for k in (2, 3, 4) if f"{a:.{k}f}" != f"{b:.{k}f}"), 4)
+        txt = f"{r:.{d}f} times" if more else f"{r:.{d}f} times (about 1/{1 / r:.2f} of)"
         out.append(
             {
                 "kind": "variance_disparity",
@@ -291,7 +293,7 @@ def variance_disparities(names, cnt, ratio, lo, hi, min_count: int, skip_first: 
                 "estimate": r,
                 "interval": [a, b],
                 "text": f"The model's predicted variance for group {g} (n={int(cnt[i])}) is {txt} the overall "
-                f"level (95% CI {a:.2f}-{b:.2f}): the model is {'less' if more else 'more'} certain "
+                f"level (95% CI {a:.{d}f}-{b:.{d}f}): the model is {'less' if more else 'more'} certain "
                 "about this group.",
             }
         )

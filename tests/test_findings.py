@@ -331,3 +331,13 @@ def test_disparity_text_states_the_ratio_at_the_precision_of_its_interval():
         shown, lo, hi = (float(v) for v in re.search(r"is ([\d.]+) times.*CI ([\d.]+)-([\d.]+)", x["text"]).groups())
         assert lo <= shown <= hi, x["text"]
     assert "0.96 times (about 1/1.04 of)" in d[1]["text"]
+    # an interval narrower than the second decimal (a large group) gets the digits that show its width
+    d = fnd.variance_disparities(
+        names,
+        np.array([30000, 3077, 26923]),
+        np.array([1.0, 1.3425, 0.962]),
+        np.array([1.0, 1.3401, 0.958]),
+        np.array([1.0, 1.3449, 0.966]),
+        30,
+    )
+    assert "is 1.343 times the overall level (95% CI 1.340-1.345)" in d[0]["text"], d[0]["text"]
