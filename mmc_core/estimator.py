@@ -240,6 +240,14 @@ def _best_round(history: list) -> int:
     return int(np.argmin([h.get("holdout_mse", np.inf) for h in history])) if history else 0
 
 
+def _n_labels(y):
+    """The number of labels, or None when ``y`` has no length (then the fit's own checks speak)."""
+    try:
+        return len(y)
+    except TypeError:
+        return None
+
+
 class MomentMulticalibrator(SklearnParams):
     """Mean and higher-central-moment predictors that are multicalibrated on every group.
 
@@ -711,6 +719,15 @@ class MomentMulticalibrator(SklearnParams):
                 stop=stop,
                 client=client,
             )
+        from .memory import reuse_freed_memory
+
+        with reuse_freed_memory(_n_labels(y)):
+            return self._fit_in_memory(X, y, groups, base_prediction, callback, label_name, base_name, stop)
+
+    def _fit_in_memory(self, X, y, groups, base_prediction, callback, label_name, base_name, stop):
+        """The numpy engine's fit (see :meth:`fit`)."""
+        from .crossfit import check_interval_calibration
+
         d = self._fitting_rows(X, y, groups, base_prediction, label_name, base_name)
         X, n, task, binary_info, scale, yu, yu_f, base_u, base_clipped, gset = (
             d.X,

@@ -143,9 +143,12 @@ class FittedModel:
 
     def predict_unit(self, table, base_unit: np.ndarray | None = None, n: int | None = None, upto=None):
         """Mean and moment predictions on the unit scale for the rows of ``table``."""
+        from .memory import reuse_freed_memory
+
         memb = self.groups.evaluate(table, n)
-        mu, moms = self.initial(memb.n, base_unit, memb)
-        return self.replay(memb, mu, moms, upto)
+        with reuse_freed_memory(memb.n):  # the replay's temporaries (mmc_core.memory)
+            mu, moms = self.initial(memb.n, base_unit, memb)
+            return self.replay(memb, mu, moms, upto)
 
     def predict(self, table, base: np.ndarray | None = None) -> dict:
         """Predictions in the label's own units: {"mean": ..., "moment_2": ..., ...}."""
