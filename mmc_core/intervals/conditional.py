@@ -68,14 +68,15 @@ def _disjoint_layers(memb) -> list:
 
 def _layer_step(s, q, rows, loc, starts, k, bound):
     """Per (delta, group of the layer): the k-th smallest of s - q over the group's rows ((D, groups) steps).
-    ``s`` and ``q`` are (D, n), ``k`` (D, groups) ranks in 1..n_g, ``bound`` >= max |s - q|. One float sort per
-    delta: the values of group j are shifted by j x span (span = 2 bound + 1 exceeds their range), so the groups
+    ``s`` and ``q`` are (D, n) (``q`` None: zero), ``k`` (D, groups) ranks in 1..n_g, ``bound`` >= max |s - q|.
+    One float sort per delta: the values of group j are shifted by j x span (span = 2 bound + 1 exceeds their range), so the groups
     come out in blocks, each sorted; the k-th value is read back from its block (exact up to a rounding of
     ~1e-16 x groups x span, far below the cushion that fit_conditional adds at the end)."""
-    D, P = q.shape[0], rows.size
+    D, P = s.shape[0], rows.size
     span = 2.0 * bound + 1.0
     off = np.arange(starts.size) * span
-    srt = np.sort((s[:, rows] - q[:, rows]) + (off[loc] + bound)[None, :], axis=1)
+    vals = s[:, rows] if q is None else s[:, rows] - q[:, rows]  # q None: no thresholds yet (the max rule)
+    srt = np.sort(vals + (off[loc] + bound)[None, :], axis=1)
     kth = srt.ravel()[(np.arange(D) * P)[:, None] + starts[None, :] + k - 1]
     return kth - (off + bound)[None, :]
 
@@ -204,9 +205,8 @@ def fit_group_max(
     s, a_up, a_lo, k, ok_d, deltas = prep
     theta = np.zeros((deltas.size, memb.n_groups))
     bound = float(np.max(np.abs(s)))
-    q0 = np.zeros_like(s)
     for gs, rows, loc, starts in _disjoint_layers(memb):
-        theta[:, gs] = _layer_step(s, q0, rows, loc, starts, k[:, gs], bound)
+        theta[:, gs] = _layer_step(s, None, rows, loc, starts, k[:, gs], bound)
     theta = np.maximum(theta, 0.0) + 1e-9 * (1.0 + bound)  # the mean always inside; the same rounding cushion
     # a group without calibration rows says nothing: inf is skipped by the row maximum (a row none of whose
     # groups has calibration rows gets no finite threshold, an unbounded interval, as with Mondrian)
