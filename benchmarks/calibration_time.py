@@ -2,6 +2,7 @@
 
     python benchmarks/calibration_time.py                    # the three bundled tables, 5 fits each
     python benchmarks/calibration_time.py --repeats 9 --approaches cc,ridge-cqr
+    python benchmarks/calibration_time.py --approaches cc --cps-dir DIR --datasets cps1988,cpssw8
 
 Each fit uses the protocol's setting (benchmarks/coverage_protocol.py: default parameters, calibration fraction
 0.25, groups = the demographic columns and their pairwise intersections, no base, a 60% split). The time of the
@@ -25,12 +26,12 @@ from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv
 
 from benchmarks.interval_fitters import fit_approach
-from coverage_protocol import DATASETS
+from coverage_protocol import DATASETS, EXTERNAL, register_cps
 
 
 def measure(name: str, approach: str, repeats: int, seed: int = 1):
     label, cols, _, _ = DATASETS[name]
-    df = load_dataset(name)
+    df = EXTERNAL[name] if name in EXTERNAL else load_dataset(name)
     perm = np.random.default_rng(seed).permutation(len(df))
     train = df.iloc[perm[: int(round(0.6 * len(df)))]].reset_index(drop=True)
     y = train[label].to_numpy(float)
@@ -73,7 +74,12 @@ def main(argv=None):
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--approaches", default=f"{iv.DEFAULT_APPROACH},ridge-cqr")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument(
+        "--cps-dir", help="also issue 9's CPS tables (coverage_protocol.py --cps-dir); name them in --datasets"
+    )
     args = ap.parse_args(argv)
+    if args.cps_dir:
+        register_cps(args.cps_dir)
     print(f"{'dataset':18s} {'approach':10s} {'groups':>6s} {'n_cal':>6s} {'fit s':>8s} {'calib. s':>9s} {'share':>6s}")
     for name in args.datasets.split(","):
         for a in args.approaches.split(","):
