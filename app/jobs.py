@@ -9,6 +9,7 @@ threading and multiprocessing lives here.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import threading
 import time
@@ -24,9 +25,6 @@ from mmc_core.errors import MMCError
 
 def debug(msg: str):
     """Timing notes on stderr when MMC_DEBUG_TIMING is set (used to measure Stop latency in the server)."""
-    import os
-    import sys
-
     if os.environ.get("MMC_DEBUG_TIMING"):
         print(f"[mmc {time.time():.3f}] {msg}", file=sys.stderr, flush=True)
 
@@ -137,26 +135,17 @@ class FitJob:
         self.status = "running"
         self.started_at = time.time()
         if self.worker == "process":
-            ctx = _mp_context()
-            queue = ctx.Queue()
-            self._mp_stop = ctx.Event()
-            self._mp_seen = ctx.Event()
-            self._proc = ctx.Process(
-                target=_child_main,
-                args=(
-                    self.args,
-                    self.data_key,
-                    self.data_name,
-                    queue,
-                    self._mp_stop,
-                    self._mp_seen,
-                    cache_entries(self.data_key),
-                ),
-                name=f"mmc-fit-{self.id}",
-                daemon=True,
-            )
-            self._proc.start()
-            self.args = None
+            try:
+                queue = self._start_child()
+            except Exception as e:  # noqa: BLE001 - reported on the page; Run works again
+                self._proc = None
+                with self._lock:
+                    self.error = f"could not start the fitting process ({type(e).__name__}: {e}); press Run again"
+                    self.detail = traceback.format_exc()
+                    self.status = "error"
+                    self.ended_at = time.time()
+                    self._done.set()
+                return self
             self._thread = threading.Thread(
                 target=self._read_child, args=(queue,), name=f"mmc-read-{self.id}", daemon=True
             )
@@ -164,6 +153,30 @@ class FitJob:
             self._thread = threading.Thread(target=self._run, name=f"mmc-fit-{self.id}", daemon=True)
         self._thread.start()
         return self
+
+    def _start_child(self):
+        """Start the worker process; returns the queue it reports through."""
+        ctx = _mp_context()
+        queue = ctx.Queue()
+        self._mp_stop = ctx.Event()
+        self._mp_seen = ctx.Event()
+        self._proc = ctx.Process(
+            target=_child_main,
+            args=(
+                self.args,
+                self.data_key,
+                self.data_name,
+                queue,
+                self._mp_stop,
+                self._mp_seen,
+                cache_entries(self.data_key),
+            ),
+            name=f"mmc-fit-{self.id}",
+            daemon=True,
+        )
+        self._proc.start()
+        self.args = None
+        return queue
 
     def _read_child(self, queue):
         """Turn the child's messages into attributes (history rows, phase, thresholds, fitted run, result)."""
@@ -362,6 +375,35 @@ class FitJob:
 
 
 _MP_CTX = []
+_APP_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _job_preparation_data(name, _original=None):
+    """``multiprocessing.spawn.get_preparation_data`` for the dashboard's job processes, without the Streamlit
+    script. While a page runs, ``__main__`` is the script module (app/dashboard.py) and ``sys.path`` has app/
+    first (``streamlit run`` puts it there on every run), so every job child used to execute the whole script
+    as ``__mp_main__`` (Streamlit, every page module) before its own work, with app/io.py shadowing the
+    standard library's ``io``; a child that failed there ended with "the fitting process ended unexpectedly".
+    A job child needs neither: its target, :func:`_child_main`, is imported by name. So the script is not
+    re-run and app/ is left off the child's path; a process whose ``__main__`` is anything else is unchanged."""
+    d = _original(name)
+    main_path = d.get("init_main_from_path")
+    if main_path and os.path.dirname(os.path.abspath(main_path)) == _APP_DIR:
+        del d["init_main_from_path"]
+        d["sys_path"] = [p for p in d.get("sys_path", []) if os.path.abspath(p or ".") != _APP_DIR]
+    return d
+
+
+def _install_job_preparation():
+    """Route the standard library's preparation data through :func:`_job_preparation_data` (once)."""
+    import functools
+    from multiprocessing import spawn
+
+    if getattr(spawn.get_preparation_data, "_mmc_jobs", False):
+        return
+    wrapped = functools.partial(_job_preparation_data, _original=spawn.get_preparation_data)
+    wrapped._mmc_jobs = True
+    spawn.get_preparation_data = wrapped
 
 
 def _mp_context():
@@ -371,6 +413,7 @@ def _mp_context():
 
     with _BASE_LOCK:
         if not _MP_CTX:
+            _install_job_preparation()
             try:
                 ctx = mp.get_context("forkserver")
                 ctx.set_forkserver_preload(

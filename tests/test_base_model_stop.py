@@ -121,3 +121,65 @@ def test_a_base_model_fitted_in_a_worker_process_is_reused_by_the_next_run(monke
     assert second.wait(300) and second.status == "done", second.error
     assert np.array_equal(second.result.base, planted)  # no second fit
     assert bm.cache_entries("other table") == []
+
+
+def _job(df, **kw):
+    from app.jobs import FitJob
+
+    return FitJob(
+        df,
+        LabelSpec("y"),
+        BaseSpec("model", None, "hgb", ("a", "b", "c")),
+        SplitSpec(base=0.4, seed=5),
+        {"format": "mmc-groups", "version": 1, "groups": []},
+        FitSettings(n_boot=0, max_rounds=2),
+        worker="process",
+        **kw,
+    )
+
+
+def test_a_worker_process_that_cannot_start_ends_the_job_with_an_error(monkeypatch):
+    """Regression: FitJob.start set "running" before starting the process, so a start that raised left a job
+    that ran forever (Run disabled) and whose stop() raised AttributeError (terminate() on a process never
+    started), which broke every later upload in the session."""
+    import multiprocessing.process
+
+    def refuse(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+    job = _job(_frame(500)).start()
+    assert job.status == "error" and not job.running and job.wait(0)
+    assert "could not start the fitting process" in job.error and "BrokenPipeError" in job.error
+    job.stop()  # a later upload or Run stops the old job: no error
+    assert job.status == "error"
+
+
+def test_job_children_do_not_run_the_dashboard_script(monkeypatch, tmp_path):
+    """While a Streamlit page runs, __main__ is app/dashboard.py and app/ is first on sys.path: every job child
+    used to execute the whole script as __mp_main__ (importing Streamlit and every page) with app/io.py
+    shadowing the standard library's io. The preparation data the child starts from now has neither (a main
+    module outside app/ keeps the standard behaviour), and a job started in that state runs to the end."""
+    import sys
+    import types
+    from multiprocessing import spawn
+
+    import app.jobs as jobs
+
+    jobs._mp_context()
+    app_dir = jobs._APP_DIR
+    script = tmp_path / "dashboard.py"
+    script.write_text("")
+    fake = types.ModuleType("__main__")
+    fake.__file__, fake.__spec__ = str(jobs.os.path.join(app_dir, "dashboard.py")), None
+    monkeypatch.setitem(sys.modules, "__main__", fake)
+    monkeypatch.setattr(sys, "path", [app_dir, *sys.path])
+    d = spawn.get_preparation_data("mmc-fit-test")
+    assert "init_main_from_path" not in d and "init_main_from_name" not in d
+    assert app_dir not in d["sys_path"] and len(d["sys_path"]) == len(sys.path) - 1
+    # another main module keeps the standard behaviour
+    fake.__file__ = str(script)
+    assert spawn.get_preparation_data("other")["init_main_from_path"] == str(script)
+    fake.__file__ = str(jobs.os.path.join(app_dir, "dashboard.py"))
+    job = _job(_frame(2000)).start()
+    assert job.wait(300) and job.status == "done", job.error
