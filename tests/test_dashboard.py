@@ -397,3 +397,26 @@ def test_parse_args_ignores_foreign_arguments(monkeypatch):
     assert parse_args(["--data", "x.csv", "--unknown", "1"]).data == "x.csv"
     monkeypatch.setattr(sys, "argv", ["pytest", "--data", "not-for-us.csv"])
     assert parse_args().data is None
+
+
+def test_a_label_with_text_cells_is_still_the_label_never_the_prediction_column():
+    """Regression (found in a browser session): with a few text cells in ``y`` the upload silently chose the
+    prediction column ``pred`` as the label. The label-named column stays the label; the Data page names its
+    bad cells and offers to drop those rows."""
+    from app.ui.state import guess_label
+
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"x": rng.normal(size=400), "g": rng.choice(["a", "b"], 400)})
+    df["y"] = (df["x"] + rng.normal(size=400)).round(3).astype(object)
+    df.loc[[5, 17], "y"] = "abc"
+    df["pred"] = df["x"]
+    at.file_uploader(key="upload").set_value(("label_text.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    assert not at.exception
+    assert at.session_state["label_col"] == "y"
+    assert any("y" in e.value and "abc" in e.value for e in at.error), [e.value for e in at.error]
+    # the guess itself: a label-named column first; otherwise never a prediction-named one
+    assert guess_label(df) == "y"
+    assert guess_label(df.drop(columns="y")) == "x"
+    assert guess_label(df[["pred"]]) == "pred"  # the only numeric column

@@ -177,6 +177,26 @@ def load_demo_into_state(name: str, autorun: bool = False):
         st.session_state["autorun"] = True
 
 
+LABEL_NAMES = ("y", "label", "target", "outcome", "y_true")
+PREDICTION_NAMES = ("pred", "prediction", "y_pred", "base_pred", "yhat", "score_pred")
+
+
+def guess_label(frame: pd.DataFrame, nums: list | None = None):
+    """The label column an upload most likely means: a column named like a label (y, label, target, ...) even
+    when some of its cells are not numbers (the Data page then names them and offers to drop those rows),
+    else the last numeric column with values that is not named like a prediction; never a prediction column
+    while another numeric column exists."""
+    nums = numeric_columns(frame) if nums is None else nums
+    named = {str(c).lower(): c for c in frame.columns}
+    for n in LABEL_NAMES:
+        if n in named:
+            return named[n]
+    usable = [c for c in nums if frame[c].notna().any()]
+    plain = [c for c in usable if str(c).lower() not in PREDICTION_NAMES]
+    pool = plain or usable or nums
+    return pool[-1] if pool else None
+
+
 def numeric_columns(frame: pd.DataFrame) -> list:
     return [
         c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])
@@ -204,21 +224,10 @@ def apply_suggestions(frame: pd.DataFrame, demo=None):
         base_col = demo.base_prediction
         order = 2 if len(group_cols) <= 3 and not numeric_groups else 1
     else:
-        lower = {c.lower(): c for c in nums}
-        usable = [c for c in nums if frame[c].notna().any()]
-        label = next(
-            (lower[n] for n in ("y", "label", "target", "outcome", "y_true") if n in lower),
-            usable[-1] if usable else (nums[-1] if nums else None),
-        )
+        lower = {str(c).lower(): c for c in nums}
+        label = guess_label(frame, nums)
         new["label_scaling"] = "observed"
-        base_col = next(
-            (
-                lower[n]
-                for n in ("pred", "prediction", "y_pred", "base_pred", "yhat", "score_pred")
-                if n in lower and lower[n] != label
-            ),
-            None,
-        )
+        base_col = next((lower[n] for n in PREDICTION_NAMES if n in lower and lower[n] != label), None)
         group_cols = [
             c
             for c in cols
