@@ -420,3 +420,32 @@ def test_a_label_with_text_cells_is_still_the_label_never_the_prediction_column(
     assert guess_label(df) == "y"
     assert guess_label(df.drop(columns="y")) == "x"
     assert guess_label(df[["pred"]]) == "pred"  # the only numeric column
+
+
+def test_switching_tables_sets_the_previous_work_aside_and_brings_it_back():
+    """Regression (found in a browser session): choosing "Bundled demo dataset" (or another file) silently
+    dropped the analyst's groups, settings and results. The previous table is now set aside with all of them,
+    and the Data page brings it back (a second click swaps again)."""
+    at = _new()  # the demo, audited on start
+    demo_run = at.session_state["run"]
+    assert demo_run is not None and at.session_state["data"]["name"] == "synthetic_scores"
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    df = pd.DataFrame(demo_distribution().sample_table(1500, np.random.default_rng(5))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    at.file_uploader(key="upload").set_value(("mine.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    ss = at.session_state
+    assert ss["data"]["name"] == "mine.csv" and ss["run"] is None
+    assert any("synthetic" in i.value and "its results" in i.value for i in at.info)
+    mine_groups = [*ss["groups"], {"name": "custom", "where": [{"column": "sex", "op": "==", "value": "F"}]}]
+    ss["groups"] = mine_groups
+    # back to the demo: its run, groups and source come back; the upload is set aside in turn
+    at.button(key="restore_ws").click().run()
+    assert not at.exception
+    assert ss["data"]["name"] == "synthetic_scores" and ss["run"] is demo_run
+    assert ss["src_kind"] == "Bundled demo dataset"
+    assert all(g["name"] != "custom" for g in ss["groups"])
+    assert any("mine.csv" in i.value for i in at.info)
+    # and the upload again, with the analyst's own group
+    at.button(key="restore_ws").click().run()
+    assert ss["data"]["name"] == "mine.csv" and ss["groups"] == mine_groups and ss["src_kind"] == "Upload a file"

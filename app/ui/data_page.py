@@ -121,8 +121,32 @@ def _on_source_change():
             ss["upload_error"] = str(e)
 
 
+def _previous_table_notice():
+    """After a switch of table: the one set aside, with a button that brings it back (state.restore_workspace).
+    Drawn into a slot at the top of the page after the source widgets ran (an upload switches in this run)."""
+    prev = st.session_state.get("previous_workspace")
+    d = state.data()
+    if not prev or prev.get("data") is None or d is None or prev["data"]["key"] == d["key"]:
+        return
+    kept = [f"{len(prev['groups'])} groups", "its settings"] + (["its results"] if prev["run"] is not None else [])
+    left, right = st.columns([5, 1], vertical_alignment="center")
+    left.info(
+        f"The previous table, **{esc(prev['data']['name'])}**, is set aside with {', '.join(kept[:-1])} and "
+        f"{kept[-1]}.",
+        icon=":material/history:",
+    )
+    right.button(
+        "Bring it back",
+        key="restore_ws",
+        on_click=state.restore_workspace,
+        help="Makes it the current table again, with its groups, settings and results; the current table is "
+        "set aside in its place.",
+    )
+
+
 def source_section():
     ss = st.session_state
+    notice = st.container()
     sources = list(SOURCES) + (["File given on the command line"] if ss.get("cli_data") else [])
     sanitize("src_kind", sources, SOURCES[0])
     st.radio(
@@ -155,8 +179,10 @@ def source_section():
             "browser only ever receives a sample of 200 rows."
         )
         if up is not None:
-            d = state.data()
-            if d is None or d.get("file_id") != up.file_id:
+            # a file is read once, when it is uploaded: a table brought back from the set-aside slot is not
+            # replaced by the file still sitting in the uploader
+            if ss.get("upload_seen_id") != up.file_id:
+                ss["upload_seen_id"] = up.file_id
                 ss.pop("upload_error", None)
                 with st.spinner(f"Reading {up.name}…"):
                     try:
@@ -171,6 +197,8 @@ def source_section():
             st.info("Choose a file to audit your own model's predictions. Until then the previous table stays loaded.")
     else:
         st.caption(esc(ss.get("cli_data")))
+    with notice:
+        _previous_table_notice()
 
 
 def overview_section(d):

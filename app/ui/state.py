@@ -135,6 +135,9 @@ def set_data(
     ``keep_settings``) and drop results."""
     ss = st.session_state
     key = frame_key(frame, name)
+    old = ss.get("data")
+    if not keep_settings and old is not None and old.get("key") != key:
+        set_aside_workspace()
     ss["data"] = {
         "df": frame,
         "name": name,
@@ -166,6 +169,52 @@ def set_data(
         ss.pop(k, None)
     if not keep_settings:
         apply_suggestions(frame, demo)
+
+
+def set_aside_workspace():
+    """Keep the current table with its groups, settings and last result (one level), so that switching to
+    another table never loses an analyst's work: the Data page offers to bring it back."""
+    import copy
+
+    ss = st.session_state
+    job = ss.get("job")
+    ss["previous_workspace"] = {
+        "data": ss.get("data"),
+        "groups": copy.deepcopy(ss.get("groups") or []),
+        "settings": settings().to_dict(),
+        "run": ss.get("run") if job is None or not job.running else None,
+    }
+
+
+def restore_workspace():
+    """Bring back the table set aside by the last switch, with its groups, settings and result; the current
+    one is set aside in its place (so a second click undoes the first)."""
+    from app.ui.settings import Settings
+
+    ss = st.session_state
+    prev = ss.get("previous_workspace")
+    if not prev or prev.get("data") is None:
+        return
+    set_aside_workspace()
+    d = prev["data"]
+    set_data(
+        d["df"],
+        d["name"],
+        d["source"],
+        demo=d.get("demo"),
+        file_id=d.get("file_id"),
+        keep_settings=True,
+        note=d.get("note", ""),
+    )
+    ss["settings"] = Settings(**prev["settings"])
+    # the source shown is the restored table's (the settings were saved after the source widget had moved on)
+    src = {"demo": "Bundled demo dataset", "upload": "Upload a file", "file": "File given on the command line"}
+    ss["settings"].src_kind = src.get(d["source"], ss["settings"].src_kind)
+    if d["source"] == "demo":
+        ss["settings"].demo_name = d["name"]
+    keep_widget_state()
+    ss["groups"] = prev["groups"]
+    ss["run"] = prev["run"]
 
 
 def load_demo_into_state(name: str, autorun: bool = False):
