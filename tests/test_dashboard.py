@@ -449,3 +449,47 @@ def test_switching_tables_sets_the_previous_work_aside_and_brings_it_back():
     # and the upload again, with the analyst's own group
     at.button(key="restore_ws").click().run()
     assert ss["data"]["name"] == "mine.csv" and ss["groups"] == mine_groups and ss["src_kind"] == "Upload a file"
+
+
+def test_imports_that_do_not_fit_the_table_are_refused_or_say_what_was_left_out():
+    """Regression (found in a browser session): a recipe naming a label column the table lacks was loaded and
+    the label silently became another column; a group comparing a text column with '>' was imported and only
+    then failed. Both are refused now, naming the cause, and nothing changes; a recipe's feature list loses
+    the columns the table lacks, and the message names them."""
+    at = _new()
+    _page(at, "groups")
+    ss = at.session_state
+    before_groups, before_label = list(ss["groups"]), ss["label_col"]
+
+    def errors():  # as shown (the page escapes Markdown characters)
+        return [e.value.replace("\\", "") for e in at.error]
+
+    def paste(obj):
+        at.text_area(key="grp_paste").input(json.dumps(obj)).run()
+        at.button(key="grp_paste_btn").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+
+    recipe = {"format": "mmc-recipe", "version": 1, "settings": {"label_col": "nope", "base_col": "zzz"}, "groups": []}
+    paste(recipe)
+    assert any("label_col 'nope'" in e and "base_col 'zzz'" in e for e in errors()), errors()
+    assert ss["label_col"] == before_label and ss["groups"] == before_groups
+    paste(
+        {
+            "format": "mmc-groups",
+            "version": 1,
+            "groups": [{"name": "odd", "where": [{"column": "sex", "op": ">", "value": 3}]}],
+        }
+    )
+    assert any("do not fit this table" in e and "sex" in e for e in errors()), errors()
+    assert ss["groups"] == before_groups
+    recipe = {
+        "format": "mmc-recipe",
+        "version": 1,
+        "settings": {"label_col": before_label, "base_features": ["score", "not_here"]},
+        "groups": [{"name": "women", "where": [{"column": "sex", "op": "==", "value": "F"}]}],
+    }
+    paste(recipe)
+    assert ss["base_features"] == ["score"] and [g["name"] for g in ss["groups"]] == ["women"]
+    assert "not_here (base_features)" in ss.get("groups_msg", "") or any(
+        "not_here (base_features)" in s.value for s in at.success
+    ), ss.get("groups_msg")

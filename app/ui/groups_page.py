@@ -308,9 +308,43 @@ def edit_groups(d):
     c2.button("Remove all groups", key="rm_all", on_click=_cb_remove, args=(names, "Removed all groups."))
 
 
-def _parse_import(data, columns) -> tuple[list, object]:
-    """(groups, Settings or None) from a groups file or an audit recipe (bytes or text). Raises MMCError or
-    ValueError with the reason."""
+COLUMN_SETTINGS = ("label_col", "base_col")  # a recipe naming a missing one is refused
+COLUMN_LIST_SETTINGS = ("base_features", "disc_features", "qa_cols")  # missing entries are dropped and named
+
+
+def _check_recipe_columns(settings, raw: dict, columns) -> tuple[object, list]:
+    """A recipe's column settings against this table: a label or base column it names that is missing refuses
+    the import (naming it); feature lists lose their missing columns, which the message names."""
+    cols = set(columns)
+    bad = [f"{k} '{raw[k]}'" for k in COLUMN_SETTINGS if raw.get(k) is not None and raw[k] not in cols]
+    if bad:
+        raise ValueError(f"the recipe names column(s) this table does not have: {', '.join(bad)}")
+    dropped = []
+    for k in COLUMN_LIST_SETTINGS:
+        if k in raw:
+            kept = [c for c in getattr(settings, k) if c in cols]
+            dropped += [f"{c} ({k})" for c in getattr(settings, k) if c not in cols]
+            setattr(settings, k, kept)
+    return settings, dropped
+
+
+def _check_groups_fit(groups: list, frame) -> None:
+    """Refuse groups whose conditions cannot be evaluated on this table (a comparison on a text column, ...)."""
+    from mmc_core import GroupSet
+
+    if not groups:
+        return
+    gs = GroupSet.from_json(json.dumps({"format": "mmc-groups", "version": 1, "groups": groups}))
+    try:
+        gs.evaluate(frame, len(frame))
+    except MMCError as e:
+        raise ValueError(f"the groups do not fit this table: {e}") from None
+
+
+def _parse_import(data, frame) -> tuple[list, object, list]:
+    """(groups, Settings or None, notes) from a groups file or an audit recipe (bytes or text), checked against
+    the table ``frame``: every group must evaluate on it, and a recipe's label and base columns must exist (its
+    feature lists lose missing columns: ``notes`` names them). Raises MMCError or ValueError with the reason."""
     from app.ui.settings import RECIPE_FORMAT, Settings
 
     text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
@@ -318,24 +352,31 @@ def _parse_import(data, columns) -> tuple[list, object]:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON: {e.msg} (line {e.lineno})") from None
+    columns = list(frame.columns)
     if isinstance(obj, dict) and obj.get("format") == RECIPE_FORMAT:
         if obj.get("version", 1) != 1:
             raise ValueError(f"recipe version {obj.get('version')!r} is not supported (expected 1)")
-        settings = Settings.from_dict(obj.get("settings") or {}, base=state.settings())
+        raw = obj.get("settings") or {}
+        settings = Settings.from_dict(raw, base=state.settings())
+        settings, notes = _check_recipe_columns(settings, raw, columns)
         groups = gb.parse_groups_file(
             json.dumps({"format": "mmc-groups", "version": 1, "groups": obj.get("groups") or []}), columns
         )
-        return groups, settings
-    return gb.parse_groups_file(text, columns), None
+        _check_groups_fit(groups, frame)
+        return groups, settings, notes
+    groups = gb.parse_groups_file(text, columns)
+    _check_groups_fit(groups, frame)
+    return groups, None, []
 
 
-def _apply_import(new: list, settings, mode: str, source: str):
+def _apply_import(new: list, settings, mode: str, source: str, notes: list = ()):
     """Take imported groups (and a recipe's settings: they replace the current ones) and redraw."""
     ss = st.session_state
     groups = _groups()
     if settings is not None:
         ss["settings"] = settings  # the widgets are re-filled from it at the start of the next run
-        _set_groups(new, f"Loaded the audit recipe {source}: every setting and {len(new)} groups.")
+        skipped = f" Not in this table, so left out: {', '.join(notes)}." if notes else ""
+        _set_groups(new, f"Loaded the audit recipe {source}: every setting and {len(new)} groups.{skipped}")
     elif mode.startswith("replace"):
         _set_groups(new, f"Imported {len(new)} groups from {source} (replacing the old ones).")
     else:
@@ -378,12 +419,12 @@ def import_export(d):
         )
         if up is not None and ss.get("grp_imported") != up.file_id:
             try:
-                new, settings = _parse_import(up.getvalue(), d["df"].columns)
+                new, settings, notes = _parse_import(up.getvalue(), d["df"])
             except (MMCError, ValueError, UnicodeDecodeError) as e:
                 st.error(f"Cannot import {esc(up.name)}: {esc(e)}")
             else:
                 ss["grp_imported"] = up.file_id
-                _apply_import(new, settings, mode, up.name)
+                _apply_import(new, settings, mode, up.name, notes)
         st.text_area(
             "…or paste JSON",
             key="grp_paste",
@@ -392,11 +433,11 @@ def import_export(d):
         )
         if st.button("Import pasted JSON", key="grp_paste_btn", disabled=not (ss.get("grp_paste") or "").strip()):
             try:
-                new, settings = _parse_import(ss["grp_paste"], d["df"].columns)
+                new, settings, notes = _parse_import(ss["grp_paste"], d["df"])
             except (MMCError, ValueError) as e:
                 st.error(f"Cannot import: {esc(e)}")
             else:
-                _apply_import(new, settings, mode, "(pasted)")
+                _apply_import(new, settings, mode, "(pasted)", notes)
 
 
 def render():
