@@ -19,7 +19,7 @@ import numpy as np
 
 from app.base_model import _BASE_LOCK, StoppedByUser, cache_entries, cache_put
 from app.pipeline import NOT_AUDITED, run_pipeline
-from app.specs import AuditRun
+from app.specs import AuditRun, kept_model_text
 from mmc_core.errors import MMCError
 
 
@@ -326,10 +326,7 @@ class FitJob:
     @staticmethod
     def _kept_text(run: AuditRun) -> str:
         info = getattr(run.model, "info", {}) or {}
-        return (
-            f"the model after {info.get('rounds')} round(s) ({info.get('mean_updates', 0):,} mean updates) was "
-            "kept, not audited"
-        )
+        return f"{kept_model_text(info)} was kept, not audited ({info.get('mean_updates', 0):,} mean updates)"
 
     def _run(self):
         try:

@@ -178,6 +178,15 @@ class AuditRun:
 # ---------------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------------
+def kept_model_text(info: dict) -> str:
+    """Which model a fit kept, in words: the last round's, or with early stopping an earlier round's (the best
+    on the held-out rows), so that a stopped or early-stopped run never claims its last round was kept."""
+    rounds, kept = info.get("rounds"), info.get("kept_round")
+    if info.get("early_stopped") and kept is not None and kept != rounds:
+        return f"the model of round {kept} (the best on the held-out rows; the descent ran {rounds} rounds)"
+    return f"the model after {rounds} round(s)"
+
+
 def frame_key(df: pd.DataFrame, name: str = "") -> str:
     """A content hash of a table (fast: pandas' row hashes on at most all rows, summed with shape/columns)."""
     h = hashlib.sha1()

@@ -516,3 +516,14 @@ def test_bug10_cli_and_dashboard_build_the_same_groups():
     # the numeric columns with more than 10 values are cut at their quartiles (not kept as 11 / 12 categories)
     assert len(per[0]) == 4 and len(per[1]) == 4 and len(per[3]) == 3
     assert np.array_equal(cli.evaluate(df).sizes, dash.evaluate(df).sizes)
+
+
+def test_the_kept_model_is_named_by_its_round():
+    """Regression (found in a browser session): a stopped run said "the model fitted so far was kept" while
+    early stopping had kept round 4046 of 8539; the words now name the round that was kept."""
+    from app.specs import kept_model_text
+
+    assert kept_model_text({"rounds": 8539, "kept_round": 4046, "early_stopped": True}) == (
+        "the model of round 4046 (the best on the held-out rows; the descent ran 8539 rounds)"
+    )
+    assert kept_model_text({"rounds": 12, "kept_round": 12, "early_stopped": False}) == "the model after 12 round(s)"

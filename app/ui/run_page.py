@@ -23,7 +23,7 @@ import time
 import streamlit as st
 
 from app.jobs import FitJob
-from app.specs import STEP_HELP
+from app.specs import STEP_HELP, kept_model_text
 from app.ui import state
 from app.ui.common import esc
 from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
@@ -704,7 +704,7 @@ def show_run_summary(run):
     if run.stopped:
         audited = run.audit is not None
         st.warning(
-            f"Stopped by you after {info['rounds']} rounds: the model fitted so far was kept"
+            f"Stopped by you after {info['rounds']} rounds: {kept_model_text(info)} was kept"
             + (" and audited" if audited else " (not audited)")
             + "; it is **not** multicalibrated to α, β.",
             icon=":material/stop_circle:",
