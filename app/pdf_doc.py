@@ -27,6 +27,18 @@ FONT_DIRS = (
 )
 
 
+# fonts for the scripts DejaVu lacks (Chinese, Japanese, Korean, ...), tried in order when present: TrueType or
+# OpenType single fonts (Debian: fonts-droid-fallback; macOS / Windows: Arial Unicode)
+FALLBACK_FONTS = (
+    "/usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf",
+    "/usr/share/fonts/truetype/droid/DroidSansFallback.ttf",
+    "/usr/share/fonts/opentype/noto/NotoSansSC-Regular.otf",
+    "/usr/share/fonts/opentype/unifont/unifont.otf",
+    "/Library/Fonts/Arial Unicode.ttf",
+    "C:/Windows/Fonts/arialuni.ttf",
+)
+
+
 def _find_font(name: str) -> str | None:
     for d in FONT_DIRS:
         p = os.path.join(d, name)
@@ -75,13 +87,19 @@ def _make_pdf(title_left: str):
         unicode = False
         family = "helvetica"
 
+        glyphs: frozenset = frozenset()  # the code points the fonts in use can draw (unicode mode)
+
         def text_(self, s) -> str:
+            """``s`` as the document's fonts can draw it. A character no font has is written as its code
+            (``\\u5973``), never dropped: group names that differ only in such characters stay different."""
             s = str(s)
             if self.unicode:
-                return s
+                if all(ord(c) in self.glyphs or c in "\n\t" for c in s):
+                    return s
+                return "".join(c if ord(c) in self.glyphs or c in "\n\t" else f"\\u{ord(c):04x}" for c in s)
             for a, b in _ASCII.items():
                 s = s.replace(a, b)
-            return s.encode("latin-1", "replace").decode("latin-1")
+            return s.encode("latin-1", "backslashreplace").decode("latin-1")
 
         def footer(self):
             self.set_y(-11)
@@ -103,11 +121,34 @@ def _make_pdf(title_left: str):
             pdf.add_font("DejaVu", "B", bold)
             pdf.add_font("DejaVu", "I", italic or regular)
             pdf.unicode, pdf.family = True, "DejaVu"
+            pdf.glyphs = frozenset(pdf.fonts["dejavu"].cmap)
         except Exception:  # noqa: BLE001 - a broken font file: fall back to the core fonts
             pdf.unicode, pdf.family = False, "helvetica"
+        if pdf.unicode:
+            _add_fallback_font(pdf)
     pdf.set_title(pdf.text_(title_left))
     pdf.set_creator("mmc-audit")
     return pdf
+
+
+def _add_fallback_font(pdf, candidates=None) -> str | None:
+    """Register the first usable font of ``candidates`` (default FALLBACK_FONTS) as the fallback of every style,
+    for the characters DejaVu lacks; returns its path (None: none found, those characters are written as codes)."""
+    if not hasattr(pdf, "set_fallback_fonts"):
+        return None
+    for path in FALLBACK_FONTS if candidates is None else candidates:
+        if not os.path.isfile(path):
+            continue
+        try:
+            pdf.add_font("mmcfallback", "", path)
+            pdf.add_font("mmcfallback", "B", path)
+            pdf.add_font("mmcfallback", "I", path)
+            pdf.set_fallback_fonts(["mmcfallback"], exact_match=False)
+        except Exception:  # noqa: BLE001 - an unreadable font: try the next one
+            continue
+        pdf.glyphs = pdf.glyphs | frozenset(pdf.fonts["mmcfallback"].cmap)
+        return path
+    return None
 
 
 def report_label(model, label) -> str:

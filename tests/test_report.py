@@ -355,3 +355,30 @@ def test_robust_label_range_is_named_as_such(demo):
     rows = dict((k, v) for k, v in R._param_rows(model, demo["audit"], 0.1, 0.05, "outcome"))
     text = " ".join(str(v) for v in rows.values())
     assert "robust: clipped at quantiles" in text and "12 rows clipped" in text and "observed min/max" not in text
+
+
+def test_characters_no_font_has_are_written_as_codes_never_dropped(monkeypatch):
+    """Regression (found in a browser session): without a font for Chinese characters the PDF dropped them, so
+    the groups "性别=女" and "性别=男" were both printed as "=". Such characters are now written as their
+    codes; with a fallback font installed (fonts-droid-fallback, which scripts/test.sh installs) they are
+    printed as they are."""
+    from app import pdf_doc
+
+    monkeypatch.setattr(pdf_doc, "FALLBACK_FONTS", ())
+    pdf = pdf_doc._make_pdf("t")
+    if not pdf.unicode:
+        pytest.skip("DejaVu fonts not installed")
+    assert pdf.text_("性别=女") == "\\u6027\\u522b=\\u5973" and pdf.text_("性别=男") == "\\u6027\\u522b=\\u7537"
+    assert pdf.text_("Zürich ≥ 2σ") == "Zürich ≥ 2σ"  # DejaVu has these
+    monkeypatch.undo()
+    pdf = pdf_doc._make_pdf("t")
+    if not any(os.path.isfile(p) for p in pdf_doc.FALLBACK_FONTS):
+        pytest.skip("no fallback font for CJK installed (fonts-droid-fallback)")
+    assert pdf.text_("性别=女") == "性别=女"
+    if shutil.which("pdftotext") is None:
+        return
+    pdf.add_page()
+    pdf.set_font(pdf.family, "", 10)
+    pdf.multi_cell(0, 5, pdf.text_("性别=女 / 性别=男"))
+    out = subprocess.run(["pdftotext", "-", "-"], input=bytes(pdf.output()), capture_output=True, check=True)
+    assert "性别=女 / 性别=男" in out.stdout.decode()
