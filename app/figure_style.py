@@ -103,8 +103,14 @@ def _short_part(part: str, k: int) -> str:
     return part if len(part) <= k else part[: k - 1] + "…"
 
 
+def _hover_safe(text: str) -> str:
+    """User text in a Plotly figure (axis labels, hover labels and titles render a little HTML: <b>, <a href>):
+    angle brackets neutralised, so a group named "Zürich <b>x</b>" is drawn as written."""
+    return str(text).replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _display_names(names, below=None, n: int = MAX_NAME) -> list:
-    """Shortened, unique axis labels; groups below gamma get the † mark."""
+    """Shortened, unique axis labels (user text made safe for Plotly); groups below gamma get the † mark."""
     out, seen = [], {}
     below = below if below is not None else [False] * len(names)
     for name, b in zip(names, below):
@@ -114,7 +120,7 @@ def _display_names(names, below=None, n: int = MAX_NAME) -> list:
             s = f"{s[: max(1, n - 4)]}…#{seen[s]}"
         else:
             seen[s] = 1
-        out.append(s + (BELOW_GAMMA_MARK if b else ""))
+        out.append(_hover_safe(s) + (BELOW_GAMMA_MARK if b else ""))
     return out
 
 

@@ -62,6 +62,7 @@ from app.figure_style import (
     _bucket_labels,
     _coverage_range,
     _display_names,
+    _hover_safe,
     _empty,
     _fmt,
     _footer,
@@ -158,7 +159,8 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     counts = bg["count"].to_numpy() if "count" in bg else np.full(k, np.nan)
     mass = _col(bg, "mass")
     u2 = _unit_power(info["units"], 2)
-    custom = np.column_stack([names, counts, mass, pv, ev, pr, pr_lo, pr_hi, er, er_lo, er_hi]).astype(object)
+    safe = [_hover_safe(n) for n in names]
+    custom = np.column_stack([safe, counts, mass, pv, ev, pr, pr_lo, pr_hi, er, er_lo, er_hi]).astype(object)
     hover = (
         "<b>%{customdata[0]}</b><br>rows %{customdata[1]} (mass %{customdata[2]:.3f})<br>"
         f"predicted variance %{{customdata[3]:.4g}} {u2}<br>observed variance %{{customdata[4]:.4g}} {u2}<br>"
@@ -375,11 +377,6 @@ def _heatmap(
     return fig
 
 
-def _hover_safe(text: str) -> str:
-    """User text inside a Plotly hover label (which renders a little HTML): angle brackets neutralised."""
-    return str(text).replace("<", "&lt;").replace(">", "&gt;")
-
-
 def _coverage_cells(z, audit, title, subtitle, x_labels, x_title, target: float, counts=None) -> go.Figure:
     """A coverage heatmap: diverging colours centred on the target 1 - delta, values printed to 2 decimals."""
     zmin, zmax = _coverage_range(z.to_numpy(dtype=float), target)
@@ -524,7 +521,7 @@ def calibration_before_after_figure(
         else np.full(len(idx), np.nan)
     )
     counts = bg["count"].loc[idx].to_numpy() if "count" in bg else np.full(len(idx), np.nan)
-    custom = np.column_stack([names, counts, b, a, wb, wa])
+    custom = np.column_stack([[_hover_safe(n) for n in names], counts, b, a, wb, wa])
     u = info["units"]
     hover = (
         "<b>%{customdata[0]}</b><br>rows %{customdata[1]}<br>"
@@ -591,6 +588,8 @@ def moment_reliability_figure(audit: AuditResult, moment: int = 2, *, label: str
     pred, emp = df["predicted"].astype(float).to_numpy(), df["empirical"].astype(float).to_numpy()
     cols = [c for c in ("group", "mean_bucket", "moment_bucket", "count", "mass") if c in df.columns]
     custom = df[cols].to_numpy(dtype=object)
+    if "group" in cols:
+        custom[:, 0] = [_hover_safe(g) for g in custom[:, 0]]
     hv = "<br>".join(f"{c.replace('_', ' ')} %{{customdata[{i}]}}" for i, c in enumerate(cols))
     hover = hv + f"<br>predicted %{{x:.4g}} {u2}<br>observed %{{y:.4g}} {u2}<extra></extra>"
     fig = go.Figure()

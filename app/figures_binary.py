@@ -157,7 +157,7 @@ def reliability_figure(
     fig = make_subplots(
         rows=rows,
         cols=cols,
-        subplot_titles=[_short(str(g), 34) for g in groups],
+        subplot_titles=[_hover_safe(_short(str(g), 34)) for g in groups],
         horizontal_spacing=0.07,
         vertical_spacing=0.12 if rows > 1 else 0.1,
         shared_xaxes=False,
@@ -297,7 +297,7 @@ def rate_figure(
                         thickness=1.2,
                         width=3,
                     ),
-                    customdata=np.column_stack([[str(g) for g in groups], lo, hi]),
+                    customdata=np.column_stack([[_hover_safe(str(g)) for g in groups], lo, hi]),
                     hovertemplate=(
                         f"<b>%{{customdata[0]}}</b> ({which})<br>{RATE_NAMES[m]} %{{x:.3f}} "
                         "(95% CI %{customdata[1]:.3f}–%{customdata[2]:.3f})<extra></extra>"

@@ -422,3 +422,18 @@ def test_bucket_coverage_of_every_method_is_the_audits(fitted):
     table = a.coverage_by_bucket_of[other]
     np.testing.assert_allclose(np.asarray(hm.z, float), table.loc[:, table.notna().any(axis=0)].to_numpy(float))
     assert F.METHOD_LABELS[other] in title(fig)
+
+
+def test_group_names_are_drawn_as_written_not_as_html(fitted):
+    """Regression (found in a browser session): Plotly reads a little HTML in axis labels, so a group value
+    "Zürich <b>x</b>" was drawn as a bold "Zürich x" in the dashboard and the PDF while the tables showed the
+    literal text. Names go to the figures with their angle brackets neutralised (Plotly draws "&lt;" as "<")."""
+    a = fitted.audit
+    name = str(a.by_group.index[1])
+    odd = "Zürich <b>x</b>"
+    renamed = view(a, by_group=a.by_group.rename(index={name: odd}))
+    fig = F.variance_disparity_figure(renamed, label="outcome")
+    ticks = [t for k in fig.layout if k.startswith("yaxis") for t in (fig.layout[k].ticktext or ())]
+    assert "Zürich &lt;b&gt;x&lt;/b&gt;" in ticks and odd not in ticks
+    hover_names = {str(c[0]) for tr in fig.data if tr.customdata is not None for c in tr.customdata}
+    assert "Zürich &lt;b&gt;x&lt;/b&gt;" in hover_names and odd not in hover_names
