@@ -226,7 +226,7 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
             f"only when |t| >= {float(info.get('z', 0)):.2f} against their own standard error, whole "
             f"groups at {float(info.get('z_group', 0)):.2f})"
         )
-    secs = f", {float(info['seconds']):.2f} s" if "seconds" in info else ""
+    secs = f", descent {float(info['seconds']):.2f} s" if "seconds" in info else ""
     base_text = describe_base(model.init_mean, info)
     rows = [
         ("Label", f"{label} in [{sc.lo:g}, {sc.hi:g}], range {src_txt}"),
@@ -237,7 +237,7 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
         ),
         (
             "Predictors",
-            (f"mean and central moments 2..{k}{odd}" if moments else "mean only")
+            (("mean and variance" if k == 2 else f"mean and central moments 2..{k}{odd}") if moments else "mean only")
             + f"; m = {p.m} buckets per predictor (mean bucket width {(sc.hi - sc.lo) / p.m:.3g} {label} units)",
         ),
         (

@@ -238,7 +238,18 @@ def variance_tab(run):
             t["observed SD"] = np.sqrt(np.clip(t["emp_var"].astype(float), 0, None))
         keep = [
             c
-            for c in ("count", "mass", "predicted SD", "observed SD", "var_ratio", "var_ratio_lo", "var_ratio_hi")
+            for c in (
+                "count",
+                "mass",
+                "predicted SD",
+                "observed SD",
+                "var_ratio",
+                "var_ratio_lo",
+                "var_ratio_hi",
+                "emp_var_ratio",
+                "emp_var_ratio_lo",
+                "emp_var_ratio_hi",
+            )
             if c in t.columns
         ]
         min_n = int(run.audit.params["min_group_count"])
@@ -262,9 +273,13 @@ def variance_tab(run):
                 "mass": st.column_config.NumberColumn(format="%.3f"),
                 "predicted SD": st.column_config.NumberColumn(format="%.3g"),
                 "observed SD": st.column_config.NumberColumn(format="%.3g"),
-                "var_ratio": st.column_config.NumberColumn("variance ratio", format="%.3f"),
-                "var_ratio_lo": st.column_config.NumberColumn("ratio 95% low", format="%.3f"),
-                "var_ratio_hi": st.column_config.NumberColumn("ratio 95% high", format="%.3f"),
+                # both ratios, as in the chart beside: predicted and observed variance relative to all rows'
+                "var_ratio": st.column_config.NumberColumn("predicted var. / all rows", format="%.3f"),
+                "var_ratio_lo": st.column_config.NumberColumn("predicted 95% low", format="%.3f"),
+                "var_ratio_hi": st.column_config.NumberColumn("predicted 95% high", format="%.3f"),
+                "emp_var_ratio": st.column_config.NumberColumn("observed var. / all rows", format="%.3f"),
+                "emp_var_ratio_lo": st.column_config.NumberColumn("observed 95% low", format="%.3f"),
+                "emp_var_ratio_hi": st.column_config.NumberColumn("observed 95% high", format="%.3f"),
             },
         )
 
