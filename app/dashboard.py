@@ -26,7 +26,7 @@ import streamlit as st  # noqa: E402
 
 from app.jobs import debug as _debug  # noqa: E402
 from app.jobs import prewarm  # noqa: E402
-from app.ui import state  # noqa: E402
+from app.ui import persist, state  # noqa: E402
 from app.ui.common import esc  # noqa: E402
 
 
@@ -95,8 +95,18 @@ def main():
         initial_sidebar_state="expanded",
     )
     args = parse_args()
+    restored = persist.attach()  # a reload takes back the session's work (its address carries the workspace id)
     state.keep_widget_state()  # first: restore settings Streamlit dropped, before defaults fill the gaps
     state.init_session(args.data)
+    if restored:
+        d = state.data()
+        st.toast(
+            f"Your work is back after the reload: {esc(d['name']) if d else 'the table'}, "
+            f"{len(st.session_state.get('groups') or [])} groups and the settings"
+            + (", and the result" if st.session_state.get("run") is not None else "")
+            + ".",
+            icon=":material/history:",
+        )
     ui = _HERE / "ui"
     pages = {
         "Audit": [
@@ -124,6 +134,7 @@ def main():
     nav.run()
     sidebar(box)
     state.save_widget_state()
+    persist.save()
     prewarm()  # after the first page is drawn: scikit-learn and the worker's fork server, in the background
     _debug("script run end")
 

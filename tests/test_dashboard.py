@@ -490,6 +490,45 @@ def test_imports_that_do_not_fit_the_table_are_refused_or_say_what_was_left_out(
     }
     paste(recipe)
     assert ss["base_features"] == ["score"] and [g["name"] for g in ss["groups"]] == ["women"]
-    assert "not_here (base_features)" in ss.get("groups_msg", "") or any(
-        "not_here (base_features)" in s.value for s in at.success
-    ), ss.get("groups_msg")
+    shown = [m.value.replace("\\", "") for m in at.success]
+    assert any("not_here (base_features: not in this table)" in m for m in shown), shown
+    # a group without conditions is the whole population: left out, and the message says so
+    paste({"format": "mmc-groups", "version": 1, "groups": [{"name": "everyone", "where": []}]})
+    shown = [m.value.replace("\\", "") for m in at.success]
+    assert any("Imported 0 groups" in m and "1 group(s) without conditions" in m for m in shown), shown
+
+
+def test_a_reload_takes_back_the_sessions_work():
+    """Regression (found in a browser session): reloading the page opened a new session on the demo, and the
+    analyst's table, groups and result were gone without a word. The page's address carries a workspace id
+    (?ws=...); a new session opened with it takes the work back (a session without it starts on the demo)."""
+    from app.ui import persist
+
+    persist.forget_all()
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    df = pd.DataFrame(demo_distribution().sample_table(1200, np.random.default_rng(8))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    at.file_uploader(key="upload").set_value(("kept.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    ss = at.session_state
+    ss["groups"] = [*ss["groups"], {"name": "custom", "where": [{"column": "sex", "op": "==", "value": "F"}]}]
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    run, wid = ss["run"], ss["ws_id"]
+    assert run is not None and at.query_params.get("ws") == wid
+    # the reload: a new session with the same address
+    again = AppTest.from_file(APP, default_timeout=60)
+    again.query_params["ws"] = wid
+    again.run()
+    assert not again.exception, [e.value for e in again.exception]
+    s2 = again.session_state
+    assert s2["data"]["name"] == "kept.csv" and s2["run"] is run and s2["groups"][-1]["name"] == "custom"
+    assert s2["src_kind"] == "Upload a file" and s2["label_col"] == ss["label_col"]
+    assert any("Your work is back" in t.value for t in again.toast)
+    # another address (or none) starts fresh on the demo
+    fresh = AppTest.from_file(APP, default_timeout=60)
+    fresh.query_params["ws"] = "not-a-workspace"
+    fresh.run()
+    assert fresh.session_state["data"]["name"] == "synthetic_scores" and fresh.session_state["ws_id"] != wid

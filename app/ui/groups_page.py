@@ -323,7 +323,7 @@ def _check_recipe_columns(settings, raw: dict, columns) -> tuple[object, list]:
     for k in COLUMN_LIST_SETTINGS:
         if k in raw:
             kept = [c for c in getattr(settings, k) if c in cols]
-            dropped += [f"{c} ({k})" for c in getattr(settings, k) if c not in cols]
+            dropped += [f"{c} ({k}: not in this table)" for c in getattr(settings, k) if c not in cols]
             setattr(settings, k, kept)
     return settings, dropped
 
@@ -363,29 +363,36 @@ def _parse_import(data, frame) -> tuple[list, object, list]:
             json.dumps({"format": "mmc-groups", "version": 1, "groups": obj.get("groups") or []}), columns
         )
         _check_groups_fit(groups, frame)
-        return groups, settings, notes
+        return groups, settings, notes + _whole_population_note(obj.get("groups"), groups)
     groups = gb.parse_groups_file(text, columns)
     _check_groups_fit(groups, frame)
-    return groups, None, []
+    return groups, None, _whole_population_note(obj.get("groups") if isinstance(obj, dict) else obj, groups)
+
+
+def _whole_population_note(raw, groups: list) -> list:
+    """A note for the groups of the file that were left out because they have no conditions (the whole
+    population, audited anyway as 'all')."""
+    n = len(raw) - len(groups) if isinstance(raw, list) else 0
+    return [f"{n} group(s) without conditions (the whole population, always audited as 'all')"] if n > 0 else []
 
 
 def _apply_import(new: list, settings, mode: str, source: str, notes: list = ()):
     """Take imported groups (and a recipe's settings: they replace the current ones) and redraw."""
     ss = st.session_state
     groups = _groups()
+    left_out = f" Left out: {'; '.join(notes)}." if notes else ""
     if settings is not None:
         ss["settings"] = settings  # the widgets are re-filled from it at the start of the next run
-        skipped = f" Not in this table, so left out: {', '.join(notes)}." if notes else ""
-        _set_groups(new, f"Loaded the audit recipe {source}: every setting and {len(new)} groups.{skipped}")
+        _set_groups(new, f"Loaded the audit recipe {source}: every setting and {len(new)} groups.{left_out}")
     elif mode.startswith("replace"):
-        _set_groups(new, f"Imported {len(new)} groups from {source} (replacing the old ones).")
+        _set_groups(new, f"Imported {len(new)} groups from {source} (replacing the old ones).{left_out}")
     else:
         merged, skipped = gb.merge(groups, new)
         _set_groups(
             merged,
             f"Imported {len(new) - skipped} groups from {source}"
             + (f" ({skipped} already present by name)" if skipped else "")
-            + ".",
+            + f".{left_out}",
         )
     st.rerun()
 

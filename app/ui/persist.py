@@ -1,0 +1,67 @@
+"""The analyst's work survives a reload of the page: each browser session's workspace (its table, groups,
+settings, result and running fit) is kept in this server process under a random id that the page's address
+carries (``?ws=...``); a new session opened with that address (a reload, a restored tab, a bookmark while the
+server runs) takes the workspace back instead of starting over on the demo.
+
+Kept in memory only, for as long as the server runs, for the last ``MAX_WORKSPACES`` sessions (each holds its
+table); nothing is written to disk. The id is 128 random bits: the address is what grants access, as with the
+dashboard itself, which is meant to be served to the analyst's own browser.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import OrderedDict
+
+import streamlit as st
+
+PARAM = "ws"
+MAX_WORKSPACES = 8
+# what a workspace is: the session keys that hold the analyst's work (widget keys are re-filled from "settings")
+KEYS = ("data", "groups", "settings", "run", "job", "last_job", "previous_workspace", "run_error", "messages")
+
+_WORKSPACES: OrderedDict = OrderedDict()  # id -> (time saved, {key: value})
+_LOCK = threading.Lock()
+
+
+def attach() -> bool:
+    """First thing in every script run: give the session its workspace id, and on a session's first run take
+    back the workspace its address names. Returns True when a workspace was taken back in this run."""
+    ss = st.session_state
+    restored = False
+    if "ws_id" not in ss:
+        wid = st.query_params.get(PARAM)
+        with _LOCK:
+            kept = _WORKSPACES.get(wid) if wid else None
+        if kept is not None:
+            for k, v in kept[1].items():
+                ss[k] = v
+            ss["ws_id"] = wid
+            ss["ws_restored"] = True
+            restored = True
+        else:
+            ss["ws_id"] = secrets.token_urlsafe(16)
+    if st.query_params.get(PARAM) != ss["ws_id"]:
+        st.query_params[PARAM] = ss["ws_id"]
+    return restored
+
+
+def save():
+    """Last thing in every script run: the session's workspace as it now is (references, no copies)."""
+    ss = st.session_state
+    wid = ss.get("ws_id")
+    if not wid or ss.get("data") is None:
+        return
+    with _LOCK:
+        _WORKSPACES[wid] = (time.time(), {k: ss[k] for k in KEYS if k in ss})
+        _WORKSPACES.move_to_end(wid)
+        while len(_WORKSPACES) > MAX_WORKSPACES:
+            _WORKSPACES.popitem(last=False)
+
+
+def forget_all():
+    """Drop every kept workspace (tests)."""
+    with _LOCK:
+        _WORKSPACES.clear()
