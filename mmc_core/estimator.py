@@ -645,8 +645,11 @@ class MomentMulticalibrator(SklearnParams):
         d = self._fitting_rows(X, y, groups, base_prediction, label_name, None)
         params, _ = self._build_params(int(self.n_buckets), d.G, d.nf, d.moments, d.resid, d.mu0, d.memb)
         rules = (self.alpha, self.beta)
+        # "se" is the per-cell test of the exact step; with the paper's step an "se" threshold falls back to the
+        # "auto" noise rule (_build_params), and the preview says so
+        se = self.step == "exact" and "se" in rules
         return {
-            "rule": "se" if "se" in rules else ("auto" if "auto" in rules else "given"),
+            "rule": "se" if se else ("auto" if ("auto" in rules or "se" in rules) else "given"),
             "alpha": float(params.alpha),
             "beta": float(params.beta),
             "moment_betas": {int(a): float(params.beta_for(a)) for a in params.moments},

@@ -532,3 +532,24 @@ def test_a_reload_takes_back_the_sessions_work():
     fresh.query_params["ws"] = "not-a-workspace"
     fresh.run()
     assert fresh.session_state["data"]["name"] == "synthetic_scores" and fresh.session_state["ws_id"] != wid
+
+
+def test_the_papers_step_with_automatic_thresholds_draws_the_run_page():
+    """Regression (found in a browser session): choosing the paper's step with the automatic thresholds
+    crashed the Run page (ZeroDivisionError in se_implications: the per-cell test, z = 0, is the exact step's
+    only). The page now says the thresholds follow the noise rule, and the estimator's preview says "auto"."""
+    from app.specs import FitSettings
+    from mmc_core import MomentMulticalibrator
+
+    at = _new()
+    _page(at, "run")
+    at.radio(key="p_step").set_value(at.radio(key="p_step").options[1]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state["p_step"] == "paper" and at.button(key="run_btn") is not None
+    assert not any("z = " in m.value for m in at.markdown)
+    t = demo_distribution().sample_table(2000, np.random.default_rng(2))
+    groups = GroupSet.from_columns(t, ["sex", "race"], 1)
+    plan = MomentMulticalibrator(step="paper").planned_thresholds(t, t["outcome"], groups, t["base_pred"])
+    assert plan["rule"] == "auto" and plan["z"] == 0.0
+    assert MomentMulticalibrator().planned_thresholds(t, t["outcome"], groups, t["base_pred"])["rule"] == "se"
+    assert FitSettings().step == "exact"

@@ -137,9 +137,10 @@ def implications(
     """Plain-language consequences of the parameters, as markdown bullet strings. With "auto" thresholds,
     ``preview`` holds the values the run will use (None: known only once the base model is fitted)."""
     m, k, g = settings.n_buckets, settings.n_moments, settings.gamma
-    if "se" in (settings.alpha, settings.beta):
+    if "se" in (settings.alpha, settings.beta) and settings.step == "exact":
         return se_implications(settings, n_groups, lo, hi, units, preview)
-    auto = settings.alpha == "auto" or settings.beta == "auto"
+    # with the paper's step an "se" threshold is the "auto" noise rule (the per-cell test needs the exact step)
+    auto = any(v in ("auto", "se") for v in (settings.alpha, settings.beta))
     if auto and not preview:
         return [
             "**Thresholds α, β: automatic.** They are set just above the sampling noise of the fitting rows "
@@ -226,7 +227,7 @@ def se_implications(
             if all(abs(share * nf - r) > 0.5 for r, _ in sizes):
                 sizes.append((max(int(round(share * nf)), 1), f"{what} ({max(int(round(share * nf)), 1):,} rows)"))
         for rows, what in sizes:
-            d = z * sd / math.sqrt(rows)
+            d = z * sd / math.sqrt(max(rows, 1))
             parts.append(
                 f"a cell of {what}: ±{d * span:.3g}{u}" if span else f"a cell of {what}: ±{d:.3g} of the label range"
             )
