@@ -68,7 +68,10 @@ def test_grid_delta():
     d = iv.DELTA_GRID
     assert d[iv.grid_delta(0.1)] == 0.1
     assert d[iv.grid_delta(0.105)] == 0.1  # the next smaller grid delta: more coverage, never less
-    assert d[iv.grid_delta(0.9)] == 0.5
+    assert d[iv.grid_delta(0.5)] == 0.5
+    # above the grid: an error naming the limit, not silently the 50% intervals (found in an exploratory session)
+    with pytest.raises(MMCError, match="above 0.5"):
+        iv.grid_delta(0.9)
     with pytest.raises(MMCError, match="below"):
         iv.grid_delta(0.001)
     with pytest.raises(MMCError):

@@ -123,13 +123,19 @@ def _check_prob(name: str, v):
 
 
 def grid_delta(delta: float, deltas=DELTA_GRID) -> int:
-    """Index of the largest grid delta <= ``delta`` (conservative); MMCError below the grid."""
+    """Index of the largest grid delta <= ``delta`` (conservative); MMCError outside the grid (above its
+    largest delta the intervals would silently be that delta's, e.g. 50% intervals for a request of 10%)."""
     _check_prob("delta", delta)
     arr = np.asarray(deltas, dtype=float)
     ok = np.flatnonzero(arr <= delta * (1 + 1e-9))
     if ok.size == 0:
         raise MMCError(
             f"delta={delta} is below {arr[0]}, the smallest miscoverage the data-driven intervals are calibrated for"
+        )
+    if delta > arr[-1] * (1 + 1e-9):
+        raise MMCError(
+            f"delta={delta} is above {arr[-1]:g}, the largest miscoverage the data-driven intervals are calibrated "
+            f"for (coverage 1 - delta below {1 - arr[-1]:g}); use delta <= {arr[-1]:g}, or the gaussian method"
         )
     return int(ok[-1])
 
