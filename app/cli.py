@@ -341,6 +341,8 @@ def _check_out(path: str):
         raise CLIError(f"output folder does not exist: {folder}")
     if os.path.isdir(path):
         raise CLIError(f"--out {path} is a folder; give a file name")
+    if not os.access(folder, os.W_OK | os.X_OK):  # before the work, not after it
+        raise CLIError(f"cannot write to the output folder {folder} (permission denied)")
 
 
 def _check_prob(name: str, v: float):

@@ -145,5 +145,15 @@ def write_bytes(path, data: bytes):
     atomic_write_bytes(path, data)
 
 
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
 def write_csv(df: pd.DataFrame, path):
+    """The table as CSV (formula-looking cells escaped), or as Parquet when ``path`` ends in .parquet / .pq
+    (a CSV under a Parquet name could not be read back)."""
+    if str(path).lower().endswith(PARQUET_SUFFIXES):
+        buf = io.BytesIO()
+        df.to_parquet(buf, index=False)
+        write_bytes(path, buf.getvalue())
+        return
     write_bytes(path, escape_formulas(df).to_csv(index=False, float_format="%.10g").encode("utf-8"))

@@ -938,6 +938,7 @@ class MomentMulticalibrator(SklearnParams):
         """
         from .intervals import predict_intervals
 
+        self._check_fitted()
         X = as_table(X)
         lo, hi = predict_intervals(
             self.model_, X, self._base_for(X, base_prediction), method=method, delta=delta, gamma=gamma

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .descent import STEP_RULES, WHOLE, DescentParams, Update, select_rows
-from .errors import DataError, ModelFormatError
+from .errors import DataError, MMCError, ModelFormatError
 from .groups import GroupSet, Membership
 from .recalibrate import affine_base, group_linear_base
 from .moments import LabelScale, MomentKind
@@ -41,15 +41,20 @@ def atomic_write_bytes(path, data: bytes):
     ``path`` is replaced rather than written through."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    except OSError as e:  # the folder is missing, read-only or not a folder: name the user's path, not the temp file
+        raise MMCError(f"cannot write {path}: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.chmod(tmp, _default_mode())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise MMCError(f"cannot write {path}: {e.strerror or e}") from None
         raise
 
 

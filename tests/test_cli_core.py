@@ -240,3 +240,34 @@ def test_console_script_entry_point_has_no_traceback(tmp_path):
         text=True,
     )
     assert r.returncode == 2 and r.stderr.startswith("mmc: error:") and "Traceback" not in r.stderr
+
+
+def test_outputs_that_cannot_be_written_and_parquet_outputs(csvs, capsys, tmp_path, monkeypatch):
+    """Found in an exploratory session: an output folder the user may not write to gave a Python traceback
+    naming a temporary file (after the whole fit), and `--out preds.parquet` wrote a CSV under that name. Now:
+    one line naming the user's path, exit 2; and a real Parquet file."""
+    import tempfile
+
+    from mmc_core.errors import MMCError
+    from mmc_core.model import atomic_write_bytes
+
+    fit = ["fit", "--data", str(csvs / "train.csv"), "--label", "outcome", "--group-cols", "race"]
+    model = tmp_path / "m.json"
+    assert run([*fit, "--out", str(model)], capsys)[0] == 0
+    # a predictions table as Parquet, readable back
+    out = tmp_path / "p.parquet"
+    assert run(["predict", "--model", str(model), "--data", str(csvs / "test.csv"), "--out", str(out)], capsys)[0] == 0
+    back = pd.read_parquet(out)
+    assert len(back) == 1000 and "mean" in back.columns
+    # a folder the process may not write to (root may write anywhere: the refusal is simulated where it happens)
+    with monkeypatch.context() as m:
+        m.setattr(tempfile, "mkstemp", lambda **kw: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+        code, _, err = run([*fit, "--out", str(tmp_path / "m2.json")], capsys)
+    assert (
+        code == 2
+        and err.strip().splitlines()[-1] == f"mmc: error: cannot write {tmp_path / 'm2.json'}: Permission denied"
+    )
+    assert "Traceback" not in err and not (tmp_path / "m2.json").exists()
+    # the library names the user's path too: a "folder" that is a file
+    with pytest.raises(MMCError, match="cannot write .*x.json"):
+        atomic_write_bytes(model / "x.json", b"{}")

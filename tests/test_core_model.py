@@ -156,8 +156,9 @@ def test_sklearn_contract():
     assert est.get_params()["alpha"] == 0.01 and est.set_params(beta=0.003).beta == 0.003
     assert repr(est) == "MomentMulticalibrator(alpha=0.01, beta=0.003)"
     assert not hasattr(est, "model_")
-    with pytest.raises(MMCError, match="not fitted"):
-        est.predict({"a": np.zeros(3)})
+    for call in (est.predict, est.predict_moments, est.predict_interval):  # predict_interval: AttributeError before
+        with pytest.raises(MMCError, match="not fitted"):
+            call({"a": np.zeros(3)})
     t = {"g": np.array(["a", "b"] * 50), "y": np.linspace(0, 1, 100)}
     assert est.fit(t, t["y"], GroupSet.from_columns(t, ["g"])) is est
     assert hasattr(est, "history_") and est.history_[0]["round"] == 0
