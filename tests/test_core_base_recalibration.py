@@ -138,20 +138,47 @@ def test_group_linear_recovers_both_slopes_and_beats_the_plain_fit_on_fresh_rows
 
 def test_group_linear_leaves_a_calibrated_base_alone():
     """Base = the true mean: the map's out-of-sample gain is noise around a negative value (it pays for its
-    fitted coefficients), so it is dropped unless z >= 2 (one-sided, at most ~2.3% of fits); 20 seeds keep it
-    more than 3 times with probability < 0.002 at that rate."""
-    kept = 0
+    fitted coefficients), so its z is at most a standard normal's and its weight min(1, max(0, z / 2)) is
+    mostly 0. Bounds for 20 seeds, each at the worst case z ~ N(0, 1): full weight (z >= 2, rate 2.3%) more
+    than 3 times has probability < 0.002; a weight above 0 (rate 1/2) more than 15 times 0.006; the mean weight
+    (E[w] = 0.195, sd 0.28) above 0.195 + 3 x 0.28 / sqrt(20) = 0.38 is a three-standard-error event."""
+    weights = []
     for seed in range(20):
         X, y, base, _ = _world2(2000, 100 + seed, base_is_truth=True)
         est = MomentMulticalibrator(label_range=(0, 100), random_state=seed, base_recalibration="group-linear")
         est.fit(X, y, GroupSet.from_columns(X, ["g", "h"], 2), base_prediction=base)
         info = est.model_.info["base_recalibration"]
         assert info["rows"] == 2000  # out-of-fold fitting rows and held-out rows
-        if info["kept"]:
-            kept += 1
-        else:
+        assert info["weight"] == pytest.approx(min(1.0, max(0.0, info["z"] / 2)))
+        assert info["kept"] == (info["weight"] > 0)
+        if not info["kept"]:
             assert est.model_.init_mean["kind"] == "base"
-    assert kept <= 3
+        weights.append(info["weight"])
+    w = np.asarray(weights)
+    assert np.sum(w >= 1) <= 3 and np.sum(w > 0) <= 15 and w.mean() <= 0.38, w
+
+
+def test_a_map_with_weak_evidence_is_applied_in_proportion():
+    """The soft gate: at 0 < z < 2 the fitted map's coefficients are scaled by z / 2 (the map is fitted again
+    with a stand-in validation that pins z, and its coefficients compared with the full map's)."""
+    from mmc_core import recalibrate as rc
+
+    X, y, base, _ = _world2(3000, 11)
+    memb = GroupSet.from_columns(X, ["g", "h"], 2).evaluate(X, len(X))
+    yu, bu = (np.asarray(y) - 0) / 100, np.asarray(base) / 100
+    full = rc.fit_group_linear(yu, bu, memb.sums())
+    assert full["validation"]["weight"] == 1.0  # this world's map helps clearly (z >= 2)
+    z_full = full["validation"]["z"]
+    old = rc.MIN_GAIN_Z
+    try:
+        rc.MIN_GAIN_Z = 2 * z_full  # the same evidence now counts as half of what full weight needs
+        half = rc.fit_group_linear(yu, bu, memb.sums())
+    finally:
+        rc.MIN_GAIN_Z = old
+    assert half["validation"]["weight"] == pytest.approx(0.5)
+    for k in ("slope", "between", "shift"):
+        assert half[k] == pytest.approx(0.5 * full[k])
+    assert half["groups"] == full["groups"] and half["center"] == full["center"]
 
 
 def test_group_linear_map_is_saved_and_validated(tmp_path):
