@@ -844,11 +844,15 @@ def cmd_dashboard(args) -> int:
         cmd += ["--", "--data", os.path.abspath(args.data)]
     print(f"mmc dashboard: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     proc = subprocess.Popen(cmd)
+    # a service manager (or `kill`) stops `mmc dashboard` with SIGTERM: pass it on, or Streamlit keeps the port
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
     try:
         return proc.wait()
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
         return proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 COMMANDS = {

@@ -143,3 +143,46 @@ def test_dask_ctrl_c_twice_aborts_and_still_closes_the_cluster(big_parquet, tmp_
     assert proc.returncode != 0 and not out.exists(), err
     gone, alive = psutil.wait_procs(children, timeout=30)
     assert not alive, f"processes of the local cluster still running after exit: {alive}"
+
+
+def test_sigterm_to_mmc_dashboard_stops_streamlit_too(tmp_path):
+    """Found in an exploratory session: SIGTERM to `mmc dashboard` (what a service manager or `kill` sends)
+    ended the command but left its Streamlit child serving the port. It is passed on now: the child ends."""
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "dashboard", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 120  # generous waits for a loaded machine; nothing here asserts a duration
+        while True:
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.time() < deadline, "the dashboard did not start"
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)  # the parent only, not its process group
+        proc.wait(timeout=60)
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2)
+            except OSError:
+                break  # nothing serves the port any more
+            time.sleep(0.3)
+        else:
+            raise AssertionError("Streamlit still serves the port after SIGTERM to mmc dashboard")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
