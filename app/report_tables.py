@@ -181,6 +181,13 @@ def _findings_section(doc, audit, tested: str, none_found: str) -> None:
         doc.bullets([f["text"] for f in s["shown"]])
         more = s["n_found"] - len(s["shown"])
         doc.para(("" if more <= 0 else f"{more} further finding(s) are in audit.json. ") + scope, size=8.5, style="I")
+    elif s["n_tests"] == 0:
+        # nothing could be tested (every group below the minimum count): not a clean result
+        doc.para(
+            f"Nothing could be tested: no group has {s['min_count']} or more audit rows. Audit a larger table "
+            "before reading anything into the tables below.",
+            color=(170, 40, 0),
+        )
     else:
         doc.para(f"{none_found}: " + scope, style="I")
     if s["disparities"]:

@@ -382,3 +382,21 @@ def test_characters_no_font_has_are_written_as_codes_never_dropped(monkeypatch):
     pdf.multi_cell(0, 5, pdf.text_("性别=女 / 性别=男"))
     out = subprocess.run(["pdftotext", "-", "-"], input=bytes(pdf.output()), capture_output=True, check=True)
     assert "性别=女 / 性别=男" in out.stdout.decode()
+
+
+@needs_poppler
+def test_a_table_too_small_to_test_anything_is_not_reported_as_clean(tmp_path, monkeypatch):
+    """Found in an exploratory session: the PDF of a 5-row audit read "No defect found: 0 tests ...", which
+    sounds like a clean result. With no test possible it now says so, in red."""
+    from mmc_core import GroupSet, MomentMulticalibrator
+
+    stand_in_renderer(monkeypatch)
+    t = pd.DataFrame(demo_distribution().sample_table(40, np.random.default_rng(4)))
+    est = MomentMulticalibrator(label_range=(0, 100)).fit(t, t["outcome"], GroupSet.from_columns(t, ["sex"]))
+    new = pd.DataFrame(demo_distribution().sample_table(6, np.random.default_rng(5)))
+    data = R.build_report_pdf(est.model_, new, new["outcome"].to_numpy(float), label="outcome", data_name="tiny.csv")
+    flat = " ".join(pdf_text(data, tmp_path).split())
+    from mmc_core.metrics import audit as run_audit
+
+    assert R.findings_summary(run_audit(est.model_, new, new["outcome"].to_numpy(float)))["n_tests"] == 0
+    assert "Nothing could be tested" in flat and "No defect found" not in flat
