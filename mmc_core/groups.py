@@ -241,7 +241,12 @@ class Group:
     @classmethod
     def from_dict(cls, d, where: str = "group") -> "Group":
         if not isinstance(d, dict):
-            raise GroupDefinitionError(f"{where}: a group must be a JSON object with 'name' and 'where'")
+            hint = (
+                f"; to use the values of column {d!r} as groups, pass GroupSet.from_columns(X, [{d!r}, ...])"
+                if isinstance(d, str)
+                else ""
+            )
+            raise GroupDefinitionError(f"{where}: a group must be a JSON object with 'name' and 'where'{hint}")
         unknown = set(d) - {"name", "where", "any"} - _INFO_KEYS
         if unknown:
             raise GroupDefinitionError(f"{where}: unknown key(s) {sorted(unknown)}")

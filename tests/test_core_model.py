@@ -243,3 +243,11 @@ def test_stop_is_polled_inside_moment_passes():
     assert len(est.model_.log) <= 3  # at most one update per poll before the stop
     mu, moms = est.model_.predict_unit(t, n=len(y))  # the kept log replays to the state it stopped in
     assert np.array_equal(mu, est.fit_mean_unit_) and np.array_equal(moms[2], est.fit_moments_unit_[2])
+
+
+def test_column_names_given_as_groups_get_a_hint():
+    """Found in an exploratory session: fit(X, y, groups=["sex", "race"]), natural for a pandas user, said
+    only "a group must be a JSON object"; the message now names the way to make groups from columns."""
+    t = {"sex": np.array(["a", "b"] * 50), "y": np.linspace(0, 1, 100)}
+    with pytest.raises(MMCError, match=r"GroupSet.from_columns\(X, \['sex'"):
+        MomentMulticalibrator().fit(t, t["y"], groups=["sex"])
