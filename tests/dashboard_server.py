@@ -55,6 +55,8 @@ def dashboard_server(port: int, log_path: Path, start_timeout: float = 60, env: 
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=15)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        except ProcessLookupError:
+            pass  # the server and its children have ended already
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()

@@ -152,27 +152,15 @@ def test_sigterm_to_mmc_dashboard_stops_streamlit_too(tmp_path):
     import time
     import urllib.request
 
+    from tests.dashboard_server import dashboard_server
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "dashboard", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.time() + 120  # generous waits for a loaded machine; nothing here asserts a duration
-        while True:
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.time() < deadline, "the dashboard did not start"
-            time.sleep(0.3)
+    with dashboard_server(port, tmp_path / "server.log", start_timeout=120) as proc:
         proc.send_signal(signal.SIGTERM)  # the parent only, not its process group
         proc.wait(timeout=60)
+        deadline = time.time() + 60  # a generous wait for a loaded machine; nothing here asserts a duration
         while time.time() < deadline:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2)
@@ -181,8 +169,3 @@ def test_sigterm_to_mmc_dashboard_stops_streamlit_too(tmp_path):
             time.sleep(0.3)
         else:
             raise AssertionError("Streamlit still serves the port after SIGTERM to mmc dashboard")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
