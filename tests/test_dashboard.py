@@ -527,6 +527,8 @@ def test_a_reload_takes_back_the_sessions_work():
     assert s2["data"]["name"] == "kept.csv" and s2["run"] is run and s2["groups"][-1]["name"] == "custom"
     assert s2["src_kind"] == "Upload a file" and s2["label_col"] == ss["label_col"]
     assert any("Your work is back" in t.value for t in again.toast)
+    # the two sessions do not share what they edit in place (two tabs on one address)
+    assert s2["settings"] is not ss["settings"] and s2["groups"] is not ss["groups"]
     # another address (or none) starts fresh on the demo
     fresh = AppTest.from_file(APP, default_timeout=60)
     fresh.query_params["ws"] = "not-a-workspace"

@@ -37,7 +37,7 @@ def attach() -> bool:
             kept = _WORKSPACES.get(wid) if wid else None
         if kept is not None:
             for k, v in kept[1].items():
-                ss[k] = v
+                ss[k] = _own_copy(k, v)
             ss["ws_id"] = wid
             ss["ws_restored"] = True
             restored = True
@@ -46,6 +46,21 @@ def attach() -> bool:
     if st.query_params.get(PARAM) != ss["ws_id"]:
         st.query_params[PARAM] = ss["ws_id"]
     return restored
+
+
+def _own_copy(key: str, value):
+    """What a session edits in place gets its own copy (the settings object, the group list, the data record),
+    so that two tabs opened on one address do not change each other's settings; tables and results are
+    shared (never edited in place)."""
+    import copy
+
+    if key == "settings" and value is not None:
+        return type(value)(**value.to_dict())
+    if key in ("groups", "messages"):
+        return copy.deepcopy(value)
+    if key in ("data", "previous_workspace") and isinstance(value, dict):
+        return dict(value)
+    return value
 
 
 def save():
