@@ -72,7 +72,14 @@ def run_numpy(path, rows, k, max_rounds):
 
     files = sorted(glob.glob(os.path.join(path, "*.parquet")))
     t0 = time.perf_counter()
-    df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True).iloc[:rows]
+    frames, have = [], 0
+    for f in files:  # only the files the first `rows` rows are in (a 100M-row directory holds far more)
+        if have >= rows:
+            break
+        frames.append(pd.read_parquet(f))
+        have += len(frames[-1])
+    df = pd.concat(frames, ignore_index=True).iloc[:rows]
+    del frames
     load = time.perf_counter() - t0
     est = _est(k, max_rounds).fit(
         df, df["y"].to_numpy(), groups(), base_prediction=df["base"].to_numpy(), base_name="base"

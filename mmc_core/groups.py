@@ -341,15 +341,22 @@ class Membership:
             self._sums = MembershipSums(self)
         return self._sums
 
-    def pair_groups(self) -> np.ndarray:
-        """Group id of each stored (group, row) pair, aligned with ``rows``."""
-        return np.repeat(np.arange(self.n_groups, dtype=np.int64), self.sizes)
+    def pair_groups(self, dtype=np.int64) -> np.ndarray:
+        """Group id of each stored (group, row) pair, aligned with ``rows`` (``dtype=None``: the narrowest type,
+        :meth:`group_dtype`, for storage; cast before arithmetic on the ids)."""
+        return np.repeat(np.arange(self.n_groups, dtype=dtype or self.group_dtype()), self.sizes)
+
+    def group_dtype(self) -> type[np.integer]:
+        """The narrowest type holding every group id: 1 byte a (row, group) pair with at most 256 groups. Arrays of
+        this type are only indexed with or cast (``np.multiply(ids, nc, dtype=np.int64)``), never multiplied in
+        place: ``uint8 * int`` wraps around."""
+        return np.uint8 if self.n_groups <= 256 else np.uint16 if self.n_groups <= 65536 else np.int32
 
     def _row_major(self) -> tuple[np.ndarray, np.ndarray]:
         """(row_indptr, row_groups): the pairs ordered by row, built once on first use."""
         if self._row_indptr is None or self._row_groups is None:
             order = np.argsort(self.rows, kind="stable")
-            self._row_groups = np.repeat(np.arange(self.n_groups, dtype=np.int32), self.sizes)[order]
+            self._row_groups = np.repeat(np.arange(self.n_groups, dtype=self.group_dtype()), self.sizes)[order]
             del order
             counts = np.bincount(self.rows, minlength=self.n)
             self._row_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)

@@ -125,12 +125,17 @@ class MembershipSums:
 
     @property
     def pg(self) -> np.ndarray:
-        """Group of each (row, group) pair, aligned with ``memb.rows`` (pairs mode)."""
+        """Group of each (row, group) pair, aligned with ``memb.rows`` (pairs mode), as int64 (a copy: safe for
+        arithmetic)."""
+        return self._pair_groups().astype(np.int64)
+
+    def _pair_groups(self) -> np.ndarray:
+        """:attr:`pg` in the narrowest type (1 byte a pair with at most 256 groups): only indexed with or cast."""
         if self._pg is not None:
             return self._pg
-        pg = self.memb.pair_groups()
-        # kept only once pairs mode is decided (every sum then needs it; 8 bytes a pair); asking for the mode
-        # here would build the signatures for a single row sum (a prediction's thresholds)
+        pg = self.memb.pair_groups(dtype=None)
+        # kept only once pairs mode is decided (every sum then needs it); asking for the mode here would build
+        # the signatures for a single row sum (a prediction's thresholds)
         if self._by_signature is False:
             self._pg = pg
         return pg
@@ -167,7 +172,8 @@ class MembershipSums:
             self._spread(out, d.reshape(self.ns, nc), nc, np.arange(self.ns))
             return out
         r = self.memb.rows
-        keys = self.pg * nc + np.asarray(cells)[r]
+        keys = np.multiply(self._pair_groups(), nc, dtype=np.int64)
+        keys += np.asarray(cells)[r]
         return np.bincount(keys, weights=None if weights is None else weights[r], minlength=self.G * nc).astype(float)
 
     def cell_table(self, cells: np.ndarray, n_cells: int, weights: np.ndarray | None = None) -> np.ndarray:
@@ -193,7 +199,7 @@ class MembershipSums:
                 # with sequential reads instead of a gather of every pair's weight
                 return _layer_sums(layers, w, self.G + 1)[: self.G]
             r = self.memb.rows
-            return np.bincount(self.pg, weights=None if w is None else w[r], minlength=self.G).astype(float)
+            return np.bincount(self._pair_groups(), weights=None if w is None else w[r], minlength=self.G).astype(float)
         return self.cell_sums(np.zeros(self.n, dtype=np.int64), 1, w)
 
     def row_sums(self, theta: np.ndarray) -> np.ndarray:
@@ -201,7 +207,7 @@ class MembershipSums:
         theta = np.asarray(theta, dtype=float)
         if self._by_signature:  # only when already built: a single row sum is cheaper over the pairs
             return np.bincount(self.sig_of_pair, weights=theta[self.pair_group], minlength=self.ns)[self.sig]
-        return np.bincount(self.memb.rows, weights=theta[self.pg], minlength=self.n)
+        return np.bincount(self.memb.rows, weights=theta[self._pair_groups()], minlength=self.n)
 
     def replicate_cell_sums(self, W: np.ndarray, cells: np.ndarray | None = None, n_cells: int = 1) -> np.ndarray:
         """(group, cell) sums of each row of the weights ``W`` (b, n) (a bootstrap replicate's row weights, or
@@ -216,7 +222,7 @@ class MembershipSums:
             src = d[:, self.sig_of_pair, :].ravel()
         else:
             r = self.memb.rows
-            gkeys = ((reps * self.G + self.pg[None, :]) * nc + c[r][None, :]).ravel()
+            gkeys = ((reps * self.G + self._pair_groups()[None, :].astype(np.int64)) * nc + c[r][None, :]).ravel()
             src = W[:, r].ravel()
         return np.bincount(gkeys, weights=src, minlength=b * self.G * nc).reshape(b, self.G, nc)
 
@@ -266,7 +272,7 @@ class MembershipSums:
                 k_new = k_old + np.repeat(c_new - c_old, counts)
             return Shift(k_old, k_new, None, mask, self.G * nc, counts=counts)
         loc, pg = ctx
-        base = pg * nc
+        base = np.multiply(pg, nc, dtype=np.int64)
         return Shift(base + c_old[loc], base + c_new[loc], loc, mask, self.G * nc)
 
     def shift(self, arr, nc: int, sh: Shift, w_old=None, w_new=None, masked: bool = False):

@@ -186,3 +186,32 @@ def test_every_way_of_shifting_gives_the_same_bits(mr, nc, share):
     for r in results[1:]:
         for a, b in zip(results[0][1:], r[1:]):
             np.testing.assert_array_equal(a, b)
+
+
+def test_group_ids_are_stored_narrow_and_sum_right_past_one_byte():
+    """Pairs mode keeps a byte per (row, group) pair for the group ids (uint8 up to 256 groups, uint16 beyond; 8 and
+    4 bytes before), the Dask engine's largest per-row cost; ids wider than their type after a multiplication
+    (group * cells > 255) must still give the dense sums."""
+    rng = np.random.default_rng(5)
+    for card, dtype in ((40, np.uint8), (299, np.uint16)):
+        n = 3000
+        table = {"a": rng.integers(0, card, n), "b": rng.integers(0, 5, n)}
+        memb = GroupSet.from_columns(table, ["a", "b"], max_values=400).evaluate(table, n)
+        s = MembershipSums(memb, by_signature=False)
+        nc = 7
+        cells = rng.integers(0, nc, n)
+        w = rng.normal(size=n)
+        D = memb.to_dense().astype(float)
+        onehot = np.eye(nc)[cells]
+        np.testing.assert_allclose(s.cell_table(cells, nc, w), np.einsum("ng,nc,n->gc", D, onehot, w), atol=1e-12)
+        assert s._pair_groups().dtype == dtype and memb._row_major()[1].dtype == dtype
+        assert s.pg.dtype == np.int64 and memb.pair_groups().dtype == np.int64  # what callers do arithmetic on
+        # an unordered update goes through (position, group) pairs: keys group * nc + cell past 255
+        rows = rng.permutation(n)[: n // 3]
+        c_new = rng.integers(0, nc, rows.size)
+        arr = s.cell_sums(cells, nc, w)
+        ctx = s.context(rows)
+        s.shift(arr, nc, s.shift_keys(ctx, nc, cells[rows], c_new), w[rows], w[rows])
+        moved = cells.copy()
+        moved[rows] = c_new
+        np.testing.assert_allclose(arr, s.cell_sums(moved, nc, w), atol=1e-12)

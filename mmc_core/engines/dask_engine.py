@@ -171,8 +171,11 @@ class _Part:
         rng = np.random.default_rng([int(seed) if isinstance(seed, (int, np.integer)) else 0, int(index)])
         n_cal = int(round(fraction * n)) if fraction > 0 else 0
         perm = rng.permutation(n)
-        self.cal_idx = np.sort(perm[:n_cal])
-        self.fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
+        # row positions in int32 (4 bytes a row) when the partition allows: the same rows, half the memory
+        pos = np.int32 if n < 2**31 else np.int64
+        self.cal_idx = np.sort(perm[:n_cal]).astype(pos)
+        self.fit_idx = np.sort(perm[n_cal:]).astype(pos) if n_cal else np.arange(n, dtype=pos)
+        del perm
         cols = sorted(set(group_cols) | gset.columns())
         self.table_h = {c: df[c].to_numpy()[self.cal_idx] for c in cols} if n_cal else None
         table_f = {c: df[c].to_numpy()[self.fit_idx] for c in cols}
@@ -207,8 +210,10 @@ class _Part:
         return out
 
     def set_initial_mean(self, constant):
+        self.has_base = self.base_u is not None
         if self.base_u is not None:
             self.mu0_f, self.mu0_h = self.base_u[self.fit_idx], self.base_u[self.cal_idx]
+            self.base_u = None  # mu0_h is base_u[cal_idx] for the calibration sample; the rest is in mu0_f
         else:
             self.mu0_f = np.full(self.fit_idx.size, float(constant))
             self.mu0_h = np.full(self.cal_idx.size, float(constant))
@@ -242,6 +247,7 @@ class _Part:
     # -- the descent
     def start(self, params, init_moments):
         nf, nc = self.fit_idx.size, self.cal_idx.size
+        self.st_f = self.st_h = None  # a previous bucket count's states go before the new ones are built
         self.params, self.init_moments = params, dict(init_moments)
         self.st_f = _PartState(
             params, self.memb_f, self.yu_f, self.mu0_f, {a: np.full(nf, v) for a, v in init_moments.items()}
@@ -293,12 +299,15 @@ class _Part:
     # -- after the descent
     def kept_predictions(self, model, upto, replay: bool):
         """The fitting rows' predictions of the kept model (a replay of its log when it is not the last state)."""
+        if not replay:
+            self.kept = (self.st_f.mu, self.st_f.mom)
+        # the descent's states are done with (the kept arrays stay): freed before a replay or achieved_sums
+        # builds its own
+        self.st_f = self.st_h = None
         if replay:
             mu, moms = self.mu0_f.copy(), {a: np.full(self.fit_idx.size, v) for a, v in self.init_moments.items()}
             model.replay(self.memb_f, mu, moms, upto)
             self.kept = (mu, moms)
-        else:
-            self.kept = (self.st_f.mu, self.st_f.mom)
         return None
 
     def achieved_sums(self, plain_params):
@@ -318,7 +327,7 @@ class _Part:
         return (
             {c: v[keep] for c, v in self.table_h.items()},
             self.yu_h[keep],
-            None if self.base_u is None else self.base_u[self.cal_idx][keep],
+            self.mu0_h[keep] if self.has_base else None,
         )
 
     def release(self):
