@@ -358,6 +358,19 @@ def test_teaching_page_step_and_reset():
     assert at.session_state["lesson"].fd.audits == 0
 
 
+def test_teaching_without_group_columns_uses_only_the_population():
+    """Clearing every group column used to run the lesson on `sex` while the page showed none selected."""
+    at = _new()
+    _page(at, "teaching")
+    at.multiselect(key="t_cols").set_value([]).run()
+    assert not at.exception
+    lesson = at.session_state["lesson"]
+    assert lesson.groups.names == ["all"]
+    assert any("only group is the whole population" in c.value for c in at.caption)
+    at.button(key="t_end").click().run()
+    assert not at.exception and at.session_state["lesson"].done
+
+
 def test_about_page():
     at = _new()
     _page(at, "about")

@@ -111,7 +111,7 @@ class Lesson:
         self.support, self.prob = self.dist.support()
         self.true_mean = self.dist.true_mean(self.support)
         self.true_var = self.dist.true_sd(self.support) ** 2
-        cols = [col for col in c.columns if col in self.support] or ["sex"]
+        cols = [col for col in c.columns if col in self.support]
         self.groups = GroupSet.from_columns(self.support, cols, 1)
         self.memb = self.groups.evaluate(self.support, len(self.prob))
         params = DescentParams(c.alpha, c.beta, c.m, (2,), "paper")

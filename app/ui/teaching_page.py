@@ -28,7 +28,7 @@ def _config() -> LessonConfig:
         beta=ss["t_beta"],
         m=int(ss["t_m"]),
         delta=1e-3,
-        columns=tuple(ss["t_cols"]) or ("sex",),
+        columns=tuple(ss["t_cols"]),
         start=ss["t_start"],
         seed=int(ss["t_seed"]),
         population=ss["t_pop"],
@@ -82,6 +82,11 @@ def setup():
             horizontal=True,
             format_func=lambda s: {"zero": "0 (as in the paper)", "mean": "the overall mean and variance"}[s],
         )
+        if not ss["t_cols"]:
+            st.caption(
+                "No group columns: the only group is the whole population, so this is plain calibration of the "
+                "mean and variance, not multicalibration. Pick a column to see groups corrected one by one."
+            )
         n = min_rows(ss["t_alpha"], ss["t_beta"], 1e-3)
         st.caption(
             f"Each audit draws n = {n:,} fresh rows: the smallest n with 2·√(ln(2/δ)/(2n)) ≤ min(α, β) at "
