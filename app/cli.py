@@ -499,6 +499,20 @@ def cmd_fit(args) -> int:
             f"note: {len(info['empty_groups'])} group(s) have no fitting rows: " + ", ".join(info["empty_groups"][:10]),
             file=sys.stderr,
         )
+    small = info.get("small_groups", [])
+    if info["n_fit"] < info["min_count"]:
+        print(
+            f"note: only {info['n_fit']} fitting row(s), fewer than the {info['min_count']} a correction needs "
+            "(alpha/beta 'se'): nothing could be corrected, so the model is its starting prediction. Fit on more "
+            "rows, or pass fixed --alpha/--beta values",
+            file=sys.stderr,
+        )
+    elif small:
+        print(
+            f"note: {len(small)} group(s) have fewer than the {info['min_count']} fitting rows a correction needs "
+            f"and were never corrected: " + ", ".join(small[:10]) + (", ..." if len(small) > 10 else ""),
+            file=sys.stderr,
+        )
     if info.get("base_clipped"):
         print(
             f"note: {info['base_clipped']} base prediction(s) lay outside the label range "

@@ -221,6 +221,11 @@ def fit_info(est, model, search: BucketSearch, rows: FitRows, achieved, floors) 
         "seed": est.random_state if isinstance(est.random_state, int) else None,
         "n_groups": len(gset),
         "empty_groups": [gset.names[g] for g in np.flatnonzero(rows.sizes == 0)],
+        # groups the "se" rule can never correct (fewer fitting rows than its min_count): named so that a
+        # converged fit on them is not read as "calibrated there"
+        "small_groups": [
+            gset.names[g] for g in np.flatnonzero((rows.sizes > 0) & (rows.sizes < int(params.min_count)))
+        ],
         "base_clipped": int(rows.base_clipped),
         "label": rows.label_name,
         "early_stopping": bool(search.early),
@@ -884,6 +889,7 @@ class MomentMulticalibrator(SklearnParams):
         self.label_scale_ = model.scale
         self.groups_ = model.groups
         self.empty_groups_ = info.get("empty_groups", [])
+        self.small_groups_ = info.get("small_groups", [])
         self.task_, self.binary_ = model.task, model.binary
 
     # ------------------------------------------------------------------------------------------

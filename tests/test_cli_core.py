@@ -271,3 +271,24 @@ def test_outputs_that_cannot_be_written_and_parquet_outputs(csvs, capsys, tmp_pa
     # the library names the user's path too: a "folder" that is a file
     with pytest.raises(MMCError, match="cannot write .*x.json"):
         atomic_write_bytes(model / "x.json", b"{}")
+
+
+def test_fit_names_what_it_could_not_correct(csvs, capsys, tmp_path):
+    """A fit on too few rows said only "converged" (0 updates, because no cell reached the 20 rows the 'se' rule
+    needs); it now says so, and names the groups too small to be corrected."""
+    t = pd.read_csv(csvs / "train.csv")
+    t.iloc[:6].to_csv(tmp_path / "six.csv", index=False)
+    code, out, err = run(
+        ["fit", "--data", str(tmp_path / "six.csv"), "--label", "outcome", "--out", str(tmp_path / "m.json")], capsys
+    )
+    info = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and info["mean_updates"] == 0 and info["moment_updates"] == 0
+    assert "nothing could be corrected" in err and "fewer than the 20" in err
+    saved = json.loads((tmp_path / "m.json").read_text())["info"]
+    assert saved["small_groups"] and len(saved["small_groups"]) + len(saved["empty_groups"]) == saved["n_groups"]
+    code, out, err = run(
+        ["fit", "--data", str(csvs / "train.csv"), "--label", "outcome", "--out", str(tmp_path / "m2.json")], capsys
+    )
+    small = json.loads((tmp_path / "m2.json").read_text())["info"]["small_groups"]
+    assert code == 0 and "nothing could be corrected" not in err
+    assert (f"{len(small)} group(s) have fewer than the 20" in err) == bool(small)
