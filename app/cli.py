@@ -603,6 +603,12 @@ def _load_for_apply(args, need_label: bool):
     missing = sorted(c for c in model.groups.columns() if c not in df.columns)
     if missing:
         raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+    for col, k, examples in model.groups.unlisted_values(df):
+        print(
+            f"note: {k} row(s) have a value of group column '{col}' that no group of the model lists (e.g. "
+            f"{', '.join(map(repr, examples))}): no group of that column corrects them",
+            file=sys.stderr,
+        )
     base = None
     if model.uses_base:
         if not args.pred:

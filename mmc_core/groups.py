@@ -661,6 +661,35 @@ class GroupSet:
     def columns(self) -> set:
         return set().union(*(g.columns() for g in self.groups))
 
+    def unlisted_values(self, table, max_examples: int = 3) -> list[tuple[str, int, list]]:
+        """Columns whose groups list values one by one (only ``==`` / ``in`` conditions on them, at least two
+        values, as ``from_columns`` builds them) and the rows of ``table`` whose value none of them lists: such
+        rows (a category new since the fit) get no correction from that column's groups. Returns (column, rows,
+        a few of the values) for each such column; missing values are not counted."""
+        by_col: dict = {}
+        for g in self.groups:
+            for c in list(g.where) + [c for term in g.any for c in term]:
+                by_col.setdefault(c.column, []).append(c)
+        out = []
+        columns: dict = {}
+        for col in sorted(by_col):
+            conds = by_col[col]
+            if any(c.op not in ("==", "in") for c in conds):
+                continue
+            listed = {c.value for c in conds if c.op == "=="} | {v for c in conds if c.op == "in" for v in c.values}
+            if len(listed) < 2:
+                continue
+            arr = columns[col] = _column(table, col)
+            hit = np.zeros(arr.shape[0], dtype=bool)
+            for c in {(c.op, c.value, c.values): c for c in conds}.values():
+                hit |= c.mask(table, columns)
+            present = ~np.isnan(arr) if arr.dtype.kind == "f" else np.array([v is not None for v in arr], dtype=bool)
+            miss = np.flatnonzero(~hit & present)
+            if miss.size:
+                seen = list(dict.fromkeys(_format_value(v) for v in arr[miss[:10_000]]))
+                out.append((col, int(miss.size), seen[:max_examples]))
+        return out
+
     def evaluate(self, table, n: int | None = None) -> Membership:
         """Membership of the table's rows. Condition masks are computed once and shared by the groups."""
         if n is None:

@@ -292,3 +292,36 @@ def test_fit_names_what_it_could_not_correct(csvs, capsys, tmp_path):
     small = json.loads((tmp_path / "m2.json").read_text())["info"]["small_groups"]
     assert code == 0 and "nothing could be corrected" not in err
     assert (f"{len(small)} group(s) have fewer than the 20" in err) == bool(small)
+
+
+def test_predict_and_audit_note_categories_the_model_never_saw(csvs, capsys, tmp_path):
+    t = pd.read_csv(csvs / "train.csv")
+    t[t["race"] != "B"].to_csv(tmp_path / "fit.csv", index=False)
+    model = tmp_path / "m.json"
+    code, _, _ = run(
+        [
+            "fit",
+            "--data",
+            str(tmp_path / "fit.csv"),
+            "--label",
+            "outcome",
+            "--group-cols",
+            "race,sex",
+            "--out",
+            str(model),
+        ],
+        capsys,
+    )
+    assert code == 0
+    n_b = int((t["race"] == "B").sum())
+    for cmd, extra in (("predict", ["--out", str(tmp_path / "p.csv")]), ("audit", ["--label", "outcome"])):
+        extra = extra + (["--out", str(tmp_path / "a.json")] if cmd == "audit" else [])
+        code, _, err = run([cmd, "--model", str(model), "--data", str(csvs / "train.csv")] + extra, capsys)
+        assert code == 0
+        assert f"note: {n_b} row(s) have a value of group column 'race' that no group of the model lists" in err
+        assert "'B'" in err and "column 'sex'" not in err
+    code, _, err = run(
+        ["predict", "--model", str(model), "--data", str(tmp_path / "fit.csv"), "--out", str(tmp_path / "q.csv")],
+        capsys,
+    )
+    assert code == 0 and "no group of the model lists" not in err

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mmc_core import GroupDefinitionError, GroupSet
-from mmc_core.groups import MAX_GROUPS
+from mmc_core.groups import MAX_GROUPS, Condition, Group
 
 
 TABLE = {
@@ -132,3 +132,21 @@ def test_pairs_for_rows_and_signatures_match_dense_membership():
     sig, n_sig = memb.signatures()
     A = memb.signature_matrix(sig, n_sig)
     assert n_sig == 12 and np.array_equal(A[sig].astype(bool), dense)
+
+
+def test_unlisted_values_names_new_categories_only():
+    fit = {"race": np.array(["A", "B", "A"], dtype=object), "n": np.array([1.0, 2.0, 2.0]), "x": np.array([0.1, 5, 9])}
+    gset = GroupSet.from_columns(fit, ["race", "n", "x"], max_order=2, max_values=2)
+    new = {
+        "race": np.array(["A", "C", None, "C", "D"], dtype=object),
+        "n": np.array([1.0, 3.0, np.nan, 2.0, 7.0]),
+        "x": np.array([-100.0, 0, 1, 2, 1e9]),  # numeric cuts cover every value: never "unlisted"
+    }
+    out = {c: (k, ex) for c, k, ex in gset.unlisted_values(new)}
+    assert out == {"race": (3, ["C", "D"]), "n": (2, ["3", "7"])}  # missing values are not counted
+    assert GroupSet.from_columns(fit, ["race"]).unlisted_values(fit) == []
+    # a single listed value is a chosen group, not an enumeration: rows outside it are expected
+    one = GroupSet([Group("a", (Condition("race", "==", value="A"),))])
+    assert one.unlisted_values(new) == []
+    both = GroupSet([Group("ab", (Condition("race", "in", values=("A", "B")),))])
+    assert both.unlisted_values(new) == [("race", 3, ["C", "D"])]
