@@ -98,6 +98,12 @@ def main():
     restored = persist.attach()  # a reload takes back the session's work (its address carries the workspace id)
     state.keep_widget_state()  # first: restore settings Streamlit dropped, before defaults fill the gaps
     state.init_session(args.data)
+    if st.session_state.pop("ws_dropped", False):
+        st.toast(
+            "The work saved under this address is no longer kept (the server keeps the most recent sessions' "
+            "tables only, to stay within its memory): this is a new session on the demo.",
+            icon=":material/history:",
+        )
     if restored:
         d = state.data()
         st.toast(

@@ -60,3 +60,16 @@ def dashboard_server(port: int, log_path: Path, start_timeout: float = 60, env: 
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+def wait_run_done(page, timeout: int = 120_000):
+    """After a click on Run: the previous run's summary ("Converged in ...") stays in the page, marked stale,
+    until the click's rerun replaces it, and a fit that outlasts the first wait shows its live view (with a
+    Stop button) before its own summary. Once seen in CI, the test read the stale summary and went on while
+    the fit was still auditing. Wait for the rerun (no stale element) and for the fit to end (no Stop button)."""
+    from playwright.sync_api import expect
+
+    page.wait_for_timeout(1000)
+    expect(page.locator('[data-stale="true"]')).to_have_count(0, timeout=timeout)
+    expect(page.get_by_role("button", name="Stop")).to_have_count(0, timeout=timeout)
+    expect(page.locator('[data-stale="true"]')).to_have_count(0, timeout=timeout)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server, wait_run_done
 
 PORT = 8599
 URL = f"http://127.0.0.1:{PORT}"
@@ -49,19 +49,6 @@ def _goto(page, title: str, heading: str):
     expect(page.get_by_role("heading", name=heading).first).to_be_visible(timeout=30_000)
 
 
-def _wait_run_done(page):
-    """After a click on Run: the previous run's summary ("Converged in ...") stays in the page, marked stale,
-    until the click's rerun replaces it, and a fit that outlasts the first wait shows its live view (with a
-    Stop button) before its own summary. Once seen in CI, the test read the stale summary and went on while
-    the fit was still auditing. Wait for the rerun (no stale element) and for the fit to end (no Stop button)."""
-    from playwright.sync_api import expect
-
-    page.wait_for_timeout(1000)
-    expect(page.locator('[data-stale="true"]')).to_have_count(0, timeout=120_000)
-    expect(page.get_by_role("button", name="Stop")).to_have_count(0, timeout=120_000)
-    expect(page.locator('[data-stale="true"]')).to_have_count(0, timeout=120_000)
-
-
 def test_dashboard_in_a_real_browser(server, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
@@ -89,7 +76,7 @@ def test_dashboard_in_a_real_browser(server, tmp_path):
         _goto(page, "Run", "Run the audit")
         t1 = time.time()
         page.get_by_role("button", name="Run", exact=True).click()
-        _wait_run_done(page)
+        wait_run_done(page)
         expect(page.get_by_text("Converged in").first).to_be_visible(timeout=60_000)
         run_seconds = time.time() - t1
         expect(page.locator(charts).first).to_be_visible(timeout=30_000)
@@ -139,7 +126,7 @@ def test_dashboard_in_a_real_browser(server, tmp_path):
         _full_shot(page, "10_data_upload")
         _goto(page, "Run", "Run the audit")
         page.get_by_role("button", name="Run", exact=True).click()
-        _wait_run_done(page)
+        wait_run_done(page)
         expect(page.get_by_text("Converged in").first).to_be_visible(timeout=60_000)
         _goto(page, "Results", "Results")
         # the Results page keeps the tab last opened (Row explorer): its chart shows, then back to the first tab

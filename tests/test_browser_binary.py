@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server, wait_run_done
 
 PORT = 8593
 URL = f"http://127.0.0.1:{PORT}"
@@ -56,6 +56,7 @@ def test_binary_demo_threshold_slider_changes_the_rate_table():
         # ---- run it to the end
         _goto(page, "Run", "Run the audit")
         page.get_by_role("button", name="Run", exact=True).click()
+        wait_run_done(page, timeout=300_000)
         expect(page.get_by_text(re.compile("Converged in|Not converged")).first).to_be_visible(timeout=300_000)
         _goto(page, "Results", "Results")
         expect(page.get_by_text("classifier audit").first).to_be_visible(timeout=60_000)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server, wait_run_done
 from tests.fake_cps import cps_features
 
 PORT = 8597
@@ -246,6 +246,7 @@ def test_analyst_session_end_to_end(server, tmp_path):
         page.get_by_text(re.compile("^exact: shift each violating cell")).click()
         page.wait_for_timeout(600)
         page.get_by_role("button", name="Run", exact=True).click()
+        wait_run_done(page, timeout=300_000)
         expect(page.get_by_text(re.compile("Converged in|Not converged")).first).to_be_visible(timeout=300_000)
         _shot(page, "05_rerun")
         _goto(page, "Results", "Results")

@@ -549,6 +549,30 @@ def test_a_reload_takes_back_the_sessions_work():
     assert fresh.session_state["data"]["name"] == "synthetic_scores" and fresh.session_state["ws_id"] != wid
 
 
+def test_kept_workspaces_stay_within_a_memory_cap_and_a_dropped_one_says_so(monkeypatch):
+    """Workspaces of closed sessions held every table they had (8 of them, whatever their size): a server many
+    analysts upload to could run out of memory and lose every session at once. Beyond MMC_WORKSPACE_GB the
+    oldest go (never the session's own), and a reload of a dropped one says its work is no longer kept."""
+    from app.ui import persist
+
+    persist.forget_all()
+    first = _new()
+    wid = first.session_state["ws_id"]
+    size = persist._WORKSPACES[wid][2]
+    assert size > 100_000  # the demo table, 4,000 rows
+    monkeypatch.setenv("MMC_WORKSPACE_GB", str(1.5 * size / 2**30))  # room for one such table, not two
+    second = _new()
+    assert second.session_state["ws_id"] in persist._WORKSPACES and wid not in persist._WORKSPACES
+    again = AppTest.from_file(APP, default_timeout=60)
+    again.query_params["ws"] = wid
+    again.run()
+    assert not again.exception
+    assert any("no longer kept" in t.value for t in again.toast)
+    assert again.session_state["data"]["name"] == "synthetic_scores"
+    monkeypatch.delenv("MMC_WORKSPACE_GB")
+    persist.forget_all()
+
+
 def test_the_papers_step_with_automatic_thresholds_draws_the_run_page():
     """Regression (found in a browser session): choosing the paper's step with the automatic thresholds
     crashed the Run page (ZeroDivisionError in se_implications: the per-cell test, z = 0, is the exact step's

@@ -4,12 +4,14 @@ carries (``?ws=...``); a new session opened with that address (a reload, a resto
 server runs) takes the workspace back instead of starting over on the demo.
 
 Kept in memory only, for as long as the server runs, for the last ``MAX_WORKSPACES`` sessions (each holds its
-table); nothing is written to disk. The id is 128 random bits: the address is what grants access, as with the
+table) and at most ``MMC_WORKSPACE_GB`` (default 4) of their tables: older workspaces go first, the session's
+own never; an address whose workspace went says so. Nothing is written to disk. The id is 128 random bits: the address is what grants access, as with the
 dashboard itself, which is meant to be served to the analyst's own browser.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 import time
@@ -22,8 +24,30 @@ MAX_WORKSPACES = 8
 # what a workspace is: the session keys that hold the analyst's work (widget keys are re-filled from "settings")
 KEYS = ("data", "groups", "settings", "run", "job", "last_job", "previous_workspace", "run_error", "messages")
 
-_WORKSPACES: OrderedDict = OrderedDict()  # id -> (time saved, {key: value})
+_WORKSPACES: OrderedDict = OrderedDict()  # id -> (time saved, {key: value}, bytes of its tables)
+_DROPPED: OrderedDict = OrderedDict()  # ids whose workspace was let go (to say so on a reload), the last 1,000
 _LOCK = threading.Lock()
+
+
+def max_bytes() -> float:
+    """Tables kept for closed sessions, at most (``MMC_WORKSPACE_GB``, default 4): a server that many analysts
+    upload to must not run out of memory, which would lose every session's work at once."""
+    try:
+        return float(os.environ.get("MMC_WORKSPACE_GB", "4")) * 2**30
+    except ValueError:
+        return 4.0 * 2**30
+
+
+def _table_bytes(work: dict) -> int:
+    """The memory of the workspace's tables (its own and the one set aside), without deep string sizes."""
+    total = 0
+    for rec in (work.get("data"), work.get("previous_workspace")):
+        if isinstance(rec, dict):
+            rec = rec.get("data", rec)
+        df = rec.get("df") if isinstance(rec, dict) else None
+        if df is not None and hasattr(df, "memory_usage"):
+            total += int(df.memory_usage(index=True, deep=False).sum())
+    return total
 
 
 def attach() -> bool:
@@ -35,6 +59,8 @@ def attach() -> bool:
         wid = st.query_params.get(PARAM)
         with _LOCK:
             kept = _WORKSPACES.get(wid) if wid else None
+        if kept is None and wid and wid in _DROPPED:
+            ss["ws_dropped"] = True
         if kept is not None:
             for k, v in kept[1].items():
                 ss[k] = _own_copy(k, v)
@@ -69,14 +95,22 @@ def save():
     wid = ss.get("ws_id")
     if not wid or ss.get("data") is None:
         return
+    work = {k: ss[k] for k in KEYS if k in ss}
     with _LOCK:
-        _WORKSPACES[wid] = (time.time(), {k: ss[k] for k in KEYS if k in ss})
+        _WORKSPACES[wid] = (time.time(), work, _table_bytes(work))
         _WORKSPACES.move_to_end(wid)
-        while len(_WORKSPACES) > MAX_WORKSPACES:
-            _WORKSPACES.popitem(last=False)
+        limit = max_bytes()
+        while len(_WORKSPACES) > 1 and (
+            len(_WORKSPACES) > MAX_WORKSPACES or sum(w[2] for w in _WORKSPACES.values()) > limit
+        ):
+            gone, _ = _WORKSPACES.popitem(last=False)
+            _DROPPED[gone] = True
+            while len(_DROPPED) > 1000:
+                _DROPPED.popitem(last=False)
 
 
 def forget_all():
     """Drop every kept workspace (tests)."""
     with _LOCK:
         _WORKSPACES.clear()
+        _DROPPED.clear()
