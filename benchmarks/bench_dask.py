@@ -58,13 +58,14 @@ def groups():
     )
 
 
-def _est(k, max_rounds):
+def _est(k, max_rounds, threshold=None):
     from mmc_core import MomentMulticalibrator
 
-    return MomentMulticalibrator(n_moments=k, label_range=(-3, 5), max_rounds=max_rounds)
+    t = "se" if threshold is None else threshold
+    return MomentMulticalibrator(n_moments=k, label_range=(-3, 5), max_rounds=max_rounds, alpha=t, beta=t)
 
 
-def run_numpy(path, rows, k, max_rounds):
+def run_numpy(path, rows, k, max_rounds, threshold=None):
     """In a child process: read every file, fit in memory; prints one JSON line."""
     import glob
 
@@ -81,7 +82,7 @@ def run_numpy(path, rows, k, max_rounds):
     df = pd.concat(frames, ignore_index=True).iloc[:rows]
     del frames
     load = time.perf_counter() - t0
-    est = _est(k, max_rounds).fit(
+    est = _est(k, max_rounds, threshold).fit(
         df, df["y"].to_numpy(), groups(), base_prediction=df["base"].to_numpy(), base_name="base"
     )
     info = est.model_.info
@@ -102,7 +103,7 @@ def run_numpy(path, rows, k, max_rounds):
     )
 
 
-def run_dask(path, k, workers, memory_limit, max_rounds):
+def run_dask(path, k, workers, memory_limit, max_rounds, threshold=None):
     import dask.dataframe as dd
     from distributed import Client, LocalCluster
 
@@ -113,7 +114,7 @@ def run_dask(path, k, workers, memory_limit, max_rounds):
     try:
         ddf = dd.read_parquet(os.path.join(path, "*.parquet"))
         t0 = time.perf_counter()
-        est = _est(k, max_rounds)
+        est = _est(k, max_rounds, threshold)
         est.fit(
             ddf,
             "y",
@@ -155,6 +156,13 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory-limit", default="6GB")
     ap.add_argument("--max-rounds", type=int, default=None, help="cap on mean rounds (both engines)")
+    ap.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="fixed alpha = beta for both engines (default: the 'se' rule, whose thresholds shrink as 1/sqrt(rows),"
+        " so a larger table gets more updates)",
+    )
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "mmc_bench_dask"))
     ap.add_argument("--skip-numpy", action="store_true")
     ap.add_argument("--skip-dask", action="store_true")
@@ -163,7 +171,7 @@ def main(argv=None):
     k_np = a.numpy_moments or a.moments
     n_np = a.numpy_rows or min(a.rows, 10_000_000)
     if a.numpy_child:
-        return run_numpy(a.dir, n_np, k_np, a.max_rounds)
+        return run_numpy(a.dir, n_np, k_np, a.max_rounds, a.threshold)
     t0 = time.perf_counter()
     generate(a.dir, max(a.rows, n_np), a.file_rows)
     print(f"data: {a.dir} ({max(a.rows, n_np):,} rows, {time.perf_counter() - t0:.0f} s to generate)", file=sys.stderr)
@@ -182,6 +190,7 @@ def main(argv=None):
             "--numpy-moments",
             str(k_np),
         ] + (["--max-rounds", str(a.max_rounds)] if a.max_rounds else [])
+        cmd += ["--threshold", repr(a.threshold)] if a.threshold is not None else []
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             results.append({"engine": "numpy", "rows": n_np, "k": k_np, "error": out.stderr.strip().splitlines()[-1:]})
@@ -191,7 +200,7 @@ def main(argv=None):
     if not a.skip_dask:
         if a.rows != max(a.rows, n_np):
             print("note: the Dask run reads every file in --dir", file=sys.stderr)
-        results.append(run_dask(a.dir, a.moments, a.workers, a.memory_limit, a.max_rounds))
+        results.append(run_dask(a.dir, a.moments, a.workers, a.memory_limit, a.max_rounds, a.threshold))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     ref = next((r for r in results if r["engine"] == "numpy" and "error" not in r), None)
     print(
