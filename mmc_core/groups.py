@@ -683,7 +683,7 @@ class GroupSet:
             hit = np.zeros(arr.shape[0], dtype=bool)
             for c in {(c.op, c.value, c.values): c for c in conds}.values():
                 hit |= c.mask(table, columns)
-            present = ~np.isnan(arr) if arr.dtype.kind == "f" else np.array([v is not None for v in arr], dtype=bool)
+            present = ~np.isnan(arr) if arr.dtype.kind == "f" else arr != None  # noqa: E711 (elementwise: None is missing text)
             miss = np.flatnonzero(~hit & present)
             if miss.size:
                 seen = list(dict.fromkeys(_format_value(v) for v in arr[miss[:10_000]]))

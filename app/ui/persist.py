@@ -5,8 +5,9 @@ server runs) takes the workspace back instead of starting over on the demo.
 
 Kept in memory only, for as long as the server runs, for the last ``MAX_WORKSPACES`` sessions (each holds its
 table) and at most ``MMC_WORKSPACE_GB`` (default 4) of their tables: older workspaces go first, the session's
-own never; an address whose workspace went says so. Nothing is written to disk. The id is 128 random bits: the address is what grants access, as with the
-dashboard itself, which is meant to be served to the analyst's own browser.
+own never; an address whose workspace went says so. Nothing is written to disk. The id is 128 random bits: the
+address is what grants access, as with the dashboard itself, which is meant to be served to the analyst's own
+browser.
 """
 
 from __future__ import annotations
