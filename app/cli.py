@@ -597,18 +597,15 @@ def pd_numeric(s) -> bool:
 def _load_for_apply(args, need_label: bool):
     from mmc_core import FittedModel
     from .io import numeric_column, read_table
+    from .validate import unlisted_notes
 
     model = FittedModel.load(args.model)
     df = read_table(args.data)
     missing = sorted(c for c in model.groups.columns() if c not in df.columns)
     if missing:
         raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
-    for col, k, examples in model.groups.unlisted_values(df):
-        print(
-            f"note: {k} row(s) have a value of group column '{col}' that no group of the model lists (e.g. "
-            f"{', '.join(map(repr, examples))}): no group of that column corrects them",
-            file=sys.stderr,
-        )
+    for note in unlisted_notes(model.groups, df):
+        print(f"note: {note}", file=sys.stderr)
     base = None
     if model.uses_base:
         if not args.pred:

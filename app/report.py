@@ -30,6 +30,7 @@ from mmc_core.recalibrate import describe as describe_base
 
 from . import figures as F
 from .pdf_doc import KALEIDO_MESSAGE, _title_page, report_label
+from .validate import unlisted_notes
 from .report_tables import (
     _below,
     _calibration_table,
@@ -394,10 +395,12 @@ def build_report_pdf(
             audit = run_audit(model, table, y, base=base, threshold=threshold)
         else:
             audit = run_audit(model, table, y, base=base, delta=delta, gamma=gamma)
+    # rows whose category no group lists get no correction from that column: said in the Data section
+    unlisted = [note[:1].upper() + note[1:] + "." for note in unlisted_notes(model.groups, table)]
     if getattr(audit, "task", "regression") == "binary":
         from app.report_binary import binary_report
 
-        return binary_report(model, audit, label, data_name, rates=rates)
+        return binary_report(model, audit, label, data_name, rates=rates, notes=unlisted)
     y = np.asarray(y, dtype=float)
     info = dict(model.info or {})
     label = report_label(model, label)
@@ -420,6 +423,7 @@ def build_report_pdf(
     doc.kv_table(_param_rows(model, audit, delta, gamma, label))
     doc.heading("Data", size=12)
     drows, dnotes = _data_rows(audit, model, y, data_name, gamma)
+    dnotes += unlisted
     doc.kv_table(drows)
     for n_ in dnotes:
         doc.para(n_, size=8.5, style="I")

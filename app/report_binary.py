@@ -25,11 +25,14 @@ _BINARY_HOW_TO_READ = (
 )
 
 
-def binary_report(model, audit, label: str, data_name: str, rates: tuple | None = None) -> bytes:
+def binary_report(
+    model, audit, label: str, data_name: str, rates: tuple | None = None, notes: list | tuple = ()
+) -> bytes:
     """The PDF of a classifier audit: findings, per-group probability metrics before / after, reliability
     diagrams, rates at the threshold and the disparity summaries (figures and tables from app/figures_binary.py,
     the same the dashboard shows). ``rates``: (threshold, rates, disparities) at a threshold the analyst chose
-    after the audit (the dashboard's slider); without it, the audit's own threshold and rates."""
+    after the audit (the dashboard's slider); without it, the audit's own threshold and rates. ``notes``:
+    sentences about the data printed under its table (e.g. categories no group lists)."""
     info = dict(model.info or {})
     label = report_label(model, label)
     params = audit.params
@@ -93,6 +96,8 @@ def binary_report(model, audit, label: str, data_name: str, rates: tuple | None 
             ),
         ]
     )
+    for note in notes:
+        doc.para(note, size=8.5, style="I")
     _in_sample_warning(doc, int(params["n"]), info)
     doc.heading("How to read this report", size=12)
     doc.para(_BINARY_HOW_TO_READ, size=9)

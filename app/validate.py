@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["feature_flags", "LEAK_CORRELATION", "unusable_feature_error", "label_problem_rows"]
+__all__ = ["feature_flags", "LEAK_CORRELATION", "unusable_feature_error", "label_problem_rows", "unlisted_notes"]
 
 LEAK_CORRELATION = 0.98  # |Pearson r| at or above this with the label: flagged as leaking
 MONOTONE_RANK = 0.999  # |Spearman rho| at or above this: an exact monotone transform of the label
@@ -93,3 +93,14 @@ def label_problem_rows(df: pd.DataFrame, label: str) -> np.ndarray:
         v = pd.to_numeric(s, errors="coerce").astype(float)
     arr = v.to_numpy(dtype=float, na_value=np.nan)
     return ~np.isfinite(arr)
+
+
+def unlisted_notes(groups, table) -> list[str]:
+    """One sentence per group column of ``groups`` (a GroupSet) on which rows of ``table`` carry a value that
+    no group lists (a category new since the fit: no group of that column corrects those rows). The one wording
+    of this note, printed by ``mmc predict`` / ``mmc audit`` and written into the PDF report."""
+    return [
+        f"{k:,} row(s) have a value of group column '{col}' that no group of the model lists (e.g. "
+        f"{', '.join(map(repr, examples))}): no group of that column corrects them"
+        for col, k, examples in groups.unlisted_values(table)
+    ]

@@ -444,16 +444,17 @@ def audit(
 
     # guarantee share: rows in cells G(mu, m_a, i, j) of mass >= gamma, a = the guaranteed method's moment
     use = iv.usable_moments(model)
+    pg = pairs.pg  # an int64 copy on every access: taken once for the cells below
     if use:
         a_g = details.get("guaranteed", {}).get("moment") if "guaranteed" in details else None
         a_g = a_g if a_g in use else use[0]
         bm = model.params.grid(a_g).index(moms[a_g])
         cell = bmu * m + bm
-        _, key = np.unique(pairs.pg * (m * m) + cell[pairs.pr], return_inverse=True)  # non-empty cells only
+        _, key = np.unique(pg * (m * m) + cell[pairs.pr], return_inverse=True)  # non-empty cells only
         key = key.ravel()
         cc = np.bincount(key)
         in_ok = ((cc / n) >= gamma * (1 - 1e-12))[key].astype(float)
-        bg["guarantee_share"] = _div(np.bincount(pairs.pg, weights=in_ok, minlength=G), cnt)
+        bg["guarantee_share"] = _div(np.bincount(pg, weights=in_ok, minlength=G), cnt)
     else:
         bg["guarantee_share"] = np.nan
 
@@ -485,7 +486,7 @@ def audit(
         bm = model.params.grid(a).index(moms[a])
         cell = bmu * m + bm
         # non-empty (group, mean bucket, moment bucket) cells only, numbered in sorted order
-        ids, key = np.unique(pairs.pg * (m * m) + cell[pairs.pr], return_inverse=True)
+        ids, key = np.unique(pg * (m * m) + cell[pairs.pr], return_inverse=True)
         key = key.ravel()
         c = np.bincount(key, minlength=ids.size).astype(float)
         ybar_c = np.bincount(key, weights=yu[pairs.pr], minlength=ids.size) / c

@@ -453,9 +453,11 @@ def test_pdf_report_of_a_binary_model(tmp_path, monkeypatch):
     est = MomentMulticalibrator(n_buckets=10).fit(
         df.iloc[:1200], y[:1200], gs, base_prediction=base[:1200], label_name="hired"
     )
+    new = df.iloc[1200:].reset_index(drop=True)
+    new.loc[:4, "race"] = "Q"  # a category new since the fit: the report's Data section says so
     pdf = R.build_report_pdf(
         est.model_,
-        df.iloc[1200:].reset_index(drop=True),
+        new,
         y[1200:],
         base=base[1200:],
         data_name="new.csv",
@@ -474,5 +476,7 @@ def test_pdf_report_of_a_binary_model(tmp_path, monkeypatch):
     ):
         assert needle in text, needle
     assert "label units" not in text and "coverage by group" not in text.lower()
+    flat = " ".join(text.split())
+    assert "5 row(s) have a value of group column 'race' that no group of the model lists (e.g. 'Q')" in flat
     titles = [t.replace("<b>", "").split("</b>")[0] for t in rendered]
     assert titles == ["Reliability by group: observed vs predicted probability", "Rates by group at threshold 0.4"]

@@ -120,6 +120,19 @@ def test_run_page_live_run_and_settings(demo_at):
     assert any("Convergence of the alternating descent" in _title(s) for s in _plotly_specs(at))
 
 
+def test_converged_summary_of_a_fit_whose_mean_needed_no_update():
+    """The Run page said "Converged in 0 rounds (0 mean updates, 7 moment updates)" when the first moment pass
+    did all the work, which reads like a fit that did nothing; it now says the mean needed no update."""
+    from app.ui.run_page import converged_text
+
+    zero = converged_text({"rounds": 0, "mean_updates": 0, "moment_updates": 7})
+    assert zero == "Converged in the first pass: the mean needed no update; 7 moment updates."
+    assert "0 rounds" not in zero
+    many = converged_text({"rounds": 3, "mean_updates": 12, "moment_updates": 1234})
+    assert many.startswith("Converged in 3 rounds (12 mean updates, 1,234 moment updates")
+    assert converged_text({"rounds": 1, "mean_updates": 2, "moment_updates": 0}).startswith("Converged in 1 round (")
+
+
 def test_data_page_switch_demo_and_label_errors():
     at = _new()
     at.selectbox(key="demo_name").select("islp_wage").run()

@@ -385,6 +385,22 @@ def test_characters_no_font_has_are_written_as_codes_never_dropped(monkeypatch):
 
 
 @needs_poppler
+@needs_poppler
+def test_rows_of_a_category_no_group_lists_are_noted_in_the_pdf(demo, tmp_path, monkeypatch):
+    """`mmc report` printed the note on categories new since the fit to stderr only; the PDF said nothing, so
+    its reader could take those rows for corrected. The Data section now carries the same sentence."""
+    stand_in_renderer(monkeypatch)
+    new = pd.DataFrame(demo["table"]).copy()
+    new.loc[new.index[:7], "race"] = "Z"
+    data = R.build_report_pdf(demo["model"], new, demo["y"], base=demo["base"], label="outcome", data_name="n.csv")
+    flat = " ".join(pdf_text(data, tmp_path).split())
+    assert "7 row(s) have a value of group column 'race' that no group of the model lists (e.g. 'Z')" in flat
+    clean = R.build_report_pdf(
+        demo["model"], demo["table"], demo["y"], base=demo["base"], label="outcome", data_name="n.csv"
+    )
+    assert "no group of the model lists" not in " ".join(pdf_text(clean, tmp_path).split())
+
+
 def test_a_table_too_small_to_test_anything_is_not_reported_as_clean(tmp_path, monkeypatch):
     """Found in an exploratory session: the PDF of a 5-row audit read "No defect found: 0 tests ...", which
     sounds like a clean result. With no test possible it now says so, in red."""

@@ -698,6 +698,17 @@ def render():
     show_run_summary(run)
 
 
+def converged_text(info: dict) -> str:
+    """The first sentence of a converged run's summary. Round 0 is the moment pass before the first mean audit,
+    so a fit whose mean needed no update has 0 rounds but moment updates: said in words, not as "0 rounds"."""
+    if not info["rounds"]:
+        return f"Converged in the first pass: the mean needed no update; {info['moment_updates']:,} moment updates."
+    return (
+        f"Converged in {info['rounds']} round{'s' if info['rounds'] != 1 else ''} ({info['mean_updates']:,} mean "
+        f"updates, {info['moment_updates']:,} moment updates, the first moment pass included)."
+    )
+
+
 def show_run_summary(run):
     ss = st.session_state
     info = run.model.info
@@ -719,8 +730,7 @@ def show_run_summary(run):
             )
     elif run.converged:
         st.success(
-            f"Converged in {info['rounds']} rounds ({info['mean_updates']:,} mean updates, "
-            f"{info['moment_updates']:,} moment updates). Fit {t.get('fit', 0):.2f} s, audit "
+            f"{converged_text(info)} Fit {t.get('fit', 0):.2f} s, audit "
             f"{t.get('audit', 0):.2f} s, total {t.get('total', 0):.2f} s.",
             icon=":material/check_circle:",
         )
