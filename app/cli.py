@@ -70,6 +70,16 @@ def _columns(text: str):
     return cols
 
 
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return v
+
+
 def choice_option(p, flag: str, choices: list, help: str):
     """An option of fixed choices whose default is the first one (every such option of mmc and of its Dask
     engine options lists its default first)."""
@@ -181,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed",
         dest="random_state",
         metavar="SEED",
-        type=int,
+        type=_seed,
         default=0,
         help="seed of the calibration split (default 0)",
     )
@@ -264,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.05,
         help="significance level after Bonferroni over all candidates tested (default 0.05)",
     )
-    ds.add_argument("--seed", type=int, default=0, help="seed of the search / check split (default 0)")
+    ds.add_argument("--seed", type=_seed, default=0, help="seed of the search / check split (default 0)")
     ds.add_argument("--out", required=True, help="where to write the groups (mmc-groups JSON)")
 
     d = sub.add_parser("dashboard", help="start the Streamlit dashboard")
@@ -295,7 +305,7 @@ def _rates_threshold_option(p):
     p.add_argument(
         "--threshold",
         type=_decision_threshold,
-        default=0.5,
+        default=None,
         help="binary models: the decision threshold of the rates (decision = probability >= T; default 0.5)",
     )
 
@@ -360,7 +370,17 @@ def _check_apply_args(args):
 def _applied_options(args, base) -> dict:
     """The keyword arguments ``mmc audit`` and ``mmc report`` pass alike (mmc_core.metrics.audit and
     build_report_pdf take them under the same names): the base prediction, --delta, --gamma, --threshold."""
-    return {"base": base, "delta": args.delta, "gamma": args.gamma, "threshold": args.threshold}
+    return {"base": base, "delta": args.delta, "gamma": args.gamma, "threshold": applied_threshold(args)}
+
+
+def applied_threshold(args) -> float:
+    return 0.5 if args.threshold is None else args.threshold
+
+
+def _check_threshold_applies(args, model) -> None:
+    """--threshold is a classifier's decision threshold: refused on a regression model (it would be ignored)."""
+    if args.threshold is not None and model.task != "binary":
+        raise CLIError("--threshold needs a binary (classifier) model; this model is a regression")
 
 
 # the options of `mmc fit` that are MomentMulticalibrator parameters of the same name (their argparse dest)
@@ -386,6 +406,8 @@ def cmd_fit(args) -> int:
     from .io import numeric_column, read_table
 
     _check_out(args.out)
+    if args.features and not args.discover:
+        raise CLIError("--features names the columns --discover may learn groups on: add --discover, or drop it")
     df = read_table(args.data)
     task, y, binary_info = _fit_label(df, args)
     base = numeric_column(df, args.pred, "prediction column") if args.pred else None
@@ -446,7 +468,9 @@ def cmd_fit(args) -> int:
         if not announced:
             announced.append(True)
             print(
-                f"mmc: fitting {len(df):,} rows x {len(groups):,} groups (Ctrl-C stops after the current update)",
+                f"mmc: fitting {len(df):,} labelled rows x {len(groups):,} groups"
+                + (f" ({args.calibration_fraction:g} of them held out)" if args.calibration_fraction else "")
+                + " (Ctrl-C stops after the current update)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -533,7 +557,7 @@ def cmd_fit(args) -> int:
     )
     summary.update(
         alpha=est.alpha_,
-        beta=est.beta_,
+        beta=est.beta_ if est.model_.moments else None,  # a mean-only model has no moment threshold
         moment_betas={str(a): b for a, b in est.moment_betas_.items()},
         kept_round=info["kept_round"],
         n_fit=info["n_fit"],
@@ -623,7 +647,10 @@ def _load_for_apply(args, need_label: bool):
             raise CLIError(
                 f"label column '{args.label}' has {int(df[args.label].isna().sum())} missing value(s); drop them first"
             )
-        return model, df, base, binary_labels(model, df[args.label], f"label column '{args.label}'")
+        # checked here so that a bad value names the column; passed on as the data has it, since the audit maps
+        # the labels through the model's positive class itself (mapping here too would flip a positive class 0)
+        binary_labels(model, df[args.label], f"label column '{args.label}'")
+        return model, df, base, df[args.label].to_numpy()
     y = numeric_column(df, args.label, "label column") if need_label else None
     return model, df, base, y
 
@@ -640,6 +667,27 @@ def _note_base_range(model, base):
         )
 
 
+def prediction_columns(model, decision: bool = False, interval: bool = False) -> list[str]:
+    """The columns `mmc predict` adds to the table: mean, moment_a, decision, lower / upper."""
+    return (
+        ["mean"]
+        + [f"moment_{a}" for a in model.moments]
+        + (["decision"] if decision else [])
+        + (["lower", "upper"] if interval else [])
+    )
+
+
+def refuse_overwrite(existing, added) -> None:
+    """CLIError when the table already has a column `mmc predict` would write: it would be overwritten in the
+    output without a word (an input column lost)."""
+    clash = [c for c in added if c in set(map(str, existing))]
+    if clash:
+        raise CLIError(
+            f"the data already has column(s) {', '.join(repr(c) for c in clash)}, which mmc predict writes: rename "
+            "or drop them first (the output would overwrite them)"
+        )
+
+
 def cmd_predict(args) -> int:
     if args.engine == "dask":
         from .cli_dask import predict
@@ -651,6 +699,7 @@ def cmd_predict(args) -> int:
 
     _check_apply_args(args)
     model, df, base, _ = _load_for_apply(args, need_label=False)
+    refuse_overwrite(df.columns, prediction_columns(model, args.threshold is not None, bool(args.interval)))
     preds = model.predict(df, base)
     _note_base_range(model, base)
     out = df.copy()
@@ -691,6 +740,7 @@ def cmd_audit(args) -> int:
     if not (0 <= tol < 1):
         raise CLIError(f"--variance-tolerance must be in [0, 1), got {args.variance_tolerance}")
     model, df, base, y = _load_for_apply(args, need_label=True)
+    _check_threshold_applies(args, model)
     result = audit(
         model,
         df,
@@ -709,7 +759,7 @@ def cmd_audit(args) -> int:
     }
     if result.task == "binary":
         print(_classifier_text(result))
-        summary = {"task": "binary", "threshold": args.threshold, "groups": len(result.by_group), **summary}
+        summary = {"task": "binary", "threshold": applied_threshold(args), "groups": len(result.by_group), **summary}
     print(json.dumps(summary))
     return 0
 
@@ -764,6 +814,7 @@ def cmd_report(args) -> int:
 
     _check_apply_args(args)
     model, df, base, y = _load_for_apply(args, need_label=True)
+    _check_threshold_applies(args, model)
     pdf = build_report_pdf(
         model, df, y, **_applied_options(args, base), label=args.label, data_name=os.path.basename(args.data)
     )

@@ -192,7 +192,7 @@ def predict(args) -> int:
     from mmc_core import FittedModel
     from mmc_core.engines.dask_engine import predict_dask
 
-    from .cli import CLIError
+    from .cli import CLIError, prediction_columns, refuse_overwrite
 
     _check_out_dir(args.out)
     if args.interval:
@@ -207,6 +207,7 @@ def predict(args) -> int:
     if model.uses_base and not args.pred:
         col = model.init_mean.get("column")
         raise CLIError(f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass --pred COL")
+    refuse_overwrite(ddf.columns, prediction_columns(model))
     out = args.out.rstrip("/")
     tmp = tempfile.mkdtemp(prefix=".tmp-mmc-", dir=os.path.dirname(os.path.abspath(out)))
     try:

@@ -311,6 +311,17 @@ def _json_scalar(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
+def audit_labels(run: AuditRun, rows: np.ndarray) -> np.ndarray:
+    """The labels of ``rows`` as :func:`mmc_core.metrics.audit` takes them, i.e. as the data has them: a
+    classifier's in its own two classes (the audit maps them to 0/1 through the model's positive class, so a
+    run whose positive class is 0 must not pass its prepared 0/1 labels, which are already flipped), a
+    regression's as numbers."""
+    y = run.label.y[rows]
+    if getattr(run.model, "task", "regression") == "binary" and len(run.label.classes) == 2:
+        return np.asarray(run.label.classes)[np.asarray(y, dtype=np.int64)]
+    return y
+
+
 def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
     """Audit ``run``'s model on its test rows (fills ``run.audit`` or ``run.audit_error``)."""
     from mmc_core.errors import MMCError as _MMCError
@@ -331,7 +342,7 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
         run.audit = audit_fn(
             run.model,
             X_test,
-            run.label.y[test],
+            audit_labels(run, test),
             base=None if run.base is None else run.base[test],
             n_boot=settings.n_boot,
             seed=run.split_seed,

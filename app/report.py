@@ -218,8 +218,10 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
     note = info.get("label_note")
     if src == "robust" and isinstance(note, str) and note.strip():
         src_txt += f"; {note.strip()}"
-    auto = [n_ for n_, r in (("α", "alpha_rule"), ("β", "beta_rule")) if info.get(r) == "auto"]
-    se = [n_ for n_, r in (("α", "alpha_rule"), ("β", "beta_rule")) if info.get(r) == "se"]
+    # a mean-only model has no moment threshold: β is neither stated nor explained
+    rules = (("α", "alpha_rule"), ("β", "beta_rule")) if moments else (("α", "alpha_rule"),)
+    auto = [n_ for n_, r in rules if info.get(r) == "auto"]
+    se = [n_ for n_, r in rules if info.get(r) == "se"]
     auto_txt = f"; {' and '.join(auto)} chosen automatically just above the sampling noise" if auto else ""
     if se:
         auto_txt += (
@@ -234,7 +236,9 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
         ("Mode", str(info.get("mode", "–"))),
         (
             "Thresholds",
-            f"α = {p.alpha:.3g} (means), β = {p.beta:.3g} (moments); mass-weighted, label scaled to [0, 1]{auto_txt}",
+            f"α = {p.alpha:.3g} (means)"
+            + (f", β = {p.beta:.3g} (moments)" if moments else "")
+            + f"; mass-weighted, label scaled to [0, 1]{auto_txt}",
         ),
         (
             "Predictors",
@@ -257,15 +261,22 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
             if isinstance(info.get("mean_updates"), int)
             else "–",
         ),
-        (
-            "Moment updates",
-            (
-                f"{info.get('moment_updates'):,} in total; at most "
-                f"{info.get('max_moment_updates_per_call', '–'):,} per moment pass "
-                f"(bound 1/β² − 1 = {beta_bound:,.0f} per pass)"
-            )
-            if isinstance(info.get("moment_updates"), int) and isinstance(info.get("max_moment_updates_per_call"), int)
-            else str(info.get("moment_updates", "–")),
+        *(
+            [
+                (
+                    "Moment updates",
+                    (
+                        f"{info.get('moment_updates'):,} in total; at most "
+                        f"{info.get('max_moment_updates_per_call', '–'):,} per moment pass "
+                        f"(bound 1/β² − 1 = {beta_bound:,.0f} per pass)"
+                    )
+                    if isinstance(info.get("moment_updates"), int)
+                    and isinstance(info.get("max_moment_updates_per_call"), int)
+                    else str(info.get("moment_updates", "–")),
+                )
+            ]
+            if moments
+            else []
         ),
         *([("Base prediction", base_text)] if base_text else []),
         (
@@ -411,10 +422,12 @@ def build_report_pdf(
         f"Moment multicalibration audit: {label}",
         f"Data: {data_name} · {len(y):,} rows · {len(model.groups.names):,} groups",
     )
+    tested = ["means", "bucket calibration"] + (["variances"] if model.moments else [])
+    tested += ["interval coverage"] if len(audit.coverage) else []
     _findings_section(
         doc,
         audit,
-        "the model's means, bucket calibration, variances and interval coverage on every group and cell",
+        f"the model's {', '.join(tested[:-1])} and {tested[-1]} on every group and cell",
         "No defect found",
     )
     _convergence_warning(doc, info)

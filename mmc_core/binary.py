@@ -63,10 +63,10 @@ _EPS = 1e-15
 _TRUE = ("1", "1.0", "true", "yes", "y", "t")
 
 
-def _distinct(y) -> list:
+def _distinct(y, name: str = "the label") -> list:
     s = pd.Series(np.asarray(y, dtype=object))
     if s.isna().any():
-        raise DataError(f"the label has {int(s.isna().sum())} missing value(s): drop those rows first")
+        raise DataError(f"{name} has {int(s.isna().sum())} missing value(s): drop those rows first")
     return sorted(pd.unique(s).tolist(), key=str)
 
 
@@ -82,7 +82,7 @@ def as_binary(y, positive=None, name: str = "label") -> tuple[np.ndarray, dict]:
     Numbers 0/1 and booleans need no ``positive``; any other pair of values (strings such as "yes"/"no",
     numbers such as 1/2) must name the positive class.
     """
-    vals = _distinct(y)
+    vals = _distinct(y, name)
     if len(vals) > 2 or len(vals) < 1:
         raise DataError(f"{name} is not binary: it has {len(vals)} distinct values")
     arr = np.asarray(y, dtype=object)
@@ -420,19 +420,33 @@ def check_threshold(threshold, name: str = "threshold") -> float:
     return float(threshold)
 
 
+def _positive_is_one(pos) -> bool:
+    """Whether a model's positive class is the usual 1 / True (None: a model that recorded none)."""
+    if pos is None or isinstance(pos, (bool, np.bool_)):
+        return pos is None or bool(pos)
+    if isinstance(pos, (int, float, np.integer, np.floating)):
+        return float(pos) == 1.0
+    return str(pos).strip().lower() in ("1", "1.0", "true")
+
+
 def binary_labels(model, y, name: str = "the labels") -> np.ndarray:
-    """The audit rows' labels as 0/1 floats: 0/1 (or True/False) as they are, or the model's own two classes."""
+    """The audit rows' labels as 0/1 floats, 1 = the model's positive class: 0/1 (or True/False) as they are
+    when that class is 1 / True, otherwise mapped through the model's own two classes (a model fitted with
+    positive class 0 predicts P(y = 0): its labels must be flipped, not read as they are)."""
     arr = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
-    if arr.dtype.kind in "iufb":
+    info = getattr(model, "binary", None) or {}
+    pos = info.get("positive")
+    plain = _positive_is_one(pos) and set(map(str, info.get("classes") or [])) <= {"0", "1", "False", "True"}
+    if _positive_is_one(pos) and arr.dtype.kind in "iufb":
         a = arr.astype(float)
         if a.ndim == 1 and np.all(np.isin(a, (0.0, 1.0))):
             return a
-    info = getattr(model, "binary", None) or {}
-    pos = info.get("positive")
-    classes = info.get("classes") or []
-    if pos is not None and not (pos == 1 and set(map(str, classes)) <= {"0", "1"}):
-        y01, _ = as_binary(arr, pos, name)
-        return y01
+    if pos is not None:
+        try:
+            return as_binary(arr, pos, name)[0]
+        except DataError:
+            if not plain:
+                raise
     raise DataError(f"{name} must be 0/1 for this classifier model (found values other than 0 and 1)")
 
 

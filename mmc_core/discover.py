@@ -39,6 +39,7 @@ from .estimator import _n_rows, _take, auto_threshold, to_label_array
 from .groups import GroupSet
 from .moments import LabelScale, MomentKind, pseudo_label
 from .oracle import FeatureMatrix, Rule, SetOracle, TreeOracle
+from .thresholds import check_seed
 
 __all__ = [
     "Finding",
@@ -415,6 +416,7 @@ def discover(
     searched (``total`` is an upper bound: empty regions are skipped).
     """
     validate_discovery_params(max_depth, min_mass, 5, level, search_fraction)
+    check_seed(seed, "seed")
     if test not in ("z", "chernoff"):
         raise MMCError(f"test must be 'z' or 'chernoff', got {test!r}")
     n = _n_rows(X)

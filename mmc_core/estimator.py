@@ -41,6 +41,7 @@ from .thresholds import (  # noqa: F401 - the rule constants are re-exported for
     _check_unit_interval,
     auto_threshold,
     bonferroni_z,
+    check_seed,
     validate_params,
 )
 
@@ -113,13 +114,19 @@ class FitStats:
 
 
 def state_achieved(est, model, params: DescentParams, achieved: dict) -> tuple:
-    """(params, floors): with the "se" rule the model's params state the (alpha, beta) the kept model achieves
-    on its fitting rows, so that the paper's guarantees (and the guaranteed intervals) are stated with values
-    that hold exactly there; ``floors`` are the thresholds the descent used. Sets ``model.params``."""
+    """(params, floors): the model's params state (alpha, beta) values that hold exactly on its fitting rows
+    for the KEPT model, so that the paper's guarantees (and the guaranteed intervals) are stated truthfully:
+    with the "se" rule what the kept model achieves; with a given number (or "auto") that threshold, unless the
+    kept model misses it (early stopping kept an earlier round, or the run was stopped or capped), and then what
+    it achieves. ``floors`` are the thresholds the descent used. Sets ``model.params``."""
     floors = {"alpha": params.alpha, "betas": {str(a): params.beta_for(a) for a in params.moments}}
-    if params.z > 0:
-        alpha_a = achieved["alpha"] if est.alpha == "se" else params.alpha
-        betas = {a: (achieved["betas"][a] if est.beta == "se" else params.beta_for(a)) for a in params.moments}
+
+    def stated(rule, given: float, got: float) -> float:
+        return got if rule == "se" else max(given, got)
+
+    alpha_a = stated(est.alpha, params.alpha, achieved["alpha"])
+    betas = {a: stated(est.beta, params.beta_for(a), achieved["betas"][a]) for a in params.moments}
+    if alpha_a != params.alpha or any(b != params.beta_for(a) for a, b in betas.items()):
         model.params = dataclasses.replace(
             params,
             alpha=alpha_a,
@@ -279,7 +286,8 @@ class MomentMulticalibrator(SklearnParams):
           the descent used are in ``model_.info["thresholds_used"]`` and ``z_``.
         * "auto": one threshold per predictor just above the sampling-noise level of a 5%-mass cell (see
           :func:`auto_threshold`; the rule of model format 1).
-        * a number: the paper's fixed threshold.
+        * a number: the paper's fixed threshold. ``alpha_`` / ``beta_`` state it, unless the kept model misses it
+          (early stopping kept an earlier round, or the run was stopped or capped): then what that model achieves.
     n_buckets : int or "auto"
         m, the number of level sets of each predictor. "auto" fits with 5, 10 and 20 and keeps the one with
         the lowest held-out squared error (needs calibration_fraction > 0).
@@ -538,6 +546,7 @@ class MomentMulticalibrator(SklearnParams):
             self.moment_buckets,
             self.early_stopping,
         )
+        check_seed(self.random_state)
         if self.base_recalibration not in BASE_RECALIBRATIONS:
             raise MMCError(
                 f"base_recalibration must be one of {', '.join(BASE_RECALIBRATIONS)}, got {self.base_recalibration!r}"

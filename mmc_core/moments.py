@@ -65,6 +65,9 @@ def pseudo_label(a: int, residual: np.ndarray, odd_moments: str) -> np.ndarray:
     return out if a >= 2 else base
 
 
+SPAN_LIMITS = (1e-30, 1e30)  # a label range's span (and values) must lie within these: span ** 8 stays finite
+
+
 @dataclass(frozen=True)
 class LabelScale:
     """The affine map between a label's own units and [0, 1]."""
@@ -78,6 +81,14 @@ class LabelScale:
             raise DataError(f"label range must be finite, got [{self.lo}, {self.hi}]")
         if not self.hi > self.lo:
             raise DataError(f"label range needs LO < HI, got [{self.lo}, {self.hi}]")
+        if not (SPAN_LIMITS[0] <= self.span <= SPAN_LIMITS[1] and max(abs(self.lo), abs(self.hi)) <= SPAN_LIMITS[1]):
+            # moments up to the 8th are stored on the unit scale and mapped back with span ** a: beyond these
+            # limits that power overflows (or underflows to 0) in float64
+            raise DataError(
+                f"label range [{self.lo:g}, {self.hi:g}] is outside what the moments can represent (span and "
+                f"values between {SPAN_LIMITS[0]:g} and {SPAN_LIMITS[1]:g}): rescale the label (e.g. to thousands "
+                "or millions of its unit) or declare a narrower --label-range"
+            )
 
     @property
     def span(self) -> float:

@@ -29,6 +29,16 @@ def _check_unit_interval(name: str, v, open_right: bool = True):
         raise MMCError(f"{name} must be a number strictly between 0 and 1, got {v!r}")
 
 
+def check_seed(seed, name: str = "random_state"):
+    """A seed numpy's ``default_rng`` takes: None, a non-negative integer, or a numpy Generator / SeedSequence /
+    BitGenerator; anything else (a negative number, a bool, text) is an MMCError naming ``name``."""
+    if seed is None or isinstance(seed, (np.random.Generator, np.random.SeedSequence, np.random.BitGenerator)):
+        return seed
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, (bool, np.bool_)) and int(seed) >= 0:
+        return seed
+    raise MMCError(f"{name} must be a non-negative integer (or None), got {seed!r}")
+
+
 AUTO_REFERENCE_MASS = 0.05
 AUTO_LEVEL = 0.1
 

@@ -6,7 +6,8 @@
 #
 # Steps: apt-get install chromium chromium-driver poppler-utils fonts-droid-fallback (only when missing; needs root or
 # password-less sudo, otherwise the browser/PDF-rendering tests skip), python3 -m venv .venv,
-# pip install -e ".[test]", pytest -m "slow or not slow" -q -ra. Exits non-zero when a test fails
+# pip install -e ".[test]", pytest -m "slow or not slow" -q -ra --durations=15 (the 15 slowest tests are
+# listed, to keep CI well under its 30 minutes). Exits non-zero when a test fails
 # and also when pytest collects no test at all (its exit code 5).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,7 +23,7 @@ install_project ".[test]"
 # ---- tests ----------------------------------------------------------------------------------------
 log "setup done in ${SECONDS} s; pytest (all markers)"
 rc=0
-"$VENV/bin/python" -m pytest -m "slow or not slow" -q -ra "$@" || rc=$?
+"$VENV/bin/python" -m pytest -m "slow or not slow" -q -ra --durations=15 "$@" || rc=$?
 log "finished in ${SECONDS} s (pytest exit code $rc)"
 if [ "$rc" -eq 5 ]; then
     log "ERROR: pytest collected no tests"

@@ -204,6 +204,7 @@ def test_cli_binary_fit_predict_audit(tmp_path, capsys):
     )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["task"] == "binary" and summary["moment_updates"] == 0 and summary["label_range"] == [0.0, 1.0]
+    assert summary["beta"] is None and summary["moment_betas"] == {}  # a mean-only model has no moment threshold
     assert (
         main(
             [
@@ -412,6 +413,30 @@ def test_runner_binary_pipeline_and_live_rates():
     assert "black" in d9.index
 
 
+def test_dashboard_run_with_positive_class_0_audits_the_labels_once_flipped():
+    """The dashboard prepares a classifier's labels as 0/1 with 1 = the chosen positive class. With positive
+    class 0 those prepared labels are already flipped, so the audit (which maps the labels it is given through
+    the model's positive class) must get the data's own values: the test rows' base rate is P(approve = 0)."""
+    from app.demo_data import get_dataset, load_dataset
+    from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+    from app.ui.export_page import _test_inputs
+
+    ds = get_dataset("loanapp")
+    df = load_dataset("loanapp")
+    gs = GroupSet.from_columns(df, list(ds.groups), 1)
+    run = run_pipeline(
+        df, LabelSpec("approve", positive=0), BaseSpec("none"), SplitSpec(seed=1), gs.to_json(), FitSettings(n_boot=5)
+    )
+    assert run.model.binary["positive"] == 0
+    test = run.split["test"]
+    p0 = float(np.mean(df["approve"].to_numpy()[test] == 0))
+    assert run.audit.by_group.loc["all", "base_rate"] == pytest.approx(p0)
+    _, y, _ = _test_inputs(run, df)  # what the PDF report is built from
+    assert audit(run.model, df.iloc[test].reset_index(drop=True), y).by_group.loc["all", "base_rate"] == (
+        pytest.approx(p0)
+    )
+
+
 @pytest.mark.slow  # three `mmc` processes (imports dominate)
 def test_readme_classifier_commands_run(tmp_path):
     import os
@@ -480,3 +505,45 @@ def test_pdf_report_of_a_binary_model(tmp_path, monkeypatch):
     assert "5 row(s) have a value of group column 'race' that no group of the model lists (e.g. 'Q')" in flat
     titles = [t.replace("<b>", "").split("</b>")[0] for t in rendered]
     assert titles == ["Reliability by group: observed vs predicted probability", "Rates by group at threshold 0.4"]
+
+
+@pytest.mark.parametrize("positive, labels", [(0, lambda y: y), (False, lambda y: y.astype(bool))])
+def test_audit_of_a_model_whose_positive_class_is_0_reads_the_labels_its_way(positive, labels):
+    """Found in an exploratory session: a model fitted with positive class 0 (or False) predicts P(y = 0), but
+    the audit read 0/1 labels as they are, i.e. with 1 positive: on the fitting table itself it reported
+    'observed 0.799 vs predicted 0.2' for every group. The labels now go through the model's own classes."""
+    df, y, _ = _data(4000, 3)
+    y = 1 - y  # most rows are 1: the positive class 0 is the rare one
+    gs = GroupSet.from_columns(df, ["race", "sex"], 2)
+    est = MomentMulticalibrator(positive_label=positive, calibration_fraction=0).fit(df, labels(y), gs)
+    assert est.binary_["positive"] == positive
+    res = audit(est.model_, df, labels(y))
+    overall = res.by_group.loc["all"]
+    assert overall["base_rate"] == pytest.approx(float(np.mean(y == 0)))
+    # audited on its fitting rows: every (group, bucket) cell's mass-weighted error is at most the achieved
+    # alpha, so the whole population's mean error is at most m of them (before the fix: 0.65 vs 0.35)
+    bound = est.model_.params.m * est.model_.info["achieved"]["alpha"]
+    assert abs(overall["mean_score"] - overall["base_rate"]) <= bound + 1e-12
+    assert not [f for f in res.findings if f.get("kind") in ("mean", "calibration")], res.findings
+    # a label column of the other classes is still refused, naming it
+    with pytest.raises(DataError, match="label column 'y'"):
+        from mmc_core.binary import binary_labels
+
+        binary_labels(est.model_, np.array([2, 3, 2]), "label column 'y'")
+
+
+def test_cli_audit_of_a_model_with_positive_class_0(tmp_path, capsys):
+    """`mmc fit --positive 0` then `mmc audit` on the same table: the audit must read the labels through the
+    model's positive class exactly once (before the fix: not at all, 'observed 0.799 vs predicted 0.2')."""
+    df, y, _ = _data(3000, 9)
+    df["yb"] = 1 - y
+    data, model, aud = tmp_path / "d.csv", tmp_path / "m.json", tmp_path / "a.json"
+    df.to_csv(data, index=False)
+    fit = ["fit", "--data", str(data), "--label", "yb", "--positive", "0", "--group-cols", "race,sex"]
+    assert main(fit + ["--calibration-fraction", "0", "--out", str(model)]) == 0
+    capsys.readouterr()
+    assert main(["audit", "--model", str(model), "--data", str(data), "--label", "yb", "--out", str(aud)]) == 0
+    rec = json.loads(aud.read_text())
+    bg = pd.DataFrame(**rec["by_group"])
+    assert bg.loc["all", "base_rate"] == pytest.approx(float(np.mean(df["yb"] == 0)))
+    assert not [f for f in rec["findings"] if f.get("kind") in ("mean", "calibration")], rec["findings"]

@@ -288,3 +288,47 @@ def test_early_stopped_fit_predictions_equal_the_replayed_kept_log():
     mu, moms = est.model_.predict_unit(_sub(t, rows), n=rows.size)
     assert np.array_equal(mu, est.fit_mean_unit_)
     assert all(np.array_equal(moms[a], est.fit_moments_unit_[a]) for a in (2, 3))
+
+
+def test_label_ranges_whose_moment_powers_overflow_are_refused(tmp_path):
+    """Found in an exploratory session: `mmc fit --label-range=0,1e308` fitted, then every predict and audit
+    of the model died in `span ** a` (OverflowError). Such a range is refused when declared, observed or
+    loaded from an edited model file, with what to do instead."""
+    from mmc_core.errors import DataError
+    from mmc_core.moments import LabelScale
+
+    with pytest.raises(DataError, match="rescale the label"):
+        LabelScale.declared((0, 1e308))
+    with pytest.raises(DataError, match="rescale the label"):
+        LabelScale.declared((0, 1e-40))
+    big = LabelScale.declared((0, 1e30))
+    assert math.isfinite(float(big.moment_from_unit(np.array([1.0]), 8)[0]))
+    rng = np.random.default_rng(0)
+    t = {"g": rng.choice(["a", "b"], 200)}
+    y = rng.normal(0, 1, 200)
+    with pytest.raises(DataError, match="rescale the label"):
+        MomentMulticalibrator(label_range=(0, 1e308)).fit(t, y, GroupSet.from_columns(t, ["g"]))
+    with pytest.raises(DataError, match="rescale the label"):
+        MomentMulticalibrator().fit(t, y * 1e35, GroupSet.from_columns(t, ["g"]))
+    est = MomentMulticalibrator().fit(t, y, GroupSet.from_columns(t, ["g"]))
+    path = tmp_path / "m.json"
+    est.model_.save(path)
+    rec = json.loads(path.read_text())
+    rec["label_scale"]["hi"] = 1e308
+    path.write_text(json.dumps(rec))
+    with pytest.raises(ModelFormatError, match="rescale the label"):
+        FittedModel.load(path)
+
+
+@pytest.mark.parametrize("seed", [-1, True, 1.5, "3"])
+def test_a_bad_seed_is_refused_naming_the_parameter(seed):
+    """A negative seed ended in numpy's 'expected non-negative integer' from deep inside SeedSequence."""
+    from mmc_core.discover import discover
+
+    rng = np.random.default_rng(0)
+    t = {"g": rng.choice(["a", "b"], 100), "x": rng.normal(size=100)}
+    y = rng.normal(size=100)
+    with pytest.raises(MMCError, match="random_state must be a non-negative integer"):
+        MomentMulticalibrator(random_state=seed).fit(t, y, GroupSet.from_columns(t, ["g"]))
+    with pytest.raises(MMCError, match="seed must be a non-negative integer"):
+        discover(t, y, prediction=np.zeros(100), features=["x"], seed=seed)

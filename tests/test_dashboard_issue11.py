@@ -168,7 +168,8 @@ def test_bug2_manual_thresholds_with_an_in_app_model_show_no_traceback():
     at.button(key="run_btn").click().run()
     _wait(at)
     run = at.session_state["run"]
-    assert run is not None and run.split["base"].size == 450 and run.alpha == 0.001
+    assert run is not None and run.split["base"].size == 450 and run.settings.alpha == 0.001
+    assert run.alpha == max(0.001, run.model.info["achieved"]["alpha"])  # what the kept model holds to
 
 
 def test_bug3_dropping_rows_without_a_label_sticks_on_an_upload():

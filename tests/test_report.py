@@ -172,6 +172,11 @@ def test_mean_only_model_skips_empty_sections(tmp_path, monkeypatch):
     text = pdf_text(data, tmp_path)
     assert "Not in this report" in text and "mean only" in text
     assert "Variance reliability" not in text
+    # no moment threshold, moment updates or variance tests are claimed for a model without moments (found in
+    # an exploratory session: "β = 0.01 (moments)", "bound 1/β² − 1 = 9,999", "tests of ... variances")
+    flat = " ".join(text.split())
+    assert "β =" not in flat and "Moment updates" not in flat and "variances" not in flat
+    assert "tests of the model's means, bucket calibration" in flat
 
 
 def test_missing_chromium_is_one_actionable_line(tmp_path):

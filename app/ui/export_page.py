@@ -16,10 +16,12 @@ AUTO_CSV_ROWS = 100_000  # build the CSV without a click up to this many rows
 
 
 def _test_inputs(run, frame):
+    from app.pipeline import audit_labels
+
     rows = run.split["test"]
     table = frame.iloc[rows].reset_index(drop=True)
     base = None if run.base is None else run.base[rows]
-    return table, run.label.y[rows], base
+    return table, audit_labels(run, rows), base
 
 
 def report_file_name(data_name: str) -> str:
