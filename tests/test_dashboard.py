@@ -135,6 +135,21 @@ def test_converged_summary_of_a_fit_whose_mean_needed_no_update():
     assert converged_text({"rounds": 1, "mean_updates": 2, "moment_updates": 0}).startswith("Converged in 1 round (")
 
 
+def test_thresholds_caption_says_when_the_kept_model_misses_the_given_ones():
+    """With a given alpha and early stopping, the kept round may miss it; the model then states what it achieves
+    and the Run page must not present that value as the threshold 'set by you'."""
+    from app.ui.run_page import thresholds_used_text
+
+    info = {"thresholds_used": {"alpha": 0.002, "betas": {"2": 0.0005}}, "kept_round": 7}
+    met = thresholds_used_text(info, 0.002, 0.0005, {2: 0.0005}, auto=False)
+    assert met == "Thresholds used: α = 0.002, β = 0.0005 (set by you)."
+    missed = thresholds_used_text(info, 0.0031, 0.0005, {2: 0.0005}, auto=False)
+    assert missed.startswith("Thresholds used: α = 0.002, β = 0.0005 (set by you).")
+    assert "round 7" in missed and "achieves α = 0.0031, β = 0.0005" in missed
+    mean_only = thresholds_used_text({"thresholds_used": {"alpha": 0.01, "betas": {}}}, 0.01, 0.01, {}, auto=True)
+    assert mean_only == "Thresholds used: α = 0.01 (automatic: just above the sampling noise)."
+
+
 def test_data_page_switch_demo_and_label_errors():
     at = _new()
     at.selectbox(key="demo_name").select("islp_wage").run()

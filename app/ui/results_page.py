@@ -506,7 +506,9 @@ def render():
             return
     st.caption(
         f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
-        f"α = {run.alpha:.3g}, β = {run.beta:.3g}{_rule_note(run.model.info)}, "
+        f"α = {run.alpha:.3g}"
+        + (f", β = {run.beta:.3g}" if run.model.moments else "")
+        + f"{_rule_note(run.model.info)}, "
         f"m = {run.settings.n_buckets}, "
         f"k = {run.settings.n_moments} · audited on {run.split['test'].size:,} test rows · δ = "
         f"{run.settings.delta:g}, γ = {run.settings.gamma:g}"

@@ -698,6 +698,30 @@ def render():
     show_run_summary(run)
 
 
+def thresholds_used_text(info: dict, alpha: float, beta: float, moment_betas: dict, auto: bool) -> str:
+    """The caption of a run with given (or "auto") thresholds: the thresholds the descent used and, when the kept
+    model misses them (early stopping kept an earlier round), the values it achieves, which are the ones its
+    guarantees are stated with (``alpha``, ``beta``, ``moment_betas``: the model's stated values)."""
+    used = info.get("thresholds_used") or {}
+    ua = float(used.get("alpha", alpha))
+    ubs = {int(a): float(b) for a, b in (used.get("betas") or {}).items()}
+    has_moments = bool(ubs) or bool(moment_betas)
+
+    def betas(b2, others) -> str:
+        return f", β = {b2:.3g}" + "".join(f", β{a} = {v:.3g}" for a, v in sorted(others.items()) if a != 2)
+
+    text = f"Thresholds used: α = {ua:.3g}" + (betas(ubs.get(2, beta), ubs) if has_moments else "")
+    text += " (automatic: just above the sampling noise)." if auto else " (set by you)."
+    stated = {2: beta, **{int(a): float(b) for a, b in moment_betas.items()}}
+    if alpha > ua or (has_moments and any(stated.get(a, b) > b for a, b in ubs.items())):
+        text += (
+            f" The kept model (round {info.get('kept_round')}, chosen on the held-out rows) does not meet them: it "
+            f"achieves α = {alpha:.3g}" + (betas(beta, stated) if has_moments else "") + " on the fitting rows, "
+            "and its guarantees are stated with these values."
+        )
+    return text
+
+
 def converged_text(info: dict) -> str:
     """The first sentence of a converged run's summary. Round 0 is the moment pass before the first mean audit,
     so a fit whose mean needed no update has 0 rounds but moment updates: said in words, not as "0 rounds"."""
@@ -794,12 +818,7 @@ def show_run_summary(run):
             + " on the fitting rows (every cell's mass-weighted error is below them)."
         )
     else:
-        st.caption(
-            f"Thresholds used: α = {run.alpha:.3g}, β = {run.beta:.3g}"
-            + ("".join(f", β{a} = {v:.3g}" for a, v in mb.items() if a != 2))
-            + (" (automatic: just above the sampling noise)" if th.get("auto") else " (set by you)")
-            + "."
-        )
+        st.caption(thresholds_used_text(info, run.alpha, run.beta, mb, bool(th.get("auto"))))
     st.plotly_chart(_convergence_fig(run.history, run.alpha, run.beta, kept), width="stretch", key="final_chart")
     st.page_link("ui/results_page.py", label="See the results", icon=":material/insights:")
 
