@@ -98,10 +98,15 @@ def main():
     restored = persist.attach()  # a reload takes back the session's work (its address carries the workspace id)
     state.keep_widget_state()  # first: restore settings Streamlit dropped, before defaults fill the gaps
     state.init_session(args.data)
-    if st.session_state.pop("ws_dropped", False):
+    dropped = st.session_state.pop("ws_dropped", False)
+    if dropped:
+        why = (
+            "the server keeps the most recent sessions' tables only, to stay within its memory"
+            if dropped == "memory"
+            else "this server does not have it: it was restarted since, and work is kept in its memory only"
+        )
         st.toast(
-            "The work saved under this address is no longer kept (the server keeps the most recent sessions' "
-            "tables only, to stay within its memory): this is a new session on the demo.",
+            f"The work saved under this address is no longer kept ({why}): this is a new session on the demo.",
             icon=":material/history:",
         )
     if restored:

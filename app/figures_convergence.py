@@ -45,7 +45,7 @@ def _log_hline(
 def convergence_figure(
     history: list[dict],
     alpha: float,
-    beta: float,
+    beta: float | None,
     mean_bound: float | None = None,
     *,
     moment_bound: float | None = None,
@@ -62,6 +62,7 @@ def convergence_figure(
     3. counts: mean cells still violating alpha (bars), cumulative mean and moment updates, and the
        theoretical bound on mean updates 1/alpha^2 - 1 (``mean_bound``), on a log scale.
 
+    ``beta=None`` (a mean-only model, e.g. a classifier): no moment panel (two panels: mean and counts).
     Works for a partial history (live updates) and for a single row; an empty history gives a placeholder.
     Violations are on the label scaled to [0, 1] and weighted by cell mass, as in the paper.
     """
@@ -83,12 +84,15 @@ def convergence_figure(
         return None if v is None else np.where(v > 0, v, np.nan)
 
     mode = "lines+markers" if len(df) <= 60 else "lines"
+    moments = beta is not None
+    r_cnt = 3 if moments else 2  # the counts panel's row
+    titles = ("Largest mean violation", "Largest moment violation", "Violating cells and updates")
     fig = make_subplots(
-        rows=3,
+        rows=r_cnt,
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.1,
-        subplot_titles=("Largest mean violation", "Largest moment violation", "Violating cells and updates"),
+        subplot_titles=titles if moments else (titles[0], titles[2]),
     )
 
     def series(v, row: int, name: str, line: dict, hover: str, always: bool = False, **extra):
@@ -109,13 +113,16 @@ def convergence_figure(
     _log_hline(fig, alpha, f"α = {alpha:.3g} (threshold)", 1, OKABE_ITO["black"])
 
     xv, bv, hxv = col("max_moment_violation"), col("moment_violation_before_fit"), col("holdout_max_moment_violation")
+    if not moments:
+        xv = bv = hxv = None
     before = dict(color=MUTED, width=1.5, dash="dot")
     series(bv, 2, "moment: before the round's moment fit", before, "before moment fit: %{y:.3g}", marker=dict(size=5))
     series(xv, 2, "moment: fitting rows", dict(color=OKABE_ITO["green"], width=2.5), "fitting rows: %{y:.3g}")
     held = dict(color=OKABE_ITO["purple"], width=2.5, dash="dash")
     series(hxv, 2, "moment: held-out rows", held, "held-out rows: %{y:.3g}")
-    _log_hline(fig, beta, f"β = {beta:.3g} (threshold)", 2, OKABE_ITO["black"])
-    if not any(v is not None and np.any(v > 0) for v in (xv, bv, hxv)):
+    if moments:
+        _log_hline(fig, beta, f"β = {beta:.3g} (threshold)", 2, OKABE_ITO["black"])
+    if moments and not any(v is not None and np.any(v > 0) for v in (xv, bv, hxv)):
         fig.add_annotation(
             text="no moment violations to show (mean-only model, or every moment cell within β)",
             xref="x2 domain",
@@ -137,23 +144,29 @@ def convergence_figure(
                 opacity=0.75,
                 hovertemplate="round %{x}<br>violating cells: %{y:d}<extra></extra>",
             ),
-            3,
+            r_cnt,
             1,
         )
     mean_line = dict(color=OKABE_ITO["vermillion"], width=2.5)
-    series(mu, 3, "cumulative mean updates", mean_line, "mean updates: %{y:,.0f}")
+    series(mu, r_cnt, "cumulative mean updates", mean_line, "mean updates: %{y:,.0f}")
     moment_line = dict(color=OKABE_ITO["black"], width=2, dash="dashdot")
-    series(mo, 3, "cumulative moment updates", moment_line, "moment updates: %{y:,.0f}")
+    if moments:
+        series(mo, r_cnt, "cumulative moment updates", moment_line, "moment updates: %{y:,.0f}")
     if mean_bound is not None and math.isfinite(mean_bound) and mean_bound > 0:
         _log_hline(
-            fig, mean_bound, f"bound on mean updates 1/α²−1 = {mean_bound:,.0f}", 3, OKABE_ITO["vermillion"], below=True
+            fig,
+            mean_bound,
+            f"bound on mean updates 1/α²−1 = {mean_bound:,.0f}",
+            r_cnt,
+            OKABE_ITO["vermillion"],
+            below=True,
         )
     if moment_bound is not None and math.isfinite(moment_bound) and moment_bound > 0:
         _log_hline(
-            fig, moment_bound, f"bound on moment updates = {moment_bound:,.0f}", 3, OKABE_ITO["black"], right=False
+            fig, moment_bound, f"bound on moment updates = {moment_bound:,.0f}", r_cnt, OKABE_ITO["black"], right=False
         )
     if kept_round is not None and len(x) and kept_round != int(x[-1]):
-        for r in (1, 2, 3):
+        for r in range(1, r_cnt + 1):
             fig.add_vline(x=kept_round, line=dict(color=OKABE_ITO["green"], width=1.5, dash="dash"), row=r, col=1)
         fig.add_annotation(
             text=f"kept round {kept_round}",
@@ -177,13 +190,13 @@ def convergence_figure(
 
     bounds = [b for b in (mean_bound, moment_bound) if b is not None and math.isfinite(b) and b > 0]
     violation = dict(title_text="mass-weighted<br>violation", dtick="D2", tickformat=".0e")
-    for row, title_row, rng in (
-        (1, violation, log_range(mv, hmv, [alpha])),
-        (2, violation, log_range(xv, bv, hxv, [beta])),
-        (3, dict(title_text="count (log)"), log_range(vc, mu, mo, [1.0], bounds)),
-    ):
+    panels = [(1, violation, log_range(mv, hmv, [alpha]))]
+    if moments:
+        panels.append((2, violation, log_range(xv, bv, hxv, [beta])))
+    panels.append((r_cnt, dict(title_text="count (log)"), log_range(vc, mu, mo if moments else None, [1.0], bounds)))
+    for row, title_row, rng in panels:
         fig.update_yaxes(type="log", exponentformat="power", row=row, col=1, range=rng, **title_row)
-    fig.update_xaxes(title_text="round", row=3, col=1)
+    fig.update_xaxes(title_text="round", row=r_cnt, col=1)
     n = len(x)
     fig.update_xaxes(
         range=[x.min() - 0.6, x.max() + 0.6] if n else None, dtick=1 if n <= 15 else None, showticklabels=True
@@ -191,9 +204,13 @@ def convergence_figure(
     fig.update_layout(barmode="overlay")
     status = f"{n} round{'s' if n != 1 else ''} shown"
     _base_layout(
-        fig, title, 760, subtitle=f"Violations on the label scaled to [0, 1], weighted by cell mass; {status}.", left=90
+        fig,
+        title,
+        760 if moments else 560,
+        subtitle=f"Violations on the label scaled to [0, 1], weighted by cell mass; {status}.",
+        left=90,
     )
     _footer(fig, axis_px=60, legend_rows=2)
-    for a in fig.layout.annotations[:3]:  # subplot titles: left-aligned and bold-ish
+    for a in fig.layout.annotations[:r_cnt]:  # subplot titles: left-aligned and bold-ish
         a.update(x=0.0, xanchor="left", font=dict(size=13, color="#333333"))
     return fig

@@ -262,7 +262,7 @@ def run_pipeline(
         "beta": float(est.beta_),
         "moment_betas": {int(a): float(b) for a, b in getattr(est, "moment_betas_", {}).items()},
         "auto": isinstance(settings.alpha, str) or isinstance(settings.beta, str),
-        "rule": settings.alpha if isinstance(settings.alpha, str) else "given",
+        "rule": model.info.get("alpha_rule", "given"),  # "se" with the paper's step is the "auto" rule
         "z": float(getattr(est, "z_", 0.0) or 0.0),
     }
     run = AuditRun(

@@ -266,8 +266,8 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
                 (
                     "Moment updates",
                     (
-                        f"{info.get('moment_updates'):,} in total; at most "
-                        f"{info.get('max_moment_updates_per_call', '–'):,} per moment pass "
+                        f"{info.get('moment_updates'):,} in total, the largest moment pass "
+                        f"{info.get('max_moment_updates_per_call', '–'):,} "
                         f"(bound 1/β² − 1 = {beta_bound:,.0f} per pass)"
                     )
                     if isinstance(info.get("moment_updates"), int)
@@ -498,11 +498,18 @@ def build_report_pdf(
     p = model.params
     hist = list(info.get("history") or [])
     add_figure(
-        F.convergence_figure(hist, p.alpha, p.beta, p.mean_update_bound(), kept_round=info.get("kept_round")),
+        F.convergence_figure(
+            hist,
+            p.alpha,
+            p.beta if model.moments else None,
+            p.mean_update_bound(),
+            kept_round=info.get("kept_round"),
+        ),
         numbered("Convergence of the fit"),
         "Top: the largest mass-weighted mean error over all cells, per round, on the fitting rows (blue) "
-        "and the held-out rows (orange); the fit stops when the blue line is below α. Middle: the same "
-        "for the moments against β. Bottom: cells still violating α, and cumulative updates against the "
+        "and the held-out rows (orange); the fit stops when the blue line is below α. "
+        + ("Middle: the same for the moments against β. " if model.moments else "")
+        + "Bottom: cells still violating α, and cumulative updates against the "
         "theoretical bound. A held-out line far above the fitting line signals over-fitting of small cells.",
         fill=True,
     )

@@ -184,7 +184,9 @@ def kept_model_text(info: dict) -> str:
     rounds, kept = info.get("rounds"), info.get("kept_round")
     if info.get("early_stopped") and kept is not None and kept != rounds:
         return f"the model of round {kept} (the best on the held-out rows; the descent ran {rounds} rounds)"
-    return f"the model after {rounds} round(s)"
+    if not rounds:  # round 0 is the moment pass before the first mean update
+        return "the model as fitted so far (no mean update yet; the first moment pass was under way)"
+    return f"the model after {rounds} round{'s' if rounds != 1 else ''}"
 
 
 def frame_key(df: pd.DataFrame, name: str = "") -> str:

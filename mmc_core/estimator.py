@@ -42,6 +42,7 @@ from .thresholds import (  # noqa: F401 - the rule constants are re-exported for
     auto_threshold,
     bonferroni_z,
     check_seed,
+    effective_rule,
     validate_params,
 )
 
@@ -124,8 +125,10 @@ def state_achieved(est, model, params: DescentParams, achieved: dict) -> tuple:
     def stated(rule, given: float, got: float) -> float:
         return got if rule == "se" else max(given, got)
 
-    alpha_a = stated(est.alpha, params.alpha, achieved["alpha"])
-    betas = {a: stated(est.beta, params.beta_for(a), achieved["betas"][a]) for a in params.moments}
+    alpha_a = stated(effective_rule(est.alpha, est.step), params.alpha, achieved["alpha"])
+    betas = {
+        a: stated(effective_rule(est.beta, est.step), params.beta_for(a), achieved["betas"][a]) for a in params.moments
+    }
     if alpha_a != params.alpha or any(b != params.beta_for(a) for a, b in betas.items()):
         model.params = dataclasses.replace(
             params,
@@ -240,8 +243,8 @@ def fit_info(est, model, search: BucketSearch, rows: FitRows, achieved, floors) 
         "buckets_tried": {str(r[1]): float(r[0]) for r in runs} if len(runs) > 1 else {},
         "mean_buckets": est.mean_buckets,
         "moment_buckets": est.moment_buckets,
-        "alpha_rule": est.alpha if isinstance(est.alpha, str) else "given",
-        "beta_rule": est.beta if isinstance(est.beta, str) else "given",
+        "alpha_rule": effective_rule(est.alpha, est.step),
+        "beta_rule": effective_rule(est.beta, est.step),
         "history": res.history,
         "estimator_params": _json_params(est.get_params(deep=False)),
     }

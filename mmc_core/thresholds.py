@@ -29,6 +29,15 @@ def _check_unit_interval(name: str, v, open_right: bool = True):
         raise MMCError(f"{name} must be a number strictly between 0 and 1, got {v!r}")
 
 
+def effective_rule(rule, step: str) -> str:
+    """The threshold rule a fit actually applies for a parameter given as ``rule`` (alpha or beta): "se" is the
+    per-cell test of the exact step, so with the paper's step it falls back to the "auto" noise rule; a number
+    is "given". What the model's info, the summaries and the report name."""
+    if not isinstance(rule, str):
+        return "given"
+    return "auto" if rule == "se" and step != "exact" else rule
+
+
 def check_seed(seed, name: str = "random_state"):
     """A seed numpy's ``default_rng`` takes: None, a non-negative integer, or a numpy Generator / SeedSequence /
     BitGenerator; anything else (a negative number, a bool, text) is an MMCError naming ``name``."""

@@ -332,3 +332,18 @@ def test_a_bad_seed_is_refused_naming_the_parameter(seed):
         MomentMulticalibrator(random_state=seed).fit(t, y, GroupSet.from_columns(t, ["g"]))
     with pytest.raises(MMCError, match="seed must be a non-negative integer"):
         discover(t, y, prediction=np.zeros(100), features=["x"], seed=seed)
+
+
+def test_se_rule_with_the_paper_step_is_named_as_the_auto_rule_it_falls_back_to():
+    """Found in an exploratory browser session: with the paper's step the "se" thresholds fall back to the
+    "auto" noise rule (z = 0), but the model's info kept alpha_rule "se", so the Run page, the Results header and
+    the PDF said 'cells were corrected only when |t| >= 0.00 against their own standard error'."""
+    rng = np.random.default_rng(0)
+    t = {"g": rng.choice(["a", "b", "c"], 2000)}
+    y = rng.normal(50, 10, 2000)
+    est = MomentMulticalibrator(step="paper", label_range=(0, 100)).fit(t, y, GroupSet.from_columns(t, ["g"]))
+    info = est.model_.info
+    assert est.z_ == 0 and info["alpha_rule"] == info["beta_rule"] == "auto"
+    assert est.planned_thresholds(t, y, GroupSet.from_columns(t, ["g"]))["rule"] == "auto"
+    exact = MomentMulticalibrator(label_range=(0, 100)).fit(t, y, GroupSet.from_columns(t, ["g"]))
+    assert exact.z_ > 0 and exact.model_.info["alpha_rule"] == "se"

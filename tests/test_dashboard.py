@@ -463,6 +463,9 @@ def test_a_label_with_text_cells_is_still_the_label_never_the_prediction_column(
     assert guess_label(df) == "y"
     assert guess_label(df.drop(columns="y")) == "x"
     assert guess_label(df[["pred"]]) == "pred"  # the only numeric column
+    # a constant last column is never the guess while a varying one exists (the first view was an error)
+    assert guess_label(df.drop(columns="y").assign(const=7)) == "x"
+    assert guess_label(pd.DataFrame({"const": [7, 7, 7]})) == "const"
 
 
 def test_switching_tables_sets_the_previous_work_aside_and_brings_it_back():
@@ -577,6 +580,8 @@ def test_a_reload_takes_back_the_sessions_work():
     fresh.query_params["ws"] = "not-a-workspace"
     fresh.run()
     assert fresh.session_state["data"]["name"] == "synthetic_scores" and fresh.session_state["ws_id"] != wid
+    # an address this server never had (it restarted since) says so instead of silently opening the demo
+    assert any("no longer kept" in t.value and "restarted" in t.value for t in fresh.toast), fresh.toast
 
 
 def test_kept_workspaces_stay_within_a_memory_cap_and_a_dropped_one_says_so(monkeypatch):

@@ -437,3 +437,18 @@ def test_group_names_are_drawn_as_written_not_as_html(fitted):
     assert "Zürich &lt;b&gt;x&lt;/b&gt;" in ticks and odd not in ticks
     hover_names = {str(c[0]) for tr in fig.data if tr.customdata is not None for c in tr.customdata}
     assert "Zürich &lt;b&gt;x&lt;/b&gt;" in hover_names and odd not in hover_names
+
+
+def test_convergence_figure_of_a_mean_only_model_has_no_moment_panel():
+    """Found in an exploratory browser session: a classifier's run drew a 'Largest moment violation' panel with a
+    β threshold the fit never used. beta=None draws the mean and count panels only."""
+    hist = [
+        {"round": 0, "max_mean_violation": 0.01, "violating_cells": 4, "mean_updates": 0, "moment_updates": 0},
+        {"round": 1, "max_mean_violation": 0.002, "violating_cells": 0, "mean_updates": 3, "moment_updates": 0},
+    ]
+    fig = F.convergence_figure(hist, 0.004, None, 1 / 0.004**2 - 1, kept_round=0)
+    titles = [a.text for a in fig.layout.annotations]
+    assert "Largest moment violation" not in titles and "Violating cells and updates" in titles
+    assert not any("β" in str(t) for t in titles) and not any("moment" in (tr.name or "") for tr in fig.data)
+    with_moments = F.convergence_figure(hist, 0.004, 0.001)
+    assert "Largest moment violation" in [a.text for a in with_moments.layout.annotations]

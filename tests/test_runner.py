@@ -532,4 +532,7 @@ def test_the_kept_model_is_named_by_its_round():
     assert kept_model_text({"rounds": 8539, "kept_round": 4046, "early_stopped": True}) == (
         "the model of round 4046 (the best on the held-out rows; the descent ran 8539 rounds)"
     )
-    assert kept_model_text({"rounds": 12, "kept_round": 12, "early_stopped": False}) == "the model after 12 round(s)"
+    assert kept_model_text({"rounds": 12, "kept_round": 12, "early_stopped": False}) == "the model after 12 rounds"
+    # stopped in round 0 (found in a browser session: "the model after 0 round(s) was kept")
+    zero = kept_model_text({"rounds": 0, "kept_round": 0, "early_stopped": False})
+    assert "0 round" not in zero and "no mean update yet" in zero

@@ -332,7 +332,9 @@ def base_section(d):
         )
     with c2:
         if ss["base_kind"] == "column":
-            choose_one("base_col", "Prediction column (label units)", nums, "choose a column")
+            binary = binary_values(frame, ss.get("label_col")) is not None
+            what = "Prediction column (probability of the positive class, in [0, 1])" if binary else None
+            choose_one("base_col", what or "Prediction column (label units)", nums, "choose a column")
             if not nums:
                 st.warning("There is no numeric column other than the label.")
         elif ss["base_kind"] == "model":

@@ -105,8 +105,12 @@ def pdf_section(run, frame):
                 ss["export_pdf_error"] = str(e)
                 ss.pop("export_pdf", None)
             except ImportError as e:
+                # only a missing kaleido / fpdf2 is the user's to install; any other import failure is ours
+                missing = getattr(e, "name", None) in ("kaleido", "fpdf", "fpdf2")
                 ss["export_pdf_error"] = (
                     f"PDF export needs the kaleido and fpdf2 packages: pip install kaleido fpdf2 ({e})"
+                    if missing
+                    else f"an internal import failed ({e}); restart the dashboard, and report it if it persists"
                 )
                 ss.pop("export_pdf", None)
     if ss.get("export_pdf_error"):
@@ -125,13 +129,14 @@ def pdf_section(run, frame):
 
 def csv_section(run, frame):
     ss = st.session_state
-    st.subheader("Predictions with intervals (CSV)")
     from mmc_core.intervals import available_methods
 
     methods = list(available_methods(run.model))
+    st.subheader("Predictions with intervals (CSV)" if methods else "Predictions (CSV)")
     state.put("exp_methods", [m for m in ss.get("exp_methods", []) if m in methods])
     c1, c2 = st.columns([2, 1])
-    c1.multiselect("Interval methods (a lower and an upper column each)", methods, **state.bind("exp_methods"))
+    if methods:  # a classifier has no intervals: no picker of nothing
+        c1.multiselect("Interval methods (a lower and an upper column each)", methods, **state.bind("exp_methods"))
     which = c2.radio(
         "Rows",
         ["all", "test"],

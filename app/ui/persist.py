@@ -5,7 +5,7 @@ server runs) takes the workspace back instead of starting over on the demo.
 
 Kept in memory only, for as long as the server runs, for the last ``MAX_WORKSPACES`` sessions (each holds its
 table) and at most ``MMC_WORKSPACE_GB`` (default 4) of their tables: older workspaces go first, the session's
-own never; an address whose workspace went says so. Nothing is written to disk. The id is 128 random bits: the
+own never; an address whose workspace went (or that this server never had: it restarted) says so. Nothing is written to disk. The id is 128 random bits: the
 address is what grants access, as with the dashboard itself, which is meant to be served to the analyst's own
 browser.
 """
@@ -60,8 +60,9 @@ def attach() -> bool:
         wid = st.query_params.get(PARAM)
         with _LOCK:
             kept = _WORKSPACES.get(wid) if wid else None
-        if kept is None and wid and wid in _DROPPED:
-            ss["ws_dropped"] = True
+        if kept is None and wid:
+            # let go here ("memory"), or never on this server: it restarted since, or the address is foreign
+            ss["ws_dropped"] = "memory" if wid in _DROPPED else "unknown"
         if kept is not None:
             for k, v in kept[1].items():
                 ss[k] = _own_copy(k, v)

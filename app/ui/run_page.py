@@ -268,18 +268,21 @@ def progress_of(history: list, alpha: float, max_rounds: int | None) -> float:
     return float(min(frac, 0.99))
 
 
-def _convergence_fig(history, alpha: float, beta: float, kept_round=None):
+def _convergence_fig(history, alpha: float, beta: float | None, kept_round=None):
+    """``beta`` None: a mean-only model (a classifier, or k = 1), drawn without the moment panel."""
     from app.figures_convergence import convergence_figure
 
     return convergence_figure(history, alpha, beta, 1 / alpha**2 - 1, kept_round=kept_round)
 
 
-def _job_thresholds(job, settings) -> tuple[float, float] | None:
+def _job_thresholds(job, settings) -> tuple[float, float | None] | None:
     t = job.thresholds or {}
     a = t.get("alpha", settings.alpha)
     b = t.get("beta", settings.beta)
     if isinstance(a, str) or isinstance(b, str):
         return None
+    if "moment_betas" in t and not t["moment_betas"]:  # the fit plans no moment (a classifier, or k = 1)
+        return float(a), None
     return float(a), float(b)
 
 
@@ -740,7 +743,12 @@ def show_run_summary(run):
     if run.stopped:
         audited = run.audit is not None
         st.warning(
-            f"Stopped by you after {info['rounds']} rounds: {kept_model_text(info)} was kept"
+            (
+                f"Stopped by you after {info['rounds']} round{'s' if info['rounds'] != 1 else ''}"
+                if info["rounds"]
+                else "Stopped by you during the first moment pass"
+            )
+            + f": {kept_model_text(info)} was kept"
             + (" and audited" if audited else " (not audited)")
             + "; it is **not** multicalibrated to α, β.",
             icon=":material/stop_circle:",
@@ -813,13 +821,15 @@ def show_run_summary(run):
     if th.get("rule") == "se":
         st.caption(
             f"Thresholds: per-cell standard-error test, z = {th.get('z', 0):.2f}. The kept model achieves "
-            f"α = {run.alpha:.3g}, β = {run.beta:.3g}"
+            f"α = {run.alpha:.3g}"
+            + (f", β = {run.beta:.3g}" if run.model.moments else "")
             + ("".join(f", β{a} = {v:.3g}" for a, v in mb.items() if a != 2))
             + " on the fitting rows (every cell's mass-weighted error is below them)."
         )
     else:
         st.caption(thresholds_used_text(info, run.alpha, run.beta, mb, bool(th.get("auto"))))
-    st.plotly_chart(_convergence_fig(run.history, run.alpha, run.beta, kept), width="stretch", key="final_chart")
+    beta = run.beta if run.model.moments else None
+    st.plotly_chart(_convergence_fig(run.history, run.alpha, beta, kept), width="stretch", key="final_chart")
     st.page_link("ui/results_page.py", label="See the results", icon=":material/insights:")
 
 

@@ -233,16 +233,17 @@ PREDICTION_NAMES = ("pred", "prediction", "y_pred", "base_pred", "yhat", "score_
 def guess_label(frame: pd.DataFrame, nums: list | None = None):
     """The label column an upload most likely means: a column named like a label (y, label, target, ...) even
     when some of its cells are not numbers (the Data page then names them and offers to drop those rows),
-    else the last numeric column with values that is not named like a prediction; never a prediction column
-    while another numeric column exists."""
+    else the last numeric column that varies and is not named like a prediction; never a prediction column
+    while another numeric column exists, never a constant column while a varying one exists."""
     nums = numeric_columns(frame) if nums is None else nums
     named = {str(c).lower(): c for c in frame.columns}
     for n in LABEL_NAMES:
         if n in named:
             return named[n]
     usable = [c for c in nums if frame[c].notna().any()]
-    plain = [c for c in usable if str(c).lower() not in PREDICTION_NAMES]
-    pool = plain or usable or nums
+    varying = [c for c in usable if frame[c].nunique(dropna=True) > 1]  # a constant column has nothing to calibrate
+    plain = [c for c in varying if str(c).lower() not in PREDICTION_NAMES]
+    pool = plain or varying or usable or nums
     return pool[-1] if pool else None
 
 
