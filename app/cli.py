@@ -398,6 +398,8 @@ def estimator_from_args(args, **extra):
 
 
 def cmd_fit(args) -> int:
+    if args.features and not args.discover:
+        raise CLIError("--features names the columns --discover may learn groups on: add --discover, or drop it")
     if args.engine == "dask":
         from .cli_dask import fit
 
@@ -406,8 +408,6 @@ def cmd_fit(args) -> int:
     from .io import numeric_column, read_table
 
     _check_out(args.out)
-    if args.features and not args.discover:
-        raise CLIError("--features names the columns --discover may learn groups on: add --discover, or drop it")
     df = read_table(args.data)
     task, y, binary_info = _fit_label(df, args)
     base = numeric_column(df, args.pred, "prediction column") if args.pred else None
@@ -699,6 +699,13 @@ def cmd_predict(args) -> int:
 
     _check_apply_args(args)
     model, df, base, _ = _load_for_apply(args, need_label=False)
+    if args.threshold is not None and model.task != "binary":
+        raise CLIError("--threshold needs a binary (classifier) model; this model is a regression")
+    if args.interval and model.task == "binary":
+        raise CLIError(
+            "--interval: no prediction intervals for a binary (classifier) model; `mean` is the "
+            "probability (use --threshold T for a decision)"
+        )
     refuse_overwrite(df.columns, prediction_columns(model, args.threshold is not None, bool(args.interval)))
     preds = model.predict(df, base)
     _note_base_range(model, base)
@@ -706,14 +713,7 @@ def cmd_predict(args) -> int:
     for k, v in preds.items():
         out[k] = v
     if args.threshold is not None:
-        if model.task != "binary":
-            raise CLIError("--threshold needs a binary (classifier) model; this model is a regression")
         out["decision"] = (preds["mean"] >= args.threshold).astype(int)
-    if args.interval and model.task == "binary":
-        raise CLIError(
-            "--interval: no prediction intervals for a binary (classifier) model; `mean` is the "
-            "probability (use --threshold T for a decision)"
-        )
     if args.interval:
         from mmc_core.intervals import predict_intervals
 

@@ -164,7 +164,7 @@ def fit(args) -> int:
     summary = {k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups")}
     summary.update(
         alpha=est.alpha_,
-        beta=est.beta_,
+        beta=est.beta_ if est.model_.moments else None,  # a mean-only model has no moment threshold
         kept_round=info["kept_round"],
         n_fit=info["n_fit"],
         n_calibration=info["n_calibration"],

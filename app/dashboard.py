@@ -103,10 +103,11 @@ def main():
         why = (
             "the server keeps the most recent sessions' tables only, to stay within its memory"
             if dropped == "memory"
-            else "this server does not have it: it was restarted since, and work is kept in its memory only"
+            else "this server does not have it: work is kept in the server's memory only, so a restart loses it "
+            "(or the address is not one of its sessions)"
         )
         st.toast(
-            f"The work saved under this address is no longer kept ({why}): this is a new session on the demo.",
+            f"The work saved under this address is no longer kept ({why}): this is a new session.",
             icon=":material/history:",
         )
     if restored:

@@ -30,6 +30,7 @@ from mmc_core.recalibrate import describe as describe_base
 
 from . import figures as F
 from .pdf_doc import KALEIDO_MESSAGE, _title_page, report_label
+from .specs import descent_thresholds, threshold_rules
 from .validate import unlisted_notes
 from .report_tables import (
     _below,
@@ -184,7 +185,8 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
     p, info, sc = model.params, dict(model.info or {}), model.scale
     moments = tuple(p.moments)
     k = max(moments) if moments else 1
-    mb = p.mean_update_bound()
+    used_alpha, used_beta = descent_thresholds(model)
+    mb = 1.0 / used_alpha**2 - 1.0  # the paper's bound is on the threshold the descent used
     beta_bound = 1.0 / p.beta**2 - 1.0 if p.beta > 0 else float("inf")
     rounds = info.get("rounds", "–")
     kept = info.get("kept_round")
@@ -219,10 +221,19 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
     if src == "robust" and isinstance(note, str) and note.strip():
         src_txt += f"; {note.strip()}"
     # a mean-only model has no moment threshold: β is neither stated nor explained
-    rules = (("α", "alpha_rule"), ("β", "beta_rule")) if moments else (("α", "alpha_rule"),)
-    auto = [n_ for n_, r in rules if info.get(r) == "auto"]
-    se = [n_ for n_, r in rules if info.get(r) == "se"]
+    applied = threshold_rules(model)  # older files kept "se" for a paper-step fit: it was the "auto" rule
+    rules = (("α", "alpha"), ("β", "beta")) if moments else (("α", "alpha"),)
+    auto = [n_ for n_, r in rules if applied[r] == "auto"]
+    se = [n_ for n_, r in rules if applied[r] == "se"]
     auto_txt = f"; {' and '.join(auto)} chosen automatically just above the sampling noise" if auto else ""
+    missed = not se and (p.alpha > used_alpha or (used_beta is not None and p.beta > used_beta))
+    if missed:  # early stopping kept a round that misses the thresholds the descent used
+        auto_txt += (
+            f"; the descent used α = {used_alpha:.3g}"
+            + (f", β = {used_beta:.3g}" if used_beta is not None else "")
+            + f", and the kept round ({info.get('kept_round')}, the best on the held-out rows) achieves the values "
+            "stated here"
+        )
     if se:
         auto_txt += (
             f"; {' and '.join(se)}: the values the model achieves on its fitting rows (cells were corrected "
@@ -495,16 +506,10 @@ def build_report_pdf(
         return f"{section['n']}. {text}"
 
     skipped = []
-    p = model.params
     hist = list(info.get("history") or [])
+    d_alpha, d_beta = descent_thresholds(model)  # the lines the descent compared against
     add_figure(
-        F.convergence_figure(
-            hist,
-            p.alpha,
-            p.beta if model.moments else None,
-            p.mean_update_bound(),
-            kept_round=info.get("kept_round"),
-        ),
+        F.convergence_figure(hist, d_alpha, d_beta, 1.0 / d_alpha**2 - 1.0, kept_round=info.get("kept_round")),
         numbered("Convergence of the fit"),
         "Top: the largest mass-weighted mean error over all cells, per round, on the fitting rows (blue) "
         "and the held-out rows (orange); the fit stops when the blue line is below α. "

@@ -178,14 +178,39 @@ class AuditRun:
 # ---------------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------------
+def threshold_rules(model) -> dict:
+    """{"alpha": rule, "beta": rule} as the fit applied them ("se", "auto" or "given"): older model files kept
+    "se" for a paper-step fit, which falls back to the "auto" noise rule (mmc_core.thresholds.effective_rule)."""
+    from mmc_core.thresholds import effective_rule
+
+    info, step = dict(model.info or {}), model.params.step
+    return {k: effective_rule(info.get(f"{k}_rule", "given"), step) for k in ("alpha", "beta")}
+
+
+def descent_thresholds(model) -> tuple:
+    """(alpha, beta or None) the descent compared its cells against, for the convergence figure and the bound
+    on updates: with the "se" rule the values the kept model achieves (the per-cell test is the real gate),
+    otherwise the thresholds used (``info["thresholds_used"]``), which the stated ones exceed when early
+    stopping kept a round that misses them. beta is None for a mean-only model."""
+    p, info = model.params, dict(model.info or {})
+    used = info.get("thresholds_used") or {}
+    se = threshold_rules(model)["alpha"] == "se"
+    alpha = p.alpha if se or "alpha" not in used else float(used["alpha"])
+    if not model.moments:
+        return alpha, None
+    betas = used.get("betas") or {}
+    beta = p.beta if se or "2" not in betas else float(betas["2"])
+    return alpha, beta
+
+
 def kept_model_text(info: dict) -> str:
     """Which model a fit kept, in words: the last round's, or with early stopping an earlier round's (the best
     on the held-out rows), so that a stopped or early-stopped run never claims its last round was kept."""
     rounds, kept = info.get("rounds"), info.get("kept_round")
     if info.get("early_stopped") and kept is not None and kept != rounds:
         return f"the model of round {kept} (the best on the held-out rows; the descent ran {rounds} rounds)"
-    if not rounds:  # round 0 is the moment pass before the first mean update
-        return "the model as fitted so far (no mean update yet; the first moment pass was under way)"
+    if rounds == 0:  # round 0: before the first mean update (the moments' first pass, if any)
+        return "the model as fitted so far (no mean update yet)"
     return f"the model after {rounds} round{'s' if rounds != 1 else ''}"
 
 

@@ -431,23 +431,39 @@ def _positive_is_one(pos) -> bool:
 
 def binary_labels(model, y, name: str = "the labels") -> np.ndarray:
     """The audit rows' labels as 0/1 floats, 1 = the model's positive class: 0/1 (or True/False) as they are
-    when that class is 1 / True, otherwise mapped through the model's own two classes (a model fitted with
-    positive class 0 predicts P(y = 0): its labels must be flipped, not read as they are)."""
+    when that class is 1 / True, otherwise each value matched to the model's own two classes (a model fitted
+    with positive class 0 predicts P(y = 0): its labels must be flipped, not read as they are). A value that is
+    neither class is refused (a column coded 1/2 is not a 0/1 column), and a set holding one class only is
+    fine (a slice with no events)."""
     arr = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
     info = getattr(model, "binary", None) or {}
     pos = info.get("positive")
-    plain = _positive_is_one(pos) and set(map(str, info.get("classes") or [])) <= {"0", "1", "False", "True"}
+    classes = list(info.get("classes") or [])
+    plain = _positive_is_one(pos) and set(map(str, classes)) <= {"0", "1", "False", "True"}
     if _positive_is_one(pos) and arr.dtype.kind in "iufb":
         a = arr.astype(float)
         if a.ndim == 1 and np.all(np.isin(a, (0.0, 1.0))):
             return a
-    if pos is not None:
-        try:
-            return as_binary(arr, pos, name)[0]
-        except DataError:
-            if not plain:
-                raise
-    raise DataError(f"{name} must be 0/1 for this classifier model (found values other than 0 and 1)")
+    if pos is None or plain:
+        raise DataError(f"{name} must be 0/1 for this classifier model (found values other than 0 and 1)")
+    neg = classes[0] if len(classes) == 2 else None
+    s = pd.Series(np.asarray(arr, dtype=object).ravel())
+    if s.isna().any():
+        raise DataError(f"{name} has {int(s.isna().sum())} missing value(s): drop those rows first")
+
+    def same(v, c) -> bool:
+        return c is not None and (v == c or str(v) == str(c))
+
+    codes, uniq = pd.factorize(s)
+    is_pos = np.array([same(v, pos) for v in uniq], dtype=bool)
+    is_neg = np.array([same(v, neg) for v in uniq], dtype=bool)
+    bad = [v for v, p_, n_ in zip(uniq, is_pos, is_neg) if not (p_ or n_)]
+    if bad:
+        shown = ", ".join(repr(v) for v in bad[:3])
+        raise DataError(
+            f"{name} has value(s) {shown} that are not the model's classes ({neg!r} negative, {pos!r} positive)"
+        )
+    return is_pos.astype(float)[codes]
 
 
 def audit_binary_model(model, table, y, base, opts):

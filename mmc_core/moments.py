@@ -86,8 +86,8 @@ class LabelScale:
             # limits that power overflows (or underflows to 0) in float64
             raise DataError(
                 f"label range [{self.lo:g}, {self.hi:g}] is outside what the moments can represent (span and "
-                f"values between {SPAN_LIMITS[0]:g} and {SPAN_LIMITS[1]:g}): rescale the label (e.g. to thousands "
-                "or millions of its unit) or declare a narrower --label-range"
+                f"values between {SPAN_LIMITS[0]:g} and {SPAN_LIMITS[1]:g}): rescale the label (express it in a "
+                "unit in which its range spans between those) or declare a label range within them"
             )
 
     @property

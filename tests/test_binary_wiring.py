@@ -525,11 +525,21 @@ def test_audit_of_a_model_whose_positive_class_is_0_reads_the_labels_its_way(pos
     bound = est.model_.params.m * est.model_.info["achieved"]["alpha"]
     assert abs(overall["mean_score"] - overall["base_rate"]) <= bound + 1e-12
     assert not [f for f in res.findings if f.get("kind") in ("mean", "calibration")], res.findings
-    # a label column of the other classes is still refused, naming it
-    with pytest.raises(DataError, match="label column 'y'"):
-        from mmc_core.binary import binary_labels
+    from mmc_core.binary import binary_labels
 
+    # a slice holding only the negative class (no events) is audited, not refused
+    neg = np.asarray(labels(np.ones(5, dtype=int)))
+    assert binary_labels(est.model_, neg).tolist() == [0.0] * 5
+    # a value that is neither class is refused, naming the column (a 0/5 column is not this model's 0/1)
+    with pytest.raises(DataError, match="label column 'y'"):
         binary_labels(est.model_, np.array([2, 3, 2]), "label column 'y'")
+    if positive == 0:
+        with pytest.raises(DataError, match="not the model's classes"):
+            binary_labels(est.model_, np.array([0, 5, 0]), "label column 'y'")
+    # a plain 0/1 model refuses a 1/2-coded column instead of reading 2 as the negative class
+    plain = MomentMulticalibrator(calibration_fraction=0).fit(df, y, gs)
+    with pytest.raises(DataError, match="must be 0/1"):
+        binary_labels(plain.model_, np.array([1, 2, 2, 1]))
 
 
 def test_cli_audit_of_a_model_with_positive_class_0(tmp_path, capsys):

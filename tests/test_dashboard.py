@@ -581,7 +581,7 @@ def test_a_reload_takes_back_the_sessions_work():
     fresh.run()
     assert fresh.session_state["data"]["name"] == "synthetic_scores" and fresh.session_state["ws_id"] != wid
     # an address this server never had (it restarted since) says so instead of silently opening the demo
-    assert any("no longer kept" in t.value and "restarted" in t.value for t in fresh.toast), fresh.toast
+    assert any("no longer kept" in t.value and "a restart loses it" in t.value for t in fresh.toast), fresh.toast
 
 
 def test_kept_workspaces_stay_within_a_memory_cap_and_a_dropped_one_says_so(monkeypatch):

@@ -390,7 +390,6 @@ def test_characters_no_font_has_are_written_as_codes_never_dropped(monkeypatch):
 
 
 @needs_poppler
-@needs_poppler
 def test_rows_of_a_category_no_group_lists_are_noted_in_the_pdf(demo, tmp_path, monkeypatch):
     """`mmc report` printed the note on categories new since the fit to stderr only; the PDF said nothing, so
     its reader could take those rows for corrected. The Data section now carries the same sentence."""
@@ -406,6 +405,7 @@ def test_rows_of_a_category_no_group_lists_are_noted_in_the_pdf(demo, tmp_path, 
     assert "no group of the model lists" not in " ".join(pdf_text(clean, tmp_path).split())
 
 
+@needs_poppler
 def test_a_table_too_small_to_test_anything_is_not_reported_as_clean(tmp_path, monkeypatch):
     """Found in an exploratory session: the PDF of a 5-row audit read "No defect found: 0 tests ...", which
     sounds like a clean result. With no test possible it now says so, in red."""
@@ -421,3 +421,30 @@ def test_a_table_too_small_to_test_anything_is_not_reported_as_clean(tmp_path, m
 
     assert R.findings_summary(run_audit(est.model_, new, new["outcome"].to_numpy(float)))["n_tests"] == 0
     assert "Nothing could be tested" in flat and "No defect found" not in flat
+
+
+@needs_poppler
+def test_a_kept_round_that_misses_the_given_alpha_is_said_and_drawn_at_the_alpha_used(tmp_path, monkeypatch):
+    """Found reviewing the stated-alpha fix: with a given alpha and early stopping, the PDF stated the kept
+    model's (larger) alpha, but its convergence figure drew that value as the threshold the fit stopped at and
+    the bound 1/alpha^2 - 1 used it too. The figure and the bound use the alpha the descent used; the
+    Thresholds row says both."""
+    from app.specs import descent_thresholds
+
+    stand_in_renderer(monkeypatch)
+    t = demo_distribution().sample_table(8000, np.random.default_rng(0))
+    est = MomentMulticalibrator(alpha=3e-4, beta=1e-4, label_range=(0, 100)).fit(
+        t, t["outcome"], GroupSet.from_columns(t, ["sex", "race", "age"]), base_prediction=t["base_pred"]
+    )
+    m = est.model_
+    assert m.info["early_stopped"] and m.params.alpha > 3e-4  # the kept round misses the given alpha
+    assert descent_thresholds(m)[0] == 3e-4
+    drawn = []
+    real = R.F.convergence_figure
+    monkeypatch.setattr(R.F, "convergence_figure", lambda *a, **k: drawn.append(a) or real(*a, **k))
+    data = R.build_report_pdf(m, t, np.asarray(t["outcome"], float), base=np.asarray(t["base_pred"], float))
+    assert drawn and drawn[0][1] == 3e-4 and drawn[0][3] == pytest.approx(1 / 3e-4**2 - 1)
+    flat = " ".join(pdf_text(data, tmp_path).split())
+    assert f"α = {m.params.alpha:.3g} (means)" in flat  # the stated (achieved) value
+    assert "used α = 0.0003" in flat and "the best on the held-out rows) achieves the values stated here" in flat
+    assert f"1/α² − 1 = {1 / 3e-4**2 - 1:,.0f}" in flat

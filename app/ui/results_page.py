@@ -32,9 +32,11 @@ METHOD_LABELS = {
 }
 
 
-def _rule_note(info: dict) -> str:
+def _rule_note(model) -> str:
     """How alpha / beta were set, in a few words for the caption."""
-    rules = {info.get("alpha_rule"), info.get("beta_rule")}
+    from app.specs import threshold_rules
+
+    rules = set(threshold_rules(model).values())
     if "se" in rules:
         return " (achieved; per-cell standard-error rule)"
     if "auto" in rules:
@@ -506,9 +508,7 @@ def render():
             return
     st.caption(
         f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
-        f"α = {run.alpha:.3g}"
-        + (f", β = {run.beta:.3g}" if run.model.moments else "")
-        + f"{_rule_note(run.model.info)}, "
+        f"α = {run.alpha:.3g}" + (f", β = {run.beta:.3g}" if run.model.moments else "") + f"{_rule_note(run.model)}, "
         f"m = {run.settings.n_buckets}, "
         f"k = {run.settings.n_moments} · audited on {run.split['test'].size:,} test rows · δ = "
         f"{run.settings.delta:g}, γ = {run.settings.gamma:g}"

@@ -23,7 +23,7 @@ import time
 import streamlit as st
 
 from app.jobs import FitJob
-from app.specs import STEP_HELP, kept_model_text
+from app.specs import STEP_HELP, descent_thresholds, kept_model_text
 from app.ui import state
 from app.ui.common import esc
 from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
@@ -746,11 +746,11 @@ def show_run_summary(run):
             (
                 f"Stopped by you after {info['rounds']} round{'s' if info['rounds'] != 1 else ''}"
                 if info["rounds"]
-                else "Stopped by you during the first moment pass"
+                else "Stopped by you before the first mean update"
             )
             + f": {kept_model_text(info)} was kept"
             + (" and audited" if audited else " (not audited)")
-            + "; it is **not** multicalibrated to α, β.",
+            + f"; it is **not** multicalibrated to {'α, β' if run.model.moments else 'α'}.",
             icon=":material/stop_circle:",
         )
         if not audited:
@@ -828,8 +828,9 @@ def show_run_summary(run):
         )
     else:
         st.caption(thresholds_used_text(info, run.alpha, run.beta, mb, bool(th.get("auto"))))
-    beta = run.beta if run.model.moments else None
-    st.plotly_chart(_convergence_fig(run.history, run.alpha, beta, kept), width="stretch", key="final_chart")
+    st.plotly_chart(
+        _convergence_fig(run.history, *descent_thresholds(run.model), kept), width="stretch", key="final_chart"
+    )
     st.page_link("ui/results_page.py", label="See the results", icon=":material/insights:")
 
 

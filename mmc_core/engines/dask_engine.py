@@ -889,7 +889,12 @@ def _audit_part(df, model_json, label, base_col):
 
     model = _model_cache(model_json, FittedModel)
     n = len(df)
-    y = df[label].to_numpy(dtype=float)
+    if getattr(model, "task", "regression") == "binary":  # through the model's own classes (positive class 0...)
+        from ..binary import binary_labels
+
+        y = binary_labels(model, df[label], f"label '{label}'") if n else np.zeros(0)
+    else:
+        y = df[label].to_numpy(dtype=float)
     if n and not np.all(np.isfinite(y)):
         raise DataError(f"label '{label}' has missing or infinite values")
     base_u = None
