@@ -30,7 +30,7 @@ from mmc_core.recalibrate import describe as describe_base
 
 from . import figures as F
 from .pdf_doc import KALEIDO_MESSAGE, _title_page, report_label
-from .specs import descent_thresholds, threshold_rules
+from .specs import descent_thresholds, missed_reason, threshold_rules
 from .validate import unlisted_notes
 from .report_tables import (
     _below,
@@ -231,8 +231,7 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
         auto_txt += (
             f"; the descent used α = {used_alpha:.3g}"
             + (f", β = {used_beta:.3g}" if used_beta is not None else "")
-            + f", and the kept round ({info.get('kept_round')}, the best on the held-out rows) achieves the values "
-            "stated here"
+            + f", and the kept model achieves the values stated here ({missed_reason(info)})"
         )
     if se:
         auto_txt += (

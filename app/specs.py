@@ -203,6 +203,25 @@ def descent_thresholds(model) -> tuple:
     return alpha, beta
 
 
+def missed_reason(info: dict) -> str:
+    """Why a kept model misses thresholds its descent used, in words (a stated alpha / beta above the one used):
+    early stopping kept an earlier round, the per-cell standard-error test left cells uncorrected (a given alpha
+    next to an "se" beta still runs the test), or the run was stopped or capped."""
+    parts = []
+    if info.get("early_stopped"):
+        parts.append(f"early stopping kept round {info.get('kept_round')}, the best on the held-out rows")
+    if float(info.get("z") or 0.0) > 0:
+        parts.append(
+            f"cells whose error was not significant against their own standard error (|t| < {float(info['z']):.2f}) "
+            "were left uncorrected"
+        )
+    if info.get("stopped_by_user"):
+        parts.append("the run was stopped")
+    elif not info.get("run_converged", info.get("converged", True)):
+        parts.append("the run was capped")
+    return "; ".join(parts) if parts else "the kept model's cells were not all corrected"
+
+
 def kept_model_text(info: dict) -> str:
     """Which model a fit kept, in words: the last round's, or with early stopping an earlier round's (the best
     on the held-out rows), so that a stopped or early-stopped run never claims its last round was kept."""

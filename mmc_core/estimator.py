@@ -290,7 +290,8 @@ class MomentMulticalibrator(SklearnParams):
         * "auto": one threshold per predictor just above the sampling-noise level of a 5%-mass cell (see
           :func:`auto_threshold`; the rule of model format 1).
         * a number: the paper's fixed threshold. ``alpha_`` / ``beta_`` state it, unless the kept model misses it
-          (early stopping kept an earlier round, or the run was stopped or capped): then what that model achieves.
+          (early stopping kept an earlier round; the other threshold is "se", whose per-cell test then gates every
+          cell; or the run was stopped or capped): then what that model achieves.
     n_buckets : int or "auto"
         m, the number of level sets of each predictor. "auto" fits with 5, 10 and 20 and keeps the one with
         the lowest held-out squared error (needs calibration_fraction > 0).

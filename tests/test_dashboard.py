@@ -140,12 +140,15 @@ def test_thresholds_caption_says_when_the_kept_model_misses_the_given_ones():
     and the Run page must not present that value as the threshold 'set by you'."""
     from app.ui.run_page import thresholds_used_text
 
-    info = {"thresholds_used": {"alpha": 0.002, "betas": {"2": 0.0005}}, "kept_round": 7}
+    info = {"thresholds_used": {"alpha": 0.002, "betas": {"2": 0.0005}}, "kept_round": 7, "early_stopped": True}
     met = thresholds_used_text(info, 0.002, 0.0005, {2: 0.0005}, auto=False)
     assert met == "Thresholds used: α = 0.002, β = 0.0005 (set by you)."
     missed = thresholds_used_text(info, 0.0031, 0.0005, {2: 0.0005}, auto=False)
     assert missed.startswith("Thresholds used: α = 0.002, β = 0.0005 (set by you).")
-    assert "round 7" in missed and "achieves α = 0.0031, β = 0.0005" in missed
+    assert "early stopping kept round 7" in missed and "achieves α = 0.0031, β = 0.0005" in missed
+    # a given alpha next to the default "se" beta still runs the per-cell test: that is the reason then
+    se_test = thresholds_used_text({**info, "early_stopped": False, "z": 3.9}, 0.0031, 0.0005, {2: 0.0005}, False)
+    assert "(|t| < 3.90) were left uncorrected" in se_test and "early stopping" not in se_test
     mean_only = thresholds_used_text({"thresholds_used": {"alpha": 0.01, "betas": {}}}, 0.01, 0.01, {}, auto=True)
     assert mean_only == "Thresholds used: α = 0.01 (automatic: just above the sampling noise)."
 

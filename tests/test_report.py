@@ -446,5 +446,5 @@ def test_a_kept_round_that_misses_the_given_alpha_is_said_and_drawn_at_the_alpha
     assert drawn and drawn[0][1] == 3e-4 and drawn[0][3] == pytest.approx(1 / 3e-4**2 - 1)
     flat = " ".join(pdf_text(data, tmp_path).split())
     assert f"α = {m.params.alpha:.3g} (means)" in flat  # the stated (achieved) value
-    assert "used α = 0.0003" in flat and "the best on the held-out rows) achieves the values stated here" in flat
+    assert "used α = 0.0003" in flat and "achieves the values stated here (early stopping kept round" in flat
     assert f"1/α² − 1 = {1 / 3e-4**2 - 1:,.0f}" in flat

@@ -23,7 +23,7 @@ import time
 import streamlit as st
 
 from app.jobs import FitJob
-from app.specs import STEP_HELP, descent_thresholds, kept_model_text
+from app.specs import STEP_HELP, descent_thresholds, kept_model_text, missed_reason
 from app.ui import state
 from app.ui.common import esc
 from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
@@ -703,7 +703,7 @@ def render():
 
 def thresholds_used_text(info: dict, alpha: float, beta: float, moment_betas: dict, auto: bool) -> str:
     """The caption of a run with given (or "auto") thresholds: the thresholds the descent used and, when the kept
-    model misses them (early stopping kept an earlier round), the values it achieves, which are the ones its
+    model misses them (:func:`app.specs.missed_reason`), the values it achieves, which are the ones its
     guarantees are stated with (``alpha``, ``beta``, ``moment_betas``: the model's stated values)."""
     used = info.get("thresholds_used") or {}
     ua = float(used.get("alpha", alpha))
@@ -718,9 +718,9 @@ def thresholds_used_text(info: dict, alpha: float, beta: float, moment_betas: di
     stated = {2: beta, **{int(a): float(b) for a, b in moment_betas.items()}}
     if alpha > ua or (has_moments and any(stated.get(a, b) > b for a, b in ubs.items())):
         text += (
-            f" The kept model (round {info.get('kept_round')}, chosen on the held-out rows) does not meet them: it "
-            f"achieves α = {alpha:.3g}" + (betas(beta, stated) if has_moments else "") + " on the fitting rows, "
-            "and its guarantees are stated with these values."
+            f" The kept model does not meet them ({missed_reason(info)}): it achieves α = {alpha:.3g}"
+            + (betas(beta, stated) if has_moments else "")
+            + " on the fitting rows, and its guarantees are stated with these values."
         )
     return text
 
