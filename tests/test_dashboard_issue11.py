@@ -359,10 +359,17 @@ def test_binary_pdf_states_and_uses_the_threshold_chosen_on_the_results_slider(m
     at.selectbox(key="demo_name").set_value("loanapp").run()
     _ok(at)
     _page(at, "run")
+    # a classifier fits the mean only: with the noise-threshold rule the settings' implications named a β and
+    # a variance bound (found in an exploratory browser session); they name α only
+    at.radio(key="p_rule").set_value("auto").run()
+    implied = " ".join(m.value for m in at.markdown).split("What these settings imply")[1]
+    assert "α" in implied and "β" not in implied and "Variance" not in implied
+    at.radio(key="p_rule").set_value("se").run()
     at.button(key="run_btn").click().run()
     _wait(at, 300)
     run = at.session_state["run"]
     assert run is not None and run.model.task == "binary" and run.audit.params["threshold"] == 0.5
+    assert not any("β" in c.value for c in at.caption), [c.value for c in at.caption if "β" in c.value]
     _page(at, "results")
     at.slider(key="res_threshold").set_value(0.3).run()
     _ok(at)

@@ -15,6 +15,7 @@ is a fragment without a timer: a click sets the job's stop flag and, in that sam
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -143,8 +144,9 @@ def implications(
     auto = any(v in ("auto", "se") for v in (settings.alpha, settings.beta))
     if auto and not preview:
         return [
-            "**Thresholds α, β: automatic.** They are set just above the sampling noise of the fitting rows "
-            "once the base model's residuals are known (at the start of the run); the run summary shows them.",
+            ("**Thresholds α, β: automatic.** They are" if k >= 2 else "**Threshold α: automatic.** It is")
+            + " set just above the sampling noise of the fitting rows once the base model's residuals are known "
+            "(at the start of the run); the run summary shows " + ("them." if k >= 2 else "it."),
             f"**Buckets:** m = {m} per predictor; **moments:** 2..{k}" if k >= 2 else f"**Buckets:** m = {m}.",
         ]
     a = float(preview["alpha"]) if auto else float(settings.alpha)
@@ -154,8 +156,10 @@ def implications(
     out = []
     if auto:
         out.append(
-            f"**Automatic thresholds** for this data: α = **{a:.3g}**, β = **{b:.3g}** (just above the sampling "
-            "noise of a cell with 5% of the fitting rows, so the descent does not chase noise)."
+            f"**Automatic thresholds** for this data: α = **{a:.3g}**"
+            + (f", β = **{b:.3g}**" if k >= 2 else "")
+            + " (just above the sampling noise of a cell with 5% of the fitting rows, so the descent does not chase "
+            "noise)."
         )
     err = a / g
     txt = f"**Mean, per cell:** error ≤ α / P(S). For a group of mass γ = {g:g}: ≤ {err:.3g} on the [0, 1] scale"
@@ -236,8 +240,9 @@ def se_implications(
             f"{nf:,} fitting rows): " + "; ".join(parts) + ". Smaller errors are left as noise."
         )
         out.append(
-            "After the fit, the α and β shown are the values the kept model *achieves* on the fitting rows "
-            "(every cell's mass-weighted error is below them), so the paper's guarantees hold with them."
+            f"After the fit, the {'α and β' if k >= 2 else 'α'} shown are the values the kept model *achieves* on "
+            "the fitting rows (every cell's mass-weighted error is below them), so the paper's guarantees hold with "
+            "them."
         )
     out.append(
         f"**Buckets:** m = {m} per predictor; **moments:** " + ("the variance" if k == 2 else f"2..{k}")
@@ -661,6 +666,10 @@ def render():
             settings,
             json.dumps(_groups_json(), sort_keys=True),
         )
+        from app.ui.data_page import binary_values
+
+        if binary_values(d["df"], ss.get("label_col")) is not None:  # a classifier fits the mean only (k = 1)
+            settings = dataclasses.replace(settings, n_moments=1)
         for line in implications(settings, n_fit, n_groups, lo, hi, esc(state.units()), preview):
             st.markdown(f"- {line}")
         if sizes:
