@@ -511,7 +511,13 @@ def build_report_pdf(
         F.convergence_figure(hist, d_alpha, d_beta, 1.0 / d_alpha**2 - 1.0, kept_round=info.get("kept_round")),
         numbered("Convergence of the fit"),
         "Top: the largest mass-weighted mean error over all cells, per round, on the fitting rows (blue) "
-        "and the held-out rows (orange); the fit stops when the blue line is below α. "
+        "and the held-out rows (orange); the fit stops when the blue line is below α"
+        + (
+            " or when no cell's error is significant against its own standard error (the per-cell test)"
+            if float(info.get("z") or 0.0) > 0
+            else ""
+        )
+        + ". "
         + ("Middle: the same for the moments against β. " if model.moments else "")
         + "Bottom: cells still violating α, and cumulative updates against the "
         "theoretical bound. A held-out line far above the fitting line signals over-fitting of small cells.",

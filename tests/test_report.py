@@ -109,6 +109,8 @@ def test_layout_with_stand_in_renderer(demo, tmp_path, monkeypatch):
     ):
         assert needle in text, needle
     flat = " ".join(text.split())
+    # the default per-cell test ends the descent with cells above alpha that are not significant: said so
+    assert "or when no cell's error is significant against its own standard error" in flat
     summary = R.findings_summary(demo["audit"])
     assert f"{summary['n_tests']} tests of the model's means" in flat
     # the demo model is right on fresh rows of its own distribution: no finding, and the PDF says so; its
