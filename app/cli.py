@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
         ["auto", "none", "affine", "group-linear"],  # mmc_core.recalibrate.BASE_RECALIBRATIONS (lazy imports)
         "with --pred: 'affine' first maps the base prediction to a + b x pred by least squares on the fitting "
         "rows (an over-fitted base model's predictions are too spread out); 'group-linear' fits one slope within "
-        "the listed groups and one between them, applied in proportion to its out-of-sample gain (full at z >= 2); "
+        "the listed groups and one between them (bent at the base's quartiles where that helps out of sample), "
+        "applied in proportion to its out-of-sample gain (full at z >= 2); "
         "default auto = group-linear (none with --engine dask)",
     )
     choice_option(

@@ -32,7 +32,9 @@ min / max, known a priori); ``mmc-fine``: the same with ``mean_buckets="quantile
 moment_buckets="range"``); ``mmc-gz2`` / ``mmc-gz25``: the defaults with ``mean_group_z=2`` / ``2.5`` (whole
 groups of the mean corrected at that z instead of the Bonferroni one); ``mmc-none`` / ``mmc-affine`` /
 ``mmc-gl``: the defaults with ``base_recalibration="none"`` (the default before the group-linear map) /
-``"affine"`` / ``"group-linear"`` (what the default ``"auto"`` does with the numpy engine); ``mcgrad``: ``mcgrad.methods.RegressionMCGrad()`` with its defaults (``mcgrad.methods.MCGrad()``, the
+``"affine"`` / ``"group-linear"`` (what the default ``"auto"`` does with the numpy engine); ``mmc-straight``: the
+defaults with the group-linear map never bent (no hinges: ``mmc_core.recalibrate.KNOT_QUANTILES = ()``, the
+default before 2026-11-27); ``mcgrad``: ``mcgrad.methods.RegressionMCGrad()`` with its defaults (``mcgrad.methods.MCGrad()``, the
 binary-label variant, when the label takes only the values 0 and 1; base predictions clipped to [1e-4, 1 - 1e-4]),
 the group columns as categorical segmentation features (skipped when ``mcgrad`` is not installed);
 ``mcgrad-t1`` ... ``mcgrad-t3``: the same with the settings in ``MCGRAD_TUNED`` (a small hand-made grid over
@@ -64,7 +66,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from app.demo_data import load_dataset  # noqa: E402
-from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
+from mmc_core import GroupSet, MomentMulticalibrator, recalibrate  # noqa: E402
 
 DATASETS = {
     # name: (label, group columns, columns never used as features)
@@ -187,6 +189,7 @@ METHODS = (
     "mmc-gz25",
     "mmc-affine",
     "mmc-gl",
+    "mmc-straight",
     "mcgrad",
     *MCGRAD_TUNED,
 )
@@ -199,6 +202,7 @@ MMC_KW = {
     "mmc-gz25": {"mean_group_z": 2.5},
     "mmc-affine": {"base_recalibration": "affine"},
     "mmc-gl": {"base_recalibration": "group-linear"},
+    "mmc-straight": {},  # the defaults with an unbent group-linear map (recalibrate.KNOT_QUANTILES = ())
 }
 METRICS = ("mse", "gbias", "cell", "var")
 
@@ -270,7 +274,13 @@ def run_split(name: str, seed: int, methods) -> dict:
             pred = b_te
         elif meth in MMC_KW:
             est = MomentMulticalibrator(label_range=(lo, hi), random_state=seed, **MMC_KW[meth])
-            est.fit(post, y_po, groups, base_prediction=b_po)
+            knots = recalibrate.KNOT_QUANTILES
+            try:
+                if meth == "mmc-straight":
+                    recalibrate.KNOT_QUANTILES = ()
+                est.fit(post, y_po, groups, base_prediction=b_po)
+            finally:
+                recalibrate.KNOT_QUANTILES = knots
             pm = est.predict_moments(test, base_prediction=b_te)
             pred, var = pm["mean"], pm.get("moment_2")  # no moment_2: a binary label (mean only)
         elif meth == "mcgrad" or meth in MCGRAD_TUNED:

@@ -350,7 +350,9 @@ class MomentMulticalibrator(SklearnParams):
         prediction passed to ``predict``. An over-fitted base model's predictions are too spread out (slope
         b < 1 on new rows); the bucketed corrections of the descent remove that only at the bucket
         resolution. "group-linear": one slope within the listed groups and one between them (so the groups'
-        means are not shrunk with everything else), applied at weight min(1, z / 2) where z is its
+        means are not shrunk with everything else), bent at the quartiles of the base where that lowers the
+        out-of-sample squared error (``init.mean`` "knots" / "bends"; such a file is version 3), applied at
+        weight min(1, z / 2) where z is its
         out-of-sample squared-error gain in standard errors (none for z <= 0; :mod:`mmc_core.recalibrate`; ``init.mean`` kind "base-group-linear"; the check is in
         ``model_.info["base_recalibration"]``). "none": the base prediction as given. "auto" (default):
         "group-linear" with this (numpy) engine; the Dask engine does not fit the map yet and uses "none".

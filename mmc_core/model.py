@@ -25,8 +25,11 @@ __all__ = ["FittedModel", "FORMAT", "VERSION", "affine_base", "atomic_write_text
 
 FORMAT = "mmc-audit-model"
 VERSION = 2  # written when a model uses data-chosen grids, moment floors or the standard-error test
+# written when the group-linear base map bends (init.mean "knots" / "bends"): a reader of versions 1-2 would
+# ignore the bends and predict something else, so it must refuse the file
+VERSION_BENDS = 3
 BASE_KINDS = ("base", "base-affine", "base-group-linear")  # init.mean kinds that start from a base prediction
-READABLE_VERSIONS = (1, 2)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
+READABLE_VERSIONS = (1, 2, 3)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
 
 
 def _default_mode() -> int:
@@ -91,6 +94,11 @@ class FittedModel:
     @property
     def moments(self) -> tuple:
         return tuple(self.params.moments)
+
+    @property
+    def bends(self) -> bool:
+        """True when the group-linear base map bends (nonzero hinge coefficients): such a file is version 3."""
+        return self.init_mean.get("kind") == "base-group-linear" and any(self.init_mean.get("bends") or [])
 
     @property
     def uses_base(self) -> bool:
@@ -198,7 +206,7 @@ class FittedModel:
                 params["z_group_moment"] = p.z_group_moment
         out = {
             "format": FORMAT,
-            "version": 1 if p.is_format1 else VERSION,
+            "version": VERSION_BENDS if self.bends else 1 if p.is_format1 else VERSION,
             "params": params,
             "label_scale": {"lo": self.scale.lo, "hi": self.scale.hi, "source": self.scale.source},
             "groups": self.groups.to_json(),
@@ -331,6 +339,19 @@ class FittedModel:
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in coef)
             ):
                 raise bad(f"init.mean.groups must be a list of {G} finite numbers (one per group)")
+            knots, bends = init_mean.get("knots", []), init_mean.get("bends", [])
+
+            def numbers(v):
+                return isinstance(v, list) and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v
+                )
+
+            if not numbers(knots) or not numbers(bends) or len(knots) != len(bends):
+                raise bad("init.mean.knots and init.mean.bends must be lists of as many finite numbers")
+            if any(not 0.0 <= k <= 1.0 for k in knots):
+                raise bad("init.mean.knots must lie in [0, 1] (the unit scale of the label)")
+            if any(bends) and version != VERSION_BENDS:
+                raise bad(f"init.mean.bends are nonzero: the file must have version {VERSION_BENDS}")
         if init_mean["kind"] == "constant":
             v = init_mean.get("value")
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= 1.0:

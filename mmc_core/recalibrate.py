@@ -12,13 +12,18 @@ single cell passes its test, so a line fitted over all fitting rows removes it b
   labels), so base - p is the part of the base the groups do not explain. s is the slope *within* the groups
   and u the slope *between* them, fitted by least squares of y - base on (base - p, p - center, 1): a base
   that over-spreads its within-group signal but has the groups' means right gets s < 0 and u ~ 0, so the
-  groups' means are left alone (the affine map would shrink them with everything else). The map is applied in
+  groups' means are left alone (the affine map would shrink them with everything else). The map may bend:
+  hinges max(base - knot, 0) at the quartiles of the fitting rows' base (``KNOT_QUANTILES``) with their own
+  slopes, for a base miscalibrated unevenly along its range (a booster over-fitted at its extremes, or a
+  probability whose errors follow a logistic curve); the bent map is blended into the straight one at weight
+  min(1, z_bend / ``MIN_GAIN_Z``), z_bend = the bent map's out-of-sample squared-error gain over the straight
+  one. The (blended) map is applied in
   proportion to the evidence that it helps: z = the out-of-sample reduction of the squared error in standard
   errors (paired, over the held-out rows and the fitting rows' 5-fold out-of-fold predictions); weight
   min(1, z / ``MIN_GAIN_Z``) for z > 0 (its coefficients scaled by it), none for z <= 0, so a calibrated base
   is left as given or moved a little. On a
   larger table the map is fitted and checked on a seeded sample of ``CV_MAX_ROWS`` (50,000) fitting and
-  held-out rows (it has only |G| + 3 coefficients) and applied to every row.
+  held-out rows (it has only |G| + 3 + len(KNOT_QUANTILES) coefficients) and applied to every row.
 
 Both maps are fitted on the unit scale and stored in the model (``init.mean``); every base prediction passed
 to ``predict`` goes through the same map.
@@ -41,6 +46,7 @@ __all__ = [
     "fit_affine",
     "fit_group_linear",
     "group_linear_base",
+    "within_slopes",
 ]
 
 BASE_RECALIBRATIONS = ("auto", "none", "affine", "group-linear")  # "auto": group-linear (numpy engine), none (Dask)
@@ -51,6 +57,14 @@ MIN_GAIN_Z = 2.0
 RIDGE_GRID = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 CV_FOLDS = 5
 CV_MAX_ROWS = 50_000  # the map is fitted and cross-validated on at most this many rows (a seeded sample)
+# hinges max(base - knot, 0) at these quantiles of the fitting rows' base prediction: a piecewise-linear bend
+# of the map, for a base that is miscalibrated unevenly along its range (an over-fitted booster's extremes);
+# gated on its own out-of-sample gain over the straight map (benchmarks/README.md, "The bent map")
+KNOT_QUANTILES = (0.25, 0.5, 0.75)
+# the bend is considered only with at least this many out-of-sample rows, cross-fitted ones included: with
+# fewer, its weight and the map's own gate would be decided on a handful of rows (the same ones twice; a
+# 12-row table got a full bend fitted on 9 rows that made fresh predictions 3.7x worse than the base)
+BEND_MIN_ROWS = 100
 _CG_TOL = 1e-10
 _CG_MAX_ITER = 500
 
@@ -134,36 +148,80 @@ def _choose_ridge(base: np.ndarray, sums: MembershipSums, seed: int = 0) -> floa
     return RIDGE_GRID[int(np.argmin(err))]
 
 
+def _hinges(base: np.ndarray, knots) -> np.ndarray:
+    """(n, len(knots)): max(base - knot, 0) for each knot (for the least-squares fits, on at most CV_MAX_ROWS)."""
+    return np.maximum(np.asarray(base, dtype=float)[:, None] - np.asarray(knots, dtype=float)[None, :], 0.0)
+
+
+def _bend(base: np.ndarray, knots, bends) -> np.ndarray:
+    """sum_k bend_k max(base - knot_k, 0), one knot at a time (no (n, k) temporary on every row)."""
+    out = np.zeros(base.shape)
+    for knot, bend in zip(knots, bends):
+        if bend:
+            out += float(bend) * np.maximum(base - float(knot), 0.0)
+    return out
+
+
+def within_slopes(m: dict) -> list:
+    """The map's slope along the base within a group (1 + slope, then + each bend past its knot): one value
+    per segment of the base's range, for the summary sentence."""
+    out = [1.0 + float(m["slope"])]
+    for bend in m.get("bends") or []:
+        out.append(out[-1] + float(bend))
+    return out
+
+
 def group_linear_base(base_unit: np.ndarray, sums: MembershipSums, m: dict) -> np.ndarray:
     """The ``"group-linear"`` map ``m`` applied to a base prediction (unit scale), kept in [0, 1]:
-    base + slope (base - p) + between (p - center) + shift, p = offset + the row's groups' coefficients."""
+    base + slope (base - p) + between (p - center) + shift + sum_k bend_k max(base - knot_k, 0),
+    p = offset + the row's groups' coefficients (a map saved before the hinges has no ``knots``)."""
     base = np.asarray(base_unit, dtype=float)
     slope, between, shift = float(m["slope"]), float(m["between"]), float(m["shift"])
-    if slope == 0.0 and between == 0.0 and shift == 0.0:
+    bends = np.asarray(m.get("bends") or [], dtype=float)
+    if slope == 0.0 and between == 0.0 and shift == 0.0 and not np.any(bends):
         return np.clip(base, 0.0, 1.0)
     proj = float(m["offset"]) + sums.row_sums(np.asarray(m["groups"], dtype=float))
-    return np.clip(base + slope * (base - proj) + between * (proj - float(m["center"])) + shift, 0.0, 1.0)
+    out = base + slope * (base - proj) + between * (proj - float(m["center"])) + shift
+    if np.any(bends):
+        out += _bend(base, m["knots"], bends)
+    return np.clip(out, 0.0, 1.0)
 
 
-def _coefficients(y: np.ndarray, base: np.ndarray, proj: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
-    """(slope, between, shift, center): least squares of y - base on (base - proj, proj - center, 1) over the
-    rows with weight 1 (all rows without ``w``)."""
+def _coefficients(
+    y: np.ndarray, base: np.ndarray, proj: np.ndarray, w: np.ndarray | None = None, knots=()
+) -> np.ndarray:
+    """(slope, between, shift, center, bend_1, ...): least squares of y - base on (base - proj,
+    proj - center, 1, the hinges at ``knots``) over the rows with weight 1 (all rows without ``w``)."""
     sel = slice(None) if w is None else w > 0
     b, p, e = base[sel], proj[sel], (y - base)[sel]
     center = float(np.mean(p)) if p.size else 0.0
-    X = np.column_stack([b - p, p - center, np.ones_like(b)])
-    coef = np.linalg.lstsq(X, e, rcond=None)[0] if e.size > 3 else np.zeros(3)
-    return np.array([coef[0], coef[1], coef[2], center])
+    X = np.column_stack([b - p, p - center, np.ones_like(b), _hinges(b, knots)])
+    k = X.shape[1]
+    coef = np.linalg.lstsq(X, e, rcond=None)[0] if e.size > k else np.zeros(k)
+    return np.concatenate([coef[:3], [center], coef[3:]])
 
 
-def _parts(base: np.ndarray, proj: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The map's change of the base split into its within-group part and its between-group part (+ shift)."""
-    return coef[0] * (base - proj), coef[1] * (proj - coef[3]) + coef[2]
+def _change(base: np.ndarray, proj: np.ndarray, coef: np.ndarray, knots=()) -> np.ndarray:
+    """The map's change of the base (before clipping)."""
+    out = coef[0] * (base - proj) + coef[1] * (proj - coef[3]) + coef[2]
+    if len(knots):
+        out = out + _bend(base, knots, coef[4:])
+    return out
+
+
+def _gate(d: np.ndarray) -> tuple[float, float, float]:
+    """(gain, z, weight) of paired squared-error reductions ``d``: weight min(1, z / MIN_GAIN_Z), 0 for z <= 0."""
+    gain, z = 0.0, 0.0
+    if d.size > 1:
+        gain = float(np.mean(d))
+        sd = float(np.std(d, ddof=1))
+        z = gain / (sd / math.sqrt(d.size)) if sd > 0 else (1e9 if gain > 0 else 0.0)
+    return gain, z, float(min(max(z / MIN_GAIN_Z, 0.0), 1.0))
 
 
 def _subsample(sums: MembershipSums, y: np.ndarray, base: np.ndarray, size: int, seed: int):
     """A seeded sample of ``size`` rows (kept in row order) with their own membership: the map has only
-    |G| + 3 coefficients, and fitting them by conjugate gradients on tens of millions of rows would cost
+    |G| + 3 + len(KNOT_QUANTILES) coefficients, and fitting them by conjugate gradients on tens of millions of rows would cost
     minutes (one pass over the (row, group) pairs per iteration)."""
     memb = sums.memb
     idx = np.sort(np.random.default_rng(seed + 2).choice(memb.n, size=size, replace=False))
@@ -191,14 +249,21 @@ def fit_group_linear(
     held-out) a seeded sample of that many is used. z = the out-of-sample reduction of the squared error in
     standard errors of the paired difference, counted over the held-out rows and the fitting rows' out-of-fold
     predictions (5 folds: the map refitted without the fold, projection included). The map is applied at
-    weight min(1, z / ``MIN_GAIN_Z``) (its three coefficients multiplied by it; 0 for z <= 0: the base as
+    weight min(1, z / ``MIN_GAIN_Z``) (its coefficients but the projection multiplied by it; 0 for z <= 0: the base as
     given). A soft gate rather than all or nothing at z >= 2: on issue 10's unseen tables the maps that the
     hard gate dropped at 0 < z < 2 still helped on the test rows of every regression table (benchmarks/README.md,
     "the soft gate"), and a map applied at a fraction of its weight costs little where it does not.
 
-    Returns ``{"offset", "groups", "slope", "between", "shift", "center", "ridge", "validation"}``;
-    ``validation`` = {"rows", "gain", "z", "weight", "kept"} (gain: mean squared-error reduction per row of the
-    full map, unit scale; kept: weight > 0)."""
+    The bend (hinges at ``KNOT_QUANTILES`` of the base, those strictly inside its range; only with at least
+    ``BEND_MIN_ROWS`` out-of-sample rows) is decided first, on the same out-of-sample rows: the bent map's
+    squared-error gain over the straight one gives z_bend and the bend's weight min(1, z_bend / ``MIN_GAIN_Z``);
+    the map checked against the base is the straight one plus that share of the bent one's difference. The
+    same rows thus decide both weights (on a calibrated base, and on one whose straight map is right, both
+    weights stay as rare as the straight map's alone: tests/test_core_base_recalibration.py).
+
+    Returns ``{"offset", "groups", "slope", "between", "shift", "center", "knots", "bends", "ridge",
+    "validation"}``; ``validation`` = {"rows", "gain", "z", "weight", "bend_z", "bend_weight", "kept"} (gain:
+    mean squared-error reduction per row of the full blended map, unit scale; kept: weight > 0)."""
     y = np.asarray(y, dtype=float)
     base = np.asarray(base, dtype=float)
     if base.size > CV_MAX_ROWS:  # fitted and cross-validated on a sample; applied to every row
@@ -211,34 +276,62 @@ def fit_group_linear(
     ridge = _choose_ridge(base, sums, seed)
     c0, c = _group_projection(base, sums, ridge)
     proj = c0 + sums.row_sums(c)
-    coef = _coefficients(y, base, proj)
-    # out-of-sample parts of the map: on the held-out rows from the full fit, on the fitting rows from 5-fold
-    # cross-fitting (the map refitted without the fold, projection included)
-    sets = []  # (y, base, within part, between part)
+    # knots at quantiles of the fitting rows' base (a function of the features, not of the labels), the distinct
+    # ones strictly inside its range: a knot at the minimum makes its hinge the straight map's own term (base
+    # tied there, e.g. probabilities clipped at 0), and least squares would then split the slope between
+    # them arbitrarily; none without enough out-of-sample rows to check a bend on
+    n_out = (held_out[0].size if held_out is not None else 0) + (n if 2 * CV_FOLDS <= n <= CV_MAX_ROWS else 0)
+    knots = np.zeros(0)
+    if n and n_out >= BEND_MIN_ROWS:
+        knots = np.unique(np.quantile(base, KNOT_QUANTILES))
+        knots = knots[(knots > base.min()) & (knots < base.max())]
+    lin = _coefficients(y, base, proj)
+    full = _coefficients(y, base, proj, knots=knots) if knots.size else None
+    # out-of-sample changes of the straight map and of the bent one: on the held-out rows from the full fit, on
+    # the fitting rows from 5-fold cross-fitting (refitted without the fold, projection included)
+    sets = []  # (y, base, change of the straight map, change of the bent map)
     if held_out is not None and held_out[0].size:
         y_h, base_h, sums_h = held_out
         y_h, base_h = np.asarray(y_h, dtype=float), np.asarray(base_h, dtype=float)
-        sets.append((y_h, base_h, *_parts(base_h, c0 + sums_h.row_sums(c), coef)))
+        p_h = c0 + sums_h.row_sums(c)
+        sets.append(
+            (y_h, base_h, _change(base_h, p_h, lin), None if full is None else _change(base_h, p_h, full, knots))
+        )
     if n <= CV_MAX_ROWS and n >= 2 * CV_FOLDS:
         fold = np.random.default_rng(seed + 1).permutation(n) % CV_FOLDS
-        dw, db = np.zeros(n), np.zeros(n)
+        dl, df = np.zeros(n), np.zeros(n)
         for k in range(CV_FOLDS):
             w = (fold != k).astype(float)
             k0, kc = _group_projection(base, sums, ridge, w)
             p_k = k0 + sums.row_sums(kc)
             out = fold == k
-            dw[out], db[out] = (part[out] for part in _parts(base, p_k, _coefficients(y, base, p_k, w)))
-        sets.append((y, base, dw, db))
-    # paired differences of squared error, base minus map, on every out-of-sample row
-    d = np.concatenate([(b - yy) ** 2 - (np.clip(b + dw + db, 0.0, 1.0) - yy) ** 2 for yy, b, dw, db in sets] or [[]])
-    gain, z = 0.0, 0.0
-    if d.size > 1:
-        gain = float(np.mean(d))
-        sd = float(np.std(d, ddof=1))
-        z = gain / (sd / math.sqrt(d.size)) if sd > 0 else (1e9 if gain > 0 else 0.0)
-    weight = float(min(max(z / MIN_GAIN_Z, 0.0), 1.0))
+            dl[out] = _change(base, p_k, _coefficients(y, base, p_k, w))[out]
+            if full is not None:
+                df[out] = _change(base, p_k, _coefficients(y, base, p_k, w, knots), knots)[out]
+        sets.append((y, base, dl, None if full is None else df))
+
+    def sq(yy, b, ch):
+        return (np.clip(b + ch, 0.0, 1.0) - yy) ** 2
+
+    # the bend first: the bent map against the straight one (paired squared-error reductions on every
+    # out-of-sample row), blended in at its own weight; then the blended map against the base, applied at its
+    # weight (the soft gate)
+    bend_z, bend_w = 0.0, 0.0
+    if full is not None and sets:
+        d2 = np.concatenate([sq(yy, b, ch) - sq(yy, b, chf) for yy, b, ch, chf in sets])
+        _, bend_z, bend_w = _gate(d2)
+    blend = (
+        lin
+        if full is None
+        else np.concatenate([lin[:4], np.zeros(knots.size)])
+        + bend_w * (full - np.concatenate([lin[:4], np.zeros(knots.size)]))
+    )
+    d = np.concatenate(
+        [(b - yy) ** 2 - sq(yy, b, ch if chf is None else ch + bend_w * (chf - ch)) for yy, b, ch, chf in sets] or [[]]
+    )
+    gain, z, weight = _gate(d)
+    coef = np.concatenate([blend[:3] * weight, [lin[3]], blend[4:] * weight])
     kept = weight > 0
-    coef = np.array([coef[0] * weight, coef[1] * weight, coef[2] * weight, coef[3]])
     return {
         "offset": float(c0),
         "groups": [float(v) for v in c],
@@ -246,8 +339,18 @@ def fit_group_linear(
         "between": float(coef[1]),
         "shift": float(coef[2]),
         "center": float(coef[3]),
+        "knots": [float(v) for v in knots],
+        "bends": [float(v) for v in coef[4:]],
         "ridge": float(ridge),
-        "validation": {"rows": int(d.size), "gain": gain, "z": z, "weight": weight, "kept": kept},
+        "validation": {
+            "rows": int(d.size),
+            "gain": gain,
+            "z": z,
+            "weight": weight,
+            "bend_z": bend_z,
+            "bend_weight": bend_w,
+            "kept": kept,
+        },
     }
 
 
@@ -261,11 +364,26 @@ def describe(init_mean: dict, info: dict) -> str | None:
     if kind == "base-group-linear":
         z = check.get("z") if isinstance(check, dict) else None
         w = check.get("weight", 1.0) if isinstance(check, dict) else 1.0
-        part = "" if w >= 1 else f", {w:.0%} of the fitted map"
-        return (
-            f"recalibrated within and between the groups: slope {1 + init_mean['slope']:.2f} within, "
-            f"{1 + init_mean['between']:.2f} between"
-            + (f" (out-of-sample squared error lower, z = {z:.1f}{part})" if isinstance(z, (int, float)) else "")
+        notes = []
+        if isinstance(z, (int, float)):
+            notes.append(
+                f"out-of-sample squared error lower, z = {z:.1f}" + ("" if w >= 1 else f", {w:.0%} of the fitted map")
+            )
+        n_bent = sum(1 for b in init_mean.get("bends") or [] if b)
+        if n_bent:
+            slopes = within_slopes(init_mean)
+            bz = check.get("bend_z") if isinstance(check, dict) else None
+            bw = check.get("bend_weight", 1.0) if isinstance(check, dict) else 1.0
+            if isinstance(bz, (int, float)):
+                notes.append(f"bend: z = {bz:.1f}" + ("" if bw >= 1 else f", {bw:.0%} of the fitted bend"))
+            within = (
+                f"slope {' → '.join(f'{v:.2f}' for v in slopes)} within (bent at {n_bent} "
+                f"point{'s' if n_bent > 1 else ''} of the base's range)"
+            )
+        else:
+            within = f"slope {1 + init_mean['slope']:.2f} within"
+        return f"recalibrated within and between the groups: {within}, {1 + init_mean['between']:.2f} between" + (
+            f" ({'; '.join(notes)})" if notes else ""
         )
     if kind == "base":
         if isinstance(check, dict) and isinstance(check.get("z"), (int, float)):
