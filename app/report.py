@@ -59,30 +59,55 @@ MAX_HEATMAP_ROWS = 42  # groups per heatmap page; more groups are split over sev
 
 _export_lock = threading.Lock()
 
-_HOW_TO_READ = (
-    "The model predicts, for every row, a mean and central moments (the variance "
-    "and, if fitted, higher moments) of the label. Multicalibration means these predictions are correct on "
-    "average not only overall but inside every group listed here and inside every bucket of predicted "
-    "values within a group: among rows of a group whose predicted mean is about 40, the labels average about "
-    "40, and their spread matches the predicted variance. The audit measures this on the data given to the "
-    "report, which should be rows the model was not fitted on; all numbers are in the label's own units "
-    "unless an axis says otherwise."
-)
-_PROMISES = (
-    "**What it promises.** On the fitting rows the guarantees hold by construction: in every cell the mean "
-    "error is below α and every moment error below β (both weighted by the cell's share of rows). On new rows "
-    "they hold up to sampling error, which is small for large groups and large for small ones. The "
-    "'guaranteed' intervals cover the label with probability at least 1 − δ in every cell of mass at least γ "
-    "(they are honest, and wide); the 'calibrated' intervals aim at 1 − δ in every group using held-out (or out-of-fold) rows, "
-    "and are much narrower."
-)
-_NOT_PROMISES = (
-    "**What it does not promise.** It says nothing about groups that were not defined (check that the groups "
-    "match the people you care about), nothing reliable about groups below γ (marked †), and "
-    "nothing about individuals: a calibrated variance describes a group of similar rows, not one person. It "
-    "does not make a model fair in other senses (equal error rates, equal outcomes), and calibrated "
-    "predictions can still be uninformative. Coverage is an average over rows, not a per-person promise."
-)
+
+def reading_notes(has_moments: bool, has_intervals: bool) -> tuple[str, str, str]:
+    """The report's "how to read", "what it promises" and "what it does not promise" paragraphs, for what the
+    model fits: a mean-only model has no moment threshold β and no variance, and intervals are spoken of only
+    when the audit has some (a mean-only model's report must not promise what it does not have)."""
+    if has_moments:
+        what = (
+            "The model predicts, for every row, a mean and central moments (the variance and, if fitted, higher "
+            "moments) of the label."
+        )
+        example = ", and their spread matches the predicted variance"
+        errors = "the mean error is below α and every moment error below β"
+    else:
+        what = (
+            "The model predicts, for every row, the mean of the label (no variance: it was fitted for the mean only)."
+        )
+        example = ""
+        errors = "the mean error is below α"
+    how = (
+        f"{what} Multicalibration means these predictions are correct on average not only overall but inside "
+        "every group listed here and inside every bucket of predicted values within a group: among rows of a "
+        f"group whose predicted mean is about 40, the labels average about 40{example}. The audit measures this "
+        "on the data given to the report, which should be rows the model was not fitted on; all numbers are in "
+        "the label's own units unless an axis says otherwise."
+    )
+    promises = (
+        f"**What it promises.** On the fitting rows the guarantees hold by construction: in every cell {errors} "
+        "(weighted by the cell's share of rows). On new rows they hold up to sampling error, which is small for "
+        "large groups and large for small ones."
+    )
+    if has_intervals:
+        promises += (
+            " The 'guaranteed' intervals cover the label with probability at least 1 − δ in every cell of mass at "
+            "least γ (they are honest, and wide); the 'calibrated' intervals aim at 1 − δ in every group using "
+            "held-out (or out-of-fold) rows, and are much narrower."
+        )
+    spread = (
+        "a calibrated variance describes a group of similar rows, not one person"
+        if has_moments
+        else ("a calibrated mean describes a group of similar rows, not one person")
+    )
+    not_promises = (
+        "**What it does not promise.** It says nothing about groups that were not defined (check that the groups "
+        "match the people you care about), nothing reliable about groups below γ (marked †), and "
+        f"nothing about individuals: {spread}. It does not make a model fair in other senses (equal error rates, "
+        "equal outcomes), and calibrated predictions can still be uninformative."
+        + (" Coverage is an average over rows, not a per-person promise." if has_intervals else "")
+    )
+    return how, promises, not_promises
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -433,7 +458,8 @@ def build_report_pdf(
         f"Data: {data_name} · {len(y):,} rows · {len(model.groups.names):,} groups",
     )
     tested = ["means", "bucket calibration"] + (["variances"] if model.moments else [])
-    tested += ["interval coverage"] if len(audit.coverage) else []
+    has_intervals = not audit.coverage.empty  # a mean-only audit has one row per group and no columns
+    tested += ["interval coverage"] if has_intervals else []
     _findings_section(
         doc,
         audit,
@@ -475,12 +501,18 @@ def build_report_pdf(
     # ---- page 2: how to read + convergence ---------------------------------------------------
     doc.ensure(95)
     doc.heading("How to read this report", size=12, space=4 if pdf.get_y() > pdf.t_margin + 1 else 0)
-    doc.para(_HOW_TO_READ, size=9)
-    doc.para(_PROMISES, size=9, markdown=True)
-    doc.para(_NOT_PROMISES, size=9, markdown=True)
+    how, promises, not_promises = reading_notes(bool(model.moments), has_intervals)
+    doc.para(how, size=9)
+    doc.para(promises, size=9, markdown=True)
+    doc.para(not_promises, size=9, markdown=True)
     doc.para(
-        "Notation: α, β are the mean and moment thresholds; δ the interval miscoverage; γ the smallest "
-        "cell mass covered by the guarantees. Group names ending in † have mass below γ.",
+        (
+            "Notation: α, β are the mean and moment thresholds; "
+            if model.moments
+            else "Notation: α is the mean threshold; "
+        )
+        + ("δ the interval miscoverage; " if has_intervals else "")
+        + "γ the smallest cell mass covered by the guarantees. Group names ending in † have mass below γ.",
         size=8.3,
         color=(70, 70, 70),
     )

@@ -178,7 +178,11 @@ def test_mean_only_model_skips_empty_sections(tmp_path, monkeypatch):
     # an exploratory session: "β = 0.01 (moments)", "bound 1/β² − 1 = 9,999", "tests of ... variances")
     flat = " ".join(text.split())
     assert "β =" not in flat and "Moment updates" not in flat and "variances" not in flat
-    assert "tests of the model's means, bucket calibration" in flat
+    assert "tests of the model's means and bucket calibration on every group" in flat  # not "interval coverage"
+    # nor in the "how to read" notes: no moments, no β, no intervals (the notes promised all three, found in a
+    # review of the PDF of a mean-only model)
+    assert "β" not in flat and "central moments" not in flat and "intervals" not in flat, flat
+    assert "the mean of the label (no variance" in flat and "Notation: α is the mean threshold" in flat
 
 
 def test_missing_chromium_is_one_actionable_line(tmp_path):
