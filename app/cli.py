@@ -409,7 +409,18 @@ def cmd_fit(args) -> int:
     from .io import numeric_column, read_table
 
     _check_out(args.out)
-    df = read_table(args.data)
+    extra = None
+    if args.groups:
+        try:
+            with open(args.groups, "r", encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise CLIError(
+                f"cannot read --groups {args.groups}: {e.strerror if hasattr(e, 'strerror') else e}"
+            ) from None
+        extra = GroupSet.from_json(text)
+    # columns the group file compares with identifiers such as "01" are read as text (as numbers "01" == "1")
+    df = read_table(args.data, extra.text_columns() if extra is not None else ())
     task, y, binary_info = _fit_label(df, args)
     base = numeric_column(df, args.pred, "prediction column") if args.pred else None
     if args.max_order < 1:
@@ -420,15 +431,7 @@ def cmd_fit(args) -> int:
         if c == args.label:
             raise CLIError(f"the label '{c}' cannot define groups (groups must be computable on new rows)")
     groups = GroupSet.from_columns(df, args.group_cols, args.max_order) if args.group_cols else GroupSet([])
-    if args.groups:
-        try:
-            with open(args.groups, "r", encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise CLIError(
-                f"cannot read --groups {args.groups}: {e.strerror if hasattr(e, 'strerror') else e}"
-            ) from None
-        extra = GroupSet.from_json(text)
+    if extra is not None:
         for col in extra.columns():
             if col not in df.columns:
                 raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
@@ -625,7 +628,7 @@ def _load_for_apply(args, need_label: bool):
     from .validate import unlisted_notes
 
     model = FittedModel.load(args.model)
-    df = read_table(args.data)
+    df = read_table(args.data, model.groups.text_columns())
     missing = sorted(c for c in model.groups.columns() if c not in df.columns)
     if missing:
         raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
@@ -838,7 +841,7 @@ def cmd_discover(args) -> int:
         model = FittedModel.load(args.model)
     elif not args.pred:
         raise CLIError("pass --pred COL (the prediction to audit) or --model MODEL.json")
-    df = read_table(args.data)
+    df = read_table(args.data, model.groups.text_columns() if model is not None else ())
     y = numeric_column(df, args.label, "label column")
     pred = numeric_column(df, args.pred, "prediction column") if args.pred else None
     if model is not None:

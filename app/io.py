@@ -50,8 +50,9 @@ def _check_shape(df: pd.DataFrame, name: str) -> pd.DataFrame:
     return df
 
 
-def read_table_bytes(data: bytes, name: str) -> pd.DataFrame:
-    """Parse CSV or Parquet bytes (chosen by the file name's ending)."""
+def read_table_bytes(data: bytes, name: str, text_columns=()) -> pd.DataFrame:
+    """Parse CSV or Parquet bytes (chosen by the file name's ending). ``text_columns``: CSV columns read as
+    text, not numbers (a model's groups may name "01" and "1" apart; see GroupSet.text_columns)."""
     if len(data) > MAX_FILE_BYTES:
         raise DataError(f"{name} is {len(data) / 1e6:.0f} MB; the limit is {MAX_FILE_BYTES / 1e6:.0f} MB")
     if len(data) == 0 or not data.strip():
@@ -76,7 +77,11 @@ def read_table_bytes(data: bytes, name: str) -> pd.DataFrame:
         raise DataError(f"{name} has an empty column name (column {stripped.index('') + 1})")
     try:
         df = pd.read_csv(
-            io.StringIO(text), na_values=["", "NA", "NaN", "nan", "."], keep_default_na=True, low_memory=False
+            io.StringIO(text),
+            na_values=["", "NA", "NaN", "nan", "."],
+            keep_default_na=True,
+            low_memory=False,
+            dtype={h: str for h in header if h.strip() in set(text_columns)} or None,
         )
     except pd.errors.EmptyDataError:
         raise DataError(f"{name} is empty") from None
@@ -86,7 +91,7 @@ def read_table_bytes(data: bytes, name: str) -> pd.DataFrame:
     return _check_shape(df, name)
 
 
-def read_table(path) -> pd.DataFrame:
+def read_table(path, text_columns=()) -> pd.DataFrame:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise DataError(f"data file not found: {path}")
@@ -96,7 +101,7 @@ def read_table(path) -> pd.DataFrame:
     if size > MAX_FILE_BYTES:
         raise DataError(f"{path} is {size / 1e6:.0f} MB; the limit is {MAX_FILE_BYTES / 1e6:.0f} MB")
     with open(path, "rb") as f:
-        return read_table_bytes(f.read(), os.path.basename(path))
+        return read_table_bytes(f.read(), os.path.basename(path), text_columns)
 
 
 def numeric_column(df: pd.DataFrame, col: str, role: str = "column") -> np.ndarray:

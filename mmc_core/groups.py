@@ -93,6 +93,20 @@ def _missing(arr: np.ndarray) -> np.ndarray:
     return np.equal(arr, None)  # type: ignore[call-overload]  # elementwise "is None" of an object array
 
 
+def _zero_led(v) -> bool:
+    """Text that reads as a number but is an identifier: a leading zero before another digit ("01", "-007")."""
+    if not isinstance(v, str):
+        return False
+    t = v.strip().lstrip("+-")
+    if len(t) < 2 or t[0] != "0" or not t[1].isdigit():
+        return False
+    try:
+        float(t)
+    except ValueError:
+        return False
+    return True
+
+
 def _format_value(v) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
@@ -178,6 +192,16 @@ class Condition:
         if _is_numeric_column(arr):
             if _is_number(v):
                 return float(v)
+            if _zero_led(v):
+                # "01" and "1" are different groups of a text column but one number: matching them as numbers
+                # would silently merge groups (a model fitted on a Parquet file where the column was text,
+                # applied to a CSV that pandas read as numbers)
+                raise GroupDefinitionError(
+                    f"column '{self.column}' holds numbers here, but the group compares it with the text {v!r}, "
+                    f"which as a number equals {float(v):g} and would merge with other values: read the column "
+                    f"as text (the mmc command line does this for such columns; in Python, e.g. "
+                    f"pd.read_csv(..., dtype={{'{self.column}': str}}))"
+                )
             try:
                 return float(v)
             except (TypeError, ValueError):
@@ -660,6 +684,17 @@ class GroupSet:
 
     def columns(self) -> set:
         return set().union(*(g.columns() for g in self.groups))
+
+    def text_columns(self) -> set:
+        """Columns some group compares with text that reads as a number but is an identifier ("01"): a table
+        meant for this model must have them as text (a CSV reader would turn "01" into 1)."""
+        out = set()
+        for g in self.groups:
+            for c in list(g.where) + [c for term in g.any for c in term]:
+                vals = c.values if c.op in ("in", "not in") else (c.value,)
+                if any(_zero_led(v) for v in vals or ()):
+                    out.add(c.column)
+        return out
 
     def unlisted_values(self, table, max_examples: int = 3) -> list[tuple[str, int, list]]:
         """Columns whose groups list values one by one (only ``==`` / ``in`` conditions on them, at least two

@@ -325,3 +325,49 @@ def test_predict_and_audit_note_categories_the_model_never_saw(csvs, capsys, tmp
         capsys,
     )
     assert code == 0 and "no group of the model lists" not in err
+
+
+def test_identifier_values_with_leading_zeros_stay_apart_when_a_csv_is_read(tmp_path, capsys):
+    """A model fitted on a Parquet file whose column `site` is text ("01", "1", "2") has groups site=01 and
+    site=1. Applied to the same rows as CSV, pandas read `site` as numbers and the condition turned "01" into
+    1.0: both groups then held the rows of "01" and "1" (an exploratory session). Now the command line reads
+    such columns as text, and the library refuses to compare "01" with a numeric column."""
+    from mmc_core import FittedModel, GroupDefinitionError
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    site = rng.choice(["01", "1", "2"], n)
+    shift = np.where(site == "01", 15.0, np.where(site == "1", -15.0, 0.0))
+    t = pd.DataFrame({"site": site, "x": rng.normal(size=n)})
+    t["y"] = np.clip(50 + shift + 5 * t["x"] + rng.normal(0, 5, n), 0, 100)
+    t.to_parquet(tmp_path / "d.parquet", index=False)
+    t.to_csv(tmp_path / "d.csv", index=False)
+    model = tmp_path / "m.json"
+    code, _, err = run(
+        ["fit", "--data", str(tmp_path / "d.parquet"), "--label", "y", "--group-cols", "site", "--label-range", "0,100"]
+        + ["--moments", "1", "--out", str(model)],
+        capsys,
+    )
+    assert code == 0, err
+    assert {"site=01", "site=1"} <= set(FittedModel.load(model).groups.names)
+    preds = {}
+    for ext in ("parquet", "csv"):
+        out = tmp_path / f"p_{ext}.csv"
+        code, _, err = run(
+            ["predict", "--model", str(model), "--data", str(tmp_path / f"d.{ext}"), "--out", str(out)], capsys
+        )
+        assert code == 0, err
+        preds[ext] = pd.read_csv(out)["mean"].to_numpy()
+    np.testing.assert_array_equal(preds["csv"], preds["parquet"])
+    # the groups' own means differ by 30: merged groups would predict the same for "01" and "1"
+    assert preds["csv"][site == "01"].mean() - preds["csv"][site == "1"].mean() > 20
+    code, _, err = run(
+        ["audit", "--model", str(model), "--data", str(tmp_path / "d.csv"), "--label", "y"]
+        + ["--out", str(tmp_path / "a.json")],
+        capsys,
+    )
+    assert code == 0, err
+    # the library, given the CSV as pandas reads it by default, says what to do instead of merging the groups
+    est_model = FittedModel.load(model)
+    with pytest.raises(GroupDefinitionError, match=r"column 'site' holds numbers here.*'01'.*read the column as text"):
+        est_model.predict(pd.read_csv(tmp_path / "d.csv"))
