@@ -544,6 +544,7 @@ def audit_binary_model(model, table, y, base, opts):
             opts.min_group_count,
             opts.error_control,
             opts.findings_level,
+            binary=True,
         )
         for t in found:  # the mean of a 0/1 outcome is a probability
             t["text"] = t["text"].replace("the mean:", "the probability of the positive class:")
