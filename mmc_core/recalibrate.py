@@ -17,7 +17,10 @@ single cell passes its test, so a line fitted over all fitting rows removes it b
   slopes, for a base miscalibrated unevenly along its range (a booster over-fitted at its extremes, or a
   probability whose errors follow a logistic curve); the bent map is blended into the straight one at weight
   min(1, z_bend / ``MIN_GAIN_Z``), z_bend = the bent map's out-of-sample squared-error gain over the straight
-  one. The (blended) map is applied in
+  one. A map that leaves some group significantly more biased out of sample than the base did (Bonferroni over
+  the groups at ``HARM_LEVEL``) is refitted without the between-group slope, and dropped if that one does
+  too: one group's error fitted by the between slope moves every group by its projected mean. The (blended)
+  map is applied in
   proportion to the evidence that it helps: z = the out-of-sample reduction of the squared error in standard
   errors (paired, over the held-out rows and the fitting rows' 5-fold out-of-fold predictions); weight
   min(1, z / ``MIN_GAIN_Z``) for z > 0 (its coefficients scaled by it), none for z <= 0, so a calibrated base
@@ -65,6 +68,9 @@ KNOT_QUANTILES = (0.25, 0.5, 0.75)
 # fewer, its weight and the map's own gate would be decided on a handful of rows (the same ones twice; a
 # 12-row table got a full bend fitted on 9 rows that made fresh predictions 3.7x worse than the base)
 BEND_MIN_ROWS = 100
+# family-wise level of the check that the map leaves no group significantly more biased out of sample than
+# the base did (Bonferroni over the groups; 0 turns the check off)
+HARM_LEVEL = 0.1
 _CG_TOL = 1e-10
 _CG_MAX_ITER = 500
 
@@ -188,16 +194,22 @@ def group_linear_base(base_unit: np.ndarray, sums: MembershipSums, m: dict) -> n
 
 
 def _coefficients(
-    y: np.ndarray, base: np.ndarray, proj: np.ndarray, w: np.ndarray | None = None, knots=()
+    y: np.ndarray, base: np.ndarray, proj: np.ndarray, w: np.ndarray | None = None, knots=(), between: bool = True
 ) -> np.ndarray:
     """(slope, between, shift, center, bend_1, ...): least squares of y - base on (base - proj,
-    proj - center, 1, the hinges at ``knots``) over the rows with weight 1 (all rows without ``w``)."""
+    proj - center, 1, the hinges at ``knots``) over the rows with weight 1 (all rows without ``w``); without
+    ``between`` the (proj - center) term is left out (its coefficient 0)."""
     sel = slice(None) if w is None else w > 0
     b, p, e = base[sel], proj[sel], (y - base)[sel]
     center = float(np.mean(p)) if p.size else 0.0
-    X = np.column_stack([b - p, p - center, np.ones_like(b), _hinges(b, knots)])
+    cols = [b - p, p - center, np.ones_like(b), _hinges(b, knots)]
+    if not between:
+        cols[1] = np.zeros_like(b)
+    X = np.column_stack(cols)
     k = X.shape[1]
     coef = np.linalg.lstsq(X, e, rcond=None)[0] if e.size > k else np.zeros(k)
+    if not between:
+        coef[1] = 0.0
     return np.concatenate([coef[:3], [center], coef[3:]])
 
 
@@ -207,6 +219,35 @@ def _change(base: np.ndarray, proj: np.ndarray, coef: np.ndarray, knots=()) -> n
     if len(knots):
         out = out + _bend(base, knots, coef[4:])
     return out
+
+
+def _harmed_groups(sets, level: float = 0.1, min_rows: int = 30) -> list:
+    """Groups a map leaves significantly more biased on out-of-sample rows than the base left them.
+
+    ``sets``: (y, base, sums, change) per set of out-of-sample rows. A group is harmed when the size of its
+    mean residual after the map exceeds the size under the base by more than the two-sided Bonferroni
+    critical value over the groups (family-wise ``level``) in standard errors of that mean. Returns the
+    indices of such groups (with at least ``min_rows`` out-of-sample rows)."""
+    from .thresholds import bonferroni_z
+
+    if not sets:
+        return []
+    G = sets[0][2].G
+    cnt, before, after, after2 = (np.zeros(G) for _ in range(4))
+    for yy, b, sm, ch in sets:
+        e0 = yy - b
+        e1 = yy - np.clip(b + ch, 0.0, 1.0)
+        cnt += sm.group_sums()
+        before += sm.group_sums(e0)
+        after += sm.group_sums(e1)
+        after2 += sm.group_sums(e1 * e1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m0, m1 = before / cnt, after / cnt
+        var = np.maximum(after2 / cnt - m1 * m1, 0.0) * cnt / np.maximum(cnt - 1, 1)
+        se = np.sqrt(var / cnt)
+        zc = bonferroni_z(int(np.sum(cnt >= min_rows)), level)
+        bad = (cnt >= min_rows) & (np.abs(m1) - np.abs(m0) > zc * se)
+    return [int(g) for g in np.flatnonzero(bad)]
 
 
 def _gate(d: np.ndarray) -> tuple[float, float, float]:
@@ -285,52 +326,90 @@ def fit_group_linear(
     if n and n_out >= BEND_MIN_ROWS:
         knots = np.unique(np.quantile(base, KNOT_QUANTILES))
         knots = knots[(knots > base.min()) & (knots < base.max())]
-    lin = _coefficients(y, base, proj)
-    full = _coefficients(y, base, proj, knots=knots) if knots.size else None
-    # out-of-sample changes of the straight map and of the bent one: on the held-out rows from the full fit, on
-    # the fitting rows from 5-fold cross-fitting (refitted without the fold, projection included)
-    sets = []  # (y, base, change of the straight map, change of the bent map)
+    fold = np.random.default_rng(seed + 1).permutation(n) % CV_FOLDS
+    cross_fit = 2 * CV_FOLDS <= n <= CV_MAX_ROWS
+    fold_proj = []  # each fold's projection, fitted without it (the same for both candidates below)
+    if cross_fit:
+        for k in range(CV_FOLDS):
+            k0, kc = _group_projection(base, sums, ridge, (fold != k).astype(float))
+            fold_proj.append(k0 + sums.row_sums(kc))
     if held_out is not None and held_out[0].size:
         y_h, base_h, sums_h = held_out
-        y_h, base_h = np.asarray(y_h, dtype=float), np.asarray(base_h, dtype=float)
-        p_h = c0 + sums_h.row_sums(c)
-        sets.append(
-            (y_h, base_h, _change(base_h, p_h, lin), None if full is None else _change(base_h, p_h, full, knots))
-        )
-    if n <= CV_MAX_ROWS and n >= 2 * CV_FOLDS:
-        fold = np.random.default_rng(seed + 1).permutation(n) % CV_FOLDS
-        dl, df = np.zeros(n), np.zeros(n)
-        for k in range(CV_FOLDS):
-            w = (fold != k).astype(float)
-            k0, kc = _group_projection(base, sums, ridge, w)
-            p_k = k0 + sums.row_sums(kc)
-            out = fold == k
-            dl[out] = _change(base, p_k, _coefficients(y, base, p_k, w))[out]
-            if full is not None:
-                df[out] = _change(base, p_k, _coefficients(y, base, p_k, w, knots), knots)[out]
-        sets.append((y, base, dl, None if full is None else df))
+        held_out = (np.asarray(y_h, dtype=float), np.asarray(base_h, dtype=float), sums_h)
 
     def sq(yy, b, ch):
         return (np.clip(b + ch, 0.0, 1.0) - yy) ** 2
 
-    # the bend first: the bent map against the straight one (paired squared-error reductions on every
-    # out-of-sample row), blended in at its own weight; then the blended map against the base, applied at its
-    # weight (the soft gate)
-    bend_z, bend_w = 0.0, 0.0
-    if full is not None and sets:
-        d2 = np.concatenate([sq(yy, b, ch) - sq(yy, b, chf) for yy, b, ch, chf in sets])
-        _, bend_z, bend_w = _gate(d2)
-    blend = (
-        lin
-        if full is None
-        else np.concatenate([lin[:4], np.zeros(knots.size)])
-        + bend_w * (full - np.concatenate([lin[:4], np.zeros(knots.size)]))
-    )
-    d = np.concatenate(
-        [(b - yy) ** 2 - sq(yy, b, ch if chf is None else ch + bend_w * (chf - ch)) for yy, b, ch, chf in sets] or [[]]
-    )
-    gain, z, weight = _gate(d)
-    coef = np.concatenate([blend[:3] * weight, [lin[3]], blend[4:] * weight])
+    def candidate(between: bool) -> dict:
+        """The map fitted, its out-of-sample changes (held-out rows from the full fit, fitting rows from 5-fold
+        cross-fitting) and both gates: the bend against the straight map, then the blend against the base."""
+        lin = _coefficients(y, base, proj, between=between)
+        full = _coefficients(y, base, proj, knots=knots, between=between) if knots.size else None
+        sets = []  # (y, base, sums, change of the straight map, change of the bent map)
+        if held_out is not None and held_out[0].size:
+            y_h, base_h, sums_h = held_out
+            p_h = c0 + sums_h.row_sums(c)
+            sets.append(
+                (
+                    y_h,
+                    base_h,
+                    sums_h,
+                    _change(base_h, p_h, lin),
+                    None if full is None else _change(base_h, p_h, full, knots),
+                )
+            )
+        if cross_fit:
+            dl, df = np.zeros(n), np.zeros(n)
+            for k, p_k in enumerate(fold_proj):
+                w = (fold != k).astype(float)
+                out = fold == k
+                dl[out] = _change(base, p_k, _coefficients(y, base, p_k, w, between=between))[out]
+                if full is not None:
+                    df[out] = _change(base, p_k, _coefficients(y, base, p_k, w, knots, between), knots)[out]
+            sets.append((y, base, sums, dl, None if full is None else df))
+        # the bend first: the bent map against the straight one (paired squared-error reductions on every
+        # out-of-sample row), blended in at its own weight; then the blended map against the base, applied at
+        # its weight (the soft gate)
+        bend_z, bend_w = 0.0, 0.0
+        if full is not None and sets:
+            d2 = np.concatenate([sq(yy, b, ch) - sq(yy, b, chf) for yy, b, _, ch, chf in sets])
+            _, bend_z, bend_w = _gate(d2)
+        pad = np.concatenate([lin[:4], np.zeros(knots.size)])
+        blend = pad if full is None else pad + bend_w * (full - pad)
+        changes = [ch if chf is None else ch + bend_w * (chf - ch) for _, _, _, ch, chf in sets]
+        d = np.concatenate([(b - yy) ** 2 - sq(yy, b, ch) for (yy, b, *_), ch in zip(sets, changes)] or [[]])
+        gain, z, weight = _gate(d)
+        coef = np.concatenate([blend[:3] * weight, [lin[3]], blend[4:] * weight])
+        harmed = (
+            _harmed_groups([(yy, b, sm, weight * ch) for (yy, b, sm, *_), ch in zip(sets, changes)], HARM_LEVEL)
+            if HARM_LEVEL > 0 and weight > 0
+            else []
+        )
+        return {
+            "coef": coef,
+            "gain": gain,
+            "z": z,
+            "weight": weight,
+            "bend_z": bend_z,
+            "bend_w": bend_w,
+            "rows": int(d.size),
+            "harmed": harmed,
+        }
+
+    # A map that leaves some group significantly biased on the out-of-sample rows, and more biased than the
+    # base left it, is refitted without the between-group slope (which moves every group by its projected
+    # mean: one group's error fixed by a slope drags the others along); if that one harms a group too, the
+    # base is used as given.
+    cand = candidate(True)
+    dropped = None
+    if cand["harmed"]:
+        dropped = cand["harmed"]
+        cand = candidate(False)
+        if cand["harmed"]:
+            cand["coef"] = np.concatenate([np.zeros(3), cand["coef"][3:4], np.zeros(knots.size)])
+            cand["weight"], cand["bend_w"] = 0.0, 0.0
+    coef, gain, z, weight = cand["coef"], cand["gain"], cand["z"], cand["weight"]
+    bend_z, bend_w = cand["bend_z"], cand["bend_w"]
     kept = weight > 0
     return {
         "offset": float(c0),
@@ -343,15 +422,25 @@ def fit_group_linear(
         "bends": [float(v) for v in coef[4:]],
         "ridge": float(ridge),
         "validation": {
-            "rows": int(d.size),
+            "rows": cand["rows"],
             "gain": gain,
             "z": z,
             "weight": weight,
             "bend_z": bend_z,
             "bend_weight": bend_w,
             "kept": kept,
+            "between_dropped_for": [sums.memb.names[g] for g in dropped] if dropped else [],
         },
     }
+
+
+def _group_list(names, most: int = 3) -> str:
+    """'group a' / 'groups a, b, c and 2 more'."""
+    names = [str(v) for v in names]
+    if len(names) == 1:
+        return f"group {names[0]}"
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return f"groups {', '.join(names[:most])}{more}"
 
 
 def describe(init_mean: dict, info: dict) -> str | None:
@@ -382,10 +471,20 @@ def describe(init_mean: dict, info: dict) -> str | None:
             )
         else:
             within = f"slope {1 + init_mean['slope']:.2f} within"
-        return f"recalibrated within and between the groups: {within}, {1 + init_mean['between']:.2f} between" + (
-            f" ({'; '.join(notes)})" if notes else ""
-        )
+        tail = f" ({'; '.join(notes)})" if notes else ""
+        dropped = check.get("between_dropped_for") if isinstance(check, dict) else None
+        if dropped:
+            return (
+                f"recalibrated within the groups: {within}; no between-group slope (it left "
+                f"{_group_list(dropped)} more biased on out-of-sample rows){tail}"
+            )
+        return f"recalibrated within and between the groups: {within}, {1 + init_mean['between']:.2f} between{tail}"
     if kind == "base":
+        if isinstance(check, dict) and check.get("between_dropped_for"):
+            return (
+                f"used as given (a group-linear recalibration would have left "
+                f"{_group_list(check['between_dropped_for'])} more biased on out-of-sample rows)"
+            )
         if isinstance(check, dict) and isinstance(check.get("z"), (int, float)):
             return (
                 f"used as given (a group-linear recalibration did not lower the out-of-sample squared error: "

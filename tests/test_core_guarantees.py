@@ -71,7 +71,9 @@ def test_a_given_alpha_is_stated_only_where_the_kept_model_meets_it(alpha):
     d = demo_distribution()
     table, y = d.sample(8000, np.random.default_rng(0))
     groups = GroupSet.from_columns(table, ["sex", "race", "age"])
-    est = MomentMulticalibrator(alpha=alpha, beta=1e-4, label_range=(0, 1)).fit(
+    # the affine base map: the default group-linear one is not used on this base (it would leave age groups
+    # more biased out of sample), and without a map the fit at 3e-4 runs to the end (no early stop to test)
+    est = MomentMulticalibrator(alpha=alpha, beta=1e-4, label_range=(0, 1), base_recalibration="affine").fit(
         table, y, groups, base_prediction=d.base_prediction(table)
     )
     info, p = est.model_.info, est.model_.params
@@ -164,3 +166,19 @@ def test_moment_label_reference_agrees_with_engine():
     for a in (2, 3, 4, 5):
         for odd in ("absolute", "signed"):
             assert np.allclose(pseudo_label(a, r, odd), moment_label(a, r, odd), rtol=0, atol=1e-15)
+
+
+def test_the_history_records_the_cells_alpha_speaks_of():
+    """The convergence chart drew the history's largest mean violation above the stated alpha (0.0016 against
+    0.0012, a browser session) for a model whose every cell met alpha: the history counted the whole-group
+    cells the "se" rule also audits, alpha the paper's cells. Both now speak of the paper's cells: at the kept
+    round the history's value is the achieved alpha (5 of 8 seeds differed by 25-50% before)."""
+    d = demo_distribution()
+    for seed in range(8):
+        table, y = d.sample(3000, np.random.default_rng(seed))
+        groups = GroupSet.from_columns(table, ["sex", "race", "age"], 2)
+        est = MomentMulticalibrator(label_range=(0, 1), base_recalibration="none").fit(
+            table, y, groups, base_prediction=d.base_prediction(table)
+        )
+        h = est.history_[est.model_.info["kept_round"]]["max_mean_violation"]
+        assert h == pytest.approx(est.alpha_, rel=1e-6), (seed, h, est.alpha_)
