@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -50,9 +51,38 @@ def _check_shape(df: pd.DataFrame, name: str) -> pd.DataFrame:
     return df
 
 
+_ZERO_LED = re.compile(r"^\s*[+-]?0\d")
+
+
+def _codes_as_text(df: pd.DataFrame, text: str, header: list, na: list) -> pd.DataFrame:
+    """Integer columns written with leading zeros ("01", "007": postcodes, site or product codes) back to text:
+    read as numbers, "01" and "1" would be one value and one group, and an export would write 1 for "01".
+    Only when the file has such a token at all (a quick scan), and then only its integer columns are read
+    again, as text."""
+    if not re.search(r'(?:^|[,\n])\s*"?[+-]?0\d', text):
+        return df
+    ints = [
+        c
+        for c in df.columns
+        if pd.api.types.is_integer_dtype(df[c])
+        or (pd.api.types.is_float_dtype(df[c]) and bool(np.all(np.mod(df[c].dropna().to_numpy(), 1) == 0)))
+    ]
+    if not ints:
+        return df
+    raw_names = [h for h in header if h.strip() in set(ints)]
+    raw = pd.read_csv(io.StringIO(text), usecols=raw_names, dtype=str, na_values=na, keep_default_na=True)
+    raw.columns = [str(c).strip() for c in raw.columns]
+    for c in ints:
+        col = raw[c]
+        if col.dropna().str.match(_ZERO_LED).any():
+            df[c] = col.to_numpy(dtype=object)
+    return df
+
+
 def read_table_bytes(data: bytes, name: str, text_columns=()) -> pd.DataFrame:
     """Parse CSV or Parquet bytes (chosen by the file name's ending). ``text_columns``: CSV columns read as
-    text, not numbers (a model's groups may name "01" and "1" apart; see GroupSet.text_columns)."""
+    text, not numbers (a model's groups may name "01" and "1" apart; see GroupSet.text_columns). Integer
+    columns written with leading zeros are read as text too (:func:`_codes_as_text`)."""
     if len(data) > MAX_FILE_BYTES:
         raise DataError(f"{name} is {len(data) / 1e6:.0f} MB; the limit is {MAX_FILE_BYTES / 1e6:.0f} MB")
     if len(data) == 0 or not data.strip():
@@ -75,10 +105,11 @@ def read_table_bytes(data: bytes, name: str, text_columns=()) -> pd.DataFrame:
         raise DataError(f"{name} has duplicate column name(s): {', '.join(dups[:5])}")
     if any(h == "" for h in stripped) and len(stripped) > 1:
         raise DataError(f"{name} has an empty column name (column {stripped.index('') + 1})")
+    na = ["", "NA", "NaN", "nan", "."]
     try:
         df = pd.read_csv(
             io.StringIO(text),
-            na_values=["", "NA", "NaN", "nan", "."],
+            na_values=na,
             keep_default_na=True,
             low_memory=False,
             dtype={h: str for h in header if h.strip() in set(text_columns)} or None,
@@ -88,6 +119,7 @@ def read_table_bytes(data: bytes, name: str, text_columns=()) -> pd.DataFrame:
     except pd.errors.ParserError as e:
         raise DataError(f"{name} is not a well-formed CSV: {str(e).splitlines()[0]}") from None
     df.columns = [str(c).strip() for c in df.columns]
+    df = _codes_as_text(df, text, header, na)
     return _check_shape(df, name)
 
 

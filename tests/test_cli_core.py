@@ -371,3 +371,32 @@ def test_identifier_values_with_leading_zeros_stay_apart_when_a_csv_is_read(tmp_
     est_model = FittedModel.load(model)
     with pytest.raises(GroupDefinitionError, match=r"column 'site' holds numbers here.*'01'.*read the column as text"):
         est_model.predict(pd.read_csv(tmp_path / "d.csv"))
+
+
+def test_codes_with_leading_zeros_are_read_as_text(tmp_path, capsys):
+    """A browser session uploaded a table whose `site` held 01, 1, 02, 2, 10: it was read as numbers, the
+    Groups page showed site=1 with the rows of both "01" and "1", and the exported predictions wrote 1 for
+    "01"; `mmc fit --group-cols site` merged them too (4 groups). Integer columns written with a leading zero
+    are now text; other numbers are untouched."""
+    from app.io import read_table
+
+    csv = "site,tier,n,x,y\n01,001,3,0.5,10\n1,002,4,0.25,12\n02,001,,1.5,11\n2,002,5,0.0,9\n10,001,6,-0.5,8\n"
+    (tmp_path / "d.csv").write_text(csv)
+    df = read_table(tmp_path / "d.csv")
+    assert list(df["site"]) == ["01", "1", "02", "2", "10"] and list(df["tier"]) == ["001", "002"] * 2 + ["001"]
+    assert pd.api.types.is_numeric_dtype(df["n"]) and pd.api.types.is_numeric_dtype(df["x"])
+    assert df["n"].isna().sum() == 1 and df["x"].tolist() == [0.5, 0.25, 1.5, 0.0, -0.5]
+    # integer codes without a leading zero stay numbers
+    (tmp_path / "e.csv").write_text("site,tier,x\n1,1,0.5\n10,2,0.05\n2,1,-0.5\n")
+    e = read_table(tmp_path / "e.csv")
+    assert all(pd.api.types.is_numeric_dtype(e[c]) for c in e.columns)
+    rng = np.random.default_rng(0)
+    t = pd.DataFrame({"site": rng.choice(["01", "1", "02"], 600), "y": rng.normal(50, 5, 600)})
+    t.to_csv(tmp_path / "f.csv", index=False)
+    code, out, err = run(
+        ["fit", "--data", str(tmp_path / "f.csv"), "--label", "y", "--group-cols", "site", "--moments", "1"]
+        + ["--out", str(tmp_path / "m.json")],
+        capsys,
+    )
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["n_groups"] == 4  # all, site=01, site=02, site=1
