@@ -466,7 +466,7 @@ def build_report_pdf(
         f"the model's {', '.join(tested[:-1])} and {tested[-1]} on every group and cell",
         "No defect found",
     )
-    _convergence_warning(doc, info)
+    _convergence_warning(doc, info, bool(model.moments))
 
     doc.heading("Model and run", size=12)
     doc.kv_table(_param_rows(model, audit, delta, gamma, label))

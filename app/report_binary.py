@@ -57,7 +57,7 @@ def binary_report(
         "the predicted probability on every group and every group × probability bucket",
         "No miscalibrated group or bucket found",
     )
-    _convergence_warning(doc, info)
+    _convergence_warning(doc, info, False)
     classes = params["label"].get("classes") or [0, 1]
     p = model.params
     doc.heading("Model and run", size=12)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import figures as F
+from .specs import not_converged_note
 
 
 def _num(v, digits: int = 3) -> str:
@@ -195,12 +196,11 @@ def _findings_section(doc, audit, tested: str, none_found: str) -> None:
         doc.bullets([d["text"] for d in s["disparities"]])
 
 
-def _convergence_warning(doc, info: dict) -> None:
+def _convergence_warning(doc, info: dict, has_moments: bool) -> None:
     """Both reports say, under the findings, when the fit did not converge."""
     if not info.get("converged", True):
         doc.para(
-            "**Warning:** the fit did not converge; the multicalibration guarantees were not reached on the "
-            "fitting rows.",
+            "**Warning:** " + not_converged_note(has_moments),
             color=(170, 40, 0),
             markdown=True,
         )

@@ -203,6 +203,17 @@ def descent_thresholds(model) -> tuple:
     return alpha, beta
 
 
+def not_converged_note(has_moments: bool) -> str:
+    """What a stopped or capped model's guarantees are, for every page and report that warns about it: the
+    stated thresholds are what the kept model achieves on its fitting rows (mmc_core.estimator.state_achieved),
+    so its guarantees hold at those values, not at the ones the fit was asked for."""
+    stated = "α and β" if has_moments else "α"
+    return (
+        "This model did not converge (the run was stopped or capped): it does not reach the thresholds the fit "
+        f"was asked for. Its guarantees hold on its fitting rows at the {stated} it achieves, stated here."
+    )
+
+
 def missed_reason(info: dict) -> str:
     """Why a kept model misses thresholds its descent used, in words (a stated alpha / beta above the one used):
     early stopping kept an earlier round, the per-cell standard-error test left cells uncorrected (a given alpha

@@ -10,6 +10,7 @@ import math
 import streamlit as st
 
 from app.ui import state
+from app.specs import not_converged_note
 from app.ui.common import esc, tabbed
 
 RATE_TABLE_COLUMNS = ("group", "n", "selection rate", "true positive rate", "false positive rate", "precision")
@@ -188,7 +189,7 @@ def render_binary(run, frame):
         f"α = {run.alpha:.3g}, m = {run.settings.n_buckets} · audited on {run.split['test'].size:,} test rows"
     )
     if run.stopped or not run.converged:
-        st.warning("This model did not converge (stopped or capped); its guarantees do not hold.")
+        st.warning(not_converged_note(False))
     headline(run)
     findings_box(run)
     tabbed(

@@ -39,6 +39,13 @@ def _on_label_change():
     flags = feature_flags(d["df"], s.label_col)
     state.put("base_features", [c for c in s.base_features if c != s.label_col and c not in flags])
     state.put("label_positive", None)
+    # the declared range's starting values are the new label's own (they were the previous label's: choosing
+    # `score` after the guessed `base` offered base's -1.41 .. 149.3, a browser session)
+    if s.label_col in d["df"].columns:
+        y = pd.to_numeric(d["df"][s.label_col], errors="coerce")
+        if y.notna().any():
+            state.put("label_lo", float(y.min()))
+            state.put("label_hi", float(y.max()))
 
 
 def binary_values(frame: pd.DataFrame, label) -> list | None:
@@ -124,6 +131,12 @@ def _on_source_change():
 def _previous_table_notice():
     """After a switch of table: the one set aside, with a button that brings it back (state.restore_workspace).
     Drawn into a slot at the top of the page after the source widgets ran (an upload switches in this run)."""
+    back = st.session_state.pop("brought_back", None)
+    if back is not None:
+        st.success(
+            f"**{esc(back)}** is back with the groups, settings and results you had for it.",
+            icon=":material/history:",
+        )
     prev = st.session_state.get("previous_workspace")
     d = state.data()
     if not prev or prev.get("data") is None or d is None or prev["data"]["key"] == d["key"]:

@@ -23,7 +23,18 @@ import streamlit as st
 PARAM = "ws"
 MAX_WORKSPACES = 8
 # what a workspace is: the session keys that hold the analyst's work (widget keys are re-filled from "settings")
-KEYS = ("data", "groups", "settings", "run", "job", "last_job", "previous_workspace", "run_error", "messages")
+KEYS = (
+    "data",
+    "groups",
+    "settings",
+    "run",
+    "job",
+    "last_job",
+    "previous_workspace",
+    "shelf",
+    "run_error",
+    "messages",
+)
 
 _WORKSPACES: OrderedDict = OrderedDict()  # id -> (time saved, {key: value}, bytes of its tables)
 _DROPPED: OrderedDict = OrderedDict()  # ids whose workspace was let go (to say so on a reload), the last 1,000
@@ -40,13 +51,15 @@ def max_bytes() -> float:
 
 
 def _table_bytes(work: dict) -> int:
-    """The memory of the workspace's tables (its own and the one set aside), without deep string sizes."""
-    total = 0
-    for rec in (work.get("data"), work.get("previous_workspace")):
+    """The memory of the workspace's tables (its own and those set aside), without deep string sizes."""
+    total, seen = 0, set()
+    shelf = work.get("shelf") or {}
+    for rec in (work.get("data"), work.get("previous_workspace"), *shelf.values()):
         if isinstance(rec, dict):
             rec = rec.get("data", rec)
         df = rec.get("df") if isinstance(rec, dict) else None
-        if df is not None and hasattr(df, "memory_usage"):
+        if df is not None and hasattr(df, "memory_usage") and id(df) not in seen:  # one table, several records
+            seen.add(id(df))
             total += int(df.memory_usage(index=True, deep=False).sum())
     return total
 
@@ -86,7 +99,7 @@ def _own_copy(key: str, value):
         return type(value)(**value.to_dict())
     if key in ("groups", "messages"):
         return copy.deepcopy(value)
-    if key in ("data", "previous_workspace") and isinstance(value, dict):
+    if key in ("data", "previous_workspace", "shelf") and isinstance(value, dict):
         return dict(value)
     return value
 

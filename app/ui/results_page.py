@@ -19,6 +19,7 @@ import streamlit as st
 
 from app.figure_style import _fmt, _legend_line
 from app.ui import state
+from app.specs import not_converged_note
 from app.ui.common import esc, run_and_frame, tabbed
 
 METHOD_LABELS = {
@@ -514,7 +515,7 @@ def render():
         f"{run.settings.delta:g}, γ = {run.settings.gamma:g}"
     )
     if run.stopped or not run.converged:
-        st.warning("This model did not converge (stopped or capped); its guarantees do not hold.")
+        st.warning(not_converged_note(bool(run.model.moments)))
     if run.audit is None:
         if run.stopped:
             from app.ui.run_page import audit_kept_model

@@ -138,6 +138,8 @@ def set_data(
     old = ss.get("data")
     if not keep_settings and old is not None and old.get("key") != key:
         set_aside_workspace()
+    # a table worked on before in this session comes back with its groups, settings and result
+    saved = None if keep_settings else (ss.get("shelf") or {}).pop(key, None)
     ss["data"] = {
         "df": frame,
         "name": name,
@@ -167,52 +169,73 @@ def set_data(
         "last_job",
     ):
         ss.pop(k, None)
-    if not keep_settings:
+    if saved is not None:
+        _bring_back(saved)
+    elif not keep_settings:
         apply_suggestions(frame, demo)
 
 
+# tables set aside with their work, per session (the most recent last); the oldest goes beyond this many
+SHELF_MAX = 4
+
+
 def set_aside_workspace():
-    """Keep the current table with its groups, settings and last result (one level), so that switching to
-    another table never loses an analyst's work: the Data page offers to bring it back."""
+    """Keep the current table with its groups, settings and last result, so that switching to another table
+    never loses an analyst's work: switching back to it (or the Data page's button) brings it back. The last
+    ``SHELF_MAX`` tables are kept (one before: a third table silently dropped the first one's result)."""
     import copy
 
     ss = st.session_state
     job = ss.get("job")
-    ss["previous_workspace"] = {
-        "data": ss.get("data"),
+    d = ss.get("data")
+    ws = {
+        "data": d,
         "groups": copy.deepcopy(ss.get("groups") or []),
         "settings": settings().to_dict(),
         "run": ss.get("run") if job is None or not job.running else None,
     }
+    ss["previous_workspace"] = ws
+    if d is not None and d.get("key") is not None:
+        shelf = dict(ss.get("shelf") or {})
+        shelf.pop(d["key"], None)
+        shelf[d["key"]] = ws
+        while len(shelf) > SHELF_MAX:
+            shelf.pop(next(iter(shelf)))
+        ss["shelf"] = shelf
 
 
-def restore_workspace():
-    """Bring back the table set aside by the last switch, with its groups, settings and result; the current
-    one is set aside in its place (so a second click undoes the first)."""
+def _bring_back(ws: dict):
+    """A shelved workspace's groups, settings and result on its (already current) table."""
+    import copy
+
     from app.ui.settings import Settings
 
     ss = st.session_state
-    prev = ss.get("previous_workspace")
-    if not prev or prev.get("data") is None:
-        return
-    set_aside_workspace()
-    d = prev["data"]
-    set_data(
-        d["df"],
-        d["name"],
-        d["source"],
-        demo=d.get("demo"),
-        file_id=d.get("file_id"),
-        keep_settings=True,
-        note=d.get("note", ""),
-    )
-    ss["settings"] = Settings(**prev["settings"])
+    d = ws["data"]
+    ss["groups"] = copy.deepcopy(ws.get("groups") or [])
+    ss["run"] = ws.get("run")
+    ss["settings"] = Settings(**ws["settings"])
     # the source shown is the restored table's (the settings were saved after the source widget had moved on)
     src = {"demo": "Bundled demo dataset", "upload": "Upload a file", "file": "File given on the command line"}
     ss["settings"].src_kind = src.get(d["source"], ss["settings"].src_kind)
     if d["source"] == "demo":
         ss["settings"].demo_name = d["name"]
+    ss["brought_back"] = d["name"]
     keep_widget_state()
+
+
+def restore_workspace():
+    """Bring back the table set aside by the last switch, with its groups, settings and result; the current
+    one is set aside in its place (so a second click undoes the first)."""
+    ss = st.session_state
+    prev = ss.get("previous_workspace")
+    if not prev or prev.get("data") is None:
+        return
+    d = prev["data"]
+    shelf = dict(ss.get("shelf") or {})
+    shelf[d["key"]] = prev  # what set_data looks for (it may have left the shelf as the oldest)
+    ss["shelf"] = shelf
+    set_data(d["df"], d["name"], d["source"], demo=d.get("demo"), file_id=d.get("file_id"), note=d.get("note", ""))
     ss["groups"] = prev["groups"]
     ss["run"] = prev["run"]
 
