@@ -116,7 +116,8 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     (``var_ratio`` and ``emp_var_ratio`` of the audit) with their 95% bootstrap intervals; the line at 1 is
     the overall level. A group whose observed ratio is far from its predicted ratio is one whose uncertainty
     the model misjudges. Groups are sorted by the observed ratio; with ``top`` only the ``top`` groups
-    with the largest predicted/observed disagreement are shown. Groups below gamma are drawn hollow and
+    with the largest predicted/observed disagreement or the largest distance of the observed ratio from 1
+    (whichever is larger, in log terms) are shown. Groups below gamma are drawn hollow and
     carry a dagger. ``label`` / ``units``: the label's name and units as the axes print them.
     """
     info = label_info(audit, label, units)
@@ -137,9 +138,12 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     if top is not None and len(bg) > top:
         with np.errstate(divide="ignore", invalid="ignore"):
             gap = np.abs(np.log(np.clip(pv, 1e-300, None) / np.clip(ev, 1e-300, None)))
+            # and how far the group's observed spread is from the whole population's: the disparities the
+            # text lists (a browser session found the top one left out of a chart chosen by misjudgement only)
+            far = np.abs(np.log(np.clip(_col(bg, "emp_var_ratio"), 1e-300, None)))
         # groups the guarantees cover (mass >= gamma) first: tiny groups have noisy variances
         small = np.asarray(_below_gamma(audit, bg.index), dtype=bool)
-        key = np.nan_to_num(gap, nan=-1.0) - 1e6 * small
+        key = np.fmax(np.nan_to_num(gap, nan=-1.0), np.nan_to_num(far, nan=-1.0)) - 1e6 * small
         keep = np.argsort(-key, kind="stable")[:top]
         bg = bg.iloc[np.sort(keep)]
         selection = " (groups of mass ≥ γ first)" if small.any() else ""
@@ -306,12 +310,14 @@ def _heatmap(
     hover_value: str,
     zmid: float | None = None,
     counts: np.ndarray | None = None,
+    min_count: float = 0.0,
 ) -> go.Figure:
     """``value_fmt``: Python format spec of the printed values; ``hover_value``: hover label of the value.
     Infinite values (unbounded intervals) print as ∞ and take the top colour; missing cells stay blank.
     ``counts``: rows behind each cell (default: the group's test rows); shown on hover and printed under the
     value where the cells are large enough (at most 10 columns and 60 rows), so a 0.50 cell of 2 rows is
-    told apart from one of 2,000."""
+    told apart from one of 2,000. Cells of fewer than ``min_count`` rows keep their value and count but no
+    colour (a 1-row cell at coverage 0 was painted the darkest red)."""
     names = [str(n) for n in z.index]
     below = _below_gamma(audit, z.index)
     disp = _display_names(names, below)
@@ -333,6 +339,8 @@ def _heatmap(
                 if text[i, j] != "" and np.isfinite(counts[i, j]):
                     shown[i, j] = f"{text[i, j]}<br><span style='font-size:0.8em'>n={int(counts[i, j]):,}</span>"
     vals = np.where(np.isposinf(raw), zmax, np.where(np.isneginf(raw), zmin, raw))
+    if min_count > 0:
+        vals = np.where(np.isfinite(counts) & (counts < min_count), np.nan, vals)
     custom = np.empty(vals.shape, dtype=object)
     for i, n in enumerate(names):
         for j in range(vals.shape[1]):
@@ -378,11 +386,28 @@ def _heatmap(
 
 
 def _coverage_cells(z, audit, title, subtitle, x_labels, x_title, target: float, counts=None) -> go.Figure:
-    """A coverage heatmap: diverging colours centred on the target 1 - delta, values printed to 2 decimals."""
+    """A coverage heatmap: diverging colours centred on the target 1 - delta, values printed to 2 decimals;
+    cells of fewer rows than the audit tests (its minimum cell count) are printed but not coloured."""
     zmin, zmax = _coverage_range(z.to_numpy(dtype=float), target)
     scale = coverage_colorscale(zmin, zmax, target)
+    min_n = float((audit.params or {}).get("min_cell_count") or 0)
+    if min_n > 0:
+        subtitle += f"; uncoloured = fewer than {min_n:,.0f} rows"
     return _heatmap(
-        z, audit, title, subtitle, x_labels, x_title, scale, zmin, zmax, "coverage", ".2f", "coverage", counts=counts
+        z,
+        audit,
+        title,
+        subtitle,
+        x_labels,
+        x_title,
+        scale,
+        zmin,
+        zmax,
+        "coverage",
+        ".2f",
+        "coverage",
+        counts=counts,
+        min_count=min_n,
     )
 
 

@@ -226,7 +226,7 @@ def test_coverage_heatmaps_centred_on_target(fitted, builder):
         assert stops[1.0] == "rgb(5,48,97)"  # deep blue = most over-coverage
     # the values are printed in the cells (2 decimals) and match the audit
     assert hm.texttemplate == "%{text}"
-    expected = table.loc[:, table.notna().any(axis=0)].to_numpy(float)  # empty buckets are dropped
+    expected = _coloured(a, table.loc[:, table.notna().any(axis=0)], builder == "bucket")  # empty buckets dropped
     np.testing.assert_allclose(np.asarray(hm.z, float), expected)
     assert all(
         t == "" or (len(t) == 4 and t[1] == ".") for t in (x.split("<br>")[0] for x in np.asarray(hm.text).ravel())
@@ -420,8 +420,36 @@ def test_bucket_coverage_of_every_method_is_the_audits(fitted):
     fig = F.coverage_by_bucket_heatmap(a, DELTA, other, **NAMES)
     (hm,) = [tr for tr in fig.data if isinstance(tr, go.Heatmap)]
     table = a.coverage_by_bucket_of[other]
-    np.testing.assert_allclose(np.asarray(hm.z, float), table.loc[:, table.notna().any(axis=0)].to_numpy(float))
+    np.testing.assert_allclose(np.asarray(hm.z, float), _coloured(a, table.loc[:, table.notna().any(axis=0)]))
     assert F.METHOD_LABELS[other] in title(fig)
+
+
+def _coloured(a, table, by_bucket: bool = True) -> np.ndarray:
+    """The values a coverage heatmap colours: the audit's, blank where a cell has fewer rows than the audit tests
+    (a 1-row cell at coverage 0 was painted the darkest red, a browser session)."""
+    vals = table.to_numpy(float)
+    n = (
+        F.bucket_counts(a, table)
+        if by_bucket
+        else np.repeat(a.by_group["count"].to_numpy(float)[:, None], vals.shape[1], 1)
+    )
+    return np.where(np.asarray(n, float) < a.params["min_cell_count"], np.nan, vals)
+
+
+def test_small_coverage_cells_are_printed_but_not_coloured(fitted):
+    a = fitted.audit
+    fig = F.coverage_by_bucket_heatmap(a, DELTA, **NAMES)
+    (hm,) = [tr for tr in fig.data if isinstance(tr, go.Heatmap)]
+    z, text = np.asarray(hm.z, float), np.asarray(hm.text, dtype=object)
+    n = F.bucket_counts(a, a.coverage_by_bucket.loc[:, a.coverage_by_bucket.notna().any(axis=0)])
+    small = (
+        (np.asarray(n, float) < a.params["min_cell_count"])
+        & np.isfinite(np.asarray(n, float))
+        & (np.asarray(n, float) > 0)
+    )
+    assert small.any(), "the fixture must have small cells, or this test is vacuous"
+    assert np.isnan(z[small]).all() and all(t != "" for t in text[small])
+    assert "uncoloured = fewer than" in title(fig)
 
 
 def test_group_names_are_drawn_as_written_not_as_html(fitted):
@@ -452,3 +480,18 @@ def test_convergence_figure_of_a_mean_only_model_has_no_moment_panel():
     assert not any("β" in str(t) for t in titles) and not any("moment" in (tr.name or "") for tr in fig.data)
     with_moments = F.convergence_figure(hist, 0.004, 0.001)
     assert "Largest moment violation" in [a.text for a in with_moments.layout.annotations]
+
+
+def test_variance_figure_keeps_the_group_farthest_from_the_overall_level(fitted):
+    """A browser session: the chart (30 of 31 groups) left out the top variance disparity that the text above
+    it named, because it chose groups by predicted/observed disagreement only. A group whose spread is far
+    from the population's, and correctly predicted, is now kept."""
+    a = fitted.audit
+    bg = a.by_group.copy()
+    big = [n for n in bg.index if n not in below_gamma_names(a)]
+    name = big[len(big) // 2]
+    bg.loc[name, ["emp_var_ratio", "var_ratio"]] = 9.0  # 9x the population's spread, and predicted so
+    bg.loc[name, "pred_var"] = bg.loc[name, "emp_var"]
+    fig = F.variance_disparity_figure(view(a, by_group=bg), top=len(big) - 1, **NAMES)
+    shown = {str(n) for n in np.asarray(ratio_traces(fig)[1].customdata, dtype=object)[:, 0]}
+    assert name in shown

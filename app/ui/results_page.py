@@ -229,7 +229,9 @@ def variance_tab(run):
     if n_groups > 10:
         c1, _ = st.columns([2, 3])
         c1.select_slider(
-            "Groups shown (farthest from the overall level first)", [10, 20, 30, 50, 100], **state.bind("res_top")
+            "Groups shown (the most misjudged or farthest from the overall level first)",
+            [10, 20, 30, 50, 100],
+            **state.bind("res_top"),
         )
         top = int(ss["res_top"])
     st.plotly_chart(_figure("variance", _run_key(run), run, top, state.units()), width="stretch", key="fig_variance")
