@@ -8,6 +8,7 @@ place so :mod:`app.figures`, :mod:`app.figures_convergence` and :mod:`app.figure
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import plotly.graph_objects as go
@@ -141,6 +142,9 @@ def _left_margin(labels) -> int:
     return int(min(330, 30 + 7.6 * longest))
 
 
+SUBTITLE_CHARS = 125  # characters of a 12 px subtitle line at the export width
+
+
 def _base_layout(
     fig: go.Figure,
     title: str,
@@ -150,7 +154,11 @@ def _base_layout(
     bottom: int = 60,
     legend: bool = True,
 ) -> go.Figure:
-    text = f"<b>{title}</b>" + (f"<br><span style='font-size:12px;color:#555'>{subtitle}</span>" if subtitle else "")
+    # Plotly does not wrap titles: a long subtitle ran off the right edge (cut in the PDF), so it is wrapped at
+    # the width of the export (900 px at 12 px: about 125 characters) and the top margin grows with it
+    lines = textwrap.wrap(subtitle, width=SUBTITLE_CHARS, break_long_words=False) if subtitle else []
+    sub = "<br>".join(lines)
+    text = f"<b>{title}</b>" + (f"<br><span style='font-size:12px;color:#555'>{sub}</span>" if sub else "")
     fig.update_layout(
         template="plotly_white",
         font=FONT,
@@ -165,7 +173,7 @@ def _base_layout(
             yanchor="top",
             font=dict(size=16),
         ),
-        margin=dict(l=left, r=30, t=95 if subtitle else 70, b=bottom),
+        margin=dict(l=left, r=30, t=(95 + 16 * (len(lines) - 1)) if lines else 70, b=bottom),
         hoverlabel=dict(font_size=12),
         showlegend=legend,
         legend=dict(

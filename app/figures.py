@@ -253,7 +253,8 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
         fig.add_hrect(y0=y_ - 0.5, y1=y_ + 0.5, fillcolor="#f3f3f3", line_width=0, layer="below")
     height = _rows_height(k, per_row=26, extra=260)
     shown = (
-        f"the {k} of {n_all} groups where predicted and observed variance disagree most{selection}"
+        f"the {k} of {n_all} groups where predicted and observed variance disagree most or the observed variance "
+        f"is farthest from that of all rows{selection}"
         if k < n_all
         else f"all {n_all} groups"
     )

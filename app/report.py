@@ -574,7 +574,7 @@ def build_report_pdf(
         if vt is not None:
             doc.data_table(
                 vt,
-                col_widths=(58, 12, 15, 15, 16, 35, 35),
+                col_widths=(55, 12, 15, 15, 19, 35, 35),
                 title="Groups whose predicted and observed variance disagree most",
             )
             doc.para(
