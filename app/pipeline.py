@@ -182,7 +182,11 @@ def run_pipeline(
 
     group_cols = sorted(groups.columns())
     fit_rows = split["fit"]
-    say(f"multicalibrating on {fit_rows.size:,} rows and {len(groups)} groups")
+    # the rows as the Run page counts them: the estimator holds a share of its rows out (early stopping,
+    # interval calibration) and fits on the rest (the line said 3,500 where the page said 2,625 fitting rows)
+    n_held = int(round(settings.calibration_fraction * fit_rows.size))
+    rows_text = f"{fit_rows.size - n_held:,} fitting rows" + (f" ({n_held:,} more held out)" if n_held else "")
+    say(f"multicalibrating on {rows_text} and {len(groups)} groups")
     t2 = time.perf_counter()
     binary = label.task == "binary"
     if binary:  # a classifier audit: the mean (a probability) only; k, delta and gamma are not used
@@ -196,10 +200,7 @@ def run_pipeline(
         feats = _discovery_features(df, label_spec, settings)
         from mmc_core.discover import fit_with_discovery
 
-        say(
-            f"multicalibrating on {fit_rows.size:,} rows and {len(groups)} groups, discovering groups on "
-            f"{len(feats)} feature(s)"
-        )
+        say(f"multicalibrating on {rows_text} and {len(groups)} groups, discovering groups on {len(feats)} feature(s)")
         X_fit = _take_rows(df, fit_rows, sorted(set(group_cols) | set(feats)))
         try:
             fit_with_discovery(

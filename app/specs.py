@@ -238,10 +238,10 @@ def kept_model_text(info: dict) -> str:
     on the held-out rows), so that a stopped or early-stopped run never claims its last round was kept."""
     rounds, kept = info.get("rounds"), info.get("kept_round")
     if info.get("early_stopped") and kept is not None and kept != rounds:
-        return f"the model of round {kept} (the best on the held-out rows; the descent ran {rounds} rounds)"
+        return f"the model of round {kept:,} (the best on the held-out rows; the descent ran {rounds:,} rounds)"
     if rounds == 0:  # round 0: before the first mean update (the moments' first pass, if any)
         return "the model as fitted so far (no mean update yet)"
-    return f"the model after {rounds} round{'s' if rounds != 1 else ''}"
+    return f"the model after {rounds:,} round{'s' if rounds != 1 else ''}"
 
 
 def frame_key(df: pd.DataFrame, name: str = "") -> str:

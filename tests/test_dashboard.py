@@ -681,3 +681,17 @@ def test_every_recent_table_keeps_its_work_when_switched_back_to():
     assert ss["data"]["name"] == "synthetic_scores" and ss["run"] is demo_run
     assert ss["settings"].p_delta == demo_delta
     assert any("synthetic\\_scores" in s.value and "is back" in s.value for s in at.success)
+
+
+def test_noise_warning_does_not_ask_to_turn_on_early_stopping_when_it_is_on():
+    """The Run page said "Raise α or turn on early stopping" with early stopping already on (a browser
+    session)."""
+    from app.specs import FitSettings
+    from app.ui.run_page import implications
+
+    on = FitSettings(alpha=1e-5, beta=1e-5, step="paper")  # early_stopping "auto" with held-out rows: on
+    off = FitSettings(alpha=1e-5, beta=1e-5, step="paper", early_stopping=False)
+    text_on = " ".join(implications(on, 2000, 10, 0.0, 100.0, "points"))
+    text_off = " ".join(implications(off, 2000, 10, 0.0, 100.0, "points"))
+    assert "sampling noise" in text_on and "turn on early stopping" not in text_on and "early stopping (on)" in text_on
+    assert "turn on early stopping" in text_off

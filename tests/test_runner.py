@@ -530,9 +530,33 @@ def test_the_kept_model_is_named_by_its_round():
     from app.specs import kept_model_text
 
     assert kept_model_text({"rounds": 8539, "kept_round": 4046, "early_stopped": True}) == (
-        "the model of round 4046 (the best on the held-out rows; the descent ran 8539 rounds)"
+        "the model of round 4,046 (the best on the held-out rows; the descent ran 8,539 rounds)"
     )
     assert kept_model_text({"rounds": 12, "kept_round": 12, "early_stopped": False}) == "the model after 12 rounds"
     # stopped in round 0 (found in a browser session: "the model after 0 round(s) was kept")
     zero = kept_model_text({"rounds": 0, "kept_round": 0, "early_stopped": False})
     assert "0 round" not in zero and "no mean update yet" in zero
+
+
+def test_progress_line_counts_the_rows_the_run_page_counts():
+    """The live line said "multicalibrating on 3,500 rows" while the Run page said "Fitting rows 2,625" (a
+    browser session): the estimator holds 25% of its rows out. Both now count the fitting rows."""
+    from app.demo_data import load_dataset
+    from app.pipeline import run_pipeline
+    from app.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec
+    from mmc_core import GroupSet
+
+    df = load_dataset("synthetic_scores").iloc[:2000].reset_index(drop=True)
+    said = []
+    run = run_pipeline(
+        df,
+        LabelSpec("outcome", "declared", 0, 100),
+        BaseSpec("column", "base_pred"),
+        SplitSpec(),
+        GroupSet.from_columns(df, ["sex", "race"], 1).to_json(),
+        FitSettings(n_moments=1),
+        phase=said.append,
+    )
+    line = next(t for t in said if t.startswith("multicalibrating"))
+    n_fit = run.model.info["n_fit"]
+    assert f"on {n_fit:,} fitting rows" in line and f"({run.model.info['n_calibration']:,} more held out)" in line

@@ -190,9 +190,18 @@ def implications(
         # sampling noise of a gamma-mass cell's mass-weighted residual, for a label SD of about 0.15 on [0, 1]
         noise = 2 * 0.15 * math.sqrt(g) / math.sqrt(n_rows)
         if a < noise:
+            es_on = settings.early_stopping is True or (
+                settings.early_stopping == "auto" and float(settings.calibration_fraction) > 0
+            )
+            advice = (
+                "Raise α; early stopping (on) keeps the round that does best on the held-out rows, which limits "
+                "the damage."
+                if es_on
+                else "Raise α or turn on early stopping."
+            )
             out.append(
                 f"⚠️ With {n_rows:,} fitting rows, α = {a:g} is below the sampling noise of a γ-mass cell "
-                f"(≈ {noise:.2g}): the descent will partly fit noise. Raise α or turn on early stopping."
+                f"(≈ {noise:.2g}): the descent will partly fit noise. {advice}"
             )
     return out
 
@@ -751,15 +760,22 @@ def show_run_summary(run):
     t = run.timings
     if run.stopped:
         audited = run.audit is not None
+        rounds = int(info["rounds"] or 0)
+        # an early-stopped kept round already says how far the descent ran ("Stopped by you after 20590 rounds:
+        # the model of round 432 (...; the descent ran 20590 rounds)")
+        says_rounds = info.get("early_stopped") and info.get("kept_round") not in (None, rounds)
+        head = (
+            "Stopped by you before the first mean update"
+            if not rounds
+            else "Stopped by you"
+            if says_rounds
+            else f"Stopped by you after {rounds:,} round{'s' if rounds != 1 else ''}"
+        )
         st.warning(
-            (
-                f"Stopped by you after {info['rounds']} round{'s' if info['rounds'] != 1 else ''}"
-                if info["rounds"]
-                else "Stopped by you before the first mean update"
-            )
-            + f": {kept_model_text(info)} was kept"
+            f"{head}: {kept_model_text(info)} was kept"
             + (" and audited" if audited else " (not audited)")
-            + f"; it is **not** multicalibrated to {'α, β' if run.model.moments else 'α'}.",
+            + f"; it does **not** reach the {'α, β' if run.model.moments else 'α'} the fit was asked for (its "
+            "guarantees hold at the values it achieves, stated below).",
             icon=":material/stop_circle:",
         )
         if not audited:
