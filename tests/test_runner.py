@@ -560,3 +560,18 @@ def test_progress_line_counts_the_rows_the_run_page_counts():
     line = next(t for t in said if t.startswith("multicalibrating"))
     n_fit = run.model.info["n_fit"]
     assert f"on {n_fit:,} fitting rows" in line and f"({run.model.info['n_calibration']:,} more held out)" in line
+
+
+def test_teaching_converged_message_says_how_loose_beta_is():
+    """Teaching mode said "Converged" while the predicted variances were 3-4x their targets (a browser
+    session): with the teaching defaults beta allows a variance error about as large as the variances. The
+    message now puts beta and the variances in the page's units."""
+    import numpy as np
+
+    from app.ui.teaching_figs import Lesson, LessonConfig, describe
+
+    lesson = Lesson(LessonConfig())
+    text = describe({"kind": "converged"}, lesson)
+    v = float(np.sum(lesson.prob * lesson.true_var)) * 100**2
+    assert f"{lesson.config.beta * 100**2:,.0f} points²" in text and f"{v:,.0f} points²" in text
+    assert "lower β" in text

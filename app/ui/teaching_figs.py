@@ -554,10 +554,18 @@ def describe(ev: dict | None, lesson: Lesson, units: str = "points") -> str:
     width = 100 / m
     kind = ev["kind"]
     if kind == "converged":
+        # β bounds a cell's variance error times its mass, on the [0, 1] scale: at teaching sizes that is about
+        # as large as the variances themselves, so "converged" can leave them off by a factor of 3-4 (a browser
+        # session); say so, in the page's units
+        v_true = float(np.sum(lesson.prob * lesson.true_var)) * 100**2
         return (
             "**Converged.** On a fresh sample no cell of any group fails the auditor's test: the mean is "
             f"α = {c.alpha:g}-multicalibrated and the variance β-calibrated within every (group, mean bucket, "
-            "variance bucket) cell, up to the finite-sample slack of Section 4."
+            "variance bucket) cell, up to the finite-sample slack of Section 4. Both are *mass-weighted* bounds "
+            f"on the [0, 1] scale: β = {c.beta:g} allows a variance error of {c.beta * 100**2:,.0f} {units}² in a "
+            f"cell holding all rows, and more in smaller cells, while the true variances average "
+            f"{v_true:,.0f} {units}². So the predicted variances may still be far from their targets: lower β "
+            "to make them match (the paper's bound on the number of steps grows as 1/β²)."
         )
     if kind == "moment_pass":
         return (
