@@ -250,10 +250,27 @@ def binary_tests(kind: str, names, cnt, s_y, s_p, s_v, min_count: int, **extra) 
         se = sd / cnt
     p = np.minimum(1.0, 2 * norm_sf(z))
     lo, hi = wilson_interval(s_y, cnt)
-    keep = np.nonzero(cnt >= max(min_count, 1))[0]
+    pbar = s_p / cnt
+    return _records(
+        kind,
+        names,
+        cnt,
+        mean,
+        se,
+        p,
+        min_count,
+        extra,
+        lambda i: {
+            "interval": [float(lo[i] - pbar[i]), float(hi[i] - pbar[i])],
+            "z": float(np.sign(diff[i]) * z[i]),
+        },
+    )
+
+
+def _records(kind, names, cnt, mean, se, p, min_count, extra, more=None) -> list:
+    """One record per group (or cell) with at least ``min_count`` rows (a handful of hundreds, not per row)."""
     out = []
-    for i in keep:  # one record per tested group / cell
-        pbar = s_p[i] / cnt[i]
+    for i in np.nonzero(cnt >= max(min_count, 1))[0]:
         rec = {
             "kind": kind,
             "group": names[i],
@@ -261,8 +278,7 @@ def binary_tests(kind: str, names, cnt, s_y, s_p, s_v, min_count: int, **extra) 
             "statistic_mean": float(mean[i]),
             "statistic_se": float(se[i]),
             "p_value": float(p[i]),
-            "interval": [float(lo[i] - pbar), float(hi[i] - pbar)],
-            "z": float(np.sign(diff[i]) * z[i]),
+            **(more(i) if more is not None else {}),
         }
         for k, v in extra.items():
             rec[k] = v[i].item() if isinstance(v[i], np.generic) else v[i]
@@ -281,21 +297,7 @@ def group_tests(kind: str, names, cnt, s1, s2, min_count: int, s3=None, hall_min
     mean, se, p = _t_test(
         np.asarray(s1, float), np.asarray(s2, float), cnt, None if s3 is None else np.asarray(s3, float), hall_min
     )
-    keep = np.nonzero(cnt >= max(min_count, 1))[0]
-    out = []
-    for i in keep:  # one record per tested group / cell (a handful of hundreds), not per row
-        rec = {
-            "kind": kind,
-            "group": names[i],
-            "n": int(cnt[i]),
-            "statistic_mean": float(mean[i]),
-            "statistic_se": float(se[i]),
-            "p_value": float(p[i]),
-        }
-        for k, v in extra.items():
-            rec[k] = v[i].item() if isinstance(v[i], np.generic) else v[i]
-        out.append(rec)
-    return out
+    return _records(kind, names, cnt, mean, se, p, min_count, extra)
 
 
 def select_findings(tests: list, method: str = "holm", level: float = 0.05) -> list:
