@@ -163,8 +163,8 @@ def _variance_note(tol) -> str:
 
 
 def _findings_section(doc, audit, tested: str, none_found: str) -> None:
-    """The "Key findings" block of both PDF reports: the findings shown (any more are counted: audit.json has
-    them) or ``none_found``, then what was ``tested`` and how; or why the findings could not be computed. Then the
+    """The "Key findings" block of both PDF reports: the findings shown (any more are counted, and where to find
+    them said) or ``none_found``, then what was ``tested`` and how; or why the findings could not be computed. Then the
     descriptive variance disparities, if any."""
     s = findings_summary(audit)
     doc.heading("Key findings", size=12, space=1)
@@ -181,7 +181,12 @@ def _findings_section(doc, audit, tested: str, none_found: str) -> None:
     if s["shown"]:
         doc.bullets([f["text"] for f in s["shown"]])
         more = s["n_found"] - len(s["shown"])
-        doc.para(("" if more <= 0 else f"{more} further finding(s) are in audit.json. ") + scope, size=8.5, style="I")
+        # `mmc report` writes no audit.json (the PDF said the rest were in one): say where they are
+        rest = (
+            f"{more} further finding(s) are not listed here: `mmc audit` writes every finding to its JSON file, and "
+            "the dashboard's Results page lists them all. "
+        )
+        doc.para(("" if more <= 0 else rest) + scope, size=8.5, style="I")
     elif s["n_tests"] == 0:
         # nothing could be tested (every group below the minimum count): not a clean result
         doc.para(
