@@ -362,7 +362,7 @@ def _heatmap(
             texttemplate="%{text}",
             textfont=dict(size=text_size),
             customdata=custom,
-            hoverongaps=False,
+            hoverongaps=bool(min_count > 0),  # an uncoloured small cell still tells its value and count
             xgap=1,
             ygap=1,
             hovertemplate="%{customdata}<br>%{x}<extra></extra>",
@@ -391,9 +391,16 @@ def _coverage_cells(z, audit, title, subtitle, x_labels, x_title, target: float,
     cells of fewer rows than the audit tests (its minimum cell count) are printed but not coloured."""
     zmin, zmax = _coverage_range(z.to_numpy(dtype=float), target)
     scale = coverage_colorscale(zmin, zmax, target)
-    min_n = float((audit.params or {}).get("min_cell_count") or 0)
-    if min_n > 0:
-        subtitle += f"; uncoloured = fewer than {min_n:,.0f} rows"
+    # the audit tests groups and cells from min_group_count rows (mmc_core.metrics._findings)
+    min_n = float((audit.params or {}).get("min_group_count") or 0)
+    n = (
+        np.asarray(counts, dtype=float)
+        if counts is not None
+        else np.repeat(_group_counts(audit, [str(v) for v in z.index])[:, None], z.shape[1], axis=1)
+    )
+    small = np.isfinite(z.to_numpy(dtype=float)) & (n < min_n)
+    if min_n > 0 and small.any():
+        subtitle += f"; uncoloured = fewer than {min_n:,.0f} rows (not tested)"
     return _heatmap(
         z,
         audit,

@@ -55,10 +55,11 @@ _ZERO_LED = re.compile(r"^\s*[+-]?0\d")
 
 
 def _codes_as_text(df: pd.DataFrame, text: str, header: list, na: list) -> pd.DataFrame:
-    """Integer columns written with leading zeros ("01", "007": postcodes, site or product codes) back to text:
-    read as numbers, "01" and "1" would be one value and one group, and an export would write 1 for "01".
-    Only when the file has such a token at all (a quick scan), and then only its integer columns are read
-    again, as text."""
+    """Integer columns whose text tells apart values that are one number ("01" and "1": site or product codes)
+    back to text: read as numbers they would be one value and one group. Zero-padded columns whose every number
+    is written one way (months 01-12, hours 00-23) stay numbers, so that numeric groups (month < 6) keep
+    working. Only when the file has a zero-led token at all (a quick scan), and then only its integer columns
+    are read again, as text."""
     if not re.search(r'(?:^|[,\n])\s*"?[+-]?0\d', text):
         return df
     ints = [
@@ -73,9 +74,9 @@ def _codes_as_text(df: pd.DataFrame, text: str, header: list, na: list) -> pd.Da
     raw = pd.read_csv(io.StringIO(text), usecols=raw_names, dtype=str, na_values=na, keep_default_na=True)
     raw.columns = [str(c).strip() for c in raw.columns]
     for c in ints:
-        col = raw[c]
-        if col.dropna().str.match(_ZERO_LED).any():
-            df[c] = col.to_numpy(dtype=object)
+        col = raw[c].dropna()
+        if col.str.match(_ZERO_LED).any() and col.str.strip().nunique() > df[c].dropna().nunique():
+            df[c] = raw[c].to_numpy(dtype=object)
     return df
 
 

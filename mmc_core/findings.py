@@ -245,12 +245,15 @@ def binary_tests(kind: str, names, cnt, s_y, s_p, s_v, min_count: int, **extra) 
     with np.errstate(divide="ignore", invalid="ignore"):
         diff = s_y - s_p
         sd = np.sqrt(np.maximum(s_v, 0.0))
-        z = np.where(sd > 0, np.maximum(np.abs(diff) - 0.5, 0.0) / np.where(sd > 0, sd, 1.0), 0.0)
+        excess = np.maximum(np.abs(diff) - 0.5, 0.0)
+        # predictions of exactly 0 or 1 (a model file without the probability floor) imply no variance: any
+        # outcome they did not predict is then certain evidence against them
+        z = np.where(sd > 0, excess / np.where(sd > 0, sd, 1.0), np.where(excess > 0, np.inf, 0.0))
         mean = diff / cnt
         se = sd / cnt
+        pbar = s_p / cnt
     p = np.minimum(1.0, 2 * norm_sf(z))
     lo, hi = wilson_interval(s_y, cnt)
-    pbar = s_p / cnt
     return _records(
         kind,
         names,

@@ -675,7 +675,7 @@ def _findings(
             observed=obs_c,
         )
     else:
-        # Hall's skewness correction (as for the variance test): the plain t test of skewed residuals (a
+        # Hall's skewness correction (the variance test uses it at every size): the plain t test of skewed residuals (a
         # log-normal label) rejected 13-27x as often as its level in the far tail where Holm decides; from
         # HALL_MIN_ROWS rows (below, the sample skewness is too noisy to correct with)
         r3 = r * r * r

@@ -695,3 +695,35 @@ def test_noise_warning_does_not_ask_to_turn_on_early_stopping_when_it_is_on():
     text_off = " ".join(implications(off, 2000, 10, 0.0, 100.0, "points"))
     assert "sampling noise" in text_on and "turn on early stopping" not in text_on and "early stopping (on)" in text_on
     assert "turn on early stopping" in text_off
+
+
+def test_uploading_a_set_aside_table_again_brings_its_work_back():
+    """A review: uploading a table that was set aside (A, then B, then A again) restored its settings from the
+    upload's own run, where the source widgets were already drawn; writing their keys raised
+    StreamlitWidgetAlreadyInstantiatedError. It now reruns with the table's own settings."""
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    rng = np.random.default_rng(7)
+    files = {}
+    for name, delta in (("a.csv", 0.2), ("b.csv", 0.3)):
+        df = pd.DataFrame(demo_distribution().sample_table(700, rng)).drop(
+            columns=["true_mean", "true_var", "true_m3", "true_m4"]
+        )
+        files[name] = df.to_csv(index=False).encode()
+        at.file_uploader(key="upload").set_value((name, files[name], "text/csv")).run()
+        assert not at.exception and at.session_state["data"]["name"] == name
+        at.session_state["settings"].p_delta = delta  # an analyst's change on this table (a Run page setting)
+    at.file_uploader(key="upload").set_value(("a.csv", files["a.csv"], "text/csv")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    ss = at.session_state
+    assert ss["data"]["name"] == "a.csv" and ss["settings"].p_delta == 0.2
+    assert any("a.csv" in s.value and "is back" in s.value for s in at.success)
+
+
+def test_a_demo_label_chosen_again_gets_the_demo_range_back():
+    """A review: going back to a demo's own label reset the declared range to the observed one (0-100 lost)."""
+    at = _new()  # synthetic_scores: outcome on a declared 0-100
+    assert (at.session_state["label_lo"], at.session_state["label_hi"]) == (0.0, 100.0)
+    at.selectbox(key="label_col").select("base_pred").run()
+    at.selectbox(key="label_col").select("outcome").run()
+    assert (at.session_state["label_lo"], at.session_state["label_hi"]) == (0.0, 100.0)

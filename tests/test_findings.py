@@ -365,6 +365,11 @@ def test_binary_tests_hold_their_level_for_rare_and_common_outcomes():
     # a 138-row group without a positive at p = 0.0124 each: the exact chance is (1 - 0.0124)^138 = 0.18
     (rec,) = fnd.binary_tests("mean", ["g"], [138], [0.0], [138 * 0.0124], [138 * 0.0124 * 0.9876], 30)
     assert rec["p_value"] > 0.2 and rec["interval"][0] < 0 < rec["interval"][1]
+    # predictions of exactly 0 (a model file without the probability floor): 40 positives are certain evidence
+    (rec,) = fnd.binary_tests("mean", ["g"], [200], [40.0], [0.0], [0.0], 30)
+    assert rec["p_value"] == 0.0
+    (rec,) = fnd.binary_tests("mean", ["g"], [200], [0.0], [0.0], [0.0], 30)
+    assert rec["p_value"] == 1.0
     # and a real shift is found: rate 0.15 against a predicted 0.10 in 1,000 rows (z = 4.7)
     (rec,) = fnd.binary_tests("mean", ["g"], [1000], [150.0], [100.0], [90.0], 30)
     assert rec["p_value"] < 1e-4 and rec["statistic_mean"] > 0

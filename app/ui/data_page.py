@@ -41,7 +41,12 @@ def _on_label_change():
     state.put("label_positive", None)
     # the declared range's starting values are the new label's own (they were the previous label's: choosing
     # `score` after the guessed `base` offered base's -1.41 .. 149.3, a browser session)
-    if s.label_col in d["df"].columns:
+    demo = d.get("demo")
+    if demo is not None and getattr(demo, "label_range", None) and s.label_col == demo.label:
+        # a demo's own label: its known range, as on first load
+        state.put("label_lo", float(demo.label_range[0]))
+        state.put("label_hi", float(demo.label_range[1]))
+    elif s.label_col in d["df"].columns:
         y = pd.to_numeric(d["df"][s.label_col], errors="coerce")
         if y.notna().any():
             state.put("label_lo", float(y.min()))
@@ -201,6 +206,10 @@ def source_section():
                     try:
                         frame = read_table_bytes(up.getvalue(), up.name)
                         state.set_data(frame, up.name, "upload", file_id=up.file_id)
+                        if ss.get("brought_back"):
+                            # its settings go into the widgets at the start of the next run (the ones drawn
+                            # above cannot change in this one)
+                            st.rerun()
                     except MMCError as e:
                         ss["upload_error"] = str(e)
                         ss["upload_error_id"] = up.file_id

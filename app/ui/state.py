@@ -175,8 +175,10 @@ def set_data(
         apply_suggestions(frame, demo)
 
 
-# tables set aside with their work, per session (the most recent last); the oldest goes beyond this many
+# tables set aside with their work, per session (the most recent last); the oldest goes beyond this many, or
+# beyond this many bytes of tables (the persisted workspaces of closed sessions share a budget: app.ui.persist)
 SHELF_MAX = 4
+SHELF_MAX_BYTES = 2**30
 
 
 def set_aside_workspace():
@@ -199,7 +201,12 @@ def set_aside_workspace():
         shelf = dict(ss.get("shelf") or {})
         shelf.pop(d["key"], None)
         shelf[d["key"]] = ws
-        while len(shelf) > SHELF_MAX:
+
+        def size(w):
+            df = (w.get("data") or {}).get("df")
+            return int(df.memory_usage(index=True, deep=False).sum()) if hasattr(df, "memory_usage") else 0
+
+        while len(shelf) > 1 and (len(shelf) > SHELF_MAX or sum(size(w) for w in shelf.values()) > SHELF_MAX_BYTES):
             shelf.pop(next(iter(shelf)))
         ss["shelf"] = shelf
 
@@ -221,7 +228,9 @@ def _bring_back(ws: dict):
     if d["source"] == "demo":
         ss["settings"].demo_name = d["name"]
     ss["brought_back"] = d["name"]
-    keep_widget_state()
+    # no keep_widget_state() here: in the upload path the source widgets are already drawn in this run, and
+    # writing their keys raises; the next run starts with keep_widget_state (callbacks run before it, and the
+    # upload path reruns at once)
 
 
 def restore_workspace():
