@@ -47,7 +47,9 @@ def _name_col(audit, names, n=30) -> list:
 
 
 def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
-    """The groups whose predicted and observed variance disagree most (largest |log(predicted/observed)|)."""
+    """The groups whose predicted and observed variance disagree most (largest |log(predicted/observed)|),
+    the groups with a variance finding first (a group on page 1's findings was left out of a top-8 table that
+    put groups below gamma last)."""
     bg = audit.by_group
     if not {"pred_var", "emp_var"} <= set(bg.columns):
         return None
@@ -60,7 +62,11 @@ def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
         return None
     gap = np.abs(np.log(d["pred_var"].astype(float) / d["emp_var"].astype(float)))
     small = pd.Series(_below(audit, d.index), index=d.index, dtype=float)
-    d = d.loc[(gap - 1e6 * small).sort_values(ascending=False).index[:top]]  # mass >= gamma first
+    found = {f.get("group") for f in (audit.findings or []) if f.get("kind") == "variance"}
+    flagged = pd.Series([g in found for g in d.index], index=d.index, dtype=float)
+    d = d.loc[
+        (gap - 1e6 * small + 1e7 * flagged).sort_values(ascending=False).index[:top]
+    ]  # findings, then mass >= gamma
 
     def ci(v, lo, hi):
         return f"{_num(v, 2)} [{_num(lo, 2)}, {_num(hi, 2)}]"
