@@ -18,10 +18,13 @@ classifier report in :mod:`app.report_binary`.
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 import threading
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -173,7 +176,22 @@ def figure_to_png(fig, width: int = EXPORT_WIDTH, height: int | None = None, sca
 
         def work():
             try:
-                box["png"] = pio.to_image(fig, format="png", width=width, height=height, scale=scale)
+                try:
+                    box["png"] = pio.to_image(fig, format="png", width=width, height=height, scale=scale)
+                except OSError as e:
+                    if e.errno != errno.ENAMETOOLONG:
+                        raise
+                    # kaleido 1.1-1.2 (the minimum version) names even an in-memory export after the figure's
+                    # title and looks for that file: a long title with its subtitle failed with "File name too
+                    # long" and the PDF export crashed. Those versions take a path of our own naming instead.
+                    import kaleido
+
+                    with tempfile.TemporaryDirectory(prefix="mmc-fig-") as tmp:
+                        box["png"] = kaleido.calc_fig_sync(
+                            fig.to_dict(),
+                            path=Path(tmp) / "figure.png",
+                            opts=dict(format="png", width=width, height=height, scale=scale),
+                        )
             except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
                 box["error"] = e
 

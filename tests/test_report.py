@@ -456,3 +456,22 @@ def test_a_kept_round_that_misses_the_given_alpha_is_said_and_drawn_at_the_alpha
     assert f"α = {m.params.alpha:.3g} (means)" in flat  # the stated (achieved) value
     assert "used α = 0.0003" in flat and "achieves the values stated here (early stopping kept round" in flat
     assert f"1/α² − 1 = {1 / 3e-4**2 - 1:,.0f}" in flat
+
+
+@pytest.mark.slow
+@needs_browser
+def test_a_figure_with_a_long_title_exports(tmp_path, monkeypatch):
+    """kaleido 1.1 (the minimum version) names even an in-memory export after the figure's title and looks for
+    that file in the working directory: a 300-character title with its subtitle failed with "File name too
+    long" and the PDF export crashed (CI on the minimum versions). Such versions now get a path of our naming."""
+    import io
+
+    import plotly.graph_objects as go
+    from PIL import Image
+
+    monkeypatch.chdir(tmp_path)
+    fig = go.Figure(go.Bar(x=[1, 2], y=[3, 4]))
+    fig.update_layout(title="Variance disparities " + "with a very long subtitle " * 12, height=300)
+    png = R.figure_to_png(fig)
+    assert Image.open(io.BytesIO(png)).size[0] > 100
+    assert list(tmp_path.iterdir()) == []  # nothing left in the working directory
