@@ -63,7 +63,7 @@ MAX_HEATMAP_ROWS = 42  # groups per heatmap page; more groups are split over sev
 _export_lock = threading.Lock()
 
 
-def reading_notes(has_moments: bool, has_intervals: bool) -> tuple[str, str, str]:
+def reading_notes(has_moments: bool, has_intervals: bool, methods=("guaranteed", "calibrated")) -> tuple[str, str, str]:
     """The report's "how to read", "what it promises" and "what it does not promise" paragraphs, for what the
     model fits: a mean-only model has no moment threshold β and no variance, and intervals are spoken of only
     when the audit has some (a mean-only model's report must not promise what it does not have)."""
@@ -92,11 +92,16 @@ def reading_notes(has_moments: bool, has_intervals: bool) -> tuple[str, str, str
         "(weighted by the cell's share of rows). On new rows they hold up to sampling error, which is small for "
         "large groups and large for small ones."
     )
-    if has_intervals:
+    if has_intervals and "guaranteed" in methods:
         promises += (
             " The 'guaranteed' intervals cover the label with probability at least 1 − δ in every cell of mass at "
             "least γ (they are honest, and wide); the 'calibrated' intervals aim at 1 − δ in every group using "
             "held-out (or out-of-fold) rows, and are much narrower."
+        )
+    elif has_intervals:  # a mean-only model: no guaranteed intervals (they need the moments)
+        promises += (
+            " The 'calibrated' intervals aim at 1 − δ in every group using held-out (or out-of-fold) rows; a "
+            "mean-only model has no 'guaranteed' intervals (they need the predicted moments)."
         )
     spread = (
         "a calibrated variance describes a group of similar rows, not one person"
@@ -519,7 +524,7 @@ def build_report_pdf(
     # ---- page 2: how to read + convergence ---------------------------------------------------
     doc.ensure(95)
     doc.heading("How to read this report", size=12, space=4 if pdf.get_y() > pdf.t_margin + 1 else 0)
-    how, promises, not_promises = reading_notes(bool(model.moments), has_intervals)
+    how, promises, not_promises = reading_notes(bool(model.moments), has_intervals, tuple(audit.coverage.columns))
     doc.para(how, size=9)
     doc.para(promises, size=9, markdown=True)
     doc.para(not_promises, size=9, markdown=True)

@@ -475,3 +475,20 @@ def test_a_figure_with_a_long_title_exports(tmp_path, monkeypatch):
     png = R.figure_to_png(fig)
     assert Image.open(io.BytesIO(png)).size[0] > 100
     assert list(tmp_path.iterdir()) == []  # nothing left in the working directory
+
+
+def test_mean_only_reading_notes_promise_only_the_intervals_it_has():
+    """A mean-only model with held-out rows has calibrated intervals but no guaranteed ones (they need the
+    moments); the notes promised both (seen on a rendered page)."""
+    from mmc_core.metrics import audit
+
+    t = demo_distribution().sample_table(1500, np.random.default_rng(8))
+    est = MomentMulticalibrator(n_moments=1, label_range=(0, 100)).fit(
+        t, t["outcome"], GroupSet.from_columns(t, ["sex", "race"], 1)
+    )
+    cols = tuple(audit(est.model_, t, t["outcome"], n_boot=0).coverage.columns)
+    assert cols and "guaranteed" not in cols
+    _, promises, _ = R.reading_notes(False, True, cols)
+    assert "'calibrated' intervals aim at 1 − δ" in promises and "'guaranteed' intervals cover" not in promises
+    _, promises, _ = R.reading_notes(True, True, ("guaranteed", "calibrated"))
+    assert "'guaranteed' intervals cover" in promises
