@@ -510,7 +510,7 @@ def test_pdf_variance_table_lists_the_groups_with_a_variance_finding(fitted):
     cand = [
         g
         for g in below_gamma_names(a)
-        if bg.loc[g, "count"] >= 20 and np.isfinite(bg.loc[g, ["pred_var", "emp_var"]]).all()
+        if bg.loc[g, "count"] >= 20 and np.isfinite(bg.loc[g, ["pred_var", "emp_var"]].astype(float)).all()
     ]
     assert cand, "the fixture must have a testable group below gamma, or this test is vacuous"
     g = cand[0]
