@@ -388,7 +388,7 @@ def _heatmap(
 
 def _coverage_cells(z, audit, title, subtitle, x_labels, x_title, target: float, counts=None) -> go.Figure:
     """A coverage heatmap: diverging colours centred on the target 1 - delta, values printed to 2 decimals;
-    cells of fewer rows than the audit tests (its minimum cell count) are printed but not coloured."""
+    cells of fewer rows than the audit tests (its minimum group count) are printed but not coloured."""
     zmin, zmax = _coverage_range(z.to_numpy(dtype=float), target)
     scale = coverage_colorscale(zmin, zmax, target)
     # the audit tests groups and cells from min_group_count rows (mmc_core.metrics._findings)
@@ -414,7 +414,7 @@ def _coverage_cells(z, audit, title, subtitle, x_labels, x_title, target: float,
         "coverage",
         ".2f",
         "coverage",
-        counts=counts,
+        counts=n,  # the counts just found (the group counts when none were given, as _heatmap would take)
         min_count=min_n,
     )
 

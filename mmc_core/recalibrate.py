@@ -321,13 +321,13 @@ def fit_group_linear(
     # ones strictly inside its range: a knot at the minimum makes its hinge the straight map's own term (base
     # tied there, e.g. probabilities clipped at 0), and least squares would then split the slope between
     # them arbitrarily; none without enough out-of-sample rows to check a bend on
-    n_out = (held_out[0].size if held_out is not None else 0) + (n if 2 * CV_FOLDS <= n <= CV_MAX_ROWS else 0)
+    cross_fit = 2 * CV_FOLDS <= n <= CV_MAX_ROWS
+    n_out = (held_out[0].size if held_out is not None else 0) + (n if cross_fit else 0)
     knots = np.zeros(0)
     if n and n_out >= BEND_MIN_ROWS:
         knots = np.unique(np.quantile(base, KNOT_QUANTILES))
         knots = knots[(knots > base.min()) & (knots < base.max())]
     fold = np.random.default_rng(seed + 1).permutation(n) % CV_FOLDS
-    cross_fit = 2 * CV_FOLDS <= n <= CV_MAX_ROWS
     fold_proj = []  # each fold's projection, fitted without it (the same for both candidates below)
     if cross_fit:
         for k in range(CV_FOLDS):
@@ -396,8 +396,8 @@ def fit_group_linear(
             "harmed": harmed,
         }
 
-    # A map that leaves some group significantly biased on the out-of-sample rows, and more biased than the
-    # base left it, is refitted without the between-group slope (which moves every group by its projected
+    # A map that leaves some group more biased on the out-of-sample rows than the base left it, by more than the
+    # Bonferroni z in standard errors (_harmed_groups), is refitted without the between-group slope (which moves every group by its projected
     # mean: one group's error fixed by a slope drags the others along); if that one harms a group too, the
     # base is used as given.
     cand = candidate(True)

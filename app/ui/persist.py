@@ -50,7 +50,7 @@ def max_bytes() -> float:
         return 4.0 * 2**30
 
 
-def _table_bytes(work: dict) -> int:
+def table_bytes(work: dict) -> int:
     """The memory of the workspace's tables (its own and those set aside), without deep string sizes."""
     total, seen = 0, set()
     shelf = work.get("shelf") or {}
@@ -112,7 +112,7 @@ def save():
         return
     work = {k: ss[k] for k in KEYS if k in ss}
     with _LOCK:
-        _WORKSPACES[wid] = (time.time(), work, _table_bytes(work))
+        _WORKSPACES[wid] = (time.time(), work, table_bytes(work))
         _WORKSPACES.move_to_end(wid)
         limit = max_bytes()
         while len(_WORKSPACES) > 1 and (

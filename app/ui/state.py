@@ -202,11 +202,9 @@ def set_aside_workspace():
         shelf.pop(d["key"], None)
         shelf[d["key"]] = ws
 
-        def size(w):
-            df = (w.get("data") or {}).get("df")
-            return int(df.memory_usage(index=True, deep=False).sum()) if hasattr(df, "memory_usage") else 0
+        from app.ui.persist import table_bytes
 
-        while len(shelf) > 1 and (len(shelf) > SHELF_MAX or sum(size(w) for w in shelf.values()) > SHELF_MAX_BYTES):
+        while len(shelf) > 1 and (len(shelf) > SHELF_MAX or table_bytes({"shelf": shelf}) > SHELF_MAX_BYTES):
             shelf.pop(next(iter(shelf)))
         ss["shelf"] = shelf
 
