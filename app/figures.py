@@ -111,8 +111,8 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     """Predicted vs observed spread per group, in absolute terms and relative to the whole population.
 
     Left panel: standard deviations in label units, the square roots of the mean predicted variance m_2(x)
-    and of the observed mean squared residual (y - mu(x))^2, joined by a grey bar; the dashed line is the
-    whole population's observed SD. Right panel: the same two variances as ratios to the whole population's
+    and of the observed variance of the residual y - mu(x) (around the group's mean residual), joined by a
+    grey bar; the dashed line is the whole population's observed SD. Right panel: the same two variances as ratios to the whole population's
     (``var_ratio`` and ``emp_var_ratio`` of the audit) with their 95% bootstrap intervals; the line at 1 is
     the overall level. A group whose observed ratio is far from its predicted ratio is one whose uncertainty
     the model misjudges. Groups are sorted by the observed ratio; with ``top`` only the ``top`` groups
@@ -195,7 +195,7 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
         fig.add_trace(_markers(x, y, name, marker, custom, hover, legendgroup=group, **extra), 1, col)
 
     markers(pred_sd, ypos, "predicted (√ mean predicted variance)", "pred", FIT_COLOR, 10, "circle", 2, 1)
-    markers(emp_sd, ypos, "observed (√ mean squared residual y − μ(x))", "obs", OBSERVED_COLOR, 10, "diamond", 2, 1)
+    markers(emp_sd, ypos, "observed (SD of the residual y − μ(x))", "obs", OBSERVED_COLOR, 10, "diamond", 2, 1)
 
     def err(v, lo, hi):
         return dict(

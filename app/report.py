@@ -587,7 +587,7 @@ def build_report_pdf(
             F.variance_disparity_figure(audit, top=20, **names),
             numbered("Variance disparities by group"),
             "Left: the predicted spread (square root of the mean predicted variance) and the observed spread "
-            "(root mean squared residual around the predicted mean) per group. Right: both variances "
+            "(standard deviation of the residual y - prediction within the group) per group. Right: both variances "
             "relative to all rows, with 95% bootstrap intervals. Where blue and orange disagree, the model "
             "misjudges the uncertainty of that group; where both sit away from 1, the group is genuinely "
             "more (or less) variable than the population.",

@@ -2,7 +2,7 @@
 
 A *finding* is a model defect that the audit rows show beyond chance: for one group (or one group x mean
 bucket cell), the predicted mean disagrees with the observed mean (``mean``, ``calibration``), the predicted
-variance disagrees with the observed squared residuals (``variance``), or the prediction intervals cover
+variance disagrees with the observed spread of the residuals (``variance``), or the prediction intervals cover
 less than promised (``coverage``). Every test the audit makes enters one family; its p-values are adjusted
 by Holm (family-wise error, the default) or Benjamini-Hochberg (false discovery rate), and a test becomes a
 finding only when its *adjusted* p-value is below ``level``. Groups and cells with fewer than
@@ -13,10 +13,13 @@ The tests (r = y - mu(x), v = the predicted variance m_2(x), all on the audit ro
 - mean / calibration: H0 E[r] = 0 over the group (cell); two-sided t test of the mean of r with its
   sample standard error (n >= ``min_count`` rows; Student's t, not the normal: after a multiplicity
   adjustment the test runs at |t| ~ 3.5-4, where the normal tail is several times too small for 30-100 rows).
-- variance: H0 E[r^2] / E[v] within [1 / (1 + tol), 1 + tol] (``VARIANCE_TOLERANCE``, a materiality margin;
-  tol = 0 is H0 E[r^2 - v] = 0): the one-sided skewness-corrected t test of the mean of r^2 - (1 + tol) v
-  (understated) and of r^2 - v / (1 + tol) (overstated), the smaller p doubled. The estimate is the ratio
-  observed / predicted = mean(r^2) / mean(v) with a delta-method 95% interval.
+- variance: with u = r - mean(r over the group) (each group's residuals around their own mean, scaled by
+  n / (n - 1)): H0 E[u^2] / E[v] within [1 / (1 + tol), 1 + tol] (``VARIANCE_TOLERANCE``, a materiality
+  margin; tol = 0 is H0 E[u^2 - v] = 0): the one-sided skewness-corrected t test of the mean of
+  u^2 - (1 + tol) v (understated) and of u^2 - v / (1 + tol) (overstated), the smaller p doubled. The
+  estimate is the ratio observed / predicted = mean(u^2) / mean(v) with a delta-method 95% interval.
+  Centering keeps a group whose mean alone is off (the mean test's finding) from being reported as
+  understating its uncertainty as well; its intervals' shortfall is the coverage test's.
 - coverage: H0 coverage >= 1 - delta; one-sided exact binomial test (lower tail) of the rows covered;
   the interval is Wilson's 95% score interval.
 

@@ -25,7 +25,8 @@ Tables (pandas DataFrames)
     calib_error_worst_weighted / calib_error_worst_weighted_base: the largest (count(cell) / n) * |mean
         prediction - mean label| over the same cells (the paper's mass-weighted statistic, label units),
     pred_var: mean predicted variance m_2(x) (NaN for a mean-only model),
-    emp_var: mean squared residual (y - mu(x))^2, the variance m_2 should match,
+    emp_var: variance of the residual y - mu(x) within the group, around the group's mean residual (n - 1
+        denominator): the variance m_2 should match (a mean error of the whole group is the mean's finding),
     label_var: variance of the label within the group (around the group's mean; includes the spread of mu),
     var_ratio, var_ratio_lo, var_ratio_hi: pred_var / pred_var(all) with a percentile bootstrap CI
         (rows resampled; level 95%) -- the "variance disparity",
@@ -137,10 +138,26 @@ def _div(a, b):
         return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
 
 
+def residual_variance(s1, s2, cnt):
+    """Variance of a residual within each group, around the group's own mean residual (n - 1 denominator),
+    from its group sums ``s1`` = sum r, ``s2`` = sum r^2 and the counts; NaN below 2 rows. A group whose
+    predicted mean is off by a constant has the variance of its spread, not spread + bias^2: the bias is the
+    mean test's finding (the paper's moment consistency is around the set's own mean too)."""
+    s1, s2, cnt = (np.asarray(a, dtype=float) for a in (s1, s2, cnt))
+    return np.maximum(_div(s2 - s1 * _div(s1, cnt), cnt - 1), 0.0)
+
+
 def _bootstrap_ratios(
-    sums: MembershipSums, values: dict, n_boot: int, seed: int, level: float = 0.95, block_elems: int = 4_000_000
+    sums: MembershipSums,
+    values: dict,
+    n_boot: int,
+    seed: int,
+    level: float = 0.95,
+    block_elems: int = 4_000_000,
+    centered: tuple = (),
 ) -> dict:
-    """Percentile bootstrap CI of (group mean of v) / (overall mean of v) for each array v in ``values``.
+    """Percentile bootstrap CI of (group mean of v) / (overall mean of v) for each array v in ``values``; for
+    the names in ``centered``, of (group variance of v) / (overall variance of v) (:func:`residual_variance`).
 
     Rows are resampled with replacement (n draws per replicate; each replicate's row weights are one
     bincount); the group sums of a block of replicates are one :meth:`MembershipSums.replicate_group_sums`
@@ -160,7 +177,11 @@ def _bootstrap_ratios(
         cnt = sums.replicate_group_sums(w)
         with np.errstate(divide="ignore", invalid="ignore"):
             for k, v in values.items():
-                mean = sums.replicate_group_sums(w * v[None, :]) / cnt
+                if k in centered:
+                    s1 = sums.replicate_group_sums(w * v[None, :])
+                    mean = residual_variance(s1, sums.replicate_group_sums(w * (v * v)[None, :]), cnt)
+                else:
+                    mean = sums.replicate_group_sums(w * v[None, :]) / cnt
                 out[k].append(mean / mean[:, :1])
         done += b
     res = {}
@@ -378,17 +399,17 @@ def audit(
     wb, wwb, c_b, sp_b, sy_b, err_b = _worst_cells(pairs, before_u, yu, grid, n, span, min_cell_count)
     bg["calib_error_worst"], bg["calib_error_worst_weighted"] = w, ww
     bg["calib_error_worst_base"], bg["calib_error_worst_weighted_base"] = wb, wwb
-    res2 = (yu - mu) ** 2
-    emp = _div(pairs.group_sums(res2), cnt)
+    resid = yu - mu
+    emp = residual_variance(pairs.group_sums(resid), pairs.group_sums(resid**2), cnt)
     ybar = _div(pairs.group_sums(yu), cnt)
     label_var = _div(pairs.group_sums(yu**2), cnt) - ybar**2
-    boot_vals = {"emp": res2}
+    boot_vals = {"emp": resid}
     if 2 in model.moments:
         pv = _div(pairs.group_sums(moms[2]), cnt)
         boot_vals["pred"] = moms[2]
     else:
         pv = np.full(G, np.nan)
-    ci = _bootstrap_ratios(pairs, boot_vals, n_boot, seed)
+    ci = _bootstrap_ratios(pairs, boot_vals, n_boot, seed, centered=("emp",))
     bg["pred_var"] = scale.moment_from_unit(pv, 2)
     bg["emp_var"] = scale.moment_from_unit(emp, 2)
     bg["label_var"] = scale.moment_from_unit(np.maximum(label_var, 0.0), 2)
@@ -708,46 +729,7 @@ def _findings(
         ]
         t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
     if var_pred is not None:
-        r2 = r * r
-        d = r2 - var_pred
-        s_r2, s_v = pairs.group_sums(r2), pairs.group_sums(var_pred)
-        ratio = _div(s_r2, s_v)
-        # delta method for mean(r2) / mean(v): the residuals z = r2 - R v
-        s_zz = (
-            pairs.group_sums(r2 * r2)
-            - 2 * ratio * pairs.group_sums(r2 * var_pred)
-            + ratio**2 * pairs.group_sums(var_pred**2)
-        )
-        with np.errstate(divide="ignore", invalid="ignore"):
-            se_ratio = np.sqrt(np.maximum(s_zz, 0.0) / np.maximum(cnt - 1, 1)) / np.sqrt(cnt) / (s_v / cnt)
-        # H0: the ratio E[r^2] / E[v] lies within [1 / (1 + tol), 1 + tol]; each side's one-sided test at its
-        # boundary, the smaller p doubled (= the ordinary two-sided test when tol = 0).
-        tol = 1.0 + float(var_tol)
-        d_hi, d_lo = r2 - tol * var_pred, r2 - var_pred / tol
-        p_side = {}
-        for side, dd in (("hi", d_hi), ("lo", d_lo)):
-            mean_s, _, p2 = fnd._t_test(pairs.group_sums(dd), pairs.group_sums(dd * dd), cnt, pairs.group_sums(dd**3))
-            up = mean_s > 0 if side == "hi" else mean_s < 0
-            p_side[side] = np.where(up, p2 / 2, 1 - p2 / 2)
-        p_var = np.minimum(1.0, 2 * np.minimum(p_side["hi"], p_side["lo"]))
-        var_t = per_group(
-            "variance",
-            d,
-            s3=pairs.group_sums(d**3),
-            predicted=scale.moment_from_unit(_div(s_v, cnt), 2),
-            observed=scale.moment_from_unit(_div(s_r2, cnt), 2),
-            ratio=ratio,
-            se_ratio=se_ratio,
-            p_tol=p_var,
-        )
-        for t in var_t:
-            t["p_value"] = t.pop("p_tol")
-            t["tolerance"] = float(var_tol)
-            t["estimate"] = t.pop("ratio")
-            se = t.pop("se_ratio")
-            t["interval"] = [max(t["estimate"] - fnd._Z95 * se, 0.0), t["estimate"] + fnd._Z95 * se]
-            t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
-        tests += var_t
+        tests += _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol)
     if inside is not None:
         k = pairs.group_sums(inside)
         p = fnd.binom_cdf(np.round(k), cnt, target)
@@ -775,6 +757,60 @@ def _findings(
         t.setdefault("method", None)
         t["text"] = fnd.describe(t)
     return found, len(tests)
+
+
+def _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol) -> list:
+    """The variance test of every group: the residual's variance around the group's own mean residual
+    (:func:`residual_variance`) against the mean predicted variance, H0 their ratio within [1 / (1 + tol),
+    1 + tol]. Computed over the (row, group) pairs, each centered at its group's mean: a group whose mean
+    alone is off (the mean test's finding) is not also reported as understating its uncertainty."""
+    pr, pg = pairs.pr, pairs.pg
+    G = len(names)
+
+    def gs(x):
+        return np.bincount(pg, weights=x, minlength=G).astype(float)
+
+    u = r[pr] - _div(pairs.group_sums(r), cnt)[pg]
+    u2 = u * u * _div(cnt, cnt - 1)[pg]  # n / (n - 1): the group's unbiased variance is the mean of u2
+    v = var_pred[pr]
+    s_u2, s_v = gs(u2), gs(v)
+    ratio = _div(s_u2, s_v)
+    # delta method for mean(u2) / mean(v): the residuals z = u2 - R v
+    s_zz = gs((u2 - ratio[pg] * v) ** 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        se_ratio = np.sqrt(np.maximum(s_zz, 0.0) / np.maximum(cnt - 1, 1)) / np.sqrt(cnt) / (s_v / cnt)
+    # H0: the ratio E[u2] / E[v] lies within [1 / (1 + tol), 1 + tol]; each side's one-sided test at its
+    # boundary, the smaller p doubled (= the ordinary two-sided test when tol = 0).
+    tol = 1.0 + float(var_tol)
+    p_side = {}
+    for side, dd in (("hi", u2 - tol * v), ("lo", u2 - v / tol)):
+        mean_s, _, p2 = fnd._t_test(gs(dd), gs(dd * dd), cnt, gs(dd**3))
+        up = mean_s > 0 if side == "hi" else mean_s < 0
+        p_side[side] = np.where(up, p2 / 2, 1 - p2 / 2)
+    p_var = np.minimum(1.0, 2 * np.minimum(p_side["hi"], p_side["lo"]))
+    d = u2 - v
+    var_t = fnd.group_tests(
+        "variance",
+        names,
+        cnt,
+        gs(d),
+        gs(d * d),
+        min_count,
+        s3=gs(d**3),
+        predicted=scale.moment_from_unit(_div(s_v, cnt), 2),
+        observed=scale.moment_from_unit(_div(s_u2, cnt), 2),
+        ratio=ratio,
+        se_ratio=se_ratio,
+        p_tol=p_var,
+    )
+    for t in var_t:
+        t["p_value"] = t.pop("p_tol")
+        t["tolerance"] = float(var_tol)
+        t["estimate"] = t.pop("ratio")
+        se = t.pop("se_ratio")
+        t["interval"] = [max(t["estimate"] - fnd._Z95 * se, 0.0), t["estimate"] + fnd._Z95 * se]
+        t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
+    return var_t
 
 
 def _unavailable_reason(model, method) -> str:

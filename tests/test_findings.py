@@ -204,6 +204,17 @@ def test_planted_defects_are_found():
     assert all(f["p_adjusted"] < 0.05 and f["adjustment"] == "holm" for f in mean_d + var_d + cov_d)
 
 
+def test_a_mean_error_alone_is_not_also_a_variance_finding():
+    """The model's mean is 0.08 too low on race=D (its variance is right): that is a mean finding, not a
+    variance one. Squared residuals around the prediction carry the bias (sd 0.139, bias 0.08: 1.33x the
+    variance), and the uncentered test reported "understates its uncertainty" on race=D in seeds 0 and 1;
+    around each group's own mean residual the variance is the true one."""
+    for seed in range(3):
+        found, _ = _exact_findings(seed, 6000, shift=-0.08, var_tol=metrics.VARIANCE_TOLERANCE)
+        assert any(f["kind"] == "mean" and f["group"] == "race=D" for f in found)
+        assert not [f["group"] for f in found if f["kind"] == "variance"], seed
+
+
 def test_small_groups_are_never_tested():
     rng = np.random.default_rng(3)
     tab, y = DIST.sample(3000, rng)

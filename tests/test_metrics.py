@@ -69,10 +69,12 @@ def test_tiny_table_by_hand():
     np.testing.assert_allclose(bg["calib_error_worst_base"], bg["calib_error_worst"])  # mu is the base here
     # variances in label units (span 10: unit moment x 100)
     np.testing.assert_allclose(bg["pred_var"], [2.5, 1.0, 4.0])
-    np.testing.assert_allclose(bg["emp_var"], [5 / 6, 2 / 3, 1.0])
+    # residuals y - mu: a (-1, 0, 1), b (-1, 1, 1); each group's variance around its own mean residual, n - 1
+    # denominator: all (5 - 1 / 6) / 5, a 2 / 2, b (3 - 1 / 3) / 2
+    np.testing.assert_allclose(bg["emp_var"], [29 / 30, 1.0, 4 / 3])
     np.testing.assert_allclose(bg["label_var"], [np.var(y), np.var(y[:3]), np.var(y[3:])])
     np.testing.assert_allclose(bg["var_ratio"], [1.0, 0.4, 1.6])
-    np.testing.assert_allclose(bg["emp_var_ratio"], [1.0, 0.8, 1.2])
+    np.testing.assert_allclose(bg["emp_var_ratio"], [1.0, 30 / 29, 40 / 29])
     assert bg["large_enough"].tolist() == [True, True, True]
     # split conformal: base +- 0.8 covers rows 2 (y=3 in [2.2, 3.8]) only
     np.testing.assert_allclose(r.coverage["split-conformal"], [1 / 6, 1 / 3, 0.0])

@@ -57,6 +57,7 @@ import numpy as np
 
 from ..descent import CellState, CellStats
 from ..errors import DataError, GroupDefinitionError, MMCError
+from ..metrics import residual_variance
 
 __all__ = [
     "fit_dask",
@@ -947,7 +948,7 @@ def _audit_json(model, tot):
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_label = sc.mean_from_unit(sy / cnt)
         mean_pred = sc.mean_from_unit(smu / cnt)
-        emp_var = sc.moment_from_unit(sres2 / cnt, 2)
+        emp_var = sc.moment_from_unit(residual_variance(sy - smu, sres2, cnt), 2)
         label_var = sc.moment_from_unit(np.maximum(syy / cnt - (sy / cnt) ** 2, 0.0), 2)
     worst_mean = np.abs(S0).reshape(G, m).max(axis=1) / n
     rows = {
