@@ -9,6 +9,8 @@ from :mod:`app.pipeline` because it is the only part that needs scikit-learn.
 
 from __future__ import annotations
 
+import inspect
+
 import hashlib
 import threading
 import time
@@ -105,11 +107,16 @@ def fit_base_model(
     elif kind == "ridge":
         from sklearn.linear_model import LogisticRegressionCV, RidgeCV
 
-        last = (
-            LogisticRegressionCV(Cs=np.logspace(-3, 3, 7), max_iter=2000, scoring="neg_log_loss")
-            if binary
-            else RidgeCV(alphas=np.logspace(-3, 3, 13))
-        )
+        if binary:
+            kw = {}
+            # scikit-learn 1.9 warns that 1.10 changes two defaults (the fitted attributes, which we do not use,
+            # and l1_ratios): state the new ones where they exist, so no FutureWarning reaches the analyst (the
+            # same plain L2 fit); older versions have neither
+            if "use_legacy_attributes" in inspect.signature(LogisticRegressionCV).parameters:
+                kw.update(use_legacy_attributes=False, l1_ratios=(0.0,))
+            last = LogisticRegressionCV(Cs=np.logspace(-3, 3, 7), max_iter=2000, scoring="neg_log_loss", **kw)
+        else:
+            last = RidgeCV(alphas=np.logspace(-3, 3, 13))
         model = make_pipeline(_preprocessor(cat, num, linear=True), last)
         if stop is not None and stop():
             raise StoppedByUser("stopped during the base-model fit")
