@@ -727,3 +727,19 @@ def test_a_demo_label_chosen_again_gets_the_demo_range_back():
     at.selectbox(key="label_col").select("base_pred").run()
     at.selectbox(key="label_col").select("outcome").run()
     assert (at.session_state["label_lo"], at.session_state["label_hi"]) == (0.0, 100.0)
+
+
+def test_se_text_quotes_no_error_for_cells_below_the_smallest_corrected_size():
+    """320 fitting rows: 5% of them is 16 rows, below the 20-row minimum the "se" rule ever corrects. The text
+    quoted "a cell of 5% of the fitting rows (16 rows): ±..." as if such a cell were corrected."""
+    from types import SimpleNamespace
+
+    from app.ui.run_page import se_implications
+
+    settings = SimpleNamespace(n_buckets=5, n_moments=2, gamma=0.1, early_stopping="auto", calibration_fraction=0.25)
+    preview = {"rule": "se", "z": 3.0, "z_group": 2.5, "n_fit": 320, "resid_sd": 1.0, "min_count": 20}
+    text = " ".join(se_implications(settings, 10, 0.0, 10.0, "", preview))
+    assert "16 rows" not in text and "5% of the fitting rows" not in text
+    assert "the smallest corrected size, 20 rows" in text and "γ = 0.1 of them (32 rows)" in text
+    big = " ".join(se_implications(settings, 10, 0.0, 10.0, "", {**preview, "n_fit": 4000}))
+    assert "5% of the fitting rows (200 rows)" in big

@@ -235,9 +235,11 @@ def se_implications(
             f"cells with fewer than {preview['min_count']} fitting rows are never corrected."
         )
         parts = []
-        sizes = [(int(preview["min_count"]), f"the smallest corrected size, {int(preview['min_count'])} rows")]
+        min_rows = int(preview["min_count"])
+        sizes = [(min_rows, f"the smallest corrected size, {min_rows} rows")]
         for share, what in ((0.05, "5% of the fitting rows"), (settings.gamma, f"γ = {settings.gamma:g} of them")):
-            if all(abs(share * nf - r) > 0.5 for r, _ in sizes):
+            # a share below the smallest corrected size is never corrected: no error to quote for it
+            if share * nf >= min_rows + 0.5 and all(abs(share * nf - r) > 0.5 for r, _ in sizes):
                 sizes.append((max(int(round(share * nf)), 1), f"{what} ({max(int(round(share * nf)), 1):,} rows)"))
         for rows, what in sizes:
             d = z * sd / math.sqrt(max(rows, 1))
