@@ -68,7 +68,9 @@ def sidebar(box):
                 f"moment updates {info.get('moment_updates'):,}"
             )
         st.markdown("  \n".join(lines))
-        if running:
+        if running and job.stop_requested:
+            st.caption("Stop pressed: the fit is ending; the Run page says what is kept.")
+        elif running:
             st.caption(f"Fit running for {job.elapsed:.0f} s — see the Run page to watch or stop it.")
 
 

@@ -743,3 +743,18 @@ def test_se_text_quotes_no_error_for_cells_below_the_smallest_corrected_size():
     assert "the smallest corrected size, 20 rows" in text and "γ = 0.1 of them (32 rows)" in text
     big = " ".join(se_implications(settings, 10, 0.0, 10.0, "", {**preview, "n_fit": 4000}))
     assert "5% of the fitting rows (200 rows)" in big
+
+
+def test_sidebar_says_stopping_once_stop_is_pressed(monkeypatch):
+    """After Stop, the Run page says what is kept while the job winds down; the sidebar kept saying "running:
+    fitting the base model on 60,000 rows" next to it (a CI screenshot)."""
+    from types import SimpleNamespace
+
+    from app.ui import state as ui_state
+
+    job = SimpleNamespace(running=True, stop_requested=False, phase="fitting the base model on 60,000 rows")
+    job.stop_phase, job.history = None, []
+    monkeypatch.setattr(ui_state, "st", SimpleNamespace(session_state={"job": job}))
+    assert ui_state.status_line() == "running: fitting the base model on 60,000 rows"
+    job.stop_requested, job.stop_phase = True, job.phase
+    assert ui_state.status_line() == "stopping (stopped during fitting the base model on 60,000 rows)"

@@ -565,6 +565,8 @@ def status_line() -> str:
     ss = st.session_state
     job = ss.get("job")
     if job is not None and job.running:
+        if job.stop_requested:  # the Run page already says what Stop keeps; the job is only winding down
+            return f"stopping (stopped during {job.stop_phase or job.phase})"
         h = job.history[-1] if job.history else None
         return f"running: {job.phase}" + (f" (round {h['round']})" if h else "")
     run = ss.get("run")
