@@ -166,17 +166,22 @@ def convergence_figure(
             fig, moment_bound, f"bound on moment updates = {moment_bound:,.0f}", r_cnt, OKABE_ITO["black"], right=False
         )
     if kept_round is not None and len(x) and kept_round != int(x[-1]):
+        kept_line = dict(color=OKABE_ITO["green"], width=1.5, dash="dash")
         for r in range(1, r_cnt + 1):
-            fig.add_vline(x=kept_round, line=dict(color=OKABE_ITO["green"], width=1.5, dash="dash"), row=r, col=1)
-        fig.add_annotation(
-            text=f"kept round {kept_round}",
-            x=kept_round,
-            y=1.0,
-            xref="x",
-            yref="paper",
-            showarrow=False,
-            yanchor="bottom",
-            font=dict(size=11, color=OKABE_ITO["green"]),
+            fig.add_vline(x=kept_round, line=kept_line, row=r, col=1)
+        # named in the legend: a label on the line itself sat on the first panel's title when an early round
+        # was kept (round 0 of a stopped run)
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="lines",
+                line=kept_line,
+                name=f"kept round {kept_round} (best on the held-out rows)",
+                hoverinfo="skip",
+            ),
+            row=1,
+            col=1,
         )
 
     def log_range(*arrays):

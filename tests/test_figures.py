@@ -121,6 +121,20 @@ def test_convergence_partial_single_and_empty_history(fitted):
     assert not any("held-out" in (tr.name or "") for tr in fig.data)
 
 
+def test_kept_round_is_named_in_the_legend_not_on_the_first_panel(fitted):
+    """A label at the top of the kept round's line sat on the first panel's title when an early round was kept
+    (a stopped run kept round 0): the line is named in the legend instead."""
+    m = fitted.model
+    hist = m.info["history"]
+    assert len(hist) > 3
+    fig = F.convergence_figure(hist, m.params.alpha, m.params.beta, kept_round=1)
+    assert "kept round 1 (best on the held-out rows)" in [tr.name for tr in fig.data]
+    assert not any("kept round" in (a.text or "") for a in fig.layout.annotations)
+    assert sum(float(s.x0) == 1.0 and s.x0 == s.x1 for s in fig.layout.shapes) >= 3  # the line in every panel
+    last = F.convergence_figure(hist, m.params.alpha, m.params.beta, kept_round=int(hist[-1]["round"]))
+    assert not any("kept round" in (tr.name or "") for tr in last.data)  # the last round: nothing to mark
+
+
 def test_convergence_zero_violations_do_not_break_log_axes():
     rows = [
         {
