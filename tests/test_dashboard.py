@@ -758,3 +758,23 @@ def test_sidebar_says_stopping_once_stop_is_pressed(monkeypatch):
     assert ui_state.status_line() == "running: fitting the base model on 60,000 rows"
     job.stop_requested, job.stop_phase = True, job.phase
     assert ui_state.status_line() == "stopping (stopped during fitting the base model on 60,000 rows)"
+
+
+def test_groups_page_marks_a_group_holding_every_row(monkeypatch):
+    """A column with one value gives a group identical to "all"; the Groups page marked it "✓ ok"."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from app.ui import groups_page
+
+    frame = pd.DataFrame({"site": ["A"] * 50, "sex": ["F", "M"] * 25})
+    d = {"df": frame, "key": "k-one-value", "rows": len(frame)}
+    groups = [
+        {"name": "site=A", "where": [{"column": "site", "op": "==", "value": "A"}]},
+        {"name": "sex=F", "where": [{"column": "sex", "op": "==", "value": "F"}]},
+    ]
+    monkeypatch.setattr(groups_page, "st", SimpleNamespace(session_state={"p_gamma": 0.05}))
+    table = groups_page.counts_table(d, groups)
+    status = dict(zip(table["group"], table["status"]))
+    assert status == {"all": "✓ ok", "site=A": groups_page.EVERY_ROW, "sex=F": "✓ ok"}

@@ -30,6 +30,10 @@ def _set_groups(groups: list, message: str | None = None):
         st.session_state["groups_msg"] = message
 
 
+# a listed group holding every row is the whole population again (a column with one value): nothing to audit
+EVERY_ROW = "⚠ every row (= all)"
+
+
 def counts_table(d, groups: list) -> pd.DataFrame:
     frame = d["df"]
     text = json.dumps([{"name": "all", "where": []}] + groups)
@@ -39,6 +43,8 @@ def counts_table(d, groups: list) -> pd.DataFrame:
     for i, (g, n) in enumerate(zip([{"name": "all", "where": []}] + groups, sizes)):
         share = n / max(d["rows"], 1)
         status = "✕ empty" if n == 0 else ("⚠ below γ" if share < gamma else "✓ ok")
+        if i > 0 and n == d["rows"] and n > 0:
+            status = EVERY_ROW
         rows.append(
             {
                 "#": i,
@@ -71,8 +77,16 @@ def current_section(d):
         help="Groups with less than γ of the rows: the guarantees do not cover them and their estimates are noisy.",
     )
     c[2].metric("Empty", f"{n_empty:,}")
+    same = table.loc[table["status"] == EVERY_ROW, "group"].tolist()
+    if same:
+        st.warning(
+            f"{len(same)} group(s) contain every row, like *all* ({', '.join(esc(n) for n in same[:6])}"
+            f"{'…' if len(same) > 6 else ''}): they repeat the whole population's audit. A column with one value "
+            "gives such a group; remove it, or pick a column whose values differ.",
+            icon=":material/warning:",
+        )
     if n_below or n_empty:
-        names = table.loc[table["status"] != "✓ ok", "group"].tolist()
+        names = table.loc[table["status"].isin(("⚠ below γ", "✕ empty")), "group"].tolist()
         st.warning(
             f"{n_below + n_empty} group(s) hold less than γ = {gamma:g} of the rows "
             f"({', '.join(esc(n) for n in names[:6])}{'…' if len(names) > 6 else ''}). They are still fitted, but their "
