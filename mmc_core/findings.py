@@ -397,7 +397,7 @@ def describe(rec: dict) -> str:
         beyond = f"; by more than {1 + tol:.2g}x" if tol > 0 else ""
         return (
             f"For group {g} (n={n}) the model {verb} its uncertainty: predicted variance {_g(rec['predicted'])}, "
-            f"observed squared error {_g(rec['observed'])} ({rec['estimate']:.2f} times, 95% CI {lo:.2f}-{hi:.2f}"
+            f"observed residual variance {_g(rec['observed'])} ({rec['estimate']:.2f} times, 95% CI {lo:.2f}-{hi:.2f}"
             f"{beyond}; {padj})."
         )
     if kind == "coverage":

@@ -215,6 +215,36 @@ def test_a_mean_error_alone_is_not_also_a_variance_finding():
         assert not [f["group"] for f in found if f["kind"] == "variance"], seed
 
 
+def test_a_cell_holding_the_whole_group_is_not_tested_twice():
+    """Every prediction in one mean bucket: each group's only cell is the group itself, so its calibration test
+    is the mean test again. Both were reported (same n, estimate and p: one finding twice, 4 of the PDF's 8
+    key findings) and the family counted each test twice."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    tab = pd.DataFrame({"sex": rng.choice(["F", "M"], n), "race": rng.choice(["A", "B", "D"], n)})
+    memb = GroupSet.from_columns(tab, ["sex", "race"], 2).evaluate(tab)
+    y = 0.5 + 0.05 * rng.standard_normal(n)
+    mu = np.where(tab["race"] == "D", 0.48, 0.5)  # D under-predicted by 0.02; every prediction in [0.4, 0.6)
+    found, n_tests = metrics._findings(
+        memb.sums(),
+        list(memb.names),
+        _UnitScale(),
+        mu,
+        y,
+        None,
+        mean_grid(5),
+        None,
+        "calibrated",
+        0.9,
+        30,
+        "holm",
+        0.05,
+    )
+    assert n_tests == memb.n_groups  # the mean tests only
+    assert any(f["kind"] == "mean" and f["group"] == "race=D" for f in found)
+    assert not [f for f in found if f["kind"] == "calibration"]
+
+
 def test_small_groups_are_never_tested():
     rng = np.random.default_rng(3)
     tab, y = DIST.sample(3000, rng)
