@@ -107,6 +107,21 @@ def _connectors(x0, x1, y) -> go.Scatter:
     return go.Scatter(x=cx, y=cy, mode="lines", line=dict(color="#c8c8c8", width=3), hoverinfo="skip", showlegend=False)
 
 
+def _log_ticks(lo: float, hi: float) -> dict:
+    """Tick values 1-2-5 per decade (1 only over a wide range) written out in full ("0.2", "0.5", "2"): plotly's
+    "D2" ticks on a log axis label them "2", "5", and the PDF's variance page read "2 5 1 2" for 0.2, 0.5, 1, 2."""
+    steps = (1.0, 2.0, 5.0) if hi / lo <= 300 else (1.0,)
+    vals = [
+        k * 10.0**e
+        for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+        for k in steps
+        if lo <= k * 10.0**e <= hi
+    ]
+    if len(vals) < 2:  # a narrow range: plotly's own ticks
+        return {}
+    return dict(tickmode="array", tickvals=vals, ticktext=[f"{v:g}" for v in vals])
+
+
 def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label: str, units: str = "") -> go.Figure:
     """Predicted vs observed spread per group, in absolute terms and relative to the whole population.
 
@@ -234,7 +249,7 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
         row=1,
         col=2,
         title_text="ratio to all rows (log scale)",
-        dtick=1 if hi_ax / lo_ax > 300 else ("D2" if hi_ax / lo_ax > 3 else None),
+        **_log_ticks(lo_ax, hi_ax),
     )
     sds = np.concatenate([pred_sd, emp_sd, [ov_sd]])
     sd_max = float(np.nanmax(sds)) if np.isfinite(sds).any() else 1.0

@@ -531,3 +531,15 @@ def test_pdf_variance_table_lists_the_groups_with_a_variance_finding(fitted):
     found = view(a, findings=[{"kind": "variance", "group": g, "text": "x"}])
     shown = [str(v).rstrip(F.BELOW_GAMMA_MARK) for v in _variance_table(found, top=3)["group"]]
     assert any(g.startswith(s.rstrip("…")) for s in shown[:1]), (g, shown)
+
+
+def test_log_ratio_ticks_are_written_in_full():
+    """plotly's "D2" ticks on a log axis are labelled "2", "5": the PDF's variance page read "2 5 1 2" for
+    0.2, 0.5, 1 and 2."""
+    from app.figures import _log_ticks
+
+    t = _log_ticks(0.15, 2.6)
+    assert t["ticktext"] == ["0.2", "0.5", "1", "2"] and t["tickvals"] == pytest.approx([0.2, 0.5, 1.0, 2.0])
+    assert _log_ticks(0.05, 5.0)["ticktext"] == ["0.05", "0.1", "0.2", "0.5", "1", "2", "5"]
+    assert _log_ticks(0.01, 100.0)["ticktext"] == ["0.01", "0.1", "1", "10", "100"]  # 1-2-5 would crowd it
+    assert _log_ticks(0.9, 1.1) == {}  # no 1-2-5 value but 1 inside: plotly's own ticks
