@@ -755,6 +755,11 @@ def cmd_audit(args) -> int:
         variance_tolerance=tol,
     )
     atomic_write_text(args.out, json.dumps(result.to_json(), allow_nan=False))
+    from .specs import outside_range_note
+
+    outside = outside_range_note(result.params)
+    if outside:
+        print(f"note: {outside}.", file=sys.stderr)
     summary = {
         "findings": len(result.findings),
         "findings_status": result.findings_status,

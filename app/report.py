@@ -33,7 +33,7 @@ from mmc_core.recalibrate import describe as describe_base
 
 from . import figures as F
 from .pdf_doc import KALEIDO_MESSAGE, _title_page, report_label
-from .specs import descent_thresholds, missed_reason, threshold_rules
+from .specs import descent_thresholds, missed_reason, outside_range_note, threshold_rules
 from .validate import unlisted_notes
 from .report_tables import (
     _below,
@@ -229,6 +229,11 @@ def figure_to_png(fig, width: int = EXPORT_WIDTH, height: int | None = None, sca
 # ---------------------------------------------------------------------------------------------------
 # the report
 # ---------------------------------------------------------------------------------------------------
+def _outside(audit) -> str:
+    note = outside_range_note(audit.params) if audit is not None and isinstance(audit.params, dict) else None
+    return f". Note: {note}." if note else ""
+
+
 def _param_rows(model, audit, delta, gamma, label) -> list:
     p, info, sc = model.params, dict(model.info or {}), model.scale
     moments = tuple(p.moments)
@@ -290,7 +295,7 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
     secs = f", descent {float(info['seconds']):.2f} s" if "seconds" in info else ""
     base_text = describe_base(model.init_mean, info)
     rows = [
-        ("Label", f"{label} in [{sc.lo:g}, {sc.hi:g}], range {src_txt}"),
+        ("Label", f"{label} in [{sc.lo:g}, {sc.hi:g}], range {src_txt}" + _outside(audit)),
         ("Mode", str(info.get("mode", "–"))),
         (
             "Thresholds",

@@ -244,6 +244,24 @@ def kept_model_text(info: dict) -> str:
     return f"the model after {rounds:,} round{'s' if rounds != 1 else ''}"
 
 
+def outside_range_note(audit_params: dict) -> str | None:
+    """A sentence when some audited labels lie outside the model's label range (None otherwise): the model never
+    predicts outside it, so those rows' errors enter every table as they are, and the analyst should know
+    (a different unit, a different population), whatever the audit then says."""
+    n_out = int(audit_params.get("label_outside_range") or 0)
+    if n_out <= 0:
+        return None
+    lab = audit_params.get("label") or {}
+    n = int(audit_params.get("n") or 0)
+    how = "declared" if lab.get("source") == "declared" else "fitted"
+    return (
+        f"{n_out:,} of the {n:,} audited labels lie outside the model's {how} label range "
+        f"[{float(lab.get('lo', 0)):g}, {float(lab.get('hi', 0)):g}], which its predictions never leave: their "
+        "errors weigh in every group they belong to (check the unit, or whether these rows belong to the "
+        "population the model was fitted on)"
+    )
+
+
 def frame_key(df: pd.DataFrame, name: str = "") -> str:
     """A content hash of a table (fast: pandas' row hashes on at most all rows, summed with shape/columns)."""
     h = hashlib.sha1()

@@ -402,3 +402,20 @@ def test_codes_with_leading_zeros_are_read_as_text(tmp_path, capsys):
     )
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["n_groups"] == 4  # all, site=01, site=02, site=1
+
+
+def test_audit_says_when_labels_lie_outside_the_model_range(csvs, capsys, tmp_path):
+    """Labels outside the declared range were audited without a word (exit 0, findings like "understates its
+    uncertainty 38 times"; the count sat only in audit.json's params); `mmc fit` refuses the same data."""
+    model = tmp_path / "m.json"
+    fit = ["fit", "--data", str(csvs / "train.csv"), "--label", "outcome", "--label-range=0,100", "--out", str(model)]
+    assert run(fit, capsys)[0] == 0
+    t = pd.read_csv(csvs / "train.csv")
+    t.loc[:39, "outcome"] = 500.0
+    t.to_csv(tmp_path / "odd.csv", index=False)
+    args = ["audit", "--model", str(model), "--label", "outcome", "--out", str(tmp_path / "a.json")]
+    code, _, err = run(args + ["--data", str(tmp_path / "odd.csv")], capsys)
+    assert code == 0
+    assert "note: 40 of the 2,000 audited labels lie outside the model's declared label range [0, 100]" in err
+    code, _, err = run(args + ["--data", str(csvs / "train.csv")], capsys)
+    assert code == 0 and "outside the model's" not in err

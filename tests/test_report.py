@@ -492,3 +492,15 @@ def test_mean_only_reading_notes_promise_only_the_intervals_it_has():
     assert "'calibrated' intervals aim at 1 − δ" in promises and "'guaranteed' intervals cover" not in promises
     _, promises, _ = R.reading_notes(True, True, ("guaranteed", "calibrated"))
     assert "'guaranteed' intervals cover" in promises
+
+
+def test_report_label_row_says_when_audited_labels_lie_outside_the_range():
+    from types import SimpleNamespace
+
+    from app.report import _outside
+
+    params = {"n": 500, "label_outside_range": 3, "label": {"lo": -20.0, "hi": 140.0, "source": "declared"}}
+    text = _outside(SimpleNamespace(params=params))
+    assert "3 of the 500 audited labels lie outside the model's declared label range [-20, 140]" in text
+    assert _outside(SimpleNamespace(params={**params, "label_outside_range": 0})) == ""
+    assert _outside(None) == ""
