@@ -942,11 +942,29 @@ COMMANDS = {
 }
 
 
+PAIR_OPTIONS = ("--label-range",)  # options whose value LO,HI may start with a minus sign
+
+
+def _join_pairs(argv: list) -> list:
+    """``--label-range -20,140`` as ``--label-range=-20,140``: argparse reads a value starting with "-" that is
+    not a plain number as another option ("expected one argument")."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a in PAIR_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-") and "," in argv[i + 1]:
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def main(argv=None) -> int:
     from mmc_core.errors import MMCError
 
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(_join_pairs(sys.argv[1:] if argv is None else list(argv)))
     except SystemExit as e:  # usage errors and --help: argparse has printed its message
         return int(e.code or 0)
     try:

@@ -419,3 +419,13 @@ def test_audit_says_when_labels_lie_outside_the_model_range(csvs, capsys, tmp_pa
     assert "note: 40 of the 2,000 audited labels lie outside the model's declared label range [0, 100]" in err
     code, _, err = run(args + ["--data", str(csvs / "train.csv")], capsys)
     assert code == 0 and "outside the model's" not in err
+
+
+def test_label_range_with_a_negative_low_end_is_read_as_a_value(csvs, capsys, tmp_path):
+    """`--label-range -20,140` failed with "expected one argument" (argparse took -20,140 for an option)."""
+    model = tmp_path / "m.json"
+    base = ["fit", "--data", str(csvs / "train.csv"), "--label", "outcome", "--out", str(model)]
+    code, _, err = run(base + ["--label-range", "-20,140"], capsys)
+    assert code == 0, err
+    scale = json.loads(model.read_text())["label_scale"]
+    assert (scale["lo"], scale["hi"]) == (-20.0, 140.0)
