@@ -92,7 +92,8 @@ def as_binary(y, positive=None, name: str = "label") -> tuple[np.ndarray, dict]:
             shown = ", ".join(repr(v) for v in vals)
             raise DataError(
                 f"{name} has the two values {shown}: say which one is the positive class "
-                f"(positive_label=... in Python, --positive on the command line)"
+                f"(positive_label=... in Python, --positive on the command line), or that it is a number to "
+                f"predict (task='regression', --task regression)"
             )
         y01 = np.asarray(arr.astype(float))
         return y01, {"classes": [0, 1], "positive": 1}

@@ -24,6 +24,9 @@ def test_as_binary():
     assert y.tolist() == [0, 1, 1]
     with pytest.raises(DataError, match="positive class"):
         as_binary(np.array(["yes", "no"], dtype=object), name="hired")
+    # two numbers that are not 0/1 may as well be a tiny continuous label: the message says how to fit that
+    with pytest.raises(DataError, match=r"or that it is a number to predict \(task='regression', --task regression\)"):
+        as_binary(np.array([54.22, 67.99]), name="label 'y'")
     with pytest.raises(DataError, match="hired is not binary"):
         as_binary(np.array([0, 1, 2]), name="hired")
     with pytest.raises(DataError, match="missing"):
