@@ -744,6 +744,8 @@ class MomentMulticalibrator(SklearnParams):
                 stop=stop,
                 client=client,
             )
+        if label_name == "label" and isinstance(getattr(y, "name", None), str) and y.name:
+            label_name = y.name  # a pandas Series names its column: errors and the model then say which
         from .memory import reuse_freed_memory
 
         with reuse_freed_memory(_n_labels(y)):

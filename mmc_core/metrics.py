@@ -100,6 +100,7 @@ from .findings import VARIANCE_TOLERANCE
 from .binary import binary_labels, check_threshold
 from .moments import MomentKind
 from .sums import MembershipSums
+from .tables import _n_rows, as_table, to_label_array
 
 __all__ = ["audit", "AuditResult", "FORMAT", "VERSION", "check_threshold", "binary_labels"]
 
@@ -295,11 +296,10 @@ def _audit_rows(model, table, n: int, base, constant: str):
     base clipped to the label range, else the model's initial constant (``constant`` says what it is)."""
     if n == 0:
         raise DataError("the audit needs at least one labelled row")
-    base_arr = None
-    if base is not None:
-        base_arr = np.asarray(base, dtype=float)
-        if base_arr.shape != (n,) or not np.all(np.isfinite(base_arr)):
-            raise DataError(f"the base prediction must be {n} finite numbers")
+    n_table = _n_rows(as_table(table))
+    if n_table != n:  # before the base: a label column one short is not the base prediction's fault
+        raise DataError(f"the table has {n_table} rows but there are {n} labels")
+    base_arr = None if base is None else to_label_array(base, "the base prediction", n)
     ctx = iv._Context(model, table, base_arr)
     if ctx.n != n:
         raise DataError(f"the table has {ctx.n} rows but there are {n} labels")
@@ -376,9 +376,7 @@ def audit(
         return audit_binary_model(model, table, y, base, opts)
     scale = model.scale
     span = scale.span
-    y = np.asarray(y, dtype=float)
-    if y.ndim != 1 or not np.all(np.isfinite(y)):
-        raise DataError("the labels must be one column of finite numbers")
+    y = to_label_array(y, f"label '{y.name}'" if isinstance(getattr(y, "name", None), str) and y.name else "label")
     n = y.size
     ctx, before_u, base_kind = _audit_rows(model, table, n, base, "label mean of the fitting rows")
     memb, mu, moms = ctx.memb, ctx.mu, ctx.moms

@@ -289,3 +289,22 @@ def test_audit_uses_the_models_own_mean_buckets():
         r.calibration_cells.query("group == 'all'").set_index("bucket")["count"],
         np.bincount(b, minlength=grid.m)[np.bincount(b, minlength=grid.m) > 0],
     )
+
+
+def test_audit_errors_name_what_is_wrong():
+    """A label column one row short was reported as "the base prediction must be 999 finite numbers"; text labels
+    raised numpy's "could not convert string to float"; a Series' own name was not used."""
+    model, table, y, base = tiny()
+    with pytest.raises(DataError, match="the table has 6 rows but there are 5 labels"):
+        audit(model, table, y[:5], base=base)
+    with pytest.raises(DataError, match="label 'grade' must be numeric"):
+        audit(model, table, pd.Series(list("abcdef"), name="grade"), base=base)
+    with pytest.raises(DataError, match="the base prediction has 1 missing or infinite value"):
+        audit(model, table, y, base=np.where(np.arange(6) == 2, np.nan, base))
+
+
+def test_fit_names_a_label_series_by_its_own_name():
+    df = pd.DataFrame({"g": ["a", "b"] * 30, "y": np.linspace(0, 1, 60)})
+    y = df["y"].where(df.index != 5)
+    with pytest.raises(DataError, match="label 'y' has 1 missing or infinite value"):
+        MomentMulticalibrator(label_range=(0, 1)).fit(df, y, GroupSet.from_columns(df, ["g"]))
