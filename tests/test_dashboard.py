@@ -778,3 +778,33 @@ def test_groups_page_marks_a_group_holding_every_row(monkeypatch):
     table = groups_page.counts_table(d, groups)
     status = dict(zip(table["group"], table["status"]))
     assert status == {"all": "✓ ok", "site=A": groups_page.EVERY_ROW, "sex=F": "✓ ok"}
+
+
+def test_a_table_whose_rows_were_dropped_comes_back_as_it_was_left():
+    """A browser session: upload a file with missing labels, press "Drop the N rows...", change settings, switch to
+    another file, upload the first again: the dropped rows were back and its groups and settings gone (the shelf
+    knew the table only by its key after the drop, which the re-uploaded file does not have)."""
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    rng = np.random.default_rng(8)
+    files = {}
+    for name in ("holes.csv", "other.csv"):
+        df = pd.DataFrame(demo_distribution().sample_table(700, rng)).drop(
+            columns=["true_mean", "true_var", "true_m3", "true_m4"]
+        )
+        if name == "holes.csv":
+            df.loc[:49, "outcome"] = np.nan
+        files[name] = df.to_csv(index=False).encode()
+    at.file_uploader(key="upload").set_value(("holes.csv", files["holes.csv"], "text/csv")).run()
+    at.selectbox(key="label_col").select("outcome").run()
+    at.button(key="drop_missing_label").click().run()
+    assert not at.exception and at.session_state["data"]["rows"] == 650
+    at.session_state["settings"].p_delta = 0.2  # an analyst's change on the cleaned table
+    at.file_uploader(key="upload").set_value(("other.csv", files["other.csv"], "text/csv")).run()
+    assert at.session_state["data"]["name"] == "other.csv"
+    at.file_uploader(key="upload").set_value(("holes.csv", files["holes.csv"], "text/csv")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    ss = at.session_state
+    assert ss["data"]["name"] == "holes.csv" and ss["data"]["rows"] == 650
+    assert "dropped" in ss["data"]["note"] and ss["settings"].p_delta == 0.2
+    assert any("holes.csv" in s.value and "is back" in s.value for s in at.success)

@@ -138,8 +138,13 @@ def set_data(
     old = ss.get("data")
     if not keep_settings and old is not None and old.get("key") != key:
         set_aside_workspace()
-    # a table worked on before in this session comes back with its groups, settings and result
-    saved = None if keep_settings else (ss.get("shelf") or {}).pop(key, None)
+    # a table worked on before in this session comes back with its groups, settings and result; one whose rows
+    # were dropped on the Data page is found by the table it came from, and comes back as it was left
+    origin = (old.get("origin_key") or old.get("key")) if keep_settings and old is not None else key
+    saved = None if keep_settings else _from_shelf(key)
+    if saved is not None and saved["data"].get("key") != key:
+        kept = saved["data"]
+        frame, key, origin, note = kept["df"], kept["key"], kept.get("origin_key", key), kept.get("note", "")
     ss["data"] = {
         "df": frame,
         "name": name,
@@ -150,6 +155,7 @@ def set_data(
         "rows": len(frame),
         "cols": frame.shape[1],
         "note": note,
+        "origin_key": origin,
     }
     ss["run"] = None
     job = ss.get("job")
@@ -207,6 +213,18 @@ def set_aside_workspace():
         while len(shelf) > 1 and (len(shelf) > SHELF_MAX or table_bytes({"shelf": shelf}) > SHELF_MAX_BYTES):
             shelf.pop(next(iter(shelf)))
         ss["shelf"] = shelf
+
+
+def _from_shelf(key: str) -> dict | None:
+    """The shelved workspace of the table ``key``, or of a table made from it (rows dropped), taken off the
+    shelf; None when there is none."""
+    shelf = st.session_state.get("shelf") or {}
+    if key in shelf:
+        return shelf.pop(key)
+    for k, ws in list(shelf.items()):
+        if (ws.get("data") or {}).get("origin_key") == key:
+            return shelf.pop(k)
+    return None
 
 
 def _bring_back(ws: dict):
