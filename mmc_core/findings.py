@@ -60,6 +60,10 @@ ADJUSTMENTS = ("holm", "bh")
 # variance findings, all of groups whose fitted variance is truly off by 1.2-1.4x), 3/40 with 0.1, 0.2 or
 # 0.25 (none of them a variance finding).
 VARIANCE_TOLERANCE = 0.1
+# a variance disparity is listed only when the group's predicted variance differs from the overall level by at
+# least this share: below it the "disparity" is rounding (an unfitted model's equal variances gave "1.0000
+# times (95% CI 1.0000-1.0000): the model is more certain about this group")
+DISPARITY_MIN = 0.01
 _Z95 = 1.959963984540054
 
 
@@ -334,6 +338,8 @@ def variance_disparities(names, cnt, ratio, lo, hi, min_count: int, skip_first: 
             continue
         r, a, b = float(ratio[i]), float(lo[i]), float(hi[i])
         if not (np.isfinite(r) and np.isfinite(a) and np.isfinite(b)) or r <= 0 or a <= 1 <= b:
+            continue
+        if abs(r - 1) < DISPARITY_MIN:  # a model that predicts one variance for all: 0.99999999 (CI 1.0000-1.0000)
             continue
         more = r >= 1
         # the ratio and its interval at a precision that shows the interval's width: "1.3 times (95% CI

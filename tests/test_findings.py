@@ -471,3 +471,15 @@ def test_mean_tests_correct_for_skewed_residuals(monkeypatch):
     for name, m in (("g=A", g == "A"), ("g=B", g == "B")):
         want = fnd._t_test(r[m].sum(), (r[m] ** 2).sum(), m.sum(), (r[m] ** 3).sum(), fnd.HALL_MIN_ROWS)[2]
         assert by[name]["p_value"] == pytest.approx(float(want))
+
+
+def test_no_disparity_from_rounding_of_equal_variances():
+    """A model stopped before its first update predicts one variance for every row: the ratios are 1 up to
+    rounding and their bootstrap intervals collapse, and the audit listed "1.0000 times (95% CI 1.0000-1.0000):
+    the model is more certain about this group"."""
+    names = ["all", "race=A", "race=B"]
+    cnt = np.array([2000, 1000, 1000])
+    ratio = np.array([1.0, 1 - 3e-12, 1.3])
+    lo, hi = np.array([1.0, 1 - 5e-12, 1.2]), np.array([1.0, 1 - 1e-12, 1.4])
+    d = fnd.variance_disparities(names, cnt, ratio, lo, hi, 30)
+    assert [x["group"] for x in d] == ["race=B"]
