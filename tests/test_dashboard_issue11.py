@@ -384,3 +384,37 @@ def test_binary_pdf_states_and_uses_the_threshold_chosen_on_the_results_slider(m
     assert "Rates at threshold 0.3 after multicalibration" in flat and "the audit ran at 0.5" in flat
     assert "Rates by group at threshold 0.3" in rendered[-1]
     assert "Rates at threshold 0.5" not in flat
+
+
+def test_results_page_lists_every_finding_the_pdf_refers_to():
+    """The PDF leaves out findings beyond its first 8 and says the Results page lists them all; the Results page
+    showed the same 8 and sent the reader to the audit JSON."""
+    at = _new()
+    run = at.session_state["run"]
+    audit = run.audit
+    from mmc_core import findings as fnd
+
+    found = []
+    for i in range(11):
+        f = {
+            "kind": "mean",
+            "group": f"grp{i}",
+            "n": 100 + i,
+            "method": None,
+            "predicted": 10.0,
+            "observed": 9.0,
+            "estimate": -1.0,
+            "interval": [-1.5, -0.5],
+            "p_value": 0.001,
+            "p_adjusted": 0.01,
+            "adjustment": "holm",
+        }
+        f["text"] = fnd.describe(f)
+        found.append(f)
+    audit.findings, audit.findings_status = found, "ok"
+    run.finished_at += 1
+    _page(at, "results")
+    assert any(e.label == "All 11 findings" for e in at.expander)
+    md = "\n".join(m.value for m in at.markdown)
+    assert all(f"grp{i}" in md for i in range(11))
+    assert any("3 more finding(s) under 'All 11 findings'" in c.value for c in at.caption)

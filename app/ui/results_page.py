@@ -201,8 +201,21 @@ def findings(run):
                 f"sampling error (groups and cells with at least {s['min_count']} test rows)."
             )
         more = s["n_found"] - len(s["shown"])
+        if more > 0:
+            # every finding here (the PDF sends readers to this page for the ones it leaves out)
+            with st.expander(f"All {s['n_found']} findings"):
+                st.markdown(
+                    "\n".join(
+                        f"- **{esc(KIND_TITLES.get(f['kind'], f['kind']))}:** {esc(f['text'])}"
+                        for f in run.audit.findings
+                    )
+                )
         st.caption(
-            (f"{more} more finding(s) in the audit JSON (Export page). " if more > 0 else "")
+            (
+                f"{more} more finding(s) under 'All {s['n_found']} findings', and in the audit JSON (Export page). "
+                if more > 0
+                else ""
+            )
             + f"{s['n_tests']} tests of groups and cells with at least {s['min_count']} test rows, adjusted "
             f"together by {s['control']} at {s['level']:g}; smaller groups are never reported."
             + s.get("variance_note", "")
