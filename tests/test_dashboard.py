@@ -7,6 +7,7 @@ Assertions are on what the pages show and on ``st.session_state``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -808,3 +809,13 @@ def test_a_table_whose_rows_were_dropped_comes_back_as_it_was_left():
     assert ss["data"]["name"] == "holes.csv" and ss["data"]["rows"] == 650
     assert "dropped" in ss["data"]["note"] and ss["settings"].p_delta == 0.2
     assert any("holes.csv" in s.value and "is back" in s.value for s in at.success)
+
+
+def test_export_caption_names_the_columns_the_csv_has():
+    """The caption listed `mmc_moment_a` "in outcome units"; the file has `mmc_moment_2`, in squared units."""
+    at = _page(_new(), "export")  # the demo's CSV is built at once (small enough)
+    csv = at.session_state["export_csv"]
+    cols = pd.read_csv(io.BytesIO(csv if isinstance(csv, bytes) else csv.encode()), nrows=1).columns
+    text = " ".join(m.value for m in at.caption) + " ".join(m.value for m in at.markdown)
+    assert "mmc_moment_a" not in text
+    assert "`mmc_moment_2`" in text and "mmc_moment_2" in cols and "squared" in text

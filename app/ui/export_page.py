@@ -160,9 +160,12 @@ def csv_section(run, frame):
         download("Download predictions.csv", ss["export_csv"], "predictions.csv", "csv_download", mime="text/csv")
         if getattr(run.model, "task", "") != "binary":
             units = f"log({run.label_spec.column})" if run.label_spec.log else run.label.name
+            moms = ", ".join(f"`mmc_moment_{a}`" for a in run.model.moments)
             cols = (
-                "`mmc_base`, `mmc_mean`, `mmc_sd`, `mmc_moment_a`, and `mmc_lower_<method>` / `mmc_upper_<method>`"
-                f"; all in {units} units."
+                "`mmc_base`, `mmc_mean`, `mmc_sd` and `mmc_lower_<method>` / `mmc_upper_<method>` in "
+                f"{units} units"
+                + (f"; the central moments {moms}, each in {units} units to its power (2: squared)" if moms else "")
+                + "."
             )
         else:
             cols = (
