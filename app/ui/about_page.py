@@ -22,7 +22,7 @@ For the variance, cells also fix the bucket of the predicted variance.
 "calibrated overall" and stronger than "calibrated per group".
 
 **Moment multicalibration** (Jung, Lee, Pai, Roth and Vohra, 2021). The same promise for the variance and higher
-moments: within every cell, the predicted variance matches the spread of outcomes around the predicted mean.
+moments: within every cell, the predicted variance matches the spread of outcomes around the cell's mean.
 The cells for the variance also fix the predicted mean: without that, even the true model would fail the test
 (see the two-point example on the Teaching page).
 

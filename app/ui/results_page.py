@@ -233,9 +233,10 @@ def variance_tab(run):
     ss = st.session_state
     st.markdown(
         "Which groups is the model **least certain** about, and does it *know* it? Each row compares the "
-        "model's predicted spread (√ of the mean predicted variance) with the observed spread of the "
-        "outcome around the predicted mean, on the test rows. A ratio far from 1 means the stated "
-        "uncertainty is wrong for that group."
+        "model's predicted spread (√ of the mean predicted variance) with the observed spread: the SD of the "
+        "residual y − μ(x) within the group, around its mean residual, on the test rows (a group whose mean alone "
+        "is off is the mean's finding, not the spread's). A ratio far from 1 means the stated uncertainty is "
+        "wrong for that group."
     )
     n_groups = len(run.model.groups)
     top = None
