@@ -193,10 +193,9 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
         shared_yaxes=True,
         column_widths=[0.48, 0.52],
         horizontal_spacing=0.035,
-        subplot_titles=(
-            f"Standard deviation ({info['units']})",
-            "Variance relative to all rows (95% bootstrap interval)",
-        ),
+        # short: long group names leave each panel a third of a PDF page, and longer titles ran into each other
+        # (the axis titles below carry the units and the scale)
+        subplot_titles=("SD: predicted vs observed", "Variance ÷ all rows (95% CI)"),
     )
     big = ~np.asarray(below, dtype=bool)
 
