@@ -498,6 +498,9 @@ def test_lesson_steps_and_figures():
     for fig in (truth_figure(lesson), potential_figure(lesson), two_point_figure()):
         assert fig.layout.title.text
     assert "Converged" in describe(lesson.last, lesson)
+    # after the last step the auditor's panel says it converged (it kept asking to "Press Step")
+    done_text = " ".join(a.text for a in cells_figure(lesson, lesson.last).layout.annotations)
+    assert "Converged" in done_text and "Press Step" not in done_text
 
 
 def test_bug10_cli_and_dashboard_build_the_same_groups():

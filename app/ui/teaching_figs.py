@@ -373,6 +373,9 @@ def cell_stats(lesson: Lesson, ev: dict):
 def cells_figure(lesson: Lesson, ev: dict | None, units: str = "points") -> go.Figure:
     """The audited group's cells and the population violation of each, with the chosen cells marked."""
     fig = go.Figure()
+    if ev and ev.get("kind") == "converged":  # after "Run to end": Step has nothing left to do
+        _message_only(fig, "Converged: no cell violates its threshold, so the auditor has nothing to choose.")
+        return _layout(fig, "The auditor's choice", 380)
     if not ev or ev.get("kind") not in ("mean_update", "moment_update"):
         _message_only(fig, "Press Step: the auditor's chosen cells appear here.", color="#555")
         return _layout(fig, "The auditor's choice", 380)
