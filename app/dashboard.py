@@ -27,6 +27,7 @@ import streamlit as st  # noqa: E402
 from app.jobs import debug as _debug  # noqa: E402
 from app.jobs import prewarm  # noqa: E402
 from app.ui import persist, state  # noqa: E402
+from app.specs import count  # noqa: E402
 from app.ui.common import esc  # noqa: E402
 
 
@@ -64,8 +65,8 @@ def sidebar(box):
         if run is not None and not running:  # during a run the previous run's counts would mislead
             info = run.model.info
             lines.append(
-                f"rounds {info.get('rounds')}, mean updates {info.get('mean_updates'):,}, "
-                f"moment updates {info.get('moment_updates'):,}"
+                f"{count(info.get('rounds'), 'round')}, {count(info.get('mean_updates'), 'mean update')}, "
+                f"{count(info.get('moment_updates'), 'moment update')}"
             )
         st.markdown("  \n".join(lines))
         if running and job.stop_requested:

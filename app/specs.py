@@ -244,6 +244,13 @@ def kept_model_text(info: dict) -> str:
     return f"the model after {rounds:,} round{'s' if rounds != 1 else ''}"
 
 
+def count(n, word: str) -> str:
+    """``n`` and ``word`` in the right number ("1 round", "2,046 rounds"); ``n`` None reads "?"."""
+    if n is None:
+        return f"? {word}s"
+    return f"{int(n):,} {word}{'' if int(n) == 1 else 's'}"
+
+
 def outside_range_note(audit_params: dict) -> str | None:
     """A sentence when some audited labels lie outside the model's label range (None otherwise): the model never
     predicts outside it, so those rows' errors enter every table as they are, and the analyst should know

@@ -134,6 +134,10 @@ def test_converged_summary_of_a_fit_whose_mean_needed_no_update():
     many = converged_text({"rounds": 3, "mean_updates": 12, "moment_updates": 1234})
     assert many.startswith("Converged in 3 rounds (12 mean updates, 1,234 moment updates")
     assert converged_text({"rounds": 1, "mean_updates": 2, "moment_updates": 0}).startswith("Converged in 1 round (")
+    # numbers of one read in the singular ("1 rounds", "1 moment updates" in a browser session)
+    one = converged_text({"rounds": 1, "mean_updates": 1, "moment_updates": 1})
+    assert one == "Converged in 1 round (1 mean update, 1 moment update, the first moment pass included)."
+    assert converged_text({"rounds": 0, "mean_updates": 0, "moment_updates": 1}).endswith("; 1 moment update.")
 
 
 def test_thresholds_caption_says_when_the_kept_model_misses_the_given_ones():

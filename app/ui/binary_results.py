@@ -10,7 +10,7 @@ import math
 import streamlit as st
 
 from app.ui import state
-from app.specs import not_converged_note
+from app.specs import count, not_converged_note
 from app.ui.common import esc, tabbed
 
 RATE_TABLE_COLUMNS = ("group", "n", "selection rate", "true positive rate", "false positive rate", "precision")
@@ -49,7 +49,7 @@ def headline(run):
     c[0].metric(
         "Model",
         "converged" if run.converged else ("stopped" if run.stopped else "not converged"),
-        help=f"{info.get('rounds')} rounds, {info.get('mean_updates'):,} updates of the probability",
+        help=f"{count(info.get('rounds'), 'round')}, {count(info.get('mean_updates'), 'update')} of the probability",
     )
     c[1].metric(
         "Test rows", f"{run.split['test'].size:,}", help="All results on this page are on rows the fit never saw."

@@ -19,7 +19,7 @@ import streamlit as st
 
 from app.figure_style import _fmt, _legend_line
 from app.ui import state
-from app.specs import not_converged_note
+from app.specs import count, not_converged_note
 from app.ui.common import esc, run_and_frame, tabbed
 
 METHOD_LABELS = {
@@ -105,8 +105,8 @@ def headline(run):
     c[0].metric(
         "Model",
         "converged" if run.converged else ("stopped" if run.stopped else "not converged"),
-        help=f"{info.get('rounds')} rounds, {info.get('mean_updates'):,} mean and "
-        f"{info.get('moment_updates'):,} moment updates",
+        help=f"{count(info.get('rounds'), 'round')}, {count(info.get('mean_updates'), 'mean update')} and "
+        f"{count(info.get('moment_updates'), 'moment update')}",
     )
     c[1].metric(
         "Test rows", f"{run.split['test'].size:,}", help="All results on this page are on rows the fit never saw."

@@ -24,7 +24,7 @@ import time
 import streamlit as st
 
 from app.jobs import FitJob
-from app.specs import STEP_HELP, descent_thresholds, kept_model_text, missed_reason
+from app.specs import STEP_HELP, count, descent_thresholds, kept_model_text, missed_reason
 from app.ui import state
 from app.ui.common import esc
 from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
@@ -391,13 +391,14 @@ def _live_body():
         text = (
             f"{job.phase} · round {last['round']} · largest mean violation {last['max_mean_violation']:.3g} "
             f"(target < α = {alpha:.3g}) · {last['violating_cells']} violating cells · "
-            f"{last['mean_updates']:,} mean updates · {job.elapsed:.1f} s"
+            f"{count(last['mean_updates'], 'mean update')} · {job.elapsed:.1f} s"
         )
     else:
         text = f"{job.phase} · {job.elapsed:.1f} s"
     if job.phase.startswith("auditing"):
         frac = 0.99
-        text = f"Fit finished after {len(hist)} rounds · {job.phase} · {job.elapsed:.1f} s"
+        done = int(hist[-1].get("round", len(hist) - 1)) if hist else 0  # the history starts at round 0
+        text = f"Fit finished after {count(done, 'round')} · {job.phase} · {job.elapsed:.1f} s"
     elif job.stop_requested:
         text = "Stopping… " + text
     st.progress(frac, text=text)
@@ -749,10 +750,12 @@ def converged_text(info: dict) -> str:
     """The first sentence of a converged run's summary. Round 0 is the moment pass before the first mean audit,
     so a fit whose mean needed no update has 0 rounds but moment updates: said in words, not as "0 rounds"."""
     if not info["rounds"]:
-        return f"Converged in the first pass: the mean needed no update; {info['moment_updates']:,} moment updates."
+        return (
+            f"Converged in the first pass: the mean needed no update; {count(info['moment_updates'], 'moment update')}."
+        )
     return (
-        f"Converged in {info['rounds']} round{'s' if info['rounds'] != 1 else ''} ({info['mean_updates']:,} mean "
-        f"updates, {info['moment_updates']:,} moment updates, the first moment pass included)."
+        f"Converged in {count(info['rounds'], 'round')} ({count(info['mean_updates'], 'mean update')}, "
+        f"{count(info['moment_updates'], 'moment update')}, the first moment pass included)."
     )
 
 
@@ -797,7 +800,9 @@ def show_run_summary(run):
         reason = "the round cap was reached" if run.settings.max_rounds else "it was not run to convergence"
         if info.get("early_stopping"):
             reason = f"early stopping kept round {info.get('kept_round')}"
-        st.warning(f"Not converged: {reason}. ({info['rounds']} rounds, {info['mean_updates']:,} mean updates.)")
+        st.warning(
+            f"Not converged: {reason}. ({count(info['rounds'], 'round')}, {count(info['mean_updates'], 'mean update')}.)"
+        )
     last = ss.get("last_job") or {}
     if last.get("stop_requested_at") and last.get("stop_seen_at"):
         st.caption(
