@@ -71,8 +71,8 @@ def sidebar(box):
         st.markdown("  \n".join(lines))
         if running and job.stop_requested:
             st.caption("Stop pressed: the fit is ending; the Run page says what is kept.")
-        elif running:
-            st.caption(f"Fit running for {job.elapsed:.0f} s — see the Run page to watch or stop it.")
+        elif running:  # no elapsed time: this box is not redrawn while the Run page's live view ticks
+            st.caption("See the Run page to watch the fit or stop it.")
 
 
 def page_icon():

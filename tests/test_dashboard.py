@@ -752,7 +752,8 @@ def test_se_text_quotes_no_error_for_cells_below_the_smallest_corrected_size():
 
 def test_sidebar_says_stopping_once_stop_is_pressed(monkeypatch):
     """After Stop, the Run page says what is kept while the job winds down; the sidebar kept saying "running:
-    fitting the base model on 60,000 rows" next to it (a CI screenshot)."""
+    fitting the base model on 60,000 rows" next to it (a CI screenshot). While it runs the sidebar names no phase:
+    on the Run page it is not redrawn while the live view ticks, and a phase it named went stale."""
     from types import SimpleNamespace
 
     from app.ui import state as ui_state
@@ -760,7 +761,7 @@ def test_sidebar_says_stopping_once_stop_is_pressed(monkeypatch):
     job = SimpleNamespace(running=True, stop_requested=False, phase="fitting the base model on 60,000 rows")
     job.stop_phase, job.history = None, []
     monkeypatch.setattr(ui_state, "st", SimpleNamespace(session_state={"job": job}))
-    assert ui_state.status_line() == "running: fitting the base model on 60,000 rows"
+    assert ui_state.status_line() == "running (the Run page shows its progress)"
     job.stop_requested, job.stop_phase = True, job.phase
     assert ui_state.status_line() == "stopping (stopped during fitting the base model on 60,000 rows)"
 

@@ -585,8 +585,9 @@ def status_line() -> str:
     if job is not None and job.running:
         if job.stop_requested:  # the Run page already says what Stop keeps; the job is only winding down
             return f"stopping (stopped during {job.stop_phase or job.phase})"
-        h = job.history[-1] if job.history else None
-        return f"running: {job.phase}" + (f" (round {h['round']})" if h else "")
+        # no phase or round here: on the Run page the sidebar is not redrawn while the live view ticks (a
+        # fragment), and "running: fitting the base model" stayed next to a descent, or a stopped run
+        return "running (the Run page shows its progress)"
     run = ss.get("run")
     if run is None:
         return "not fitted yet"
