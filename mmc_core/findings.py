@@ -381,6 +381,16 @@ def _g(v) -> str:
     return f"{v:.3g}"
 
 
+def _within_note(groups) -> str:
+    if not groups:
+        return ""
+    shown = ", ".join(str(g) for g in groups[:3]) + (f" and {len(groups) - 3} more" if len(groups) > 3 else "")
+    return (
+        f" Part of this spread may be the mean error found on {shown}, which cover(s) part of this group: a "
+        "bias on some of its rows spreads the residuals, and the variance may be right once the mean is."
+    )
+
+
 def describe(rec: dict) -> str:
     """One plain sentence for a finding record (the numbers are the record's)."""
     kind, g, n = rec["kind"], rec["group"], rec["n"]
@@ -404,7 +414,7 @@ def describe(rec: dict) -> str:
         return (
             f"For group {g} (n={n}) the model {verb} its uncertainty: predicted variance {_g(rec['predicted'])}, "
             f"observed residual variance {_g(rec['observed'])} ({rec['estimate']:.2f} times, 95% CI {lo:.2f}-{hi:.2f}"
-            f"{beyond}; {padj})."
+            f"{beyond}; {padj})." + _within_note(rec.get("mean_findings_within"))
         )
     if kind == "coverage":
         return (

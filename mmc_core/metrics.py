@@ -57,7 +57,8 @@ Views: ``difference(column)`` and ``ratio(column)`` (column of by_group, or "cov
 Findings (:mod:`mmc_core.findings`): ``findings`` is a list of dicts, one per model defect the rows show
 beyond chance after Holm (or Benjamini-Hochberg) adjustment over every test the audit made: kind (mean |
 calibration | variance | coverage), group, n, bucket (calibration only), method (coverage only), predicted,
-observed, estimate, interval (95%), p_value, p_adjusted, adjustment, z, text. ``disparities`` lists the
+observed, estimate, interval (95%), p_value, p_adjusted, adjustment, z, text; an understated variance also
+mean_findings_within (the groups with a mean finding that cover part of it, when any). ``disparities`` lists the
 descriptive variance disparities (kind "variance_disparity", group, n, estimate, interval, text).
 ``findings_status`` is "ok", or "failed: <reason>" when the findings could not be computed (never reported
 as "no findings").
@@ -753,12 +754,39 @@ def _findings(
                 }
             )
     found = fnd.select_findings(tests, control, level)
+    _link_mean_findings(found, pairs, names, cnt)
     for t in found:
         t.pop("statistic_mean", None)
         t.pop("statistic_se", None)
         t.setdefault("method", None)
         t["text"] = fnd.describe(t)
     return found, len(tests)
+
+
+def _link_mean_findings(found: list, pairs, names, cnt) -> None:
+    """A variance finding (understated) on a group that a group with a mean finding covers in part gets the
+    names of those groups (``mean_findings_within``): a group's residuals are centered at its own mean
+    residual, but a mean error on part of its rows still spreads them (the whole population "understated its
+    uncertainty" 1.48x when one group's mean alone was off by 1.5 SD). Said, not hidden: the spread is real,
+    its cause may be the mean."""
+    mean_groups = [t["group"] for t in found if t["kind"] == "mean"]
+    if not mean_groups or not any(t["kind"] == "variance" for t in found):
+        return
+    idx = {g: i for i, g in enumerate(names)}
+    pr, pg = pairs.pr, pairs.pg
+    inside = {}
+    for b in mean_groups:
+        ind = np.zeros(pairs.n)
+        ind[pr[pg == idx[b]]] = 1.0
+        inside[b] = pairs.group_sums(ind)  # rows of b in every group
+    for t in found:
+        if t["kind"] != "variance" or t["estimate"] <= 1:
+            continue
+        a = idx[t["group"]]
+        # a group covering part of this one (all of it would shift it as a whole: centering takes that out)
+        within = [b for b in mean_groups if 0 < inside[b][a] < cnt[a]]
+        if within:
+            t["mean_findings_within"] = within
 
 
 def _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol) -> list:

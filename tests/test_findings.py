@@ -215,6 +215,19 @@ def test_a_mean_error_alone_is_not_also_a_variance_finding():
         assert not [f["group"] for f in found if f["kind"] == "variance"], seed
 
 
+def test_a_variance_finding_names_the_mean_errors_that_spread_it():
+    """race=D's mean off by 1.4 SD (every variance right): groups that hold D's rows among others have a real
+    residual spread beyond their variance, and said "understates its uncertainty" with no word of the cause.
+    Each such finding now names the mean findings on part of its rows."""
+    found, _ = _exact_findings(0, 6000, shift=-0.2, var_tol=metrics.VARIANCE_TOLERANCE)
+    var = [f for f in found if f["kind"] == "variance"]
+    assert var and all(f["estimate"] > 1 for f in var)
+    for f in var:
+        assert "race=D" in f["mean_findings_within"], f["group"]
+        assert "Part of this spread may be the mean error found on race=D" in f["text"]
+    assert "mean_findings_within" not in next(f for f in found if f["kind"] == "mean" and f["group"] == "race=D")
+
+
 def test_a_cell_holding_the_whole_group_is_not_tested_twice():
     """Every prediction in one mean bucket: each group's only cell is the group itself, so its calibration test
     is the mean test again. Both were reported (same n, estimate and p: one finding twice, 4 of the PDF's 8
