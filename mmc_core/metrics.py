@@ -417,7 +417,9 @@ def audit(
         bg["emp_var_ratio"] = emp / emp[0]
     lo_p, hi_p = ci.get("pred", (np.full(G, np.nan), np.full(G, np.nan)))
     bg["var_ratio_lo"], bg["var_ratio_hi"] = lo_p, hi_p
-    bg["emp_var_ratio_lo"], bg["emp_var_ratio_hi"] = ci["emp"]
+    # no interval around a ratio that is undefined (a 1-row group has no variance; its bootstrap read [0, 0])
+    undefined = ~np.isfinite(bg["emp_var_ratio"].to_numpy(dtype=float))
+    bg["emp_var_ratio_lo"], bg["emp_var_ratio_hi"] = (np.where(undefined, np.nan, v) for v in ci["emp"])
     bg["large_enough"] = (cnt / n) >= gamma
 
     # ---- intervals ----

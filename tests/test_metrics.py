@@ -308,3 +308,17 @@ def test_fit_names_a_label_series_by_its_own_name():
     y = df["y"].where(df.index != 5)
     with pytest.raises(DataError, match="label 'y' has 1 missing or infinite value"):
         MomentMulticalibrator(label_range=(0, 1)).fit(df, y, GroupSet.from_columns(df, ["g"]))
+
+
+def test_no_interval_around_an_undefined_variance_ratio():
+    """A 1-row group has no residual variance (ratio NaN) and its bootstrap interval read [0, 0]."""
+    rng = np.random.default_rng(2)
+    df = pd.DataFrame({"g": ["a"] * 199 + ["solo"], "x": rng.normal(size=200)})
+    y = df["x"].to_numpy() + rng.normal(size=200)
+    groups = GroupSet.from_columns(df, ["g"])
+    est = MomentMulticalibrator(label_range=(-10, 10)).fit(df, y, groups, base_prediction=df["x"])
+    bg = audit(est.model_, df, y, base=df["x"], n_boot=50).by_group
+    solo = bg.loc["g=solo"]
+    assert solo["count"] == 1 and np.isnan(solo["emp_var_ratio"])
+    assert np.isnan(solo["emp_var_ratio_lo"]) and np.isnan(solo["emp_var_ratio_hi"])
+    assert np.isfinite(bg.loc["g=a", ["emp_var_ratio_lo", "emp_var_ratio_hi"]].astype(float)).all()
