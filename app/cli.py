@@ -541,6 +541,14 @@ def cmd_fit(args) -> int:
             f"and were never corrected: " + ", ".join(small[:10]) + (", ..." if len(small) > 10 else ""),
             file=sys.stderr,
         )
+    for c in sorted(groups.columns(), key=str):
+        n_missing = int(df[c].isna().sum()) if c in df.columns else 0
+        if n_missing:  # they are fitted, but none of the column's groups holds them: say so, as predict does
+            print(
+                f"note: {n_missing} row(s) have no value in group column '{c}': no group of that column holds "
+                "them (they stay in 'all' and in groups of other columns)",
+                file=sys.stderr,
+            )
     if info.get("base_clipped"):
         print(
             f"note: {info['base_clipped']} base prediction(s) lay outside the label range "

@@ -429,3 +429,17 @@ def test_label_range_with_a_negative_low_end_is_read_as_a_value(csvs, capsys, tm
     assert code == 0, err
     scale = json.loads(model.read_text())["label_scale"]
     assert (scale["lo"], scale["hi"]) == (-20.0, 140.0)
+
+
+def test_fit_notes_rows_missing_a_group_column(csvs, capsys, tmp_path):
+    """Rows with no value in a group column belong to none of its groups: `mmc fit` said nothing (predict and
+    audit note values no group lists)."""
+    t = pd.read_csv(csvs / "train.csv")
+    t.loc[:49, "race"] = np.nan
+    t.to_csv(tmp_path / "gaps.csv", index=False)
+    args = ["fit", "--label", "outcome", "--group-cols", "race,sex", "--out", str(tmp_path / "m.json")]
+    code, _, err = run(args + ["--data", str(tmp_path / "gaps.csv")], capsys)
+    assert code == 0 and "note: 50 row(s) have no value in group column 'race'" in err
+    assert "group column 'sex'" not in err
+    code, _, err = run(args + ["--data", str(csvs / "train.csv")], capsys)
+    assert code == 0 and "have no value in group column" not in err
