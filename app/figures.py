@@ -204,9 +204,16 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
 
     fig.add_trace(_connectors(pred_sd, emp_sd, ypos), 1, 1)
 
-    def markers(x, y, name, group, color, size, symbol, width, col, **extra):
+    def markers(x, y, name, group, color, size, symbol, width, col, legend=True, **extra):
         marker = dict(color=color, size=size, symbol=sym(symbol), line=dict(width=width, color=color))
-        fig.add_trace(_markers(x, y, name, marker, custom, hover, legendgroup=group, **extra), 1, col)
+        fig.add_trace(_markers(x, y, name, marker, custom, hover, legendgroup=group, showlegend=False, **extra), 1, col)
+        if legend:
+            # the legend's own entry, filled: plotly draws it with the first point's symbol, hollow when that
+            # group is below γ (the footnote says hollow means small)
+            solid = dict(color=color, size=size, symbol=symbol, line=dict(width=width, color=color))
+            fig.add_trace(
+                go.Scatter(x=[None], y=[None], mode="markers", name=name, marker=solid, legendgroup=group), 1, col
+            )
 
     markers(pred_sd, ypos, "predicted (√ mean predicted variance)", "pred", FIT_COLOR, 10, "circle", 2, 1)
     markers(emp_sd, ypos, "observed (SD of the residual y − μ(x))", "obs", OBSERVED_COLOR, 10, "diamond", 2, 1)
@@ -227,7 +234,7 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
         (er, ypos + off, "observed", "obs", OBSERVED_COLOR, "diamond", (er_lo, er_hi)),
     ):
         error = dict(err(x, lo, hi), color=color)
-        markers(x, y, name, group, color, 8, symbol, 1.5, 2, showlegend=False, error_x=error)
+        markers(x, y, name, group, color, 8, symbol, 1.5, 2, legend=False, error_x=error)
     ov_emp = audit.overall.get("emp_var")
     try:
         ov_sd = math.sqrt(max(float(ov_emp), 0.0))

@@ -543,3 +543,18 @@ def test_log_ratio_ticks_are_written_in_full():
     assert _log_ticks(0.05, 5.0)["ticktext"] == ["0.05", "0.1", "0.2", "0.5", "1", "2", "5"]
     assert _log_ticks(0.01, 100.0)["ticktext"] == ["0.01", "0.1", "1", "10", "100"]  # 1-2-5 would crowd it
     assert _log_ticks(0.9, 1.1) == {}  # no 1-2-5 value but 1 inside: plotly's own ticks
+
+
+def test_variance_legend_markers_are_filled_when_small_groups_come_first(fitted):
+    """Plotly draws a legend entry with its trace's first marker: with every group below γ (hollow) the legend
+    showed hollow 'predicted' and 'observed' markers, which the footnote defines as 'group mass below γ'."""
+    import copy
+
+    a = copy.deepcopy(fitted.audit)
+    a.by_group["large_enough"] = False
+    fig = F.variance_disparity_figure(a, top=12, **NAMES)
+    shown = [tr for tr in fig.data if tr.showlegend is not False and tr.mode == "markers"]
+    assert {tr.name.split(" (")[0] for tr in shown} == {"predicted", "observed"}
+    assert all(not str(np.atleast_1d(tr.marker.symbol)[0]).endswith("-open") for tr in shown)
+    data = [tr for tr in fig.data if tr.mode == "markers" and tr.x is not None and len(tr.x) and tr.x[0] is not None]
+    assert data and all(str(s).endswith("-open") for tr in data for s in np.atleast_1d(tr.marker.symbol))
