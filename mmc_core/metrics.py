@@ -840,7 +840,15 @@ def _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol) -
         t["tolerance"] = float(var_tol)
         t["estimate"] = t.pop("ratio")
         se = t.pop("se_ratio")
-        t["interval"] = [max(t["estimate"] - fnd._Z95 * se, 0.0), t["estimate"] + fnd._Z95 * se]
+        # on the log scale (delta method: se of log R = se / R): a variance ratio is right-skewed, and the
+        # symmetric interval covered the truth 85% of the time for groups under 150 rows with t5 noise (89% on
+        # the log scale; normal noise 93% -> 94%)
+        est = t["estimate"]
+        if est > 0 and math.isfinite(se):
+            half = fnd._Z95 * se / est
+            t["interval"] = [est * math.exp(-half), est * math.exp(half)]
+        else:  # no spread observed at all (a constant label in the group): no log scale
+            t["interval"] = [max(est - fnd._Z95 * se, 0.0), est + fnd._Z95 * se]
         t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
     return var_t
 

@@ -496,3 +496,28 @@ def test_no_disparity_from_rounding_of_equal_variances():
     lo, hi = np.array([1.0, 1 - 5e-12, 1.2]), np.array([1.0, 1 - 1e-12, 1.4])
     d = fnd.variance_disparities(names, cnt, ratio, lo, hi, 30)
     assert [x["group"] for x in d] == ["race=B"]
+
+
+@pytest.mark.slow
+def test_variance_interval_covers_the_true_ratio_with_heavy_tails():
+    """The variance finding's 95% interval for observed / predicted, on residuals with the TRUE variance (ratio
+    1), groups of 30-150 rows. The delta-method interval is asymptotic, so with Student-t(5) noise no 95% is
+    promised; the symmetric one covered 1 in 83.6% of these 1,344 group intervals, the log-scale one (a
+    variance ratio is right-skewed) in 87.0%. The bound sits between them (85%: about 2 standard errors from
+    each; the seeds are fixed); normal noise must stay near 95% (92.9% here; >= 92.5%)."""
+    cover = {"t5": [], "normal": []}
+    for rep in range(150):
+        rng = np.random.default_rng(rep)
+        n = 600
+        tab = pd.DataFrame({"g1": rng.choice(list("ABCD"), n, p=[0.4, 0.3, 0.2, 0.1]), "g2": rng.choice(["X", "Y"], n)})
+        sd = tab["g1"].map({"A": 1.0, "B": 2.0, "C": 0.5, "D": 3.0}).to_numpy() * np.where(tab["g2"] == "X", 1.0, 1.5)
+        memb = GroupSet.from_columns(tab, ["g1", "g2"], 2).evaluate(tab)
+        pairs = memb.sums()
+        for kind, e in (("t5", rng.standard_t(5, n) / np.sqrt(5 / 3)), ("normal", rng.standard_normal(n))):
+            tests = metrics._variance_tests(
+                pairs, list(memb.names), pairs.group_sums(), sd * e, sd**2, _UnitScale(), 30, 0.0
+            )
+            cover[kind] += [t["interval"][0] <= 1 <= t["interval"][1] for t in tests if t["n"] < 150]
+    assert len(cover["t5"]) > 1000
+    assert np.mean(cover["t5"]) >= 0.85, np.mean(cover["t5"])
+    assert np.mean(cover["normal"]) >= 0.925, np.mean(cover["normal"])
