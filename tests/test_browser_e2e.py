@@ -258,7 +258,7 @@ def test_analyst_session_end_to_end(server, tmp_path):
         _goto(page, "Export", "Export")
         page.get_by_role("button", name="Build the PDF report").click()
         with page.expect_download(timeout=300_000) as dl:
-            page.get_by_role("button", name="Download report.pdf").click(timeout=300_000)
+            page.get_by_role("button", name="Download mmc_report_cps_extract.pdf").click(timeout=300_000)
         assert dl.value.suggested_filename == "mmc_report_cps_extract.pdf"
         assert open(dl.value.path(), "rb").read(5) == b"%PDF-"
         with page.expect_download(timeout=120_000) as dl2:

@@ -357,7 +357,8 @@ def test_exports(demo_at):
     assert not at.error, [e.value for e in at.error]
     pdf = ss["export_pdf"]
     assert pdf[:5] == b"%PDF-" and len(pdf) > 20_000
-    assert "Download report.pdf" in [b.label for b in at.get("download_button")]
+    # the button names the file it saves (it said "report.pdf" and saved mmc_report_<table>.pdf)
+    assert "Download mmc_report_synthetic_scores.pdf" in [b.label for b in at.get("download_button")]
 
 
 def test_pdf_error_message_names_what_to_install(demo_at, monkeypatch):

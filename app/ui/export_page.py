@@ -117,7 +117,7 @@ def pdf_section(run, frame):
         st.error(f"Could not build the PDF: {esc(ss['export_pdf_error'])}", icon=":material/error:")
     if ss.get("export_pdf"):
         download(
-            "Download report.pdf",
+            f"Download {report_file_name(run.data_name)}",  # the name the file is saved under
             ss["export_pdf"],
             report_file_name(run.data_name),
             "pdf_download",
