@@ -3,6 +3,7 @@
     python benchmarks/calibration_time.py                    # the three bundled tables, 5 fits each
     python benchmarks/calibration_time.py --repeats 9 --approaches cc,ridge-cqr
     python benchmarks/calibration_time.py --approaches cc --cps-dir DIR --datasets cps1988,cpssw8
+    python benchmarks/calibration_time.py --approaches cc --repeats 1 --synthetic-rows 200000,2000000 --datasets none
 
 Each fit uses the protocol's setting (benchmarks/coverage_protocol.py: default parameters, calibration fraction
 0.25, groups = the demographic columns and their pairwise intersections, no base, a 60% split). The time of the
@@ -69,6 +70,20 @@ def measure(name: str, approach: str, repeats: int, seed: int = 1):
     }
 
 
+def register_synthetic(n: int) -> str:
+    """A large table of four 8-valued columns (their values and pairwise intersections: 417 groups, 11 a row)
+    and a label with a little signal: issue 10's share at scale, where the pairs (not the tables) dominate."""
+    import pandas as pd
+
+    rng = np.random.default_rng(n)
+    df = pd.DataFrame({f"c{j}": rng.integers(0, 8, n) for j in range(4)})
+    df["y"] = rng.normal(size=n) + 0.1 * df["c0"]
+    name = f"synthetic_{n}"
+    EXTERNAL[name] = df
+    DATASETS[name] = ("y", [f"c{j}" for j in range(4)], [], None)
+    return name
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", default=",".join(DATASETS))
@@ -77,11 +92,15 @@ def main(argv=None):
     ap.add_argument(
         "--cps-dir", help="also issue 9's CPS tables (coverage_protocol.py --cps-dir); name them in --datasets"
     )
+    ap.add_argument("--synthetic-rows", help="also synthetic tables of these sizes (comma separated), e.g. 2000000")
     args = ap.parse_args(argv)
     if args.cps_dir:
         register_cps(args.cps_dir)
+    names = [d for d in args.datasets.split(",") if d and d != "none"]
+    if args.synthetic_rows:
+        names += [register_synthetic(int(v)) for v in args.synthetic_rows.split(",")]
     print(f"{'dataset':18s} {'approach':10s} {'groups':>6s} {'n_cal':>6s} {'fit s':>8s} {'calib. s':>9s} {'share':>6s}")
-    for name in args.datasets.split(","):
+    for name in names:
         for a in args.approaches.split(","):
             r = measure(name, a, args.repeats)
             print(

@@ -72,17 +72,21 @@ def _layer_step(s, q, rows, loc, starts, k, bound):
     One float sort per delta: the values of group j are shifted by j x span (span = 2 bound + 1 exceeds their range), so the groups
     come out in blocks, each sorted; the k-th value is read back from its block (exact up to a rounding of
     ~1e-16 x groups x span, far below the cushion that fit_conditional adds at the end)."""
-    D, P = s.shape[0], rows.size
+    P = rows.size
     span = 2.0 * bound + 1.0
     off = np.arange(starts.size) * span
     vals = s[:, rows] if q is None else s[:, rows] - q[:, rows]  # q None: no thresholds yet (the max rule)
     srt = np.sort(vals + (off[loc] + bound)[None, :], axis=1)
-    kth = srt.ravel()[(np.arange(D) * P)[:, None] + starts[None, :] + k - 1]
+    # one row of values for every delta (the symmetric score |u| and no thresholds yet: the max rule): one
+    # sort, read at each delta's ranks; else one sorted row per delta
+    row = (np.arange(srt.shape[0]) * P)[:, None] if srt.shape[0] > 1 else 0
+    kth = srt.ravel()[row + starts[None, :] + k - 1]
     return kth - (off + bound)[None, :]
 
 
 def _scores_and_ranks(memb, u, deltas, margin, sweeps, two_sided):
-    """What both threshold rules share: the two-sided score s (D, n), the pooled side scales a_up, a_lo (D,),
+    """What both threshold rules share: the two-sided score s (D, n; one row, |u|, when not ``two_sided``), the
+    pooled side scales a_up, a_lo (D,),
     the per-group ranks k (D, G) and the deltas whose pooled conformal rank exists; None without rows/groups."""
     if not isinstance(margin, numbers.Real) or isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
         raise MMCError(f"cc: margin must be a non-negative number, got {margin!r}")
@@ -99,9 +103,10 @@ def _scores_and_ranks(memb, u, deltas, margin, sweeps, two_sided):
         fb = max(float(np.quantile(np.abs(u), 0.5)), 1e-12)
         a_up = np.where(a_up > 0, a_up, fb)
         a_lo = np.where(a_lo > 0, a_lo, fb)
+        s = np.maximum(u[None, :] / a_up[:, None], -u[None, :] / a_lo[:, None])  # (D, n)
     else:
         a_up = a_lo = np.ones(deltas.size)
-    s = np.maximum(u[None, :] / a_up[:, None], -u[None, :] / a_lo[:, None])  # (D, n)
+        s = np.abs(u)[None, :]  # (1, n): the same score for every delta
     n_g = memb.sizes.astype(float)
     se = np.sqrt(deltas[:, None] * (1 - deltas[:, None]) / np.maximum(n_g, 1.0)[None, :])
     tau = 1 - deltas[:, None] + float(margin) * se
@@ -205,6 +210,7 @@ def fit_group_max(
     s, a_up, a_lo, k, ok_d, deltas = prep
     theta = np.zeros((deltas.size, memb.n_groups))
     bound = float(np.max(np.abs(s)))
+    # with s = |u| (one row for every delta) the groups' scores are sorted once, not once per delta
     for gs, rows, loc, starts in _disjoint_layers(memb):
         theta[:, gs] = _layer_step(s, None, rows, loc, starts, k[:, gs], bound)
     theta = np.maximum(theta, 0.0) + 1e-9 * (1.0 + bound)  # the mean always inside; the same rounding cushion
