@@ -7,6 +7,7 @@ Assertions are on what the pages show and on ``st.session_state``.
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
@@ -787,13 +788,8 @@ def test_groups_page_marks_a_group_holding_every_row(monkeypatch):
     assert status == {"all": "✓ ok", "site=A": groups_page.EVERY_ROW, "sex=F": "✓ ok"}
 
 
-def test_a_table_whose_rows_were_dropped_comes_back_as_it_was_left():
-    """A browser session: upload a file with missing labels, press "Drop the N rows...", change settings, switch to
-    another file, upload the first again: the dropped rows were back and its groups and settings gone (the shelf
-    knew the table only by its key after the drop, which the re-uploaded file does not have)."""
-    at = _new()
-    at.radio(key="src_kind").set_value("Upload a file").run()
-    rng = np.random.default_rng(8)
+def _holes_files(seed=8):
+    rng = np.random.default_rng(seed)
     files = {}
     for name in ("holes.csv", "other.csv"):
         df = pd.DataFrame(demo_distribution().sample_table(700, rng)).drop(
@@ -802,19 +798,63 @@ def test_a_table_whose_rows_were_dropped_comes_back_as_it_was_left():
         if name == "holes.csv":
             df.loc[:49, "outcome"] = np.nan
         files[name] = df.to_csv(index=False).encode()
-    at.file_uploader(key="upload").set_value(("holes.csv", files["holes.csv"], "text/csv")).run()
+    return files
+
+
+MY_GROUP = [{"name": "mine", "where": [{"column": "sex", "op": "==", "value": "F"}]}]
+
+
+def _upload(at, name, files):
+    at.file_uploader(key="upload").set_value((name, files[name], "text/csv")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _clean_holes(at, files):
+    """holes.csv uploaded, its 50 rows without a label dropped, and a group of the analyst's own."""
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    _upload(at, "holes.csv", files)
     at.selectbox(key="label_col").select("outcome").run()
     at.button(key="drop_missing_label").click().run()
     assert not at.exception and at.session_state["data"]["rows"] == 650
-    at.session_state["settings"].p_delta = 0.2  # an analyst's change on the cleaned table
-    at.file_uploader(key="upload").set_value(("other.csv", files["other.csv"], "text/csv")).run()
-    assert at.session_state["data"]["name"] == "other.csv"
-    at.file_uploader(key="upload").set_value(("holes.csv", files["holes.csv"], "text/csv")).run()
-    assert not at.exception, [e.value for e in at.exception]
+    at.session_state["groups"] = copy.deepcopy(MY_GROUP)  # what apply_suggestions would replace
+    return at
+
+
+def test_a_table_whose_rows_were_dropped_comes_back_as_it_was_left():
+    """A browser session: upload a file with missing labels, press "Drop the N rows...", define groups, switch
+    to another file, upload the first again: the dropped rows were back and its groups and settings gone (the
+    shelf knew the table only by its key after the drop, which the re-uploaded file does not have)."""
+    files = _holes_files()
+    at = _clean_holes(_new(), files)
+    _upload(at, "other.csv", files)
+    assert at.session_state["data"]["name"] == "other.csv" and at.session_state["groups"] != MY_GROUP
+    _upload(at, "holes.csv", files)
     ss = at.session_state
     assert ss["data"]["name"] == "holes.csv" and ss["data"]["rows"] == 650
-    assert "dropped" in ss["data"]["note"] and ss["settings"].p_delta == 0.2
-    assert any("holes.csv" in s.value and "is back" in s.value for s in at.success)
+    assert "dropped" in ss["data"]["note"] and ss["groups"] == MY_GROUP
+    assert any("holes.csv" in s.value and "is back" in s.value and "dropped" in s.value for s in at.success)
+    # the file as uploaded stays one click away (a label switched since may need the dropped rows)
+    at.button(key="use_raw_offer").click().run()
+    assert not at.exception and ss["data"]["rows"] == 700 and ss["groups"] != MY_GROUP
+    _upload(at, "other.csv", files)
+    _upload(at, "holes.csv", files)  # the 700-row table was worked on last: it is the one that comes back
+    assert ss["data"]["rows"] == 700
+
+
+def test_a_cleaned_table_brought_back_by_the_button_keeps_its_origin():
+    """A review: "Bring it back" found the cleaned table by its own key and forgot the file it came from, so
+    uploading that file later lost the cleaned table's work again."""
+    files = _holes_files(9)
+    at = _clean_holes(_new(), files)
+    _upload(at, "other.csv", files)
+    at.button(key="restore_ws").click().run()
+    assert not at.exception and at.session_state["data"]["rows"] == 650
+    _upload(at, "other.csv", files)
+    _upload(at, "holes.csv", files)
+    ss = at.session_state
+    assert ss["data"]["rows"] == 650 and ss["groups"] == MY_GROUP
+
 
 
 def test_export_caption_names_the_columns_the_csv_has():

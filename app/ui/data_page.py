@@ -137,13 +137,24 @@ def _previous_table_notice():
     """After a switch of table: the one set aside, with a button that brings it back (state.restore_workspace).
     Drawn into a slot at the top of the page after the source widgets ran (an upload switches in this run)."""
     back = st.session_state.pop("brought_back", None)
+    d = state.data()
     if back is not None:
+        note = f" ({esc(d['note'])})" if d is not None and d.get("note") else ""
         st.success(
-            f"**{esc(back)}** is back with the groups, settings and results you had for it.",
+            f"**{esc(back)}** is back with the groups, settings and results you had for it{note}.",
             icon=":material/history:",
         )
+    offer = st.session_state.get("raw_offer")
+    if offer is not None and d is not None and offer.get("for_key") == d["key"]:
+        left, right = st.columns([5, 1], vertical_alignment="center")
+        left.info(
+            f"This is the table you made from **{esc(offer['name'])}** ({d['rows']:,} of its {offer['rows']:,} rows: "
+            f"{esc(d.get('note') or 'rows dropped')}). The file as uploaded can replace it; this one is then set "
+            "aside with its work.",
+            icon=":material/table_rows:",
+        )
+        right.button(f"Use all {offer['rows']:,} rows", key="use_raw_offer", on_click=state.use_raw_offer)
     prev = st.session_state.get("previous_workspace")
-    d = state.data()
     if not prev or prev.get("data") is None or d is None or prev["data"]["key"] == d["key"]:
         return
     kept = [f"{len(prev['groups'])} groups", "its settings"] + (["its results"] if prev["run"] is not None else [])
@@ -234,9 +245,12 @@ def overview_section(d):
     n = min(state.PREVIEW_ROWS, d["rows"])
     st.dataframe(state.preview(frame, d["key"]), height=260, hide_index=False, width="stretch")
     st.caption(
-        f"A random sample of {n} of {d['rows']:,} rows (row numbers on the left)."
-        if d["rows"] > n
-        else f"All {d['rows']:,} rows."
+        (
+            f"A random sample of {n} of {d['rows']:,} rows (row numbers on the left)."
+            if d["rows"] > n
+            else f"All {d['rows']:,} rows."
+        )
+        + (f" This table: {esc(d['note'])}." if d.get("note") else "")
     )
     with st.expander("Columns: types, missing values, distinct values"):
         st.dataframe(prof, hide_index=True, width="stretch")

@@ -130,9 +130,11 @@ def set_data(
     file_id: str | None = None,
     keep_settings: bool = False,
     note: str = "",
+    restore: bool = True,
 ):
     """Make ``frame`` the current table: reset the label / base / groups to suggestions (unless
-    ``keep_settings``) and drop results."""
+    ``keep_settings``) and drop results. A table worked on before in this session (on the shelf) comes back
+    with its work instead, unless ``restore`` is False."""
     ss = st.session_state
     key = frame_key(frame, name)
     old = ss.get("data")
@@ -141,10 +143,16 @@ def set_data(
     # a table worked on before in this session comes back with its groups, settings and result; one whose rows
     # were dropped on the Data page is found by the table it came from, and comes back as it was left
     origin = (old.get("origin_key") or old.get("key")) if keep_settings and old is not None else key
-    saved = None if keep_settings else _from_shelf(key)
-    if saved is not None and saved["data"].get("key") != key:
+    saved = None if keep_settings or not restore else _from_shelf(key)
+    raw = None
+    if saved is not None:
         kept = saved["data"]
-        frame, key, origin, note = kept["df"], kept["key"], kept.get("origin_key", key), kept.get("note", "")
+        origin = kept.get("origin_key") or kept.get("key") or key  # kept across every trip to the shelf
+        if kept.get("key") != key:
+            # the file as it was read: offered on the Data page in place of the table made from it
+            raw = {"df": frame, "name": name, "source": source, "demo": demo, "file_id": file_id}
+            frame, key, note = kept["df"], kept["key"], kept.get("note", "")
+    ss.pop("raw_offer", None)
     ss["data"] = {
         "df": frame,
         "name": name,
@@ -177,6 +185,8 @@ def set_data(
         ss.pop(k, None)
     if saved is not None:
         _bring_back(saved)
+        if raw is not None:
+            ss["raw_offer"] = {**raw, "for_key": key, "rows": len(raw["df"])}
     elif not keep_settings:
         apply_suggestions(frame, demo)
 
@@ -213,6 +223,21 @@ def set_aside_workspace():
         while len(shelf) > 1 and (len(shelf) > SHELF_MAX or table_bytes({"shelf": shelf}) > SHELF_MAX_BYTES):
             shelf.pop(next(iter(shelf)))
         ss["shelf"] = shelf
+
+
+def use_raw_offer():
+    """The Data page's button: the file as it was read, in place of the table made from it (rows dropped), which
+    is set aside with its work."""
+    offer = st.session_state.pop("raw_offer", None)
+    if offer is not None:
+        set_data(
+            offer["df"],
+            offer["name"],
+            offer["source"],
+            demo=offer.get("demo"),
+            file_id=offer.get("file_id"),
+            restore=False,
+        )
 
 
 def _from_shelf(key: str) -> dict | None:
