@@ -541,7 +541,14 @@ def cmd_fit(args) -> int:
             f"and were never corrected: " + ", ".join(small[:10]) + (", ..." if len(small) > 10 else ""),
             file=sys.stderr,
         )
-    for c in sorted(groups.columns(), key=str):
+    # a missing value satisfies "!=" and "not in": a column tested that way may hold those rows in a group
+    negated = {
+        c.column
+        for g in groups.groups
+        for c in [*g.where, *(c for term in g.any for c in term)]
+        if c.op in ("!=", "not in")
+    }
+    for c in sorted(groups.columns() - negated, key=str):
         n_missing = int(df[c].isna().sum()) if c in df.columns else 0
         if n_missing:  # they are fitted, but none of the column's groups holds them: say so, as predict does
             print(

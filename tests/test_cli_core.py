@@ -443,3 +443,16 @@ def test_fit_notes_rows_missing_a_group_column(csvs, capsys, tmp_path):
     assert "group column 'sex'" not in err
     code, _, err = run(args + ["--data", str(csvs / "train.csv")], capsys)
     assert code == 0 and "have no value in group column" not in err
+
+
+def test_fit_note_on_missing_group_values_spares_columns_tested_with_not_equal(csvs, capsys, tmp_path):
+    """A review: rows missing 'race' do belong to a group "race != A" (a missing value satisfies != and not in),
+    and the note said no group of the column held them."""
+    t = pd.read_csv(csvs / "train.csv")
+    t.loc[:49, "race"] = np.nan
+    t.to_csv(tmp_path / "gaps.csv", index=False)
+    groups = tmp_path / "g.json"
+    groups.write_text(json.dumps([{"name": "not A", "where": [{"column": "race", "op": "!=", "value": "A"}]}]))
+    args = ["fit", "--data", str(tmp_path / "gaps.csv"), "--label", "outcome", "--groups", str(groups)]
+    code, _, err = run(args + ["--out", str(tmp_path / "m.json")], capsys)
+    assert code == 0 and "have no value in group column" not in err
