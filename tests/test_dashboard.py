@@ -856,7 +856,6 @@ def test_a_cleaned_table_brought_back_by_the_button_keeps_its_origin():
     assert ss["data"]["rows"] == 650 and ss["groups"] == MY_GROUP
 
 
-
 def test_export_caption_names_the_columns_the_csv_has():
     """The caption listed `mmc_moment_a` "in outcome units"; the file has `mmc_moment_2`, in squared units."""
     at = _page(_new(), "export")  # the demo's CSV is built at once (small enough)

@@ -418,3 +418,25 @@ def test_results_page_lists_every_finding_the_pdf_refers_to():
     md = "\n".join(m.value for m in at.markdown)
     assert all(f"grp{i}" in md for i in range(11))
     assert any("3 more finding(s) under 'All 11 findings'" in c.value for c in at.caption)
+
+
+def test_classifier_results_list_every_finding_the_pdf_refers_to():
+    """A review: the classifier PDF says the Results page lists every finding; its page showed the first 8 only."""
+
+    def page():
+        from types import SimpleNamespace
+
+        from app.ui.binary_results import findings_box
+
+        found = [{"kind": "mean", "group": f"grp{i}", "text": f"rate of grp{i} is off"} for i in range(11)]
+        params = {"n_tests": 40, "error_control": "holm", "findings_level": 0.05, "min_group_count": 30}
+        audit = SimpleNamespace(params=params, findings_status="ok", findings=found, disparities=[])
+        findings_box(SimpleNamespace(audit=audit))
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(e.label == "All 11 findings" for e in at.expander)
+    md = "\n".join(m.value for m in at.markdown)
+    assert all(f"grp{i} is off" in md for i in range(11))

@@ -96,8 +96,11 @@ def findings_box(run):
                 f"probability beyond sampling error (groups and cells with at least {s['min_count']} test "
                 "rows)."
             )
+        from app.ui.results_page import all_findings
+
+        more = all_findings(run.audit.findings, s, lambda f: f"- {esc(f['text'])}")
         st.caption(
-            f"{s['n_tests']} tests of the predicted probability per group and per group × probability "
+            more + f"{s['n_tests']} tests of the predicted probability per group and per group × probability "
             f"bucket, adjusted together by {s['control']} at {s['level']:g}. No variance or interval "
             "findings: for a 0/1 outcome the spread is p(1 − p) and intervals are not offered."
         )

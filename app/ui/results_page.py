@@ -176,6 +176,21 @@ KIND_TITLES = {
 }
 
 
+def _finding_line(f) -> str:
+    return f"- **{esc(KIND_TITLES.get(f['kind'], f['kind']))}:** {esc(f['text'])}"
+
+
+def all_findings(found: list, s: dict, line) -> str:
+    """Every finding under an expander when there are more than the ones shown (the PDF sends readers to this
+    page for those it leaves out); returns the caption's words about them ("" when all are shown)."""
+    more = s["n_found"] - len(s["shown"])
+    if more <= 0:
+        return ""
+    with st.expander(f"All {s['n_found']} findings"):
+        st.markdown("\n".join(line(f) for f in found))
+    return f"{more} more finding(s) under 'All {s['n_found']} findings', and in the audit JSON (Export page). "
+
+
 def findings(run):
     """The audit's findings (tested defects, each sentence with n, its 95% interval and adjusted p) and the
     descriptive variance disparities, from :func:`app.report.findings_summary` (the PDF says the same)."""
@@ -192,31 +207,15 @@ def findings(run):
             )
             return
         if s["shown"]:
-            st.markdown(
-                "\n".join(f"- **{esc(KIND_TITLES.get(f['kind'], f['kind']))}:** {esc(f['text'])}" for f in s["shown"])
-            )
+            st.markdown("\n".join(_finding_line(f) for f in s["shown"]))
         else:
             st.markdown(
                 "No group's mean, spread or interval coverage differs from the model's prediction beyond "
                 f"sampling error (groups and cells with at least {s['min_count']} test rows)."
             )
-        more = s["n_found"] - len(s["shown"])
-        if more > 0:
-            # every finding here (the PDF sends readers to this page for the ones it leaves out)
-            with st.expander(f"All {s['n_found']} findings"):
-                st.markdown(
-                    "\n".join(
-                        f"- **{esc(KIND_TITLES.get(f['kind'], f['kind']))}:** {esc(f['text'])}"
-                        for f in run.audit.findings
-                    )
-                )
+        more = all_findings(run.audit.findings, s, _finding_line)
         st.caption(
-            (
-                f"{more} more finding(s) under 'All {s['n_found']} findings', and in the audit JSON (Export page). "
-                if more > 0
-                else ""
-            )
-            + f"{s['n_tests']} tests of groups and cells with at least {s['min_count']} test rows, adjusted "
+            more + f"{s['n_tests']} tests of groups and cells with at least {s['min_count']} test rows, adjusted "
             f"together by {s['control']} at {s['level']:g}; smaller groups are never reported."
             + s.get("variance_note", "")
         )
