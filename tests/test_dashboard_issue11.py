@@ -298,27 +298,34 @@ def test_recipe_export_and_import_round_trip():
     assert any("p_m" in e.value.replace("\\", "") for e in at.error)
 
 
+def _mean_finding(group, n, predicted, observed, interval, p, p_adj) -> dict:
+    """A mean finding record as the audit writes it (Holm), with its sentence."""
+    from mmc_core import findings as fnd
+
+    f = {
+        "kind": "mean",
+        "group": group,
+        "n": n,
+        "method": None,
+        "predicted": predicted,
+        "observed": observed,
+        "estimate": round(observed - predicted, 10),
+        "interval": interval,
+        "p_value": p,
+        "p_adjusted": p_adj,
+        "adjustment": "holm",
+    }
+    f["text"] = fnd.describe(f)
+    return f
+
+
 def test_bug7_findings_disparities_and_failures_render_and_tiny_groups_stay_out():
     at = _new()
     run = at.session_state["run"]
     audit = run.audit
     from mmc_core import findings as fnd
 
-    f = {
-        "kind": "mean",
-        "group": "race=B",
-        "n": 62,
-        "method": None,
-        "predicted": 10.39,
-        "observed": 9.23,
-        "estimate": -1.16,
-        "interval": [-1.9, -0.42],
-        "p_value": 0.002,
-        "p_adjusted": 0.03,
-        "adjustment": "holm",
-    }
-    f["text"] = fnd.describe(f)
-    audit.findings = [f]
+    audit.findings = [_mean_finding("race=B", 62, 10.39, 9.23, [-1.9, -0.42], 0.002, 0.03)]
     audit.disparities = fnd.variance_disparities(
         ["all", "age=55+"], [1000, 400], [1.0, 1.8], [1.0, 1.4], [1.0, 2.3], 30
     )
@@ -392,25 +399,7 @@ def test_results_page_lists_every_finding_the_pdf_refers_to():
     at = _new()
     run = at.session_state["run"]
     audit = run.audit
-    from mmc_core import findings as fnd
-
-    found = []
-    for i in range(11):
-        f = {
-            "kind": "mean",
-            "group": f"grp{i}",
-            "n": 100 + i,
-            "method": None,
-            "predicted": 10.0,
-            "observed": 9.0,
-            "estimate": -1.0,
-            "interval": [-1.5, -0.5],
-            "p_value": 0.001,
-            "p_adjusted": 0.01,
-            "adjustment": "holm",
-        }
-        f["text"] = fnd.describe(f)
-        found.append(f)
+    found = [_mean_finding(f"grp{i}", 100 + i, 10.0, 9.0, [-1.5, -0.5], 0.001, 0.01) for i in range(11)]
     audit.findings, audit.findings_status = found, "ok"
     run.finished_at += 1
     _page(at, "results")
