@@ -502,9 +502,11 @@ def test_no_disparity_from_rounding_of_equal_variances():
 def test_variance_interval_covers_the_true_ratio_with_heavy_tails():
     """The variance finding's 95% interval for observed / predicted, on residuals with the TRUE variance (ratio
     1), groups of 30-150 rows. The delta-method interval is asymptotic, so with Student-t(5) noise no 95% is
-    promised; the symmetric one covered 1 in 83.6% of these 1,344 group intervals, the log-scale one (a
-    variance ratio is right-skewed) in 87.0%. The bound sits between them (85%: about 2 standard errors from
-    each; the seeds are fixed); normal noise must stay near 95% (92.9% here; >= 92.5%)."""
+    promised: the symmetric one covered 1 in 83.6% of these 1,344 group intervals, the log-scale one (a
+    variance ratio is right-skewed) in 87.0%, with Bonett's small-sample factor n / (n - z) 88.1%; the bound
+    (85%) keeps the log scale. With normal noise the interval targets 95%: at least 93%, the target less
+    about 3 standard errors of a coverage over 1,344 intervals (0.6 points each); without the factor 92.9%,
+    with it 93.6%."""
     cover = {"t5": [], "normal": []}
     for rep in range(150):
         rng = np.random.default_rng(rep)
@@ -520,4 +522,4 @@ def test_variance_interval_covers_the_true_ratio_with_heavy_tails():
             cover[kind] += [t["interval"][0] <= 1 <= t["interval"][1] for t in tests if t["n"] < 150]
     assert len(cover["t5"]) > 1000
     assert np.mean(cover["t5"]) >= 0.85, np.mean(cover["t5"])
-    assert np.mean(cover["normal"]) >= 0.925, np.mean(cover["normal"])
+    assert np.mean(cover["normal"]) >= 0.93, np.mean(cover["normal"])
