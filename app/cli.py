@@ -146,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     choice_option(
         f,
+        "--shrunken-cells",
+        ["on", "off"],
+        "after the descent, move each group's rows in each fifth of the prediction by their mean residual shrunk by "
+        "the evidence for it (empirical Bayes; vetoed on the held-out rows; needs --calibration-fraction > 0; "
+        "not with --engine dask); default on",
+    )
+    choice_option(
+        f,
         "--mean-buckets",
         ["uniform", "quantile"],
         "mean buckets equally wide (default) or at quantiles of the base prediction",
@@ -395,7 +403,8 @@ def estimator_from_args(args, **extra):
     """The estimator ``mmc fit`` builds from its options (one place for both engines)."""
     from mmc_core import MomentMulticalibrator
 
-    return MomentMulticalibrator(**{k: getattr(args, k) for k in FIT_PARAMS}, **extra)
+    cells = getattr(args, "shrunken_cells", "on") == "on"
+    return MomentMulticalibrator(**{k: getattr(args, k) for k in FIT_PARAMS}, shrunken_cells=cells, **extra)
 
 
 def cmd_fit(args) -> int:
@@ -584,11 +593,15 @@ def cmd_fit(args) -> int:
         label_range=[est.label_scale_.lo, est.label_scale_.hi],
         model=args.out,
     )
+    from mmc_core.cells import describe_cells
     from mmc_core.recalibrate import describe
 
     base_text = describe(est.model_.init_mean, info)
     if base_text:
         summary["base_prediction"] = base_text
+    cells_text = describe_cells(info)
+    if cells_text:
+        summary["after_descent"] = cells_text
     if args.discover:
         summary["learned_sets"] = len(info.get("learned_sets", []))
     print(json.dumps(summary))

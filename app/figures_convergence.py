@@ -110,6 +110,21 @@ def convergence_figure(
     )
     held = dict(color=HOLDOUT_COLOR, width=2.5, dash="dash")
     series(hmv, 1, "mean: held-out rows", held, "held-out rows: %{y:.3g}")
+    cv = col("cells_max_mean_violation")  # the kept round's model after the shrunken cell corrections
+    if cv is not None:
+        at = np.isfinite(cv)
+        fig.add_trace(
+            go.Scatter(
+                x=x[at],
+                y=pos(cv[at]),
+                mode="markers",
+                name="mean: after the shrunken cell corrections",
+                marker=dict(symbol="diamond", size=11, color=FIT_COLOR, line=dict(color="white", width=1)),
+                hovertemplate="round %{x}, after the cell corrections: %{y:.3g}<extra></extra>",
+            ),
+            1,
+            1,
+        )
     _log_hline(fig, alpha, f"α = {alpha:.3g} (threshold)", 1, OKABE_ITO["black"])
 
     xv, bv, hxv = col("max_moment_violation"), col("moment_violation_before_fit"), col("holdout_max_moment_violation")
@@ -195,7 +210,7 @@ def convergence_figure(
 
     bounds = [b for b in (mean_bound, moment_bound) if b is not None and math.isfinite(b) and b > 0]
     violation = dict(title_text="mass-weighted<br>violation", dtick="D2", tickformat=".0e")
-    panels = [(1, violation, log_range(mv, hmv, [alpha]))]
+    panels = [(1, violation, log_range(mv, hmv, cv, [alpha]))]
     if moments:
         panels.append((2, violation, log_range(xv, bv, hxv, [beta])))
     panels.append((r_cnt, dict(title_text="count (log)"), log_range(vc, mu, mo if moments else None, [1.0], bounds)))

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mmc_core.cells import describe_cells
 from mmc_core.errors import MMCError
 from mmc_core.recalibrate import describe as describe_base
 
@@ -342,6 +343,7 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
             else []
         ),
         *([("Base prediction", base_text)] if base_text else []),
+        *([("After the descent", cells_text)] if (cells_text := describe_cells(info)) else []),
         (
             "Fitting rows",
             f"{info.get('n_fit', '–'):,} fitted, {info.get('n_calibration', 0):,} held out"

@@ -371,6 +371,14 @@ class MomentMulticalibrator(SklearnParams):
         ``mmc_core.crossfit.CROSS_FIT_MAX_ROWS`` (200,000) rows, "held-out" above that and with the Dask engine
         ("cross-fit" there is an MMCError). A fit stopped by ``stop`` or ``callback`` is calibrated on the
         held-out rows either way.
+    shrunken_cells : bool
+        After the descent (numpy engine, needs calibration_fraction > 0), correct each (group, band of the
+        prediction) cell by its mean residual shrunk by the evidence for it (empirical Bayes with a
+        DerSimonian-Laird spread of the cells' biases, two rounds), unless the held-out rows veto it
+        (:mod:`mmc_core.cells`). The descent only corrects cells that pass their own test; this takes the small
+        miscalibrations it leaves, in proportion. Default True; the model then has ``cells`` (a version-4
+        file) and ``info["shrunken_cells"]`` says what happened. The stated multicalibration (``alpha_``, the
+        achieved errors) is measured after this step.
     """
 
     # row-level state of the last fit (None on a loaded estimator)
@@ -400,6 +408,7 @@ class MomentMulticalibrator(SklearnParams):
         positive_label=None,
         base_recalibration="auto",
         interval_calibration="held-out",
+        shrunken_cells=True,
     ):
         self.alpha = alpha
         self.beta = beta
@@ -419,6 +428,7 @@ class MomentMulticalibrator(SklearnParams):
         self.positive_label = positive_label
         self.base_recalibration = base_recalibration
         self.interval_calibration = interval_calibration
+        self.shrunken_cells = shrunken_cells
 
     # ------------------------------------------------------------------------------------------
     def _params(
@@ -555,6 +565,8 @@ class MomentMulticalibrator(SklearnParams):
             self.early_stopping,
         )
         check_seed(self.random_state)
+        if not isinstance(self.shrunken_cells, (bool, np.bool_)):
+            raise MMCError(f"shrunken_cells must be True or False, got {self.shrunken_cells!r}")
         if self.base_recalibration not in BASE_RECALIBRATIONS:
             raise MMCError(
                 f"base_recalibration must be one of {', '.join(BASE_RECALIBRATIONS)}, got {self.base_recalibration!r}"
@@ -841,8 +853,15 @@ class MomentMulticalibrator(SklearnParams):
         else:
             base_f = None if base_u is None else (base_u[fit_idx] if n_cal else base_u)  # as given: predict maps it
             fit_mu, fit_moms = model.predict_unit(Xf, base_f, fit_idx.size)
+        cells_check = None
+        if self.shrunken_cells and n_cal and not (res.stopped or (stop is not None and stop())):
+            assert memb_h is not None
+            fit_mu, cells_check = self._shrunken_cells(model, memb, yu_f, fit_mu, memb_h, yu[cal_idx], base_u, cal_idx)
         achieved = _achieved(params, memb, yu_f, fit_mu, fit_moms)
         _, floors = state_achieved(self, model, params, achieved)
+        if model.has_cells and 0 <= kept_round < len(res.history):
+            # the stated alpha is the model's after the cell corrections; the round's own value stays the descent's
+            res.history[kept_round]["cells_max_mean_violation"] = achieved["alpha"]
         oof = None
         if n_cal and task != TASK_BINARY and getattr(self, "_calibrate_intervals", True):
             from . import intervals
@@ -875,6 +894,8 @@ class MomentMulticalibrator(SklearnParams):
                 )
         rows = FitRows(n, fit_idx.size, n_cal, memb.sizes, base_clipped, label_name)
         model.info = {"task": task, **fit_info(self, model, search, rows, achieved, floors)}
+        if cells_check is not None:
+            model.info["shrunken_cells"] = cells_check
         if within is not None:  # the out-of-sample check of the group-linear map, kept or not
             model.info["base_recalibration"] = {
                 "method": "group-linear",
@@ -890,6 +911,31 @@ class MomentMulticalibrator(SklearnParams):
         if task == TASK_BINARY:  # probabilities never exactly 0 or 1 (see mmc_core.model.binary_clip)
             binary_info["floor"] = 0.5 / (fit_idx.size + 1)
         return self
+
+    @staticmethod
+    def _shrunken_cells(model, memb, y_f, fit_mu, memb_h, y_h, base_u, cal_idx) -> tuple:
+        """The shrunken cell corrections after the descent (:mod:`mmc_core.cells`), fitted on the fitting rows
+        (a seeded sample of ``CV_MAX_ROWS`` on a larger table: the cells' means are then precise anyway) and
+        vetoed on the held-out rows with the kept model's predictions there. Sets ``model.cells`` when kept;
+        returns the fitting rows' final mean prediction and the check for ``info``."""
+        from .cells import apply_cells, gated_cells
+        from .recalibrate import CV_MAX_ROWS, _subsample
+
+        mu_h, moms_h = model.initial(memb_h.n, None if base_u is None else base_u[cal_idx], memb_h)
+        mu_h, _ = model.replay(memb_h, mu_h, moms_h)
+        sums, sums_h = memb.sums(), memb_h.sums()
+        sums_s, y_s, mu_s = sums, y_f, fit_mu
+        if fit_mu.size > CV_MAX_ROWS:
+            sums_s, y_s, mu_s = _subsample(sums, y_f, fit_mu, CV_MAX_ROWS, 11)
+        held = (y_h, mu_h, sums_h)
+        if mu_h.size > CV_MAX_ROWS:
+            s_h, yy, mm = _subsample(sums_h, y_h, mu_h, CV_MAX_ROWS, 13)
+            held = (yy, mm, s_h)
+        cells, check = gated_cells(y_s, mu_s, sums_s, held)
+        if cells is None:
+            return fit_mu, check
+        model.cells = cells
+        return apply_cells(fit_mu, sums, cells), check
 
     def _set_fitted(self, model: FittedModel) -> None:
         """Every fitted attribute that the model file holds (the one place they are set, for fit and load)."""
@@ -990,6 +1036,7 @@ class MomentMulticalibrator(SklearnParams):
                 for k, v in saved.items()
                 if k in valid
             }
+            kw.setdefault("shrunken_cells", False)  # saved before the step existed: the fit had none
         else:
             kw = dict(
                 alpha=p.alpha,
@@ -1007,6 +1054,7 @@ class MomentMulticalibrator(SklearnParams):
                 moment_buckets="data" if (p.moment_edges or p.moment_floors) else "range",
                 task=model.task,
                 positive_label=(model.binary or {}).get("positive"),
+                shrunken_cells=False,
             )
         est = cls(**kw)
         est._set_fitted(model)

@@ -28,8 +28,11 @@ VERSION = 2  # written when a model uses data-chosen grids, moment floors or the
 # written when the group-linear base map bends (init.mean "knots" / "bends"): a reader of versions 1-2 would
 # ignore the bends and predict something else, so it must refuse the file
 VERSION_BENDS = 3
+# written when the model ends with shrunken cell corrections ("cells", mmc_core.cells): a reader of versions 1-3
+# would ignore them and predict something else
+VERSION_CELLS = 4
 BASE_KINDS = ("base", "base-affine", "base-group-linear")  # init.mean kinds that start from a base prediction
-READABLE_VERSIONS = (1, 2, 3)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
+READABLE_VERSIONS = (1, 2, 3, 4)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
 
 
 def _default_mode() -> int:
@@ -89,11 +92,18 @@ class FittedModel:
     # on [0, 1] whose mean is a probability; ``binary`` = {"classes": [negative, positive], "positive": ...}
     task: str = "regression"
     binary: dict | None = None
+    # shrunken cell corrections applied after the whole log (mmc_core.cells.fit_cells), or None
+    cells: dict | None = None
 
     # ---- prediction ------------------------------------------------------------------------------
     @property
     def moments(self) -> tuple:
         return tuple(self.params.moments)
+
+    @property
+    def has_cells(self) -> bool:
+        """True when shrunken cell corrections follow the log: such a file is version 4."""
+        return bool((self.cells or {}).get("rounds"))
 
     @property
     def bends(self) -> bool:
@@ -127,7 +137,8 @@ class FittedModel:
         return mu, moms
 
     def replay(self, memb: Membership, mu: np.ndarray, moms: dict, upto: int | None = None):
-        """Apply the first ``upto`` log entries (all by default) to the predictions, in place."""
+        """Apply the first ``upto`` log entries (all by default) to the predictions, in place, and after the
+        whole log the shrunken cell corrections, if any."""
         p = self.params
         mgrid = p.mean_grid
         grids = {a: p.grid(a) for a in self.moments}
@@ -152,6 +163,10 @@ class FittedModel:
                 mu[rows] = np.clip(mu[rows] - d, lo, hi)
             else:
                 moms[upd.target][rows] = p.moment_new(upd.target, moms[upd.target][rows], d)
+        if self.cells and (upto is None or upto >= len(self.log)):  # they follow the whole (kept) log
+            from .cells import apply_cells
+
+            mu[:] = apply_cells(mu, memb.sums(), self.cells)
         return mu, moms
 
     def predict_unit(self, table, base_unit: np.ndarray | None = None, n: int | None = None, upto=None):
@@ -206,7 +221,9 @@ class FittedModel:
                 params["z_group_moment"] = p.z_group_moment
         out = {
             "format": FORMAT,
-            "version": VERSION_BENDS if self.bends else 1 if p.is_format1 else VERSION,
+            "version": (
+                VERSION_CELLS if self.has_cells else VERSION_BENDS if self.bends else 1 if p.is_format1 else VERSION
+            ),
             "params": params,
             "label_scale": {"lo": self.scale.lo, "hi": self.scale.hi, "source": self.scale.source},
             "groups": self.groups.to_json(),
@@ -219,6 +236,8 @@ class FittedModel:
         if self.task != "regression":  # absent = "regression": older readers' files and regression files unchanged
             out["task"] = self.task
             out["binary"] = self.binary
+        if self.has_cells:
+            out["cells"] = self.cells
         return out
 
     def to_json(self) -> str:
@@ -350,8 +369,8 @@ class FittedModel:
                 raise bad("init.mean.knots and init.mean.bends must be lists of as many finite numbers")
             if any(not 0.0 <= k <= 1.0 for k in knots):
                 raise bad("init.mean.knots must lie in [0, 1] (the unit scale of the label)")
-            if any(bends) and version != VERSION_BENDS:
-                raise bad(f"init.mean.bends are nonzero: the file must have version {VERSION_BENDS}")
+            if any(bends) and version not in (VERSION_BENDS, VERSION_CELLS):
+                raise bad(f"init.mean.bends are nonzero: the file must have version {VERSION_BENDS} or later")
         if init_mean["kind"] == "constant":
             v = init_mean.get("value")
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= 1.0:
@@ -424,7 +443,16 @@ class FittedModel:
                 raise bad(f"binary.floor={fl!r} must be a number in [0, 0.5)")
         elif binary is not None:
             raise bad('"binary" is only allowed with "task": "binary"')
-        return cls(params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras, task, binary)
+        cells = d.get("cells")
+        if cells is not None:
+            from .cells import check_cells
+
+            check_cells(cells, G, bad)
+            if cells["rounds"] and version != VERSION_CELLS:
+                raise bad(f"the model has cell corrections (cells.rounds): the file must have version {VERSION_CELLS}")
+        return cls(
+            params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras, task, binary, cells
+        )
 
 
 def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:

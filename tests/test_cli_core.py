@@ -456,3 +456,21 @@ def test_fit_note_on_missing_group_values_spares_columns_tested_with_not_equal(c
     args = ["fit", "--data", str(tmp_path / "gaps.csv"), "--label", "outcome", "--groups", str(groups)]
     code, _, err = run(args + ["--out", str(tmp_path / "m.json")], capsys)
     assert code == 0 and "have no value in group column" not in err
+
+
+def test_fit_states_the_cell_corrections_and_can_turn_them_off(csvs, capsys, tmp_path):
+    """`mmc fit` says what the shrunken cell corrections after the descent did (its summary's "after_descent"),
+    and `--shrunken-cells off` fits without them (a model without "cells", no such line)."""
+    base = ["fit", "--data", str(csvs / "train.csv"), "--label", "outcome", "--pred", "base_pred"]
+    base += ["--group-cols", "sex,race,age", "--label-range", "0,100"]
+    code, out, _ = run(base + ["--out", str(tmp_path / "on.json")], capsys)
+    summary = json.loads(out.strip().splitlines()[-1])
+    saved = json.loads((tmp_path / "on.json").read_text())
+    assert code == 0 and "shrunken_cells" in saved["info"]
+    assert summary["after_descent"].startswith(("each group's prediction bands", "no shrunken cell corrections"))
+    assert ("cells" in saved) == saved["info"]["shrunken_cells"]["kept"]
+    code, out, _ = run(base + ["--shrunken-cells", "off", "--out", str(tmp_path / "off.json")], capsys)
+    summary = json.loads(out.strip().splitlines()[-1])
+    saved = json.loads((tmp_path / "off.json").read_text())
+    assert code == 0 and "after_descent" not in summary and "cells" not in saved
+    assert "shrunken_cells" not in saved["info"]

@@ -28,6 +28,7 @@ from app.specs import STEP_HELP, count, descent_thresholds, kept_model_text, mis
 from app.ui import state
 from app.ui.common import esc
 from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
+from mmc_core.cells import describe_cells
 from mmc_core.recalibrate import describe as describe_base
 
 POLL_SECONDS = 1.0  # seconds between two ticks of the live view (each costs the browser 50-200 ms, loaded)
@@ -814,6 +815,9 @@ def show_run_summary(run):
     base_text = describe_base(run.model.init_mean, info)
     if base_text:
         st.caption(f"Base prediction: {esc(base_text)}.")
+    cells_text = describe_cells(info)
+    if cells_text:
+        st.caption(f"After the descent: {esc(cells_text)}.")
     if run.audit_error and not run.stopped:
         st.warning(f"Audit not available: {esc(run.audit_error)}")
     cols = st.columns(4)

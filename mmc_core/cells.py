@@ -1,0 +1,204 @@
+"""Shrunken cell corrections after the descent (``shrunken_cells``): empirical Bayes over (group, band) cells.
+
+The descent corrects a (group, bucket) cell only when that cell's own test passes, so at a few thousand rows a
+miscalibration of a few hundredths spread over many cells is left alone: each cell alone is within noise, yet
+together they are not. This step corrects every cell *in proportion to the evidence for it*, the way a
+random-effects meta-analysis pools many small studies:
+
+* the final prediction is cut into ``CELL_BANDS`` bands at its quantiles on the fitting rows; a cell is a listed
+  group's rows in one band, used when it has at least ``CELL_MIN_ROWS`` fitting rows;
+* per cell, the mean residual m_c and the squared standard error s_c^2 of that mean;
+* the spread of the cells' true biases, tau^2, by DerSimonian and Laird (1986): Q = sum_c m_c^2 / s_c^2 has
+  expectation K + tau^2 sum_c 1 / s_c^2 over K cells, so tau^2 = (Q - K) / sum_c 1 / s_c^2, and 0 unless Q
+  exceeds K by ``CELL_Q_Z`` of its null standard deviation sqrt(2 K). Each cell's mean is measured in its own
+  standard errors, so a heavy-tailed label's outlier cells (a large mean with a large spread) do not pass for
+  a spread of biases;
+* each cell's correction is m_c shrunk by tau^2 / (tau^2 + s_c^2) (the posterior mean under a normal prior of
+  variance tau^2): a cell a few standard errors off moves most of the way, one within noise hardly at all. A row
+  moves by the mean correction of its cells (its groups, in its band);
+* at most ``CELL_ROUNDS`` rounds (bands re-cut on the corrected prediction), fewer when tau^2 is 0;
+* checked on the held-out rows: dropped when the squared error there is worse by ``CELL_REJECT_Z`` standard
+  errors or more, or when some group ends significantly more biased there than before (the base map's check,
+  :func:`mmc_core.recalibrate._harmed_groups`). Only a veto, not the base map's soft gate (weight min(1, z / 2)):
+  on ~500 held-out rows the squared error cannot see a correction of a few hundredths in a fifth of the rows.
+
+After the descent, not before: the descent's full corrections of the clear, significant cells come first; the
+shrunken ones only take what it left. Before the descent (tried) they took part of every large error, spread it
+over the overlapping cells of other groups, and left the descent too little to find: on the demo world the
+error against the truth rose from 0.9 to 1.5 (benchmarks/README.md, "Shrunken cell corrections").
+
+What it changes in the guarantees: the multicalibration the model states (``alpha_``, the achieved errors) is
+measured on the final predictions, after this step, so the statement stays exact on the fitting rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .sums import MembershipSums
+
+__all__ = ["CELL_BANDS", "CELL_ROUNDS", "apply_cells", "describe_cells", "fit_cells", "gated_cells", "check_cells"]
+
+CELL_BANDS = 5
+# more rounds re-fit the same rows' noise: on heavy-tailed labels 20 rounds raised the test cell error where 2
+# did not (benchmarks/README.md)
+CELL_ROUNDS = 2
+CELL_MIN_ROWS = 20
+CELL_Q_Z = 1.0
+CELL_REJECT_Z = 1.0
+CELL_MIN_HELD_OUT = 100  # fewer held-out rows cannot veto anything
+
+
+def _bands(mu: np.ndarray, edges) -> np.ndarray:
+    return np.searchsorted(np.asarray(edges, dtype=float), mu, side="right")
+
+
+def _step(mu: np.ndarray, sums: MembershipSums, values: np.ndarray, ok: np.ndarray, edges) -> np.ndarray:
+    """One round's change of every row: the mean of the corrections of the row's cells (its groups in its band
+    of ``mu``) that have one (``ok``): one pass over the (row, group) pairs, or per band one over the signatures
+    when the membership has them."""
+    band = _bands(mu, edges)
+    if sums._by_signature:
+        # rows that share their groups share these sums: per band, one sum over the signatures and a gather
+        num, den = np.zeros(sums.n), np.zeros(sums.n)
+        okf = ok.astype(float)
+        for k in range(values.shape[1]):
+            sel = band == k
+            if sel.any():
+                num[sel] = sums.row_sums(values[:, k])[sel]
+                den[sel] = sums.row_sums(okf[:, k])[sel]
+    else:
+        pr = sums.pr
+        key = sums._pair_groups().astype(np.int64) * values.shape[1] + band[pr]
+        num = np.bincount(pr, weights=values.ravel()[key], minlength=sums.n).astype(float)
+        den = np.bincount(pr, weights=ok.ravel()[key].astype(float), minlength=sums.n).astype(float)
+    return np.where(den > 0, num / np.maximum(den, 1.0), 0.0)
+
+
+def apply_cells(mu: np.ndarray, sums: MembershipSums, cells: dict) -> np.ndarray:
+    """The corrections ``cells`` (:func:`fit_cells`) applied to a prediction (unit scale), round by round (each
+    round's bands are of the prediction so far), kept in [0, 1]."""
+    out = np.clip(np.asarray(mu, dtype=float), 0.0, 1.0)
+    for rd in cells["rounds"]:
+        values = np.asarray(rd["values"], dtype=float)
+        ok = np.asarray(rd["ok"], dtype=bool)
+        out = np.clip(out + _step(out, sums, values, ok, rd["edges"]), 0.0, 1.0)
+    return out
+
+
+def fit_cells(y: np.ndarray, mu: np.ndarray, sums: MembershipSums) -> dict:
+    """The shrunken corrections of the (group, band) cells of the prediction ``mu`` (unit scale) on the rows of
+    ``y`` (see the module docstring).
+
+    Returns ``{"rounds": [{"edges", "values" (|G| x bands), "ok" (|G| x bands, 0/1), "tau2"}, ...]}`` (lists,
+    unit scale; no rounds when the cells' means are no more spread than noise makes them)."""
+    y = np.asarray(y, dtype=float)
+    mu = np.clip(np.asarray(mu, dtype=float), 0.0, 1.0)
+    rounds = []
+    sd = float(np.std(y)) if y.size else 0.0
+    for _ in range(CELL_ROUNDS):
+        if mu.size < 2 * CELL_MIN_ROWS or sd <= 0:
+            break
+        edges = np.unique(np.quantile(mu, np.linspace(0.0, 1.0, CELL_BANDS + 1)[1:-1]))
+        nb = edges.size + 1
+        b = _bands(mu, edges)
+        r = y - mu
+        n = sums.cell_table(b, nb)
+        s1, s2 = sums.cell_table(b, nb, r), sums.cell_table(b, nb, r * r)
+        ok = n >= CELL_MIN_ROWS
+        with np.errstate(divide="ignore", invalid="ignore"):
+            m = np.where(ok, s1 / np.maximum(n, 1.0), 0.0)
+            var = np.where(ok, np.maximum(s2 - n * m * m, 0.0) / np.maximum(n - 1.0, 1.0), 0.0)
+            se2 = np.where(ok, var / np.maximum(n, 1.0), np.inf)
+        ok &= se2 > 0  # a cell of one label value has no standard error to weigh its mean by
+        if not ok.any():
+            break
+        w = 1.0 / se2[ok]
+        q, k = float(np.sum(w * m[ok] ** 2)), int(ok.sum())
+        tau2 = (q - k) / float(np.sum(w)) if q - k >= CELL_Q_Z * math.sqrt(2.0 * k) else 0.0
+        if not tau2 > 0:
+            break
+        values = np.where(ok, tau2 / (tau2 + se2) * m, 0.0)
+        step = _step(mu, sums, values, ok, edges)
+        rounds.append({"edges": edges.tolist(), "values": values.tolist(), "ok": ok.astype(int).tolist(), "tau2": tau2})
+        mu = np.clip(mu + step, 0.0, 1.0)
+        if float(np.max(np.abs(step))) < 1e-4 * sd:
+            break
+    return {"rounds": rounds}
+
+
+def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
+    """(cells or None, their check): :func:`fit_cells` on the fitting rows (``y``, their prediction ``mu``,
+    ``sums``), vetoed on ``held_out`` = (y_h, mu_h, sums_h) as in the module docstring. The check:
+    {"z": held-out squared-error reduction in standard errors, "rounds", "kept", "harmed"} (rounds fitted)."""
+    from .recalibrate import HARM_LEVEL, _gate, _harmed_groups
+
+    check = {"z": 0.0, "rounds": 0, "kept": False, "harmed": []}
+    if held_out is None or held_out[0].size < CELL_MIN_HELD_OUT or CELL_ROUNDS <= 0:
+        return None, check
+    cells = fit_cells(y, mu, sums)
+    if not cells["rounds"]:
+        return None, check
+    y_h, mu_h, sums_h = (np.asarray(held_out[0], dtype=float), np.asarray(held_out[1], dtype=float), held_out[2])
+    full = apply_cells(mu_h, sums_h, cells)
+    _, z, _ = _gate((mu_h - y_h) ** 2 - (full - y_h) ** 2)
+    check.update(z=z, rounds=len(cells["rounds"]))
+    if z <= -CELL_REJECT_Z:
+        return None, check
+    harmed = _harmed_groups([(y_h, mu_h, sums_h, full - mu_h)], HARM_LEVEL) if HARM_LEVEL > 0 else []
+    if harmed:
+        check["harmed"] = [sums_h.memb.names[g] for g in harmed]
+        return None, check
+    check["kept"] = True
+    return cells, check
+
+
+def describe_cells(info: dict) -> str | None:
+    """One sentence on the step for the fit summary, dashboard and report (None when it was not tried)."""
+    c = info.get("shrunken_cells") if isinstance(info, dict) else None
+    if not isinstance(c, dict):
+        return None
+    if c.get("kept"):
+        n = int(c.get("rounds", 0))
+        return (
+            f"each group's prediction bands corrected by their mean residual shrunk by the evidence "
+            f"({n} round{'s' if n != 1 else ''}; held-out squared error z = {float(c.get('z', 0.0)):.1f})"
+        )
+    if c.get("harmed"):
+        names = [str(v) for v in c["harmed"]]
+        return f"no shrunken cell corrections (they left {', '.join(names[:3])} more biased on held-out rows)"
+    if c.get("rounds"):
+        return f"no shrunken cell corrections (held-out squared error worse: z = {float(c.get('z', 0.0)):.1f})"
+    return "no shrunken cell corrections (the cells' mean residuals are within noise)"
+
+
+def check_cells(cells, G: int, bad) -> None:
+    """A model file's cells: {"rounds": [{"edges": increasing numbers in [0, 1], "values": G lists of
+    len(edges) + 1 finite numbers, "ok": the same shape of 0/1}]}; ``bad(msg)`` makes the error to raise."""
+    rounds = cells.get("rounds") if isinstance(cells, dict) else None
+    if not isinstance(rounds, list):
+        raise bad('cells must be {"rounds": [...]}')
+
+    def finite(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    def flag(v):
+        return v in (0, 1) and not isinstance(v, float)
+
+    for i, rd in enumerate(rounds):
+        edges = rd.get("edges") if isinstance(rd, dict) else None
+        if not isinstance(edges, list) or not all(finite(e) and 0.0 <= e <= 1.0 for e in edges):
+            raise bad(f"cells.rounds[{i}].edges must be a list of numbers in [0, 1]")
+        if any(b <= a for a, b in zip(edges, edges[1:])):
+            raise bad(f"cells.rounds[{i}].edges must increase")
+        nb = len(edges) + 1
+        for key, ok in (("values", finite), ("ok", flag)):
+            tab = rd.get(key)
+            if (
+                not isinstance(tab, list)
+                or len(tab) != G
+                or not all(isinstance(row, list) and len(row) == nb and all(ok(v) for v in row) for row in tab)
+            ):
+                raise bad(f"cells.rounds[{i}].{key} must be {G} lists of {nb} numbers (one per group)")
