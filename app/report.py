@@ -580,6 +580,11 @@ def build_report_pdf(
             else ""
         )
         + ". "
+        + (
+            "The diamond: the kept round's model after the shrunken cell corrections, the model whose α is stated. "
+            if model.has_cells
+            else ""
+        )
         + ("Middle: the same for the moments against β. " if model.moments else "")
         + "Bottom: cells still violating α, and cumulative updates against the "
         "theoretical bound. A held-out line far above the fitting line signals over-fitting of small cells.",

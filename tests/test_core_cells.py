@@ -42,7 +42,7 @@ def test_cells_shrink_each_cell_by_the_evidence():
     the cells' precision-weighted mean squared bias (to within 3 standard errors of the method of moments, sum
     4 b^2 se^2 + 2 se^4 over the cells; the whole-table group's cells count too), and each correction is the
     cell's bias to within 4 standard errors of its mean. With 2,000 rows each correction is the cell's mean
-    shrunk by exactly tau^2 / (tau^2 + se^2)."""
+    shrunk by exactly tau^2 / (tau^2 + se^2), se^2 = the band's residual variance / the cell's rows."""
     X, y, mu, _, b = _cell_bias_world(400_000, 0)
     sums = GroupSet.from_columns(X, ["g"]).evaluate(X, len(X)).sums()
     cells = cl.fit_cells(y, mu, sums)
@@ -72,24 +72,25 @@ def test_cells_shrink_each_cell_by_the_evidence():
     for k in range(4):
         for j in range(5):
             cell = (g == k) & (band == j)
-            m, se2 = r[cell].mean(), r[cell].var(ddof=1) / cell.sum()
+            # the standard error from the band's pooled residual variance
+            m, se2 = r[cell].mean(), r[band == j].var(ddof=1) / cell.sum()
             assert values[k, j] == pytest.approx(first["tau2"] / (first["tau2"] + se2) * m, rel=1e-9, abs=1e-12)
 
 
 def test_no_spread_beyond_noise_no_rounds():
-    """Residuals of pure noise: Q stays within CELL_Q_Z null standard deviations of K in most draws, and then no
-    round is fitted. Q - K ~ sqrt(2 K) N(0, 1) roughly (cells overlap: the whole table's hold the others), so
-    a round is fitted in about 16% of draws; bound: at most 10 of 30 (binomial(30, 0.16) > 10 has
-    probability < 0.01)."""
+    """Residuals of pure noise: Q must beat its wild-bootstrap null at level 0.1 (CELL_Q_LEVEL), so a round is
+    fitted in about 10% of draws whatever the cells' overlap. The normal approximation it replaced (K + sqrt(2 K),
+    16% for independent cells) passed in 14 of these 60 draws; now 5. Bound: at most 12 of 60 (binomial(60,
+    0.1) > 12 has probability 0.005)."""
     fitted = 0
-    for seed in range(30):
+    for seed in range(60):
         rng = np.random.default_rng(seed)
         X = pd.DataFrame({"g": rng.integers(0, 4, 3000).astype(str), "h": rng.integers(0, 3, 3000).astype(str)})
         mu = rng.random(3000)
         y = mu + rng.normal(0, 0.1, 3000)
         sums = GroupSet.from_columns(X, ["g", "h"]).evaluate(X, len(X)).sums()
         fitted += bool(cl.fit_cells(y, mu, sums)["rounds"])
-    assert fitted <= 10, fitted
+    assert fitted <= 12, fitted
 
 
 def _fit(X, y, base, groups, cells, seed, label_range, **kw):
@@ -189,10 +190,16 @@ def test_cells_are_saved_as_version_4_and_checked_on_load(tmp_path):
     yu = (y[est.fit_index_] + 1) / 3
     got = _achieved(est.model_.params, memb, yu, mu_fit, {})["alpha"]
     assert est.model_.info["achieved"]["alpha"] == pytest.approx(got, rel=1e-9)
-    # the teaching view's partial replays stop before them (they follow the whole log)
+    # partial replays (the teaching view's) stop before them: they follow the whole log
+    import dataclasses
+
+    bare = dataclasses.replace(est.model_, cells=None)
     n_log = len(est.model_.log)
-    part = est.model_.predict_unit(fit_rows, (mu[est.fit_index_] + 1) / 3, upto=max(n_log - 1, 0))[0]
-    assert n_log == 0 or not np.array_equal(part, mu_fit)
+    assert n_log >= 1
+    for k in (0, n_log - 1):
+        part = est.model_.predict_unit(fit_rows, (mu[est.fit_index_] + 1) / 3, upto=k)[0]
+        np.testing.assert_array_equal(part, bare.predict_unit(fit_rows, (mu[est.fit_index_] + 1) / 3, upto=k)[0])
+    assert not np.array_equal(bare.predict_unit(fit_rows, (mu[est.fit_index_] + 1) / 3)[0], mu_fit)
     with pytest.raises(ModelFormatError, match="version 4"):
         FittedModel.from_dict(dict(d, version=3))
     rd = d["cells"]["rounds"][0]
@@ -239,3 +246,43 @@ def test_cells_apply_the_same_over_pairs_and_signatures():
         out.append(cl.apply_cells(mu, sums, cells))
     np.testing.assert_allclose(out[0], out[1], rtol=0, atol=1e-12)
     assert np.max(np.abs(out[0] - mu)) > 0
+
+
+def test_the_summary_says_when_the_step_was_not_tried_and_survives_a_bad_file():
+    """With fewer than 100 held-out rows the step is not tried, and the summary said "the cells' mean residuals
+    are within noise" (a review: strong cell biases on 300 rows); it now says why. Info read from a model file
+    is not validated: a null z reads as 0 instead of a TypeError in `mmc report`."""
+    X, y, mu, _, _ = _cell_bias_world(300, 2, size=0.05)
+    est = _fit(X, y, mu, GroupSet.from_columns(X, ["g"]), True, 0, (-1, 2), n_moments=1)
+    info = est.model_.info
+    assert info["shrunken_cells"]["skipped"].startswith("75 held-out rows")
+    assert "only 75 held-out rows" in cl.describe_cells(info)
+    assert "z = 0.0" in cl.describe_cells({"shrunken_cells": {"kept": True, "rounds": None, "z": None}})
+    assert cl.describe_cells({"shrunken_cells": {"kept": False, "rounds": "x", "harmed": "y"}}).endswith("noise)")
+
+
+def test_calibrated_rare_events_and_skewed_labels_are_left_alone():
+    """The truth is the prediction; the label's spread follows its mean (a 2% rate of 0/1 events; a log-normal
+    label). With each cell's own variance the cells with low means looked precise and the step fitted
+    corrections in 20 of 20 draws of each, pushing the rare rate down by a fifth. With the band's pooled variance
+    and the wild-bootstrap Q test: 4 and 0 of 20. Bound: at most 8 of 20 draws each (binomial(20, 0.2) > 8 has
+    probability 0.01), and the mean shift of a fitted correction under a tenth of the rare rate."""
+    for kind in ("rare", "lognormal"):
+        fitted, shifts = 0, []
+        for seed in range(20):
+            rng = np.random.default_rng(seed)
+            X = pd.DataFrame({"g": rng.integers(0, 8, 6000).astype(str), "h": rng.integers(0, 5, 6000).astype(str)})
+            if kind == "rare":
+                mu = 0.002 + 0.05 * rng.random(6000) ** 2
+                y = (rng.random(6000) < mu).astype(float)
+            else:
+                mu = 0.1 + 0.2 * rng.random(6000)
+                y = mu * rng.lognormal(-0.5, 1.0, 6000)
+            sums = GroupSet.from_columns(X, ["g", "h"], 2).evaluate(X, len(X)).sums()
+            c = cl.fit_cells(y, mu, sums)
+            if c["rounds"]:
+                fitted += 1
+                shifts.append(float(np.mean(cl.apply_cells(mu, sums, c) - mu)))
+        assert fitted <= 8, (kind, fitted)
+        if kind == "rare" and shifts:
+            assert abs(np.mean(shifts)) < 0.1 * 0.019, shifts

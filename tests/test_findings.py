@@ -503,10 +503,10 @@ def test_variance_interval_covers_the_true_ratio_with_heavy_tails():
     """The variance finding's 95% interval for observed / predicted, on residuals with the TRUE variance (ratio
     1), groups of 30-150 rows. The delta-method interval is asymptotic, so with Student-t(5) noise no 95% is
     promised: the symmetric one covered 1 in 83.6% of these 1,344 group intervals, the log-scale one (a
-    variance ratio is right-skewed) in 87.0%, with Bonett's small-sample factor n / (n - z) 88.1%; the bound
-    (85%) keeps the log scale. With normal noise the interval targets 95%: at least 93%, the target less
-    about 3 standard errors of a coverage over 1,344 intervals (0.6 points each); without the factor 92.9%,
-    with it 93.6%."""
+    variance ratio is right-skewed) in 87.0%, in the form of Bonett's interval (centred at log(c R), widened
+    by c = n / (n - z)) 89.3%; the bound (85%) keeps the log scale. With normal noise the interval targets
+    95%: at least 93%, the target less about 3 standard errors of a coverage over 1,344 intervals (0.6 points
+    each); without c 92.9%, with it 93.9%."""
     cover = {"t5": [], "normal": []}
     for rep in range(150):
         rng = np.random.default_rng(rep)
