@@ -76,10 +76,14 @@ def _step(mu: np.ndarray, sums: MembershipSums, values: np.ndarray, ok: np.ndarr
                 num[sel] = sums.row_sums(values[:, k])[sel]
                 den[sel] = sums.row_sums(okf[:, k])[sel]
     else:
+        # (group, band) of every pair in 4 bytes, built in place from the narrow group codes and 1-byte bands:
+        # at 22M pairs the int64 temporaries took 1 of the 1.1 s this pass cost
         pr = sums.pr
-        key = sums._pair_groups().astype(np.int64) * values.shape[1] + band[pr]
+        key = sums._pair_groups().astype(np.int32)
+        key *= values.shape[1]
+        key += band.astype(np.uint8 if values.shape[1] <= 256 else np.int32)[pr]
         num = np.bincount(pr, weights=values.ravel()[key], minlength=sums.n).astype(float)
-        den = np.bincount(pr, weights=ok.ravel()[key].astype(float), minlength=sums.n).astype(float)
+        den = np.bincount(pr, weights=ok.ravel().astype(float)[key], minlength=sums.n).astype(float)
     return np.where(den > 0, num / np.maximum(den, 1.0), 0.0)
 
 
