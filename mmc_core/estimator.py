@@ -919,19 +919,14 @@ class MomentMulticalibrator(SklearnParams):
         vetoed on the held-out rows with the kept model's predictions there. Sets ``model.cells`` when kept;
         returns the fitting rows' final mean prediction and the check for ``info``."""
         from .cells import apply_cells, gated_cells
-        from .recalibrate import CV_MAX_ROWS, _subsample
+        from .recalibrate import capped
 
         mu_h, moms_h = model.initial(memb_h.n, None if base_u is None else base_u[cal_idx], memb_h)
         mu_h, _ = model.replay(memb_h, mu_h, moms_h)
-        sums, sums_h = memb.sums(), memb_h.sums()
-        sums_s, y_s, mu_s = sums, y_f, fit_mu
-        if fit_mu.size > CV_MAX_ROWS:
-            sums_s, y_s, mu_s = _subsample(sums, y_f, fit_mu, CV_MAX_ROWS, 11)
-        held = (y_h, mu_h, sums_h)
-        if mu_h.size > CV_MAX_ROWS:
-            s_h, yy, mm = _subsample(sums_h, y_h, mu_h, CV_MAX_ROWS, 13)
-            held = (yy, mm, s_h)
-        cells, check = gated_cells(y_s, mu_s, sums_s, held)
+        sums = memb.sums()
+        sums_s, y_s, mu_s = capped(sums, y_f, fit_mu, 11)
+        s_h, yy, mm = capped(memb_h.sums(), y_h, mu_h, 13)
+        cells, check = gated_cells(y_s, mu_s, sums_s, (yy, mm, s_h))
         if cells is None:
             return fit_mu, check
         model.cells = cells

@@ -277,6 +277,14 @@ def _subsample(sums: MembershipSums, y: np.ndarray, base: np.ndarray, size: int,
     return MembershipSums(sub), y[idx], base[idx]
 
 
+def capped(sums: MembershipSums, y, x, seed: int) -> tuple:
+    """(sums, y, x) as given, or for more than ``CV_MAX_ROWS`` rows a seeded sample of that many
+    (:func:`_subsample`): what is fitted or checked on a sample and then applied to every row."""
+    if np.asarray(x).size > CV_MAX_ROWS:
+        return _subsample(sums, np.asarray(y), np.asarray(x), CV_MAX_ROWS, seed)
+    return sums, y, x
+
+
 def fit_group_linear(
     y: np.ndarray,
     base: np.ndarray,
@@ -307,11 +315,9 @@ def fit_group_linear(
     mean squared-error reduction per row of the full blended map, unit scale; kept: weight > 0)."""
     y = np.asarray(y, dtype=float)
     base = np.asarray(base, dtype=float)
-    if base.size > CV_MAX_ROWS:  # fitted and cross-validated on a sample; applied to every row
-        sums, y, base = _subsample(sums, y, base, CV_MAX_ROWS, seed)
-    if held_out is not None and held_out[0].size > CV_MAX_ROWS:
-        y_h, base_h, sums_h = held_out
-        sums_h, y_h, base_h = _subsample(sums_h, np.asarray(y_h), np.asarray(base_h), CV_MAX_ROWS, seed + 7)
+    sums, y, base = capped(sums, y, base, seed)  # fitted and cross-validated on a sample; applied to every row
+    if held_out is not None:
+        sums_h, y_h, base_h = capped(held_out[2], held_out[0], held_out[1], seed + 7)
         held_out = (y_h, base_h, sums_h)
     n = base.size
     ridge = _choose_ridge(base, sums, seed)
