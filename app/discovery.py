@@ -65,20 +65,22 @@ def discovered_group(f, taken=()) -> dict:
 
 
 def describe_finding(f, label: str, units: str = "") -> dict:
-    """One finding as a table row in words: the rule, what is wrong, its size with a 95% interval, adjusted p."""
+    """One finding as a table row in words: the rule, what is wrong, its size with a 95% interval (selection-adjusted
+    for an accepted finding), adjusted p."""
     u = f" {units}" if units else ""
     lo, hi = f.ci()
+    ci = ("selection-adjusted " if getattr(f, "ci_z", None) is not None else "") + "95% CI"
     if f.kind == "mean":
         direction = "prediction too low" if f.residual > 0 else "prediction too high"
         what = f"mean of {label}"
-        size = f"{f.residual_label_units:+.3g}{u} (95% CI {lo:+.3g} to {hi:+.3g})"
+        size = f"{f.residual_label_units:+.3g}{u} ({ci} {lo:+.3g} to {hi:+.3g})"
     else:
         a = int(f.kind.split("_")[1])
         what = "variance" if a == 2 else f"moment {a}"
         direction = f"{what} under-predicted" if f.residual > 0 else f"{what} over-predicted"
         power = "²" if a == 2 else f"^{a}"
         unit = f" {units}{power}" if units else f" ({label} units){power}"
-        size = f"{f.residual_label_units:+.3g}{unit} (95% CI {lo:+.3g} to {hi:+.3g})"
+        size = f"{f.residual_label_units:+.3g}{unit} ({ci} {lo:+.3g} to {hi:+.3g})"
     return {
         "rule": f.name,
         "kind": f.kind,

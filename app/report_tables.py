@@ -155,8 +155,23 @@ def findings_summary(audit) -> dict:
         "level": params.get("findings_level"),
         "min_count": params.get("min_group_count"),
         "variance_note": _variance_note(params.get("variance_tolerance")),
+        "interval_note": _interval_note(found, params.get("n_tests")),
         "disparities": list(audit.disparities)[:3],
     }
+
+
+def _interval_note(found, n_tests) -> str:
+    """How the findings' intervals are adjusted, in words ("" without findings, or for audits made before the
+    adjustment existed)."""
+    miss = [f.get("interval_miss") for f in found]
+    conf = found[0].get("interval_confidence") if found else None
+    if not found or any(not isinstance(v, (int, float)) for v in miss) or not isinstance(conf, (int, float)):
+        return ""
+    return (
+        f" Each finding's interval allows for its selection among the {n_tests} tests (Benjamini and Yekutieli's "
+        f"false-coverage-rate intervals, each at {1 - miss[0]:.4g}): on average at most {1 - conf:.0%} of the "
+        "findings' intervals miss the true value."
+    )
 
 
 def _variance_note(tol) -> str:
@@ -182,7 +197,7 @@ def _findings_section(doc, audit, tested: str, none_found: str) -> None:
         return
     scope = (
         f"{s['n_tests']} tests of {tested} of at least {s['min_count']} rows, adjusted together by {s['control']} "
-        f"at {s['level']:g}.{s['variance_note']}"
+        f"at {s['level']:g}.{s['variance_note']}{s['interval_note']}"
     )
     if s["shown"]:
         doc.bullets([f["text"] for f in s["shown"]])

@@ -756,13 +756,44 @@ def _findings(
                 }
             )
     found = fnd.select_findings(tests, control, level)
+    _selection_adjusted_intervals(found, len(tests), level, span, binary)
     _link_mean_findings(found, pairs, names, cnt)
     for t in found:
         t.pop("statistic_mean", None)
         t.pop("statistic_se", None)
+        t.pop("ratio_se", None)
         t.setdefault("method", None)
         t["text"] = fnd.describe(t)
     return found, len(tests)
+
+
+def _selection_adjusted_intervals(found: list, n_tests: int, level: float, span: float, binary: bool) -> None:
+    """Each finding's interval at confidence 1 - R level / m (R findings out of m tests; :func:`findings.fcr_miss`)
+    in place of its marginal one, the same formula at the adjusted critical value: Student's t with n - 1
+    degrees of freedom for a mean or calibration test, the normal for a variance ratio (Bonett's form) and for
+    Wilson's interval of a rate (a coverage, a 0/1 outcome's rate minus its mean prediction). The record keeps
+    ``interval_confidence`` (1 - level, the false coverage-statement rate's complement) and ``interval_miss``
+    (each interval's own two-sided miss probability)."""
+    miss = fnd.fcr_miss(len(found), n_tests, level)
+    z = fnd.normal_isf2(miss)
+    t_tests = [t for t in found if t["kind"] in ("mean", "calibration") and not binary]
+    tq: np.ndarray | list = fnd.t_isf2(miss, [max(t["n"] - 1, 1) for t in t_tests]) if t_tests else []
+    t_crit = {id(t): float(q) for t, q in zip(t_tests, tq)}
+    for t in found:
+        n = t["n"]
+        if t["kind"] == "coverage":
+            lo, hi = fnd.wilson_interval(t["estimate"] * n, n, z)
+            t["interval"] = [float(lo), float(hi)]
+        elif t["kind"] == "variance":
+            t["interval"] = list(fnd.ratio_interval(t["estimate"], t["ratio_se"], n, z))
+        elif binary:  # the rate's Wilson interval minus the mean prediction, as binary_tests
+            lo, hi = fnd.wilson_interval(round(t["observed"] * n), n, z)
+            t["interval"] = [float(lo) - t["predicted"], float(hi) - t["predicted"]]
+        else:
+            half = t_crit[id(t)] * t["statistic_se"] * span
+            t["interval"] = [t["estimate"] - half, t["estimate"] + half]
+        t["interval_confidence"] = 1.0 - float(level)
+        t["interval_miss"] = miss
 
 
 def _link_mean_findings(found: list, pairs, names, cnt) -> None:
@@ -840,18 +871,8 @@ def _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol) -
         t["tolerance"] = float(var_tol)
         t["estimate"] = t.pop("ratio")
         se = t.pop("se_ratio")
-        # on the log scale (delta method: se of log R = se / R): a variance ratio is right-skewed, and the
-        # symmetric interval covered the truth 84% of the time for groups under 150 rows with t5 noise (87% on
-        # the log scale). In the form of Bonett's (2006) interval for a variance: centred at log(c R) and
-        # widened by c, c = n / (n - z), for the small samples' under-estimated fourth moment (t5: 89%,
-        # Laplace: 90%, normal: 92.9% -> 93.9%)
-        est = t["estimate"]
-        if est > 0 and math.isfinite(se):
-            c = t["n"] / (t["n"] - fnd._Z95)
-            half = fnd._Z95 * se / est * c
-            t["interval"] = [c * est * math.exp(-half), c * est * math.exp(half)]
-        else:  # no spread observed at all (a constant label in the group): no log scale
-            t["interval"] = [max(est - fnd._Z95 * se, 0.0), est + fnd._Z95 * se]
+        t["ratio_se"] = se  # for the finding's selection-adjusted interval
+        t["interval"] = list(fnd.ratio_interval(t["estimate"], se, t["n"], fnd._Z95))
         t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
     return var_t
 

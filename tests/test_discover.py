@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -181,6 +182,33 @@ def test_discover_finds_a_planted_region(kind, shape):
     assert best >= 0.7, [(f.name, f.violation) for f in top]
     if kind == "variance":  # the mean is right: no mean finding may be reported
         assert not res.accepted("mean"), [f.name for f in res.accepted("mean")]
+
+
+def test_accepted_findings_have_selection_adjusted_intervals():
+    """An accepted candidate's interval is at 1 - R level / m (R accepted of the m judged; Benjamini-Yekutieli),
+    wider than the plain 95% one, still excluding 0 (accepted by the z test: p < level / m), and the dashboard's
+    row says so; a candidate not accepted keeps the plain interval."""
+    from app.discovery import describe_finding
+    from mmc_core.findings import normal_isf2
+
+    tr, _ = planted_table(8000, "mean", "3-cond", seed=1)
+    res = discover(tr, tr["y"], prediction=tr["pred"], features=bench.features_of(tr), label_range=LABEL_RANGE)
+    acc = res.accepted()
+    assert acc
+    # R counts the candidates accepted before duplicates were merged: an integer of at least len(acc)
+    miss = math.erfc(acc[0].ci_z / math.sqrt(2))
+    r = miss * res.n_candidates / 0.05
+    assert r == pytest.approx(round(r), abs=1e-6) and round(r) >= len(acc)
+    z = normal_isf2(round(r) * 0.05 / res.n_candidates)
+    for f in res.findings:
+        lo, hi = f.ci()
+        row = describe_finding(f, "y")["observed − predicted"]
+        if f.accepted:
+            assert f.ci_z == pytest.approx(z) and z > 1.96 and lo * hi > 0
+            assert hi - lo == pytest.approx(2 * z * f.se_label_units) and "selection-adjusted 95% CI" in row
+        else:
+            assert f.ci_z is None and hi - lo == pytest.approx(2 * 1.959964 * f.se_label_units)
+            assert "selection-adjusted" not in row and "95% CI" in row
 
 
 def test_discover_null_world_reports_nothing():

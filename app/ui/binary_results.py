@@ -102,7 +102,7 @@ def findings_box(run):
         st.caption(
             more + f"{s['n_tests']} tests of the predicted probability per group and per group × probability "
             f"bucket, adjusted together by {s['control']} at {s['level']:g}. No variance or interval "
-            "findings: for a 0/1 outcome the spread is p(1 − p) and intervals are not offered."
+            "findings: for a 0/1 outcome the spread is p(1 − p) and intervals are not offered." + s["interval_note"]
         )
 
 

@@ -192,7 +192,7 @@ def all_findings(found: list, s: dict, line) -> str:
 
 
 def findings(run):
-    """The audit's findings (tested defects, each sentence with n, its 95% interval and adjusted p) and the
+    """The audit's findings (tested defects, each sentence with n, its selection-adjusted interval and adjusted p) and the
     descriptive variance disparities, from :func:`app.report.findings_summary` (the PDF says the same)."""
     from app.report import findings_summary
 
@@ -218,6 +218,7 @@ def findings(run):
             more + f"{s['n_tests']} tests of groups and cells with at least {s['min_count']} test rows, adjusted "
             f"together by {s['control']} at {s['level']:g}; smaller groups are never reported."
             + s.get("variance_note", "")
+            + s.get("interval_note", "")
         )
     if s["disparities"]:
         with st.container(border=True):
