@@ -22,6 +22,7 @@ from app.base_model import _BASE_LOCK, StoppedByUser, _limit_threads, base_predi
 from app.pipeline import _take_rows, split_rows
 from app.specs import DISCOVERED_PREFIX, AuditRun, BaseSpec, LabelSpec, SplitSpec, prepare_label
 from mmc_core.errors import DataError, MMCError
+from mmc_core.findings import percent
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ def describe_finding(f, label: str, units: str = "") -> dict:
     for an accepted finding), adjusted p."""
     u = f" {units}" if units else ""
     lo, hi = f.ci()
-    ci = ("selection-adjusted " if getattr(f, "ci_z", None) is not None else "") + "95% CI"
+    fcr = getattr(f, "ci_fcr", None)
+    ci = "95% CI" if getattr(f, "ci_z", None) is None or fcr is None else f"selection-adjusted {percent(1 - fcr)} CI"
     if f.kind == "mean":
         direction = "prediction too low" if f.residual > 0 else "prediction too high"
         what = f"mean of {label}"

@@ -163,14 +163,16 @@ def findings_summary(audit) -> dict:
 def _interval_note(found, n_tests) -> str:
     """How the findings' intervals are adjusted, in words ("" without findings, or for audits made before the
     adjustment existed)."""
+    from mmc_core.findings import percent
+
     miss = [f.get("interval_miss") for f in found]
-    conf = found[0].get("interval_confidence") if found else None
-    if not found or any(not isinstance(v, (int, float)) for v in miss) or not isinstance(conf, (int, float)):
+    fcr = found[0].get("interval_fcr") if found else None
+    if not found or any(not isinstance(v, (int, float)) for v in miss) or not isinstance(fcr, (int, float)):
         return ""
     return (
-        f" Each finding's interval allows for its selection among the {n_tests} tests (Benjamini and Yekutieli's "
-        f"false-coverage-rate intervals, each at {1 - miss[0]:.4g}): on average at most {1 - conf:.0%} of the "
-        "findings' intervals miss the true value."
+        f" Each finding's confidence interval allows for its selection among the {n_tests} tests (Benjamini and "
+        f"Yekutieli's false-coverage-rate intervals, each missing with probability {miss[0]:.2g}): on average at "
+        f"most {percent(fcr)} of the findings' intervals miss the true value."
     )
 
 

@@ -103,9 +103,10 @@ class Finding:
     _rows: np.ndarray | None = field(default=None, repr=False)  # the check rows of S ∩ R
     se: float = 0.0  # standard error of ``residual`` on the check rows, unit scale
     se_label_units: float = 0.0
-    # an accepted finding's critical value for its selection-adjusted interval (see _adjust_intervals); None:
-    # the plain 95% one
+    # an accepted finding's critical value for its selection-adjusted interval and the false coverage-statement
+    # rate it keeps (see _adjust_intervals); None: the plain 95% one
     ci_z: float | None = None
+    ci_fcr: float | None = None
 
     def ci(self, z: float | None = None) -> tuple:
         """A two-sided normal interval of the residual, label units: at ``z`` if given, else at the finding's
@@ -274,20 +275,20 @@ def _judge(findings: list, thresholds: dict, level: float, test: str, n_check: i
         f.accepted = f.accepted and np.sign(-f.residual) == f.sign
 
 
-def _adjust_intervals(findings: list, level: float) -> None:
-    """The accepted findings' intervals at 1 - R level / m (R accepted out of m candidates judged on the check
-    rows; :func:`mmc_core.findings.fcr_miss`): a candidate is accepted *because* its check-row residual is far
-    from 0, so its plain 95% interval misses the truth more often than 5%. A finding accepted by the z test
-    (p_raw < level / m <= R level / m) keeps 0 outside its interval."""
+def _adjust_intervals(findings: list, n_tested: int, level: float) -> None:
+    """The accepted findings' intervals at 1 - R level / m (R accepted sets reported, after duplicates are
+    merged, out of the m candidates judged on the check rows; :func:`mmc_core.findings.fcr_miss`): a candidate
+    is accepted *because* its check-row residual is far from 0, so its plain 95% interval misses the truth more
+    often than 5%. A finding accepted by the z test (p_raw < level / m <= R level / m) keeps 0 outside it."""
     from .findings import fcr_miss, normal_isf2
 
     n_acc = sum(f.accepted for f in findings)
     if not n_acc:
         return
-    z = normal_isf2(fcr_miss(n_acc, len(findings), level))
+    z = normal_isf2(fcr_miss(n_acc, n_tested, level))
     for f in findings:
         if f.accepted:
-            f.ci_z = z
+            f.ci_z, f.ci_fcr = z, float(level)
 
 
 def _dedup(findings: list, F: _Features) -> list:
@@ -381,9 +382,9 @@ def audit_predictor(
             auto_threshold(float(np.std(lab[search])), m * m, search.size) if beta == "auto" else float(beta)
         )
     _judge(findings, thresholds, level, test, check.size)
-    _adjust_intervals(findings, level)
     n_tested = len(findings)  # the Bonferroni factor: every candidate judged on the check rows
     findings = _dedup(findings, F)
+    _adjust_intervals(findings, n_tested, level)
     return Discovery(findings, n_tested, int(search.size), int(check.size), thresholds, time.perf_counter() - t0)
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "adjust_pvalues",
     "binom_cdf",
     "fcr_miss",
+    "hall_interval",
     "normal_isf2",
     "ratio_interval",
     "t_isf2",
@@ -233,9 +234,13 @@ def fcr_miss(n_found: int, n_tests: int, level: float) -> float:
     selected *because* its estimate was far from 0, so the estimate overshoots (on the demo world the reported
     calibration findings' 95% intervals covered the truth 70% of the time, the estimates 1.56x the true
     difference in the median). Intervals at 1 - R level / m keep the expected share of findings whose interval
-    misses the truth (the false coverage-statement rate) at most ``level``, for any selection rule; with Holm's
-    or Benjamini-Hochberg's selection an interval excludes 0 whenever its test, inverted, rejects (a Holm
-    finding has p <= level / (m - i + 1) <= R level / m)."""
+    misses the truth (the false coverage-statement rate) at most ``level`` for any selection rule when the
+    estimates are independent (Benjamini and Yekutieli's theorem); the audit's groups overlap and its cells nest
+    in groups, so here it is checked on worlds with a known truth instead (tests/test_findings.py: 0.01). With
+    Holm's or Benjamini-Hochberg's selection a finding's raw p is at most R level / m (Holm's i-th has p <=
+    level / (m - i + 1)), so an interval that inverts the finding's own test (the mean and calibration tests,
+    :func:`hall_interval`; a 0/1 rate's score test) excludes 0; the variance and coverage intervals are of
+    other forms (Bonett's, Wilson's) and may reach the test's boundary."""
     if n_tests <= 0 or n_found <= 0:
         return float(level)
     return float(min(level, n_found * level / n_tests))
@@ -272,15 +277,17 @@ def adjust_pvalues(p, method: str = "holm") -> np.ndarray:
 HALL_MIN_ROWS = 30
 
 
-def _t_test(s1, s2, cnt, s3=None, hall_min: float = 0.0):
+def _t_test(s1, s2, cnt, s3=None, hall_min: float = 0.0, with_skew: bool = False):
     """Two-sided t test of a zero mean from sums s1 = sum x, s2 = sum x^2 (and s3 = sum x^3) over cnt rows.
 
     With ``s3`` the statistic is Hall's (1992) skewness-corrected transform of the studentized mean,
     T = sqrt(n) (S + g S^2 / 3 + g^2 S^3 / 27 + g / (6 n)), S = mean / sd, g = the sample skewness; it removes
     the first-order skewness term that makes the plain t test of a skewed quantity (squared residuals)
     several times too liberal in the far tail where a multiplicity-adjusted test decides. Entries with fewer
-    than ``hall_min`` rows keep the plain statistic.
+    than ``hall_min`` rows keep the plain statistic. Returns (mean, se, p), and with ``with_skew`` also the
+    skewness g each entry's statistic used (0 where the plain one), to invert the test (:func:`hall_interval`).
     """
+    used = np.zeros(np.shape(cnt))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         mean = s1 / cnt
         m2 = np.maximum(s2 / cnt - mean * mean, 0.0)
@@ -293,9 +300,28 @@ def _t_test(s1, s2, cnt, s3=None, hall_min: float = 0.0):
             g = np.where(sd > 0, m3 / np.where(sd > 0, sd, 1.0) ** 3, 0.0)
             S = np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), z)
             zh = np.sqrt(cnt) * (S + g * S**2 / 3 + g**2 * S**3 / 27 + g / (6 * cnt))
-            z = np.where((sd > 0) & (cnt >= hall_min), zh, z)
+            hall = (sd > 0) & (cnt >= hall_min)
+            z = np.where(hall, zh, z)
+            used = np.where(hall, g, 0.0)
     p = t_sf2(z, np.maximum(cnt - 1, 1))
-    return mean, se, p
+    return (mean, se, p, used) if with_skew else (mean, se, p)
+
+
+def hall_interval(mean: float, se: float, n: float, g: float, q: float) -> tuple[float, float]:
+    """The means mu0 that :func:`_t_test` does not reject at critical value |T| = ``q`` (the test of the
+    quantity minus mu0: its sd and skewness g do not move with mu0): mean -+ q se for the plain statistic
+    (g = 0); Hall's transform inverted in closed form otherwise, since S + g S^2 / 3 + g^2 S^3 / 27 =
+    ((1 + g S / 3)^3 - 1) / g is increasing in S: S(T) = 3 / g (cbrt(1 + g (T / sqrt(n) - g / (6 n))) - 1) and
+    mu0 in [mean - S(q) sd, mean - S(-q) sd]. Asymmetric, as the test is for a skewed quantity; it excludes 0
+    exactly when the test rejects at q."""
+    if not (se > 0 and math.isfinite(se)) or g == 0 or not math.isfinite(g):
+        return mean - q * se, mean + q * se
+    sd, rn = se * math.sqrt(n), math.sqrt(n)
+
+    def s_of(t: float) -> float:
+        return 3.0 / g * (float(np.cbrt(1.0 + g * (t / rn - g / (6.0 * n)))) - 1.0)
+
+    return mean - s_of(q) * sd, mean - s_of(-q) * sd
 
 
 def binary_tests(kind: str, names, cnt, s_y, s_p, s_v, min_count: int, **extra) -> list:
@@ -366,10 +392,15 @@ def group_tests(kind: str, names, cnt, s1, s2, min_count: int, s3=None, hall_min
     each record (e.g. predicted and observed means). Returns one dict per tested entry.
     """
     cnt = np.asarray(cnt, dtype=float)
-    mean, se, p = _t_test(
-        np.asarray(s1, float), np.asarray(s2, float), cnt, None if s3 is None else np.asarray(s3, float), hall_min
+    mean, se, p, skew = _t_test(
+        np.asarray(s1, float),
+        np.asarray(s2, float),
+        cnt,
+        None if s3 is None else np.asarray(s3, float),
+        hall_min,
+        with_skew=True,
     )
-    return _records(kind, names, cnt, mean, se, p, min_count, extra)
+    return _records(kind, names, cnt, mean, se, p, min_count, {**extra, "statistic_skew": skew})
 
 
 def select_findings(tests: list, method: str = "holm", level: float = 0.05) -> list:
@@ -453,12 +484,17 @@ def _within_note(groups) -> str:
     )
 
 
+def percent(share: float) -> str:
+    """0.95 -> "95%", 0.975 -> "97.5%" (no rounding to a level that was not asked for)."""
+    return f"{100 * share:.10g}%"
+
+
 def _ci_words(rec: dict) -> str:
     """ "95% CI", or "selection-adjusted 95% CI" for an interval that allows for the finding's selection among
-    all the tests (:func:`fcr_miss`)."""
-    conf = rec.get("interval_confidence", 0.95)
-    conf = conf if isinstance(conf, (int, float)) and 0 < conf < 1 else 0.95
-    return ("selection-adjusted " if "interval_miss" in rec else "") + f"{conf:.0%} CI"
+    all the tests (:func:`fcr_miss`; 95% = 1 - the false coverage-statement rate ``interval_fcr``)."""
+    fcr = rec.get("interval_fcr", 0.05)
+    fcr = fcr if isinstance(fcr, (int, float)) and 0 < fcr < 1 else 0.05
+    return ("selection-adjusted " if "interval_miss" in rec else "") + f"{percent(1 - fcr)} CI"
 
 
 def describe(rec: dict) -> str:

@@ -761,6 +761,7 @@ def _findings(
     for t in found:
         t.pop("statistic_mean", None)
         t.pop("statistic_se", None)
+        t.pop("statistic_skew", None)
         t.pop("ratio_se", None)
         t.setdefault("method", None)
         t["text"] = fnd.describe(t)
@@ -769,10 +770,11 @@ def _findings(
 
 def _selection_adjusted_intervals(found: list, n_tests: int, level: float, span: float, binary: bool) -> None:
     """Each finding's interval at confidence 1 - R level / m (R findings out of m tests; :func:`findings.fcr_miss`)
-    in place of its marginal one, the same formula at the adjusted critical value: Student's t with n - 1
-    degrees of freedom for a mean or calibration test, the normal for a variance ratio (Bonett's form) and for
-    Wilson's interval of a rate (a coverage, a 0/1 outcome's rate minus its mean prediction). The record keeps
-    ``interval_confidence`` (1 - level, the false coverage-statement rate's complement) and ``interval_miss``
+    in place of its marginal one, at the adjusted critical value: Student's t with n - 1 degrees of freedom for
+    a mean or calibration test, the normal for a variance ratio (Bonett's form), a 0/1 rate and
+    Wilson's interval of a coverage. A mean or calibration interval inverts the finding's own test (Hall's
+    skewness-corrected t where it was used; a 0/1 outcome's score test), so it excludes 0. The record keeps
+    ``interval_fcr`` (the false coverage-statement rate the intervals keep, = level) and ``interval_miss``
     (each interval's own two-sided miss probability)."""
     miss = fnd.fcr_miss(len(found), n_tests, level)
     z = fnd.normal_isf2(miss)
@@ -786,13 +788,18 @@ def _selection_adjusted_intervals(found: list, n_tests: int, level: float, span:
             t["interval"] = [float(lo), float(hi)]
         elif t["kind"] == "variance":
             t["interval"] = list(fnd.ratio_interval(t["estimate"], t["ratio_se"], n, z))
-        elif binary:  # the rate's Wilson interval minus the mean prediction, as binary_tests
-            lo, hi = fnd.wilson_interval(round(t["observed"] * n), n, z)
-            t["interval"] = [float(lo) - t["predicted"], float(hi) - t["predicted"]]
-        else:
-            half = t_crit[id(t)] * t["statistic_se"] * span
+        elif binary:
+            # the score test inverted (|sum y - sum p - n d| - 1/2 <= z sqrt(sum p (1 - p))): Wilson's interval
+            # uses the binomial variance at the observed rate, far larger than the predictions' own where they
+            # vary, and contained 0 for every finding of a classifier audit
+            half = (z * t["statistic_se"] + 0.5 / n) * span
             t["interval"] = [t["estimate"] - half, t["estimate"] + half]
-        t["interval_confidence"] = 1.0 - float(level)
+        else:  # the t test inverted, Hall's skewness-corrected one where it was used
+            lo, hi = fnd.hall_interval(
+                t["statistic_mean"], t["statistic_se"], n, t.get("statistic_skew", 0.0), t_crit[id(t)]
+            )
+            t["interval"] = [lo * span, hi * span]
+        t["interval_fcr"] = float(level)
         t["interval_miss"] = miss
 
 

@@ -220,23 +220,24 @@ def _coefficients(
     return np.concatenate([coef[:3], [center], coef[3:]])
 
 
-def _within_z(y: np.ndarray, base: np.ndarray, proj: np.ndarray) -> float:
+def _within_z(y: np.ndarray, base: np.ndarray, proj: np.ndarray) -> float | None:
     """The within slope of the straight map in robust (HC1) standard errors: least squares of y - base on
     (base - proj, proj - center, 1). When the listed groups explain the base almost fully, base - proj is a
     sliver and its slope is whatever the noise makes it (on the demo table with 136 groups the summary stated
-    within slopes from -12 to +24, at |z| = 0.3-2.1)."""
+    within slopes from -12 to +24, at |z| = 0.3-2.1). None when it cannot be estimated (too few rows, or no
+    within-group variation of the base at all)."""
     e = y - base
     X = np.column_stack([base - proj, proj - float(np.mean(proj)) if proj.size else proj, np.ones_like(base)])
     n, k = X.shape
-    if n <= k + 1:
-        return 0.0
+    if n <= k + 1 or not np.any(X[:, 0]):
+        return None
     xtx_inv = np.linalg.pinv(X.T @ X)
     coef = xtx_inv @ (X.T @ e)
     u = e - X @ coef
     meat = (X * (u * u)[:, None]).T @ X * (n / (n - k))
     var = float((xtx_inv @ meat @ xtx_inv)[0, 0])
     if not var > 0:
-        return 0.0 if coef[0] == 0 else math.copysign(1e9, coef[0])
+        return None
     return float(coef[0]) / math.sqrt(var)
 
 
@@ -465,7 +466,7 @@ def fit_group_linear(
             "bend_weight": bend_w,
             "kept": kept,
             # the straight map's within slope in robust standard errors on the fitting rows (for the summary)
-            "within_z": float(within_z),
+            "within_z": within_z,
             "between_dropped_for": [sums.memb.names[g] for g in dropped] if dropped else [],
             # the groups the map without the between slope harmed too (it was then not used at all)
             "map_dropped_for": [sums.memb.names[g] for g in map_harm],

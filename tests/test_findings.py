@@ -52,6 +52,57 @@ def test_t_and_normal_quantiles_match_scipy():
     assert fnd.fcr_miss(3, 600, 0.05) == pytest.approx(3 * 0.05 / 600) and fnd.fcr_miss(0, 600, 0.05) == 0.05
 
 
+def test_hall_interval_inverts_the_skewness_corrected_test():
+    """The mean-finding interval is the set of means the test itself does not reject at the critical value: at
+    each endpoint the test of (x - endpoint) sits exactly at it (a symmetric mean -+ q se around a skewed
+    sample's mean did not: a finding "under-predicts ... 95% CI -0.00164 to 0.0311")."""
+    rng = np.random.default_rng(3)
+    for n, q in ((40, 2.5), (200, 3.4), (5000, 4.0)):
+        x = rng.lognormal(0.0, 1.0, n) - 1.3
+        mean, se, p, g = fnd._t_test(x.sum(), (x * x).sum(), n, (x**3).sum(), 30, with_skew=True)
+        assert g != 0
+        lo, hi = fnd.hall_interval(float(mean), float(se), n, float(g), q)
+        assert lo < mean < hi and (mean - lo) != pytest.approx(hi - mean)  # asymmetric, as the data
+        for end in (lo, hi):
+            d = x - end
+            _, _, p_end = fnd._t_test(d.sum(), (d * d).sum(), n, (d**3).sum(), 30)
+            assert p_end == pytest.approx(fnd.t_sf2(q, n - 1), rel=1e-6)
+    assert fnd.hall_interval(1.0, 0.5, 50, 0.0, 2.0) == (0.0, 2.0)  # the plain t: mean -+ q se
+    assert fnd.percent(0.95) == "95%" and fnd.percent(0.975) == "97.5%" and fnd.percent(0.999) == "99.9%"
+
+
+def test_mean_and_rate_findings_intervals_exclude_zero():
+    """A finding's interval inverts its own test, so a group reported as over- or under-predicted never has 0
+    inside its interval: with skewed (log-normal) residuals (Hall's test) and for a classifier (the score test
+    with the predictions' own variance; Wilson's interval used the binomial variance at the observed rate and
+    held 0 in every such finding)."""
+    n_found = {"skewed": 0, "binary": 0}
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        g = rng.integers(0, 10, 4000)
+        memb = GroupSet.from_columns(pd.DataFrame({"g": g.astype(str)}), ["g"], 1).evaluate(
+            pd.DataFrame({"g": g.astype(str)})
+        )
+        mu = np.full(4000, 0.3)
+        y = 0.3 + 0.08 * (rng.lognormal(0.0, 1.0, 4000) - np.exp(0.5)) + 0.02 * (g == 0)
+        found, _ = metrics._findings(
+            memb.sums(), list(memb.names), _UnitScale(), mu, y, None, mean_grid(1), None, None, 0.9, 30, "holm",
+            0.05, 0.0,
+        )  # fmt: skip
+        mu = np.where(rng.random(4000) < 0.5, 0.02, 0.98)
+        yb = (rng.random(4000) < np.where(g == 0, np.where(mu < 0.5, 0.09, 0.98), mu)).astype(float)
+        found_b, _ = metrics._findings(
+            memb.sums(), list(memb.names), _UnitScale(), mu, yb, None, mean_grid(1), None, None, 0.9, 30, "holm",
+            0.05, 0.0, True,
+        )  # fmt: skip
+        for kind, fs in (("skewed", found), ("binary", found_b)):
+            for f in fs:
+                lo, hi = f["interval"]
+                assert lo * hi > 0 and lo < f["estimate"] < hi, f["text"]
+                n_found[kind] += 1
+    assert n_found["skewed"] >= 5 and n_found["binary"] >= 5, n_found
+
+
 @pytest.mark.parametrize("ours,theirs", [("holm", "holm"), ("bh", "fdr_bh")])
 def test_adjustment_matches_statsmodels(ours, theirs):
     from statsmodels.stats.multitest import multipletests

@@ -142,6 +142,13 @@ def test_findings_of_a_wrong_model_are_printed_in_full(demo, tmp_path, monkeypat
     more = summary["n_found"] - len(summary["shown"])
     assert (f"{more} further finding(s) are not listed here: `mmc audit` writes every finding" in flat) == (more > 0)
     assert "No defect found" not in flat
+    # the intervals allow for the selection, and the PDF says how, with each interval's miss probability (a
+    # confidence of 1 - 0.05 / 1500 used to print as "each at 1")
+    assert all("selection-adjusted 95% CI" in f["text"] for f in summary["shown"] if f["kind"] != "coverage")
+    miss = summary["shown"][0]["interval_miss"]
+    assert miss == pytest.approx(summary["n_found"] * 0.05 / summary["n_tests"])
+    note = f"each missing with probability {miss:.2g}): on average at most 5% of the findings' intervals miss"
+    assert note in flat and note in summary["interval_note"]
 
 
 def stand_in_renderer(monkeypatch):
