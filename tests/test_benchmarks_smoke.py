@@ -84,3 +84,21 @@ def test_hkrr_part_skips_without_the_package(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "SKIPPED: the `multicalibration` package is not installed" in proc.stdout, proc.stdout
+
+
+def test_findings_intervals_benchmark_runs(tmp_path):
+    """`benchmarks/findings_intervals.py` fits, audits twice (adjusted and plain intervals: the same findings)
+    and prints its table."""
+    out_csv = tmp_path / "fi.csv"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "findings_intervals.py"), "--models", "weak", "--seeds", "1",
+         "--n", "1500", "--out", str(out_csv)],
+        capture_output=True, text=True, timeout=300, cwd=str(ROOT),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "selection-adjusted" in proc.stdout and "plain 95%" in proc.stdout, proc.stdout
+    import pandas as pd
+
+    df = pd.read_csv(out_csv)
+    counts = df.groupby("intervals").size()
+    assert len(df) > 0 and counts["selection-adjusted"] == counts["plain 95%"]
