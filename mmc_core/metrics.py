@@ -793,7 +793,9 @@ def _selection_adjusted_intervals(found: list, n_tests: int, level: float, span:
             # uses the binomial variance at the observed rate, far larger than the predictions' own where they
             # vary, and contained 0 for every finding of a classifier audit
             half = (z * t["statistic_se"] + 0.5 / n) * span
-            t["interval"] = [t["estimate"] - half, t["estimate"] + half]
+            # a rate lies in [0, 1]: its difference from the mean prediction in [-predicted, 1 - predicted]
+            p_bar = t["predicted"]
+            t["interval"] = [max(t["estimate"] - half, -p_bar), min(t["estimate"] + half, 1.0 - p_bar)]
         else:  # the t test inverted, Hall's skewness-corrected one where it was used
             lo, hi = fnd.hall_interval(
                 t["statistic_mean"], t["statistic_se"], n, t.get("statistic_skew", 0.0), t_crit[id(t)]

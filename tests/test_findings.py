@@ -99,6 +99,8 @@ def test_mean_and_rate_findings_intervals_exclude_zero():
             for f in fs:
                 lo, hi = f["interval"]
                 assert lo * hi > 0 and lo < f["estimate"] < hi, f["text"]
+                if kind == "binary":  # a rate minus the mean prediction
+                    assert -f["predicted"] <= lo and hi <= 1 - f["predicted"], f["text"]
                 n_found[kind] += 1
     assert n_found["skewed"] >= 5 and n_found["binary"] >= 5, n_found
 
