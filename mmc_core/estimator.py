@@ -357,7 +357,8 @@ class MomentMulticalibrator(SklearnParams):
         weight min(1, z / 2) where z is its
         out-of-sample squared-error gain in standard errors (none for z <= 0; :mod:`mmc_core.recalibrate`; ``init.mean`` kind "base-group-linear"; the check is in
         ``model_.info["base_recalibration"]``). "none": the base prediction as given. "auto" (default):
-        "group-linear" with this (numpy) engine; the Dask engine does not fit the map yet and uses "none".
+        "group-linear" (both engines: the Dask engine fits the map on the client on the numpy engine's own sample of
+        the rows; "affine" is numpy only).
     interval_calibration : {"held-out", "cross-fit", "auto"}
         Which rows the data-driven intervals (``mmc_core.intervals``) are calibrated on (needs
         calibration_fraction > 0; the final model is fitted the same way with either). "held-out" (default):
@@ -372,7 +373,8 @@ class MomentMulticalibrator(SklearnParams):
         ("cross-fit" there is an MMCError). A fit stopped by ``stop`` or ``callback`` is calibrated on the
         held-out rows either way.
     shrunken_cells : bool
-        After the descent (numpy engine, needs calibration_fraction > 0), correct each (group, band of the
+        After the descent (needs calibration_fraction > 0; the Dask engine fits them on the client on the same
+        samples), correct each (group, band of the
         prediction) cell by its mean residual shrunk by the evidence for it (empirical Bayes with a
         DerSimonian-Laird spread of the cells' biases, two rounds), unless the held-out rows veto it
         (:mod:`mmc_core.cells`). The descent only corrects cells that pass their own test; this takes the small

@@ -42,6 +42,12 @@ What differs from the numpy engine (and why):
   numpy's ``np.quantile``): an approximate sketch brackets each order statistic and the few values inside
   the bracket are brought to the client. ``mean_buckets="quantile"`` with a base prediction uses the same
   exact quantiles.
+* The group-linear map of the base (``base_recalibration`` "auto") and the shrunken cell corrections are fitted
+  on the client, on samples of at most ``recalibrate.CV_MAX_ROWS`` fitting and held-out rows brought from the
+  workers (each row's groups, label and prediction): the numpy engine fits them on the same samples
+  (``recalibrate.capped``), drawn here over the rows in partition order, so without held-out rows the map and
+  the whole model are the numpy engine's. The map and the cells are then applied on the workers. The affine
+  map is refused.
 * Nothing of our own schedules, shards or pools: partitions, workers, actors and tasks are Dask's.
 * A worker lost mid-fit loses its actor's partitions: the next update fails with a clear error (run again).
 """
@@ -214,10 +220,37 @@ class _Part:
         self.has_base = self.base_u is not None
         if self.base_u is not None:
             self.mu0_f, self.mu0_h = self.base_u[self.fit_idx], self.base_u[self.cal_idx]
-            self.base_u = None  # mu0_h is base_u[cal_idx] for the calibration sample; the rest is in mu0_f
+            # the held-out rows' base as given (the calibration sample's; predict maps it): mu0_h may be mapped
+            self.base_h_raw = self.mu0_h
+            self.base_u = None
         else:
             self.mu0_f = np.full(self.fit_idx.size, float(constant))
             self.mu0_h = np.full(self.cal_idx.size, float(constant))
+
+    def apply_map(self, m):
+        """The group-linear map (fitted on the client, :mod:`mmc_core.recalibrate`) applied to the initial mean."""
+        from ..recalibrate import group_linear_base
+
+        self.mu0_f = group_linear_base(self.mu0_f, self.memb_f.sums(), m)
+        if self.memb_h is not None:
+            self.mu0_h = group_linear_base(self.mu0_h, self.memb_h.sums(), m)
+
+    def sample_rows(self, which, picks, what):
+        """The rows ``picks[index]`` (increasing positions among this partition's fitting or held-out rows) for a
+        sample on the client: (each row's group count, its groups in row-major order, the label, a prediction,
+        unit scale). ``what``: "start" the initial mean, "kept" the kept model's fitting-row prediction,
+        "held" its held-out prediction (:meth:`held_predictions`)."""
+        idx = np.asarray(picks.get(self.index, ()), dtype=np.int64)
+        memb = self.memb_f if which == "fit" else self.memb_h
+        if not idx.size or memb is None:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+        counts, groups = memb.groups_of_rows(idx)
+        y = (self.yu_f if which == "fit" else self.yu_h)[idx]
+        if what == "start":
+            x = (self.mu0_f if which == "fit" else self.mu0_h)[idx]
+        else:
+            x = (self.kept[0] if what == "kept" else self.kept_h)[idx]
+        return counts, groups, y, x
 
     def mu0_sketch(self):
         return _sketch(self.mu0_f)
@@ -311,6 +344,24 @@ class _Part:
             self.kept = (mu, moms)
         return None
 
+    def held_predictions(self, model):
+        """The kept model's mean prediction on the held-out rows (its initial mean from the base as given, then
+        its log), for the shrunken cells' check."""
+        if self.memb_h is None:
+            self.kept_h = np.zeros(0)
+            return None
+        mu, moms = model.initial(self.memb_h.n, self.base_h_raw if self.has_base else None, self.memb_h)
+        mu, _ = model.replay(self.memb_h, mu, moms)
+        self.kept_h = mu
+        return None
+
+    def apply_cells(self, cells):
+        from ..cells import apply_cells
+
+        self.kept = (apply_cells(self.kept[0], self.memb_f.sums(), cells), self.kept[1])
+        self.kept_h = None
+        return None
+
     def achieved_sums(self, plain_params):
         mu, moms = self.kept
         st = CellState(plain_params, self.memb_f, self.yu_f, mu, moms)
@@ -328,7 +379,7 @@ class _Part:
         return (
             {c: v[keep] for c, v in self.table_h.items()},
             self.yu_h[keep],
-            self.mu0_h[keep] if self.has_base else None,
+            self.base_h_raw[keep] if self.has_base else None,
         )
 
     def release(self):
@@ -514,8 +565,9 @@ def fit_dask(
     from ..groups import GroupSet
 
     _require()
-    # "auto" (the default) is "none" here: the group-linear map is fitted by the numpy engine only
-    if getattr(est, "base_recalibration", "auto") not in ("auto", "none"):
+    # the group-linear map ("auto", the default) is fitted on a client-side sample, as the numpy engine fits it;
+    # the affine map only in memory
+    if getattr(est, "base_recalibration", "auto") == "affine":
         raise MMCError(
             f"base_recalibration={est.base_recalibration!r} is not supported by the Dask engine yet"
             " (use the numpy engine, or base_recalibration='none')"
@@ -599,6 +651,21 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     sc = parts.map_reduce("set_scale", scale, label_name, bname)
     mean_fit = sc["sum_yu_f"] / nf
     parts.gather("set_initial_mean", mean_fit)
+    n_fit_parts, n_cal_parts = [s["nf"] for s in summ], [s["nc"] for s in summ]
+    within = None
+    if bcol is not None and est.base_recalibration in ("auto", "group-linear"):
+        from ..recalibrate import fit_group_linear
+
+        # the numpy engine's own samples (recalibrate.capped, seeds 0 and 7), drawn here over the rows in
+        # partition order: on the same fitting rows the same map
+        sums_s, y_s, b_s = _client_sample(parts, gset, "fit", n_fit_parts, 0, "start")
+        held = None
+        if n_cal:
+            sums_h, y_h, b_h = _client_sample(parts, gset, "held", n_cal_parts, 7, "start")
+            held = (y_h, b_h, sums_h)
+        within = fit_group_linear(y_s, b_s, sums_s, held)
+        if within["validation"]["kept"]:
+            parts.gather("apply_map", within)
     moments = tuple(range(2, int(est.n_moments) + 1))
     G = len(gset)
 
@@ -624,9 +691,12 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     search = search_buckets(est, start, callback, stop, early)
     score, m, params, init_moments, res, kept_round = search.runs[search.best]
 
-    init_mean = (
-        {"kind": "base", "column": base_name} if bcol is not None else {"kind": "constant", "value": float(mean_fit)}
-    )
+    if bcol is None:
+        init_mean = {"kind": "constant", "value": float(mean_fit)}
+    elif within is not None and within["validation"]["kept"]:
+        init_mean = {"kind": "base-group-linear", "column": base_name, **within}
+    else:
+        init_mean = {"kind": "base", "column": base_name}
     log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
     model = FittedModel(params, scale, gset, init_mean, init_moments, list(log), list(res.round_ends[: kept_round + 1]))
     last_run = search.best == len(search.runs) - 1
@@ -634,6 +704,19 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
         parts.gather("start", params, init_moments)  # the chosen m's initial state, then its kept log
     replay = not (last_run and kept_round == len(res.round_ends) - 1)
     parts.gather("kept_predictions", model, len(log), replay)
+    cells_check = None
+    if est.shrunken_cells and n_cal and not (res.stopped or (stop is not None and stop())):
+        from ..cells import gated_cells
+
+        # as the numpy engine: fitted on a sample of the fitting rows (seed 11), vetoed on one of the held-out
+        # rows (seed 13) with the kept model's predictions there
+        parts.gather("held_predictions", model)
+        sums_s, y_s, mu_s = _client_sample(parts, gset, "fit", n_fit_parts, 11, "kept")
+        sums_h, y_h, mu_h = _client_sample(parts, gset, "held", n_cal_parts, 13, "held")
+        cells, cells_check = gated_cells(y_s, mu_s, sums_s, (y_h, mu_h, sums_h))
+        if cells is not None:
+            model.cells = cells
+            parts.gather("apply_cells", cells)
     plain = dataclasses.replace(params, z=0.0, z_group=0.0, min_count=0)
     sums = parts.map_reduce("achieved_sums", plain)
     K = len(plain.moments)
@@ -649,6 +732,8 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
         },
     }
     _, floors = state_achieved(est, model, params, achieved)
+    if model.has_cells and 0 <= kept_round < len(res.history):
+        res.history[kept_round]["cells_max_mean_violation"] = achieved["alpha"]
     cal_rows = 0
     if n_cal:
         rate = min(1.0, CAL_SAMPLE_CAP / n_cal)
@@ -671,9 +756,47 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
             "interval_calibration_rows": cal_rows,
         },
     }
+    if cells_check is not None:
+        model.info["shrunken_cells"] = cells_check
+    if within is not None:  # the out-of-sample check of the group-linear map, kept or not
+        model.info["base_recalibration"] = {"method": "group-linear", "ridge": within["ridge"], **within["validation"]}
     est._set_fitted(model)
     est._clear_row_state()  # rows stay on the workers (per-partition split)
     return est
+
+
+def _client_sample(parts, gset, which, n_per_part, seed, what):
+    """A sample of the fitting (``which`` "fit") or held-out rows brought to the client, as
+    :func:`mmc_core.recalibrate.capped` draws it from the rows in partition order (all of them up to
+    ``CV_MAX_ROWS``; above, the rows ``rng(seed + 2).choice(n, CV_MAX_ROWS)`` in order): (its MembershipSums,
+    the label, the prediction ``what``; unit scale). A few MB at most: the map and the cells have |G| + 7 and
+    |G| x 5 coefficients, fitted as the numpy engine fits them."""
+    from ..groups import Membership
+    from ..recalibrate import CV_MAX_ROWS
+    from ..sums import MembershipSums
+
+    total = int(sum(n_per_part))
+    if total > CV_MAX_ROWS:
+        idx = np.sort(np.random.default_rng(seed + 2).choice(total, size=CV_MAX_ROWS, replace=False))
+    else:
+        idx = np.arange(total)
+    offsets = np.concatenate([[0], np.cumsum(n_per_part)]).astype(np.int64)
+    picks = {}
+    for i in range(len(n_per_part)):
+        lo, hi = np.searchsorted(idx, [offsets[i], offsets[i + 1]])
+        if hi > lo:
+            picks[i] = idx[lo:hi] - offsets[i]
+    got = parts.gather("sample_rows", which, picks, what)
+    counts = np.concatenate([g[0] for g in got]).astype(np.int64)
+    groups = np.concatenate([g[1] for g in got]).astype(np.int64)
+    y, x = np.concatenate([g[2] for g in got]), np.concatenate([g[3] for g in got])
+    n = int(counts.size)
+    row = np.repeat(np.arange(n, dtype=np.int64), counts)
+    order = np.lexsort((row, groups))  # group-major, rows increasing within a group (Membership's layout)
+    names = list(gset.names)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(groups, minlength=len(names)))]).astype(np.int64)
+    rows = row[order].astype(np.int32 if n < 2**31 else np.int64)
+    return MembershipSums(Membership(n, names, indptr, rows)), y, x
 
 
 # ---- exact quantiles and groups from columns -----------------------------------------------------------------
