@@ -727,6 +727,33 @@ def test_uploading_a_set_aside_table_again_brings_its_work_back():
     assert any("a.csv" in s.value and "is back" in s.value for s in at.success)
 
 
+def test_uploading_the_current_table_again_keeps_its_work():
+    """An exploratory browser check: uploading the same file again (the analyst re-selects it) reset the groups
+    to the suggestions and dropped the result, with nothing set aside to bring back. The same rows are now
+    recognized as the current table: groups, settings and result stay, and the Data page says so."""
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    df = pd.DataFrame(demo_distribution().sample_table(700, np.random.default_rng(8))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    raw = df.to_csv(index=False).encode()
+    at.file_uploader(key="upload").set_value(("s.csv", raw, "text/csv")).run()
+    ss = at.session_state
+    ss["groups"] = groups = ss["groups"][:3]  # the analyst's own choice of groups, a setting and a result
+    ss["settings"].p_delta = 0.2
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    run = at.session_state["run"]
+    assert run is not None and run.data_name == "s.csv"
+    _page(at, "data")
+    at.file_uploader(key="upload").set_value(("s.csv", raw, "text/csv")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    ss = at.session_state
+    assert ss["groups"] == groups and ss["settings"].p_delta == 0.2 and ss["run"] is run
+    assert any("s.csv" in i.value and "already the current table" in i.value for i in at.info)
+
+
 def test_a_demo_label_chosen_again_gets_the_demo_range_back():
     """A review: going back to a demo's own label reset the declared range to the observed one (0-100 lost)."""
     at = _new()  # synthetic_scores: outcome on a declared 0-100

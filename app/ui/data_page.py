@@ -137,7 +137,14 @@ def _previous_table_notice():
     """After a switch of table: the one set aside, with a button that brings it back (state.restore_workspace).
     Drawn into a slot at the top of the page after the source widgets ran (an upload switches in this run)."""
     back = st.session_state.pop("brought_back", None)
+    same = st.session_state.pop("same_table", None)
     d = state.data()
+    if same is not None:
+        st.info(
+            f"**{esc(same)}** is already the current table (the same rows): its groups, settings and results are "
+            "kept.",
+            icon=":material/check_circle:",
+        )
     if back is not None:
         note = f" ({esc(d['note'])})" if d is not None and d.get("note") else ""
         st.success(

@@ -138,6 +138,12 @@ def set_data(
     ss = st.session_state
     key = frame_key(frame, name)
     old = ss.get("data")
+    if not keep_settings and restore and old is not None and old.get("key") == key:
+        # the same table chosen again (the same file uploaded again, the same demo picked): it is already the
+        # current one, and its groups, settings and result stay (this reset them all, with nothing set aside)
+        old["file_id"] = file_id if file_id is not None else old.get("file_id")
+        ss["same_table"] = name
+        return
     if not keep_settings and old is not None and old.get("key") != key:
         set_aside_workspace()
     # a table worked on before in this session comes back with its groups, settings and result; one whose rows
