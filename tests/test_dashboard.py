@@ -622,6 +622,36 @@ def test_kept_workspaces_stay_within_a_memory_cap_and_a_dropped_one_says_so(monk
     persist.forget_all()
 
 
+def test_fresh_demo_sessions_do_not_push_out_an_analysts_work():
+    """An exploratory browser check: opening the address 8 times (colleagues, new tabs) pushed out the
+    workspace of an analyst who had uploaded a table and defined a group, lost on the next reload. Untouched
+    demo sessions (table, groups and settings as they opened) now go first; the analyst's stays."""
+    from app.ui import persist
+
+    persist.forget_all()
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    df = pd.DataFrame(demo_distribution().sample_table(900, np.random.default_rng(9))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    at.file_uploader(key="upload").set_value(("mine.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    wid = at.session_state["ws_id"]
+    fresh = []
+    for _ in range(persist.MAX_WORKSPACES + 1):
+        f = _new()
+        f.run()  # a second run of an untouched session (the automatic audit's result is not the analyst's work)
+        fresh.append(f.session_state["ws_id"])
+    assert wid in persist._WORKSPACES and len(persist._WORKSPACES) == persist.MAX_WORKSPACES
+    assert persist._WORKSPACES[wid][3] is False  # an upload is work
+    assert all(persist._WORKSPACES[k][3] for k in fresh if k in persist._WORKSPACES)
+    # a demo session whose groups were changed is work too
+    demo = _new()
+    demo.session_state["groups"] = demo.session_state["groups"][:2]
+    demo.run()
+    assert persist._WORKSPACES[demo.session_state["ws_id"]][3] is False
+    persist.forget_all()
+
+
 def test_the_papers_step_with_automatic_thresholds_draws_the_run_page():
     """Regression (found in a browser session): choosing the paper's step with the automatic thresholds
     crashed the Run page (ZeroDivisionError in se_implications: the per-cell test, z = 0, is the exact step's

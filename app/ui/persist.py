@@ -4,8 +4,8 @@ carries (``?ws=...``); a new session opened with that address (a reload, a resto
 server runs) takes the workspace back instead of starting over on the demo.
 
 Kept in memory only, for as long as the server runs, for the last ``MAX_WORKSPACES`` sessions (each holds its
-table) and at most ``MMC_WORKSPACE_GB`` (default 4) of their tables: older workspaces go first, the session's
-own never; an address whose workspace went (or that this server never had: it restarted) says so. Nothing is written to disk. The id is 128 random bits: the
+table) and at most ``MMC_WORKSPACE_GB`` (default 4) of their tables: untouched demo sessions go first, then
+the oldest, the session's own never; an address whose workspace went (or that this server never had: it restarted) says so. Nothing is written to disk. The id is 128 random bits: the
 address is what grants access, as with the dashboard itself, which is meant to be served to the analyst's own
 browser.
 """
@@ -34,9 +34,11 @@ KEYS = (
     "shelf",
     "run_error",
     "messages",
+    "ws_first",
 )
 
-_WORKSPACES: OrderedDict = OrderedDict()  # id -> (time saved, {key: value}, bytes of its tables)
+# id -> (time saved, {key: value}, bytes of its tables, untouched: a demo session nobody has changed)
+_WORKSPACES: OrderedDict = OrderedDict()
 _DROPPED: OrderedDict = OrderedDict()  # ids whose workspace was let go (to say so on a reload), the last 1,000
 _LOCK = threading.Lock()
 
@@ -110,18 +112,41 @@ def save():
     wid = ss.get("ws_id")
     if not wid or ss.get("data") is None:
         return
+    # a session that opened on a demo and whose table, groups and settings are still what it opened with holds
+    # nothing a new session would not rebuild: such workspaces go first (8 colleagues opening the address pushed
+    # out a live analyst's uploaded table and groups, lost on the next reload: an exploratory browser check)
+    fp = _fingerprint(ss)
+    if "ws_first" not in ss:
+        ss["ws_first"] = fp if (ss["data"] or {}).get("source") == "demo" else None
+    untouched = ss["ws_first"] is not None and fp == ss["ws_first"]
     work = {k: ss[k] for k in KEYS if k in ss}
     with _LOCK:
-        _WORKSPACES[wid] = (time.time(), work, table_bytes(work))
+        _WORKSPACES[wid] = (time.time(), work, table_bytes(work), untouched)
         _WORKSPACES.move_to_end(wid)
         limit = max_bytes()
         while len(_WORKSPACES) > 1 and (
             len(_WORKSPACES) > MAX_WORKSPACES or sum(w[2] for w in _WORKSPACES.values()) > limit
         ):
-            gone, _ = _WORKSPACES.popitem(last=False)
+            others = [k for k in _WORKSPACES if k != wid]
+            gone = next((k for k in others if _WORKSPACES[k][3]), others[0])  # the oldest untouched, else oldest
+            del _WORKSPACES[gone]
             _DROPPED[gone] = True
             while len(_DROPPED) > 1000:
                 _DROPPED.popitem(last=False)
+
+
+def _fingerprint(ss) -> tuple:
+    """What an analyst changes: the table (its key), the groups, the settings; a set-aside table counts too."""
+    import json
+
+    settings = ss.get("settings")
+    s = settings.to_dict() if hasattr(settings, "to_dict") else None
+    return (
+        (ss.get("data") or {}).get("key"),
+        json.dumps(ss.get("groups"), sort_keys=True, default=str),
+        json.dumps(s, sort_keys=True, default=str),
+        bool(ss.get("shelf")) or bool(ss.get("previous_workspace")),
+    )
 
 
 def forget_all():
