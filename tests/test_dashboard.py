@@ -622,6 +622,32 @@ def test_kept_workspaces_stay_within_a_memory_cap_and_a_dropped_one_says_so(monk
     persist.forget_all()
 
 
+def test_pages_say_when_the_result_is_from_other_settings():
+    """An exploratory browser check: after changing the label and removing groups, the sidebar still said
+    "Model: converged", the Run page showed "Converged in 6 rounds" under the new label, and Results and Export
+    showed the old run's audit as current. They now say what changed since the run."""
+    at = _new()
+    assert at.session_state["run"] is not None
+    for page in ("results", "run"):
+        _page(at, page)
+        assert not any("changed since this run" in w.value for w in at.warning), page
+    groups = at.session_state["groups"]
+    at.session_state["groups"] = groups[:2]
+    for page in ("results", "run", "export"):
+        _page(at, page)
+        assert any("The groups changed since this run" in w.value for w in at.warning), page
+    assert any("settings changed since" in m.value for m in at.sidebar.markdown)
+    at.session_state["groups"] = groups  # back as they were: the run is current again
+    _page(at, "results")
+    assert not any("changed since this run" in w.value for w in at.warning)
+    _page(at, "data")
+    at.selectbox(key="label_col").select("base_pred").run()
+    _page(at, "results")
+    assert any(w.value.startswith("The label") and "changed since this run" in w.value for w in at.warning), [
+        w.value for w in at.warning
+    ]
+
+
 def test_fresh_demo_sessions_do_not_push_out_an_analysts_work():
     """An exploratory browser check: opening the address 8 times (colleagues, new tabs) pushed out the
     workspace of an analyst who had uploaded a table and defined a group, lost on the next reload. Untouched

@@ -105,7 +105,22 @@ def run_and_frame(stale: str):
     if d is None or d["key"] != run.data_key:
         st.warning(stale)
         return None
+    changed_since_note(run)
     return run, d["df"]
+
+
+def changed_since_note(run) -> None:
+    """Says when the label, base, groups or fit settings changed after ``run``: what is shown is that run's."""
+    from app.ui import state
+
+    changed = state.changes_since(run)
+    if changed:
+        what = ", ".join(changed[:-1]) + (" and " if len(changed) > 1 else "") + changed[-1]
+        st.warning(
+            f"{what[0].upper()}{what[1:]} changed since this run: what is shown here is the earlier run's "
+            "(its model, groups and audit). Run again on the Run page for the current settings.",
+            icon=":material/history:",
+        )
 
 
 def units_suffix() -> str:

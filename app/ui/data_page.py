@@ -141,8 +141,7 @@ def _previous_table_notice():
     d = state.data()
     if same is not None:
         st.info(
-            f"**{esc(same)}** is already the current table (the same rows): its groups, settings and results are "
-            "kept.",
+            f"**{esc(same)}** is already the current table (the same rows): its groups, settings and results are kept.",
             icon=":material/check_circle:",
         )
     if back is not None:

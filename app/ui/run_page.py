@@ -766,6 +766,10 @@ def show_run_summary(run):
     ss = st.session_state
     info = run.model.info
     t = run.timings
+    from app.ui.common import changed_since_note
+
+    if run.data_key == (state.data() or {}).get("key"):
+        changed_since_note(run)  # the label, groups or settings above are not this run's
     if run.stopped:
         audited = run.audit is not None
         rounds = int(info["rounds"] or 0)

@@ -609,6 +609,36 @@ def bytes_key(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()[:16]
 
 
+def changes_since(run) -> list:
+    """What the current label, base prediction, groups and fit settings change against those ``run`` was made
+    with (words, e.g. ["the label", "the groups"]; [] when none): the Run, Results and Export pages and the
+    sidebar say the result shown is the earlier run's (a changed table is said apart: it blocks the pages)."""
+    from app.ui.groupbuild import groups_file
+
+    out = []
+    try:
+        if label_spec() != run.label_spec:
+            out.append("the label")
+        if base_spec() != run.base_spec:
+            out.append("the base prediction")
+
+        def listed(doc):  # the run's file starts with the whole population, which the pipeline adds
+            gs = (doc or {}).get("groups") or []
+            return [g for g in gs if not (g.get("name") == "all" and not g.get("where") and not g.get("any"))]
+
+        try:
+            groups = listed(groups_file(st.session_state.get("groups") or []))
+        except Exception:  # noqa: BLE001 - an invalid group list is not the run's either
+            groups = None
+        if groups != listed(run.groups_json):
+            out.append("the groups")
+        if fit_settings() != run.settings:
+            out.append("the fit settings")
+    except AttributeError:  # a run record from before these fields: nothing to compare
+        return []
+    return out
+
+
 def status_line() -> str:
     """One line for the sidebar: the model's state."""
     ss = st.session_state
@@ -622,6 +652,7 @@ def status_line() -> str:
     run = ss.get("run")
     if run is None:
         return "not fitted yet"
+    changed = " (settings changed since)" if changes_since(run) else ""
     if run.stopped:
-        return "stopped early (not converged)"
-    return "converged" if run.converged else "not converged"
+        return "stopped early (not converged)" + changed
+    return ("converged" if run.converged else "not converged") + changed
