@@ -373,24 +373,40 @@ def predictions_table(df: pd.DataFrame, run: AuditRun, methods=None, rows: np.nd
     split = np.full(len(df), "", dtype=object)
     for name in ("base", "fit", "calibration", "test"):
         split[run.split[name]] = name
-    out["mmc_split"] = split[rows]
+    new = {"split": split[rows]}
     if base is not None:
-        out["mmc_base"] = base
-    out["mmc_mean"] = preds["mean"]
+        new["base"] = base
+    new["mean"] = preds["mean"]
     if getattr(model, "task", "regression") == "binary":  # the probability of the positive class
-        out["mmc_decision"] = (preds["mean"] >= run.settings.threshold).astype(int)
+        new["decision"] = (preds["mean"] >= run.settings.threshold).astype(int)
     if "moment_2" in preds:
-        out["mmc_sd"] = np.sqrt(np.maximum(preds["moment_2"], 0.0))
+        new["sd"] = np.sqrt(np.maximum(preds["moment_2"], 0.0))
     for k, v in preds.items():
         if k != "mean":
-            out[f"mmc_{k}"] = v
+            new[k] = v
     if methods:
         ints = interval_table(
             model, table, base=base, delta=run.settings.delta, gamma=run.settings.gamma, methods=list(methods)
         )
         for m, (lo, hi) in ints.items():
-            out[f"mmc_lower_{m}"], out[f"mmc_upper_{m}"] = lo, hi
+            new[f"lower_{m}"], new[f"upper_{m}"] = lo, hi
+    prefix = output_prefix(out.columns, new)
+    for k, v in new.items():
+        out[prefix + k] = v
+    out.attrs["mmc_prefix"] = prefix
     return out
+
+
+def output_prefix(columns, names) -> str:
+    """The prefix of the tool's columns in an export: "mmc_", or "mmc_out_" ("mmc_out2_", ...) when the table
+    already has a column of one of those names (a user's own ``mmc_mean`` was silently replaced by the model's:
+    an exploratory browser check); the user's columns are never overwritten."""
+    taken = {str(c) for c in columns}
+    prefix, k = "mmc_", 1
+    while any(prefix + n in taken for n in names):
+        prefix = "mmc_out_" if k == 1 else f"mmc_out{k}_"
+        k += 1
+    return prefix
 
 
 def classifier_rates(df: pd.DataFrame, run: AuditRun, threshold: float):

@@ -170,6 +170,14 @@ def test_pipeline_on_the_synthetic_demo(synth):
     assert (out["mmc_lower_calibrated"] <= out["mmc_mean"]).all() and (
         out["mmc_mean"] <= out["mmc_upper_calibrated"]
     ).all()
+    # a table that already has columns of the tool's names keeps them: the tool's get another prefix (a user's
+    # own mmc_mean and mmc_split were silently replaced: an exploratory browser check)
+    mine = synth.assign(mmc_mean=synth["base_pred"], mmc_split="x")
+    out2 = predictions_table(mine, run, methods=["calibrated"])
+    assert (out2["mmc_mean"] == synth["base_pred"]).all() and (out2["mmc_split"] == "x").all()
+    assert out2.attrs["mmc_prefix"] == "mmc_out_"
+    np.testing.assert_array_equal(out2["mmc_out_mean"], out["mmc_mean"])
+    assert set(out2["mmc_out_split"]) == {"fit", "calibration", "test"} and "mmc_out_lower_calibrated" in out2
     det = row_details(synth, run, int(run.split["test"][0]))
     assert "all" in det["groups"] and det["pred"]["mean"] == pytest.approx(out["mmc_mean"].iloc[run.split["test"][0]])
     # the saved model reloads and predicts the same

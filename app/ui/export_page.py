@@ -68,6 +68,7 @@ def build_csv(run, frame, methods, which: str) -> bytes:
 
     rows = run.split["test"] if which == "test" else None
     out = predictions_table(frame, run, methods=methods, rows=rows)
+    st.session_state["export_csv_prefix"] = out.attrs.get("mmc_prefix", "mmc_")
     return escape_formulas(out).to_csv(index=False, float_format="%.6g").encode("utf-8")
 
 
@@ -173,9 +174,18 @@ def csv_section(run, frame):
                 f"class, in [0, 1]) and `mmc_decision` (1 when `mmc_mean` ≥ {run.settings.threshold:g}). A binary "
                 "label has no intervals."
             )
+        prefix = ss.get("export_csv_prefix", "mmc_")
+        if prefix != "mmc_":  # the table has columns of the tool's names: the tool's get another prefix
+            cols = cols.replace("`mmc_", f"`{prefix}")
         st.caption(
-            f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `mmc_split` (which part of the split the "
-            f"row was in), {cols} Text cells that would run as spreadsheet formulas are escaped."
+            f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `{prefix}split` (which part of the split "
+            f"the row was in), {cols} Text cells that would run as spreadsheet formulas are escaped."
+            + (
+                f" Your table already has columns named `mmc_…`: they are kept as they are, and the tool's columns "
+                f"start with `{prefix}` instead."
+                if prefix != "mmc_"
+                else ""
+            )
         )
 
 
