@@ -310,6 +310,10 @@ def test_stop_button_ends_a_long_run():
     )
     at.file_uploader(key="upload").set_value(("big.csv", df.to_csv(index=False).encode(), "text/csv")).run()
     _page(at, "run")
+    at.button(key="run_btn").click().run()  # a complete, audited run first
+    _wait_job(at)
+    complete = at.session_state["run"]
+    assert complete is not None and not complete.stopped and complete.audit is not None
     at.toggle(key="p_auto").set_value(False).run()
     at.select_slider(key="p_alpha").set_value(1e-5)
     at.radio(key="p_step").set_value("paper")
@@ -338,6 +342,11 @@ def test_stop_button_ends_a_long_run():
     # guarantees "do not hold" (a browser session); the stated values hold for the kept model
     note = next(w.value for w in at.warning if "did not converge" in w.value)
     assert "do not hold" not in note and "hold on its fitting rows at the α and β it achieves" in note
+    # the complete audit the stopped run replaced is one click away (Stop discarded it without a word)
+    _page(at, "run")
+    assert any("previous complete run" in i.value and "set aside" in i.value for i in at.info)
+    at.button(key="run_before_stop_btn").click().run()
+    assert at.session_state["run"] is complete and "run_before_stop" not in at.session_state
 
 
 def test_exports(demo_at):

@@ -35,6 +35,7 @@ KEYS = (
     "run_error",
     "messages",
     "ws_first",
+    "run_before_stop",
 )
 
 # id -> (time saved, {key: value}, bytes of its tables, untouched: a demo session nobody has changed)

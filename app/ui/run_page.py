@@ -90,6 +90,12 @@ def finalize():
         units = getattr(job, "label_units", "")
         if units and run.audit is not None and isinstance(getattr(run.audit, "params", None), dict):
             run.audit.params["label_units"] = units
+        prev = ss.get("run")
+        # a stopped run's model replaces the last complete audit, which stays one click away (Stop discarded it
+        # without a word: an exploratory browser check)
+        ss.pop("run_before_stop", None)
+        if run.stopped and prev is not None and not prev.stopped and prev.audit is not None:
+            ss["run_before_stop"] = prev
         ss["run"] = run
         for k in ("export_pdf", "export_pdf_error", "export_csv", "export_model", "export_groups", "export_audit"):
             ss.pop(k, None)
@@ -98,6 +104,16 @@ def finalize():
         ss.pop("run_error", None)  # nothing fitted: the previous run (if any) stays
     else:
         ss["run_error"] = job.error or "the run failed"
+
+
+def bring_back_run_before_stop():
+    """The Run page's button after a Stop: the last complete (audited) run back in place of the stopped one."""
+    ss = st.session_state
+    prev = ss.pop("run_before_stop", None)
+    if prev is not None:
+        ss["run"] = prev
+        for k in ("export_pdf", "export_pdf_error", "export_csv", "export_model", "export_groups", "export_audit"):
+            ss.pop(k, None)
 
 
 def audit_kept_model():
@@ -797,6 +813,14 @@ def show_run_summary(run):
                 on_click=audit_kept_model,
                 help="Computes the Results page for the stopped model on the test rows (may take a while).",
             )
+        before = ss.get("run_before_stop")
+        if before is not None:
+            st.info(
+                f"The previous complete run ({esc(before.data_name)}, {len(before.groups_json.get('groups') or [])} "
+                "groups, audited) is set aside: the Results page now shows this stopped run.",
+                icon=":material/history:",
+            )
+            st.button("Bring back the previous run", key="run_before_stop_btn", on_click=bring_back_run_before_stop)
     elif run.converged:
         st.success(
             f"{converged_text(info)} Fit {t.get('fit', 0):.2f} s, audit "

@@ -187,6 +187,7 @@ def set_data(
         "autorun",
         "run_error",
         "last_job",
+        "run_before_stop",
     ):
         ss.pop(k, None)
     if saved is not None:
