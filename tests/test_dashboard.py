@@ -338,6 +338,9 @@ def test_stop_button_ends_a_long_run():
     assert any("Stopped by you" in w.value for w in at.warning)
     _page(at, "results")
     assert any("did not converge" in w.value for w in at.warning)
+    # not audited (Stop skipped the audit): the header does not say "audited on ... test rows"
+    header = at.caption[0].value
+    assert (run.audit is None) == ("not audited yet" in header) and (run.audit is None) != ("audited on" in header)
     # and it says what holds: the Run page stated the achieved alpha as the guarantee while this page said the
     # guarantees "do not hold" (a browser session); the stated values hold for the kept model
     note = next(w.value for w in at.warning if "did not converge" in w.value)

@@ -527,7 +527,9 @@ def render():
         f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
         f"α = {run.alpha:.3g}" + (f", β = {run.beta:.3g}" if run.model.moments else "") + f"{_rule_note(run.model)}, "
         f"m = {run.settings.n_buckets}, "
-        f"k = {run.settings.n_moments} · audited on {run.split['test'].size:,} test rows · δ = "
+        f"k = {run.settings.n_moments} · "
+        + (f"audited on {run.split['test'].size:,} test rows" if run.audit is not None else "not audited yet")
+        + " · δ = "
         f"{run.settings.delta:g}, γ = {run.settings.gamma:g}"
     )
     if run.stopped or not run.converged:
