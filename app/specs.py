@@ -230,6 +230,10 @@ def missed_reason(info: dict) -> str:
         parts.append("the run was stopped")
     elif not info.get("run_converged", info.get("converged", True)):
         parts.append("the run was capped")
+    cells = info.get("shrunken_cells")
+    if isinstance(cells, dict) and cells.get("kept"):
+        # after the descent: the mean moves, so the moments' cells (measured around it) move too
+        parts.append("the shrunken cell corrections after the descent moved the mean, and with it the moments' cells")
     return "; ".join(parts) if parts else "the kept model's cells were not all corrected"
 
 

@@ -157,6 +157,12 @@ def test_thresholds_caption_says_when_the_kept_model_misses_the_given_ones():
     assert "(|t| < 3.90) were left uncorrected" in se_test and "early stopping" not in se_test
     mean_only = thresholds_used_text({"thresholds_used": {"alpha": 0.01, "betas": {}}}, 0.01, 0.01, {}, auto=True)
     assert mean_only == "Thresholds used: α = 0.01 (automatic: just above the sampling noise)."
+    # given thresholds met by the descent, then missed for β after the shrunken cell corrections moved the mean:
+    # the reason was "the kept model's cells were not all corrected" (an exploratory browser check)
+    cells = {"thresholds_used": {"alpha": 0.1, "betas": {"2": 0.0005}}, "shrunken_cells": {"kept": True}}
+    after = thresholds_used_text(cells, 0.1, 0.000981, {2: 0.000981}, auto=False)
+    assert "shrunken cell corrections after the descent moved the mean" in after
+    assert "were not all corrected" not in after and "achieves α = 0.1, β = 0.000981" in after
 
 
 def test_data_page_switch_demo_and_label_errors():
