@@ -122,6 +122,12 @@ def main():
             + ".",
             icon=":material/history:",
         )
+    if persist.take_fork_notice():
+        st.toast(
+            "This address is open in another tab too: this tab now has an address of its own, so neither tab "
+            "overwrites the other's work.",
+            icon=":material/tab_duplicate:",
+        )
     ui = _HERE / "ui"
     pages = {
         "Audit": [

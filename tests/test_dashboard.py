@@ -666,6 +666,40 @@ def test_pages_say_when_the_result_is_from_other_settings():
     ]
 
 
+def test_two_tabs_on_one_address_do_not_overwrite_each_other():
+    """An exploratory browser check: with one address open in two tabs, the last tab to do anything overwrote
+    the workspace (tab 1's new group was lost on its reload, under a toast saying the work was back). The tab
+    that saves second now goes on under an address of its own and says so."""
+    from app.ui import persist
+
+    persist.forget_all()
+    one = _new()
+    wid = one.session_state["ws_id"]
+    two = AppTest.from_file(APP, default_timeout=60)
+    two.query_params["ws"] = wid
+    two.run()
+    assert two.session_state["ws_id"] == wid
+    _page(two, "groups")  # tab 2 does something: its save is the address's latest
+    groups = [
+        *one.session_state["groups"],
+        {"name": "tab1 group", "where": [{"column": "sex", "op": "==", "value": "F"}]},
+    ]
+    one.session_state["groups"] = groups
+    one.run()  # tab 1's save would have overwritten tab 2's
+    new = one.session_state["ws_id"]
+    assert new != wid and one.query_params.get("ws") == new
+    assert persist._WORKSPACES[new][1]["groups"][-1]["name"] == "tab1 group"
+    assert all(g["name"] != "tab1 group" for g in persist._WORKSPACES[wid][1]["groups"])
+    one.run()
+    assert any("open in another tab" in t.value for t in one.toast)
+    # a reload of tab 1 (its new address) takes back its own work
+    again = AppTest.from_file(APP, default_timeout=60)
+    again.query_params["ws"] = new
+    again.run()
+    assert again.session_state["groups"][-1]["name"] == "tab1 group"
+    persist.forget_all()
+
+
 def test_fresh_demo_sessions_do_not_push_out_an_analysts_work():
     """An exploratory browser check: opening the address 8 times (colleagues, new tabs) pushed out the
     workspace of an analyst who had uploaded a table and defined a group, lost on the next reload. Untouched

@@ -5,7 +5,9 @@ server runs) takes the workspace back instead of starting over on the demo.
 
 Kept in memory only, for as long as the server runs, for the last ``MAX_WORKSPACES`` sessions (each holds its
 table) and at most ``MMC_WORKSPACE_GB`` (default 4) of their tables: untouched demo sessions go first, then
-the oldest, the session's own never; an address whose workspace went (or that this server never had: it restarted) says so. Nothing is written to disk. The id is 128 random bits: the
+the oldest, the session's own never; an address whose workspace went (or that this server never had: it restarted) says so. Two
+sessions on one address (two tabs) never overwrite each other: the one that saves second goes on under an
+address of its own. Nothing is written to disk. The id is 128 random bits: the
 address is what grants access, as with the dashboard itself, which is meant to be served to the analyst's own
 browser.
 """
@@ -38,7 +40,8 @@ KEYS = (
     "run_before_stop",
 )
 
-# id -> (time saved, {key: value}, bytes of its tables, untouched: a demo session nobody has changed)
+# id -> (time saved, {key: value}, bytes of its tables, untouched: a demo session nobody has changed, version:
+# how many saves it has had)
 _WORKSPACES: OrderedDict = OrderedDict()
 _DROPPED: OrderedDict = OrderedDict()  # ids whose workspace was let go (to say so on a reload), the last 1,000
 _LOCK = threading.Lock()
@@ -83,10 +86,12 @@ def attach() -> bool:
             for k, v in kept[1].items():
                 ss[k] = _own_copy(k, v)
             ss["ws_id"] = wid
+            ss["ws_version"] = kept[4]
             ss["ws_restored"] = True
             restored = True
         else:
             ss["ws_id"] = secrets.token_urlsafe(16)
+            ss["ws_version"] = 0
     if st.query_params.get(PARAM) != ss["ws_id"]:
         st.query_params[PARAM] = ss["ws_id"]
     return restored
@@ -122,7 +127,18 @@ def save():
     untouched = ss["ws_first"] is not None and fp == ss["ws_first"]
     work = {k: ss[k] for k in KEYS if k in ss}
     with _LOCK:
-        _WORKSPACES[wid] = (time.time(), work, table_bytes(work), untouched)
+        held = _WORKSPACES.get(wid)
+        if held is not None and held[4] != ss.get("ws_version", 0):
+            # another session (a second tab on this address) saved since this one last did: this one goes on
+            # under an address of its own instead of overwriting that work (the last tab to act won, and a
+            # reload then said "your work is back" over the other tab's state: an exploratory browser check)
+            wid = secrets.token_urlsafe(16)
+            ss["ws_id"] = wid
+            ss["ws_forked"] = True
+            held = None
+        version = (held[4] if held is not None else 0) + 1
+        ss["ws_version"] = version
+        _WORKSPACES[wid] = (time.time(), work, table_bytes(work), untouched, version)
         _WORKSPACES.move_to_end(wid)
         limit = max_bytes()
         while len(_WORKSPACES) > 1 and (
@@ -134,6 +150,8 @@ def save():
             _DROPPED[gone] = True
             while len(_DROPPED) > 1000:
                 _DROPPED.popitem(last=False)
+    if ss.get("ws_forked") and st.query_params.get(PARAM) != wid:
+        st.query_params[PARAM] = wid  # a reload right away must find this session's own work
 
 
 def _fingerprint(ss) -> tuple:
@@ -148,6 +166,16 @@ def _fingerprint(ss) -> tuple:
         json.dumps(s, sort_keys=True, default=str),
         bool(ss.get("shelf")) or bool(ss.get("previous_workspace")),
     )
+
+
+def take_fork_notice() -> bool:
+    """True once after this session moved to an address of its own (:func:`save`); the address bar follows."""
+    ss = st.session_state
+    if not ss.pop("ws_forked", False):
+        return False
+    if st.query_params.get(PARAM) != ss.get("ws_id"):
+        st.query_params[PARAM] = ss["ws_id"]
+    return True
 
 
 def forget_all():
