@@ -211,6 +211,10 @@ def test_upload_csv_and_bad_files():
     assert ss["data"]["name"] == "my data.csv"
     at.file_uploader(key="upload").set_value(("empty.csv", b"a,b\n", "text/csv")).run()
     assert any("no data rows" in e.value for e in at.error)
+    # a 1-row table: too small for any split, which lowering the shares cannot fix (it was told to lower them)
+    at.file_uploader(key="upload").set_value(("one.csv", df.head(1).to_csv(index=False).encode(), "text/csv")).run()
+    assert any("The table has 1 row:" in e.value and "Use a larger table" in e.value for e in at.error)
+    assert not any("lower them" in e.value for e in at.error)
     # back to the good file, run, export the CSV with the formula escaped
     at.file_uploader(key="upload").set_value(("my data.csv", df.to_csv(index=False).encode(), "text/csv")).run()
     _page(at, "run")

@@ -420,7 +420,15 @@ def split_section(d):
     c3.number_input("Random seed of the split", min_value=0, max_value=10_000, **state.bind("split_seed"))
     sizes = split_summary(d)
     if sizes is None:
-        st.error("These shares leave too few rows for multicalibration: lower them.")
+        # a table too small for any split is said so: lowering the shares cannot help it (a 1-row file was told to)
+        if d["rows"] < 21:  # 20 fitting rows (pipeline.split_rows) and at least one test row
+            st.error(
+                f"The table has {d['rows']:,} row{'s' if d['rows'] != 1 else ''}: multicalibration needs at least 20 "
+                "fitting rows besides the test rows (21 rows in all, with the smallest test share). Use a larger "
+                "table."
+            )
+        else:
+            st.error("These shares leave too few rows for multicalibration: lower them.")
         return
     df = pd.DataFrame({"part": list(sizes), "rows": list(sizes.values())})
     df["share"] = df["rows"] / d["rows"]
