@@ -247,6 +247,10 @@ def test_group_builder_add_create_rename_remove_import_export():
     at.button(key="cg_add_cond").click().run()
     assert len(ss["draft_conds"]) == 2
     at.text_input(key="cg_name").input("Women of race B or D").run()
+    # a trip to another page keeps the draft and its typed name (the name was lost: an exploratory browser check)
+    _page(at, "run")
+    _page(at, "groups")
+    assert at.text_input(key="cg_name").value == "Women of race B or D" and len(ss["draft_conds"]) == 2
     at.button(key="cg_create").click().run()
     assert ss["groups"][-1]["name"] == "Women of race B or D"
     assert ss["groups"][-1]["where"] == [

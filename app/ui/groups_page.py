@@ -206,12 +206,18 @@ def _cb_create_group(columns):
         return
     _set_groups(_groups() + [{"name": name, "where": list(draft)}], f"Created group '{name}'.")
     ss["draft_conds"] = []
-    ss["cg_name"] = ""
+    ss["cg_name"] = ss["cg_name_kept"] = ""
 
 
 def _cb_clear_draft():
     st.session_state["draft_conds"] = []
-    st.session_state["cg_name"] = ""
+    st.session_state["cg_name"] = st.session_state["cg_name_kept"] = ""
+
+
+def _cb_keep_name():
+    """The typed group name outside the widget's own key, which Streamlit drops when the page changes (the name
+    was lost on a trip to another page: an exploratory browser check)."""
+    st.session_state["cg_name_kept"] = st.session_state.get("cg_name", "")
 
 
 def custom_group(d):
@@ -232,8 +238,14 @@ def custom_group(d):
             + " **and** ".join(esc(gb.condition_label(c)) for c in draft)
             + (f" — {n:,} rows ({n / max(d['rows'], 1):.1%})" if n is not None else "")
         )
-        ss.setdefault("cg_name", "")
-        st.text_input("Group name (optional)", key="cg_name", placeholder=gb.group_name(draft), max_chars=200)
+        ss.setdefault("cg_name", ss.get("cg_name_kept", ""))
+        st.text_input(
+            "Group name (optional)",
+            key="cg_name",
+            placeholder=gb.group_name(draft),
+            max_chars=200,
+            on_change=_cb_keep_name,
+        )
         b1, b2 = st.columns(2)
         b1.button(
             "Create group", key="cg_create", type="primary", on_click=_cb_create_group, args=(list(d["df"].columns),)
@@ -283,7 +295,7 @@ def _cb_remove(names: list | None, message: str | None):
 def _cb_to_draft(g: dict):
     ss = st.session_state
     ss["draft_conds"] = list(g["where"])
-    ss["cg_name"] = g["name"]
+    ss["cg_name"] = ss["cg_name_kept"] = g["name"]
     ss["groups_msg"] = f"Loaded '{g['name']}' into the custom builder (tab 'Custom group')."
 
 

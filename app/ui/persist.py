@@ -38,6 +38,8 @@ KEYS = (
     "messages",
     "ws_first",
     "run_before_stop",
+    "draft_conds",  # the custom group being built, and its typed name
+    "cg_name_kept",
 )
 
 # id -> (time saved, {key: value}, bytes of its tables, untouched: a demo session nobody has changed, version:

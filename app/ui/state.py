@@ -184,6 +184,7 @@ def set_data(
         "export_groups",
         "export_audit",
         "draft_conds",
+        "cg_name_kept",
         "autorun",
         "run_error",
         "last_job",
