@@ -55,6 +55,18 @@ def _wait_job(at: AppTest, timeout: float = 60) -> None:
     at.run()
 
 
+def _upload_sample(at: AppTest, name: str, n: int, seed: int) -> bytes:
+    """Switch to uploads and upload ``n`` rows of the demo distribution (without its truth columns) as ``name``;
+    returns the file's bytes."""
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    df = pd.DataFrame(demo_distribution().sample_table(n, np.random.default_rng(seed))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    raw = df.to_csv(index=False).encode()
+    at.file_uploader(key="upload").set_value((name, raw, "text/csv")).run()
+    return raw
+
+
 @pytest.fixture(scope="module")
 def demo_at():
     """One session on the default demo, after the automatic first audit."""
@@ -592,11 +604,7 @@ def test_a_reload_takes_back_the_sessions_work():
 
     persist.forget_all()
     at = _new()
-    at.radio(key="src_kind").set_value("Upload a file").run()
-    df = pd.DataFrame(demo_distribution().sample_table(1200, np.random.default_rng(8))).drop(
-        columns=["true_mean", "true_var", "true_m3", "true_m4"]
-    )
-    at.file_uploader(key="upload").set_value(("kept.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    _upload_sample(at, "kept.csv", 1200, 8)
     ss = at.session_state
     ss["groups"] = [*ss["groups"], {"name": "custom", "where": [{"column": "sex", "op": "==", "value": "F"}]}]
     _page(at, "run")
@@ -716,11 +724,7 @@ def test_fresh_demo_sessions_do_not_push_out_an_analysts_work():
 
     persist.forget_all()
     at = _new()
-    at.radio(key="src_kind").set_value("Upload a file").run()
-    df = pd.DataFrame(demo_distribution().sample_table(900, np.random.default_rng(9))).drop(
-        columns=["true_mean", "true_var", "true_m3", "true_m4"]
-    )
-    at.file_uploader(key="upload").set_value(("mine.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    _upload_sample(at, "mine.csv", 900, 9)
     wid = at.session_state["ws_id"]
     fresh = []
     for _ in range(persist.MAX_WORKSPACES + 1):
@@ -848,12 +852,7 @@ def test_uploading_the_current_table_again_keeps_its_work():
     to the suggestions and dropped the result, with nothing set aside to bring back. The same rows are now
     recognized as the current table: groups, settings and result stay, and the Data page says so."""
     at = _new()
-    at.radio(key="src_kind").set_value("Upload a file").run()
-    df = pd.DataFrame(demo_distribution().sample_table(700, np.random.default_rng(8))).drop(
-        columns=["true_mean", "true_var", "true_m3", "true_m4"]
-    )
-    raw = df.to_csv(index=False).encode()
-    at.file_uploader(key="upload").set_value(("s.csv", raw, "text/csv")).run()
+    raw = _upload_sample(at, "s.csv", 700, 8)
     ss = at.session_state
     ss["groups"] = groups = ss["groups"][:3]  # the analyst's own choice of groups, a setting and a result
     ss["settings"].p_delta = 0.2
