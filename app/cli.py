@@ -142,15 +142,15 @@ def build_parser() -> argparse.ArgumentParser:
         "rows (an over-fitted base model's predictions are too spread out); 'group-linear' fits one slope within "
         "the listed groups and one between them (bent at the base's quartiles where that helps out of sample), "
         "applied in proportion to its out-of-sample gain (full at z >= 2); "
-        "default auto = group-linear (none with --engine dask)",
+        "default auto = group-linear ('affine' not with --engine dask)",
     )
     choice_option(
         f,
         "--shrunken-cells",
         ["on", "off"],
         "after the descent, move each group's rows in each fifth of the prediction by their mean residual shrunk by "
-        "the evidence for it (empirical Bayes; vetoed on the held-out rows; needs --calibration-fraction > 0; "
-        "not with --engine dask); default on",
+        "the evidence for it (empirical Bayes; vetoed on the held-out rows; needs --calibration-fraction > 0); "
+        "default on",
     )
     choice_option(
         f,

@@ -233,7 +233,11 @@ def missed_reason(info: dict) -> str:
     cells = info.get("shrunken_cells")
     if isinstance(cells, dict) and cells.get("kept"):
         # after the descent: the mean moves, so the moments' cells (measured around it) move too
-        parts.append("the shrunken cell corrections after the descent moved the mean, and with it the moments' cells")
+        moments = bool((info.get("thresholds_used") or {}).get("betas"))
+        parts.append(
+            "the shrunken cell corrections after the descent moved the mean"
+            + (", and with it the moments' cells" if moments else "")
+        )
     return "; ".join(parts) if parts else "the kept model's cells were not all corrected"
 
 

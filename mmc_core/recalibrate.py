@@ -52,7 +52,7 @@ __all__ = [
     "within_slopes",
 ]
 
-BASE_RECALIBRATIONS = ("auto", "none", "affine", "group-linear")  # "auto": group-linear (numpy engine), none (Dask)
+BASE_RECALIBRATIONS = ("auto", "none", "affine", "group-linear")  # "auto": group-linear (both engines)
 # the group-linear map is applied in full when its out-of-sample squared-error gain is this many standard
 # errors above 0 (one-sided: about 2.3% of fits of a map that does not help), at weight z / MIN_GAIN_Z below
 # that and not at all for z <= 0; measured in benchmarks/README.md ("the soft gate")

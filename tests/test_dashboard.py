@@ -225,7 +225,7 @@ def test_upload_csv_and_bad_files():
     assert any("no data rows" in e.value for e in at.error)
     # a 1-row table: too small for any split, which lowering the shares cannot fix (it was told to lower them)
     at.file_uploader(key="upload").set_value(("one.csv", df.head(1).to_csv(index=False).encode(), "text/csv")).run()
-    assert any("The table has 1 row:" in e.value and "Use a larger table" in e.value for e in at.error)
+    assert any("The table has 1 row, too few to split" in e.value and "larger table" in e.value for e in at.error)
     assert not any("lower them" in e.value for e in at.error)
     # back to the good file, run, export the CSV with the formula escaped
     at.file_uploader(key="upload").set_value(("my data.csv", df.to_csv(index=False).encode(), "text/csv")).run()
@@ -374,6 +374,17 @@ def test_stop_button_ends_a_long_run():
     # the complete audit the stopped run replaced is one click away (Stop discarded it without a word)
     _page(at, "run")
     assert any("previous complete run" in i.value and "set aside" in i.value for i in at.info)
+    # a second stopped run keeps the complete one set aside (a review: it was dropped then)
+    at.button(key="run_btn").click().run()
+    job = at.session_state["job"]
+    deadline = time.time() + 30
+    while len(job.history) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    at.run()
+    at.button(key="stop_run").click().run()
+    assert job.wait(60)
+    at.run()
+    assert at.session_state["run"].stopped and at.session_state["run_before_stop"] is complete
     at.button(key="run_before_stop_btn").click().run()
     assert at.session_state["run"] is complete and "run_before_stop" not in at.session_state
 
@@ -682,6 +693,23 @@ def test_pages_say_when_the_result_is_from_other_settings():
     ]
 
 
+def test_no_changed_since_note_right_after_a_classifier_run_or_a_discover_slider():
+    """A review: a classifier's run stores k = 1 (the pipeline fits its mean only) while the slider kept 2, and the
+    Discover tab's depth slider counted as a fit setting with discovery off: "The fit settings changed since
+    this run" right after every such run."""
+    at = _new()
+    at.selectbox(key="demo_name").set_value("loanapp").run()
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    run = at.session_state["run"]
+    assert run is not None and run.model.task == "binary" and run.settings.n_moments == 1
+    at.session_state["settings"].disc_depth = 5  # the Discover tab's search, not the fit's
+    for page in ("run", "results"):
+        _page(at, page)
+        assert not any("changed since this run" in w.value for w in at.warning), [w.value for w in at.warning]
+
+
 def test_two_tabs_on_one_address_do_not_overwrite_each_other():
     """An exploratory browser check: with one address open in two tabs, the last tab to do anything overwrote
     the workspace (tab 1's new group was lost on its reload, under a toast saying the work was back). The tab
@@ -690,11 +718,16 @@ def test_two_tabs_on_one_address_do_not_overwrite_each_other():
 
     persist.forget_all()
     one = _new()
+    one.session_state["draft_conds"] = [{"column": "sex", "op": "==", "value": "F"}]
+    one.run()
     wid = one.session_state["ws_id"]
     two = AppTest.from_file(APP, default_timeout=60)
     two.query_params["ws"] = wid
     two.run()
     assert two.session_state["ws_id"] == wid
+    # a custom group being built is edited in place: each tab has its own (a review found them shared)
+    assert two.session_state["draft_conds"] == one.session_state["draft_conds"]
+    assert two.session_state["draft_conds"] is not one.session_state["draft_conds"]
     _page(two, "groups")  # tab 2 does something: its save is the address's latest
     groups = [
         *one.session_state["groups"],
@@ -734,11 +767,15 @@ def test_fresh_demo_sessions_do_not_push_out_an_analysts_work():
     assert wid in persist._WORKSPACES and len(persist._WORKSPACES) == persist.MAX_WORKSPACES
     assert persist._WORKSPACES[wid][3] is False  # an upload is work
     assert all(persist._WORKSPACES[k][3] for k in fresh if k in persist._WORKSPACES)
-    # a demo session whose groups were changed is work too
+    # a demo session whose groups were changed is work too, and so is a custom group being built
     demo = _new()
     demo.session_state["groups"] = demo.session_state["groups"][:2]
     demo.run()
     assert persist._WORKSPACES[demo.session_state["ws_id"]][3] is False
+    drafting = _new()
+    drafting.session_state["draft_conds"] = [{"column": "sex", "op": "==", "value": "F"}]
+    drafting.run()
+    assert persist._WORKSPACES[drafting.session_state["ws_id"]][3] is False
     persist.forget_all()
 
 

@@ -412,6 +412,13 @@ def test_recalibrations_the_dask_engine_does_not_fit_are_refused(client):
         MomentMulticalibrator(base_recalibration="affine").fit(
             split(df), "y", None, base_prediction="base", client=client
         )
+    # a misspelt value is an error naming the parameter, as in memory (a review: it fitted as "none")
+    with pytest.raises(MMCError, match="base_recalibration must be one of"):
+        MomentMulticalibrator(base_recalibration="grouplinear").fit(
+            split(df), "y", None, base_prediction="base", client=client
+        )
+    with pytest.raises(MMCError, match="shrunken_cells must be True or False"):
+        MomentMulticalibrator(shrunken_cells="yes").fit(split(df), "y", None, base_prediction="base", client=client)
 
 
 def test_engine_dask_on_an_in_memory_table_with_arrays(client):

@@ -420,15 +420,25 @@ def split_section(d):
     c3.number_input("Random seed of the split", min_value=0, max_value=10_000, **state.bind("split_seed"))
     sizes = split_summary(d)
     if sizes is None:
-        # a table too small for any split is said so: lowering the shares cannot help it (a 1-row file was told to)
-        if d["rows"] < 21:  # 20 fitting rows (pipeline.split_rows) and at least one test row
-            st.error(
-                f"The table has {d['rows']:,} row{'s' if d['rows'] != 1 else ''}: multicalibration needs at least 20 "
-                "fitting rows besides the test rows (21 rows in all, with the smallest test share). Use a larger "
-                "table."
+        # what the split itself says (a 1-row file was told to lower the shares, which cannot help it; with too few
+        # base-model rows the share must be raised, not lowered)
+        from app.pipeline import split_rows
+
+        try:
+            split_rows(
+                d["rows"],
+                state.split_spec(),
+                state.base_spec().kind == "model",
+                state.fit_settings().calibration_fraction,
             )
-        else:
-            st.error("These shares leave too few rows for multicalibration: lower them.")
+            why = "these shares leave too few rows for multicalibration"
+        except MMCError as e:
+            why = str(e)
+        small = d["rows"] < 21  # 20 fitting rows and one test row at the least, whatever the shares
+        st.error(
+            (f"The table has {d['rows']:,} row{'s' if d['rows'] != 1 else ''}, too few to split: " if small else "")
+            + f"{why[0].upper() if not small else why[0]}{why[1:]}."
+        )
         return
     df = pd.DataFrame({"part": list(sizes), "rows": list(sizes.values())})
     df["share"] = df["rows"] / d["rows"]

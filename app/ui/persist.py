@@ -107,7 +107,7 @@ def _own_copy(key: str, value):
 
     if key == "settings" and value is not None:
         return type(value)(**value.to_dict())
-    if key in ("groups", "messages"):
+    if key in ("groups", "messages", "draft_conds"):
         return copy.deepcopy(value)
     if key in ("data", "previous_workspace", "shelf") and isinstance(value, dict):
         return dict(value)
@@ -157,7 +157,8 @@ def save():
 
 
 def _fingerprint(ss) -> tuple:
-    """What an analyst changes: the table (its key), the groups, the settings; a set-aside table counts too."""
+    """What an analyst changes: the table (its key), the groups, the settings, a custom group being built; a
+    set-aside table counts too."""
     import json
 
     settings = ss.get("settings")
@@ -167,6 +168,9 @@ def _fingerprint(ss) -> tuple:
         json.dumps(ss.get("groups"), sort_keys=True, default=str),
         json.dumps(s, sort_keys=True, default=str),
         bool(ss.get("shelf")) or bool(ss.get("previous_workspace")),
+        # a custom group being built is work too
+        json.dumps(ss.get("draft_conds") or [], sort_keys=True, default=str),
+        ss.get("cg_name_kept") or "",
     )
 
 

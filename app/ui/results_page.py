@@ -528,7 +528,11 @@ def render():
         f"α = {run.alpha:.3g}" + (f", β = {run.beta:.3g}" if run.model.moments else "") + f"{_rule_note(run.model)}, "
         f"m = {run.settings.n_buckets}, "
         f"k = {run.settings.n_moments} · "
-        + (f"audited on {run.split['test'].size:,} test rows" if run.audit is not None else "not audited yet")
+        + (
+            f"audited on {run.split['test'].size:,} test rows"
+            if run.audit is not None
+            else ("not audited yet" if run.stopped else "audit failed")
+        )
         + " · δ = "
         f"{run.settings.delta:g}, γ = {run.settings.gamma:g}"
     )

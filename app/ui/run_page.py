@@ -92,9 +92,10 @@ def finalize():
             run.audit.params["label_units"] = units
         prev = ss.get("run")
         # a stopped run's model replaces the last complete audit, which stays one click away (Stop discarded it
-        # without a word: an exploratory browser check)
-        ss.pop("run_before_stop", None)
-        if run.stopped and prev is not None and not prev.stopped and prev.audit is not None:
+        # without a word: an exploratory browser check); a second stopped run keeps the one set aside
+        if not run.stopped:
+            ss.pop("run_before_stop", None)
+        elif prev is not None and not prev.stopped and prev.audit is not None:
             ss["run_before_stop"] = prev
         ss["run"] = run
         for k in ("export_pdf", "export_pdf_error", "export_csv", "export_model", "export_groups", "export_audit"):
@@ -816,8 +817,9 @@ def show_run_summary(run):
         before = ss.get("run_before_stop")
         if before is not None:
             st.info(
-                f"The previous complete run ({esc(before.data_name)}, {len(before.groups_json.get('groups') or [])} "
-                "groups, audited) is set aside: the Results page now shows this stopped run.",
+                f"The previous complete run ({esc(before.data_name)}, "
+                f"{sum(g.get('name') != 'all' for g in before.groups_json.get('groups') or [])} groups, audited) is "
+                "set aside: the Results page now shows this stopped run.",
                 icon=":material/history:",
             )
             st.button("Bring back the previous run", key="run_before_stop_btn", on_click=bring_back_run_before_stop)

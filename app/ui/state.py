@@ -9,6 +9,8 @@ re-fills every such key from the object at the start of every script run, and co
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import os
 
@@ -466,8 +468,9 @@ def fit_settings() -> FitSettings:
         n_boot=int(s.p_nboot),
         discover=bool(s.p_disc),
         discover_features=tuple(s.disc_features or ()) if s.p_disc else (),
-        discover_depth=int(s.disc_depth),
-        discover_min_mass=float(s.disc_min_mass),
+        # the search's settings count only when the fit searches (the Discover tab's sliders share them)
+        discover_depth=int(s.disc_depth) if s.p_disc else 3,
+        discover_min_mass=float(s.disc_min_mass) if s.p_disc else 0.01,
     )
 
 
@@ -624,9 +627,16 @@ def changes_since(run) -> list:
         if base_spec() != run.base_spec:
             out.append("the base prediction")
 
-        def listed(doc):  # the run's file starts with the whole population, which the pipeline adds
+        def listed(doc):
+            # the run's file starts with the whole population, which the pipeline adds, and holds the sets a fit
+            # with discovery learned ("learned: ..."), which the session's list does not
             gs = (doc or {}).get("groups") or []
-            return [g for g in gs if not (g.get("name") == "all" and not g.get("where") and not g.get("any"))]
+            return [
+                g
+                for g in gs
+                if not (g.get("name") == "all" and not g.get("where") and not g.get("any"))
+                and not str(g.get("name", "")).startswith("learned: ")
+            ]
 
         try:
             groups = listed(groups_file(st.session_state.get("groups") or []))
@@ -634,7 +644,10 @@ def changes_since(run) -> list:
             groups = None
         if groups != listed(run.groups_json):
             out.append("the groups")
-        if fit_settings() != run.settings:
+        now = fit_settings()
+        if getattr(run.model, "task", "") == "binary":  # the pipeline fits a classifier's mean only (k = 1)
+            now = dataclasses.replace(now, n_moments=run.settings.n_moments)
+        if now != run.settings:
             out.append("the fit settings")
     except AttributeError:  # a run record from before these fields: nothing to compare
         return []

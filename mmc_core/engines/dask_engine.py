@@ -567,7 +567,16 @@ def fit_dask(
     _require()
     # the group-linear map ("auto", the default) is fitted on a client-side sample, as the numpy engine fits it;
     # the affine map only in memory
-    if getattr(est, "base_recalibration", "auto") == "affine":
+    from ..recalibrate import BASE_RECALIBRATIONS
+
+    if est.base_recalibration not in BASE_RECALIBRATIONS:
+        raise MMCError(
+            f"base_recalibration must be one of {', '.join(map(repr, BASE_RECALIBRATIONS))}, got "
+            f"{est.base_recalibration!r}"
+        )
+    if not isinstance(est.shrunken_cells, (bool, np.bool_)):
+        raise MMCError(f"shrunken_cells must be True or False, got {est.shrunken_cells!r}")
+    if est.base_recalibration == "affine":
         raise MMCError(
             f"base_recalibration={est.base_recalibration!r} is not supported by the Dask engine yet"
             " (use the numpy engine, or base_recalibration='none')"
