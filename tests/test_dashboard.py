@@ -385,6 +385,10 @@ def test_stop_button_ends_a_long_run():
     assert job.wait(60)
     at.run()
     assert at.session_state["run"].stopped and at.session_state["run_before_stop"] is complete
+    if at.session_state["run"].audit is None:  # the Results page offers it too
+        _page(at, "results")
+        assert at.button(key="res_run_before_stop") is not None
+        _page(at, "run")
     at.button(key="run_before_stop_btn").click().run()
     assert at.session_state["run"] is complete and "run_before_stop" not in at.session_state
 

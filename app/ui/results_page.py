@@ -544,6 +544,14 @@ def render():
 
             st.info("The run was stopped before its audit: the model fitted so far is kept.")
             st.button("Audit this model now", key="res_audit_kept", on_click=audit_kept_model)
+            if st.session_state.get("run_before_stop") is not None:
+                from app.ui.run_page import bring_back_run_before_stop
+
+                st.button(
+                    "Bring back the previous complete run (audited)",
+                    key="res_run_before_stop",
+                    on_click=bring_back_run_before_stop,
+                )
         else:
             st.error(f"The audit is not available: {esc(run.audit_error)}")
         return
