@@ -17,7 +17,8 @@ The tests (r = y - mu(x), v = the predicted variance m_2(x), all on the audit ro
   n / (n - 1)): H0 E[u^2] / E[v] within [1 / (1 + tol), 1 + tol] (``VARIANCE_TOLERANCE``, a materiality
   margin; tol = 0 is H0 E[u^2 - v] = 0): the one-sided skewness-corrected t test of the mean of
   u^2 - (1 + tol) v (understated) and of u^2 - v / (1 + tol) (overstated), the smaller p doubled. The
-  estimate is the ratio observed / predicted = mean(u^2) / mean(v) with a delta-method 95% interval.
+  estimate is the ratio observed / predicted = mean(u^2) / mean(v) with a delta-method 95% interval whose
+  standard error is floored by the kurtosis pooled over the groups (a small group's own understates a skewed tail).
   Centering keeps a group whose mean alone is off (the mean test's finding) from being reported as
   understating its uncertainty as well; its intervals' shortfall is the coverage test's.
 - coverage: H0 coverage >= 1 - delta; one-sided exact binomial test (lower tail) of the rows covered;

@@ -253,6 +253,20 @@ def test_no_findings_for_a_correct_model_in_most_seeds():
     assert hits <= 3
 
 
+def _race_age_world(seed: int, lo: float, hi: float, n: int = 2000):
+    """A demo-distribution sample and an effect of random sign and size in [lo, hi] on each race x age cell
+    (per row): (rng, table, label, memberships, effect)."""
+    rng = np.random.default_rng(seed)
+    tab, y = DIST.sample(n, rng)
+    df = pd.DataFrame(tab)
+    memb = GroupSet.from_columns(df, ["sex", "race", "age"], 2).evaluate(df)
+    cell = (df["race"].astype(str) + "/" + df["age"].astype(str)).to_numpy()
+    keys = np.unique(cell)
+    r2 = np.random.default_rng(1000 + seed)
+    effect = (r2.choice([-1.0, 1.0], keys.size) * r2.uniform(lo, hi, keys.size))[np.searchsorted(keys, cell)]
+    return rng, tab, y, memb, effect
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("control", ["holm", "bh"])
 def test_the_findings_intervals_cover_the_truth_after_selection(control):
@@ -265,14 +279,7 @@ def test_the_findings_intervals_cover_the_truth_after_selection(control):
     share must stay below 0.05 plus 3 standard errors of that mean."""
     fcp, stated = [], []
     for seed in range(100):
-        rng = np.random.default_rng(seed)
-        tab, y = DIST.sample(2000, rng)
-        df = pd.DataFrame(tab)
-        memb = GroupSet.from_columns(df, ["sex", "race", "age"], 2).evaluate(df)
-        cell = (df["race"].astype(str) + "/" + df["age"].astype(str)).to_numpy()
-        keys = np.unique(cell)
-        r2 = np.random.default_rng(1000 + seed)
-        shift = (r2.choice([-1.0, 1.0], keys.size) * r2.uniform(0.005, 0.015, keys.size))[np.searchsorted(keys, cell)]
+        _, tab, y, memb, shift = _race_age_world(seed, 0.005, 0.015)
         mu = DIST.true_mean(tab) - shift
         found, n_tests = metrics._findings(
             memb.sums(), list(memb.names), _UnitScale(), mu, y, DIST.true_moment(tab, 2), mean_grid(5), None,
@@ -297,6 +304,35 @@ def test_the_findings_intervals_cover_the_truth_after_selection(control):
     assert fcp.mean() <= 0.05 + 3 * fcp.std(ddof=1) / np.sqrt(len(fcp)), fcp
     for miss, expected, text in stated:  # each interval's own miss probability, and the sentence says so
         assert miss == pytest.approx(expected) and "selection-adjusted 95% CI" in text, text
+
+
+@pytest.mark.slow
+def test_variance_findings_intervals_cover_the_truth_with_skewed_residuals():
+    """Variance findings' selection-adjusted intervals on skewed residuals (centred exponential noise with each
+    row's true variance; the predicted variance off by a factor exp(+-0.15 to 0.45) on each race x age cell,
+    truth: the mean true variance / the mean predicted variance over the finding's rows). A group's own sample
+    kurtosis understates the tail when no large residual was drawn, exactly when its variance looks low, so
+    the intervals of findings of overstated variance sat too low: 10 of 26 missed their truth (0.385) before the
+    standard error was floored by the kurtosis pooled over the groups (metrics._pooled_ratio_se); 0 of 26 with
+    it. Bound: 0.05 plus 3 binomial standard errors of the share missed."""
+    missed = []
+    for seed in range(100):
+        rng, tab, _, memb, log_factor = _race_age_world(seed, 0.15, 0.45)
+        mu, true_var = DIST.true_mean(tab), DIST.true_moment(tab, 2)
+        y = mu + np.sqrt(true_var) * (rng.exponential(1.0, mu.size) - 1.0)
+        var_pred = true_var / np.exp(log_factor)
+        found, _ = metrics._findings(
+            memb.sums(), list(memb.names), _UnitScale(), mu, y, var_pred, mean_grid(5), None, None, 0.9, 30,
+            "holm", 0.05, 0.1,
+        )  # fmt: skip
+        dense, names = memb.to_dense().astype(bool), list(memb.names)
+        for f in found:
+            if f["kind"] == "variance":
+                rows = dense[:, names.index(f["group"])]
+                truth = true_var[rows].mean() / var_pred[rows].mean()
+                missed.append(not f["interval"][0] <= truth <= f["interval"][1])
+    assert len(missed) >= 15, len(missed)
+    assert np.mean(missed) <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / len(missed)), (np.mean(missed), len(missed))
 
 
 def test_planted_defects_are_found():
@@ -611,13 +647,14 @@ def test_no_disparity_from_rounding_of_equal_variances():
 @pytest.mark.slow
 def test_variance_interval_covers_the_true_ratio_with_heavy_tails():
     """The variance finding's 95% interval for observed / predicted, on residuals with the TRUE variance (ratio
-    1), groups of 30-150 rows. The delta-method interval is asymptotic, so with Student-t(5) noise no 95% is
-    promised: the symmetric one covered 1 in 83.6% of these 1,344 group intervals, the log-scale one (a
-    variance ratio is right-skewed) in 87.0%, in the form of Bonett's interval (centred at log(c R), widened
-    by c = n / (n - z)) 89.3%; the bound (85%) keeps the log scale. With normal noise the interval targets
-    95%: at least 93%, the target less about 3 standard errors of a coverage over 1,344 intervals (0.6 points
-    each); without c 92.9%, with it 93.9%."""
-    cover = {"t5": [], "normal": []}
+    1), groups of 30-150 rows. The delta-method interval is asymptotic: with Student-t(5) noise the symmetric
+    one covered 1 in 83.6% of these 1,344 group intervals, the log-scale one (a variance ratio is right-skewed)
+    in 87.0%, in the form of Bonett's interval (centred at log(c R), widened by c = n / (n - z)) 89.3%, and
+    85.6% with skewed (centred exponential) noise: a group's own sample kurtosis is low exactly when its
+    sample variance is. With the standard error floored by the kurtosis pooled over the groups
+    (metrics._pooled_ratio_se): t5 95.6%, exponential 93.7%, normal 95.6% (93.9% before). Each must reach
+    93%: the 95% target less about 3 standard errors of a coverage over 1,344 intervals (0.6 points each)."""
+    cover = {"t5": [], "normal": [], "exponential": []}
     for rep in range(150):
         rng = np.random.default_rng(rep)
         n = 600
@@ -625,11 +662,16 @@ def test_variance_interval_covers_the_true_ratio_with_heavy_tails():
         sd = tab["g1"].map({"A": 1.0, "B": 2.0, "C": 0.5, "D": 3.0}).to_numpy() * np.where(tab["g2"] == "X", 1.0, 1.5)
         memb = GroupSet.from_columns(tab, ["g1", "g2"], 2).evaluate(tab)
         pairs = memb.sums()
-        for kind, e in (("t5", rng.standard_t(5, n) / np.sqrt(5 / 3)), ("normal", rng.standard_normal(n))):
+        noise = (
+            ("t5", rng.standard_t(5, n) / np.sqrt(5 / 3)),
+            ("normal", rng.standard_normal(n)),
+            ("exponential", rng.exponential(1.0, n) - 1.0),
+        )
+        for kind, e in noise:
             tests = metrics._variance_tests(
                 pairs, list(memb.names), pairs.group_sums(), sd * e, sd**2, _UnitScale(), 30, 0.0
             )
             cover[kind] += [t["interval"][0] <= 1 <= t["interval"][1] for t in tests if t["n"] < 150]
     assert len(cover["t5"]) > 1000
-    assert np.mean(cover["t5"]) >= 0.85, np.mean(cover["t5"])
-    assert np.mean(cover["normal"]) >= 0.93, np.mean(cover["normal"])
+    for kind, hits in cover.items():
+        assert np.mean(hits) >= 0.93, (kind, np.mean(hits))
