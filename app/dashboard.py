@@ -122,6 +122,11 @@ def main():
             + ".",
             icon=":material/history:",
         )
+    if persist.take_catch_up_notice():
+        st.toast(
+            "What you did just before reloading the page finished after the reload: it is shown now.",
+            icon=":material/history:",
+        )
     if persist.take_fork_notice():
         st.toast(
             "This address is open in another tab too: this tab now has an address of its own, so neither tab "

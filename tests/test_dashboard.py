@@ -753,6 +753,61 @@ def test_two_tabs_on_one_address_do_not_overwrite_each_other():
     persist.forget_all()
 
 
+def test_a_reload_during_a_script_run_takes_that_runs_change_back(monkeypatch):
+    """A review: a tab reloaded while its last script run was still under way. The old session saved after the
+    new one attached, so the reloaded tab forked to a new address with a false "open in another tab" notice,
+    and the change stayed under the old address. The reloaded session now knows the session it replaced: a
+    late save of that one is taken back when nothing was changed since, and overwritten by newer changes."""
+    from app.ui import persist
+
+    persist.forget_all()
+    one = _new()
+    wid = one.session_state["ws_id"]
+    token = one.session_state["ws_token"] if "ws_token" in one.session_state else None
+    late_group = {"name": "made before the reload", "where": [{"column": "sex", "op": "==", "value": "F"}]}
+
+    def late_save():  # the old session's run ends: its save, as persist.save would write it
+        held = persist._WORKSPACES[wid]
+        work = {k: one.session_state[k] for k in persist.KEYS if k in one.session_state}
+        work["groups"] = [*work["groups"], late_group]
+        persist._WORKSPACES[wid] = (held[0], work, held[2], False, held[4] + 1, token)
+
+    # (a) the old session saves between the new one's attach and its first save
+    attach = persist.attach
+
+    def attach_then_late_save():
+        restored = attach()
+        if restored:
+            late_save()
+        return restored
+
+    monkeypatch.setattr(persist, "attach", attach_then_late_save)
+    two = AppTest.from_file(APP, default_timeout=60)
+    two.query_params["ws"] = wid
+    two.run()
+    monkeypatch.setattr(persist, "attach", attach)
+    assert not two.exception, [e.value for e in two.exception]
+    assert two.session_state["ws_id"] == wid and two.query_params.get("ws") == wid
+    assert two.session_state["groups"][-1]["name"] == late_group["name"]
+    assert persist._WORKSPACES[wid][1]["groups"][-1]["name"] == late_group["name"]
+    assert any("finished after the reload" in t.value for t in two.toast), [t.value for t in two.toast]
+    assert not any("another tab" in t.value for t in two.toast)
+    # (b) it saves later still, after the new session's saves, which changed nothing: taken back on its next run
+    two.session_state["groups"] = two.session_state["groups"][:-1]
+    two.run()
+    late_save()
+    two.run()
+    assert two.session_state["ws_id"] == wid and two.session_state["groups"][-1]["name"] == late_group["name"]
+    # (c) the new session changed something since: that is the newer work, kept at the same address
+    two.session_state["groups"] = two.session_state["groups"][:-1]
+    late_save()
+    two.run()
+    assert two.session_state["ws_id"] == wid
+    assert all(g["name"] != late_group["name"] for g in persist._WORKSPACES[wid][1]["groups"])
+    assert not any("another tab" in t.value for t in two.toast)
+    persist.forget_all()
+
+
 def test_fresh_demo_sessions_do_not_push_out_an_analysts_work():
     """An exploratory browser check: opening the address 8 times (colleagues, new tabs) pushed out the
     workspace of an analyst who had uploaded a table and defined a group, lost on the next reload. Untouched
@@ -1037,6 +1092,41 @@ def test_a_cleaned_table_brought_back_by_the_button_keeps_its_origin():
     _upload(at, "holes.csv", files)
     ss = at.session_state
     assert ss["data"]["rows"] == 650 and ss["groups"] == MY_GROUP
+
+
+def test_a_missing_prediction_is_said_on_the_data_page_with_the_files_row_and_can_be_dropped():
+    """An exploratory browser check: a prediction column with missing values was said only when a run stopped
+    on it ("drop or fill them first", with no button to drop them, as the label has), and after rows without a
+    label were dropped the row it named was the renumbered table's (row 99 for the file's row 101)."""
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    df = pd.DataFrame(demo_distribution().sample_table(600, np.random.default_rng(3))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    df.loc[[5, 40], "outcome"] = np.nan
+    df.loc[[100, 300], "base_pred"] = np.nan  # the file's data rows 101 and 301
+    at.file_uploader(key="upload").set_value(("gaps.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    ss = at.session_state
+    assert ss["label_col"] == "outcome" and ss["base_kind"] == "column" and ss["base_col"] == "base_pred"
+    at.button(key="drop_missing_label").click().run()
+    assert not at.exception and ss["data"]["rows"] == 598
+    said = [e.value for e in at.error]
+    assert any("base\\_pred" in e and "2 row(s), first in file row 101" in e for e in said), said
+    _page(at, "run")  # a run now stops on it, and says the file's row
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    said = [e.value for e in at.error]
+    assert any("The run failed" in e and "file row 101" in e and "data row" not in e for e in said), said
+    _page(at, "data")
+    at.button(key="drop_missing_base").click().run()
+    assert not at.exception and ss["data"]["rows"] == 596 and not at.error
+    assert "'outcome' dropped" in ss["data"]["note"] and "'base_pred' dropped" in ss["data"]["note"]
+    kept = np.asarray(ss["data"]["file_rows"])
+    assert kept.size == 596 and not np.isin([6, 41, 101, 301], kept).any() and kept[-1] == 600
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    assert ss["run"] is not None and len(ss["run"].label.y) == 596
 
 
 def test_export_caption_names_the_columns_the_csv_has():

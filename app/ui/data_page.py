@@ -90,19 +90,24 @@ def binary_section(values: list):
         )
 
 
-def _drop_bad_label_rows(label: str):
-    """Keep only the rows with a numeric label. The table stays the same upload (same file id, so it is not
-    read again) and every setting is kept."""
+def _drop_bad_rows(column: str):
+    """Keep only the rows with a number in ``column`` (the label or the prediction column). The table stays the
+    same upload (same file id, so it is not read again), every setting is kept, and each row keeps its number
+    in the file for messages (``file_rows``)."""
     from app.validate import label_problem_rows
 
     d = state.data()
-    if d is None or label not in d["df"].columns:
+    if d is None or column not in d["df"].columns:
         return
     frame = d["df"]
-    bad = label_problem_rows(frame, label)
+    bad = label_problem_rows(frame, column)
     kept = frame.loc[~bad].reset_index(drop=True)
-    if pd.api.types.is_object_dtype(kept[label]) or pd.api.types.is_string_dtype(kept[label]):
-        kept[label] = pd.to_numeric(kept[label], errors="coerce")
+    if pd.api.types.is_object_dtype(kept[column]) or pd.api.types.is_string_dtype(kept[column]):
+        kept[column] = pd.to_numeric(kept[column], errors="coerce")
+    rows = d.get("file_rows")
+    rows = np.arange(1, len(frame) + 1) if rows is None else np.asarray(rows)
+    earlier = d.get("note")
+    note = f"{int(bad.sum()):,} row(s) without a numeric '{column}' dropped"
     state.set_data(
         kept,
         d["name"],
@@ -110,8 +115,15 @@ def _drop_bad_label_rows(label: str):
         demo=d.get("demo"),
         file_id=d.get("file_id"),
         keep_settings=True,
-        note=f"{int(bad.sum()):,} row(s) without a numeric '{label}' dropped",
+        note=f"{earlier}; {note}" if earlier else note,
+        file_rows=rows[~bad],
     )
+
+
+def _first_bad_row(frame: pd.DataFrame, column: str) -> int:
+    from app.validate import label_problem_rows
+
+    return int(np.flatnonzero(label_problem_rows(frame, column))[0]) + 1
 
 
 def _on_demo_change():
@@ -336,7 +348,7 @@ def label_section(d):
     with c2:
         summary = state.label_summary(frame, d["key"], state.label_spec())
         if "error" in summary:
-            st.error(f"Label: {esc(summary['error'])}", icon=":material/error:")
+            st.error(f"Label: {esc(state.in_file_rows(summary['error'], d))}", icon=":material/error:")
             lab = ss.get("label_col")
             if lab in frame.columns:
                 n_bad = int(state.label_problems(frame, d["key"], lab))
@@ -344,7 +356,7 @@ def label_section(d):
                     st.button(
                         f"Drop the {n_bad:,} rows whose label is missing or not a number",
                         key="drop_missing_label",
-                        on_click=_drop_bad_label_rows,
+                        on_click=_drop_bad_rows,
                         args=(lab,),
                     )
         else:
@@ -379,6 +391,23 @@ def base_section(d):
             choose_one("base_col", what or "Prediction column (label units)", nums, "choose a column")
             if not nums:
                 st.warning("There is no numeric column other than the label.")
+            col = ss.get("base_col")
+            n_bad = state.label_problems(frame, d["key"], col) if col in frame.columns else 0
+            if n_bad:
+                # the run stopped on it with "drop or fill them first", and only the label had a drop button
+                where = state.in_file_rows(f"data row {_first_bad_row(frame, col)}", d)
+                st.error(
+                    f"Prediction column **{esc(col)}** is missing (or not a number) in {n_bad:,} row(s), first in "
+                    f"{where}: a run stops on it. Fill them in the file, or drop those rows.",
+                    icon=":material/error:",
+                )
+                if n_bad < len(frame):
+                    st.button(
+                        f"Drop the {n_bad:,} rows whose prediction is missing or not a number",
+                        key="drop_missing_base",
+                        on_click=_drop_bad_rows,
+                        args=(col,),
+                    )
         elif ss["base_kind"] == "model":
             st.selectbox("Model", list(BASE_MODELS), **state.bind("base_model"), format_func=BASE_MODELS.get)
             columns_multiselect(

@@ -7,7 +7,9 @@ Kept in memory only, for as long as the server runs, for the last ``MAX_WORKSPAC
 table) and at most ``MMC_WORKSPACE_GB`` (default 4) of their tables: untouched demo sessions go first, then
 the oldest, the session's own never; an address whose workspace went (or that this server never had: it restarted) says so. Two
 sessions on one address (two tabs) never overwrite each other: the one that saves second goes on under an
-address of its own. Nothing is written to disk. The id is 128 random bits: the
+address of its own; but a reload's new session knows the session it replaced, whose last script run may end
+after the reload: that late save is taken back (or, if the analyst changed something since, overwritten by the
+newer work). Nothing is written to disk. The id is 128 random bits: the
 address is what grants access, as with the dashboard itself, which is meant to be served to the analyst's own
 browser.
 """
@@ -43,7 +45,7 @@ KEYS = (
 )
 
 # id -> (time saved, {key: value}, bytes of its tables, untouched: a demo session nobody has changed, version:
-# how many saves it has had)
+# how many saves it has had, the token of the session that saved it)
 _WORKSPACES: OrderedDict = OrderedDict()
 _DROPPED: OrderedDict = OrderedDict()  # ids whose workspace was let go (to say so on a reload), the last 1,000
 _LOCK = threading.Lock()
@@ -84,19 +86,51 @@ def attach() -> bool:
         if kept is None and wid:
             # let go here ("memory"), or never on this server: it restarted since, or the address is foreign
             ss["ws_dropped"] = "memory" if wid in _DROPPED else "unknown"
+        ss["ws_token"] = secrets.token_urlsafe(8)  # this session's own, to tell its saves from another's
         if kept is not None:
-            for k, v in kept[1].items():
-                ss[k] = _own_copy(k, v)
+            _take(ss, kept)
             ss["ws_id"] = wid
-            ss["ws_version"] = kept[4]
+            # the session that saved last: on a reload, the page's previous session, whose last script run may
+            # still be under way and save after this one attached (see save)
+            ss["ws_pred"] = kept[5]
             ss["ws_restored"] = True
             restored = True
         else:
             ss["ws_id"] = secrets.token_urlsafe(16)
             ss["ws_version"] = 0
+    else:
+        late = _late_save_of_predecessor(ss)
+        if late is not None:
+            _take(ss, late)  # before this run draws anything
+            ss["ws_caught_up"] = True
     if st.query_params.get(PARAM) != ss["ws_id"]:
         st.query_params[PARAM] = ss["ws_id"]
     return restored
+
+
+def _take(ss, kept) -> None:
+    for k, v in kept[1].items():
+        ss[k] = _own_copy(k, v)
+    ss["ws_version"] = kept[4]
+    ss["ws_saved_fp"] = _fingerprint(ss)
+
+
+def _late_save_of_predecessor(ss):
+    """The address's workspace when the session this one replaced on a reload saved it after this one last
+    did (its last script run was still under way at the reload), and this session has changed nothing since:
+    that save holds the analyst's last change before the reload. None otherwise."""
+    wid = ss.get("ws_id")
+    with _LOCK:
+        held = _WORKSPACES.get(wid) if wid else None
+    if (
+        held is None
+        or held[4] == ss.get("ws_version", 0)
+        or ss.get("ws_pred") is None
+        or held[5] != ss.get("ws_pred")
+        or _fingerprint(ss) != ss.get("ws_saved_fp")
+    ):
+        return None
+    return held
 
 
 def _own_copy(key: str, value):
@@ -128,19 +162,31 @@ def save():
         ss["ws_first"] = fp if (ss["data"] or {}).get("source") == "demo" else None
     untouched = ss["ws_first"] is not None and fp == ss["ws_first"]
     work = {k: ss[k] for k in KEYS if k in ss}
+    catch_up = None
     with _LOCK:
         held = _WORKSPACES.get(wid)
         if held is not None and held[4] != ss.get("ws_version", 0):
-            # another session (a second tab on this address) saved since this one last did: this one goes on
-            # under an address of its own instead of overwriting that work (the last tab to act won, and a
-            # reload then said "your work is back" over the other tab's state: an exploratory browser check)
-            wid = secrets.token_urlsafe(16)
-            ss["ws_id"] = wid
-            ss["ws_forked"] = True
-            held = None
-        version = (held[4] if held is not None else 0) + 1
-        ss["ws_version"] = version
-        _WORKSPACES[wid] = (time.time(), work, table_bytes(work), untouched, version)
+            if ss.get("ws_pred") is not None and held[5] == ss.get("ws_pred"):
+                # The page's previous session (this tab before its reload) finished a script run after this one
+                # attached. Not another tab: with nothing changed here since, its save is the analyst's latest
+                # (taken back below); with changes here, those are the newer and are kept. (It forked, with a
+                # false "open in another tab" notice: a review.)
+                if fp == ss.get("ws_saved_fp"):
+                    catch_up = held
+            else:
+                # another session (a second tab on this address) saved since this one last did: this one goes
+                # on under an address of its own instead of overwriting that work (the last tab to act won, and
+                # a reload then said "your work is back" over the other tab's state: an exploratory browser
+                # check)
+                wid = secrets.token_urlsafe(16)
+                ss["ws_id"] = wid
+                ss["ws_forked"] = True
+                held = None
+        if catch_up is None:
+            version = (held[4] if held is not None else 0) + 1
+            ss["ws_version"] = version
+            ss["ws_saved_fp"] = fp
+            _WORKSPACES[wid] = (time.time(), work, table_bytes(work), untouched, version, ss.get("ws_token"))
         _WORKSPACES.move_to_end(wid)
         limit = max_bytes()
         while len(_WORKSPACES) > 1 and (
@@ -152,6 +198,10 @@ def save():
             _DROPPED[gone] = True
             while len(_DROPPED) > 1000:
                 _DROPPED.popitem(last=False)
+    if catch_up is not None:
+        _take(ss, catch_up)
+        ss["ws_caught_up"] = True
+        st.rerun()  # draw the taken-back work
     if ss.get("ws_forked") and st.query_params.get(PARAM) != wid:
         st.query_params[PARAM] = wid  # a reload right away must find this session's own work
 
@@ -182,6 +232,11 @@ def take_fork_notice() -> bool:
     if st.query_params.get(PARAM) != ss.get("ws_id"):
         st.query_params[PARAM] = ss["ws_id"]
     return True
+
+
+def take_catch_up_notice() -> bool:
+    """True once after this session took back a save its predecessor made after the reload (:func:`save`)."""
+    return bool(st.session_state.pop("ws_caught_up", False))
 
 
 def forget_all():

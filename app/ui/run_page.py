@@ -728,7 +728,7 @@ def render():
         return
     stopped_banner()
     if ss.get("run_error"):
-        st.error(f"The run failed: {esc(ss['run_error'])}", icon=":material/error:")
+        st.error(f"The run failed: {esc(state.in_file_rows(ss['run_error']))}", icon=":material/error:")
         detail = (ss.get("last_job") or {}).get("detail")
         if detail:  # for the developer: the server log, never the page
             import sys

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import hashlib
+import re
 import os
 
 import numpy as np
@@ -133,10 +134,12 @@ def set_data(
     keep_settings: bool = False,
     note: str = "",
     restore: bool = True,
+    file_rows=None,
 ):
     """Make ``frame`` the current table: reset the label / base / groups to suggestions (unless
     ``keep_settings``) and drop results. A table worked on before in this session (on the shelf) comes back
-    with its work instead, unless ``restore`` is False."""
+    with its work instead, unless ``restore`` is False. ``file_rows``: for a table made by dropping rows, each
+    row's number in the file as uploaded (1-based), so that messages name the row the analyst can find."""
     ss = st.session_state
     key = frame_key(frame, name)
     old = ss.get("data")
@@ -172,6 +175,7 @@ def set_data(
         "cols": frame.shape[1],
         "note": note,
         "origin_key": origin,
+        "file_rows": file_rows if saved is None else saved["data"].get("file_rows"),
     }
     ss["run"] = None
     job = ss.get("job")
@@ -574,9 +578,31 @@ def threshold_preview(
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def label_problems(_frame: pd.DataFrame, key: str, label: str) -> int:
+    """How many rows of ``label`` (any column meant to be numeric) are missing, not numbers or infinite."""
     from app.validate import label_problem_rows
 
     return int(label_problem_rows(_frame, label).sum())
+
+
+_ROW_REF = re.compile(r"\b(data row|in row) (\d+)\b")
+
+
+def in_file_rows(message: str, d: dict | None = None) -> str:
+    """``message`` with the row numbers of the current table ("data row 99", "in row 99", 1-based) turned into
+    the file's own ("file row 101") when rows were dropped from it on the Data page: the analyst looks for the
+    row in the file, and the table's were renumbered."""
+    d = data() if d is None else d
+    rows = None if d is None else d.get("file_rows")
+    if rows is None:
+        return message
+
+    def sub(m):
+        k = int(m.group(2))
+        if not 1 <= k <= len(rows):
+            return m.group(0)
+        return ("file row " if m.group(1) == "data row" else "in file row ") + str(int(rows[k - 1]))
+
+    return _ROW_REF.sub(sub, message)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
