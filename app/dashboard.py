@@ -124,7 +124,8 @@ def main():
         )
     if persist.take_catch_up_notice():
         st.toast(
-            "What you did just before reloading the page finished after the reload: it is shown now.",
+            "Work saved under this address after this page opened (a step that finished after a reload of the "
+            "page) is shown now.",
             icon=":material/history:",
         )
     if persist.take_fork_notice():

@@ -756,29 +756,35 @@ def test_two_tabs_on_one_address_do_not_overwrite_each_other():
 def test_a_reload_during_a_script_run_takes_that_runs_change_back(monkeypatch):
     """A review: a tab reloaded while its last script run was still under way. The old session saved after the
     new one attached, so the reloaded tab forked to a new address with a false "open in another tab" notice,
-    and the change stayed under the old address. The reloaded session now knows the session it replaced: a
-    late save of that one is taken back when nothing was changed since, and overwritten by newer changes."""
+    and the change stayed under the old address; saving after the new session had saved, the old one forked to
+    an address nobody would open. Now each save records the session it replaced on a reload: the old session's
+    late save goes to the address, and the new session takes it back when it has changed nothing since, or
+    keeps its own newer changes. A second tab (a session still connected) still forks."""
     from app.ui import persist
 
     persist.forget_all()
-    one = _new()
+    one = _new()  # the page before the reload
     wid = one.session_state["ws_id"]
-    token = one.session_state["ws_token"] if "ws_token" in one.session_state else None
     late_group = {"name": "made before the reload", "where": [{"column": "sex", "op": "==", "value": "F"}]}
 
-    def late_save():  # the old session's run ends: its save, as persist.save would write it
-        held = persist._WORKSPACES[wid]
-        work = {k: one.session_state[k] for k in persist.KEYS if k in one.session_state}
-        work["groups"] = [*work["groups"], late_group]
-        persist._WORKSPACES[wid] = (held[0], work, held[2], False, held[4] + 1, token)
+    def old_session_run_ends(extra):  # its script run, under way at the reload, ends in a save
+        one.session_state["groups"] = [*one.session_state["groups"], extra]
+        monkeypatch.setattr(persist, "_alive", lambda: False)  # its browser is gone
+        one.run()
+        monkeypatch.setattr(persist, "_alive", lambda: True)
+        assert one.session_state["ws_id"] == wid  # no address of its own that nobody would open
 
     # (a) the old session saves between the new one's attach and its first save
     attach = persist.attach
 
     def attach_then_late_save():
         restored = attach()
-        if restored:
-            late_save()
+        if restored:  # what save() writes for a session whose version still matches
+            held = persist._WORKSPACES[wid]
+            work = {k: one.session_state[k] for k in persist.KEYS if k in one.session_state}
+            work["groups"] = [*work["groups"], late_group]
+            token = one.session_state["ws_token"] if "ws_token" in one.session_state else None
+            persist._WORKSPACES[wid] = (held[0], work, held[2], False, held[4] + 1, token, None)
         return restored
 
     monkeypatch.setattr(persist, "attach", attach_then_late_save)
@@ -790,21 +796,26 @@ def test_a_reload_during_a_script_run_takes_that_runs_change_back(monkeypatch):
     assert two.session_state["ws_id"] == wid and two.query_params.get("ws") == wid
     assert two.session_state["groups"][-1]["name"] == late_group["name"]
     assert persist._WORKSPACES[wid][1]["groups"][-1]["name"] == late_group["name"]
-    assert any("finished after the reload" in t.value for t in two.toast), [t.value for t in two.toast]
+    assert any("after this page opened" in t.value for t in two.toast), [t.value for t in two.toast]
     assert not any("another tab" in t.value for t in two.toast)
-    # (b) it saves later still, after the new session's saves, which changed nothing: taken back on its next run
-    two.session_state["groups"] = two.session_state["groups"][:-1]
+    # (b) it saves later, after the new session's saves; the new one changed nothing since: taken back
+    one.session_state["groups"] = two.session_state["groups"][:-1]
+    old_session_run_ends({**late_group, "name": "second"})
     two.run()
-    late_save()
-    two.run()
-    assert two.session_state["ws_id"] == wid and two.session_state["groups"][-1]["name"] == late_group["name"]
+    assert two.session_state["ws_id"] == wid and two.session_state["groups"][-1]["name"] == "second"
     # (c) the new session changed something since: that is the newer work, kept at the same address
     two.session_state["groups"] = two.session_state["groups"][:-1]
-    late_save()
+    old_session_run_ends({**late_group, "name": "third"})
     two.run()
     assert two.session_state["ws_id"] == wid
-    assert all(g["name"] != late_group["name"] for g in persist._WORKSPACES[wid][1]["groups"])
+    assert all(g["name"] != "third" for g in persist._WORKSPACES[wid][1]["groups"])
     assert not any("another tab" in t.value for t in two.toast)
+    # a session still connected (a second tab) saving over the address forks, as before
+    one.session_state["groups"] = [*one.session_state["groups"], {**late_group, "name": "tab"}]
+    one.run()
+    assert one.session_state["ws_id"] != wid
+    one.run()
+    assert any("another tab" in t.value for t in one.toast)
     persist.forget_all()
 
 
@@ -1111,12 +1122,12 @@ def test_a_missing_prediction_is_said_on_the_data_page_with_the_files_row_and_ca
     at.button(key="drop_missing_label").click().run()
     assert not at.exception and ss["data"]["rows"] == 598
     said = [e.value for e in at.error]
-    assert any("base\\_pred" in e and "2 row(s), first in file row 101" in e for e in said), said
+    assert any("base\\_pred" in e and "2 row(s), first in data row 101 of the file" in e for e in said), said
     _page(at, "run")  # a run now stops on it, and says the file's row
     at.button(key="run_btn").click().run()
     _wait_job(at)
     said = [e.value for e in at.error]
-    assert any("The run failed" in e and "file row 101" in e and "data row" not in e for e in said), said
+    assert any("The run failed" in e and "(first in data row 101 of the file)" in e for e in said), said
     _page(at, "data")
     at.button(key="drop_missing_base").click().run()
     assert not at.exception and ss["data"]["rows"] == 596 and not at.error
@@ -1127,6 +1138,19 @@ def test_a_missing_prediction_is_said_on_the_data_page_with_the_files_row_and_ca
     at.button(key="run_btn").click().run()
     _wait_job(at)
     assert ss["run"] is not None and len(ss["run"].label.y) == 596
+
+
+def test_messages_name_the_files_rows_only_where_they_name_a_row():
+    from app.ui.state import in_file_rows
+
+    d = {"file_rows": [1, 2, 5, 9]}
+    msg = "label column 'y' has 2 missing or infinite value(s) (first in data row 3); drop or fill them first"
+    assert "(first in data row 5 of the file)" in in_file_rows(msg, d)
+    assert in_file_rows("'x' is not numeric (e.g. 'abc' in row 4)", d).endswith("in data row 9 of the file)")
+    assert in_file_rows("column 'data row 3 here' (first in data row 7)", d) == (
+        "column 'data row 3 here' (first in data row 7)"  # a row the table does not have: left as said
+    )
+    assert in_file_rows(msg, {"file_rows": None}) == msg
 
 
 def test_export_caption_names_the_columns_the_csv_has():

@@ -313,7 +313,7 @@ def test_variance_findings_intervals_cover_the_truth_with_skewed_residuals():
     truth: the mean true variance / the mean predicted variance over the finding's rows). A group's own sample
     kurtosis understates the tail when no large residual was drawn, exactly when its variance looks low, so
     the intervals of findings of overstated variance sat too low: 10 of 26 missed their truth (0.385) before the
-    standard error was floored by the kurtosis pooled over the groups (metrics._pooled_ratio_se); 0 of 26 with
+    standard error was floored by the kurtosis pooled over the groups (metrics._pooled_sd); 0 of 26 with
     it. Bound: 0.05 plus 3 binomial standard errors of the share missed."""
     missed = []
     for seed in range(100):
@@ -333,6 +333,21 @@ def test_variance_findings_intervals_cover_the_truth_with_skewed_residuals():
                 missed.append(not f["interval"][0] <= truth <= f["interval"][1])
     assert len(missed) >= 15, len(missed)
     assert np.mean(missed) <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / len(missed)), (np.mean(missed), len(missed))
+
+
+def test_a_variance_findings_sentence_says_when_its_interval_reaches_the_tolerance():
+    """The interval of a variance ratio allows for the tails pooled over the groups; the test uses the group's
+    own spread, so a finding "by more than 1.1x" could show an interval reaching 0.95 without a word."""
+    rec = {
+        "kind": "variance", "group": "race=A", "n": 300, "estimate": 0.62, "tolerance": 0.1, "predicted": 10.0,
+        "observed": 6.2, "p_adjusted": 0.01, "adjustment": "Holm", "interval_miss": 0.001, "interval_fcr": 0.05,
+    }  # fmt: skip
+    inside = fnd.describe({**rec, "interval": [0.40, 0.95]})
+    clear = fnd.describe({**rec, "interval": [0.40, 0.85]})
+    assert "by more than 1.1x by its test, though the interval reaches within that" in inside
+    assert "by more than 1.1x;" in clear and "reaches within" not in clear
+    up = fnd.describe({**rec, "estimate": 1.6, "interval": [1.05, 2.4]})
+    assert "understates" in up and "reaches within" in up
 
 
 def test_planted_defects_are_found():
@@ -652,7 +667,7 @@ def test_variance_interval_covers_the_true_ratio_with_heavy_tails():
     in 87.0%, in the form of Bonett's interval (centred at log(c R), widened by c = n / (n - z)) 89.3%, and
     85.6% with skewed (centred exponential) noise: a group's own sample kurtosis is low exactly when its
     sample variance is. With the standard error floored by the kurtosis pooled over the groups
-    (metrics._pooled_ratio_se): t5 95.6%, exponential 93.7%, normal 95.6% (93.9% before). Each must reach
+    (metrics._pooled_sd): t5 95.6%, exponential 93.7%, normal 95.6% (93.9% before). Each must reach
     93%: the 95% target less about 3 standard errors of a coverage over 1,344 intervals (0.6 points each)."""
     cover = {"t5": [], "normal": [], "exponential": []}
     for rep in range(150):

@@ -395,7 +395,7 @@ def base_section(d):
             n_bad = state.label_problems(frame, d["key"], col) if col in frame.columns else 0
             if n_bad:
                 # the run stopped on it with "drop or fill them first", and only the label had a drop button
-                where = state.in_file_rows(f"data row {_first_bad_row(frame, col)}", d)
+                where = state.file_row(_first_bad_row(frame, col), d)
                 st.error(
                     f"Prediction column **{esc(col)}** is missing (or not a number) in {n_bad:,} row(s), first in "
                     f"{where}: a run stops on it. Fill them in the file, or drop those rows.",

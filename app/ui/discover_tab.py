@@ -229,7 +229,7 @@ def _results(d):
         st.warning("Discover was stopped by you: nothing was kept.", icon=":material/stop_circle:")
         return
     if last["status"] == "error":
-        st.error(f"Discover could not run: {esc(last['error'])}", icon=":material/error:")
+        st.error(f"Discover could not run: {esc(state.in_file_rows(last['error'], d))}", icon=":material/error:")
         return
     res = last["result"]
     if res is None:

@@ -45,7 +45,8 @@ KEYS = (
 )
 
 # id -> (time saved, {key: value}, bytes of its tables, untouched: a demo session nobody has changed, version:
-# how many saves it has had, the token of the session that saved it)
+# how many saves it has had, the token of the session that saved it, the token of the session that one replaced
+# on a reload)
 _WORKSPACES: OrderedDict = OrderedDict()
 _DROPPED: OrderedDict = OrderedDict()  # ids whose workspace was let go (to say so on a reload), the last 1,000
 _LOCK = threading.Lock()
@@ -92,7 +93,7 @@ def attach() -> bool:
             ss["ws_id"] = wid
             # the session that saved last: on a reload, the page's previous session, whose last script run may
             # still be under way and save after this one attached (see save)
-            ss["ws_pred"] = kept[5]
+            ss["ws_pred"] = _saver(kept)
             ss["ws_restored"] = True
             restored = True
         else:
@@ -126,11 +127,31 @@ def _late_save_of_predecessor(ss):
         held is None
         or held[4] == ss.get("ws_version", 0)
         or ss.get("ws_pred") is None
-        or held[5] != ss.get("ws_pred")
+        or _saver(held) != ss.get("ws_pred")
         or _fingerprint(ss) != ss.get("ws_saved_fp")
     ):
         return None
     return held
+
+
+def _saver(held):
+    return held[5] if len(held) > 5 else None
+
+
+def _alive() -> bool:
+    """Whether this session's browser is still connected. A reload disconnects the page's session; a script run
+    under way then (Streamlit asks it to stop, which it does at its next element) can still end in a save.
+    Without Streamlit's runtime (AppTest, bare mode) every session counts as connected."""
+    try:
+        from streamlit.runtime import Runtime
+        from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+        ctx = get_script_run_ctx()
+        if ctx is None or not Runtime.exists():
+            return True
+        return bool(Runtime.instance().is_active_session(ctx.session_id))
+    except Exception:  # noqa: BLE001 - an internal API moved: behave as before (a conflict forks)
+        return True
 
 
 def _own_copy(key: str, value):
@@ -166,11 +187,17 @@ def save():
     with _LOCK:
         held = _WORKSPACES.get(wid)
         if held is not None and held[4] != ss.get("ws_version", 0):
-            if ss.get("ws_pred") is not None and held[5] == ss.get("ws_pred"):
+            late = len(held) > 6 and held[6] == ss.get("ws_token") and not _alive()
+            if late:
+                # this session's page was reloaded during this run, and the new session has saved since: this
+                # run's change goes to the address as a late save, which the new session takes back on its next
+                # run if it has changed nothing since (it went to an address nobody would open: a review)
+                pass
+            elif ss.get("ws_pred") is not None and _saver(held) == ss.get("ws_pred"):
                 # The page's previous session (this tab before its reload) finished a script run after this one
-                # attached. Not another tab: with nothing changed here since, its save is the analyst's latest
-                # (taken back below); with changes here, those are the newer and are kept. (It forked, with a
-                # false "open in another tab" notice: a review.)
+                # attached: with nothing changed here since, its save is the analyst's latest (taken back
+                # below); with changes here, those are the newer and are kept. (It forked, with a false "open in
+                # another tab" notice: a review.)
                 if fp == ss.get("ws_saved_fp"):
                     catch_up = held
             else:
@@ -186,7 +213,15 @@ def save():
             version = (held[4] if held is not None else 0) + 1
             ss["ws_version"] = version
             ss["ws_saved_fp"] = fp
-            _WORKSPACES[wid] = (time.time(), work, table_bytes(work), untouched, version, ss.get("ws_token"))
+            _WORKSPACES[wid] = (
+                time.time(),
+                work,
+                table_bytes(work),
+                untouched,
+                version,
+                ss.get("ws_token"),
+                ss.get("ws_pred"),
+            )
         _WORKSPACES.move_to_end(wid)
         limit = max_bytes()
         while len(_WORKSPACES) > 1 and (
@@ -201,7 +236,7 @@ def save():
     if catch_up is not None:
         _take(ss, catch_up)
         ss["ws_caught_up"] = True
-        st.rerun()  # draw the taken-back work
+        st.rerun()  # draw the taken-back work (this run's prewarm is skipped: the next run's does it)
     if ss.get("ws_forked") and st.query_params.get(PARAM) != wid:
         st.query_params[PARAM] = wid  # a reload right away must find this session's own work
 

@@ -707,7 +707,7 @@ def render():
         if sizes:
             st.markdown("**Rows:** " + " · ".join(f"{k} {v:,}" for k, v in sizes.items() if v))
         if "error" in lab:
-            st.error(f"Label: {esc(lab['error'])}")
+            st.error(f"Label: {esc(state.in_file_rows(lab['error'], d))}")
     job = ss.get("job")
     running = job is not None and job.running
     b1, b2 = st.columns([1, 4])

@@ -584,23 +584,27 @@ def label_problems(_frame: pd.DataFrame, key: str, label: str) -> int:
     return int(label_problem_rows(_frame, label).sum())
 
 
-_ROW_REF = re.compile(r"\b(data row|in row) (\d+)\b")
+# the row a message of app.io names: "(first in data row 99)", "(e.g. 'x' in row 99)" (1-based)
+_ROW_REF = re.compile(r"\b(data row|in row) (\d+)\)")
+
+
+def file_row(k: int, d: dict | None = None) -> str:
+    """ "data row k" of the current table (1-based) in words the analyst finds in the file: "data row 101 of the
+    file" when rows were dropped from it on the Data page (the table's were renumbered)."""
+    d = data() if d is None else d
+    rows = None if d is None else d.get("file_rows")
+    if rows is None or not 1 <= k <= len(rows):
+        return f"data row {k}"
+    return f"data row {int(rows[k - 1])} of the file"
 
 
 def in_file_rows(message: str, d: dict | None = None) -> str:
-    """``message`` with the row numbers of the current table ("data row 99", "in row 99", 1-based) turned into
-    the file's own ("file row 101") when rows were dropped from it on the Data page: the analyst looks for the
-    row in the file, and the table's were renumbered."""
+    """``message`` with the row number of the current table (app.io's "(first in data row 99)", "(e.g. 'x' in
+    row 99)") in the file's own numbers (:func:`file_row`)."""
     d = data() if d is None else d
-    rows = None if d is None else d.get("file_rows")
-    if rows is None:
-        return message
 
     def sub(m):
-        k = int(m.group(2))
-        if not 1 <= k <= len(rows):
-            return m.group(0)
-        return ("file row " if m.group(1) == "data row" else "in file row ") + str(int(rows[k - 1]))
+        return ("" if m.group(1) == "data row" else "in ") + file_row(int(m.group(2)), d) + ")"
 
     return _ROW_REF.sub(sub, message)
 
