@@ -291,7 +291,14 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
         auto_txt += (
             f"; {' and '.join(se)}: the values the model achieves on its fitting rows (cells were corrected "
             f"only when |t| >= {float(info.get('z', 0)):.2f} against their own standard error, whole "
-            f"groups at {float(info.get('z_group', 0)):.2f})"
+            f"groups at {float(info.get('z_group', 0)):.2f}"
+            + (
+                f"; a whole group's moments from |t| >= {p.z_group_moment:g}, part-way: the share "
+                "max(1/2, 1 − 1/t²) of the gap to its own"
+                if moments and getattr(p, "moment_shrink", 0) > 0 and p.z_group_moment >= 0
+                else ""
+            )
+            + ")"
         )
     secs = f", descent {float(info['seconds']):.2f} s" if "seconds" in info else ""
     base_text = describe_base(model.init_mean, info)

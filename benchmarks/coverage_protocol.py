@@ -32,8 +32,9 @@ rule: per-group conformal on the standardized score, a row's widest group thresh
 conditional conformal rule with margin 0.9 se, the default until 2026-11-26); ``calibrated[...]`` rows re-calibrate the same model with another
 threshold approach (``--approaches``, ';'-separated, options after commas: ``"gcp,z_under=1;mondrian-std"``;
 the approaches other than cc are fitted by benchmarks/interval_fitters, mmc_core fits cc only;
-default: cc without margin (one sweep and four sweeps, the latter closer to the exact group quantile
-regression), cc with margin 1, and ``ridge-cqr``, the previous default).
+default: the sum rule with its margin of 0.9 se, with four sweeps (closer to the exact group quantile
+regression), with margin 1.2816, and ``ridge-cqr``, the default before those; the max rule takes no sweeps,
+so the defaults before 2026-11-27 stopped with "cc: sweeps applies to combine='sum' only").
 
 ``--interval-calibration`` sets the estimator's ``interval_calibration`` ("cross-fit" calibrates the record, the
 baselines included, on every training row with out-of-fold predictions; then ``mondrian[held-out]`` is added, and
@@ -366,7 +367,7 @@ def main(argv=None):
     ap.add_argument("--methods", default=",".join(iv.METHODS))
     ap.add_argument(
         "--approaches",
-        default="cc,margin=0;cc,margin=0,sweeps=4;cc,margin=0.75;cc,margin=1;ridge-cqr",
+        default="cc,combine=sum;cc,combine=sum,sweeps=4;cc,combine=sum,margin=1.2816;ridge-cqr",
         help="extra threshold approaches for 'calibrated', ';'-separated, e.g. 'gcp,z=2;mondrian-std'",
     )
     ap.add_argument(

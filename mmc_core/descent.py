@@ -53,6 +53,9 @@ __all__ = [
 STEP_RULES = ("exact", "paper")
 WHOLE = 1  # partition code of the whole-group cells (one cell per group)
 TIE = 1e-9  # relative: cell statistics closer than this are a tie (decided by position; see CellStats._worst)
+# A shrunken whole-group moment step takes at least this share of the group's gap: the step's progress stays a
+# fixed fraction of the exact step's, so the descent's termination argument is unchanged (see make_update).
+SHRINK_MIN = 0.5
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,9 @@ class DescentParams:
     z_group_moment: float = -1.0  # whole groups' critical value for the moments (< 0: z_group)
     min_count: int = 0  # with z > 0: cells of fewer rows are never violated
     moment_step: str = "add"  # "add": m_a -= delta (the paper's); "ratio": m_a *= factor (a scale's own step)
+    # > 0: a whole group's moment step takes the share max(SHRINK_MIN, 1 - moment_shrink / t^2) of the gap to
+    # the group's own fitting-row moment (t: the group's t statistic), on the log scale with the ratio step
+    moment_shrink: float = 0.0
 
     def _lookup(self, pairs: tuple, a: int, default):
         for b, v in pairs:
@@ -115,6 +121,7 @@ class DescentParams:
             or self.min_count
             or self.z_group > 0
             or self.moment_step != "add"
+            or self.moment_shrink > 0
         )
 
     def moment_new(self, a: int, old: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -332,6 +339,16 @@ class CellStats:
             # residual becomes 0 as with the exact step, and predictions stay positive and keep their ratios
             tot = self.cell_totals(target, g, part)[upd.cells]
             upd.deltas = np.clip(1.0 - S[blk][upd.cells] / np.where(tot > 0, tot, 1.0), 1e-6, 1e6)
+        if target >= 2 and part == WHOLE and self.p.moment_shrink > 0 and Q is not None:
+            # The group's own fitting-row moment is a noisy estimate of its true one: an exact step to it made
+            # the fit follow the sample (a 300-row group's variance off the truth by 10-25% with heavy-tailed
+            # noise, then found by an audit of fresh rows). The positive-part James-Stein share 1 - 1 / t^2 of
+            # the gap is the gap's estimate given its t statistic (E t^2 = 1 + the squared true gap in
+            # standard errors); after the step |t| is at most max(1 / |t|, |t| / 2), under z_group_moment = 1.
+            s_, c_, q_ = float(S[blk][0]), float(C[blk][0]), float(Q[blk][0])
+            t2 = s_ * s_ * (c_ - 1.0) / max(c_ * q_ - s_ * s_, 1e-300)
+            w = max(SHRINK_MIN, 1.0 - self.p.moment_shrink / t2) if t2 > 0 else 1.0
+            upd.deltas = upd.deltas**w if self.p.moment_step == "ratio" else upd.deltas * w
         return upd
 
     def max_moment_violation(self) -> float:

@@ -219,6 +219,8 @@ class FittedModel:
             )
             if p.z_group_moment >= 0:
                 params["z_group_moment"] = p.z_group_moment
+            if p.moment_shrink > 0:
+                params["moment_shrink"] = p.moment_shrink
         out = {
             "format": FORMAT,
             "version": (
@@ -490,8 +492,8 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
     ms = pr.get("moment_step", "add")
     if ms not in ("add", "ratio"):
         raise bad(f"params.moment_step={ms!r} must be 'add' or 'ratio'")
-    zgm = pr.get("z_group_moment", -1.0)
-    for name, v in (("z", z), ("z_group", zg), ("z_group_moment", zgm)):
+    zgm, shrink = pr.get("z_group_moment", -1.0), pr.get("moment_shrink", 0.0)
+    for name, v in (("z", z), ("z_group", zg), ("z_group_moment", zgm), ("moment_shrink", shrink)):
         if not _finite(v) or isinstance(v, bool) or not (0 <= v <= 100 or (name == "z_group_moment" and v == -1)):
             raise bad(f"params.{name}={v!r} must be a number in [0, 100]")
     if not isinstance(mc, int) or isinstance(mc, bool) or not 0 <= mc <= 10**9:
@@ -505,6 +507,7 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
         "min_count": mc,
         "moment_step": ms,
         "z_group_moment": float(zgm),
+        "moment_shrink": float(shrink),
     }
 
 

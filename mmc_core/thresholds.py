@@ -17,7 +17,8 @@ MOMENT_BUCKET_RULES = ("data", "range")
 AUTO_BUCKETS = (5, 10, 20)  # n_buckets="auto": candidates, chosen on the held-out rows
 SE_MIN_COUNT = 20  # the "se" rule never corrects a cell of fewer fitting rows
 SE_GROUP_LEVEL = 0.1  # "se" rule, whole-group mean cells: family-wise level (Bonferroni over the groups)
-SE_GROUP_MOMENT_Z = 2.0  # "se" rule, whole-group cells of a moment: see _build_params
+SE_GROUP_MOMENT_Z = 1.0  # "se" rule, whole-group cells of a moment: see _build_params
+SE_MOMENT_SHRINK = 1.0  # "se" rule: a whole group's moment step is shrunk by 1 - this / t^2 (DescentParams)
 GROUP_Z_RULES = ("bonferroni",)  # mean_group_z: the rule names; a number >= 1 is also accepted
 SE_LEVEL = 0.1  # "se" rule, finer cells: family-wise level (Bonferroni over every audited cell)
 THRESHOLD_RULES = ("se", "auto")

@@ -121,3 +121,51 @@ def test_potential_decreases_by_at_least_alpha_squared_per_mean_update(seed, ste
         cur = replay.mean_potential()
         assert prev - cur >= upd.cells.size * p.alpha**2 - 1e-12
         prev = cur
+
+
+@given(st.integers(0, 10_000), st.floats(0.0, 0.6))
+@example(0, 0.1)  # t = 1.03: the share 1/2 (the floor)
+@example(0, 0.15)  # t = 1.58: the share 1 - 1 / t^2 = 0.60
+@example(0, 0.2)  # t = 2.16: 0.79
+@settings(max_examples=40, deadline=None)
+def test_a_whole_groups_moment_step_takes_its_shrunken_share_of_the_gap(seed, gap):
+    """A whole group's moment step (ratio step, ``moment_shrink`` = 1) scales the group's predictions by
+    (own moment / predicted moment)^w, w = max(1/2, 1 - 1 / t^2) with t the group's t statistic: the share of
+    the gap its t supports, and never less than half (so the step's progress keeps the termination argument).
+    With ``moment_shrink`` = 0 the step is exact (w = 1). One group (all rows), one bucket."""
+    from mmc_core.descent import WHOLE, CellState, DescentParams
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    table = {"g": np.zeros(n, dtype=int)}
+    memb = GroupSet.from_columns(table, ["g"], 1).evaluate(table)
+    y = 0.5 + 0.1 * rng.standard_t(5, n)  # the label (unit scale), mean 0.5
+    mu = np.full(n, float(y.mean()))
+    pred_var = float(np.mean((y - y.mean()) ** 2)) * np.exp(gap)  # the predicted variance, too high by e^gap
+    for shrink in (0.0, 1.0):
+        p = DescentParams(
+            alpha=1e-6,
+            beta=1e-9,
+            m=1,
+            moments=(2,),
+            z=50.0,
+            z_group=1.0,
+            z_group_moment=1.0,
+            min_count=2,
+            moment_step="ratio",
+            moment_shrink=shrink,
+        )  # fmt: skip  (z = 50: the group's bucket cell, the same rows, is never the one corrected)
+        state = CellState(p, memb, y, mu.copy(), {2: np.full(n, pred_var)}, track_moment_sums=True)
+        S, C, Q = state.TA[2], state.CA[2], state.UA[2]
+        whole = [blk for blk in state.moment_blocks(2) if blk[0] == WHOLE][0]
+        s, c, q = (float(np.ravel(x)[0]) for x in whole[1:4])
+        t2 = s * s * (c - 1) / (c * q - s * s)
+        upd = state.make_update(2, 0.0, p.beta)
+        if t2 < 1.0:  # not violated at z_group_moment = 1
+            assert upd is None
+            continue
+        assert upd is not None and upd.partition == WHOLE and S is not None and C is not None and Q is not None
+        target = float(np.mean((y - mu) ** 2))
+        w = max(0.5, 1.0 - 1.0 / t2) if shrink else 1.0
+        factor = float(np.ravel(upd.deltas)[0])
+        assert np.isclose(factor, (target / pred_var) ** w, rtol=1e-6), (factor, target / pred_var, w, t2)
