@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from mmc_core.cells import describe_cells
+from mmc_core.descent import SHRINK_MIN
 from mmc_core.errors import MMCError
 from mmc_core.recalibrate import describe as describe_base
 
@@ -294,7 +295,7 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
             f"groups at {float(info.get('z_group', 0)):.2f}"
             + (
                 f"; a whole group's moments from |t| >= {p.z_group_moment:g}, part-way: the share "
-                "max(1/2, 1 − 1/t²) of the gap to its own"
+                f"max({SHRINK_MIN:g}, 1 − {p.moment_shrink:g}/t²) of the gap to its own fitting-row moment"
                 if moments and getattr(p, "moment_shrink", 0) > 0 and p.z_group_moment >= 0
                 else ""
             )

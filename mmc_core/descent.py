@@ -62,7 +62,8 @@ SHRINK_MIN = 0.5
 class DescentParams:
     """alpha, beta: mass-weighted violation thresholds; m: buckets per predictor; moments: the central
     moments fitted (2..k); step: ``paper`` (eta = alpha or beta, the paper's step) or ``exact`` (shift each
-    violating cell by its mean residual: at least the paper's progress per update, usually far more)."""
+    violating cell by its mean residual: at least the paper's progress per update, usually far more; a whole
+    group's shrunken moment step, ``moment_shrink``, at least 3/4 of the exact step's)."""
 
     alpha: float
     beta: float
@@ -81,9 +82,14 @@ class DescentParams:
     z_group_moment: float = -1.0  # whole groups' critical value for the moments (< 0: z_group)
     min_count: int = 0  # with z > 0: cells of fewer rows are never violated
     moment_step: str = "add"  # "add": m_a -= delta (the paper's); "ratio": m_a *= factor (a scale's own step)
-    # > 0: a whole group's moment step takes the share max(SHRINK_MIN, 1 - moment_shrink / t^2) of the gap to
-    # the group's own fitting-row moment (t: the group's t statistic), on the log scale with the ratio step
+    # > 0 (exact step only): a whole group's moment step takes the share max(SHRINK_MIN, 1 - moment_shrink /
+    # t^2) of the gap to the group's own fitting-row moment (t: the group's t statistic), on the log scale with
+    # the ratio step
     moment_shrink: float = 0.0
+
+    def __post_init__(self):
+        if self.moment_shrink > 0 and self.step != "exact":
+            raise ValueError("moment_shrink applies to the exact step only")
 
     def _lookup(self, pairs: tuple, a: int, default):
         for b, v in pairs:
@@ -342,9 +348,11 @@ class CellStats:
         if target >= 2 and part == WHOLE and self.p.moment_shrink > 0 and Q is not None:
             # The group's own fitting-row moment is a noisy estimate of its true one: an exact step to it made
             # the fit follow the sample (a 300-row group's variance off the truth by 10-25% with heavy-tailed
-            # noise, then found by an audit of fresh rows). The positive-part James-Stein share 1 - 1 / t^2 of
-            # the gap is the gap's estimate given its t statistic (E t^2 = 1 + the squared true gap in
-            # standard errors); after the step |t| is at most max(1 / |t|, |t| / 2), under z_group_moment = 1.
+            # noise, then found by an audit of fresh rows). The James-Stein share 1 - 1 / t^2 of the gap is the
+            # gap's estimate given its t statistic (E t^2 = 1 + the squared true gap in standard errors), here
+            # with a floor of SHRINK_MIN (the progress the termination bound counts on). With the additive step
+            # |t| is then at most max(1 / |t|, |t| / 2); the ratio step (on the log scale) can leave more, and
+            # the group is corrected again. (Q is None without the standard-error test: no shrinkage then.)
             s_, c_, q_ = float(S[blk][0]), float(C[blk][0]), float(Q[blk][0])
             t2 = s_ * s_ * (c_ - 1.0) / max(c_ * q_ - s_ * s_, 1e-300)
             w = max(SHRINK_MIN, 1.0 - self.p.moment_shrink / t2) if t2 > 0 else 1.0
@@ -631,6 +639,9 @@ def descend(
         beta = p.beta_for(a)
         thr_b = beta * n
         phi = None  # the potential at the start of the pass, computed only if the pass updates anything
+        # a whole group's shrunken step (share w >= SHRINK_MIN of the exact one) lowers the potential by at least
+        # w (2 - w) of what the exact step does: the bound is looser by that factor
+        progress = SHRINK_MIN * (2.0 - SHRINK_MIN) if p.moment_shrink > 0 else 1.0
         count = 0
         counters["calls"] += 1
         while True:
@@ -648,10 +659,10 @@ def descend(
                 if count > ratio_cap:
                     counters["capped"] = counters.get("capped", 0) + 1
                     break
-            elif count > phi / beta**2 * (1 + 1e-9) + 1e-9:
+            elif count > phi / (beta**2 * progress) * (1 + 1e-9) + 1e-9:
                 raise AssertionError(
                     f"internal error: {count} moment-{a} updates exceed the potential bound "
-                    f"{phi / beta**2:.1f} (a bug, not a stopping rule)"
+                    f"{phi / (beta**2 * progress):.1f} (a bug, not a stopping rule)"
                 )
         counters["moment"] += count
         counters["max_call"] = max(counters["max_call"], count)

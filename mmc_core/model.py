@@ -325,7 +325,7 @@ class FittedModel:
             for a in moments:
                 params.grid(a)
         except ValueError as e:
-            raise bad(f"params: bucket edges are malformed ({e})") from None
+            raise bad(f"params are malformed ({e})") from None
         ls = d["label_scale"]
         try:
             scale = LabelScale(float(ls["lo"]), float(ls["hi"]), str(ls.get("source", "declared")))

@@ -169,3 +169,27 @@ def test_a_whole_groups_moment_step_takes_its_shrunken_share_of_the_gap(seed, ga
         w = max(0.5, 1.0 - 1.0 / t2) if shrink else 1.0
         factor = float(np.ravel(upd.deltas)[0])
         assert np.isclose(factor, (target / pred_var) ** w, rtol=1e-6), (factor, target / pred_var, w, t2)
+
+
+def test_a_shrunken_moment_step_needs_the_exact_step():
+    """``moment_shrink`` shrinks the exact step's gap; with the paper's fixed step (eta) it has no meaning, and a
+    model file asking for both is refused with a clear error, not a traceback."""
+    import pytest
+
+    from mmc_core.descent import DescentParams
+    from mmc_core.errors import MMCError
+
+    with pytest.raises(ValueError, match="exact step only"):
+        DescentParams(alpha=0.01, beta=0.01, m=5, step="paper", moment_shrink=1.0)
+    table = {"g": np.array(["a", "b"] * 50)}
+    y = np.linspace(0.1, 0.9, 100)
+    model = (
+        MomentMulticalibrator(n_moments=2, label_range=(0, 1))
+        .fit(table, y, GroupSet.from_columns(table, ["g"], 1))
+        .model_
+    )
+    d = json.loads(model.to_json())
+    assert d["params"].get("moment_shrink") == 1.0
+    d["params"]["step"] = "paper"
+    with pytest.raises(MMCError, match="params are malformed.*exact step only"):
+        FittedModel.from_json(json.dumps(d))
