@@ -34,6 +34,18 @@ import pandas as pd
 
 from .errors import DataError, MMCError
 
+
+def _factorize(values):
+    """``pd.factorize``, without pandas < 2.1's FutureWarning about inferring the uniques' dtype from object
+    values: the callers compare each unique with the class values (``==`` or the same text), which works for
+    either dtype."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return pd.factorize(values)
+
+
 __all__ = [
     "as_binary",
     "is_binary",
@@ -102,7 +114,7 @@ def as_binary(y, positive=None, name: str = "label") -> tuple[np.ndarray, dict]:
         shown = ", ".join(repr(v) for v in vals)
         raise DataError(f"positive class {positive!r} is not a value of {name} (values: {shown})")
     pos = match[0]
-    codes, uniq = pd.factorize(pd.Series(arr))
+    codes, uniq = _factorize(pd.Series(arr))
     lookup = np.array([1.0 if (v == pos or str(v) == str(pos)) else 0.0 for v in uniq])
     y01 = lookup[codes]
     neg = [v for v in vals if not (v == pos or str(v) == str(pos))]
@@ -455,7 +467,7 @@ def binary_labels(model, y, name: str = "the labels") -> np.ndarray:
     def same(v, c) -> bool:
         return c is not None and (v == c or str(v) == str(c))
 
-    codes, uniq = pd.factorize(s)
+    codes, uniq = _factorize(s)
     is_pos = np.array([same(v, pos) for v in uniq], dtype=bool)
     is_neg = np.array([same(v, neg) for v in uniq], dtype=bool)
     bad = [v for v, p_, n_ in zip(uniq, is_pos, is_neg) if not (p_ or n_)]
