@@ -519,10 +519,19 @@ def describe(rec: dict) -> str:
         verb = "understates" if rec["estimate"] > 1 else "overstates"
         tol = rec.get("tolerance") or 0.0
         beyond = f"; by more than {1 + tol:.2g}x" if tol > 0 else ""
-        if tol > 0 and (lo <= 1 + tol if rec["estimate"] > 1 else hi >= 1 / (1 + tol)):
-            # the test uses the group's own spread of squared residuals; the interval also allows for the tails
-            # pooled over all groups (metrics._pooled_sd), so it can be the wider one: said, not hidden
-            beyond += " by its test, though the interval reaches within that"
+        # the test uses the group's own spread of squared residuals; the interval also allows for the tails
+        # pooled over all groups (metrics._pooled_sd), so it can be the wider one: said, not hidden
+        if lo <= 1 <= hi:
+            beyond = (
+                f"; the test on the group's own residuals says {'more than ' + format(1 + tol, '.2g') + 'x ' if tol else ''}"
+                "off, but the interval, which allows for the heavier tails seen over all groups, includes 1 "
+                "(no misstatement): its size, even its direction, is uncertain"
+            )
+        elif tol > 0 and (lo <= 1 + tol if rec["estimate"] > 1 else hi >= 1 / (1 + tol)):
+            beyond = (
+                f"; more than {1 + tol:.2g}x by the test on the group's own residuals; the interval, which allows "
+                f"for the heavier tails seen over all groups, reaches within {1 + tol:.2g}x"
+            )
         return (
             f"For group {g} (n={n}) the model {verb} its uncertainty: predicted variance {_g(rec['predicted'])}, "
             f"observed residual variance {_g(rec['observed'])} ({rec['estimate']:.2f} times, {ci} {lo:.2f}-{hi:.2f}"

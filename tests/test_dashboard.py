@@ -819,6 +819,33 @@ def test_a_reload_during_a_script_run_takes_that_runs_change_back(monkeypatch):
     persist.forget_all()
 
 
+def test_a_script_run_stopped_by_a_reload_still_saves_what_it_did(monkeypatch):
+    """An exploratory browser check: Run clicked, the page reloaded 0.3 s later. The reload stops the old
+    session's script (Streamlit raises StopException at its next element) before its save at the end, so the
+    fit it had just started was in no workspace: it finished unseen and the reloaded page showed the old run.
+    The stopped run now saves what it did so far."""
+    from app.ui import persist, run_page
+
+    persist.forget_all()
+    at = _new()
+    wid = at.session_state["ws_id"]
+    added = {"name": "added just before the reload", "where": [{"column": "sex", "op": "==", "value": "F"}]}
+
+    class StopException(Exception):  # Streamlit's own is raised by its script runner; the name is what counts
+        pass
+
+    def stopped_midway():
+        st_ = __import__("streamlit").session_state
+        st_["groups"] = [*st_["groups"], added]
+        raise StopException()
+
+    monkeypatch.setattr(run_page, "finalize", stopped_midway)
+    at.run()
+    monkeypatch.undo()
+    assert persist._WORKSPACES[wid][1]["groups"][-1]["name"] == added["name"]
+    persist.forget_all()
+
+
 def test_fresh_demo_sessions_do_not_push_out_an_analysts_work():
     """An exploratory browser check: opening the address 8 times (colleagues, new tabs) pushed out the
     workspace of an analyst who had uploaded a table and defined a group, lost on the next reload. Untouched

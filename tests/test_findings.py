@@ -344,10 +344,14 @@ def test_a_variance_findings_sentence_says_when_its_interval_reaches_the_toleran
     }  # fmt: skip
     inside = fnd.describe({**rec, "interval": [0.40, 0.95]})
     clear = fnd.describe({**rec, "interval": [0.40, 0.85]})
-    assert "by more than 1.1x by its test, though the interval reaches within that" in inside
+    assert "more than 1.1x by the test on the group's own residuals" in inside and "reaches within 1.1x" in inside
     assert "by more than 1.1x;" in clear and "reaches within" not in clear
     up = fnd.describe({**rec, "estimate": 1.6, "interval": [1.05, 2.4]})
-    assert "understates" in up and "reaches within" in up
+    assert "understates" in up and "reaches within 1.1x" in up
+    # an exploratory browser check: "0.41 times, CI 0.14-1.30; by more than 1.1x by its test, though the
+    # interval reaches within that" for an interval that holds 1 and the other direction too
+    wide = fnd.describe({**rec, "estimate": 0.41, "interval": [0.14, 1.30]})
+    assert "includes 1 (no misstatement)" in wide and "even its direction, is uncertain" in wide
 
 
 def test_planted_defects_are_found():

@@ -261,12 +261,19 @@ def overview_section(d):
     c[2].metric("Missing cells", f"{int(prof['missing'].sum()):,}")
     c[3].metric("Source", {"demo": "demo", "upload": "upload", "file": "file"}.get(d["source"], d["source"]))
     n = min(state.PREVIEW_ROWS, d["rows"])
-    st.dataframe(state.preview(frame, d["key"]), height=260, hide_index=False, width="stretch")
+    shown = state.preview(frame, d["key"])
+    # numbered as the messages number rows: the file's data rows from 1 (the table's positions were 0-based,
+    # and renumbered after a drop, so the preview's row 2 was the message's "data row 3")
+    rows = d.get("file_rows")
+    shown = shown.set_axis(
+        (np.asarray(rows)[shown.index.to_numpy()] if rows is not None else shown.index.to_numpy() + 1).tolist()
+    )
+    st.dataframe(shown, height=260, hide_index=False, width="stretch")
     st.caption(
         (
-            f"A random sample of {n} of {d['rows']:,} rows (row numbers on the left)."
+            f"A random sample of {n} of {d['rows']:,} rows (on the left, each row's data row number in the file)."
             if d["rows"] > n
-            else f"All {d['rows']:,} rows."
+            else f"All {d['rows']:,} rows (on the left, each row's data row number in the file)."
         )
         + (f" This table: {esc(d['note'])}." if d.get("note") else "")
     )
