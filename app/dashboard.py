@@ -129,8 +129,10 @@ def _run_page(restored: bool, args) -> None:
     if restored:
         d = state.data()
         st.toast(
-            f"Your work is back after the reload: {esc(d['name']) if d else 'the table'}, "
-            f"{len(st.session_state.get('groups') or [])} groups and the settings"
+            # (a reload, or a second tab opened on the address: "after the reload" was wrong for the latter;
+            # the groups counted as the sidebar counts them)
+            f"Your work is back: {esc(d['name']) if d else 'the table'}, "
+            f"{len(st.session_state.get('groups') or []) + 1} groups (incl. all) and the settings"
             + (", and the result" if st.session_state.get("run") is not None else "")
             + ".",
             icon=":material/history:",

@@ -361,7 +361,7 @@ def label_section(d):
                 n_bad = int(state.label_problems(frame, d["key"], lab))
                 if n_bad and n_bad < len(frame):
                     st.button(
-                        f"Drop the {n_bad:,} rows whose label is missing or not a number",
+                        f"Drop the {n_bad:,} {'row' if n_bad == 1 else 'rows'} whose label is missing or not a number",
                         key="drop_missing_label",
                         on_click=_drop_bad_rows,
                         args=(lab,),
@@ -410,7 +410,8 @@ def base_section(d):
                 )
                 if n_bad < len(frame):
                     st.button(
-                        f"Drop the {n_bad:,} rows whose prediction is missing or not a number",
+                        f"Drop the {n_bad:,} {'row' if n_bad == 1 else 'rows'} whose prediction is missing or not a "
+                        "number",
                         key="drop_missing_base",
                         on_click=_drop_bad_rows,
                         args=(col,),
