@@ -99,16 +99,7 @@ def main():
     )
     args = parse_args()
     restored = persist.attach()  # a reload takes back the session's work (its address carries the workspace id)
-    try:
-        _run_page(restored, args)
-    except BaseException as e:
-        # A reload stops the page's running script (Streamlit raises StopException at its next element): what
-        # this run did so far (a fit just started, a group just added) is saved all the same, as a late save the
-        # reloaded page takes back. Without it a Run clicked 0.3 s before a reload was lost, its fit finishing
-        # unseen (an exploratory browser check).
-        if type(e).__name__ == "StopException":
-            persist.save()
-        raise
+    _run_page(restored, args)
 
 
 def _run_page(restored: bool, args) -> None:

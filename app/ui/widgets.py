@@ -35,11 +35,17 @@ def start_job(key: str, job, sync: bool, wait_s: float):
     """Keep ``job`` in ``st.session_state[key]`` and run it: in this thread when ``sync`` (tests, the first demo
     audit), else in the background, waiting up to ``wait_s`` seconds so that a quick job is over before the page
     is drawn (no live view flickering in and out)."""
+    from app.ui import persist
+
     st.session_state[key] = job
     if sync:
         job.run_sync()
     else:
         job.start()
+        # Saved now, not only at the end of the run: a reload stops this script at its next element (Streamlit
+        # then refuses even session-state access), so a Run clicked 0.3 s before a reload left the fit in no
+        # workspace and its result was never seen (an exploratory browser check)
+        persist.save()
         job.wait(wait_s)
     return job
 
