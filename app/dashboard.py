@@ -99,10 +99,6 @@ def main():
     )
     args = parse_args()
     restored = persist.attach()  # a reload takes back the session's work (its address carries the workspace id)
-    _run_page(restored, args)
-
-
-def _run_page(restored: bool, args) -> None:
     state.keep_widget_state()  # first: restore settings Streamlit dropped, before defaults fill the gaps
     state.init_session(args.data)
     dropped = st.session_state.pop("ws_dropped", False)

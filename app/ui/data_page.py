@@ -126,6 +126,16 @@ def _first_bad_row(frame: pd.DataFrame, column: str) -> int:
     return int(np.flatnonzero(label_problem_rows(frame, column))[0]) + 1
 
 
+def _drop_button(column: str, n_bad: int, what: str, key: str) -> None:
+    """The button that drops the ``n_bad`` rows without a number in ``column`` (``what``: "label", ...)."""
+    st.button(
+        f"Drop the {n_bad:,} {'row' if n_bad == 1 else 'rows'} whose {what} is missing or not a number",
+        key=key,
+        on_click=_drop_bad_rows,
+        args=(column,),
+    )
+
+
 def _on_demo_change():
     state.load_demo_into_state(st.session_state["demo_name"])
 
@@ -360,12 +370,7 @@ def label_section(d):
             if lab in frame.columns:
                 n_bad = int(state.label_problems(frame, d["key"], lab))
                 if n_bad and n_bad < len(frame):
-                    st.button(
-                        f"Drop the {n_bad:,} {'row' if n_bad == 1 else 'rows'} whose label is missing or not a number",
-                        key="drop_missing_label",
-                        on_click=_drop_bad_rows,
-                        args=(lab,),
-                    )
+                    _drop_button(lab, n_bad, "label", "drop_missing_label")
         else:
             st.markdown(
                 f"Fitted label **{esc(summary['name'])}** in **[{summary['lo']:.4g}, {summary['hi']:.4g}]** "
@@ -409,13 +414,7 @@ def base_section(d):
                     icon=":material/error:",
                 )
                 if n_bad < len(frame):
-                    st.button(
-                        f"Drop the {n_bad:,} {'row' if n_bad == 1 else 'rows'} whose prediction is missing or not a "
-                        "number",
-                        key="drop_missing_base",
-                        on_click=_drop_bad_rows,
-                        args=(col,),
-                    )
+                    _drop_button(col, n_bad, "prediction", "drop_missing_base")
         elif ss["base_kind"] == "model":
             st.selectbox("Model", list(BASE_MODELS), **state.bind("base_model"), format_func=BASE_MODELS.get)
             columns_multiselect(

@@ -126,8 +126,7 @@ def _late_save_of_predecessor(ss):
     if (
         held is None
         or held[4] == ss.get("ws_version", 0)
-        or ss.get("ws_pred") is None
-        or _saver(held) != ss.get("ws_pred")
+        or not _by_predecessor(held, ss)
         or _fingerprint(ss) != ss.get("ws_saved_fp")
     ):
         return None
@@ -136,6 +135,11 @@ def _late_save_of_predecessor(ss):
 
 def _saver(held):
     return held[5] if len(held) > 5 else None
+
+
+def _by_predecessor(held, ss) -> bool:
+    """Whether ``held`` was saved by the session this one replaced on a reload."""
+    return ss.get("ws_pred") is not None and _saver(held) == ss.get("ws_pred")
 
 
 def _alive() -> bool:
@@ -193,7 +197,7 @@ def save():
                 # run's change goes to the address as a late save, which the new session takes back on its next
                 # run if it has changed nothing since (it went to an address nobody would open: a review)
                 pass
-            elif ss.get("ws_pred") is not None and _saver(held) == ss.get("ws_pred"):
+            elif _by_predecessor(held, ss):
                 # The page's previous session (this tab before its reload) finished a script run after this one
                 # attached: with nothing changed here since, its save is the analyst's latest (taken back
                 # below); with changes here, those are the newer and are kept. (It forked, with a false "open in
