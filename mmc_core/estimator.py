@@ -352,12 +352,13 @@ class MomentMulticalibrator(SklearnParams):
         prediction passed to ``predict``. An over-fitted base model's predictions are too spread out (slope
         b < 1 on new rows); the bucketed corrections of the descent remove that only at the bucket
         resolution. "group-linear": one slope within the listed groups and one between them (so the groups'
-        means are not shrunk with everything else), bent at the quartiles of the base where that lowers the
-        out-of-sample squared error (``init.mean`` "knots" / "bends"; such a file is version 3), without the
+        means are not shrunk with everything else), bent at the quartiles of the base where rows it was not
+        fitted on bear that out (``init.mean`` "knots" / "bends"; such a file is version 3), without the
         between slope (or not at all) when it would leave a group significantly more biased out of sample than
         the base did (``model_.info["base_recalibration"]["between_dropped_for"]``), applied at
-        weight min(1, z / 2) where z is its
-        out-of-sample squared-error gain in standard errors (none for z <= 0; :mod:`mmc_core.recalibrate`; ``init.mean`` kind "base-group-linear"; the check is in
+        the share of it that out-of-sample rows bear out (the residuals' least-squares scale on its
+        out-of-sample change, in [0, 1]) times min(1, z / 2), z = that scale in robust standard errors (none
+        for z <= 0; :mod:`mmc_core.recalibrate`; ``init.mean`` kind "base-group-linear"; the check is in
         ``model_.info["base_recalibration"]``). "none": the base prediction as given. "auto" (default):
         "group-linear" (both engines: the Dask engine fits the map on the client on the numpy engine's own sample of
         the rows; "affine" is numpy only).

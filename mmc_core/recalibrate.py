@@ -15,15 +15,15 @@ single cell passes its test, so a line fitted over all fitting rows removes it b
   groups' means are left alone (the affine map would shrink them with everything else). The map may bend:
   hinges max(base - knot, 0) at the quartiles of the fitting rows' base (``KNOT_QUANTILES``) with their own
   slopes, for a base miscalibrated unevenly along its range (a booster over-fitted at its extremes, or a
-  probability whose errors follow a logistic curve); the bent map is blended into the straight one at weight
-  min(1, z_bend / ``MIN_GAIN_Z``), z_bend = the bent map's out-of-sample squared-error gain over the straight
-  one. A map that leaves some group significantly more biased out of sample than the base did (Bonferroni over
-  the groups at ``HARM_LEVEL``) is refitted without the between-group slope, and dropped if that one does
-  too: one group's error fitted by the between slope moves every group by its projected mean. The (blended)
-  map is applied in
-  proportion to the evidence that it helps: z = the out-of-sample reduction of the squared error in standard
-  errors (paired, over the held-out rows and the fitting rows' 5-fold out-of-fold predictions); weight
-  min(1, z / ``MIN_GAIN_Z``) for z > 0 (its coefficients scaled by it), none for z <= 0, so a calibrated base
+  probability whose errors follow a logistic curve). Each step is applied at the share of it that rows it was
+  not fitted on bear out (:func:`_stack_gate`, one-member stacking): on the out-of-sample rows (the held-out
+  rows and the fitting rows' 5-fold out-of-fold predictions) the residual is regressed on the step's change,
+  and the step is applied at weight = that scale (in [0, 1]) x min(1, z / ``MIN_GAIN_Z``), z = the scale in
+  robust standard errors. The bend is judged against the straight map (residuals after it, change = bent
+  minus straight), the blended map against the base. A map that leaves some group significantly more biased
+  out of sample than the base did (Bonferroni over the groups at ``HARM_LEVEL``) is refitted without the
+  between-group slope, and dropped if that one does too: one group's error fitted by the between slope moves
+  every group by its projected mean. So a calibrated base (scale about 0, z about standard normal at most)
   is left as given or moved a little. On a
   larger table the map is fitted and checked on a seeded sample of ``CV_MAX_ROWS`` (50,000) fitting and
   held-out rows (it has only |G| + 3 + len(KNOT_QUANTILES) coefficients) and applied to every row.
@@ -53,9 +53,10 @@ __all__ = [
 ]
 
 BASE_RECALIBRATIONS = ("auto", "none", "affine", "group-linear")  # "auto": group-linear (both engines)
-# the group-linear map is applied in full when its out-of-sample squared-error gain is this many standard
-# errors above 0 (one-sided: about 2.3% of fits of a map that does not help), at weight z / MIN_GAIN_Z below
-# that and not at all for z <= 0; measured in benchmarks/README.md ("the soft gate")
+# the group-linear map (and its bend) is applied at the full scale the out-of-sample rows support when that
+# scale is this many robust standard errors above 0 (one-sided: about 2.3% of fits of a map that does not
+# help), at z / MIN_GAIN_Z of it below that and not at all for z <= 0; benchmarks/README.md ("the soft gate",
+# "Stacked weights")
 MIN_GAIN_Z = 2.0
 RIDGE_GRID = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 CV_FOLDS = 5
@@ -288,6 +289,22 @@ def _gate(d: np.ndarray) -> tuple[float, float, float]:
     return gain, z, float(min(max(z / MIN_GAIN_Z, 0.0), 1.0))
 
 
+def _stack_gate(e: np.ndarray, change: np.ndarray) -> tuple[float, float, float]:
+    """(scale, z, weight) of a change judged on out-of-sample rows: scale = the least-squares coefficient of
+    the residuals ``e`` on the rows' out-of-sample ``change`` (the share of the change that the labels bear
+    out: 1 for a change that is right, 0 for one that is noise; Breiman's stacked regression with one
+    member), z = scale in robust (HC0) standard errors, weight = min(1, max(scale, 0)) x min(1, max(z, 0) /
+    ``MIN_GAIN_Z``): the scale the rows support, applied in proportion to the evidence for it."""
+    sxx = float(change @ change)
+    if e.size < 2 or not sxx > 0:
+        return 0.0, 0.0, 0.0
+    scale = float(change @ e) / sxx
+    u = e - scale * change
+    se = math.sqrt(float((change * change) @ (u * u))) / sxx
+    z = scale / se if se > 0 else (1e9 if scale > 0 else 0.0)
+    return scale, z, min(max(scale, 0.0), 1.0) * min(max(z / MIN_GAIN_Z, 0.0), 1.0)
+
+
 def _subsample(sums: MembershipSums, y: np.ndarray, base: np.ndarray, size: int, seed: int):
     """A seeded sample of ``size`` rows (kept in row order) with their own membership: the map has only
     |G| + 3 + len(KNOT_QUANTILES) coefficients, and fitting them by conjugate gradients on tens of millions of rows would cost
@@ -323,24 +340,28 @@ def fit_group_linear(
     """The ``"group-linear"`` map fitted on the fitting rows and validated out of sample (unit scale).
 
     ``held_out`` = (y_h, base_h, sums_h): the held-out rows, if any. Above ``CV_MAX_ROWS`` rows (fitting or
-    held-out) a seeded sample of that many is used. z = the out-of-sample reduction of the squared error in
-    standard errors of the paired difference, counted over the held-out rows and the fitting rows' out-of-fold
-    predictions (5 folds: the map refitted without the fold, projection included). The map is applied at
-    weight min(1, z / ``MIN_GAIN_Z``) (its coefficients but the projection multiplied by it; 0 for z <= 0: the base as
-    given). A soft gate rather than all or nothing at z >= 2: on issue 10's unseen tables the maps that the
-    hard gate dropped at 0 < z < 2 still helped on the test rows of every regression table (benchmarks/README.md,
-    "the soft gate"), and a map applied at a fraction of its weight costs little where it does not.
+    held-out) a seeded sample of that many is used. The out-of-sample rows are the held-out rows and the
+    fitting rows' out-of-fold predictions (5 folds: the map refitted without the fold, projection included).
+    The map is applied at weight min(1, max(scale, 0)) x min(1, z / ``MIN_GAIN_Z``) (:func:`_stack_gate`; its
+    coefficients but the projection multiplied by it; 0 for z <= 0: the base as given): scale = the
+    least-squares coefficient of the out-of-sample residuals y - base on the map's out-of-sample change, z =
+    scale in robust standard errors. Until 2026-11-27 the weight was min(1, z_gain / 2) with z_gain the
+    out-of-sample squared-error gain in standard errors: for a right change that gain has half the z of the
+    change's scale, so a right map was applied at about half its weight until its evidence was twice as
+    strong, and the scale was never estimated (a map half right was applied in full). On 25 held-out tables
+    the stacked weight lowered the cell error on 19 (benchmarks/README.md, "Stacked weights").
 
     The bend (hinges at ``KNOT_QUANTILES`` of the base, those strictly inside its range; only with at least
-    ``BEND_MIN_ROWS`` out-of-sample rows) is decided first, on the same out-of-sample rows: the bent map's
-    squared-error gain over the straight one gives z_bend and the bend's weight min(1, z_bend / ``MIN_GAIN_Z``);
-    the map checked against the base is the straight one plus that share of the bent one's difference. The
-    same rows thus decide both weights (on a calibrated base, and on one whose straight map is right, both
-    weights stay as rare as the straight map's alone: tests/test_core_base_recalibration.py).
+    ``BEND_MIN_ROWS`` out-of-sample rows) is decided first, on the same out-of-sample rows and by the same rule:
+    the residuals after the straight map regressed on the bent map's change over it give the bend's scale,
+    z_bend and weight; the map checked against the base is the straight one plus that share of the bent one's
+    difference (on a calibrated base, and on one whose straight map is right, both weights stay as rare as
+    the straight map's alone: tests/test_core_base_recalibration.py).
 
     Returns ``{"offset", "groups", "slope", "between", "shift", "center", "knots", "bends", "ridge",
-    "validation"}``; ``validation`` = {"rows", "gain", "z", "weight", "bend_z", "bend_weight", "kept"} (gain:
-    mean squared-error reduction per row of the full blended map, unit scale; kept: weight > 0)."""
+    "validation"}``; ``validation`` = {"rows", "gain", "scale", "z", "weight", "bend_scale", "bend_z",
+    "bend_weight", "kept", ...} (gain: out-of-sample mean squared-error reduction per row of the full blended
+    map, unit scale; kept: weight > 0)."""
     y = np.asarray(y, dtype=float)
     base = np.asarray(base, dtype=float)
     sums, y, base = capped(sums, y, base, seed)  # fitted and cross-validated on a sample; applied to every row
@@ -402,18 +423,25 @@ def fit_group_linear(
                 if full is not None:
                     df[out] = _change(base, p_k, _coefficients(y, base, p_k, w, knots, between), knots)[out]
             sets.append((y, base, sums, dl, None if full is None else df))
-        # the bend first: the bent map against the straight one (paired squared-error reductions on every
-        # out-of-sample row), blended in at its own weight; then the blended map against the base, applied at
-        # its weight (the soft gate)
-        bend_z, bend_w = 0.0, 0.0
+        # the bend first: the residuals after the straight map against the bent map's change over it (on every
+        # out-of-sample row), blended in at its own weight; then the residuals against the blended map's change,
+        # applied at its weight (the soft gate on the stacked scale)
+        bend_scale, bend_z, bend_w = 0.0, 0.0, 0.0
         if full is not None and sets:
-            d2 = np.concatenate([sq(yy, b, ch) - sq(yy, b, chf) for yy, b, _, ch, chf in sets])
-            _, bend_z, bend_w = _gate(d2)
+            after = [np.clip(b + ch, 0.0, 1.0) for _, b, _, ch, _ in sets]
+            bend_scale, bend_z, bend_w = _stack_gate(
+                np.concatenate([yy - a for (yy, *_), a in zip(sets, after)]),
+                np.concatenate([np.clip(b + chf, 0.0, 1.0) - a for (_, b, _, _, chf), a in zip(sets, after)]),
+            )
         pad = np.concatenate([lin[:4], np.zeros(knots.size)])
         blend = pad if full is None else pad + bend_w * (full - pad)
         changes = [ch if chf is None else ch + bend_w * (chf - ch) for _, _, _, ch, chf in sets]
         d = np.concatenate([(b - yy) ** 2 - sq(yy, b, ch) for (yy, b, *_), ch in zip(sets, changes)] or [[]])
-        gain, z, weight = _gate(d)
+        gain = float(np.mean(d)) if d.size else 0.0
+        scale, z, weight = _stack_gate(
+            np.concatenate([yy - b for (yy, b, *_) in sets] or [[]]),
+            np.concatenate([np.clip(b + ch, 0.0, 1.0) - b for (_, b, *_), ch in zip(sets, changes)] or [[]]),
+        )
         coef = np.concatenate([blend[:3] * weight, [lin[3]], blend[4:] * weight])
         harmed = (
             _harmed_groups([(yy, b, sm, weight * ch) for (yy, b, sm, *_), ch in zip(sets, changes)], HARM_LEVEL)
@@ -423,8 +451,10 @@ def fit_group_linear(
         return {
             "coef": coef,
             "gain": gain,
+            "scale": scale,
             "z": z,
             "weight": weight,
+            "bend_scale": bend_scale,
             "bend_z": bend_z,
             "bend_w": bend_w,
             "rows": int(d.size),
@@ -445,7 +475,6 @@ def fit_group_linear(
             cand["coef"] = np.concatenate([np.zeros(3), cand["coef"][3:4], np.zeros(knots.size)])
             cand["weight"], cand["bend_w"] = 0.0, 0.0
     coef, gain, z, weight = cand["coef"], cand["gain"], cand["z"], cand["weight"]
-    bend_z, bend_w = cand["bend_z"], cand["bend_w"]
     kept = weight > 0
     return {
         "offset": float(c0),
@@ -460,10 +489,12 @@ def fit_group_linear(
         "validation": {
             "rows": cand["rows"],
             "gain": gain,
+            "scale": cand["scale"],
             "z": z,
             "weight": weight,
-            "bend_z": bend_z,
-            "bend_weight": bend_w,
+            "bend_scale": cand["bend_scale"],
+            "bend_z": cand["bend_z"],
+            "bend_weight": cand["bend_w"],
             "kept": kept,
             # the straight map's within slope in robust standard errors on the fitting rows (for the summary)
             "within_z": within_z,
@@ -495,16 +526,29 @@ def describe(init_mean: dict, info: dict) -> str | None:
         w = check.get("weight", 1.0) if isinstance(check, dict) else 1.0
         notes = []
         if isinstance(z, (int, float)):
-            notes.append(
-                f"out-of-sample squared error lower, z = {z:.1f}" + ("" if w >= 1 else f", {w:.0%} of the fitted map")
-            )
+            # a model saved before 2026-11-27 has no scale: its z was the squared-error gain's
+            scale = (check or {}).get("scale")
+            if isinstance(scale, (int, float)):
+                notes.append(
+                    f"applied {'in full' if w >= 1 else f'at {w:.0%}'}: rows it was not fitted on bear out "
+                    f"{scale:.0%} of it, z = {z:.1f}"
+                )
+            else:
+                notes.append(
+                    f"out-of-sample squared error lower, z = {z:.1f}"
+                    + ("" if w >= 1 else f", {w:.0%} of the fitted map")
+                )
         n_bent = sum(1 for b in init_mean.get("bends") or [] if b)
         if n_bent:
             slopes = within_slopes(init_mean)
             bz = check.get("bend_z") if isinstance(check, dict) else None
             bw = check.get("bend_weight", 1.0) if isinstance(check, dict) else 1.0
             if isinstance(bz, (int, float)):
-                notes.append(f"bend: z = {bz:.1f}" + ("" if bw >= 1 else f", {bw:.0%} of the fitted bend"))
+                bs = (check or {}).get("bend_scale")
+                if isinstance(bs, (int, float)):
+                    notes.append(f"bend {'in full' if bw >= 1 else f'at {bw:.0%}'}: {bs:.0%} borne out, z = {bz:.1f}")
+                else:
+                    notes.append(f"bend: z = {bz:.1f}" + ("" if bw >= 1 else f", {bw:.0%} of the fitted bend"))
             within = (
                 f"slope {' → '.join(f'{v:.2f}' for v in slopes)} within (bent at {n_bent} "
                 f"point{'s' if n_bent > 1 else ''} of the base's range)"

@@ -132,15 +132,22 @@ def _noise(n, seed):
 
 def test_se_rule_leaves_a_correct_base_model_almost_untouched():
     """Groups carry no signal and the base prediction is the true mean. At family-wise level 0.1 the "se" rule
-    flags a noise cell with probability <= 0.1 per audit, so over a few seeds the fit almost never moves."""
-    moved = []
+    flags a noise cell with probability <= 0.1 per audit, so over a few seeds the descent almost never moves
+    the base (checked without the base map). The base map, a separate step, is applied at the share of its
+    out-of-sample change that the labels bear out times min(1, z / 2): on noise a small fraction of a small
+    change (measured here: mean |move| 0.00001-0.0035 over 8 seeds, about 3% of the noise sd at most)."""
+    moved, descent_moved = [], []
     for seed in range(4):
         t, y, base = _noise(3000, seed)
         groups = GroupSet.from_columns(t, list(t), 2)
-        est = MomentMulticalibrator(n_moments=1, label_range=(0, 1), calibration_fraction=0).fit(t, y, groups, base)
-        moved.append(np.mean(np.abs(est.fit_mean_unit_ - base)))
+        for recal, out in (("auto", moved), ("none", descent_moved)):
+            est = MomentMulticalibrator(
+                n_moments=1, label_range=(0, 1), calibration_fraction=0, base_recalibration=recal
+            ).fit(t, y, groups, base)
+            out.append(np.mean(np.abs(est.fit_mean_unit_ - base)))
     # a whole-group correction on noise moves a group by ~z_group standard errors: at most ~0.01 here
-    assert sum(m > 0 for m in moved) <= 2 and max(moved) < 0.01
+    assert sum(m > 0 for m in descent_moved) <= 2 and max(descent_moved) < 0.01
+    assert max(moved) < 0.01
 
 
 def test_achieved_thresholds_hold_exactly_on_the_fitting_rows():
