@@ -148,7 +148,8 @@ def numeric_column(df: pd.DataFrame, col: str, role: str = "column") -> np.ndarr
         if bad.any():
             example = s[bad].iloc[0]
             raise DataError(
-                f"{role} '{col}' is not numeric (e.g. {str(example)[:40]!r} in row {int(np.flatnonzero(bad.to_numpy())[0]) + 1})"
+                f"{role} '{col}' is not numeric: {int(bad.sum())} cell(s) are not numbers (e.g. {str(example)[:40]!r} "
+                f"in row {int(np.flatnonzero(bad.to_numpy())[0]) + 1}); fix them in the file or drop those rows first"
             )
         s = conv
     arr = s.to_numpy(dtype=float, na_value=np.nan)

@@ -1173,6 +1173,35 @@ def test_a_missing_prediction_is_said_on_the_data_page_with_the_files_row_and_ca
     assert ss["run"] is not None and len(ss["run"].label.y) == 596
 
 
+def test_a_prediction_column_with_a_text_cell_is_offered_with_the_cell_named_and_droppable():
+    """An exploratory browser check: one 'abc' in the prediction column made pandas read it as text, and it was
+    never offered as the prediction: the page quietly chose to fit a model, with base_pred among its features.
+    It is now chosen and listed (marked as text), the cell is named with the file's row, and dropping that row
+    makes it a number column the run uses."""
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    df = pd.DataFrame(demo_distribution().sample_table(400, np.random.default_rng(4))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    df["base_pred"] = df["base_pred"].round(3).astype(object)
+    df.loc[7, "base_pred"] = "abc"  # the file's data row 8
+    at.file_uploader(key="upload").set_value(("stray.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    ss = at.session_state
+    assert not at.exception
+    assert ss["base_kind"] == "column" and ss["base_col"] == "base_pred", (ss["base_kind"], ss["base_col"])
+    box = at.selectbox(key="base_col")
+    assert "base_pred" in box.options[-1] and "text" in box.options[-1]
+    said = [e.value for e in at.error]
+    assert any("base\\_pred" in e and "1 row(s), first in data row 8" in e for e in said), said
+    at.button(key="drop_missing_base").click().run()
+    assert not at.exception and ss["data"]["rows"] == 399 and not at.error
+    assert pd.api.types.is_float_dtype(ss["data"]["df"]["base_pred"])
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    assert ss["run"] is not None and len(ss["run"].label.y) == 399
+
+
 def test_messages_name_the_files_rows_only_where_they_name_a_row():
     from app.ui.state import in_file_rows
 

@@ -36,12 +36,12 @@ def columns_multiselect(frame, key: str, label: str, help: str) -> None:
     st.multiselect(label, options, **state.bind(key), help=help)
 
 
-def choose_one(key: str, label: str, options: list, placeholder: str) -> None:
+def choose_one(key: str, label: str, options: list, placeholder: str, format_func=str) -> None:
     """A selectbox bound to the setting ``key`` that starts empty (the analyst must choose)."""
     from app.ui import state
 
     sanitize(key, options, None)
-    st.selectbox(label, options, **state.bind(key), index=None, placeholder=placeholder)
+    st.selectbox(label, options, **state.bind(key), index=None, placeholder=placeholder, format_func=format_func)
 
 
 _MD_SPECIAL = "\\`*_{}[]<>#|~$:"  # links and images need [ ], autolinks < > or :, math $

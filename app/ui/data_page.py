@@ -388,6 +388,7 @@ def base_section(d):
     ss = st.session_state
     frame = d["df"]
     nums = [c for c in state.numeric_columns(frame) if c != ss.get("label_col")]
+    texts = [c for c in state.number_like_columns(frame) if c != ss.get("label_col")]
     c1, c2 = st.columns([1, 1], gap="large")
     with c1:
         st.radio(
@@ -400,8 +401,14 @@ def base_section(d):
         if ss["base_kind"] == "column":
             binary = binary_values(frame, ss.get("label_col")) is not None
             what = "Prediction column (probability of the positive class, in [0, 1])" if binary else None
-            choose_one("base_col", what or "Prediction column (label units)", nums, "choose a column")
-            if not nums:
+            choose_one(
+                "base_col",
+                what or "Prediction column (label units)",
+                nums + texts,
+                "choose a column",
+                format_func=lambda c: f"{c}  (text: some cells are not numbers)" if c in texts else str(c),
+            )
+            if not nums + texts:
                 st.warning("There is no numeric column other than the label.")
             col = ss.get("base_col")
             n_bad = state.label_problems(frame, d["key"], col) if col in frame.columns else 0

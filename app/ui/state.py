@@ -340,6 +340,29 @@ def numeric_columns(frame: pd.DataFrame) -> list:
     ]
 
 
+NUMBER_LIKE_SHARE = 0.9  # a text column whose cells are numbers but for at most 10% is offered as numeric
+_NUMBER_LIKE_SAMPLE = 20_000  # cells looked at per column (the Data page asks on every rerun)
+
+
+def number_like_columns(frame: pd.DataFrame) -> list:
+    """Text columns whose cells are numbers but for a few: one stray 'abc' or 'n/a' makes pandas read a whole
+    prediction column as text, and it was then never offered as the prediction (the page quietly chose to fit
+    a model instead). Offered where a number column is expected, marked as text, so the Data page names the
+    cells that are not numbers and can drop those rows. Judged on at most ``_NUMBER_LIKE_SAMPLE`` cells."""
+    out = []
+    for c in frame.columns:
+        s = frame[c]
+        if not (pd.api.types.is_object_dtype(s) or pd.api.types.is_string_dtype(s)):
+            continue
+        cells = s.dropna().iloc[:_NUMBER_LIKE_SAMPLE]
+        if cells.empty:
+            continue
+        numbers = pd.to_numeric(cells.astype(str).str.strip(), errors="coerce").notna()
+        if numbers.mean() >= NUMBER_LIKE_SHARE:
+            out.append(c)
+    return out
+
+
 def apply_suggestions(frame: pd.DataFrame, demo=None):
     """Label, range, base prediction and groups: the demo's suggestions, or guesses for an upload. Columns that
     cannot be features (all missing, constant, identifiers, leaking the label) are never pre-selected."""
@@ -361,7 +384,7 @@ def apply_suggestions(frame: pd.DataFrame, demo=None):
         base_col = demo.base_prediction
         order = 2 if len(group_cols) <= 3 and not numeric_groups else 1
     else:
-        lower = {str(c).lower(): c for c in nums}
+        lower = {str(c).lower(): c for c in nums + number_like_columns(frame)}
         label = guess_label(frame, nums)
         new["label_scaling"] = "observed"
         base_col = next((lower[n] for n in PREDICTION_NAMES if n in lower and lower[n] != label), None)
