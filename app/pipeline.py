@@ -358,9 +358,14 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
     return run
 
 
-def predictions_table(df: pd.DataFrame, run: AuditRun, methods=None, rows: np.ndarray | None = None) -> pd.DataFrame:
-    """The original columns plus split, base, mean, SD, moments and interval ends (per method), in label units
-    (log units if the label was logged). ``rows`` limits it to some rows (all by default)."""
+def predictions_table(
+    df: pd.DataFrame, run: AuditRun, methods=None, rows: np.ndarray | None = None, file_rows=None
+) -> pd.DataFrame:
+    """The original columns plus the row's number in the file, split, base, mean, SD, moments and interval
+    ends (per method), in label units (log units if the label was logged). ``rows`` limits it to some rows (all
+    by default). ``file_rows``: each row's number among the file's data rows (1-based) when ``df`` was made by
+    dropping rows from the file (the Data page's drop buttons), else 1, 2, ...: the column that joins an export
+    of a cleaned table, or of its test rows only, back to the file."""
     from mmc_core.intervals import interval_table
 
     rows = np.arange(len(df)) if rows is None else np.asarray(rows)
@@ -373,7 +378,10 @@ def predictions_table(df: pd.DataFrame, run: AuditRun, methods=None, rows: np.nd
     split = np.full(len(df), "", dtype=object)
     for name in ("base", "fit", "calibration", "test"):
         split[run.split[name]] = name
-    new = {"split": split[rows]}
+    numbers = np.arange(1, len(df) + 1) if file_rows is None else np.asarray(file_rows, dtype=np.int64)
+    if numbers.size != len(df):
+        raise ValueError(f"file_rows has {numbers.size} entries for a table of {len(df)} rows")
+    new = {"file_row": numbers[rows], "split": split[rows]}
     if base is not None:
         new["base"] = base
     new["mean"] = preds["mean"]

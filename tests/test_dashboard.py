@@ -1171,6 +1171,12 @@ def test_a_missing_prediction_is_said_on_the_data_page_with_the_files_row_and_ca
     at.button(key="run_btn").click().run()
     _wait_job(at)
     assert ss["run"] is not None and len(ss["run"].label.y) == 596
+    # the export joins back to the file: each row keeps its number there (the cleaned table's were 1..596)
+    _page(at, "export")
+    assert not at.exception
+    out = pd.read_csv(io.BytesIO(ss["export_csv"]))
+    assert len(out) == 596 and out["mmc_file_row"].tolist() == kept.tolist()
+    np.testing.assert_allclose(out["outcome"], df.loc[kept - 1, "outcome"], rtol=1e-5)  # written at 6 digits
 
 
 def test_a_prediction_column_with_a_text_cell_is_offered_with_the_cell_named_and_droppable():

@@ -52,10 +52,18 @@ def build_pdf(run, frame, threshold: float | None = None) -> bytes:
         gamma=run.settings.gamma,
         label=run.label.name,
         units=state.units(),
-        data_name=f"{run.data_name} (test rows)",
+        data_name=f"{run.data_name} ({_dropped_note(run)}test rows)",
         audit=run.audit,
         rates=rates,
     )
+
+
+def _dropped_note(run) -> str:
+    """ "2 row(s) without a numeric 'y' dropped; " when the run's table was cleaned on the Data page (the report
+    names the file: its reader must know the rows audited are not all of it), else ""."""
+    d = state.data()
+    note = d.get("note") if d is not None and d.get("key") == run.data_key else None
+    return f"{note}; " if note and "dropped" in note else ""
 
 
 def pdf_threshold(run) -> float | None:
@@ -67,7 +75,9 @@ def build_csv(run, frame, methods, which: str) -> bytes:
     from app.pipeline import predictions_table
 
     rows = run.split["test"] if which == "test" else None
-    out = predictions_table(frame, run, methods=methods, rows=rows)
+    d = state.data()
+    file_rows = d.get("file_rows") if d is not None and d.get("key") == run.data_key else None
+    out = predictions_table(frame, run, methods=methods, rows=rows, file_rows=file_rows)
     st.session_state["export_csv_prefix"] = out.attrs.get("mmc_prefix", "mmc_")
     return escape_formulas(out).to_csv(index=False, float_format="%.6g").encode("utf-8")
 
@@ -178,8 +188,9 @@ def csv_section(run, frame):
         if prefix != "mmc_":  # the table has columns of the tool's names: the tool's get another prefix
             cols = cols.replace("`mmc_", f"`{prefix}")
         st.caption(
-            f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `{prefix}split` (which part of the split "
-            f"the row was in), {cols} Text cells that would run as spreadsheet formulas are escaped."
+            f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `{prefix}file_row` (the row's number "
+            "among the file's data rows, 1 = the first after the header; rows dropped on the Data page keep their "
+            f"numbers), `{prefix}split` (which part of the split the row was in), {cols} Text cells that would run as spreadsheet formulas are escaped."
             + (
                 f" Your table already has columns named `mmc_…`: they are kept as they are, and the tool's columns "
                 f"start with `{prefix}` instead."
