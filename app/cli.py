@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with --pred: 'affine' first maps the base prediction to a + b x pred by least squares on the fitting "
         "rows (an over-fitted base model's predictions are too spread out); 'group-linear' fits one slope within "
         "the listed groups and one between them (bent at the base's quartiles where that helps out of sample), "
-        "applied in proportion to its out-of-sample gain (full at z >= 2); "
+        "applied at the share of it that out-of-sample rows bear out (in full at z >= 2 for that share); "
         "default auto = group-linear ('affine' not with --engine dask)",
     )
     choice_option(

