@@ -447,6 +447,7 @@ def build_report_pdf(
     threshold: float = 0.5,
     rates: tuple | None = None,
     units: str = "",
+    data_note: str = "",
 ) -> bytes:
     """Build the PDF audit report and return its bytes.
 
@@ -459,6 +460,7 @@ def build_report_pdf(
     delta, gamma : interval miscoverage and the smallest cell mass the guarantees cover
     label, data_name : names printed in the report
     units : the label's units as the axes and tables print them (default "<label> units")
+    data_note : a sentence for the Data section (e.g. which rows of the file were dropped before the run)
     audit : a precomputed ``mmc_core.metrics.AuditResult`` for the same arguments (computed if None)
     threshold : the decision threshold of a binary (classifier) model's rates (see :func:`app.report_binary.binary_report`)
     rates : (threshold, rates, disparities) of a binary model at a threshold chosen after the audit (the dashboard's
@@ -481,6 +483,7 @@ def build_report_pdf(
             audit = run_audit(model, table, y, base=base, delta=delta, gamma=gamma)
     # rows whose category no group lists get no correction from that column: said in the Data section
     unlisted = [note[:1].upper() + note[1:] + "." for note in unlisted_notes(model.groups, table)]
+    unlisted += [data_note] if data_note else []
     if getattr(audit, "task", "regression") == "binary":
         from app.report_binary import binary_report
 

@@ -572,10 +572,20 @@ def describe(init_mean: dict, info: dict) -> str | None:
             # a model saved before 2026-11-27 has no scale: its z was the squared-error gain's
             scale = (check or {}).get("scale")
             if isinstance(scale, (int, float)):
-                notes.append(
-                    f"applied {'in full' if w >= 1 else f'at {w:.0%}'}: rows it was not fitted on bear out "
-                    f"{scale:.0%} of it, z = {_z_text(z)}"
-                )
+                # the slopes stated are the applied ones: the weight scaled every coefficient of the map
+                if w >= 1:
+                    said = f"as fitted: rows it was not fitted on bear it out in full, z = {_z_text(z)}"
+                elif z >= MIN_GAIN_Z:
+                    said = (
+                        f"slopes as applied, {w:.0%} of the fitted map: the share of it that rows it was not "
+                        f"fitted on bear out, z = {_z_text(z)}"
+                    )
+                else:
+                    said = (
+                        f"slopes as applied, {w:.0%} of the fitted map: rows it was not fitted on bear out "
+                        f"{scale:.0%} of it, at z = {_z_text(z)} (all of that share needs z >= {MIN_GAIN_Z:g})"
+                    )
+                notes.append(said)
             else:
                 notes.append(
                     f"out-of-sample squared error lower, z = {z:.1f}"
@@ -590,7 +600,8 @@ def describe(init_mean: dict, info: dict) -> str | None:
                 bs = (check or {}).get("bend_scale")
                 if isinstance(bs, (int, float)):
                     notes.append(
-                        f"bend {'in full' if bw >= 1 else f'at {bw:.0%}'}: {bs:.0%} borne out, z = {_z_text(bz)}"
+                        f"the bend {'as fitted' if bw >= 1 else f'at {bw:.0%} of its fit'}: {bs:.0%} of it borne "
+                        f"out, z = {_z_text(bz)}"
                     )
                 else:
                     notes.append(f"bend: z = {bz:.1f}" + ("" if bw >= 1 else f", {bw:.0%} of the fitted bend"))

@@ -522,7 +522,10 @@ def test_a_model_saved_before_the_stacked_gate_is_described_as_it_was_checked():
     old = {"base_recalibration": {"z": 1.0, "weight": 0.5, "within_z": -5.0}}
     assert describe(im, old).endswith("(out-of-sample squared error lower, z = 1.0, 50% of the fitted map)")
     new = {"base_recalibration": {"z": 1.0, "weight": 0.4, "scale": 0.8, "within_z": -5.0}}
-    assert describe(im, new).endswith("(applied at 40%: rows it was not fitted on bear out 80% of it, z = 1.0)")
+    assert describe(im, new).endswith(
+        "(slopes as applied, 40% of the fitted map: rows it was not fitted on bear out 80% of it, at z = 1.0 (all "
+        "of that share needs z >= 2))"
+    )
     given = {"base_recalibration": {"z": -0.5, "scale": -0.3, "rows": 500}}
     assert describe({"kind": "base"}, given) == (
         "used as given (rows a group-linear recalibration was not fitted on do not bear it out, z = -0.5)"

@@ -1177,6 +1177,11 @@ def test_a_missing_prediction_is_said_on_the_data_page_with_the_files_row_and_ca
     out = pd.read_csv(io.BytesIO(ss["export_csv"]))
     assert len(out) == 596 and out["mmc_file_row"].tolist() == kept.tolist()
     np.testing.assert_allclose(out["outcome"], df.loc[kept - 1, "outcome"], rtol=1e-5)  # written at 6 digits
+    # the Results page's row explorer names the same row (it counted the cleaned table's rows from 0)
+    _page(at, "results")
+    run = ss["run"]
+    first = int(kept[run.split["test"][0]])
+    assert any(f"Data row {first} of the file (test row 0)" in c.value for c in at.caption), first
 
 
 def test_a_prediction_column_with_a_text_cell_is_offered_with_the_cell_named_and_droppable():
@@ -1199,6 +1204,8 @@ def test_a_prediction_column_with_a_text_cell_is_offered_with_the_cell_named_and
     assert "base_pred" in box.options[-1] and "text" in box.options[-1]
     said = [e.value for e in at.error]
     assert any("base\\_pred" in e and "1 row(s), first in data row 8" in e for e in said), said
+    box.set_value(None).run()  # Escape in the open list empties the box: the choice is kept
+    assert not at.exception and ss["base_col"] == "base_pred" and at.selectbox(key="base_col").value == "base_pred"
     at.button(key="drop_missing_base").click().run()
     assert not at.exception and ss["data"]["rows"] == 399 and not at.error
     assert pd.api.types.is_float_dtype(ss["data"]["df"]["base_pred"])

@@ -82,6 +82,7 @@ def test_layout_with_stand_in_renderer(demo, tmp_path, monkeypatch):
         label="outcome",
         data_name="fresh.csv",
         audit=demo["audit"],
+        data_note="Rows of fresh.csv dropped on the Data page before the run: 2 row(s) without a numeric 'y' dropped.",
     )
     assert data[:5] == b"%PDF-"
     assert len(rendered) == N_FIGURES
@@ -106,6 +107,7 @@ def test_layout_with_stand_in_renderer(demo, tmp_path, monkeypatch):
         "fresh.csv",
         "[0, 100]",
         "declared",
+        "dropped on the Data page before the run",
     ):
         assert needle in text, needle
     flat = " ".join(text.split())

@@ -37,11 +37,23 @@ def columns_multiselect(frame, key: str, label: str, help: str) -> None:
 
 
 def choose_one(key: str, label: str, options: list, placeholder: str, format_func=str) -> None:
-    """A selectbox bound to the setting ``key`` that starts empty (the analyst must choose)."""
+    """A selectbox bound to the setting ``key`` that starts empty (the analyst must choose). Once chosen, a
+    choice is not cleared: an empty selectbox can be emptied again by Escape in the open list, which dropped
+    the prediction column (and its error and drop button) and kept the empty choice across a reload (an
+    exploratory browser check); nothing needs an empty choice after a real one."""
     from app.ui import state
 
+    def keep_choice():
+        ss = st.session_state
+        if ss.get(key) is None and getattr(state.settings(), key, None) in options:
+            ss[key] = getattr(state.settings(), key)  # put back what the settings still hold
+        else:
+            state.sync(key)
+
     sanitize(key, options, None)
-    st.selectbox(label, options, **state.bind(key), index=None, placeholder=placeholder, format_func=format_func)
+    st.selectbox(
+        label, options, key=key, on_change=keep_choice, index=None, placeholder=placeholder, format_func=format_func
+    )
 
 
 _MD_SPECIAL = "\\`*_{}[]<>#|~$:"  # links and images need [ ], autolinks < > or :, math $

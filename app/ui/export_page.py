@@ -52,18 +52,21 @@ def build_pdf(run, frame, threshold: float | None = None) -> bytes:
         gamma=run.settings.gamma,
         label=run.label.name,
         units=state.units(),
-        data_name=f"{run.data_name} ({_dropped_note(run)}test rows)",
+        data_name=f"{run.data_name} (test rows)",
+        data_note=_dropped_note(run),
         audit=run.audit,
         rates=rates,
     )
 
 
 def _dropped_note(run) -> str:
-    """ "2 row(s) without a numeric 'y' dropped; " when the run's table was cleaned on the Data page (the report
-    names the file: its reader must know the rows audited are not all of it), else ""."""
+    """The report's sentence on rows dropped from the file on the Data page before the run (the report names
+    the file: its reader must know the rows audited are not all of it), else ""."""
     d = state.data()
     note = d.get("note") if d is not None and d.get("key") == run.data_key else None
-    return f"{note}; " if note and "dropped" in note else ""
+    if not note or "dropped" not in note:
+        return ""
+    return f"Rows of {run.data_name} dropped on the Data page before the run: {note}."
 
 
 def pdf_threshold(run) -> float | None:

@@ -464,7 +464,7 @@ def explorer_tab(run, frame):
         if det["base"] is not None:
             k[3].metric(f"Base prediction{u}", f"{det['base']:.4g}")
     st.caption(
-        f"Table row {row:,} (counting from 0). Central moments: "
+        f"{state.file_row(row + 1).capitalize()} (test row {pos:,}). Central moments: "
         + ", ".join(f"m{k.split('_')[1]} = {v:.4g}" for k, v in det["pred"].items() if k.startswith("moment_"))
     )
     a, b = st.columns([3, 2], gap="large")
