@@ -388,7 +388,7 @@ def base_section(d):
     ss = st.session_state
     frame = d["df"]
     nums = [c for c in state.numeric_columns(frame) if c != ss.get("label_col")]
-    texts = [c for c in state.number_like_columns(frame) if c != ss.get("label_col")]
+    texts = [c for c in state.number_like(frame, d["key"]) if c != ss.get("label_col")]
     c1, c2 = st.columns([1, 1], gap="large")
     with c1:
         st.radio(

@@ -59,11 +59,16 @@ def build_pdf(run, frame, threshold: float | None = None) -> bytes:
     )
 
 
+def _run_data(run) -> dict:
+    """The data record of the table ``run`` was fitted on ({} once another table is loaded)."""
+    d = state.data()
+    return d if d is not None and d.get("key") == run.data_key else {}
+
+
 def _dropped_note(run) -> str:
     """The report's sentence on rows dropped from the file on the Data page before the run (the report names
     the file: its reader must know the rows audited are not all of it), else ""."""
-    d = state.data()
-    note = d.get("note") if d is not None and d.get("key") == run.data_key else None
+    note = _run_data(run).get("note")
     if not note or "dropped" not in note:
         return ""
     return f"Rows of {run.data_name} dropped on the Data page before the run: {note}."
@@ -78,9 +83,7 @@ def build_csv(run, frame, methods, which: str) -> bytes:
     from app.pipeline import predictions_table
 
     rows = run.split["test"] if which == "test" else None
-    d = state.data()
-    file_rows = d.get("file_rows") if d is not None and d.get("key") == run.data_key else None
-    out = predictions_table(frame, run, methods=methods, rows=rows, file_rows=file_rows)
+    out = predictions_table(frame, run, methods=methods, rows=rows, file_rows=_run_data(run).get("file_rows"))
     st.session_state["export_csv_prefix"] = out.attrs.get("mmc_prefix", "mmc_")
     return escape_formulas(out).to_csv(index=False, float_format="%.6g").encode("utf-8")
 

@@ -341,7 +341,7 @@ def numeric_columns(frame: pd.DataFrame) -> list:
 
 
 NUMBER_LIKE_SHARE = 0.9  # a text column whose cells are numbers but for at most 10% is offered as numeric
-_NUMBER_LIKE_SAMPLE = 20_000  # cells looked at per column (the Data page asks on every rerun)
+_NUMBER_LIKE_SAMPLE = 20_000  # cells looked at per text column
 
 
 def number_like_columns(frame: pd.DataFrame) -> list:
@@ -361,6 +361,12 @@ def number_like_columns(frame: pd.DataFrame) -> list:
         if numbers.mean() >= NUMBER_LIKE_SHARE:
             out.append(c)
     return out
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def number_like(_frame: pd.DataFrame, key: str) -> list:
+    """:func:`number_like_columns` of the table ``key`` (the Data page asks on every rerun)."""
+    return number_like_columns(_frame)
 
 
 def apply_suggestions(frame: pd.DataFrame, demo=None):
