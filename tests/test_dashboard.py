@@ -647,6 +647,37 @@ def test_a_reload_takes_back_the_sessions_work():
     assert any("no longer kept" in t.value and "a restart loses it" in t.value for t in fresh.toast), fresh.toast
 
 
+def test_a_reload_keeps_the_built_report_and_the_export_choices(monkeypatch):
+    """An exploratory browser check: a reload on the Export page lost the built PDF (seconds of work to build
+    again) and put predictions.csv back to all rows after the analyst chose the test rows only."""
+    import app.report
+    from app.ui import persist
+
+    monkeypatch.setattr(app.report, "build_report_pdf", lambda *a, **k: b"%PDF-1.4 stand-in report")
+    monkeypatch.setattr(app.report, "chromium_available", lambda: "/usr/bin/chromium")
+    persist.forget_all()
+    at = _new()
+    _upload_sample(at, "kept.csv", 600, 5)
+    ss = at.session_state
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    _page(at, "export")
+    at.radio(key="exp_rows").set_value("test").run()
+    at.button(key="pdf_build").click().run()
+    assert not at.exception and ss["export_pdf"] == b"%PDF-1.4 stand-in report"
+    n_test = ss["run"].split["test"].size
+    assert len(pd.read_csv(io.BytesIO(ss["export_csv"]))) == n_test
+    again = AppTest.from_file(APP, default_timeout=60)
+    again.query_params["ws"] = ss["ws_id"]
+    again.run()
+    _page(again, "export")
+    s2 = again.session_state
+    assert s2["exp_rows"] == "test" and s2["export_pdf"] == b"%PDF-1.4 stand-in report"
+    assert any(b.label.startswith("Download mmc_report_") for b in again.get("download_button"))
+    assert len(pd.read_csv(io.BytesIO(s2["export_csv"]))) == n_test
+
+
 def test_kept_workspaces_stay_within_a_memory_cap_and_a_dropped_one_says_so(monkeypatch):
     """Workspaces of closed sessions held every table they had (8 of them, whatever their size): a server many
     analysts upload to could run out of memory and lose every session at once. Beyond MMC_WORKSPACE_GB the

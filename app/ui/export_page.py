@@ -157,7 +157,7 @@ def csv_section(run, frame):
     which = c2.radio(
         "Rows",
         ["all", "test"],
-        key="exp_rows",
+        **state.bind("exp_rows"),
         horizontal=True,
         format_func=lambda w: {"all": f"all {len(frame):,} rows", "test": "test rows only"}[w],
     )

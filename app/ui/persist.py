@@ -42,6 +42,9 @@ KEYS = (
     "run_before_stop",
     "draft_conds",  # the custom group being built, and its typed name
     "cg_name_kept",
+    "export_pdf",  # a built report (seconds of work): still there, for the same run, after a reload
+    "export_pdf_sig",
+    "export_pdf_seconds",
 )
 
 # id -> (time saved, {key: value}, bytes of its tables, untouched: a demo session nobody has changed, version:

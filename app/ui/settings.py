@@ -76,6 +76,7 @@ class Settings:
     res_top: int = 30
     res_threshold: float = 0.5  # binary labels: the decision threshold of the rate table (slider)
     exp_methods: list = field(default_factory=lambda: ["calibrated"])
+    exp_rows: str = "all"  # predictions.csv: "all" rows or the "test" rows only
     # teaching
     t_pop: str = "strong"
     t_alpha: float = 0.02
@@ -128,6 +129,7 @@ _CHOICES = {
     "p_k": (1, 2, 3, 4),
     "p_rule": ("se", "auto"),
     "disc_target": ("base", "model"),
+    "exp_rows": ("all", "test"),
 }
 _RANGES = {
     "split_test": (5, 60),
