@@ -1,29 +1,35 @@
-"""Shrunken cell corrections after the descent (``shrunken_cells``): empirical Bayes over (group, band) cells.
+"""Shrunken cell corrections after the descent (``shrunken_cells``): a ridge fit over (group, band) cells.
 
 The descent corrects a (group, bucket) cell only when that cell's own test passes, so at a few thousand rows a
-miscalibration of a few hundredths spread over many cells is left alone: each cell alone is within noise, yet
-together they are not. This step corrects every cell *in proportion to the evidence for it*, the way a
-random-effects meta-analysis pools many small studies:
+miscalibration of a few tenths of a standard error spread over many cells is left alone: each cell alone is
+within noise, yet together they are not. This step fits every cell at once, shrunk by the evidence for it:
 
 * the final prediction is cut into ``CELL_BANDS`` bands at its quantiles on the fitting rows; a cell is a listed
-  group's rows in one band, used when it has at least ``CELL_MIN_ROWS`` fitting rows;
-* per cell, the mean residual m_c and the squared standard error s_c^2 of that mean, from the band's pooled
-  residual variance over the cell's rows (a cell's own variance follows its mean where the label's spread
-  does: a rare 0/1 label, a skewed one);
-* the spread of the cells' true biases, tau^2, by DerSimonian and Laird (1986): Q = sum_c m_c^2 / s_c^2 has
-  expectation K + tau^2 sum_c 1 / s_c^2 over K cells, so tau^2 = (Q - K) / sum_c 1 / s_c^2, and 0 unless Q
-  exceeds the top ``CELL_Q_LEVEL`` of its values over ``CELL_Q_DRAWS`` wild-bootstrap draws of the residuals
-  (random signs on each row's residual around its band's mean: the null keeps the cells' overlap and the
-  label's skew and tails; the normal approximation K + sqrt(2 K) ignored the overlap, and pure noise passed
-  it in 27% of draws);
-* each cell's correction is m_c shrunk by tau^2 / (tau^2 + s_c^2) (the posterior mean under a normal prior of
-  variance tau^2): a cell a few standard errors off moves most of the way, one within noise hardly at all. A row
-  moves by the mean correction of its cells (its groups, in its band);
-* at most ``CELL_ROUNDS`` rounds (bands re-cut on the corrected prediction), fewer when tau^2 is 0;
-* checked on the held-out rows: dropped when the squared error there is worse by ``CELL_REJECT_Z`` standard
-  errors or more, or when some group ends significantly more biased there than before (the base map's check,
-  :func:`mmc_core.recalibrate._harmed_groups`). Only a veto, not the base map's soft gate (its stacked scale x min(1, z / 2)):
-  on ~500 held-out rows the squared error cannot see a correction of a few hundredths in a fifth of the rows.
+  group's rows in one band;
+* per band, the residuals y - mu are regressed on the rows' group indicators with a ridge penalty (in rows), no
+  intercept: a row moves by the sum of its cells' coefficients. This
+  is the best linear unbiased predictor of a random-effects model in which every cell has its own bias, of
+  variance (noise variance) / penalty: a cell with many more rows than the penalty keeps most of its own mean
+  residual, one with far fewer keeps little, and overlapping cells (a group and its intersections) share a
+  residual instead of each taking all of it;
+* the fitting rows and the held-out rows are used together: the held-out rows' residuals are the honest ones
+  (the descent never saw them), and on the fitting rows alone cross-validation chose penalties so large that
+  the held-out rows bore out 3-15 times the fitted correction (demo table);
+* the penalty is chosen among ``CELL_PENALTIES`` (and "no correction") by ``CELL_FOLDS``-fold cross-validation of
+  the squared error over those rows; everything it needs is per (fold, band) sums (counts, residual sums, the
+  groups' residual sums and their co-membership counts), one pass over the rows, so a penalty costs one
+  eigendecomposition per band and fold of a |G| x |G| matrix (at most the ``CELL_MAX_GROUPS`` largest groups
+  get a coefficient);
+* the correction is applied at the share of it that rows it was not fitted on bear out, the way the base map is
+  (:func:`mmc_core.recalibrate._stack_gate`): the rows' residuals regressed on their out-of-fold corrections
+  (each fold's fitted on the other folds; pairs of folds judge each other, so their terms count twice), weight
+  min(1, max(scale, 0)) x min(1, z / 2); dropped when it leaves some group significantly more biased on the
+  held-out rows than before (:func:`mmc_core.recalibrate._harmed_groups`).
+
+Until 2026-11-28 each cell's mean residual was shrunk on its own (DerSimonian-Laird spread, a wild-bootstrap Q
+test) and a row moved by the mean of its cells' corrections. On the known-truth demo table the Q test never
+found the spread that a boosted corrector (MCGrad) fitted (benchmarks/README.md, "Ridge cells"); model files
+of that step (rounds without ``"combine": "sum"``) are still applied as they were.
 
 After the descent, not before: the descent's full corrections of the clear, significant cells come first; the
 shrunken ones only take what it left. Before the descent (tried) they took part of every large error, spread it
@@ -42,39 +48,48 @@ import numpy as np
 
 from .sums import MembershipSums
 
-__all__ = ["CELL_BANDS", "CELL_ROUNDS", "apply_cells", "describe_cells", "fit_cells", "gated_cells", "check_cells"]
+__all__ = [
+    "CELL_BANDS",
+    "CELL_PENALTIES",
+    "apply_cells",
+    "describe_cells",
+    "fit_cells",
+    "gated_cells",
+    "check_cells",
+]
 
-CELL_BANDS = 5
-# more rounds re-fit the same rows' noise: on heavy-tailed labels 20 rounds raised the test cell error where 2
-# did not (benchmarks/README.md)
-CELL_ROUNDS = 2
-CELL_MIN_ROWS = 20
-# the Q test: Q must exceed the CELL_Q_LEVEL upper quantile of its wild-bootstrap null (CELL_Q_DRAWS draws); the
-# normal approximation K + z sqrt(2 K) ignored the cells' overlap, and pure noise passed it in 27% of draws
-CELL_Q_DRAWS = 19
-CELL_Q_LEVEL = 0.1
-CELL_REJECT_Z = 1.0
-CELL_MIN_HELD_OUT = 100  # fewer held-out rows cannot veto anything
+CELL_BANDS = 10
+# ridge penalties in rows (a cell of n_c rows keeps about n_c / (n_c + penalty) of its own mean residual); the
+# cross-validation also weighs "no correction"
+CELL_PENALTIES = (3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
+CELL_FOLDS = 5
+CELL_MIN_ROWS = 20  # fewer fitting rows than 2 x this: no step
+# only the largest groups get a coefficient: the per (fold, band) co-membership tables are |G|^2 each and the
+# penalty's eigendecompositions |G|^3 (60 of them: 2.6 s at 300 groups, 0.9 s at 200; benchmarks/cells_time.py)
+CELL_MAX_GROUPS = 200
+CELL_MIN_HELD_OUT = 100  # fewer held-out rows cannot judge the correction
+_GRAM_CHUNK = 2_000_000  # (row, group, group) triples per pass of the co-membership count
 
 
 def _bands(mu: np.ndarray, edges) -> np.ndarray:
     return np.searchsorted(np.asarray(edges, dtype=float), mu, side="right")
 
 
-def _step(mu: np.ndarray, sums: MembershipSums, values: np.ndarray, ok: np.ndarray, edges) -> np.ndarray:
-    """One round's change of every row: the mean of the corrections of the row's cells (its groups in its band
-    of ``mu``) that have one (``ok``): one pass over the (row, group) pairs, or per band one over the signatures
-    when the membership has them."""
+def _step(mu: np.ndarray, sums: MembershipSums, values: np.ndarray, ok: np.ndarray | None, edges) -> np.ndarray:
+    """One round's sum of ``values[g, band]`` over every row's groups, in its band of ``mu`` (and, with ``ok``,
+    divided by the number of its cells that have one: the mean of a saved empirical-Bayes round): one pass over
+    the (row, group) pairs, or per band one over the signatures when the membership has them."""
     band = _bands(mu, edges)
+    okf = None if ok is None else ok.astype(float)
     if sums._by_signature:
         # rows that share their groups share these sums: per band, one sum over the signatures and a gather
         num, den = np.zeros(sums.n), np.zeros(sums.n)
-        okf = ok.astype(float)
         for k in range(values.shape[1]):
             sel = band == k
             if sel.any():
                 num[sel] = sums.row_sums(values[:, k])[sel]
-                den[sel] = sums.row_sums(okf[:, k])[sel]
+                if okf is not None:
+                    den[sel] = sums.row_sums(okf[:, k])[sel]
     else:
         # (group, band) of every pair in 4 bytes, built in place from the narrow group codes and 1-byte bands:
         # at 22M pairs the int64 temporaries took 1 of the 1.1 s this pass cost
@@ -83,8 +98,18 @@ def _step(mu: np.ndarray, sums: MembershipSums, values: np.ndarray, ok: np.ndarr
         key *= values.shape[1]
         key += band.astype(np.uint8 if values.shape[1] <= 256 else np.int32)[pr]
         num = np.bincount(pr, weights=values.ravel()[key], minlength=sums.n).astype(float)
-        den = np.bincount(pr, weights=ok.ravel().astype(float)[key], minlength=sums.n).astype(float)
+        if okf is not None:
+            den = np.bincount(pr, weights=okf.ravel()[key], minlength=sums.n).astype(float)
+    if okf is None:
+        return num
     return np.where(den > 0, num / np.maximum(den, 1.0), 0.0)
+
+
+def _round_change(mu: np.ndarray, sums: MembershipSums, rd: dict) -> np.ndarray:
+    values = np.asarray(rd["values"], dtype=float)
+    if rd.get("combine") == "sum":
+        return _step(mu, sums, values, None, rd["edges"])
+    return _step(mu, sums, values, np.asarray(rd["ok"], dtype=bool), rd["edges"])
 
 
 def apply_cells(mu: np.ndarray, sums: MembershipSums, cells: dict) -> np.ndarray:
@@ -92,80 +117,155 @@ def apply_cells(mu: np.ndarray, sums: MembershipSums, cells: dict) -> np.ndarray
     round's bands are of the prediction so far), kept in [0, 1]."""
     out = np.clip(np.asarray(mu, dtype=float), 0.0, 1.0)
     for rd in cells["rounds"]:
-        values = np.asarray(rd["values"], dtype=float)
-        ok = np.asarray(rd["ok"], dtype=bool)
-        out = np.clip(out + _step(out, sums, values, ok, rd["edges"]), 0.0, 1.0)
+        out = np.clip(out + _round_change(out, sums, rd), 0.0, 1.0)
     return out
 
 
-def _null_q(r, b, nb, sums: MembershipSums, ok, n, w, rng) -> float:
-    """The Q a spread of pure noise reaches: the ``CELL_Q_LEVEL`` upper quantile of Q over ``CELL_Q_DRAWS``
-    wild-bootstrap draws of the residuals (each row's residual around its band's mean, times a random sign),
-    so the null keeps the cells' overlap (a group's cells hold its intersections' rows), the label's skew and
-    tails, and the same standard errors."""
-    nbr = np.maximum(np.bincount(b, minlength=nb), 1)
-    centred = r - (np.bincount(b, weights=r, minlength=nb) / nbr)[b]
-    qs = np.empty(CELL_Q_DRAWS)
-    for j in range(CELL_Q_DRAWS):
-        rs = centred * rng.choice((-1.0, 1.0), size=r.size)
-        ms = sums.cell_table(b, nb, rs)[ok] / n[ok]
-        qs[j] = float(np.sum(w * ms * ms))
-    # Q must exceed all but the top CELL_Q_LEVEL share of the draws (19 draws, level 0.1: all but one)
-    return float(np.sort(qs)[-max(int(round(CELL_Q_LEVEL * (CELL_Q_DRAWS + 1))), 1)])
+def _kept_groups(sums: MembershipSums) -> np.ndarray:
+    """Index of each group among the ones that get a coefficient (the ``CELL_MAX_GROUPS`` largest), else -1."""
+    sizes = np.asarray(sums.memb.sizes)
+    out = np.full(sizes.size, -1, dtype=np.int64)
+    keep = np.sort(np.argsort(-sizes, kind="stable")[:CELL_MAX_GROUPS])
+    out[keep] = np.arange(keep.size)
+    return out
 
 
-def fit_cells(y: np.ndarray, mu: np.ndarray, sums: MembershipSums, seed: int = 0) -> dict:
-    """The shrunken corrections of the (group, band) cells of the prediction ``mu`` (unit scale) on the rows of
-    ``y`` (see the module docstring).
+def _stats(y: np.ndarray, mu: np.ndarray, sums: MembershipSums, key: np.ndarray, n_keys: int, kept: np.ndarray):
+    """Per key (a band, or a fold and band): row count, residual sum and sum of squares, the kept groups' row
+    counts and residual sums (K, H) and their co-membership counts (K, H, H), H = number of kept groups."""
+    r = y - mu
+    H = int(kept.max()) + 1 if kept.size and kept.max() >= 0 else 0
+    cnt = np.bincount(key, minlength=n_keys).astype(float)
+    s1 = np.bincount(key, weights=r, minlength=n_keys)
+    s2 = np.bincount(key, weights=r * r, minlength=n_keys)
+    sel = kept >= 0
+    x1 = sums.cell_table(key, n_keys)[sel].T
+    xr = sums.cell_table(key, n_keys, r)[sel].T
+    gram = np.zeros(n_keys * H * H)
+    if H:
+        indptr, rg = sums.memb._row_major()
+        cg = kept[rg.astype(np.int64)]
+        deg = np.diff(indptr)
+        tri = deg.astype(np.int64) ** 2
+        cum = np.cumsum(tri)
+        cuts = np.unique(np.searchsorted(cum, np.arange(_GRAM_CHUNK, int(cum[-1]), _GRAM_CHUNK), side="right"))
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), deg.size]):
+            if hi <= lo:
+                continue
+            # every (row, group, group) triple of rows lo..hi-1: the row's pairs indexed by k // deg and k % deg
+            rows = np.arange(lo, hi)
+            t = tri[rows]
+            rep = np.repeat(rows, t)
+            k = np.arange(int(t.sum())) - np.repeat(np.cumsum(t) - t, t)
+            d = deg[rep]
+            a, b = cg[indptr[rep] + k // d], cg[indptr[rep] + k % d]
+            ok = (a >= 0) & (b >= 0)
+            kk = (key[rep[ok]].astype(np.int64) * H + a[ok]) * H + b[ok]
+            gram += np.bincount(kk, minlength=n_keys * H * H)
+    return cnt, s1, s2, x1, xr, gram.reshape(n_keys, H, H)
 
-    Returns ``{"rounds": [{"edges", "values" (|G| x bands), "ok" (|G| x bands, 0/1), "tau2"}, ...]}`` (lists,
-    unit scale; no rounds when the cells' means are no more spread than noise makes them)."""
-    y = np.asarray(y, dtype=float)
-    mu = np.clip(np.asarray(mu, dtype=float), 0.0, 1.0)
-    rounds = []
-    sd = float(np.std(y)) if y.size else 0.0
+
+def _ridge(x1: np.ndarray, xr: np.ndarray, gram: np.ndarray, penalties) -> list:
+    """[coefficients] of the ridge of the residuals on the group indicators (no intercept: every cell's bias is
+    shrunk toward 0, and "no correction" is the limit of a large penalty), one per penalty, from the sums of
+    :func:`_stats`. (An unpenalized intercept per band was tried: its noise, about 1/100 of the residual
+    variance per band of 130 rows, outweighed what the cells gained, and cross-validation chose no correction
+    on the demo table.)"""
+    del x1
+    w, v = np.linalg.eigh((gram + gram.T) / 2)
+    t = v.T @ xr
+    return [v @ (t / (np.maximum(w, 0.0) + lam)) for lam in penalties]
+
+
+def _sse(stats, k: int, c: np.ndarray) -> float:
+    """Squared error of the correction ``c`` over the rows of key ``k``."""
+    _, _, s2, _, xr, gram = stats
+    return float(s2[k] - 2 * c @ xr[k] + c @ gram[k] @ c)
+
+
+def _solve_bands(stats, nb: int, penalty: float, G: int, kept: np.ndarray) -> np.ndarray:
+    """values (G, nb): the ridge with ``penalty`` in every band of ``stats`` (keyed by band)."""
+    _, _, _, x1, xr, gram = stats
+    values = np.zeros((G, nb))
+    sel = kept >= 0
+    for j in range(nb):
+        values[sel, j] = _ridge(x1[j], xr[j], gram[j], (penalty,))[0][kept[sel]]
+    return values
+
+
+def _fold_sum(stats, n_folds: int, nb: int):
+    """Per band sums of per (fold, band) ones (fold-major keys)."""
+    return tuple(np.asarray(a).reshape((n_folds, nb) + np.shape(a)[1:]).sum(axis=0) for a in stats)
+
+
+def _keyed_change(sums: MembershipSums, key: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per row, the sum of ``values[g, key]`` over the row's groups (``values``: (G, number of keys))."""
+    nk = values.shape[1]
+    pg = sums._pair_groups().astype(np.int64)
+    pr = sums.pr
+    return np.bincount(pr, weights=values.ravel()[pg * nk + key[pr]], minlength=sums.n)
+
+
+def fit_cells(sets, seed: int = 0) -> dict:
+    """The ridge corrections of the (group, band) cells of the prediction, fitted on every set of rows in
+    ``sets`` = [(y, mu, sums)] together (unit scale; the bands at the first set's quantiles of mu), the penalty
+    chosen by ``CELL_FOLDS``-fold cross-validation over all those rows; see the module docstring.
+
+    Returns ``{"rounds": [{"combine": "sum", "edges", "values" (|G| x bands), "penalty"}], "cv": {...},
+    "oof": (residuals, out-of-fold changes) of the chosen penalty over the rows of every set}`` (lists, unit
+    scale; no rounds when no penalty's cross-validated error beats no correction)."""
+    y0, mu0, sums0 = sets[0]
+    mu0 = np.clip(np.asarray(mu0, dtype=float), 0.0, 1.0)
+    n = sum(int(np.asarray(st[0]).size) for st in sets)
+    if mu0.size < 2 * CELL_MIN_ROWS or not np.std(np.concatenate([np.asarray(st[0], float) for st in sets])) > 0:
+        return {"rounds": []}
+    edges = np.unique(np.quantile(mu0, np.linspace(0.0, 1.0, CELL_BANDS + 1)[1:-1]))
+    nb = edges.size + 1
     rng = np.random.default_rng(seed)
-    for _ in range(CELL_ROUNDS):
-        if mu.size < 2 * CELL_MIN_ROWS or sd <= 0:
-            break
-        edges = np.unique(np.quantile(mu, np.linspace(0.0, 1.0, CELL_BANDS + 1)[1:-1]))
-        nb = edges.size + 1
-        b = _bands(mu, edges)
-        r = y - mu
-        n, s1 = sums.cell_table(b, nb), sums.cell_table(b, nb, r)
-        ok = n >= CELL_MIN_ROWS
-        # each cell's standard error from its band's pooled residual variance, not the cell's own: where the
-        # spread follows the mean (a rare 0/1 label, a skewed one) the cells with low means have small
-        # variances, and weighing them by those made calibrated predictions look biased (corrections in 20 of
-        # 20 calibrated draws, pushing a 2% rate down by a fifth; an all-0 cell had no variance at all)
-        nb_rows = np.bincount(b, minlength=nb).astype(float)
-        sb, sb2 = np.bincount(b, weights=r, minlength=nb), np.bincount(b, weights=r * r, minlength=nb)
-        vb = np.maximum(sb2 - sb * sb / np.maximum(nb_rows, 1.0), 0.0) / np.maximum(nb_rows - 1.0, 1.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            m = np.where(ok, s1 / np.maximum(n, 1.0), 0.0)
-            se2 = np.where(ok, vb[None, :] / np.maximum(n, 1.0), np.inf)
-        ok &= se2 > 0  # a band of one label value has no standard error to weigh its cells' means by
-        if not ok.any():
-            break
-        w = 1.0 / se2[ok]
-        q, k = float(np.sum(w * m[ok] ** 2)), int(ok.sum())
-        tau2 = (q - k) / float(np.sum(w)) if q > _null_q(r, b, nb, sums, ok, n, w, rng) else 0.0
-        if not tau2 > 0:
-            break
-        values = np.where(ok, tau2 / (tau2 + se2) * m, 0.0)
-        step = _step(mu, sums, values, ok, edges)
-        rounds.append({"edges": edges.tolist(), "values": values.tolist(), "ok": ok.astype(int).tolist(), "tau2": tau2})
-        mu = np.clip(mu + step, 0.0, 1.0)
-        if float(np.max(np.abs(step))) < 1e-4 * sd:
-            break
-    return {"rounds": rounds}
+    kept = _kept_groups(sums0)
+    keys, parts = [], []
+    for yy, mm, sm in sets:
+        mm = np.clip(np.asarray(mm, dtype=float), 0.0, 1.0)
+        key = (rng.permutation(mm.size) % CELL_FOLDS) * nb + _bands(mm, edges)
+        keys.append(key)
+        parts.append(_stats(np.asarray(yy, dtype=float), mm, sm, key, CELL_FOLDS * nb, kept))
+    st = tuple(sum(p[i] for p in parts) for i in range(6))  # the sets' sums add
+    tot = _fold_sum(st, CELL_FOLDS, nb)
+    err = np.zeros(len(CELL_PENALTIES) + 1)  # the last: no correction
+    coefs = {}
+    for f in range(CELL_FOLDS):
+        for j in range(nb):
+            k = f * nb + j
+            train = [t[j] - s[k] for t, s in zip(tot, st)]
+            for i, c in enumerate(_ridge(train[3], train[4], train[5], CELL_PENALTIES)):
+                err[i] += _sse(st, k, c)
+                coefs[i, k] = c
+            err[-1] += float(st[2][k])
+    best = int(np.argmin(err))
+    cv = {"errors": (err / n).tolist(), "penalties": list(CELL_PENALTIES)}
+    if best == len(CELL_PENALTIES):
+        return {"rounds": [], "cv": cv}
+    penalty = CELL_PENALTIES[best]
+    sel = kept >= 0
+    table = np.zeros((sums0.G, CELL_FOLDS * nb))
+    for k in range(CELL_FOLDS * nb):
+        table[sel, k] = coefs[best, k][kept[sel]]
+    oof_e, oof_c = [], []
+    for (yy, mm, sm), key in zip(sets, keys):
+        mm = np.clip(np.asarray(mm, dtype=float), 0.0, 1.0)
+        oof_e.append(np.asarray(yy, dtype=float) - mm)
+        oof_c.append(np.clip(mm + _keyed_change(sm, key, table), 0.0, 1.0) - mm)
+    values = _solve_bands(tot, nb, penalty, sums0.G, kept)
+    rd = {"combine": "sum", "edges": edges.tolist(), "values": values.tolist(), "penalty": penalty}
+    return {"rounds": [rd], "cv": cv, "oof": (np.concatenate(oof_e), np.concatenate(oof_c))}
 
 
 def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
     """(cells or None, their check): :func:`fit_cells` on the fitting rows (``y``, their prediction ``mu``,
-    ``sums``), vetoed on ``held_out`` = (y_h, mu_h, sums_h) as in the module docstring. The check:
-    {"z": held-out squared-error reduction in standard errors, "rounds", "kept", "harmed"} (rounds fitted)."""
-    from .recalibrate import HARM_LEVEL, _gate, _harmed_groups
+    ``sums``) and the held-out rows ``held_out`` = (y_h, mu_h, sums_h) together, applied at the share of it
+    that the rows' out-of-fold residuals bear out, as in the module docstring. The check: {"scale", "z",
+    "weight", "penalty", "rounds", "kept", "harmed"} (rounds fitted)."""
+    from .recalibrate import HARM_LEVEL, _harmed_groups, _stack_gate
 
     check = {"z": 0.0, "rounds": 0, "kept": False, "harmed": []}
     n_held = 0 if held_out is None else int(np.asarray(held_out[0]).size)
@@ -175,23 +275,26 @@ def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
     if np.asarray(y).size < 2 * CELL_MIN_ROWS:
         check["skipped"] = f"{np.asarray(y).size} fitting rows ({2 * CELL_MIN_ROWS} needed)"
         return None, check
-    if CELL_ROUNDS <= 0:
-        return None, check
-    cells = fit_cells(y, mu, sums)
+    y_h, mu_h, sums_h = (np.asarray(held_out[0], dtype=float), np.asarray(held_out[1], dtype=float), held_out[2])
+    cells = fit_cells([(y, mu, sums), (y_h, mu_h, sums_h)])
     if not cells["rounds"]:
         return None, check
-    y_h, mu_h, sums_h = (np.asarray(held_out[0], dtype=float), np.asarray(held_out[1], dtype=float), held_out[2])
-    full = apply_cells(mu_h, sums_h, cells)
-    _, z, _ = _gate((mu_h - y_h) ** 2 - (full - y_h) ** 2)
-    check.update(z=z, rounds=len(cells["rounds"]))
-    if z <= -CELL_REJECT_Z:
+    e, ch = cells.pop("oof")
+    # every fold's correction is fitted on the others and judges its own rows: pairs of folds judge each other
+    scale, z, weight = _stack_gate(e, ch, np.ones(e.size, dtype=bool))
+    check.update(scale=scale, z=z, weight=weight, rounds=1, penalty=cells["rounds"][0]["penalty"])
+    if not weight > 0:
         return None, check
-    harmed = _harmed_groups([(y_h, mu_h, sums_h, full - mu_h)], HARM_LEVEL) if HARM_LEVEL > 0 else []
+    rd = cells["rounds"][0]
+    rd["values"] = (weight * np.asarray(rd["values"])).tolist()
+    rd["weight"] = weight
+    change = apply_cells(mu_h, sums_h, cells) - np.clip(mu_h, 0.0, 1.0)
+    harmed = _harmed_groups([(y_h, mu_h, sums_h, change)], HARM_LEVEL) if HARM_LEVEL > 0 else []
     if harmed:
         check["harmed"] = [sums_h.memb.names[g] for g in harmed]
         return None, check
     check["kept"] = True
-    return cells, check
+    return {"rounds": cells["rounds"]}, check
 
 
 def describe_cells(info: dict) -> str | None:
@@ -204,12 +307,20 @@ def describe_cells(info: dict) -> str | None:
         v = c.get(key)
         return cast(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else cast(0)
 
+    ridge = "weight" in c  # the ridge step (2026-11-28); older files describe the empirical-Bayes one
     if c.get("kept"):
+        if ridge:
+            return (
+                f"each group's prediction bands corrected by a ridge fit of the residuals over every (group, band) "
+                f"cell at once, on the fitting and held-out rows (penalty {num('penalty'):g} rows, chosen by "
+                f"{CELL_FOLDS}-fold cross-validation), applied at {num('weight'):.0%}: the share of it that rows it "
+                f"was not fitted on bear out (z = {num('z'):.1f})"
+            )
         n = num("rounds", int)
         return (
             f"each group's prediction bands corrected by their mean residual shrunk by the evidence "
             f"({n} round{'s' if n != 1 else ''}; on the held-out rows the squared error changed by z = {num('z'):.1f}, "
-            f"dropped only at z <= -{CELL_REJECT_Z:g})"
+            f"dropped only at z <= -1)"
         )
     if isinstance(c.get("skipped"), str):
         return f"no shrunken cell corrections (only {c['skipped']})"
@@ -218,13 +329,19 @@ def describe_cells(info: dict) -> str | None:
         names = [str(v) for v in harmed]
         return f"no shrunken cell corrections (they left {', '.join(names[:3])} more biased on held-out rows)"
     if num("rounds", int):
+        if ridge:
+            return (
+                f"no shrunken cell corrections (rows they were not fitted on do not bear them out: z = {num('z'):.1f})"
+            )
         return f"no shrunken cell corrections (held-out squared error worse: z = {num('z'):.1f})"
     return "no shrunken cell corrections (the cells' mean residuals are within noise)"
 
 
 def check_cells(cells, G: int, bad) -> None:
     """A model file's cells: {"rounds": [{"edges": increasing numbers in [0, 1], "values": G lists of
-    len(edges) + 1 finite numbers, "ok": the same shape of 0/1}]}; ``bad(msg)`` makes the error to raise."""
+    len(edges) + 1 finite numbers, and either "combine": "sum" (a ridge round: a row moves by the sum of its
+    cells' values) or "ok": the shape of "values" of 0/1 (an empirical-Bayes round, files before 2026-11-28: the
+    mean over its cells marked ok)}]}; ``bad(msg)`` makes the error to raise."""
     rounds = cells.get("rounds") if isinstance(cells, dict) else None
     if not isinstance(rounds, list):
         raise bad('cells must be {"rounds": [...]}')
@@ -242,7 +359,10 @@ def check_cells(cells, G: int, bad) -> None:
         if any(b <= a for a, b in zip(edges, edges[1:])):
             raise bad(f"cells.rounds[{i}].edges must increase")
         nb = len(edges) + 1
-        for key, ok in (("values", finite), ("ok", flag)):
+        combine = rd.get("combine", "mean")
+        if combine not in ("mean", "sum"):
+            raise bad(f'cells.rounds[{i}].combine must be "sum" (or absent), got {combine!r}')
+        for key, ok in (("values", finite), ("ok", flag))[: 1 if combine == "sum" else 2]:
             tab = rd.get(key)
             if (
                 not isinstance(tab, list)

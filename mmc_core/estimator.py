@@ -377,12 +377,13 @@ class MomentMulticalibrator(SklearnParams):
         held-out rows either way.
     shrunken_cells : bool
         After the descent (needs calibration_fraction > 0; the Dask engine fits them on the client on the same
-        samples), correct each (group, band of the
-        prediction) cell by its mean residual shrunk by the evidence for it (empirical Bayes with a
-        DerSimonian-Laird spread of the cells' biases, two rounds), unless the held-out rows veto it
+        samples), correct every (group, tenth of the
+        prediction) cell at once by a ridge fit of the residuals on the fitting and held-out rows (the penalty
+        chosen by 5-fold cross-validation), applied at the share of it that out-of-fold rows bear out
         (:mod:`mmc_core.cells`). The descent only corrects cells that pass their own test; this takes the small
-        miscalibrations it leaves, in proportion. Default True; the model then has ``cells`` (a version-4
-        file) and ``info["shrunken_cells"]`` says what happened. The stated multicalibration (``alpha_``, the
+        miscalibrations it leaves, in proportion. Default True; the model then has ``cells`` (a version-5
+        file; version 4: the empirical-Bayes step before 2026-11-28) and ``info["shrunken_cells"]`` says what
+        happened. The stated multicalibration (``alpha_``, the
         achieved errors) is measured after this step.
     """
 

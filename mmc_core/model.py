@@ -31,8 +31,11 @@ VERSION_BENDS = 3
 # written when the model ends with shrunken cell corrections ("cells", mmc_core.cells): a reader of versions 1-3
 # would ignore them and predict something else
 VERSION_CELLS = 4
+# written when the cell corrections are ridge rounds (a row moves by the sum of its cells' values, "combine":
+# "sum"): a reader of version 4 would take the mean of its cells' values
+VERSION_RIDGE_CELLS = 5
 BASE_KINDS = ("base", "base-affine", "base-group-linear")  # init.mean kinds that start from a base prediction
-READABLE_VERSIONS = (1, 2, 3, 4)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
+READABLE_VERSIONS = (1, 2, 3, 4, 5)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
 
 
 def _default_mode() -> int:
@@ -102,8 +105,13 @@ class FittedModel:
 
     @property
     def has_cells(self) -> bool:
-        """True when shrunken cell corrections follow the log: such a file is version 4."""
+        """True when shrunken cell corrections follow the log: such a file is version 4 (5 for ridge rounds)."""
         return bool((self.cells or {}).get("rounds"))
+
+    @property
+    def ridge_cells(self) -> bool:
+        """True when the cell corrections are ridge rounds ("combine": "sum"): such a file is version 5."""
+        return any(rd.get("combine") == "sum" for rd in (self.cells or {}).get("rounds") or [])
 
     @property
     def bends(self) -> bool:
@@ -224,7 +232,15 @@ class FittedModel:
         out = {
             "format": FORMAT,
             "version": (
-                VERSION_CELLS if self.has_cells else VERSION_BENDS if self.bends else 1 if p.is_format1 else VERSION
+                VERSION_RIDGE_CELLS
+                if self.ridge_cells
+                else VERSION_CELLS
+                if self.has_cells
+                else VERSION_BENDS
+                if self.bends
+                else 1
+                if p.is_format1
+                else VERSION
             ),
             "params": params,
             "label_scale": {"lo": self.scale.lo, "hi": self.scale.hi, "source": self.scale.source},
@@ -371,7 +387,7 @@ class FittedModel:
                 raise bad("init.mean.knots and init.mean.bends must be lists of as many finite numbers")
             if any(not 0.0 <= k <= 1.0 for k in knots):
                 raise bad("init.mean.knots must lie in [0, 1] (the unit scale of the label)")
-            if any(bends) and version not in (VERSION_BENDS, VERSION_CELLS):
+            if any(bends) and version not in (VERSION_BENDS, VERSION_CELLS, VERSION_RIDGE_CELLS):
                 raise bad(f"init.mean.bends are nonzero: the file must have version {VERSION_BENDS} or later")
         if init_mean["kind"] == "constant":
             v = init_mean.get("value")
@@ -450,8 +466,15 @@ class FittedModel:
             from .cells import check_cells
 
             check_cells(cells, G, bad)
-            if cells["rounds"] and version != VERSION_CELLS:
-                raise bad(f"the model has cell corrections (cells.rounds): the file must have version {VERSION_CELLS}")
+            ridge = any(rd.get("combine") == "sum" for rd in cells["rounds"])
+            need = VERSION_RIDGE_CELLS if ridge else VERSION_CELLS
+            if cells["rounds"] and version != need:
+                kind = (
+                    "ridge cell corrections (cells.rounds with combine sum)"
+                    if ridge
+                    else "cell corrections (cells.rounds)"
+                )
+                raise bad(f"the model has {kind}: the file must have version {need}")
         return cls(
             params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras, task, binary, cells
         )
