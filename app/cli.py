@@ -148,8 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
         f,
         "--shrunken-cells",
         ["on", "off"],
-        "after the descent, move each group's rows in each fifth of the prediction by their mean residual shrunk by "
-        "the evidence for it (empirical Bayes; vetoed on the held-out rows; needs --calibration-fraction > 0); "
+        "after the descent, correct every (group, tenth of the prediction) cell at once by a ridge fit of the "
+        "residuals, its penalty and weight chosen on the held-out rows (needs --calibration-fraction > 0); "
         "default on",
     )
     choice_option(

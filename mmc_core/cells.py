@@ -7,29 +7,30 @@ within noise, yet together they are not. This step fits every cell at once, shru
 * the final prediction is cut into ``CELL_BANDS`` bands at its quantiles on the fitting rows; a cell is a listed
   group's rows in one band;
 * per band, the residuals y - mu are regressed on the rows' group indicators with a ridge penalty (in rows), no
-  intercept: a row moves by the sum of its cells' coefficients. This
-  is the best linear unbiased predictor of a random-effects model in which every cell has its own bias, of
+  intercept (a listed whole-table group acts as a penalized one): a row moves by the sum of its cells'
+  coefficients. This is the best linear unbiased predictor of a random-effects model in which every cell has its own bias, of
   variance (noise variance) / penalty: a cell with many more rows than the penalty keeps most of its own mean
   residual, one with far fewer keeps little, and overlapping cells (a group and its intersections) share a
   residual instead of each taking all of it;
-* the fitting rows and the held-out rows are used together: the held-out rows' residuals are the honest ones
-  (the descent never saw them), and on the fitting rows alone cross-validation chose penalties so large that
-  the held-out rows bore out 3-15 times the fitted correction (demo table);
-* the penalty is chosen among ``CELL_PENALTIES`` (and "no correction") by ``CELL_FOLDS``-fold cross-validation of
-  the squared error over those rows; everything it needs is per (fold, band) sums (counts, residual sums, the
-  groups' residual sums and their co-membership counts), one pass over the rows, so a penalty costs one
-  eigendecomposition per band and fold of a |G| x |G| matrix (at most the ``CELL_MAX_GROUPS`` largest groups
-  get a coefficient);
-* the correction is applied at the share of it that rows it was not fitted on bear out, the way the base map is
-  (:func:`mmc_core.recalibrate._stack_gate`): the rows' residuals regressed on their out-of-fold corrections
-  (each fold's fitted on the other folds; pairs of folds judge each other, so their terms count twice), weight
-  min(1, max(scale, 0)) x min(1, z / 2); dropped when it leaves some group significantly more biased on the
-  held-out rows than before (:func:`mmc_core.recalibrate._harmed_groups`).
+* fitted on the fitting rows from per band sums (the groups' residual sums and their co-membership counts over
+  (row, group, group) triples, or dense indicator blocks when rows are in many groups; one pass), one
+  eigendecomposition per band of a |G| x |G| matrix for all of ``CELL_PENALTIES`` (3-10,000 rows; at most the
+  ``CELL_MAX_GROUPS`` largest groups get a coefficient);
+* the penalty is the one whose correction gives the lowest squared error on the held-out rows (none, unless
+  some correction beats no correction there), and it is applied at the share of it that they bear out, the way
+  the base map is (:func:`mmc_core.recalibrate._stack_gate`): the held-out residuals regressed on the
+  correction give its scale and z, weight min(1, max(scale, 0)) x min(1, z / 2); dropped when it leaves some
+  group significantly more biased on the held-out rows than before
+  (:func:`mmc_core.recalibrate._harmed_groups`). The held-out rows choose among 8 penalties and a weight, as
+  they choose the descent's kept round; nothing is fitted on them, so the intervals calibrated on them keep
+  their guarantee. (A first version fitted the ridge on the fitting and held-out rows together, which gained
+  more on the demo table, but the held-out residuals then shrank and the 90% intervals covered 0.929 of fresh
+  rows against 0.941 when calibrated on fresh rows: tests/test_core_cells.py.)
 
 Until 2026-11-28 each cell's mean residual was shrunk on its own (DerSimonian-Laird spread, a wild-bootstrap Q
 test) and a row moved by the mean of its cells' corrections. On the known-truth demo table the Q test never
 found the spread that a boosted corrector (MCGrad) fitted (benchmarks/README.md, "Ridge cells"); model files
-of that step (rounds without ``"combine": "sum"``) are still applied as they were.
+of that step (rounds without ``"combine": "sum"``, version 4) are still applied as they were.
 
 After the descent, not before: the descent's full corrections of the clear, significant cells come first; the
 shrunken ones only take what it left. Before the descent (tried) they took part of every large error, spread it
@@ -60,15 +61,18 @@ __all__ = [
 
 CELL_BANDS = 10
 # ridge penalties in rows (a cell of n_c rows keeps about n_c / (n_c + penalty) of its own mean residual); the
-# cross-validation also weighs "no correction"
+# held-out rows choose one of them or no correction
 CELL_PENALTIES = (3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
-CELL_FOLDS = 5
 CELL_MIN_ROWS = 20  # fewer fitting rows than 2 x this: no step
 # only the largest groups get a coefficient: the per (fold, band) co-membership tables are |G|^2 each and the
 # penalty's eigendecompositions |G|^3 (60 of them: 2.6 s at 300 groups, 0.9 s at 200; benchmarks/cells_time.py)
 CELL_MAX_GROUPS = 200
 CELL_MIN_HELD_OUT = 100  # fewer held-out rows cannot judge the correction
 _GRAM_CHUNK = 2_000_000  # (row, group, group) triples per pass of the co-membership count
+# above this many triples the co-membership counts are dense matrix products over blocks of rows (a row in
+# hundreds of nested groups: 1.7 billion triples at 50,000 rows took 33 s counted one by one)
+_DENSE_TRIPLES = 20_000_000
+_DENSE_ROWS = 10_000
 
 
 def _bands(mu: np.ndarray, edges) -> np.ndarray:
@@ -144,10 +148,30 @@ def _stats(y: np.ndarray, mu: np.ndarray, sums: MembershipSums, key: np.ndarray,
     gram = np.zeros(n_keys * H * H)
     if H:
         indptr, rg = sums.memb._row_major()
-        cg = kept[rg.astype(np.int64)]
-        deg = np.diff(indptr)
+        # the kept groups' pairs only (a row of many small groups would otherwise make deg^2 triples to drop)
+        cg_all = kept[rg.astype(np.int64)]
+        keep_pair = cg_all >= 0
+        cg = cg_all[keep_pair]
+        deg = np.bincount(np.repeat(np.arange(indptr.size - 1), np.diff(indptr))[keep_pair], minlength=indptr.size - 1)
+        indptr = np.concatenate([[0], np.cumsum(deg)])
         tri = deg.astype(np.int64) ** 2
+        if int(tri.sum()) > _DENSE_TRIPLES:
+            # rows in many kept groups (nested thresholds): dense indicator blocks and a matrix product per key
+            # cost n |H|^2 flops in BLAS, far less than counting the triples one by one
+            dense = gram.reshape(n_keys, H, H)
+            for k in np.unique(key):
+                rows_k = np.flatnonzero(key == k)
+                for lo in range(0, rows_k.size, _DENSE_ROWS):
+                    rows = rows_k[lo : lo + _DENSE_ROWS]
+                    t = deg[rows]
+                    pos = np.repeat(indptr[rows] - (np.cumsum(t) - t), t) + np.arange(int(t.sum()))
+                    block = np.zeros((rows.size, H))
+                    block[np.repeat(np.arange(rows.size), t), cg[pos]] = 1.0
+                    dense[k] += block.T @ block
+            return cnt, s1, s2, x1, xr, dense
         cum = np.cumsum(tri)
+        if not cum.size or not cum[-1]:
+            return cnt, s1, s2, x1, xr, gram.reshape(n_keys, H, H)
         cuts = np.unique(np.searchsorted(cum, np.arange(_GRAM_CHUNK, int(cum[-1]), _GRAM_CHUNK), side="right"))
         for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), deg.size]):
             if hi <= lo:
@@ -159,112 +183,51 @@ def _stats(y: np.ndarray, mu: np.ndarray, sums: MembershipSums, key: np.ndarray,
             k = np.arange(int(t.sum())) - np.repeat(np.cumsum(t) - t, t)
             d = deg[rep]
             a, b = cg[indptr[rep] + k // d], cg[indptr[rep] + k % d]
-            ok = (a >= 0) & (b >= 0)
-            kk = (key[rep[ok]].astype(np.int64) * H + a[ok]) * H + b[ok]
-            gram += np.bincount(kk, minlength=n_keys * H * H)
+            gram += np.bincount((key[rep].astype(np.int64) * H + a) * H + b, minlength=n_keys * H * H)
     return cnt, s1, s2, x1, xr, gram.reshape(n_keys, H, H)
 
 
-def _ridge(x1: np.ndarray, xr: np.ndarray, gram: np.ndarray, penalties) -> list:
+def _ridge(xr: np.ndarray, gram: np.ndarray, penalties) -> list:
     """[coefficients] of the ridge of the residuals on the group indicators (no intercept: every cell's bias is
     shrunk toward 0, and "no correction" is the limit of a large penalty), one per penalty, from the sums of
     :func:`_stats`. (An unpenalized intercept per band was tried: its noise, about 1/100 of the residual
     variance per band of 130 rows, outweighed what the cells gained, and cross-validation chose no correction
-    on the demo table.)"""
-    del x1
+    on the demo table: benchmarks/README.md, "Ridge cells".)"""
     w, v = np.linalg.eigh((gram + gram.T) / 2)
     t = v.T @ xr
     return [v @ (t / (np.maximum(w, 0.0) + lam)) for lam in penalties]
 
 
-def _sse(stats, k: int, c: np.ndarray) -> float:
-    """Squared error of the correction ``c`` over the rows of key ``k``."""
-    _, _, s2, _, xr, gram = stats
-    return float(s2[k] - 2 * c @ xr[k] + c @ gram[k] @ c)
-
-
-def _solve_bands(stats, nb: int, penalty: float, G: int, kept: np.ndarray) -> np.ndarray:
-    """values (G, nb): the ridge with ``penalty`` in every band of ``stats`` (keyed by band)."""
-    _, _, _, x1, xr, gram = stats
-    values = np.zeros((G, nb))
+def fit_cells(y: np.ndarray, mu: np.ndarray, sums: MembershipSums) -> dict:
+    """The ridge corrections of the (group, band) cells of the prediction ``mu`` (unit scale) on the rows of
+    ``y``, one per penalty in ``CELL_PENALTIES`` (see the module docstring; :func:`gated_cells` chooses among
+    them on held-out rows). Returns ``{"edges", "values"}``: the bands' inner edges (list) and an array
+    (penalties, |G|, bands) of each cell's value; ``values`` is None with too few rows or a constant label."""
+    y = np.asarray(y, dtype=float)
+    mu = np.clip(np.asarray(mu, dtype=float), 0.0, 1.0)
+    edges = np.unique(np.quantile(mu, np.linspace(0.0, 1.0, CELL_BANDS + 1)[1:-1])) if mu.size else np.zeros(0)
+    if mu.size < 2 * CELL_MIN_ROWS or not np.std(y) > 0:
+        return {"edges": edges.tolist(), "values": None}
+    nb = edges.size + 1
+    kept = _kept_groups(sums)
+    _, _, _, _, xr, gram = _stats(y, mu, sums, _bands(mu, edges), nb, kept)
+    values = np.zeros((len(CELL_PENALTIES), sums.G, nb))
     sel = kept >= 0
     for j in range(nb):
-        values[sel, j] = _ridge(x1[j], xr[j], gram[j], (penalty,))[0][kept[sel]]
-    return values
+        for i, c in enumerate(_ridge(xr[j], gram[j], CELL_PENALTIES)):
+            values[i, sel, j] = c[kept[sel]]
+    return {"edges": edges.tolist(), "values": values}
 
 
-def _fold_sum(stats, n_folds: int, nb: int):
-    """Per band sums of per (fold, band) ones (fold-major keys)."""
-    return tuple(np.asarray(a).reshape((n_folds, nb) + np.shape(a)[1:]).sum(axis=0) for a in stats)
-
-
-def _keyed_change(sums: MembershipSums, key: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per row, the sum of ``values[g, key]`` over the row's groups (``values``: (G, number of keys))."""
-    nk = values.shape[1]
-    pg = sums._pair_groups().astype(np.int64)
-    pr = sums.pr
-    return np.bincount(pr, weights=values.ravel()[pg * nk + key[pr]], minlength=sums.n)
-
-
-def fit_cells(sets, seed: int = 0) -> dict:
-    """The ridge corrections of the (group, band) cells of the prediction, fitted on every set of rows in
-    ``sets`` = [(y, mu, sums)] together (unit scale; the bands at the first set's quantiles of mu), the penalty
-    chosen by ``CELL_FOLDS``-fold cross-validation over all those rows; see the module docstring.
-
-    Returns ``{"rounds": [{"combine": "sum", "edges", "values" (|G| x bands), "penalty"}], "cv": {...},
-    "oof": (residuals, out-of-fold changes) of the chosen penalty over the rows of every set}`` (lists, unit
-    scale; no rounds when no penalty's cross-validated error beats no correction)."""
-    y0, mu0, sums0 = sets[0]
-    mu0 = np.clip(np.asarray(mu0, dtype=float), 0.0, 1.0)
-    n = sum(int(np.asarray(st[0]).size) for st in sets)
-    if mu0.size < 2 * CELL_MIN_ROWS or not np.std(np.concatenate([np.asarray(st[0], float) for st in sets])) > 0:
-        return {"rounds": []}
-    edges = np.unique(np.quantile(mu0, np.linspace(0.0, 1.0, CELL_BANDS + 1)[1:-1]))
-    nb = edges.size + 1
-    rng = np.random.default_rng(seed)
-    kept = _kept_groups(sums0)
-    keys, parts = [], []
-    for yy, mm, sm in sets:
-        mm = np.clip(np.asarray(mm, dtype=float), 0.0, 1.0)
-        key = (rng.permutation(mm.size) % CELL_FOLDS) * nb + _bands(mm, edges)
-        keys.append(key)
-        parts.append(_stats(np.asarray(yy, dtype=float), mm, sm, key, CELL_FOLDS * nb, kept))
-    st = tuple(sum(p[i] for p in parts) for i in range(6))  # the sets' sums add
-    tot = _fold_sum(st, CELL_FOLDS, nb)
-    err = np.zeros(len(CELL_PENALTIES) + 1)  # the last: no correction
-    coefs = {}
-    for f in range(CELL_FOLDS):
-        for j in range(nb):
-            k = f * nb + j
-            train = [t[j] - s[k] for t, s in zip(tot, st)]
-            for i, c in enumerate(_ridge(train[3], train[4], train[5], CELL_PENALTIES)):
-                err[i] += _sse(st, k, c)
-                coefs[i, k] = c
-            err[-1] += float(st[2][k])
-    best = int(np.argmin(err))
-    cv = {"errors": (err / n).tolist(), "penalties": list(CELL_PENALTIES)}
-    if best == len(CELL_PENALTIES):
-        return {"rounds": [], "cv": cv}
-    penalty = CELL_PENALTIES[best]
-    sel = kept >= 0
-    table = np.zeros((sums0.G, CELL_FOLDS * nb))
-    for k in range(CELL_FOLDS * nb):
-        table[sel, k] = coefs[best, k][kept[sel]]
-    oof_e, oof_c = [], []
-    for (yy, mm, sm), key in zip(sets, keys):
-        mm = np.clip(np.asarray(mm, dtype=float), 0.0, 1.0)
-        oof_e.append(np.asarray(yy, dtype=float) - mm)
-        oof_c.append(np.clip(mm + _keyed_change(sm, key, table), 0.0, 1.0) - mm)
-    values = _solve_bands(tot, nb, penalty, sums0.G, kept)
-    rd = {"combine": "sum", "edges": edges.tolist(), "values": values.tolist(), "penalty": penalty}
-    return {"rounds": [rd], "cv": cv, "oof": (np.concatenate(oof_e), np.concatenate(oof_c))}
+def _round(edges, values: np.ndarray, penalty: float, weight: float) -> dict:
+    return {"combine": "sum", "edges": list(edges), "values": values.tolist(), "penalty": penalty, "weight": weight}
 
 
 def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
-    """(cells or None, their check): :func:`fit_cells` on the fitting rows (``y``, their prediction ``mu``,
-    ``sums``) and the held-out rows ``held_out`` = (y_h, mu_h, sums_h) together, applied at the share of it
-    that the rows' out-of-fold residuals bear out, as in the module docstring. The check: {"scale", "z",
-    "weight", "penalty", "rounds", "kept", "harmed"} (rounds fitted)."""
+    """(cells or None, their check): the corrections of :func:`fit_cells` on the fitting rows (``y``, their
+    prediction ``mu``, ``sums``), the penalty and the weight chosen on ``held_out`` = (y_h, mu_h, sums_h) as in
+    the module docstring. The check: {"penalty", "scale", "z", "weight", "rounds", "kept", "harmed"} (penalty
+    None: no penalty's correction lowered the held-out squared error; rounds: corrections judged)."""
     from .recalibrate import HARM_LEVEL, _harmed_groups, _stack_gate
 
     check = {"z": 0.0, "rounds": 0, "kept": False, "harmed": []}
@@ -275,26 +238,28 @@ def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
     if np.asarray(y).size < 2 * CELL_MIN_ROWS:
         check["skipped"] = f"{np.asarray(y).size} fitting rows ({2 * CELL_MIN_ROWS} needed)"
         return None, check
-    y_h, mu_h, sums_h = (np.asarray(held_out[0], dtype=float), np.asarray(held_out[1], dtype=float), held_out[2])
-    cells = fit_cells([(y, mu, sums), (y_h, mu_h, sums_h)])
-    if not cells["rounds"]:
+    cand = fit_cells(y, mu, sums)
+    if cand["values"] is None:
         return None, check
-    e, ch = cells.pop("oof")
-    # every fold's correction is fitted on the others and judges its own rows: pairs of folds judge each other
-    scale, z, weight = _stack_gate(e, ch, np.ones(e.size, dtype=bool))
-    check.update(scale=scale, z=z, weight=weight, rounds=1, penalty=cells["rounds"][0]["penalty"])
+    y_h, sums_h = np.asarray(held_out[0], dtype=float), held_out[2]
+    mu_h = np.clip(np.asarray(held_out[1], dtype=float), 0.0, 1.0)
+    e = y_h - mu_h
+    changes = [np.clip(mu_h + _step(mu_h, sums_h, v, None, cand["edges"]), 0.0, 1.0) - mu_h for v in cand["values"]]
+    sse = [float(np.sum((e - ch) ** 2)) for ch in changes]
+    check.update(rounds=1, penalty=None, weight=0.0)
+    best = int(np.argmin(sse))
+    if not sse[best] < float(e @ e):  # no penalty's correction beats none on the held-out rows (ties: none)
+        return None, check
+    scale, z, weight = _stack_gate(e, changes[best])
+    check.update(penalty=CELL_PENALTIES[best], scale=scale, z=z, weight=weight)
     if not weight > 0:
         return None, check
-    rd = cells["rounds"][0]
-    rd["values"] = (weight * np.asarray(rd["values"])).tolist()
-    rd["weight"] = weight
-    change = apply_cells(mu_h, sums_h, cells) - np.clip(mu_h, 0.0, 1.0)
-    harmed = _harmed_groups([(y_h, mu_h, sums_h, change)], HARM_LEVEL) if HARM_LEVEL > 0 else []
+    harmed = _harmed_groups([(y_h, mu_h, sums_h, weight * changes[best])], HARM_LEVEL) if HARM_LEVEL > 0 else []
     if harmed:
         check["harmed"] = [sums_h.memb.names[g] for g in harmed]
         return None, check
     check["kept"] = True
-    return {"rounds": cells["rounds"]}, check
+    return {"rounds": [_round(cand["edges"], weight * cand["values"][best], CELL_PENALTIES[best], weight)]}, check
 
 
 def describe_cells(info: dict) -> str | None:
@@ -312,9 +277,8 @@ def describe_cells(info: dict) -> str | None:
         if ridge:
             return (
                 f"each group's prediction bands corrected by a ridge fit of the residuals over every (group, band) "
-                f"cell at once, on the fitting and held-out rows (penalty {num('penalty'):g} rows, chosen by "
-                f"{CELL_FOLDS}-fold cross-validation), applied at {num('weight'):.0%}: the share of it that rows it "
-                f"was not fitted on bear out (z = {num('z'):.1f})"
+                f"cell at once (penalty {num('penalty'):g} rows, chosen on the held-out rows), applied at "
+                f"{num('weight'):.0%}: the held-out rows bear out {num('scale'):.0%} of it, z = {num('z'):.1f}"
             )
         n = num("rounds", int)
         return (
@@ -329,10 +293,10 @@ def describe_cells(info: dict) -> str | None:
         names = [str(v) for v in harmed]
         return f"no shrunken cell corrections (they left {', '.join(names[:3])} more biased on held-out rows)"
     if num("rounds", int):
+        if ridge and c.get("penalty") is None:
+            return "no shrunken cell corrections (none lowered the squared error on the held-out rows)"
         if ridge:
-            return (
-                f"no shrunken cell corrections (rows they were not fitted on do not bear them out: z = {num('z'):.1f})"
-            )
+            return f"no shrunken cell corrections (the held-out rows do not bear them out: z = {num('z'):.1f})"
         return f"no shrunken cell corrections (held-out squared error worse: z = {num('z'):.1f})"
     return "no shrunken cell corrections (the cells' mean residuals are within noise)"
 
@@ -361,7 +325,7 @@ def check_cells(cells, G: int, bad) -> None:
         nb = len(edges) + 1
         combine = rd.get("combine", "mean")
         if combine not in ("mean", "sum"):
-            raise bad(f'cells.rounds[{i}].combine must be "sum" (or absent), got {combine!r}')
+            raise bad(f'cells.rounds[{i}].combine must be "sum" or "mean" (or absent), got {combine!r}')
         for key, ok in (("values", finite), ("ok", flag))[: 1 if combine == "sum" else 2]:
             tab = rd.get(key)
             if (

@@ -378,9 +378,9 @@ class MomentMulticalibrator(SklearnParams):
     shrunken_cells : bool
         After the descent (needs calibration_fraction > 0; the Dask engine fits them on the client on the same
         samples), correct every (group, tenth of the
-        prediction) cell at once by a ridge fit of the residuals on the fitting and held-out rows (the penalty
-        chosen by 5-fold cross-validation), applied at the share of it that out-of-fold rows bear out
-        (:mod:`mmc_core.cells`). The descent only corrects cells that pass their own test; this takes the small
+        prediction) cell at once by a ridge fit of the residuals on the fitting rows, the penalty chosen on the
+        held-out rows and applied at the share of it they bear out (:mod:`mmc_core.cells`); nothing is fitted
+        on the held-out rows, which the intervals are calibrated on. The descent only corrects cells that pass their own test; this takes the small
         miscalibrations it leaves, in proportion. Default True; the model then has ``cells`` (a version-5
         file; version 4: the empirical-Bayes step before 2026-11-28) and ``info["shrunken_cells"]`` says what
         happened. The stated multicalibration (``alpha_``, the
@@ -925,8 +925,8 @@ class MomentMulticalibrator(SklearnParams):
     @staticmethod
     def _shrunken_cells(model, memb, y_f, fit_mu, memb_h, y_h, base_u, cal_idx) -> tuple:
         """The shrunken cell corrections after the descent (:mod:`mmc_core.cells`), fitted on the fitting rows
-        (a seeded sample of ``CV_MAX_ROWS`` on a larger table: the cells' means are then precise anyway) and
-        vetoed on the held-out rows with the kept model's predictions there. Sets ``model.cells`` when kept;
+        (a seeded sample of ``CV_MAX_ROWS`` on a larger table: the cells' means are then precise anyway), their
+        penalty and weight chosen on the held-out rows with the kept model's predictions there. Sets ``model.cells`` when kept;
         returns the fitting rows' final mean prediction and the check for ``info``."""
         from .cells import apply_cells, gated_cells
         from .recalibrate import capped

@@ -717,8 +717,8 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     if est.shrunken_cells and n_cal and not (res.stopped or (stop is not None and stop())):
         from ..cells import gated_cells
 
-        # as the numpy engine: fitted on a sample of the fitting rows (seed 11), vetoed on one of the held-out
-        # rows (seed 13) with the kept model's predictions there
+        # as the numpy engine: fitted on a sample of the fitting rows (seed 11), the penalty and weight chosen on
+        # one of the held-out rows (seed 13) with the kept model's predictions there
         parts.gather("held_predictions", model)
         sums_s, y_s, mu_s = _client_sample(parts, gset, "fit", n_fit_parts, 11, "kept")
         sums_h, y_h, mu_h = _client_sample(parts, gset, "held", n_cal_parts, 13, "held")
@@ -779,7 +779,7 @@ def _client_sample(parts, gset, which, n_per_part, seed, what):
     :func:`mmc_core.recalibrate.capped` draws it from the rows in partition order (all of them up to
     ``CV_MAX_ROWS``; above, the rows ``rng(seed + 2).choice(n, CV_MAX_ROWS)`` in order): (its MembershipSums,
     the label, the prediction ``what``; unit scale). A few MB at most: the map and the cells have |G| + 7 and
-    |G| x 5 coefficients, fitted as the numpy engine fits them."""
+    |G| x 10 coefficients, fitted as the numpy engine fits them."""
     from ..groups import Membership
     from ..recalibrate import CV_MAX_ROWS
     from ..sums import MembershipSums
