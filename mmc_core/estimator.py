@@ -307,7 +307,8 @@ class MomentMulticalibrator(SklearnParams):
         The label's range; None uses the observed min / max of the fitting labels (recorded as "observed").
     calibration_fraction : float in [0, 1)
         Share of rows held out of the descent (seeded; default 0.25, as ``mmc fit``). They track held-out
-        violations during fitting, choose the kept round (early stopping) and m ("auto"), and calibrate the
+        violations during fitting, choose the kept round (early stopping) and m ("auto"), judge the base map and
+        the shrunken cells (their weights; the cells' penalty; nothing is fitted on them), and calibrate the
         data-driven intervals (``mmc_core.intervals``); 0 fits on every row and leaves those intervals
         unavailable.
     early_stopping : bool or "auto"

@@ -103,6 +103,11 @@ def test_results_page_shows_every_figure(demo_at):
     ):
         assert any(expected in t for t in titles), (expected, titles)
     assert any(m.label.startswith("Coverage, all rows") for m in at.metric)
+    # how the base prediction was used and what the step after the descent did (only the Run page and the PDF
+    # said it before)
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("Base prediction") for c in captions), captions
+    assert any(c.startswith("After the descent") for c in captions), captions
     det = at.session_state["row_details"]
     assert "all" in det["groups"] and set(det["intervals"]) >= {"calibrated", "gaussian"}
     # another method for the bucket heatmap; a different row
@@ -187,6 +192,9 @@ def test_data_page_switch_demo_and_label_errors():
     # a text column as the label: a clear message, the app keeps working
     at.selectbox(key="label_col").select("race").run()
     assert any("not numeric" in e.value for e in at.error)
+    # named once: the message starts with the label column, not "Label: label column 'race' ..."
+    assert not any("Label: label column" in e.value for e in at.error)
+    assert any(e.value.startswith("Label column") for e in at.error), [e.value for e in at.error]
     at.selectbox(key="label_col").select("wage").run()
     at.radio(key="label_scaling").set_value("robust").run()
     at.checkbox(key="label_log").check().run()

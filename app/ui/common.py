@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from mmc_core.cells import describe_cells
+from mmc_core.recalibrate import describe as describe_base
+
 
 def sanitize(key: str, options: list, default=None, multi: bool = False):
     """Make ``st.session_state[key]`` valid for a widget with ``options`` before the widget is drawn (a setting
@@ -153,3 +156,21 @@ def download(label: str, data: bytes, file_name: str, key: str, mime: str = "app
         icon=":material/download:",
         **extra,
     )
+
+
+def fit_notes(model) -> list:
+    """How the model used the base prediction and what the step after the descent did, one sentence each
+    (the Run and Results pages; the PDF report says the same in its settings table)."""
+    info = model.info
+    out = []
+    if base_text := describe_base(model.init_mean, info):
+        out.append(f"Base prediction: {base_text}.")
+    if cells_text := describe_cells(info):
+        out.append(f"After the descent: {cells_text}.")
+    return out
+
+
+def label_error(msg: str) -> str:
+    """A label error as the Data and Run pages show it: "Label: ..." unless the message already names the label
+    (it said "Label: label column 'y' has ...")."""
+    return msg[:1].upper() + msg[1:] if msg.lower().startswith("label") else f"Label: {msg}"

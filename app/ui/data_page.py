@@ -12,7 +12,7 @@ from app import demo_data
 from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
 from app.specs import BASE_MODELS
 from app.ui import state
-from app.ui.common import choose_one, columns_multiselect, esc, sanitize
+from app.ui.common import choose_one, columns_multiselect, esc, label_error, sanitize
 from mmc_core.errors import MMCError
 
 SOURCES = ["Bundled demo dataset", "Upload a file"]
@@ -365,7 +365,7 @@ def label_section(d):
     with c2:
         summary = state.label_summary(frame, d["key"], state.label_spec())
         if "error" in summary:
-            st.error(f"Label: {esc(state.in_file_rows(summary['error'], d))}", icon=":material/error:")
+            st.error(esc(label_error(state.in_file_rows(summary["error"], d))), icon=":material/error:")
             lab = ss.get("label_col")
             if lab in frame.columns:
                 n_bad = int(state.label_problems(frame, d["key"], lab))

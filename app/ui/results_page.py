@@ -20,7 +20,7 @@ import streamlit as st
 from app.figure_style import _fmt, _legend_line
 from app.ui import state
 from app.specs import count, not_converged_note
-from app.ui.common import esc, run_and_frame, tabbed
+from app.ui.common import esc, fit_notes, run_and_frame, tabbed
 
 METHOD_LABELS = {
     "guaranteed": "guaranteed (paper, Section 5)",
@@ -557,6 +557,8 @@ def render():
         return
     headline(run)
     rmse_line(run, frame)
+    for line in fit_notes(run.model):
+        st.caption(esc(line))
     findings(run)
     from app.ui.discover_tab import results_section
 

@@ -26,10 +26,8 @@ import streamlit as st
 from app.jobs import FitJob
 from app.specs import STEP_HELP, count, descent_thresholds, kept_model_text, missed_reason
 from app.ui import state
-from app.ui.common import esc
+from app.ui.common import esc, fit_notes, label_error
 from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
-from mmc_core.cells import describe_cells
-from mmc_core.recalibrate import describe as describe_base
 
 POLL_SECONDS = 1.0  # seconds between two ticks of the live view (each costs the browser 50-200 ms, loaded)
 WORKER = os.environ.get("MMC_WORKER", "process")  # background runs in a forked process ("thread": in-process)
@@ -41,6 +39,8 @@ BETAS = [1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3,
 # ---------------------------------------------------------------------------------------------------
 # starting, finishing
 # ---------------------------------------------------------------------------------------------------
+
+
 def run_now(sync: bool = False) -> FitJob | None:
     """Start a fit with the current settings (in the background unless ``sync``)."""
     ss = st.session_state
@@ -707,7 +707,7 @@ def render():
         if sizes:
             st.markdown("**Rows:** " + " · ".join(f"{k} {v:,}" for k, v in sizes.items() if v))
         if "error" in lab:
-            st.error(f"Label: {esc(state.in_file_rows(lab['error'], d))}")
+            st.error(esc(label_error(state.in_file_rows(lab["error"], d))))
     job = ss.get("job")
     running = job is not None and job.running
     b1, b2 = st.columns([1, 4])
@@ -842,12 +842,8 @@ def show_run_summary(run):
             f"Stop pressed → the run saw it {last['stop_seen_at'] - last['stop_requested_at']:.2f} s later "
             f"and ended {max(last['ended_at'] - last['stop_requested_at'], 0):.2f} s after the click."
         )
-    base_text = describe_base(run.model.init_mean, info)
-    if base_text:
-        st.caption(f"Base prediction: {esc(base_text)}.")
-    cells_text = describe_cells(info)
-    if cells_text:
-        st.caption(f"After the descent: {esc(cells_text)}.")
+    for line in fit_notes(run.model):
+        st.caption(esc(line))
     if run.audit_error and not run.stopped:
         st.warning(f"Audit not available: {esc(run.audit_error)}")
     cols = st.columns(4)
@@ -857,7 +853,8 @@ def show_run_summary(run):
     cols[1].metric(
         "Held-out rows",
         f"{sizes['calibration']:,}",
-        help="Held out of the descent: they choose the kept round (early stopping)"
+        help="Held out of the descent: they choose the kept round (early stopping), judge the base map and the "
+        "cell corrections after the descent (nothing is fitted on them)"
         + (
             "; the intervals are calibrated on every fitting and held-out row, each with a model fitted without it "
             "(5-fold cross-fitting)."
