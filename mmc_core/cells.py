@@ -27,7 +27,7 @@ within noise, yet together they are not. This step fits every cell at once, shru
   more on the demo table, but the held-out residuals then shrank and the 90% intervals covered 0.929 of fresh
   rows against 0.941 when calibrated on fresh rows: tests/test_core_cells.py.)
 
-Until 2026-11-28 each cell's mean residual was shrunk on its own (DerSimonian-Laird spread, a wild-bootstrap Q
+Until 2026-11-27 each cell's mean residual was shrunk on its own (DerSimonian-Laird spread, a wild-bootstrap Q
 test) and a row moved by the mean of its cells' corrections. On the known-truth demo table the Q test never
 found the spread that a boosted corrector (MCGrad) fitted (benchmarks/README.md, "Ridge cells"); model files
 of that step (rounds without ``"combine": "sum"``, version 4) are still applied as they were.
@@ -272,7 +272,7 @@ def describe_cells(info: dict) -> str | None:
         v = c.get(key)
         return cast(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else cast(0)
 
-    ridge = "weight" in c  # the ridge step (2026-11-28); older files describe the empirical-Bayes one
+    ridge = "weight" in c  # the ridge step (2026-11-27); older files describe the empirical-Bayes one
     if c.get("kept"):
         if ridge:
             return (
@@ -304,7 +304,7 @@ def describe_cells(info: dict) -> str | None:
 def check_cells(cells, G: int, bad) -> None:
     """A model file's cells: {"rounds": [{"edges": increasing numbers in [0, 1], "values": G lists of
     len(edges) + 1 finite numbers, and either "combine": "sum" (a ridge round: a row moves by the sum of its
-    cells' values) or "ok": the shape of "values" of 0/1 (an empirical-Bayes round, files before 2026-11-28: the
+    cells' values) or "ok": the shape of "values" of 0/1 (an empirical-Bayes round, files before 2026-11-27: the
     mean over its cells marked ok)}]}; ``bad(msg)`` makes the error to raise."""
     rounds = cells.get("rounds") if isinstance(cells, dict) else None
     if not isinstance(rounds, list):

@@ -383,7 +383,7 @@ class MomentMulticalibrator(SklearnParams):
         held-out rows and applied at the share of it they bear out (:mod:`mmc_core.cells`); nothing is fitted
         on the held-out rows, which the intervals are calibrated on. The descent only corrects cells that pass their own test; this takes the small
         miscalibrations it leaves, in proportion. Default True; the model then has ``cells`` (a version-5
-        file; version 4: the empirical-Bayes step before 2026-11-28) and ``info["shrunken_cells"]`` says what
+        file; version 4: the empirical-Bayes step before 2026-11-27) and ``info["shrunken_cells"]`` says what
         happened. The stated multicalibration (``alpha_``, the
         achieved errors) is measured after this step.
     """

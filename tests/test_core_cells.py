@@ -248,7 +248,7 @@ def test_cells_are_saved_as_version_5_and_checked_on_load(tmp_path):
         d2["cells"]["rounds"][0][key] = bad
         with pytest.raises(ModelFormatError, match=f"cells.rounds\\[0\\].{key}"):
             FittedModel.from_dict(d2)
-    # a version-4 file (the empirical-Bayes rounds before 2026-11-28) is still applied as it was: a row moves by
+    # a version-4 file (the empirical-Bayes rounds before 2026-11-27) is still applied as it was: a row moves by
     # the mean of its cells' values over the cells marked ok
     eb = json.loads(path.read_text())
     G = len(rd["values"])
