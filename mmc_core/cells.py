@@ -64,8 +64,9 @@ CELL_BANDS = 10
 # held-out rows choose one of them or no correction
 CELL_PENALTIES = (3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
 CELL_MIN_ROWS = 20  # fewer fitting rows than 2 x this: no step
-# only the largest groups get a coefficient: the per (fold, band) co-membership tables are |G|^2 each and the
-# penalty's eigendecompositions |G|^3 (60 of them: 2.6 s at 300 groups, 0.9 s at 200; benchmarks/cells_time.py)
+# only the largest groups get a coefficient: the per band co-membership tables are |G|^2 each and their
+# eigendecompositions |G|^3 (one per band; a first version's 60, per fold and band, took 2.6 s at 300 groups and
+# 0.9 s at 200: benchmarks/cells_time.py)
 CELL_MAX_GROUPS = 200
 CELL_MIN_HELD_OUT = 100  # fewer held-out rows cannot judge the correction
 _GRAM_CHUNK = 2_000_000  # (row, group, group) triples per pass of the co-membership count
@@ -135,16 +136,11 @@ def _kept_groups(sums: MembershipSums) -> np.ndarray:
 
 
 def _stats(y: np.ndarray, mu: np.ndarray, sums: MembershipSums, key: np.ndarray, n_keys: int, kept: np.ndarray):
-    """Per key (a band, or a fold and band): row count, residual sum and sum of squares, the kept groups' row
-    counts and residual sums (K, H) and their co-membership counts (K, H, H), H = number of kept groups."""
+    """Per key (a band): the kept groups' residual sums (K, H) and their co-membership counts (K, H, H), H =
+    number of kept groups: the ridge's X'r and X'X."""
     r = y - mu
     H = int(kept.max()) + 1 if kept.size and kept.max() >= 0 else 0
-    cnt = np.bincount(key, minlength=n_keys).astype(float)
-    s1 = np.bincount(key, weights=r, minlength=n_keys)
-    s2 = np.bincount(key, weights=r * r, minlength=n_keys)
-    sel = kept >= 0
-    x1 = sums.cell_table(key, n_keys)[sel].T
-    xr = sums.cell_table(key, n_keys, r)[sel].T
+    xr = sums.cell_table(key, n_keys, r)[kept >= 0].T
     gram = np.zeros(n_keys * H * H)
     if H:
         indptr, rg = sums.memb._row_major()
@@ -168,10 +164,10 @@ def _stats(y: np.ndarray, mu: np.ndarray, sums: MembershipSums, key: np.ndarray,
                     block = np.zeros((rows.size, H))
                     block[np.repeat(np.arange(rows.size), t), cg[pos]] = 1.0
                     dense[k] += block.T @ block
-            return cnt, s1, s2, x1, xr, dense
+            return xr, dense
         cum = np.cumsum(tri)
         if not cum.size or not cum[-1]:
-            return cnt, s1, s2, x1, xr, gram.reshape(n_keys, H, H)
+            return xr, gram.reshape(n_keys, H, H)
         cuts = np.unique(np.searchsorted(cum, np.arange(_GRAM_CHUNK, int(cum[-1]), _GRAM_CHUNK), side="right"))
         for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), deg.size]):
             if hi <= lo:
@@ -184,7 +180,7 @@ def _stats(y: np.ndarray, mu: np.ndarray, sums: MembershipSums, key: np.ndarray,
             d = deg[rep]
             a, b = cg[indptr[rep] + k // d], cg[indptr[rep] + k % d]
             gram += np.bincount((key[rep].astype(np.int64) * H + a) * H + b, minlength=n_keys * H * H)
-    return cnt, s1, s2, x1, xr, gram.reshape(n_keys, H, H)
+    return xr, gram.reshape(n_keys, H, H)
 
 
 def _ridge(xr: np.ndarray, gram: np.ndarray, penalties) -> list:
@@ -210,7 +206,7 @@ def fit_cells(y: np.ndarray, mu: np.ndarray, sums: MembershipSums) -> dict:
         return {"edges": edges.tolist(), "values": None}
     nb = edges.size + 1
     kept = _kept_groups(sums)
-    _, _, _, _, xr, gram = _stats(y, mu, sums, _bands(mu, edges), nb, kept)
+    xr, gram = _stats(y, mu, sums, _bands(mu, edges), nb, kept)
     values = np.zeros((len(CELL_PENALTIES), sums.G, nb))
     sel = kept >= 0
     for j in range(nb):
