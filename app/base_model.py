@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 
 import hashlib
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -44,6 +45,22 @@ BOOST_CHUNK = 10  # boosting iterations between two looks at the stop flag
 # True in a worker process of the dashboard: Stop terminates the process, so the base model needs no stop checks
 # and is fitted in one call (see _grow); set by app.jobs._child_main, never in the server process.
 KILLABLE = False
+# For the browser test of Stop during the base-model fit: while the file this names exists, a base-model fit
+# waits before it starts (looking at the stop flag), so the click cannot arrive after a fast fit has ended (it did,
+# in CI, under load). Unset in real use; a test sets it in the dashboard server's environment.
+HOLD_ENV = "MMC_TEST_HOLD_BASE_FIT"
+HOLD_LIMIT = 300  # seconds: a forgotten hold file cannot hang a fit for ever
+
+
+def _hold_for_test(stop):
+    path = os.environ.get(HOLD_ENV)
+    if not path:
+        return
+    deadline = time.monotonic() + HOLD_LIMIT
+    while os.path.exists(path) and time.monotonic() < deadline:
+        if stop is not None and stop():
+            raise StoppedByUser("stopped during the base-model fit")
+        time.sleep(0.05)
 
 
 def _limit_threads():
@@ -84,6 +101,7 @@ def fit_base_model(
 
     if len(X) == 0:
         raise DataError("no rows to train the base model on")
+    _hold_for_test(stop)
     cat = [c for c in X.columns if not pd.api.types.is_numeric_dtype(X[c])]
     num = [c for c in X.columns if c not in cat]
     if binary and len(np.unique(y)) < 2:

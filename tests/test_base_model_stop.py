@@ -183,3 +183,24 @@ def test_job_children_do_not_run_the_dashboard_script(monkeypatch, tmp_path):
     fake.__file__ = str(jobs.os.path.join(app_dir, "dashboard.py"))
     job = _job(_frame(2000)).start()
     assert job.wait(300) and job.status == "done", job.error
+
+
+def test_the_test_hold_waits_for_stop_and_is_off_without_its_file(tmp_path, monkeypatch):
+    """The browser test's hold (app.bm.HOLD_ENV): with its file present a fit waits and Stop ends it with
+    StoppedByUser after the stop flag has been looked at; without the file (or the variable) a fit runs."""
+    X = pd.DataFrame({"x": np.arange(200.0)})
+    y = np.arange(200.0) % 7
+    hold = tmp_path / "hold"
+    monkeypatch.setenv(bm.HOLD_ENV, str(hold))
+    hold.touch()
+    looks = []
+
+    def stop():
+        looks.append(1)
+        return len(looks) >= 3
+
+    with pytest.raises(bm.StoppedByUser):
+        bm.fit_base_model(X, y, "ridge", stop=stop)
+    assert len(looks) == 3
+    hold.unlink()
+    assert bm.fit_base_model(X, y, "ridge", stop=lambda: False).predict(X).shape == (200,)

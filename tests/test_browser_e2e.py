@@ -52,11 +52,17 @@ def cps_csv(path: Path, n: int = 100_000, seed: int = 1) -> Path:
     return path
 
 
+HOLD = SHOTS.parent / "e2e-hold-base-fit"  # while it exists, the server's base-model fits wait (app.base_model)
+
+
 @pytest.fixture(scope="module")
 def server():
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with dashboard_server(PORT, SHOTS.parent / "dashboard-e2e-server.log") as proc:
+    HOLD.unlink(missing_ok=True)
+    env = {"MMC_TEST_HOLD_BASE_FIT": str(HOLD)}
+    with dashboard_server(PORT, SHOTS.parent / "dashboard-e2e-server.log", env=env) as proc:
         yield proc
+    HOLD.unlink(missing_ok=True)
 
 
 def _loopback(url: str) -> bool:
@@ -222,9 +228,12 @@ def test_analyst_session_end_to_end(server, tmp_path):
             assert re.search(r"Groups:\s*(\d+)", sidebar.inner_text()).group(1) == n_groups, where
             expect(page.get_by_role("tab", name="Custom group")).to_have_attribute("aria-selected", "true")
 
-        # ---- run 1: Stop during the base-model fit (nothing is kept)
+        # ---- run 1: Stop during the base-model fit (nothing is kept). The fit is held until the click lands:
+        # under load in CI a fast fit once ended before the click reached the server.
+        HOLD.touch()
         page.get_by_role("button", name="Run", exact=True).click()
         timings["stop_in_base_fit"] = _stop(page, "fitting the base model", "nothing was fitted")
+        HOLD.unlink()
         _shot(page, "03_stopped_in_base_fit")
         check_settings("after Stop in the base-model fit")
 
