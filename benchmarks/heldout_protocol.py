@@ -40,7 +40,9 @@ binary-label variant, when the label takes only the values 0 and 1; base predict
 the group columns as categorical segmentation features (skipped when ``mcgrad`` is not installed);
 ``mcgrad-t1`` ... ``mcgrad-t3``: the same with the settings in ``MCGRAD_TUNED`` (a small hand-made grid over
 learning rate, leaf size, rounds and early-stopping patience; report the best per table, chosen on the test
-rows, which favours MCGrad).
+rows, which favours MCGrad); ``mcgrad@fit``, ``mcgrad-t1@fit`` ...: the same given only the rows the
+default ``mmc`` fit fits its mean on (its estimator's own split: the post-processing rows less the quarter it
+holds out for early stopping, its gates and the intervals), the comparison at equal rows.
 
 Metrics on the test rows, label units:
 ``mse`` squared error; ``gbias`` group-level bias: sum_g n_g |mean(pred - y) over g| / sum_g n_g over all
@@ -228,6 +230,9 @@ METHODS = (
     "mmc-nocells",
     "mcgrad",
     *MCGRAD_TUNED,
+    # MCGrad given only the rows the default mmc fit fits its mean on (the post-processing rows less its
+    # held-out quarter): the comparison at equal rows
+    *(f"{m}@fit" for m in ("mcgrad", *MCGRAD_TUNED)),
 )
 MMC_KW = {
     "mmc": {},
@@ -304,9 +309,19 @@ def run_split(name: str, seed: int, methods) -> dict:
     groups = GroupSet.from_columns(post, gcols, 2)
     dense = groups.evaluate(test).to_dense().astype(float)
     out = {}
+    fit_rows = {}  # the default mmc fit's fitting rows of this split (its estimator's own calibration split)
     for meth in methods:
         t0 = time.perf_counter()
         var = None
+        rows = np.arange(len(post))
+        if meth.endswith("@fit"):
+            if "rows" not in fit_rows:
+                fit_rows["rows"] = (
+                    MomentMulticalibrator(label_range=(lo, hi), random_state=seed)
+                    .fit(post, y_po, groups, base_prediction=b_po)
+                    .fit_index_
+                )
+            rows = fit_rows["rows"]
         if meth == "base":
             pred = b_te
         elif meth in MMC_KW:
@@ -318,20 +333,22 @@ def run_split(name: str, seed: int, methods) -> dict:
                 est.fit(post, y_po, groups, base_prediction=b_po)
             finally:
                 recalibrate.KNOT_QUANTILES = knots
+            if meth == "mmc":
+                fit_rows["rows"] = est.fit_index_
             pm = est.predict_moments(test, base_prediction=b_te)
             pred, var = pm["mean"], pm.get("moment_2")  # no moment_2: a binary label (mean only)
-        elif meth == "mcgrad" or meth in MCGRAD_TUNED:
+        elif meth.removesuffix("@fit") == "mcgrad" or meth.removesuffix("@fit") in MCGRAD_TUNED:
             try:
                 from mcgrad.methods import MCGrad, RegressionMCGrad
             except ImportError:
                 continue
             binary = bool(np.isin(df[label].unique(), (0, 1)).all())
             cat = [c for c in gcols]
-            fp, ft = post[cat].astype(str).copy(), test[cat].astype(str).copy()
-            fp["_pred"], fp["_y"], ft["_pred"] = b_po, y_po, b_te
+            fp, ft = post[cat].astype(str).iloc[rows].reset_index(drop=True), test[cat].astype(str).copy()
+            fp["_pred"], fp["_y"], ft["_pred"] = b_po[rows], y_po[rows], b_te
             if binary:
-                fp["_pred"], ft["_pred"] = np.clip(b_po, 1e-4, 1 - 1e-4), np.clip(b_te, 1e-4, 1 - 1e-4)
-            kw = dict(MCGRAD_TUNED.get(meth, {}))
+                fp["_pred"], ft["_pred"] = np.clip(b_po[rows], 1e-4, 1 - 1e-4), np.clip(b_te, 1e-4, 1 - 1e-4)
+            kw = dict(MCGRAD_TUNED.get(meth.removesuffix("@fit"), {}))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 m = (MCGrad if binary else RegressionMCGrad)(**kw)
