@@ -186,7 +186,7 @@ def test_job_children_do_not_run_the_dashboard_script(monkeypatch, tmp_path):
 
 
 def test_the_test_hold_waits_for_stop_and_is_off_without_its_file(tmp_path, monkeypatch):
-    """The browser test's hold (app.bm.HOLD_ENV): with its file present a fit waits and Stop ends it with
+    """The browser test's hold (app.base_model.HOLD_ENV): with its file present a fit waits and Stop ends it with
     StoppedByUser after the stop flag has been looked at; without the file (or the variable) a fit runs."""
     X = pd.DataFrame({"x": np.arange(200.0)})
     y = np.arange(200.0) % 7

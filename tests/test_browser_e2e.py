@@ -59,7 +59,9 @@ HOLD = SHOTS.parent / "e2e-hold-base-fit"  # while it exists, the server's base-
 def server():
     SHOTS.mkdir(parents=True, exist_ok=True)
     HOLD.unlink(missing_ok=True)
-    env = {"MMC_TEST_HOLD_BASE_FIT": str(HOLD)}
+    from app.base_model import HOLD_ENV
+
+    env = {HOLD_ENV: str(HOLD)}
     with dashboard_server(PORT, SHOTS.parent / "dashboard-e2e-server.log", env=env) as proc:
         yield proc
     HOLD.unlink(missing_ok=True)
