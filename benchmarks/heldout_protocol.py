@@ -439,6 +439,10 @@ def mcgrad_chosen_elsewhere(rows: pd.DataFrame, choose: int, methods=("mmc",)) -
     missing = {"table", "seed", "method", "cell"} - set(rows.columns)
     if missing:
         raise ValueError(f"rows lack the column(s) {', '.join(sorted(missing))}")
+    dup = rows.duplicated(["table", "seed", "method"])
+    if dup.any():
+        t, s, m = rows.loc[dup, ["table", "seed", "method"]].iloc[0]
+        raise ValueError(f"rows repeat (table, seed, method) = ({t}, {s}, {m}): the same split given twice")
     out = []
     for table, g in rows.groupby("table", sort=False):
         p = g.pivot_table(index="seed", columns="method", values="cell").sort_index()
@@ -450,7 +454,8 @@ def mcgrad_chosen_elsewhere(rows: pd.DataFrame, choose: int, methods=("mmc",)) -
         if means.isna().all():
             continue
         chosen = str(means.idxmin())
-        hind = str(rest[settings].mean().idxmin())
+        rest_means = rest[settings].mean()
+        hind = chosen if rest_means.isna().all() else str(rest_means.idxmin())
         for meth in methods:
             if meth not in p.columns:
                 continue
@@ -545,11 +550,11 @@ def main(argv=None) -> int:
         if not args.choose_mcgrad_on:
             raise SystemExit("--from-csv needs --choose-mcgrad-on N (what to summarize)")
         mmc_methods = [m for m in METHODS if m.startswith("mmc") and m in set(rows_df.get("method", []))]
-        print(
-            format_chosen_elsewhere(
-                mcgrad_chosen_elsewhere(rows_df, args.choose_mcgrad_on, mmc_methods), args.choose_mcgrad_on
-            )
-        )
+        try:
+            tab = mcgrad_chosen_elsewhere(rows_df, args.choose_mcgrad_on, mmc_methods)
+        except ValueError as exc:
+            raise SystemExit(f"--from-csv: {exc}") from None
+        print(format_chosen_elsewhere(tab, args.choose_mcgrad_on))
         return 0
     for spec in args.table:
         parse_table_spec(spec)

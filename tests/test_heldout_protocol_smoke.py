@@ -100,5 +100,10 @@ def test_mcgrad_setting_is_chosen_on_other_splits_than_it_is_scored_on(tmp_path,
     assert main(["--from-csv", str(path), "--choose-mcgrad-on", "2"]) == 0
     out = capsys.readouterr().out
     assert "chosen on the first 2 splits" in out and "mcgrad-t1" in out
+    with pytest.raises(ValueError, match="repeat"):
+        mcgrad_chosen_elsewhere(pd.concat([rows, rows.iloc[:1]]), 2)
+    rows.drop(columns="cell").to_csv(tmp_path / "nocell.csv", index=False)
+    with pytest.raises(SystemExit, match="lack the column"):
+        main(["--from-csv", str(tmp_path / "nocell.csv"), "--choose-mcgrad-on", "2"])
     with pytest.raises(SystemExit, match="no such file"):
         main(["--from-csv", str(tmp_path / "missing.csv"), "--choose-mcgrad-on", "2"])
