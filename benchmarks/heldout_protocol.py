@@ -62,6 +62,18 @@ rows of earlier ``--out`` files instead of fitting, so a long run is summarized 
     python benchmarks/heldout_protocol.py --wooldridge-dir DIR --datasets wooldridge --splits 30 \
         --methods base,mmc,mcgrad,mcgrad-t1,mcgrad-t2,mcgrad-t3 --out runs.csv --choose-mcgrad-on 10
     python benchmarks/heldout_protocol.py --from-csv runs.csv --choose-mcgrad-on 10
+
+Many tables at once: with m tables and a one-sided 5% test of "worse" on each, about 0.05 m of them land beyond
+1.645 standard errors by chance where nothing differs. A run over several tables (and ``--from-csv``) ends
+with that reading per mmc method, for group-level bias against the base and, with ``--choose-mcgrad-on``,
+cell error against the MCGrad chosen beforehand: the tables beyond one-sided 5%, the number chance gives, the
+tables Holm's step-down procedure flags at a family-wise 5%, and the mean and sd of the tables' z values (0
+and 1 where nothing differs). A table flagged once is worth rerunning on new seeds (``--seed-start``) before
+it is believed.
+
+``--null-world all|deciles|normal``: the post-processing and test rows get the labels base + noise drawn from
+the table's own residuals (``null_labels``), so the base is their true mean: what every method then changes
+is what it costs where the base is already right (benchmarks/README.md, "A replication on fresh splits").
 """
 
 from __future__ import annotations
@@ -304,7 +316,44 @@ def var_error(memb_dense, mu, var, y) -> float:
     return float(np.sum(w * np.abs(np.log(pv[big] / ev[big]))) / w.sum())
 
 
-def run_split(name: str, seed: int, methods) -> dict:
+NULL_WORLDS = ("all", "deciles", "normal")
+
+
+def null_labels(y: np.ndarray, base: np.ndarray, rows: np.ndarray, how: str, rng) -> np.ndarray:
+    """A copy of ``y`` whose ``rows`` are relabelled base + noise, so that ``base`` is their true mean.
+
+    The noise is the table's own: its residuals y - base on ``rows``, centred and resampled with replacement
+    (``how="all"``); resampled within deciles of the base, each decile's pool centred, so the spread and the
+    tails change along the prediction as the table's do (``"deciles"``); or normal with the residuals' sd
+    (``"normal"``). What a method changes in such a world is what it costs where the base is already right.
+
+    Parameters
+    ----------
+    y, base : (n,) labels and base predictions of the whole table
+    rows : indices of the rows to relabel (the post-processing and test rows)
+    how : one of ``NULL_WORLDS``
+    rng : numpy Generator
+    """
+    if how not in NULL_WORLDS:
+        raise ValueError(f"null world must be one of {', '.join(NULL_WORLDS)}, got {how!r}")
+    out = np.array(y, dtype=float)
+    b, r = base[rows], out[rows] - base[rows]
+    if how == "all":
+        out[rows] = b + rng.choice(r - r.mean(), rows.size)
+    elif how == "normal":
+        out[rows] = b + rng.normal(0.0, float(r.std()), rows.size)
+    else:
+        decile = np.searchsorted(np.quantile(b, np.linspace(0, 1, 11)[1:-1]), b, side="right")
+        noise = np.empty(rows.size)
+        for k in np.unique(decile):  # at most 10 pools: a loop over deciles, not rows
+            pool = r[decile == k] - r[decile == k].mean()
+            idx = np.flatnonzero(decile == k)
+            noise[idx] = rng.choice(pool, idx.size)
+        out[rows] = b + noise
+    return out
+
+
+def run_split(name: str, seed: int, methods, null: str | None = None) -> dict:
     from sklearn.ensemble import HistGradientBoostingRegressor
 
     df, label, gcols, drop = load_table(name)
@@ -314,6 +363,11 @@ def run_split(name: str, seed: int, methods) -> dict:
     hgb = HistGradientBoostingRegressor(random_state=seed)
     hgb.fit(X.iloc[tr], df[label].iloc[tr])
     base = np.clip(hgb.predict(X), lo, hi)
+    if null is not None:  # the base (fitted on the real labels) becomes the true mean of the other rows
+        df = df.copy()
+        y_null = null_labels(df[label].to_numpy(float), base, np.r_[po, te], null, np.random.default_rng([seed, 7]))
+        df[label] = y_null
+        lo, hi = min(lo, float(y_null.min())), max(hi, float(y_null.max()))
     post, test = df.iloc[po].reset_index(drop=True), df.iloc[te].reset_index(drop=True)
     y_po, y_te = post[label].to_numpy(float), test[label].to_numpy(float)
     b_po, b_te = base[po], base[te]
@@ -504,6 +558,95 @@ def format_chosen_elsewhere(tab: pd.DataFrame, choose: int) -> str:
     return "\n".join(lines)
 
 
+def paired_z(rows: pd.DataFrame, metric: str, method: str, ref: str) -> pd.DataFrame:
+    """Per table: ``method`` minus ``ref`` on ``metric``, paired over the splits where both have a value.
+
+    Returns a DataFrame with one row per table holding both methods: n, diff (mean), se, z = diff / se (NaN
+    when se is 0), worse (splits where ``method`` is higher)."""
+    missing = {"table", "seed", "method", metric} - set(rows.columns)
+    if missing:
+        raise ValueError(f"rows lack the column(s) {', '.join(sorted(missing))}")
+    out = []
+    for table, g in rows.groupby("table", sort=False):
+        p = g.pivot_table(index="seed", columns="method", values=metric)
+        if method not in p.columns or ref not in p.columns:
+            continue
+        d = (p[method] - p[ref]).dropna()
+        if d.size < 2:
+            continue
+        se = float(d.std(ddof=1) / np.sqrt(d.size))
+        z = float(d.mean()) / se if se > 0 else float("nan")
+        out.append(
+            {"table": table, "n": int(d.size), "diff": float(d.mean()), "se": se, "z": z, "worse": int((d > 0).sum())}
+        )
+    return pd.DataFrame(out, columns=["table", "n", "diff", "se", "z", "worse"])
+
+
+def many_tables_reading(tab: pd.DataFrame, level: float = 0.05) -> dict:
+    """How per-table one-sided tests of "worse" read over many tables at once.
+
+    With m tables and no difference anywhere, about ``level`` x m of them land beyond the one-sided critical
+    value by chance alone (25 tables at 5%: 1.25), so one table beyond it is no evidence of harm by itself.
+    Holm's step-down over the tables' one-sided p-values keeps the chance of flagging any table wrongly at
+    ``level``; and under no difference the tables' z values are a standard normal sample (mean 0, sd 1).
+
+    Parameters
+    ----------
+    tab : DataFrame with columns table and z (as :func:`paired_z` or :func:`mcgrad_chosen_elsewhere` returns)
+    level : the one-sided level of each test and the family-wise level of Holm's
+
+    Returns
+    -------
+    dict: m (tables with a z), beyond (tables with z above the one-sided critical value), expected (level x m),
+    holm (tables Holm's procedure flags), mean_z, sd_z
+    """
+    from statistics import NormalDist
+
+    from mmc_core.findings import adjust_pvalues, norm_sf
+
+    t = tab.dropna(subset=["z"])
+    z = t["z"].to_numpy(float)
+    crit = NormalDist().inv_cdf(1.0 - level)
+    p = norm_sf(z)
+    adj = adjust_pvalues(p, "holm") if z.size else p
+    return {
+        "m": int(z.size),
+        "beyond": [str(x) for x in t["table"][z > crit]],
+        "expected": level * z.size,
+        "holm": [str(x) for x in t["table"][adj <= level]],
+        "mean_z": float(z.mean()) if z.size else float("nan"),
+        "sd_z": float(z.std(ddof=1)) if z.size > 1 else float("nan"),
+    }
+
+
+def format_reading(what: str, r: dict) -> str:
+    """One line of :func:`many_tables_reading` for the summary."""
+    beyond = ", ".join(r["beyond"]) or "none"
+    holm = ", ".join(r["holm"]) or "none"
+    return (
+        f"{what}: {len(r['beyond'])} of {r['m']} tables beyond one-sided 5% ({beyond}; "
+        f"{r['expected']:.2f} expected with no difference anywhere); flagged by Holm at 5%: {holm}; "
+        f"z over the tables: mean {r['mean_z']:+.2f}, sd {r['sd_z']:.2f} (no difference: 0, 1)"
+    )
+
+
+def readings(rows: pd.DataFrame, mcgrad_tab: pd.DataFrame | None, methods) -> str:
+    """The many-table readings of group-level bias against the base and, when given, cell error against the
+    MCGrad setting chosen beforehand, for each mmc method."""
+    lines = []
+    for meth in methods:
+        if mcgrad_tab is not None and not mcgrad_tab.empty:
+            sub = mcgrad_tab[mcgrad_tab["method"] == meth]
+            if not sub.empty:
+                lines.append(
+                    format_reading(f"{meth} cell error above the MCGrad chosen beforehand", many_tables_reading(sub))
+                )
+        gb = paired_z(rows, "gbias", meth, "base") if "gbias" in rows.columns else pd.DataFrame()
+        if not gb.empty:
+            lines.append(format_reading(f"{meth} group-level bias above the base's", many_tables_reading(gb)))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--splits", type=int, default=10)
@@ -539,6 +682,12 @@ def main(argv=None) -> int:
         metavar="CSV",
         help="summarize the rows of earlier --out files instead of fitting (repeatable)",
     )
+    ap.add_argument(
+        "--null-world",
+        choices=NULL_WORLDS,
+        help="relabel the post-processing and test rows base + the table's own resampled residuals (see "
+        "null_labels): what each method costs where the base is already right",
+    )
     args = ap.parse_args(argv)
     if args.choose_mcgrad_on < 0:
         raise SystemExit(f"--choose-mcgrad-on must be >= 0, got {args.choose_mcgrad_on}")
@@ -547,14 +696,16 @@ def main(argv=None) -> int:
             if not os.path.isfile(path):
                 raise SystemExit(f"--from-csv {path}: no such file")
         rows_df = pd.concat([pd.read_csv(path) for path in args.from_csv], ignore_index=True)
-        if not args.choose_mcgrad_on:
-            raise SystemExit("--from-csv needs --choose-mcgrad-on N (what to summarize)")
         mmc_methods = [m for m in METHODS if m.startswith("mmc") and m in set(rows_df.get("method", []))]
+        tab = None
         try:
-            tab = mcgrad_chosen_elsewhere(rows_df, args.choose_mcgrad_on, mmc_methods)
+            if args.choose_mcgrad_on:
+                tab = mcgrad_chosen_elsewhere(rows_df, args.choose_mcgrad_on, mmc_methods)
+                print(format_chosen_elsewhere(tab, args.choose_mcgrad_on))
+                print()
+            print(readings(rows_df, tab, mmc_methods))
         except ValueError as exc:
             raise SystemExit(f"--from-csv: {exc}") from None
-        print(format_chosen_elsewhere(tab, args.choose_mcgrad_on))
         return 0
     for spec in args.table:
         parse_table_spec(spec)
@@ -582,7 +733,7 @@ def main(argv=None) -> int:
     for name in names:
         results[name] = {}
         for s in range(args.seed_start, args.seed_start + n_splits):
-            results[name][s] = run_split(name, s, methods)
+            results[name][s] = run_split(name, s, methods, args.null_world)
             for meth, r in results[name][s].items():
                 rows.append({"table": name, "seed": s, "method": meth, **r})
     print(summarize(results, methods))
@@ -593,6 +744,11 @@ def main(argv=None) -> int:
         tab = mcgrad_chosen_elsewhere(pd.DataFrame(rows), args.choose_mcgrad_on, mmc_methods)
         print()
         print(format_chosen_elsewhere(tab, args.choose_mcgrad_on))
+    else:
+        tab = None
+    if len(names) > 1:
+        print()
+        print(readings(pd.DataFrame(rows), tab, [m for m in methods if m.startswith("mmc")]))
     return 0
 
 

@@ -107,3 +107,62 @@ def test_mcgrad_setting_is_chosen_on_other_splits_than_it_is_scored_on(tmp_path,
         main(["--from-csv", str(tmp_path / "nocell.csv"), "--choose-mcgrad-on", "2"])
     with pytest.raises(SystemExit, match="no such file"):
         main(["--from-csv", str(tmp_path / "missing.csv"), "--choose-mcgrad-on", "2"])
+
+
+def test_many_tables_reading_counts_chance_and_holm():
+    """Per-table z values of "worse" read over many tables: the count beyond one-sided 5% is set against the
+    5% x m that no difference gives, and Holm flags only a table whose p-value beats the step-down bound."""
+    import pandas as pd
+
+    from benchmarks.heldout_protocol import many_tables_reading, paired_z
+
+    z = np.array([-1.0, 0.0, 1.0, 1.7, 2.0, 3.0, -0.5, 0.5, 0.2, -0.2])
+    r = many_tables_reading(pd.DataFrame({"table": [f"t{i}" for i in range(10)], "z": z}))
+    assert r["m"] == 10 and np.isclose(r["expected"], 0.5)
+    assert r["beyond"] == ["t3", "t4", "t5"]  # z > 1.6449
+    # Holm: the smallest one-sided p (z = 3: 0.00135) x 10 <= 0.05; the next (z = 2: 0.0228) x 9 > 0.05
+    assert r["holm"] == ["t5"]
+    assert np.isclose(r["mean_z"], z.mean()) and np.isclose(r["sd_z"], z.std(ddof=1))
+    # paired differences per table, by hand: table a: method - base = (+1, +3) -> mean 2, se 1, z 2, 2 worse
+    rows = pd.DataFrame(
+        [
+            {"table": t, "seed": s, "method": m, "gbias": v}
+            for t, vals in {"a": {"base": [1, 1], "mmc": [2, 4]}, "b": {"base": [1, 2, 3], "mmc": [1, 2, 2]}}.items()
+            for m, v in vals.items()
+            for s, v in enumerate(v)
+        ]
+    )
+    tab = paired_z(rows, "gbias", "mmc", "base").set_index("table")
+    assert tab.loc["a", "n"] == 2 and np.isclose(tab.loc["a", "diff"], 2.0) and np.isclose(tab.loc["a", "se"], 1.0)
+    assert np.isclose(tab.loc["a", "z"], 2.0) and tab.loc["a", "worse"] == 2 and tab.loc["b", "worse"] == 0
+    with pytest.raises(ValueError, match="lack the column"):
+        paired_z(rows.drop(columns="gbias"), "gbias", "mmc", "base")
+    empty = many_tables_reading(pd.DataFrame({"table": [], "z": []}))
+    assert empty["m"] == 0 and empty["beyond"] == [] and empty["holm"] == []
+
+
+def test_null_labels_make_the_base_the_true_mean_with_the_tables_own_noise():
+    """The relabelled rows are base + noise with mean 0 given the base (within 4 standard errors of a mean over
+    the rows of each decile); the other rows keep their labels; "deciles" keeps a spread that grows with the
+    base, "all" pools it."""
+    from benchmarks.heldout_protocol import null_labels
+
+    rng = np.random.default_rng(0)
+    n = 40_000
+    base = rng.uniform(0, 10, n)
+    y = base + 0.5 + rng.standard_t(5, n) * (0.2 + base / 5)  # biased base, spread growing with it
+    rows = np.arange(1000, n)
+    for how in ("all", "deciles", "normal"):
+        out = null_labels(y, base, rows, how, np.random.default_rng(1))
+        np.testing.assert_array_equal(out[:1000], y[:1000])
+        r, b = out[rows] - base[rows], base[rows]
+        for lo in range(10):
+            sel = (b >= lo) & (b < lo + 1)
+            assert abs(r[sel].mean()) < 4 * r[sel].std() / np.sqrt(sel.sum()), (how, lo)
+        low, high = r[b < 1].std(), r[b > 9].std()
+        if how == "deciles":
+            assert high > 3 * low  # the table's own: 0.2-0.4 vs 1.8-2.2 times the t(5) sd
+        else:
+            assert 0.8 < high / low < 1.25
+    with pytest.raises(ValueError, match="null world"):
+        null_labels(y, base, rows, "shuffled", rng)
