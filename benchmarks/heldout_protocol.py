@@ -517,27 +517,39 @@ def mcgrad_chosen_elsewhere(rows: pd.DataFrame, choose: int, methods=("mmc",)) -
             d = both[meth] - both[chosen]
             if d.size < 2:
                 continue
-            se = float(d.std(ddof=1) / np.sqrt(d.size))
+            st = _paired(d)
             dh = (rest[meth] - rest[hind]).dropna()
-            seh = float(dh.std(ddof=1) / np.sqrt(dh.size)) if dh.size > 1 else float("nan")
             out.append(
                 {
                     "table": table,
                     "method": meth,
                     "chosen": chosen,
-                    "n": int(d.size),
+                    "n": st["n"],
                     "method_cell": float(both[meth].mean()),
                     "mcgrad_cell": float(both[chosen].mean()),
-                    "diff": float(d.mean()),
-                    "se": se,
-                    "z": float(d.mean()) / se if se > 0 else float("nan"),
-                    "pct": 100.0 * float(d.mean()) / float(both[chosen].mean()),
-                    "worse": int((d > 0).sum()),
+                    "diff": st["diff"],
+                    "se": st["se"],
+                    "z": st["z"],
+                    "pct": 100.0 * st["diff"] / float(both[chosen].mean()),
+                    "worse": st["worse"],
                     "hindsight": hind,
-                    "z_hindsight": float(dh.mean()) / seh if seh > 0 else float("nan"),
+                    "z_hindsight": _paired(dh)["z"] if dh.size > 1 else float("nan"),
                 }
             )
     return pd.DataFrame(out)
+
+
+def _paired(d: pd.Series) -> dict:
+    """n, diff (mean), se, z = diff / se (NaN when se is 0) and worse (count of d > 0) of paired differences d
+    (at least 2)."""
+    se = float(d.std(ddof=1) / np.sqrt(d.size))
+    return {
+        "n": int(d.size),
+        "diff": float(d.mean()),
+        "se": se,
+        "z": float(d.mean()) / se if se > 0 else float("nan"),
+        "worse": int((d > 0).sum()),
+    }
 
 
 def format_chosen_elsewhere(tab: pd.DataFrame, choose: int) -> str:
@@ -572,13 +584,8 @@ def paired_z(rows: pd.DataFrame, metric: str, method: str, ref: str) -> pd.DataF
         if method not in p.columns or ref not in p.columns:
             continue
         d = (p[method] - p[ref]).dropna()
-        if d.size < 2:
-            continue
-        se = float(d.std(ddof=1) / np.sqrt(d.size))
-        z = float(d.mean()) / se if se > 0 else float("nan")
-        out.append(
-            {"table": table, "n": int(d.size), "diff": float(d.mean()), "se": se, "z": z, "worse": int((d > 0).sum())}
-        )
+        if d.size >= 2:
+            out.append({"table": table, **_paired(d)})
     return pd.DataFrame(out, columns=["table", "n", "diff", "se", "z", "worse"])
 
 
