@@ -34,8 +34,11 @@ VERSION_CELLS = 4
 # written when the cell corrections are ridge rounds (a row moves by the sum of its cells' values, "combine":
 # "sum"): a reader of version 4 would take the mean of its cells' values
 VERSION_RIDGE_CELLS = 5
+# written when the group-linear base map has its group part removed (init.mean "group_part": the projection of
+# its change on the groups, subtracted): a reader of versions 1-5 would not subtract it and predict something else
+VERSION_GROUP_PART = 6
 BASE_KINDS = ("base", "base-affine", "base-group-linear")  # init.mean kinds that start from a base prediction
-READABLE_VERSIONS = (1, 2, 3, 4, 5)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
 
 
 def _default_mode() -> int:
@@ -112,6 +115,11 @@ class FittedModel:
     def ridge_cells(self) -> bool:
         """True when the cell corrections are ridge rounds ("combine": "sum"): such a file is version 5."""
         return any(rd.get("combine") == "sum" for rd in (self.cells or {}).get("rounds") or [])
+
+    @property
+    def group_part(self) -> bool:
+        """True when the group-linear base map subtracts its group part ("group_part"): such a file is version 6."""
+        return self.init_mean.get("kind") == "base-group-linear" and bool(self.init_mean.get("group_part"))
 
     @property
     def bends(self) -> bool:
@@ -232,7 +240,9 @@ class FittedModel:
         out = {
             "format": FORMAT,
             "version": (
-                VERSION_RIDGE_CELLS
+                VERSION_GROUP_PART
+                if self.group_part
+                else VERSION_RIDGE_CELLS
                 if self.ridge_cells
                 else VERSION_CELLS
                 if self.has_cells
@@ -387,8 +397,22 @@ class FittedModel:
                 raise bad("init.mean.knots and init.mean.bends must be lists of as many finite numbers")
             if any(not 0.0 <= k <= 1.0 for k in knots):
                 raise bad("init.mean.knots must lie in [0, 1] (the unit scale of the label)")
-            if any(bends) and version not in (VERSION_BENDS, VERSION_CELLS, VERSION_RIDGE_CELLS):
+            if any(bends) and version not in (VERSION_BENDS, VERSION_CELLS, VERSION_RIDGE_CELLS, VERSION_GROUP_PART):
                 raise bad(f"init.mean.bends are nonzero: the file must have version {VERSION_BENDS} or later")
+            part = init_mean.get("group_part")
+            if part is not None:
+                if (
+                    not isinstance(part, dict)
+                    or not numbers([part.get("offset")])
+                    or not numbers(part.get("groups"))
+                    or len(part["groups"]) != G
+                ):
+                    raise bad(
+                        'init.mean.group_part must be {"offset": a finite number, "groups": a list of '
+                        f"{G} finite numbers}}"
+                    )
+                if version != VERSION_GROUP_PART:
+                    raise bad(f"init.mean.group_part is set: the file must have version {VERSION_GROUP_PART}")
         if init_mean["kind"] == "constant":
             v = init_mean.get("value")
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= 1.0:
@@ -468,7 +492,7 @@ class FittedModel:
             check_cells(cells, G, bad)
             ridge = any(rd.get("combine") == "sum" for rd in cells["rounds"])
             need = VERSION_RIDGE_CELLS if ridge else VERSION_CELLS
-            if cells["rounds"] and version != need:
+            if cells["rounds"] and version != need and not (ridge and version == VERSION_GROUP_PART):
                 kind = (
                     "ridge cell corrections (cells.rounds with combine sum)"
                     if ridge

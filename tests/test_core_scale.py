@@ -189,7 +189,9 @@ def test_format2_round_trip_and_bit_identical_replay(tmp_path):
     ).fit(t, y, groups, base_prediction=base)
     d = json.loads(est.model_.to_json())
     assert (
-        d["version"] == (3 if any(d["init"]["mean"].get("bends") or []) else 2)  # 3: the base map bends
+        # 6: the base map has its group part; 3: it bends
+        d["version"]
+        == (6 if d["init"]["mean"].get("group_part") else 3 if any(d["init"]["mean"].get("bends") or []) else 2)
         and d["params"]["moment_step"] == "ratio"
         and len(d["params"]["mean_edges"]) == est.model_.params.m - 1
     )
