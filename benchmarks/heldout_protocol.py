@@ -490,13 +490,7 @@ def mcgrad_chosen_elsewhere(rows: pd.DataFrame, choose: int, methods=("mmc",)) -
     ``choose`` + 2 splits, are left out."""
     if not isinstance(choose, (int, np.integer)) or choose < 1:
         raise ValueError(f"choose must be a whole number >= 1, got {choose!r}")
-    missing = {"table", "seed", "method", "cell"} - set(rows.columns)
-    if missing:
-        raise ValueError(f"rows lack the column(s) {', '.join(sorted(missing))}")
-    dup = rows.duplicated(["table", "seed", "method"])
-    if dup.any():
-        t, s, m = rows.loc[dup, ["table", "seed", "method"]].iloc[0]
-        raise ValueError(f"rows repeat (table, seed, method) = ({t}, {s}, {m}): the same split given twice")
+    _check_rows(rows, "cell")
     out = []
     for table, g in rows.groupby("table", sort=False):
         p = g.pivot_table(index="seed", columns="method", values="cell").sort_index()
@@ -539,6 +533,18 @@ def mcgrad_chosen_elsewhere(rows: pd.DataFrame, choose: int, methods=("mmc",)) -
     return pd.DataFrame(out)
 
 
+def _check_rows(rows: pd.DataFrame, metric: str) -> None:
+    """Saved rows fit for a paired summary of ``metric``: the columns are there and no (table, seed, method)
+    comes twice (a pivot would silently average the same split given twice)."""
+    missing = {"table", "seed", "method", metric} - set(rows.columns)
+    if missing:
+        raise ValueError(f"rows lack the column(s) {', '.join(sorted(missing))}")
+    dup = rows.duplicated(["table", "seed", "method"])
+    if dup.any():
+        t, s, m = rows.loc[dup, ["table", "seed", "method"]].iloc[0]
+        raise ValueError(f"rows repeat (table, seed, method) = ({t}, {s}, {m}): the same split given twice")
+
+
 def _paired(d: pd.Series) -> dict:
     """n, diff (mean), se, z = diff / se (NaN when se is 0) and worse (count of d > 0) of paired differences d
     (at least 2)."""
@@ -575,9 +581,7 @@ def paired_z(rows: pd.DataFrame, metric: str, method: str, ref: str) -> pd.DataF
 
     Returns a DataFrame with one row per table holding both methods: n, diff (mean), se, z = diff / se (NaN
     when se is 0), worse (splits where ``method`` is higher)."""
-    missing = {"table", "seed", "method", metric} - set(rows.columns)
-    if missing:
-        raise ValueError(f"rows lack the column(s) {', '.join(sorted(missing))}")
+    _check_rows(rows, metric)
     out = []
     for table, g in rows.groupby("table", sort=False):
         p = g.pivot_table(index="seed", columns="method", values=metric)

@@ -137,6 +137,8 @@ def test_many_tables_reading_counts_chance_and_holm():
     assert np.isclose(tab.loc["a", "z"], 2.0) and tab.loc["a", "worse"] == 2 and tab.loc["b", "worse"] == 0
     with pytest.raises(ValueError, match="lack the column"):
         paired_z(rows.drop(columns="gbias"), "gbias", "mmc", "base")
+    with pytest.raises(ValueError, match="repeat"):  # not averaged into one split
+        paired_z(pd.concat([rows, rows.iloc[:1]]), "gbias", "mmc", "base")
     empty = many_tables_reading(pd.DataFrame({"table": [], "z": []}))
     assert empty["m"] == 0 and empty["beyond"] == [] and empty["holm"] == []
 
