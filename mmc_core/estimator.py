@@ -222,6 +222,8 @@ def fit_info(est, model, search: BucketSearch, rows: FitRows, achieved, floors) 
         "rounds": int(res.history[-1]["round"]) if res.history else 0,
         "kept_round": int(kept_round),
         "mean_updates": int(res.mean_updates),
+        # the kept model's own (early stopping may keep fewer than the run made)
+        "kept_mean_updates": sum(1 for u in model.log if u.target == 1),
         "moment_updates": int(res.moment_updates),
         "max_moment_updates_per_call": int(res.max_moment_updates_per_call),
         "seconds": float(search.seconds),

@@ -654,9 +654,13 @@ def describe(init_mean: dict, info: dict) -> str | None:
         tail = f" ({'; '.join(notes)})" if notes else ""
         dropped = check.get("between_dropped_for") if isinstance(check, dict) else None
         if init_mean.get("group_part"):
+            cells = info.get("shrunken_cells")
+            untouched = info.get("kept_mean_updates") == 0 and not (isinstance(cells, dict) and cells.get("kept"))
             return (
                 f"recalibrated within the groups: {within}{tail}; the groups' means are left as the base has "
                 f"them, for the descent and the cell step to correct, each on its own test"
+                # said outright when neither did: the groups' means are then the base's own, errors included
+                + ("; on this fit neither changed them" if untouched else "")
             )
         if dropped:
             return (

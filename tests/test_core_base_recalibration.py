@@ -573,9 +573,36 @@ def test_the_map_leaves_the_groups_means_to_the_descent():
     base_err = max(abs((base[fit] - truth[fit])[m].mean()) / 100 for m in dense.T)
     assert moved < 0.1 * base_err, (moved, base_err)
     assert "groups' means are left as the base has them" in rc_describe(est)
+    assert est.model_.info["kept_mean_updates"] > 0 and "neither changed them" not in rc_describe(est)
     Xt, _, bt, tt = _world2(20_000, 6)
     pred = est.predict(Xt, base_prediction=bt)
     dt = groups.evaluate(Xt).to_dense().astype(bool)
     assert max(abs(pred[m].mean() - tt[m].mean()) for m in dt.T) < 0.25 * max(
         abs(bt[m].mean() - tt[m].mean()) for m in dt.T
     )
+
+
+def test_the_summary_says_when_nothing_took_up_the_groups_means():
+    """The map leaves the groups' means to the descent and the cell step; on a small table neither may act
+    (no mean cell passes its test, too few held-out rows for the cells): the summary then says the groups'
+    means are the base's own, instead of leaving the reader to assume they were corrected. An overconfident
+    base (the label's slope on it 1/2 everywhere), 200 rows: the map is applied, nothing else moves."""
+    from mmc_core.recalibrate import describe
+
+    rng = np.random.default_rng(0)
+    n = 200
+    X = pd.DataFrame({"g": rng.choice(["a", "b", "c"], n), "h": rng.choice(["u", "v"], n)})
+    truth = 50 + 10 * rng.standard_normal(n)
+    base = np.clip(50 + 2.0 * (truth - 50), 0, 100)
+    y = truth + 5 * rng.standard_normal(n)
+    est = MomentMulticalibrator(label_range=(0, 100), random_state=0).fit(
+        X, y, GroupSet.from_columns(X, ["g", "h"], 2), base_prediction=base
+    )
+    info = est.model_.info
+    assert est.model_.init_mean["group_part"] and info["base_recalibration"]["weight"] > 0.5
+    assert info["kept_mean_updates"] == 0 and not info["shrunken_cells"]["kept"]
+    assert rc_describe(est).endswith("each on its own test; on this fit neither changed them")
+    # a mean update kept, cells applied, or a file written before the count was recorded: not said
+    im = est.model_.init_mean
+    for changed in ({"kept_mean_updates": 3}, {"shrunken_cells": {"kept": True}}, {"kept_mean_updates": None}):
+        assert "neither changed them" not in describe(im, {**info, **changed})
