@@ -133,6 +133,15 @@ def _below_gamma(audit: AuditResult, names) -> list:
     return [not bool(le.get(n, True)) for n in names]
 
 
+def _coverage_tested(audit: AuditResult, names) -> np.ndarray:
+    """True for the groups whose coverage is read as a result: mass >= gamma and at least the audit's minimum
+    group count of test rows (the ones the coverage heatmaps colour; an 11-row group's coverage moves 9 points
+    per row and read as the "worst group" of a 601-row table)."""
+    min_n = float((audit.params or {}).get("min_group_count") or 0)
+    counts = audit.by_group["count"].reindex([str(v) for v in names]).to_numpy(dtype=float)
+    return ~np.asarray(_below_gamma(audit, names), dtype=bool) & (counts >= min_n)
+
+
 def _rows_height(n_rows: int, per_row: float = 24, extra: float = 190, minimum: float = 360) -> int:
     return int(max(minimum, extra + per_row * n_rows))
 
@@ -249,7 +258,11 @@ def _fmt(v, digits: int = 3, kind: str = "g") -> str:
         return "–"
     if not math.isfinite(v):
         return "–"
-    return f"{v:.{digits}{kind}}"
+    out = f"{v:.{digits}{kind}}"
+    if kind == "g" and 1e3 <= abs(float(out)) < 1e6:
+        # "1,120 hours", not "1.12e+03": the same significant digits, read at a glance
+        return f"{float(out):,.0f}"
+    return out
 
 
 def _method_order(cols) -> list:

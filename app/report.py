@@ -275,6 +275,9 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
     note = info.get("label_note")
     if src == "robust" and isinstance(note, str) and note.strip():
         src_txt += f"; {note.strip()}"
+    elif src not in ("declared", "robust") and isinstance(note, str) and note.strip().startswith("observed"):
+        # the dashboard's observed range is of all the table's rows (app.specs), not the fitting rows'
+        src_txt = f"{note.strip()} (not declared)"
     # a mean-only model has no moment threshold: β is neither stated nor explained
     applied = threshold_rules(model)  # older files kept "se" for a paper-step fit: it was the "auto" rule
     rules = (("α", "alpha"), ("β", "beta")) if moments else (("α", "alpha"),)
@@ -388,7 +391,8 @@ def _data_rows(audit, model, y, data_name, gamma) -> tuple[list, list]:
             )
             empty = [str(g) for g, c in zip(bg.index, bg["count"]) if int(c) == 0]
             if empty:
-                notes.append(f"{len(empty)} group(s) have no rows in this data: " + ", ".join(empty[:8]))
+                more = f" and {len(empty) - 8} more" if len(empty) > 8 else ""
+                notes.append(f"{len(empty)} group(s) have no rows in this data: " + ", ".join(empty[:8]) + more)
         below = [g for g, b in zip(bg.index, _below(audit, bg.index)) if b]
         rows.append(
             (
@@ -651,7 +655,7 @@ def build_report_pdf(
             f"Share of rows whose label falls inside its interval, per group and interval method. White is "
             f"the target {1 - delta:.0%}; red cells under-cover (the intervals are too narrow there), blue "
             "cells over-cover (too wide). 'guaranteed' are the paper's worst-case intervals. The summary by "
-            "method is on page 1.",
+            "method is the table 'Interval coverage by method' in the summary at the start.",
         )
         if audit.coverage_by_bucket.notna().to_numpy().any():
             bm = audit.params.get("bucket_method") or "calibrated"

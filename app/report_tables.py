@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import figures as F
+from .figure_style import _coverage_tested
 from .specs import not_converged_note
 
 
@@ -94,12 +95,12 @@ def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
     if cov.empty:
         return None
     target = 1 - delta
-    big = ~np.asarray(_below(audit, cov.index), dtype=bool)
+    big = _coverage_tested(audit, cov.index)  # the groups the dashboard's headline and heatmaps read
     rows = []
     for m in cov.columns:
         c = cov[m].astype(float)
         overall = c.get("all", np.nan) if "all" in c.index else np.nan
-        cb = c[big] if big.any() else c
+        cb = c[big]
         worst = cb.idxmin() if cb.notna().any() else None
         rows.append(
             {

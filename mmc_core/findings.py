@@ -498,12 +498,23 @@ def _ci_words(rec: dict) -> str:
     return ("selection-adjusted " if "interval_miss" in rec else "") + f"{percent(1 - fcr)} CI"
 
 
+# Below this a p-value is stated as a bound: the t-type tests are normal approximations (Hall's skewness
+# correction included) whose far tail no data set of a few dozen rows can vouch for (a 31-row group of an
+# affairs count read "adjusted p = 2.2e-37")
+P_FLOOR = 1e-6
+
+
+def p_words(p: float) -> str:
+    """'p = 0.0033' or, below ``P_FLOOR``, 'p < 1e-6' (the record keeps the computed value)."""
+    return f"p < {P_FLOOR:.0e}".replace("e-0", "e-") if p < P_FLOOR else f"p = {p:.2g}"
+
+
 def describe(rec: dict) -> str:
     """One plain sentence for a finding record (the numbers are the record's)."""
     kind, g, n = rec["kind"], rec["group"], rec["n"]
     lo, hi = rec["interval"]
     ci = _ci_words(rec)
-    padj = f"adjusted p = {rec['p_adjusted']:.2g}, {rec['adjustment']}"
+    padj = f"adjusted {p_words(rec['p_adjusted'])}, {rec['adjustment']}"
     if kind in ("mean", "calibration"):
         where = (
             f"group {g}"

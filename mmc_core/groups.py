@@ -111,7 +111,11 @@ def _format_value(v) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     if isinstance(v, float):
-        return f"{v:.4g}"
+        out = f"{v:.4g}"
+        if "e" in out and 1e4 <= abs(v) < 1e15:
+            # a cut of 10075.5 read "1.008e+04" next to its neighbour "10152": the digits up to one decimal
+            out = f"{v:.{math.floor(math.log10(abs(v))) + 2}g}"
+        return out
     return str(v)
 
 
@@ -181,9 +185,14 @@ class Condition:
         if self.op in ("in", "not in"):
             return f"{self.column} {self.op} {{{', '.join(_format_value(v) for v in self.values)}}}"
         if self.op == "between":
-            lo = "-inf" if self.lo is None else _format_value(self.lo)
-            hi = "inf" if self.hi is None else _format_value(self.hi)
-            return f"{self.column} in [{lo}, {hi})"
+            # the open ends as inequalities ("age < 36", not "age in [-inf, 36)")
+            if self.lo is None and self.hi is None:
+                return f"{self.column} in [-inf, inf)"
+            if self.lo is None:
+                return f"{self.column} < {_format_value(self.hi)}"
+            if self.hi is None:
+                return f"{self.column} >= {_format_value(self.lo)}"
+            return f"{self.column} in [{_format_value(self.lo)}, {_format_value(self.hi)})"
         return f"{self.column}{self.op}{_format_value(self.value)}"
 
     # ---- evaluation ------------------------------------------------------------------------------

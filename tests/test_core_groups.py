@@ -150,3 +150,18 @@ def test_unlisted_values_names_new_categories_only():
     assert one.unlisted_values(new) == []
     both = GroupSet([Group("ab", (Condition("race", "in", values=("A", "B")),))])
     assert both.unlisted_values(new) == [("race", 3, ["C", "D"])]
+
+
+def test_numeric_bins_are_named_with_inequalities_and_one_number_format():
+    """An audit of a zip-code column listed "zip in [-inf, 1.008e+04)" next to "zip in [1.008e+04, 10152)": the
+    open ends now read as inequalities and a cut keeps its digits instead of switching to exponent form."""
+    import pandas as pd
+
+    from mmc_core import GroupSet
+
+    df = pd.DataFrame({"zip": np.r_[np.arange(10000.0, 10100.0), np.arange(10100.5, 10200.5)]})
+    names = [n for n in GroupSet.from_columns(df, ["zip"]).names if n != "all"]
+    assert names[0].startswith("zip < ") and names[-1].startswith("zip >= ")
+    assert not any("inf" in n or "e+" in n for n in names), names
+    inner = [n for n in names if " in [" in n]
+    assert inner and all(n.count(",") == 1 for n in inner)

@@ -143,11 +143,16 @@ def test_run_page_live_run_and_settings(demo_at):
 
 def test_converged_summary_of_a_fit_whose_mean_needed_no_update():
     """The Run page said "Converged in 0 rounds (0 mean updates, 7 moment updates)" when the first moment pass
-    did all the work, which reads like a fit that did nothing; it now says the mean needed no update."""
+    did all the work, which reads like a fit that did nothing; it now says the descent made no mean update, and
+    why (not "the mean needed no update": the base map and the cells may have moved it, and fresh rows may still
+    show a cell off: an audit on the mroz table found one at adjusted p = 0.003)."""
     from app.ui.run_page import converged_text
 
     zero = converged_text({"rounds": 0, "mean_updates": 0, "moment_updates": 7})
-    assert zero == "Converged in the first pass: the mean needed no update; 7 moment updates."
+    assert zero == (
+        "Converged in the first pass: no mean cell was off by more than its threshold on the fitting rows, so the "
+        "descent made no mean update; 7 moment updates."
+    )
     assert "0 rounds" not in zero
     many = converged_text({"rounds": 3, "mean_updates": 12, "moment_updates": 1234})
     assert many.startswith("Converged in 3 rounds (12 mean updates, 1,234 moment updates")
@@ -1275,3 +1280,37 @@ def test_export_caption_names_the_columns_the_csv_has():
     text = " ".join(m.value for m in at.caption) + " ".join(m.value for m in at.markdown)
     assert "mmc_moment_a" not in text
     assert "`mmc_moment_2`" in text and "mmc_moment_2" in cols and "squared" in text
+
+
+def test_coverage_headline_and_intervals_beyond_an_observed_range_are_read_rightly():
+    """Found auditing the mroz table (hours of work, observed range [0, 4950]): the headline drew 99.1% coverage
+    as a green "+9.1 pts" gain, though the Coverage tab calls over-coverage "wider than needed"; and intervals
+    such as [-2849, 3746] hours stood without a word. Over-coverage is now grey (a shortfall stays red), and
+    the Coverage tab says when interval ends leave an observed range and how to declare a known one."""
+    from types import SimpleNamespace
+
+    from app.ui.results_page import _coverage_delta_color, outside_range_note
+
+    assert _coverage_delta_color(0.091) == "off" and _coverage_delta_color(-0.02) == "normal"
+    assert _coverage_delta_color(float("nan")) == "off"
+    observed = SimpleNamespace(lo=0.0, hi=4950.0, source="observed")
+    ints = {"calibrated": (np.array([-2849.0, 10.0, 20.0, 30.0]), np.array([3746.0, 5000.0, 100.0, 200.0]))}
+    note = outside_range_note(ints, observed)
+    assert "25% of the lower ends below 0" in note and "25% of the upper ends above 4950" in note
+    assert "declare it on the Data page" in note
+    assert outside_range_note(ints, SimpleNamespace(lo=0.0, hi=4950.0, source="declared")) is None
+    inside = {"calibrated": (np.array([0.0, 10.0]), np.array([4950.0, 20.0]))}
+    assert outside_range_note(inside, observed) is None
+
+
+def test_groups_are_not_ranked_by_a_spread_the_model_predicts_equal_for_all():
+    """The Variance tab ranked "least certain groups" by predicted SD when every group had the same one (737
+    hours on mroz: no moment update), i.e. in arbitrary order. They are then ranked by observed SD, and the
+    heading says the model predicts one spread for all."""
+    from app.ui.results_page import spread_ranking
+
+    same = pd.DataFrame({"predicted SD": [737.0, 737.0, 737.0], "observed SD": [500.0, 900.0, 700.0]})
+    by, heading = spread_ranking(same)
+    assert by == "observed SD" and "same SD, 737, for every group" in heading
+    varied = same.assign(**{"predicted SD": [700.0, 737.0, 800.0]})
+    assert spread_ranking(varied) == ("predicted SD", "Least certain groups (largest predicted SD)")

@@ -558,3 +558,12 @@ def test_variance_legend_markers_are_filled_when_small_groups_come_first(fitted)
     assert all(not str(np.atleast_1d(tr.marker.symbol)[0]).endswith("-open") for tr in shown)
     data = [tr for tr in fig.data if tr.mode == "markers" and tr.x is not None and len(tr.x) and tr.x[0] is not None]
     assert data and all(str(s).endswith("-open") for tr in data for s in np.atleast_1d(tr.marker.symbol))
+
+
+def test_thousands_are_written_with_separators_not_exponents():
+    """A PDF calibration table read "mean label 1.12e+03" (hours of work): numbers from 1,000 to under a million
+    keep their significant digits with thousands separators; smaller and larger ones are as before."""
+    from app.figure_style import _fmt
+
+    assert (_fmt(1120.4), _fmt(999.6), _fmt(-22978.6), _fmt(4950)) == ("1,120", "1,000", "-23,000", "4,950")
+    assert (_fmt(0.5), _fmt(12.345, 2), _fmt(2.5e6), _fmt(0.1234, 1, "%")) == ("0.5", "12", "2.5e+06", "12.3%")

@@ -694,3 +694,25 @@ def test_variance_interval_covers_the_true_ratio_with_heavy_tails():
     assert len(cover["t5"]) > 1000
     for kind, hits in cover.items():
         assert np.mean(hits) >= 0.93, (kind, np.mean(hits))
+
+
+def test_a_p_value_beyond_what_the_data_can_vouch_for_is_stated_as_a_bound():
+    """A 31-row group of a zero-inflated count (affairs) read "adjusted p = 2.2e-37": Hall's skewness-corrected
+    statistic grows with the cube of the standardized mean, far past the tail any few dozen rows can support.
+    The sentence states a bound below ``P_FLOOR``; the record keeps the computed value (for sorting, and for
+    whoever wants it)."""
+    rec = {
+        "kind": "calibration",
+        "group": "kids=1",
+        "n": 31,
+        "interval": [0.5, 2.0],
+        "bucket": [0.0, 1.0],
+        "estimate": 1.2,
+        "observed": 2.0,
+        "predicted": 0.8,
+        "p_adjusted": 2.2e-37,
+        "adjustment": "holm",
+    }
+    assert "adjusted p < 1e-6, holm" in fnd.describe(rec) and "e-37" not in fnd.describe(rec)
+    assert "adjusted p = 0.0033, holm" in fnd.describe({**rec, "p_adjusted": 0.0033})
+    assert fnd.p_words(fnd.P_FLOOR / 2) == "p < 1e-6" and fnd.p_words(0.04) == "p = 0.04"

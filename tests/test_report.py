@@ -375,6 +375,12 @@ def test_robust_label_range_is_named_as_such(demo):
     rows = dict((k, v) for k, v in R._param_rows(model, demo["audit"], 0.1, 0.05, "outcome"))
     text = " ".join(str(v) for v in rows.values())
     assert "robust: clipped at quantiles" in text and "12 rows clipped" in text and "observed min/max" not in text
+    # the dashboard's observed range is of all the table's rows (the mroz report said "of the fitting data")
+    model.scale = LabelScale(model.scale.lo, model.scale.hi, "observed")
+    model.info["label_note"] = "observed range of all 753 rows"
+    rows = dict((k, v) for k, v in R._param_rows(model, demo["audit"], 0.1, 0.05, "outcome"))
+    text = " ".join(str(v) for v in rows.values())
+    assert "observed range of all 753 rows (not declared)" in text and "fitting data" not in text
 
 
 def test_characters_no_font_has_are_written_as_codes_never_dropped(monkeypatch):
@@ -513,3 +519,29 @@ def test_report_label_row_says_when_audited_labels_lie_outside_the_range():
     assert "3 of the 500 audited labels lie outside the model's declared label range [-20, 140]" in text
     assert _outside(SimpleNamespace(params={**params, "label_outside_range": 0})) == ""
     assert _outside(None) == ""
+
+
+def test_the_worst_group_coverage_is_read_only_where_the_heatmap_colours_it(demo):
+    """A 601-row table's Results headline named an 11-row group (mass >= gamma on the test rows, but fewer than
+    the audit's 30-row minimum, left uncoloured as "not tested" by the heatmap) as the worst-covered group, at
+    81.8%. The headline and the PDF's coverage table now read the same groups the heatmaps colour."""
+    from app.figure_style import _below_gamma, _coverage_tested
+    from app.report_tables import _coverage_table
+    from mmc_core.metrics import audit
+
+    new = demo_distribution().sample_table(400, np.random.default_rng(3))
+    res = audit(demo["model"], new, np.asarray(new["outcome"], float), base=np.asarray(new["base_pred"], float))
+    names = res.coverage.index
+    counts = res.by_group["count"].reindex(names).to_numpy(float)
+    min_n = res.params["min_group_count"]
+    big = ~np.asarray(_below_gamma(res, names), dtype=bool)
+    small_big = big & (counts < min_n)
+    assert small_big.any()  # the case: groups of mass >= gamma with fewer test rows than the audit tests
+    tested = _coverage_tested(res, names)
+    assert not tested[small_big].any() and tested[big & (counts >= min_n)].all()
+    cal = res.coverage["calibrated"].astype(float)
+    worst_tested = cal[tested].idxmin()
+    from app.figures import METHOD_LABELS
+
+    row = _coverage_table(res, 0.1).set_index("method").loc[METHOD_LABELS["calibrated"]]
+    assert str(row["worst group (mass ≥ γ)"]).startswith(worst_tested[:20])

@@ -19,6 +19,7 @@ from app.ui import groupbuild as gb
 from app.ui import state
 from app.ui.common import columns_multiselect, esc, sanitize
 from app.ui.widgets import job_inputs, outcome, running_job, start_job, take_finished
+from mmc_core.findings import p_words
 
 POLL_SECONDS = 0.25
 TARGETS = {"base": "the base prediction", "model": "the last run's multicalibrated model"}
@@ -255,7 +256,7 @@ def _results(d):
         if best:
             st.caption(
                 "Strongest candidates (not significant): "
-                + "; ".join(f"{esc(f.name)} (p = {f.p_value:.2g})" for f in best)
+                + "; ".join(f"{esc(f.name)} ({p_words(f.p_value)})" for f in best)
             )
         return
     st.markdown(
@@ -274,10 +275,10 @@ def _results(d):
                 f"**{esc(r['rule'])}** · {esc(r['error'])}  \n"
                 f"{r['rows']:,} rows ({r['share']:.1%} of the searched rows) · observed − predicted "
                 f"{esc(r['observed − predicted'])} on {r['check rows']:,} check rows in "
-                f"{esc(r['region'])} · adjusted p = {r['p (adjusted)']:.2g}"
+                f"{esc(r['region'])} · adjusted {p_words(r['p (adjusted)'])}"
                 + "".join(
-                    f"  \nAlso: {esc(o['error'])}, {esc(o['observed − predicted'])}, adjusted p = "
-                    f"{o['p (adjusted)']:.2g}"
+                    f"  \nAlso: {esc(o['error'])}, {esc(o['observed − predicted'])}, adjusted "
+                    f"{p_words(o['p (adjusted)'])}"
                     for o in others[i]
                 )
                 + (f"  \n*Same rows as the listed group '{esc(same[i])}'.*" if same[i] else "")

@@ -74,7 +74,8 @@ def current_section(d):
     c[1].metric(
         f"Below γ = {gamma:g}",
         f"{n_below:,}",
-        help="Groups with less than γ of the rows: the guarantees do not cover them and their estimates are noisy.",
+        help="Groups with some rows but less than γ of them (the empty ones are counted apart): the guarantees do "
+        "not cover them and their estimates are noisy.",
     )
     c[2].metric("Empty", f"{n_empty:,}")
     same = table.loc[table["status"] == EVERY_ROW, "group"].tolist()
@@ -88,9 +89,10 @@ def current_section(d):
     if n_below or n_empty:
         names = table.loc[table["status"].isin(("⚠ below γ", "✕ empty")), "group"].tolist()
         st.warning(
-            f"{n_below + n_empty} group(s) hold less than γ = {gamma:g} of the rows "
-            f"({', '.join(esc(n) for n in names[:6])}{'…' if len(names) > 6 else ''}). They are still fitted, but their "
-            "guarantees are weak; the results mark them with †.",
+            # the two metrics above, added up and said so (the sum alone read as a third, different count)
+            f"{n_below + n_empty} group(s) hold less than γ = {gamma:g} of the rows ({n_below:,} below γ, "
+            f"{n_empty:,} empty: {', '.join(esc(n) for n in names[:6])}{'…' if len(names) > 6 else ''}). They are "
+            "still fitted, but their guarantees are weak; the results mark them with †.",
             icon=":material/warning:",
         )
     st.dataframe(

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.figure_style import _fmt, _legend_line
+from app.figure_style import _coverage_tested, _fmt, _legend_line
 from app.ui import state
 from app.specs import count, not_converged_note
 from app.ui.common import esc, fit_notes, run_and_frame, tabbed
@@ -121,15 +121,20 @@ def headline(run):
             "Coverage, all rows",
             _pct(overall),
             delta=_pts(overall - target, target),
-            help=f"Share of test rows inside their calibrated {target:.0%} interval.",
+            delta_color=_coverage_delta_color(overall - target),
+            help=f"Share of test rows inside their calibrated {target:.0%} interval (above the target: wider "
+            "than needed, not better).",
         )
-        big = _large_enough(audit, col.index)
-        worst = float(col[big].min() if big.any() else col.min())
+        tested = _coverage_tested(audit, col.index)
+        min_n = float((audit.params or {}).get("min_group_count") or 0)
+        worst = float(col[tested].min()) if tested.any() else float("nan")
         c[4].metric(
             "Worst group (mass ≥ γ)",
             _pct(worst),
             delta=_pts(worst - target, target),
-            help="The lowest coverage of the calibrated intervals among groups with at least γ of the rows.",
+            delta_color=_coverage_delta_color(worst - target),
+            help="The lowest coverage of the calibrated intervals among groups with at least γ of the rows and at "
+            f"least {min_n:,.0f} test rows (the ones the coverage heatmap colours).",
         )
 
 
@@ -154,6 +159,12 @@ def rmse_line(run, frame):
 
 def _pct(v):
     return _fmt(v, 1, "%")
+
+
+def _coverage_delta_color(diff: float) -> str:
+    """Red below the target coverage, grey above it: over-coverage means intervals wider than needed, which
+    the coverage tab shows in blue, so it must not read as a green gain here."""
+    return "normal" if math.isfinite(diff) and diff < 0 else "off"
 
 
 def _pts(diff: float, target: float) -> str | None:
@@ -273,11 +284,12 @@ def variance_tab(run):
         ]
         min_n = int(run.audit.params["min_group_count"])
         small = t["count"].astype(float) < min_n if "count" in t.columns else pd.Series(False, index=t.index)
-        top = t[~small].sort_values("predicted SD", ascending=False)[keep].head(8)
+        by, heading = spread_ranking(t[~small])
+        top = t[~small].sort_values(by, ascending=False)[keep].head(8)
         below = ~_large_enough(run.audit, top.index)
         top.index = [f"{n} †" if b else str(n) for n, b in zip(top.index, below)]
         st.markdown(
-            f"**Least certain groups** (largest predicted SD, {esc(state.units() or run.label.name + ' units')})"
+            f"**{heading}** ({esc(state.units() or run.label.name + ' units')})"
             + ("; † = fewer than γ of the rows, estimates are noisy" if below.any() else "")
         )
         if small.any():
@@ -303,6 +315,20 @@ def variance_tab(run):
         )
 
 
+def spread_ranking(t: pd.DataFrame) -> tuple[str, str]:
+    """(column to rank the groups by, heading): by predicted SD, unless the model predicts one spread for every
+    group (no moment update, or a mean-only fit's constant): a ranking of equal values would name "least
+    certain" groups at random, so they are ranked by the observed SD and the heading says why."""
+    sd = t["predicted SD"].astype(float).to_numpy() if "predicted SD" in t.columns else np.zeros(0)
+    sd = sd[np.isfinite(sd)]
+    if sd.size and "observed SD" in t.columns and np.ptp(sd) <= 1e-9 * max(float(np.max(np.abs(sd))), 1e-300):
+        return "observed SD", (
+            f"Groups by observed SD (the model predicts the same SD, {sd[0]:.3g}, for every group: no group is "
+            "less certain than another by its own account)"
+        )
+    return "predicted SD", "Least certain groups (largest predicted SD)"
+
+
 def coverage_tab(run, frame):
     ss = st.session_state
     s = run.settings
@@ -312,6 +338,12 @@ def coverage_tab(run, frame):
         f"hold less than γ = {s.gamma:g} of the rows."
     )
     st.plotly_chart(_figure("coverage", _run_key(run), run, None, state.units()), width="stretch", key="fig_coverage")
+    try:
+        ints = _test_intervals(_run_key(run), run, frame)["ints"]
+    except Exception:  # noqa: BLE001 - a caption only (the figures above say what failed)
+        ints = {}
+    if note := outside_range_note(ints, run.model.scale):
+        st.info(esc(note), icon=":material/straighten:")
     methods = [m for m in run.audit.coverage.columns if m in run.audit.coverage_by_bucket_of]
     if methods:
         if ss.get("res_method") not in methods:
@@ -328,6 +360,34 @@ def coverage_tab(run, frame):
             key="fig_bucket",
         )
     st.plotly_chart(_figure("width", _run_key(run), run, None, state.units()), width="stretch", key="fig_width")
+
+
+def outside_range_note(ints: dict, scale) -> str | None:
+    """What to make of interval ends beyond the label's observed range (None when none are, or when the range
+    was declared: the ends are then clipped to it). Not clipped to an observed range, since new labels may
+    leave it; but an analyst seeing "-2849 hours" should learn that a known bound can be declared."""
+    if getattr(scale, "source", "declared") == "declared" or not ints:
+        return None
+    m = "calibrated" if "calibrated" in ints else next(iter(ints))
+    lo, hi = (np.asarray(v, dtype=float) for v in ints[m])
+    below, above = float(np.mean(lo < scale.lo)), float(np.mean(hi > scale.hi))
+    if not (below or above):
+        return None
+    where = " and ".join(
+        t
+        for t in (
+            f"{below:.0%} of the lower ends below {scale.lo:g}" if below else "",
+            f"{above:.0%} of the upper ends above {scale.hi:g}" if above else "",
+        )
+        if t
+    )
+    return (
+        f"The {METHOD_LABELS.get(m, m).lower()} intervals reach beyond the label's observed range "
+        f"[{scale.lo:g}, {scale.hi:g}] on the test rows ({where}). They are not cut there because an observed "
+        "range does not bound new labels. If the label cannot leave a known range (a count or hours cannot be "
+        "negative), declare it on the Data page (Label range: declared): interval ends are then clipped to it, "
+        "and no label can fall outside, so coverage stays as it is."
+    )
 
 
 def calibration_tab(run):

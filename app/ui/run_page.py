@@ -577,10 +577,14 @@ def settings_form(d):
                 format_func=_fmt_alpha,
                 help="Same test for the pseudo-moments (y − μ(x))^a within each (mean bucket, moment bucket) cell.",
             )
+        from app.ui.data_page import binary_values
+
         st.selectbox(
             "k: moments fitted",
             [1, 2, 3, 4],
             **state.bind("p_k"),
+            # a classifier fits the probability only (the note above says so): the choice is not offered
+            disabled=binary_values(d["df"], ss.get("label_col")) is not None,
             format_func=lambda k: {
                 1: "1: mean only (plain multicalibration)",
                 2: "2: mean and variance",
@@ -658,11 +662,16 @@ def split_summary(d) -> dict | None:
         )
     except MMCError:
         return None
+    from app.ui.data_page import binary_values
+
     n_cal = sp["calibration"].size
+    # the held-out rows choose the kept round and judge the base map and the cells; a regression's also
+    # calibrate the intervals (a classifier has none: "interval calibration" there was a leftover)
+    binary = binary_values(d["df"], st.session_state.get("label_col")) is not None
     return {
         "base-model training": sp["base"].size,
         "multicalibration fitting": sp["fit"].size - n_cal,
-        "interval calibration": n_cal,
+        ("held out (early stopping, checks)" if binary else "held out (checks, interval calibration)"): n_cal,
         "test (audit)": sp["test"].size,
     }
 
@@ -770,8 +779,11 @@ def converged_text(info: dict) -> str:
     """The first sentence of a converged run's summary. Round 0 is the moment pass before the first mean audit,
     so a fit whose mean needed no update has 0 rounds but moment updates: said in words, not as "0 rounds"."""
     if not info["rounds"]:
+        # not "the mean needed no update": the base map and the cells may still have moved it, and a cell the
+        # fitting rows do not show may still be off on fresh ones (the audit's findings say so)
         return (
-            f"Converged in the first pass: the mean needed no update; {count(info['moment_updates'], 'moment update')}."
+            "Converged in the first pass: no mean cell was off by more than its threshold on the fitting rows, so "
+            f"the descent made no mean update; {count(info['moment_updates'], 'moment update')}."
         )
     return (
         f"Converged in {count(info['rounds'], 'round')} ({count(info['mean_updates'], 'mean update')}, "
