@@ -1,6 +1,10 @@
 """Figures and tables of a classifier audit (binary labels): per-group probability calibration, rates at a
 decision threshold and their disparities as display tables with 95% intervals, reliability diagrams and the rate
-figure. Everything is on the probability scale, never in label units. Built from the tables of
+figure. Everything is on the probability scale, never in label units. Intervals: the rates (selection rate, true and
+false positive rate, precision) and the positive share are proportions k / n of a group's rows, shown with Wilson
+score intervals from those counts (:func:`wilson_rates`; a percentile bootstrap collapses to a point when a
+group's rate is 0 or 1, e.g. a TPR of 1.000 [1.000, 1.000] on 50 rows); the other metrics keep the audit's
+percentile bootstrap intervals. Built from the tables of
 :class:`mmc_core.metrics.AuditResult` for a binary model (``by_group``, ``calibration_cells``,
 ``classifier.disparities``) or :func:`mmc_core.binary.threshold_rates`; the shared palette, layout and name
 helpers come from :mod:`app.figure_style`, so these look like the regression figures. Used by the Results page and
@@ -30,6 +34,10 @@ from app.figure_style import (
 from app.figures import _hover_safe
 
 __all__ = [
+    "wilson_interval",
+    "wilson_rates",
+    "rate_counts",
+    "RATE_INTERVAL_NOTE",
     "reliability_figure",
     "rate_figure",
     "classifier_calibration_table",
@@ -55,6 +63,98 @@ CALIB_NAMES = {
 }
 
 
+# how the intervals of the rates are computed: said under every rate table and figure (dashboard and PDF)
+RATE_INTERVAL_NOTE = (
+    "Intervals of the rates: Wilson score 95% intervals from the group's counts (selection rate: rows decided "
+    "positive of the group's rows; true positive rate: of its positives; false positive rate: of its negatives; "
+    "precision: positives among the rows decided positive). Unlike a bootstrap they do not shrink to a point when "
+    "a small group's rate is 0 or 1."
+)
+
+
+def wilson_interval(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson score interval of the proportion ``k`` / ``n`` at confidence ``level``, elementwise
+    (:func:`mmc_core.findings.wilson_interval`, the findings' own); NaN where ``n`` is 0 or unknown. Wide when
+    ``n`` is small, also at k = 0 or k = n (0 of 16: [0, 0.19] at 95%)."""
+    from mmc_core.findings import normal_isf2
+    from mmc_core.findings import wilson_interval as core_wilson
+
+    if not 0 < float(level) < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    ok = np.isfinite(k) & np.isfinite(n) & (n > 0)
+    lo, hi = core_wilson(np.where(ok, np.clip(k, 0.0, n), 0.0), np.where(ok, n, 1.0), normal_isf2(1 - float(level)))
+    # at k = 0 (k = n) the lower (upper) end is exactly 0 (1); rounding of centre - half must not move it
+    lo = np.where(ok, np.where(k <= 0, 0.0, lo), np.nan)
+    hi = np.where(ok, np.where(k >= n, 1.0, hi), np.nan)
+    return lo, hi
+
+
+def _rounded(x) -> np.ndarray:
+    x = np.asarray(x, dtype=float)
+    return np.where(np.isfinite(x), np.round(x), np.nan)
+
+
+def rate_counts(rates: pd.DataFrame, base_rate=None, suffix: str = "") -> dict:
+    """{metric: (k, n)}: the counts behind each rate of ``rates`` (``audit.by_group`` or
+    :func:`mmc_core.binary.threshold_rates`; ``suffix`` "_base" for the rates before multicalibration), read
+    back from the rates and the group sizes (each rate is a ratio of whole counts). The group's positives come
+    from its ``base_rate`` column, else from ``base_rate`` (a Series by group, e.g. ``audit.by_group["base_rate"]``:
+    the same test rows at any threshold), else from the rates themselves (NaN where they do not determine it)."""
+    n = rates["count"].astype(float).to_numpy()
+    sr = rates[f"selection_rate{suffix}"].astype(float).to_numpy()
+    tpr = rates[f"tpr{suffix}"].astype(float).to_numpy()
+    fpr = rates[f"fpr{suffix}"].astype(float).to_numpy()
+    prec = rates[f"precision{suffix}"].astype(float).to_numpy()
+    d = _rounded(sr * n)  # rows decided positive
+    if "base_rate" in rates.columns:
+        share = rates["base_rate"].astype(float).to_numpy()
+    elif base_rate is not None:
+        share = pd.Series(base_rate).reindex(rates.index).astype(float).to_numpy()
+    else:
+        share = np.full(n.shape, np.nan)
+    pos = _rounded(share * n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tp_prec = np.where(d > 0, _rounded(prec * d), np.where(d == 0, 0.0, np.nan))
+        # positives from the rates alone: TP / TPR, or n - FP / FPR, or 0 (TPR undefined), or n (FPR undefined)
+        derived = np.where(
+            np.isfinite(tpr) & (tpr > 0),
+            _rounded(tp_prec / tpr),
+            np.where(
+                np.isfinite(fpr) & (fpr > 0),
+                n - _rounded((d - tp_prec) / fpr),
+                np.where(np.isnan(tpr), 0.0, np.where(np.isnan(fpr), n, np.nan)),
+            ),
+        )
+    pos = np.where(np.isfinite(pos), pos, derived)
+    tp = np.where(pos > 0, _rounded(tpr * pos), np.where(pos == 0, 0.0, tp_prec))
+    tp = np.where(np.isfinite(tp), tp, tp_prec)
+    return {
+        "selection_rate": (d, n),
+        "tpr": (tp, pos),
+        "fpr": (d - tp, n - pos),
+        "precision": (tp, d),
+    }
+
+
+def wilson_rates(rates: pd.DataFrame, base_rate=None, level: float = 0.95) -> pd.DataFrame:
+    """A copy of ``rates`` whose rate intervals (``<rate>_lo`` / ``<rate>_hi`` of :data:`RATE_NAMES`, and their
+    ``_base`` columns) are Wilson score intervals at ``level`` from the counts behind them (:func:`rate_counts`)
+    instead of the audit's percentile bootstrap, which has no width where every replicate of a small group gives
+    the same 0 or 1. Idempotent (``attrs["rate_intervals"] == "wilson"``)."""
+    if rates is None or len(rates) == 0 or rates.attrs.get("rate_intervals") == "wilson":
+        return rates
+    out = rates.copy()
+    for suffix in ("", "_base"):
+        if f"selection_rate{suffix}" not in out.columns:
+            continue
+        for k, (hits, total) in rate_counts(rates, base_rate, suffix).items():
+            out[f"{k}{suffix}_lo"], out[f"{k}{suffix}_hi"] = wilson_interval(hits, total, level)
+    out.attrs["rate_intervals"] = "wilson"
+    return out
+
+
 def _ci_text(v, lo, hi, digits: int = 3) -> str:
     try:
         v, lo, hi = float(v), float(lo), float(hi)
@@ -76,17 +176,22 @@ def _pick_groups(bg: pd.DataFrame, top: int | None) -> list:
     return [names[0]] + [n for n in names[1:] if n in set(rest)]
 
 
-def classifier_calibration_table(by_group: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
+def classifier_calibration_table(by_group: pd.DataFrame, top: int | None = None, level: float = 0.95) -> pd.DataFrame:
     """Per-group probability metrics before -> after with bootstrap 95% intervals, as display text (the
-    dashboard and the PDF show this same table)."""
+    dashboard and the PDF show this same table); the positive share (a proportion of the group's rows) with its
+    Wilson score interval."""
     rows = []
     has_base = "mean_score_base" in by_group.columns
-    for g in _pick_groups(by_group, top):
+    groups = _pick_groups(by_group, top)
+    cnt = by_group.loc[groups, "count"].astype(float).to_numpy()
+    share = by_group.loc[groups, "base_rate"].astype(float).to_numpy()
+    share_lo, share_hi = wilson_interval(_rounded(share * cnt), cnt, level)
+    for i, g in enumerate(groups):
         r = by_group.loc[g]
         row = {
             "group": str(g),
             "n": int(r["count"]),
-            "positive share": _ci_text(r["base_rate"], r.get("base_rate_lo"), r.get("base_rate_hi")),
+            "positive share": _ci_text(r["base_rate"], share_lo[i], share_hi[i]),
         }
         for k in ("mean_score", "calib_error_worst", "ece", "log_loss", "brier"):
             name = CALIB_NAMES[k]
@@ -97,9 +202,13 @@ def classifier_calibration_table(by_group: pd.DataFrame, top: int | None = None)
     return pd.DataFrame(rows)
 
 
-def classifier_rate_table(rates: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
-    """Per-group rates at the decision threshold (after multicalibration; before in brackets below when
-    given), with bootstrap 95% intervals, as display text."""
+def classifier_rate_table(
+    rates: pd.DataFrame, top: int | None = None, base_rate=None, level: float = 0.95
+) -> pd.DataFrame:
+    """Per-group rates at the decision threshold (after multicalibration; before in the ", before" columns when
+    given), with Wilson score intervals at ``level`` (:func:`wilson_rates`; ``base_rate``: the groups' shares of
+    positives when ``rates`` has none), as display text."""
+    rates = wilson_rates(rates, base_rate, level)
     rows = []
     has_base = "selection_rate_base" in rates.columns
     for g in _pick_groups(rates, top):
@@ -251,14 +360,21 @@ def reliability_figure(
 
 
 def rate_figure(
-    rates: pd.DataFrame, threshold: float, top: int = 12, metrics=("selection_rate", "tpr", "fpr")
+    rates: pd.DataFrame,
+    threshold: float,
+    top: int = 12,
+    metrics=("selection_rate", "tpr", "fpr"),
+    base_rate=None,
+    level: float = 0.95,
 ) -> go.Figure:
-    """Per-group rates at the decision threshold (decision = probability >= threshold), with bootstrap 95%
-    intervals, before (base) and after multicalibration. ``rates``: ``audit.by_group`` or
-    :func:`mmc_core.binary.threshold_rates` at another threshold."""
+    """Per-group rates at the decision threshold (decision = probability >= threshold), with Wilson score
+    intervals at ``level`` (:func:`wilson_rates`), before (base) and after multicalibration. ``rates``:
+    ``audit.by_group`` or :func:`mmc_core.binary.threshold_rates` at another threshold (``base_rate``: the
+    groups' shares of positives, which the latter has not)."""
     title = f"Rates by group at threshold {threshold:g}"
     if rates is None or len(rates) == 0:
         return _empty(title, "No groups.")
+    rates = wilson_rates(rates, base_rate, level)
     groups = _pick_groups(rates, top)[::-1]  # "all" at the top
     disp = _display_names([str(g) for g in groups])
     fig = make_subplots(
@@ -300,7 +416,7 @@ def rate_figure(
                     customdata=np.column_stack([[_hover_safe(str(g)) for g in groups], lo, hi]),
                     hovertemplate=(
                         f"<b>%{{customdata[0]}}</b> ({which})<br>{RATE_NAMES[m]} %{{x:.3f}} "
-                        "(95% CI %{customdata[1]:.3f}–%{customdata[2]:.3f})<extra></extra>"
+                        f"(Wilson {level:.0%} CI %{{customdata[1]:.3f}}–%{{customdata[2]:.3f}})<extra></extra>"
                     ),
                 ),
                 row=1,
@@ -315,7 +431,7 @@ def rate_figure(
         fig,
         title,
         height,
-        subtitle="decision = predicted probability ≥ threshold; bars: bootstrap 95% intervals",
+        subtitle=f"decision = predicted probability ≥ threshold; bars: Wilson score {level:.0%} intervals",
         left=_left_margin(disp),
     )
     fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0 + 40.0 / height, xanchor="right", x=1.0))

@@ -187,6 +187,13 @@ def write_bytes(path, data: bytes):
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
+def csv_bytes(df: pd.DataFrame) -> bytes:
+    """``df`` as CSV text: formula-looking cells escaped, every float at full precision (the shortest text that
+    reads back as the same double: re-predicting from an exported base prediction with the exported model gives
+    the exported mean, also on rows whose base lies at a bucket edge; 6 or 10 digits moved such rows)."""
+    return escape_formulas(df).to_csv(index=False, float_format=None).encode("utf-8")
+
+
 def write_csv(df: pd.DataFrame, path):
     """The table as CSV (formula-looking cells escaped), or as Parquet when ``path`` ends in .parquet / .pq
     (a CSV under a Parquet name could not be read back)."""
@@ -195,4 +202,4 @@ def write_csv(df: pd.DataFrame, path):
         df.to_parquet(buf, index=False)
         write_bytes(path, buf.getvalue())
         return
-    write_bytes(path, escape_formulas(df).to_csv(index=False, float_format="%.10g").encode("utf-8"))
+    write_bytes(path, csv_bytes(df))

@@ -359,13 +359,20 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
 
 
 def predictions_table(
-    df: pd.DataFrame, run: AuditRun, methods=None, rows: np.ndarray | None = None, file_rows=None
+    df: pd.DataFrame,
+    run: AuditRun,
+    methods=None,
+    rows: np.ndarray | None = None,
+    file_rows=None,
+    threshold: float | None = None,
 ) -> pd.DataFrame:
     """The original columns plus the row's number in the file, split, base, mean, SD, moments and interval
     ends (per method), in label units (log units if the label was logged). ``rows`` limits it to some rows (all
     by default). ``file_rows``: each row's number among the file's data rows (1-based) when ``df`` was made by
     dropping rows from the file (the Data page's drop buttons), else 1, 2, ...: the column that joins an export
-    of a cleaned table, or of its test rows only, back to the file."""
+    of a cleaned table, or of its test rows only, back to the file. ``threshold``: a classifier's decision
+    threshold of the ``decision`` column (1 when the probability ``mean`` >= it): the one chosen on the
+    dashboard, which the PDF's rates use too; by default the one the audit ran at (``run.settings.threshold``)."""
     from mmc_core.intervals import interval_table
 
     rows = np.arange(len(df)) if rows is None else np.asarray(rows)
@@ -386,7 +393,10 @@ def predictions_table(
         new["base"] = base
     new["mean"] = preds["mean"]
     if getattr(model, "task", "regression") == "binary":  # the probability of the positive class
-        new["decision"] = (preds["mean"] >= run.settings.threshold).astype(int)
+        from mmc_core.binary import check_threshold
+
+        thr = run.settings.threshold if threshold is None else check_threshold(threshold)
+        new["decision"] = (preds["mean"] >= thr).astype(int)
     if "moment_2" in preds:
         new["sd"] = np.sqrt(np.maximum(preds["moment_2"], 0.0))
     for k, v in preds.items():

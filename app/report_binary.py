@@ -20,8 +20,11 @@ _BINARY_HOW_TO_READ = (
     "is right). Multicalibration asks that, inside every group listed and every bucket of predicted "
     "probabilities within a group, the share of positives equals the average predicted probability. 'Before' is "
     "the base score the fit started from, 'after' the multicalibrated probability. Intervals in brackets are "
-    "bootstrap 95% intervals (observed shares in the reliability diagrams: Wilson 95% intervals). No prediction "
-    "intervals are given: for a 0/1 outcome an interval is {0}, {1} or {0, 1}."
+    "95% intervals: for the proportions (positive share, selection rate, true and false positive rate, "
+    "precision, and the observed shares in the reliability diagrams) Wilson score intervals from the group's "
+    "counts, which stay wide for a small group even when its rate is 0 or 1; for the other metrics (mean "
+    "probability, calibration errors, log loss, Brier) percentile bootstrap intervals over the test rows. No "
+    "prediction intervals are given: for a 0/1 outcome an interval is {0}, {1} or {0, 1}."
 )
 
 
@@ -121,10 +124,11 @@ def binary_report(
     table(cal[keep[:2] + keep[2:7]], "1. Probability calibration by group (before → after, 95% intervals)", 28)
     table(cal[keep[:2] + keep[7:]], "Log loss and expected calibration error by group", 28)
     doc.para(
-        "positive share: observed share of positives; mean probability: average predicted probability; worst "
-        "bucket error: observed − predicted in the group's probability bucket with the largest gap (buckets of "
-        f"≥ {params['min_cell_count']} rows); ECE: gaps averaged over the group's buckets, weighted by rows; "
-        "log loss: lower is better.",
+        "positive share: observed share of positives (Wilson score interval); mean probability: average "
+        "predicted probability; worst bucket error: observed − predicted in the group's probability bucket with "
+        f"the largest gap (buckets of ≥ {params['min_cell_count']} rows); ECE: gaps averaged over the group's "
+        f"buckets, weighted by rows; log loss: lower is better. Intervals other than the positive share's: "
+        f"percentile bootstrap, {params['n_boot']} replicates.",
         size=8,
         color=(70, 70, 70),
     )
@@ -139,19 +143,22 @@ def binary_report(
         max_height=190,
     )
     pdf.add_page()
+    # Wilson intervals from the counts (the groups' positives: the audit's shares, the same test rows)
+    rate_rows = FB.wilson_rates(rate_rows, bg["base_rate"])
     add_figure(
         FB.rate_figure(rate_rows, thr),
         f"3. Rates by group at threshold {thr:g}",
         "Selection rate (share decided positive), true positive rate and false positive rate per group, "
-        "with bootstrap 95% intervals, before and after multicalibration.",
+        "with Wilson score 95% intervals, before and after multicalibration.",
         max_height=110,
     )
     rt = FB.classifier_rate_table(rate_rows, top=24)
     table(
         rt[[c for c in rt.columns if not c.endswith(", before")]],
-        f"Rates at threshold {thr:g} after multicalibration (95% intervals)",
+        f"Rates at threshold {thr:g} after multicalibration (Wilson score 95% intervals)",
         28,
     )
+    doc.para(FB.RATE_INTERVAL_NOTE, size=8, color=(70, 70, 70))
     dt = FB.classifier_disparity_table(disparities) if disparities is not None else None
     if dt is not None and len(dt):
         doc.data_table(
@@ -164,7 +171,7 @@ def binary_report(
             "DP: demographic parity (selection rates: largest − smallest, smallest / largest); EO: equalized "
             "odds (the larger gap of the true and false positive rates; the smaller ratio); four-fifths rule: "
             "groups selected at less than 4/5 of the column's highest selection rate. Computed as fairlearn's "
-            "MetricFrame does.",
+            "MetricFrame does, from the rates' point estimates (no intervals).",
             size=8,
             color=(70, 70, 70),
         )

@@ -106,19 +106,25 @@ def findings_box(run):
         )
 
 
+def _n_boot(run) -> str:
+    n = run.audit.params.get("n_boot")
+    return f"{int(n):,}" if n is not None else "–"
+
+
 def calibration_tab(run):
     from app import figures_binary as F
 
     bg = run.audit.by_group
     st.markdown(
         "**Probability calibration by group** (test rows; before = the base score, after = "
-        "multicalibrated; brackets: bootstrap 95% intervals)"
+        "multicalibrated; brackets: 95% intervals)"
     )
     st.dataframe(F.classifier_calibration_table(bg), hide_index=True, width="stretch")
     st.caption(
         "worst bucket error: observed − predicted in the group's probability tenth with the largest gap "
         f"(tenths of ≥ {run.audit.params.get('min_cell_count', 20)} rows); ECE: the gaps weighted by rows; "
-        "log loss and Brier: lower is better."
+        "log loss and Brier: lower is better. Intervals: positive share, a Wilson score interval from the "
+        f"group's counts; the other metrics, percentile bootstrap ({_n_boot(run)} replicates of the test rows)."
     )
     st.plotly_chart(_reliability(_run_key(run), run), width="stretch", key="bin_reliability")
 
@@ -139,9 +145,13 @@ def rates_tab(run, frame):
     except Exception as e:  # noqa: BLE001 - shown, never a crash of the page
         st.error(f"Rates could not be computed: {esc(e)}")
         return
+    # the groups' shares of positives (the same test rows at every threshold): the counts behind TPR and FPR
+    share = run.audit.by_group["base_rate"]
+    rates = F.wilson_rates(rates, share)
     table = F.classifier_rate_table(rates)
-    st.markdown(f"**Rates by group at threshold {thr:.2f}** (after multicalibration; 95% bootstrap intervals)")
+    st.markdown(f"**Rates by group at threshold {thr:.2f}** (after multicalibration; Wilson score 95% intervals)")
     st.table(table[[c for c in RATE_TABLE_COLUMNS if c in table.columns]].set_index("group"))
+    st.caption(F.RATE_INTERVAL_NOTE)
     st.plotly_chart(F.rate_figure(rates, thr), width="stretch", key="bin_rates")
     st.markdown(
         "**Disparities across the values of each column** (after multicalibration; as fairlearn's "
@@ -151,7 +161,8 @@ def rates_tab(run, frame):
     st.caption(
         "DP: demographic parity (selection rates: largest − smallest, smallest / largest); EO: equalized "
         "odds (the larger gap of the true and false positive rates; the smaller ratio); four-fifths rule: "
-        "groups selected at less than 4/5 of the column's highest selection rate. Moving the threshold "
+        "groups selected at less than 4/5 of the column's highest selection rate. Point estimates from the "
+        "rates above (no intervals): read them with the groups' intervals and sizes. Moving the threshold "
         "recomputes these from the stored test-row probabilities; nothing is refitted."
     )
 

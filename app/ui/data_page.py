@@ -28,16 +28,36 @@ SCALINGS = {
 }
 
 
-def _on_label_change():
-    """A new label: features that leak it (or are the label) are taken out of the base-model features."""
-    from app.validate import feature_flags
+def _preselection(d: dict, label) -> list:
+    """The features pre-selected for ``label``, as on loading the table (state.preselected_features)."""
+    flags = state.feature_flags(d["df"], d["key"], label)
+    return state.preselected_features(d["df"], label, state.settings().base_col, d.get("demo"), flags)
 
-    d = state.data()
+
+def _on_label_change():
+    """A new label: the base-model features are pre-selected again for it. Features left out only for the old
+    label come back (the guessed `expersq` kept out `exper` after `hours` was chosen); the new label and the
+    features that leak it are taken out; features the user removed or added by hand (the difference between the
+    list and the old label's pre-selection) stay removed or added, unless one added is the new label or leaks it."""
     s = state.settings()
+    old = s.label_col  # still the old label: the widget's new value is synced here, not by state.bind
+    state.sync("label_col")
+    d = state.data()
     if d is None:
         return
-    flags = feature_flags(d["df"], s.label_col)
-    state.put("base_features", [c for c in s.base_features if c != s.label_col and c not in flags])
+    frame, new = d["df"], s.label_col
+    flags = state.feature_flags(frame, d["key"], new)
+    current = list(s.base_features or [])
+    if old in frame.columns and old != new:
+        before = set(_preselection(d, old))
+        removed, added = before - set(current), set(current) - before
+        fresh = set(_preselection(d, new)) - removed
+        # an added column flagged already before (an id, say) was the user's choice; a new leak is not
+        was = state.feature_flags(frame, d["key"], old)
+        keep = fresh | {c for c in added if c != new and (c not in flags or c in was)}
+        state.put("base_features", [c for c in frame.columns if c in keep])
+    else:
+        state.put("base_features", [c for c in current if c != new and c not in flags])
     state.put("label_positive", None)
     # the declared range's starting values are the new label's own (they were the previous label's: choosing
     # `score` after the guessed `base` offered base's -1.41 .. 149.3, a browser session)
@@ -353,7 +373,8 @@ def label_section(d):
         st.selectbox(
             "Label column (what the model predicts)",
             ordered,
-            **state.bind("label_col", _on_label_change),
+            key="label_col",
+            on_change=_on_label_change,  # it syncs the setting itself, after reading the old label
             format_func=lambda c: c if c in nums else f"{c}  (text)",
             help="Numeric columns are listed first.",
         )

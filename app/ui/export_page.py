@@ -7,7 +7,7 @@ import time
 
 import streamlit as st
 
-from app.io import escape_formulas
+from app.io import csv_bytes
 from app.ui import state
 from app.ui.common import download, esc, run_and_frame
 from mmc_core.errors import MMCError
@@ -79,13 +79,17 @@ def pdf_threshold(run) -> float | None:
     return round(float(state.settings().res_threshold), 4) if run.model.task == "binary" else None
 
 
-def build_csv(run, frame, methods, which: str) -> bytes:
+def build_csv(run, frame, methods, which: str, threshold: float | None = None) -> bytes:
+    """predictions.csv of ``run``; for a classifier, ``mmc_decision`` at ``threshold`` (the Results page's
+    slider, :func:`pdf_threshold`: the PDF's rates are at the same one)."""
     from app.pipeline import predictions_table
 
     rows = run.split["test"] if which == "test" else None
-    out = predictions_table(frame, run, methods=methods, rows=rows, file_rows=_run_data(run).get("file_rows"))
+    out = predictions_table(
+        frame, run, methods=methods, rows=rows, file_rows=_run_data(run).get("file_rows"), threshold=threshold
+    )
     st.session_state["export_csv_prefix"] = out.attrs.get("mmc_prefix", "mmc_")
-    return escape_formulas(out).to_csv(index=False, float_format="%.6g").encode("utf-8")
+    return csv_bytes(out)
 
 
 def pdf_section(run, frame):
@@ -151,9 +155,11 @@ def csv_section(run, frame):
     methods = list(available_methods(run.model))
     st.subheader("Predictions with intervals (CSV)" if methods else "Predictions (CSV)")
     state.put("exp_methods", [m for m in ss.get("exp_methods", []) if m in methods])
-    c1, c2 = st.columns([2, 1])
-    if methods:  # a classifier has no intervals: no picker of nothing
+    if methods:
+        c1, c2 = st.columns([2, 1])
         c1.multiselect("Interval methods (a lower and an upper column each)", methods, **state.bind("exp_methods"))
+    else:  # a classifier has no intervals: no picker of nothing, and no empty column where it would be
+        c2 = st.container()
     which = c2.radio(
         "Rows",
         ["all", "test"],
@@ -161,17 +167,18 @@ def csv_section(run, frame):
         horizontal=True,
         format_func=lambda w: {"all": f"all {len(frame):,} rows", "test": "test rows only"}[w],
     )
-    sig = (run.finished_at, tuple(ss["exp_methods"]), which)
-    if ss.get("export_csv_sig") != sig:
+    thr = pdf_threshold(run)  # a classifier's decisions at the threshold the PDF's rates are at
+    sig = (run.finished_at, tuple(ss["exp_methods"]), which, thr)
+    if ss.get("export_csv_sig") != sig:  # a CSV of other rows, methods or threshold is not this export
         ss.pop("export_csv", None)
     n = len(frame) if which == "all" else run.split["test"].size
     if ss.get("export_csv") is None and n <= AUTO_CSV_ROWS:
-        ss["export_csv"] = build_csv(run, frame, ss["exp_methods"], which)
+        ss["export_csv"] = build_csv(run, frame, ss["exp_methods"], which, thr)
         ss["export_csv_sig"] = sig
     elif ss.get("export_csv") is None:
         if st.button(f"Prepare the CSV ({n:,} rows)", key="csv_build"):
-            with st.spinner("Computing predictions and intervals…"):
-                ss["export_csv"] = build_csv(run, frame, ss["exp_methods"], which)
+            with st.spinner("Computing predictions and intervals…" if methods else "Computing predictions…"):
+                ss["export_csv"] = build_csv(run, frame, ss["exp_methods"], which, thr)
                 ss["export_csv_sig"] = sig
     if ss.get("export_csv") is not None:
         download("Download predictions.csv", ss["export_csv"], "predictions.csv", "csv_download", mime="text/csv")
@@ -185,10 +192,14 @@ def csv_section(run, frame):
                 + "."
             )
         else:
+            audit_thr = float(run.settings.threshold)
+            where = "the decision threshold set on the Results page, as in the PDF report" + (
+                f"; the audit ran at {audit_thr:g}" if thr != audit_thr else ""
+            )
             cols = (
-                "`mmc_base` (the base probability), `mmc_mean` (the multicalibrated probability of the positive "
-                f"class, in [0, 1]) and `mmc_decision` (1 when `mmc_mean` ≥ {run.settings.threshold:g}). A binary "
-                "label has no intervals."
+                ("`mmc_base` (the base probability), " if run.base is not None else "")
+                + "`mmc_mean` (the multicalibrated probability of the positive class, in [0, 1]) and "
+                f"`mmc_decision` (1 when `mmc_mean` ≥ {thr:g}, {where}). A binary label has no intervals."
             )
         prefix = ss.get("export_csv_prefix", "mmc_")
         if prefix != "mmc_":  # the table has columns of the tool's names: the tool's get another prefix
@@ -196,7 +207,9 @@ def csv_section(run, frame):
         st.caption(
             f"{len(ss['export_csv']) / 1e6:.1f} MB. Columns: your columns, `{prefix}file_row` (the row's number "
             "among the file's data rows, 1 = the first after the header; rows dropped on the Data page keep their "
-            f"numbers), `{prefix}split` (which part of the split the row was in), {cols} Text cells that would run as spreadsheet formulas are escaped."
+            f"numbers), `{prefix}split` (which part of the split the row was in), {cols} Numbers are written at "
+            "full precision (they read back as the same values). Text cells that would run as spreadsheet formulas "
+            "are escaped."
             + (
                 f" Your table already has columns named `mmc_…`: they are kept as they are, and the tool's columns "
                 f"start with `{prefix}` instead."
@@ -226,9 +239,13 @@ def json_section(run):
     c = st.columns(3)
     with c[0]:
         download("Download model.json", ss["export_model"], "model.json", "model_download")
+        thr = pdf_threshold(run)
+        notes = (["pass the base prediction with --pred"] if run.model.uses_base else []) + (
+            [f"`--threshold {thr:g}` adds the `decision` column of predictions.csv"] if thr is not None else []
+        )
         st.caption(
-            "Apply it to new rows with `mmc predict --model model.json …` "
-            + ("(pass the base prediction with --pred)." if run.model.uses_base else ".")
+            "Apply it to new rows with `mmc predict --model model.json …`"
+            + (f" ({'; '.join(notes)})." if notes else ".")
         )
     with c[1]:
         download("Download groups.json", ss["export_groups_run"], "groups.json", "groups_download")

@@ -378,7 +378,6 @@ def apply_suggestions(frame: pd.DataFrame, demo=None):
     ss = st.session_state
     nums = numeric_columns(frame)
     cols = list(frame.columns)
-    truth = set(demo.ground_truth) if demo else set()
     new = {}
     if demo is not None:
         label = demo.label
@@ -413,15 +412,11 @@ def apply_suggestions(frame: pd.DataFrame, demo=None):
         "nels_catholic": "test-score points",
         "synthetic_scores": "points",
     }.get(getattr(demo, "name", ""), "")
-    leaky = set(getattr(demo, "leaky", ()) or ())
     if new["label_scaling"] == "observed" and label is not None:
         y = pd.to_numeric(frame[label], errors="coerce")
         if y.notna().any():
             new["label_lo"], new["label_hi"] = float(y.min()), float(y.max())
-    flags = feature_flags(frame, label)
-    features = [
-        c for c in cols if c != label and c != base_col and c not in truth and c not in flags and c not in leaky
-    ]
+    features = preselected_features(frame, label, base_col, demo, feature_flags(frame, label))
     new["base_features"] = features
     new["disc_features"] = list(features)  # the columns Discover may use in its rules
     if base_col:
@@ -441,13 +436,13 @@ def apply_suggestions(frame: pd.DataFrame, demo=None):
         ss["groups"] = []
 
 
-def suggest_features(frame: pd.DataFrame, label: str | None) -> list:
-    """Feature columns for a newly chosen label: every column but the label and flagged ones."""
-    from app.validate import feature_flags
-
-    flags = feature_flags(frame, label)
-    base_col = settings().base_col
-    return [c for c in frame.columns if c != label and c != base_col and c not in flags]
+def preselected_features(frame: pd.DataFrame, label, base_col, demo, flags) -> list:
+    """The base-model features pre-selected for ``label`` (on loading a table, and again on a new label): every
+    column but the label, the prediction column ``base_col``, a demo's truth and leaky columns, and the
+    ``flags`` (:func:`app.validate.feature_flags` of the label), in the table's order."""
+    out = set(getattr(demo, "ground_truth", ()) or ()) | set(getattr(demo, "leaky", ()) or ())
+    out |= set(flags) | {label, base_col}
+    return [c for c in frame.columns if c not in out]
 
 
 # ---------------------------------------------------------------------------------------------------
