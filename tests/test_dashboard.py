@@ -577,6 +577,38 @@ def test_switching_tables_sets_the_previous_work_aside_and_brings_it_back():
     assert ss["data"]["name"] == "mine.csv" and ss["groups"] == mine_groups and ss["src_kind"] == "Upload a file"
 
 
+def test_a_third_table_leaves_the_first_ones_work_reachable():
+    """Found auditing three unseen tables in a row: after the third, only the second could be brought back;
+    the first one's audit was still kept (on the shelf) but reachable only by uploading its file again, and
+    nothing said so. Every table set aside now has its own button."""
+    at = _new()  # the demo, audited on start
+    demo_run = at.session_state["run"]
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    base = pd.DataFrame(demo_distribution().sample_table(600, np.random.default_rng(5))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    for i, name in enumerate(("a.csv", "b.csv")):
+        df = base.iloc[i * 300 : (i + 1) * 300]
+        at.file_uploader(key="upload").set_value((name, df.to_csv(index=False).encode(), "text/csv")).run()
+        assert not at.exception and at.session_state["data"]["name"] == name
+    ss = at.session_state
+    assert any("a.csv" in i.value for i in at.info)  # the one before: the "Bring it back" notice
+    also = [c.value.replace("\\", "") for c in at.caption if "Also set aside" in c.value]
+    assert any("synthetic_scores" in c and "results" in c for c in also), also
+    key = next(k for k, name, _ in state_shelved(ss) if name == "synthetic_scores")
+    at.button(key=f"restore_shelf_{key}").click().run()
+    assert not at.exception
+    assert ss["data"]["name"] == "synthetic_scores" and ss["run"] is demo_run
+    # and b.csv, the one just left, is now the one the notice offers back
+    assert any("b.csv" in i.value for i in at.info)
+
+
+def state_shelved(ss) -> list:
+    """(key, name, has results) of the shelf as the session holds it (AppTest has no streamlit context to call
+    app.ui.state.shelved_tables in)."""
+    return [(k, ws["data"]["name"], ws.get("run") is not None) for k, ws in (ss["shelf"] or {}).items()]
+
+
 def test_imports_that_do_not_fit_the_table_are_refused_or_say_what_was_left_out():
     """Regression (found in a browser session): a recipe naming a label column the table lacks was loaded and
     the label silently became another column; a group comparing a text column with '>' was imported and only

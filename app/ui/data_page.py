@@ -202,6 +202,21 @@ def _previous_table_notice():
             icon=":material/table_rows:",
         )
         right.button(f"Use all {offer['rows']:,} rows", key="use_raw_offer", on_click=state.use_raw_offer)
+    # every other table set aside in this session, each with its own button (only the last one had one: the
+    # first of three tables was reachable only by uploading its file again)
+    for key, name, has_run in state.shelved_tables():
+        left, right = st.columns([5, 1], vertical_alignment="center")
+        left.caption(
+            f"Also set aside: **{esc(name)}**, with its groups, settings"
+            + (" and results." if has_run else " (no results yet).")
+        )
+        right.button(
+            "Bring it back",
+            key=f"restore_shelf_{key}",
+            on_click=state.restore_shelved,
+            args=(key,),
+            help="Makes it the current table again, with its work; the current table is set aside in its place.",
+        )
     prev = st.session_state.get("previous_workspace")
     if not prev or prev.get("data") is None or d is None or prev["data"]["key"] == d["key"]:
         return

@@ -304,6 +304,29 @@ def restore_workspace():
     ss["run"] = prev["run"]
 
 
+def restore_shelved(key: str):
+    """Bring back the table ``key`` from the shelf (any of those set aside, not only the last), with its groups,
+    settings and result; the current one is set aside in its place."""
+    ws = (st.session_state.get("shelf") or {}).get(key)
+    if not ws or ws.get("data") is None:
+        return
+    d = ws["data"]
+    set_data(d["df"], d["name"], d["source"], demo=d.get("demo"), file_id=d.get("file_id"), note=d.get("note", ""))
+
+
+def shelved_tables() -> list:
+    """[(key, name, has results)] of the tables set aside in this session, the most recent first, the current
+    one and the one the 'Bring it back' button already offers left out."""
+    ss = st.session_state
+    d, prev = ss.get("data") or {}, (ss.get("previous_workspace") or {}).get("data") or {}
+    skip = {d.get("key"), prev.get("key")}
+    return [
+        (k, ws["data"]["name"], ws.get("run") is not None)
+        for k, ws in reversed(list((ss.get("shelf") or {}).items()))
+        if k not in skip and ws.get("data") is not None
+    ]
+
+
 def load_demo_into_state(name: str, autorun: bool = False):
     ds = demo_data.get_dataset(name)
     frame = _load_demo_cached(name)
