@@ -333,8 +333,13 @@ def base_prediction(
             progress=progress,
             binary=label.task == "binary",
         )
+        # the model actually fitted: a 0/1 label gets the classifier twin (a browser audit of loanapp read
+        # "HistGradientBoostingRegressor" on its 0/1 label)
+        fitted = {"hgb": "gradient boosting", "ridge": "ridge regression"}.get(spec.model, spec.model)
+        if label.task == "binary":
+            fitted = {"hgb": "gradient boosting classifier", "ridge": "logistic regression"}.get(spec.model, fitted)
         note = (
-            f"base prediction: {BASE_MODELS.get(spec.model, spec.model)} on {len(feats)} feature(s), "
+            f"base prediction: {fitted} on {len(feats)} feature(s), "
             f"trained on {split['base'].size:,} rows that are not used again"
         )
         if seconds:  # the Run page's "base model fitted in ..." counts both

@@ -147,9 +147,15 @@ def numeric_column(df: pd.DataFrame, col: str, role: str = "column") -> np.ndarr
         bad = conv.isna() & s.notna()
         if bad.any():
             example = s[bad].iloc[0]
+            # a text column throughout is the wrong column, not a few cells to fix or drop
+            fix = (
+                "it is a text column: choose a numeric one"
+                if int(bad.sum()) == int(s.notna().sum())
+                else "fix them in the file or drop those rows first"
+            )
             raise DataError(
                 f"{role} '{col}' is not numeric: {int(bad.sum())} cell(s) are not numbers (e.g. {str(example)[:40]!r} "
-                f"in row {int(np.flatnonzero(bad.to_numpy())[0]) + 1}); fix them in the file or drop those rows first"
+                f"in row {int(np.flatnonzero(bad.to_numpy())[0]) + 1}); {fix}"
             )
         s = conv
     arr = s.to_numpy(dtype=float, na_value=np.nan)

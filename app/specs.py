@@ -26,8 +26,9 @@ SPLIT_NAMES = {
     "test": "test (audit)",
 }
 BASE_MODELS = {
-    "hgb": "gradient boosting (HistGradientBoostingRegressor)",
-    "ridge": "ridge regression (one-hot + standardised)",
+    # the classifier twins for a 0/1 label (app.base_model.fit_base_model): named so, not as regressors
+    "hgb": "gradient boosting (HistGradientBoosting regressor; classifier for a 0/1 label)",
+    "ridge": "ridge regression (one-hot + standardised; logistic for a 0/1 label)",
 }
 STEP_HELP = {
     "exact": "exact: shift each violating cell by its mean residual (fast; at least the paper's progress)",

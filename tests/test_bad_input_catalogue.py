@@ -457,3 +457,20 @@ def test_output_symlink_is_replaced_not_written_through(work, tmp_path):
     os.symlink(target, link)
     assert main(["fit", "--data", str(d / "good.csv"), "--label", "y", "--out", str(link)]) == 0
     assert target.read_text() == "precious" and not link.is_symlink()
+
+
+def test_a_text_column_as_label_is_called_the_wrong_column_not_cells_to_fix():
+    """A label of 601 text cells out of 601 was answered "fix them in the file or drop those rows first" (an
+    audit of the affairs table, a text copy of `relig`): dropping every row is no advice. A column of some
+    non-number cells keeps that advice."""
+    import pandas as pd
+
+    from app.io import numeric_column
+    from mmc_core.errors import DataError
+
+    text = pd.DataFrame({"relig": ["slightly", "not", "very"] * 3})
+    with pytest.raises(DataError, match="it is a text column: choose a numeric one"):
+        numeric_column(text, "relig", "label column")
+    some = pd.DataFrame({"y": ["1", "2", "n/a", "4"]})
+    with pytest.raises(DataError, match="fix them in the file or drop those rows first"):
+        numeric_column(some, "y", "label column")

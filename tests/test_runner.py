@@ -110,7 +110,7 @@ def test_in_app_base_model_is_trained_on_its_rows_only_and_cached(wage, monkeypa
     assert b1.shape == (len(wage),) and np.all(np.isfinite(b1))
     assert b1.min() >= label.lo and b1.max() <= label.hi
     assert np.array_equal(b1, b2)
-    assert "1,050 rows" in note
+    assert "1,050 rows" in note and note.startswith("base prediction: ridge regression on 5 feature(s)")
     # honest: trained on its rows only. Rewrite the labels of every row outside the base rows (the fitting and
     # test rows): a model that saw any of them would change; one trained on the base rows only is bit-identical.
     other = np.setdiff1d(np.arange(len(wage)), split["base"])
@@ -586,3 +586,20 @@ def test_teaching_converged_message_says_how_loose_beta_is():
     v = float(np.sum(lesson.prob * lesson.true_var)) * 100**2
     assert f"{lesson.config.beta * 100**2:,.0f} points²" in text and f"{v:,.0f} points²" in text
     assert "lower β" in text
+
+
+def test_the_base_model_note_names_the_classifier_a_binary_label_gets():
+    """A 0/1 label gets the classifier twin of the chosen base model; the note said "ridge regression" (and the
+    Data page "HistGradientBoostingRegressor") over it (a browser audit of the loanapp table)."""
+    wage = load_dataset("islp_wage")
+    high = wage.assign(high=(wage["wage"] > wage["wage"].median()).astype(int))
+    label = prepare_label(high, LabelSpec("high"))
+    assert label.task == "binary"
+    split_spec = SplitSpec(test=0.25, base=0.35, seed=3)
+    split = split_rows(len(high), split_spec, True)
+    feats = ("age", "education", "maritl", "race", "jobclass")
+    for kind, name in (("ridge", "logistic regression"), ("hgb", "gradient boosting classifier")):
+        spec = BaseSpec("model", None, kind, feats)
+        b, note = base_prediction(high, label, LabelSpec("high"), spec, split, split_spec, data_key=f"bin-{kind}")
+        assert note.startswith(f"base prediction: {name} on 5 feature(s)"), note
+        assert np.all((b >= 0) & (b <= 1))
