@@ -269,6 +269,12 @@ def _method_order(cols) -> list:
     return [str(c) for c in cols]
 
 
+def _end(v) -> str:
+    """An interval end: :func:`_fmt` without thousands separators ("[990, 1980)": a comma inside the number
+    would read as the one between the ends)."""
+    return _fmt(v).replace(",", "")
+
+
 def _bucket_labels(cols, info: dict, m=None, edges=None) -> list:
     """Mean-bucket column names: integers are turned into label-unit ranges ([lo, hi), the last closed), from
     the audit's bucket edges when given, else from the label range."""
@@ -281,7 +287,7 @@ def _bucket_labels(cols, info: dict, m=None, edges=None) -> list:
         for c in cols:
             i = int(c)
             if 0 <= i <= last:
-                out.append(f"[{e[i]:.3g}, {e[i + 1]:.3g}{']' if i == last else ')'}")
+                out.append(f"[{_end(e[i])}, {_end(e[i + 1])}{']' if i == last else ')'}")
             else:
                 out.append(str(c))
         return out
@@ -292,7 +298,7 @@ def _bucket_labels(cols, info: dict, m=None, edges=None) -> list:
         out = []
         for i in idx:
             a, b = info["lo"] + i * w, info["lo"] + (i + 1) * w
-            out.append(f"[{a:.3g}, {b:.3g}{']' if i == m - 1 else ')'}")
+            out.append(f"[{_end(a)}, {_end(b)}{']' if i == m - 1 else ')'}")
         return out
     return [str(c) for c in cols]
 

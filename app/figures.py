@@ -515,7 +515,7 @@ def width_heatmap(audit: AuditResult, *, label: str, units: str = "") -> go.Figu
 
     sub = f"mean of upper − lower bound ({info['units']}); narrower is better only where coverage holds"
     if capped:
-        sub += f"; colour scale capped at {zmax:.3g} (darkest = at or above)"
+        sub += f"; colour scale capped at {_fmt(zmax)} (darkest = at or above)"
     return _heatmap(
         wd,
         audit,

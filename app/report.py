@@ -277,7 +277,7 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
         src_txt += f"; {note.strip()}"
     elif src not in ("declared", "robust") and isinstance(note, str) and note.strip().startswith("observed"):
         # the dashboard's observed range is of all the table's rows (app.specs), not the fitting rows'
-        src_txt = f"{note.strip()} (not declared)"
+        src_txt = f"the {note.strip()} (not declared)"
     # a mean-only model has no moment threshold: β is neither stated nor explained
     applied = threshold_rules(model)  # older files kept "se" for a paper-step fit: it was the "auto" rule
     rules = (("α", "alpha"), ("β", "beta")) if moments else (("α", "alpha"),)

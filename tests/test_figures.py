@@ -567,3 +567,8 @@ def test_thousands_are_written_with_separators_not_exponents():
 
     assert (_fmt(1120.4), _fmt(999.6), _fmt(-22978.6), _fmt(4950)) == ("1,120", "1,000", "-23,000", "4,950")
     assert (_fmt(0.5), _fmt(12.345, 2), _fmt(2.5e6), _fmt(0.1234, 1, "%")) == ("0.5", "12", "2.5e+06", "12.3%")
+    # the coverage-by-bucket axis read "[990, 1.98e+03)" (a browser re-check of mroz)
+    from app.figure_style import _bucket_labels
+
+    labels = _bucket_labels([0, 1], {"lo": 0.0, "hi": 1980.0}, edges=[0.0, 990.0, 1980.0])
+    assert labels == ["[0, 990)", "[990, 1980]"]  # no separator inside an interval's ends

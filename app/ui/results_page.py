@@ -525,7 +525,7 @@ def explorer_tab(run, frame):
             k[3].metric(f"Base prediction{u}", f"{det['base']:.4g}")
     st.caption(
         f"{state.file_row(row + 1).capitalize()} (test row {pos:,}). Central moments: "
-        + ", ".join(f"m{k.split('_')[1]} = {v:.4g}" for k, v in det["pred"].items() if k.startswith("moment_"))
+        + ", ".join(f"m{k.split('_')[1]} = {_fmt(v, 4)}" for k, v in det["pred"].items() if k.startswith("moment_"))
     )
     a, b = st.columns([3, 2], gap="large")
     with a:
