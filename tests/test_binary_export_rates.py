@@ -16,6 +16,8 @@ import re
 
 import numpy as np
 import pandas as pd
+
+from app.io import CSV_EXACT
 import pytest
 
 from app import figures_binary as FB
@@ -227,7 +229,7 @@ def test_export_csv_decisions_are_at_the_results_page_threshold(monkeypatch):
 
     at.slider(key="res_threshold").set_value(0.95).run()
     _page(at, "export")
-    csv = pd.read_csv(io.BytesIO(ss["export_csv"]))
+    csv = pd.read_csv(io.BytesIO(ss["export_csv"]), **CSV_EXACT)
     assert (csv["mmc_decision"] == (csv["mmc_mean"] >= 0.95).astype(int)).all()
     np.testing.assert_array_equal(csv["mmc_base"].to_numpy(), run.base)  # full precision
     frame = ss["data"]["df"]
@@ -247,6 +249,6 @@ def test_export_csv_decisions_are_at_the_results_page_threshold(monkeypatch):
     _page(at, "results")
     at.slider(key="res_threshold").set_value(0.3).run()
     _page(at, "export")
-    csv = pd.read_csv(io.BytesIO(ss["export_csv"]))
+    csv = pd.read_csv(io.BytesIO(ss["export_csv"]), **CSV_EXACT)
     assert (csv["mmc_decision"] == (csv["mmc_mean"] >= 0.3).astype(int)).all()
     assert any("`mmc_mean` ≥ 0.3," in c.value for c in at.caption)
