@@ -153,20 +153,9 @@ def test_pdf_says_how_the_rate_intervals_are_computed(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def loan_run():
-    from app.demo_data import get_dataset, load_dataset
-    from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+    from tests.test_binary_wiring import loanapp_run
 
-    df = load_dataset("loanapp")
-    gs = GroupSet.from_columns(df, list(get_dataset("loanapp").groups), 2)
-    run = run_pipeline(
-        df,
-        LabelSpec("approve"),
-        BaseSpec("model", None, "ridge", ("hrat", "obrat", "loanprc")),
-        SplitSpec(seed=1),
-        gs.to_json(),
-        FitSettings(n_boot=10),
-    )
-    return df, run
+    return loanapp_run(max_order=2, n_boot=10)
 
 
 def test_predictions_csv_round_trips_and_the_model_repredicts_it_exactly(loan_run):

@@ -356,20 +356,15 @@ def test_cli_binary_fit_predict_audit(tmp_path, capsys):
 
 
 def test_runner_binary_pipeline_and_live_rates():
-    from app.demo_data import get_dataset, load_dataset
+    from app.demo_data import load_dataset
     from app.runner import (
-        BaseSpec,
-        FitSettings,
         LabelSpec,
-        SplitSpec,
         classifier_rates,
         predictions_table,
         prepare_label,
-        run_pipeline,
     )
     from fairlearn.metrics import MetricFrame, selection_rate
 
-    ds = get_dataset("loanapp")
     df = load_dataset("loanapp")
     lab = prepare_label(df, LabelSpec("approve"))
     assert lab.task == "binary" and (lab.lo, lab.hi) == (0.0, 1.0)
@@ -379,15 +374,7 @@ def test_runner_binary_pipeline_and_live_rates():
     with pytest.raises(DataError, match="not a value"):
         prepare_label(text, LabelSpec("ok", positive="maybe"))
     assert prepare_label(text, LabelSpec("ok", positive="yes")).y.sum() == df["approve"].sum()
-    gs = GroupSet.from_columns(df, list(ds.groups), 1)
-    run = run_pipeline(
-        df,
-        LabelSpec("approve"),
-        BaseSpec("model", None, "ridge", ("hrat", "obrat", "loanprc")),
-        SplitSpec(seed=1),
-        gs.to_json(),
-        FitSettings(n_boot=20),
-    )
+    _, run = loanapp_run(max_order=1, n_boot=20)
     assert run.model.task == "binary" and run.audit.task == "binary" and run.settings.n_moments == 1
     assert run.base_metrics == {}  # no RMSE in label units for a 0/1 outcome
     base = run.base[run.split["test"]]
@@ -557,3 +544,22 @@ def test_cli_audit_of_a_model_with_positive_class_0(tmp_path, capsys):
     bg = pd.DataFrame(**rec["by_group"])
     assert bg.loc["all", "base_rate"] == pytest.approx(float(np.mean(df["yb"] == 0)))
     assert not [f for f in rec["findings"] if f.get("kind") in ("mean", "calibration")], rec["findings"]
+
+
+def loanapp_run(max_order: int = 1, n_boot: int = 20):
+    """(table, run) of the bundled loanapp demo through the app's pipeline: label `approve`, a ridge (logistic)
+    base model on three ratios, the demo's groups up to ``max_order``, split seed 1."""
+    from app.demo_data import get_dataset, load_dataset
+    from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+
+    df = load_dataset("loanapp")
+    gs = GroupSet.from_columns(df, list(get_dataset("loanapp").groups), max_order)
+    run = run_pipeline(
+        df,
+        LabelSpec("approve"),
+        BaseSpec("model", None, "ridge", ("hrat", "obrat", "loanprc")),
+        SplitSpec(seed=1),
+        gs.to_json(),
+        FitSettings(n_boot=n_boot),
+    )
+    return df, run
