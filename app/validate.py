@@ -66,13 +66,11 @@ def _integer_id(s: pd.Series, x: pd.Series | None, n: int) -> str | None:
 
 
 def _fmt(v) -> str:
-    if isinstance(v, (bool, np.bool_)):
-        return str(bool(v))
-    if isinstance(v, (float, np.floating)) and float(v).is_integer():
-        return str(int(v))
-    if isinstance(v, (float, np.floating)):
-        return f"{float(v):.4g}"
-    return str(v)
+    """A value as the group names write it (:func:`mmc_core.groups._format_value`: 3, not 3.0), numpy scalars
+    included."""
+    from mmc_core.groups import _format_value
+
+    return _format_value(v.item() if isinstance(v, np.generic) else v)
 
 
 def _step(key: np.ndarray, val: np.ndarray):
