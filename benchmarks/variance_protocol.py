@@ -1,0 +1,170 @@
+"""Variance quality on held-out rows of real tables (issue 34): is each group's predicted variance its own?
+
+The splits, base model and groups of ``heldout_protocol.py`` (40% base / 30% post-processing / 30% test; a
+HistGradientBoostingRegressor base; the group columns' values and pairwise intersections). Every method predicts
+a variance around the same mean, the default ``MomentMulticalibrator``'s, fitted on the post-processing rows:
+
+* ``mmc``: its own variance prediction;
+* ``pooled``: one constant, the mean squared residual of the post-processing rows;
+* ``own``: each group's own mean squared residual on the post-processing rows (a row: the geometric mean over
+  its groups);
+* ``hgb``: scikit-learn's HistGradientBoostingRegressor (Poisson loss: a log link, zeros allowed) of the
+  squared residual on every feature and the mean, fitted on the post-processing rows.
+
+Metrics on the test rows: ``gerr`` the mass-weighted |log(mean predicted variance / mean squared residual)|
+over groups with >= 2% of the rows (heldout_protocol's ``var``), ``worst`` the largest of them, ``nll`` the
+Gaussian negative log score mean(log(2 pi v) / 2 + r^2 / (2 v)). Null worlds (``--null``): the post-processing
+and test rows relabelled base + the table's own residuals (heldout_protocol.null_labels: ``all`` equal spread
+everywhere, ``deciles`` spread along the base), or ``group``: resampled within the values of the table's first
+group column, so the spread differs by group. There the true variance of every row is known, and ``truth``
+gives the share of fits where some listed group (>= 2% of rows) is predicted beyond 1.1x of its true variance.
+
+    .venv/bin/python benchmarks/variance_protocol.py --datasets islp_wage,nels_catholic --splits 10
+    .venv/bin/python benchmarks/variance_protocol.py --wooldridge-dir DIR --datasets wooldridge-fresh --null group
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(__file__))
+import heldout_protocol as hp
+
+from mmc_core import GroupSet, MomentMulticalibrator
+
+METHODS = ("mmc", "pooled", "own", "hgb")
+
+
+def _dense(groups: GroupSet, df: pd.DataFrame) -> np.ndarray:
+    return groups.evaluate(df).to_dense().astype(float)
+
+
+def _group_null(y, base, rows, key, rng):
+    """base + residuals resampled within each value of ``key`` (centred per pool), and each row's true variance."""
+    out, var = np.array(y, dtype=float), np.zeros(len(y))
+    r = out[rows] - base[rows]
+    k = key[rows]
+    noise = np.empty(rows.size)
+    for v in np.unique(k):  # one pool per group value: a loop over values, not rows
+        idx = np.flatnonzero(k == v)
+        pool = r[idx] - r[idx].mean()
+        noise[idx] = rng.choice(pool, idx.size)
+        var[rows[idx]] = pool.var()
+    out[rows] = base[rows] + noise
+    return out, var
+
+
+def run_split(name: str, seed: int, null: str | None) -> dict:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    df, label, gcols, drop = hp.load_table(name)
+    lo, hi = float(df[label].min()), float(df[label].max())
+    tr, po, te = hp.split(len(df), seed)
+    X = hp._features(df, label, drop)
+    hgb = HistGradientBoostingRegressor(random_state=seed).fit(X.iloc[tr], df[label].iloc[tr])
+    base = np.clip(hgb.predict(X), lo, hi)
+    true_var = None
+    if null is not None:
+        df = df.copy()
+        rows = np.r_[po, te]
+        rng = np.random.default_rng([seed, 7])
+        y = df[label].to_numpy(float)
+        if null == "group":
+            key = pd.factorize(df[gcols[0]].astype(str))[0]
+            y_null, tv = _group_null(y, base, rows, key, rng)
+            true_var = tv[te]
+        else:
+            y_null = hp.null_labels(y, base, rows, null, rng)
+            if null == "all":
+                r = y[rows] - base[rows]
+                true_var = np.full(te.size, (r - r.mean()).var())
+        df[label] = y_null
+        lo, hi = min(lo, float(y_null.min())), max(hi, float(y_null.max()))
+    post, test = df.iloc[po].reset_index(drop=True), df.iloc[te].reset_index(drop=True)
+    y_po, y_te = post[label].to_numpy(float), test[label].to_numpy(float)
+    groups = GroupSet.from_columns(post, gcols, 2)
+    est = MomentMulticalibrator(label_range=(lo, hi), random_state=seed)
+    est.fit(post, y_po, groups, base_prediction=base[po])
+    if est.model_.task != "regression":
+        return {}
+    pm = est.predict_moments(test, base_prediction=base[te])
+    mu_te, var_mmc = pm["mean"], pm["moment_2"]
+    mu_po = est.predict(post, base_prediction=base[po])
+    r2_po, r2_te = (y_po - mu_po) ** 2, (y_te - mu_te) ** 2
+    d_po, d_te = _dense(groups, post), _dense(groups, test)
+    own_g = (d_po.T @ r2_po) / np.maximum(d_po.sum(axis=0), 1.0)
+    own_g = np.maximum(own_g, 1e-3 * r2_po.mean())  # a group of equal labels: no zero variance
+    own = np.exp((d_te @ np.log(own_g)) / np.maximum(d_te.sum(axis=1), 1.0))
+    Xp, Xt = X.iloc[po].reset_index(drop=True).copy(), X.iloc[te].reset_index(drop=True).copy()
+    Xp["_mu"], Xt["_mu"] = mu_po, mu_te
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vh = HistGradientBoostingRegressor(loss="poisson", random_state=seed).fit(Xp, r2_po).predict(Xt)
+    preds = {"mmc": var_mmc, "pooled": np.full(te.size, r2_po.mean()), "own": own, "hgb": np.maximum(vh, 1e-12)}
+    cnt = d_te.sum(axis=0)
+    big = cnt >= 0.02 * te.size
+    obs = d_te.T @ r2_te
+    out = {}
+    for m, v in preds.items():
+        err = np.abs(np.log((d_te.T @ v)[big] / obs[big]))
+        row = {
+            "gerr": float(np.sum(cnt[big] * err) / cnt[big].sum()),
+            "worst": float(err.max()),
+            "nll": float(np.mean(0.5 * np.log(2 * np.pi * v) + r2_te / (2 * v))),
+        }
+        if true_var is not None:
+            ratio = (d_te.T @ v)[big] / (d_te.T @ true_var)[big]
+            row["truth"] = float(np.any((ratio > 1.1) | (ratio < 1 / 1.1)))
+            row["true_worst"] = float(np.abs(np.log(ratio)).max())
+        out[m] = row
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", default="islp_wage,nels_catholic")
+    ap.add_argument("--splits", type=int, default=10)
+    ap.add_argument("--seed-start", type=int, default=0)
+    ap.add_argument("--null", choices=["all", "deciles", "group"], default=None)
+    ap.add_argument("--wooldridge-dir", default=None)
+    ap.add_argument("--out", help="CSV of every (table, split, method) row")
+    args = ap.parse_args(argv)
+    names = args.datasets.split(",")
+    if args.wooldridge_dir:
+        hp.register_wooldridge(args.wooldridge_dir)
+        groups_of = {"wooldridge": hp.WOOLDRIDGE, "wooldridge-more": hp.WOOLDRIDGE_MORE}
+        groups_of["wooldridge-fresh"] = hp.WOOLDRIDGE_FRESH
+        names = [t for n in names for t in (list(groups_of[n]) if n in groups_of else [n])]
+    rows = []
+    for name in names:
+        for s in range(args.seed_start, args.seed_start + args.splits):
+            for m, r in run_split(name, s, args.null).items():
+                rows.append({"table": name, "seed": s, "method": m, **r})
+    tab = pd.DataFrame(rows)
+    if args.out:
+        tab.to_csv(args.out, index=False)
+    print(f"splits {args.seed_start}-{args.seed_start + args.splits - 1}, null world: {args.null}")
+    cols = ["gerr", "worst", "nll"] + (["truth", "true_worst"] if "truth" in tab else [])
+    print("| table | method | " + " | ".join(cols) + " | gerr - mmc's (se) |")
+    print("|---|---|" + "---|" * (len(cols) + 1))
+    for name, t in tab.groupby("table", sort=False):
+        ref = t[t.method == "mmc"].set_index("seed")["gerr"]
+        for m in METHODS:
+            tm = t[t.method == m]
+            if tm.empty:
+                continue
+            d = tm.set_index("seed")["gerr"] - ref
+            se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+            vals = " | ".join(f"{tm[c].mean():.3f}" for c in cols)
+            print(f"| {name} | {m} | {vals} | {d.mean():+.3f} ({se:.3f}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
