@@ -597,7 +597,7 @@ def build_report_pdf(
         + ". "
         + (
             "The diamond: the kept round's model after the shrunken cell corrections, the model whose α is stated. "
-            if model.has_cells
+            if model.has_cells or model.has_moment_cells
             else ""
         )
         + ("Middle: the same for the moments against β. " if model.moments else "")

@@ -57,6 +57,10 @@ __all__ = [
     "fit_cells",
     "gated_cells",
     "check_cells",
+    "apply_moment_cells",
+    "check_moment_cells",
+    "fit_moment_cells",
+    "gated_moment_cells",
 ]
 
 CELL_BANDS = 10
@@ -135,12 +139,16 @@ def _kept_groups(sums: MembershipSums) -> np.ndarray:
     return out
 
 
+def _cell_sums(r: np.ndarray, sums: MembershipSums, key: np.ndarray, n_keys: int, kept: np.ndarray) -> np.ndarray:
+    """Per key, the kept groups' sums of ``r``, shape (n_keys, H): the ridge's X'r."""
+    return sums.cell_table(key, n_keys, r)[kept >= 0].T
+
+
 def _stats(y: np.ndarray, mu: np.ndarray, sums: MembershipSums, key: np.ndarray, n_keys: int, kept: np.ndarray):
     """Per key (a band): the kept groups' residual sums (K, H) and their co-membership counts (K, H, H), H =
     number of kept groups: the ridge's X'r and X'X."""
-    r = y - mu
     H = int(kept.max()) + 1 if kept.size and kept.max() >= 0 else 0
-    xr = sums.cell_table(key, n_keys, r)[kept >= 0].T
+    xr = _cell_sums(y - mu, sums, key, n_keys, kept)
     gram = np.zeros(n_keys * H * H)
     if H:
         indptr, rg = sums.memb._row_major()
@@ -258,17 +266,205 @@ def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
     return {"rounds": [_round(cand["edges"], weight * cand["values"][best], CELL_PENALTIES[best], weight)]}, check
 
 
+# ---- moments: the same ridge over (group, band) cells, on the log scale -----------------------------------
+# penalized IRLS steps of the log-link fit (a Gamma GLM's: unit weights, working response eta + s / m - 1); at
+# the penalties the held-out rows choose, the third and fourth steps move the coefficients by well under 1%
+MOMENT_CELL_ITERS = 4
+MOMENT_CELL_LOG_CAP = 3.0  # a row's moment moves by at most e^3 either way
+# the stages of the moment's correction: whole groups first (one band: a group's evidence is pooled over its
+# rows, not split in ten), then (group, band) cells of what that leaves
+MOMENT_CELL_STAGES = (1, CELL_BANDS)
+
+
+def _log_change(v: np.ndarray, sums: MembershipSums, values: np.ndarray, edges) -> np.ndarray:
+    return np.clip(_step(v, sums, values, None, edges), -MOMENT_CELL_LOG_CAP, MOMENT_CELL_LOG_CAP)
+
+
+def apply_moment_cells(v: np.ndarray, sums: MembershipSums, cell: dict, bounds: tuple) -> np.ndarray:
+    """A moment's predictions (unit scale) through its cell rounds: each multiplies them by e^(the sum of the
+    row's cells' values, in its band of the prediction so far), kept within ``bounds``."""
+    v = np.asarray(v, dtype=float)
+    for rd in cell["rounds"]:
+        v = np.clip(v * np.exp(_log_change(v, sums, np.asarray(rd["values"], dtype=float), rd["edges"])), *bounds)
+    return v
+
+
+def fit_moment_cells(s: np.ndarray, v: np.ndarray, sums: MembershipSums, bands: int = CELL_BANDS) -> dict:
+    """Log-scale ridge corrections of the (group, band) cells of a moment prediction ``v`` > 0 (unit scale) for
+    its pseudo-labels ``s`` (e.g. squared residuals): per band of ``v`` (``bands`` at its quantiles), a row's
+    prediction is multiplied by e^(the sum of its cells' coefficients), fitted by penalized IRLS for a log link
+    with unit weights (the Gamma GLM's, whose loss is QLIKE, log m + s / m: right for the conditional mean of s
+    whatever the noise's law), one fit per penalty in ``CELL_PENALTIES``. A cell of n_c rows keeps about
+    n_c / (n_c + penalty) of its own log ratio, and overlapping cells share it, as the mean's cells do. Returns
+    ``{"edges", "values"}`` (values (penalties, |G|, bands), None with too few rows or a constant ``s``)."""
+    s, v = np.asarray(s, dtype=float), np.asarray(v, dtype=float)
+    cuts = np.linspace(0.0, 1.0, bands + 1)[1:-1]
+    edges = np.unique(np.quantile(v, cuts)) if v.size and cuts.size else np.zeros(0)
+    if v.size < 2 * CELL_MIN_ROWS or not np.std(s) > 0 or not np.all(v > 0):
+        return {"edges": edges.tolist(), "values": None}
+    nb = edges.size + 1
+    key = _bands(v, edges)
+    kept = _kept_groups(sums)
+    sel = kept >= 0
+    ratio = s / v
+    xr0, gram = _stats(ratio, np.ones_like(ratio), sums, key, nb, kept)
+    eig = [np.linalg.eigh((g + g.T) / 2) for g in gram]
+    values = np.zeros((len(CELL_PENALTIES), sums.G, nb))
+    for i, lam in enumerate(CELL_PENALTIES):
+        theta = np.zeros((nb, int(sel.sum())))
+        xr = xr0
+        for it in range(MOMENT_CELL_ITERS):
+            if it:
+                values[i, sel] = theta.T[kept[sel]]
+                xr = _cell_sums(ratio * np.exp(-_log_change(v, sums, values[i], edges)) - 1.0, sums, key, nb, kept)
+            for j, (w, vec) in enumerate(eig):
+                theta[j] = vec @ ((vec.T @ (gram[j] @ theta[j] + xr[j])) / (np.maximum(w, 0.0) + lam))
+        values[i, sel] = theta.T[kept[sel]]
+    return {"edges": edges.tolist(), "values": values}
+
+
+def _qlike_scale(ratio: np.ndarray, d: np.ndarray) -> float:
+    """The share w in [0, 1] of a log change ``d`` that minimizes the held-out QLIKE mean(w d + ratio e^(-w d))
+    (convex in w: a few Newton steps from 1, kept in the interval)."""
+    w = 1.0
+    for _ in range(20):
+        e = ratio * np.exp(-w * d)
+        g, h = float(np.mean(d * (1.0 - e))), float(np.mean(d * d * e))
+        if not h > 0:
+            break
+        w_new = min(max(w - g / h, 0.0), 1.0)
+        if abs(w_new - w) < 1e-6:
+            return w_new
+        w = w_new
+    return w
+
+
+def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int) -> tuple:
+    """One stage of :func:`gated_moment_cells`: (round or None, check)."""
+    from .recalibrate import HARM_LEVEL, _stack_gate, harmed_by
+
+    check: dict = {"bands": bands, "z": 0.0, "kept": False, "harmed": []}
+    cand = fit_moment_cells(s, v, sums, bands)
+    if cand["values"] is None:
+        return None, check
+    ratio = s_h / v_h
+    changes = [_log_change(v_h, sums_h, vals, cand["edges"]) for vals in cand["values"]]
+    losses = [float(np.mean(d + ratio * np.exp(-d))) for d in changes]
+    check.update(penalty=None, weight=0.0)
+    best = int(np.argmin(losses))
+    if not losses[best] < float(np.mean(ratio)):  # QLIKE at no change (ties: none)
+        return None, check
+    d = changes[best]
+    _, z, _ = _stack_gate(ratio - 1.0, d)  # the evidence: the ratio residual against the change
+    scale = _qlike_scale(ratio, d)  # the share borne out, on the loss's own (multiplicative) scale
+    weight = scale * min(max(z / 2.0, 0.0), 1.0)
+    check.update(penalty=CELL_PENALTIES[best], scale=scale, z=z, weight=weight)
+    if not weight > 0:
+        return None, check
+    harmed = harmed_by([(sums_h, ratio - 1.0, ratio * np.exp(-weight * d) - 1.0)], HARM_LEVEL)
+    if harmed:
+        check["harmed"] = [sums_h.memb.names[g] for g in harmed]
+        return None, check
+    check["kept"] = True
+    rd = {
+        "edges": list(cand["edges"]),
+        "values": (weight * cand["values"][best]).tolist(),
+        "penalty": CELL_PENALTIES[best],
+        "weight": weight,
+    }
+    return rd, check
+
+
+def gated_moment_cells(s, v, sums: MembershipSums, held_out) -> tuple:
+    """(cell or None, its check) for one moment: in stages (``MOMENT_CELL_STAGES``: whole groups, then (group,
+    band) cells), :func:`fit_moment_cells` on the fitting rows (pseudo-labels ``s``, predictions ``v`` so far),
+    the penalty whose correction gives the held-out rows ``held_out`` = (s_h, v_h, sums_h) the lowest QLIKE loss
+    (none unless one beats no correction), applied at the share of it that minimizes their QLIKE times
+    min(1, z / 2), z = the evidence for it (the stacked gate of the mean's cells, on the ratio residual
+    s_h / v_h - 1 against the log change), and dropped when some group's held-out ratio residual grows beyond
+    chance (Bonferroni over the groups at ``HARM_LEVEL``). Nothing is fitted on the held-out rows. The cell:
+    ``{"rounds": [...]}``, each round {"edges", "values", "penalty", "weight"}."""
+    check: dict = {"kept": False, "stages": []}
+    n_held = 0 if held_out is None else int(np.asarray(held_out[0]).size)
+    s, v = np.asarray(s, dtype=float), np.asarray(v, dtype=float)
+    if n_held < CELL_MIN_HELD_OUT:
+        check["skipped"] = f"{n_held} held-out rows to check them on ({CELL_MIN_HELD_OUT} needed)"
+        return None, check
+    if v.size < 2 * CELL_MIN_ROWS:
+        check["skipped"] = f"{v.size} fitting rows ({2 * CELL_MIN_ROWS} needed)"
+        return None, check
+    s_h, v_h, sums_h = np.asarray(held_out[0], dtype=float), np.asarray(held_out[1], dtype=float), held_out[2]
+    if not (np.all(v > 0) and np.all(v_h > 0)):
+        return None, check
+    rounds = []
+    for bands in MOMENT_CELL_STAGES:
+        rd, st = _moment_stage(s, v, sums, s_h, v_h, sums_h, bands)
+        check["stages"].append(st)
+        if rd is not None:
+            rounds.append(rd)
+            one = {"rounds": [rd]}
+            v = apply_moment_cells(v, sums, one, (0.0, np.inf))
+            v_h = apply_moment_cells(v_h, sums_h, one, (0.0, np.inf))
+    if not rounds:
+        return None, check
+    check["kept"] = True
+    return {"rounds": rounds}, check
+
+
 def describe_cells(info: dict) -> str | None:
-    """One sentence on the step for the fit summary, dashboard and report (None when it was not tried)."""
+    """One sentence on the steps after the descent for the fit summary, dashboard and report: what the mean's
+    cells and then the moments' cells changed (None when neither was tried)."""
+    parts = [t for t in (_describe_mean_cells(info), _describe_moment_cells(info)) if t]
+    return "; ".join(parts) or None
+
+
+def _describe_moment_cells(info) -> str | None:
+    mc = info.get("moment_cells") if isinstance(info, dict) else None
+    if not isinstance(mc, dict):
+        return None
+    out = []
+    for key, c in sorted(mc.items()):
+        if not isinstance(c, dict):
+            continue
+        what = "the variance" if key == "2" else f"moment {key}"
+        stages = [st for st in c.get("stages") or [] if isinstance(st, dict)]
+        kept = [st for st in stages if st.get("kept")]
+        if c.get("broke_given"):
+            out.append(f"{what} as the descent left it (its cell corrections would break the given alpha or beta)")
+        elif kept:
+            how = " and ".join(
+                ("whole groups" if st.get("bands") == 1 else "each group's bands")
+                + f" ({_num(st, 'weight'):.0%}, z = {_num(st, 'z'):.1f})"
+                for st in kept
+            )
+            out.append(
+                f"{what} scaled by a log-scale ridge fit of the squared residuals over {how}, "
+                "at the share the held-out rows bear out"
+            )
+        elif isinstance(c.get("skipped"), str):
+            out.append(f"{what} as the descent left it (only {c['skipped']})")
+        else:
+            out.append(f"{what} as the descent left it (the held-out rows do not bear out a correction)")
+    return "; ".join(out) or None
+
+
+def _num(c: dict, key: str, cast=float):
+    """A model file's info value, or 0 (the info is not validated)."""
+    v = c.get(key)
+    return cast(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else cast(0)
+
+
+def _describe_mean_cells(info) -> str | None:
     c = info.get("shrunken_cells") if isinstance(info, dict) else None
     if not isinstance(c, dict):
         return None
 
-    def num(key, cast=float):  # a model file's info is not validated: a bad value reads as 0
-        v = c.get(key)
-        return cast(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else cast(0)
+    def num(key, cast=float):
+        return _num(c, key, cast)
 
     ridge = "weight" in c  # the ridge step (2026-11-27); older files describe the empirical-Bayes one
+    if c.get("broke_given"):
+        return "no shrunken cell corrections (they would break the given alpha or beta on the fitting rows)"
     if c.get("kept"):
         if ridge:
             return (
@@ -330,3 +526,45 @@ def check_cells(cells, G: int, bad) -> None:
                 or not all(isinstance(row, list) and len(row) == nb and all(ok(v) for v in row) for row in tab)
             ):
                 raise bad(f"cells.rounds[{i}].{key} must be {G} lists of {nb} numbers (one per group)")
+
+
+def check_moment_cells(mc, moments, G: int, bad) -> dict:
+    """A model file's moment_cells: {"a": {"rounds": [{"edges": increasing numbers >= 0, "values": G lists of
+    len(edges) + 1 finite numbers, "penalty": a number > 0, "weight": a number in (0, 1]}, ...]}} for fitted
+    moments a. Returns them keyed by int; ``bad(msg)`` makes the error to raise."""
+    if not isinstance(mc, dict):
+        raise bad('moment_cells must be {"<moment>": {"rounds": [...]}}')
+
+    def finite(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    out = {}
+    for key, cell in mc.items():
+        a = int(key) if isinstance(key, str) and key.isdigit() else None
+        if a is None or a not in moments:
+            raise bad(f"moment_cells: {key!r} is not a fitted moment ({', '.join(map(str, moments)) or 'none'})")
+        rounds = cell.get("rounds") if isinstance(cell, dict) else None
+        if not isinstance(rounds, list) or not rounds:
+            raise bad(f'moment_cells.{key} must be {{"rounds": [one or more rounds]}}')
+        for i, rd in enumerate(rounds):
+            where = f"moment_cells.{key}.rounds[{i}]"
+            edges = rd.get("edges") if isinstance(rd, dict) else None
+            if not isinstance(edges, list) or not all(finite(e) and e >= 0.0 for e in edges):
+                raise bad(f"{where}.edges must be a list of numbers >= 0")
+            if any(b <= e for e, b in zip(edges, edges[1:])):
+                raise bad(f"{where}.edges must increase")
+            nb = len(edges) + 1
+            tab = rd.get("values")
+            if (
+                not isinstance(tab, list)
+                or len(tab) != G
+                or not all(isinstance(row, list) and len(row) == nb and all(finite(x) for x in row) for row in tab)
+            ):
+                raise bad(f"{where}.values must be {G} lists of {nb} finite numbers (one per group)")
+            pen, w = rd.get("penalty"), rd.get("weight")
+            if not (finite(pen) and pen > 0):
+                raise bad(f"{where}.penalty must be a number > 0")
+            if not (finite(w) and 0.0 < w <= 1.0):
+                raise bad(f"{where}.weight must be a number in (0, 1]")
+        out[a] = {"rounds": rounds}
+    return out

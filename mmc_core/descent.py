@@ -58,6 +58,9 @@ TIE = 1e-9  # relative: cell statistics closer than this are a tie (decided by p
 SHRINK_MIN = 0.5
 
 
+SE_SCOPES = ("all", "mean", "moments")
+
+
 @dataclass(frozen=True)
 class DescentParams:
     """alpha, beta: mass-weighted violation thresholds; m: buckets per predictor; moments: the central
@@ -86,10 +89,19 @@ class DescentParams:
     # t^2) of the gap to the group's own fitting-row moment (t: the group's t statistic), on the log scale with
     # the ratio step
     moment_shrink: float = 0.0
+    # which cells the standard-error test gates (with z > 0): "all", or only the "mean" cells (target 1) or the
+    # "moments" cells: a threshold given as a number is the paper's plain test, so the fit reaches it
+    se_scope: str = "all"
 
     def __post_init__(self):
         if self.moment_shrink > 0 and self.step != "exact":
             raise ValueError("moment_shrink applies to the exact step only")
+        if self.se_scope not in SE_SCOPES:
+            raise ValueError(f"se_scope must be one of {', '.join(SE_SCOPES)}, got {self.se_scope!r}")
+
+    def se_tests(self, target: int) -> bool:
+        """Whether the standard-error test gates the cells of ``target`` (1: the mean's, a >= 2: moment a's)."""
+        return self.z > 0 and self.se_scope in ("all", "mean" if target == 1 else "moments")
 
     def _lookup(self, pairs: tuple, a: int, default):
         for b, v in pairs:
@@ -285,6 +297,8 @@ class CellStats:
         """The violated cells: |S| >= thr (the mass-weighted test, thr = alpha n), and with the standard-error
         test also |t| >= z (z_group for whole groups, z_group_moment for whole groups of a moment ``target``
         when set) and count >= min_count (see :func:`cell_violated`)."""
+        if not self.p.se_tests(target):
+            return cell_violated(S, C, Q, thr)
         z = self.p.z
         if partition == WHOLE:
             z = self.p.z_group_moment if (target >= 2 and self.p.z_group_moment >= 0) else self.p.z_group

@@ -181,7 +181,7 @@ def search_buckets(est, start, callback, stop, early: bool) -> BucketSearch:
     for m in candidates:
         params, init_moments, state, holdout = start(m)
         res = descend(params, state, holdout, callback if len(candidates) == 1 else None, stop=stop, keep_best=early)
-        kept = _best_round(res.history) if early else len(res.round_ends) - 1
+        kept = _best_round(res.history, given_limits(est, params)) if early else len(res.round_ends) - 1
         score = res.history[kept].get("holdout_mse", 0.0) if res.history else 0.0
         runs.append((score, m, params, init_moments, res, kept))
         if res.stopped:
@@ -253,9 +253,55 @@ def fit_info(est, model, search: BucketSearch, rows: FitRows, achieved, floors) 
     }
 
 
-def _best_round(history: list) -> int:
-    """The round with the lowest held-out squared error of the mean (the earliest on ties)."""
-    return int(np.argmin([h.get("holdout_mse", np.inf) for h in history])) if history else 0
+def _best_round(history: list, limits: dict | None = None) -> int:
+    """The round with the lowest held-out squared error of the mean (the earliest on ties), among the rounds
+    whose fitting-row violations meet ``limits`` (:func:`given_limits`) when any does."""
+    if not history:
+        return 0
+    mse = np.array([h.get("holdout_mse", np.inf) for h in history], dtype=float)
+    ok = np.array([meets(h.get("max_mean_violation"), h.get("max_moment_violation"), limits) for h in history])
+    return int(np.argmin(np.where(ok, mse, np.inf))) if ok.any() else int(np.argmin(mse))
+
+
+def given_limits(est, params: DescentParams) -> dict:
+    """The thresholds the user gave as numbers (the paper's alpha and beta, which the fit must then meet on the
+    fitting rows): {"alpha": value or None, "beta": value or None} (beta: the smallest over the moments)."""
+    betas = [params.beta_for(a) for a in params.moments]
+    return {
+        "alpha": float(params.alpha) if _is_number(est.alpha) else None,
+        "beta": float(min(betas)) if _is_number(est.beta) and betas else None,
+    }
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def cells_keep_given(est, model, params: DescentParams, achieved: dict, *checks) -> bool:
+    """Whether the kept model's cell steps (``model.cells``, ``model.moment_cells``) leave the fitting rows within
+    the thresholds the user gave as numbers. If not, the paper's guarantee comes first: both steps are dropped
+    from the model (and their ``checks`` say why); the caller then restores the predictions before them."""
+    if not (model.has_cells or model.has_moment_cells):
+        return True
+    worst_beta = max(achieved["betas"].values(), default=None)
+    if meets(achieved["alpha"], worst_beta, given_limits(est, params)):
+        return True
+    model.cells = model.moment_cells = None
+    for c in checks:
+        if isinstance(c, dict):
+            for one in c.values() if "kept" not in c else [c]:  # the mean's check, or the moments' per moment
+                if isinstance(one, dict) and one.get("kept"):
+                    one.update(kept=False, broke_given=True)
+    return False
+
+
+def meets(alpha_v, beta_v, limits: dict | None) -> bool:
+    """Whether violations (alpha_v: the worst mean cell, beta_v: the worst moment cell, mass-weighted) meet the
+    given ``limits`` (a None limit or value is no constraint)."""
+    if not limits:
+        return True
+    a, b = limits.get("alpha"), limits.get("beta")
+    return (a is None or alpha_v is None or float(alpha_v) <= a) and (b is None or beta_v is None or float(beta_v) <= b)
 
 
 def _n_labels(y):
@@ -283,19 +329,21 @@ class MomentMulticalibrator(SklearnParams):
         * "se" (the default, exact step): a cell is corrected only when, besides passing a small
           mass-weighted floor, its residual is at least z of *its own* standard errors from 0 and it has
           >= 20 fitting rows; z is the two-sided Bonferroni critical value at family-wise level 0.1 over every
-          audited cell (about 4 for a few hundred groups). Whole groups are audited too: for the mean at
-          family-wise level 0.1 over the groups (``mean_group_z``), for every moment from |t| >= 1 with a
-          shrunken step (the share max(1/2, 1 - 1/t^2) of the gap to the group's own moment: the fit does not
-          follow a small group's noisy sample moment). After fitting, ``alpha_`` /
+          audited cell (about 4 for a few hundred groups). Whole groups are audited too, at family-wise level
+          0.1 over the groups: the mean (``mean_group_z``) and every moment, a moment with a shrunken step (the
+          share max(1/2, 1 - 1/t^2) of the gap to the group's own moment: the fit does not follow a small
+          group's noisy sample moment; smaller gaps are the moments' cell step's, see ``shrunken_cells``). After fitting, ``alpha_`` /
           ``beta_`` (and the saved params) are the values the kept model *achieves* on the fitting rows:
           every cell of the paper's partitions has mass-weighted |residual| below them, so the paper's
           theorems (and the guaranteed intervals) hold with them exactly on the fitting rows. The thresholds
           the descent used are in ``model_.info["thresholds_used"]`` and ``z_``.
         * "auto": one threshold per predictor just above the sampling-noise level of a 5%-mass cell (see
           :func:`auto_threshold`; the rule of model format 1).
-        * a number: the paper's fixed threshold. ``alpha_`` / ``beta_`` state it, unless the kept model misses it
-          (early stopping kept an earlier round; the other threshold is "se", whose per-cell test then gates every
-          cell; or the run was stopped or capped): then what that model achieves.
+        * a number: the paper's fixed threshold, met on the fitting rows: the per-cell test of an "se" other
+          threshold gates only that threshold's cells, early stopping keeps the best held-out round among those
+          that meet it, and the cell steps after the descent are dropped when they would break it (``info``
+          then says so). ``alpha_`` / ``beta_`` state it; only a run that was stopped or capped can miss it, and
+          then they state what that model achieves.
     n_buckets : int or "auto"
         m, the number of level sets of each predictor. "auto" fits with 5, 10 and 20 and keeps the one with
         the lowest held-out squared error (needs calibration_fraction > 0).
@@ -387,7 +435,13 @@ class MomentMulticalibrator(SklearnParams):
         miscalibrations it leaves, in proportion. Default True; the model then has ``cells`` (a version-5
         file; version 4: the empirical-Bayes step before 2026-11-27) and ``info["shrunken_cells"]`` says what
         happened. The stated multicalibration (``alpha_``, the
-        achieved errors) is measured after this step.
+        achieved errors) is measured after this step. Each positive moment (the variance, ...) then gets the
+        same step on the log scale (:func:`mmc_core.cells.gated_moment_cells`): in two stages, whole groups and
+        then (group, tenth of the moment prediction) cells, a penalized log-link ridge of the pseudo-labels
+        (squared residuals around the final mean) multiplies each cell's predictions, shrunk by the rows
+        behind it; the held-out rows choose the penalty by the QLIKE loss and the share of it they bear out,
+        and drop it where it leaves a group's variance more misstated than before (``model_.moment_cells``, a
+        version-7 file; ``info["moment_cells"]`` says what happened; ``beta_`` is measured after it).
     """
 
     # row-level state of the last fit (None on a loaded estimator)
@@ -513,14 +567,15 @@ class MomentMulticalibrator(SklearnParams):
             beta = per[2]
             moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
         extra: dict = {"z": z, "z_group": z_group, "min_count": min_count}
-        if se and moments:
-            # A moment's whole group is corrected from |t| >= 1, part-way: the share max(1/2, 1 - 1 / t^2) of the
-            # gap to its own fitting-row moment (James-Stein with a floor of 1/2; DescentParams.moment_shrink).
-            # Left until the Bonferroni z_group, a gap of up to ~30% on a 200-row group was a defect an audit of
-            # fresh rows found; an exact step at z = 2 (the rule until 2026-11-27) made a 300-row group's
-            # variance follow its sample, 10-25% off with heavy-tailed noise. Held-out group variance error
-            # (mass-weighted |log ratio|): lower on 10 of the 11 tables where a step fired (gpa2 0.117 ->
-            # 0.099), higher within noise on wage1.
+        if se and not (self.alpha == "se" and self.beta == "se"):
+            # the per-cell test gates only the family whose threshold is "se": the other one is the paper's plain
+            # test, which the descent then meets on the fitting rows
+            extra["se_scope"] = "mean" if self.alpha == "se" else "moments"
+        if se and moments and self.beta == "se":
+            # A moment's whole group is corrected from |t| >= z_group_moment (the Bonferroni z_group), part-way:
+            # the share max(1/2, 1 - 1 / t^2) of the gap to its own fitting-row moment (James-Stein with a floor
+            # of 1/2; DescentParams.moment_shrink). Smaller gaps are left to the moments' cell step after the
+            # descent, which shrinks each by its evidence and is judged on held-out rows (SE_GROUP_MOMENT_Z).
             extra["z_group_moment"] = z_group_moment
             extra["moment_shrink"] = SE_MOMENT_SHRINK
         if (
@@ -866,13 +921,20 @@ class MomentMulticalibrator(SklearnParams):
         else:
             base_f = None if base_u is None else (base_u[fit_idx] if n_cal else base_u)  # as given: predict maps it
             fit_mu, fit_moms = model.predict_unit(Xf, base_f, fit_idx.size)
-        cells_check = None
+        cells_check = moment_cells_check = None
+        before_cells = (fit_mu, fit_moms)
         if self.shrunken_cells and n_cal and not (res.stopped or (stop is not None and stop())):
             assert memb_h is not None
             fit_mu, cells_check = self._shrunken_cells(model, memb, yu_f, fit_mu, memb_h, yu[cal_idx], base_u, cal_idx)
+            fit_moms, moment_cells_check = self._moment_cells(
+                model, memb, yu_f, fit_mu, fit_moms, memb_h, yu[cal_idx], base_u, cal_idx
+            )
         achieved = _achieved(params, memb, yu_f, fit_mu, fit_moms)
+        if not cells_keep_given(self, model, params, achieved, cells_check, moment_cells_check):
+            fit_mu, fit_moms = before_cells
+            achieved = _achieved(params, memb, yu_f, fit_mu, fit_moms)
         _, floors = state_achieved(self, model, params, achieved)
-        if model.has_cells and 0 <= kept_round < len(res.history):
+        if (model.has_cells or model.has_moment_cells) and 0 <= kept_round < len(res.history):
             # the stated alpha is the model's after the cell corrections; the round's own value stays the descent's
             res.history[kept_round]["cells_max_mean_violation"] = achieved["alpha"]
         oof = None
@@ -909,6 +971,8 @@ class MomentMulticalibrator(SklearnParams):
         model.info = {"task": task, **fit_info(self, model, search, rows, achieved, floors)}
         if cells_check is not None:
             model.info["shrunken_cells"] = cells_check
+        if moment_cells_check:
+            model.info["moment_cells"] = moment_cells_check
         if within is not None:  # the out-of-sample check of the group-linear map, kept or not
             model.info["base_recalibration"] = {
                 "method": "group-linear",
@@ -944,6 +1008,39 @@ class MomentMulticalibrator(SklearnParams):
             return fit_mu, check
         model.cells = cells
         return apply_cells(fit_mu, sums, cells), check
+
+    @staticmethod
+    def _moment_cells(model, memb, y_f, fit_mu, fit_moms, memb_h, y_h, base_u, cal_idx) -> tuple:
+        """The log-scale cell corrections of each positive moment (:func:`mmc_core.cells.gated_moment_cells`),
+        after the mean's: fitted on the fitting rows' pseudo-labels around the final mean (a seeded sample of
+        ``CV_MAX_ROWS`` on a larger table), judged on the held-out rows with the model's final predictions there.
+        Sets ``model.moment_cells`` when some are kept; returns the fitting rows' moment predictions and the
+        checks per moment for ``info`` (None when no moment is positive on the log scale)."""
+        from .cells import apply_moment_cells, gated_moment_cells
+        from .recalibrate import capped
+
+        p = model.params
+        if not p.moments or p.moment_step != "ratio":  # signed or additive moments: no log scale to work on
+            return fit_moms, None
+        mu_h, moms_h = model.initial(memb_h.n, None if base_u is None else base_u[cal_idx], memb_h)
+        mu_h, moms_h = model.replay(memb_h, mu_h, moms_h)  # with the mean's cells, if kept
+        sums, sums_h = memb.sums(), memb_h.sums()
+        cells, checks = {}, {}
+        for a in p.moments:
+            s_f = pseudo_label(a, y_f - fit_mu, p.odd_moments)
+            s_h = pseudo_label(a, y_h - mu_h, p.odd_moments)
+            sums_s, s_s, v_s = capped(sums, s_f, fit_moms[a], 17)
+            sh, ss_h, vv_h = capped(sums_h, s_h, moms_h[a], 19)
+            cell, checks[str(a)] = gated_moment_cells(s_s, v_s, sums_s, (ss_h, vv_h, sh))
+            if cell is not None:
+                cells[a] = cell
+        if not cells:
+            return fit_moms, checks
+        model.moment_cells = cells
+        out = dict(fit_moms)
+        for a, cell in cells.items():
+            out[a] = apply_moment_cells(fit_moms[a], sums, cell, p.projection(a))
+        return out, checks
 
     def _set_fitted(self, model: FittedModel) -> None:
         """Every fitted attribute that the model file holds (the one place they are set, for fit and load)."""

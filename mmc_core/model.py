@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .descent import STEP_RULES, WHOLE, DescentParams, Update, select_rows
+from .descent import SE_SCOPES, STEP_RULES, WHOLE, DescentParams, Update, select_rows
 from .errors import DataError, MMCError, ModelFormatError
 from .groups import GroupSet, Membership
 from .recalibrate import affine_base, group_linear_base
@@ -38,7 +38,10 @@ VERSION_RIDGE_CELLS = 5
 # its change on the groups, subtracted): a reader of versions 1-5 would not subtract it and predict something else
 VERSION_GROUP_PART = 6
 BASE_KINDS = ("base", "base-affine", "base-group-linear")  # init.mean kinds that start from a base prediction
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
+# written when a moment's predictions end with log-scale ridge cell corrections ("moment_cells", mmc_core.cells):
+# a reader of versions 1-6 would predict other moments
+VERSION_MOMENT_CELLS = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
 
 
 def _default_mode() -> int:
@@ -100,6 +103,9 @@ class FittedModel:
     binary: dict | None = None
     # shrunken cell corrections applied after the whole log (mmc_core.cells.fit_cells), or None
     cells: dict | None = None
+    # per moment a, log-scale cell corrections of its predictions after the whole log
+    # (mmc_core.cells.gated_moment_cells: {"edges", "values", "penalty", "weight"}), or None
+    moment_cells: dict | None = None
 
     # ---- prediction ------------------------------------------------------------------------------
     @property
@@ -115,6 +121,11 @@ class FittedModel:
     def ridge_cells(self) -> bool:
         """True when the cell corrections are ridge rounds ("combine": "sum"): such a file is version 5."""
         return any(rd.get("combine") == "sum" for rd in (self.cells or {}).get("rounds") or [])
+
+    @property
+    def has_moment_cells(self) -> bool:
+        """True when some moment's predictions end with cell corrections: such a file is version 7."""
+        return bool(self.moment_cells)
 
     @property
     def group_part(self) -> bool:
@@ -183,6 +194,11 @@ class FittedModel:
             from .cells import apply_cells
 
             mu[:] = apply_cells(mu, memb.sums(), self.cells)
+        if self.moment_cells and (upto is None or upto >= len(self.log)):
+            from .cells import apply_moment_cells
+
+            for a, cell in self.moment_cells.items():
+                moms[a] = apply_moment_cells(moms[a], memb.sums(), cell, p.projection(a))
         return mu, moms
 
     def predict_unit(self, table, base_unit: np.ndarray | None = None, n: int | None = None, upto=None):
@@ -237,10 +253,14 @@ class FittedModel:
                 params["z_group_moment"] = p.z_group_moment
             if p.moment_shrink > 0:
                 params["moment_shrink"] = p.moment_shrink
+            if p.se_scope != "all":
+                params["se_scope"] = p.se_scope
         out = {
             "format": FORMAT,
             "version": (
-                VERSION_GROUP_PART
+                VERSION_MOMENT_CELLS
+                if self.has_moment_cells
+                else VERSION_GROUP_PART
                 if self.group_part
                 else VERSION_RIDGE_CELLS
                 if self.ridge_cells
@@ -266,6 +286,8 @@ class FittedModel:
             out["binary"] = self.binary
         if self.has_cells:
             out["cells"] = self.cells
+        if self.has_moment_cells:
+            out["moment_cells"] = {str(a): c for a, c in sorted((self.moment_cells or {}).items())}
         return out
 
     def to_json(self) -> str:
@@ -397,7 +419,7 @@ class FittedModel:
                 raise bad("init.mean.knots and init.mean.bends must be lists of as many finite numbers")
             if any(not 0.0 <= k <= 1.0 for k in knots):
                 raise bad("init.mean.knots must lie in [0, 1] (the unit scale of the label)")
-            if any(bends) and version not in (VERSION_BENDS, VERSION_CELLS, VERSION_RIDGE_CELLS, VERSION_GROUP_PART):
+            if any(bends) and version < VERSION_BENDS:
                 raise bad(f"init.mean.bends are nonzero: the file must have version {VERSION_BENDS} or later")
             part = init_mean.get("group_part")
             if part is not None:
@@ -411,8 +433,8 @@ class FittedModel:
                         'init.mean.group_part must be {"offset": a finite number, "groups": a list of '
                         f"{G} finite numbers}}"
                     )
-                if version != VERSION_GROUP_PART:
-                    raise bad(f"init.mean.group_part is set: the file must have version {VERSION_GROUP_PART}")
+                if version < VERSION_GROUP_PART:
+                    raise bad(f"init.mean.group_part is set: the file must have version {VERSION_GROUP_PART} or later")
         if init_mean["kind"] == "constant":
             v = init_mean.get("value")
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= 1.0:
@@ -492,15 +514,34 @@ class FittedModel:
             check_cells(cells, G, bad)
             ridge = any(rd.get("combine") == "sum" for rd in cells["rounds"])
             need = VERSION_RIDGE_CELLS if ridge else VERSION_CELLS
-            if cells["rounds"] and version != need and not (ridge and version == VERSION_GROUP_PART):
+            if cells["rounds"] and version != need and not (ridge and version >= VERSION_GROUP_PART):
                 kind = (
                     "ridge cell corrections (cells.rounds with combine sum)"
                     if ridge
                     else "cell corrections (cells.rounds)"
                 )
                 raise bad(f"the model has {kind}: the file must have version {need}")
+        moment_cells = d.get("moment_cells")
+        if moment_cells is not None:
+            from .cells import check_moment_cells
+
+            moment_cells = check_moment_cells(moment_cells, moments, G, bad)
+            if moment_cells and version != VERSION_MOMENT_CELLS:
+                raise bad(f"the model has moment_cells: the file must have version {VERSION_MOMENT_CELLS}")
         return cls(
-            params, scale, groups, dict(init_mean), init_moments, log, list(ends), info, extras, task, binary, cells
+            params,
+            scale,
+            groups,
+            dict(init_mean),
+            init_moments,
+            log,
+            list(ends),
+            info,
+            extras,
+            task,
+            binary,
+            cells,
+            moment_cells or None,
         )
 
 
@@ -545,7 +586,11 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
             raise bad(f"params.{name}={v!r} must be a number in [0, 100]")
     if not isinstance(mc, int) or isinstance(mc, bool) or not 0 <= mc <= 10**9:
         raise bad(f"params.min_count={mc!r} must be a non-negative integer")
+    scope = pr.get("se_scope", "all")
+    if scope not in SE_SCOPES:
+        raise bad(f"params.se_scope={scope!r} must be one of {', '.join(SE_SCOPES)}")
     return {
+        "se_scope": scope,
         "mean_edges": mean_edges,
         "moment_edges": tuple(sorted(moment_edges)),
         "moment_floors": tuple(sorted(floors)),

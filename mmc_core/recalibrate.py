@@ -268,19 +268,24 @@ def _change(base: np.ndarray, proj: np.ndarray, coef: np.ndarray, knots=()) -> n
 def _harmed_groups(sets, level: float = 0.1, min_rows: int = 30) -> list:
     """Groups a map leaves significantly more biased on out-of-sample rows than the base left them.
 
-    ``sets``: (y, base, sums, change) per set of out-of-sample rows. A group is harmed when the size of its
-    mean residual after the map exceeds the size under the base by more than the two-sided Bonferroni
-    critical value over the groups (family-wise ``level``) in standard errors of that mean. Returns the
-    indices of such groups (with at least ``min_rows`` out-of-sample rows)."""
+    ``sets``: (y, base, sums, change) per set of out-of-sample rows; see :func:`harmed_by`."""
+    return harmed_by([(sm, yy - b, yy - np.clip(b + ch, 0.0, 1.0)) for yy, b, sm, ch in sets], level, min_rows)
+
+
+def harmed_by(sets, level: float = 0.1, min_rows: int = 30) -> list:
+    """Groups whose mean out-of-sample residual grows beyond chance under a change.
+
+    ``sets``: (sums, residual before, residual after) per set of out-of-sample rows. A group is harmed when the
+    size of its mean residual after exceeds the size before by more than the two-sided Bonferroni critical value
+    over the groups (family-wise ``level``) in standard errors of that mean. Returns the indices of such groups
+    (with at least ``min_rows`` out-of-sample rows)."""
     from .thresholds import bonferroni_z
 
     if not sets:
         return []
-    G = sets[0][2].G
+    G = sets[0][0].G
     cnt, before, after, after2 = (np.zeros(G) for _ in range(4))
-    for yy, b, sm, ch in sets:
-        e0 = yy - b
-        e1 = yy - np.clip(b + ch, 0.0, 1.0)
+    for sm, e0, e1 in sets:
         cnt += sm.group_sums()
         before += sm.group_sums(e0)
         after += sm.group_sums(e1)

@@ -215,7 +215,7 @@ def test_predict_errors(csvs, capsys, tmp_path):
         capsys,
     )
     assert code == 2 and "race" in err and not out.exists()
-    (tmp_path / "bad.json").write_text('{"format": "mmc-audit-model", "version": 7}')
+    (tmp_path / "bad.json").write_text('{"format": "mmc-audit-model", "version": 99}')
     code, _, err = run(
         ["predict", "--model", str(tmp_path / "bad.json"), "--data", str(csvs / "test.csv"), "--out", str(out)], capsys
     )

@@ -63,29 +63,29 @@ def test_wrapper_guarantees_hold_exactly_on_fitting_sample(step, k, odd):
 
 
 @pytest.mark.parametrize("alpha", [3e-4, 1e-4])
-def test_a_given_alpha_is_stated_only_where_the_kept_model_meets_it(alpha):
+def test_a_given_alpha_is_met_by_the_kept_model(alpha):
     """Found in an exploratory session: with a given alpha (a number) and early stopping (on by default), the
     model kept an earlier round whose cells miss that alpha (achieved 6.1e-4 for a given 3e-4), yet alpha_,
-    the CLI summary and the PDF stated the given value as the guarantee. The stated (alpha, beta) now hold for
-    the kept model on its fitting rows, checked here by the independent reference audit."""
+    the CLI summary and the PDF stated the given value as the guarantee. Then the stated value became what the
+    kept model achieved; now (issue 34) early stopping keeps the best held-out round among those meeting the
+    given thresholds, so the kept model meets them: checked here by the independent reference audit."""
     d = demo_distribution()
     table, y = d.sample(8000, np.random.default_rng(0))
     groups = GroupSet.from_columns(table, ["sex", "race", "age"])
-    # the affine base map: the default group-linear one is not used on this base (it would leave age groups
-    # more biased out of sample), and without a map the fit at 3e-4 runs to the end (no early stop to test)
+    # the affine base map: without a map the fit at 3e-4 runs to the end (no round to choose among)
     est = MomentMulticalibrator(alpha=alpha, beta=1e-4, label_range=(0, 1), base_recalibration="affine").fit(
         table, y, groups, base_prediction=d.base_prediction(table)
     )
     info, p = est.model_.info, est.model_.params
-    assert info["early_stopped"]  # the setting of the bug: an earlier round was kept
-    assert est.alpha_ == p.alpha == max(alpha, info["achieved"]["alpha"])
+    losses = [h["holdout_mse"] for h in est.history_]
+    assert min(losses) < losses[info["kept_round"]]  # the setting of the bug: an earlier round misses alpha
+    assert est.alpha_ == p.alpha == alpha and est.beta_ == 1e-4
     fit_rows = np.setdiff1d(np.arange(len(y)), est.calibration_index_)
     dense = groups.evaluate(table).to_dense()[fit_rows]
     ref = audit_sample(p, dense, y[fit_rows], est.fit_mean_unit_, est.fit_moments_unit_)
     worst_mean = max(abs(r[3]) for r in ref["mean"])
     assert worst_mean < p.alpha and all(abs(r["v_mean"]) < p.alpha for r in ref["joint"])
     assert all(abs(r["v_moment"]) < p.beta_for(r["a"]) for r in ref["joint"])
-    assert worst_mean > alpha or est.alpha_ == alpha  # a missed given alpha is never stated
 
 
 def test_descent_improves_a_miscalibrated_base_model():
@@ -182,7 +182,9 @@ def test_the_history_records_the_cells_alpha_speaks_of():
         )
         rec = est.history_[est.model_.info["kept_round"]]
         # a model ending with shrunken cell corrections: alpha is of the model after them, recorded at the kept round
-        h = rec["cells_max_mean_violation"] if est.model_.has_cells else rec["max_mean_violation"]
+        # (the moments' cells count too: alpha's joint cells G(mu, m_a) are cut by the moment predictions)
+        after_cells = est.model_.has_cells or est.model_.has_moment_cells
+        h = rec["cells_max_mean_violation"] if after_cells else rec["max_mean_violation"]
         assert h == pytest.approx(est.alpha_, rel=1e-6), (seed, h, est.alpha_)
 
 

@@ -239,7 +239,8 @@ class _Part:
         """The rows ``picks[index]`` (increasing positions among this partition's fitting or held-out rows) for a
         sample on the client: (each row's group count, its groups in row-major order, the label, a prediction,
         unit scale). ``what``: "start" the initial mean, "kept" the kept model's fitting-row prediction,
-        "held" its held-out prediction (:meth:`held_predictions`)."""
+        "held" its held-out prediction (:meth:`held_predictions`); ("kept", a) / ("held", a): the same for the
+        moment a."""
         idx = np.asarray(picks.get(self.index, ()), dtype=np.int64)
         memb = self.memb_f if which == "fit" else self.memb_h
         if not idx.size or memb is None:
@@ -248,6 +249,8 @@ class _Part:
         y = (self.yu_f if which == "fit" else self.yu_h)[idx]
         if what == "start":
             x = (self.mu0_f if which == "fit" else self.mu0_h)[idx]
+        elif isinstance(what, tuple):
+            x = (self.kept[1] if what[0] == "kept" else self.kept_h_moms)[what[1]][idx]
         else:
             x = (self.kept[0] if what == "kept" else self.kept_h)[idx]
         return counts, groups, y, x
@@ -348,11 +351,11 @@ class _Part:
         """The kept model's mean prediction on the held-out rows (its initial mean from the base as given, then
         its log), for the shrunken cells' check."""
         if self.memb_h is None:
-            self.kept_h = np.zeros(0)
+            self.kept_h, self.kept_h_moms = np.zeros(0), {}
             return None
         mu, moms = model.initial(self.memb_h.n, self.base_h_raw if self.has_base else None, self.memb_h)
-        mu, _ = model.replay(self.memb_h, mu, moms)
-        self.kept_h = mu
+        mu, moms = model.replay(self.memb_h, mu, moms)
+        self.kept_h, self.kept_h_moms = mu, moms
         return None
 
     def apply_cells(self, cells):
@@ -360,6 +363,14 @@ class _Part:
 
         self.kept = (apply_cells(self.kept[0], self.memb_f.sums(), cells), self.kept[1])
         self.kept_h = None
+        return None
+
+    def apply_moment_cells(self, a, cell, bounds):
+        from ..cells import apply_moment_cells
+
+        moms = dict(self.kept[1])
+        moms[a] = apply_moment_cells(moms[a], self.memb_f.sums(), cell, bounds)
+        self.kept = (self.kept[0], moms)  # the held-out moments stay: each moment's cells are judged on its own
         return None
 
     def achieved_sums(self, plain_params):
@@ -640,7 +651,7 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
 
     from .. import intervals
     from ..buckets import _clean
-    from ..estimator import FitRows, check_held_out, fit_info, search_buckets, state_achieved
+    from ..estimator import FitRows, cells_keep_given, check_held_out, fit_info, search_buckets, state_achieved
     from ..model import FittedModel
     from ..moments import LabelScale
 
@@ -713,7 +724,7 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
         parts.gather("start", params, init_moments)  # the chosen m's initial state, then its kept log
     replay = not (last_run and kept_round == len(res.round_ends) - 1)
     parts.gather("kept_predictions", model, len(log), replay)
-    cells_check = None
+    cells_check = moment_cells_check = None
     if est.shrunken_cells and n_cal and not (res.stopped or (stop is not None and stop())):
         from ..cells import gated_cells
 
@@ -726,22 +737,29 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
         if cells is not None:
             model.cells = cells
             parts.gather("apply_cells", cells)
+        moment_cells_check = _moment_cells(parts, model, gset, n_fit_parts, n_cal_parts)
     plain = dataclasses.replace(params, z=0.0, z_group=0.0, min_count=0)
-    sums = parts.map_reduce("achieved_sums", plain)
     K = len(plain.moments)
 
     def up(v):
         return float(min(max(v * (1 + 1e-9) + 1e-15, 1e-7), 0.999))
 
-    worst = max(float(np.abs(s).max(initial=0.0)) for s in sums[: 1 + K])
-    achieved = {
-        "alpha": up(worst / max(nf, 1)),
-        "betas": {
-            a: up(float(np.abs(sums[1 + K + i]).max(initial=0.0)) / max(nf, 1)) for i, a in enumerate(plain.moments)
-        },
-    }
+    def achieved_now() -> dict:
+        sums = parts.map_reduce("achieved_sums", plain)
+        worst = max(float(np.abs(s).max(initial=0.0)) for s in sums[: 1 + K])
+        return {
+            "alpha": up(worst / max(nf, 1)),
+            "betas": {
+                a: up(float(np.abs(sums[1 + K + i]).max(initial=0.0)) / max(nf, 1)) for i, a in enumerate(plain.moments)
+            },
+        }
+
+    achieved = achieved_now()
+    if not cells_keep_given(est, model, params, achieved, cells_check, moment_cells_check):
+        parts.gather("kept_predictions", model, len(log), True)  # the kept log alone, without the cell steps
+        achieved = achieved_now()
     _, floors = state_achieved(est, model, params, achieved)
-    if model.has_cells and 0 <= kept_round < len(res.history):
+    if (model.has_cells or model.has_moment_cells) and 0 <= kept_round < len(res.history):
         res.history[kept_round]["cells_max_mean_violation"] = achieved["alpha"]
     cal_rows = 0
     if n_cal:
@@ -767,11 +785,38 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     }
     if cells_check is not None:
         model.info["shrunken_cells"] = cells_check
+    if moment_cells_check:
+        model.info["moment_cells"] = moment_cells_check
     if within is not None:  # the out-of-sample check of the group-linear map, kept or not
         model.info["base_recalibration"] = {"method": "group-linear", "ridge": within["ridge"], **within["validation"]}
     est._set_fitted(model)
     est._clear_row_state()  # rows stay on the workers (per-partition split)
     return est
+
+
+def _moment_cells(parts, model, gset, n_fit_parts, n_cal_parts) -> dict | None:
+    """The moments' cell corrections as the numpy engine fits them (``MomentMulticalibrator._moment_cells``): on a
+    sample of the fitting rows (seed 17) around the final mean, judged on one of the held-out rows (seed 19) with
+    the model's final predictions there; applied on the workers. Returns the checks per moment (or None)."""
+    from ..cells import gated_moment_cells
+    from ..moments import pseudo_label
+
+    p = model.params
+    if not p.moments or p.moment_step != "ratio":
+        return None
+    parts.gather("held_predictions", model)  # with the mean's cells, if kept
+    checks = {}
+    for a in p.moments:
+        sums_s, y_s, mu_s = _client_sample(parts, gset, "fit", n_fit_parts, 17, "kept")
+        _, _, v_s = _client_sample(parts, gset, "fit", n_fit_parts, 17, ("kept", a))
+        sums_h, y_h, mu_h = _client_sample(parts, gset, "held", n_cal_parts, 19, "held")
+        _, _, v_h = _client_sample(parts, gset, "held", n_cal_parts, 19, ("held", a))
+        s_s, s_h = pseudo_label(a, y_s - mu_s, p.odd_moments), pseudo_label(a, y_h - mu_h, p.odd_moments)
+        cell, checks[str(a)] = gated_moment_cells(s_s, v_s, sums_s, (s_h, v_h, sums_h))
+        if cell is not None:
+            model.moment_cells = {**(model.moment_cells or {}), a: cell}
+            parts.gather("apply_moment_cells", a, cell, p.projection(a))
+    return checks
 
 
 def _client_sample(parts, gset, which, n_per_part, seed, what):
