@@ -17,19 +17,20 @@ The tests (r = y - mu(x), v = the predicted variance m_2(x), all on the audit ro
   n / (n - 1)): H0 E[u^2] / E[v] within [1 / (1 + tol), 1 + tol] (``VARIANCE_TOLERANCE``, a materiality
   margin; tol = 0 is H0 E[u^2 - v] = 0): the one-sided skewness-corrected t test of the mean of
   u^2 - (1 + tol) v (understated) and of u^2 - v / (1 + tol) (overstated), the smaller p doubled. The
-  estimate is the ratio observed / predicted = mean(u^2) / mean(v) with a delta-method 95% interval whose
-  standard error is floored by the kurtosis pooled over the groups (a small group's own understates a skewed tail).
+  estimate is the ratio observed / predicted = mean(u^2) / mean(v); a finding's interval is the ratios r0 the
+  same test of u^2 - r0 v does not reject (:func:`ratio_test_interval`).
   Centering keeps a group whose mean alone is off (the mean test's finding) from being reported as
   understating its uncertainty as well; its intervals' shortfall is the coverage test's.
-- coverage: H0 coverage >= 1 - delta; one-sided exact binomial test (lower tail) of the rows covered;
-  the interval is Wilson's 95% score interval.
+- coverage: H0 coverage >= 1 - delta; the exact binomial test of the rows covered (lower tail, doubled); a
+  finding's interval is its inversion, Clopper-Pearson's (:func:`clopper_pearson`).
 
 A finding's interval is not the marginal 95% one above: a test is reported *because* its estimate is far from
 0, so that estimate overshoots the truth (on the demo world the reported calibration findings' estimates were
 1.56x the true difference in the median, and their 95% intervals covered it 70% of the time). Each finding's
 interval is the same formula at confidence 1 - R level / m for R findings out of m tests (:func:`fcr_miss`,
 Benjamini and Yekutieli 2005), which keeps the expected share of findings whose interval misses the truth at
-most ``level`` (98-100% of them covered the truth there).
+most ``level`` (98-100% of them covered the truth there), and each inverts the finding's own test at that
+level, so that it never reaches the no-effect value (issue 34). Findings are ranked by :func:`harm`.
 
 *Disparities* are descriptive, not defects: a group whose predicted variance differs from the overall
 level (bootstrap CI excluding 1) is *more uncertain*, which is what the model should say when it is true.
@@ -288,6 +289,14 @@ def _t_test(s1, s2, cnt, s3=None, hall_min: float = 0.0, with_skew: bool = False
     than ``hall_min`` rows keep the plain statistic. Returns (mean, se, p), and with ``with_skew`` also the
     skewness g each entry's statistic used (0 where the plain one), to invert the test (:func:`hall_interval`).
     """
+    mean, se, z, used = _hall_z(s1, s2, cnt, s3, hall_min)
+    p = t_sf2(z, np.maximum(cnt - 1, 1))
+    return (mean, se, p, used) if with_skew else (mean, se, p)
+
+
+def _hall_z(s1, s2, cnt, s3=None, hall_min: float = 0.0):
+    """The statistic of :func:`_t_test` (plain t, or Hall's where ``s3`` is given and cnt >= ``hall_min``):
+    (mean, se, statistic, skewness used)."""
     used = np.zeros(np.shape(cnt))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         mean = s1 / cnt
@@ -304,8 +313,7 @@ def _t_test(s1, s2, cnt, s3=None, hall_min: float = 0.0, with_skew: bool = False
             hall = (sd > 0) & (cnt >= hall_min)
             z = np.where(hall, zh, z)
             used = np.where(hall, g, 0.0)
-    p = t_sf2(z, np.maximum(cnt - 1, 1))
-    return (mean, se, p, used) if with_skew else (mean, se, p)
+    return mean, se, z, used
 
 
 def hall_interval(mean: float, se: float, n: float, g: float, q: float) -> tuple[float, float]:
@@ -323,6 +331,143 @@ def hall_interval(mean: float, se: float, n: float, g: float, q: float) -> tuple
         return 3.0 / g * (float(np.cbrt(1.0 + g * (t / rn - g / (6.0 * n)))) - 1.0)
 
     return mean - s_of(q) * sd, mean - s_of(-q) * sd
+
+
+# ---- the variance test as a function of its null ratio -------------------------------------------------------
+# The variance test of H0 "E[u2] / E[v] = r0" is Hall's t test of the mean of d = u2 - r0 v (:func:`_t_test`).
+# Its sums are polynomials in r0, so from nine sums per group over a = u2 and b = v (in this order: a, b, aa,
+# ab, bb, aaa, aab, abb, bbb) the statistic is known at every r0: the p-value at the tolerance band's ends and
+# the finding's interval (the r0 the same test does not reject) come from one function.
+RATIO_SUMS = ("a", "b", "aa", "ab", "bb", "aaa", "aab", "abb", "bbb")
+
+
+def ratio_stat(sums, cnt, r0) -> np.ndarray:
+    """Hall's statistic of the mean of u2 - r0 v per group (``sums``: shape (9, groups), :data:`RATIO_SUMS`)."""
+    a, b, aa, ab, bb, aaa, aab, abb, bbb = np.asarray(sums, dtype=float)
+    s1 = a - r0 * b
+    s2 = aa - 2 * r0 * ab + r0 * r0 * bb
+    s3 = aaa - 3 * r0 * aab + 3 * r0 * r0 * abb - r0**3 * bbb
+    return _hall_z(s1, s2, np.asarray(cnt, dtype=float), s3)[2]
+
+
+def ratio_side_p(sums, cnt, r0, side: str) -> np.ndarray:
+    """One-sided p of the variance test at ratio ``r0``: ``side`` "hi" tests H0 ratio <= r0 (small when the
+    observed spread is above r0 times the predicted), "lo" H0 ratio >= r0."""
+    t = ratio_stat(sums, cnt, r0)
+    p2 = t_sf2(t, np.maximum(np.asarray(cnt, dtype=float) - 1, 1))
+    up = t > 0 if side == "hi" else t < 0
+    return np.where(up, p2 / 2, 1 - p2 / 2)
+
+
+def ratio_test_interval(sums, n: float, est: float, q: float, bounds=()) -> tuple[float, float]:
+    """The ratios r0 that the variance test (:func:`ratio_stat`, one group: ``sums`` of shape (9,)) does not
+    reject two-sided at critical value ``q`` (|T(r0)| <= q), searched outward from the estimate ``est``:
+    geometric steps of 1.25 (and the points ``bounds``, the tolerance band's ends, so that a band end the test
+    rejects is never inside the interval), then bisection to the crossing; each end is returned on its
+    accepted side. The lower end is 0 when even r0 = 0 is not rejected, the upper one inf when no r0 up to
+    est x 1e19 is (a group whose predicted variance varies so much that its spread alone cannot rule out any
+    ratio). T(r0) is decreasing near the estimate (d T / d r0 < 0 where T = 0), so the set is an interval
+    around it; the ends are the test's own boundaries, so a finding rejected at a band end has an interval
+    clear of the whole band."""
+    S = np.asarray(sums, dtype=float).reshape(9, 1)
+    c = np.array([float(n)])
+
+    def t_of(r0: float) -> float:
+        return float(ratio_stat(S, c, r0)[0])
+
+    if not (math.isfinite(est) and est >= 0 and math.isfinite(q)):
+        return float("nan"), float("nan")
+    if abs(t_of(est)) > q:  # not reachable in practice: T(est) = g / (6 sqrt n) is below 1 / 6
+        return est, est
+
+    def end(upward: bool) -> float:
+        def rejected(r0: float) -> bool:
+            t = t_of(r0)
+            return t < -q if upward else t > q
+
+        steps = [est * 1.25**k if upward else est / 1.25**k for k in range(1, 201)]
+        pts = sorted({x for x in (*steps, *bounds) if (x > est if upward else 0 <= x < est)}, reverse=not upward)
+        if not upward:
+            pts.append(0.0)
+        good = est
+        for x in pts:
+            if rejected(x):
+                bad = x
+                break
+            good = x
+        else:
+            return float("inf") if upward else 0.0
+        for _ in range(200):
+            mid = (good + bad) / 2
+            if mid in (good, bad):
+                break
+            if rejected(mid):
+                bad = mid
+            else:
+                good = mid
+        return good
+
+    return end(False), end(True)
+
+
+def clopper_pearson(k: float, n: float, miss: float) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval of a proportion k / n missing with probability ``miss`` (``miss``
+    / 2 each side): the inversion of the exact binomial test, by bisection on :func:`binom_cdf`. Its upper end
+    is the p at which P(X <= k; p) = miss / 2, so it lies below any p whose lower-tail probability is at most
+    miss / 2."""
+    k, n = float(round(k)), float(n)
+
+    def bisect(f) -> float:  # f increasing from False to True on [0, 1]
+        lo, hi = 0.0, 1.0
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if f(mid) else (mid, hi)
+        return (lo + hi) / 2
+
+    half = miss / 2
+    # lower end: P(X >= k; p) = 1 - P(X <= k - 1; p) rises with p; 0 for k = 0
+    lo = 0.0 if k <= 0 else bisect(lambda p: 1.0 - float(binom_cdf(k - 1, n, p)) > half)
+    # upper end: P(X <= k; p) falls with p; 1 for k = n
+    hi = 1.0 if k >= n else bisect(lambda p: float(binom_cdf(k, n, p)) < half)
+    return lo, hi
+
+
+def harm(rec: dict) -> float:
+    """How much a finding matters, for ranking: rows affected x the smallest size of the defect the finding's
+    interval allows, in the label's units. The interval's end nearest no effect carries the evidence (a
+    finding barely beyond chance has that end near no effect) and the rows carry the reach (a defect of a
+    3,000-row group touches more people than one of a 40-row cell).
+
+    - mean / calibration: n x |the interval's end nearest 0| (the mean misprediction per row);
+    - variance: n x sd x |sqrt(end nearest 1) - sqrt(the tolerance band's end)|, sd = the predicted standard
+      deviation (the misstatement of the standard deviation per row that every interval's width carries, beyond
+      the immaterial 1.1x the test allows);
+    - coverage: n x (target - upper end) / (2 phi(z)) x the residual sd, z the normal quantile of the target
+      (the widening, in sd, that would recover the shortfall of a normal interval: d coverage / d z = 2 phi(z)).
+
+    0 when the interval reaches no effect (never for a finding of this audit) or a number is missing."""
+    lo, hi = rec["interval"]
+    n, kind = float(rec["n"]), rec["kind"]
+    if kind in ("mean", "calibration"):
+        size = min(abs(lo), abs(hi)) if lo * hi > 0 else 0.0
+    elif kind == "variance":
+        up = rec["estimate"] > 1
+        near, band = (lo if up else hi), 1.0 + float(rec.get("tolerance") or 0.0)
+        edge = band if up else 1 / band
+        pred = rec.get("predicted")
+        if not (isinstance(pred, (int, float)) and pred > 0 and near >= 0 and (near > edge) == up):
+            return 0.0
+        size = math.sqrt(pred) * abs(math.sqrt(near) - math.sqrt(edge))
+    elif kind == "coverage":
+        target, sd = float(rec["target"]), rec.get("residual_sd")
+        if not (isinstance(sd, (int, float)) and math.isfinite(sd)) or hi >= target:
+            return 0.0
+        z = NormalDist().inv_cdf((1 + target) / 2)
+        size = (target - hi) / (2 * math.exp(-z * z / 2) / math.sqrt(2 * math.pi)) * sd
+    else:
+        return 0.0
+    out = n * size
+    return float(out) if math.isfinite(out) else 0.0
 
 
 def binary_tests(kind: str, names, cnt, s_y, s_p, s_v, min_count: int, **extra) -> list:
@@ -530,19 +675,12 @@ def describe(rec: dict) -> str:
         verb = "understates" if rec["estimate"] > 1 else "overstates"
         tol = rec.get("tolerance") or 0.0
         beyond = f"; by more than {1 + tol:.2g}x" if tol > 0 else ""
-        # the test uses the group's own spread of squared residuals; the interval also allows for the tails
-        # pooled over all groups (metrics._pooled_sd), so it can be the wider one: said, not hidden
-        if lo <= 1 <= hi:
-            beyond = (
-                f"; the test on the group's own residuals says {'more than ' + format(1 + tol, '.2g') + 'x ' if tol else ''}"
-                "off, but the interval, which allows for the heavier tails seen over all groups, includes 1 "
-                "(no misstatement): its size, even its direction, is uncertain"
-            )
-        elif tol > 0 and (lo <= 1 + tol if rec["estimate"] > 1 else hi >= 1 / (1 + tol)):
-            beyond = (
-                f"; more than {1 + tol:.2g}x by the test on the group's own residuals; the interval, which allows "
-                f"for the heavier tails seen over all groups, reaches within {1 + tol:.2g}x"
-            )
+        # the interval inverts the finding's own test (metrics._selection_adjusted_intervals), so a finding's
+        # interval is clear of the tolerance band; a record whose interval is not (made by other code, or before
+        # that) is said to be so, never passed off as "by more than 1.1x"
+        band = 1 + tol
+        if (lo <= band) if rec["estimate"] > 1 else (hi >= 1 / band):
+            beyond = f"; the interval reaches within {band:.2g}x: not a finding by its own interval"
         return (
             f"For group {g} (n={n}) the model {verb} its uncertainty: predicted variance {_g(rec['predicted'])}, "
             f"observed residual variance {_g(rec['observed'])} ({rec['estimate']:.2f} times, {ci} {lo:.2f}-{hi:.2f}"
