@@ -59,7 +59,8 @@ beyond chance after Holm (or Benjamini-Hochberg) adjustment over every test the 
 calibration | variance | coverage), group, n, bucket (calibration only), method (coverage only), predicted,
 observed, estimate, interval (selection-adjusted), p_value, p_adjusted, adjustment, z, harm (findings.harm: the
 list's order, largest first), text; an understated variance also mean_findings_within (the groups with a mean
-finding that cover part of it, when any). ``disparities`` lists the descriptive variance disparities (kind "variance_disparity", group, n, estimate, interval, text).
+finding that cover part of it, when any). ``disparities`` lists the descriptive variance disparities (kind
+"variance_disparity", group, n, estimate, interval, text).
 ``findings_status`` is "ok", or "failed: <reason>" when the findings could not be computed (never reported
 as "no findings").
 
