@@ -217,8 +217,8 @@ def not_converged_note(has_moments: bool) -> str:
 
 def missed_reason(info: dict) -> str:
     """Why a kept model misses thresholds its descent used, in words (a stated alpha / beta above the one used):
-    early stopping kept an earlier round, the per-cell standard-error test left cells uncorrected (a given alpha
-    next to an "se" beta still runs the test), or the run was stopped or capped."""
+    the run was stopped or capped; in model files from before the thresholds contract (issue 34) also: early
+    stopping kept an earlier round, or the per-cell standard-error test left cells uncorrected."""
     parts = []
     if info.get("early_stopped"):
         parts.append(f"early stopping kept round {info.get('kept_round')}, the best on the held-out rows")

@@ -36,7 +36,8 @@ groups of the mean corrected at that z instead of the Bonferroni one); ``mmc-non
 ``"affine"`` / ``"group-linear"`` (what the default ``"auto"`` does with the numpy engine); ``mmc-straight``: the
 defaults with the group-linear map never bent (no hinges: ``mmc_core.recalibrate.KNOT_QUANTILES = ()``, the
 default before 2026-11-27); ``mmc-nocells``: the defaults without the shrunken cell corrections after the descent
-(``shrunken_cells=False``, the default before 2026-11-27 12:00 UTC); ``mcgrad``: ``mcgrad.methods.RegressionMCGrad()`` with its defaults (``mcgrad.methods.MCGrad()``, the
+(``shrunken_cells=False``, the default before 2026-11-27 12:00 UTC); ``mmc-q`` / ``mmc-u``: the defaults with
+``mean_buckets="quantile"`` / ``"uniform"``; ``mcgrad``: ``mcgrad.methods.RegressionMCGrad()`` with its defaults (``mcgrad.methods.MCGrad()``, the
 binary-label variant, when the label takes only the values 0 and 1; base predictions clipped to [1e-4, 1 - 1e-4]),
 the group columns as categorical segmentation features (skipped when ``mcgrad`` is not installed);
 ``mcgrad-t1`` ... ``mcgrad-t3``: the same with the settings in ``MCGRAD_TUNED`` (a small hand-made grid over
@@ -288,6 +289,8 @@ METHODS = (
     "mmc-gl",
     "mmc-straight",
     "mmc-nocells",
+    "mmc-q",
+    "mmc-u",
     "mcgrad",
     *MCGRAD_TUNED,
     # MCGrad given only the rows the default mmc fit fits its mean on (the post-processing rows less its
@@ -305,6 +308,8 @@ MMC_KW = {
     "mmc-gl": {"base_recalibration": "group-linear"},
     "mmc-straight": {},  # the defaults with an unbent group-linear map (recalibrate.KNOT_QUANTILES = ())
     "mmc-nocells": {"shrunken_cells": False},
+    "mmc-q": {"mean_buckets": "quantile"},
+    "mmc-u": {"mean_buckets": "uniform"},
 }
 METRICS = ("mse", "gbias", "cell", "var")
 
