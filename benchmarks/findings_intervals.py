@@ -53,6 +53,9 @@ from mmc_core import metrics  # noqa: E402
 from mmc_core.buckets import mean_grid  # noqa: E402
 from mmc_core.metrics import audit  # noqa: E402
 from mmc_core.synthetic import demo_distribution  # noqa: E402
+from mmc_core.moments import LabelScale  # noqa: E402
+
+UNIT_SCALE = LabelScale(0.0, 1.0)  # the label on [0, 1]: unit values are label values
 
 MODELS = {
     "default": {},
@@ -118,18 +121,6 @@ def run(model_name: str, seeds, n: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-class _UnitScale:
-    span, lo = 1.0, 0.0
-
-    @staticmethod
-    def mean_from_unit(u):
-        return u
-
-    @staticmethod
-    def moment_from_unit(u, a):
-        return u
-
-
 def null_world(n_audits: int, n: int, seed0: int = 20000) -> tuple[int, dict]:
     """Audits (every test of the audit, Holm at 5%) of a model that IS the truth on fresh rows: (audits with a
     finding, findings by kind)."""
@@ -142,7 +133,7 @@ def null_world(n_audits: int, n: int, seed0: int = 20000) -> tuple[int, dict]:
         memb = GroupSet.from_columns(df, ["sex", "race", "age"], 2).evaluate(df)
         inside = (rng.random(n) < 0.9).astype(float)
         found, _ = metrics._findings(
-            memb.sums(), list(memb.names), _UnitScale(), dist.true_mean(tab), y, dist.true_moment(tab, 2),
+            memb.sums(), list(memb.names), UNIT_SCALE, dist.true_mean(tab), y, dist.true_moment(tab, 2),
             mean_grid(5), inside, "calibrated", 0.9, 30, "holm", 0.05, metrics.VARIANCE_TOLERANCE,
         )  # fmt: skip
         hits += bool(found)

@@ -18,6 +18,9 @@ from mmc_core import metrics
 from mmc_core.buckets import mean_grid
 from mmc_core.errors import MMCError
 from mmc_core.synthetic import demo_distribution
+from mmc_core.moments import LabelScale
+
+UNIT_SCALE = LabelScale(0.0, 1.0)  # the label on [0, 1]: unit values are label values
 
 
 # ---- numbers -----------------------------------------------------------------------------------------------
@@ -86,13 +89,13 @@ def test_mean_and_rate_findings_intervals_exclude_zero():
         mu = np.full(4000, 0.3)
         y = 0.3 + 0.08 * (rng.lognormal(0.0, 1.0, 4000) - np.exp(0.5)) + 0.02 * (g == 0)
         found, _ = metrics._findings(
-            memb.sums(), list(memb.names), _UnitScale(), mu, y, None, mean_grid(1), None, None, 0.9, 30, "holm",
+            memb.sums(), list(memb.names), UNIT_SCALE, mu, y, None, mean_grid(1), None, None, 0.9, 30, "holm",
             0.05, 0.0,
         )  # fmt: skip
         mu = np.where(rng.random(4000) < 0.5, 0.02, 0.98)
         yb = (rng.random(4000) < np.where(g == 0, np.where(mu < 0.5, 0.09, 0.98), mu)).astype(float)
         found_b, _ = metrics._findings(
-            memb.sums(), list(memb.names), _UnitScale(), mu, yb, None, mean_grid(1), None, None, 0.9, 30, "holm",
+            memb.sums(), list(memb.names), UNIT_SCALE, mu, yb, None, mean_grid(1), None, None, 0.9, 30, "holm",
             0.05, 0.0, True,
         )  # fmt: skip
         for kind, fs in (("skewed", found), ("binary", found_b)):
@@ -126,16 +129,6 @@ def test_wilson_interval_contains_the_estimate():
 
 
 # ---- error control and power on data with known truth --------------------------------------------------------
-class _UnitScale:
-    span, lo = 1.0, 0.0
-
-    @staticmethod
-    def mean_from_unit(u):
-        return u
-
-    @staticmethod
-    def moment_from_unit(u, a):
-        return u
 
 
 DIST = dataclasses.replace(demo_distribution(), base_bias={})
@@ -162,7 +155,7 @@ def _exact_findings(
     found, n_tests = metrics._findings(
         memb.sums(),
         list(memb.names),
-        _UnitScale(),
+        UNIT_SCALE,
         mu,
         y,
         v,
@@ -282,7 +275,7 @@ def test_the_findings_intervals_cover_the_truth_after_selection(control):
         _, tab, y, memb, shift = _race_age_world(seed, 0.005, 0.015)
         mu = DIST.true_mean(tab) - shift
         found, n_tests = metrics._findings(
-            memb.sums(), list(memb.names), _UnitScale(), mu, y, DIST.true_moment(tab, 2), mean_grid(5), None,
+            memb.sums(), list(memb.names), UNIT_SCALE, mu, y, DIST.true_moment(tab, 2), mean_grid(5), None,
             None, 0.9, 30, control, 0.05, 0.1,
         )  # fmt: skip
         dense, names = memb.to_dense().astype(bool), list(memb.names)
@@ -328,7 +321,7 @@ def test_variance_findings_intervals_cover_the_truth_with_skewed_residuals():
         y = mu + np.sqrt(true_var) * (rng.exponential(1.0, mu.size) - 1.0)
         var_pred = true_var / np.exp(log_factor)
         found, _ = metrics._findings(
-            memb.sums(), list(memb.names), _UnitScale(), mu, y, var_pred, mean_grid(5), None, None, 0.9, 30,
+            memb.sums(), list(memb.names), UNIT_SCALE, mu, y, var_pred, mean_grid(5), None, None, 0.9, 30,
             "holm", 0.05, 0.1,
         )  # fmt: skip
         dense, names = memb.to_dense().astype(bool), list(memb.names)
@@ -412,7 +405,7 @@ def test_a_cell_holding_the_whole_group_is_not_tested_twice():
     found, n_tests = metrics._findings(
         memb.sums(),
         list(memb.names),
-        _UnitScale(),
+        UNIT_SCALE,
         mu,
         y,
         None,
@@ -438,11 +431,11 @@ def test_small_groups_are_never_tested():
     mu = DIST.true_mean(tab) + 0.5 * (df["race"] == "Z").to_numpy()  # wildly wrong on the tiny group
     v = DIST.true_moment(tab, 2)
     found, _ = metrics._findings(
-        memb.sums(), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9, 30, "holm", 0.05
+        memb.sums(), list(memb.names), UNIT_SCALE, mu, y, v, mean_grid(5), None, None, 0.9, 30, "holm", 0.05
     )
     assert not any(f["group"] == "race=Z" for f in found)
     found, _ = metrics._findings(
-        memb.sums(), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), None, None, 0.9, 5, "holm", 0.05
+        memb.sums(), list(memb.names), UNIT_SCALE, mu, y, v, mean_grid(5), None, None, 0.9, 5, "holm", 0.05
     )
     assert any(f["group"] == "race=Z" and f["kind"] == "mean" for f in found)
 
@@ -614,7 +607,7 @@ def test_a_classifier_audit_does_not_flag_a_group_without_positives():
     y = (rng.random(n) < p).astype(float)
     y[c_rows] = 0.0
     memb = GroupSet.from_columns(pd.DataFrame({"g": g}), ["g"]).evaluate(pd.DataFrame({"g": g}))
-    args = (memb.sums(), list(memb.names), _UnitScale(), p, y, None, mean_grid(5), None, None, 0.0, 30, "holm", 0.05)
+    args = (memb.sums(), list(memb.names), UNIT_SCALE, p, y, None, mean_grid(5), None, None, 0.0, 30, "holm", 0.05)
     found, _ = metrics._findings(*args, binary=True)
     assert found == [], [f["text"] for f in found]
 
@@ -639,7 +632,7 @@ def test_mean_tests_correct_for_skewed_residuals(monkeypatch):
     metrics._findings(
         memb.sums(),
         list(memb.names),
-        _UnitScale(),
+        UNIT_SCALE,
         np.zeros(100),
         r,
         None,
@@ -694,7 +687,7 @@ def test_variance_interval_covers_the_true_ratio_with_heavy_tails():
         )
         for kind, e in noise:
             tests = metrics._variance_tests(
-                pairs, list(memb.names), pairs.group_sums(), sd * e, sd**2, _UnitScale(), 30, 0.0
+                pairs, list(memb.names), pairs.group_sums(), sd * e, sd**2, UNIT_SCALE, 30, 0.0
             )
             cover[kind] += [t["interval"][0] <= 1 <= t["interval"][1] for t in tests if t["n"] < 150]
     assert len(cover["t5"]) > 1000

@@ -18,26 +18,17 @@ from mmc_core import findings as fnd
 from mmc_core import metrics
 from mmc_core.buckets import mean_grid
 from mmc_core.synthetic import demo_distribution
+from mmc_core.moments import LabelScale
+
+UNIT_SCALE = LabelScale(0.0, 1.0)  # the label on [0, 1]: unit values are label values
 
 DIST = dataclasses.replace(demo_distribution(), base_bias={})
 TOL = metrics.VARIANCE_TOLERANCE
 
 
-class _UnitScale:
-    span, lo = 1.0, 0.0
-
-    @staticmethod
-    def mean_from_unit(u):
-        return u
-
-    @staticmethod
-    def moment_from_unit(u, a):
-        return u
-
-
 def _run(memb, mu, y, v, inside=None, control="holm", tol=TOL, target=0.9):
     return metrics._findings(
-        memb.sums(), list(memb.names), _UnitScale(), mu, y, v, mean_grid(5), inside,
+        memb.sums(), list(memb.names), UNIT_SCALE, mu, y, v, mean_grid(5), inside,
         None if inside is None else "calibrated", target, 30, control, 0.05, tol,
     )  # fmt: skip
 
