@@ -944,6 +944,10 @@ def cmd_dashboard(args) -> int:
         "false",
         "--server.fileWatcherType",
         "none",
+        # also when a config.toml of the working folder or of the user turns it back on: Streamlit's table
+        # download writes formulas and bare line breaks as they are (our CSV writer is app.io.csv_bytes)
+        "--client.disableDataExport",
+        "true",
     ]
     if args.data:
         cmd += ["--", "--data", os.path.abspath(args.data)]

@@ -2,7 +2,8 @@
 
 Every problem is raised as :class:`mmc_core.errors.DataError` with a message naming the file or column.
 Outputs are written to a temporary file in the target folder and renamed, so a failure never leaves a
-partial file; CSV cells that a spreadsheet would run as a formula are escaped.
+partial file; CSV cells that a spreadsheet would run as a formula are escaped, and a cell holding a line break
+is quoted, so every exported row reads back as one row (:func:`csv_bytes`, the one CSV writer).
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ __all__ = [
 MAX_FILE_BYTES = 200 * 1024 * 1024
 MAX_ROWS = 5_000_000
 MAX_COLUMNS = 2_000
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# a spreadsheet trims leading blanks and line breaks before it looks for a formula, and OWASP lists a leading tab
+# or carriage return as a formula start of its own
+_FORMULA = re.compile(r"^(?:[\t\r]|\s*[=+\-@])")
+# RFC 4180 line ends: Python's csv module quotes a field only for the characters of its line terminator (besides
+# the delimiter and the quote), so with "\n" alone a bare "\r" went out unquoted and split the row on reading; the
+# same bytes on every platform, too (pandas' default terminator is os.linesep)
+CSV_LINE_END = "\r\n"
 
 
 # every number read back as the double it was written from: the default parser before pandas 3 is off by an
@@ -176,17 +183,32 @@ def numeric_column(df: pd.DataFrame, col: str, role: str = "column") -> np.ndarr
     return arr
 
 
+def _formula_cells(s: pd.Series) -> np.ndarray:
+    """Which cells of ``s`` are text a spreadsheet would run as a formula (non-text cells never are)."""
+    try:
+        hits = s.str.match(_FORMULA.pattern, na=False)
+    except AttributeError:  # an object column without text cells: pandas refuses .str
+        return np.zeros(len(s), dtype=bool)
+    # a text accessor on mixed cells leaves the non-text ones missing
+    return hits.fillna(False).to_numpy(dtype=bool)
+
+
 def escape_formulas(df: pd.DataFrame) -> pd.DataFrame:
-    """Prefix text cells that start like a spreadsheet formula with a quote (CSV injection)."""
+    """Prefix text cells and column names that start like a spreadsheet formula (after any leading blanks or line
+    breaks) with a quote (CSV injection); a spreadsheet then shows the text as it is."""
     out = df.copy()
     for c in out.columns:
         s = out[c]
-        if pd.api.types.is_string_dtype(s) or s.dtype == object:
-            mask = s.map(lambda v: isinstance(v, str) and v.startswith(_FORMULA_START))
-            if mask.any():
-                out[c] = s.astype(object)
-                out.loc[mask, c] = "'" + s[mask].astype(str)
-    ren = {c: ("'" + c if isinstance(c, str) and c.startswith(_FORMULA_START) else c) for c in out.columns}
+        if isinstance(s.dtype, pd.CategoricalDtype):  # categories are written as their text too
+            s = s.astype(object)
+        elif not (pd.api.types.is_string_dtype(s) or s.dtype == object):
+            continue
+        mask = _formula_cells(s)
+        if mask.any():
+            s = s.astype(object)
+            s[mask] = "'" + s[mask].astype(str)
+            out[c] = s
+    ren = {c: "'" + c for c in out.columns if isinstance(c, str) and _FORMULA.match(c)}
     return out.rename(columns=ren)
 
 
@@ -201,10 +223,15 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
 def csv_bytes(df: pd.DataFrame) -> bytes:
-    """``df`` as CSV text: formula-looking cells escaped, every float at full precision (the shortest text that
+    """``df`` as CSV text, the one CSV writer of mmc: formula-looking cells escaped, cells with a line break quoted
+    (CRLF line ends, :data:`CSV_LINE_END`), every float at full precision (the shortest text that
     reads back as the same double: re-predicting from an exported base prediction with the exported model gives
     the exported mean, also on rows whose base lies at a bucket edge; 6 or 10 digits moved such rows)."""
-    return escape_formulas(df).to_csv(index=False, float_format=None).encode("utf-8")
+    return (
+        escape_formulas(df)
+        .to_csv(index=False, float_format=None, lineterminator=CSV_LINE_END, quoting=csv.QUOTE_MINIMAL)
+        .encode("utf-8")
+    )
 
 
 def write_csv(df: pd.DataFrame, path):
