@@ -89,6 +89,9 @@ class DescentParams:
     # t^2) of the gap to the group's own fitting-row moment (t: the group's t statistic), on the log scale with
     # the ratio step
     moment_shrink: float = 0.0
+    # (a, floor) pairs: with the standard-error test, a moment cell's per-row residual variance is taken as at least
+    # the floor (the pooled variance of the moment's pseudo-labels): see CellStats.violated
+    moment_var_floors: tuple = ()
     # which cells the standard-error test gates (with z > 0): "all", or only the "mean" cells (target 1) or the
     # "moments" cells: a threshold given as a number is the paper's plain test, so the fit reaches it
     se_scope: str = "all"
@@ -302,7 +305,12 @@ class CellStats:
         z = self.p.z
         if partition == WHOLE:
             z = self.p.z_group_moment if (target >= 2 and self.p.z_group_moment >= 0) else self.p.z_group
-        return cell_violated(S, C, Q, thr, z, self.p.min_count)
+        # A moment's pseudo-labels are heavy-tailed: a cell that drew none of the rare large residuals has a low
+        # mean AND a low sample variance, so its own t statistic says "variance overstated" far beyond its level
+        # (in null worlds of heavy-tailed tables one such step put a group 30% off). Its variance is taken as at
+        # least the pooled one: cells whose spread is below the pool are left to the moments' cell step.
+        floor = self.p._lookup(self.p.moment_var_floors, target, 0.0) if target >= 2 else 0.0
+        return cell_violated(S, C, Q, thr, z, self.p.min_count, floor)
 
     def _masked_abs(self, S, C, Q, thr, partition, target=1):
         if not self.se:
@@ -584,19 +592,23 @@ class DescentResult:
     extra: dict = field(default_factory=dict)
 
 
-def cell_violated(S, C, Q, thr: float, z: float = 0.0, min_count: int = 0) -> np.ndarray:
+def cell_violated(S, C, Q, thr: float, z: float = 0.0, min_count: int = 0, var_floor: float = 0.0) -> np.ndarray:
     """Violated cells given their sums S, counts C and sums of squares Q of the residual.
 
     Always: |S| >= thr (the paper's mass-weighted test, thr = alpha n). With z > 0 also: C >= max(min_count,
     2) and the cell's t statistic |mean| / (sd / sqrt(C)) >= z, i.e. S^2 (C - 1) >= z^2 (C Q - S^2): a cell
     is corrected only when its residual is large relative to *its own* standard error (with z from a
     Bonferroni correction over the audited cells, the chance that any correct cell is flagged by noise at a
-    round is at most the chosen level).
+    round is at most the chosen level). ``var_floor`` > 0: the cell's per-row variance is taken as at least
+    this (its sample variance, (Q - S^2 / C) / (C - 1), is replaced by the larger of the two).
     """
     out = np.abs(S) >= thr
     if z > 0:
         S2 = S * S
-        out &= (C >= max(min_count, 2)) & (S2 * (C - 1.0) >= (z * z) * (C * Q - S2))
+        spread = C * Q - S2
+        if var_floor > 0:
+            spread = np.maximum(spread, C * (C - 1.0) * var_floor)
+        out &= (C >= max(min_count, 2)) & (S2 * (C - 1.0) >= (z * z) * spread)
     return out
 
 

@@ -34,6 +34,8 @@ from .thresholds import (  # noqa: F401 - the rule constants are re-exported for
     MEAN_BUCKET_RULES,
     MOMENT_BUCKET_RULES,
     SE_GROUP_LEVEL,
+    MOMENT_VAR_FLOOR_SHARE,
+    NO_GROUP_MOMENT_Z,
     SE_GROUP_MOMENT_Z,
     SE_LEVEL,
     SE_MOMENT_SHRINK,
@@ -533,6 +535,13 @@ class MomentMulticalibrator(SklearnParams):
         z = bonferroni_z(G * m * (1 + 2 * K * m), SE_LEVEL) if se else 0.0
         z_group = bonferroni_z(G * (1 + K), SE_GROUP_LEVEL) if se else 0.0
         z_group_moment = min(SE_GROUP_MOMENT_Z, z_group)
+        if self.shrunken_cells and self.calibration_fraction > 0:
+            # the moments' cell step (after the descent, judged on held-out rows) takes whole groups' moments
+            # with shrinkage; the descent's own whole-group test is a t test on skewed pseudo-labels, whose lower
+            # tail is heavy: in a world of equal spread (10,000 rows) it moved a small group's variance down by
+            # 20-30% in 3 of 10 fits (worst group up to 45% off; 8% at most without it). On islp_wage's held-out
+            # rows it had caught real group spread the cell step shrinks more (benchmarks/README.md, "Moment cells")
+            z_group_moment = NO_GROUP_MOMENT_Z
         mgz = getattr(self, "mean_group_z", "bonferroni")
         if not (
             mgz in GROUP_Z_RULES
@@ -572,6 +581,9 @@ class MomentMulticalibrator(SklearnParams):
             # test, which the descent then meets on the fitting rows
             extra["se_scope"] = "mean" if self.alpha == "se" else "moments"
         if se and moments and self.beta == "se":
+            extra["moment_var_floors"] = tuple(
+                (a, float(stats.label_std(a)) ** 2 * MOMENT_VAR_FLOOR_SHARE) for a in moments
+            )
             # A moment's whole group is corrected from |t| >= z_group_moment (the Bonferroni z_group), part-way:
             # the share max(1/2, 1 - 1 / t^2) of the gap to its own fitting-row moment (James-Stein with a floor
             # of 1/2; DescentParams.moment_shrink). Smaller gaps are left to the moments' cell step after the

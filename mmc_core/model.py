@@ -255,6 +255,8 @@ class FittedModel:
                 params["moment_shrink"] = p.moment_shrink
             if p.se_scope != "all":
                 params["se_scope"] = p.se_scope
+            if p.moment_var_floors:
+                params["moment_var_floors"] = {str(a): f for a, f in p.moment_var_floors}
         out = {
             "format": FORMAT,
             "version": (
@@ -589,7 +591,13 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
     scope = pr.get("se_scope", "all")
     if scope not in SE_SCOPES:
         raise bad(f"params.se_scope={scope!r} must be one of {', '.join(SE_SCOPES)}")
+    raw_vf = pr.get("moment_var_floors", {})
+    if not isinstance(raw_vf, dict) or any(
+        key not in names or not _finite(v) or isinstance(v, bool) or v < 0 for key, v in raw_vf.items()
+    ):
+        raise bad("params.moment_var_floors must be {fitted moment: a number >= 0}")
     return {
+        "moment_var_floors": tuple(sorted((int(k), float(v)) for k, v in raw_vf.items())),
         "se_scope": scope,
         "mean_edges": mean_edges,
         "moment_edges": tuple(sorted(moment_edges)),

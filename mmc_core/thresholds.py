@@ -18,11 +18,16 @@ AUTO_BUCKETS = (5, 10, 20)  # n_buckets="auto": candidates, chosen on the held-o
 SE_MIN_COUNT = 20  # the "se" rule never corrects a cell of fewer fitting rows
 SE_GROUP_LEVEL = 0.1  # "se" rule, whole-group mean cells: family-wise level (Bonferroni over the groups)
 # "se" rule, whole-group cells of a moment: the critical value, capped at the mean's Bonferroni z_group (so
-# z_group). At |t| >= 1 (until 2026-12-05) the descent followed each group's noisy sample moment: in a world
-# where every group has the same spread it put the worst group 7.6% off (the pooled constant: 0.1%); the
-# moments' cell step (mmc_core.cells.gated_moment_cells) now takes the smaller, noisier gaps in proportion to
-# their evidence (benchmarks/README.md, "Moment cells")
+# z_group), when no moments' cell step follows the descent (no held-out rows, or shrunken_cells=False); with
+# one, NO_GROUP_MOMENT_Z: whole groups' moments are the cell step's (mmc_core.cells.gated_moment_cells). At
+# |t| >= 1 (until 2026-12-05) the descent followed each group's noisy sample moment: in a world where every
+# group has the same spread it put the worst group 7.6% off (the pooled constant: 0.1%) (benchmarks/README.md,
+# "Moment cells")
 SE_GROUP_MOMENT_Z = 10.0
+NO_GROUP_MOMENT_Z = 100.0  # |t| >= 100: no whole-group moment step in the descent
+# "se" rule, moment cells: the per-row variance of a cell's moment residual is taken as at least this share of
+# the pooled variance of the moment's pseudo-labels (DescentParams.moment_var_floors)
+MOMENT_VAR_FLOOR_SHARE = 1.0
 SE_MOMENT_SHRINK = 1.0  # "se" rule: a whole group's moment step is shrunk by 1 - this / t^2 (DescentParams)
 GROUP_Z_RULES = ("bonferroni",)  # mean_group_z: the rule names; a number >= 1 is also accepted
 SE_LEVEL = 0.1  # "se" rule, finer cells: family-wise level (Bonferroni over every audited cell)

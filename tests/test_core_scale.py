@@ -72,11 +72,11 @@ def test_group_variance_at_realistic_scale_matches_the_truth_on_fresh_rows(seed)
     variance within 10% of its true average variance, corr(predicted sd, true sd) >= 0.95, and no predicted
     variance is <= 0.
 
-    Why 10% is a fair tolerance at this n: the fit leaves a group's average moment residual within z_group_moment of
-    its standard errors (the "se" rule); the group's own sampling error adds about 2 more. The test checks
-    that (z_group + 2) standard errors of the smallest such group's mean squared residual stay below 10% of
-    its variance, so the claim is a consequence of the guarantee, not a tuned outcome."""
-    n = 500_000  # at 200k (400k) rows the derived bound below is 14% (10.1%): 10% would not follow from it
+    Why 10%: it is issue 34's criterion for the worst listed group, and at this n sampling alone cannot
+    explain a miss that large: the test checks that 5 standard errors of the smallest such group's mean squared
+    residual (relative to its variance) stay below 10%. Whole groups' variances are the moments' cell step's
+    (shrunk by their rows, judged on the held-out rows), no longer bounded by the descent's own test."""
+    n = 600_000  # at 500k rows 5 standard errors are 10.05%
     t, y, base, var = known_variance_table(n, seed)
     tr, te = np.arange(int(0.7 * n)), np.arange(int(0.7 * n), n)
     groups = GroupSet.from_columns(_sub(t, tr), ["a", "b", "c"], 2)
@@ -100,9 +100,7 @@ def test_group_variance_at_realistic_scale_matches_the_truth_on_fresh_rows(seed)
         np.std(r2[dfit[:, g]]) / math.sqrt(dfit[:, g].sum()) / np.mean(var[fit_rows][dfit[:, g]])
         for g in np.flatnonzero(big)
     )
-    p = est.model_.params
-    z_moment = p.z_group_moment if p.z_group_moment >= 0 else p.z_group  # whole-group moment cells' z
-    assert (z_moment + 2) * worst_rel_se < 0.10
+    assert 5 * worst_rel_se < 0.10
     assert np.max(np.abs(rel[big])) <= 0.10, {groups.names[g]: round(float(rel[g]), 3) for g in np.flatnonzero(big)}
 
 
@@ -189,9 +187,17 @@ def test_format2_round_trip_and_bit_identical_replay(tmp_path):
     ).fit(t, y, groups, base_prediction=base)
     d = json.loads(est.model_.to_json())
     assert (
-        # 6: the base map has its group part; 3: it bends
+        # 7: the moments have cell corrections; 6: the base map has its group part; 3: it bends
         d["version"]
-        == (6 if d["init"]["mean"].get("group_part") else 3 if any(d["init"]["mean"].get("bends") or []) else 2)
+        == (
+            7
+            if d.get("moment_cells")
+            else 6
+            if d["init"]["mean"].get("group_part")
+            else 3
+            if any(d["init"]["mean"].get("bends") or [])
+            else 2
+        )
         and d["params"]["moment_step"] == "ratio"
         and len(d["params"]["mean_edges"]) == est.model_.params.m - 1
     )
@@ -290,10 +296,15 @@ def test_early_stopped_fit_predictions_equal_the_replayed_kept_log():
     from mmc_core.synthetic import demo_distribution
 
     d = demo_distribution()
-    t, y = d.sample(3000, np.random.default_rng(2))
-    est = MomentMulticalibrator(
-        alpha=0.0003, beta=0.0001, label_range=(0, 1), calibration_fraction=0.3, n_moments=3
-    ).fit(t, y, GroupSet.from_columns(t, ["sex", "race", "age", "score"], 2))
+    # the first draw whose fit stops early (which draws do depends on the fit's details; 2 of the first 8 did
+    # on 2026-12-05): the snapshot is what is tested, on whatever fit takes it
+    for seed in range(2, 22):
+        t, y = d.sample(3000, np.random.default_rng(seed))
+        est = MomentMulticalibrator(alpha=0.0005, label_range=(0, 1), calibration_fraction=0.3, n_moments=3).fit(
+            t, y, GroupSet.from_columns(t, ["sex", "race", "age", "score"], 2)
+        )
+        if est.model_.info["early_stopped"]:
+            break
     assert est.model_.info["early_stopped"]
     rows = est.fit_index_
     mu, moms = est.model_.predict_unit(_sub(t, rows), n=rows.size)

@@ -235,10 +235,13 @@ def test_run_with_discovery_learns_the_planted_group_and_marks_it():
     from app.ui.discover_tab import discovered_names
 
     df = planted_table(2000)
+    # listed groups on c, which the plant (a = q and b > 0.5) does not involve: with a = q listed, the descent
+    # corrects that whole group and leaves half the plant's error, with opposite signs, in each half of it, and
+    # which half the audit then finds depends on the draw (before 2026-12-05 this seed found the planted half)
     groups = {
         "format": "mmc-groups",
         "version": 1,
-        "groups": [{"name": f"a={v}", "where": [{"column": "a", "op": "==", "value": v}]} for v in "pqr"],
+        "groups": [{"name": f"c={v}", "where": [{"column": "c", "op": "==", "value": v}]} for v in "xy"],
     }
     run = run_pipeline(
         df,
