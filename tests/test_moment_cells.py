@@ -151,3 +151,12 @@ def test_the_stated_beta_is_measured_after_the_moment_cells():
     fit_rows = tr.iloc[est.fit_index_]
     pm = est.model_.predict(fit_rows, fit_rows["base"].to_numpy())
     assert np.allclose(pm["moment_2"] / 200.0**2, est.fit_moments_unit_[2], rtol=1e-12, atol=0)
+
+
+def test_the_live_chart_marks_the_round_a_stop_would_keep():
+    from app.ui.run_page import best_round_so_far
+
+    hist = [{"round": 0, "holdout_mse": 0.5}, {"round": 1, "holdout_mse": 0.4}, {"round": 2, "holdout_mse": 0.45}]
+    assert best_round_so_far(hist) == 1
+    assert best_round_so_far([{"round": 0}]) is None  # no held-out rows
+    assert best_round_so_far([*hist, {"round": 3, "holdout_mse": 0.4}]) == 1  # the earliest on ties

@@ -380,11 +380,20 @@ class _LiveFigure:
         if (self._thread is not None and self._thread.is_alive()) or len(hist) == self.rows:
             return
         self.rows = len(hist)
-        self._thread = threading.Thread(target=self._build, args=(thin(hist), thr), name="mmc-live-chart", daemon=True)
+        args = (thin(hist), thr, best_round_so_far(hist))
+        self._thread = threading.Thread(target=self._build, args=args, name="mmc-live-chart", daemon=True)
         self._thread.start()  # the figure is shown from the next tick on
 
-    def _build(self, hist, thr):
-        self.fig = _convergence_fig(hist, *thr)
+    def _build(self, hist, thr, kept):
+        self.fig = _convergence_fig(hist, *thr, kept_round=kept)
+
+
+def best_round_so_far(hist: list) -> int | None:
+    """The round a stop now would keep: the lowest held-out squared error so far (the earliest on ties), marked
+    on the live chart; None without held-out rows. (With a given alpha or beta the fit keeps the best among the
+    rounds meeting it: the same round once the descent has met it.)"""
+    scored = [(h["holdout_mse"], i) for i, h in enumerate(hist) if h.get("holdout_mse") is not None]
+    return int(hist[min(scored)[1]]["round"]) if scored else None
 
 
 def _live_body():
