@@ -5,7 +5,8 @@ and output helpers and one error convention (below); each handler is 20-120 line
 leave those shared helpers as the real content of every module.
 
 Every user error prints one line to stderr (``mmc: error: ...``) and exits with status 2; nothing is
-written unless the command succeeds (outputs are written to a temporary file and renamed).
+written unless the command succeeds (outputs are written to a temporary file and renamed), and an output that
+is one of the command's inputs is refused before any work (:func:`refuse_output_over_input`).
 """
 
 from __future__ import annotations
@@ -354,6 +355,59 @@ def _features(args, df, exclude) -> list:
     return list(feats)
 
 
+# the path options of the commands: an output renamed over an input would replace it (`fit --out DATA.csv` left a
+# model where the data was, `report --out MODEL.json` a PDF where the model was)
+INPUT_OPTIONS = ("--data", "--model", "--groups")
+OUTPUT_OPTIONS = ("--out",)
+
+
+def _option_value(args, option: str):
+    return getattr(args, option[2:].replace("-", "_"), None)
+
+
+def _input_paths(args, option: str) -> list:
+    """The paths an input option reads: with --engine dask, --data is a folder or glob of Parquet files (the
+    folder and each file it matches)."""
+    value = _option_value(args, option)
+    if not value:
+        return []
+    if option == "--data" and getattr(args, "engine", None) == "dask":
+        import glob
+
+        return [value, *glob.glob(os.path.join(value, "*.parquet") if os.path.isdir(value) else value)]
+    return [value]
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)  # also a hard link, or a name a case-insensitive file system folds
+    except OSError:  # either is missing: only the resolved names can tell
+        return False
+
+
+def refuse_output_over_input(args) -> None:
+    """CLIError when an output option of the command names one of its inputs (the same file after symlinks and
+    relative paths, or a folder holding it). Every command calls this first, before any work."""
+    for out_option in OUTPUT_OPTIONS:
+        out = _option_value(args, out_option)
+        if not out:
+            continue
+        real_out = os.path.realpath(out)
+        for in_option in INPUT_OPTIONS:
+            for path in _input_paths(args, in_option):
+                real_in = os.path.realpath(path)
+                if real_in == real_out or _same_file(out, path):
+                    raise CLIError(
+                        f"{out_option} {out} is the {in_option} input {path}: writing it would replace that input; "
+                        f"choose another {out_option}"
+                    )
+                if real_in.startswith(real_out.rstrip(os.sep) + os.sep):
+                    raise CLIError(
+                        f"{out_option} {out} is a folder holding the {in_option} input {path}: writing it would "
+                        f"replace that input; choose another {out_option}"
+                    )
+
+
 def _check_out(path: str):
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -408,6 +462,7 @@ def estimator_from_args(args, **extra):
 
 
 def cmd_fit(args) -> int:
+    refuse_output_over_input(args)
     if args.features and not args.discover:
         raise CLIError("--features names the columns --discover may learn groups on: add --discover, or drop it")
     if args.engine == "dask":
@@ -721,6 +776,7 @@ def refuse_overwrite(existing, added) -> None:
 
 
 def cmd_predict(args) -> int:
+    refuse_output_over_input(args)
     if args.engine == "dask":
         from .cli_dask import predict
 
@@ -756,6 +812,7 @@ def cmd_predict(args) -> int:
 
 
 def cmd_audit(args) -> int:
+    refuse_output_over_input(args)
     if args.engine == "dask":
         from .cli_dask import audit as audit_dask
 
@@ -849,6 +906,7 @@ def cmd_report(args) -> int:
     from .io import write_bytes
     from .report import build_report_pdf
 
+    refuse_output_over_input(args)
     _check_apply_args(args)
     model, df, base, y = _load_for_apply(args, need_label=True)
     _check_threshold_applies(args, model)
@@ -864,6 +922,7 @@ def cmd_discover(args) -> int:
     from mmc_core.model import atomic_write_text
     from .io import numeric_column, read_table
 
+    refuse_output_over_input(args)
     _check_out(args.out)
     if not 1 <= args.top <= 100:
         raise CLIError(f"--top must be an integer from 1 to 100, got {args.top}")

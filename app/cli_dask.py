@@ -4,7 +4,8 @@ Without ``--scheduler`` a ``distributed.LocalCluster`` of ``--workers`` processe
 ``--memory-limit`` each) is started for the command and closed after it (also on Ctrl-C and on errors); with
 ``--scheduler ADDRESS`` the command connects to an existing cluster and leaves it running. Bad input (a glob
 matching nothing, Parquet files with different schemas, a scheduler that does not answer) is one line on
-stderr and exit 2, before anything is written.
+stderr and exit 2, before anything is written. An --out that is an input (the model, a groups file, the --data
+folder or one of its files) is refused by :func:`app.cli.refuse_output_over_input` before the engine is chosen.
 """
 
 from __future__ import annotations
