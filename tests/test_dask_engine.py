@@ -440,3 +440,24 @@ def test_audit_tables_are_json_with_null_for_empty_groups(client):
     tables = de.audit_tables_dask(est.model_, split(df, [1000, 3000]), "y")
     json.dumps(tables, allow_nan=False)
     assert tables["by_group"]["count"] == [4000, 0] and tables["by_group"]["mean_label"][1] is None
+
+
+def test_dask_meets_a_given_alpha_and_fits_the_moment_cells_as_numpy(client):
+    """Issue 34 on the Dask engine: a given alpha is met on the fitting rows (the per-cell test gates only the
+    moments, whose beta is "se"), and the moments' cell step runs there too (its held-out rows are split per
+    partition, so the two engines' models differ by their rows; a saved model predicts what the fitted one
+    does)."""
+    sizes = [5000, 8000, 7000]
+    df = make_frame(sum(sizes), seed=11)
+    groups = GroupSet.from_json(GROUPS_JSON)
+    kw = dict(alpha=5e-4, n_moments=2)
+    e_np = MomentMulticalibrator(**kw).fit(df, df["y"], groups, base_prediction=df["base"], base_name="base")
+    e_dk = MomentMulticalibrator(**kw).fit(split(df, sizes), "y", groups, base_prediction="base", client=client)
+    for e in (e_np, e_dk):
+        assert e.alpha_ <= 5e-4 and e.model_.params.se_scope == "moments"
+    assert set(e_dk.model_.info["moment_cells"]) == set(e_np.model_.info["moment_cells"]) == {"2"}
+    m = e_dk.model_
+    assert m.moment_cells, m.info["moment_cells"]
+    again = FittedModel.from_json(m.to_json())
+    base = df["base"].to_numpy()
+    np.testing.assert_array_equal(again.predict(df, base)["moment_2"], m.predict(df, base)["moment_2"])
