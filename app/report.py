@@ -32,6 +32,7 @@ from mmc_core.cells import describe_cells
 from mmc_core.descent import SHRINK_MIN
 from mmc_core.errors import MMCError
 from mmc_core.recalibrate import describe as describe_base
+from mmc_core.thresholds import NO_GROUP_MOMENT_Z
 
 from . import figures as F
 from .pdf_doc import KALEIDO_MESSAGE, _title_page, report_label
@@ -297,7 +298,9 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
             f"only when |t| >= {float(info.get('z', 0)):.2f} against their own standard error, whole "
             f"groups at {float(info.get('z_group', 0)):.2f}"
             + (
-                f"; a whole group's moments from |t| >= {p.z_group_moment:g}, part-way: the share "
+                "; whole groups' moments left to the cell step after the descent"
+                if moments and p.z_group_moment >= NO_GROUP_MOMENT_Z
+                else f"; a whole group's moments from |t| >= {p.z_group_moment:g}, part-way: the share "
                 f"max({SHRINK_MIN:g}, 1 − {p.moment_shrink:g}/t²) of the gap to its own fitting-row moment"
                 if moments and getattr(p, "moment_shrink", 0) > 0 and p.z_group_moment >= 0
                 else ""
