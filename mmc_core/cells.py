@@ -18,7 +18,7 @@ within noise, yet together they are not. This step fits every cell at once, shru
   ``CELL_MAX_GROUPS`` largest groups get a coefficient);
 * the penalty is the one whose correction gives the lowest squared error on the held-out rows (none, unless
   some correction beats no correction there), and it is applied at the share of it that they bear out, the way
-  the base map is (:func:`mmc_core.recalibrate._stack_gate`): the held-out residuals regressed on the
+  the base map is (:func:`mmc_core.recalibrate.stack_gate`): the held-out residuals regressed on the
   correction give its scale and z, weight min(1, max(scale, 0)) x min(1, z / 2); dropped when it leaves some
   group significantly more biased on the held-out rows than before
   (:func:`mmc_core.recalibrate._harmed_groups`). The held-out rows choose among 8 penalties and a weight, as
@@ -232,7 +232,7 @@ def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
     prediction ``mu``, ``sums``), the penalty and the weight chosen on ``held_out`` = (y_h, mu_h, sums_h) as in
     the module docstring. The check: {"penalty", "scale", "z", "weight", "rounds", "kept", "harmed"} (penalty
     None: no penalty's correction lowered the held-out squared error; rounds: corrections judged)."""
-    from .recalibrate import HARM_LEVEL, _harmed_groups, _stack_gate
+    from .recalibrate import HARM_LEVEL, _harmed_groups, stack_gate
 
     check = {"z": 0.0, "rounds": 0, "kept": False, "harmed": []}
     n_held = 0 if held_out is None else int(np.asarray(held_out[0]).size)
@@ -254,7 +254,7 @@ def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
     best = int(np.argmin(sse))
     if not sse[best] < float(e @ e):  # no penalty's correction beats none on the held-out rows (ties: none)
         return None, check
-    scale, z, weight = _stack_gate(e, changes[best])
+    scale, z, weight = stack_gate(e, changes[best])
     check.update(penalty=CELL_PENALTIES[best], scale=scale, z=z, weight=weight)
     if not weight > 0:
         return None, check
@@ -341,7 +341,7 @@ def _qlike_scale(ratio: np.ndarray, d: np.ndarray) -> float:
 
 def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int) -> tuple:
     """One stage of :func:`gated_moment_cells`: (round or None, check)."""
-    from .recalibrate import HARM_LEVEL, _stack_gate, harmed_by
+    from .recalibrate import HARM_LEVEL, stack_gate, harmed_by
 
     check: dict = {"bands": bands, "z": 0.0, "kept": False, "harmed": []}
     cand = fit_moment_cells(s, v, sums, bands)
@@ -355,7 +355,7 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int) -> tuple:
     if not losses[best] < float(np.mean(ratio)):  # QLIKE at no change (ties: none)
         return None, check
     d = changes[best]
-    _, z, _ = _stack_gate(ratio - 1.0, d)  # the evidence: the ratio residual against the change
+    _, z, _ = stack_gate(ratio - 1.0, d)  # the evidence: the ratio residual against the change
     scale = _qlike_scale(ratio, d)  # the share borne out, on the loss's own (multiplicative) scale
     weight = scale * min(max(z / 2.0, 0.0), 1.0)
     check.update(penalty=CELL_PENALTIES[best], scale=scale, z=z, weight=weight)

@@ -16,7 +16,7 @@ single cell passes its test, so a line fitted over all fitting rows removes it b
   hinges max(base - knot, 0) at the quartiles of the fitting rows' base (``KNOT_QUANTILES``) with their own
   slopes, for a base miscalibrated unevenly along its range (a booster over-fitted at its extremes, or a
   probability whose errors follow a logistic curve). Each step is applied at the share of it that rows it was
-  not fitted on bear out (:func:`_stack_gate`, one-member stacking): on the out-of-sample rows (the held-out
+  not fitted on bear out (:func:`stack_gate`, one-member stacking): on the out-of-sample rows (the held-out
   rows and the fitting rows' 5-fold out-of-fold predictions) the residual is regressed on the step's change,
   and the step is applied at weight = that scale (in [0, 1]) x min(1, z / ``MIN_GAIN_Z``), z = the scale in
   robust standard errors. The bend is judged against the straight map (residuals after it, change = bent
@@ -24,7 +24,7 @@ single cell passes its test, so a line fitted over all fitting rows removes it b
   out of sample than the base did (Bonferroni over the groups at ``HARM_LEVEL``) is refitted without the
   between-group slope, and dropped if that one does too: one group's error fitted by the between slope moves
   every group by its projected mean. So a calibrated base (scale about 0, z a standard normal's: the
-  cross-fitted rows' terms are counted twice, see :func:`_stack_gate`) is left as given or moved a little,
+  cross-fitted rows' terms are counted twice, see :func:`stack_gate`) is left as given or moved a little,
   and with fewer than ``GATE_MIN_ROWS`` out-of-sample rows it is used as given. On a
   larger table the map is fitted and checked on a seeded sample of ``CV_MAX_ROWS`` (50,000) fitting and
   held-out rows (it has only |G| + 3 + len(KNOT_QUANTILES) coefficients) and applied to every row.
@@ -309,7 +309,7 @@ def _gate(d: np.ndarray) -> tuple[float, float, float]:
     return gain, z, float(min(max(z / MIN_GAIN_Z, 0.0), 1.0))
 
 
-def _stack_gate(e: np.ndarray, change: np.ndarray, paired: np.ndarray | None = None) -> tuple[float, float, float]:
+def stack_gate(e: np.ndarray, change: np.ndarray, paired: np.ndarray | None = None) -> tuple[float, float, float]:
     """(scale, z, weight) of a change judged on out-of-sample rows: scale = the least-squares coefficient of
     the residuals ``e`` on the rows' out-of-sample ``change`` (the share of the change that the labels bear
     out: 1 for a change that is right, 0 for one that is noise; Breiman's stacked regression with one
@@ -376,7 +376,7 @@ def fit_group_linear(
     ``held_out`` = (y_h, base_h, sums_h): the held-out rows, if any. Above ``CV_MAX_ROWS`` rows (fitting or
     held-out) a seeded sample of that many is used. The out-of-sample rows are the held-out rows and the
     fitting rows' out-of-fold predictions (5 folds: the map refitted without the fold, projection included).
-    The map is applied at weight min(1, max(scale, 0)) x min(1, z / ``MIN_GAIN_Z``) (:func:`_stack_gate`; its
+    The map is applied at weight min(1, max(scale, 0)) x min(1, z / ``MIN_GAIN_Z``) (:func:`stack_gate`; its
     coefficients but the projection multiplied by it; 0 for z <= 0: the base as given): scale = the
     least-squares coefficient of the out-of-sample residuals y - base on the map's out-of-sample change, z =
     scale in robust standard errors. Until 2026-11-27 the weight was min(1, z_gain / 2) with z_gain the
@@ -468,7 +468,7 @@ def fit_group_linear(
         bend_scale, bend_z, bend_w = 0.0, 0.0, 0.0
         if full is not None and sets:
             after = [np.clip(b + ch, 0.0, 1.0) for _, b, _, ch, _ in sets]
-            bend_scale, bend_z, bend_w = _stack_gate(
+            bend_scale, bend_z, bend_w = stack_gate(
                 np.concatenate([yy - a for (yy, *_), a in zip(sets, after)]),
                 np.concatenate([np.clip(b + chf, 0.0, 1.0) - a for (_, b, _, _, chf), a in zip(sets, after)]),
                 paired,
@@ -481,7 +481,7 @@ def fit_group_linear(
         scale, z, weight = (
             (0.0, 0.0, 0.0)
             if d.size < GATE_MIN_ROWS
-            else _stack_gate(
+            else stack_gate(
                 np.concatenate([yy - b for (yy, b, *_) in sets] or [[]]),
                 np.concatenate([np.clip(b + ch, 0.0, 1.0) - b for (_, b, *_), ch in zip(sets, changes)] or [[]]),
                 paired,

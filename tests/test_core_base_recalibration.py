@@ -137,7 +137,7 @@ def test_group_linear_recovers_both_slopes_and_beats_the_plain_fit_on_fresh_rows
 
 
 def _stack_weight(scale: float, z: float) -> float:
-    """The gate's weight (recalibrate._stack_gate), written out: the scale the out-of-sample rows support,
+    """The gate's weight (recalibrate.stack_gate), written out: the scale the out-of-sample rows support,
     in [0, 1], times min(1, z / 2)."""
     return min(1.0, max(0.0, scale)) * min(1.0, max(0.0, z / 2))
 
