@@ -21,7 +21,7 @@ within noise, yet together they are not. This step fits every cell at once, shru
   the base map is (:func:`mmc_core.recalibrate.stack_gate`): the held-out residuals regressed on the
   correction give its scale and z, weight min(1, max(scale, 0)) x min(1, z / 2); dropped when it leaves some
   group significantly more biased on the held-out rows than before
-  (:func:`mmc_core.recalibrate._harmed_groups`). The held-out rows choose among 8 penalties and a weight, as
+  (:func:`mmc_core.recalibrate.harmed_groups`). The held-out rows choose among 8 penalties and a weight, as
   they choose the descent's kept round; nothing is fitted on them, so the intervals calibrated on them keep
   their guarantee. (A first version fitted the ridge on the fitting and held-out rows together, which gained
   more on the demo table, but the held-out residuals then shrank and the 90% intervals covered 0.929 of fresh
@@ -232,7 +232,7 @@ def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
     prediction ``mu``, ``sums``), the penalty and the weight chosen on ``held_out`` = (y_h, mu_h, sums_h) as in
     the module docstring. The check: {"penalty", "scale", "z", "weight", "rounds", "kept", "harmed"} (penalty
     None: no penalty's correction lowered the held-out squared error; rounds: corrections judged)."""
-    from .recalibrate import HARM_LEVEL, _harmed_groups, stack_gate
+    from .recalibrate import HARM_LEVEL, harmed_groups, stack_gate
 
     check = {"z": 0.0, "rounds": 0, "kept": False, "harmed": []}
     n_held = 0 if held_out is None else int(np.asarray(held_out[0]).size)
@@ -258,7 +258,7 @@ def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
     check.update(penalty=CELL_PENALTIES[best], scale=scale, z=z, weight=weight)
     if not weight > 0:
         return None, check
-    harmed = _harmed_groups([(y_h, mu_h, sums_h, weight * changes[best])], HARM_LEVEL) if HARM_LEVEL > 0 else []
+    harmed = harmed_groups([(y_h, mu_h, sums_h, weight * changes[best])], HARM_LEVEL) if HARM_LEVEL > 0 else []
     if harmed:
         check["harmed"] = [sums_h.memb.names[g] for g in harmed]
         return None, check

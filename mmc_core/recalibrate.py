@@ -265,7 +265,7 @@ def _change(base: np.ndarray, proj: np.ndarray, coef: np.ndarray, knots=()) -> n
     return out
 
 
-def _harmed_groups(sets, level: float = 0.1, min_rows: int = 30) -> list:
+def harmed_groups(sets, level: float = 0.1, min_rows: int = 30) -> list:
     """Groups a map leaves significantly more biased on out-of-sample rows than the base left them.
 
     ``sets``: (y, base, sums, change) per set of out-of-sample rows; see :func:`harmed_by`."""
@@ -489,7 +489,7 @@ def fit_group_linear(
         )
         coef = np.concatenate([blend[:3] * weight, [lin[3]], blend[4:] * weight])
         harmed = (
-            _harmed_groups([(yy, b, sm, weight * ch) for (yy, b, sm, *_), ch in zip(sets, changes)], HARM_LEVEL)
+            harmed_groups([(yy, b, sm, weight * ch) for (yy, b, sm, *_), ch in zip(sets, changes)], HARM_LEVEL)
             if HARM_LEVEL > 0 and weight > 0
             else []
         )
@@ -507,7 +507,7 @@ def fit_group_linear(
         }
 
     # A map that leaves some group more biased on the out-of-sample rows than the base left it, by more than the
-    # Bonferroni z in standard errors (_harmed_groups), is refitted without the between-group slope (which moves every group by its projected
+    # Bonferroni z in standard errors (harmed_groups), is refitted without the between-group slope (which moves every group by its projected
     # mean: one group's error fixed by a slope drags the others along); if that one harms a group too, the
     # base is used as given.
     cand = candidate(True)
