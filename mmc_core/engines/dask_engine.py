@@ -806,10 +806,11 @@ def _moment_cells(parts, model, gset, n_fit_parts, n_cal_parts) -> dict | None:
         return None
     parts.gather("held_predictions", model)  # with the mean's cells, if kept
     checks = {}
+    # the same seeded rows for every moment: the label and final mean once, each moment's prediction per moment
+    sums_s, y_s, mu_s = _client_sample(parts, gset, "fit", n_fit_parts, 17, "kept")
+    sums_h, y_h, mu_h = _client_sample(parts, gset, "held", n_cal_parts, 19, "held")
     for a in p.moments:
-        sums_s, y_s, mu_s = _client_sample(parts, gset, "fit", n_fit_parts, 17, "kept")
         _, _, v_s = _client_sample(parts, gset, "fit", n_fit_parts, 17, ("kept", a))
-        sums_h, y_h, mu_h = _client_sample(parts, gset, "held", n_cal_parts, 19, "held")
         _, _, v_h = _client_sample(parts, gset, "held", n_cal_parts, 19, ("held", a))
         s_s, s_h = pseudo_label(a, y_s - mu_s, p.odd_moments), pseudo_label(a, y_h - mu_h, p.odd_moments)
         cell, checks[str(a)] = gated_moment_cells(s_s, v_s, sums_s, (s_h, v_h, sums_h))
