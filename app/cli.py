@@ -1072,6 +1072,19 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    except OSError as e:  # a full disk, a read-only folder, a file that vanished (also raised by Dask workers)
+        where = f" {e.filename}" if getattr(e, "filename", None) else ""
+        print(f"mmc: error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:  # noqa: BLE001 - a bug: one line for the user, the traceback on request
+        if os.environ.get("MMC_TRACEBACK"):
+            raise
+        print(
+            f"mmc: internal error: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''} "
+            "(a bug: please report it; set MMC_TRACEBACK=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

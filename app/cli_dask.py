@@ -244,6 +244,16 @@ def audit(args) -> int:
     return 0
 
 
+def _memory_limit(text: str) -> str:
+    """--memory-limit as Dask reads it ("6GB", "500MiB", "auto"), checked when the options are parsed."""
+    import argparse
+    import re
+
+    if text != "auto" and not re.fullmatch(r"\s*\d+(\.\d+)?\s*([kKmMgGtTpP]i?)?[bB]?\s*", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size (e.g. 6GB, 500MiB or auto)")
+    return text
+
+
 def add_engine_options(p):
     """--engine, --scheduler, --workers, --memory-limit (fit, predict, audit)."""
     from .cli import choice_option
@@ -264,6 +274,7 @@ def add_engine_options(p):
     )
     p.add_argument(
         "--memory-limit",
+        type=_memory_limit,
         default="6GB",
         help="with --engine dask and no --scheduler: memory per local worker (default 6GB)",
     )

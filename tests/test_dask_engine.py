@@ -461,3 +461,74 @@ def test_dask_meets_a_given_alpha_and_fits_the_moment_cells_as_numpy(client):
     again = FittedModel.from_json(m.to_json())
     base = df["base"].to_numpy()
     np.testing.assert_array_equal(again.predict(df, base)["moment_2"], m.predict(df, base)["moment_2"])
+
+
+def _tiny_parts(tmp_path, **changes):
+    """A 400-row Parquet folder (and its fitted numpy model) where ``changes`` set one cell: {column: value}."""
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"g": rng.integers(0, 2, 400), "p": rng.normal(size=400)})
+    df["y"] = df["p"] + rng.normal(size=400)
+    model = tmp_path / "m.json"
+    MomentMulticalibrator(n_moments=2, calibration_fraction=0.0, max_rounds=2).fit(
+        df, df["y"], GroupSet.from_columns(df, ["g"]), base_prediction=df["p"].to_numpy()
+    ).save(model)
+    for col, v in changes.items():
+        df.loc[7, col] = v
+    d = tmp_path / "d"
+    d.mkdir()
+    df.to_parquet(d / "a.parquet")
+    return d, model
+
+
+@pytest.mark.parametrize("command", ["predict", "audit"])
+def test_cli_non_finite_base_is_refused_as_by_the_numpy_engine(client, tmp_path, capsys, command):
+    from app.cli import main
+
+    d, model = _tiny_parts(tmp_path, p=np.inf)
+    out = tmp_path / ("pred" if command == "predict" else "audit.json")
+    args = [command, "--engine", "dask", "--scheduler", client.scheduler.address, "--model", str(model)]
+    args += ["--data", str(d), "--pred", "p", "--out", str(out)] + (["--label", "y"] if command == "audit" else [])
+    assert main(args) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mmc: error:")]
+    assert len(err) == 1 and "prediction column 'p' has 1 missing or infinite value(s)" in err[0]
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-mmc-")]
+
+
+@pytest.mark.parametrize("command", ["fit", "predict", "audit"])
+def test_cli_zero_rows_are_refused_before_the_cluster_starts(tmp_path, capsys, command):
+    from app.cli import main
+
+    d, model = _tiny_parts(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pd.read_parquet(d / "a.parquet").iloc[:0].to_parquet(empty / "a.parquet")
+    out = tmp_path / ("pred" if command == "predict" else "out.json")
+    args = [command, "--engine", "dask", "--data", str(empty), "--out", str(out), "--pred", "p"]
+    args += ["--label", "y"] if command != "predict" else []
+    args += ["--model", str(model)] if command != "fit" else []
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "no data rows" in err and "starting a local Dask cluster" not in err
+    assert not out.exists()
+
+
+def test_cli_memory_limit_is_checked_when_parsed(tmp_path, capsys):
+    from app.cli import main
+
+    d, _ = _tiny_parts(tmp_path)
+    args = ["fit", "--engine", "dask", "--data", str(d), "--label", "y", "--out", str(tmp_path / "m2.json")]
+    assert main(args + ["--memory-limit", "lots"]) == 2
+    err = capsys.readouterr().err
+    assert "'lots' is not a memory size" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_cli_bad_label_on_a_local_cluster_is_one_line_without_worker_tracebacks(tmp_path):
+    d, model = _tiny_parts(tmp_path, y=np.nan)
+    out = tmp_path / "audit.json"
+    args = ["audit", "--engine", "dask", "--workers", "1", "--memory-limit", "1GB", "--model", str(model)]
+    args += ["--data", str(d), "--pred", "p", "--label", "y", "--out", str(out)]
+    res = subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and "label 'y' has missing or infinite values" in res.stderr
+    assert not out.exists()

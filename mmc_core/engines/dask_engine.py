@@ -64,6 +64,7 @@ import numpy as np
 from ..descent import CellState, CellStats
 from ..errors import DataError, GroupDefinitionError, MMCError
 from ..metrics import residual_variance
+from ..tables import to_label_array
 
 __all__ = [
     "fit_dask",
@@ -1017,7 +1018,7 @@ def _predict_frame(df, model_json, base_col, moments):
     from ..model import FittedModel
 
     model = _model_cache(model_json, FittedModel)
-    base = None if base_col is None else df[base_col].to_numpy(dtype=float)
+    base = None if base_col is None else to_label_array(df[base_col], f"prediction column '{base_col}'")
     if len(df) == 0:
         out = {"mean": np.zeros(0)}
         out.update({f"moment_{a}": np.zeros(0) for a in moments})
@@ -1078,7 +1079,8 @@ def _audit_part(df, model_json, label, base_col):
         raise DataError(f"label '{label}' has missing or infinite values")
     base_u = None
     if model.uses_base:
-        base_u = np.clip((df[base_col].to_numpy(dtype=float) - model.scale.lo) / model.scale.span, 0.0, 1.0)
+        base = to_label_array(df[base_col], f"prediction column '{base_col}'") if n else np.zeros(0)
+        base_u = np.clip((base - model.scale.lo) / model.scale.span, 0.0, 1.0)
     memb = model.groups.evaluate(df, n)
     mu, moms = model.initial(n, base_u, memb)
     model.replay(memb, mu, moms)
@@ -1198,12 +1200,14 @@ def read_parquet(pattern: str, columns=None):
         raise DataError(f"--data {pattern!r} matches no Parquet files")
     import pyarrow.parquet as pq
 
-    first = None
+    first, rows = None, 0
     for f in files:
         try:
-            schema = pq.read_schema(f)
+            meta = pq.read_metadata(f)
+            schema = meta.schema.to_arrow_schema()
         except Exception as e:  # noqa: BLE001 - any unreadable file is a data error
             raise DataError(f"{f} is not a readable Parquet file ({type(e).__name__})") from None
+        rows += meta.num_rows
         sig = [(fld.name, str(fld.type)) for fld in schema if not fld.name.startswith("__index_level_")]
         if first is None:
             first = (f, sig)
@@ -1213,6 +1217,8 @@ def read_parquet(pattern: str, columns=None):
                 f"Parquet files have different schemas: {os.path.basename(f)} vs "
                 f"{os.path.basename(first[0])} (differing columns: {', '.join(f'{a}:{b}' for a, b in diff)})"
             )
+    if rows == 0:  # as the in-memory engine: nothing to fit, predict or audit
+        raise DataError(f"--data {pattern!r} has a schema but no data rows")
     return dd.read_parquet(files, columns=columns)
 
 
@@ -1237,7 +1243,12 @@ def start_client(scheduler: str | None = None, workers: int = 2, memory_limit: s
     if not isinstance(workers, int) or workers < 1:
         raise MMCError(f"--workers must be a positive integer, got {workers!r}")
     cluster = LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit, dashboard_address=None
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=memory_limit,
+        dashboard_address=None,
+        silence_logs=logging.CRITICAL,  # a task's DataError reaches the user as one line, not a worker traceback
     )
     return Client(cluster), cluster
 

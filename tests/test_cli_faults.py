@@ -1,0 +1,66 @@
+"""Faults the user does not cause through the data: a full disk, a folder that cannot be written, a bug.
+Each is one line on stderr and an exit code, never a traceback, and nothing is left half-written."""
+
+import errno
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app import cli
+
+
+@pytest.fixture
+def table(tmp_path):
+    rng = np.random.default_rng(1)
+    df = pd.DataFrame({"g": rng.integers(0, 3, 300), "x": rng.normal(size=300)})
+    df["y"] = df["x"] + rng.normal(size=300)
+    path = tmp_path / "d.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def _one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.startswith("mmc: ")]
+    assert "Traceback" not in err
+    assert len([ln for ln in lines if "error" in ln]) == 1, err
+    return next(ln for ln in lines if "error" in ln)
+
+
+def test_full_disk_is_one_line_exit_2_and_no_file(table, tmp_path, monkeypatch, capsys):
+    real = os.replace
+
+    def full(src, dst, *a, **k):  # the disk fills while the temporary file is moved into place
+        if str(dst).endswith("m.json"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", full)
+    out = tmp_path / "m.json"
+    rc = cli.main(["fit", "--data", str(table), "--label", "y", "--group-cols", "g", "--out", str(out)])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and "No space left on device" in line and str(out) in line
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs a folder no one can create files in (/proc)")
+def test_folder_that_cannot_be_written_is_one_line_exit_2(table, capsys):
+    rc = cli.main(["fit", "--data", str(table), "--label", "y", "--out", "/proc/mmc-model.json"])
+    assert rc == 2
+    assert "/proc" in _one_error_line(capsys.readouterr().err)
+
+
+def test_a_bug_is_one_line_exit_1_and_the_traceback_on_request(table, tmp_path, monkeypatch, capsys):
+    def broken(args):
+        raise ZeroDivisionError("float division by zero\nsecond line")
+
+    monkeypatch.setitem(cli.COMMANDS, "fit", broken)
+    args = ["fit", "--data", str(table), "--label", "y", "--out", str(tmp_path / "m.json")]
+    monkeypatch.delenv("MMC_TRACEBACK", raising=False)
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error: ZeroDivisionError: float division by zero" in err
+    monkeypatch.setenv("MMC_TRACEBACK", "1")
+    with pytest.raises(ZeroDivisionError):
+        cli.main(args)
