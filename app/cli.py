@@ -1076,7 +1076,7 @@ def main(argv=None) -> int:
         where = f" {e.filename}" if getattr(e, "filename", None) else ""
         print(f"mmc: error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as e:  # noqa: BLE001 - a bug: one line for the user, the traceback on request
+    except Exception as e:  # a bug: one line for the user, the traceback on request
         if os.environ.get("MMC_TRACEBACK"):
             raise
         print(
