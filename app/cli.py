@@ -845,6 +845,7 @@ def cmd_audit(args) -> int:
     outside = outside_range_note(result.params)
     if outside:
         print(f"note: {outside}.", file=sys.stderr)
+    _warn_status(result)
     summary = {
         "findings": len(result.findings),
         "findings_status": result.findings_status,
@@ -902,6 +903,12 @@ def _classifier_text(result) -> str:
     return "\n".join(lines)
 
 
+def _warn_status(result) -> None:
+    """An audit that tested nothing (or whose findings failed) must not pass for a clean one."""
+    if result.findings_status != "ok":
+        print(f"warning: the findings are {result.findings_status}", file=sys.stderr)
+
+
 def cmd_report(args) -> int:
     from .io import write_bytes
     from .report import build_report_pdf
@@ -910,10 +917,20 @@ def cmd_report(args) -> int:
     _check_apply_args(args)
     model, df, base, y = _load_for_apply(args, need_label=True)
     _check_threshold_applies(args, model)
+    from mmc_core.metrics import audit
+
+    result = audit(model, df, y, **_applied_options(args, base))
     pdf = build_report_pdf(
-        model, df, y, **_applied_options(args, base), label=args.label, data_name=os.path.basename(args.data)
+        model,
+        df,
+        y,
+        **_applied_options(args, base),
+        label=args.label,
+        data_name=os.path.basename(args.data),
+        audit=result,
     )
     write_bytes(args.out, pdf)
+    _warn_status(result)
     return 0
 
 

@@ -148,7 +148,13 @@ def findings_summary(audit) -> dict:
         params.get("error_control"), str(params.get("error_control"))
     )
     return {
-        "failed": None if status == "ok" else status.removeprefix("failed:").strip(),
+        "failed": status.removeprefix("failed:").strip() if status.startswith("failed") else None,
+        "untestable": (
+            f"Nothing could be tested: no group has {params.get('min_group_count')} or more audit rows. Audit a "
+            "larger table before reading anything into the tables and figures."
+            if status.startswith("untestable") or params.get("n_tests") == 0
+            else None
+        ),
         "shown": found[:_MAX_FINDINGS],
         "n_found": len(found),
         "n_tests": params.get("n_tests"),
@@ -211,13 +217,8 @@ def _findings_section(doc, audit, tested: str, none_found: str) -> None:
             "the dashboard's Results page lists them all. "
         )
         doc.para(("" if more <= 0 else rest) + scope, size=8.5, style="I")
-    elif s["n_tests"] == 0:
-        # nothing could be tested (every group below the minimum count): not a clean result
-        doc.para(
-            f"Nothing could be tested: no group has {s['min_count']} or more audit rows. Audit a larger table "
-            "before reading anything into the tables below.",
-            color=(170, 40, 0),
-        )
+    elif s["untestable"]:  # not a clean result
+        doc.para(s["untestable"], color=(170, 40, 0))
     else:
         doc.para(f"{none_found}: " + scope, style="I")
     if s["disparities"]:

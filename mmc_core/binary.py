@@ -485,6 +485,7 @@ def audit_binary_model(model, table, y, base, opts):
     classifier metrics it is made of; the audit's shared parts (``AuditResult``, the membership pairs, the
     findings) are imported from :mod:`mmc_core.metrics` when called (that module imports this one)."""
     from . import intervals as iv
+    from .findings import status_of
     from .metrics import AuditResult, _audit_rows, _findings
 
     threshold, n_buckets = check_threshold(opts.threshold), opts.n_buckets
@@ -561,7 +562,7 @@ def audit_binary_model(model, table, y, base, opts):
         )
         for t in found:  # the mean of a 0/1 outcome is a probability
             t["text"] = t["text"].replace("the mean:", "the probability of the positive class:")
-        status = "ok"
+        status = status_of(n_tests, opts.min_group_count)
         params["n_tests"] = n_tests
     except Exception as e:  # noqa: BLE001 - reported as a failure, never as "no findings"
         found, status = [], f"failed: {type(e).__name__}: {e}"

@@ -62,6 +62,7 @@ __all__ = [
     "wilson_interval",
     "group_tests",
     "select_findings",
+    "status_of",
     "variance_disparities",
 ]
 
@@ -547,6 +548,14 @@ def group_tests(kind: str, names, cnt, s1, s2, min_count: int, s3=None, hall_min
         with_skew=True,
     )
     return _records(kind, names, cnt, mean, se, p, min_count, {**extra, "statistic_skew": skew})
+
+
+def status_of(n_tests: int, min_count: int) -> str:
+    """An audit's ``findings_status`` once its tests ran: "ok", or "untestable: ..." when there was nothing to test
+    (no group with ``min_count`` rows), which must never read as a clean result."""
+    if n_tests > 0:
+        return "ok"
+    return f"untestable: no group has {min_count} or more labelled rows, so nothing could be tested"
 
 
 def select_findings(tests: list, method: str = "holm", level: float = 0.05) -> list:

@@ -61,8 +61,8 @@ observed, estimate, interval (selection-adjusted), p_value, p_adjusted, adjustme
 list's order, largest first), text; an understated variance also mean_findings_within (the groups with a mean
 finding that cover part of it, when any). ``disparities`` lists the descriptive variance disparities (kind
 "variance_disparity", group, n, estimate, interval, text).
-``findings_status`` is "ok", or "failed: <reason>" when the findings could not be computed (never reported
-as "no findings").
+``findings_status`` is "ok", "untestable: <reason>" when no group was large enough to test, or "failed: <reason>"
+when the findings could not be computed (neither is ever reported as "no findings").
 
 JSON (``to_json()``), strict (NaN and infinities become null)::
 
@@ -311,6 +311,11 @@ def _audit_rows(model, table, n: int, base, constant: str):
     return ctx, np.clip((base_arr - scale.lo) / scale.span, 0.0, 1.0), "base prediction"
 
 
+# labels farther than this many label ranges outside the model's range are refused: their residuals' powers (up
+# to the 8th moment's squares) would overflow float64
+FAR_OUTSIDE = 1e15
+
+
 @dataclasses.dataclass(frozen=True)
 class AuditOptions:
     """The options of :func:`audit` that its classifier branch (:func:`mmc_core.binary.audit_binary_model`)
@@ -385,6 +390,12 @@ def audit(
     pairs = memb.sums()
     G, names = memb.n_groups, list(memb.names)
     yu = (y - scale.lo) / span  # not clipped: labels outside the range stay honest
+    far = float(np.max(np.abs(yu)))
+    if far > FAR_OUTSIDE:  # powers of such residuals overflow: a unit error, never an audit
+        raise DataError(
+            f"labels reach {float(y[np.argmax(np.abs(yu))]):g}, more than {FAR_OUTSIDE:.0e} label ranges outside the "
+            f"model's label range [{scale.lo:g}, {scale.hi:g}]: check the label's unit"
+        )
     grid = model.params.mean_grid  # the model's own mean buckets (quantile grids too)
     m = grid.m
 
@@ -612,7 +623,7 @@ def audit(
             variance_tolerance,
         )
         disp = fnd.variance_disparities(names, cnt, bg["var_ratio"].to_numpy(), lo_p, hi_p, min_group_count)
-        status = "ok"
+        status = fnd.status_of(n_tests, min_group_count)
         params["n_tests"] = n_tests
     except Exception as e:  # noqa: BLE001 - reported as a failure, never as "no findings"
         found, disp, status = [], [], f"failed: {type(e).__name__}: {e}"

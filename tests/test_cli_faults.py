@@ -64,3 +64,55 @@ def test_a_bug_is_one_line_exit_1_and_the_traceback_on_request(table, tmp_path, 
     monkeypatch.setenv("MMC_TRACEBACK", "1")
     with pytest.raises(ZeroDivisionError):
         cli.main(args)
+
+
+@pytest.fixture
+def fitted(table, tmp_path):
+    out = tmp_path / "m.json"
+    assert cli.main(["fit", "--data", str(table), "--label", "y", "--group-cols", "g", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("rows", [1, 2, 29])
+def test_an_audit_that_can_test_nothing_says_so(table, fitted, tmp_path, capsys, rows):
+    import json
+
+    small = tmp_path / "small.csv"
+    pd.read_csv(table).head(rows).to_csv(small, index=False)
+    out = tmp_path / "audit.json"
+    capsys.readouterr()
+    assert cli.main(["audit", "--data", str(small), "--model", str(fitted), "--label", "y", "--out", str(out)]) == 0
+    cap = capsys.readouterr()
+    status = json.loads(out.read_text())["findings_status"]
+    assert status.startswith("untestable: no group has 30 or more labelled rows")
+    assert json.loads(cap.out.splitlines()[-1])["findings_status"] == status
+    assert "warning: the findings are untestable" in cap.err
+
+
+@pytest.mark.skipif(not __import__("shutil").which("pdftotext"), reason="needs poppler-utils (pdftotext)")
+def test_the_report_of_an_untestable_audit_says_so_on_its_first_page(table, fitted, tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    from tests.test_report import stand_in_renderer
+
+    stand_in_renderer(monkeypatch)
+    small = tmp_path / "small.csv"
+    pd.read_csv(table).head(2).to_csv(small, index=False)
+    out = tmp_path / "r.pdf"
+    assert cli.main(["report", "--data", str(small), "--model", str(fitted), "--label", "y", "--out", str(out)]) == 0
+    assert "warning: the findings are untestable" in capsys.readouterr().err
+    first = subprocess.run(["pdftotext", "-l", "1", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    assert "Nothing could be tested" in " ".join(first.split())
+
+
+def test_labels_that_would_overflow_are_refused(table, fitted, tmp_path, capsys):
+    huge = tmp_path / "huge.csv"
+    df = pd.read_csv(table)
+    df.loc[3, "y"] = 1e300
+    df.to_csv(huge, index=False)
+    out = tmp_path / "audit.json"
+    capsys.readouterr()
+    assert cli.main(["audit", "--data", str(huge), "--model", str(fitted), "--label", "y", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "labels reach 1e+300" in _one_error_line(err) and "RuntimeWarning" not in err
+    assert not out.exists()

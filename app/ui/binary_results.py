@@ -90,6 +90,8 @@ def findings_box(run):
             return
         if s["shown"]:
             st.markdown("\n".join(f"- {esc(f['text'])}" for f in s["shown"]))
+        elif s["untestable"]:
+            st.warning(s["untestable"], icon=":material/warning:")
         else:
             st.markdown(
                 "No group's (or probability bucket's) share of positives differs from the predicted "

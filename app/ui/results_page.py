@@ -219,6 +219,8 @@ def findings(run):
             return
         if s["shown"]:
             st.markdown("\n".join(_finding_line(f) for f in s["shown"]))
+        elif s["untestable"]:
+            st.warning(s["untestable"], icon=":material/warning:")
         else:
             st.markdown(
                 "No group's mean, spread or interval coverage differs from the model's prediction beyond "
