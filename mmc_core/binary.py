@@ -237,14 +237,14 @@ class ClassifierAudit:
         return (s / ref if ref != 0 else s * np.nan).rename(f"{metric} / {reference}")
 
     def to_json(self) -> dict:
-        from .metrics import _json_clean
+        from .metrics import json_clean
 
         return {
             "format": "mmc-audit-classifier-audit",
             "version": 1,
-            "by_group": _json_clean(self.by_group.to_dict(orient="split")),
-            "disparities": _json_clean(self.disparities.to_dict(orient="split")),
-            "params": _json_clean(self.params),
+            "by_group": json_clean(self.by_group.to_dict(orient="split")),
+            "disparities": json_clean(self.disparities.to_dict(orient="split")),
+            "params": json_clean(self.params),
         }
 
 

@@ -104,7 +104,7 @@ from .moments import MomentKind
 from .sums import MembershipSums
 from .tables import _n_rows, as_table, to_label_array
 
-__all__ = ["audit", "AuditResult", "FORMAT", "VERSION", "check_threshold", "binary_labels"]
+__all__ = ["audit", "AuditResult", "FORMAT", "VERSION", "check_threshold", "binary_labels", "json_clean"]
 
 FORMAT = "mmc-audit-audit"
 VERSION = 1
@@ -112,12 +112,12 @@ _TABLES = ("by_group", "coverage", "width", "calibration_cells", "moment_cells",
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------
-def _json_clean(obj):
+def json_clean(obj):
     """Strict-JSON version of nested dicts / lists / numpy scalars (NaN and +-inf -> None)."""
     if isinstance(obj, dict):
-        return {str(k): _json_clean(v) for k, v in obj.items()}
+        return {str(k): json_clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_json_clean(v) for v in obj]
+        return [json_clean(v) for v in obj]
     if isinstance(obj, (np.bool_, bool)):
         return bool(obj)
     if isinstance(obj, (np.integer,)):
@@ -126,7 +126,7 @@ def _json_clean(obj):
         v = float(obj)
         return v if math.isfinite(v) else None
     if isinstance(obj, np.ndarray):
-        return _json_clean(obj.tolist())
+        return json_clean(obj.tolist())
     if obj is None or isinstance(obj, (str, int)):
         return obj
     if obj is pd.NA or obj is pd.NaT:
@@ -273,12 +273,12 @@ class AuditResult:
 
     # ---- serialisation ----
     def to_json(self) -> dict:
-        d = {"format": FORMAT, "version": VERSION, "overall": _json_clean({k: v for k, v in self.overall.items()})}
+        d = {"format": FORMAT, "version": VERSION, "overall": json_clean({k: v for k, v in self.overall.items()})}
         for name in _TABLES:
-            d[name] = _json_clean(getattr(self, name).to_dict(orient="split"))
-        d["params"] = _json_clean(self.params)
-        d["findings"] = _json_clean(self.findings)
-        d["disparities"] = _json_clean(self.disparities)
+            d[name] = json_clean(getattr(self, name).to_dict(orient="split"))
+        d["params"] = json_clean(self.params)
+        d["findings"] = json_clean(self.findings)
+        d["disparities"] = json_clean(self.disparities)
         d["findings_status"] = self.findings_status
         if self.task != "regression":
             d["task"] = self.task
@@ -459,7 +459,7 @@ def audit(
         wsum = pairs.group_sums(np.where(fin, width, 0.0))
         nonfin = pairs.group_sums((~fin).astype(float))
         wid_cols[meth] = np.where(nonfin > 0, np.inf, _div(wsum, cnt))
-        details[meth] = _json_clean(info)
+        details[meth] = json_clean(info)
         bucket_cols[meth] = _div(pairs.cell_table(bmu, m, inside), c_m)
         if meth == bucket_method or (bucket_method is None and meth == "calibrated"):
             bucket_inside = inside

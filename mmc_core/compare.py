@@ -1,0 +1,613 @@
+"""Compare two models on the same labelled rows, or one model across periods, group by group, with error control.
+
+**Paired comparison** (:func:`compare`). Two sides, A and B, predict the same rows: fitted models (their mean,
+variance and prediction intervals) or plain prediction columns. Per group, each side's
+
+* ``rmse``        root mean squared error, sqrt(mean (y - mu)^2);
+* ``mean_error``  the group's mean residual mean(y - mu), compared by its size |mean(y - mu)|;
+* ``spread``      the spread ratio R = var(y - mu) / mean(v), observed over predicted variance, compared by
+  |log R| (how far from right, whichever way);
+* ``coverage``    the share of labels inside the side's intervals, compared by its distance from the target
+  1 - delta;
+* ``width``       the mean interval width (descriptive: a wider interval is a choice, not a defect),
+
+and the difference B - A of each compared value, with a confidence interval. Every value is a smooth function of
+the group's means of a few per-row quantities (residuals, their squares, predicted variances, coverage
+indicators, widths) of BOTH sides, so one delta-method variance per group covers both sides and their
+correlation: the rows are shared, so the comparison is paired (two models that err alike on the same rows
+differ far less than two independent audits would suggest). Where a compared value is an absolute value (|mean
+error|, |log R|, |coverage - target|), the gradient is taken at the observed sign; near zero this overstates
+the variance (the test is conservative there), away from zero it is the usual delta method.
+
+Every (group, value) difference of groups with at least ``min_group_count`` rows is one test (two-sided t with
+n - 1 degrees of freedom); the p-values are adjusted together (Holm or Benjamini-Hochberg, as the audit), and
+a finding is a difference whose adjusted p-value is below ``level``: "B is worse than A for group G: ...".
+Its interval allows for its selection (Benjamini and Yekutieli's false-coverage-rate intervals).
+
+**Periods** (:func:`compare_periods`): one model, rows split by a period column. Per (group, period) the same
+values, and tests of each group's change between consecutive periods (or against the first) of its mean error,
+spread (log R), coverage and RMSE: unpaired, the periods hold different rows.
+
+Everything is a sum over (group, cell) through :class:`mmc_core.sums.MembershipSums`: no loop over rows,
+groups or periods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import findings as fnd
+from .errors import DataError, MMCError
+from .groups import GroupSet
+from .tables import as_table, to_label_array
+
+__all__ = ["Side", "side", "compare", "compare_periods", "detectable", "ComparisonResult", "PeriodResult", "VALUES"]
+
+# the compared values, in the order of the tables; "width" is descriptive (never a finding)
+VALUES = ("rmse", "mean_error", "spread", "coverage", "width")
+_TESTED = ("rmse", "mean_error", "spread", "coverage")
+_WORDS = {
+    "rmse": "root mean squared error",
+    "mean_error": "mean error (size)",
+    "spread": "spread ratio (distance from 1)",
+    "coverage": "interval coverage (distance from target)",
+    "width": "mean interval width",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """What one side of a comparison predicts for each row (label units): the mean, and when it has them a
+    variance and interval ends. ``name`` is how findings call it."""
+
+    name: str
+    mean: np.ndarray
+    variance: np.ndarray | None = None
+    lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
+
+
+def side(source, table=None, *, name: str, base=None, method: str = "calibrated", delta: float = 0.1) -> Side:
+    """A :class:`Side` from a fitted model (``FittedModel`` or a fitted ``MomentMulticalibrator``: its mean, its
+    variance when it has one and its ``method`` intervals at ``delta``), from a prediction column (1-D array: the
+    mean only), or from a dict with "mean" and optionally "variance", "lower", "upper"."""
+    model = getattr(source, "model_", source)
+    if hasattr(model, "predict") and hasattr(model, "groups"):
+        if table is None:
+            raise MMCError(f"side {name!r}: a model needs the table to predict on")
+        table = as_table(table)
+        pred = model.predict(table, None if base is None else to_label_array(base, f"side {name!r}: base"))
+        variance = pred.get("moment_2")
+        lower = upper = None
+        if getattr(model, "task", "regression") != "binary" and model.moments:
+            from .intervals import available_methods, predict_intervals
+
+            if method not in available_methods(model):
+                raise MMCError(
+                    f"side {name!r}: interval method {method!r} is not available for this model "
+                    f"(available: {', '.join(available_methods(model))})"
+                )
+            lower, upper = predict_intervals(model, table, base, method=method, delta=delta)
+        return Side(name, np.asarray(pred["mean"], float), variance, lower, upper)
+    if isinstance(source, dict):
+        unknown = set(source) - {"mean", "variance", "lower", "upper"}
+        if unknown or "mean" not in source:
+            raise MMCError(f"side {name!r}: a dict needs 'mean' and may have 'variance', 'lower', 'upper'")
+        cols = {k: to_label_array(v, f"side {name!r}: {k}") for k, v in source.items() if v is not None}
+        if ("lower" in cols) != ("upper" in cols):
+            raise MMCError(f"side {name!r}: interval ends come in pairs: pass both 'lower' and 'upper'")
+        if "variance" in cols and (cols["variance"] < 0).any():
+            raise DataError(f"side {name!r}: variance has negative values")
+        return Side(name, cols["mean"], cols.get("variance"), cols.get("lower"), cols.get("upper"))
+    return Side(name, to_label_array(source, f"side {name!r}: mean"))
+
+
+# ---- the delta method over (group, cell) means ------------------------------------------------------------
+def _cell_moments(sums, Q: np.ndarray, cells: np.ndarray | None, n_cells: int):
+    """Per (group, cell): the count (C,), the means of the K rows of ``Q`` (C, K) and their covariance (C, K, K)
+    (ddof 1), with C = groups x ``n_cells``. Quantities are centred on their overall mean first: the covariance
+    of values far from zero (widths, large labels) would otherwise cancel catastrophically."""
+    K, n = Q.shape
+    centre = Q.mean(axis=1)
+    Qc = Q - centre[:, None]
+    cells_ = np.zeros(n, dtype=np.int64) if cells is None else cells
+    cnt = sums.cell_sums(cells_, n_cells)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        M = np.stack([sums.cell_sums(cells_, n_cells, Qc[k]) for k in range(K)], axis=1) / cnt[:, None]
+        S = np.empty((cnt.size, K, K))
+        for k in range(K):
+            for j in range(k, K):
+                s = sums.cell_sums(cells_, n_cells, Qc[k] * Qc[j])
+                S[:, k, j] = S[:, j, k] = (s - cnt * M[:, k] * M[:, j]) / (cnt - 1)
+    return cnt, M + centre[None, :], S
+
+
+class _Layout:
+    """Which rows of the quantity matrix hold each side's residual, squared residual, variance, coverage and
+    width."""
+
+    def __init__(self, sides, y, target):
+        rows, self.at = [], []
+        for s in sides:
+            r = y - s.mean
+            at = {"r": len(rows), "r2": len(rows) + 1}
+            rows += [r, r * r]
+            if s.variance is not None:
+                at["v"] = len(rows)
+                rows.append(np.asarray(s.variance, float))
+            if s.lower is not None:
+                at["c"] = len(rows)
+                rows.append(((y >= s.lower) & (y <= s.upper)).astype(float))
+                at["w"] = len(rows)
+                rows.append(np.asarray(s.upper - s.lower, float))
+            self.at.append(at)
+        self.Q = np.vstack(rows)
+        self.target = target
+
+    def value(self, M, i: int, what: str, compared: bool):
+        """Side ``i``'s value ``what`` per cell and its gradient over the K quantities, (C,), (C, K); NaN where the
+        side lacks what the value needs. ``compared``: the form that is compared (|mean error|, |log R|, |coverage
+        - target|) rather than the value shown."""
+        at, C, K = self.at[i], M.shape[0], M.shape[1]
+        grad = np.zeros((C, K))
+        need = {"rmse": ("r2",), "mean_error": ("r",), "spread": ("r", "r2", "v"), "coverage": ("c",), "width": ("w",)}
+        if any(k not in at for k in need[what]):
+            return np.full(C, np.nan), grad
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if what == "rmse":
+                val = np.sqrt(M[:, at["r2"]])
+                grad[:, at["r2"]] = 0.5 / val
+            elif what == "mean_error":
+                val = M[:, at["r"]]
+                grad[:, at["r"]] = 1.0
+                if compared:
+                    sg = np.sign(val)
+                    val, grad = np.abs(val), grad * sg[:, None]
+            elif what == "spread":
+                mr, mv = M[:, at["r"]], M[:, at["v"]]
+                var = M[:, at["r2"]] - mr * mr
+                val = var / mv
+                grad[:, at["r"]] = -2 * mr / var
+                grad[:, at["r2"]] = 1 / var
+                grad[:, at["v"]] = -1 / mv
+                if compared:  # |log R|, gradient of log R times its sign
+                    lr = np.log(val)
+                    val, grad = np.abs(lr), grad * np.sign(lr)[:, None]
+                else:  # R itself: d R = R d log R
+                    grad = grad * val[:, None]
+            elif what == "coverage":
+                val = M[:, at["c"]]
+                grad[:, at["c"]] = 1.0
+                if compared:
+                    gap = val - self.target
+                    val, grad = np.abs(gap), grad * np.sign(gap)[:, None]
+            else:
+                val = M[:, at["w"]]
+                grad[:, at["w"]] = 1.0
+        return val, np.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _se(grad, S, cnt):
+    """Standard error of a smooth function of cell means with gradient ``grad`` (C, K): sqrt(g' S g / n)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = np.einsum("ck,ckj,cj->c", grad, np.nan_to_num(S), grad) / cnt
+    return np.sqrt(np.maximum(v, 0.0))
+
+
+def _tests(est, se, cnt, ok, scale):
+    """Two-sided t p-values (df n - 1). Differences within rounding of ``scale`` (the size of the values
+    compared) are no difference (p = 1: two sides that agree on every row differ by 1e-16, with a standard error
+    of 1e-17); a real difference with no spread at all gets p = 0."""
+    p = np.ones_like(est)
+    tiny = 1e-9 * np.maximum(np.abs(scale), 1e-300)
+    real = ok & (np.abs(est) > tiny)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = est / se
+    pos = real & (se > tiny * 1e-3)
+    p[pos] = fnd.t_sf2(t[pos], cnt[pos] - 1)
+    p[real & ~pos] = 0.0
+    return p
+
+
+def _t_quantile(miss: float, df: np.ndarray) -> np.ndarray:
+    """The two-sided ``miss`` quantile of Student's t per degrees of freedom: the Cornish-Fisher series in 1/df
+    (Abramowitz and Stegun 26.7.5; from 20 degrees of freedom its error is < 1e-6 at miss = 0.05 and
+    < 1e-3 at miss = 1e-5), the exact inversion below that
+    (once per distinct df). The tables need one quantile per group; bisection per group would dominate."""
+    df = np.asarray(df, dtype=float)
+    z = fnd.normal_isf2(miss)
+    g = (
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    )
+    nu = np.maximum(df, 1.0)
+    q = z + g[0] / nu + g[1] / nu**2 + g[2] / nu**3 + g[3] / nu**4
+    small = nu < 20
+    if small.any():
+        u, inv = np.unique(nu[small], return_inverse=True)
+        q[small] = fnd.t_isf2(miss, u)[inv]
+    return q
+
+
+def _interval(est, se, cnt, miss):
+    df = np.broadcast_to(np.maximum(np.asarray(cnt, float) - 1, 1), np.shape(est))
+    q = _t_quantile(miss, df).reshape(np.shape(est))
+    return est - q * se, est + q * se
+
+
+POWER = 0.8
+
+
+def detectable(se, n_tests: int, level: float, power: float = POWER):
+    """The smallest difference a test with standard error ``se`` finds with probability ``power`` among
+    ``n_tests`` tests at family-wise ``level``: (z_{level / (2 n_tests)} + z_{power}) x se, the first step of
+    Holm's procedure (Benjamini-Hochberg with one real difference alike). Smaller differences may exist unseen:
+    "too small to tell" is said by this number, not by the absence of a finding."""
+    if n_tests < 1:
+        return np.full(np.shape(se), np.nan)
+    from statistics import NormalDist
+
+    z = fnd.normal_isf2(level / n_tests) + NormalDist().inv_cdf(power)
+    return z * np.asarray(se, dtype=float)
+
+
+def _select(tests: list, error_control: str, level: float) -> list:
+    """The tests whose adjusted p-value is below ``level``, each with its selection-adjusted interval."""
+    if not tests:
+        return []
+    p_adj = fnd.adjust_pvalues(np.array([t["p_value"] for t in tests]), error_control)
+    found = []
+    for t, pa in zip(tests, p_adj):
+        t["p_adjusted"] = float(pa)
+        if pa <= level:
+            found.append(t)
+    miss = fnd.fcr_miss(len(found), len(tests), level)
+    for f in found:
+        q = float(_t_quantile(miss, np.array([max(f["n"] - 1, 1)]))[0])
+        f["interval"] = [f["estimate"] - q * f["se"], f["estimate"] + q * f["se"]]
+        f["interval_miss"] = miss
+    return found
+
+
+def _check_common(y, table, groups, min_group_count, error_control, level, delta):
+    table = as_table(table)
+    y = to_label_array(y, "label")
+    if not isinstance(groups, GroupSet):
+        raise MMCError(f"groups must be a GroupSet, got {type(groups).__name__}")
+    if isinstance(min_group_count, bool) or not isinstance(min_group_count, (int, np.integer)) or min_group_count < 2:
+        raise MMCError(f"min_group_count must be an integer >= 2, got {min_group_count!r}")
+    if error_control not in fnd.ADJUSTMENTS:
+        raise MMCError(f"error_control must be one of {', '.join(fnd.ADJUSTMENTS)}, got {error_control!r}")
+    if not 0 < level < 1:
+        raise MMCError(f"level must be in (0, 1), got {level!r}")
+    if not 0 < delta < 1:
+        raise MMCError(f"delta must be in (0, 1), got {delta!r}")
+    memb = groups.evaluate(table, y.size)
+    return table, y, memb
+
+
+@dataclasses.dataclass
+class ComparisonResult:
+    """Per-group comparison of side B against side A (see the module docstring).
+
+    ``by_group``: one row per group: n, and for each value v of :data:`VALUES` the sides' values ``v_a``,
+    ``v_b``, the difference ``v_diff`` (B - A of the compared form) and its 95% interval ``v_lo``, ``v_hi``.
+    ``overall``: the row of the group of all rows. ``findings``: the significant differences, B's worsenings
+    first. ``n_tests``: how many differences were tested together.
+    """
+
+    names: tuple
+    by_group: Any
+    findings: list
+    n_tests: int
+    params: dict
+
+    @property
+    def overall(self) -> pd.Series:
+        return self.by_group.iloc[0]
+
+    def worse(self) -> list:
+        """The findings where B is worse than A."""
+        return [f for f in self.findings if f["direction"] == "worse"]
+
+    def better(self) -> list:
+        return [f for f in self.findings if f["direction"] == "better"]
+
+    def to_json(self) -> dict:
+        from .metrics import json_clean
+
+        return {
+            "format": "mmc-audit-comparison",
+            "version": 1,
+            "names": list(self.names),
+            "by_group": json_clean(self.by_group.reset_index().to_dict(orient="list")),
+            "findings": json_clean(self.findings),
+            "n_tests": int(self.n_tests),
+            "params": json_clean(self.params),
+        }
+
+
+def compare(
+    table,
+    y,
+    a: Side,
+    b: Side,
+    groups: GroupSet,
+    *,
+    delta: float = 0.1,
+    min_group_count: int = 30,
+    error_control: str = "holm",
+    level: float = 0.05,
+) -> ComparisonResult:
+    """Compare side ``b`` with side ``a`` on the same labelled rows, per group of ``groups``.
+
+    Parameters
+    ----------
+    table : DataFrame or dict of columns, n rows (the columns ``groups`` reads)
+    y : array (n,), the labels (label units)
+    a, b : :class:`Side` (see :func:`side`), predictions for the same n rows
+    groups : GroupSet; its first group is all rows
+    delta : the intervals' miscoverage (coverage is compared by its distance from 1 - delta)
+    min_group_count : groups with fewer rows are shown but not tested
+    error_control, level : "holm" (family-wise) or "bh" (false discovery rate) over every test, at ``level``
+
+    Returns
+    -------
+    ComparisonResult
+    """
+    table, y, memb = _check_common(y, table, groups, min_group_count, error_control, level, delta)
+    for s in (a, b):
+        if not isinstance(s, Side):
+            raise MMCError(f"sides must be Side objects (mmc_core.compare.side), got {type(s).__name__}")
+        for what in ("mean", "variance", "lower", "upper"):
+            arr = getattr(s, what)
+            if arr is not None and np.shape(arr) != y.shape:
+                raise DataError(f"side {s.name!r}: {what} has {np.size(arr)} values for {y.size} labels")
+    if a.name == b.name:
+        raise MMCError(f"the two sides need different names, both are {a.name!r}")
+    lay = _Layout((a, b), y, 1 - delta)
+    cnt, M, S = _cell_moments(memb.sums(), lay.Q, None, 1)
+    names = list(memb.names)
+    cols: dict = {"n": cnt.astype(np.int64)}
+    tests: list = []
+    ses: dict = {}
+    testable = cnt >= min_group_count
+    for what in VALUES:
+        va, ga = lay.value(M, 0, what, compared=False)
+        vb, gb = lay.value(M, 1, what, compared=False)
+        ca, gca = lay.value(M, 0, what, compared=True)
+        cb, gcb = lay.value(M, 1, what, compared=True)
+        est = cb - ca
+        se = _se(gcb - gca, S, cnt)
+        lo, hi = _interval(est, se, cnt, 0.05)
+        cols.update({f"{what}_a": va, f"{what}_b": vb, f"{what}_diff": est, f"{what}_lo": lo, f"{what}_hi": hi})
+        if what not in _TESTED:
+            continue
+        ok = testable & np.isfinite(est) & np.isfinite(se)
+        ses[what] = np.where(ok, se, np.nan)
+        p = _tests(est, se, cnt, ok, np.abs(ca) + np.abs(cb) + (what == "spread"))
+        for g in np.flatnonzero(ok):
+            tests.append(
+                {
+                    "kind": what,
+                    "group": names[g],
+                    "n": int(cnt[g]),
+                    "a": float(va[g]),
+                    "b": float(vb[g]),
+                    "estimate": float(est[g]),
+                    "se": float(se[g]),
+                    "p_value": float(p[g]),
+                    "direction": "worse" if est[g] > 0 else "better",
+                }
+            )
+    found = _select(tests, error_control, level)
+    for f in found:
+        f["text"] = _finding_text(f, a.name, b.name, 1 - delta)
+    found.sort(key=lambda f: (f["direction"] != "worse", f["p_adjusted"], -f["n"]))
+    for what, se in ses.items():
+        cols[f"{what}_detectable"] = detectable(se, len(tests), level)
+    by_group = pd.DataFrame(cols, index=pd.Index(names, name="group"))
+    params = {
+        "delta": float(delta),
+        "min_group_count": int(min_group_count),
+        "error_control": error_control,
+        "level": float(level),
+        "n": int(y.size),
+        "compared": [w for w in _TESTED if np.isfinite(by_group[f"{w}_diff"].iloc[0])],
+    }
+    return ComparisonResult((a.name, b.name), by_group, found, len(tests), params)
+
+
+def _finding_text(f: dict, a: str, b: str, target: float) -> str:
+    lo, hi = f["interval"]
+    g, n = f["group"], f["n"]
+    verb = "worse" if f["direction"] == "worse" else "better"
+    if f["kind"] == "rmse":
+        core = f"root mean squared error {f['b']:.4g} against {f['a']:.4g} ({f['estimate']:+.3g}, CI {lo:+.3g} to {hi:+.3g})"
+    elif f["kind"] == "mean_error":
+        core = f"mean error {f['b']:+.4g} against {f['a']:+.4g} (size {f['estimate']:+.3g}, CI {lo:+.3g} to {hi:+.3g})"
+    elif f["kind"] == "spread":
+        core = (
+            f"observed / predicted spread {f['b']:.3g} against {f['a']:.3g} (|log ratio| {f['estimate']:+.3g}, "
+            f"CI {lo:+.3g} to {hi:+.3g})"
+        )
+    else:
+        core = (
+            f"interval coverage {100 * f['b']:.1f}% against {100 * f['a']:.1f}% (target {100 * target:.0f}%; distance "
+            f"{100 * f['estimate']:+.1f} points, CI {100 * lo:+.1f} to {100 * hi:+.1f})"
+        )
+    return f"{b} is {verb} than {a} for {g} (n = {n:,}): {core}, adjusted p = {fnd.p_words(f['p_adjusted'])}"
+
+
+# ---- periods ------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class PeriodResult:
+    """One side's values per (group, period) and the tested changes between periods.
+
+    ``by_period``: one row per (group, period): n and each value of :data:`VALUES` the side has (mean_error
+    signed, spread as the ratio R) with a 95% interval (``v_lo``, ``v_hi``). ``changes``: per (group, period) the
+    change from the reference period (``v_change`` and its interval). ``findings``: significant changes.
+    """
+
+    periods: list
+    by_period: Any
+    changes: Any
+    findings: list
+    n_tests: int
+    params: dict
+
+    def to_json(self) -> dict:
+        from .metrics import json_clean
+
+        return {
+            "format": "mmc-audit-periods",
+            "version": 1,
+            "periods": [str(p) for p in self.periods],
+            "by_period": json_clean(self.by_period.to_dict(orient="list")),
+            "changes": json_clean(self.changes.to_dict(orient="list")),
+            "findings": json_clean(self.findings),
+            "n_tests": int(self.n_tests),
+            "params": json_clean(self.params),
+        }
+
+
+MAX_PERIODS = 200
+
+
+def compare_periods(
+    table,
+    y,
+    s: Side,
+    groups: GroupSet,
+    period,
+    *,
+    reference: str = "previous",
+    delta: float = 0.1,
+    min_group_count: int = 30,
+    error_control: str = "holm",
+    level: float = 0.05,
+) -> PeriodResult:
+    """Audit one side's predictions per (group, period) and test each group's changes between periods.
+
+    ``period`` : array (n,) of period labels (sortable: dates, quarters, batch numbers); periods are taken in
+    sorted order. ``reference``: "previous" tests each period against the one before it, "first" against the
+    first. The changes tested (signed, later minus reference) are of the mean error, the log spread ratio, the
+    coverage and the RMSE, for every group with at least ``min_group_count`` rows in both periods; unpaired
+    (different rows), so the variance of a change is the sum of the two periods' delta-method variances.
+    """
+    table, y, memb = _check_common(y, table, groups, min_group_count, error_control, level, delta)
+    if reference not in ("previous", "first"):
+        raise MMCError(f"reference must be 'previous' or 'first', got {reference!r}")
+    per = np.asarray(period)
+    if per.shape != y.shape:
+        raise DataError(f"period has {per.size} values for {y.size} labels")
+    if pd.isna(per).any():
+        raise DataError(f"period has {int(pd.isna(per).sum())} missing value(s): drop those rows or fill them")
+    labels, code = np.unique(per, return_inverse=True)
+    P = labels.size
+    if P < 2:
+        raise DataError("the period column has one value: there is nothing to compare")
+    if P > MAX_PERIODS:
+        raise DataError(f"the period column has {P:,} distinct values; at most {MAX_PERIODS} periods are compared")
+    lay = _Layout((s,), y, 1 - delta)
+    cnt, M, S = _cell_moments(memb.sums(), lay.Q, code.astype(np.int64), P)
+    G, names = memb.n_groups, list(memb.names)
+    g_idx, p_idx = np.divmod(np.arange(G * P), P)
+    rows: dict = {"group": np.asarray(names, dtype=object)[g_idx], "period": labels[p_idx], "n": cnt.astype(np.int64)}
+    # each (group, period) cell's reference cell: the group's previous (or first) period; none for the first
+    ref = np.where(p_idx == 0, -1, np.arange(G * P) - 1 if reference == "previous" else g_idx * P)
+    plain = np.empty(P + 1, dtype=object)
+    plain[:P] = [_plain(v) for v in labels]  # one per period; the last (None) for cells without a reference
+    ref_label = plain[np.where(ref >= 0, p_idx[ref], P)]
+    ch: dict = {"group": rows["group"], "period": rows["period"], "reference": ref_label}
+    tests: list = []
+    ses: dict = {}
+    for what in VALUES:
+        v, gr = lay.value(M, 0, what, compared=False)
+        if not np.isfinite(v).any():
+            continue
+        se = _se(gr, S, cnt)
+        lo, hi = _interval(v, se, cnt, 0.05)
+        rows.update({what: v, f"{what}_lo": lo, f"{what}_hi": hi})
+        if what == "width":
+            continue
+        # changes of the mean error, log R (spread), coverage and RMSE
+        if what == "spread":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                vt, gt = np.log(v), gr / v[:, None]
+            gt = np.nan_to_num(gt, nan=0.0, posinf=0.0, neginf=0.0)
+            se_t = _se(gt, S, cnt)
+        else:
+            vt, se_t = v, se
+        has = ref >= 0
+        r = np.where(has, ref, 0)
+        est = np.where(has, vt - vt[r], np.nan)
+        se_c = np.where(has, np.sqrt(se_t**2 + se_t[r] ** 2), np.nan)
+        df = np.where(has, np.minimum(cnt, cnt[r]), np.inf)  # no reference: NaN change, no quantile needed
+        clo, chi = _interval(est, se_c, df, 0.05)
+        ch.update({f"{what}_change": est, f"{what}_change_lo": clo, f"{what}_change_hi": chi})
+        ok = has & (cnt >= min_group_count) & (cnt[r] >= min_group_count) & np.isfinite(est) & np.isfinite(se_c)
+        ses[what] = np.where(ok, se_c, np.nan)
+        p = _tests(est, se_c, df, ok, np.abs(vt) + np.abs(np.where(has, vt[r], 0)) + (what == "spread"))
+        for c in np.flatnonzero(ok):
+            tests.append(
+                {
+                    "kind": what,
+                    "group": names[g_idx[c]],
+                    "period": _plain(labels[p_idx[c]]),
+                    "reference": _plain(labels[p_idx[r[c]]]),
+                    "n": int(df[c]),
+                    "n_period": int(cnt[c]),
+                    "n_reference": int(cnt[r[c]]),
+                    "before": float(v[r[c]]),
+                    "after": float(v[c]),
+                    "estimate": float(est[c]),
+                    "se": float(se_c[c]),
+                    "p_value": float(p[c]),
+                }
+            )
+    for what, se_c in ses.items():
+        ch[f"{what}_change_detectable"] = detectable(se_c, len(tests), level)
+    found = _select(tests, error_control, level)
+    for f in found:
+        f["text"] = _change_text(f, s.name)
+    found.sort(key=lambda f: (f["p_adjusted"], -f["n"]))
+    params = {
+        "delta": float(delta),
+        "min_group_count": int(min_group_count),
+        "error_control": error_control,
+        "level": float(level),
+        "reference": reference,
+        "n": int(y.size),
+    }
+    return PeriodResult([_plain(v) for v in labels], pd.DataFrame(rows), pd.DataFrame(ch), found, len(tests), params)
+
+
+def _plain(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _change_text(f: dict, name: str) -> str:
+    lo, hi = f["interval"]
+    what = {
+        "rmse": ("root mean squared error", "{:.4g}", 1.0),
+        "mean_error": ("mean error", "{:+.4g}", 1.0),
+        "spread": ("observed / predicted spread", "{:.3g}", None),
+        "coverage": ("interval coverage", "{:.1%}", 1.0),
+    }[f["kind"]]
+    word, fmt, _ = what
+    change = (
+        f"log ratio {f['estimate']:+.3g}, CI {lo:+.3g} to {hi:+.3g}"
+        if f["kind"] == "spread"
+        else f"{f['estimate']:+.3g}, CI {lo:+.3g} to {hi:+.3g}"
+    )
+    return (
+        f"{name}'s {word} for {f['group']} changed from {fmt.format(f['before'])} ({f['reference']}) to "
+        f"{fmt.format(f['after'])} ({f['period']}) ({change}), adjusted p = {fnd.p_words(f['p_adjusted'])}"
+    )
