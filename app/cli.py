@@ -256,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     _rates_threshold_option(au)
     au.add_argument("--out", required=True)
     _engine_options(au)
+    from .cli_compare import add_parser as add_compare_parser, add_period_option
+
+    add_period_option(au)
 
     rp = sub.add_parser("report", help="write a PDF audit report")
     _model_options(rp, label=True)
@@ -286,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ds.add_argument("--seed", type=_seed, default=0, help="seed of the search / check split (default 0)")
     ds.add_argument("--out", required=True, help="where to write the groups (mmc-groups JSON)")
+
+    add_compare_parser(sub)
 
     d = sub.add_parser("dashboard", help="start the Streamlit dashboard")
     d.add_argument("--port", type=int, default=8501)
@@ -371,6 +376,8 @@ def _input_paths(args, option: str) -> list:
     value = _option_value(args, option)
     if not value:
         return []
+    if isinstance(value, list):  # a repeated option (`mmc compare --model A --model B`)
+        return list(value)
     if option == "--data" and getattr(args, "engine", None) == "dask":
         import glob
 
@@ -839,7 +846,13 @@ def cmd_audit(args) -> int:
         min_group_count=args.min_group_count,
         variance_tolerance=tol,
     )
-    atomic_write_text(args.out, json.dumps(result.to_json(), allow_nan=False))
+    doc = result.to_json()
+    from .cli_compare import periods_json
+
+    periods = periods_json(args, model, df, y, base)
+    if periods is not None:
+        doc["periods"] = periods
+    atomic_write_text(args.out, json.dumps(doc, allow_nan=False))
     from .specs import outside_range_note
 
     outside = outside_range_note(result.params)
@@ -932,6 +945,12 @@ def cmd_report(args) -> int:
     write_bytes(args.out, pdf)
     _warn_status(result)
     return 0
+
+
+def cmd_compare(args) -> int:
+    from .cli_compare import cmd_compare as run
+
+    return run(args)
 
 
 def cmd_discover(args) -> int:
@@ -1045,6 +1064,7 @@ COMMANDS = {
     "predict": cmd_predict,
     "audit": cmd_audit,
     "report": cmd_report,
+    "compare": cmd_compare,
     "discover": cmd_discover,
     "dashboard": cmd_dashboard,
 }

@@ -232,6 +232,8 @@ def audit(args) -> int:
     from .cli import CLIError, _check_out
 
     _check_out(args.out)
+    if getattr(args, "period", None):
+        raise CLIError("--period is not supported with --engine dask yet (audit a sample with the numpy engine)")
     model = FittedModel.load(args.model)
     ddf = _data(args, [("label column", args.label), ("prediction column", args.pred if model.uses_base else None)])
     missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)

@@ -442,7 +442,7 @@ def _finding_text(f: dict, a: str, b: str, target: float) -> str:
             f"interval coverage {100 * f['b']:.1f}% against {100 * f['a']:.1f}% (target {100 * target:.0f}%; distance "
             f"{100 * f['estimate']:+.1f} points, CI {100 * lo:+.1f} to {100 * hi:+.1f})"
         )
-    return f"{b} is {verb} than {a} for {g} (n = {n:,}): {core}, adjusted p = {fnd.p_words(f['p_adjusted'])}"
+    return f"{b} is {verb} than {a} for {g} (n = {n:,}): {core}, adjusted {fnd.p_words(f['p_adjusted'])}"
 
 
 # ---- periods ------------------------------------------------------------------------------------------------
@@ -609,5 +609,5 @@ def _change_text(f: dict, name: str) -> str:
     )
     return (
         f"{name}'s {word} for {f['group']} changed from {fmt.format(f['before'])} ({f['reference']}) to "
-        f"{fmt.format(f['after'])} ({f['period']}) ({change}), adjusted p = {fnd.p_words(f['p_adjusted'])}"
+        f"{fmt.format(f['after'])} ({f['period']}) ({change}), adjusted {fnd.p_words(f['p_adjusted'])}"
     )

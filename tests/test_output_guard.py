@@ -58,6 +58,8 @@ CASES = [
     ("report model", ["report", "--model", "{model}", "--data", "{data}", "--label", "y", "--pred", "base"], "{model}", "--model"),
     ("discover data", ["discover", "--data", "{data}", "--label", "y", "--pred", "base"], "{data}", "--data"),
     ("discover model", ["discover", "--data", "{data}", "--label", "y", "--model", "{model}", "--pred", "base"], "{model}", "--model"),
+    ("compare data", ["compare", "--data", "{data}", "--label", "y", "--pred-a", "base", "--pred-b", "base", "--name-a", "a"], "{data}", "--data"),
+    ("compare model", ["compare", "--data", "{data}", "--label", "y", "--model", "{model}", "--pred-b", "base", "--pred", "base"], "{model}", "--model"),
     ("dask fit data", ["fit", "--data", "{pq}", "--label", "y", *NO_SCHEDULER], "{pqfile}", "--data"),
     ("dask fit groups", ["fit", "--data", "{pqglob}", "--label", "y", "--groups", "{groups}", *NO_SCHEDULER], "{groups}", "--groups"),
     ("dask predict data", ["predict", "--model", "{model}", "--data", "{pq}", "--pred", "base", *NO_SCHEDULER], "{pq}", "--data"),

@@ -1,0 +1,230 @@
+"""``mmc compare``: two models (or prediction columns) on the same labelled rows, group by group; and the period
+option of ``mmc audit`` (``--period COLUMN``). The statistics are :mod:`mmc_core.compare`'s; this module reads
+the files, builds the two sides and writes the JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def add_parser(sub) -> None:
+    from .cli import choice_option
+
+    c = sub.add_parser(
+        "compare",
+        help="compare two models (or prediction columns) group by group on the same labelled rows",
+        description="Paired comparison: per group the RMSE, mean error, spread ratio, interval coverage and width "
+        "of sides A and B, the difference B - A with a 95%% interval, and findings (Holm or BH over every test) "
+        "naming where B is worse or better than A. Side A is --pred-a if given, else the first --model; side B is "
+        "--pred-b if given, else the last --model.",
+    )
+    c.add_argument("--data", required=True, help="labelled table (CSV or Parquet) both sides predict")
+    c.add_argument("--label", required=True)
+    c.add_argument("--model", action="append", default=[], help="a fitted model (give it once or twice)")
+    c.add_argument("--pred-a", help="side A as a prediction column (the mean only)")
+    c.add_argument("--pred-b", help="side B as a prediction column (the mean only)")
+    c.add_argument("--name-a", default=None, help="what findings call side A (default: its file or column name)")
+    c.add_argument("--name-b", default=None, help="what findings call side B")
+    c.add_argument("--pred", help="base prediction column of a model fitted with --pred")
+    c.add_argument(
+        "--group-cols",
+        type=lambda s: [x for x in s.split(",") if x],
+        default=[],
+        help="columns whose values define groups (default: the models' groups)",
+    )
+    c.add_argument("--max-order", type=int, default=1, help="with --group-cols: intersections up to this order")
+    c.add_argument("--groups", help="an mmc-groups JSON file of groups to compare on (added to the others)")
+    c.add_argument(
+        "--interval",
+        default="calibrated",
+        help="interval method of the models' sides (default calibrated; see `mmc predict --interval`)",
+    )
+    c.add_argument("--delta", type=float, default=0.1, help="interval miscoverage (default 0.1)")
+    choice_option(c, "--error-control", ["holm", "bh"], "adjustment over every test: holm (family-wise) or bh (FDR)")
+    c.add_argument("--min-group-count", type=int, default=30, help="smallest group tested (default 30)")
+    c.add_argument("--level", type=float, default=0.05, help="error level of the findings (default 0.05)")
+    c.add_argument("--out", required=True, help="where to write the comparison (JSON)")
+
+
+def _sides_spec(args):
+    """[(kind, source, name)] for A and B: kind "model" (a path) or "column"."""
+    from .cli import CLIError
+
+    models = list(args.model)
+    if len(models) > 2:
+        raise CLIError(f"--model is given {len(models)} times; a comparison has two sides")
+    need = (args.pred_a is None) + (args.pred_b is None)
+    if len(models) != need:
+        raise CLIError(
+            "a comparison needs exactly two sides: two --model files, or --pred-a / --pred-b columns, or one "
+            f"of each (got {len(models)} --model and {2 - need} prediction column(s))"
+        )
+    a = ("column", args.pred_a) if args.pred_a else ("model", models[0])
+    b = ("column", args.pred_b) if args.pred_b else ("model", models[-1])
+    import os
+
+    def default(kind, src):
+        return os.path.splitext(os.path.basename(src))[0] if kind == "model" else src
+
+    name_a = args.name_a or default(*a)
+    name_b = args.name_b or default(*b)
+    if name_a == name_b:
+        name_a, name_b = (f"A ({name_a})", f"B ({name_b})") if not (args.name_a or args.name_b) else (name_a, name_b)
+    if name_a == name_b:
+        raise CLIError(f"--name-a and --name-b must differ, both are {name_a!r}")
+    return [(*a, name_a), (*b, name_b)]
+
+
+def cmd_compare(args) -> int:
+    from mmc_core import FittedModel, GroupSet
+    from mmc_core.compare import compare, side
+    from mmc_core.model import atomic_write_text
+
+    from .cli import CLIError, _check_out, _check_prob, refuse_output_over_input
+    from .io import numeric_column, read_table
+
+    refuse_output_over_input(args)
+    _check_out(args.out)
+    _check_prob("--delta", args.delta)
+    _check_prob("--level", args.level)
+    if args.min_group_count < 2:
+        raise CLIError(f"--min-group-count must be at least 2, got {args.min_group_count}")
+    spec = _sides_spec(args)
+    models = {src: FittedModel.load(src) for kind, src, _ in spec if kind == "model"}
+    extra = None
+    if args.groups:
+        try:
+            with open(args.groups, encoding="utf-8") as fh:
+                extra = GroupSet.from_json(fh.read())
+        except (OSError, UnicodeDecodeError) as e:
+            raise CLIError(f"cannot read --groups {args.groups}: {getattr(e, 'strerror', None) or e}") from None
+    text_cols = set()
+    for m in models.values():
+        text_cols |= set(m.groups.text_columns())
+    df = read_table(args.data, tuple(sorted(text_cols)))
+    y = numeric_column(df, args.label, "label column")
+    for m in models.values():
+        if m.task == "binary":
+            raise CLIError("mmc compare compares regression models; classifier comparison is not offered yet")
+    groups = _groups(args, df, models, extra)
+    sides = []
+    for kind, src, name in spec:
+        if kind == "column":
+            sides.append(side(numeric_column(df, src, "prediction column"), name=name))
+            continue
+        model = models[src]
+        missing = sorted(c for c in model.groups.columns() if c not in df.columns)
+        if missing:
+            raise CLIError(f"the data lacks group column(s) model {src} needs: {', '.join(missing)}")
+        base = None
+        if model.uses_base:
+            if not args.pred:
+                raise CLIError(f"model {src} was fitted on a base prediction: pass --pred COL")
+            base = numeric_column(df, args.pred, "prediction column")
+        sides.append(side(model, df, name=name, base=base, method=args.interval, delta=args.delta))
+    res = compare(
+        df,
+        y,
+        sides[0],
+        sides[1],
+        groups,
+        delta=args.delta,
+        min_group_count=args.min_group_count,
+        error_control=args.error_control,
+        level=args.level,
+    )
+    out = res.to_json()
+    out["sources"] = [{"kind": k, "source": s, "name": n} for k, s, n in spec]
+    atomic_write_text(args.out, json.dumps(out, allow_nan=False))
+    if res.n_tests == 0:
+        print(
+            f"warning: nothing could be tested: no group has {args.min_group_count} or more labelled rows",
+            file=sys.stderr,
+        )
+    for f in res.findings[:10]:
+        print(f"- {f['text']}", file=sys.stderr)
+    print(
+        json.dumps(
+            {
+                "a": spec[0][2],
+                "b": spec[1][2],
+                "groups": len(res.by_group),
+                "tests": res.n_tests,
+                "worse": len(res.worse()),
+                "better": len(res.better()),
+                "compared": res.params["compared"],
+                "out": args.out,
+            }
+        )
+    )
+    return 0
+
+
+def _groups(args, df, models, extra):
+    """The groups compared on: --group-cols (and --groups) if given, else the models' own groups (both models'
+    when they differ, each name once)."""
+    from mmc_core import GroupSet
+
+    from .cli import CLIError
+
+    if args.group_cols:
+        for c in args.group_cols:
+            if c not in df.columns:
+                raise CLIError(f"group column '{c}' is not in the data")
+            if c == args.label:
+                raise CLIError(f"the label '{c}' cannot define groups")
+        groups = GroupSet.from_columns(df, args.group_cols, args.max_order)
+    else:
+        groups = GroupSet([])
+        for m in models.values():
+            known = set(groups.names)
+            groups = groups + GroupSet([g for g in m.groups.groups if g.name not in known])
+    if extra is not None:
+        groups = groups + extra
+    if len(groups) == 1:
+        print("note: only the whole table is compared (pass --group-cols or --groups for groups)", file=sys.stderr)
+    return groups
+
+
+def add_period_option(p) -> None:
+    """--period of `mmc audit`."""
+    p.add_argument(
+        "--period",
+        help="a column of periods (dates, quarters, batches): also audit each group per period and test its "
+        "changes between consecutive periods (written under 'periods' in the audit JSON)",
+    )
+
+
+def periods_json(args, model, df, y, base) -> dict | None:
+    """The period audit of `mmc audit --period COL` (None without --period), its findings printed on stderr."""
+    if not getattr(args, "period", None):
+        return None
+    from mmc_core.compare import compare_periods, side
+    from mmc_core.intervals import available_methods
+
+    from .cli import CLIError
+
+    if args.period not in df.columns:
+        raise CLIError(f"period column '{args.period}' is not in the data")
+    if model.task == "binary":
+        raise CLIError("--period audits regression models; classifier periods are not offered yet")
+    method = "calibrated" if "calibrated" in available_methods(model) else None
+    s = (
+        side(model, df, name="the model", base=base, method=method or "calibrated", delta=args.delta)
+        if method
+        else (side(model.predict(df, base)["mean"], name="the model"))
+    )
+    res = compare_periods(
+        df,
+        y,
+        s,
+        model.groups,
+        df[args.period].to_numpy(),
+        delta=args.delta,
+        min_group_count=args.min_group_count,
+        error_control=args.error_control,
+    )
+    for f in res.findings[:10]:
+        print(f"- {f['text']}", file=sys.stderr)
+    return res.to_json()

@@ -1,0 +1,94 @@
+"""`mmc compare` and `mmc audit --period` from the command line: files in, one JSON out, findings on stderr."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.cli import main
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cmp")
+    rng = np.random.default_rng(1)
+    n = 6000
+    df = pd.DataFrame({"a": rng.integers(0, 3, n), "b": rng.integers(0, 2, n), "x": rng.normal(size=n)})
+    df["y"] = df["x"] + (1 + df["a"]) * rng.normal(size=n)
+    df["p"] = df["x"]
+    df["p_shifted"] = df["x"] + np.where(df["a"] == 2, 0.5, 0.0)  # worse for a=2 only
+    df["quarter"] = np.array(["2026Q1", "2026Q2"])[rng.integers(0, 2, n)]
+    data = d / "d.csv"
+    df.to_csv(data, index=False)
+    with_base, plain = d / "with_base.json", d / "plain.json"
+    common = ["fit", "--data", str(data), "--label", "y", "--group-cols", "a,b"]
+    assert main([*common, "--pred", "p", "--out", str(with_base)]) == 0
+    assert main([*common, "--out", str(plain)]) == 0
+    return {"dir": d, "data": data, "with_base": with_base, "plain": plain}
+
+
+def test_two_models_are_compared_group_by_group(files, capsys):
+    out = files["dir"] / "cmp.json"
+    args = ["compare", "--data", str(files["data"]), "--label", "y", "--pred", "p"]
+    args += ["--model", str(files["with_base"]), "--model", str(files["plain"]), "--out", str(out)]
+    capsys.readouterr()
+    assert main(args) == 0
+    cap = capsys.readouterr()
+    summary = json.loads(cap.out.splitlines()[-1])
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "mmc-audit-comparison" and doc["names"] == ["with_base", "plain"]
+    assert summary["compared"] == ["rmse", "mean_error", "spread", "coverage"]
+    # the model without the informative base is worse overall and in every group (its RMSE ignores x)
+    worse = [f for f in doc["findings"] if f["direction"] == "worse" and f["kind"] == "rmse"]
+    assert {f["group"] for f in worse} == set(doc["by_group"]["group"])
+    assert summary["worse"] == len([f for f in doc["findings"] if f["direction"] == "worse"])
+    assert "- plain is worse than with_base for " in cap.err
+
+
+def test_prediction_columns_name_the_group_made_worse(files, capsys):
+    out = files["dir"] / "cmp_cols.json"
+    args = ["compare", "--data", str(files["data"]), "--label", "y", "--pred-a", "p", "--pred-b", "p_shifted"]
+    assert main([*args, "--group-cols", "a", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    first = doc["findings"][0]
+    assert first["direction"] == "worse" and first["kind"] == "mean_error"
+    assert {f["group"] for f in doc["findings"]} <= {"all", "a=2"}
+    assert "a=2" in {f["group"] for f in doc["findings"]}
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--model", "M1", "--model", "M2", "--pred-a", "p"], "needs exactly two sides"),
+        (["--model", "M1"], "needs exactly two sides"),
+        (["--pred-a", "p", "--pred-b", "p", "--name-a", "x", "--name-b", "x"], "must differ"),
+        (["--pred-a", "p", "--pred-b", "nope", "--group-cols", "a"], "'nope'"),
+        (["--pred-a", "p", "--pred-b", "p_shifted", "--group-cols", "zz"], "group column 'zz' is not in the data"),
+        (["--model", "M1", "--model", "M1", "--out", "M1"], "would replace that input"),
+        (["--pred-a", "p", "--pred-b", "p_shifted", "--delta", "2"], "--delta must be strictly between 0 and 1"),
+    ],
+)
+def test_bad_comparisons_are_one_line_and_write_nothing(files, capsys, extra, message):
+    extra = [str(files["plain"]) if v == "M1" else str(files["with_base"]) if v == "M2" else v for v in extra]
+    out = files["dir"] / "never.json"
+    args = ["compare", "--data", str(files["data"]), "--label", "y", "--pred", "p", *extra]
+    if "--out" not in extra:
+        args += ["--out", str(out)]
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("mmc: error:")]
+    assert len(lines) == 1 and message in lines[0], err
+    assert not out.exists()
+
+
+def test_audit_with_periods(files, capsys):
+    out = files["dir"] / "audit.json"
+    args = ["audit", "--data", str(files["data"]), "--label", "y", "--model", str(files["plain"])]
+    assert main([*args, "--period", "quarter", "--out", str(out)]) == 0
+    per = json.loads(out.read_text())["periods"]
+    assert per["format"] == "mmc-audit-periods" and per["periods"] == ["2026Q1", "2026Q2"]
+    assert per["n_tests"] > 0 and "spread_change" in per["changes"]
+    assert main([*args, "--period", "nope", "--out", str(files["dir"] / "a2.json")]) == 2
+    assert "period column 'nope' is not in the data" in capsys.readouterr().err
