@@ -45,6 +45,9 @@ def add_parser(sub) -> None:
     c.add_argument("--min-group-count", type=int, default=30, help="smallest group tested (default 30)")
     c.add_argument("--level", type=float, default=0.05, help="error level of the findings (default 0.05)")
     c.add_argument("--out", required=True, help="where to write the comparison (JSON)")
+    from .cli_dask import add_engine_options
+
+    add_engine_options(c)
 
 
 def _sides_spec(args):
@@ -79,7 +82,6 @@ def _sides_spec(args):
 def cmd_compare(args) -> int:
     from mmc_core import FittedModel, GroupSet
     from mmc_core.compare import compare, side
-    from mmc_core.model import atomic_write_text
 
     from .cli import CLIError, _check_out, _check_prob, refuse_output_over_input
     from .io import numeric_column, read_table
@@ -99,15 +101,17 @@ def cmd_compare(args) -> int:
                 extra = GroupSet.from_json(fh.read())
         except (OSError, UnicodeDecodeError) as e:
             raise CLIError(f"cannot read --groups {args.groups}: {getattr(e, 'strerror', None) or e}") from None
+    for m in models.values():
+        if m.task == "binary":
+            raise CLIError("mmc compare compares regression models; classifier comparison is not offered yet")
+    if getattr(args, "engine", "numpy") == "dask":
+        return _write(args, spec, _compare_on_dask(args, spec, models, extra))
     text_cols = set()
     for m in models.values():
         text_cols |= set(m.groups.text_columns())
     df = read_table(args.data, tuple(sorted(text_cols)))
     y = numeric_column(df, args.label, "label column")
-    for m in models.values():
-        if m.task == "binary":
-            raise CLIError("mmc compare compares regression models; classifier comparison is not offered yet")
-    groups = _groups(args, df, models, extra)
+    groups = _groups(args, df.columns, models, extra, lambda cols: GroupSet.from_columns(df, cols, args.max_order))
     sides = []
     for kind, src, name in spec:
         if kind == "column":
@@ -123,17 +127,43 @@ def cmd_compare(args) -> int:
                 raise CLIError(f"model {src} was fitted on a base prediction: pass --pred COL")
             base = numeric_column(df, args.pred, "prediction column")
         sides.append(side(model, df, name=name, base=base, method=args.interval, delta=args.delta))
-    res = compare(
-        df,
-        y,
-        sides[0],
-        sides[1],
-        groups,
-        delta=args.delta,
-        min_group_count=args.min_group_count,
-        error_control=args.error_control,
-        level=args.level,
-    )
+    res = compare(df, y, sides[0], sides[1], groups, **_options(args))
+    return _write(args, spec, res)
+
+
+def _options(args) -> dict:
+    return {
+        "delta": args.delta,
+        "min_group_count": args.min_group_count,
+        "error_control": args.error_control,
+        "level": args.level,
+    }
+
+
+def _compare_on_dask(args, spec, models, extra):
+    from mmc_core.engines.dask_engine import compare_dask, groups_from_columns
+
+    from .cli import CLIError
+    from .cli_dask import _data, _session
+
+    if args.interval != "calibrated":
+        raise CLIError("--interval does not apply with --engine dask (it compares no intervals yet)")
+    ddf = _data(args, [("label column", args.label)])
+    sides = [(kind, models[src] if kind == "model" else src, name) for kind, src, name in spec]
+    with _session(args) as client:
+        groups = _groups(
+            args,
+            ddf.columns,
+            models,
+            extra,
+            lambda cols: groups_from_columns(ddf, cols, args.max_order, client=client),
+        )
+        return compare_dask(ddf, args.label, sides, groups, args.pred, **_options(args))
+
+
+def _write(args, spec, res) -> int:
+    from mmc_core.model import atomic_write_text
+
     out = res.to_json()
     out["sources"] = [{"kind": k, "source": s, "name": n} for k, s, n in spec]
     atomic_write_text(args.out, json.dumps(out, allow_nan=False))
@@ -161,20 +191,20 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def _groups(args, df, models, extra):
+def _groups(args, columns, models, extra, from_columns):
     """The groups compared on: --group-cols (and --groups) if given, else the models' own groups (both models'
-    when they differ, each name once)."""
+    when they differ, each name once). ``from_columns(cols)`` builds groups from columns on the engine's table."""
     from mmc_core import GroupSet
 
     from .cli import CLIError
 
     if args.group_cols:
         for c in args.group_cols:
-            if c not in df.columns:
+            if c not in columns:
                 raise CLIError(f"group column '{c}' is not in the data")
             if c == args.label:
                 raise CLIError(f"the label '{c}' cannot define groups")
-        groups = GroupSet.from_columns(df, args.group_cols, args.max_order)
+        groups = from_columns(args.group_cols)
     else:
         groups = GroupSet([])
         for m in models.values():

@@ -107,46 +107,64 @@ def side(source, table=None, *, name: str, base=None, method: str = "calibrated"
 
 
 # ---- the delta method over (group, cell) means ------------------------------------------------------------
-def _cell_moments(sums, Q: np.ndarray, cells: np.ndarray | None, n_cells: int):
-    """Per (group, cell): the count (C,), the means of the K rows of ``Q`` (C, K) and their covariance (C, K, K)
-    (ddof 1), with C = groups x ``n_cells``. Quantities are centred on their overall mean first: the covariance
-    of values far from zero (widths, large labels) would otherwise cancel catastrophically."""
+def cell_sums(sums, Q: np.ndarray, cells: np.ndarray | None, n_cells: int, shift: np.ndarray):
+    """Per (group, cell) sums of the K rows of ``Q`` minus ``shift`` and of their pairwise products: count (C,),
+    S1 (C, K), S2 (C, K, K), with C = groups x ``n_cells``. Sums add across row blocks (Dask partitions) when
+    every block uses the same ``shift``; a shift near the quantities' means keeps the covariance of values far
+    from zero (widths, large labels) from cancelling catastrophically."""
     K, n = Q.shape
-    centre = Q.mean(axis=1)
-    Qc = Q - centre[:, None]
+    Qc = Q - np.asarray(shift, float)[:, None]
     cells_ = np.zeros(n, dtype=np.int64) if cells is None else cells
     cnt = sums.cell_sums(cells_, n_cells)
+    S1 = np.stack([sums.cell_sums(cells_, n_cells, Qc[k]) for k in range(K)], axis=1)
+    S2 = np.empty((cnt.size, K, K))
+    for k in range(K):
+        for j in range(k, K):
+            S2[:, k, j] = S2[:, j, k] = sums.cell_sums(cells_, n_cells, Qc[k] * Qc[j])
+    return cnt, S1, S2
+
+
+def cell_moments(cnt, S1, S2, shift):
+    """Means (C, K) and covariances (C, K, K, ddof 1) from :func:`cell_sums`."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        M = np.stack([sums.cell_sums(cells_, n_cells, Qc[k]) for k in range(K)], axis=1) / cnt[:, None]
-        S = np.empty((cnt.size, K, K))
-        for k in range(K):
-            for j in range(k, K):
-                s = sums.cell_sums(cells_, n_cells, Qc[k] * Qc[j])
-                S[:, k, j] = S[:, j, k] = (s - cnt * M[:, k] * M[:, j]) / (cnt - 1)
-    return cnt, M + centre[None, :], S
+        M = S1 / cnt[:, None]
+        S = (S2 - cnt[:, None, None] * M[:, :, None] * M[:, None, :]) / (cnt - 1)[:, None, None]
+    return M + np.asarray(shift, float)[None, :], S
 
 
-class _Layout:
+class Layout:
     """Which rows of the quantity matrix hold each side's residual, squared residual, variance, coverage and
-    width."""
+    width; built from what the sides have (``has``: per side, (has a variance, has intervals)), so that every
+    block of rows (a Dask partition) lays its quantities out alike."""
 
-    def __init__(self, sides, y, target):
-        rows, self.at = [], []
-        for s in sides:
-            r = y - s.mean
-            at = {"r": len(rows), "r2": len(rows) + 1}
-            rows += [r, r * r]
-            if s.variance is not None:
-                at["v"] = len(rows)
-                rows.append(np.asarray(s.variance, float))
-            if s.lower is not None:
-                at["c"] = len(rows)
-                rows.append(((y >= s.lower) & (y <= s.upper)).astype(float))
-                at["w"] = len(rows)
-                rows.append(np.asarray(s.upper - s.lower, float))
+    def __init__(self, has, target: float):
+        self.at, k = [], 0
+        for has_var, has_int in has:
+            at = {"r": k, "r2": k + 1}
+            k += 2
+            if has_var:
+                at["v"], k = k, k + 1
+            if has_int:
+                at["c"], at["w"], k = k, k + 1, k + 2
             self.at.append(at)
-        self.Q = np.vstack(rows)
-        self.target = target
+        self.K, self.target = k, target
+
+    @classmethod
+    def of(cls, sides, target: float) -> "Layout":
+        return cls([(s.variance is not None, s.lower is not None) for s in sides], target)
+
+    def rows(self, sides, y) -> np.ndarray:
+        """The (K, n) quantities of ``sides`` on labels ``y``."""
+        Q = np.empty((self.K, y.size))
+        for s, at in zip(sides, self.at):
+            r = y - s.mean
+            Q[at["r"]], Q[at["r2"]] = r, r * r
+            if "v" in at:
+                Q[at["v"]] = s.variance
+            if "c" in at:
+                Q[at["c"]] = (y >= s.lower) & (y <= s.upper)
+                Q[at["w"]] = s.upper - s.lower
+        return Q
 
     def value(self, M, i: int, what: str, compared: bool):
         """Side ``i``'s value ``what`` per cell and its gradient over the K quantities, (C,), (C, K); NaN where the
@@ -371,9 +389,20 @@ def compare(
                 raise DataError(f"side {s.name!r}: {what} has {np.size(arr)} values for {y.size} labels")
     if a.name == b.name:
         raise MMCError(f"the two sides need different names, both are {a.name!r}")
-    lay = _Layout((a, b), y, 1 - delta)
-    cnt, M, S = _cell_moments(memb.sums(), lay.Q, None, 1)
-    names = list(memb.names)
+    lay = Layout.of((a, b), 1 - delta)
+    Q = lay.rows((a, b), y)
+    shift = Q.mean(axis=1)
+    cnt, S1, S2 = cell_sums(memb.sums(), Q, None, 1, shift)
+    return compare_from_sums(
+        cnt, S1, S2, shift, lay, list(memb.names), (a.name, b.name), delta, min_group_count, error_control, level
+    )
+
+
+def compare_from_sums(cnt, S1, S2, shift, lay, names, side_names, delta, min_group_count, error_control, level):
+    """:func:`compare` from per-group sums (:func:`cell_sums`) added over any blocks of rows: the Dask engine's
+    way in. Returns a ComparisonResult."""
+    M, S = cell_moments(cnt, S1, S2, shift)
+    a_name, b_name = side_names
     cols: dict = {"n": cnt.astype(np.int64)}
     tests: list = []
     ses: dict = {}
@@ -408,7 +437,7 @@ def compare(
             )
     found = _select(tests, error_control, level)
     for f in found:
-        f["text"] = _finding_text(f, a.name, b.name, 1 - delta)
+        f["text"] = _finding_text(f, a_name, b_name, 1 - delta)
     found.sort(key=lambda f: (f["direction"] != "worse", f["p_adjusted"], -f["n"]))
     for what, se in ses.items():
         cols[f"{what}_detectable"] = detectable(se, len(tests), level)
@@ -418,10 +447,10 @@ def compare(
         "min_group_count": int(min_group_count),
         "error_control": error_control,
         "level": float(level),
-        "n": int(y.size),
+        "n": int(cnt[0]),
         "compared": [w for w in _TESTED if np.isfinite(by_group[f"{w}_diff"].iloc[0])],
     }
-    return ComparisonResult((a.name, b.name), by_group, found, len(tests), params)
+    return ComparisonResult((a_name, b_name), by_group, found, len(tests), params)
 
 
 def _finding_text(f: dict, a: str, b: str, target: float) -> str:
@@ -515,8 +544,11 @@ def compare_periods(
         raise DataError("the period column has one value: there is nothing to compare")
     if P > MAX_PERIODS:
         raise DataError(f"the period column has {P:,} distinct values; at most {MAX_PERIODS} periods are compared")
-    lay = _Layout((s,), y, 1 - delta)
-    cnt, M, S = _cell_moments(memb.sums(), lay.Q, code.astype(np.int64), P)
+    lay = Layout.of((s,), 1 - delta)
+    Q = lay.rows((s,), y)
+    shift = Q.mean(axis=1)
+    cnt, S1, S2 = cell_sums(memb.sums(), Q, code.astype(np.int64), P, shift)
+    M, S = cell_moments(cnt, S1, S2, shift)
     G, names = memb.n_groups, list(memb.names)
     g_idx, p_idx = np.divmod(np.arange(G * P), P)
     rows: dict = {"group": np.asarray(names, dtype=object)[g_idx], "period": labels[p_idx], "n": cnt.astype(np.int64)}

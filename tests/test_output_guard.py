@@ -65,6 +65,8 @@ CASES = [
     ("dask predict data", ["predict", "--model", "{model}", "--data", "{pq}", "--pred", "base", *NO_SCHEDULER], "{pq}", "--data"),
     ("dask predict model", ["predict", "--model", "{model}", "--data", "{pqglob}", "--pred", "base", *NO_SCHEDULER], "{model}", "--model"),
     ("dask audit data", ["audit", "--model", "{model}", "--data", "{pqglob}", "--label", "y", "--pred", "base", *NO_SCHEDULER], "{pqfile}", "--data"),
+    ("dask compare data", ["compare", "--data", "{pqglob}", "--label", "y", "--pred-a", "base", "--pred-b", "base", "--name-a", "a", *NO_SCHEDULER], "{pqfile}", "--data"),
+    ("dask compare model", ["compare", "--data", "{pq}", "--label", "y", "--model", "{model}", "--pred-b", "base", "--pred", "base", *NO_SCHEDULER], "{model}", "--model"),
     ("dask audit model", ["audit", "--model", "{model}", "--data", "{pq}", "--label", "y", "--pred", "base", *NO_SCHEDULER], "{model}", "--model"),
 ]  # fmt: skip
 

@@ -54,6 +54,7 @@ What differs from the numpy engine (and why):
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -1036,7 +1037,8 @@ _MODELS: dict = {}
 def _model_cache(text, cls):
     key = hash(text)
     if key not in _MODELS:
-        _MODELS.clear()
+        if len(_MODELS) >= 4:  # a comparison alternates between two models: keep both
+            _MODELS.clear()
         _MODELS[key] = cls.from_json(text)
     return _MODELS[key]
 
@@ -1118,6 +1120,91 @@ def audit_tables_dask(model, ddf, label, base_col=None):
         parts = [dask.delayed(_add, pure=False)(*parts[i : i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
     tot = parts[0].compute()
     return _audit_json(model, tot)
+
+
+def _compare_side(df, kind, src, name, base_col):
+    from ..compare import Side
+    from ..model import FittedModel
+
+    if kind == "column":
+        return Side(name, to_label_array(df[src], f"prediction column '{src}'"))
+    model = _model_cache(src, FittedModel)
+    base = to_label_array(df[base_col], f"prediction column '{base_col}'") if model.uses_base else None
+    pred = model.predict(df, base)
+    return Side(name, pred["mean"], pred.get("moment_2"))
+
+
+def _compare_part(df, specs, label, base_col, groups_json, has, target, shift):
+    from ..compare import Layout, cell_sums
+    from ..groups import GroupSet
+
+    y = to_label_array(df[label], f"label '{label}'")
+    sides = [_compare_side(df, kind, src, name, base_col) for kind, src, name in specs]
+    lay = Layout(has, target)
+    memb = _model_cache(groups_json, GroupSet).evaluate(df, len(df))
+    return cell_sums(memb.sums(), lay.rows(sides, y), None, 1, shift)
+
+
+def compare_dask(
+    ddf,
+    label,
+    specs,
+    groups,
+    base_col=None,
+    *,
+    delta: float = 0.1,
+    min_group_count: int = 30,
+    error_control: str = "holm",
+    level: float = 0.05,
+):
+    """:func:`mmc_core.compare.compare` on a Dask DataFrame: per partition the per-group sums of both sides'
+    residuals, squares and variances (no intervals: the Dask engine predicts none yet), added with the fan-in
+    tree of the audit; the comparison is then made from the totals. ``specs``: two (kind, source, name), kind
+    "model" (source a FittedModel) or "column" (source a column name)."""
+    _require()
+    import dask
+
+    from ..compare import Layout, compare_from_sums
+
+    if label not in ddf.columns:
+        raise DataError(f"label column '{label}' is not in the data")
+    plain = []
+    for kind, src, name in specs:
+        if kind == "model":
+            if src.uses_base and (base_col is None or base_col not in ddf.columns):
+                raise DataError(f"model {name!r} was fitted on a base prediction: pass it (--pred COL)")
+            plain.append((kind, src.to_json(), name))
+        else:
+            if src not in ddf.columns:
+                raise DataError(f"prediction column '{src}' is not in the data")
+            plain.append((kind, src, name))
+    missing = sorted(c for c in groups.columns() if c not in ddf.columns)
+    if missing:
+        raise DataError(f"the data lacks group column(s) the groups need: {', '.join(missing)}")
+    has = [(kind == "model" and 2 in src.moments, False) for kind, src, _ in specs]
+    lay = Layout(has, 1 - delta)
+    # one shift for every partition (the sums must add): the first non-empty partition's means
+    head = ddf.head(1000, npartitions=-1)
+    gjson = json.dumps(groups.to_json())
+    shift = (
+        lay.rows([_compare_side(head, k, s, n, base_col) for k, s, n in plain], head[label].to_numpy(float)).mean(
+            axis=1
+        )
+        if len(head)
+        else np.zeros(lay.K)
+    )
+    args = [dask.delayed(v, pure=True) for v in (plain, gjson)]
+    parts = [
+        dask.delayed(_compare_part, pure=False)(d, args[0], label, base_col, args[1], has, 1 - delta, shift)
+        for d in ddf.to_delayed()
+    ]
+    while len(parts) > 1:
+        parts = [dask.delayed(_add, pure=False)(*parts[i : i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
+    cnt, S1, S2 = parts[0].compute()
+    names = list(groups.names)
+    return compare_from_sums(
+        cnt, S1, S2, shift, lay, names, tuple(n for _, _, n in specs), delta, min_group_count, error_control, level
+    )
 
 
 def _audit_json(model, tot):
