@@ -468,6 +468,15 @@ def estimator_from_args(args, **extra):
     return MomentMulticalibrator(**{k: getattr(args, k) for k in FIT_PARAMS}, shrunken_cells=cells, **extra)
 
 
+def _fit_columns(args, extra) -> list | None:
+    """The columns `mmc fit` uses: only those of a Parquet file are read (its memory limit is checked on the
+    columns read); all of them with --discover but no --features."""
+    if args.discover and not args.features:
+        return None
+    used = [args.label, args.pred, *args.group_cols, *(extra.columns() if extra is not None else ())]
+    return [c for c in [*used, *(args.features or ())] if c]
+
+
 def cmd_fit(args) -> int:
     refuse_output_over_input(args)
     if args.features and not args.discover:
@@ -491,7 +500,7 @@ def cmd_fit(args) -> int:
             ) from None
         extra = GroupSet.from_json(text)
     # columns the group file compares with identifiers such as "01" are read as text (as numbers "01" == "1")
-    df = read_table(args.data, extra.text_columns() if extra is not None else ())
+    df = read_table(args.data, extra.text_columns() if extra is not None else (), columns=_fit_columns(args, extra))
     task, y, binary_info = _fit_label(df, args)
     base = numeric_column(df, args.pred, "prediction column") if args.pred else None
     if args.max_order < 1:

@@ -29,11 +29,33 @@ __all__ = [
     "MAX_ROWS",
     "MAX_COLUMNS",
     "MAX_FILE_BYTES",
+    "MAX_TABLE_BYTES",
+    "estimate_table",
+    "TableEstimate",
 ]
 
 MAX_FILE_BYTES = 200 * 1024 * 1024
 MAX_ROWS = 5_000_000
 MAX_COLUMNS = 2_000
+
+
+def _table_mb_from_env() -> int:
+    try:
+        mb = int(os.environ.get("MMC_MAX_TABLE_MB", "200"))
+    except ValueError:
+        return 200
+    return mb if mb > 0 else 200
+
+
+# The memory a table may take once read (its estimate from the file's metadata or a sample, checked before
+# anything is read): 200 MB is 25,000,000 numeric cells, e.g. 5,000,000 rows x 5 columns. Measured peak RSS of
+# `mmc fit` (in-memory engine, one group column): about 150 MB + 3.1 x the table + 190 bytes a row, so a table at
+# this limit stays under 2 GB even at MAX_ROWS; a 2.3 MB Parquet file of 2.5M x 202 zeros decodes to 4 GB (it
+# took fit to 11.9 GB when the limits were checked after reading). MMC_MAX_TABLE_MB raises it for a big machine.
+MAX_TABLE_BYTES = _table_mb_from_env() * 10**6
+NUMERIC_CELL_BYTES = 8
+# a text cell read by pandas: the pointer and a str object (49 bytes and one per ASCII character), rounded up
+TEXT_CELL_BYTES = 64
 # a spreadsheet trims leading blanks and line breaks before it looks for a formula, and OWASP lists a leading tab
 # or carriage return as a formula start of its own
 _FORMULA = re.compile(r"^(?:[\t\r]|\s*[=+\-@])")
@@ -41,6 +63,7 @@ _FORMULA = re.compile(r"^(?:[\t\r]|\s*[=+\-@])")
 # the delimiter and the quote), so with "\n" alone a bare "\r" went out unquoted and split the row on reading; the
 # same bytes on every platform, too (pandas' default terminator is os.linesep)
 CSV_LINE_END = "\r\n"
+PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
 # every number read back as the double it was written from: the default parser before pandas 3 is off by an
@@ -67,7 +90,7 @@ def _check_shape(df: pd.DataFrame, name: str) -> pd.DataFrame:
 _ZERO_LED = re.compile(r"^\s*[+-]?0\d")
 
 
-def _codes_as_text(df: pd.DataFrame, text: str, header: list, na: list) -> pd.DataFrame:
+def _codes_as_text(df: pd.DataFrame, text: str, data: bytes, header: list, na: list) -> pd.DataFrame:
     """Integer columns whose text tells apart values that are one number ("01" and "1": site or product codes)
     back to text: read as numbers they would be one value and one group. Zero-padded columns whose every number
     is written one way (months 01-12, hours 00-23) stay numbers, so that numeric groups (month < 6) keep
@@ -84,7 +107,9 @@ def _codes_as_text(df: pd.DataFrame, text: str, header: list, na: list) -> pd.Da
     if not ints:
         return df
     raw_names = [h for h in header if h.strip() in set(ints)]
-    raw = pd.read_csv(io.StringIO(text), usecols=raw_names, dtype=str, na_values=na, keep_default_na=True)
+    raw = pd.read_csv(
+        io.BytesIO(data), encoding="utf-8-sig", usecols=raw_names, dtype=str, na_values=na, keep_default_na=True
+    )
     raw.columns = [str(c).strip() for c in raw.columns]
     for c in ints:
         col = raw[c].dropna()
@@ -93,36 +118,206 @@ def _codes_as_text(df: pd.DataFrame, text: str, header: list, na: list) -> pd.Da
     return df
 
 
-def read_table_bytes(data: bytes, name: str, text_columns=()) -> pd.DataFrame:
+class TableEstimate:
+    """What a table file holds, from its metadata (Parquet) or a sample (CSV), before it is read: ``rows`` and
+    ``columns`` of the file, ``read`` the columns that would be read (None: all), and ``bytes`` the memory they
+    would take as a DataFrame (an estimate: 8 bytes a numeric cell, more for text)."""
+
+    def __init__(self, name: str, rows: int, columns: list, read, nbytes: int, exact: bool = True):
+        self.name, self.rows, self.columns, self.read, self.bytes = name, int(rows), list(columns), read, int(nbytes)
+        self.exact = exact  # the rows counted (Parquet metadata) or estimated (CSV: checked again once read)
+
+    def check(self, limit: int | None = None) -> TableEstimate:
+        """DataError (one line naming the file and the limit) when the table is over a stated limit."""
+        limit = MAX_TABLE_BYTES if limit is None else int(limit)
+        if len(self.columns) > MAX_COLUMNS:
+            raise DataError(f"{self.name} has {len(self.columns)} columns; the limit is {MAX_COLUMNS}")
+        if self.exact and self.rows > MAX_ROWS:
+            raise DataError(f"{self.name} has {self.rows} rows; the limit is {MAX_ROWS:,}")
+        if not self.exact and self.rows > 1.25 * MAX_ROWS:  # an estimate: clearly over, or checked once read
+            raise DataError(f"{self.name} has about {self.rows:,} rows; the limit is {MAX_ROWS:,}")
+        if self.bytes > limit:
+            ncols = len(self.columns) if self.read is None else len(self.read)
+            raise DataError(
+                f"{self.name} would take about {_mb(self.bytes)} in memory ({self.rows:,} rows x {ncols:,} "
+                f"column(s) to read); the limit is {_mb(limit)} ({limit // NUMERIC_CELL_BYTES:,} numeric cells): "
+                "use fewer rows or columns"
+            )
+        return self
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{max(n / 1e6, 0.1):.0f} MB" if n >= 1e6 else f"{n / 1e6:.1f} MB"
+
+
+def _is_parquet(name: str) -> bool:
+    return name.lower().endswith(PARQUET_SUFFIXES)
+
+
+def _wanted(names, columns):
+    """The names of ``names`` to read: all (None) or those whose stripped name is in ``columns``."""
+    if columns is None:
+        return None
+    want = set(columns)
+    return [h for h in names if str(h).strip() in want]
+
+
+def _parquet_estimate(data: bytes, name: str, columns=None) -> TableEstimate:
+    """Rows, columns and decoded size from the Parquet footer (schema and row groups): no page is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(io.BytesIO(data))
+        meta, schema = pf.metadata, pf.schema_arrow
+    except Exception as e:  # noqa: BLE001 - pyarrow raises many types for corrupt files
+        raise DataError(f"{name} is not a readable Parquet file ({type(e).__name__})") from None
+    fields = [f for f in schema if not f.name.startswith("__index_level_")]
+    names = [f.name for f in fields]
+    read = _wanted(names, columns)
+    rows = int(meta.num_rows)
+    # uncompressed bytes of each column over the row groups (text: the characters, plus their offsets)
+    raw: dict[str, int] = {}
+    plain: set[str] = set()  # text columns stored without a dictionary: every value its own str object
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            top = col.path_in_schema.split(".")[0]
+            raw[top] = raw.get(top, 0) + max(int(col.total_uncompressed_size), 0)
+            if not col.has_dictionary_page:
+                plain.add(top)
+    total = 0
+    for f in fields:
+        if read is not None and f.name not in read:
+            continue
+        t = f.type
+        if pa.types.is_dictionary(t):  # a categorical: codes and the categories
+            total += rows * NUMERIC_CELL_BYTES + 2 * raw.get(f.name, 0)
+        elif (
+            pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+        ):
+            # objects (repeated values share one str) plus the Arrow column they are converted from
+            total += rows * (NUMERIC_CELL_BYTES + 8) + 2 * raw.get(f.name, 0)
+            if f.name in plain:
+                total += rows * (TEXT_CELL_BYTES - NUMERIC_CELL_BYTES)
+        elif pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t):
+            total += rows * NUMERIC_CELL_BYTES
+        else:  # decimals, lists, structs, fixed-size binaries: a Python object a cell
+            total += rows * 2 * TEXT_CELL_BYTES + 2 * raw.get(f.name, 0)
+    return TableEstimate(name, rows, names, read, total)
+
+
+_SAMPLE = 64 * 1024
+_NA = frozenset(("", "NA", "NaN", "nan", "."))
+
+
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _csv_estimate(data: bytes, name: str, header: list, columns=None) -> TableEstimate:
+    """Rows and decoded size of a CSV from its size and samples: the rows from the shortest mean line length
+    of windows at the start, middle and end of the file, the width of each column from parsing the first lines
+    (a number takes 8 bytes, text a str object)."""
+    size = len(data)
+    nl = b"\n" if b"\n" in data[: 4 * _SAMPLE] or b"\r" not in data[: 4 * _SAMPLE] else b"\r"  # old Mac line ends
+    first_end = data.find(nl)
+    body_start = size if first_end < 0 else first_end + 1
+    body = size - body_start
+    mean_line = float("inf")
+    if body > 0:
+        for start in sorted(
+            {body_start, body_start + max(body // 2 - _SAMPLE // 2, 0), max(size - _SAMPLE, body_start)}
+        ):
+            window = data[start : start + _SAMPLE]
+            lines = window.count(nl) + (1 if start + _SAMPLE >= size and not window.endswith(nl) else 0)
+            mean_line = min(mean_line, len(window) / max(lines, 1))
+    rows = 0 if body <= 0 else max(1, int(round(body / mean_line)))
+    read = _wanted(header, columns)
+    names = [h.strip() for h in header]
+    widths = {h.strip(): NUMERIC_CELL_BYTES for h in (header if read is None else read)}
+    cut = data.rfind(nl, 0, body_start + _SAMPLE) if body > _SAMPLE else size
+    # the first lines parsed with the csv module (pandas reads nothing before the limits are checked)
+    sample = data[body_start : max(cut, body_start)].decode("utf-8", errors="replace")
+    index = {h.strip(): i for i, h in enumerate(header)}
+    cells: dict[str, list] = {h.strip(): [] for h in (header if read is None else read)}
+    for line in csv.reader(io.StringIO(sample)):
+        for c, values in cells.items():
+            if index[c] < len(line):
+                values.append(line[index[c]].strip())
+    for c, values in cells.items():
+        text = [v for v in values if v not in _NA and not _is_number(v)]
+        if text:
+            # pandas makes one str object for repeated values of a column: the share of distinct ones
+            distinct = len(set(values)) / len(values)
+            per_str = TEXT_CELL_BYTES - NUMERIC_CELL_BYTES + sum(map(len, values)) / len(values)
+            widths[c] = NUMERIC_CELL_BYTES + int(np.ceil(distinct * per_str))
+    return TableEstimate(name, rows, names, read, rows * sum(widths.values()), exact=False)
+
+
+def estimate_table(data: bytes, name: str, columns=None) -> TableEstimate:
+    """The shape and memory of the table in ``data`` (CSV or Parquet by ``name``), from its metadata or a
+    sample, without reading it; :meth:`TableEstimate.check` refuses it over a limit."""
+    if _is_parquet(name):
+        return _parquet_estimate(data, name, columns)
+    head = data[: 4 * 2**20].decode("utf-8-sig", errors="replace")
+    return _csv_estimate(data, name, _header(head), columns)
+
+
+def _header(text: str) -> list:
+    """The column names of the CSV whose text starts with ``text`` (its first line)."""
+    lines = text.splitlines()
+    return next(csv.reader(io.StringIO(lines[0] if lines else "")), [])
+
+
+def read_table_bytes(data: bytes, name: str, text_columns=(), columns=None, limit: int | None = None) -> pd.DataFrame:
     """Parse CSV or Parquet bytes (chosen by the file name's ending). ``text_columns``: CSV columns read as
     text, not numbers (a model's groups may name "01" and "1" apart; see GroupSet.text_columns). Integer
-    columns written with leading zeros are read as text too (:func:`_codes_as_text`)."""
+    columns written with leading zeros are read as text too (:func:`_codes_as_text`). ``columns``: of a Parquet
+    file, only those are read (the others a command does not use; names not in the file are left out, for the
+    command to name).
+
+    The limits (rows, columns, memory: ``limit`` or MAX_TABLE_BYTES) are checked from the file's metadata or a
+    sample before the table is read (:func:`estimate_table`); rows and columns again on the table read."""
     if len(data) > MAX_FILE_BYTES:
         raise DataError(f"{name} is {len(data) / 1e6:.0f} MB; the limit is {MAX_FILE_BYTES / 1e6:.0f} MB")
-    if len(data) == 0 or not data.strip():
+    if len(data) == 0 or (not data[:4096].strip() and not data.strip()):  # no copy of a file that has text
         raise DataError(f"{name} is empty")
-    if name.lower().endswith((".parquet", ".pq")):
+    if _is_parquet(name):
+        est = _parquet_estimate(data, name, columns).check(limit)
+        if est.read == []:  # none of the columns asked for: the command names the one missing
+            return _with_file_columns(_check_shape(pd.DataFrame(index=pd.RangeIndex(est.rows)), name), est)
         try:
-            df = pd.read_parquet(io.BytesIO(data))
+            df = pd.read_parquet(io.BytesIO(data), columns=est.read)
         except Exception as e:  # noqa: BLE001 - pyarrow raises many types for corrupt files
             raise DataError(f"{name} is not a readable Parquet file ({type(e).__name__})") from None
         df.columns = [str(c) for c in df.columns]
-        return _check_shape(df, name)
+        return _with_file_columns(_check_shape(df, name), est)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise DataError(f"{name} is not UTF-8 text (bad byte at position {e.start}); save it as UTF-8 CSV") from None
-    header = next(csv.reader(io.StringIO(text.splitlines()[0] if text.splitlines() else "")), [])
+    header = _header(text[: 4 * 2**20])
     stripped = [h.strip() for h in header]
     dups = sorted({h for h in stripped if stripped.count(h) > 1})
     if dups:
         raise DataError(f"{name} has duplicate column name(s): {', '.join(dups[:5])}")
     if any(h == "" for h in stripped) and len(stripped) > 1:
         raise DataError(f"{name} has an empty column name (column {stripped.index('') + 1})")
+    # every column of a CSV is read (``columns`` is for Parquet): pandas checks the rows' field counts only on
+    # the columns it keeps, and a CSV's size bounds its table anyway (under 10 MB: under 100 MB of numbers)
+    est = _csv_estimate(data, name, header).check(limit)
     na = ["", "NA", "NaN", "nan", "."]
     try:
+        # from the bytes: a StringIO of the text holds it as 4 bytes a character (a 52 MB file took 250 MB more)
         df = pd.read_csv(
-            io.StringIO(text),
+            io.BytesIO(data),
+            encoding="utf-8-sig",
             na_values=na,
             keep_default_na=True,
             low_memory=False,
@@ -134,11 +329,19 @@ def read_table_bytes(data: bytes, name: str, text_columns=()) -> pd.DataFrame:
     except pd.errors.ParserError as e:
         raise DataError(f"{name} is not a well-formed CSV: {str(e).splitlines()[0]}") from None
     df.columns = [str(c).strip() for c in df.columns]
-    df = _codes_as_text(df, text, header, na)
+    df = _codes_as_text(df, text, data, header, na)
     return _check_shape(df, name)
 
 
-def read_table(path, text_columns=()) -> pd.DataFrame:
+def _with_file_columns(df: pd.DataFrame, est: TableEstimate) -> pd.DataFrame:
+    """A table read in part names the file's columns in its messages (``numeric_column``)."""
+    if est.read is not None:
+        df.attrs["file_columns"] = [str(c).strip() for c in est.columns]
+    return df
+
+
+def read_table(path, text_columns=(), columns=None, limit: int | None = None) -> pd.DataFrame:
+    """The table in the file at ``path`` (see :func:`read_table_bytes`; ``columns``: only those are read)."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise DataError(f"data file not found: {path}")
@@ -148,13 +351,14 @@ def read_table(path, text_columns=()) -> pd.DataFrame:
     if size > MAX_FILE_BYTES:
         raise DataError(f"{path} is {size / 1e6:.0f} MB; the limit is {MAX_FILE_BYTES / 1e6:.0f} MB")
     with open(path, "rb") as f:
-        return read_table_bytes(f.read(), os.path.basename(path), text_columns)
+        return read_table_bytes(f.read(), os.path.basename(path), text_columns, columns, limit)
 
 
 def numeric_column(df: pd.DataFrame, col: str, role: str = "column") -> np.ndarray:
     """A finite float column or a DataError naming it."""
     if col not in df.columns:
-        raise DataError(f"{role} '{col}' is not in the data (columns: {', '.join(map(str, df.columns[:30]))})")
+        names = df.attrs.get("file_columns") or list(df.columns)
+        raise DataError(f"{role} '{col}' is not in the data (columns: {', '.join(map(str, names[:30]))})")
     s = df[col]
     if not (pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s)):
         conv = pd.to_numeric(s, errors="coerce")
@@ -217,9 +421,6 @@ def write_bytes(path, data: bytes):
     if not os.path.isdir(folder):
         raise DataError(f"output folder does not exist: {folder}")
     atomic_write_bytes(path, data)
-
-
-PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
 def csv_bytes(df: pd.DataFrame) -> bytes:

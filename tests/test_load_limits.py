@@ -1,0 +1,188 @@
+"""Issue 38: table limits are checked from the file's metadata (Parquet footer) or a sample (CSV) before the
+table is read, and the dashboard refuses an upload that would not fit its server's memory budget before it is
+read. The files are those of the issue: small on disk, huge once decoded (a 2.3 MB Parquet file of 2.5M x 202
+zeros took `mmc fit` to 11.9 GB; one of 60M rows was refused only after 3 GB).
+
+No wall-clock or RSS assertions: pandas' readers are made to fail if called, which shows the refusal comes
+first."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from app import cli
+from app import io as mio
+from mmc_core.errors import DataError
+
+
+def _zeros_parquet(path, rows: int, names: list[str], chunk: int = 500_000, dtype="float64"):
+    """A Parquet file of ``rows`` x ``names`` zeros, written a row group at a time from one shared array (the
+    file is a few MB; the table it decodes to is never built here)."""
+    zeros = pa.array(np.zeros(chunk, dtype=dtype))
+    schema = pa.schema([(n, zeros.type) for n in names])
+    with pq.ParquetWriter(path, schema, compression="zstd") as w:
+        done = 0
+        while done < rows:
+            k = min(chunk, rows - done)
+            col = zeros if k == chunk else zeros.slice(0, k)
+            w.write_table(pa.Table.from_arrays([col] * len(names), schema=schema))
+            done += k
+    return path
+
+
+@pytest.fixture(scope="module")
+def wide_zeros(tmp_path_factory):
+    """2.5M rows x 202 columns of zeros: 2.3 MB on disk, 4 GB as a DataFrame."""
+    path = tmp_path_factory.mktemp("limits") / "zeros.parquet"
+    return _zeros_parquet(path, 2_500_000, [f"c{i}" for i in range(200)] + ["y", "p"])
+
+
+@pytest.fixture(scope="module")
+def long_zeros(tmp_path_factory):
+    """60M rows of zeros (a label and a prediction): under 1 MB on disk."""
+    path = tmp_path_factory.mktemp("limits") / "long.parquet"
+    return _zeros_parquet(path, 60_000_000, ["y", "p"], chunk=5_000_000, dtype="int8")
+
+
+@pytest.fixture
+def no_reading(monkeypatch):
+    """pandas' and pyarrow's table readers fail if called: a refusal must come before them."""
+
+    def forbidden(*a, **k):
+        raise AssertionError("the table was read before its limits were checked")
+
+    for mod, name in ((pd, "read_parquet"), (pd, "read_csv"), (pq, "read_table")):
+        monkeypatch.setattr(mod, name, forbidden)
+
+
+def _one_line(err: str) -> str:
+    assert "Traceback" not in err and "AssertionError" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("mmc: error")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_metadata_gives_the_shape_and_memory_of_the_issues_files(wide_zeros, long_zeros, no_reading):
+    wide = mio.estimate_table(wide_zeros.read_bytes(), "zeros.parquet")
+    assert (wide.rows, len(wide.columns)) == (2_500_000, 202) and wide.bytes == 2_500_000 * 202 * 8
+    assert wide.read is None
+    only = mio.estimate_table(wide_zeros.read_bytes(), "zeros.parquet", columns=["y", "p", "nope"])
+    assert only.read == ["y", "p"] and only.bytes == 2_500_000 * 2 * 8
+    long = mio.estimate_table(long_zeros.read_bytes(), "long.parquet")
+    assert long.rows == 60_000_000
+    with pytest.raises(DataError, match=r"long.parquet has 60000000 rows; the limit is 5,000,000"):
+        long.check()
+    with pytest.raises(DataError, match=r"zeros.parquet would take about 4.0 GB in memory .*the limit is 200 MB"):
+        wide.check()
+    only.check()  # 40 MB: within the limit
+
+
+@pytest.mark.parametrize("command", ["fit_discover", "audit", "predict"])
+def test_the_wide_file_is_refused_before_reading_one_line_exit_2(
+    command, wide_zeros, tmp_path, no_reading, capsys, monkeypatch
+):
+    from mmc_core import FittedModel
+
+    monkeypatch.setattr(FittedModel, "load", classmethod(lambda cls, path: _FakeModel()))
+    argv = {
+        "fit_discover": ["fit", "--label", "y", "--discover", "--out", str(tmp_path / "m.json")],
+        "audit": ["audit", "--label", "y", "--model", str(tmp_path / "m.json"), "--out", str(tmp_path / "a.json")],
+        "predict": ["predict", "--model", str(tmp_path / "m.json"), "--out", str(tmp_path / "p.csv")],
+    }[command]
+    rc = cli.main(argv + ["--data", str(wide_zeros)])
+    line = _one_line(capsys.readouterr().err)
+    assert rc == 2
+    assert "zeros.parquet" in line and "the limit is 200 MB" in line and "2,500,000 rows x 202" in line
+    assert not any(p.name != "m.json" for p in tmp_path.iterdir())
+
+
+class _FakeModel:
+    """What the apply commands look at before they read the data (a model file's loader is not tested here)."""
+
+    class groups:
+        @staticmethod
+        def text_columns():
+            return ()
+
+        @staticmethod
+        def columns():
+            return ["c0"]
+
+
+def test_the_long_file_is_refused_before_reading(long_zeros, tmp_path, no_reading, capsys):
+    rc = cli.main(["fit", "--data", str(long_zeros), "--label", "y", "--out", str(tmp_path / "m.json")])
+    line = _one_line(capsys.readouterr().err)
+    assert rc == 2 and "long.parquet has 60000000 rows; the limit is 5,000,000" in line
+
+
+def test_fit_reads_only_the_columns_it_uses(wide_zeros, tmp_path, monkeypatch, capsys):
+    """`mmc fit` reads the label, prediction and group columns only: the wide file's 2 used columns (40 MB) are
+    read, not its 202 (it is refused for its constant label, after reading, not for its size)."""
+    seen = []
+    real = pd.read_parquet
+
+    def spy(*a, **k):
+        seen.append(k.get("columns"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(pd, "read_parquet", spy)
+    rc = cli.main(["fit", "--data", str(wide_zeros), "--label", "y", "--pred", "p", "--out", str(tmp_path / "m.json")])
+    line = _one_line(capsys.readouterr().err)
+    assert seen == [["y", "p"]]
+    assert rc == 2 and "constant" in line and "limit" not in line
+
+
+def test_a_column_not_in_a_partly_read_file_is_named_with_the_files_columns(tmp_path, capsys):
+    path = tmp_path / "d.parquet"
+    pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [3.0, 1.0, 2.0]}).to_parquet(path, index=False)
+    rc = cli.main(["fit", "--data", str(path), "--label", "nope", "--out", str(tmp_path / "m.json")])
+    line = _one_line(capsys.readouterr().err)
+    assert rc == 2 and "label column 'nope' is not in the data (columns: a, b)" in line
+
+
+def _wide_csv(rows: int, cols: int) -> bytes:
+    line = ",".join(["0"] * cols) + "\n"
+    return (",".join(f"c{i}" for i in range(cols)) + "\n" + line * rows).encode()
+
+
+def test_a_csv_is_refused_from_its_size_and_a_sample_before_reading(tmp_path, no_reading, capsys):
+    """A 4 MB CSV of 1M rows x 2 columns is within limits; 200k rows x 200 columns (80 MB of bytes, 320 MB as a
+    table) is not, nor one of 6.5M short rows."""
+    data = _wide_csv(200_000, 200)
+    est = mio.estimate_table(data, "w.csv")
+    assert abs(est.rows - 200_000) <= 2_000 and len(est.columns) == 200
+    with pytest.raises(DataError, match=r"w.csv would take about 3\d\d MB in memory .*the limit is 200 MB"):
+        mio.read_table_bytes(data, "w.csv")
+    with pytest.raises(DataError, match=r"t.csv has about 6,5\d\d,\d\d\d rows; the limit is 5,000,000"):
+        mio.read_table_bytes(b"y\n" + b"0\n" * 6_500_000, "t.csv")
+    path = tmp_path / "w.csv"
+    path.write_bytes(data)
+    rc = cli.main(["fit", "--data", str(path), "--label", "c0", "--discover", "--out", str(tmp_path / "m.json")])
+    line = _one_line(capsys.readouterr().err)
+    assert rc == 2 and "w.csv" in line and "limit is 200 MB" in line
+
+
+def test_text_columns_count_more_than_numbers(no_reading):
+    n = 20_000
+    ids = "\n".join(f"{i},person-{i:08d}" for i in range(n))
+    codes = "\n".join(f"{i},{'FM'[i % 2]}" for i in range(n))
+    unique = mio.estimate_table(f"x,id\n{ids}\n".encode(), "u.csv")
+    repeated = mio.estimate_table(f"x,sex\n{codes}\n".encode(), "r.csv")
+    numbers = mio.estimate_table(f"x,z\n{ids.replace('person-', '')}\n".encode(), "n.csv")
+    assert n * 16 <= numbers.bytes <= 1.1 * n * 16  # rows estimated from the shortest lines
+    assert repeated.bytes < 1.1 * numbers.bytes  # one str object per distinct value
+    assert unique.bytes > 4 * numbers.bytes
+
+
+def test_a_table_within_limits_reads_as_before(tmp_path):
+    df = pd.DataFrame({"g": ["01", "1", "2"], "x": [1.5, 2.5, np.nan], "s": ["a", "b", "c"]})
+    data = df.to_csv(index=False).encode()
+    back = mio.read_table_bytes(data, "d.csv")
+    assert list(back["g"]) == ["01", "1", "2"] and back["x"].isna().sum() == 1
+    pq_bytes = df.to_parquet()
+    part = mio.read_table_bytes(pq_bytes, "d.parquet", columns=["x", "g", "nope"])
+    assert list(part.columns) == ["g", "x"] and part.attrs["file_columns"] == ["g", "x", "s"]
