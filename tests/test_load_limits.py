@@ -186,3 +186,103 @@ def test_a_table_within_limits_reads_as_before(tmp_path):
     pq_bytes = df.to_parquet()
     part = mio.read_table_bytes(pq_bytes, "d.parquet", columns=["x", "g", "nope"])
     assert list(part.columns) == ["g", "x"] and part.attrs["file_columns"] == ["g", "x", "s"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the dashboard: a per-server budget, checked before an upload is read
+# ------------------------------------------------------------------------------------------------------------
+APP = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
+
+
+@pytest.fixture
+def dashboard():
+    from streamlit.testing.v1 import AppTest
+
+    from app.ui import persist
+
+    persist.forget_all()
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    yield at
+    persist.forget_all()
+
+
+def _upload(at, name: str, data: bytes):
+    at.file_uploader(key="upload").set_value((name, data, "application/octet-stream")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return " ".join(str(e.value) for e in at.error)
+
+
+def test_a_small_upload_that_decodes_to_gigabytes_is_refused_before_it_is_read(dashboard, tmp_path, monkeypatch):
+    """The issue's 0.9 MB upload (1M x 200 zeros: 1.6 GB as a table) took the server to 4 GB: now it is refused
+    from its footer, the demo table stays, and the memory a refusal could leave is handed back."""
+    from app.ui import budget
+
+    data = _zeros_parquet(tmp_path / "up.parquet", 1_000_000, [f"c{i}" for i in range(200)]).read_bytes()
+    assert len(data) < 2_000_000
+
+    def forbidden(*a, **k):
+        raise AssertionError("the upload was read before its size was checked")
+
+    released = []
+    monkeypatch.setattr(pd, "read_parquet", forbidden)
+    monkeypatch.setattr(pq, "read_table", forbidden)
+    monkeypatch.setattr(budget, "release_memory", lambda: released.append(True))
+    err = _upload(dashboard, "up.parquet", data)
+    assert "up.parquet would take about 1.6 GB in memory" in err and "the limit is 100 MB" in err
+    assert "AssertionError" not in err and released
+    assert dashboard.session_state["data"]["name"] != "up.parquet"
+
+
+def _held_elsewhere(nbytes: int, session_id: str = "other-session") -> str:
+    """A workspace of another session holding a table of ``nbytes``, as app.ui.persist.save keeps it."""
+    import time
+
+    from app.ui import persist
+
+    frame = pd.DataFrame({"x": np.zeros(nbytes // 8)})
+    work = {"data": {"df": frame, "key": "other", "name": "other.csv", "source": "upload"}}
+    with persist._LOCK:
+        persist._WORKSPACES["other-ws"] = (time.time() - 3600, work, nbytes, False, 1, "tok", None, session_id)
+    return "other-ws"
+
+
+def test_an_upload_that_would_not_fit_beside_the_other_sessions_tables_is_refused(dashboard, monkeypatch):
+    from app.ui import persist
+
+    monkeypatch.setenv("MMC_SERVER_MEMORY_MB", "12")
+    wid = _held_elsewhere(8_000_000)
+    data = pd.DataFrame({"y": np.arange(500_000) % 7, "g": np.arange(500_000) % 3}).to_parquet()  # 8 MB
+    err = _upload(dashboard, "next.parquet", data)
+    assert "next.parquet would take about 8 MB in memory and this server's sessions already hold" in err
+    assert "the limit is 12 MB for all of them together" in err
+    assert wid in persist._WORKSPACES and dashboard.session_state["data"]["name"] != "next.parquet"
+
+
+def test_the_tables_of_sessions_that_ended_are_let_go_to_make_room(dashboard, monkeypatch):
+    from app.ui import persist
+
+    monkeypatch.setenv("MMC_SERVER_MEMORY_MB", "12")
+    wid = _held_elsewhere(8_000_000, session_id="closed-tab")
+    monkeypatch.setattr(persist, "session_active", lambda sid: sid != "closed-tab")
+    data = pd.DataFrame({"y": np.arange(500_000) % 7, "g": np.arange(500_000) % 3}).to_parquet()
+    assert _upload(dashboard, "next.parquet", data) == ""
+    assert dashboard.session_state["data"]["name"] == "next.parquet"
+    assert wid not in persist._WORKSPACES
+
+
+def test_a_session_that_ended_is_let_go_after_the_grace_period_only(monkeypatch):
+    import time
+
+    from app.ui import persist
+
+    persist.forget_all()
+    monkeypatch.setattr(persist, "session_active", lambda sid: sid == "open")
+    now = time.time()
+    for wid, saved, sid in (("recent", now, "closed"), ("old", now - 3600, "closed"), ("live", now - 3600, "open")):
+        persist._WORKSPACES[wid] = (saved, {}, 10, False, 1, "t", None, sid)
+    persist._WORKSPACES["legacy"] = (now - 3600, {}, 10, False, 1, "t", None)  # no session id: kept
+    assert persist.release_ended(older_than=persist.KEEP_ENDED_SECONDS) == 10
+    assert set(persist._WORKSPACES) == {"recent", "live", "legacy"}
+    persist.forget_all()

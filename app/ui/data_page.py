@@ -11,7 +11,7 @@ import streamlit as st
 from app import demo_data
 from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
 from app.specs import BASE_MODELS
-from app.ui import state
+from app.ui import budget, state
 from app.ui.common import choose_one, columns_multiselect, esc, label_error, sanitize
 from mmc_core.errors import MMCError
 
@@ -170,7 +170,9 @@ def _on_source_change():
         from app.io import read_table
 
         try:
-            state.set_data(read_table(ss["cli_data"]), ss["cli_data"].rsplit("/", 1)[-1], "file")
+            state.set_data(
+                read_table(ss["cli_data"], limit=budget.table_limit()), ss["cli_data"].rsplit("/", 1)[-1], "file"
+            )
         except MMCError as e:
             ss["upload_error"] = str(e)
 
@@ -266,7 +268,8 @@ def source_section():
             help="The first row of a CSV must hold the column names; UTF-8, comma-separated.",
         )
         st.caption(
-            f"Up to {MAX_FILE_BYTES // 1024**2} MB, {MAX_ROWS:,} rows and {MAX_COLUMNS:,} columns. "
+            f"Up to {MAX_FILE_BYTES // 1024**2} MB, {MAX_ROWS:,} rows and {MAX_COLUMNS:,} columns, and "
+            f"{budget.table_limit() / 1e6:,.0f} MB once read ({budget.table_limit() // 8:,} numeric cells). "
             "Missing values may be empty cells, NA, NaN or '.'. The file stays on this machine: the "
             "browser only ever receives a sample of 200 rows."
         )
@@ -278,7 +281,11 @@ def source_section():
                 ss.pop("upload_error", None)
                 with st.spinner(f"Reading {up.name}…"):
                     try:
-                        frame = read_table_bytes(up.getvalue(), up.name)
+                        # the server's memory budget is checked from the file's metadata or a sample, before
+                        # it is read (a 0.9 MB Parquet file decoded to gigabytes)
+                        budget.admit(up.getvalue(), up.name)
+                        frame = read_table_bytes(up.getvalue(), up.name, limit=budget.table_limit())
+                        budget.release_memory()  # what reading left in Arrow's pool, in this thread
                         state.set_data(frame, up.name, "upload", file_id=up.file_id)
                         if ss.get("brought_back"):
                             # its settings go into the widgets at the start of the next run (the ones drawn
@@ -287,6 +294,8 @@ def source_section():
                     except MMCError as e:
                         ss["upload_error"] = str(e)
                         ss["upload_error_id"] = up.file_id
+                        frame = None
+                        budget.release_memory()
             if ss.get("upload_error") and ss.get("upload_error_id") == up.file_id:
                 st.error(f"Cannot use this file: {esc(ss['upload_error'])}", icon=":material/error:")
         elif (state.data() or {}).get("source") != "upload":

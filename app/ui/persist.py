@@ -3,10 +3,11 @@ settings, result and running fit) is kept in this server process under a random 
 carries (``?ws=...``); a new session opened with that address (a reload, a restored tab, a bookmark while the
 server runs) takes the workspace back instead of starting over on the demo.
 
-Kept in memory only, for as long as the server runs, for the last ``MAX_WORKSPACES`` sessions (each holds its
-table) and at most ``MMC_WORKSPACE_GB`` (default 4) of their tables: untouched demo sessions go first, then
-the oldest, the session's own never; an address whose workspace went (or that this server never had: it restarted) says so. Two
-sessions on one address (two tabs) never overwrite each other: the one that saves second goes on under an
+Kept in memory only, for the last ``MAX_WORKSPACES`` sessions (each holds its table) and at most
+``MMC_WORKSPACE_GB`` (by default the server's table budget, app.ui.budget) of their tables: untouched demo
+sessions go first, then the oldest, the session's own never; a session that ended is let go
+``KEEP_ENDED_SECONDS`` later, or as soon as an upload needs its memory; an address whose workspace went (or
+that this server never had: it restarted) says so. Two sessions on one address (two tabs) never overwrite each other: the one that saves second goes on under an
 address of its own; but a reload's new session knows the session it replaced, whose last script run may end
 after the reload: that late save is taken back (or, if the analyst changed something since, overwritten by the
 newer work). Nothing is written to disk. The id is 128 random bits: the
@@ -49,19 +50,101 @@ KEYS = (
 
 # id -> (time saved, {key: value}, bytes of its tables, untouched: a demo session nobody has changed, version:
 # how many saves it has had, the token of the session that saved it, the token of the session that one replaced
-# on a reload)
+# on a reload, the Streamlit session id of the one that saved it)
 _WORKSPACES: OrderedDict = OrderedDict()
 _DROPPED: OrderedDict = OrderedDict()  # ids whose workspace was let go (to say so on a reload), the last 1,000
 _LOCK = threading.Lock()
 
 
 def max_bytes() -> float:
-    """Tables kept for closed sessions, at most (``MMC_WORKSPACE_GB``, default 4): a server that many analysts
-    upload to must not run out of memory, which would lose every session's work at once."""
+    """Tables kept for sessions, at most (``MMC_WORKSPACE_GB``; by default the server's budget for tables,
+    :func:`app.ui.budget.server_budget`): a server that many analysts upload to must not run out of memory, which
+    would lose every session's work at once."""
+    from app.ui.budget import server_budget
+
     try:
-        return float(os.environ.get("MMC_WORKSPACE_GB", "4")) * 2**30
-    except ValueError:
-        return 4.0 * 2**30
+        return float(os.environ["MMC_WORKSPACE_GB"]) * 2**30
+    except (KeyError, ValueError):
+        return float(server_budget())
+
+
+# a session that ended (its tab closed) keeps its workspace this long for a reload to take back, then the
+# memory is released (issue 38: a closed session kept 2.3 GB); sooner when an upload needs the room
+KEEP_ENDED_SECONDS = 600.0
+
+
+def _session_id():
+    try:
+        from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+        ctx = get_script_run_ctx()
+        return None if ctx is None else ctx.session_id
+    except Exception:  # noqa: BLE001 - an internal API moved: no id, the workspace counts as a live session's
+        return None
+
+
+def session_active(session_id) -> bool:
+    """Whether the Streamlit session ``session_id`` is still open (True when that cannot be told: no id, no
+    runtime, as under AppTest)."""
+    if session_id is None:
+        return True
+    try:
+        from streamlit.runtime import Runtime
+
+        if not Runtime.exists():
+            return True
+        return bool(Runtime.instance().is_active_session(session_id))
+    except Exception:  # noqa: BLE001 - an internal API moved: keep the workspace
+        return True
+
+
+def release_ended(need: float = 0.0, older_than: float | None = None) -> int:
+    """Let go of the workspaces of sessions that have ended: the oldest first, until ``need`` bytes of tables
+    are freed (all of them when ``need`` is 0), only those saved ``older_than`` seconds ago or more when given.
+    Returns the bytes of tables let go (their memory is handed back by :func:`app.ui.budget.release_memory`)."""
+    now, freed = time.time(), 0
+    with _LOCK:
+        for wid in list(_WORKSPACES):
+            held = _WORKSPACES[wid]
+            sid = held[7] if len(held) > 7 else None
+            if older_than is not None and now - held[0] < older_than:
+                continue
+            if sid is None or session_active(sid):
+                continue
+            del _WORKSPACES[wid]
+            _DROPPED[wid] = True
+            freed += held[2]
+            if need and freed >= need:
+                break
+        while len(_DROPPED) > 1000:
+            _DROPPED.popitem(last=False)
+    return freed
+
+
+_SWEEPER: list = []
+
+
+def _sweep_forever(interval: float):
+    from app.ui.budget import release_memory
+
+    while True:
+        time.sleep(interval)
+        try:
+            if release_ended(older_than=KEEP_ENDED_SECONDS):
+                release_memory()
+        except Exception:  # noqa: BLE001 - the sweeper must never die of one bad record
+            pass
+
+
+def start_sweeper(interval: float = 60.0) -> None:
+    """Once per process: a daemon thread that releases the workspaces of sessions ended more than
+    ``KEEP_ENDED_SECONDS`` ago, so that memory goes back when nobody uses the server any more."""
+    with _LOCK:
+        if _SWEEPER:
+            return
+        t = threading.Thread(target=_sweep_forever, args=(interval,), name="mmc-workspace-sweeper", daemon=True)
+        _SWEEPER.append(t)
+    t.start()
 
 
 def table_bytes(work: dict) -> int:
@@ -83,6 +166,7 @@ def attach() -> bool:
     back the workspace its address names. Returns True when a workspace was taken back in this run."""
     ss = st.session_state
     restored = False
+    start_sweeper()
     if "ws_id" not in ss:
         wid = st.query_params.get(PARAM)
         with _LOCK:
@@ -228,6 +312,7 @@ def save():
                 version,
                 ss.get("ws_token"),
                 ss.get("ws_pred"),
+                _session_id(),  # to let it go once that session has ended (release_ended)
             )
         _WORKSPACES.move_to_end(wid)
         limit = max_bytes()

@@ -96,8 +96,9 @@ def init_session(cli_data: str | None = None):
         if cli_data:
             try:
                 from app.io import read_table
+                from app.ui.budget import table_limit
 
-                df = read_table(cli_data)
+                df = read_table(cli_data, limit=table_limit())
                 set_data(df, os.path.basename(cli_data), "file")
                 put("src_kind", "File given on the command line")
                 ss["cli_data"] = cli_data
