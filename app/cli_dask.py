@@ -67,12 +67,14 @@ def _session(args):
         close_client(client, cluster)
 
 
-def _data(args, need):
+def _data(args, need, sized=None):
+    """The Dask DataFrame of --data; ``sized``: the columns the command reads (a partition's memory limit is
+    checked on them; default all, as `predict` writes them all)."""
     from mmc_core.engines.dask_engine import read_parquet
 
     from .cli import CLIError
 
-    ddf = read_parquet(args.data)
+    ddf = read_parquet(args.data, sized_columns=sized)
     for what, col in need:
         if col and col not in ddf.columns:
             raise CLIError(f"{what} '{col}' is not in the data")
@@ -93,11 +95,10 @@ def fit(args) -> int:
     for c in args.group_cols:
         if c == args.label:
             raise CLIError(f"the label '{c}' cannot define groups (groups must be computable on new rows)")
-    ddf = _data(
-        args,
-        [("label column", args.label), ("prediction column", args.pred)]
-        + [("group column", c) for c in args.group_cols],
-    )
+    need = [("label column", args.label), ("prediction column", args.pred)] + [
+        ("group column", c) for c in args.group_cols
+    ]
+    ddf = _data(args, need, sized=[c for _, c in need if c])
     extra = None
     if args.groups:
         try:
@@ -108,6 +109,9 @@ def fit(args) -> int:
         for col in extra.columns():
             if col not in ddf.columns:
                 raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
+    # only the columns the fit uses are read from the files (the others could take gigabytes)
+    used = [c for _, c in need if c] + (list(extra.columns()) if extra is not None else [])
+    ddf = ddf[list(dict.fromkeys(used))]
     from app.cli import estimator_from_args
 
     est = estimator_from_args(args)
@@ -235,7 +239,8 @@ def audit(args) -> int:
     if getattr(args, "period", None):
         raise CLIError("--period is not supported with --engine dask yet (audit a sample with the numpy engine)")
     model = FittedModel.load(args.model)
-    ddf = _data(args, [("label column", args.label), ("prediction column", args.pred if model.uses_base else None)])
+    need = [("label column", args.label), ("prediction column", args.pred if model.uses_base else None)]
+    ddf = _data(args, need, sized=[c for _, c in need if c] + list(model.groups.columns()))
     missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
     if missing:
         raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")

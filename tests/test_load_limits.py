@@ -286,3 +286,70 @@ def test_a_session_that_ended_is_let_go_after_the_grace_period_only(monkeypatch)
     assert persist.release_ended(older_than=persist.KEEP_ENDED_SECONDS) == 10
     assert set(persist._WORKSPACES) == {"recent", "live", "legacy"}
     persist.forget_all()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the Dask engine: a partition (a row group) bounded from the footers; fit reads the columns it uses
+# ------------------------------------------------------------------------------------------------------------
+def test_dask_refuses_a_row_group_too_big_for_a_worker_before_any_cluster(wide_zeros, tmp_path, capsys):
+    pytest.importorskip("dask.dataframe")
+    from mmc_core.engines import dask_engine as de
+
+    with pytest.raises(DataError, match=r"zeros.parquet: row group 1 would take about 808 MB .*limit for one"):
+        de.read_parquet(str(wide_zeros))
+    parts = de.read_parquet(str(wide_zeros), columns=["y"])  # one column: 8 MB a row group
+    assert parts.npartitions == 5  # a partition a row group (Dask joined them all: one 4 GB partition)
+    out = tmp_path / "p"
+    rc = cli.main(
+        [
+            "predict",
+            "--engine",
+            "dask",
+            "--data",
+            str(wide_zeros),
+            "--model",
+            str(_dask_model(tmp_path)),
+            "--out",
+            str(out),
+        ]
+    )
+    line = _one_line(capsys.readouterr().err)
+    assert rc == 2 and "row group 1 would take about 808 MB" in line and not out.exists()
+
+
+def _dask_model(tmp_path):
+    """A small model over column c0 (fitted on a tiny table) for `predict` to apply."""
+    df = pd.DataFrame({"c0": [0.0, 1.0] * 50, "y": np.linspace(0, 1, 100)})
+    df.to_csv(tmp_path / "small.csv", index=False)
+    path = tmp_path / "m.json"
+    assert (
+        cli.main(
+            ["fit", "--data", str(tmp_path / "small.csv"), "--label", "y", "--group-cols", "c0", "--out", str(path)]
+        )
+        == 0
+    )
+    return path
+
+
+def test_dask_fit_reads_only_the_columns_it_uses(wide_zeros, tmp_path, monkeypatch):
+    pytest.importorskip("dask.dataframe")
+    import contextlib
+
+    from app import cli_dask
+    from mmc_core import MomentMulticalibrator
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fit(self, ddf, *a, **k):
+        seen.append(list(ddf.columns))
+        raise Stop
+
+    monkeypatch.setattr(cli_dask, "_session", lambda args: contextlib.nullcontext(None))
+    monkeypatch.setattr(MomentMulticalibrator, "fit", fit)
+    argv = ["fit", "--engine", "dask", "--data", str(wide_zeros), "--label", "y", "--pred", "p"]
+    with pytest.raises(Stop):
+        cli_dask.fit(cli.build_parser().parse_args(argv + ["--out", str(tmp_path / "m.json")]))
+    assert seen == [["y", "p"]]

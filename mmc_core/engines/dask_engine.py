@@ -1273,9 +1273,30 @@ def _finite(obj):
 
 
 # ---- data and cluster (the CLI's edge) ---------------------------------------------------------------------
-def read_parquet(pattern: str, columns=None):
+# what one partition (a Parquet row group) may take once read, on a worker: a 2.3 MB file of 2.5M x 202 zeros has
+# row groups of 1M rows that decode to 1.6 GB each, read two at a time by two workers
+MAX_PARTITION_BYTES = 256 * 10**6
+MAX_PARTITIONS = 20_000
+
+
+def _row_group_bytes(rg, names: set, text: set) -> int:
+    """The memory of row group ``rg`` once read, over the columns ``names`` (``text``: those of text): 8 bytes a
+    numeric cell, a text cell its characters twice (Arrow and pandas) and 16 bytes (offset and pointer)."""
+    n, total = int(rg.num_rows), 0
+    for c in range(rg.num_columns):
+        col = rg.column(c)
+        top = col.path_in_schema.split(".")[0]
+        if top not in names:
+            continue
+        total += n * 16 + 2 * max(int(col.total_uncompressed_size), 0) if top in text else n * 8
+    return total
+
+
+def read_parquet(pattern: str, columns=None, sized_columns=None):
     """A Dask DataFrame over the Parquet files matching ``pattern`` (a glob or a folder): one clear error for
-    a glob that matches nothing or files whose schemas differ (checked from the footers, no rows read)."""
+    a glob that matches nothing or files whose schemas differ (checked from the footers, no rows read), or a row
+    group (a partition) that would take more than ``MAX_PARTITION_BYTES`` once read, over ``sized_columns`` (the
+    columns the command uses; default ``columns``, or all)."""
     import glob
     import os
 
@@ -1287,7 +1308,7 @@ def read_parquet(pattern: str, columns=None):
         raise DataError(f"--data {pattern!r} matches no Parquet files")
     import pyarrow.parquet as pq
 
-    first, rows = None, 0
+    first, rows, groups = None, 0, 0
     for f in files:
         try:
             meta = pq.read_metadata(f)
@@ -1296,6 +1317,19 @@ def read_parquet(pattern: str, columns=None):
             raise DataError(f"{f} is not a readable Parquet file ({type(e).__name__})") from None
         rows += meta.num_rows
         sig = [(fld.name, str(fld.type)) for fld in schema if not fld.name.startswith("__index_level_")]
+        used = sized_columns if sized_columns is not None else columns
+        names = {n for n, _ in sig} if used is None else set(used)
+        text = {fld.name for fld in schema if not _fixed_width(fld.type)}
+        groups += meta.num_row_groups
+        for g in range(meta.num_row_groups):
+            need = _row_group_bytes(meta.row_group(g), names, text)
+            if need > MAX_PARTITION_BYTES:
+                raise DataError(
+                    f"{os.path.basename(f)}: row group {g + 1} would take about {need / 1e6:,.0f} MB in memory "
+                    f"({meta.row_group(g).num_rows:,} rows x {len(names & {n for n, _ in sig})} column(s)); the "
+                    f"limit for one partition is {MAX_PARTITION_BYTES / 1e6:,.0f} MB: write the file with smaller "
+                    "row groups (pyarrow: row_group_size) or fewer columns"
+                )
         if first is None:
             first = (f, sig)
         elif sig != first[1]:
@@ -1306,7 +1340,20 @@ def read_parquet(pattern: str, columns=None):
             )
     if rows == 0:  # as the in-memory engine: nothing to fit, predict or audit
         raise DataError(f"--data {pattern!r} has a schema but no data rows")
-    return dd.read_parquet(files, columns=columns)
+    if groups > MAX_PARTITIONS:
+        raise DataError(
+            f"--data {pattern!r} has {groups:,} row groups; the limit is {MAX_PARTITIONS:,} (one partition each): "
+            "write it with larger row groups"
+        )
+    # a partition a row group, which the limit above bounds: by default Dask joins row groups up to 256 MB of
+    # their stored size, and zeros store in almost nothing (the 2.5M x 202 file was one 4 GB partition)
+    return dd.read_parquet(files, columns=columns, split_row_groups=True)
+
+
+def _fixed_width(t) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t))
 
 
 def start_client(scheduler: str | None = None, workers: int = 2, memory_limit: str = "6GB", timeout: float = 20):
