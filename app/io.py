@@ -30,6 +30,7 @@ __all__ = [
     "MAX_COLUMNS",
     "MAX_FILE_BYTES",
     "MAX_TABLE_BYTES",
+    "MAX_WORK_BYTES",
     "estimate_table",
     "TableEstimate",
 ]
@@ -53,6 +54,12 @@ def _table_mb_from_env() -> int:
 # this limit stays under 2 GB even at MAX_ROWS; a 2.3 MB Parquet file of 2.5M x 202 zeros decodes to 4 GB (it
 # took fit to 11.9 GB when the limits were checked after reading). MMC_MAX_TABLE_MB raises it for a big machine.
 MAX_TABLE_BYTES = _table_mb_from_env() * 10**6
+# Beside its cells, every row costs working memory in the commands: measured peak RSS of `mmc audit` is about
+# 150 MB + 3.1 x the table + 340 bytes a row (2.2 GB on 5M rows x 3 columns, a 6 MB file). The table and
+# ROW_WORK_BYTES a row must stay under MAX_WORK_BYTES (600 MB): at most about 4M rows of 3 numeric columns, 4.4M
+# of one, so that audit stays under 2 GB (1.8 GB measured at the limit).
+ROW_WORK_BYTES = 128
+MAX_WORK_BYTES = 3 * MAX_TABLE_BYTES
 NUMERIC_CELL_BYTES = 8
 # a text cell read by pandas: the pointer and a str object (49 bytes and one per ASCII character), rounded up
 TEXT_CELL_BYTES = 64
@@ -142,6 +149,14 @@ class TableEstimate:
                 f"{self.name} would take about {_mb(self.bytes)} in memory ({self.rows:,} rows x {ncols:,} "
                 f"column(s) to read); the limit is {_mb(limit)} ({limit // NUMERIC_CELL_BYTES:,} numeric cells): "
                 "use fewer rows or columns"
+            )
+        work = self.bytes + ROW_WORK_BYTES * self.rows
+        if work > MAX_WORK_BYTES:
+            ncols = len(self.columns) if self.read is None else len(self.read)
+            raise DataError(
+                f"{self.name} has {'' if self.exact else 'about '}{self.rows:,} rows x {ncols:,} column(s) to read: "
+                f"with {ROW_WORK_BYTES} bytes of working memory a row, about {_mb(work)}; the limit is "
+                f"{_mb(MAX_WORK_BYTES)} (e.g. 4,000,000 rows of 3 numeric columns): use fewer rows"
             )
         return self
 

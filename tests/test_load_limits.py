@@ -81,6 +81,16 @@ def test_metadata_gives_the_shape_and_memory_of_the_issues_files(wide_zeros, lon
     only.check()  # 40 MB: within the limit
 
 
+def test_rows_count_working_memory_beside_their_cells(tmp_path, no_reading):
+    """`mmc audit` took 2.2 GB on 5M rows x 3 columns (a 6 MB file: 120 MB of cells): each row costs working
+    memory beside its cells, so 5M such rows are refused, 3.9M (1.8 GB measured) are not."""
+    big = _zeros_parquet(tmp_path / "big.parquet", 5_000_000, ["y", "p", "g"], chunk=1_000_000)
+    with pytest.raises(DataError, match=r"big.parquet has 5,000,000 rows x 3 column\(s\) .*the limit is 600 MB"):
+        mio.estimate_table(big.read_bytes(), "big.parquet").check()
+    ok = _zeros_parquet(tmp_path / "ok.parquet", 3_900_000, ["y", "p", "g"], chunk=1_300_000)
+    mio.estimate_table(ok.read_bytes(), "ok.parquet").check()
+
+
 @pytest.mark.parametrize("command", ["fit_discover", "audit", "predict"])
 def test_the_wide_file_is_refused_before_reading_one_line_exit_2(
     command, wide_zeros, tmp_path, no_reading, capsys, monkeypatch
