@@ -96,6 +96,7 @@ import numpy as np
 import pandas as pd
 
 from . import findings as fnd
+from .scorecard import scorecard
 from . import intervals as iv
 from .errors import DataError, MMCError, ModelFormatError
 from .findings import VARIANCE_TOLERANCE
@@ -240,6 +241,9 @@ class AuditResult:
     # {method: coverage_by_bucket of that method}, every computed method (the dashboard's method choice);
     # not in the JSON, which keeps ``coverage_by_bucket`` of ``params["bucket_method"]`` only
     coverage_by_bucket_of: Any = None  # stored as a dict
+    # every listed group: estimates with intervals, findings and the defect sizes its rows can detect
+    # (mmc_core.scorecard); None when the findings failed
+    scorecard: Any = None
 
     def __post_init__(self):
         self.findings = list(self.findings)
@@ -280,6 +284,8 @@ class AuditResult:
         d["findings"] = json_clean(self.findings)
         d["disparities"] = json_clean(self.disparities)
         d["findings_status"] = self.findings_status
+        if self.scorecard is not None:
+            d["scorecard"] = json_clean(self.scorecard.reset_index().to_dict(orient="split"))
         if self.task != "regression":
             d["task"] = self.task
             d["threshold"] = self.params.get("threshold")
@@ -604,6 +610,7 @@ def audit(
             "variance_tolerance": float(variance_tolerance),
         }
     )
+    all_tests: list = []
     try:
         inside_f = bucket_inside if bucket_method is not None else None
         found, n_tests = _findings(
@@ -621,12 +628,14 @@ def audit(
             error_control,
             findings_level,
             variance_tolerance,
+            collect=all_tests,
         )
         disp = fnd.variance_disparities(names, cnt, bg["var_ratio"].to_numpy(), lo_p, hi_p, min_group_count)
         status = fnd.status_of(n_tests, min_group_count)
         params["n_tests"] = n_tests
+        card = scorecard(all_tests, names, cnt, n_tests, findings_level, min_group_count)
     except Exception as e:  # noqa: BLE001 - reported as a failure, never as "no findings"
-        found, disp, status = [], [], f"failed: {type(e).__name__}: {e}"
+        found, disp, status, card = [], [], f"failed: {type(e).__name__}: {e}", None
     return AuditResult(
         overall,
         bg,
@@ -642,6 +651,7 @@ def audit(
         coverage_by_bucket_of={
             meth: pd.DataFrame(v, index=bg.index, columns=coverage_by_bucket.columns) for meth, v in bucket_cols.items()
         },
+        scorecard=card,
     )
 
 
@@ -661,6 +671,7 @@ def _findings(
     level,
     var_tol: float = 0.0,
     binary: bool = False,
+    collect: list | None = None,
 ):
     """Every test of the model's claims on these rows (mean per group and per mean-bucket cell, variance,
     coverage of ``method``), adjusted as one family. Returns (findings, number of tests). ``binary``: the
@@ -737,6 +748,7 @@ def _findings(
     tests += cal
     for t in tests:
         t["estimate"] = t["statistic_mean"] * span  # observed - predicted, label units
+        t["statistic_se_label"] = t["statistic_se"] * span
         if "interval" in t:  # binary_tests: Wilson's interval of the rate, and the score test's z
             t["interval"] = [v * span for v in t["interval"]]
             continue
@@ -780,9 +792,12 @@ def _findings(
     for t in found:
         t["harm"] = fnd.harm(t)
     found.sort(key=lambda t: (-t["harm"], t["p_adjusted"], -abs(t.get("z", 0.0))))
+    if collect is not None:  # every test with its standard error, for the scorecard (before the pops below)
+        collect.extend(dict(t) for t in tests)
     for t in found:
         t.pop("statistic_mean", None)
         t.pop("statistic_se", None)
+        t.pop("statistic_se_label", None)
         t.pop("statistic_skew", None)
         t.pop("ratio_se", None)
         t.pop("ratio_sums", None)

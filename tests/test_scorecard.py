@@ -1,0 +1,109 @@
+"""The audit's group scorecard (mmc_core.scorecard): every listed group in it, and per-group power checked by
+simulation. The 'model' predicts the TRUE mean and variance of the demo distribution (its intervals truly cover
+90% of every row); a defect planted on race=D at the size the scorecard states as detectable (80% power at the
+audit's error control) must be found in 70-90% of audits, one at half that size far less often."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mmc_core import GroupSet, MomentMulticalibrator, metrics
+from mmc_core.buckets import mean_grid
+from mmc_core.moments import LabelScale
+from mmc_core.scorecard import detectable_z, scorecard
+from mmc_core.synthetic import demo_distribution
+
+DIST = dataclasses.replace(demo_distribution(), base_bias={})
+UNIT = LabelScale(0.0, 1.0)
+N = 2000
+
+
+def _audit(seed, shift=0.0, var_ratio=1.0, cover_drop=0.0):
+    """(findings, scorecard) of an audit of the truth with a defect on race=D: the predicted mean off by ``shift``,
+    the observed / predicted variance ``var_ratio``, the interval coverage ``cover_drop`` below 90%."""
+    rng = np.random.default_rng(seed)
+    tab, y = DIST.sample(N, rng)
+    memb = GroupSet.from_columns(pd.DataFrame(tab), ["sex", "race", "age"], 2).evaluate(pd.DataFrame(tab))
+    d = np.asarray(tab["race"]) == "D"
+    mu = DIST.true_mean(tab) + shift * d
+    v = np.where(d, DIST.true_moment(tab, 2) / var_ratio, DIST.true_moment(tab, 2))
+    inside = (rng.random(N) < np.where(d, 0.9 - cover_drop, 0.9)).astype(float)
+    tests: list = []
+    names = list(memb.names)
+    found, n_tests = metrics._findings(
+        memb.sums(), names, UNIT, mu, y, v, mean_grid(5), inside, "calibrated", 0.9, 30, "holm", 0.05, 0.1,
+        collect=tests,
+    )  # fmt: skip
+    card = scorecard(tests, names, memb.sums().group_sums(), n_tests, 0.05, 30)
+    return found, card
+
+
+def _found(found, kinds) -> bool:
+    return any(f["group"] == "race=D" and f["kind"] in kinds for f in found)
+
+
+def _stated(column: str) -> float:
+    """The scorecard's stated detectable size for race=D (~205 rows), averaged over 20 audits of the truth: one
+    audit's value moves with its sample's residual spread and group size (sd ~10% at this size)."""
+    return float(np.mean([_audit(500 + j)[1].loc["race=D", column] for j in range(20)]))
+
+
+def _rate(n_audits, kinds, **planted) -> float:
+    return float(np.mean([_found(_audit(1000 + s, **planted)[0], kinds) for s in range(n_audits)]))
+
+
+def test_every_listed_group_is_in_the_scorecard_sorted_by_harm():
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(DIST.sample_table(3000, rng, truth=False))
+    gs = GroupSet.from_columns(df, ["sex", "race", "age"], 2)
+    est = MomentMulticalibrator(n_moments=2, label_range=(0, 100)).fit(df, df["outcome"], gs)
+    test = pd.DataFrame(DIST.sample_table(1500, rng, truth=False))
+    test.loc[test["race"] == "D", "outcome"] += 8.0  # a defect the audit finds
+    res = metrics.audit(est.model_, test, test["outcome"].to_numpy())
+    card = res.scorecard
+    names = list(est.model_.groups.names)
+    assert sorted(card.index) == sorted(names)  # every listed group, small or not
+    assert card.index[0].startswith("race=D") and "mean" in card.iloc[0]["findings"]
+    small = card[~card["tested"]]
+    assert (small["n"] < 30).all() and small["mean_error_detectable"].isna().all()
+    tested = card[card["tested"]]
+    assert tested["mean_error_detectable"].notna().all() and (tested["mean_error_detectable"] > 0).all()
+    # bigger groups can detect smaller errors (same residual spread up to noise)
+    big, little = tested["n"].idxmax(), tested["n"].idxmin()
+    assert tested.loc[big, "mean_error_detectable"] < tested.loc[little, "mean_error_detectable"]
+    assert "scorecard" in res.to_json() and len(res.to_json()["scorecard"]["data"]) == len(card)
+
+
+def test_detectable_z_is_holms_first_step_plus_the_power_quantile():
+    assert detectable_z(1, 0.05) == pytest.approx(1.959964 + 0.841621, rel=1e-5)
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf
+    assert detectable_z(200, 0.05) == pytest.approx(z(1 - 0.05 / 400) + z(0.8), rel=1e-9)
+    assert np.isnan(detectable_z(0, 0.05))
+
+
+@pytest.mark.slow
+def test_a_mean_error_at_the_stated_detectable_size_is_found_80_percent_of_the_time():
+    d_star = _stated("mean_error_detectable")  # the mean test's se does not depend on the shift
+    full, half = _rate(200, ("mean",), shift=-d_star), _rate(200, ("mean",), shift=-d_star / 2)
+    assert 0.70 <= full <= 0.90 and half <= 0.30, (full, half)
+
+
+@pytest.mark.slow
+def test_a_coverage_shortfall_at_the_stated_detectable_size_is_found_80_percent_of_the_time():
+    drop = 0.9 - _stated("coverage_detectable")
+    full, half = _rate(200, ("coverage",), cover_drop=drop), _rate(200, ("coverage",), cover_drop=drop / 2)
+    assert 0.70 <= full <= 0.90 and half <= 0.30, (full, half)
+
+
+@pytest.mark.slow
+def test_a_spread_misstatement_at_the_stated_detectable_size_is_found_80_percent_of_the_time():
+    ratio = _stated("spread_detectable_high")
+    full = _rate(200, ("variance",), var_ratio=ratio)
+    half = _rate(200, ("variance",), var_ratio=1.1 + (ratio - 1.1) / 2)  # half the distance beyond the band
+    assert 0.70 <= full <= 0.90 and half <= 0.30, (ratio, full, half)
