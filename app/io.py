@@ -9,6 +9,7 @@ is quoted, so every exported row reads back as one row (:func:`csv_bytes`, the o
 from __future__ import annotations
 
 import csv
+from collections import Counter
 import io
 import os
 import re
@@ -285,9 +286,12 @@ def estimate_table(data: bytes, name: str, columns=None) -> TableEstimate:
 
 
 def _header(text: str) -> list:
-    """The column names of the CSV whose text starts with ``text`` (its first line)."""
-    lines = text.splitlines()
-    return next(csv.reader(io.StringIO(lines[0] if lines else "")), [])
+    """The column names of the CSV whose text starts with ``text``: its first record, which a quoted name with a
+    line break carries past the first line (a duplicate name hidden there was missed by pandas, which renames)."""
+    try:
+        return next(csv.reader(io.StringIO(text)), [])
+    except csv.Error as e:
+        raise DataError(f"the CSV header cannot be read ({e}); check its quotes") from None
 
 
 def read_table_bytes(data: bytes, name: str, text_columns=(), columns=None, limit: int | None = None) -> pd.DataFrame:
@@ -319,7 +323,7 @@ def read_table_bytes(data: bytes, name: str, text_columns=(), columns=None, limi
         raise DataError(f"{name} is not UTF-8 text (bad byte at position {e.start}); save it as UTF-8 CSV") from None
     header = _header(text[: 4 * 2**20])
     stripped = [h.strip() for h in header]
-    dups = sorted({h for h in stripped if stripped.count(h) > 1})
+    dups = sorted(h for h, k in Counter(stripped).items() if k > 1)
     if dups:
         raise DataError(f"{name} has duplicate column name(s): {', '.join(dups[:5])}")
     if any(h == "" for h in stripped) and len(stripped) > 1:

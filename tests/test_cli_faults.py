@@ -116,3 +116,12 @@ def test_labels_that_would_overflow_are_refused(table, fitted, tmp_path, capsys)
     err = capsys.readouterr().err
     assert "labels reach 1e+300" in _one_error_line(err) and "RuntimeWarning" not in err
     assert not out.exists()
+
+
+def test_a_duplicate_column_behind_a_quoted_line_break_in_the_header_is_refused(tmp_path, capsys):
+    data = tmp_path / "d.csv"
+    data.write_text('g,"note\nmore",g,y\n1,a,2,0.5\n2,b,1,0.7\n' * 1)
+    out = tmp_path / "m.json"
+    assert cli.main(["fit", "--data", str(data), "--label", "y", "--out", str(out)]) == 2
+    assert "duplicate column name(s): g" in _one_error_line(capsys.readouterr().err)
+    assert not out.exists()
