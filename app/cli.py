@@ -854,6 +854,7 @@ def cmd_audit(args) -> int:
         error_control=args.error_control,
         min_group_count=args.min_group_count,
         variance_tolerance=tol,
+        progress=progress_lines("audit"),
     )
     doc = result.to_json()
     from .cli_compare import periods_json
@@ -925,6 +926,23 @@ def _classifier_text(result) -> str:
     return "\n".join(lines)
 
 
+PROGRESS_EVERY = 5.0  # seconds: a long command says what it is doing at most this often, a quick one says nothing
+
+
+def progress_lines(command: str):
+    """A ``progress`` callback for the core's long computations: a line on stderr for the stage under way once
+    PROGRESS_EVERY seconds have passed since the last line (or the start)."""
+    last = [time.monotonic()]
+
+    def say(what: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY:
+            print(f"mmc: {command}: {what}...", file=sys.stderr, flush=True)
+            last[0] = now
+
+    return say
+
+
 def _warn_status(result) -> None:
     """An audit that tested nothing (or whose findings failed) must not pass for a clean one."""
     if result.findings_status != "ok":
@@ -941,7 +959,7 @@ def cmd_report(args) -> int:
     _check_threshold_applies(args, model)
     from mmc_core.metrics import audit
 
-    result = audit(model, df, y, **_applied_options(args, base))
+    result = audit(model, df, y, **_applied_options(args, base), progress=progress_lines("report"))
     pdf = build_report_pdf(
         model,
         df,

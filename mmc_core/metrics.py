@@ -90,6 +90,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -159,6 +160,7 @@ def _bootstrap_ratios(
     level: float = 0.95,
     block_elems: int = 4_000_000,
     centered: tuple = (),
+    progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Percentile bootstrap CI of (group mean of v) / (overall mean of v) for each array v in ``values``; for
     the names in ``centered``, of (group variance of v) / (overall variance of v) (:func:`residual_variance`).
@@ -188,6 +190,8 @@ def _bootstrap_ratios(
                     mean = sums.replicate_group_sums(w * v[None, :]) / cnt
                 out[k].append(mean / mean[:, :1])
         done += b
+        if progress is not None and done < n_boot:
+            progress(f"bootstrap: {done} of {n_boot} replicates")
     res = {}
     a = (1 - level) / 2
     for k, chunks in out.items():
@@ -356,13 +360,16 @@ def audit(
     variance_tolerance: float = VARIANCE_TOLERANCE,
     threshold: float = 0.5,
     n_buckets: int = 10,
+    progress: Callable[[str], None] | None = None,
 ) -> AuditResult:
     """Audit ``model`` on the rows of ``table`` with labels ``y`` (original units).
 
     ``base``: the base prediction in label units (required if the model was fitted on one; optional
     otherwise, then used only as the "before" prediction). ``methods``: interval methods to evaluate (those the
     model cannot compute are listed in ``params["methods_unavailable"]``). ``bucket_method``: the method of
-    ``coverage_by_bucket`` (default ``calibrated`` if available, else the first computed).
+    ``coverage_by_bucket`` (default ``calibrated`` if available, else the first computed). ``progress``: called
+    with a short description as each stage starts (the bootstrap once per block of replicates): a long audit
+    (millions of rows) says what it is doing.
     """
     iv._check_prob("delta", delta)
     iv._check_prob("gamma", gamma)
@@ -426,7 +433,9 @@ def audit(
         boot_vals["pred"] = moms[2]
     else:
         pv = np.full(G, np.nan)
-    ci = _bootstrap_ratios(pairs, boot_vals, n_boot, seed, centered=("emp",))
+    say = progress or (lambda what: None)
+    say(f"bootstrap intervals ({n_boot} replicates)")
+    ci = _bootstrap_ratios(pairs, boot_vals, n_boot, seed, centered=("emp",), progress=say)
     bg["pred_var"] = scale.moment_from_unit(pv, 2)
     bg["emp_var"] = scale.moment_from_unit(emp, 2)
     bg["label_var"] = scale.moment_from_unit(np.maximum(label_var, 0.0), 2)
@@ -451,6 +460,7 @@ def audit(
         if meth not in avail:
             unavailable[meth] = _unavailable_reason(model, meth)
             continue
+        say(f"{meth} intervals")
         try:
             lo_u, hi_u, info = iv._unit_interval(ctx, meth, delta, gamma)
         except ModelFormatError:
@@ -611,6 +621,7 @@ def audit(
         }
     )
     all_tests: list = []
+    say("findings")
     try:
         inside_f = bucket_inside if bucket_method is not None else None
         found, n_tests = _findings(

@@ -125,3 +125,22 @@ def test_a_duplicate_column_behind_a_quoted_line_break_in_the_header_is_refused(
     assert cli.main(["fit", "--data", str(data), "--label", "y", "--out", str(out)]) == 2
     assert "duplicate column name(s): g" in _one_error_line(capsys.readouterr().err)
     assert not out.exists()
+
+
+def test_a_long_audit_says_what_it_is_doing(table, fitted, tmp_path, monkeypatch, capsys):
+    """`mmc audit` passes a progress callback down to the core: each stage (and each block of bootstrap
+    replicates) is announced; the CLI prints at most one line per PROGRESS_EVERY seconds (0 here: every one)."""
+    from mmc_core import FittedModel
+    from mmc_core.metrics import audit
+
+    df = pd.read_csv(table)
+    said: list = []
+    audit(FittedModel.load(fitted), df, df["y"].to_numpy(), progress=said.append, n_boot=50)
+    assert said[0] == "bootstrap intervals (50 replicates)" and said[-1] == "findings"
+    assert "calibrated intervals" in said
+    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
+    capsys.readouterr()
+    out = tmp_path / "audit.json"
+    assert cli.main(["audit", "--data", str(table), "--model", str(fitted), "--label", "y", "--out", str(out)]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("mmc: audit: ")]
+    assert lines[0] == "mmc: audit: bootstrap intervals (200 replicates)..." and lines[-1] == "mmc: audit: findings..."
