@@ -407,8 +407,12 @@ def compare(
             raise MMCError(f"sides must be Side objects (mmc_core.compare.side), got {type(s).__name__}")
         for what in ("mean", "variance", "lower", "upper"):
             arr = getattr(s, what)
-            if arr is not None and np.shape(arr) != y.shape:
-                raise DataError(f"side {s.name!r}: {what} has {np.size(arr)} values for {y.size} labels")
+            if arr is not None:
+                to_label_array(arr, f"side {s.name!r}: {what}", y.size)  # finite, one value per label
+        if s.variance is not None and (np.asarray(s.variance) < 0).any():
+            raise DataError(f"side {s.name!r}: variance has negative values")
+        if (s.lower is None) != (s.upper is None):
+            raise MMCError(f"side {s.name!r}: interval ends come in pairs: give both lower and upper")
     if a.name == b.name:
         raise MMCError(f"the two sides need different names, both are {a.name!r}")
     lay = Layout.of((a, b), 1 - delta)

@@ -165,7 +165,9 @@ def test_sides_from_models_and_columns():
     assert np.isnan(res.by_group["spread_diff"]).all() and res.params["compared"] == ["rmse", "mean_error"]
     with pytest.raises(MMCError, match="different names"):
         compare(df, y, a, side(df["x"].to_numpy(), name="model"), gs)
-    with pytest.raises(DataError, match="side 'short': mean has 10 values for 3000 labels"):
+    with pytest.raises(DataError, match="side 'v': variance has 1 missing or infinite"):
+        compare(df, y, a, Side("v", np.zeros(3000), np.where(np.arange(3000) == 9, np.inf, 1.0)), gs)
+    with pytest.raises(DataError, match="side 'short': mean has 10 values for 3000 rows"):
         compare(df, y, a, Side("short", np.zeros(10)), gs)
     with pytest.raises(DataError, match=r"side 'c': mean has 1 missing or infinite"):
         side(np.where(np.arange(3000) == 5, np.nan, 0.0), name="c")
