@@ -44,6 +44,13 @@ def add_parser(sub) -> None:
     choice_option(c, "--error-control", ["holm", "bh"], "adjustment over every test: holm (family-wise) or bh (FDR)")
     c.add_argument("--min-group-count", type=int, default=30, help="smallest group tested (default 30)")
     c.add_argument("--level", type=float, default=0.05, help="error level of the findings (default 0.05)")
+    c.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="decision threshold of probabilities: compare selection rate, TPR and FPR at it (default 0.5 for "
+        "classifier models; with prediction columns the labels must then be 0/1)",
+    )
     c.add_argument("--out", required=True, help="where to write the comparison (JSON)")
     from .cli_dask import add_engine_options
 
@@ -101,21 +108,33 @@ def cmd_compare(args) -> int:
                 extra = GroupSet.from_json(fh.read())
         except (OSError, UnicodeDecodeError) as e:
             raise CLIError(f"cannot read --groups {args.groups}: {getattr(e, 'strerror', None) or e}") from None
-    for m in models.values():
-        if m.task == "binary":
-            raise CLIError("mmc compare compares regression models; classifier comparison is not offered yet")
+    binary = [m for m in models.values() if m.task == "binary"]
+    if binary and len(binary) != len(models):
+        raise CLIError("a classifier (binary) model and a regression model cannot be compared")
+    if args.threshold is not None and not 0 < args.threshold < 1:
+        raise CLIError(f"--threshold must be strictly between 0 and 1, got {args.threshold}")
+    threshold = args.threshold if args.threshold is not None else (0.5 if binary else None)
     if getattr(args, "engine", "numpy") == "dask":
+        if threshold is not None:
+            raise CLIError("classifier comparisons (rates at a threshold) are not offered with --engine dask yet")
         return _write(args, spec, _compare_on_dask(args, spec, models, extra))
     text_cols = set()
     for m in models.values():
         text_cols |= set(m.groups.text_columns())
     df = read_table(args.data, tuple(sorted(text_cols)))
-    y = numeric_column(df, args.label, "label column")
+    if binary:  # the labels through the models' own positive class (as `mmc audit` reads them)
+        from mmc_core.binary import binary_labels
+
+        if args.label not in df.columns:
+            numeric_column(df, args.label, "label column")  # the "not in the data" error, with the columns
+        y = binary_labels(binary[0], df[args.label], f"label column '{args.label}'")
+    else:
+        y = numeric_column(df, args.label, "label column")
     groups = _groups(args, df.columns, models, extra, lambda cols: GroupSet.from_columns(df, cols, args.max_order))
     sides = []
     for kind, src, name in spec:
         if kind == "column":
-            sides.append(side(numeric_column(df, src, "prediction column"), name=name))
+            sides.append(side(numeric_column(df, src, "prediction column"), name=name, threshold=threshold))
             continue
         model = models[src]
         missing = sorted(c for c in model.groups.columns() if c not in df.columns)
@@ -126,7 +145,9 @@ def cmd_compare(args) -> int:
             if not args.pred:
                 raise CLIError(f"model {src} was fitted on a base prediction: pass --pred COL")
             base = numeric_column(df, args.pred, "prediction column")
-        sides.append(side(model, df, name=name, base=base, method=args.interval, delta=args.delta))
+        sides.append(
+            side(model, df, name=name, base=base, method=args.interval, delta=args.delta, threshold=threshold)
+        )
     res = compare(df, y, sides[0], sides[1], groups, **_options(args))
     return _write(args, spec, res)
 

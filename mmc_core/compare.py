@@ -48,7 +48,7 @@ from .tables import as_table, to_label_array
 __all__ = ["Side", "side", "compare", "compare_periods", "detectable", "ComparisonResult", "PeriodResult", "VALUES"]
 
 # the compared values, in the order of the tables; "width" is descriptive (never a finding)
-VALUES = ("rmse", "mean_error", "spread", "coverage", "width")
+VALUES = ("rmse", "mean_error", "spread", "coverage", "width", "selection_rate", "tpr", "fpr")
 _TESTED = ("rmse", "mean_error", "spread", "coverage")
 _WORDS = {
     "rmse": "root mean squared error",
@@ -56,25 +56,43 @@ _WORDS = {
     "spread": "spread ratio (distance from 1)",
     "coverage": "interval coverage (distance from target)",
     "width": "mean interval width",
+    "selection_rate": "share of rows decided positive",
+    "tpr": "true positive rate",
+    "fpr": "false positive rate",
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class Side:
     """What one side of a comparison predicts for each row (label units): the mean, and when it has them a
-    variance and interval ends. ``name`` is how findings call it."""
+    variance and interval ends, or (a classifier) its decisions at a threshold. ``name`` is how findings call
+    it."""
 
     name: str
     mean: np.ndarray
     variance: np.ndarray | None = None
     lower: np.ndarray | None = None
     upper: np.ndarray | None = None
+    decision: np.ndarray | None = None  # a classifier's 0/1 decisions at a threshold (labels then 0/1)
 
 
-def side(source, table=None, *, name: str, base=None, method: str = "calibrated", delta: float = 0.1) -> Side:
+def side(
+    source,
+    table=None,
+    *,
+    name: str,
+    base=None,
+    method: str = "calibrated",
+    delta: float = 0.1,
+    threshold: float | None = None,
+) -> Side:
     """A :class:`Side` from a fitted model (``FittedModel`` or a fitted ``MomentMulticalibrator``: its mean, its
     variance when it has one and its ``method`` intervals at ``delta``), from a prediction column (1-D array: the
-    mean only), or from a dict with "mean" and optionally "variance", "lower", "upper"."""
+    mean only), or from a dict with "mean" and optionally "variance", "lower", "upper". ``threshold``: a
+    probability's decisions (mean >= threshold) for the rates of a classifier (default 0.5 for a binary model,
+    none otherwise)."""
+    if threshold is not None and not (isinstance(threshold, (int, float)) and 0 < threshold < 1):
+        raise MMCError(f"threshold must be a number strictly between 0 and 1, got {threshold!r}")
     model = getattr(source, "model_", source)
     if hasattr(model, "predict") and hasattr(model, "groups"):
         if table is None:
@@ -92,7 +110,10 @@ def side(source, table=None, *, name: str, base=None, method: str = "calibrated"
                     f"(available: {', '.join(available_methods(model))})"
                 )
             lower, upper = predict_intervals(model, table, base, method=method, delta=delta)
-        return Side(name, np.asarray(pred["mean"], float), variance, lower, upper)
+        mean = np.asarray(pred["mean"], float)
+        if getattr(model, "task", "regression") == "binary" and threshold is None:
+            threshold = 0.5
+        return Side(name, mean, variance, lower, upper, _decisions(mean, threshold))
     if isinstance(source, dict):
         unknown = set(source) - {"mean", "variance", "lower", "upper"}
         if unknown or "mean" not in source:
@@ -102,8 +123,20 @@ def side(source, table=None, *, name: str, base=None, method: str = "calibrated"
             raise MMCError(f"side {name!r}: interval ends come in pairs: pass both 'lower' and 'upper'")
         if "variance" in cols and (cols["variance"] < 0).any():
             raise DataError(f"side {name!r}: variance has negative values")
-        return Side(name, cols["mean"], cols.get("variance"), cols.get("lower"), cols.get("upper"))
-    return Side(name, to_label_array(source, f"side {name!r}: mean"))
+        return Side(
+            name,
+            cols["mean"],
+            cols.get("variance"),
+            cols.get("lower"),
+            cols.get("upper"),
+            _decisions(cols["mean"], threshold),
+        )
+    mean = to_label_array(source, f"side {name!r}: mean")
+    return Side(name, mean, decision=_decisions(mean, threshold))
+
+
+def _decisions(mean, threshold):
+    return None if threshold is None else (np.asarray(mean) >= threshold).astype(float)
 
 
 # ---- the delta method over (group, cell) means ------------------------------------------------------------
@@ -161,19 +194,23 @@ class Layout:
 
     def __init__(self, has, target: float):
         self.at, k = [], 0
-        for has_var, has_int in has:
+        for flags in has:
+            has_var, has_int = flags[0], flags[1]
+            has_dec = len(flags) > 2 and flags[2]
             at = {"r": k, "r2": k + 1}
             k += 2
             if has_var:
                 at["v"], k = k, k + 1
             if has_int:
                 at["c"], at["w"], k = k, k + 1, k + 2
+            if has_dec:
+                at["d"], at["dy"], at["y"], k = k, k + 1, k + 2, k + 3
             self.at.append(at)
         self.K, self.target = k, target
 
     @classmethod
     def of(cls, sides, target: float) -> "Layout":
-        return cls([(s.variance is not None, s.lower is not None) for s in sides], target)
+        return cls([(s.variance is not None, s.lower is not None, s.decision is not None) for s in sides], target)
 
     def rows(self, sides, y) -> np.ndarray:
         """The (K, n) quantities of ``sides`` on labels ``y``."""
@@ -186,6 +223,8 @@ class Layout:
             if "c" in at:
                 Q[at["c"]] = (y >= s.lower) & (y <= s.upper)
                 Q[at["w"]] = s.upper - s.lower
+            if "d" in at:
+                Q[at["d"]], Q[at["dy"]], Q[at["y"]] = s.decision, s.decision * y, y
         return Q
 
     def value(self, M, i: int, what: str, compared: bool):
@@ -194,7 +233,16 @@ class Layout:
         - target|) rather than the value shown."""
         at, C, K = self.at[i], M.shape[0], M.shape[1]
         grad = np.zeros((C, K))
-        need = {"rmse": ("r2",), "mean_error": ("r",), "spread": ("r", "r2", "v"), "coverage": ("c",), "width": ("w",)}
+        need = {
+            "rmse": ("r2",),
+            "mean_error": ("r",),
+            "spread": ("r", "r2", "v"),
+            "coverage": ("c",),
+            "width": ("w",),
+            "selection_rate": ("d",),
+            "tpr": ("dy", "y"),
+            "fpr": ("d", "dy", "y"),
+        }
         if any(k not in at for k in need[what]):
             return np.full(C, np.nan), grad
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -225,9 +273,21 @@ class Layout:
                 if compared:
                     gap = val - self.target
                     val, grad = np.abs(gap), grad * np.sign(gap)[:, None]
-            else:
+            elif what == "width":
                 val = M[:, at["w"]]
                 grad[:, at["w"]] = 1.0
+            elif what == "selection_rate":
+                val = M[:, at["d"]]
+                grad[:, at["d"]] = 1.0
+            elif what == "tpr":  # mean(d y) / mean(y)
+                my, mdy = M[:, at["y"]], M[:, at["dy"]]
+                val = mdy / my
+                grad[:, at["dy"]], grad[:, at["y"]] = 1 / my, -mdy / my**2
+            else:  # fpr: mean(d (1 - y)) / mean(1 - y)
+                my, mdy, md = M[:, at["y"]], M[:, at["dy"]], M[:, at["d"]]
+                val = (md - mdy) / (1 - my)
+                grad[:, at["d"]], grad[:, at["dy"]] = 1 / (1 - my), -1 / (1 - my)
+                grad[:, at["y"]] = (md - mdy) / (1 - my) ** 2
         return val, np.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
 
 
@@ -405,7 +465,7 @@ def compare(
     for s in (a, b):
         if not isinstance(s, Side):
             raise MMCError(f"sides must be Side objects (mmc_core.compare.side), got {type(s).__name__}")
-        for what in ("mean", "variance", "lower", "upper"):
+        for what in ("mean", "variance", "lower", "upper", "decision"):
             arr = getattr(s, what)
             if arr is not None:
                 to_label_array(arr, f"side {s.name!r}: {what}", y.size)  # finite, one value per label
@@ -415,6 +475,8 @@ def compare(
             raise MMCError(f"side {s.name!r}: interval ends come in pairs: give both lower and upper")
     if a.name == b.name:
         raise MMCError(f"the two sides need different names, both are {a.name!r}")
+    if (a.decision is not None or b.decision is not None) and not np.isin(y, (0.0, 1.0)).all():
+        raise DataError("rates at a decision threshold need 0/1 labels; this label has other values")
     lay = Layout.of((a, b), 1 - delta)
     Q = lay.rows((a, b), y)
     shift = Q.mean(axis=1)
@@ -438,15 +500,19 @@ def compare_from_sums(cnt, S1, S2, shift, lay, names, side_names, delta, min_gro
         vb, gb = lay.value(M, 1, what, compared=False)
         ca, gca = lay.value(M, 0, what, compared=True)
         cb, gcb = lay.value(M, 1, what, compared=True)
-        est = cb - ca
-        se = _se(gcb - gca, S, cnt)
+        scale = np.abs(ca) + np.abs(cb) + (what == "spread")
+        with np.errstate(invalid="ignore"):
+            # sides that agree on every row of a group differ by rounding (1e-16): no difference, no spread
+            same = np.abs(cb - ca) <= 1e-9 * np.maximum(scale, 1e-300)
+        est = np.where(same, 0.0, cb - ca)
+        se = np.where(same, 0.0, _se(gcb - gca, S, cnt))
         lo, hi = _interval(est, se, cnt, 0.05)
         cols.update({f"{what}_a": va, f"{what}_b": vb, f"{what}_diff": est, f"{what}_lo": lo, f"{what}_hi": hi})
         if what not in _TESTED:
             continue
         ok = testable & np.isfinite(est) & np.isfinite(se)
         ses[what] = np.where(ok, se, np.nan)
-        p = _tests(est, se, cnt, ok, np.abs(ca) + np.abs(cb) + (what == "spread"))
+        p = _tests(est, se, cnt, ok, scale)
         for g in np.flatnonzero(ok):
             tests.append(
                 {
@@ -593,7 +659,7 @@ def compare_periods(
         se = _se(gr, S, cnt)
         lo, hi = _interval(v, se, cnt, 0.05)
         rows.update({what: v, f"{what}_lo": lo, f"{what}_hi": hi})
-        if what == "width":
+        if what not in _TESTED:  # widths and rates: shown per period, not tested for change
             continue
         # changes of the mean error, log R (spread), coverage and RMSE
         if what == "spread":

@@ -92,3 +92,49 @@ def test_audit_with_periods(files, capsys):
     assert per["n_tests"] > 0 and "spread_change" in per["changes"]
     assert main([*args, "--period", "nope", "--out", str(files["dir"] / "a2.json")]) == 2
     assert "period column 'nope' is not in the data" in capsys.readouterr().err
+
+
+def test_two_classifiers_are_compared_with_their_rates(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    n = 5000
+    df = pd.DataFrame({"g": rng.integers(0, 3, n), "x": rng.normal(size=n)})
+    p = 1 / (1 + np.exp(-(df["x"] + 0.8 * (df["g"] - 1))))
+    df["hired"] = np.where(rng.random(n) < p, "yes", "no")
+    df["score"] = 1 / (1 + np.exp(-df["x"]))  # ignores the group effect
+    data = tmp_path / "d.csv"
+    df.to_csv(data, index=False)
+    fit = ["fit", "--data", str(data), "--label", "hired", "--positive", "yes", "--group-cols", "g"]
+    assert main([*fit, "--pred", "score", "--out", str(tmp_path / "a.json")]) == 0
+    assert main([*fit, "--out", str(tmp_path / "b.json")]) == 0
+    out = tmp_path / "cmp.json"
+    args = ["compare", "--data", str(data), "--label", "hired", "--pred", "score", "--threshold", "0.6"]
+    args += ["--model", str(tmp_path / "a.json"), "--model", str(tmp_path / "b.json"), "--out", str(out)]
+    assert main(args) == 0
+    doc = json.loads(out.read_text())
+    assert {"tpr_diff", "fpr_diff", "selection_rate_diff"} <= set(doc["by_group"])
+    assert all(0 <= v <= 1 for v in doc["by_group"]["tpr_a"])
+    # a classifier against a plain column: the labels are read through the model's positive class
+    assert (
+        main(
+            [
+                "compare",
+                "--data",
+                str(data),
+                "--label",
+                "hired",
+                "--model",
+                str(tmp_path / "a.json"),
+                "--pred-b",
+                "x",
+                "--pred",
+                "score",
+                "--out",
+                str(tmp_path / "x.json"),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    bad = ["compare", "--data", str(data), "--label", "x", "--pred-a", "score", "--pred-b", "x", "--threshold", "0.5"]
+    assert main([*bad, "--group-cols", "g", "--out", str(tmp_path / "y.json")]) == 2
+    assert "need 0/1 labels" in capsys.readouterr().err
