@@ -45,7 +45,20 @@ from .errors import DataError, MMCError
 from .groups import GroupSet
 from .tables import as_table, to_label_array
 
-__all__ = ["Side", "side", "compare", "compare_periods", "detectable", "ComparisonResult", "PeriodResult", "VALUES"]
+__all__ = [
+    "Side",
+    "side",
+    "compare",
+    "compare_periods",
+    "compare_from_sums",
+    "periods_from_sums",
+    "cell_sums",
+    "Layout",
+    "detectable",
+    "ComparisonResult",
+    "PeriodResult",
+    "VALUES",
+]
 
 # the compared values, in the order of the tables; "width" is descriptive (never a finding)
 VALUES = ("rmse", "mean_error", "spread", "coverage", "width", "selection_rate", "tpr", "fpr")
@@ -631,17 +644,47 @@ def compare_periods(
     if pd.isna(per).any():
         raise DataError(f"period has {int(pd.isna(per).sum())} missing value(s): drop those rows or fill them")
     labels, code = np.unique(per, return_inverse=True)
+    check_periods(labels)
     P = labels.size
-    if P < 2:
-        raise DataError("the period column has one value: there is nothing to compare")
-    if P > MAX_PERIODS:
-        raise DataError(f"the period column has {P:,} distinct values; at most {MAX_PERIODS} periods are compared")
     lay = Layout.of((s,), 1 - delta)
     Q = lay.rows((s,), y)
     shift = Q.mean(axis=1)
     cnt, S1, S2 = cell_sums(memb.sums(), Q, code.astype(np.int64), P, shift)
+    return periods_from_sums(
+        cnt,
+        S1,
+        S2,
+        shift,
+        lay,
+        list(memb.names),
+        labels,
+        s.name,
+        reference,
+        min_group_count,
+        error_control,
+        level,
+        delta,
+    )
+
+
+def check_periods(labels) -> None:
+    """The distinct periods (sorted) are 2 to MAX_PERIODS."""
+    if len(labels) < 2:
+        raise DataError("the period column has one value: there is nothing to compare")
+    if len(labels) > MAX_PERIODS:
+        raise DataError(
+            f"the period column has {len(labels):,} distinct values; at most {MAX_PERIODS} periods are compared"
+        )
+
+
+def periods_from_sums(
+    cnt, S1, S2, shift, lay, names, labels, name, reference, min_group_count, error_control, level, delta
+) -> PeriodResult:
+    """:func:`compare_periods` from per-(group, period) sums (:func:`cell_sums` with the period as the cell),
+    added over any blocks of rows: the Dask engine's way in."""
     M, S = cell_moments(cnt, S1, S2, shift)
-    G, names = memb.n_groups, list(memb.names)
+    labels = np.asarray(labels)
+    G, P = len(names), labels.size
     g_idx, p_idx = np.divmod(np.arange(G * P), P)
     rows: dict = {"group": np.asarray(names, dtype=object)[g_idx], "period": labels[p_idx], "n": cnt.astype(np.int64)}
     # each (group, period) cell's reference cell: the group's previous (or first) period; none for the first
@@ -700,7 +743,7 @@ def compare_periods(
         ch[f"{what}_change_detectable"] = detectable(se_c, len(tests), level)
     found = _select(tests, error_control, level)
     for f in found:
-        f["text"] = _change_text(f, s.name)
+        f["text"] = _change_text(f, name)
     found.sort(key=lambda f: (f["p_adjusted"], -f["n"]))
     params = {
         "delta": float(delta),
@@ -708,7 +751,7 @@ def compare_periods(
         "error_control": error_control,
         "level": float(level),
         "reference": reference,
-        "n": int(y.size),
+        "n": int(cnt[:P].sum()),  # the first group is every row
     }
     return PeriodResult([_plain(v) for v in labels], pd.DataFrame(rows), pd.DataFrame(ch), found, len(tests), params)
 

@@ -563,3 +563,23 @@ def test_compare_on_dask_is_the_numpy_comparison(client, tmp_path):
     )
     assert [(f["group"], f["kind"]) for f in got.findings] == [(f["group"], f["kind"]) for f in want.findings]
     assert got.findings and got.worse()  # the constant is worse than the model somewhere
+
+
+def test_periods_on_dask_are_the_numpy_periods(client, tmp_path):
+    from mmc_core.compare import Side, compare_periods
+    from mmc_core.engines.dask_engine import periods_dask
+
+    df = make_frame(24000)
+    df["quarter"] = np.array(["2026Q1", "2026Q2", "2026Q3"])[np.arange(len(df)) % 3]
+    gs = GroupSet.from_columns(df, ["region", "kind"])
+    model = MomentMulticalibrator(n_moments=2, calibration_fraction=0.0, max_rounds=3).fit(df, df["y"], gs).model_
+    d = _parquet_dir(tmp_path, df, [5000, 9000, 4000, 6000])
+    got = periods_dask(model, dd.read_parquet(str(d)), "y", "quarter")
+    pred = model.predict(df)
+    want = compare_periods(df, df["y"].to_numpy(), Side("the model", pred["mean"], pred["moment_2"]), gs, df["quarter"])
+    assert got.periods == want.periods == ["2026Q1", "2026Q2", "2026Q3"]
+    num = [c for c in want.changes.columns if c not in ("group", "period", "reference")]
+    np.testing.assert_allclose(
+        got.changes[num].to_numpy(float), want.changes[num].to_numpy(float), rtol=1e-7, atol=1e-8
+    )
+    assert [(f["group"], f["kind"]) for f in got.findings] == [(f["group"], f["kind"]) for f in want.findings]

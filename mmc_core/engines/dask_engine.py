@@ -1207,6 +1207,82 @@ def compare_dask(
     )
 
 
+def _period_part(df, model_json, label, base_col, period_col, labels, has, target, shift):
+    from ..compare import Layout, cell_sums
+    from ..model import FittedModel
+
+    y = to_label_array(df[label], f"label '{label}'")
+    side = _compare_side(df, "model", model_json, "the model", base_col)
+    lay = Layout(has, target)
+    code = np.searchsorted(labels, df[period_col].to_numpy())
+    model = _model_cache(model_json, FittedModel)
+    memb = model.groups.evaluate(df, len(df))
+    return cell_sums(memb.sums(), lay.rows([side], y), code.astype(np.int64), len(labels), shift)
+
+
+def periods_dask(
+    model,
+    ddf,
+    label,
+    period_col,
+    base_col=None,
+    *,
+    reference: str = "previous",
+    delta: float = 0.1,
+    min_group_count: int = 30,
+    error_control: str = "holm",
+    level: float = 0.05,
+):
+    """:func:`mmc_core.compare.compare_periods` of a model on a Dask DataFrame (its mean and variance; no
+    intervals): the distinct periods first (one pass), then per partition the per-(group, period) sums, added
+    with the fan-in tree."""
+    _require()
+    import dask
+
+    from ..compare import Layout, check_periods, periods_from_sums
+
+    for what, col in (("label", label), ("period", period_col)):
+        if col not in ddf.columns:
+            raise DataError(f"{what} column '{col}' is not in the data")
+    if model.uses_base and (base_col is None or base_col not in ddf.columns):
+        raise DataError("this model was fitted on a base prediction: pass it (--pred COL)")
+    if reference not in ("previous", "first"):
+        raise MMCError(f"reference must be 'previous' or 'first', got {reference!r}")
+    missing, values = dask.compute(ddf[period_col].isna().sum(), ddf[period_col].drop_duplicates())
+    if int(missing):
+        raise DataError(f"period column '{period_col}' has {int(missing)} missing value(s): drop or fill them")
+    labels = np.unique(values.to_numpy())
+    check_periods(labels)
+    has = [(2 in model.moments, False)]
+    lay = Layout(has, 1 - delta)
+    mjson = model.to_json()
+    head = ddf.head(1000, npartitions=-1)
+    shift = lay.rows([_compare_side(head, "model", mjson, "m", base_col)], head[label].to_numpy(float)).mean(axis=1)
+    text = dask.delayed(mjson, pure=True)
+    parts = [
+        dask.delayed(_period_part, pure=False)(d, text, label, base_col, period_col, labels, has, 1 - delta, shift)
+        for d in ddf.to_delayed()
+    ]
+    while len(parts) > 1:
+        parts = [dask.delayed(_add, pure=False)(*parts[i : i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
+    cnt, S1, S2 = parts[0].compute()
+    return periods_from_sums(
+        cnt,
+        S1,
+        S2,
+        shift,
+        lay,
+        list(model.groups.names),
+        labels,
+        "the model",
+        reference,
+        min_group_count,
+        error_control,
+        level,
+        delta,
+    )
+
+
 def _audit_json(model, tot):
     sc = model.scale
     n = tot[0]
