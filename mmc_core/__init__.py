@@ -1,12 +1,18 @@
 """mmc_core: moment multicalibration (Jung, Lee, Pai, Roth, Vohra) in numpy.
 
 Public surface: :class:`MomentMulticalibrator` (fit / predict / save / load), :class:`GroupSet` (group
-definitions), :class:`FittedModel` (the saved model), and the synthetic ground-truth distributions.
+definitions), :class:`FittedModel` (the saved model), :func:`audit` (per-group tables, findings and the
+scorecard of a model on labelled rows), :func:`compare` / :func:`compare_periods` with :func:`side` (two models
+on the same rows, one model across periods), and the synthetic ground-truth distributions.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
+from .compare import compare, compare_periods, side
 from .errors import DataError, GroupDefinitionError, MMCError, ModelFormatError
 from .estimator import MomentMulticalibrator
 from .groups import Condition, Group, GroupSet, Membership
+from .metrics import audit
 from .model import FittedModel
 from .moments import LabelScale, max_central_moment
 
@@ -23,5 +29,12 @@ __all__ = [
     "DataError",
     "GroupDefinitionError",
     "ModelFormatError",
+    "audit",
+    "compare",
+    "compare_periods",
+    "side",
 ]
-__version__ = "0.1.0"
+try:  # one source of the version: pyproject.toml, through the installed package's metadata
+    __version__ = version("mmc-audit")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
