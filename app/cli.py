@@ -464,8 +464,37 @@ def estimator_from_args(args, **extra):
     """The estimator ``mmc fit`` builds from its options (one place for both engines)."""
     from mmc_core import MomentMulticalibrator
 
+    from mmc_core.errors import MMCError
+    from mmc_core.thresholds import validate_params
+
     cells = getattr(args, "shrunken_cells", "on") == "on"
-    return MomentMulticalibrator(**{k: getattr(args, k) for k in FIT_PARAMS}, shrunken_cells=cells, **extra)
+    est = MomentMulticalibrator(**{k: getattr(args, k) for k in FIT_PARAMS}, shrunken_cells=cells, **extra)
+    try:  # checked here, before the data is read, and said with the flags' names
+        validate_params(*(getattr(est, k) for k in VALIDATED))
+    except MMCError as e:
+        name, _, rest = str(e).partition(" ")
+        raise CLIError(f"{FLAG_OF.get(name, name)} {rest}") from None
+    return est
+
+
+# validate_params' arguments in order, and the flags of the parameters whose names differ
+VALIDATED = (
+    "alpha beta n_buckets n_moments step odd_moments calibration_fraction max_rounds mean_buckets "
+    "moment_buckets early_stopping"
+).split()
+FLAG_OF = {
+    "alpha": "--alpha",
+    "beta": "--beta",
+    "n_buckets": "--buckets",
+    "n_moments": "--moments",
+    "step": "--step",
+    "odd_moments": "--odd-moments",
+    "calibration_fraction": "--calibration-fraction",
+    "max_rounds": "--max-rounds",
+    "mean_buckets": "--mean-buckets",
+    "moment_buckets": "--moment-buckets",
+    "early_stopping": "--early-stopping",
+}
 
 
 def _fit_columns(args, extra) -> list | None:

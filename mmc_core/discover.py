@@ -471,9 +471,9 @@ def discover(
         mu = scale.to_unit(np.clip(pred, scale.lo, scale.hi), "prediction")
         m = int(n_buckets)
         if not 1 <= m <= 1000:
-            raise MMCError(f"buckets must be an integer from 1 to 1000, got {n_buckets!r}")
+            raise MMCError(f"n_buckets must be an integer from 1 to 1000, got {n_buckets!r}")
         if not isinstance(n_moments, numbers.Integral) or not 1 <= n_moments <= 8:
-            raise MMCError(f"moments must be an integer from 1 (mean only) to 8, got {n_moments!r}")
+            raise MMCError(f"n_moments must be an integer from 1 (mean only) to 8, got {n_moments!r}")
         search, _ = _split(n, search_fraction, seed)
         moms = {}
         for a in range(2, int(n_moments) + 1):

@@ -87,12 +87,14 @@ def validate_params(
     step,
     odd_moments,
     calibration_fraction,
-    max_rounds=None,
-    mean_buckets="quantile",
-    moment_buckets="data",
-    early_stopping="auto",
+    max_rounds,
+    mean_buckets,
+    moment_buckets,
+    early_stopping,
 ):
-    """Check the estimator's parameters; raise MMCError naming the parameter."""
+    """Check the estimator's parameters; raise MMCError naming the parameter as Python spells it (the command
+    line names its flags instead: ``app.cli.estimator_from_args``). No defaults: the estimator's are the only
+    ones."""
     for name, v in (("alpha", alpha), ("beta", beta)):
         if isinstance(v, str):
             if v not in THRESHOLD_RULES:
@@ -102,7 +104,7 @@ def validate_params(
     if not (isinstance(n_buckets, str) and n_buckets == "auto") and (
         not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000
     ):
-        raise MMCError(f"buckets must be an integer from 1 to 1000 or 'auto', got {n_buckets!r}")
+        raise MMCError(f"n_buckets must be an integer from 1 to 1000 or 'auto', got {n_buckets!r}")
     if mean_buckets not in MEAN_BUCKET_RULES:
         raise MMCError(f"mean_buckets must be one of {', '.join(MEAN_BUCKET_RULES)}, got {mean_buckets!r}")
     if moment_buckets not in MOMENT_BUCKET_RULES:
@@ -110,13 +112,13 @@ def validate_params(
     if not (isinstance(early_stopping, bool) or (isinstance(early_stopping, str) and early_stopping == "auto")):
         raise MMCError(f"early_stopping must be True, False or 'auto', got {early_stopping!r}")
     if not isinstance(n_moments, numbers.Integral) or isinstance(n_moments, bool) or not 1 <= n_moments <= 8:
-        raise MMCError(f"moments must be an integer from 1 (mean only) to 8, got {n_moments!r}")
+        raise MMCError(f"n_moments must be an integer from 1 (mean only) to 8, got {n_moments!r}")
     if step not in STEP_RULES:
         raise MMCError(f"step must be one of {', '.join(STEP_RULES)}, got {step!r}")
     if odd_moments not in MomentKind.ALL:
         raise MMCError(f"odd_moments must be one of {', '.join(MomentKind.ALL)}, got {odd_moments!r}")
     if not isinstance(calibration_fraction, numbers.Real) or not 0 <= calibration_fraction < 1:
-        raise MMCError(f"calibration fraction must be in [0, 1), got {calibration_fraction!r}")
+        raise MMCError(f"calibration_fraction must be in [0, 1), got {calibration_fraction!r}")
     if max_rounds is not None and (not isinstance(max_rounds, numbers.Integral) or max_rounds < 0):
         raise MMCError(f"max_rounds must be a non-negative integer or None, got {max_rounds!r}")
     for name, v in (("alpha", alpha), ("beta", beta)):

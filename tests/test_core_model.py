@@ -170,17 +170,19 @@ def test_sklearn_contract():
         ({"alpha": 0}, "alpha"),
         ({"alpha": 1.5}, "alpha"),
         ({"beta": -1}, "beta"),
-        ({"n_buckets": 0}, "buckets"),
-        ({"n_moments": 0}, "moments"),
-        ({"n_moments": 50}, "moments"),
+        ({"n_buckets": 0}, "n_buckets"),
+        ({"n_moments": 0}, "n_moments"),
+        ({"n_moments": 50}, "n_moments"),
         ({"step": "fast"}, "step"),
-        ({"calibration_fraction": 1.0}, "calibration"),
+        ({"calibration_fraction": 1.0}, "calibration_fraction"),
         ({"odd_moments": "x"}, "odd_moments"),
     ],
 )
 def test_bad_parameters_name_the_parameter(kw, match):
+    """The message starts with the Python parameter's own name (not a flag of the command line, not a word that
+    merely occurs in it)."""
     t = {"g": np.array(["a", "b"] * 10), "y": np.linspace(0, 1, 20)}
-    with pytest.raises(MMCError, match=match):
+    with pytest.raises(MMCError, match=rf"^{match} "):
         MomentMulticalibrator(**kw).fit(t, t["y"], GroupSet.from_columns(t, ["g"]))
 
 
