@@ -173,8 +173,23 @@ def figure_to_png(fig, width: int = EXPORT_WIDTH, height: int | None = None, sca
     """Render a plotly figure to PNG bytes with the shared kaleido server (system Chromium).
 
     Raises MMCError with an actionable one-line message if Chromium or kaleido is missing or the browser
-    dies; a watchdog makes sure a crashed browser cannot hang the caller.
+    dies; a watchdog makes sure a crashed browser cannot hang the caller. A render whose page had not loaded
+    kaleido's scripts (a JavaScript ReferenceError, seen once in a full test run on a loaded machine) is retried once
+    on a fresh server.
     """
+    try:
+        return _figure_to_png(fig, width, height, scale)
+    except MMCError as e:
+        if "ReferenceError" not in str(e):
+            raise
+        import kaleido
+
+        with _export_lock:
+            kaleido.stop_sync_server(silence_warnings=True)
+        return _figure_to_png(fig, width, height, scale)
+
+
+def _figure_to_png(fig, width: int, height: int | None, scale: float) -> bytes:
     import plotly.io as pio
 
     height = int(height or fig.layout.height or 500)
