@@ -274,8 +274,9 @@ def test_buckets_auto_needs_held_out_rows():
         )
 
 
-def test_audit_runs_on_every_model_it_fits():
-    """No predicted variance <= 0, so the audit's logarithms of variance ratios never fail."""
+def test_audit_of_every_model_it_fits_matches_a_direct_computation():
+    """No predicted variance <= 0 (the audit's logarithms of variance ratios never fail), and the audit's per-group
+    numbers agree with a direct computation."""
     from mmc_core.metrics import audit
 
     t, y, base, var = known_variance_table(4000, 4)
@@ -285,9 +286,23 @@ def test_audit_runs_on_every_model_it_fits():
         est = MomentMulticalibrator(label_range=(0, 200), **kw).fit(
             _sub(t, tr), y[tr], groups, base_prediction=base[tr]
         )
-        assert est.predict_moments(_sub(t, te), base[te])["moment_2"].min() > 0
+        pred = est.predict_moments(_sub(t, te), base[te])
+        assert pred["moment_2"].min() > 0
         res = audit(est.model_, _sub(t, te), y[te], base=base[te])
         assert len(res.by_group) == len(groups)
+        # the audit's numbers are the predictions' and the labels' own (its sums over the membership, against a
+        # direct computation on the rows of each group)
+        memb = groups.evaluate(_sub(t, te), len(te))
+        r = y[te] - pred["mean"]
+        for g in (0, 5, len(groups) - 1):
+            rows = memb.group_rows(g)
+            row = res.by_group.iloc[g]
+            assert row["count"] == rows.size
+            np.testing.assert_allclose(row["mean_pred"], pred["mean"][rows].mean(), rtol=1e-9)
+            np.testing.assert_allclose(row["pred_var"], pred["moment_2"][rows].mean(), rtol=1e-9)
+            if rows.size > 1:
+                np.testing.assert_allclose(row["emp_var"], np.var(r[rows], ddof=1), rtol=1e-9)
+        assert np.isfinite(res.by_group["var_ratio"].astype(float)).all()
 
 
 def test_early_stopped_fit_predictions_equal_the_replayed_kept_log():

@@ -78,7 +78,7 @@ def test_first_visit_runs_the_demo_audit(demo_at):
     at = demo_at
     run = at.session_state["run"]
     assert run is not None and run.converged and run.data_name == "synthetic_scores"
-    assert run.audit is not None and run.timings["total"] < 60.0  # well under a second on an idle machine
+    assert run.audit is not None and run.audit.findings_status == "ok"  # (time: benchmarks, not tests)
     assert at.session_state["label_col"] == "outcome" and at.session_state["base_col"] == "base_pred"
     assert len(at.session_state["groups"]) == 35  # sex, race, age and their pairs
     side = " ".join(m.value for m in at.sidebar.markdown).replace("\\", "")  # user text is markdown-escaped
