@@ -839,8 +839,9 @@ class MomentMulticalibrator(SklearnParams):
         if label_name == "label" and isinstance(getattr(y, "name", None), str) and y.name:
             label_name = y.name  # a pandas Series names its column: errors and the model then say which
         from .memory import reuse_freed_memory
+        from .threads import one_blas_thread
 
-        with reuse_freed_memory(_n_labels(y)):
+        with reuse_freed_memory(_n_labels(y)), one_blas_thread():
             return self._fit_in_memory(X, y, groups, base_prediction, callback, label_name, base_name, stop)
 
     def _fit_in_memory(self, X, y, groups, base_prediction, callback, label_name, base_name, stop):

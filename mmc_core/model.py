@@ -204,9 +204,10 @@ class FittedModel:
     def predict_unit(self, table, base_unit: np.ndarray | None = None, n: int | None = None, upto=None):
         """Mean and moment predictions on the unit scale for the rows of ``table``."""
         from .memory import reuse_freed_memory
+        from .threads import one_blas_thread
 
         memb = self.groups.evaluate(table, n)
-        with reuse_freed_memory(memb.n):  # the replay's temporaries (mmc_core.memory)
+        with reuse_freed_memory(memb.n), one_blas_thread():  # the replay's temporaries; sums in one order
             mu, moms = self.initial(memb.n, base_unit, memb)
             return self.replay(memb, mu, moms, upto)
 

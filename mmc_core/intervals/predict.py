@@ -296,8 +296,11 @@ def predict_intervals(
     """
     if getattr(model, "task", "regression") == "binary":
         raise MMCError(BINARY_NO_INTERVALS)
-    ctx = _Context(model, table, base)
-    lo, hi, _ = _unit_interval(ctx, method, delta, gamma, moment)
+    from ..threads import one_blas_thread
+
+    with one_blas_thread():  # results independent of the machine's BLAS threads (mmc_core.threads)
+        ctx = _Context(model, table, base)
+        lo, hi, _ = _unit_interval(ctx, method, delta, gamma, moment)
     return _to_original(model, lo, hi)
 
 
