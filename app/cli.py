@@ -1082,7 +1082,7 @@ def cmd_dashboard(args) -> int:
     cmd = [
         sys.executable,
         "-m",
-        "streamlit",
+        "app.serve",  # streamlit run, with the Host header check (DNS rebinding; app/serve.py)
         "run",
         script,
         "--server.port",
