@@ -15,6 +15,8 @@ import plotly.graph_objects as go
 
 from mmc_core.metrics import AuditResult
 
+from .display import visible_controls
+
 # Okabe & Ito (2008): distinguishable under all common colour-vision deficiencies.
 OKABE_ITO = {
     "black": "#000000",
@@ -107,7 +109,7 @@ def _short_part(part: str, k: int) -> str:
 def _hover_safe(text: str) -> str:
     """User text in a Plotly figure (axis labels, hover labels and titles render a little HTML: <b>, <a href>):
     angle brackets neutralised, so a group named "Zürich <b>x</b>" is drawn as written."""
-    return str(text).replace("<", "&lt;").replace(">", "&gt;")
+    return visible_controls(text).replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _display_names(names, below=None, n: int = MAX_NAME) -> list:

@@ -16,6 +16,8 @@ import pandas as pd
 
 from mmc_core.errors import MMCError
 
+from .display import shorten, visible_controls
+
 KALEIDO_MESSAGE = "PDF export needs the kaleido and fpdf2 packages: run `pip install kaleido fpdf2`"
 FONT_DIRS = (
     "/usr/share/fonts/truetype/dejavu",
@@ -32,6 +34,8 @@ FONT_DIRS = (
 FALLBACK_FONTS = (
     "/usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf",
     "/usr/share/fonts/truetype/droid/DroidSansFallback.ttf",
+    "/usr/share/fonts/truetype/nanum/NanumGothic.ttf",  # Korean (Debian: fonts-nanum; Droid has no Hangul)
+    "/usr/share/fonts/truetype/ancient-scripts/Symbola_hint.ttf",  # symbols and emoji (Debian: fonts-symbola)
     "/usr/share/fonts/opentype/noto/NotoSansSC-Regular.otf",
     "/usr/share/fonts/opentype/unifont/unifont.otf",
     "/Library/Fonts/Arial Unicode.ttf",
@@ -92,7 +96,7 @@ def _make_pdf(title_left: str):
         def text_(self, s) -> str:
             """``s`` as the document's fonts can draw it. A character no font has is written as its code
             (``\\u5973``), never dropped: group names that differ only in such characters stay different."""
-            s = str(s)
+            s = visible_controls(s)  # a bidi override must not reorder what follows it (app.display)
             if self.unicode:
                 if all(ord(c) in self.glyphs or c in "\n\t" for c in s):
                     return s
@@ -132,31 +136,42 @@ def _make_pdf(title_left: str):
 
 
 def _add_fallback_font(pdf, candidates=None) -> str | None:
-    """Register the first usable font of ``candidates`` (default FALLBACK_FONTS) as the fallback of every style,
-    for the characters DejaVu lacks; returns its path (None: none found, those characters are written as codes)."""
+    """Register every usable font of ``candidates`` (default FALLBACK_FONTS) as a fallback of every style, in
+    order, for the characters DejaVu lacks (each script from the first font that has it); returns the first one's
+    path (None: none found, those characters are written as codes)."""
     if not hasattr(pdf, "set_fallback_fonts"):
         return None
+    used: list = []
     for path in FALLBACK_FONTS if candidates is None else candidates:
         if not os.path.isfile(path):
             continue
+        family = f"mmcfallback{len(used)}"
         try:
-            pdf.add_font("mmcfallback", "", path)
-            pdf.add_font("mmcfallback", "B", path)
-            pdf.add_font("mmcfallback", "I", path)
-            pdf.set_fallback_fonts(["mmcfallback"], exact_match=False)
+            pdf.add_font(family, "", path)
+            pdf.add_font(family, "B", path)
+            pdf.add_font(family, "I", path)
         except Exception:  # noqa: BLE001 - an unreadable font: try the next one
             continue
-        pdf.glyphs = pdf.glyphs | frozenset(pdf.fonts["mmcfallback"].cmap)
-        return path
-    return None
+        used.append((family, path))
+        pdf.glyphs = pdf.glyphs | frozenset(pdf.fonts[family].cmap)
+    if not used:
+        return None
+    import logging
+
+    # Symbola's hinting tables cannot be subset; fontTools drops them (harmless) with a warning per table and
+    # document on stderr
+    logging.getLogger("fontTools.subset").setLevel(logging.ERROR)
+    pdf.set_fallback_fonts([f for f, _ in used], exact_match=False)
+    return used[0][1]
 
 
 def report_label(model, label) -> str:
-    """The label name a report prints: the one given, else the one the model was fitted with."""
+    """The label name a report prints: the one given, else the one the model was fitted with (shortened: a
+    name of thousands of characters made a table row taller than a page)."""
     info = dict(model.info or {})
     if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
         label = str(info["label"])
-    return str(label or "label")
+    return shorten(str(label or "label"), 120)
 
 
 def _title_page(window_title: str, title: str, facts: str):

@@ -4,7 +4,7 @@
 #   bash scripts/test.sh                 # what CI (.ci/run) and the README run
 #   bash scripts/test.sh -k demo_data    # extra arguments go to pytest
 #
-# Steps: apt-get install chromium chromium-driver poppler-utils fonts-droid-fallback (only when missing; needs root or
+# Steps: apt-get install chromium chromium-driver poppler-utils fonts-droid-fallback fonts-nanum fonts-symbola (only when missing; needs root or
 # password-less sudo, otherwise the browser/PDF-rendering tests skip), python3 -m venv .venv,
 # pip install -e ".[test]", pytest -m "slow or not slow" -q -ra --durations=15 (the 15 slowest tests are
 # listed, to keep CI well under its 30 minutes). Exits non-zero when a test fails
@@ -14,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # shellcheck source=scripts/setup.sh
 source scripts/setup.sh
-APT_PACKAGES=(chromium chromium-driver poppler-utils fonts-droid-fallback)
+APT_PACKAGES=(chromium chromium-driver poppler-utils fonts-droid-fallback fonts-nanum fonts-symbola)
 
 ensure_python
 apt_install "${APT_PACKAGES[@]}"

@@ -7,6 +7,8 @@ import streamlit as st
 from mmc_core.cells import describe_cells
 from mmc_core.recalibrate import describe as describe_base
 
+from app.display import visible_controls
+
 
 def sanitize(key: str, options: list, default=None, multi: bool = False):
     """Make ``st.session_state[key]`` valid for a widget with ``options`` before the widget is drawn (a setting
@@ -66,7 +68,7 @@ def esc(text) -> str:
     """User-supplied text (column, file, group names, values) made inert for st.markdown and friends: every
     markdown / HTML special character is backslash-escaped, so a name like ``![x](http://host/img)`` or
     ``<img src=...>`` shows as text and nothing is fetched."""
-    s = str(text).replace("\r", " ").replace("\n", " ")
+    s = visible_controls(text).replace("\r", " ").replace("\n", " ")
     return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in s)
 
 
