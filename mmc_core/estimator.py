@@ -823,19 +823,21 @@ class MomentMulticalibrator(SklearnParams):
         check_interval_calibration(self.interval_calibration)  # the value, at the top; "auto" resolves by size below
         if engine == "dask" or (engine is None and type(X).__module__.split(".")[0] in ("dask", "dask_expr")):
             from .engines.dask_engine import fit_dask  # lazily: importing mmc_core never imports dask
+            from .threads import one_blas_thread
 
-            return fit_dask(
-                self,
-                X,
-                y,
-                groups,
-                base_prediction,
-                callback=callback,
-                label_name=label_name if label_name != "label" else None,
-                base_name=base_name,
-                stop=stop,
-                client=client,
-            )
+            with one_blas_thread():  # the client's solves as the numpy engine's (workers run one thread each)
+                return fit_dask(
+                    self,
+                    X,
+                    y,
+                    groups,
+                    base_prediction,
+                    callback=callback,
+                    label_name=label_name if label_name != "label" else None,
+                    base_name=base_name,
+                    stop=stop,
+                    client=client,
+                )
         if label_name == "label" and isinstance(getattr(y, "name", None), str) and y.name:
             label_name = y.name  # a pandas Series names its column: errors and the model then say which
         from .memory import reuse_freed_memory

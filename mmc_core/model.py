@@ -302,6 +302,16 @@ class FittedModel:
     @classmethod
     def load(cls, path) -> "FittedModel":
         try:
+            size = os.path.getsize(path)
+        except FileNotFoundError:
+            raise ModelFormatError(f"model file not found: {path}") from None
+        except OSError as e:
+            raise ModelFormatError(f"cannot read the model file {path}: {e.strerror or e}") from None
+        if size > MAX_MODEL_BYTES:  # before reading: a 500 MB file is no model this tool wrote
+            raise ModelFormatError(
+                f"{path} is {size / 1e6:.0f} MB; a model file is at most {MAX_MODEL_BYTES / 1e6:.0f} MB"
+            )
+        try:
             with open(path, "r", encoding="utf-8") as f:
                 text = f.read()
         except FileNotFoundError:
@@ -318,6 +328,10 @@ class FittedModel:
             raise ModelFormatError(
                 f"{where} is not valid JSON (truncated or edited?): {e.msg} at line {e.lineno}"
             ) from None
+        except RecursionError:
+            raise ModelFormatError(f"{where} is nested too deeply to be a model file") from None
+        except ValueError as e:  # an integer of thousands of digits (Python's int-conversion limit)
+            raise ModelFormatError(f"{where} holds a number too long to be a model's ({str(e)[:80]})") from None
         return cls.from_dict(d, where)
 
     @classmethod
@@ -337,6 +351,11 @@ class FittedModel:
             if key not in d:
                 raise bad(f"missing field '{key}'")
         pr = d["params"]
+        if not isinstance(pr, dict):
+            raise bad("params must be an object")
+        for key in ("alpha", "beta"):
+            if not _number(pr.get(key)):
+                raise bad(f"params.{key}={pr.get(key)!r} must be a number")
         try:
             alpha, beta, m = float(pr["alpha"]), float(pr["beta"]), pr["buckets"]
             moments = tuple(pr["moments"])
@@ -454,6 +473,8 @@ class FittedModel:
         if not isinstance(d["log"], list):
             raise bad("log must be a list")
         for k, entry in enumerate(d["log"]):
+            if not _log_entry_types(entry):
+                raise bad(f"log entry {k} is malformed (integers target, partition, group, cells; numbers deltas)")
             try:
                 upd = Update.from_json(entry)
                 whole = version >= 2 and upd.partition == WHOLE
@@ -483,7 +504,7 @@ class FittedModel:
         ends = d["round_ends"]
         if (
             not isinstance(ends, list)
-            or any(not isinstance(x, int) or not 0 <= x <= len(log) for x in ends)
+            or any(not isinstance(x, int) or isinstance(x, bool) or not 0 <= x <= len(log) for x in ends)
             or ends != sorted(ends)
         ):
             raise bad("round_ends must be a non-decreasing list of log positions")
@@ -491,6 +512,8 @@ class FittedModel:
         extras = d.get("extras", {})
         if not isinstance(info, dict) or not isinstance(extras, dict):
             raise bad("info and extras must be objects")
+        _check_info(info, bad)
+        _check_interval_records(extras, bad)
         task = d.get("task", "regression")
         binary = d.get("binary")
         if task not in ("regression", "binary"):
@@ -546,6 +569,72 @@ class FittedModel:
             cells,
             moment_cells or None,
         )
+
+
+MAX_MODEL_BYTES = 200 * 1024 * 1024  # the largest model file read (a fit of 5,000 groups writes a few MB)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _log_entry_types(entry) -> bool:
+    """[target, partition, group, [cells], [deltas]] with integers where integers belong (a fractional group
+    index or a boolean was read as an integer)."""
+    return (
+        isinstance(entry, list)
+        and len(entry) == 5
+        and all(_int(v) for v in entry[:3])
+        and isinstance(entry[3], list)
+        and all(_int(v) for v in entry[3])
+        and isinstance(entry[4], list)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in entry[4])
+    )
+
+
+def _check_info(info: dict, bad) -> None:
+    """The run facts the reports read (``info`` is otherwise free-form): seconds, rounds, history."""
+    for key in ("seconds", "z", "z_group", "calibration_fraction"):
+        if key in info and info[key] is not None and not _number(info[key]):
+            raise bad(f"info.{key}={info[key]!r} must be a number")
+    for key in ("rounds", "kept_round", "mean_updates", "moment_updates", "n_fit", "n_calibration"):
+        if key in info and info[key] is not None and not _int(info[key]):
+            raise bad(f"info.{key}={info[key]!r} must be an integer")
+    for key in ("converged", "stopped_by_user", "early_stopped"):
+        if key in info and not isinstance(info[key], bool):
+            raise bad(f"info.{key}={info[key]!r} must be true or false")
+    hist = info.get("history", [])
+    if not isinstance(hist, list) or any(
+        not isinstance(h, dict) or any(v is not None and not _number(v) for v in h.values()) for h in hist
+    ):
+        raise bad("info.history must be a list of objects of numbers (one per round)")
+
+
+def _check_interval_records(extras: dict, bad) -> None:
+    """``extras.intervals`` (the calibrated intervals' record): an object whose method records are objects and
+    whose arrays hold numbers only (a string among the calibrated thresholds was accepted)."""
+    recs = extras.get("intervals", {})
+    if not isinstance(recs, dict):
+        raise bad("extras.intervals must be an object")
+
+    def numeric(v) -> bool:
+        if isinstance(v, list):
+            return all(numeric(x) for x in v)
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    for key, v in recs.items():
+        if key in ("calibrated", "mondrian", "gaussian", "plugin_coverage", "moment_quantiles"):
+            if not isinstance(v, dict):
+                raise bad(f"extras.intervals.{key} must be an object")
+            for part, arr in v.items():
+                if part not in ("approach", "combine", "scale", "options") and not numeric(arr):
+                    raise bad(f"extras.intervals.{key}.{part} must hold numbers only")
+        elif key in ("deltas", "split_conformal", "n") and not numeric(v):
+            raise bad(f"extras.intervals.{key} must hold numbers only")
 
 
 def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:

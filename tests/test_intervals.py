@@ -916,9 +916,10 @@ def test_record_round_trip_and_validation(cal_model, tmp_path):
         r = json.loads(json.dumps(ints))
         edit(r)
         d["extras"]["intervals"] = r
-        broken = FittedModel.from_dict(json.loads(json.dumps(d)))
-        # each edit is refused for its own reason (the message names the edited field), not by some other check
+        # each edit is refused for its own reason (the message names the edited field), not by some other check:
+        # when the model is loaded (types: a string or a boolean among the thresholds) or when it is used
         with pytest.raises(ModelFormatError, match=what):
+            broken = FittedModel.from_dict(json.loads(json.dumps(d)))
             iv.predict_intervals(broken, table, method="calibrated")
     r = json.loads(json.dumps(ints))
     r["mondrian"]["q"][0][0] = -1.0
