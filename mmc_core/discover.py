@@ -36,7 +36,7 @@ from .auditor import chernoff_auditor
 from .buckets import mean_grid, moment_grid, moment_projection
 from .errors import MMCError
 from .estimator import _n_rows, _take, auto_threshold, to_label_array
-from .groups import GroupSet
+from .groups import GroupSet, loadable_name
 from .moments import LabelScale, MomentKind, pseudo_label
 from .oracle import FeatureMatrix, Rule, SetOracle, TreeOracle
 from .thresholds import check_seed
@@ -179,6 +179,7 @@ class Discovery:
 
 
 def _unique_name(name: str, taken: set) -> str:
+    name = loadable_name(name)  # control and bidi characters of a rule's values escaped (mmc_core.groups)
     name = name if len(name) <= 190 else name[:187] + "..."
     out, k = name, 2
     while out in taken:

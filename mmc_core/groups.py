@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 import math
 import re
 from dataclasses import dataclass, field
@@ -43,7 +44,16 @@ import numpy as np
 
 from .errors import GroupDefinitionError
 
-__all__ = ["Condition", "Group", "GroupSet", "Membership", "MAX_GROUPS", "MAX_VALUES", "column_conditions"]
+__all__ = [
+    "Condition",
+    "Group",
+    "GroupSet",
+    "Membership",
+    "MAX_GROUPS",
+    "MAX_VALUES",
+    "column_conditions",
+    "loadable_name",
+]
 
 MAX_GROUPS = 5000  # more groups than this is refused: cell statistics grow as groups x buckets^2
 _OPS = ("==", "!=", "in", "not in", "<", "<=", ">", ">=", "between")
@@ -153,6 +163,11 @@ class Condition:
             vals = d.get("values")
             if not isinstance(vals, list) or not vals:
                 raise GroupDefinitionError(f"{where}: op '{op}' needs a non-empty list 'values'")
+            if len(vals) > MAX_IN_VALUES:
+                raise GroupDefinitionError(
+                    f"{where}: op '{op}' lists {len(vals):,} values; the limit is {MAX_IN_VALUES:,} (group them "
+                    "into a column of their own, or use 'between')"
+                )
             return cls(col, op, values=tuple(scalar(v, "values") for v in vals))
         if op == "between":
             lo, hi = d.get("lo"), d.get("hi")
@@ -261,6 +276,39 @@ GROUP_INFO_KEYS = ("kind", "count", "mass", "mean_residual", "moment_error", "p_
 _INFO_KEYS = set(GROUP_INFO_KEYS)
 
 
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+MAX_NAME = 200
+MAX_IN_VALUES = 10_000  # values of one 'in' condition (2,000,000 took two minutes to evaluate)
+MAX_GROUPS_FILE_BYTES = 50 * 1024 * 1024
+
+
+def loadable_name(text: str) -> str:
+    """A name every loader reads back, made from any text (a data value, a discovered rule): control characters
+    written as escapes ("\\n", "\\x00"), bidirectional controls as their code ("[U+202E]"), and past MAX_NAME
+    characters cut, with a stable 8-character digest of the whole text so that names cut alike stay apart. A
+    value of 300 characters or holding a line break made `mmc fit` write a model every later command refused."""
+    out = []
+    for ch in str(text):
+        o = ord(ch)
+        if ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\x{o:02x}")
+        elif ch in _BIDI:
+            out.append(f"[U+{o:04X}]")
+        else:
+            out.append(ch)
+    name = "".join(out)
+    if len(name) <= MAX_NAME:
+        return name
+    import hashlib
+
+    digest = hashlib.sha256(str(text).encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return name[: MAX_NAME - 10] + "…#" + digest
+
+
 @dataclass(frozen=True)
 class Group:
     name: str
@@ -297,6 +345,11 @@ class Group:
         name = d.get("name")
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise GroupDefinitionError(f"{where}: 'name' must be a printable string of 1-200 characters")
+        if any(c in _BIDI for c in name):
+            raise GroupDefinitionError(
+                f"{where}: 'name' holds a bidirectional control character (U+202E and the like), which would "
+                "make the name read as something else; remove it"
+            )
         conds = d.get("where", [])
         if not isinstance(conds, list):
             raise GroupDefinitionError(f"{where} '{name}': 'where' must be a list of conditions")
@@ -605,24 +658,31 @@ class GroupSet:
     def __post_init__(self):
         if not self.groups or not self.groups[0].is_everything:
             self.groups.insert(0, Group("all", ()))
-        names = [g.name for g in self.groups]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise GroupDefinitionError(f"duplicate group name(s): {', '.join(dup[:10])}")
-        if len(self.groups) > MAX_GROUPS:
+        if len(self.groups) > MAX_GROUPS:  # first: the duplicate check below is linear, but need not run
             raise GroupDefinitionError(
                 f"{len(self.groups)} groups requested; the limit is {MAX_GROUPS} "
                 "(lower --max-order or use fewer --group-cols)"
             )
+        dup = sorted(n for n, k in Counter(g.name for g in self.groups).items() if k > 1)
+        if dup:
+            raise GroupDefinitionError(f"duplicate group name(s): {', '.join(dup[:10])}")
 
     # ---- construction ----------------------------------------------------------------------------
     @classmethod
     def from_json(cls, obj) -> "GroupSet":
         if isinstance(obj, (str, bytes)):
+            if len(obj) > MAX_GROUPS_FILE_BYTES:
+                raise GroupDefinitionError(
+                    f"group definitions of {len(obj) / 1e6:.0f} MB; the limit is {MAX_GROUPS_FILE_BYTES / 1e6:.0f} MB"
+                )
             try:
                 obj = json.loads(obj)
             except json.JSONDecodeError as e:
                 raise GroupDefinitionError(f"group definitions are not valid JSON: {e.msg} (line {e.lineno})") from None
+            except RecursionError:
+                raise GroupDefinitionError("group definitions are nested too deeply") from None
+            except ValueError as e:  # an integer of thousands of digits
+                raise GroupDefinitionError(f"group definitions hold a number too long ({str(e)[:60]})") from None
         if isinstance(obj, dict):
             if obj.get("format", "mmc-groups") != "mmc-groups":
                 raise GroupDefinitionError(f"not a group definition file (format {obj.get('format')!r})")
@@ -631,6 +691,8 @@ class GroupSet:
             obj = obj.get("groups")
         if not isinstance(obj, list):
             raise GroupDefinitionError("group definitions must be a list of groups or {'groups': [...]}")
+        if len(obj) + 1 > MAX_GROUPS:  # before parsing each one
+            raise GroupDefinitionError(f"{len(obj):,} groups defined; the limit is {MAX_GROUPS}")
         groups = [Group.from_dict(g, f"group {i + 1}") for i, g in enumerate(obj)]
         return cls([g for g in groups if not (g.name == "all" and g.is_everything)])
 
@@ -668,7 +730,7 @@ class GroupSet:
         for r in range(1, min(max_order, len(per_col)) + 1):
             for combo in itertools.combinations(range(len(per_col)), r):
                 for conds in itertools.product(*(per_col[i] for i in combo)):
-                    groups.append(Group(" & ".join(c.label() for c in conds), tuple(conds)))
+                    groups.append(Group(loadable_name(" & ".join(c.label() for c in conds)), tuple(conds)))
         return cls(groups)
 
     @classmethod

@@ -1,0 +1,84 @@
+"""Groups files and group names (issue 38): hostile JSON refused in one line; a huge file refused by its count
+before any group is parsed; user names with bidi controls refused; names made from data values always read back
+(what `mmc fit` writes, every later command loads)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.cli import main
+from mmc_core import GroupSet
+from mmc_core.errors import GroupDefinitionError
+from mmc_core.groups import MAX_GROUPS, MAX_IN_VALUES, loadable_name
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('[{"name": "a", "where": [{"column": "x", "value": ' + "7" * 5000 + "}]}]", "number too long"),
+        (json.dumps([{"name": "x\u202eevil", "where": [{"column": "g", "value": 1}]}]), "bidirectional control"),
+        (
+            json.dumps(
+                [{"name": "big", "where": [{"column": "g", "op": "in", "values": list(range(MAX_IN_VALUES + 1))}]}]
+            ),
+            f"the limit is {MAX_IN_VALUES:,}",
+        ),
+    ],
+)
+def test_hostile_groups_files_are_one_error(text, message):
+    with pytest.raises(GroupDefinitionError, match=message):
+        GroupSet.from_json(text)
+
+
+def test_too_many_groups_are_refused_by_their_count_before_parsing(monkeypatch):
+    from mmc_core import groups as G
+
+    parsed = []
+    real = G.Group.from_dict.__func__
+
+    def counting(cls, d, where="group"):
+        parsed.append(1)
+        return real(cls, d, where)
+
+    monkeypatch.setattr(G.Group, "from_dict", classmethod(counting))
+    many = [{"name": f"n{i}", "where": [{"column": "g", "value": i}]} for i in range(200_000)]
+    with pytest.raises(GroupDefinitionError, match=f"the limit is {MAX_GROUPS}"):
+        GroupSet.from_json(many)
+    assert parsed == []
+
+
+def test_duplicate_names_are_found_in_linear_time():
+    groups = [{"name": f"n{i % 4000}", "where": [{"column": "g", "value": i}]} for i in range(4500)]
+    with pytest.raises(GroupDefinitionError, match="duplicate group name"):
+        GroupSet.from_json(groups)
+
+
+def test_loadable_names():
+    assert loadable_name("a\nb\tc\x00") == "a\\nb\\tc\\x00"
+    assert loadable_name("r\u202el") == "r[U+202E]l"
+    a, b = loadable_name("x" * 300), loadable_name("x" * 299 + "y")
+    assert len(a) == len(b) == 200 and a != b and a.endswith(a[-8:])
+
+
+def test_names_made_from_any_value_read_back(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    n = 900
+    vals = np.array(["plain", "a" * 300, "a" * 300 + "b", "line\nbreak", "tab\there", "nul\x00x", "rl\u202eo"])
+    df = pd.DataFrame({"g": rng.choice(vals, n), "x": rng.normal(size=n)})
+    df["y"] = df["x"] + rng.normal(size=n)
+    data = tmp_path / "d.parquet"
+    df.to_parquet(data, index=False)
+    model = tmp_path / "m.json"
+    assert main(["fit", "--data", str(data), "--label", "y", "--group-cols", "g", "--out", str(model)]) == 0
+    for cmd in (["predict"], ["audit", "--label", "y"]):
+        out = tmp_path / ("p.csv" if cmd[0] == "predict" else "a.json")
+        assert main([cmd[0], "--data", str(data), "--model", str(model), *cmd[1:], "--out", str(out)]) == 0, (
+            capsys.readouterr().err
+        )
+    names = GroupSet.from_json(json.loads(model.read_text())["groups"]).names
+    assert len(names) == 8 and "g=line\\nbreak" in names and "g=rl[U+202E]o" in names
