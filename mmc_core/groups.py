@@ -694,6 +694,9 @@ class GroupSet:
         if len(obj) + 1 > MAX_GROUPS:  # before parsing each one
             raise GroupDefinitionError(f"{len(obj):,} groups defined; the limit is {MAX_GROUPS}")
         groups = [Group.from_dict(g, f"group {i + 1}") for i, g in enumerate(obj)]
+        from .schemas import check
+
+        check(obj, "groups", "group definitions", GroupDefinitionError)  # the file format's schema, as a net
         return cls([g for g in groups if not (g.name == "all" and g.is_everything)])
 
     def to_json(self) -> dict:

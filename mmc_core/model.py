@@ -554,6 +554,9 @@ class FittedModel:
             moment_cells = check_moment_cells(moment_cells, moments, G, bad)
             if moment_cells and version != VERSION_MOMENT_CELLS:
                 raise bad(f"the model has moment_cells: the file must have version {VERSION_MOMENT_CELLS}")
+        from .schemas import check
+
+        check(d, "model", where, ModelFormatError)  # the file format's schema (mmc_core/schemas), as a net
         return cls(
             params,
             scale,

@@ -82,3 +82,11 @@ def test_names_made_from_any_value_read_back(tmp_path, capsys):
         )
     names = GroupSet.from_json(json.loads(model.read_text())["groups"]).names
     assert len(names) == 8 and "g=line\\nbreak" in names and "g=rl[U+202E]o" in names
+
+
+def test_the_schema_catches_what_the_parser_would_ignore():
+    """A field the parser does not read for this operator (lo on '==') is still typed by the schema, and the error
+    names its key path."""
+    bad = [{"name": "a", "where": [{"column": "g", "op": "==", "value": 1, "lo": "x"}]}]
+    with pytest.raises(GroupDefinitionError, match=r"at \[0\]\.where\[0\]\.lo: 'x' is not of type"):
+        GroupSet.from_json(bad)

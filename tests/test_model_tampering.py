@@ -87,3 +87,43 @@ def _refuse_open(real, target):
         return real(file, *a, **k)
 
     return guarded
+
+
+def test_the_schema_types_fields_the_loader_reads_loosely(model, tmp_path, capsys):
+    d, good = model
+    m = copy.deepcopy(good)
+    m["label_scale"]["source"] = 5
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(m))
+    assert (
+        main(["predict", "--model", str(path), "--data", DATA, "--pred", "base_pred", "--out", str(tmp_path / "o.csv")])
+        == 2
+    )
+    assert "at label_scale.source: 5 is not of type 'string'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"n_moments": 1},
+        {"n_moments": 4},
+        {"n_moments": 2, "calibration_fraction": 0.0},
+        {"n_moments": 3, "odd_moments": "signed"},
+    ],
+)
+def test_every_kind_of_model_written_meets_the_schema(kw):
+    import numpy as np
+    import pandas as pd
+
+    from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
+    from mmc_core.errors import ModelFormatError
+    from mmc_core.schemas import check
+
+    df = pd.read_csv(DATA)
+    est = MomentMulticalibrator(**kw).fit(df, df["outcome"], GroupSet.from_columns(df, ["sex", "race"], 2))
+    doc = json.loads(est.model_.to_json())
+    check(doc, "model", "model", ModelFormatError)
+    assert FittedModel.from_dict(doc).to_json() == est.model_.to_json()
+    y = (df["outcome"] > np.median(df["outcome"])).astype(int)
+    binary = MomentMulticalibrator(n_moments=1, task="binary").fit(df, y, GroupSet.from_columns(df, ["sex"]))
+    check(json.loads(binary.model_.to_json()), "model", "model", ModelFormatError)
