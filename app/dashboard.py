@@ -146,6 +146,7 @@ def main():
             st.Page(str(ui / "run_page.py"), title="Run", icon=":material/play_circle:", url_path="run"),
             st.Page(str(ui / "results_page.py"), title="Results", icon=":material/insights:", url_path="results"),
             st.Page(str(ui / "export_page.py"), title="Export", icon=":material/download:", url_path="export"),
+            st.Page(str(ui / "compare_page.py"), title="Compare", icon=":material/compare_arrows:", url_path="compare"),
         ],
         "Learn": [
             st.Page(str(ui / "teaching_page.py"), title="Teaching mode", icon=":material/school:", url_path="teaching"),

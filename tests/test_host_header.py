@@ -10,7 +10,7 @@ import pytest
 from app.serve import allowed_hosts
 from tests.dashboard_server import SHOTS, dashboard_server
 
-PORT = 8597
+PORT = 8602
 WS = {
     "Connection": "Upgrade",
     "Upgrade": "websocket",

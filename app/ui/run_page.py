@@ -97,6 +97,10 @@ def finalize():
             ss.pop("run_before_stop", None)
         elif prev is not None and not prev.stopped and prev.audit is not None:
             ss["run_before_stop"] = prev
+        if prev is not None and prev is not run and not prev.stopped:
+            from app.compare_service import remember
+
+            ss["past_runs"] = remember(ss.get("past_runs") or [], prev)  # the Compare page's other side
         ss["run"] = run
         for k in ("export_pdf", "export_pdf_error", "export_csv", "export_model", "export_groups", "export_audit"):
             ss.pop(k, None)
