@@ -50,7 +50,10 @@ from .report_tables import (
     _subset,
     _variance_table,
     findings_summary,
+    scorecard_table,
 )
+
+SCORECARD_ROWS = 10  # the first page's scorecard: the groups first by harm and evidence
 
 __all__ = ["build_report_pdf", "figure_to_png", "chromium_available", "CHROMIUM_MESSAGE", "findings_summary"]
 
@@ -530,6 +533,22 @@ def build_report_pdf(
         "No defect found",
     )
     _convergence_warning(doc, info, bool(model.moments))
+    card = scorecard_table(audit, top=SCORECARD_ROWS)
+    if card is not None:
+        doc.data_table(
+            card,
+            col_widths=(38, 14, 34, 20, 30, 28, 22),
+            size=7.3,
+            title=f"Group scorecard (the first {len(card)} of {len(audit.scorecard)} groups by harm and evidence)",
+        )
+        doc.para(
+            f"Mean error: observed - predicted, in {units}. Detectable: the smallest mean error this group's rows "
+            "find with 80% power among all the audit's tests: a group without a finding is not shown to be fine, "
+            "only that any error is smaller than that. Every group is in audit.json and on the dashboard's "
+            "Results page.",
+            size=7.8,
+            color=(70, 70, 70),
+        )
 
     doc.heading("Model and run", size=12)
     doc.kv_table(_param_rows(model, audit, delta, gamma, label))

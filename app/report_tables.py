@@ -47,6 +47,40 @@ def _name_col(audit, names, n=30) -> list:
     return [_short(nm, n) + (F.BELOW_GAMMA_MARK if b else "") for nm, b in zip(names, below)]
 
 
+def scorecard_table(audit, top: int | None = None, name_chars: int = 30) -> pd.DataFrame | None:
+    """The audit's group scorecard (mmc_core.scorecard) as the dashboard and the PDF show it: per group (sorted by
+    harm, then evidence) n, the mean error, spread ratio and coverage with their 95% intervals, what its size
+    lets the audit detect (80% power), and the kinds of its findings. Groups too small to test say so. ``top``:
+    the first rows only. None for an audit without a scorecard (a failed findings step, an old audit)."""
+    card = getattr(audit, "scorecard", None)
+    if card is None or len(card) == 0:
+        return None
+    d = card if top is None else card.iloc[:top]
+
+    def ci(v, lo, hi, digits=3):
+        return "–" if not np.isfinite(float(v)) else f"{_num(v, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
+
+    tested = d["tested"].to_numpy(bool)
+    rows = {
+        "group": _name_col(audit, d.index, name_chars),
+        "rows": [f"{int(n):,}" for n in d["n"]],
+        "mean error [95% CI]": [ci(*v) for v in d[["mean_error", "mean_error_lo", "mean_error_hi"]].to_numpy(float)],
+        "detectable": [
+            f"±{_num(v, 2)}" if t and np.isfinite(v) else "too small to test"
+            for v, t in zip(d["mean_error_detectable"].to_numpy(float), tested)
+        ],
+        "spread obs/pred [95% CI]": [
+            ci(*v, digits=2) for v in d[["spread_ratio", "spread_ratio_lo", "spread_ratio_hi"]].to_numpy(float)
+        ],
+        "coverage [95% CI]": [
+            "–" if not np.isfinite(c) else f"{c:.0%} [{lo:.0%}, {hi:.0%}]"
+            for c, lo, hi in d[["coverage", "coverage_lo", "coverage_hi"]].to_numpy(float)
+        ],
+        "findings": [f or "–" for f in d["findings"]],
+    }
+    return pd.DataFrame(rows)
+
+
 def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
     """The groups whose predicted and observed variance disagree most (largest |log(predicted/observed)|),
     the groups with a variance finding first (a group on page 1's findings was left out of a top-8 table that

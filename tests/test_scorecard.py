@@ -107,3 +107,31 @@ def test_a_spread_misstatement_at_the_stated_detectable_size_is_found_80_percent
     full = _rate(200, ("variance",), var_ratio=ratio)
     half = _rate(200, ("variance",), var_ratio=1.1 + (ratio - 1.1) / 2)  # half the distance beyond the band
     assert 0.70 <= full <= 0.90 and half <= 0.30, (ratio, full, half)
+
+
+def test_the_scorecard_is_on_the_pdfs_first_page_and_on_results(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+
+    from app import report as R
+    from app.report_tables import scorecard_table
+    from tests.test_dashboard import _new, _page
+    from tests.test_report import stand_in_renderer
+
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame(DIST.sample_table(3000, rng, truth=False))
+    gs = GroupSet.from_columns(df, ["sex", "race", "age"], 2)
+    est = MomentMulticalibrator(n_moments=2, label_range=(0, 100)).fit(df, df["outcome"], gs)
+    res = metrics.audit(est.model_, df, df["outcome"].to_numpy())
+    table = scorecard_table(res)
+    assert len(table) == len(gs) and list(table["group"])[0] == res.scorecard.index[0]
+    if shutil.which("pdftotext"):
+        stand_in_renderer(monkeypatch)
+        pdf = R.build_report_pdf(est.model_, df, df["outcome"].to_numpy(), audit=res, label="outcome")
+        path = tmp_path / "r.pdf"
+        path.write_bytes(pdf)
+        first = subprocess.run(["pdftotext", "-l", "1", str(path), "-"], capture_output=True, text=True).stdout
+        assert f"Group scorecard (the first 10 of {len(gs)} groups" in " ".join(first.split())
+    at = _page(_new(), "results")
+    frames = [d.value for d in at.dataframe]
+    assert any("detectable" in f.columns and len(f) == len(at.session_state["run"].model.groups.names) for f in frames)

@@ -202,6 +202,23 @@ def all_findings(found: list, s: dict, line) -> str:
     return f"{more} more finding(s) under 'All {s['n_found']} findings', and in the audit JSON (Export page). "
 
 
+def scorecard(run):
+    """Every listed group in one searchable table (app.report_tables.scorecard_table; the PDF shows its first
+    rows): estimates with intervals, what the group's size can detect, and its findings."""
+    from app.report_tables import scorecard_table
+
+    table = scorecard_table(run.audit, name_chars=60)
+    if table is None:
+        return
+    with st.expander(f"Group scorecard: all {len(table)} groups, first by harm and evidence", expanded=True):
+        st.dataframe(table, width="stretch", hide_index=True, height=min(420, 38 + 35 * len(table)))
+        st.caption(
+            "Mean error: observed - predicted on the test rows. Detectable: the smallest mean error the group's "
+            "rows find with 80% power among all the audit's tests; no finding means any error is smaller than "
+            "that, not that there is none. Search the table with its toolbar's magnifier."
+        )
+
+
 def findings(run):
     """The audit's findings (tested defects, each sentence with n, its selection-adjusted interval and adjusted p) and the
     descriptive variance disparities, from :func:`app.report.findings_summary` (the PDF says the same)."""
@@ -622,6 +639,7 @@ def render():
     for line in fit_notes(run.model):
         st.caption(esc(line))
     findings(run)
+    scorecard(run)
     from app.ui.discover_tab import results_section
 
     results_section(run)  # discovered groups (Discover / mmc fit --discover), marked as such
