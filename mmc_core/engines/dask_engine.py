@@ -1065,6 +1065,16 @@ def predict_dask(model, ddf, base_col=None):
     )
 
 
+def _tree_sum(parts: list):
+    """The elementwise sum (:func:`_add`) of the partitions' delayed results, added FAN_IN at a time up a tree
+    (never all on one worker), computed."""
+    import dask
+
+    while len(parts) > 1:
+        parts = [dask.delayed(_add, pure=False)(*parts[i : i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
+    return parts[0].compute()
+
+
 def _audit_part(df, model_json, label, base_col):
     from ..descent import CellState
     from ..model import FittedModel
@@ -1116,9 +1126,7 @@ def audit_tables_dask(model, ddf, label, base_col=None):
 
     text = dask.delayed(model.to_json(), pure=True)
     parts = [dask.delayed(_audit_part, pure=False)(d, text, label, base_col) for d in ddf.to_delayed()]
-    while len(parts) > 1:
-        parts = [dask.delayed(_add, pure=False)(*parts[i : i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
-    tot = parts[0].compute()
+    tot = _tree_sum(parts)
     return _audit_json(model, tot)
 
 
@@ -1198,9 +1206,7 @@ def compare_dask(
         dask.delayed(_compare_part, pure=False)(d, args[0], label, base_col, args[1], has, 1 - delta, shift)
         for d in ddf.to_delayed()
     ]
-    while len(parts) > 1:
-        parts = [dask.delayed(_add, pure=False)(*parts[i : i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
-    cnt, S1, S2 = parts[0].compute()
+    cnt, S1, S2 = _tree_sum(parts)
     names = list(groups.names)
     return compare_from_sums(
         cnt, S1, S2, shift, lay, names, tuple(n for _, _, n in specs), delta, min_group_count, error_control, level
@@ -1263,9 +1269,7 @@ def periods_dask(
         dask.delayed(_period_part, pure=False)(d, text, label, base_col, period_col, labels, has, 1 - delta, shift)
         for d in ddf.to_delayed()
     ]
-    while len(parts) > 1:
-        parts = [dask.delayed(_add, pure=False)(*parts[i : i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
-    cnt, S1, S2 = parts[0].compute()
+    cnt, S1, S2 = _tree_sum(parts)
     return periods_from_sums(
         cnt,
         S1,
