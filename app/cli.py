@@ -363,7 +363,7 @@ def _features(args, df, exclude) -> list:
 # the path options of the commands: an output renamed over an input would replace it (`fit --out DATA.csv` left a
 # model where the data was, `report --out MODEL.json` a PDF where the model was)
 INPUT_OPTIONS = ("--data", "--model", "--groups")
-OUTPUT_OPTIONS = ("--out",)
+OUTPUT_OPTIONS = ("--out", "--report")
 
 
 def _option_value(args, option: str):

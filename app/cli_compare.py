@@ -5,6 +5,7 @@ the files, builds the two sides and writes the JSON."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
@@ -52,6 +53,7 @@ def add_parser(sub) -> None:
         "classifier models; with prediction columns the labels must then be 0/1)",
     )
     c.add_argument("--out", required=True, help="where to write the comparison (JSON)")
+    c.add_argument("--report", help="also write the comparison as a PDF report here (needs Chromium)")
     from .cli_dask import add_engine_options
 
     add_engine_options(c)
@@ -72,7 +74,6 @@ def _sides_spec(args):
         )
     a = ("column", args.pred_a) if args.pred_a else ("model", models[0])
     b = ("column", args.pred_b) if args.pred_b else ("model", models[-1])
-    import os
 
     def default(kind, src):
         return os.path.splitext(os.path.basename(src))[0] if kind == "model" else src
@@ -95,6 +96,10 @@ def cmd_compare(args) -> int:
 
     refuse_output_over_input(args)
     _check_out(args.out)
+    if args.report:
+        _check_out(args.report)
+        if os.path.realpath(args.report) == os.path.realpath(args.out):
+            raise CLIError("--report and --out name the same file; give the PDF another name")
     _check_prob("--delta", args.delta)
     _check_prob("--level", args.level)
     if args.min_group_count < 2:
@@ -145,9 +150,7 @@ def cmd_compare(args) -> int:
             if not args.pred:
                 raise CLIError(f"model {src} was fitted on a base prediction: pass --pred COL")
             base = numeric_column(df, args.pred, "prediction column")
-        sides.append(
-            side(model, df, name=name, base=base, method=args.interval, delta=args.delta, threshold=threshold)
-        )
+        sides.append(side(model, df, name=name, base=base, method=args.interval, delta=args.delta, threshold=threshold))
     res = compare(df, y, sides[0], sides[1], groups, **_options(args))
     return _write(args, spec, res)
 
@@ -185,9 +188,18 @@ def _compare_on_dask(args, spec, models, extra):
 def _write(args, spec, res) -> int:
     from mmc_core.model import atomic_write_text
 
+    pdf = None
+    if getattr(args, "report", None):  # built before anything is written: a failed PDF leaves no JSON either
+        from .report_compare import build_compare_pdf
+
+        pdf = build_compare_pdf(res, os.path.basename(args.data.rstrip("/")), args.label)
     out = res.to_json()
     out["sources"] = [{"kind": k, "source": s, "name": n} for k, s, n in spec]
     atomic_write_text(args.out, json.dumps(out, allow_nan=False))
+    if pdf is not None:
+        from .io import write_bytes
+
+        write_bytes(args.report, pdf)
     if res.n_tests == 0:
         print(
             f"warning: nothing could be tested: no group has {args.min_group_count} or more labelled rows",
@@ -206,6 +218,7 @@ def _write(args, spec, res) -> int:
                 "better": len(res.better()),
                 "compared": res.params["compared"],
                 "out": args.out,
+                **({"report": args.report} if pdf is not None else {}),
             }
         )
     )

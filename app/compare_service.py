@@ -83,5 +83,10 @@ def headline(res: ComparisonResult) -> str:
         parts.append(f"{b} is worse than {a} for {len(worse)} group(s): {shown}")
     if better:
         parts.append(f"better for {len(better)}")
-    text = "; ".join(parts) + f" ({res.n_tests} tests, adjusted together)."
-    return text[:1].upper() + text[1:]
+    return sentence("; ".join(parts) + f" ({res.n_tests} tests, adjusted together).")
+
+
+def sentence(text: str) -> str:
+    """``text`` with a capital first letter when it starts with our own words ("the current run ..."); a side's
+    own name ("mb is worse ...") is left as its author spelt it."""
+    return text[:1].upper() + text[1:] if text.startswith("the ") else text

@@ -138,3 +138,23 @@ def test_two_classifiers_are_compared_with_their_rates(tmp_path, capsys):
     bad = ["compare", "--data", str(data), "--label", "x", "--pred-a", "score", "--pred-b", "x", "--threshold", "0.5"]
     assert main([*bad, "--group-cols", "g", "--out", str(tmp_path / "y.json")]) == 2
     assert "need 0/1 labels" in capsys.readouterr().err
+
+
+def test_the_comparison_as_a_pdf_report(files, tmp_path, monkeypatch, capsys):
+    import shutil
+    import subprocess
+
+    from tests.test_report import stand_in_renderer
+
+    stand_in_renderer(monkeypatch)
+    out, pdf = tmp_path / "cmp.json", tmp_path / "cmp.pdf"
+    args = ["compare", "--data", str(files["data"]), "--label", "y", "--pred-a", "p", "--pred-b", "p_shifted"]
+    assert main([*args, "--group-cols", "a", "--out", str(out), "--report", str(pdf)]) == 0
+    assert pdf.read_bytes()[:5] == b"%PDF-" and json.loads(capsys.readouterr().out.splitlines()[-1])["report"]
+    if shutil.which("pdftotext"):
+        first = subprocess.run(["pdftotext", "-l", "1", str(pdf), "-"], capture_output=True, text=True).stdout
+        flat = " ".join(first.split())
+        assert "Comparison: p_shifted against p" in flat and "p_shifted is worse than p for" in flat
+    capsys.readouterr()
+    assert main([*args, "--group-cols", "a", "--out", str(tmp_path / "x.json"), "--report", str(files["data"])]) == 2
+    assert "--report" in capsys.readouterr().err and not (tmp_path / "x.json").exists()

@@ -53,7 +53,7 @@ def render():
     if worse or better:
         with st.container(border=True):
             st.markdown("**Findings** (worse first; each interval allows for its selection among all tests)")
-            st.markdown("\n".join(f"- {esc(f['text'][:1].upper() + f['text'][1:])}" for f in (worse + better)[:12]))
+            st.markdown("\n".join(f"- {esc(cs.sentence(f['text']))}" for f in (worse + better)[:12]))
             if len(worse) + len(better) > 12:
                 st.caption(f"{len(worse) + len(better) - 12} more in the table below.")
     value = st.radio(
