@@ -90,3 +90,35 @@ def sentence(text: str) -> str:
     """``text`` with a capital first letter when it starts with our own words ("the current run ..."); a side's
     own name ("mb is worse ...") is left as its author spelt it."""
     return text[:1].upper() + text[1:] if text.startswith("the ") else text
+
+
+def period_columns(df: pd.DataFrame, run, max_periods: int | None = None) -> list:
+    """Columns that can split the run's test rows into periods: 2 to MAX_PERIODS distinct values, no missing
+    values, not the label."""
+    from mmc_core.compare import MAX_PERIODS
+
+    limit = max_periods or MAX_PERIODS
+    rows = df.iloc[run.test_rows]
+    out = []
+    for c in df.columns:
+        if c == run.label_spec.column:
+            continue
+        col = rows[c]
+        if col.isna().any():
+            continue
+        k = col.nunique()
+        if 2 <= k <= limit:
+            out.append(c)
+    return out
+
+
+def periods_of_run(df: pd.DataFrame, run, column: str, delta: float = 0.1):
+    """The run's model audited per period of ``column`` on its test rows, with the tests of each group's changes
+    between consecutive periods (mmc_core.compare.compare_periods)."""
+    from mmc_core.compare import compare_periods
+
+    rows = run.test_rows
+    s = _side(run, df, rows, "the model", delta)
+    return compare_periods(
+        df.iloc[rows], run.label.y[rows], s, run.model.groups, df[column].to_numpy()[rows], delta=delta
+    )

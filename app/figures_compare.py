@@ -66,3 +66,54 @@ def difference_figure(res, value: str = "rmse", top: int = 25) -> go.Figure:
     )
     fig.update_xaxes(title="difference (B - A)", zeroline=False)
     return fig
+
+
+PERIOD_TITLES = {
+    "mean_error": "Mean error (observed - predicted)",
+    "spread": "Spread ratio (observed / predicted variance)",
+    "coverage": "Interval coverage",
+    "rmse": "Root mean squared error",
+}
+
+
+def period_figure(res, value: str = "spread", top: int = 8) -> go.Figure:
+    """Each group's ``value`` per period with its 95% interval (mmc_core.compare.compare_periods): the whole table
+    and the groups with a finding on this value first, then the groups whose value changes most, at most ``top``."""
+    per = res.by_period
+    if value not in per:
+        raise ValueError(f"no {value} per period in this result")
+    found = [f["group"] for f in res.findings if f["kind"] == value]
+    spread = per.groupby("group", sort=False)[value].agg(
+        lambda v: float(np.nanmax(v) - np.nanmin(v)) if v.notna().any() else 0.0
+    )
+    order = ["all"] + list(dict.fromkeys(g for g in found if g != "all"))
+    order += [g for g in spread.sort_values(ascending=False).index if g not in order]
+    chosen = order[:top]
+    labels = [str(p) for p in res.periods]
+    fig = go.Figure()
+    for g, name in zip(chosen, _display_names(chosen)):
+        rows = per[per["group"] == g]
+        y, lo, hi = (rows[c].to_numpy(float) for c in (value, f"{value}_lo", f"{value}_hi"))
+        fig.add_trace(
+            go.Scatter(
+                x=labels,
+                y=y,
+                name=name + (" (finding)" if g in found else ""),
+                mode="lines+markers",
+                line=dict(width=3 if g in found else 1.5, dash="solid" if g in found or g == "all" else "dot"),
+                error_y=dict(type="data", symmetric=False, array=hi - y, arrayminus=y - lo, thickness=1),
+            )
+        )
+    if value == "spread":
+        fig.add_hline(y=1.0, line=dict(color="#333", dash="dash", width=1))
+    elif value == "mean_error":
+        fig.add_hline(y=0.0, line=dict(color="#333", dash="dash", width=1))
+    _base_layout(
+        fig,
+        f"{PERIOD_TITLES.get(value, value)} by period",
+        480,
+        subtitle="Bars: 95% intervals per period. Thick lines: a change between periods found beyond chance "
+        f"(adjusted over all {res.n_tests} tests of change).",
+    )
+    fig.update_xaxes(title="period", type="category")
+    return fig

@@ -27,3 +27,31 @@ def test_compare_page_names_the_groups_that_got_worse_first():
     at.radio(key="cmp_value").set_value("spread").run()
     assert not at.exception
     assert any("Distance of the spread ratio" in _title(s) for s in _plotly_specs(at))
+
+
+def test_results_over_time_names_a_group_whose_spread_changed():
+    import numpy as np
+    import pandas as pd
+
+    from mmc_core.synthetic import demo_distribution
+
+    df = pd.DataFrame(demo_distribution().sample_table(6000, np.random.default_rng(2))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    rng = np.random.default_rng(3)
+    df["quarter"] = np.array(["2026Q1", "2026Q2"])[rng.integers(0, 2, len(df))]
+    late_d = (df["quarter"] == "2026Q2") & (df["race"] == "D")
+    df.loc[late_d, "outcome"] += rng.normal(0, 25, int(late_d.sum()))  # race D far noisier in the second quarter
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    at.file_uploader(key="upload").set_value(("q.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    at.selectbox(key="label_col").select("outcome").run()
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    at = _page(at, "results")
+    at.selectbox(key="res_period").select("quarter").run()
+    assert not at.exception, [e.value for e in at.exception]
+    text = " ".join(m.value for m in at.markdown).replace("\\", "")
+    assert "spread for race=D changed from" in text and "(2026Q1) to" in text
+    assert any("by period" in _title(s) for s in _plotly_specs(at))

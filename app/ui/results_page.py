@@ -219,6 +219,43 @@ def scorecard(run):
         )
 
 
+def over_time(run, frame):
+    """The model per period of a column the analyst picks (dates, quarters, batches): each group's values per period
+    and the changes found beyond chance (mmc_core.compare.compare_periods on the test rows)."""
+    if getattr(run.model, "task", "regression") == "binary":
+        return
+    from app import compare_service as cs
+
+    with st.expander("Over time: the model per period of a column", expanded=bool(st.session_state.get("res_period"))):
+        options = [None] + cs.period_columns(frame, run)
+        column = st.selectbox(
+            "Period column",
+            options,
+            format_func=lambda c: "(none)" if c is None else str(c),
+            key="res_period",
+            help="A column whose values are periods or batches (2 to 200 values): the audit per period, and the "
+            "changes of each group's mean error, spread, coverage and RMSE between consecutive periods.",
+        )
+        if column is None:
+            st.caption("Pick a column to see each group over time.")
+            return
+        key = ("periods", run.finished_at, column)
+        memo = st.session_state.setdefault("_period_memo", {})
+        if key not in memo:
+            memo.clear()
+            memo[key] = cs.periods_of_run(frame, run, column, delta=run.settings.delta)
+        res = memo[key]
+        if res.findings:
+            st.markdown("\n".join(f"- {esc(cs.sentence(f['text']))}" for f in res.findings[:10]))
+        else:
+            st.markdown(f"No group's values change between periods beyond chance ({res.n_tests} tests of change).")
+        from app.figures_compare import PERIOD_TITLES, period_figure
+
+        values = [v for v in ("spread", "mean_error", "coverage", "rmse") if v in res.by_period]
+        value = st.radio("Value", values, format_func=PERIOD_TITLES.get, horizontal=True, key="res_period_value")
+        st.plotly_chart(period_figure(res, value), width="stretch", key="fig_period")
+
+
 def findings(run):
     """The audit's findings (tested defects, each sentence with n, its selection-adjusted interval and adjusted p) and the
     descriptive variance disparities, from :func:`app.report.findings_summary` (the PDF says the same)."""
@@ -640,6 +677,7 @@ def render():
         st.caption(esc(line))
     findings(run)
     scorecard(run)
+    over_time(run, frame)
     from app.ui.discover_tab import results_section
 
     results_section(run)  # discovered groups (Discover / mmc fit --discover), marked as such
