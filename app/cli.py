@@ -260,10 +260,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_period_option(au)
 
-    rp = sub.add_parser("report", help="write a PDF audit report")
+    rp = sub.add_parser("report", help="write the audit report (PDF, or self-contained interactive HTML)")
     _model_options(rp, label=True)
     _rates_threshold_option(rp)
     rp.add_argument("--out", required=True)
+    rp.add_argument(
+        "--format",
+        choices=["pdf", "html"],
+        default=None,
+        help="pdf (needs Chromium for its figures) or html (one self-contained file with interactive figures); "
+        "default: html when --out ends in .html, else pdf",
+    )
 
     ds = sub.add_parser(
         "discover",
@@ -972,6 +979,14 @@ def progress_lines(command: str):
     return say
 
 
+def report_format(args) -> str:
+    """--format, or html when --out ends in .html / .htm."""
+    fmt = getattr(args, "format", None)
+    if fmt:
+        return fmt
+    return "html" if str(args.out).lower().endswith((".html", ".htm")) else "pdf"
+
+
 def _warn_status(result) -> None:
     """An audit that tested nothing (or whose findings failed) must not pass for a clean one."""
     if result.findings_status != "ok":
@@ -989,6 +1004,21 @@ def cmd_report(args) -> int:
     from mmc_core.metrics import audit
 
     result = audit(model, df, y, **_applied_options(args, base), progress=progress_lines("report"))
+    if report_format(args) == "html":
+        from .report_html import build_report_html
+
+        page = build_report_html(
+            model,
+            df,
+            y,
+            **_applied_options(args, base),
+            label=args.label,
+            data_name=os.path.basename(args.data),
+            audit=result,
+        )
+        write_bytes(args.out, page)
+        _warn_status(result)
+        return 0
     pdf = build_report_pdf(
         model,
         df,

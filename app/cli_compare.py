@@ -53,7 +53,10 @@ def add_parser(sub) -> None:
         "classifier models; with prediction columns the labels must then be 0/1)",
     )
     c.add_argument("--out", required=True, help="where to write the comparison (JSON)")
-    c.add_argument("--report", help="also write the comparison as a PDF report here (needs Chromium)")
+    c.add_argument(
+        "--report",
+        help="also write the comparison as a report here: PDF (needs Chromium), or interactive HTML if it ends in .html",
+    )
     from .cli_dask import add_engine_options
 
     add_engine_options(c)
@@ -189,10 +192,16 @@ def _write(args, spec, res) -> int:
     from mmc_core.model import atomic_write_text
 
     pdf = None
-    if getattr(args, "report", None):  # built before anything is written: a failed PDF leaves no JSON either
-        from .report_compare import build_compare_pdf
+    if getattr(args, "report", None):  # built before anything is written: a failed report leaves no JSON either
+        name = os.path.basename(args.data.rstrip("/"))
+        if args.report.lower().endswith((".html", ".htm")):
+            from .report_html import build_compare_html
 
-        pdf = build_compare_pdf(res, os.path.basename(args.data.rstrip("/")), args.label)
+            pdf = build_compare_html(res, name, args.label)
+        else:
+            from .report_compare import build_compare_pdf
+
+            pdf = build_compare_pdf(res, name, args.label)
     out = res.to_json()
     out["sources"] = [{"kind": k, "source": s, "name": n} for k, s, n in spec]
     atomic_write_text(args.out, json.dumps(out, allow_nan=False))
