@@ -167,22 +167,33 @@ def _ci_text(v, lo, hi, digits: int = 3) -> str:
     return f"{v:.{digits}f}"
 
 
-def _pick_groups(bg: pd.DataFrame, top: int | None) -> list:
-    """ "all" first, then the largest groups (at most ``top`` in all)."""
+def _pick_groups(bg: pd.DataFrame, top: int | None, first=()) -> list:
+    """ "all" first, then the groups of ``first`` (those with findings or flags, by harm and evidence), then the
+    largest groups, at most ``top`` in all. The largest alone hid the minority groups the analyst came for
+    (colour=Black, the group the four-fifths rule flagged, never appeared)."""
     names = list(bg.index)
     if top is None or len(names) <= top:
         return names
-    rest = bg.iloc[1:].sort_values("count", ascending=False).index[: max(top - 1, 0)]
-    return [names[0]] + [n for n in names[1:] if n in set(rest)]
+    known = set(names[1:])
+    chosen = [n for n in dict.fromkeys(first) if n in known][: max(top - 1, 0)]
+    for n in bg.iloc[1:].sort_values("count", ascending=False).index:
+        if len(chosen) >= top - 1:
+            break
+        if n not in chosen:
+            chosen.append(n)
+    keep = set(chosen)
+    return [names[0]] + [n for n in names[1:] if n in keep]
 
 
-def classifier_calibration_table(by_group: pd.DataFrame, top: int | None = None, level: float = 0.95) -> pd.DataFrame:
+def classifier_calibration_table(
+    by_group: pd.DataFrame, top: int | None = None, level: float = 0.95, first=()
+) -> pd.DataFrame:
     """Per-group probability metrics before -> after with bootstrap 95% intervals, as display text (the
     dashboard and the PDF show this same table); the positive share (a proportion of the group's rows) with its
     Wilson score interval."""
     rows = []
     has_base = "mean_score_base" in by_group.columns
-    groups = _pick_groups(by_group, top)
+    groups = _pick_groups(by_group, top, first)
     cnt = by_group.loc[groups, "count"].astype(float).to_numpy()
     share = by_group.loc[groups, "base_rate"].astype(float).to_numpy()
     share_lo, share_hi = wilson_interval(_rounded(share * cnt), cnt, level)
@@ -203,7 +214,7 @@ def classifier_calibration_table(by_group: pd.DataFrame, top: int | None = None,
 
 
 def classifier_rate_table(
-    rates: pd.DataFrame, top: int | None = None, base_rate=None, level: float = 0.95
+    rates: pd.DataFrame, top: int | None = None, base_rate=None, level: float = 0.95, first=()
 ) -> pd.DataFrame:
     """Per-group rates at the decision threshold (after multicalibration; before in the ", before" columns when
     given), with Wilson score intervals at ``level`` (:func:`wilson_rates`; ``base_rate``: the groups' shares of
@@ -211,7 +222,7 @@ def classifier_rate_table(
     rates = wilson_rates(rates, base_rate, level)
     rows = []
     has_base = "selection_rate_base" in rates.columns
-    for g in _pick_groups(rates, top):
+    for g in _pick_groups(rates, top, first):
         r = rates.loc[g]
         row = {"group": str(g), "n": int(r["count"])}
         for k, name in RATE_NAMES.items():
@@ -252,7 +263,7 @@ def classifier_disparity_table(disparities: pd.DataFrame) -> pd.DataFrame:
 
 
 def reliability_figure(
-    cells: pd.DataFrame, by_group: pd.DataFrame, top: int = 9, cols: int = 3, min_count: int = 1
+    cells: pd.DataFrame, by_group: pd.DataFrame, top: int = 9, cols: int = 3, min_count: int = 1, first=()
 ) -> go.Figure:
     """Per-group reliability diagrams: observed share of positives (Wilson 95% interval) against the mean
     predicted probability per score bucket, before (base) and after multicalibration; the diagonal is perfect
@@ -261,7 +272,7 @@ def reliability_figure(
     if cells is None or len(cells) == 0:
         return _empty(title, "No reliability cells (no test rows).")
     cells = cells[cells["count"] >= min_count]
-    groups = [g for g in _pick_groups(by_group, top) if (cells["group"] == g).any()]
+    groups = [g for g in _pick_groups(by_group, top, first) if (cells["group"] == g).any()]
     rows = max(1, math.ceil(len(groups) / cols))
     fig = make_subplots(
         rows=rows,
@@ -366,6 +377,7 @@ def rate_figure(
     metrics=("selection_rate", "tpr", "fpr"),
     base_rate=None,
     level: float = 0.95,
+    first=(),
 ) -> go.Figure:
     """Per-group rates at the decision threshold (decision = probability >= threshold), with Wilson score
     intervals at ``level`` (:func:`wilson_rates`), before (base) and after multicalibration. ``rates``:
@@ -375,7 +387,7 @@ def rate_figure(
     if rates is None or len(rates) == 0:
         return _empty(title, "No groups.")
     rates = wilson_rates(rates, base_rate, level)
-    groups = _pick_groups(rates, top)[::-1]  # "all" at the top
+    groups = _pick_groups(rates, top, first)[::-1]  # "all" at the top
     disp = _display_names([str(g) for g in groups])
     fig = make_subplots(
         rows=1,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from app import figures_binary as FB
 from app import report as R
 from app.pdf_doc import _title_page, report_label
-from app.report_tables import _convergence_warning, _findings_section, _in_sample_warning, _short
+from app.report_tables import _convergence_warning, _findings_section, _in_sample_warning, _short, priority_groups
 
 _BINARY_HOW_TO_READ = (
     "The label is a 0/1 outcome, so the model's prediction is a probability, and every number in this report "
@@ -119,7 +119,8 @@ def binary_report(
         doc.data_table(df, col_widths=widths, size=6.8, title=title)
 
     doc.ensure(70)
-    cal = FB.classifier_calibration_table(bg, top=24)
+    first = priority_groups(audit)
+    cal = FB.classifier_calibration_table(bg, top=24, first=first)
     keep = [c for c in cal.columns if not c.startswith("Brier")]
     table(cal[keep[:2] + keep[2:7]], "1. Probability calibration by group (before → after, 95% intervals)", 28)
     table(cal[keep[:2] + keep[7:]], "Log loss and expected calibration error by group", 28)
@@ -134,7 +135,7 @@ def binary_report(
     )
     pdf.add_page()
     add_figure(
-        FB.reliability_figure(audit.calibration_cells, bg),
+        FB.reliability_figure(audit.calibration_cells, bg, first=first),
         "2. Reliability diagrams",
         "Observed share of positives against the average predicted probability in each tenth of the "
         "probability scale, per group (the largest groups), before (orange) and after (blue) "
@@ -146,13 +147,13 @@ def binary_report(
     # Wilson intervals from the counts (the groups' positives: the audit's shares, the same test rows)
     rate_rows = FB.wilson_rates(rate_rows, bg["base_rate"])
     add_figure(
-        FB.rate_figure(rate_rows, thr),
+        FB.rate_figure(rate_rows, thr, first=first),
         f"3. Rates by group at threshold {thr:g}",
         "Selection rate (share decided positive), true positive rate and false positive rate per group, "
         "with Wilson score 95% intervals, before and after multicalibration.",
         max_height=110,
     )
-    rt = FB.classifier_rate_table(rate_rows, top=24)
+    rt = FB.classifier_rate_table(rate_rows, top=24, first=first)
     table(
         rt[[c for c in rt.columns if not c.endswith(", before")]],
         f"Rates at threshold {thr:g} after multicalibration (Wilson score 95% intervals)",

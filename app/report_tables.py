@@ -47,6 +47,21 @@ def _name_col(audit, names, n=30) -> list:
     return [_short(nm, n) + (F.BELOW_GAMMA_MARK if b else "") for nm, b in zip(names, below)]
 
 
+def priority_groups(audit) -> list:
+    """The groups a chart with room for a few shows first: those with findings (by harm), those a classifier's
+    four-fifths rule flags, then the scorecard's order (harm, then evidence)."""
+    out = [f.get("group") for f in (audit.findings or [])]
+    ca = getattr(audit, "classifier", None)
+    disp = getattr(ca, "disparities", None)
+    if isinstance(disp, pd.DataFrame) and "four_fifths_flagged" in disp:
+        for flagged in disp["four_fifths_flagged"]:
+            out += list(flagged or [])
+    card = getattr(audit, "scorecard", None)
+    if card is not None:
+        out += [g for g, h, p in zip(card.index, card["harm"], card["p_min"]) if h > 0 or p < 0.5]
+    return [g for g in dict.fromkeys(out) if isinstance(g, str)]
+
+
 def scorecard_table(audit, top: int | None = None, name_chars: int = 30) -> pd.DataFrame | None:
     """The audit's group scorecard (mmc_core.scorecard) as the dashboard and the PDF show it: per group (sorted by
     harm, then evidence) n, the mean error, spread ratio and coverage with their 95% intervals, what its size

@@ -487,6 +487,7 @@ def audit_binary_model(model, table, y, base, opts):
     from . import intervals as iv
     from .findings import status_of
     from .metrics import AuditResult, _audit_rows, _findings
+    from .scorecard import scorecard
 
     threshold, n_buckets = check_threshold(opts.threshold), opts.n_buckets
     if isinstance(n_buckets, bool) or not isinstance(n_buckets, (int, np.integer)) or not 1 <= n_buckets <= 100:
@@ -543,6 +544,7 @@ def audit_binary_model(model, table, y, base, opts):
         "findings_level": float(opts.findings_level),
         "moments": [],
     }
+    all_tests: list = []
     try:
         found, n_tests = _findings(
             pairs,
@@ -559,13 +561,15 @@ def audit_binary_model(model, table, y, base, opts):
             opts.error_control,
             opts.findings_level,
             binary=True,
+            collect=all_tests,
         )
         for t in found:  # the mean of a 0/1 outcome is a probability
             t["text"] = t["text"].replace("the mean:", "the probability of the positive class:")
         status = status_of(n_tests, opts.min_group_count)
         params["n_tests"] = n_tests
+        card = scorecard(all_tests, names, pairs.group_sums(), n_tests, opts.findings_level, opts.min_group_count)
     except Exception as e:  # noqa: BLE001 - reported as a failure, never as "no findings"
-        found, status = [], f"failed: {type(e).__name__}: {e}"
+        found, status, card = [], f"failed: {type(e).__name__}: {e}", None
     return AuditResult(
         overall,
         bg,
@@ -580,6 +584,7 @@ def audit_binary_model(model, table, y, base, opts):
         status,
         task="binary",
         classifier=ca,
+        scorecard=card,
     )
 
 

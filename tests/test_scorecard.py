@@ -135,3 +135,25 @@ def test_the_scorecard_is_on_the_pdfs_first_page_and_on_results(tmp_path, monkey
     at = _page(_new(), "results")
     frames = [d.value for d in at.dataframe]
     assert any("detectable" in f.columns and len(f) == len(at.session_state["run"].model.groups.names) for f in frames)
+
+
+def test_classifier_charts_show_flagged_minority_groups_before_large_ones():
+    """Issue 35: the classifier charts showed 'all' and the largest groups only, so the group the four-fifths rule
+    flags (a minority) never appeared. Groups with findings or flags now come first."""
+    from app import figures_binary as FB
+    from app.report_tables import priority_groups
+
+    df = pd.read_csv("demo_datasets/loanapp.csv").dropna(subset=["male"])
+    cols = ["black", "hispan", "male", "married", "self", "dep", "unit"]
+    gs = GroupSet.from_columns(df, cols, 2)
+    est = MomentMulticalibrator(n_moments=1, task="binary").fit(df, df["approve"], gs)
+    res = metrics.audit(est.model_, df, df["approve"].to_numpy(), threshold=0.8)
+    assert res.scorecard is not None and len(res.scorecard) == len(gs)
+    first = priority_groups(res)
+    flagged = [g for fl in res.classifier.disparities["four_fifths_flagged"] for g in (fl or [])]
+    assert flagged and set(flagged) <= set(first)
+    shown = set(FB.rate_figure(res.by_group, 0.8, top=6, first=first).layout.yaxis.ticktext)
+    largest = set(FB.rate_figure(res.by_group, 0.8, top=6).layout.yaxis.ticktext)
+    minority = next(g for g in flagged)
+    assert any(minority in str(s) for s in shown)
+    assert not any(minority in str(s) for s in largest)  # the size order alone left it out

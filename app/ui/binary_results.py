@@ -32,7 +32,9 @@ def rates_at(key: str, _run, _frame, threshold: float):
 def _reliability(key: str, _run):
     from app import figures_binary as F
 
-    return F.reliability_figure(_run.audit.calibration_cells, _run.audit.by_group)
+    from app.report_tables import priority_groups
+
+    return F.reliability_figure(_run.audit.calibration_cells, _run.audit.by_group, first=priority_groups(_run.audit))
 
 
 def _num(v, nd: int = 3) -> str:
@@ -154,7 +156,9 @@ def rates_tab(run, frame):
     st.markdown(f"**Rates by group at threshold {thr:.2f}** (after multicalibration; Wilson score 95% intervals)")
     st.table(table[[c for c in RATE_TABLE_COLUMNS if c in table.columns]].set_index("group"))
     st.caption(F.RATE_INTERVAL_NOTE)
-    st.plotly_chart(F.rate_figure(rates, thr), width="stretch", key="bin_rates")
+    from app.report_tables import priority_groups
+
+    st.plotly_chart(F.rate_figure(rates, thr, first=priority_groups(run.audit)), width="stretch", key="bin_rates")
     st.markdown(
         "**Disparities across the values of each column** (after multicalibration; as fairlearn's "
         "MetricFrame computes them)"
