@@ -261,9 +261,13 @@ def _fmt(v, digits: int = 3, kind: str = "g") -> str:
     if not math.isfinite(v):
         return "–"
     out = f"{v:.{digits}{kind}}"
-    if kind == "g" and 1e3 <= abs(float(out)) < 1e6:
-        # "1,120 hours", not "1.12e+03": the same significant digits, read at a glance
+    if kind == "g" and 1e3 <= abs(float(out)) < 1e9:
+        # "1,120 hours" and "22,330 dollars", not "1.12e+03" / "2.233e+04": the same significant digits, read at
+        # a glance (scientific notation from 1e9 only)
         return f"{float(out):,.0f}"
+    if kind == "g" and 0 < abs(v) < 1e-4 and "e" in out:
+        # 0.0000123, not 1.23e-05
+        return np.format_float_positional(float(out), trim="-")
     return out
 
 

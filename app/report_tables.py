@@ -25,7 +25,7 @@ def _num(v, digits: int = 3) -> str:
         f = float(v)
     except (TypeError, ValueError):
         return "–"
-    if math.isfinite(f) and f != 0 and (abs(f) >= 1e5 or abs(f) < 1e-3):
+    if math.isfinite(f) and f != 0 and abs(f) >= 1e9:  # scientific notation from 1e9 only (issue 35)
         return f"{f:.{digits - 1}e}"
     return F._fmt(f, digits)
 

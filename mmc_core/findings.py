@@ -626,7 +626,18 @@ def variance_disparities(names, cnt, ratio, lo, hi, min_count: int, skip_first: 
 
 # ---- words -----------------------------------------------------------------------------------------------
 def _g(v) -> str:
-    return f"{v:.3g}"
+    """Three significant digits, in the analyst's notation: thousands separators below 1e9 ("22,300", not
+    "2.23e+04"), tiny values written out ("0.0000123"); scientific notation from 1e9 only."""
+    out = f"{v:.3g}"
+    try:
+        f = float(out)
+    except ValueError:
+        return out
+    if 1e3 <= abs(f) < 1e9:
+        return f"{f:,.0f}"
+    if 0 < abs(f) < 1e-4:
+        return np.format_float_positional(f, trim="-")
+    return out
 
 
 def _within_note(groups) -> str:
