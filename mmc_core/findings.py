@@ -640,6 +640,11 @@ def _g(v) -> str:
     return out
 
 
+def _sd(variance) -> float:
+    v = float(variance)
+    return math.sqrt(v) if v >= 0 else float("nan")
+
+
 def _within_note(groups) -> str:
     if not groups:
         return ""
@@ -702,9 +707,11 @@ def describe(rec: dict) -> str:
         if (lo <= band) if rec["estimate"] > 1 else (hi >= 1 / band):
             beyond = f"; the interval reaches within {band:.2g}x: not a finding by its own interval"
         return (
-            f"For group {g} (n={n}) the model {verb} its uncertainty: predicted variance {_g(rec['predicted'])}, "
-            f"observed residual variance {_g(rec['observed'])} ({rec['estimate']:.2f} times, {ci} {lo:.2f}-{hi:.2f}"
-            f"{beyond}; {padj})." + _within_note(rec.get("mean_findings_within"))
+            # standard deviations in the sentence (the label's own units; variances are in squared units an
+            # analyst does not read), the test's ratio of variances beside them
+            f"For group {g} (n={n}) the model {verb} its uncertainty: predicted SD {_g(_sd(rec['predicted']))}, "
+            f"observed residual SD {_g(_sd(rec['observed']))} (observed variance {rec['estimate']:.2f} times the "
+            f"predicted, {ci} {lo:.2f}-{hi:.2f}{beyond}; {padj})." + _within_note(rec.get("mean_findings_within"))
         )
     if kind == "coverage":
         return (
