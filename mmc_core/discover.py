@@ -448,6 +448,10 @@ def discover(
         raise MMCError(f"discovery needs at least 20 rows, got {n}")
     y = to_label_array(y, f"label '{label_name}'", n)
     t0 = time.perf_counter()
+    if getattr(model, "task", "regression") == "binary" or np.isin(y, (0.0, 1.0)).all():
+        # a 0/1 outcome's variance is p (1 - p): its mean says everything, and "variance over-predicted ...
+        # (released units)^2" read as nonsense
+        n_moments = 1
     if model is not None:
         scale = model.scale
         base_u = None

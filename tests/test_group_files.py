@@ -90,3 +90,15 @@ def test_the_schema_catches_what_the_parser_would_ignore():
     bad = [{"name": "a", "where": [{"column": "g", "op": "==", "value": 1, "lo": "x"}]}]
     with pytest.raises(GroupDefinitionError, match=r"at \[0\]\.where\[0\]\.lo: 'x' is not of type"):
         GroupSet.from_json(bad)
+
+
+def test_discovery_on_a_0_1_label_looks_for_mean_errors_only():
+    from mmc_core.discover import discover
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    df = pd.DataFrame({"a": rng.integers(0, 4, n), "b": rng.normal(size=n)})
+    p = 1 / (1 + np.exp(-(df["b"] + (df["a"] == 2))))
+    y = (rng.random(n) < p).astype(float)
+    res = discover(df, y, prediction=1 / (1 + np.exp(-df["b"])), features=["a", "b"], n_moments=2, seed=1)
+    assert {f.kind for f in res.findings} <= {"mean"} and res.findings
