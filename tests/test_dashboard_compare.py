@@ -55,3 +55,38 @@ def test_results_over_time_names_a_group_whose_spread_changed():
     text = " ".join(m.value for m in at.markdown).replace("\\", "")
     assert "spread for race=D changed from" in text and "(2026Q1) to" in text
     assert any("by period" in _title(s) for s in _plotly_specs(at))
+
+
+def test_group_names_with_markdown_are_shown_literally_on_every_page():
+    """Issue 35: a group named with markdown link or image syntax became a live link. After a run on a table
+    whose values carry both, no page's markdown holds an unescaped link, image or tag."""
+    import re
+
+    import numpy as np
+    import pandas as pd
+
+    from mmc_core.synthetic import demo_distribution
+
+    df = pd.DataFrame(demo_distribution().sample_table(3000, np.random.default_rng(5))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    df["race"] = df["race"].replace({"A": "[x](http://203.0.113.9/a)", "B": "![i](http://203.0.113.9/p.png)"})
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    at.file_uploader(key="upload").set_value(("evil.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    at.selectbox(key="label_col").select("outcome").run()
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    rendered = []
+    for page in ("results", "export", "compare", "groups", "run"):
+        _page(at, page)
+        rendered += [
+            e.value
+            for kind in ("markdown", "caption", "error", "warning", "info", "success")
+            for e in getattr(at, kind)
+        ]
+    assert any("203.0.113.9" in t for t in rendered)  # the names are shown ...
+    for text in rendered:
+        assert not re.search(r"(?<!\\)\]\(", text), text  # ... but never as a link or an image
+        assert not re.search(r"(?<!\\)<(img|a|script)\b", text), text
