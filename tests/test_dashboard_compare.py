@@ -90,3 +90,26 @@ def test_group_names_with_markdown_are_shown_literally_on_every_page():
     for text in rendered:
         assert not re.search(r"(?<!\\)\]\(", text), text  # ... but never as a link or an image
         assert not re.search(r"(?<!\\)<(img|a|script)\b", text), text
+
+
+def test_a_new_table_starts_from_the_default_settings():
+    """Issue 35: buckets, the base model kind and 'discover during the fit' followed the analyst to the next
+    table."""
+    import numpy as np
+    import pandas as pd
+
+    from mmc_core.synthetic import demo_distribution
+
+    at = _new()
+    _page(at, "run")
+    at.toggle(key="p_auto").set_value(False).run()
+    at.slider(key="p_m").set_value(9).run()
+    assert at.session_state["settings"].p_m == 9
+    df = pd.DataFrame(demo_distribution().sample_table(800, np.random.default_rng(9))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    _page(at, "data")
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    at.file_uploader(key="upload").set_value(("next.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    s = at.session_state["settings"]
+    assert s.p_m == 5 and s.p_auto is True and s.p_disc is False

@@ -402,7 +402,10 @@ def apply_suggestions(frame: pd.DataFrame, demo=None):
     ss = st.session_state
     nums = numeric_columns(frame)
     cols = list(frame.columns)
-    new = {}
+    # a new table starts from the defaults: buckets, the base model, discovery during the fit, the split... of
+    # the last table followed the analyst to the next one unannounced (issue 35); the data source and the
+    # teaching page's settings are not the table's
+    new = {k: v for k, v in SETTING_DEFAULTS.items() if not k.startswith(("src_", "demo_", "t_"))}
     if demo is not None:
         label = demo.label
         new["label_scaling"] = "declared" if demo.label_range else "observed"
