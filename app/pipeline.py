@@ -15,7 +15,16 @@ import numpy as np
 import pandas as pd
 
 from app.base_model import StoppedByUser, base_prediction
-from app.specs import GROUP_INFO_KEYS, AuditRun, BaseSpec, FitSettings, LabelSpec, SplitSpec, prepare_label
+from app.specs import (
+    GROUP_INFO_KEYS,
+    AuditRun,
+    BaseSpec,
+    FitSettings,
+    LabelSpec,
+    SplitSpec,
+    mean_bucket_rule,
+    prepare_label,
+)
 from mmc_core.errors import DataError
 
 
@@ -59,6 +68,7 @@ def make_estimator(settings: FitSettings, label, seed: int):
     shared = {k: getattr(settings, k) for k in ESTIMATOR_SETTINGS}
     return MomentMulticalibrator(
         **shared,
+        mean_buckets="uniform" if binary else mean_bucket_rule(settings.mean_buckets, label.y),
         n_moments=1 if binary else settings.n_moments,
         label_range=(label.lo, label.hi),
         random_state=seed,

@@ -82,6 +82,26 @@ class SplitSpec:
     seed: int = 0
 
 
+SKEWED = 1.0  # |sample skewness| of the label above which the app's "auto" mean buckets are quantile buckets
+
+
+def label_skewness(y) -> float:
+    """The sample skewness of a label (0 for fewer than 3 values or no spread)."""
+    y = np.asarray(y, dtype=float)
+    y = y[np.isfinite(y)]
+    if y.size < 3 or not y.std() > 0:
+        return 0.0
+    return float(np.mean(((y - y.mean()) / y.std()) ** 3))
+
+
+def mean_bucket_rule(choice: str, y) -> str:
+    """The estimator's mean_buckets for the app's choice: "auto" is quantile for a skewed label (one uniform bucket
+    held 94% of a wage table's rows), uniform otherwise."""
+    if choice in ("uniform", "quantile"):
+        return choice
+    return "quantile" if abs(label_skewness(y)) > SKEWED else "uniform"
+
+
 @dataclass(frozen=True)
 class FitSettings:
     """The estimator's parameters and the audit's. ``alpha`` / ``beta`` may be a rule, as in ``mmc fit``: "se"
@@ -91,6 +111,8 @@ class FitSettings:
     alpha: float | str = "se"
     beta: float | str = "se"
     n_buckets: int = 5
+    # "auto": quantile buckets when the label is skewed (SKEWED), else uniform; or "uniform" / "quantile"
+    mean_buckets: str = "auto"
     n_moments: int = 2
     step: str = "exact"
     odd_moments: str = "absolute"

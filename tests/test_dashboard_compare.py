@@ -113,3 +113,18 @@ def test_a_new_table_starts_from_the_default_settings():
     at.file_uploader(key="upload").set_value(("next.csv", df.to_csv(index=False).encode(), "text/csv")).run()
     s = at.session_state["settings"]
     assert s.p_m == 5 and s.p_auto is True and s.p_disc is False
+
+
+def test_a_skewed_label_gets_quantile_buckets_by_default():
+    import numpy as np
+
+    from app.specs import mean_bucket_rule
+
+    rng = np.random.default_rng(0)
+    assert mean_bucket_rule("auto", rng.lognormal(10, 1, 5000)) == "quantile"  # wages: skewed
+    assert mean_bucket_rule("auto", rng.normal(50, 10, 5000)) == "uniform"
+    assert mean_bucket_rule("uniform", rng.lognormal(10, 1, 5000)) == "uniform"  # the analyst's choice stands
+    at = _page(_new(), "run")
+    assert any("For this label (skewness" in c.value for c in at.caption)
+    run = at.session_state["run"]  # the demo audit's fit used the rule's choice for its label
+    assert run.model.info["mean_buckets"] == mean_bucket_rule("auto", run.label.y)

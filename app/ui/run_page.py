@@ -21,6 +21,7 @@ import math
 import os
 import time
 
+import pandas as pd
 import streamlit as st
 
 from app.jobs import FitJob
@@ -510,6 +511,22 @@ def _fmt_alpha(v: float) -> str:
     return f"{v:g}"
 
 
+def _bucket_note(d):
+    """What "auto" buckets mean for this label, in one line."""
+    from app.specs import label_skewness, mean_bucket_rule
+
+    s = state.settings()
+    if d is None or not s.label_col or s.label_col not in d["df"].columns:
+        return
+    y = pd.to_numeric(d["df"][s.label_col], errors="coerce").to_numpy(dtype=float)
+    if s.p_mb == "auto":
+        rule = mean_bucket_rule("auto", y)
+        st.caption(
+            f"For this label (skewness {label_skewness(y):.2f}): {rule} buckets"
+            + (" (a uniform bucket would hold most of the rows of a skewed label)." if rule == "quantile" else ".")
+        )
+
+
 def settings_form(d):
     ss = st.session_state
     from app.ui.binary_results import run_page_note  # binary labels: which settings apply
@@ -561,6 +578,18 @@ def settings_form(d):
             help="Level sets of the mean (and of each moment) prediction. More buckets = finer conditioning, "
             "smaller cells.",
         )
+        st.radio(
+            "Mean buckets",
+            ["auto", "uniform", "quantile"],
+            **state.bind("p_mb"),
+            format_func={
+                "auto": "auto: quantile when the label is skewed",
+                "uniform": "uniform: equal widths of the prediction",
+                "quantile": "quantile: equal shares of the rows",
+            }.get,
+            horizontal=False,
+        )
+        _bucket_note(d)
         st.radio(
             "Step rule",
             ["exact", "paper"],

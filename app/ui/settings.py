@@ -50,6 +50,7 @@ class Settings:
     p_alpha: float = 0.001
     p_beta: float = 0.0001
     p_m: int = 5
+    p_mb: str = "auto"  # mean buckets: auto (quantile for a skewed label) / uniform / quantile
     p_k: int = 2
     p_step: str = "exact"
     p_odd: str = "absolute"
@@ -128,6 +129,7 @@ _CHOICES = {
     "p_odd": ("absolute", "signed"),
     "p_k": (1, 2, 3, 4),
     "p_rule": ("se", "auto"),
+    "p_mb": ("auto", "uniform", "quantile"),
     "disc_target": ("base", "model"),
     "exp_rows": ("all", "test"),
 }

@@ -512,6 +512,7 @@ def fit_settings() -> FitSettings:
         alpha=rule if auto else float(s.p_alpha),
         beta=rule if auto else float(s.p_beta),
         n_buckets=int(s.p_m),
+        mean_buckets=s.p_mb if s.p_mb in ("auto", "uniform", "quantile") else "auto",
         n_moments=int(s.p_k),
         step=s.p_step,
         odd_moments=s.p_odd,
