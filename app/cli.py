@@ -422,7 +422,7 @@ def refuse_output_over_input(args) -> None:
                     )
 
 
-def _check_out(path: str):
+def check_out(path: str):
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CLIError(f"output folder does not exist: {folder}")
@@ -432,16 +432,16 @@ def _check_out(path: str):
         raise CLIError(f"cannot write to the output folder {folder} (permission denied)")
 
 
-def _check_prob(name: str, v: float):
+def check_prob(name: str, v: float):
     if not (0 < v < 1):
         raise CLIError(f"{name} must be strictly between 0 and 1, got {v}")
 
 
 def _check_apply_args(args):
     """--out, --delta and --gamma of the commands that apply a model (predict, audit, report)."""
-    _check_out(args.out)
-    _check_prob("--delta", args.delta)
-    _check_prob("--gamma", args.gamma)
+    check_out(args.out)
+    check_prob("--delta", args.delta)
+    check_prob("--gamma", args.gamma)
 
 
 def _applied_options(args, base) -> dict:
@@ -524,7 +524,7 @@ def cmd_fit(args) -> int:
     from mmc_core import GroupSet
     from .io import numeric_column, read_table
 
-    _check_out(args.out)
+    check_out(args.out)
     extra = None
     if args.groups:
         try:
@@ -1045,7 +1045,7 @@ def cmd_discover(args) -> int:
     from .io import numeric_column, read_table
 
     refuse_output_over_input(args)
-    _check_out(args.out)
+    check_out(args.out)
     if not 1 <= args.top <= 100:
         raise CLIError(f"--top must be an integer from 1 to 100, got {args.top}")
     model = None

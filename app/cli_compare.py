@@ -94,17 +94,17 @@ def cmd_compare(args) -> int:
     from mmc_core import FittedModel, GroupSet
     from mmc_core.compare import compare, side
 
-    from .cli import CLIError, _check_out, _check_prob, refuse_output_over_input
+    from .cli import CLIError, check_out, check_prob, refuse_output_over_input
     from .io import numeric_column, read_table
 
     refuse_output_over_input(args)
-    _check_out(args.out)
+    check_out(args.out)
     if args.report:
-        _check_out(args.report)
+        check_out(args.report)
         if os.path.realpath(args.report) == os.path.realpath(args.out):
             raise CLIError("--report and --out name the same file; give the PDF another name")
-    _check_prob("--delta", args.delta)
-    _check_prob("--level", args.level)
+    check_prob("--delta", args.delta)
+    check_prob("--level", args.level)
     if args.min_group_count < 2:
         raise CLIError(f"--min-group-count must be at least 2, got {args.min_group_count}")
     spec = _sides_spec(args)
@@ -171,13 +171,13 @@ def _compare_on_dask(args, spec, models, extra):
     from mmc_core.engines.dask_engine import compare_dask, groups_from_columns
 
     from .cli import CLIError
-    from .cli_dask import _data, _session
+    from .cli_dask import dask_session, dask_table
 
     if args.interval != "calibrated":
         raise CLIError("--interval does not apply with --engine dask (it compares no intervals yet)")
-    ddf = _data(args, [("label column", args.label)])
+    ddf = dask_table(args, [("label column", args.label)])
     sides = [(kind, models[src] if kind == "model" else src, name) for kind, src, name in spec]
-    with _session(args) as client:
+    with dask_session(args) as client:
         groups = _groups(
             args,
             ddf.columns,

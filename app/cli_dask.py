@@ -49,7 +49,7 @@ class _Interrupt:
 
 
 @contextmanager
-def _session(args):
+def dask_session(args):
     from mmc_core.engines.dask_engine import close_client, start_client
 
     if args.scheduler:
@@ -67,7 +67,7 @@ def _session(args):
         close_client(client, cluster)
 
 
-def _data(args, need, sized=None):
+def dask_table(args, need, sized=None):
     """The Dask DataFrame of --data; ``sized``: the columns the command reads (a partition's memory limit is
     checked on them; default all, as `predict` writes them all)."""
     from mmc_core.engines.dask_engine import read_parquet
@@ -85,9 +85,9 @@ def fit(args) -> int:
     from mmc_core import GroupSet
     from mmc_core.engines.dask_engine import groups_from_columns
 
-    from .cli import CLIError, _check_out
+    from .cli import CLIError, check_out
 
-    _check_out(args.out)
+    check_out(args.out)
     if args.discover:
         raise CLIError("--discover is not supported with --engine dask (run `mmc discover` on a sample)")
     if args.max_order < 1:
@@ -98,7 +98,7 @@ def fit(args) -> int:
     need = [("label column", args.label), ("prediction column", args.pred)] + [
         ("group column", c) for c in args.group_cols
     ]
-    ddf = _data(args, need, sized=[c for _, c in need if c])
+    ddf = dask_table(args, need, sized=[c for _, c in need if c])
     extra = None
     if args.groups:
         try:
@@ -127,7 +127,7 @@ def fit(args) -> int:
         )
         return False
 
-    with _Interrupt() as intr, _session(args) as client:
+    with _Interrupt() as intr, dask_session(args) as client:
         groups = (
             groups_from_columns(ddf, args.group_cols, args.max_order, client=client)
             if args.group_cols
@@ -205,7 +205,7 @@ def predict(args) -> int:
             "--interval is not supported with --engine dask yet (predict the mean and moments, or use the numpy engine)"
         )
     model = FittedModel.load(args.model)
-    ddf = _data(args, [("prediction column", args.pred if model.uses_base else None)])
+    ddf = dask_table(args, [("prediction column", args.pred if model.uses_base else None)])
     missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
     if missing:
         raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
@@ -216,7 +216,7 @@ def predict(args) -> int:
     out = args.out.rstrip("/")
     tmp = tempfile.mkdtemp(prefix=".tmp-mmc-", dir=os.path.dirname(os.path.abspath(out)))
     try:
-        with _session(args):  # Ctrl-C aborts (KeyboardInterrupt): the cluster is closed, nothing is written
+        with dask_session(args):  # Ctrl-C aborts (KeyboardInterrupt): the cluster is closed, nothing is written
             predict_dask(model, ddf, args.pred if model.uses_base else None).to_parquet(tmp, write_index=False)
         if os.path.isdir(out):
             os.rmdir(out)  # empty (checked above)
@@ -233,19 +233,19 @@ def audit(args) -> int:
     from mmc_core.engines.dask_engine import audit_tables_dask
     from mmc_core.model import atomic_write_text
 
-    from .cli import CLIError, _check_out
+    from .cli import CLIError, check_out
 
-    _check_out(args.out)
+    check_out(args.out)
     model = FittedModel.load(args.model)
     need = [("label column", args.label), ("prediction column", args.pred if model.uses_base else None)]
     need += [("period column", getattr(args, "period", None))]
-    ddf = _data(args, need, sized=[c for _, c in need if c] + list(model.groups.columns()))
+    ddf = dask_table(args, need, sized=[c for _, c in need if c] + list(model.groups.columns()))
     missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
     if missing:
         raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
     if getattr(args, "period", None) and model.task == "binary":
         raise CLIError("--period audits regression models; classifier periods are not offered yet")
-    with _session(args):
+    with dask_session(args):
         tables = audit_tables_dask(model, ddf, args.label, args.pred if model.uses_base else None)
         if getattr(args, "period", None):
             from mmc_core.engines.dask_engine import periods_dask
