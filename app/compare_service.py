@@ -1,6 +1,8 @@
-"""The dashboard's comparison of two runs made in the session: pure functions over AuditRun objects (no
-Streamlit), so the Compare page stays a thin view. Two runs are compared on the rows both held out for testing
-(neither model was fitted on them), each with its own base prediction, on the union of both models' groups."""
+"""The dashboard's comparison of two runs made in the session, or of a run and an uploaded model file: pure
+functions over AuditRun and FittedModel objects (no Streamlit), so the Compare page stays a thin view. Two runs
+are compared on the rows both held out for testing (neither model was fitted on them), each with its own base
+prediction, on the union of both models' groups; an uploaded model is compared on the current run's test rows,
+with the current run's base prediction when it needs one."""
 
 from __future__ import annotations
 
@@ -19,15 +21,16 @@ def remember(past: list, run) -> list:
 
 
 def comparable(current, past: list) -> list:
-    """The past runs that can be compared with ``current``: the same table and label, audited, with test rows in
-    common."""
+    """The past runs that can be compared with ``current``: the same table and label (prepared alike: the same
+    log and clipping, so both predict the same numbers), the same task, with test rows in common."""
     out = []
     for r in past:
         if r.data_key != current.data_key or r.label.name != current.label.name:
             continue
         if getattr(r.model, "task", "regression") != getattr(current.model, "task", "regression"):
             continue
-        if np.intersect1d(r.test_rows, current.test_rows).size:
+        rows = np.intersect1d(r.test_rows, current.test_rows)
+        if rows.size and np.array_equal(r.label.y[rows], current.label.y[rows]):
             out.append(r)
     return out
 
@@ -37,20 +40,27 @@ def describe(run, number: int) -> str:
     s = run.settings
     when = pd.Timestamp(run.finished_at, unit="s").strftime("%H:%M:%S") if run.finished_at else "earlier"
     return (
-        f"run {number} ({when}): {len(run.model.groups.names) - 1} groups, {s.n_moments} moment(s), "
+        f"Run {number} ({when}): {len(run.model.groups.names) - 1} groups, {s.n_moments} moment(s), "
         f"base {run.base_spec.kind}"
     )
 
 
+def _model(x):
+    """The fitted model of a run, or the model itself (an uploaded file)."""
+    return getattr(x, "model", x) if hasattr(x, "test_rows") else x
+
+
 def _union_groups(a, b) -> GroupSet:
-    known = set(a.model.groups.names)
-    return a.model.groups + GroupSet([g for g in b.model.groups.groups if g.name not in known])
+    ga, gb = _model(a).groups, _model(b).groups
+    known = set(ga.names)
+    return ga + GroupSet([g for g in gb.groups if g.name not in known])
 
 
-def _side(run, df, rows, name, delta):
+def _side(run, df, rows, name, delta, model=None):
+    """The side of ``model`` (default: the run's) on ``rows``, with the run's base prediction and threshold."""
     from mmc_core.intervals import available_methods
 
-    model = run.model
+    model = run.model if model is None else model
     X = df.iloc[rows]
     base = run.base[rows] if (run.base is not None and model.uses_base) else None
     if getattr(model, "task", "regression") == "binary":
@@ -63,27 +73,96 @@ def _side(run, df, rows, name, delta):
 
 def compare_runs(df: pd.DataFrame, a, b, names=("earlier run", "current run"), delta: float = 0.1) -> ComparisonResult:
     """Run ``b`` against run ``a`` on the test rows both held out, per group of both models."""
-    rows = np.intersect1d(a.test_rows, b.test_rows)
-    y = a.label.y[rows]
-    groups = _union_groups(a, b)
-    X = df.iloc[rows]
-    return compare(X, y, _side(a, df, rows, names[0], delta), _side(b, df, rows, names[1], delta), groups, delta=delta)
+    return compare_sides(df, b, a, b, names, delta)
+
+
+def compare_sides(df: pd.DataFrame, current, a, b, names, delta: float | None = None) -> ComparisonResult:
+    """Side ``b`` against side ``a``, each a run (AuditRun) or a fitted model (an uploaded file, predicted with
+    ``current``'s base prediction), on the test rows every run among them held out, with ``current``'s label;
+    per group of both models. ``delta``: the intervals' miscoverage (default: the current run's)."""
+    delta = float(getattr(current.settings, "delta", 0.1)) if delta is None else float(delta)
+    rows = current.test_rows
+    for x in (a, b):
+        if hasattr(x, "test_rows"):
+            rows = np.intersect1d(rows, x.test_rows)
+    if not rows.size:
+        raise ValueError("the two runs have no test rows in common: nothing to compare on")
+    y = current.label.y[rows]
+    sides = [
+        _side(x if hasattr(x, "test_rows") else current, df, rows, n, delta, model=_model(x))
+        for x, n in zip((a, b), names)
+    ]
+    return compare(df.iloc[rows], y, sides[0], sides[1], _union_groups(a, b), delta=delta)
+
+
+def read_model(data: bytes, file_name: str, current, df: pd.DataFrame):
+    """The model in an uploaded file (bounded and checked by FittedModel.from_json), refused with a sentence
+    (ValueError) when it cannot be compared with ``current`` on ``df``: another task, a column its groups need
+    missing from the table, or a base prediction it needs that the current run does not have."""
+    from mmc_core import FittedModel
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{file_name} is not a text (JSON) file") from None
+    model = FittedModel.from_json(text, file_name)
+    task, cur = getattr(model, "task", "regression"), getattr(current.model, "task", "regression")
+    if task != cur:
+        raise ValueError(f"{file_name} is a {task} model and the current run is a {cur} audit: they do not compare")
+    missing = sorted(model.groups.columns() - set(df.columns))
+    if missing:
+        raise ValueError(
+            f"the groups of {file_name} use column(s) this table does not have: {', '.join(map(str, missing[:5]))}"
+        )
+    if model.uses_base and current.base is None:
+        raise ValueError(
+            f"{file_name} was fitted on top of a base prediction and the current run has none: choose the base "
+            "prediction on the Data page and run again"
+        )
+    return model
 
 
 def headline(res: ComparisonResult) -> str:
     """One sentence: how many groups are worse and better off under B, the worst named."""
     a, b = res.names
-    worse = sorted({f["group"] for f in res.worse()}, key=lambda g: [f["group"] for f in res.worse()].index(g))
-    better = sorted({f["group"] for f in res.better()})
+    worse = list(dict.fromkeys(f["group"] for f in res.worse()))  # in the findings' order: the surest first
+    better = list(dict.fromkeys(f["group"] for f in res.better()))
     if not worse and not better:
         return f"No group differs between {a} and {b} beyond chance ({res.n_tests} tests)."
+
+    def named(groups):
+        return ", ".join(map(str, groups[:3])) + (f" and {len(groups) - 3} more" if len(groups) > 3 else "")
+
     parts = []
     if worse:
-        shown = ", ".join(worse[:3]) + (f" and {len(worse) - 3} more" if len(worse) > 3 else "")
-        parts.append(f"{b} is worse than {a} for {len(worse)} group(s): {shown}")
+        parts.append(f"{b} is worse than {a} for {len(worse)} group(s): {named(worse)}")
     if better:
-        parts.append(f"better for {len(better)}")
+        parts.append(f"{'better' if worse else f'{b} is better than {a}'} for {len(better)} group(s): {named(better)}")
     return sentence("; ".join(parts) + f" ({res.n_tests} tests, adjusted together).")
+
+
+def group_table(res: ComparisonResult, value: str) -> pd.DataFrame:
+    """The per-group table of one compared value, as the page shows it: rows, A, B, the difference B - A (its
+    compared form: positive = B worse) with its 95% interval, the detectable difference and the finding (worse /
+    better / empty), sorted from the largest worsening to the largest improvement (groups without a difference
+    last)."""
+    tab = res.by_group
+    found = {f["group"]: f["direction"] for f in res.findings if f["kind"] == value}
+    out = pd.DataFrame(
+        {
+            "rows": tab["n"].to_numpy(),
+            "A": tab[f"{value}_a"].to_numpy(float),
+            "B": tab[f"{value}_b"].to_numpy(float),
+            "B - A": tab[f"{value}_diff"].to_numpy(float),
+            "95% low": tab[f"{value}_lo"].to_numpy(float),
+            "95% high": tab[f"{value}_hi"].to_numpy(float),
+            "detectable": (tab[f"{value}_detectable"].to_numpy(float) if f"{value}_detectable" in tab else np.nan),
+            "finding": [found.get(g, "") for g in tab.index],
+        },
+        index=pd.Index([str(g) for g in tab.index], name="group"),
+    )
+    key = np.nan_to_num(-out["B - A"].to_numpy(float), nan=np.inf)
+    return out.iloc[np.argsort(key, kind="stable")]
 
 
 def sentence(text: str) -> str:

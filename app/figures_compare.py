@@ -1,69 +1,107 @@
 """Figures of a comparison of two models (mmc_core.compare), built from its tables: used by the dashboard's
-Compare page (and meant for the reports). Group names are user text: drawn through the shared display rules."""
+Compare page, the comparison's PDF and HTML reports, and the period trend on Results. Group and side names are
+user text: drawn through the shared display rules (shortened, angle brackets neutralised)."""
 
 from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
 
-from .figure_style import _base_layout, _display_names, _left_margin, _rows_height
+from .figure_style import (
+    MUTED,
+    OKABE_ITO,
+    _base_layout,
+    _display_names,
+    _hover_safe,
+    _left_margin,
+    _rows_height,
+    _short,
+)
 
-WORSE, BETTER, NEUTRAL = "#c0392b", "#1f7a3a", "#7f8c8d"
+# colour-blind safe (Okabe-Ito), and told apart by the marker's shape as well: worse points right, better left
+WORSE, BETTER, NEUTRAL = OKABE_ITO["vermillion"], OKABE_ITO["blue"], MUTED
+MARKS = {
+    "worse": ("triangle-right", WORSE, 12, "B worse (a finding)"),
+    "better": ("triangle-left", BETTER, 12, "B better (a finding)"),
+    "": ("circle", NEUTRAL, 8, "no finding"),
+}
 TITLES = {
     "rmse": "Root mean squared error",
     "mean_error": "Size of the mean error",
     "spread": "Distance of the spread ratio from 1 (|log ratio|)",
     "coverage": "Distance of interval coverage from its target",
 }
+TOP = 25  # groups drawn by default; the others are in the table
 
 
-def difference_figure(res, value: str = "rmse", top: int = 25) -> go.Figure:
-    """Per group, the difference B - A of ``value`` (its compared form: positive = B worse) with its 95% interval,
-    groups sorted by the size of the difference; groups with a finding always shown (worse red, better green),
-    then the largest other differences, at most ``top`` groups in all."""
+def shown_groups(res, value: str, top: int | None = TOP) -> list:
+    """Which groups the chart of ``value`` draws, as positions in ``res.by_group``, bottom to top: every group
+    with a finding on ``value``, then the largest other differences, at most ``top`` (None: all) in all; sorted
+    by the signed difference, so the largest worsening is on top and the largest improvement at the bottom."""
+    tab = res.by_group
+    est = tab[f"{value}_diff"].to_numpy(float)
+    names = list(tab.index)
+    found = {f["group"] for f in res.findings if f["kind"] == value}
+    ok = np.flatnonzero(np.isfinite(est))
+    order = sorted(ok, key=lambda i: (names[i] not in found, -abs(est[i])))
+    n = len(order) if top is None else max(int(top), sum(names[i] in found for i in order))
+    return sorted(order[:n], key=lambda i: est[i])
+
+
+def difference_figure(res, value: str = "rmse", top: int | None = TOP) -> go.Figure:
+    """Per group, the difference B - A of ``value`` (its compared form: positive = B worse) with its 95% interval
+    (a forest chart built from ``res.by_group``): the groups of :func:`shown_groups`, a finding marked by colour
+    and shape (worse: vermillion, pointing right; better: blue, pointing left), a note of the groups left out."""
     tab = res.by_group
     est = tab[f"{value}_diff"].to_numpy(float)
     lo, hi = tab[f"{value}_lo"].to_numpy(float), tab[f"{value}_hi"].to_numpy(float)
     names = list(tab.index)
     found = {f["group"]: f["direction"] for f in res.findings if f["kind"] == value}
-    ok = np.isfinite(est)
-    order = sorted(np.flatnonzero(ok), key=lambda i: (names[i] not in found, -abs(est[i])))
-    shown = order[:top]
-    shown = sorted(shown, key=lambda i: est[i])  # bottom to top: the largest worsening on top
+    shown = shown_groups(res, value, top)
     labels = _display_names([names[i] for i in shown])
-    colors = [
-        WORSE if found.get(names[i]) == "worse" else BETTER if found.get(names[i]) == "better" else NEUTRAL
-        for i in shown
-    ]
-    fig = go.Figure(
-        go.Scatter(
-            x=est[shown],
-            y=labels,
-            mode="markers",
-            marker=dict(color=colors, size=9),
-            error_x=dict(
-                type="data",
-                symmetric=False,
-                array=hi[shown] - est[shown],
-                arrayminus=est[shown] - lo[shown],
-                color="#999",
-            ),
-            hovertemplate="%{y}: %{x:.4g}<extra></extra>",
-            showlegend=False,
+    a, b = (_hover_safe(_short(str(n), 50)) for n in res.names)
+    fig = go.Figure()
+    for kind, (symbol, color, size, legend) in MARKS.items():
+        idx = [k for k, i in enumerate(shown) if found.get(names[i], "") == kind]
+        if not idx:
+            continue
+        rows = [shown[k] for k in idx]
+        fig.add_trace(
+            go.Scatter(
+                x=est[rows],
+                y=[labels[k] for k in idx],
+                mode="markers",
+                name=legend,
+                marker=dict(color=color, size=size, symbol=symbol),
+                error_x=dict(
+                    type="data",
+                    symmetric=False,
+                    array=hi[rows] - est[rows],
+                    arrayminus=est[rows] - lo[rows],
+                    color=color if kind else "#b0b0b0",
+                    thickness=1.5,
+                ),
+                customdata=np.column_stack([lo[rows], hi[rows], tab["n"].to_numpy()[rows]]),
+                hovertemplate="%{y}: %{x:.4g} (95% CI %{customdata[0]:.4g} to %{customdata[1]:.4g}; "
+                "%{customdata[2]:,} rows)<extra></extra>",
+            )
         )
-    )
     fig.add_vline(x=0, line=dict(color="#333", dash="dash", width=1))
-    a, b = (str(n) for n in res.names)
-    more = f"; {ok.sum() - len(shown)} more group(s) in the table" if ok.sum() > len(shown) else ""
+    n_ok = int(np.isfinite(est).sum())
+    more = (
+        f" Showing {len(shown)} of {n_ok} groups (every finding, then the largest differences); the rest are in the table."
+        if n_ok > len(shown)
+        else ""
+    )
     _base_layout(
         fig,
         f"{TITLES.get(value, value)}: {b} minus {a}",
         _rows_height(len(shown)),
-        subtitle=f"Right of 0: {b} is worse. Red / green: a finding (worse / better) after adjustment; bars: 95% "
-        f"intervals (paired on the same rows){more}.",
+        subtitle=f"Right of 0: B ({b}) is worse than A ({a}). Bars: 95% intervals, paired on the same rows; a "
+        f"finding is a difference beyond chance after adjusting over all {res.n_tests} tests.{more}",
         left=_left_margin(labels),
-        legend=False,
     )
+    fig.update_yaxes(categoryorder="array", categoryarray=labels)
     fig.update_xaxes(title="difference (B - A)", zeroline=False)
     return fig
 

@@ -9,7 +9,9 @@ from tests.test_dashboard import _new, _page, _plotly_specs, _title, _wait_job
 def test_compare_page_names_the_groups_that_got_worse_first():
     at = _new()  # the first visit ran the demo audit (base prediction: the table's base_pred column)
     at = _page(at, "compare")
-    assert any("no earlier run on this table" in i.value for i in at.info)
+    assert any("no earlier run on this table" in i.value for i in at.info)  # says how to get a second one
+    assert not at.get("plotly_chart")
+    first_model = at.session_state["run"].model.to_json().encode()
     _page(at, "data")
     at.radio(key="base_kind").set_value("none").run()  # the second run starts from the label mean instead
     _page(at, "run")
@@ -18,15 +20,39 @@ def test_compare_page_names_the_groups_that_got_worse_first():
     assert at.session_state["run"].base_spec.kind == "none" and len(at.session_state["past_runs"]) == 1
     at = _page(at, "compare")
     assert not at.exception, [e.value for e in at.exception]
+    run_1 = at.selectbox(key="cmp_a").value
+    assert run_1.startswith("run:") and at.selectbox(key="cmp_b").value == "current"
     headline = next(m.value for m in at.markdown if "is worse than" in m.value or "No group differs" in m.value)
-    assert "The current run is worse than run 1 for" in headline.replace("\\", "")
+    assert "The current run is worse than Run 1 for" in headline.replace("\\", "")
     findings = next(m.value for m in at.markdown if m.value.startswith("- "))
-    first = findings.splitlines()[0].replace("\\", "")
-    assert first.startswith("- The current run is worse than run 1 for ")  # worsenings first
-    assert any("the current run minus run 1" in _title(s) for s in _plotly_specs(at))
+    lines = [line.replace("\\", "") for line in findings.splitlines()]
+    assert lines[0].startswith("- The current run is worse than Run 1 for ")  # worsenings first
+    kinds = ["worse" if " is worse than " in line else "better" for line in lines]
+    assert kinds == sorted(kinds, key=lambda k: k != "worse")
+    assert any("the current run minus Run 1" in _title(s) for s in _plotly_specs(at))
+    table = at.dataframe[0].value
+    assert table["finding"].iloc[0] == "worse" and table["B - A"].is_monotonic_decreasing
+    assert any("Detectable: the smallest difference" in c.value for c in at.caption)
     at.radio(key="cmp_value").set_value("spread").run()
     assert not at.exception
     assert any("Distance of the spread ratio" in _title(s) for s in _plotly_specs(at))
+    # the sides swapped: the earlier run (with the base prediction) is now better than the current one
+    at.selectbox(key="cmp_a").set_value("current").run()
+    at.selectbox(key="cmp_b").set_value(run_1).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(m.value.startswith("**Run 1 is better than the current run for") for m in at.markdown)
+
+    # a model file: the first run's model needs the base prediction the current run does not have
+    at.file_uploader(key="cmp_upload").set_value(("first.json", first_model, "application/json")).run()
+    assert any("fitted on top of a base prediction" in e.value for e in at.error)
+    # the current run's own model, uploaded: the same predictions, no group differs
+    own = at.session_state["run"].model.to_json().encode()
+    at.file_uploader(key="cmp_upload").set_value(("own.json", own, "application/json")).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="cmp_a").value == "upload"
+    at.selectbox(key="cmp_b").set_value("current").run()
+    text = " ".join(m.value for m in at.markdown).replace("\\", "")
+    assert "No group differs between the model in own.json and the current run" in text
 
 
 def test_results_over_time_names_a_group_whose_spread_changed():

@@ -1,0 +1,81 @@
+"""The Compare page's pure parts (issue 37): the forest chart of each group's difference (app.figures_compare),
+the headline and the per-group table (app.compare_service), on a world where B is worse for one group, better
+for another and alike elsewhere."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from app.compare_service import group_table, headline
+from app.figures_compare import BETTER, NEUTRAL, WORSE, difference_figure, shown_groups
+from mmc_core import GroupSet
+from mmc_core.compare import Side, compare
+
+
+def _world(n=6000, k=40, seed=0):
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, k, n)
+    df = pd.DataFrame({"g": np.asarray([f"k{i}" for i in range(k)], dtype=object)[g]})
+    mu = rng.normal(size=n)
+    y = mu + rng.normal(size=n)
+    a = mu + 0.05 * rng.normal(size=n)
+    b = a.copy()
+    b[g == 1] += 1.0  # B is worse for g=1 ...
+    a[g == 2] += 1.0  # ... and better for g=2 (A is off there)
+    var = np.ones(n)
+    res = compare(df, y, Side("A", a, var), Side("B", b, var), GroupSet.from_columns(df, ["g"]))
+    return res, df
+
+
+def test_headline_names_the_worse_and_the_better_groups():
+    res, _ = _world()
+    text = headline(res)
+    assert text.startswith("B is worse than A for 1 group(s): g=k1")
+    assert "better for 1 group(s): g=k2" in text
+    assert res.findings[0]["direction"] == "worse"
+
+
+def test_the_chart_shows_every_finding_marked_and_notes_the_groups_left_out():
+    res, _ = _world()
+    fig = difference_figure(res, "rmse", top=10)
+    by_name = {t.name: t for t in fig.data}
+    assert by_name["B worse (a finding)"].marker.color == WORSE
+    assert by_name["B better (a finding)"].marker.color == BETTER
+    assert by_name["no finding"].marker.color == NEUTRAL
+    assert list(by_name["B worse (a finding)"].y) == ["g=k1"] and list(by_name["B better (a finding)"].y) == ["g=k2"]
+    assert sum(len(t.y) for t in fig.data) == 10
+    assert "Showing 10 of 41 groups" in fig.layout.title.text
+    order = list(fig.layout.yaxis.categoryarray)  # bottom to top: the largest worsening on top
+    assert order[-1] == "g=k1" and order[0] == "g=k2"
+    assert len(shown_groups(res, "rmse", top=None)) == 41
+    assert "Showing" not in difference_figure(res, "rmse", top=None).layout.title.text
+    # top smaller than the findings: the findings are still all drawn
+    assert {"g=k1", "g=k2"} <= {res.by_group.index[i] for i in shown_groups(res, "rmse", top=1)}
+
+
+def test_the_table_runs_from_the_largest_worsening_to_the_largest_improvement():
+    res, _ = _world()
+    tab = group_table(res, "rmse")
+    assert tab.index[0] == "g=k1" and tab.index[-1] == "g=k2"
+    assert tab.loc["g=k1", "finding"] == "worse" and tab.loc["g=k2", "finding"] == "better"
+    assert tab.loc["g=k3", "finding"] == ""
+    assert list(tab.columns) == ["rows", "A", "B", "B - A", "95% low", "95% high", "detectable", "finding"]
+    assert (tab.loc["g=k1", "95% low"] > 0) and np.isfinite(tab["detectable"]).all()
+
+
+def test_names_are_text_in_the_chart():
+    names = [f"<b>grp{i}</b>" if i != 1 else "<img src=x onerror=alert(1)>" for i in range(40)]
+    rng = np.random.default_rng(1)
+    n = 6000
+    g = rng.integers(0, 40, n)
+    df = pd.DataFrame({"g": np.asarray(names, dtype=object)[g]})
+    mu = rng.normal(size=n)
+    y = mu + rng.normal(size=n)
+    b = mu.copy()
+    b[g == 1] += 1.0
+    res = compare(df, y, Side("<i>A</i>", mu, np.ones(n)), Side("B", b, np.ones(n)), GroupSet.from_columns(df, ["g"]))
+    fig = difference_figure(res, "rmse")
+    labels = [str(v) for t in fig.data for v in t.y]
+    assert not any("<" in s for s in labels) and any("&lt;img" in s for s in labels)
+    assert "<i>A</i>" not in fig.layout.title.text and "&lt;i&gt;A&lt;/i&gt;" in fig.layout.title.text
