@@ -97,13 +97,18 @@ def difference_figure(res, value: str = "rmse", top: int | None = TOP) -> go.Fig
         fig,
         f"{TITLES.get(value, value)}: {b} minus {a}",
         _rows_height(len(shown)),
-        subtitle=f"Right of 0: B ({b}) is worse than A ({a}). Bars: 95% intervals, paired on the same rows; a "
+        subtitle=f"Right of 0: {_side_name('B', b)} is worse than {_side_name('A', a)}. Bars: 95% intervals, paired "
+        "on the same rows; a "
         f"finding is a difference beyond chance after adjusting over all {res.n_tests} tests.{more}",
         left=_left_margin(labels),
     )
     fig.update_yaxes(categoryorder="array", categoryarray=labels)
     fig.update_xaxes(title="difference (B - A)", zeroline=False)
     return fig
+
+
+def _side_name(letter: str, name: str) -> str:
+    return letter if name == letter else f"{letter} ({name})"
 
 
 PERIOD_TITLES = {

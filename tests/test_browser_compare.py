@@ -1,5 +1,6 @@
 """Compare in a real browser (issue 37): the demo audit, a second fit without the base prediction, and the
-Compare page names the groups that got worse first. Screenshot: artifacts/screenshots/compare_page.png."""
+Compare page names the groups that got worse first. Screenshots: artifacts/screenshots/compare_page.png,
+compare_chart.png, compare_table.png, compare_one_run.png."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def test_a_comparison_of_two_fits_names_the_groups_that_got_worse_first():
         expect(page.get_by_text("An audit of").first).to_be_visible(timeout=60_000)  # the demo audit ran
         page.get_by_test_id("stSidebarNav").get_by_text("Compare", exact=True).click()
         expect(page.get_by_text(re.compile("no earlier run on this table")).first).to_be_visible(timeout=30_000)
+        page.wait_for_timeout(800)
+        page.screenshot(path=str(SHOTS / "compare_one_run.png"))
         page.get_by_test_id("stSidebarNav").get_by_text("Data", exact=True).click()
         page.get_by_text("none: start from the label mean").first.click()
         page.wait_for_timeout(1000)
@@ -38,14 +41,22 @@ def test_a_comparison_of_two_fits_names_the_groups_that_got_worse_first():
         page.get_by_role("button", name="Run", exact=True).click()
         wait_run_done(page)
         page.get_by_test_id("stSidebarNav").get_by_text("Compare", exact=True).click()
-        headline = page.get_by_text(re.compile("The current run is worse than run 1 for")).first
+        headline = page.get_by_text(re.compile("The current run is worse than Run 1 for")).first
         expect(headline).to_be_visible(timeout=60_000)
-        first = page.locator("li").filter(has_text=re.compile(r"^The current run is (worse|better) than run 1")).first
-        expect(first).to_contain_text("is worse than run 1")
+        first = page.locator("li").filter(has_text=re.compile(r"^The current run is (worse|better) than Run 1")).first
+        expect(first).to_contain_text("is worse than Run 1")
         expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=30_000)
         page.wait_for_timeout(1500)
         page.screenshot(path=str(SHOTS / "compare_page.png"), full_page=True)
         page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
         page.wait_for_timeout(800)
         page.screenshot(path=str(SHOTS / "compare_chart.png"))
+        expect(page.get_by_text("B worse (a finding)").first).to_be_attached()  # the chart's legend
+        page.get_by_test_id("stDataFrame").first.scroll_into_view_if_needed()
+        page.wait_for_timeout(800)
+        page.screenshot(path=str(SHOTS / "compare_table.png"))
+        with page.expect_download(timeout=120_000) as got:  # built on the click (a deferred download)
+            page.get_by_role("button", name="Comparison report (PDF)").click()
+        with open(got.value.path(), "rb") as fh:
+            assert fh.read(5) == b"%PDF-"
         browser.close()

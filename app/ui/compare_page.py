@@ -11,12 +11,7 @@ import streamlit as st
 from app import compare_service as cs
 from app.ui.common import download, esc, run_and_frame, sanitize, show_error
 
-VALUES = {
-    "rmse": "Root mean squared error",
-    "mean_error": "Mean error (its size)",
-    "spread": "Spread ratio (distance from 1)",
-    "coverage": "Interval coverage (distance from target)",
-}
+VALUES = {"rmse": "RMSE", "mean_error": "Mean error", "spread": "Spread ratio", "coverage": "Coverage"}
 MAX_FINDINGS = 12  # findings listed on the page; the rest are in the table
 
 
@@ -32,7 +27,7 @@ def _numbers(runs) -> dict:
 def _candidates(current, past, uploaded) -> dict:
     """{key: (label in the pickers, what findings call it, the run or model)}, the current run first."""
     nums = _numbers([current, *past])
-    out = {"current": (f"the current run (run {nums[current.finished_at]})", "the current run", current)}
+    out = {"current": (f"The current run (Run {nums[current.finished_at]})", "the current run", current)}
     if uploaded is not None:
         name, model, _ = uploaded
         out["upload"] = (f"the model in {name}", f"the model in {name}", model)
@@ -45,7 +40,10 @@ def _candidates(current, past, uploaded) -> dict:
 def _upload(current, df):
     """The model file the analyst uploaded (name, FittedModel, digest), or None; a refusal is shown."""
     up = st.file_uploader(
-        "Or compare with a model file (JSON from Export, or from `mmc fit`)", type=["json"], key="cmp_upload"
+        "A model file (JSON from Export, or from `mmc fit`): compared on the current run's test rows, with its base "
+        "prediction",
+        type=["json"],
+        key="cmp_upload",
     )
     if up is None:
         return None
@@ -112,11 +110,14 @@ def render():
             "group by group, on the test rows both held out. Or upload a model file below.",
             icon=":material/compare_arrows:",
         )
-    uploaded = _upload(current, df)
+    pickers = st.container()  # drawn above the model file, filled once the file is read
+    with st.expander("Compare with a model file", expanded=not past, icon=":material/upload_file:"):
+        uploaded = _upload(current, df)
     candidates = _candidates(current, past, uploaded)
     if len(candidates) < 2:
         return
-    ka, kb = _pickers(candidates, current)
+    with pickers:
+        ka, kb = _pickers(candidates, current)
     if ka == kb:
         st.info("A and B are the same: pick two different ones.", icon=":material/compare_arrows:")
         return
@@ -142,19 +143,26 @@ def _show(res, current):
     compared = [v for v in VALUES if v in res.params["compared"]]
     sanitize("cmp_value", compared, default=compared[0] if compared else None)
     c1, c2 = st.columns([3, 1])
-    value = c1.radio("Value", compared, format_func=VALUES.get, horizontal=True, key="cmp_value")
+    value = c1.radio(
+        "Value compared",
+        compared,
+        format_func=VALUES.get,
+        horizontal=True,
+        key="cmp_value",
+        help="RMSE: root mean squared error. Mean error: its size. Spread ratio: observed over predicted variance, "
+        "by its distance from 1. Coverage: of the intervals, by its distance from the target.",
+    )
     if value is None:
         return
+    from app.figures_compare import TOP, difference_figure
+
     n_groups = int(res.by_group[f"{value}_diff"].notna().sum())
-    top = None
-    if n_groups > 25:
-        choices = [n for n in (25, 50, 100) if n < n_groups] + ["all"]
-        sanitize("cmp_top", choices, default=25)
-        pick = c2.selectbox("Groups in the chart", choices, key="cmp_top")
+    top: int | None = n_groups
+    if n_groups > TOP:
+        choices = [n for n in (TOP, 2 * TOP, 4 * TOP) if n < n_groups] + ["all"]
+        sanitize("cmp_top", choices, default=TOP)
+        pick = c2.selectbox("Groups in the chart", choices, key="cmp_top", help="every finding is always drawn")
         top = None if pick == "all" else int(pick)
-    else:
-        top = n_groups
-    from app.figures_compare import difference_figure
 
     st.plotly_chart(difference_figure(res, value, top=top), width="stretch", key="cmp_fig")
     st.dataframe(cs.group_table(res, value), width="stretch", key="cmp_table")
@@ -164,7 +172,7 @@ def _show(res, current):
         f"with 80% power among all {res.n_tests} tests, so a smaller one may exist unseen."
     )
     stem = "".join(ch if ch.isalnum() else "_" for ch in f"mmc_compare_{b}_vs_{a}")[:80]
-    c1, c2 = st.columns(2)
+    c1, c2, c3 = st.columns(3)
     download(
         "Comparison (JSON)", lambda: _json(res), f"{stem}.json", "cmp_json", where=c1, help="every table and finding"
     )
@@ -177,6 +185,30 @@ def _show(res, current):
         where=c2,
         help="the headline, the findings, a chart and table per value; opens in any browser",
     )
+    if _can_pdf():
+        download(
+            "Comparison report (PDF)",
+            lambda: _pdf(res, current),
+            f"{stem}.pdf",
+            "cmp_pdf",
+            mime="application/pdf",
+            where=c3,
+            help="as the HTML report, laid out like the audit's PDF; takes a few seconds to build",
+        )
+    else:
+        c3.caption("The PDF report needs the kaleido and fpdf2 packages: pip install kaleido fpdf2")
+
+
+def _can_pdf() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("kaleido") is not None and find_spec("fpdf") is not None
+
+
+def _pdf(res, current) -> bytes:
+    from app.report_compare import build_compare_pdf
+
+    return build_compare_pdf(res, current.data_name or "table", current.label.name)
 
 
 def _json(res) -> bytes:
