@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from mmc_core.metrics import AuditResult
 
-from .display import visible_controls
+from .display import LABEL_CHARS, display_text
 
 # Okabe & Ito (2008): distinguishable under all common colour-vision deficiencies.
 OKABE_ITO = {
@@ -68,8 +68,10 @@ def label_info(audit: AuditResult, label: str, units: str = "") -> dict:
     """What the figures print about the label: the name and units the caller states (the dashboard's units box,
     the report's label argument; empty units read "<label> units") and the range the audit was scaled with."""
     rng = audit.params["label"]
-    name = str(label or "label")
-    return {"name": name, "units": units or f"{name} units", "lo": rng["lo"], "hi": rng["hi"]}
+    # shortened (a 7,000-character name ran over the neighbouring panel) and made safe (app.display's rule)
+    name = _hover_safe(label or "label", LABEL_CHARS)
+    units = _hover_safe(units, LABEL_CHARS) if units else f"{name} units"
+    return {"name": name, "units": units, "lo": rng["lo"], "hi": rng["hi"]}
 
 
 def _unit_power(units: str, a: int) -> str:
@@ -106,10 +108,11 @@ def _short_part(part: str, k: int) -> str:
     return part if len(part) <= k else part[: k - 1] + "…"
 
 
-def _hover_safe(text: str) -> str:
+def _hover_safe(text: str, limit: int | None = None) -> str:
     """User text in a Plotly figure (axis labels, hover labels and titles render a little HTML: <b>, <a href>):
+    app.display's rule (bidi controls shown as "[U+202E]", never applied; cut to ``limit`` characters), then
     angle brackets neutralised, so a group named "Zürich <b>x</b>" is drawn as written."""
-    return visible_controls(text).replace("<", "&lt;").replace(">", "&gt;")
+    return display_text(text, limit).replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _display_names(names, below=None, n: int = MAX_NAME) -> list:

@@ -590,8 +590,10 @@ def calibration_before_after_figure(
     after_marker = dict(color=FIT_COLOR, size=9, symbol="circle", line=dict(width=1, color="#003d5c"))
     fig.add_trace(_markers(a, disp, "multicalibrated", after_marker, custom, hover))
     fig.update_yaxes(categoryorder="array", categoryarray=disp, automargin=True)
+    # the name twice in one line ran off the figure for a long name: the units say which label it is
+    what = info["name"] if len(info["name"]) <= 12 else "label"
     fig.update_xaxes(
-        rangemode="tozero", title_text=f"largest |mean prediction − mean {info['name']}| over the group's buckets ({u})"
+        rangemode="tozero", title_text=f"largest |mean prediction − mean {what}| over the group's buckets ({u})"
     )
     height = _rows_height(len(disp), per_row=26, extra=220)
     shown = (

@@ -16,7 +16,7 @@ import pandas as pd
 
 from mmc_core.errors import MMCError
 
-from .display import shorten, visible_controls
+from .display import code_point, display_text
 
 KALEIDO_MESSAGE = "PDF export needs the kaleido and fpdf2 packages: run `pip install kaleido fpdf2`"
 FONT_DIRS = (
@@ -94,24 +94,49 @@ def _make_pdf(title_left: str):
         glyphs: frozenset = frozenset()  # the code points the fonts in use can draw (unicode mode)
 
         def text_(self, s) -> str:
-            """``s`` as the document's fonts can draw it. A character no font has is written as its code
-            (``\\u5973``), never dropped: group names that differ only in such characters stay different."""
-            s = visible_controls(s)  # a bidi override must not reorder what follows it (app.display)
+            """``s`` as the document's fonts can draw it (app.display's rule: a bidi control is shown as its
+            code, "[U+202E]", never applied). A character no font has is shown the same way ("[U+5973]"), never
+            dropped and never as a Python escape: group names that differ only in such characters stay
+            different. An emoji presentation selector (U+FE0E, U+FE0F) no font has is left out: it only
+            chooses between two looks of the character before it."""
+            s = display_text(s)
             if self.unicode:
                 if all(ord(c) in self.glyphs or c in "\n\t" for c in s):
                     return s
-                return "".join(c if ord(c) in self.glyphs or c in "\n\t" else f"\\u{ord(c):04x}" for c in s)
+                return "".join(
+                    c if ord(c) in self.glyphs or c in "\n\t" else "" if c in "\ufe0e\ufe0f" else code_point(c)
+                    for c in s
+                )
             for a, b in _ASCII.items():
                 s = s.replace(a, b)
-            return s.encode("latin-1", "backslashreplace").decode("latin-1")
+            return "".join(c if ord(c) < 256 else "" if c in "\ufe0e\ufe0f" else code_point(c) for c in s)
+
+        def fit_(self, s: str, width: float, lines: int = 1) -> str:
+            """``s`` (already through :meth:`text_`) cut with an ellipsis to what ``lines`` lines of ``width``
+            mm hold in the current font: a cell of thousands of characters made a table row taller than a
+            page, which fpdf2 cannot lay out (the 7,000-character label of issue 38)."""
+            room = lines * max(1.0, width)
+            if self.get_string_width(s) <= room:
+                return s
+            dots = "…" if self.unicode else "..."
+            lo, hi = 0, len(s)
+            while lo < hi:  # the longest prefix that fits with the ellipsis
+                mid = (lo + hi + 1) // 2
+                if self.get_string_width(s[:mid] + dots) <= room:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            return s[:lo] + dots
 
         def footer(self):
             self.set_y(-11)
             self.set_font(self.family, "", 7.5)
             self.set_text_color(120, 120, 120)
-            self.cell(0, 5, self.text_(title_left), align="L")
+            page = f"page {self.page_no()} of {{nb}}"
+            room = self.w - self.l_margin - self.r_margin - self.get_string_width(page.replace("{nb}", "999")) - 4
+            self.cell(room, 5, self.fit_(self.text_(title_left), room), align="L")
             self.set_x(self.l_margin)
-            self.cell(0, 5, f"page {self.page_no()} of {{nb}}", align="R")
+            self.cell(0, 5, page, align="R")
             self.set_text_color(0, 0, 0)
 
     pdf = ReportPDF(orientation="P", unit="mm", format="A4")
@@ -165,13 +190,16 @@ def _add_fallback_font(pdf, candidates=None) -> str | None:
     return used[0][1]
 
 
+REPORT_LABEL_CHARS = 80  # a label's name in the PDF's titles, headings and tables (the charts: LABEL_CHARS)
+
+
 def report_label(model, label) -> str:
     """The label name a report prints: the one given, else the one the model was fitted with (shortened: a
     name of thousands of characters made a table row taller than a page)."""
     info = dict(model.info or {})
     if label in (None, "", "label") and info.get("label") not in (None, "", "label"):
         label = str(info["label"])
-    return shorten(str(label or "label"), 120)
+    return display_text(label or "label", REPORT_LABEL_CHARS)
 
 
 def _title_page(window_title: str, title: str, facts: str):
@@ -182,7 +210,8 @@ def _title_page(window_title: str, title: str, facts: str):
     pdf.add_page()
     pdf.set_font(pdf.family, "B", 18)
     pdf.set_text_color(*_Doc.BLUE)
-    pdf.multi_cell(0, 9, pdf.text_(title), new_x="LMARGIN", new_y="NEXT")
+    room = pdf.w - pdf.l_margin - pdf.r_margin
+    pdf.multi_cell(0, 9, pdf.fit_(pdf.text_(title), room, 3), new_x="LMARGIN", new_y="NEXT", align="L")
     pdf.set_text_color(90, 90, 90)
     pdf.set_font(pdf.family, "", 9)
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -196,6 +225,7 @@ class _Doc:
     """Small layout helpers over fpdf2 (headings, paragraphs, key-value and data tables, figures)."""
 
     BLUE = (0, 84, 147)
+    CELL_LINES = 8  # the most lines a table cell takes: longer text is cut with an ellipsis (Doc.fit_)
 
     def __init__(self, pdf):
         self.pdf = pdf
@@ -205,6 +235,13 @@ class _Doc:
     @property
     def width(self) -> float:
         return self.pdf.w - self.pdf.l_margin - self.pdf.r_margin
+
+    def _widths(self, col_widths, n: int) -> list:
+        """The text width (mm) of each of ``n`` columns of a table of the page's width: ``col_widths`` are
+        proportions (fpdf2 scales them to the width), None is equal columns; less the cell padding."""
+        cw = list(col_widths) if col_widths is not None else [1.0] * n
+        scale = self.width / float(sum(cw))
+        return [max(1.0, w * scale - 2.0) for w in cw]
 
     def space_left(self) -> float:
         return self.pdf.h - self.pdf.b_margin - self.pdf.get_y()
@@ -219,7 +256,7 @@ class _Doc:
         p.ln(space)
         p.set_font(p.family, "B", size)
         p.set_text_color(*self.BLUE)
-        p.multi_cell(0, size * 0.5, self.t(text), new_x="LMARGIN", new_y="NEXT")
+        p.multi_cell(0, size * 0.5, p.fit_(self.t(text), self.width, 3), new_x="LMARGIN", new_y="NEXT", align="L")
         p.set_text_color(0, 0, 0)
         p.ln(1)
 
@@ -262,12 +299,13 @@ class _Doc:
             borders_layout="HORIZONTAL_LINES",
             padding=0.8,
         ) as tb:
+            widths = self._widths(col_widths, 2)
             for k, v in rows:
                 r = tb.row()
                 p.set_font(p.family, "B", size)
-                r.cell(self.t(k))
+                r.cell(p.fit_(self.t(k), widths[0], self.CELL_LINES))
                 p.set_font(p.family, "", size)
-                r.cell(self.t(v))
+                r.cell(p.fit_(self.t(v), widths[1], self.CELL_LINES))
         p.ln(2)
 
     def table_height(self, df: pd.DataFrame, col_widths, size: float = 8.0) -> float:
@@ -280,7 +318,7 @@ class _Doc:
         def lines(values, bold=False):
             p.set_font(p.family, "B" if bold else "", size)
             return max(
-                math.ceil(p.get_string_width(self.t(v)) / max(1.0, w * scale - 1.6)) or 1
+                min(self.CELL_LINES, math.ceil(p.get_string_width(self.t(v)) / max(1.0, w * scale - 1.6)) or 1)
                 for v, w in zip(values, col_widths)
             )
 
@@ -310,13 +348,17 @@ class _Doc:
             padding=0.7,
             first_row_as_headings=True,
         ) as tb:
+            widths = self._widths(col_widths, len(cols))
             r = tb.row()
-            for c in cols:
-                r.cell(self.t(c))
+            p.set_font(p.family, "B", size)
+            heads = [p.fit_(self.t(c), w, self.CELL_LINES) for c, w in zip(cols, widths)]
+            p.set_font(p.family, "", size)
+            for c in heads:
+                r.cell(c)
             for _, row in df.iterrows():
                 r = tb.row()
-                for v in row:
-                    r.cell(self.t(v))
+                for v, w in zip(row, widths):
+                    r.cell(p.fit_(self.t(v), w, self.CELL_LINES))
         p.ln(2)
 
     def figure_size(self, width_px: int, height_px: int, max_height: float | None = None) -> tuple[float, float]:

@@ -386,15 +386,15 @@ def test_robust_label_range_is_named_as_such(demo):
 def test_characters_no_font_has_are_written_as_codes_never_dropped(monkeypatch):
     """Regression (found in a browser session): without a font for Chinese characters the PDF dropped them, so
     the groups "性别=女" and "性别=男" were both printed as "=". Such characters are now written as their
-    codes; with a fallback font installed (fonts-droid-fallback, which scripts/test.sh installs) they are
-    printed as they are."""
+    codes ("[U+5973]", not a Python escape: issue 38); with a fallback font installed (fonts-droid-fallback,
+    which scripts/test.sh installs) they are printed as they are."""
     from app import pdf_doc
 
     monkeypatch.setattr(pdf_doc, "FALLBACK_FONTS", ())
     pdf = pdf_doc._make_pdf("t")
     if not pdf.unicode:
         pytest.skip("DejaVu fonts not installed")
-    assert pdf.text_("性别=女") == "\\u6027\\u522b=\\u5973" and pdf.text_("性别=男") == "\\u6027\\u522b=\\u7537"
+    assert pdf.text_("性别=女") == "[U+6027][U+522B]=[U+5973]" and pdf.text_("性别=男") == "[U+6027][U+522B]=[U+7537]"
     assert pdf.text_("Zürich ≥ 2σ") == "Zürich ≥ 2σ"  # DejaVu has these
     monkeypatch.undo()
     pdf = pdf_doc._make_pdf("t")
