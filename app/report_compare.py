@@ -14,8 +14,8 @@ TABLE_ROWS = 25
 
 
 def _table(res, value: str) -> pd.DataFrame:
-    tab = res.by_group
-    d = tab
+    d = res.by_group
+    found = {f["group"]: f["direction"] for f in res.findings if f["kind"] == value}
     order = np.argsort(-np.nan_to_num(np.abs(d[f"{value}_diff"].to_numpy(float)), nan=-1.0))[:TABLE_ROWS]
     d = d.iloc[order]
 
@@ -33,6 +33,7 @@ def _table(res, value: str) -> pd.DataFrame:
                 for e, lo, hi in d[[f"{value}_diff", f"{value}_lo", f"{value}_hi"]].to_numpy(float)
             ],
             "detectable": [f(v) for v in d.get(f"{value}_detectable", pd.Series(np.nan, index=d.index))],
+            "finding": [found.get(g, "") for g in d.index],
         }
     )
 
@@ -71,7 +72,7 @@ def build_compare_pdf(res, data_name: str, label: str) -> bytes:
         doc.figure(figure_to_png(fig), EXPORT_WIDTH, int(fig.layout.height or 500), max_height=150)
         doc.data_table(
             _table(res, value),
-            col_widths=(60, 16, 22, 22, 42, 24),
+            col_widths=(52, 15, 20, 20, 42, 20, 17),
             size=7.5,
             title=f"The {min(TABLE_ROWS, len(res.by_group))} largest differences (A: {a}, B: {b})",
         )

@@ -55,6 +55,28 @@ def test_compare_page_names_the_groups_that_got_worse_first():
     assert "No group differs between the model in own.json and the current run" in text
 
 
+def test_compare_page_compares_two_classifier_runs():
+    """A 0/1 label (the loanapp demo): the Brier score (as RMSE) and the calibration in the large (mean error)
+    are compared; a classifier has no spread or coverage to pick."""
+    at = _new()
+    at.selectbox(key="demo_name").set_value("loanapp").run()
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    _page(at, "data")
+    at.radio(key="base_kind").set_value("none").run()
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    assert at.session_state["run"].model.task == "binary"
+    at = _page(at, "compare")
+    assert not at.exception, [e.value for e in at.exception]
+    assert set(at.radio(key="cmp_value").options) <= {"RMSE", "Mean error"}
+    text = " ".join(m.value for m in at.markdown).replace("\\", "")
+    assert "than Run 1" in text or "No group differs between Run 1 and the current run" in text
+    assert at.get("plotly_chart") and at.dataframe
+
+
 def test_results_over_time_names_a_group_whose_spread_changed():
     import numpy as np
     import pandas as pd
