@@ -111,6 +111,9 @@ def _side_name(letter: str, name: str) -> str:
     return letter if name == letter else f"{letter} ({name})"
 
 
+# the groups' lines of the period chart (the whole table in black): Okabe-Ito, the yellow left out (too light)
+PERIOD_COLORS = [OKABE_ITO[c] for c in ("vermillion", "blue", "green", "orange", "purple", "sky", "grey")]
+
 PERIOD_TITLES = {
     "mean_error": "Mean error (observed - predicted)",
     "spread": "Spread ratio (observed / predicted variance)",
@@ -133,30 +136,51 @@ def period_figure(res, value: str = "spread", top: int = 8) -> go.Figure:
     order += [g for g in spread.sort_values(ascending=False).index if g not in order]
     chosen = order[:top]
     labels = [str(p) for p in res.periods]
+    P = len(labels)
+    # each group a little to the side of the period's position, so that the intervals of one period stay apart
+    width = min(0.3, 0.06 * (len(chosen) - 1))
+    offsets = np.linspace(-width / 2, width / 2, len(chosen)) if len(chosen) > 1 else np.zeros(1)
+    colors = iter(PERIOD_COLORS * (1 + len(chosen) // len(PERIOD_COLORS)))
     fig = go.Figure()
-    for g, name in zip(chosen, _display_names(chosen)):
+    for k, (g, name) in enumerate(zip(chosen, _display_names(chosen))):
         rows = per[per["group"] == g]
         y, lo, hi = (rows[c].to_numpy(float) for c in (value, f"{value}_lo", f"{value}_hi"))
+        color = OKABE_ITO["black"] if g == "all" else next(colors)
         fig.add_trace(
             go.Scatter(
-                x=labels,
+                x=np.arange(P) + offsets[k],
                 y=y,
                 name=name + (" (finding)" if g in found else ""),
                 mode="lines+markers",
-                line=dict(width=3 if g in found else 1.5, dash="solid" if g in found or g == "all" else "dot"),
-                error_y=dict(type="data", symmetric=False, array=hi - y, arrayminus=y - lo, thickness=1),
+                marker=dict(color=color, size=8 if g in found else 6),
+                line=dict(
+                    color=color,
+                    width=3 if g in found else 1.5,
+                    dash="solid" if g in found or g == "all" else "dot",
+                ),
+                error_y=dict(type="data", symmetric=False, array=hi - y, arrayminus=y - lo, thickness=1, color=color),
+                customdata=[[lab, a, b, int(c)] for lab, a, b, c in zip(labels, lo, hi, rows["n"])],
+                hovertemplate="%{fullData.name}<br>%{customdata[0]}: %{y:.4g} (95% CI %{customdata[1]:.4g} to "
+                "%{customdata[2]:.4g}; %{customdata[3]} rows)<extra></extra>",
             )
         )
     if value == "spread":
         fig.add_hline(y=1.0, line=dict(color="#333", dash="dash", width=1))
     elif value == "mean_error":
         fig.add_hline(y=0.0, line=dict(color="#333", dash="dash", width=1))
+    n_groups = int(per["group"].nunique())
+    more = (
+        f" Showing {len(chosen)} of {n_groups} groups: the whole table, every group with a finding, then the largest "
+        "changes."
+        if n_groups > len(chosen)
+        else ""
+    )
     _base_layout(
         fig,
         f"{PERIOD_TITLES.get(value, value)} by period",
         480,
         subtitle="Bars: 95% intervals per period. Thick lines: a change between periods found beyond chance "
-        f"(adjusted over all {res.n_tests} tests of change).",
+        f"(adjusted over all {res.n_tests} tests of change).{more}",
     )
-    fig.update_xaxes(title="period", type="category")
+    fig.update_xaxes(title="period", tickmode="array", tickvals=list(range(P)), ticktext=labels, range=[-0.5, P - 0.5])
     return fig

@@ -79,3 +79,25 @@ def test_names_are_text_in_the_chart():
     labels = [str(v) for t in fig.data for v in t.y]
     assert not any("<" in s for s in labels) and any("&lt;img" in s for s in labels)
     assert "<i>A</i>" not in fig.layout.title.text and "&lt;i&gt;A&lt;/i&gt;" in fig.layout.title.text
+
+
+def test_the_period_chart_draws_the_changed_group_thick_and_apart():
+    from app.figures_compare import period_figure
+    from mmc_core.compare import compare_periods
+
+    rng = np.random.default_rng(0)
+    n = 8000
+    df = pd.DataFrame({"g": np.array(list("ABCDE"), dtype=object)[rng.integers(0, 5, n)]})
+    per = np.array(["2026Q1", "2026Q2", "2026Q3"])[rng.integers(0, 3, n)]
+    mu, sd = rng.normal(size=n), np.ones(n)
+    sd[(df["g"] == "D").to_numpy() & (per == "2026Q3")] = 2.0  # g=D far noisier in the last quarter
+    y = mu + sd * rng.normal(size=n)
+    res = compare_periods(df, y, Side("m", mu, np.ones(n)), GroupSet.from_columns(df, ["g"]), per)
+    fig = period_figure(res, "spread", top=3)
+    names = [t.name for t in fig.data]
+    assert names[:2] == ["all (finding)", "g=D (finding)"] and len(names) == 3
+    assert fig.data[1].line.width == 3 and fig.data[2].line.width == 1.5
+    assert list(fig.layout.xaxis.ticktext) == ["2026Q1", "2026Q2", "2026Q3"]
+    xs = [t.x[0] for t in fig.data]
+    assert len(set(xs)) == 3 and max(xs) - min(xs) < 0.5  # side by side around the period's position
+    assert "Showing 3 of 6 groups" in fig.layout.title.text
