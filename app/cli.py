@@ -527,14 +527,7 @@ def cmd_fit(args) -> int:
     check_out(args.out)
     extra = None
     if args.groups:
-        try:
-            with open(args.groups, "r", encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise CLIError(
-                f"cannot read --groups {args.groups}: {e.strerror if hasattr(e, 'strerror') else e}"
-            ) from None
-        extra = GroupSet.from_json(text)
+        extra = GroupSet.from_file(args.groups)  # bounded: size, depth, numbers (mmc_core.jsonfile), then schema
     # columns the group file compares with identifiers such as "01" are read as text (as numbers "01" == "1")
     df = read_table(args.data, extra.text_columns() if extra is not None else (), columns=_fit_columns(args, extra))
     task, y, binary_info = _fit_label(df, args)

@@ -111,11 +111,7 @@ def cmd_compare(args) -> int:
     models = {src: FittedModel.load(src) for kind, src, _ in spec if kind == "model"}
     extra = None
     if args.groups:
-        try:
-            with open(args.groups, encoding="utf-8") as fh:
-                extra = GroupSet.from_json(fh.read())
-        except (OSError, UnicodeDecodeError) as e:
-            raise CLIError(f"cannot read --groups {args.groups}: {getattr(e, 'strerror', None) or e}") from None
+        extra = GroupSet.from_file(args.groups)  # bounded: size, depth, numbers (mmc_core.jsonfile), then schema
     binary = [m for m in models.values() if m.task == "binary"]
     if binary and len(binary) != len(models):
         raise CLIError("a classifier (binary) model and a regression model cannot be compared")

@@ -101,11 +101,7 @@ def fit(args) -> int:
     ddf = dask_table(args, need, sized=[c for _, c in need if c])
     extra = None
     if args.groups:
-        try:
-            with open(args.groups, "r", encoding="utf-8") as fh:
-                extra = GroupSet.from_json(fh.read())
-        except (OSError, UnicodeDecodeError) as e:
-            raise CLIError(f"cannot read --groups {args.groups}: {getattr(e, 'strerror', None) or e}") from None
+        extra = GroupSet.from_file(args.groups)  # bounded: size, depth, numbers (mmc_core.jsonfile), then schema
         for col in extra.columns():
             if col not in ddf.columns:
                 raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")

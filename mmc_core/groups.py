@@ -279,7 +279,8 @@ _INFO_KEYS = set(GROUP_INFO_KEYS)
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 MAX_NAME = 200
 MAX_IN_VALUES = 10_000  # values of one 'in' condition (2,000,000 took two minutes to evaluate)
-MAX_GROUPS_FILE_BYTES = 50 * 1024 * 1024
+MAX_GROUPS_FILE_BYTES = 20 * 1024 * 1024  # a groups file of 5,000 discovered groups takes about 5 MB
+MAX_TEXT = 10_000  # characters of a column name or a text value in a group's condition (groups.schema.json)
 
 
 def loadable_name(text: str) -> str:
@@ -307,6 +308,26 @@ def loadable_name(text: str) -> str:
 
     digest = hashlib.sha256(str(text).encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return name[: MAX_NAME - 10] + "…#" + digest
+
+
+def unique_names(texts: list, keys: list) -> list:
+    """:func:`loadable_name` of each text, kept apart: texts that give one name (a value "a\nb" and a value
+    "a\\nb" both read ``a\nb``; column "a=b" value "c" and column "a" value "b=c" both read ``a=b=c``) each get
+    the digest of their key (the group's conditions) appended, stable from one fit to the next."""
+    import hashlib
+
+    names = [loadable_name(t) for t in texts]
+    counts = Counter(names)
+    if all(k == 1 for k in counts.values()):
+        return names
+    out = []
+    for name, key in zip(names, keys):
+        if counts[name] > 1:
+            blob = json.dumps([c.to_dict() for c in key], sort_keys=True, ensure_ascii=True, default=str)
+            digest = hashlib.sha256(blob.encode("ascii")).hexdigest()[:8]
+            name = (name if len(name) <= MAX_NAME - 9 else name[: MAX_NAME - 10] + "…") + "#" + digest
+        out.append(name)
+    return out
 
 
 @dataclass(frozen=True)
@@ -344,15 +365,18 @@ class Group:
                 raise GroupDefinitionError(f"{where}: '{k}' must be a short string, a finite number or null")
         name = d.get("name")
         if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise GroupDefinitionError(f"{where}: 'name' must be a printable string of 1-200 characters")
+            raise GroupDefinitionError(
+                f"{where}.name: 'name' must be a printable string of 1-200 characters (no line breaks, tabs or other "
+                "control characters)"
+            )
         if any(c in _BIDI for c in name):
             raise GroupDefinitionError(
-                f"{where}: 'name' holds a bidirectional control character (U+202E and the like), which would "
+                f"{where}.name: 'name' holds a bidirectional control character (U+202E and the like), which would "
                 "make the name read as something else; remove it"
             )
         conds = d.get("where", [])
         if not isinstance(conds, list):
-            raise GroupDefinitionError(f"{where} '{name}': 'where' must be a list of conditions")
+            raise GroupDefinitionError(f"{where}.where (group {name!r}): 'where' must be a list of conditions")
         terms = d.get("any", [])
         if (
             not isinstance(terms, list)
@@ -361,17 +385,14 @@ class Group:
             or any(not isinstance(t, list) or not 1 <= len(t) <= MAX_TERM_CONDITIONS for t in terms)
         ):
             raise GroupDefinitionError(
-                f"{where} '{name}': 'any' must be a list of 1-{MAX_ANY_TERMS} non-empty lists of at most "
+                f"{where}.any (group {name!r}): 'any' must be a list of 1-{MAX_ANY_TERMS} non-empty lists of at most "
                 f"{MAX_TERM_CONDITIONS} conditions"
             )
         return cls(
             name,
-            tuple(Condition.from_dict(c, f"{where} '{name}' condition {i + 1}") for i, c in enumerate(conds)),
+            tuple(Condition.from_dict(c, f"{where}.where[{i}] (group {name!r})") for i, c in enumerate(conds)),
             tuple(
-                tuple(
-                    Condition.from_dict(c, f"{where} '{name}' any[{t + 1}] condition {i + 1}")
-                    for i, c in enumerate(term)
-                )
+                tuple(Condition.from_dict(c, f"{where}.any[{t}][{i}] (group {name!r})") for i, c in enumerate(term))
                 for t, term in enumerate(terms)
             ),
         )
@@ -640,6 +661,12 @@ def text_conditions(c: str, vals: list, counted_to: int | None = None) -> list:
     counted only up to about this many (then the error says "more than 200")."""
     if not vals:
         raise GroupDefinitionError(f"group column '{c}' has no values")
+    long = next((v for v in vals if isinstance(v, str) and len(v) > MAX_TEXT), None)
+    if long is not None:  # a groups file (and a model) holds values of at most MAX_TEXT characters
+        raise GroupDefinitionError(
+            f"group column '{loadable_name(c)}' has a value of {len(long):,} characters; a group value has at most "
+            f"{MAX_TEXT:,} (bin the column or define groups in a JSON file)"
+        )
     if len(vals) > 200:
         many = "more than 200" if counted_to is not None else str(len(vals))
         raise GroupDefinitionError(
@@ -669,35 +696,57 @@ class GroupSet:
 
     # ---- construction ----------------------------------------------------------------------------
     @classmethod
-    def from_json(cls, obj) -> "GroupSet":
-        if isinstance(obj, (str, bytes)):
-            if len(obj) > MAX_GROUPS_FILE_BYTES:
-                raise GroupDefinitionError(
-                    f"group definitions of {len(obj) / 1e6:.0f} MB; the limit is {MAX_GROUPS_FILE_BYTES / 1e6:.0f} MB"
-                )
-            try:
-                obj = json.loads(obj)
-            except json.JSONDecodeError as e:
-                raise GroupDefinitionError(f"group definitions are not valid JSON: {e.msg} (line {e.lineno})") from None
-            except RecursionError:
-                raise GroupDefinitionError("group definitions are nested too deeply") from None
-            except ValueError as e:  # an integer of thousands of digits
-                raise GroupDefinitionError(f"group definitions hold a number too long ({str(e)[:60]})") from None
+    def from_json(cls, obj, where: str = "group definitions", path: str = "", schema: bool = True) -> "GroupSet":
+        """Groups from a groups file's JSON: text or bytes (read through :mod:`mmc_core.jsonfile`: size, depth and
+        number limits), or the parsed object. The format and version are checked first, then the number of groups
+        (before anything is parsed one by one), then the schema (mmc_core/schemas/groups.schema.json: types,
+        limits, the first failure named by its key path), then each group's rules. Errors read "{where}: at
+        {key path}: ..."; ``path`` is the key path of the groups inside an enclosing document ("groups" in a model
+        file, whose schema has been checked already: ``schema=False``)."""
+        if isinstance(obj, (str, bytes, bytearray)):
+            from .jsonfile import loads
+
+            obj = loads(obj, where, GroupDefinitionError, kind="groups file", max_bytes=MAX_GROUPS_FILE_BYTES)
         if isinstance(obj, dict):
             if obj.get("format", "mmc-groups") != "mmc-groups":
-                raise GroupDefinitionError(f"not a group definition file (format {obj.get('format')!r})")
-            if obj.get("version", 1) != 1:
-                raise GroupDefinitionError(f"group file version {obj.get('version')!r} is not supported (expected 1)")
-            obj = obj.get("groups")
-        if not isinstance(obj, list):
-            raise GroupDefinitionError("group definitions must be a list of groups or {'groups': [...]}")
-        if len(obj) + 1 > MAX_GROUPS:  # before parsing each one
-            raise GroupDefinitionError(f"{len(obj):,} groups defined; the limit is {MAX_GROUPS}")
-        groups = [Group.from_dict(g, f"group {i + 1}") for i, g in enumerate(obj)]
-        from .schemas import check
+                raise GroupDefinitionError(f"{where}: not a group definition file (format {obj.get('format')!r})")
+            version = obj.get("version", 1)
+            if version != 1 or isinstance(version, (bool, float)):
+                raise GroupDefinitionError(f"{where}: group file version {version!r} is not supported (expected 1)")
+        listed = obj.get("groups") if isinstance(obj, dict) else obj
+        if not isinstance(listed, list):
+            raise GroupDefinitionError(f"{where}: group definitions must be a list of groups or {{'groups': [...]}}")
+        # by their count first: the schema and the parser take time per group (200,000 took minutes)
+        n_all = 1 if listed and listed[0] in ({"name": "all", "where": []}, {"name": "all"}) else 0
+        if len(listed) - n_all + 1 > MAX_GROUPS:
+            raise GroupDefinitionError(
+                f"{where}: {len(listed) - n_all:,} groups defined; the limit is {MAX_GROUPS} groups, the whole "
+                "population 'all' included"
+            )
+        for i, g in enumerate(listed):  # a column name where a group belongs: the parser's hint, not the schema's
+            if isinstance(g, str):
+                Group.from_dict(g, f"{where}: at {'groups' if isinstance(obj, dict) else ''}[{i}]")
+        if schema:
+            from .schemas import check
 
-        check(obj, "groups", "group definitions", GroupDefinitionError)  # the file format's schema, as a net
-        return cls([g for g in groups if not (g.name == "all" and g.is_everything)])
+            check(obj, "groups", where, GroupDefinitionError)
+        at = ".".join(p for p in (path, "groups" if isinstance(obj, dict) else "") if p)
+        groups = [Group.from_dict(g, f"{where}: at {at}[{i}]") for i, g in enumerate(listed)]
+        try:
+            return cls([g for g in groups if not (g.name == "all" and g.is_everything)])
+        except GroupDefinitionError as e:
+            raise GroupDefinitionError(f"{where}: {e}") from None
+
+    @classmethod
+    def from_file(cls, path) -> "GroupSet":
+        """Groups from the groups file ``path`` (``--groups``): refused from its size before it is read when over
+        MAX_GROUPS_FILE_BYTES, then :meth:`from_json`, errors naming the file."""
+        import os
+
+        from .jsonfile import read_file
+
+        text = read_file(path, GroupDefinitionError, kind="groups file", max_bytes=MAX_GROUPS_FILE_BYTES)
+        return cls.from_json(text, os.fspath(path))
 
     def to_json(self) -> dict:
         return {"format": "mmc-groups", "version": 1, "groups": [g.to_dict() for g in self.groups]}
@@ -729,12 +778,19 @@ class GroupSet:
             raise GroupDefinitionError(
                 f"these columns and --max-order {max_order} give {count + 1} groups; the limit is {MAX_GROUPS}"
             )
-        groups = []
-        for r in range(1, min(max_order, len(per_col)) + 1):
-            for combo in itertools.combinations(range(len(per_col)), r):
-                for conds in itertools.product(*(per_col[i] for i in combo)):
-                    groups.append(Group(loadable_name(" & ".join(c.label() for c in conds)), tuple(conds)))
-        return cls(groups)
+        for c in columns:
+            if isinstance(c, str) and len(c) > MAX_TEXT:  # a groups file (and a model) could not hold it
+                raise GroupDefinitionError(
+                    f"a group column's name has {len(c):,} characters; the limit is {MAX_TEXT:,}"
+                )
+        combos = [
+            tuple(conds)
+            for r in range(1, min(max_order, len(per_col)) + 1)
+            for combo in itertools.combinations(range(len(per_col)), r)
+            for conds in itertools.product(*(per_col[i] for i in combo))
+        ]
+        names = unique_names([" & ".join(c.label() for c in conds) for conds in combos], combos)
+        return cls([Group(name, conds) for name, conds in zip(names, combos)])
 
     @classmethod
     def coerce(cls, groups) -> "GroupSet":

@@ -301,38 +301,18 @@ class FittedModel:
 
     @classmethod
     def load(cls, path) -> "FittedModel":
-        try:
-            size = os.path.getsize(path)
-        except FileNotFoundError:
-            raise ModelFormatError(f"model file not found: {path}") from None
-        except OSError as e:
-            raise ModelFormatError(f"cannot read the model file {path}: {e.strerror or e}") from None
-        if size > MAX_MODEL_BYTES:  # before reading: a 500 MB file is no model this tool wrote
-            raise ModelFormatError(
-                f"{path} is {size / 1e6:.0f} MB; a model file is at most {MAX_MODEL_BYTES / 1e6:.0f} MB"
-            )
-        try:
-            with open(path, "r", encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            raise ModelFormatError(f"model file not found: {path}") from None
-        except UnicodeDecodeError:
-            raise ModelFormatError(f"{path} is not a text (JSON) model file") from None
+        """The model in the file ``path``: refused from its size before it is read when over MAX_MODEL_BYTES, and
+        read through :mod:`mmc_core.jsonfile` (depth, number and duplicate-key limits) and the model schema."""
+        from .jsonfile import read_file
+
+        text = read_file(path, ModelFormatError, kind="model file", max_bytes=MAX_MODEL_BYTES)
         return cls.from_json(text, str(path))
 
     @classmethod
-    def from_json(cls, text: str, where: str = "model") -> "FittedModel":
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ModelFormatError(
-                f"{where} is not valid JSON (truncated or edited?): {e.msg} at line {e.lineno}"
-            ) from None
-        except RecursionError:
-            raise ModelFormatError(f"{where} is nested too deeply to be a model file") from None
-        except ValueError as e:  # an integer of thousands of digits (Python's int-conversion limit)
-            raise ModelFormatError(f"{where} holds a number too long to be a model's ({str(e)[:80]})") from None
-        return cls.from_dict(d, where)
+    def from_json(cls, text, where: str = "model") -> "FittedModel":
+        from .jsonfile import loads
+
+        return cls.from_dict(loads(text, where, ModelFormatError, kind="model file", max_bytes=MAX_MODEL_BYTES), where)
 
     @classmethod
     def from_dict(cls, d, where: str = "model") -> "FittedModel":
@@ -342,11 +322,16 @@ class FittedModel:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise bad(f'not an mmc-audit model (missing "format": "{FORMAT}")')
         version = d.get("version")
-        if version not in READABLE_VERSIONS or isinstance(version, bool):
+        if version not in READABLE_VERSIONS or not isinstance(version, int) or isinstance(version, bool):
             raise bad(
                 f"model schema version {version!r} is not supported (this mmc-audit reads versions "
                 f"{', '.join(map(str, READABLE_VERSIONS))})"
             )
+        from .schemas import check
+
+        # the file format's schema (mmc_core/schemas): types, ranges, required keys and limits, the first failure
+        # named by its key path; what depends on other values is checked below
+        check(d, "model", where, ModelFormatError)
         for key in ("params", "label_scale", "groups", "init", "log", "round_ends"):
             if key not in d:
                 raise bad(f"missing field '{key}'")
@@ -401,10 +386,10 @@ class FittedModel:
             scale = LabelScale(float(ls["lo"]), float(ls["hi"]), str(ls.get("source", "declared")))
         except Exception as e:  # noqa: BLE001 - any malformed scale is a format error
             raise bad(f"label_scale is malformed ({e})") from None
-        try:
-            groups = GroupSet.from_json(d["groups"])
+        try:  # the schema above has checked the groups' types; their rules (names, conditions) here
+            groups = GroupSet.from_json(d["groups"], where, path="groups", schema=False)
         except ValueError as e:
-            raise bad(f"groups: {e}") from None
+            raise ModelFormatError(str(e)) from None
         G = len(groups)
         init = d["init"]
         init_mean = init.get("mean") if isinstance(init, dict) else None
@@ -554,9 +539,6 @@ class FittedModel:
             moment_cells = check_moment_cells(moment_cells, moments, G, bad)
             if moment_cells and version != VERSION_MOMENT_CELLS:
                 raise bad(f"the model has moment_cells: the file must have version {VERSION_MOMENT_CELLS}")
-        from .schemas import check
-
-        check(d, "model", where, ModelFormatError)  # the file format's schema (mmc_core/schemas), as a net
         return cls(
             params,
             scale,

@@ -311,7 +311,7 @@ def cases(d, df):
                 "--pred",
                 "base",
             ),
-            "log entry",
+            "NaN is not allowed",
         ),
         ("model is a CSV", PRED(good, good), "not valid JSON"),
         ("model missing", PRED(str(d / "none.json"), good), "not found"),

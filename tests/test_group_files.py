@@ -88,7 +88,9 @@ def test_the_schema_catches_what_the_parser_would_ignore():
     """A field the parser does not read for this operator (lo on '==') is still typed by the schema, and the error
     names its key path."""
     bad = [{"name": "a", "where": [{"column": "g", "op": "==", "value": 1, "lo": "x"}]}]
-    with pytest.raises(GroupDefinitionError, match=r"at \[0\]\.where\[0\]\.lo: 'x' is not of type"):
+    with pytest.raises(
+        GroupDefinitionError, match=r"at \[0\]\.where\[0\]\.lo \(group 'a'\): must be a number or null, got a string"
+    ):
         GroupSet.from_json(bad)
 
 

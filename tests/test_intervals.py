@@ -901,7 +901,7 @@ def test_record_round_trip_and_validation(cal_model, tmp_path):
     d = json.loads(path.read_text())
     ints = d["extras"]["intervals"]
     bad_edits = [
-        ("not an mmc-intervals calibration record", lambda r: r.update(format="x")),
+        ("intervals.format", lambda r: r.update(format="x")),
         ("version", lambda r: r.update(version=99)),
         ("theta", lambda r: r["calibrated"]["theta"][iv.grid_delta(0.1)].pop()),
         ("theta", lambda r: r["calibrated"]["theta"][iv.grid_delta(0.1)].__setitem__(0, "x")),

@@ -375,11 +375,11 @@ def _parse_import(data, frame) -> tuple[list, object, list]:
     feature lists lose missing columns: ``notes`` names them). Raises MMCError or ValueError with the reason."""
     from app.ui.settings import RECIPE_FORMAT, Settings
 
+    from mmc_core.groups import MAX_GROUPS_FILE_BYTES
+    from mmc_core.jsonfile import loads  # bounded: size, depth, numbers, duplicate keys (one line each)
+
     text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not valid JSON: {e.msg} (line {e.lineno})") from None
+    obj = loads(text, "the file", ValueError, kind="groups file or recipe", max_bytes=MAX_GROUPS_FILE_BYTES)
     columns = list(frame.columns)
     if isinstance(obj, dict) and obj.get("format") == RECIPE_FORMAT:
         if obj.get("version", 1) != 1:
