@@ -192,9 +192,7 @@ def loads(text, where: str, error: type[Exception], *, kind: str, max_bytes: int
     try:
         doc = json.loads(text, parse_constant=constant, parse_int=integer, parse_float=real, object_pairs_hook=pairs)
     except json.JSONDecodeError as e:
-        raise error(
-            f"{where}: not valid JSON (truncated or edited?): {e.msg} at line {e.lineno}, column {e.colno}"
-        ) from None
+        raise error(f"{where}: not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
     except RecursionError:  # the depth scan above makes this unreachable for valid JSON; kept as a net
         raise error(f"{where}: nested too deeply") from None
     surrogates = "\\u" in text and re.search(r"\\u[dD][89a-fA-F]", text) is not None

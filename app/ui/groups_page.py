@@ -259,7 +259,10 @@ def _cb_save_group(i: int, columns):
     ss = st.session_state
     groups = _groups()
     try:
-        where = json.loads(ss["ed_json"])
+        from mmc_core.errors import GroupDefinitionError
+        from mmc_core.jsonfile import loads  # bounded: depth, numbers, duplicate keys (one line each)
+
+        where = loads(ss["ed_json"], "the conditions", GroupDefinitionError, kind="condition list", max_bytes=10**6)
         name = ss["ed_name"].strip()
         edited = {"name": name, "where": where}
         if groups[i].get("any"):
