@@ -102,8 +102,9 @@ def test_model_json_round_trip_and_old_files():
     )
     assert rd1["version"] == 1 and FittedModel.from_dict(rd1).task == "regression"
     for bad, msg in (
-        ({"task": "classify"}, "task="),
-        ({"binary": {"positive": 1}}, "only allowed"),
+        ({"task": "classify"}, "unknown task 'classify'"),
+        ({"binary": {"positive": 1}}, "binary: missing field 'classes'"),
+        ({"binary": {"classes": [0, 1], "positive": 1}}, "only allowed"),
         ({"task": "binary", "binary": None}, "needs"),
     ):
         with pytest.raises(ModelFormatError, match=msg):
