@@ -702,6 +702,10 @@ def cmd_fit(args) -> int:
     cells_text = describe_cells(info)
     if cells_text:
         summary["after_descent"] = cells_text
+    from mmc_core.stages import describe_stages
+
+    if stages_text := describe_stages(info.get("stages")):
+        summary["stages"] = stages_text
     if args.discover:
         summary["learned_sets"] = len(info.get("learned_sets", []))
     print(json.dumps(summary))

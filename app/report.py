@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from mmc_core.cells import describe_cells
+from mmc_core.stages import describe_stages
 from mmc_core.descent import SHRINK_MIN
 from mmc_core.errors import MMCError
 from mmc_core.recalibrate import describe as describe_base
@@ -376,6 +377,7 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
         ),
         *([("Base prediction", base_text)] if base_text else []),
         *([("After the descent", cells_text)] if (cells_text := describe_cells(info)) else []),
+        *([("What each stage changed", stages_text)] if (stages_text := describe_stages(info.get("stages"))) else []),
         (
             "Fitting rows",
             f"{info.get('n_fit', '–'):,} fitted, {info.get('n_calibration', 0):,} held out"

@@ -988,6 +988,12 @@ class MomentMulticalibrator(SklearnParams):
             model.info["shrunken_cells"] = cells_check
         if moment_cells_check:
             model.info["moment_cells"] = moment_cells_check
+        if n_cal:
+            from .stages import stage_effects
+
+            assert memb_h is not None
+            base_h = None if base_u is None else base_u[cal_idx]
+            model.info["stages"] = stage_effects(model, memb_h, yu[cal_idx], base_h)
         if within is not None:  # the out-of-sample check of the group-linear map, kept or not
             model.info["base_recalibration"] = {
                 "method": "group-linear",

@@ -163,9 +163,9 @@ class FittedModel:
         moms = {a: np.full(n, float(self.init_moments[a])) for a in self.moments}
         return mu, moms
 
-    def replay(self, memb: Membership, mu: np.ndarray, moms: dict, upto: int | None = None):
+    def replay(self, memb: Membership, mu: np.ndarray, moms: dict, upto: int | None = None, with_cells: bool = True):
         """Apply the first ``upto`` log entries (all by default) to the predictions, in place, and after the
-        whole log the shrunken cell corrections, if any."""
+        whole log the shrunken cell corrections, if any (and ``cells``)."""
         p = self.params
         mgrid = p.mean_grid
         grids = {a: p.grid(a) for a in self.moments}
@@ -190,16 +190,41 @@ class FittedModel:
                 mu[rows] = np.clip(mu[rows] - d, lo, hi)
             else:
                 moms[upd.target][rows] = p.moment_new(upd.target, moms[upd.target][rows], d)
-        if self.cells and (upto is None or upto >= len(self.log)):  # they follow the whole (kept) log
+        whole = with_cells and (upto is None or upto >= len(self.log))  # the cells follow the whole (kept) log
+        if self.cells and whole:
             from .cells import apply_cells
 
             mu[:] = apply_cells(mu, memb.sums(), self.cells)
-        if self.moment_cells and (upto is None or upto >= len(self.log)):
+        if self.moment_cells and whole:
             from .cells import apply_moment_cells
 
             for a, cell in self.moment_cells.items():
                 moms[a] = apply_moment_cells(moms[a], memb.sums(), cell, p.projection(a))
         return mu, moms
+
+    def stages(self, memb: Membership, base_unit: np.ndarray | None = None) -> list:
+        """The predictions after each stage of the fit, for the rows of ``memb``: [(stage, mean, moments)] (unit
+        scale) for "start" (the base prediction as given, or the constant), "base map" (when the model maps the
+        base), "descent" (the kept log), "mean cells" and "moment cells" (when the model has them)."""
+        from .cells import apply_cells, apply_moment_cells
+
+        n, p = memb.n, self.params
+        mu, moms = self.initial(n, base_unit, memb)
+        start = np.clip(np.asarray(base_unit, dtype=float), 0.0, 1.0) if self.uses_base else mu
+        out = [("start", start.copy(), {a: v.copy() for a, v in moms.items()})]
+        if self.init_mean.get("kind") in ("base-affine", "base-group-linear"):
+            out.append(("base map", mu.copy(), {a: v.copy() for a, v in moms.items()}))
+        mu, moms = self.replay(memb, mu, moms, with_cells=False)
+        out.append(("descent", mu.copy(), {a: v.copy() for a, v in moms.items()}))
+        if self.cells:
+            mu = apply_cells(mu, memb.sums(), self.cells)
+            out.append(("mean cells", mu.copy(), {a: v.copy() for a, v in moms.items()}))
+        if self.moment_cells:
+            moms = dict(moms)
+            for a, cell in self.moment_cells.items():
+                moms[a] = apply_moment_cells(moms[a], memb.sums(), cell, p.projection(a))
+            out.append(("moment cells", mu, moms))
+        return out
 
     def predict_unit(self, table, base_unit: np.ndarray | None = None, n: int | None = None, upto=None):
         """Mean and moment predictions on the unit scale for the rows of ``table``."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from mmc_core.cells import describe_cells
+from mmc_core.stages import describe_stages
 from mmc_core.recalibrate import describe as describe_base
 
 from app.display import visible_controls
@@ -161,14 +162,17 @@ def download(label: str, data: bytes, file_name: str, key: str, mime: str = "app
 
 
 def fit_notes(model) -> list:
-    """How the model used the base prediction and what the step after the descent did, one sentence each
-    (the Run and Results pages; the PDF report says the same in its settings table)."""
+    """How the model used the base prediction, what the step after the descent did and what each stage changed
+    on the held-out rows, one sentence each (the Run and Results pages; the PDF report says the same in its
+    settings table)."""
     info = model.info
     out = []
     if base_text := describe_base(model.init_mean, info):
         out.append(f"Base prediction: {base_text}.")
     if cells_text := describe_cells(info):
         out.append(f"After the descent: {cells_text}.")
+    if stages_text := describe_stages(info.get("stages")):
+        out.append(f"What each stage changed: {stages_text}")
     return out
 
 

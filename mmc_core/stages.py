@@ -1,0 +1,136 @@
+"""What each stage of a fit changed, measured on the rows held out of it.
+
+A fit moves the predictions in up to five stages: the base prediction as given ("start"; "constant": the label's
+mean without one), the base map, the
+descent (its kept round), the mean's cell corrections and the moments' cell corrections
+(:meth:`mmc_core.model.FittedModel.stages`). Most of the mean's gain on real tables comes from the base map and the
+mean's cells, not from the descent's updates (early stopping often keeps round 0), and the variance is moved by
+the descent's moment updates and by its own cells: this table says which, so the descent view is not read as
+the whole fit.
+
+The rows are the held-out ones: they chose the kept round and judged the cell steps, so their errors are
+slightly optimistic for the stages they chose, but none of the stages was fitted on them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["STAGE_LABELS", "STAGE_MIN_SHARE", "describe_stages", "stage_effects", "stage_rows"]
+
+STAGE_MIN_SHARE = 0.02  # groups with fewer of the rows are left out of the variance error (too noisy)
+STAGE_LABELS = {
+    "start": "base prediction as given",
+    "constant": "the label's mean (no base prediction)",
+    "base map": "base map",
+    "descent": "descent (kept round)",
+    "mean cells": "mean's cell corrections",
+    "moment cells": "variance's cell corrections",
+}
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def stage_effects(model, memb, y_unit: np.ndarray, base_unit: np.ndarray | None = None) -> list[dict]:
+    """The held-out effect of each stage of ``model`` on the rows of ``memb`` (labels ``y_unit`` and base
+    ``base_unit`` on the unit scale, shape (n,)).
+
+    Returns
+    -------
+    list of dict, one per stage in order, in the label's units:
+        ``stage`` (a key of :data:`STAGE_LABELS`); ``rmse``: root mean squared error of the mean;
+        ``mean_moved``: mean absolute change of the mean from the stage before (None for the first); and for a
+        model with a variance: ``variance_moved``, the mean absolute log change of the predicted variance from
+        the stage before (0.1: about 10%), and ``variance_error``, the mass-weighted mean over groups with at
+        least :data:`STAGE_MIN_SHARE` of the rows of |log(mean predicted variance / mean squared residual)|.
+    """
+    y = np.asarray(y_unit, dtype=float)
+    span = model.scale.span
+    n = memb.n
+    sums = memb.sums()
+    sizes = np.asarray(memb.sizes, dtype=float)
+    ok = sizes >= max(STAGE_MIN_SHARE * n, 1.0)
+    out: list[dict] = []
+    prev_mu = prev_v = None
+    for name, mu, moms in model.stages(memb, base_unit):
+        if name == "start" and not model.uses_base:
+            name = "constant"
+        r2 = (y - mu) ** 2
+        row: dict = {
+            "stage": name,
+            "rmse": _finite(math.sqrt(float(np.mean(r2))) * span) if n else None,
+            "mean_moved": None if prev_mu is None else _finite(float(np.mean(np.abs(mu - prev_mu))) * span),
+        }
+        v = moms.get(2)
+        if v is not None:
+            v = np.maximum(v, 1e-300)
+            row["variance_moved"] = None if prev_v is None else _finite(float(np.mean(np.abs(np.log(v / prev_v)))))
+            pv, ov = sums.group_sums(v)[ok], sums.group_sums(r2)[ok]
+            good = (pv > 0) & (ov > 0)
+            row["variance_error"] = (
+                _finite(float(np.average(np.abs(np.log(pv[good] / ov[good])), weights=sizes[ok][good])))
+                if good.any()
+                else None
+            )
+            prev_v = v
+        prev_mu = mu
+        out.append(row)
+    return out
+
+
+def _valid(stages) -> list[dict]:
+    """The stage records of a model file's info that can be shown (the info is checked by the schema, but an
+    older file has none)."""
+    if not isinstance(stages, list):
+        return []
+    return [s for s in stages if isinstance(s, dict) and s.get("stage") in STAGE_LABELS]
+
+
+def describe_stages(stages) -> str | None:
+    """One sentence on which stage changed the mean and which the variance, from :func:`stage_effects`'s records
+    (None without them): the held-out error of each before and after, and the stages that moved it."""
+    rows = _valid(stages)
+    if len(rows) < 2:
+        return None
+    parts = []
+    for key, what in (
+        ("rmse", "the mean's RMSE"),
+        ("variance_error", "the variance's group error (mean |log(predicted / observed)|)"),
+    ):
+        vals = [(r["stage"], r.get(key)) for r in rows]
+        if any(not isinstance(v, (int, float)) or isinstance(v, bool) for _, v in vals):
+            continue
+        first = abs(float(vals[0][1]))
+        dec = max(0, 3 - math.floor(math.log10(first))) if first > 0 and math.isfinite(first) else 3
+
+        def fmt(x, dec=dec):
+            return f"{x:.{dec}f}"
+
+        steps = [
+            f"{STAGE_LABELS[s]} {'+' if b > a else '-'}{fmt(abs(b - a))}"
+            for (_, a), (s, b) in zip(vals, vals[1:])
+            if float(fmt(abs(b - a))) > 0
+        ]
+        moved = "; ".join(steps) if steps else "no stage changed it"
+        parts.append(f"{what} {fmt(vals[0][1])} -> {fmt(vals[-1][1])} ({moved})")
+    if not parts:
+        return None
+    return "On the held-out rows, " + ", and ".join(parts) + "."
+
+
+def stage_rows(stages) -> list[dict]:
+    """:func:`stage_effects`'s records as display rows (the stage's label first), for tables in the dashboard
+    and the reports."""
+    out = []
+    for r in _valid(stages):
+        row = {"stage": STAGE_LABELS[r["stage"]]}
+        for key in ("rmse", "mean_moved", "variance_error", "variance_moved"):
+            if key in r:
+                v = r[key]
+                row[key] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        out.append(row)
+    return out

@@ -1,0 +1,111 @@
+"""What each stage of a fit changed on the held-out rows (mmc_core.stages): the numbers are the held-out rows'
+own errors, the stages add up to the model's predictions, and on a world with known spread the variance stages
+are the ones that move the variance."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mmc_core import GroupSet, MomentMulticalibrator
+from mmc_core.errors import ModelFormatError
+from mmc_core.model import FittedModel
+from mmc_core.stages import STAGE_LABELS, describe_stages, stage_rows
+
+
+def _world(n: int, seed: int, base_error: float):
+    """Mean known (the base is off by ``base_error`` on group g=1), sd 2 on g=0 and 6 on g=1."""
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, 2, n)
+    h = rng.integers(0, 3, n)
+    x = rng.uniform(0, 1, n)
+    mean = 50.0 + 10.0 * x + 5.0 * h
+    sd = np.where(g == 1, 6.0, 2.0)
+    y = mean + sd * rng.normal(size=n)
+    df = pd.DataFrame({"g": g, "h": h, "x": x})
+    base = mean + base_error * (g == 1)
+    return df, pd.Series(y, name="y"), base
+
+
+def _fit(n=8000, seed=0, base_error=3.0):
+    df, y, base = _world(n, seed, base_error)
+    gs = GroupSet.from_columns(df, ["g", "h"], max_order=2)
+    est = MomentMulticalibrator(label_range=(0.0, 120.0), random_state=seed).fit(df, y, gs, base_prediction=base)
+    return est, df, y, base
+
+
+def test_stage_errors_are_the_held_out_rows_own():
+    est, df, y, base = _fit()
+    stages = est.model_.info["stages"]
+    names = [s["stage"] for s in stages]
+    assert names[0] == "start" and "descent" in names
+    assert names == [k for k in STAGE_LABELS if k in names]  # in the fit's order
+    cal = est.calibration_index_
+    yc, bc = y.to_numpy()[cal], base[cal]
+    # the start: the base as given, on the held-out rows
+    assert stages[0]["rmse"] == pytest.approx(np.sqrt(np.mean((yc - bc) ** 2)), rel=1e-9)
+    assert stages[0]["mean_moved"] is None and stages[0]["variance_moved"] is None
+    # the last stage is the model's prediction there
+    sub = df.iloc[cal]
+    pred = est.predict(sub, base_prediction=bc)
+    assert stages[-1]["rmse"] == pytest.approx(np.sqrt(np.mean((yc - pred) ** 2)), rel=1e-9)
+    var = est.predict_moments(sub, base_prediction=bc)["moment_2"]
+    r2 = (yc - pred) ** 2
+    gs = est.groups_
+    m = gs.evaluate(sub, len(sub)).to_dense().astype(float)
+    ok = m.sum(axis=0) >= 0.02 * len(sub)
+    want = np.average(np.abs(np.log((m.T @ var) / (m.T @ r2)))[ok], weights=m.sum(axis=0)[ok])
+    assert stages[-1]["variance_error"] == pytest.approx(want, rel=1e-9)
+
+
+def test_the_stages_that_move_the_variance_are_the_variance_ones():
+    # sd 2 against 6: a constant variance is off by a factor near 9 / 5 on each group (|log| ~ 0.6-0.9); the fit
+    # must bring the held-out group error well under that, and the mean's stages must not be what moved it
+    est, *_ = _fit(n=12000, seed=1)
+    stages = {s["stage"]: s for s in est.model_.info["stages"]}
+    start, last = stages["start"], list(stages.values())[-1]
+    assert start["variance_error"] > 0.4
+    assert last["variance_error"] < 0.15
+    # the base was off by 3 on g=1 (sd 6 there: 3000 held-out rows see it): the fit's RMSE is lower than the base's
+    assert last["rmse"] < start["rmse"]
+    if "mean cells" in stages:
+        assert stages["mean cells"]["variance_moved"] == 0.0
+    if "moment cells" in stages:
+        assert stages["moment cells"]["mean_moved"] == 0.0
+
+
+def test_a_constant_start_without_a_base():
+    df, y, _ = _world(4000, 2, 0.0)
+    gs = GroupSet.from_columns(df, ["g"])
+    est = MomentMulticalibrator(label_range=(0.0, 120.0), random_state=0).fit(df, y, gs)
+    stages = est.model_.info["stages"]
+    assert stages[0]["stage"] == "constant"
+    text = describe_stages(stages)
+    assert text.startswith("On the held-out rows, the mean's RMSE ") and "->" in text
+    rows = stage_rows(stages)
+    assert rows[0]["stage"] == STAGE_LABELS["constant"] and len(rows) == len(stages)
+
+
+def test_describe_stages_reads_what_is_there():
+    assert describe_stages(None) is None and describe_stages([]) is None
+    assert describe_stages([{"stage": "start", "rmse": 1.0}]) is None
+    two = [{"stage": "start", "rmse": 10.0}, {"stage": "descent", "rmse": 9.5}]
+    assert describe_stages(two) == "On the held-out rows, the mean's RMSE 10.00 -> 9.50 (descent (kept round) -0.50)."
+    same = [{"stage": "start", "rmse": 10.0}, {"stage": "descent", "rmse": 10.0}]
+    assert "no stage changed it" in describe_stages(same)
+    # records a file could hold that are not stages are skipped, not shown
+    assert stage_rows([{"stage": "x"}, "y", {"stage": "descent", "rmse": True}]) == [
+        {"stage": STAGE_LABELS["descent"], "rmse": None}
+    ]
+
+
+def test_model_file_stages_are_checked():
+    est, *_ = _fit(n=3000, seed=3)
+    d = json.loads(est.model_.to_json())
+    assert FittedModel.from_dict(d).info["stages"] == est.model_.info["stages"]
+    d["info"]["stages"][0]["rmse"] = "a lot"
+    with pytest.raises(ModelFormatError, match="stages"):
+        FittedModel.from_dict(d)
