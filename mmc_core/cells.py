@@ -274,6 +274,7 @@ MOMENT_CELL_LOG_CAP = 3.0  # a row's moment moves by at most e^3 either way
 # the stages of the moment's correction: whole groups first (one band: a group's evidence is pooled over its
 # rows, not split in ten), then (group, band) cells of what that leaves
 MOMENT_CELL_STAGES = (1, CELL_BANDS)
+MOMENT_GATE = (0.0, 2.0)
 
 
 def _log_change(v: np.ndarray, sums: MembershipSums, values: np.ndarray, edges) -> np.ndarray:
@@ -357,7 +358,8 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int) -> tuple:
     d = changes[best]
     _, z, _ = stack_gate(ratio - 1.0, d)  # the evidence: the ratio residual against the change
     scale = _qlike_scale(ratio, d)  # the share borne out, on the loss's own (multiplicative) scale
-    weight = scale * min(max(z / 2.0, 0.0), 1.0)
+    lo, hi = MOMENT_GATE
+    weight = scale * min(max((z - lo) / (hi - lo), 0.0), 1.0)
     check.update(penalty=CELL_PENALTIES[best], scale=scale, z=z, weight=weight)
     if not weight > 0:
         return None, check

@@ -101,9 +101,9 @@ def describe_stages(stages) -> str | None:
         ("rmse", "the mean's RMSE"),
         ("variance_error", "the variance's group error (mean |log(predicted / observed)|)"),
     ):
-        vals = [(r["stage"], r.get(key)) for r in rows]
-        if any(not isinstance(v, (int, float)) or isinstance(v, bool) for _, v in vals):
+        if any(not isinstance(r.get(key), (int, float)) or isinstance(r.get(key), bool) for r in rows):
             continue
+        vals: list[tuple[str, float]] = [(r["stage"], float(r[key])) for r in rows]
         first = abs(float(vals[0][1]))
         dec = max(0, 3 - math.floor(math.log10(first))) if first > 0 and math.isfinite(first) else 3
 
@@ -127,7 +127,7 @@ def stage_rows(stages) -> list[dict]:
     and the reports."""
     out = []
     for r in _valid(stages):
-        row = {"stage": STAGE_LABELS[r["stage"]]}
+        row: dict = {"stage": STAGE_LABELS[r["stage"]]}
         for key in ("rmse", "mean_moved", "variance_error", "variance_moved"):
             if key in r:
                 v = r[key]
