@@ -271,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="pdf (needs Chromium for its figures) or html (one self-contained file with interactive figures); "
         "default: html when --out ends in .html, else pdf",
     )
+    add_period_option(rp, "an 'Over time' section with the changes found and a trend chart")
 
     ds = sub.add_parser(
         "discover",
@@ -1000,7 +1001,12 @@ def cmd_report(args) -> int:
     _check_threshold_applies(args, model)
     from mmc_core.metrics import audit
 
+    from .cli_compare import check_period, period_result
+
+    check_period(args, model, df)  # before the audit: a wrong column is said at once
     result = audit(model, df, y, **_applied_options(args, base), progress=progress_lines("report"))
+    periods = period_result(args, model, df, y, base)
+    over_time = {} if periods is None else {"periods": periods, "period_column": args.period}
     if report_format(args) == "html":
         from .report_html import build_report_html
 
@@ -1012,6 +1018,7 @@ def cmd_report(args) -> int:
             label=args.label,
             data_name=os.path.basename(args.data),
             audit=result,
+            **over_time,
         )
         write_bytes(args.out, page)
         _warn_status(result)
@@ -1024,6 +1031,7 @@ def cmd_report(args) -> int:
         label=args.label,
         data_name=os.path.basename(args.data),
         audit=result,
+        **over_time,
     )
     write_bytes(args.out, pdf)
     _warn_status(result)

@@ -256,28 +256,37 @@ def _groups(args, columns, models, extra, from_columns):
     return groups
 
 
-def add_period_option(p) -> None:
-    """--period of `mmc audit`."""
+def add_period_option(p, where: str = "written under 'periods' in the audit JSON") -> None:
+    """--period of `mmc audit` and `mmc report` (``where``: what the command does with the period audit)."""
     p.add_argument(
         "--period",
         help="a column of periods (dates, quarters, batches): also audit each group per period and test its "
-        "changes between consecutive periods (written under 'periods' in the audit JSON)",
+        f"changes between consecutive periods ({where})",
     )
 
 
-def periods_json(args, model, df, y, base) -> dict | None:
-    """The period audit of `mmc audit --period COL` (None without --period), its findings printed on stderr."""
+def check_period(args, model, df) -> None:
+    """--period names a column of the data, and the model is a regression (CLIError otherwise)."""
     if not getattr(args, "period", None):
-        return None
-    from mmc_core.compare import compare_periods, side
-    from mmc_core.intervals import available_methods
-
+        return
     from .cli import CLIError
 
     if args.period not in df.columns:
         raise CLIError(f"period column '{args.period}' is not in the data")
     if model.task == "binary":
         raise CLIError("--period audits regression models; classifier periods are not offered yet")
+
+
+def period_result(args, model, df, y, base):
+    """The period audit of ``--period COL`` (mmc_core.compare.PeriodResult; None without --period), its findings
+    printed on stderr. A command without --min-group-count / --error-control (`mmc report`) uses the audit's
+    defaults, as its audit does."""
+    if not getattr(args, "period", None):
+        return None
+    from mmc_core.compare import compare_periods, side
+    from mmc_core.intervals import available_methods
+
+    check_period(args, model, df)
     method = "calibrated" if "calibrated" in available_methods(model) else None
     s = (
         side(model, df, name="the model", base=base, method=method or "calibrated", delta=args.delta)
@@ -291,9 +300,15 @@ def periods_json(args, model, df, y, base) -> dict | None:
         model.groups,
         df[args.period].to_numpy(),
         delta=args.delta,
-        min_group_count=args.min_group_count,
-        error_control=args.error_control,
+        min_group_count=getattr(args, "min_group_count", 30),
+        error_control=getattr(args, "error_control", "holm"),
     )
     for f in res.findings[:10]:
         print(f"- {f['text']}", file=sys.stderr)
-    return res.to_json()
+    return res
+
+
+def periods_json(args, model, df, y, base) -> dict | None:
+    """The period audit of `mmc audit --period COL` (None without --period), its findings printed on stderr."""
+    res = period_result(args, model, df, y, base)
+    return None if res is None else res.to_json()

@@ -201,3 +201,96 @@ def periods_of_run(df: pd.DataFrame, run, column: str, delta: float = 0.1):
     return compare_periods(
         df.iloc[rows], run.label.y[rows], s, run.model.groups, df[column].to_numpy()[rows], delta=delta
     )
+
+
+# ---- the Over time section of the audit's reports (PDF and HTML, from the CLI and the dashboard) ----------------
+CONTROL_WORDS = {"holm": "Holm (family-wise error)", "bh": "Benjamini-Hochberg (false discovery rate)"}
+PERIOD_VALUE_WORDS = {
+    "spread": "spread ratio",
+    "mean_error": "mean error",
+    "coverage": "interval coverage",
+    "rmse": "RMSE",
+}
+
+
+def period_intro(res, column: str) -> str:
+    """What the Over time section shows and how its changes were tested, in one paragraph."""
+    p = res.params
+    labels = [str(x) for x in res.periods]
+    shown = ", ".join(labels[:6]) + (f", … {labels[-1]}" if len(labels) > 6 else "")
+    values = [PERIOD_VALUE_WORDS[v] for v in PERIOD_VALUE_WORDS if f"{v}_change" in res.changes] or ["values"]
+    return (
+        f"The model audited on each period of the column '{column}' ({len(labels)} periods, in sorted order: "
+        f"{shown}; {p['n']:,} rows). For every group with at least {p['min_group_count']} rows in both periods, "
+        f"the change of its {', '.join(values[:-1])}{' and ' if len(values) > 1 else ''}{values[-1]} from "
+        + ("each period to the next" if p.get("reference", "previous") == "previous" else "the first period")
+        + f" is tested: {res.n_tests} tests of change, adjusted together by "
+        f"{CONTROL_WORDS.get(p['error_control'], p['error_control'])} at {p['level']:g}. A finding's interval is "
+        "selection-adjusted: it keeps its level among the changes selected as findings."
+    )
+
+
+def period_headline(res, column: str) -> str:
+    """One sentence: the groups whose values changed between periods of ``column``, or that none did."""
+    if not res.n_tests:
+        return (
+            f"Nothing was tested: no group has {res.params['min_group_count']} or more rows in two periods of "
+            f"'{column}' to compare."
+        )
+    if not res.findings:
+        return f"No group's values change between periods of '{column}' beyond chance ({res.n_tests} tests of change)."
+    groups = list(dict.fromkeys(str(f["group"]) for f in res.findings))  # the surest first
+    named = ", ".join(groups[:3]) + (f" and {len(groups) - 3} more" if len(groups) > 3 else "")
+    return (
+        f"{len(res.findings)} change(s) between periods of '{column}' found beyond chance, in {len(groups)} "
+        f"group(s): {named} ({res.n_tests} tests of change, adjusted together)."
+    )
+
+
+def _change_cells(f: dict) -> tuple[str, str]:
+    """(from → to, change with its selection-adjusted interval) of one period finding, in the value's units: the
+    spread as the factor its ratio was multiplied by, the coverage in percentage points."""
+    lo, hi = f["interval"]
+    est, kind = f["estimate"], f["kind"]
+    if kind == "spread":
+        return (
+            f"{f['before']:#.3g} → {f['after']:#.3g}",
+            f"×{np.exp(est):.3g} (×{np.exp(lo):.3g} to ×{np.exp(hi):.3g})",
+        )
+    if kind == "coverage":
+        return (
+            f"{f['before']:.1%} → {f['after']:.1%}",
+            f"{100 * est:+.1f} pts ({100 * lo:+.1f} to {100 * hi:+.1f})",
+        )
+    return f"{f['before']:#.4g} → {f['after']:#.4g}", f"{est:+#.3g} ({lo:+#.3g} to {hi:+#.3g})"
+
+
+def period_findings_table(res, top: int | None = None) -> pd.DataFrame:
+    """The period findings (surest first; at most ``top``) as the reports print them: group, statistic, the two
+    periods, the values before and after, the change with its selection-adjusted interval, the adjusted p."""
+    from mmc_core.findings import p_words
+
+    rows = []
+    for f in res.findings[:top]:
+        before_after, change = _change_cells(f)
+        rows.append(
+            [
+                str(f["group"]),
+                PERIOD_VALUE_WORDS.get(f["kind"], f["kind"]),
+                f"{f['reference']} → {f['period']}",
+                before_after,
+                change,
+                p_words(f["p_adjusted"]).replace("p = ", "").replace("p < ", "< "),
+            ]
+        )
+    return pd.DataFrame(
+        rows, columns=["group", "statistic", "periods", "from → to", "change (adjusted CI)", "adjusted p"]
+    )
+
+
+def period_chart_values(res) -> list:
+    """The values the reports chart by period: each with a finding, else the first the result has (the spread,
+    as the Results page shows first)."""
+    have = [v for v in PERIOD_VALUE_WORDS if v in res.by_period]
+    found = {f["kind"] for f in res.findings}
+    return [v for v in have if v in found] or have[:1]

@@ -461,6 +461,59 @@ def discovered_groups(model) -> list:
     return [n for n in model.groups.names if n in names]
 
 
+PERIOD_TABLE_ROWS = 25  # findings of change listed in the PDF's Over time section; every one is in the JSON
+
+
+def _over_time_section(doc, res, column: str, heading: str, add_figure) -> None:
+    """The section "Over time": what was tested, the changes found (a table) or that none was, and the trend chart
+    of each value with a finding (:func:`app.figures_compare.period_figure`, as on the Results page)."""
+    from .compare_service import (
+        PERIOD_VALUE_WORDS,
+        period_chart_values,
+        period_findings_table,
+        period_headline,
+        period_intro,
+    )
+    from .figures_compare import period_figure
+
+    doc.pdf.add_page()
+    doc.heading(heading)
+    doc.para(period_intro(res, column), size=9)
+    doc.para(period_headline(res, column), size=9.5, style="B" if res.findings else "")
+    table = period_findings_table(res, top=PERIOD_TABLE_ROWS)
+    if len(table):
+        table["group"] = [_short(g, 48) for g in table["group"]]
+        doc.data_table(
+            table,
+            col_widths=(38, 27, 30, 26, 46, 19),
+            size=7.5,
+            align=["LEFT", "LEFT", "LEFT", "RIGHT", "RIGHT", "RIGHT"],
+            title="Changes found between periods (surest first)",
+        )
+        more = len(res.findings) - len(table)
+        doc.para(
+            "Spread: observed over predicted variance; its change is the factor the ratio was multiplied by. "
+            "Coverage: its change in percentage points. Change: the later period minus the earlier, with its "
+            "selection-adjusted interval."
+            + (
+                f" {more} more finding(s) are in the HTML report and the audit JSON (mmc audit --period)."
+                if more > 0
+                else ""
+            ),
+            size=7.8,
+            color=(70, 70, 70),
+        )
+    for value in period_chart_values(res):
+        add_figure(
+            period_figure(res, value),
+            f"Over time: {PERIOD_VALUE_WORDS.get(value, value)} by period",
+            "Each line is a group's value per period with its 95% interval (black: every row); a thick line marks a "
+            "group whose change between periods is a finding. The whole table, the groups with a finding, then "
+            "the largest changes are drawn.",
+            max_height=115,
+        )
+
+
 def build_report_pdf(
     model,
     table,
@@ -475,6 +528,8 @@ def build_report_pdf(
     rates: tuple | None = None,
     units: str = "",
     data_note: str = "",
+    periods=None,
+    period_column: str = "period",
 ) -> bytes:
     """Build the PDF audit report and return its bytes.
 
@@ -492,6 +547,8 @@ def build_report_pdf(
     threshold : the decision threshold of a binary (classifier) model's rates (see :func:`app.report_binary.binary_report`)
     rates : (threshold, rates, disparities) of a binary model at a threshold chosen after the audit (the dashboard's
         slider; :func:`app.pipeline.classifier_rates`): the report's rates, disparities and stated threshold are these
+    periods : the model audited per period of ``period_column`` (``mmc_core.compare.compare_periods`` on the same rows;
+        regression models): adds the section "Over time" with its findings and trend charts
 
     Raises
     ------
@@ -513,6 +570,9 @@ def build_report_pdf(
     unlisted += [data_note] if data_note else []
     if getattr(audit, "task", "regression") == "binary":
         from app.report_binary import binary_report
+
+        if periods is not None:
+            raise ValueError("the Over time section is for regression models; classifier periods are not offered")
 
         return binary_report(model, audit, label, data_name, rates=rates, notes=unlisted)
     y = np.asarray(y, dtype=float)
@@ -756,6 +816,9 @@ def build_report_pdf(
                 f"As above for the {a_max}th central moment.",
                 max_height=105,
             )
+
+    if periods is not None:
+        _over_time_section(doc, periods, period_column, numbered(f"Over time: {_short(period_column, 40)}"), add_figure)
 
     if skipped:
         doc.ensure(30)

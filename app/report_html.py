@@ -53,8 +53,10 @@ def _page(title: str, facts: str, body: list) -> bytes:
 
 
 def build_report_html(model, table, y, base=None, delta: float = 0.1, gamma: float = 0.05, label: str = "label",
-                      data_name: str = "data", audit=None, threshold: float = 0.5) -> bytes:  # fmt: skip
-    """The audit report of ``model`` on ``table`` / ``y`` as HTML bytes (arguments as build_report_pdf's)."""
+                      data_name: str = "data", audit=None, threshold: float = 0.5, periods=None,
+                      period_column: str = "period") -> bytes:  # fmt: skip
+    """The audit report of ``model`` on ``table`` / ``y`` as HTML bytes (arguments as build_report_pdf's; ``periods``
+    adds the section "Over time")."""
     from mmc_core.metrics import audit as run_audit
 
     from . import figures as F
@@ -121,12 +123,37 @@ def build_report_html(model, table, y, base=None, delta: float = 0.1, gamma: flo
             figs.append(("Variance reliability", F.moment_reliability_figure(audit, 2, **names)))
     for heading, fig in figs:
         body += [f"<h2>{_t(heading)}</h2>", _figure(fig)]
+    if periods is not None:
+        if getattr(audit, "task", "regression") == "binary":
+            raise ValueError("the Over time section is for regression models; classifier periods are not offered")
+        body += _over_time(periods, period_column)
     n = len(y)
     return _page(
         f"Moment multicalibration audit: {label}",
         f"Data: {data_name} · {n:,} rows · {len(model.groups.names):,} groups · made by mmc-audit",
         body,
     )
+
+
+def _over_time(res, column: str) -> list:
+    """The section "Over time" (as the PDF's): what was tested, the changes found or that none was, the charts."""
+    from .compare_service import period_chart_values, period_findings_table, period_headline, period_intro
+    from .figures_compare import period_figure
+
+    body = [
+        f"<h2>Over time: {_t(column)}</h2>",
+        f"<p class='note'>{_t(period_intro(res, column))}</p>",
+        f"<p>{_t(period_headline(res, column))}</p>",
+    ]
+    table = period_findings_table(res)
+    if len(table):
+        body += [
+            _table(table),
+            "<p class='note'>Spread: observed over predicted variance; its change is the factor the ratio was "
+            "multiplied by. Coverage: its change in percentage points. Change: the later period minus the earlier, "
+            "with its selection-adjusted interval.</p>",
+        ]
+    return body + [_figure(period_figure(res, value)) for value in period_chart_values(res)]
 
 
 def build_compare_html(res, data_name: str, label: str) -> bytes:

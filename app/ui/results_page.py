@@ -20,7 +20,7 @@ import streamlit as st
 from app.figure_style import _coverage_tested, _fmt, _legend_line
 from app.ui import state
 from app.specs import count, not_converged_note
-from app.ui.common import esc, fit_notes, run_and_frame, tabbed
+from app.ui.common import download, esc, fit_notes, run_and_frame, tabbed
 
 METHOD_LABELS = {
     "guaranteed": "guaranteed (paper, Section 5)",
@@ -254,6 +254,69 @@ def over_time(run, frame):
         values = [v for v in ("spread", "mean_error", "coverage", "rmse") if v in res.by_period]
         value = st.radio("Value", values, format_func=PERIOD_TITLES.get, horizontal=True, key="res_period_value")
         st.plotly_chart(period_figure(res, value), width="stretch", key="fig_period")
+        period_downloads(run, frame, column, res)
+
+
+def period_downloads(run, frame, column: str, res) -> None:
+    """The audit's HTML and PDF reports with this view as their section "Over time" (built on click, cached)."""
+    from app.report import CHROMIUM_MESSAGE, chromium_available
+    from app.ui.export_page import _dropped_note, report_file_name
+
+    stem = report_file_name(run.data_name).removesuffix(".pdf")
+    stem += "_over_" + "".join(ch if ch.isalnum() else "_" for ch in str(column))[:40]
+    args = (_run_key(run), str(column), state.units(), _dropped_note(run))
+
+    def build(fmt):
+        return lambda: _period_report(fmt, *args, run, frame, res)
+
+    c1, c2 = st.columns(2)
+    download(
+        "Report with Over time (HTML)",
+        build("html"),
+        f"{stem}.html",
+        "res_period_html",
+        mime="text/html",
+        where=c1,
+        help="the audit's report on the test rows, with this view's changes and charts; opens in any browser",
+    )
+    if chromium_available():
+        download(
+            "Report with Over time (PDF)",
+            build("pdf"),
+            f"{stem}.pdf",
+            "res_period_pdf",
+            mime="application/pdf",
+            where=c2,
+            help="the Export page's PDF report with the section Over time added; takes a few seconds to build",
+        )
+    else:
+        c2.caption(f"PDF export is unavailable: {esc(CHROMIUM_MESSAGE)}.")
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _period_report(fmt: str, key: str, column: str, units: str, data_note: str, _run, _frame, _res) -> bytes:
+    """The audit's report (``fmt`` "pdf" or "html") on the run's test rows, as the Export page builds its PDF,
+    with the section "Over time" of ``column`` (``_res``: the period audit the view shows)."""
+    from app.ui.export_page import _test_inputs
+
+    table, y, base = _test_inputs(_run, _frame)
+    kw = dict(
+        base=base,
+        delta=_run.settings.delta,
+        gamma=_run.settings.gamma,
+        label=_run.label.name,
+        data_name=f"{_run.data_name} (test rows)",
+        audit=_run.audit,
+        periods=_res,
+        period_column=column,
+    )
+    if fmt == "html":
+        from app.report_html import build_report_html
+
+        return build_report_html(_run.model, table, y, **kw)
+    from app.report import build_report_pdf
+
+    return build_report_pdf(_run.model, table, y, units=units, data_note=data_note, **kw)
 
 
 def findings(run):

@@ -1,0 +1,184 @@
+"""`mmc report --period COLUMN` (issue 37): the audit over time in the PDF and HTML reports. A model fitted on one
+table is reported on a second one split into two quarters, where group g=3's noise was planted larger in the
+second quarter (its variance doubled): the reports' section "Over time" names that group's change of spread."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.cli import main
+from app.report import chromium_available
+
+needs_browser = pytest.mark.skipif(chromium_available() is None, reason="the PDF's figures need Chromium")
+needs_poppler = pytest.mark.skipif(shutil.which("pdftotext") is None, reason="needs poppler-utils (pdftotext)")
+
+
+def world(rng, n: int) -> pd.DataFrame:
+    """The truth: y = x + sd(g) * noise, sd(g) = 1 + 0.5 g, four groups."""
+    df = pd.DataFrame({"g": rng.integers(0, 4, n), "x": rng.normal(size=n)})
+    df["y"] = df["x"] + (1 + 0.5 * df["g"]) * rng.normal(size=n)
+    return df
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("periods")
+    fit_table = d / "fit.csv"
+    world(np.random.default_rng(1), 6000).to_csv(fit_table, index=False)
+    rng = np.random.default_rng(2)
+    df = world(rng, 12000)
+    df["quarter"] = np.array(["2026Q1", "2026Q2"])[rng.integers(0, 2, len(df))]
+    late = (df["quarter"] == "2026Q2") & (df["g"] == 3)
+    df.loc[late, "y"] += (1 + 0.5 * 3) * rng.normal(size=int(late.sum()))  # g=3's variance doubled in 2026Q2
+    data = d / "new.csv"
+    df.to_csv(data, index=False)
+    model = d / "model.json"
+    fit = ["fit", "--data", str(fit_table), "--label", "y", "--pred", "x", "--group-cols", "g", "--out", str(model)]
+    assert main(fit) == 0
+    return {"dir": d, "data": data, "model": model}
+
+
+def report_args(files, out, *extra) -> list:
+    args = ["report", "--model", str(files["model"]), "--data", str(files["data"]), "--label", "y", "--pred", "x"]
+    return [*args, *extra, "--out", str(out)]
+
+
+def test_html_report_has_the_over_time_section(files, capsys):
+    out = files["dir"] / "report.html"
+    assert main(report_args(files, out, "--period", "quarter")) == 0
+    assert "spread for g=3 changed from" in capsys.readouterr().err  # the findings on stderr, as mmc audit says them
+    page = out.read_text()
+    section = page[page.index("<h2>Over time: quarter</h2>") :]
+    assert "in sorted order: 2026Q1, 2026Q2" in section
+    table = section[section.index("<table>") : section.index("</table>")]
+    rows = [r for r in table.split("<tr>")[2:]]
+    spread_rows = [r for r in rows if "<td>spread ratio</td>" in r]
+    assert any("<td>g=3</td>" in r and "2026Q1 → 2026Q2" in r for r in spread_rows), table
+    assert not any(f"<td>g={k}</td>" in r for r in rows for k in (0, 1, 2)), table  # no group unchanged is named
+    assert "Spread ratio (observed \\u002f predicted variance) by period" in section  # the trend chart (period_figure)
+    assert main(report_args(files, files["dir"] / "plain.html")) == 0
+    assert "Over time" not in (files["dir"] / "plain.html").read_text()  # without --period, no such section
+
+
+@needs_browser
+@needs_poppler
+def test_pdf_report_has_the_over_time_section(files, capsys):
+    out = files["dir"] / "report.pdf"
+    assert main(report_args(files, out, "--period", "quarter")) == 0
+    text = subprocess.run(["pdftotext", "-layout", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    section = text[text.index("Over time: quarter") :]
+    assert "Changes found between periods" in section
+    lines = [ln for ln in section.splitlines() if "spread ratio" in ln and "2026Q1 → 2026Q2" in ln]
+    assert any(ln.split()[0] == "g=3" for ln in lines), section[:3000]
+    assert "group(s): g=3" in " ".join(section.split())  # the headline names it first (the surest change)
+    assert not any(ln.split()[0] in ("g=0", "g=1", "g=2") for ln in lines)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--period", "nope"], "period column 'nope' is not in the data"),
+        (["--period", "quarter", "--format", "html"], None),  # the control: the same call with a column that exists
+    ],
+)
+def test_a_missing_period_column_is_one_line_and_writes_nothing(files, capsys, extra, message):
+    out = files["dir"] / "never.html"
+    capsys.readouterr()
+    code = main(report_args(files, out, *extra))
+    err = capsys.readouterr().err
+    if message is None:
+        assert code == 0 and out.exists()
+        out.unlink()
+        return
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.startswith("mmc: error:")]
+    assert len(lines) == 1 and message in lines[0], err
+    assert not out.exists()
+
+
+def test_a_classifier_is_refused_as_mmc_audit_refuses_it(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    n = 2000
+    df = pd.DataFrame({"g": rng.integers(0, 2, n), "x": rng.normal(size=n)})
+    df["hired"] = np.where(rng.random(n) < 1 / (1 + np.exp(-df["x"])), "yes", "no")
+    df["quarter"] = np.array(["q1", "q2"])[rng.integers(0, 2, n)]
+    data, model = tmp_path / "d.csv", tmp_path / "m.json"
+    df.to_csv(data, index=False)
+    fit = ["fit", "--data", str(data), "--label", "hired", "--positive", "yes", "--group-cols", "g"]
+    assert main([*fit, "--out", str(model)]) == 0
+    common = ["--model", str(model), "--data", str(data), "--label", "hired", "--period", "quarter"]
+    errors = []
+    for cmd, out in (("audit", tmp_path / "a.json"), ("report", tmp_path / "r.html")):
+        capsys.readouterr()
+        assert main([cmd, *common, "--out", str(out)]) == 2
+        errors.append([ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("mmc: error:")])
+        assert not out.exists()
+    assert errors[0] == errors[1] and len(errors[0]) == 1 and "classifier periods are not offered" in errors[0][0]
+
+
+def test_results_over_time_offers_the_reports_with_its_section():
+    """The Results page's Over time view, once a period column is picked, offers the audit's HTML (and PDF) report
+    with that view as its section "Over time": the group whose spread was planted larger in one quarter named."""
+    from mmc_core.synthetic import demo_distribution
+    from tests.test_dashboard import _new, _page, _wait_job
+
+    df = pd.DataFrame(demo_distribution().sample_table(6000, np.random.default_rng(2))).drop(
+        columns=["true_mean", "true_var", "true_m3", "true_m4"]
+    )
+    rng = np.random.default_rng(3)
+    df["quarter"] = np.array(["2026Q1", "2026Q2"])[rng.integers(0, 2, len(df))]
+    late_d = (df["quarter"] == "2026Q2") & (df["race"] == "D")
+    df.loc[late_d, "outcome"] += rng.normal(0, 25, int(late_d.sum()))  # race D far noisier in the second quarter
+    at = _new()
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    at.file_uploader(key="upload").set_value(("q.csv", df.to_csv(index=False).encode(), "text/csv")).run()
+    at.selectbox(key="label_col").select("outcome").run()
+    _page(at, "run")
+    at.button(key="run_btn").click().run()
+    _wait_job(at)
+    at = _page(at, "results")
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert not any("Over time" in x for x in labels)  # no period column chosen: no such report
+    at.selectbox(key="res_period").select("quarter").run()
+    assert not at.exception, [e.value for e in at.exception]
+    buttons = {b.proto.label: b.proto for b in at.get("download_button")}
+    assert "Report with Over time (HTML)" in buttons
+    assert buttons["Report with Over time (HTML)"].HasField("deferred_file_id")  # built on click, not on each run
+    if chromium_available() is not None:
+        assert "Report with Over time (PDF)" in buttons
+    # what the button builds on click: the view's period audit in the report (the same cached function)
+    from app.ui.results_page import _period_report
+
+    run, frame = at.session_state["run"], at.session_state["data"]["df"]
+    (res,) = at.session_state["_period_memo"].values()
+    page = _period_report("html", "k", "quarter", "", "", run, frame, res).decode()
+    section = page[page.index("<h2>Over time: quarter</h2>") :]
+    assert "(test rows)" in page and "race=D" in section and "<td>spread ratio</td>" in section
+    assert "Spread ratio (observed \\u002f predicted variance) by period" in section
+
+
+def test_without_a_change_the_section_says_none_was_found_and_how_many_tests_ran():
+    from mmc_core import GroupSet
+    from mmc_core.compare import Side, compare_periods
+
+    from app.compare_service import period_chart_values, period_findings_table, period_headline
+    from app.report_html import _over_time
+
+    rng = np.random.default_rng(7)
+    df = world(rng, 4000)
+    sd = 1 + 0.5 * df["g"].to_numpy()
+    mu = df["x"].to_numpy()
+    s = Side("the model", mu, sd * sd, mu - 1.645 * sd, mu + 1.645 * sd)
+    res = compare_periods(df, df["y"], s, GroupSet.from_columns(df, ["g"]), rng.integers(0, 3, len(df)))
+    assert not res.findings and res.n_tests > 0
+    assert period_headline(res, "batch") == (
+        f"No group's values change between periods of 'batch' beyond chance ({res.n_tests} tests of change)."
+    )
+    assert period_findings_table(res).empty and period_chart_values(res) == ["spread"]
+    html = "".join(_over_time(res, "batch"))
+    assert "<table>" not in html and f"({res.n_tests} tests of change)" in html and html.count("plotly-graph-div") == 1
