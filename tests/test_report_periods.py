@@ -160,6 +160,17 @@ def test_results_over_time_offers_the_reports_with_its_section():
     section = page[page.index("<h2>Over time: quarter</h2>") :]
     assert "(test rows)" in page and "race=D" in section and "<td>spread ratio</td>" in section
     assert "Spread ratio (observed \\u002f predicted variance) by period" in section
+    # the Export page's PDF carries the same section while the view has a column chosen
+    at = _page(at, "export")
+    assert any("Over time of **quarter**" in c.value for c in at.caption), [c.value for c in at.caption]
+    if chromium_available() is not None:
+        import subprocess
+
+        from app.ui.export_page import build_pdf
+
+        pdf = build_pdf(run, frame, periods=res, period_column="quarter")
+        text = subprocess.run(["pdftotext", "-", "-"], input=pdf, capture_output=True, check=True).stdout.decode()
+        assert "Over time: quarter" in text and "race=D" in text[text.index("Over time: quarter") :]
 
 
 def test_without_a_change_the_section_says_none_was_found_and_how_many_tests_ran():

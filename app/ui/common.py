@@ -180,3 +180,13 @@ def label_error(msg: str) -> str:
     """A label error as the Data and Run pages show it: "Label: ..." unless the message already names the label
     (it said "Label: label column 'y' has ...")."""
     return msg[:1].upper() + msg[1:] if msg.lower().startswith("label") else f"Label: {msg}"
+
+
+def chosen_periods(run) -> tuple:
+    """(column, period audit) the Over time view holds for ``run``, or (None, None) when none is chosen or it
+    has not been computed for this run."""
+    column = st.session_state.get("res_period")
+    if column is None:
+        return None, None
+    res = (st.session_state.get("_period_memo") or {}).get(("periods", run.finished_at, column))
+    return (column, res) if res is not None else (None, None)

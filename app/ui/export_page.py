@@ -9,13 +9,14 @@ import streamlit as st
 
 from app.io import csv_bytes
 from app.ui import state
-from app.ui.common import download, esc, run_and_frame
+from app.ui.common import chosen_periods, download, esc, run_and_frame
 from mmc_core.errors import MMCError
 
 AUTO_CSV_ROWS = 100_000  # build the CSV without a click up to this many rows
 
 
-def _test_inputs(run, frame):
+def test_inputs(run, frame):
+    """(table, label, base) of the run's test rows: what every report of the run is computed on."""
     from app.pipeline import audit_labels
 
     rows = run.split["test"]
@@ -33,13 +34,14 @@ def report_file_name(data_name: str) -> str:
     return f"mmc_report_{stem[:80]}.pdf"
 
 
-def build_pdf(run, frame, threshold: float | None = None) -> bytes:
+def build_pdf(run, frame, threshold: float | None = None, periods=None, period_column: str = "period") -> bytes:
     """The PDF report of ``run`` on its test rows; for a classifier, ``threshold`` is the decision threshold the
-    analyst chose on the Results page (its rates are recomputed from the stored predictions, no refit)."""
+    analyst chose on the Results page (its rates are recomputed from the stored predictions, no refit).
+    ``periods``: the Results page's period audit of ``period_column`` (the section "Over time"), or None."""
     from app.pipeline import classifier_rates
     from app.report import build_report_pdf
 
-    table, y, base = _test_inputs(run, frame)
+    table, y, base = test_inputs(run, frame)
     rates = None
     if threshold is not None and run.model.task == "binary":
         rates = (float(threshold), *classifier_rates(frame, run, threshold))
@@ -53,9 +55,11 @@ def build_pdf(run, frame, threshold: float | None = None) -> bytes:
         label=run.label.name,
         units=state.units(),
         data_name=f"{run.data_name} (test rows)",
-        data_note=_dropped_note(run),
+        data_note=dropped_note(run),
         audit=run.audit,
         rates=rates,
+        periods=periods,
+        period_column=period_column,
     )
 
 
@@ -65,7 +69,7 @@ def _run_data(run) -> dict:
     return d if d is not None and d.get("key") == run.data_key else {}
 
 
-def _dropped_note(run) -> str:
+def dropped_note(run) -> str:
     """The report's sentence on rows dropped from the file on the Data page before the run (the report names
     the file: its reader must know the rows audited are not all of it), else ""."""
     note = _run_data(run).get("note")
@@ -110,7 +114,10 @@ def pdf_section(run, frame):
     thr = pdf_threshold(run)
     if thr is not None:
         st.caption(f"Rates and disparities at the decision threshold **{thr:g}** set on the Results page.")
-    sig = (run.finished_at, thr)
+    period_column, periods = chosen_periods(run)
+    if periods is not None:
+        st.caption(f"With the section Over time of **{esc(str(period_column))}** chosen on the Results page.")
+    sig = (run.finished_at, thr, period_column)
     if ss.get("export_pdf_sig") != sig:  # a PDF built at another slider threshold is not this report
         ss.pop("export_pdf", None)
     c1, c2 = st.columns([1, 3])
@@ -118,7 +125,7 @@ def pdf_section(run, frame):
         with st.spinner("Drawing the figures and laying out the report (a few seconds)…"):
             t = time.perf_counter()
             try:
-                ss["export_pdf"] = build_pdf(run, frame, thr)
+                ss["export_pdf"] = build_pdf(run, frame, thr, periods, str(period_column))
                 ss["export_pdf_sig"] = sig
                 ss["export_pdf_seconds"] = time.perf_counter() - t
                 ss.pop("export_pdf_error", None)

@@ -260,11 +260,11 @@ def over_time(run, frame):
 def period_downloads(run, frame, column: str, res) -> None:
     """The audit's HTML and PDF reports with this view as their section "Over time" (built on click, cached)."""
     from app.report import CHROMIUM_MESSAGE, chromium_available
-    from app.ui.export_page import _dropped_note, report_file_name
+    from app.ui.export_page import dropped_note, report_file_name
 
     stem = report_file_name(run.data_name).removesuffix(".pdf")
     stem += "_over_" + "".join(ch if ch.isalnum() else "_" for ch in str(column))[:40]
-    args = (_run_key(run), str(column), state.units(), _dropped_note(run))
+    args = (_run_key(run), str(column), state.units(), dropped_note(run))
 
     def build(fmt):
         return lambda: _period_report(fmt, *args, run, frame, res)
@@ -297,10 +297,17 @@ def period_downloads(run, frame, column: str, res) -> None:
 def _period_report(fmt: str, key: str, column: str, units: str, data_note: str, _run, _frame, _res) -> bytes:
     """The audit's report (``fmt`` "pdf" or "html") on the run's test rows, as the Export page builds its PDF,
     with the section "Over time" of ``column`` (``_res``: the period audit the view shows)."""
-    from app.ui.export_page import _test_inputs
+    from app.ui.export_page import build_pdf, test_inputs
 
-    table, y, base = _test_inputs(_run, _frame)
-    kw = dict(
+    if fmt == "pdf":
+        return build_pdf(_run, _frame, periods=_res, period_column=column)
+    from app.report_html import build_report_html
+
+    table, y, base = test_inputs(_run, _frame)
+    return build_report_html(
+        _run.model,
+        table,
+        y,
         base=base,
         delta=_run.settings.delta,
         gamma=_run.settings.gamma,
@@ -310,13 +317,6 @@ def _period_report(fmt: str, key: str, column: str, units: str, data_note: str, 
         periods=_res,
         period_column=column,
     )
-    if fmt == "html":
-        from app.report_html import build_report_html
-
-        return build_report_html(_run.model, table, y, **kw)
-    from app.report import build_report_pdf
-
-    return build_report_pdf(_run.model, table, y, units=units, data_note=data_note, **kw)
 
 
 def findings(run):
