@@ -12,6 +12,7 @@ from .figure_style import (
     OKABE_ITO,
     _base_layout,
     _display_names,
+    _footer,
     _hover_safe,
     _left_margin,
     _rows_height,
@@ -175,12 +176,15 @@ def period_figure(res, value: str = "spread", top: int = 8) -> go.Figure:
         if n_groups > len(chosen)
         else ""
     )
+    # the legend under the plot, about three names a row: above it, it ran over the two-line subtitle
+    legend_rows = -(-len(chosen) // 3)
     _base_layout(
         fig,
         f"{PERIOD_TITLES.get(value, value)} by period",
-        480,
+        440 + 24 * legend_rows,
         subtitle="Bars: 95% intervals per period. Thick lines: a change between periods found beyond chance "
         f"(adjusted over all {res.n_tests} tests of change).{more}",
     )
     fig.update_xaxes(title="period", tickmode="array", tickvals=list(range(P)), ticktext=labels, range=[-0.5, P - 0.5])
+    _footer(fig, legend_rows=legend_rows)
     return fig
