@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-__all__ = ["STAGE_LABELS", "STAGE_MIN_SHARE", "describe_stages", "stage_effects", "stage_rows"]
+__all__ = ["STAGE_LABELS", "STAGE_MIN_SHARE", "describe_stages", "stage_effects", "stage_rows", "stage_sentences"]
 
 STAGE_MIN_SHARE = 0.02  # groups with fewer of the rows are left out of the variance error (too noisy)
 STAGE_LABELS = {
@@ -133,4 +133,59 @@ def stage_rows(stages) -> list[dict]:
                 v = r[key]
                 row[key] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
         out.append(row)
+    return out
+
+
+def _pct_off(err: float) -> str:
+    """A group error |log ratio| as the typical percentage a group's variance is off by."""
+    return f"{math.expm1(err):.0%}"
+
+
+def stage_sentences(stages, info: dict, n_mean_updates: int, n_moment_updates: int) -> list[str]:
+    """One plain sentence per stage the fit ran, in order, from :func:`stage_effects`'s records (empty without
+    them): what the stage does and what it changed on the held-out rows. ``n_mean_updates`` /
+    ``n_moment_updates``: the kept log's updates of the mean and of the moments (the descent's)."""
+    rows = _valid(stages)
+    if len(rows) < 2:
+        return []
+    binary = info.get("task") == "binary"
+    what = "Brier score" if binary else "RMSE"
+    first = rows[0].get("rmse")
+    dec = 3
+    if isinstance(first, (int, float)) and first > 0 and math.isfinite(first):
+        dec = max(0, 3 - math.floor(math.log10(first)))
+
+    def change(a: dict, b: dict) -> str:
+        parts = []
+        ra, rb = a.get("rmse"), b.get("rmse")
+        if isinstance(ra, (int, float)) and isinstance(rb, (int, float)):
+            sa, sb = (f"{ra * ra:.4f}", f"{rb * rb:.4f}") if binary else (f"{ra:.{dec}f}", f"{rb:.{dec}f}")
+            if sa != sb:
+                parts.append(f"held-out {what} {sa} -> {sb}")
+        va, vb = a.get("variance_error"), b.get("variance_error")
+        if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and _pct_off(va) != _pct_off(vb):
+            parts.append(f"groups' variances off by {_pct_off(va)} -> {_pct_off(vb)} (typical group)")
+        return "; ".join(parts)
+
+    kept = info.get("kept_round")
+    has_var = any("variance_error" in r for r in rows)
+    text = {
+        "base map": "Base map: the base prediction recalibrated on the fitting rows (a line, per group when the "
+        "held-out rows bear that out)",
+        "descent": f"Descent: {n_mean_updates} correction{'s' if n_mean_updates != 1 else ''} of groups' means"
+        + (f" and {n_moment_updates} of their variances" if has_var else "")
+        + ", where a group's cell was off beyond chance"
+        + (f" (the model of round {kept}, chosen on the held-out rows)" if isinstance(kept, int) else ""),
+        "mean cells": "Mean cell corrections: small corrections of every group's prediction bands at once, each "
+        "shrunk by the rows behind it",
+        "moment cells": "Variance cell corrections: each group's variance rescaled by the evidence for it, where "
+        "the held-out rows bear that out",
+    }
+    out = []
+    for a, b in zip(rows, rows[1:]):
+        head = text.get(b["stage"])
+        if head is None:
+            continue
+        moved = change(a, b)
+        out.append(f"{head}" + (f": {moved}." if moved else "."))
     return out

@@ -109,3 +109,33 @@ def test_model_file_stages_are_checked():
     d["info"]["stages"][0]["rmse"] = "a lot"
     with pytest.raises(ModelFormatError, match="stages"):
         FittedModel.from_dict(d)
+
+
+def test_plain_sentences_one_per_stage_with_its_held_out_change():
+    from mmc_core.stages import stage_sentences
+
+    est, *_ = _fit(n=12000, seed=1)
+    info = est.model_.info
+    n_mean = sum(1 for u in est.model_.log if u.target == 1)
+    lines = stage_sentences(info["stages"], info, n_mean, len(est.model_.log) - n_mean)
+    heads = {"base map": "Base map:", "descent": "Descent:", "mean cells": "Mean cell", "moment cells": "Variance cell"}
+    assert [line.split(" ")[0] for line in lines] == [heads[s["stage"]].split(" ")[0] for s in info["stages"][1:]]
+    descent = next(line for line in lines if line.startswith("Descent:"))
+    assert f"Descent: {n_mean} correction" in descent and f"the model of round {info['kept_round']}" in descent
+    # the variance's typical group error, as a percentage, before and after the stage that moved it most
+    recs = info["stages"]
+    k = max(range(1, len(recs)), key=lambda i: abs(recs[i]["variance_error"] - recs[i - 1]["variance_error"]))
+    a, b = recs[k - 1]["variance_error"], recs[k]["variance_error"]
+    assert f"off by {np.expm1(a):.0%} -> {np.expm1(b):.0%}" in lines[k - 1]
+
+
+def test_plain_sentences_of_a_classifier_say_brier_and_no_variance():
+    from mmc_core.stages import stage_sentences
+
+    recs = [{"stage": "start", "rmse": 0.5}, {"stage": "descent", "rmse": 0.4}]
+    (line,) = stage_sentences(recs, {"task": "binary", "kept_round": 3}, 4, 0)
+    assert line == (
+        "Descent: 4 corrections of groups' means, where a group's cell was off beyond chance (the model of round 3, "
+        "chosen on the held-out rows): held-out Brier score 0.2500 -> 0.1600."
+    )
+    assert stage_sentences([recs[0]], {}, 0, 0) == [] and stage_sentences(None, {}, 0, 0) == []

@@ -11,7 +11,7 @@ import streamlit as st
 
 from app.ui import state
 from app.specs import count, not_converged_note
-from app.ui.common import esc, fit_notes, tabbed
+from app.ui.common import esc, show_fit_notes, tabbed
 
 RATE_TABLE_COLUMNS = ("group", "n", "selection rate", "true positive rate", "false positive rate", "precision")
 
@@ -211,8 +211,7 @@ def render_binary(run, frame):
     if run.stopped or not run.converged:
         st.warning(not_converged_note(False))
     headline(run)
-    for line in fit_notes(run.model):
-        st.caption(esc(line))
+    show_fit_notes(run.model)
     findings_box(run)
     tabbed(
         "results_tab_binary",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from mmc_core.cells import describe_cells
-from mmc_core.stages import describe_stages
+from mmc_core.stages import describe_stages, stage_sentences
 from mmc_core.recalibrate import describe as describe_base
 
 from app.display import visible_controls
@@ -163,8 +163,7 @@ def download(label: str, data: bytes, file_name: str, key: str, mime: str = "app
 
 def fit_notes(model) -> list:
     """How the model used the base prediction, what the step after the descent did and what each stage changed
-    on the held-out rows, one sentence each (the Run and Results pages; the PDF report says the same in its
-    settings table)."""
+    on the held-out rows, one technical sentence each (the PDF report says the same in its settings table)."""
     info = model.info
     out = []
     if base_text := describe_base(model.init_mean, info):
@@ -174,6 +173,25 @@ def fit_notes(model) -> list:
     if stages_text := describe_stages(info.get("stages")):
         out.append(f"What each stage changed: {stages_text}")
     return out
+
+
+def show_fit_notes(model) -> None:
+    """The fit in plain words, one sentence per stage with what it changed on the held-out rows, and the
+    technical sentences of :func:`fit_notes` behind an expander (the Run and Results pages)."""
+    info = model.info
+    n_mean = sum(1 for u in model.log if u.target == 1)
+    plain = stage_sentences(info.get("stages"), info, n_mean, len(model.log) - n_mean)
+    details = fit_notes(model)
+    if not plain:  # a model file without stage records: the technical sentences as before
+        for line in details:
+            st.caption(esc(line))
+        return
+    for line in plain:
+        st.caption(esc(line))
+    if details:
+        with st.expander("Details of each stage"):
+            for line in details:
+                st.caption(esc(line))
 
 
 def label_error(msg: str) -> str:

@@ -20,7 +20,7 @@ import streamlit as st
 from app.figure_style import _coverage_tested, _fmt, _legend_line
 from app.ui import state
 from app.specs import count, not_converged_note
-from app.ui.common import download, esc, fit_notes, run_and_frame, tabbed
+from app.ui.common import download, esc, show_fit_notes, run_and_frame, tabbed
 
 METHOD_LABELS = {
     "guaranteed": "guaranteed (paper, Section 5)",
@@ -736,8 +736,7 @@ def render():
         return
     headline(run)
     rmse_line(run, frame)
-    for line in fit_notes(run.model):
-        st.caption(esc(line))
+    show_fit_notes(run.model)
     findings(run)
     scorecard(run)
     over_time(run, frame)

@@ -27,7 +27,7 @@ import streamlit as st
 from app.jobs import FitJob
 from app.specs import STEP_HELP, count, descent_thresholds, kept_model_text, missed_reason
 from app.ui import state
-from app.ui.common import esc, fit_notes, label_error
+from app.ui.common import esc, show_fit_notes, label_error
 from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
 
 POLL_SECONDS = 1.0  # seconds between two ticks of the live view (each costs the browser 50-200 ms, loaded)
@@ -896,8 +896,7 @@ def show_run_summary(run):
             f"Stop pressed → the run saw it {last['stop_seen_at'] - last['stop_requested_at']:.2f} s later "
             f"and ended {max(last['ended_at'] - last['stop_requested_at'], 0):.2f} s after the click."
         )
-    for line in fit_notes(run.model):
-        st.caption(esc(line))
+    show_fit_notes(run.model)
     if run.audit_error and not run.stopped:
         st.warning(f"Audit not available: {esc(run.audit_error)}")
     cols = st.columns(4)
