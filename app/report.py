@@ -574,7 +574,9 @@ def build_report_pdf(
         if periods is not None:
             raise ValueError("the Over time section is for regression models; classifier periods are not offered")
 
-        return binary_report(model, audit, label, data_name, rates=rates, notes=unlisted)
+        return binary_report(
+            model, audit, label, data_name, rates=rates, notes=unlisted, render=figure_to_png, width=EXPORT_WIDTH
+        )
     y = np.asarray(y, dtype=float)
     info = dict(model.info or {})
     label = report_label(model, label)

@@ -1,8 +1,8 @@
 """The PDF report of a classifier audit (binary labels): key findings, the model and the data, per-group
 probability calibration before / after, reliability diagrams, rates at the decision threshold and the disparity
 summaries, all on the probability scale (figures and tables from :mod:`app.figures_binary`, the same the dashboard
-shows). :func:`app.report.build_report_pdf` hands a binary audit to :func:`binary_report`; the figure export goes
-through ``app.report.figure_to_png`` (looked up there at call time, so one renderer, and one stand-in in the
+shows). :func:`app.report.build_report_pdf` hands a binary audit to :func:`binary_report` with its own figure
+renderer (``app.report.figure_to_png``, looked up there at call time, so one renderer, and one stand-in in the
 tests, serves both reports).
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 
 from app import figures_binary as FB
-from app import report as R
 from app.pdf_doc import _title_page, report_label
 from app.report_tables import _convergence_warning, _findings_section, _in_sample_warning, _short, priority_groups
 
@@ -29,13 +28,22 @@ _BINARY_HOW_TO_READ = (
 
 
 def binary_report(
-    model, audit, label: str, data_name: str, rates: tuple | None = None, notes: list | tuple = ()
+    model,
+    audit,
+    label: str,
+    data_name: str,
+    rates: tuple | None = None,
+    notes: list | tuple = (),
+    *,
+    render,
+    width: int,
 ) -> bytes:
     """The PDF of a classifier audit: findings, per-group probability metrics before / after, reliability
     diagrams, rates at the threshold and the disparity summaries (figures and tables from app/figures_binary.py,
     the same the dashboard shows). ``rates``: (threshold, rates, disparities) at a threshold the analyst chose
     after the audit (the dashboard's slider); without it, the audit's own threshold and rates. ``notes``:
-    sentences about the data printed under its table (e.g. categories no group lists)."""
+    sentences about the data printed under its table (e.g. categories no group lists). ``render(fig)``: the
+    figure's PNG bytes at ``width`` px (the regression report's renderer)."""
     info = dict(model.info or {})
     label = report_label(model, label)
     params = audit.params
@@ -106,12 +114,12 @@ def binary_report(
     doc.para(_BINARY_HOW_TO_READ, size=9)
 
     def add_figure(fig, heading, caption, max_height=None):
-        png = R.figure_to_png(fig)
+        png = render(fig)
         hpx = int(fig.layout.height or 500)
-        w, h = doc.figure_size(R.EXPORT_WIDTH, hpx, max_height)
+        w, h = doc.figure_size(width, hpx, max_height)
         doc.ensure(12 + h + doc.caption_height(caption))
         doc.heading(heading)
-        doc.figure(png, R.EXPORT_WIDTH, hpx, caption, max_height=max_height)
+        doc.figure(png, width, hpx, caption, max_height=max_height)
 
     def table(df, title, first=30.0):
         n_other = len(df.columns) - 1

@@ -18,9 +18,12 @@ same to the last bit whichever way is used.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from .groups import Membership
+if TYPE_CHECKING:  # groups builds these sums (Membership.sums): a run-time import would be a cycle
+    from .groups import Membership
 
 __all__ = ["MembershipSums", "use_signatures", "Shift"]
 

@@ -11,7 +11,7 @@ import streamlit as st
 from app import demo_data
 from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
 from app.specs import BASE_MODELS
-from app.ui import budget, state
+from app.ui import admission, budget, state
 from app.ui.common import choose_one, columns_multiselect, esc, label_error, sanitize
 from mmc_core.errors import MMCError
 
@@ -283,7 +283,7 @@ def source_section():
                     try:
                         # the server's memory budget is checked from the file's metadata or a sample, before
                         # it is read (a 0.9 MB Parquet file decoded to gigabytes)
-                        budget.admit(up.getvalue(), up.name)
+                        admission.admit(up.getvalue(), up.name)
                         frame = read_table_bytes(up.getvalue(), up.name, limit=budget.table_limit())
                         budget.release_memory()  # what reading left in Arrow's pool, in this thread
                         state.set_data(frame, up.name, "upload", file_id=up.file_id)

@@ -98,6 +98,12 @@ def session_active(session_id) -> bool:
         return True
 
 
+def kept_workspaces() -> list:
+    """The workspaces kept for sessions (live ones' and those kept for a reload), each a dict of what it holds."""
+    with _LOCK:
+        return [w[1] for w in _WORKSPACES.values()]
+
+
 def release_ended(need: float = 0.0, older_than: float | None = None) -> int:
     """Let go of the workspaces of sessions that have ended: the oldest first, until ``need`` bytes of tables
     are freed (all of them when ``need`` is 0), only those saved ``older_than`` seconds ago or more when given.
