@@ -407,7 +407,7 @@ def test_dashboard_run_with_positive_class_0_audits_the_labels_once_flipped():
     the model's positive class) must get the data's own values: the test rows' base rate is P(approve = 0)."""
     from app.demo_data import get_dataset, load_dataset
     from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
-    from app.ui.export_page import _test_inputs
+    from app.ui.export_page import test_inputs
 
     ds = get_dataset("loanapp")
     df = load_dataset("loanapp")
@@ -419,7 +419,7 @@ def test_dashboard_run_with_positive_class_0_audits_the_labels_once_flipped():
     test = run.split["test"]
     p0 = float(np.mean(df["approve"].to_numpy()[test] == 0))
     assert run.audit.by_group.loc["all", "base_rate"] == pytest.approx(p0)
-    _, y, _ = _test_inputs(run, df)  # what the PDF report is built from
+    _, y, _ = test_inputs(run, df)  # what the PDF report is built from
     assert audit(run.model, df.iloc[test].reset_index(drop=True), y).by_group.loc["all", "base_rate"] == (
         pytest.approx(p0)
     )
