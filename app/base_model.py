@@ -87,13 +87,21 @@ class _Probability:
 
 
 def fit_base_model(
-    X: pd.DataFrame, y: np.ndarray, kind: str = "hgb", seed: int = 0, stop=None, progress=None, binary: bool = False
+    X: pd.DataFrame,
+    y: np.ndarray,
+    kind: str = "hgb",
+    seed: int = 0,
+    stop=None,
+    progress=None,
+    binary: bool = False,
+    one_call: bool | None = None,
 ):
     """A scikit-learn pipeline (one-hot for text columns) fitted on (X, y).
 
     ``stop()`` is polled between chunks of BOOST_CHUNK boosting iterations (gradient boosting is grown with
     ``warm_start``, which gives the same model as one fit); when it returns True, :class:`StoppedByUser` is
-    raised. ``progress(iterations_done)`` is called after every chunk.
+    raised. ``progress(iterations_done)`` is called after every chunk. ``one_call``: grow the trees in one call
+    (True) or in chunks (False); by default in one call only in a worker process (:data:`KILLABLE`).
 
     Binary labels: gradient-boosted trees or a (ridge-penalised) logistic regression, predicting the
     probability of the positive class (a regression on 0/1 would give values outside [0, 1])."""
@@ -120,7 +128,7 @@ def fit_base_model(
             warm_start=True,
         )
         with _limit_threads():
-            _grow(est, pre.fit_transform(X), y, stop, progress, max_iter=200)
+            _grow(est, pre.fit_transform(X), y, stop, progress, max_iter=200, one_call=one_call)
         model = Pipeline([("pre", pre), ("clf" if binary else "reg", est)])
     elif kind == "ridge":
         from sklearn.linear_model import LogisticRegressionCV, RidgeCV
@@ -175,14 +183,14 @@ def _preprocessor(cat: list, num: list, linear: bool):
     )
 
 
-def _grow(est, Xt, y, stop, progress, max_iter: int):
+def _grow(est, Xt, y, stop, progress, max_iter: int, one_call: bool | None = None):
     """Fit a ``warm_start`` gradient-boosting model BOOST_CHUNK iterations at a time up to ``max_iter`` (or until
     its early stopping ends the boosting), looking at ``stop()`` before every chunk.
 
     In a worker process that Stop terminates (:data:`KILLABLE`) the model is fitted in one call instead: every
     warm start re-bins the rows and re-predicts them with all the trees grown so far, which made the chunked fit
-    up to twice as slow as the plain one on large tables."""
-    if KILLABLE:
+    up to twice as slow as the plain one on large tables. ``one_call`` overrides that choice (the export's refit)."""
+    if KILLABLE if one_call is None else one_call:
         est.set_params(max_iter=max_iter)
         est.fit(Xt, y)
         if progress is not None:
@@ -213,6 +221,14 @@ def _early_stopped(est) -> bool:
     if len(scores) < ref:
         return False
     return not any(s > scores[-ref] + est.tol for s in scores[-ref + 1 :])
+
+
+def _fit_digest(df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, feats: list) -> str:
+    """What a base model is trained on (its rows, their labels and features), hashed: part of the cache key."""
+    h = hashlib.sha1(np.ascontiguousarray(rows).tobytes())
+    h.update(np.ascontiguousarray(y[rows], dtype=float).tobytes())
+    h.update(pd.util.hash_pandas_object(df.iloc[rows][feats], index=False).to_numpy().tobytes())
+    return h.hexdigest()[:24]
 
 
 _BASE_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
@@ -317,11 +333,7 @@ def base_prediction(
         spec = BaseSpec("model", None, spec.model, tuple(feats))
         # the key holds what the model is trained on -- its rows, their labels and features -- so an edited
         # table under the same name (or no data_key at all) never gets another table's model
-        rows = split["base"]
-        h = hashlib.sha1(np.ascontiguousarray(rows).tobytes())
-        h.update(np.ascontiguousarray(label.y[rows], dtype=float).tobytes())
-        h.update(pd.util.hash_pandas_object(df.iloc[rows][feats], index=False).to_numpy().tobytes())
-        key = (data_key, label_spec, spec, split_spec, h.hexdigest()[:24])
+        key = (data_key, label_spec, spec, split_spec, _fit_digest(df, label.y, split["base"], feats))
         b, _, seconds = cached_base_model(
             key,
             df,
@@ -352,3 +364,274 @@ def base_prediction(
     if outside:
         note += f"; {outside:,} prediction(s) outside the label range were clipped into it"
     return np.clip(b, label.lo, label.hi), note
+
+
+# ---------------------------------------------------------------------------------------------------
+# the exported base model: a skops file (scikit-learn's own safe format, no pickle), loaded with a closed list
+# of trusted types, that `mmc predict --base-model` applies to new rows
+# ---------------------------------------------------------------------------------------------------
+BASE_MODEL_FORMAT = "mmc-base-model"
+BASE_MODEL_FILE = "base_model.skops"
+# Every type an exported base model may hold (the pipelines of fit_base_model, scikit-learn 1.4 and later, and
+# the plain values of the file's record). load_base_model refuses a file naming any other type before skops
+# builds anything, and passes this list (never trusted=True) to skops, which refuses anything else again.
+TRUSTED_TYPES = tuple(
+    sorted(
+        {
+            "builtins.dict",
+            "builtins.list",
+            "builtins.slice",
+            "builtins.str",
+            "builtins.tuple",
+            "builtins.int",
+            "builtins.float",
+            "builtins.bool",
+            "builtins.NoneType",
+            "numpy.dtype",
+            "numpy.ndarray",
+            "numpy.float64",
+            "numpy.float32",
+            "numpy.int64",
+            "numpy.int32",
+            "numpy.uint8",
+            "numpy.uint32",
+            "numpy.uint64",
+            "numpy.bool_",
+            "numpy.random._generator.Generator",
+            "numpy.random.mtrand.RandomState",
+            "numpy.random._pcg64.PCG64",
+            "numpy.random._mt19937.MT19937",
+            "sklearn._loss._loss.CyHalfBinomialLoss",
+            "sklearn._loss._loss.CyHalfSquaredError",
+            "sklearn._loss.link.IdentityLink",
+            "sklearn._loss.link.Interval",
+            "sklearn._loss.link.LogitLink",
+            "sklearn._loss.loss.HalfBinomialLoss",
+            "sklearn._loss.loss.HalfSquaredError",
+            "sklearn.compose._column_transformer.ColumnTransformer",
+            "sklearn.ensemble._hist_gradient_boosting.binning._BinMapper",
+            "sklearn.ensemble._hist_gradient_boosting.gradient_boosting.HistGradientBoostingClassifier",
+            "sklearn.ensemble._hist_gradient_boosting.gradient_boosting.HistGradientBoostingRegressor",
+            "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+            "sklearn.impute._base.SimpleImputer",
+            "sklearn.linear_model._logistic.LogisticRegressionCV",
+            "sklearn.linear_model._ridge.RidgeCV",
+            "sklearn.pipeline.Pipeline",
+            "sklearn.preprocessing._data.StandardScaler",
+            "sklearn.preprocessing._encoders.OneHotEncoder",
+            "sklearn.preprocessing._function_transformer.FunctionTransformer",
+            "sklearn.preprocessing._label.LabelEncoder",
+        }
+    )
+)
+# the fitted model's predictions may differ from the run's stored ones by rounding only (relative to the span)
+REPRODUCE_TOLERANCE = 1e-9
+
+
+class LoadedBaseModel:
+    """A base model read from a skops file: ``predict(df)`` gives the base prediction of every row of ``df``
+    (fitted-label units: log units for a log label; a classifier's probability of the positive class), from the
+    feature columns ``features`` the file records."""
+
+    def __init__(self, record: dict, source: str = "the base model"):
+        self.record = record
+        self.source = source
+        self.features = [str(f) for f in record["features"]]
+        self.text_features = [str(f) for f in record.get("text_features", [])]
+        self.output = record["output"]
+        self.model = record["model"]
+
+    def missing(self, columns) -> list:
+        have = {str(c) for c in columns}
+        return [f for f in self.features if f not in have]
+
+    def predict(self, df: pd.DataFrame) -> np.ndarray:
+        missing = self.missing(df.columns)
+        if missing:
+            raise DataError(
+                f"the data lacks feature column(s) the base model needs: {', '.join(missing)} "
+                f"(it was fitted on {', '.join(self.features)})"
+            )
+        X = df[self.features].copy()
+        for c in self.features:
+            s = X[c]
+            if c in self.text_features:
+                X[c] = s.astype("string").astype(object).where(s.notna(), None)
+            elif pd.api.types.is_bool_dtype(s):
+                X[c] = s.astype(float)
+            elif not pd.api.types.is_numeric_dtype(s):
+                raise DataError(
+                    f"feature column '{c}' must hold numbers, as it did when the base model was fitted "
+                    f"(found text such as {str(s.dropna().iloc[0])[:40]!r})"
+                )
+        if len(X) == 0:
+            return np.zeros(0)
+        with _limit_threads():
+            if self.output == "probability":
+                return np.asarray(self.model.predict_proba(X)[:, 1], dtype=float)
+            return np.asarray(self.model.predict(X), dtype=float)
+
+
+def base_model_record(model, X: pd.DataFrame, *, kind: str, label_name: str, log: bool, label_range, seed: int) -> dict:
+    """What the exported file holds: the scikit-learn pipeline and the facts needed to apply it to new rows."""
+    import sklearn
+
+    binary = isinstance(model, _Probability)
+    return {
+        "format": BASE_MODEL_FORMAT,
+        "version": 1,
+        "features": [str(c) for c in X.columns],
+        "text_features": [str(c) for c in X.columns if not pd.api.types.is_numeric_dtype(X[c])],
+        "output": "probability" if binary else "value",
+        "kind": kind,
+        "label": str(label_name),
+        "log": bool(log),
+        "label_range": [float(label_range[0]), float(label_range[1])],
+        "seed": int(seed),
+        "sklearn_version": str(sklearn.__version__),
+        "model": model.model if binary else model,
+    }
+
+
+def dump_base_model(record: dict) -> bytes:
+    """The skops file of ``record`` (see :func:`base_model_record`)."""
+    import skops.io
+
+    return skops.io.dumps(record)
+
+
+def _schema_types(node, out: set) -> set:
+    """Every type (module.name) a skops schema names, at any depth."""
+    if isinstance(node, dict):
+        if "__class__" in node or "__module__" in node:
+            out.add(f"{node.get('__module__', '?')}.{node.get('__class__', '?')}")
+        for v in node.values():
+            _schema_types(v, out)
+    elif isinstance(node, list):
+        for v in node:
+            _schema_types(v, out)
+    return out
+
+
+def load_base_model_bytes(data: bytes, source: str = "the base-model file") -> LoadedBaseModel:
+    """A :class:`LoadedBaseModel` from the bytes of a skops file; :class:`DataError` (one line) for anything
+    else: not a skops file, a type outside :data:`TRUSTED_TYPES` (refused before skops builds anything, so
+    nothing in the file runs), or a skops file that is not an mmc base model."""
+    import io
+    import json
+    import zipfile
+
+    not_ours = f"{source} is not a base model saved by mmc (a skops file, e.g. base_model.skops from the Export page)"
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            schema = json.loads(z.read("schema.json"))
+    except (zipfile.BadZipFile, KeyError, ValueError, RuntimeError, OSError, NotImplementedError):
+        raise DataError(not_ours) from None
+    names = _schema_types(schema, set())
+    untrusted = sorted(names - set(TRUSTED_TYPES))
+    if untrusted:
+        raise DataError(
+            f"{source} holds type(s) an mmc base model never has, refused without loading: "
+            f"{', '.join(untrusted[:5])}{' ...' if len(untrusted) > 5 else ''}"
+        )
+    try:
+        import skops.io
+    except ImportError as e:
+        raise DataError(f"reading a base-model file needs the skops package: pip install skops ({e})") from None
+    try:
+        record = skops.io.loads(data, trusted=list(TRUSTED_TYPES))
+    except Exception as e:  # noqa: BLE001 - skops raises many types for a damaged or foreign file: one line
+        first = str(e).splitlines()[0][:200] if str(e) else ""
+        raise DataError(f"{source} could not be read as a base model ({type(e).__name__}: {first})") from None
+    ok = (
+        isinstance(record, dict)
+        and record.get("format") == BASE_MODEL_FORMAT
+        and isinstance(record.get("features"), list)
+        and record["features"]
+        and all(isinstance(f, str) for f in record["features"])
+        and record.get("output") in ("probability", "value")
+        and hasattr(record.get("model"), "predict_proba" if record.get("output") == "probability" else "predict")
+    )
+    if not ok:
+        raise DataError(not_ours)
+    return LoadedBaseModel(record, source)
+
+
+def load_base_model(path) -> LoadedBaseModel:
+    """:func:`load_base_model_bytes` of the file at ``path`` (DataError if it cannot be read)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise DataError(f"base-model file not found: {path}")
+    with open(path, "rb") as f:
+        return load_base_model_bytes(f.read(), path)
+
+
+def export_base_model(run, df: pd.DataFrame) -> bytes:
+    """The skops file of ``run``'s in-app base model, which reproduces ``run.base`` on the rows of ``df`` (the
+    table the run was fitted on).
+
+    The model the run used is taken from the cache when this process fitted it; a model fitted in a worker
+    process (the dashboard's default) came back as its predictions only, so it is fitted again on the same
+    rows, labels, features and seed (one OpenMP thread: the same model). Either way its predictions on every
+    row are compared with the run's: a model that does not reproduce them is never exported (DataError)."""
+    spec = run.base_spec
+    if spec.kind != "model" or run.base is None:
+        raise DataError("this run has no base model fitted in the app")
+    feats = [f for f in spec.features if f != run.label_spec.column]
+    missing = [f for f in feats if f not in df.columns]
+    if missing:
+        raise DataError(f"feature column(s) not in the data: {', '.join(missing)}")
+    rows = np.asarray(run.split["base"])
+    y = run.label.y
+    binary = run.label.task == "binary"
+    X = _feature_frame(df, feats)
+    want = np.asarray(run.base, dtype=float)
+    lo, hi = float(run.label.lo), float(run.label.hi)
+    tol = REPRODUCE_TOLERANCE * max(1.0, hi - lo)
+    digest = _fit_digest(df, y, rows, feats)
+    spec_key = BaseSpec("model", None, spec.model, tuple(feats))
+
+    def cached():
+        with _BASE_LOCK:
+            entries = list(_BASE_CACHE.items())
+        for key, (_, model) in reversed(entries):
+            if (
+                model is not None
+                and key[1:3] == (run.label_spec, spec_key)
+                and key[4] == digest
+                and getattr(key[3], "seed", None) == run.split_seed
+            ):
+                yield model
+
+    def refits():
+        for one_call in (True, False) if spec.model == "hgb" else (True,):
+            try:
+                yield fit_base_model(
+                    X.iloc[rows], y[rows], spec.model, run.split_seed, binary=binary, one_call=one_call
+                )
+            except ValueError as e:
+                raise DataError(f"the base model could not be fitted again: {str(e).splitlines()[0]}") from None
+
+    worst = None
+    import itertools
+
+    for model in itertools.chain(cached(), refits()):  # lazily: a refit only when no cached model fits
+        with _limit_threads():
+            pred = np.clip(np.asarray(model.predict(X), dtype=float), lo, hi)
+        gap = float(np.max(np.abs(pred - want))) if want.size else 0.0
+        if gap <= tol:
+            record = base_model_record(
+                model,
+                X,
+                kind=spec.model,
+                label_name=run.label.name,
+                log=bool(run.label_spec.log),
+                label_range=(lo, hi),
+                seed=run.split_seed,
+            )
+            return dump_base_model(record)
+        worst = gap if worst is None else min(worst, gap)
+    raise DataError(
+        f"the base model could not be rebuilt exactly (its predictions differ from this run's by up to {worst:.3g}): "
+        "run the audit again, then export"
+    )

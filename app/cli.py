@@ -319,6 +319,11 @@ def _model_options(p, label: bool):
     if label:
         p.add_argument("--label", required=True)
     p.add_argument("--pred", help="base prediction column, required if the model was fitted with --pred")
+    p.add_argument(
+        "--base-model",
+        help="base model file exported with the model from the dashboard (base_model.skops): the base prediction "
+        "is computed from the rows' feature columns instead of read from --pred",
+    )
     p.add_argument("--delta", type=float, default=0.1, help="interval miscoverage (default 0.1)")
     p.add_argument("--gamma", type=float, default=0.05, help="smallest cell mass the guarantees cover (default 0.05)")
 
@@ -370,7 +375,7 @@ def _features(args, df, exclude) -> list:
 
 # the path options of the commands: an output renamed over an input would replace it (`fit --out DATA.csv` left a
 # model where the data was, `report --out MODEL.json` a PDF where the model was)
-INPUT_OPTIONS = ("--data", "--model", "--groups")
+INPUT_OPTIONS = ("--data", "--model", "--groups", "--base-model")
 OUTPUT_OPTIONS = ("--out", "--report")
 
 
@@ -761,17 +766,24 @@ def _load_for_apply(args, need_label: bool):
     from .validate import unlisted_notes
 
     model = FittedModel.load(args.model)
-    df = read_table(args.data, model.groups.text_columns())
+    base_model = _base_model_file(args, model)
+    text = set(model.groups.text_columns()) | set(base_model.text_features if base_model else ())
+    df = read_table(args.data, sorted(text))
     missing = sorted(c for c in model.groups.columns() if c not in df.columns)
     if missing:
         raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
     for note in unlisted_notes(model.groups, df):
         print(f"note: {note}", file=sys.stderr)
     base = None
-    if model.uses_base:
+    if base_model is not None:
+        base = base_model.predict(df)  # a missing or non-numeric feature column: one line naming it
+    elif model.uses_base:
         if not args.pred:
             col = model.init_mean.get("column")
-            raise CLIError(f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass --pred COL")
+            also = " or --base-model FILE (the base model exported with it)" if col == "base_model" else ""
+            raise CLIError(
+                f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass --pred COL{also}"
+            )
         base = numeric_column(df, args.pred, "prediction column")
     elif args.pred:
         print("note: the model was fitted without a base prediction; --pred is ignored", file=sys.stderr)
@@ -790,6 +802,27 @@ def _load_for_apply(args, need_label: bool):
         return model, df, base, df[args.label].to_numpy()
     y = numeric_column(df, args.label, "label column") if need_label else None
     return model, df, base, y
+
+
+def _base_model_file(args, model):
+    """The base model of --base-model (app.base_model.LoadedBaseModel), or None. Refused with one line: together
+    with --pred, on a model fitted without a base prediction, on a file that is not an mmc base model or holds a
+    type outside the trusted list (nothing in it runs)."""
+    path = getattr(args, "base_model", None)
+    if not path:
+        return None
+    if args.pred:
+        raise CLIError("pass either --pred COL or --base-model FILE, not both")
+    if not model.uses_base:
+        raise CLIError("--base-model: this model was fitted without a base prediction; leave --base-model out")
+    from .base_model import load_base_model
+
+    return load_base_model(path)
+
+
+def _refuse_base_model_on_dask(args) -> None:
+    if getattr(args, "base_model", None):
+        raise CLIError("--base-model works with the default engine only; leave --engine dask out")
 
 
 def _note_base_range(model, base):
@@ -828,6 +861,7 @@ def refuse_overwrite(existing, added) -> None:
 def cmd_predict(args) -> int:
     refuse_output_over_input(args)
     if args.engine == "dask":
+        _refuse_base_model_on_dask(args)
         from .cli_dask import predict
 
         return predict(args)
@@ -864,6 +898,7 @@ def cmd_predict(args) -> int:
 def cmd_audit(args) -> int:
     refuse_output_over_input(args)
     if args.engine == "dask":
+        _refuse_base_model_on_dask(args)
         from .cli_dask import audit as audit_dask
 
         return audit_dask(args)

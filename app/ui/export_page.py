@@ -13,6 +13,7 @@ from app.ui.common import chosen_periods, download, esc, run_and_frame
 from mmc_core.errors import MMCError
 
 AUTO_CSV_ROWS = 100_000  # build the CSV without a click up to this many rows
+AUTO_BASE_ROWS = 20_000  # rebuild an in-app base model for the export without a click up to this many base rows
 
 
 def test_inputs(run, frame):
@@ -161,7 +162,8 @@ def csv_section(run, frame):
 
     methods = list(available_methods(run.model))
     st.subheader("Predictions with intervals (CSV)" if methods else "Predictions (CSV)")
-    state.put("exp_methods", [m for m in ss.get("exp_methods", []) if m in methods])
+    if methods:  # a classifier (no methods) leaves the choice alone: it emptied the next regression's picker
+        state.put("exp_methods", [m for m in ss.get("exp_methods", []) if m in methods])
     if methods:
         c1, c2 = st.columns([2, 1])
         c1.multiselect("Interval methods (a lower and an upper column each)", methods, **state.bind("exp_methods"))
@@ -174,29 +176,33 @@ def csv_section(run, frame):
         horizontal=True,
         format_func=lambda w: {"all": f"all {len(frame):,} rows", "test": "test rows only"}[w],
     )
+    chosen = list(ss.get("exp_methods") or []) if methods else []
     thr = pdf_threshold(run)  # a classifier's decisions at the threshold the PDF's rates are at
-    sig = (run.finished_at, tuple(ss["exp_methods"]), which, thr)
+    sig = (run.finished_at, tuple(chosen), which, thr)
     if ss.get("export_csv_sig") != sig:  # a CSV of other rows, methods or threshold is not this export
         ss.pop("export_csv", None)
     n = len(frame) if which == "all" else run.split["test"].size
     if ss.get("export_csv") is None and n <= AUTO_CSV_ROWS:
-        ss["export_csv"] = build_csv(run, frame, ss["exp_methods"], which, thr)
+        ss["export_csv"] = build_csv(run, frame, chosen, which, thr)
         ss["export_csv_sig"] = sig
     elif ss.get("export_csv") is None:
         if st.button(f"Prepare the CSV ({n:,} rows)", key="csv_build"):
             with st.spinner("Computing predictions and intervals…" if methods else "Computing predictions…"):
-                ss["export_csv"] = build_csv(run, frame, ss["exp_methods"], which, thr)
+                ss["export_csv"] = build_csv(run, frame, chosen, which, thr)
                 ss["export_csv_sig"] = sig
     if ss.get("export_csv") is not None:
         download("Download predictions.csv", ss["export_csv"], "predictions.csv", "csv_download", mime="text/csv")
         if getattr(run.model, "task", "") != "binary":
             units = f"log({run.label_spec.column})" if run.label_spec.log else run.label.name
             moms = ", ".join(f"`mmc_moment_{a}`" for a in run.model.moments)
+            ends = ", ".join(f"`mmc_lower_{m}` / `mmc_upper_{m}`" for m in chosen)
             cols = (
-                "`mmc_base`, `mmc_mean`, `mmc_sd` and `mmc_lower_<method>` / `mmc_upper_<method>` in "
-                f"{units} units"
+                ("`mmc_base`, " if run.base is not None else "")
+                + ("`mmc_mean`, `mmc_sd`" if "moment_2" in moms else "`mmc_mean`")
+                + (f" and {ends}" if ends else "")
+                + f" in {units} units"
                 + (f"; the central moments {moms}, each in {units} units to its power (2: squared)" if moms else "")
-                + "."
+                + ("." if ends else ". No interval columns: choose an interval method above to add them.")
             )
         else:
             audit_thr = float(run.settings.threshold)
@@ -226,7 +232,73 @@ def csv_section(run, frame):
         )
 
 
-def json_section(run):
+def has_app_base_model(run) -> bool:
+    """Whether ``run`` started from a base model fitted in the app (model.json alone cannot predict then)."""
+    return run.base_spec.kind == "model" and run.base is not None and bool(getattr(run.model, "uses_base", False))
+
+
+def model_zip(run, frame) -> bytes:
+    """model.zip: model.json and base_model.skops (the in-app base model, see
+    :func:`app.base_model.export_base_model`), the two files ``mmc predict --base-model`` needs."""
+    import io
+    import zipfile
+
+    from app.base_model import BASE_MODEL_FILE, export_base_model
+
+    skops_bytes = export_base_model(run, frame)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("model.json", run.model.to_json())
+        z.writestr(BASE_MODEL_FILE, skops_bytes)
+    return buf.getvalue()
+
+
+def model_zip_section(run, frame, thr):
+    """The model's download when it starts from an in-app base model: one zip with both files."""
+    ss = st.session_state
+    sig = (run.finished_at, run.data_key, run.split_seed)
+    if ss.get("export_zip_sig") != sig:  # another run's files are not this model's
+        ss.pop("export_zip", None)
+        ss.pop("export_zip_error", None)
+        ss["export_zip_sig"] = sig
+
+    def build():
+        try:
+            ss["export_zip"] = model_zip(run, frame)
+        except MMCError as e:
+            ss["export_zip_error"] = str(e)
+        except ImportError as e:
+            ss["export_zip_error"] = f"saving the base model needs the skops package: pip install skops ({e})"
+
+    n_base = int(run.split["base"].size)
+    if ss.get("export_zip") is None and not ss.get("export_zip_error"):
+        if n_base <= AUTO_BASE_ROWS:
+            build()
+        elif st.button(f"Prepare model.zip (fits the base model again on its {n_base:,} rows)", key="zip_build"):
+            with st.spinner("Fitting the base model again on its rows…"):
+                build()
+    if ss.get("export_zip_error"):
+        st.error(f"Could not export the base model: {esc(ss['export_zip_error'])}", icon=":material/error:")
+    if ss.get("export_zip") is not None:
+        download(
+            "Download model.zip (model.json + base_model.skops)",
+            ss["export_zip"],
+            "model.zip",
+            "model_zip_download",
+            mime="application/zip",
+        )
+    feats = [f for f in run.base_spec.features if f != run.label_spec.column]
+    st.caption(
+        "This model starts from the base model fitted in the app, so it comes as one zip of two files: "
+        "`model.json` and `base_model.skops` (the scikit-learn base model in the skops format, not pickle). "
+        "Unzip it and apply both to new rows with `mmc predict --model model.json --base-model base_model.skops "
+        "--data new.csv --out predictions.csv`"
+        + (f" (`--threshold {thr:g}` adds the `decision` column of predictions.csv)" if thr is not None else "")
+        + f". The new rows need the base model's feature columns: {esc(', '.join(map(str, feats)))}."
+    )
+
+
+def json_section(run, frame):
     ss = st.session_state
     st.subheader("Model and groups (JSON)")
     if ss.get("export_model") is None:
@@ -245,15 +317,18 @@ def json_section(run):
             ss["export_audit"] = None
     c = st.columns(3)
     with c[0]:
-        download("Download model.json", ss["export_model"], "model.json", "model_download")
         thr = pdf_threshold(run)
-        notes = (["pass the base prediction with --pred"] if run.model.uses_base else []) + (
-            [f"`--threshold {thr:g}` adds the `decision` column of predictions.csv"] if thr is not None else []
-        )
-        st.caption(
-            "Apply it to new rows with `mmc predict --model model.json …`"
-            + (f" ({'; '.join(notes)})." if notes else ".")
-        )
+        if has_app_base_model(run):
+            model_zip_section(run, frame, thr)
+        else:
+            download("Download model.json", ss["export_model"], "model.json", "model_download")
+            notes = (["pass the base prediction with --pred"] if run.model.uses_base else []) + (
+                [f"`--threshold {thr:g}` adds the `decision` column of predictions.csv"] if thr is not None else []
+            )
+            st.caption(
+                "Apply it to new rows with `mmc predict --model model.json …`"
+                + (f" ({'; '.join(notes)})." if notes else ".")
+            )
     with c[1]:
         download("Download groups.json", ss["export_groups_run"], "groups.json", "groups_download")
         st.caption("The groups of this model, in the format `mmc fit --groups` reads.")
@@ -275,7 +350,7 @@ def render():
     st.divider()
     csv_section(run, frame)
     st.divider()
-    json_section(run)
+    json_section(run, frame)
 
 
 if __name__ == "__main__":
