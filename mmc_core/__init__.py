@@ -9,7 +9,7 @@ on the same rows, one model across periods), and the synthetic ground-truth dist
 from importlib.metadata import PackageNotFoundError, version
 
 from .compare import compare, compare_periods, side
-from .errors import DataError, GroupDefinitionError, MMCError, ModelFormatError
+from .errors import DataError, GroupDefinitionError, MMCError, ModelFormatError, NotFittedError
 from .estimator import MomentMulticalibrator
 from .groups import Condition, Group, GroupSet, Membership
 from .metrics import audit
@@ -29,6 +29,7 @@ __all__ = [
     "DataError",
     "GroupDefinitionError",
     "ModelFormatError",
+    "NotFittedError",
     "audit",
     "compare",
     "compare_periods",

@@ -68,6 +68,7 @@ def out_of_fold_predictions(est, X, yu, base_u, gset, task: str, stop=None, fold
     fold = fold_ids(n, est.random_state, folds)
     params = est.get_params(deep=False)
     params.update(label_range=(0.0, 1.0), task=task, positive_label=None, interval_calibration="held-out")
+    params.update(base_column=None, groups=None)  # the fold's groups and base are passed to its fit
     mu = np.empty(n)
     moms: dict = {}
     for k in range(folds):

@@ -17,7 +17,7 @@ import numpy as np
 
 from .buckets import fill_edges, geometric_edges, quantile_edges
 from .descent import CellState, DescentParams, descend
-from .errors import DataError, MMCError
+from .errors import DataError, MMCError, not_fitted
 from .groups import GroupSet
 from .model import FittedModel
 from .recalibrate import BASE_RECALIBRATIONS, affine_base, fit_affine, fit_group_linear, group_linear_base
@@ -251,7 +251,21 @@ def fit_info(est, model, search: BucketSearch, rows: FitRows, achieved, floors) 
         "alpha_rule": effective_rule(est.alpha, est.step),
         "beta_rule": effective_rule(est.beta, est.step),
         "history": res.history,
-        "estimator_params": _json_params(est.get_params(deep=False)),
+        "estimator_params": _json_params(_saved_params(est)),
+    }
+
+
+# Constructor parameters that say where fit finds its inputs, with their defaults: a model file keeps them only
+# when set (a file of a fit without them is as before they existed); the groups themselves are in the model.
+_INPUT_PARAMS = {"base_column": None, "max_order": 1}
+
+
+def _saved_params(est) -> dict:
+    """The constructor parameters a model file keeps (``info["estimator_params"]``)."""
+    return {
+        k: v
+        for k, v in est.get_params(deep=False).items()
+        if k != "groups" and not (k in _INPUT_PARAMS and v == _INPUT_PARAMS[k])
     }
 
 
@@ -428,6 +442,19 @@ class MomentMulticalibrator(SklearnParams):
         ``mmc_core.crossfit.CROSS_FIT_MAX_ROWS`` (200,000) rows, "held-out" above that and with the Dask engine
         ("cross-fit" there is an MMCError). A fit stopped by ``stop`` or ``callback`` is calibrated on the
         held-out rows either way.
+    base_column : str or None
+        The column of X that holds the base model's mean prediction (label units), read by ``fit`` and every
+        prediction method, so that the estimator needs only X and y (scikit-learn's ``Pipeline``,
+        ``cross_val_score``, ``GridSearchCV``). A ``base_prediction`` argument wins when given. Default None:
+        no base column (without a ``base_prediction`` argument the descent starts from the label's mean).
+    groups : list of str, GroupSet, group definitions (JSON) or None
+        The groups to calibrate on when ``fit`` is not given any: a list of column names builds
+        ``GroupSet.from_columns(X, groups, max_order)`` on the X passed to ``fit`` (numeric columns with more
+        than 10 values cut at their quartiles on that X); a GroupSet or group definitions are used as they
+        are. The ``groups`` argument of ``fit`` wins when given. Default None: the whole population only.
+    max_order : int >= 1
+        With column names as ``groups``: intersections of values of up to this many different columns
+        (default 1: each column's values alone).
     shrunken_cells : bool
         After the descent (needs calibration_fraction > 0; the Dask engine fits them on the client on the same
         samples), correct every (group, tenth of the
@@ -444,6 +471,65 @@ class MomentMulticalibrator(SklearnParams):
         behind it; the held-out rows choose the penalty by the QLIKE loss and the share of it they bear out,
         apply it only when their evidence for it reaches z >= 2, and drop it where it leaves a group's variance more misstated than before (``model_.moment_cells``, a
         version-7 file; ``info["moment_cells"]`` says what happened; ``beta_`` is measured after it).
+
+    Every parameter is keyword-only.
+
+    Attributes
+    ----------
+    model_ : FittedModel
+        The fitted model (what :meth:`save` writes; predictions, audits and intervals read it).
+    alpha_, beta_ : float
+        The thresholds the model states: with "se" the values it achieves on the fitting rows.
+    moment_betas_ : dict
+        {moment: beta} for each fitted moment.
+    z_ : float
+        The critical value of the per-cell standard-error test (0 when it was off).
+    n_buckets_ : int
+        m, the number of level sets used (the one chosen with ``n_buckets="auto"``).
+    history_ : list of dict
+        One record per descent round (violations, held-out error, ...).
+    converged_ : bool
+        Whether the descent ran until no cell was violated.
+    n_rounds_, mean_updates_, moment_updates_ : int
+        Rounds and updates of the descent.
+    fit_seconds_ : float
+        Wall-clock seconds of the descent.
+    label_scale_ : LabelScale
+        The label's range and how it was set ("declared", "observed" or "binary").
+    groups_ : GroupSet
+        The groups the model was fitted on (the whole population included).
+    empty_groups_, small_groups_ : list of str
+        Groups without fitting rows, and groups with too few for the "se" rule to correct.
+    task_ : {"regression", "binary"}
+        The task the label was fitted as; ``binary_`` holds the classes of a binary label.
+    classes_ : ndarray of shape (2,)
+        Binary models only: [negative class, positive class], the columns of :meth:`predict_proba`.
+    n_features_in_ : int
+        The number of columns of the X passed to ``fit``.
+    feature_names_in_ : ndarray of str
+        Their names, when X had string column names (a DataFrame or a dict of columns).
+    fit_index_, calibration_index_ : ndarray
+        The rows of the last fit's descent and its held-out rows (None on a loaded estimator).
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> from mmc_core import MomentMulticalibrator
+    >>> from mmc_core.synthetic import demo_distribution
+    >>> df = pd.DataFrame(demo_distribution().sample_table(2000, np.random.default_rng(0), truth=False))
+    >>> est = MomentMulticalibrator(base_column="base_pred", groups=["sex", "race"], label_range=(0, 100))
+    >>> est = est.fit(df, df["outcome"])
+    >>> est.predict(df).shape
+    (2000,)
+    >>> sorted(est.predict_moments(df))
+    ['mean', 'moment_2']
+
+    The same estimator in scikit-learn's model selection (X carries the base prediction and the group columns):
+
+    >>> from sklearn.model_selection import cross_val_score
+    >>> scores = cross_val_score(est, df, df["outcome"], cv=3)  # R^2 of each fold
+    >>> bool(np.isfinite(scores).all())
+    True
     """
 
     # row-level state of the last fit (None on a loaded estimator)
@@ -455,6 +541,7 @@ class MomentMulticalibrator(SklearnParams):
 
     def __init__(
         self,
+        *,
         alpha="se",
         beta="se",
         n_buckets=5,
@@ -474,6 +561,9 @@ class MomentMulticalibrator(SklearnParams):
         base_recalibration="auto",
         interval_calibration="held-out",
         shrunken_cells=True,
+        base_column=None,
+        groups=None,
+        max_order=1,
     ):
         self.alpha = alpha
         self.beta = beta
@@ -494,6 +584,9 @@ class MomentMulticalibrator(SklearnParams):
         self.base_recalibration = base_recalibration
         self.interval_calibration = interval_calibration
         self.shrunken_cells = shrunken_cells
+        self.base_column = base_column
+        self.groups = groups
+        self.max_order = max_order
 
     # ------------------------------------------------------------------------------------------
     def _params(
@@ -654,7 +747,7 @@ class MomentMulticalibrator(SklearnParams):
         X = as_table(X)
         n = _n_rows(X)
         if n < 2:
-            raise DataError(f"need at least 2 rows to fit, got {n}")
+            raise DataError(f"need at least 2 rows to fit, got n_samples={n}")
         task, y, binary_info = resolve_task(y, self.task, self.positive_label, label_name)
         k = int(self.n_moments)
         if task == TASK_BINARY:
@@ -756,6 +849,9 @@ class MomentMulticalibrator(SklearnParams):
         With ``n_buckets="auto"`` the thresholds depend on the bucket count the fit chooses: MMCError."""
         if self.n_buckets == "auto":
             raise MMCError("with buckets 'auto' the thresholds are known only after the fit (they depend on m)")
+        if self.groups is not None or self.base_column is not None:
+            X = as_table(X)
+            groups, base_prediction, _ = self._inputs_from_params(X, groups, base_prediction, None, False, None)
         d = self._fitting_rows(X, y, groups, base_prediction, label_name, None)
         params, _ = self._build_params(int(self.n_buckets), d.G, d.nf, d.moments, d.resid, d.mu0, d.memb)
         rules = (self.alpha, self.beta)
@@ -792,14 +888,18 @@ class MomentMulticalibrator(SklearnParams):
 
         Parameters
         ----------
-        X : pandas.DataFrame or dict of column -> array, n rows
-            Must contain every column the groups refer to.
+        X : pandas.DataFrame, dict of column -> array, or 2-D numpy array (columns ``x0``, ``x1``, ...), n rows
+            Must contain every column the groups refer to (and ``base_column``, when set).
         y : array of shape (n,)
             Labels in their own units.
         groups : GroupSet, list of group dicts, or None
-            The groups to calibrate on (the whole population is always added).
+            The groups to calibrate on (the whole population is always added). When given it wins over the
+            constructor's ``groups``; None uses the constructor's (and, when that is None too, only the whole
+            population).
         base_prediction : array of shape (n,) or None
-            A base model's mean prediction in label units, used as the initial mean predictor.
+            A base model's mean prediction in label units, used as the initial mean predictor. When given it
+            wins over the constructor's ``base_column``; None reads the column ``base_column`` of X when that is
+            set (and fits without a base prediction otherwise).
         callback : callable(dict) -> bool, optional
             Called after every round with its history row; return True to stop (the model is then marked
             not converged).
@@ -821,12 +921,23 @@ class MomentMulticalibrator(SklearnParams):
         from .crossfit import check_interval_calibration
 
         check_interval_calibration(self.interval_calibration)  # the value, at the top; "auto" resolves by size below
-        if engine == "dask" or (engine is None and type(X).__module__.split(".")[0] in ("dask", "dask_expr")):
+        if y is None:
+            raise DataError("MomentMulticalibrator requires y to be passed, but the target y is None")
+        if (hasattr(y, "dtype") or isinstance(y, (list, tuple))) and np.iscomplexobj(y):
+            raise DataError("Complex data not supported: y has complex values")
+        dask = engine == "dask" or (engine is None and type(X).__module__.split(".")[0] in ("dask", "dask_expr"))
+        X_given = X
+        if not dask and (self.groups is not None or self.base_column is not None):
+            X = as_table(X)  # the constructor's column names are read from it
+        groups, base_prediction, base_name = self._inputs_from_params(
+            X, groups, base_prediction, base_name, dask, client
+        )
+        if dask:
             from .engines.dask_engine import fit_dask  # lazily: importing mmc_core never imports dask
             from .threads import one_blas_thread
 
             with one_blas_thread():  # the client's solves as the numpy engine's (workers run one thread each)
-                return fit_dask(
+                fit_dask(
                     self,
                     X,
                     y,
@@ -838,13 +949,66 @@ class MomentMulticalibrator(SklearnParams):
                     stop=stop,
                     client=client,
                 )
-        if label_name == "label" and isinstance(getattr(y, "name", None), str) and y.name:
-            label_name = y.name  # a pandas Series names its column: errors and the model then say which
-        from .memory import reuse_freed_memory
-        from .threads import one_blas_thread
+        else:
+            if label_name == "label" and isinstance(getattr(y, "name", None), str) and y.name:
+                label_name = y.name  # a pandas Series names its column: errors and the model then say which
+            from .memory import reuse_freed_memory
+            from .threads import one_blas_thread
 
-        with reuse_freed_memory(_n_labels(y)), one_blas_thread():
-            return self._fit_in_memory(X, y, groups, base_prediction, callback, label_name, base_name, stop)
+            with reuse_freed_memory(_n_labels(y)), one_blas_thread():
+                self._fit_in_memory(X, y, groups, base_prediction, callback, label_name, base_name, stop)
+        self._set_features_in(X_given)
+        return self
+
+    def _inputs_from_params(self, X, groups, base_prediction, base_name, dask: bool, client):
+        """``fit``'s groups, base prediction and base name: the arguments when given, else the constructor's
+        ``groups`` (column names -> ``GroupSet.from_columns(X, groups, max_order)``; a GroupSet or group JSON as
+        it is) and ``base_column`` (the base prediction read from that column of X)."""
+        if groups is None and self.groups is not None:
+            cols = self._group_columns()
+            if cols is None:
+                groups = self.groups
+            else:
+                order = self.max_order
+                if isinstance(order, bool) or not isinstance(order, numbers.Integral) or order < 1:
+                    raise MMCError(f"max_order must be an integer >= 1, got {order!r}")
+                if dask:
+                    from .engines.dask_engine import groups_from_columns
+
+                    groups = groups_from_columns(X, cols, int(order), client=client)
+                else:
+                    groups = GroupSet.from_columns(X, cols, int(order))
+        if base_prediction is None and self.base_column is not None:
+            base_prediction = self.base_column if dask else self._base_column_of(X)
+            base_name = base_name if base_name is not None else str(self.base_column)
+        return groups, base_prediction, base_name
+
+    def _group_columns(self) -> list | None:
+        """The constructor's ``groups`` as a list of column names (a name or a list / tuple of names), or None
+        when it is a GroupSet or group definitions."""
+        g = self.groups
+        if isinstance(g, str):
+            return [g]
+        if isinstance(g, (list, tuple)) and g and all(isinstance(c, str) for c in g):
+            return list(g)
+        return None
+
+    def _base_column_of(self, X):
+        """The column ``base_column`` of the table X (a DataError naming it when X has no such column)."""
+        cols = list(X.columns) if hasattr(X, "columns") else list(X)
+        if self.base_column not in cols:
+            raise DataError(f"base_column={self.base_column!r} is not a column of X (columns: {cols[:20]})")
+        return X[self.base_column]
+
+    def _set_features_in(self, X) -> None:
+        """``n_features_in_`` (the columns of X, as scikit-learn counts them) and ``feature_names_in_`` (their
+        names, when they are all strings: a DataFrame's or a dict's; a numpy array has none)."""
+        names = list(X.columns) if hasattr(X, "columns") else (list(X) if isinstance(X, dict) else None)
+        self.n_features_in_ = len(names) if names is not None else len(as_table(X))  # a 2-D array's columns
+        if names is not None and all(isinstance(c, str) for c in names):
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
 
     def _fit_in_memory(self, X, y, groups, base_prediction, callback, label_name, base_name, stop):
         """The numpy engine's fit (see :meth:`fit`)."""
@@ -1082,32 +1246,51 @@ class MomentMulticalibrator(SklearnParams):
         self.empty_groups_ = info.get("empty_groups", [])
         self.small_groups_ = info.get("small_groups", [])
         self.task_, self.binary_ = model.task, model.binary
+        if model.task == TASK_BINARY and model.binary:
+            self.classes_ = np.asarray(model.binary["classes"])  # [negative, positive]: predict_proba's columns
+        elif hasattr(self, "classes_"):
+            del self.classes_
 
     # ------------------------------------------------------------------------------------------
-    def _check_fitted(self):
-        if not hasattr(self, "model_"):
-            raise MMCError("this MomentMulticalibrator is not fitted yet: call fit() or load() first")
+    def __sklearn_is_fitted__(self) -> bool:
+        """scikit-learn's ``check_is_fitted`` asks this: fitted once ``fit`` or ``load`` has set ``model_``."""
+        return hasattr(self, "model_")
 
-    def _base_for(self, X, base_prediction):
-        """The base prediction as a label-unit array (None when the model was not fitted on one)."""
-        self._check_fitted()
+    def _check_fitted(self, method: str = "this method"):
+        if not hasattr(self, "model_"):
+            raise not_fitted(
+                f"this MomentMulticalibrator is not fitted yet: call fit() (or load a saved model) before {method}()"
+            )
+
+    def _base_for(self, X, base_prediction, method: str = "predict"):
+        """The base prediction as a label-unit array (None when the model was not fitted on one): the argument
+        when given, else the column ``base_column`` of X when the model uses a base prediction."""
+        self._check_fitted(method)
         if base_prediction is not None:
             return to_label_array(base_prediction, "base prediction", _n_rows(X))
         if self.model_.uses_base:
-            raise MMCError("this model was fitted on a base prediction: pass base_prediction")
+            if self.base_column is not None:
+                return to_label_array(self._base_column_of(X), f"base prediction '{self.base_column}'", _n_rows(X))
+            raise MMCError("this model was fitted on a base prediction: pass base_prediction (or set base_column)")
         return None
 
     def predict_moments(self, X, base_prediction=None) -> dict:
         """Predictions in label units: {"mean": (n,), "moment_2": (n,), ..., "moment_k": (n,)}."""
+        return self._predict_moments(X, base_prediction, "predict_moments")
+
+    def _predict_moments(self, X, base_prediction, method: str) -> dict:
+        self._check_fitted(method)
         X = as_table(X)
-        base = self._base_for(X, base_prediction)
+        base = self._base_for(X, base_prediction, method)
         return self.model_.predict(X, base) if base is not None else self.model_.predict(X)
 
     @property
     def predict_proba(self):
-        """Binary models: ``predict_proba(X, base_prediction=None)``, the multicalibrated probability of the
-        positive class, shape (n,), in [0, 1]. A fitted regression has no such method (AttributeError, as
-        scikit-learn's ``available_if`` would say), so tools that look for it see a regressor."""
+        """Binary models: ``predict_proba(X, base_prediction=None)``, shape (n, 2) as scikit-learn's classifiers:
+        column 0 the probability of the negative class, column 1 the multicalibrated probability of the positive
+        class (the order of ``classes_``); rows sum to 1. A fitted regression has no such method
+        (AttributeError, as scikit-learn's ``available_if`` would say), so tools that look for it see a
+        regressor."""
         if hasattr(self, "model_") and self.model_.task != TASK_BINARY:
             raise AttributeError(
                 "predict_proba needs a binary (classifier) model; this one is a regression: use predict"
@@ -1115,12 +1298,34 @@ class MomentMulticalibrator(SklearnParams):
         return self._predict_proba
 
     def _predict_proba(self, X, base_prediction=None) -> np.ndarray:
-        self._check_fitted()
-        return self.predict(X, base_prediction)
+        p = self._positive_proba(X, base_prediction, "predict_proba")
+        return np.column_stack([1.0 - p, p])
+
+    def _positive_proba(self, X, base_prediction=None, method: str = "predict_proba") -> np.ndarray:
+        """The multicalibrated probability of the positive class, shape (n,) (``predict_proba(X)[:, 1]``)."""
+        return self._predict_moments(X, base_prediction, method)["mean"]
 
     def predict(self, X, base_prediction=None) -> np.ndarray:
-        """Mean prediction, shape (n,), in label units."""
-        return self.predict_moments(X, base_prediction)["mean"]
+        """Mean prediction, shape (n,), in label units (a binary model's: the positive class's probability)."""
+        return self._predict_moments(X, base_prediction, "predict")["mean"]
+
+    def score(self, X, y, sample_weight=None, base_prediction=None) -> float:
+        """scikit-learn's default score: R^2 of :meth:`predict` for a regression (as ``RegressorMixin.score``;
+        1 - residual sum of squares / total sum of squares around the weighted mean of y), accuracy for a binary
+        model (the positive class predicted where its probability is >= 0.5; as ``ClassifierMixin.score``)."""
+        self._check_fitted("score")
+        p = self._predict_moments(X, base_prediction, "score")["mean"]
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        if self.model_.task == TASK_BINARY:
+            positive = (self.model_.binary or {}).get("positive", 1)
+            hit = (p >= 0.5) == (np.asarray(y) == positive)
+            return float(np.average(hit, weights=w))
+        yt = to_label_array(y, "y", p.size)
+        ss_res = float(np.average((yt - p) ** 2, weights=w))
+        ss_tot = float(np.average((yt - np.average(yt, weights=w)) ** 2, weights=w))
+        if ss_tot == 0.0:  # a constant label: scikit-learn's r2_score gives 1 for a perfect fit, else 0
+            return 1.0 if ss_res == 0.0 else 0.0
+        return 1.0 - ss_res / ss_tot
 
     def predict_interval(
         self, X, base_prediction=None, *, delta: float = 0.1, method: str = "calibrated", gamma: float = 0.05
@@ -1135,15 +1340,21 @@ class MomentMulticalibrator(SklearnParams):
         """
         from .intervals import predict_intervals
 
-        self._check_fitted()
+        self._check_fitted("predict_interval")
         X = as_table(X)
         lo, hi = predict_intervals(
-            self.model_, X, self._base_for(X, base_prediction), method=method, delta=delta, gamma=gamma
+            self.model_,
+            X,
+            self._base_for(X, base_prediction, "predict_interval"),
+            method=method,
+            delta=delta,
+            gamma=gamma,
         )
         return np.column_stack([lo, hi])
 
     def save(self, path):
-        self._check_fitted()
+        """Write the fitted model as JSON (:meth:`load` reads it back)."""
+        self._check_fitted("save")
         self.model_.save(path)
 
     @classmethod

@@ -19,7 +19,8 @@ class SklearnParams:
     @classmethod
     def _param_names(cls) -> list:
         sig = inspect.signature(cls.__init__)
-        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind == p.POSITIONAL_OR_KEYWORD]
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind in kinds]
 
     def get_params(self, deep: bool = True) -> dict:
         """Constructor parameters, exactly as given (``deep`` is accepted for scikit-learn; nothing is nested)."""
@@ -45,9 +46,14 @@ class SklearnParams:
             target_tags=TargetTags(required=True),
             transformer_tags=None,
             classifier_tags=None,
-            regressor_tags=RegressorTags(),
+            # a post-processor: without groups or a base prediction it predicts the label's mean (R^2 about 0)
+            regressor_tags=RegressorTags(poor_score=True),
             input_tags=InputTags(two_d_array=True, allow_nan=True, string=True, categorical=True, dict=True),
         )
+
+    def _more_tags(self) -> dict:
+        """The same tags for scikit-learn < 1.6, which reads this instead of ``__sklearn_tags__``."""
+        return {"poor_score": True, "allow_nan": True, "X_types": ["2darray", "string", "categorical", "dict"]}
 
     def __repr__(self) -> str:
         sig = inspect.signature(type(self).__init__)

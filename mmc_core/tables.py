@@ -29,13 +29,32 @@ def to_label_array(values, name: str, n: int | None = None) -> np.ndarray:
 def as_table(X):
     """A table the estimator reads by column name: DataFrames (anything with ``columns``) and dicts of columns
     pass unchanged; a 2-D numpy array becomes columns ``x0``, ``x1``, ... (so groups can name them)."""
+    if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):  # before dict: a dok_matrix is one
+        raise DataError(f"X is a sparse matrix ({type(X).__name__}): sparse input is not supported, pass a dense table")
     if hasattr(X, "columns") or isinstance(X, dict):
         return X
+    if not isinstance(X, (np.ndarray, str, bytes)) and (hasattr(X, "__len__") or hasattr(X, "__array__")):
+        try:  # a 2-D array-like (a list of rows, an object with __array__), as scikit-learn's estimators accept
+            arr = np.asarray(X)
+        except (TypeError, ValueError):
+            arr = None
+        if arr is not None and arr.ndim == 2:
+            X = arr
     if isinstance(X, np.ndarray):
         if X.ndim != 2:
-            raise DataError(f"X must be a table (DataFrame, dict of columns or 2-D array), got a {X.ndim}-D array")
+            raise DataError(
+                f"X must be a table (DataFrame, dict of columns or 2-D array), got a {X.ndim}-D array. "
+                "Reshape your data: X.reshape(-1, 1) for a single column"
+            )
+        if X.shape[1] == 0:
+            raise DataError(
+                f"X has 0 feature(s) (shape=({X.shape[0]}, 0)) while a minimum of 1 is required: pass the table "
+                "with at least the columns the groups refer to"
+            )
         return {f"x{j}": X[:, j] for j in range(X.shape[1])}
-    raise DataError(f"X must be a pandas DataFrame, a dict of columns or a 2-D numpy array, got {type(X).__name__}")
+    raise DataError(
+        f"X must be a pandas DataFrame, a dict of columns or a 2-D array (numpy or array-like), got {type(X).__name__}"
+    )
 
 
 def _n_rows(X) -> int:

@@ -65,7 +65,9 @@ def test_probabilities_stay_strictly_inside_0_1_and_no_intervals():
     floor = est.binary_["floor"]
     assert floor == pytest.approx(0.5 / (est.fit_index_.size + 1))
     assert p.min() >= floor and p.max() <= 1 - floor
-    assert np.array_equal(p, est.predict_proba(df, extreme))
+    proba = est.predict_proba(df, extreme)  # scikit-learn's shape: [negative, positive] columns
+    assert proba.shape == (len(df), 2) and list(est.classes_) == [0, 1]
+    assert np.array_equal(p, proba[:, 1]) and np.array_equal(1.0 - p, proba[:, 0])
     with pytest.raises(MMCError, match="prediction intervals are not offered"):
         est.predict_interval(df, extreme)
     from mmc_core.intervals import available_methods, interval_table, predict_intervals
