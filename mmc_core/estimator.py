@@ -336,6 +336,8 @@ class MomentMulticalibrator(SklearnParams):
     alpha-multicalibrated and each (mean, a-th moment) pair is (alpha, beta + a alpha, a/m)
     mean-conditioned moment multicalibrated on the fitting rows.
 
+    Every parameter is keyword-only.
+
     Parameters
     ----------
     alpha, beta : float in (0, 1), "se" or "auto"
@@ -471,8 +473,6 @@ class MomentMulticalibrator(SklearnParams):
         behind it; the held-out rows choose the penalty by the QLIKE loss and the share of it they bear out,
         apply it only when their evidence for it reaches z >= 2, and drop it where it leaves a group's variance more misstated than before (``model_.moment_cells``, a
         version-7 file; ``info["moment_cells"]`` says what happened; ``beta_`` is measured after it).
-
-    Every parameter is keyword-only.
 
     Attributes
     ----------
