@@ -449,6 +449,8 @@ def test_dask_meets_a_given_alpha_and_fits_the_moment_cells_as_numpy(client):
     does)."""
     sizes = [5000, 8000, 7000]
     df = make_frame(sum(sizes), seed=11)
+    older = (df["age"] >= 55).to_numpy()  # a listed group whose spread is twice the rest's: evidence far past z = 2
+    df.loc[older, "y"] += np.random.default_rng(12).normal(size=int(older.sum())) * 0.6
     groups = GroupSet.from_json(GROUPS_JSON)
     kw = dict(alpha=5e-4, n_moments=2)
     e_np = MomentMulticalibrator(**kw).fit(df, df["y"], groups, base_prediction=df["base"], base_name="base")
