@@ -315,7 +315,8 @@ def fit_moment_cells(s: np.ndarray, v: np.ndarray, sums: MembershipSums, bands: 
     xr0, gram = _stats(ratio, np.ones_like(ratio), sums, key, nb, kept)
     eig = [np.linalg.eigh((g + g.T) / 2) for g in gram]
     values = np.zeros((len(CELL_PENALTIES), sums.G, nb))
-    for i, lam in enumerate(CELL_PENALTIES):
+    penalties = moment_penalties(ratio)
+    for i, lam in enumerate(penalties):
         theta = np.zeros((nb, int(sel.sum())))
         xr = xr0
         for it in range(MOMENT_CELL_ITERS):
@@ -325,7 +326,19 @@ def fit_moment_cells(s: np.ndarray, v: np.ndarray, sums: MembershipSums, bands: 
             for j, (w, vec) in enumerate(eig):
                 theta[j] = vec @ ((vec.T @ (gram[j] @ theta[j] + xr[j])) / (np.maximum(w, 0.0) + lam))
         values[i, sel] = theta.T[kept[sel]]
-    return {"edges": edges.tolist(), "values": values}
+    return {"edges": edges.tolist(), "values": values, "penalties": penalties}
+
+
+def moment_penalties(ratio: np.ndarray) -> tuple:
+    """The ridge penalties (in rows) tried for a moment's cells: ``CELL_PENALTIES`` times the pseudo-labels'
+    dispersion relative to a Gaussian's (the variance of s / v over 2, at least 1, at most 1000): a cell's log
+    ratio is that much noisier per row when the residuals have heavy tails, so the same evidence needs that many
+    more rows. (Measured against the unscaled penalties on 19 tables: null-world misstatements 11 -> 10 of 190,
+    real tables' group variance error 0.1899 -> 0.1891, no table worse beyond 1 se; benchmarks/README.md.)"""
+    r = np.asarray(ratio, dtype=float)
+    phi = float(np.var(r)) / 2.0 if r.size > 1 else 1.0
+    f = min(max(phi, 1.0), 1e3) if math.isfinite(phi) else 1.0
+    return tuple(lam * f for lam in CELL_PENALTIES)
 
 
 def _qlike_scale(ratio: np.ndarray, d: np.ndarray) -> float:
@@ -363,7 +376,7 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int) -> tuple:
     _, z, _ = stack_gate(ratio - 1.0, d)  # the evidence: the ratio residual against the change
     scale = _qlike_scale(ratio, d)  # the share borne out, on the loss's own (multiplicative) scale
     weight = scale if z >= MOMENT_GATE_Z else 0.0
-    check.update(penalty=CELL_PENALTIES[best], scale=scale, z=z, weight=weight)
+    check.update(penalty=cand["penalties"][best], scale=scale, z=z, weight=weight)
     if not weight > 0:
         return None, check
     harmed = harmed_by([(sums_h, ratio - 1.0, ratio * np.exp(-weight * d) - 1.0)], HARM_LEVEL)
@@ -374,7 +387,7 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int) -> tuple:
     rd = {
         "edges": list(cand["edges"]),
         "values": (weight * cand["values"][best]).tolist(),
-        "penalty": CELL_PENALTIES[best],
+        "penalty": cand["penalties"][best],
         "weight": weight,
     }
     return rd, check

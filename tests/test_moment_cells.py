@@ -99,6 +99,22 @@ def test_right_predictions_get_no_correction_beyond_the_gate_level():
     assert kept <= 8, kept
 
 
+def test_penalties_grow_with_the_pseudo_labels_dispersion():
+    # squared Gaussian residuals over their true variance: variance 2, the penalties as listed (up to noise);
+    # a heavy tail (squared t with 5 degrees of freedom over its variance: variance about 2 + 6 * 2 = 14 in law,
+    # noisy in a sample) multiplies them by var(s / v) / 2
+    from mmc_core.cells import CELL_PENALTIES, moment_penalties
+
+    rng = np.random.default_rng(2)
+    gauss = rng.normal(size=200_000) ** 2
+    f = moment_penalties(gauss)[0] / CELL_PENALTIES[0]
+    assert f == pytest.approx(1.0, abs=0.03)
+    t5 = rng.standard_t(5, size=200_000) ** 2 / (5 / 3)
+    ratio = moment_penalties(t5)[3] / CELL_PENALTIES[3]
+    assert ratio == pytest.approx(np.var(t5) / 2, rel=1e-12) and ratio > 3
+    assert moment_penalties(np.full(50, 1.0)) == CELL_PENALTIES  # no spread: never below the listed ones
+
+
 def test_too_few_held_out_rows_skip_the_step():
     rng = np.random.default_rng(0)
     g = rng.integers(0, 2, 500)
