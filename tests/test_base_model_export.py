@@ -18,28 +18,9 @@ from streamlit.testing.v1 import AppTest
 
 from app.cli import main
 
-APP = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
+from tests.apptest_helpers import new_session as _new, switch as _page, wait_job as _wait_job
+
 DEMO = Path(__file__).resolve().parents[1] / "demo_datasets" / "islp_wage.csv"
-
-
-def _new() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def _page(at: AppTest, name: str) -> AppTest:
-    at.switch_page(f"ui/{name}_page.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def _wait_job(at: AppTest, timeout: float = 120) -> None:
-    job = at.session_state["job"]
-    if job is not None:
-        assert job.wait(timeout), "the fit did not finish"
-    at.run()
 
 
 def _run_demo(name: str) -> AppTest:

@@ -185,7 +185,7 @@ def test_predictions_csv_round_trips_and_the_model_repredicts_it_exactly(loan_ru
 def test_export_csv_decisions_are_at_the_results_page_threshold(monkeypatch):
     import app.report
     from app.pipeline import classifier_rates
-    from tests.test_dashboard import _new, _page, _wait_job
+    from tests.apptest_helpers import new_session as _new, switch as _page, wait_job as _wait_job
 
     built = []
 

@@ -13,7 +13,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,20 +22,7 @@ from streamlit.testing.v1 import AppTest
 from mmc_core import FittedModel, GroupSet
 from mmc_core.synthetic import demo_distribution
 
-APP = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
-
-
-def _new() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def _page(at: AppTest, name: str) -> AppTest:
-    at.switch_page(f"ui/{name}_page.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+from tests.apptest_helpers import APP, new_session as _new, switch as _page, wait_job as _wait_job
 
 
 def _plotly_specs(at: AppTest) -> list:
@@ -46,13 +32,6 @@ def _plotly_specs(at: AppTest) -> list:
 def _title(spec) -> str:
     t = spec["layout"].get("title", {})
     return t.get("text", "") if isinstance(t, dict) else str(t)
-
-
-def _wait_job(at: AppTest, timeout: float = 60) -> None:
-    job = at.session_state["job"]
-    if job is not None:
-        assert job.wait(timeout), "the fit did not finish"
-    at.run()
 
 
 def _upload_sample(at: AppTest, name: str, n: int, seed: int) -> bytes:

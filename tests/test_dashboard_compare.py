@@ -3,7 +3,8 @@ both held out; the groups that got worse named first."""
 
 from __future__ import annotations
 
-from tests.test_dashboard import _new, _page, _plotly_specs, _title, _wait_job
+from tests.apptest_helpers import new_session as _new, switch as _page, wait_job as _wait_job
+from tests.test_dashboard import _plotly_specs, _title
 
 
 def test_compare_page_names_the_groups_that_got_worse_first():
@@ -78,26 +79,10 @@ def test_compare_page_compares_two_classifier_runs():
 
 
 def test_results_over_time_names_a_group_whose_spread_changed():
-    import numpy as np
-    import pandas as pd
 
-    from mmc_core.synthetic import demo_distribution
+    from tests.apptest_helpers import run_quarters_world
 
-    df = pd.DataFrame(demo_distribution().sample_table(6000, np.random.default_rng(2))).drop(
-        columns=["true_mean", "true_var", "true_m3", "true_m4"]
-    )
-    rng = np.random.default_rng(3)
-    df["quarter"] = np.array(["2026Q1", "2026Q2"])[rng.integers(0, 2, len(df))]
-    late_d = (df["quarter"] == "2026Q2") & (df["race"] == "D")
-    df.loc[late_d, "outcome"] += rng.normal(0, 25, int(late_d.sum()))  # race D far noisier in the second quarter
-    at = _new()
-    at.radio(key="src_kind").set_value("Upload a file").run()
-    at.file_uploader(key="upload").set_value(("q.csv", df.to_csv(index=False).encode(), "text/csv")).run()
-    at.selectbox(key="label_col").select("outcome").run()
-    _page(at, "run")
-    at.button(key="run_btn").click().run()
-    _wait_job(at)
-    at = _page(at, "results")
+    at = run_quarters_world()
     at.selectbox(key="res_period").select("quarter").run()
     assert not at.exception, [e.value for e in at.exception]
     text = " ".join(m.value for m in at.markdown).replace("\\", "")

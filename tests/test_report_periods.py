@@ -124,24 +124,9 @@ def test_a_classifier_is_refused_as_mmc_audit_refuses_it(tmp_path, capsys):
 def test_results_over_time_offers_the_reports_with_its_section():
     """The Results page's Over time view, once a period column is picked, offers the audit's HTML (and PDF) report
     with that view as its section "Over time": the group whose spread was planted larger in one quarter named."""
-    from mmc_core.synthetic import demo_distribution
-    from tests.test_dashboard import _new, _page, _wait_job
+    from tests.apptest_helpers import run_quarters_world, switch as _page
 
-    df = pd.DataFrame(demo_distribution().sample_table(6000, np.random.default_rng(2))).drop(
-        columns=["true_mean", "true_var", "true_m3", "true_m4"]
-    )
-    rng = np.random.default_rng(3)
-    df["quarter"] = np.array(["2026Q1", "2026Q2"])[rng.integers(0, 2, len(df))]
-    late_d = (df["quarter"] == "2026Q2") & (df["race"] == "D")
-    df.loc[late_d, "outcome"] += rng.normal(0, 25, int(late_d.sum()))  # race D far noisier in the second quarter
-    at = _new()
-    at.radio(key="src_kind").set_value("Upload a file").run()
-    at.file_uploader(key="upload").set_value(("q.csv", df.to_csv(index=False).encode(), "text/csv")).run()
-    at.selectbox(key="label_col").select("outcome").run()
-    _page(at, "run")
-    at.button(key="run_btn").click().run()
-    _wait_job(at)
-    at = _page(at, "results")
+    at = run_quarters_world()
     labels = [b.proto.label for b in at.get("download_button")]
     assert not any("Over time" in x for x in labels)  # no period column chosen: no such report
     at.selectbox(key="res_period").select("quarter").run()

@@ -26,6 +26,21 @@ def test_inputs(run, frame):
     return table, audit_labels(run, rows), base
 
 
+def report_inputs(run, frame) -> tuple:
+    """(table, label, keyword arguments) that every report of ``run`` (PDF or HTML) is built from: its test rows,
+    base, settings, label name, data name and audit."""
+    table, y, base = test_inputs(run, frame)
+    common = dict(
+        base=base,
+        delta=run.settings.delta,
+        gamma=run.settings.gamma,
+        label=run.label.name,
+        data_name=f"{run.data_name} (test rows)",
+        audit=run.audit,
+    )
+    return table, y, common
+
+
 def report_file_name(data_name: str) -> str:
     """``mmc_report_<table name without its extension>.pdf``, safe as a file name."""
     import re
@@ -42,7 +57,7 @@ def build_pdf(run, frame, threshold: float | None = None, periods=None, period_c
     from app.pipeline import classifier_rates
     from app.report import build_report_pdf
 
-    table, y, base = test_inputs(run, frame)
+    table, y, common = report_inputs(run, frame)
     rates = None
     if threshold is not None and run.model.task == "binary":
         rates = (float(threshold), *classifier_rates(frame, run, threshold))
@@ -50,14 +65,9 @@ def build_pdf(run, frame, threshold: float | None = None, periods=None, period_c
         run.model,
         table,
         y,
-        base=base,
-        delta=run.settings.delta,
-        gamma=run.settings.gamma,
-        label=run.label.name,
+        **common,
         units=state.units(),
-        data_name=f"{run.data_name} (test rows)",
         data_note=dropped_note(run),
-        audit=run.audit,
         rates=rates,
         periods=periods,
         period_column=period_column,

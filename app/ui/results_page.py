@@ -297,26 +297,14 @@ def period_downloads(run, frame, column: str, res) -> None:
 def _period_report(fmt: str, key: str, column: str, units: str, data_note: str, _run, _frame, _res) -> bytes:
     """The audit's report (``fmt`` "pdf" or "html") on the run's test rows, as the Export page builds its PDF,
     with the section "Over time" of ``column`` (``_res``: the period audit the view shows)."""
-    from app.ui.export_page import build_pdf, test_inputs
+    from app.ui.export_page import build_pdf, report_inputs
 
     if fmt == "pdf":
         return build_pdf(_run, _frame, periods=_res, period_column=column)
     from app.report_html import build_report_html
 
-    table, y, base = test_inputs(_run, _frame)
-    return build_report_html(
-        _run.model,
-        table,
-        y,
-        base=base,
-        delta=_run.settings.delta,
-        gamma=_run.settings.gamma,
-        label=_run.label.name,
-        data_name=f"{_run.data_name} (test rows)",
-        audit=_run.audit,
-        periods=_res,
-        period_column=column,
-    )
+    table, y, common = report_inputs(_run, _frame)
+    return build_report_html(_run.model, table, y, **common, periods=_res, period_column=column)
 
 
 def findings(run):
