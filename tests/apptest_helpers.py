@@ -45,11 +45,17 @@ def run_quarters_world() -> AppTest:
     df["quarter"] = np.array(["2026Q1", "2026Q2"])[rng.integers(0, 2, len(df))]
     late_d = (df["quarter"] == "2026Q2") & (df["race"] == "D")
     df.loc[late_d, "outcome"] += rng.normal(0, 25, int(late_d.sum()))
+    return switch(run_uploaded(df, "q.csv", "outcome"), "results")
+
+
+def run_uploaded(df, name: str, label: str) -> AppTest:
+    """A new session that uploads ``df`` as the CSV file ``name``, picks ``label`` and runs the audit with the
+    page's defaults (left on the Run page, the fit finished)."""
     at = new_session()
     at.radio(key="src_kind").set_value("Upload a file").run()
-    at.file_uploader(key="upload").set_value(("q.csv", df.to_csv(index=False).encode(), "text/csv")).run()
-    at.selectbox(key="label_col").select("outcome").run()
+    at.file_uploader(key="upload").set_value((name, df.to_csv(index=False).encode(), "text/csv")).run()
+    at.selectbox(key="label_col").select(label).run()
     switch(at, "run")
     at.button(key="run_btn").click().run()
     wait_job(at)
-    return switch(at, "results")
+    return at

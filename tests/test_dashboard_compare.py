@@ -3,7 +3,7 @@ both held out; the groups that got worse named first."""
 
 from __future__ import annotations
 
-from tests.apptest_helpers import new_session as _new, switch as _page, wait_job as _wait_job
+from tests.apptest_helpers import new_session as _new, run_uploaded, switch as _page, wait_job as _wait_job
 from tests.test_dashboard import _plotly_specs, _title
 
 
@@ -104,13 +104,7 @@ def test_group_names_with_markdown_are_shown_literally_on_every_page():
         columns=["true_mean", "true_var", "true_m3", "true_m4"]
     )
     df["race"] = df["race"].replace({"A": "[x](http://203.0.113.9/a)", "B": "![i](http://203.0.113.9/p.png)"})
-    at = _new()
-    at.radio(key="src_kind").set_value("Upload a file").run()
-    at.file_uploader(key="upload").set_value(("evil.csv", df.to_csv(index=False).encode(), "text/csv")).run()
-    at.selectbox(key="label_col").select("outcome").run()
-    _page(at, "run")
-    at.button(key="run_btn").click().run()
-    _wait_job(at)
+    at = run_uploaded(df, "evil.csv", "outcome")
     rendered = []
     for page in ("results", "export", "compare", "groups", "run"):
         _page(at, page)
