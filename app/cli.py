@@ -254,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 0.1; 0 tests ratio != 1)",
     )
     _rates_threshold_option(au)
+    _log_label_option(au)
     au.add_argument("--out", required=True)
     _engine_options(au)
     from .cli_compare import add_parser as add_compare_parser, add_period_option
@@ -263,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write the audit report (PDF, or self-contained interactive HTML)")
     _model_options(rp, label=True)
     _rates_threshold_option(rp)
+    _log_label_option(rp)
     rp.add_argument("--out", required=True)
     rp.add_argument(
         "--format",
@@ -336,6 +338,25 @@ def _rates_threshold_option(p):
         default=None,
         help="binary models: the decision threshold of the rates (decision = probability >= T; default 0.5)",
     )
+
+
+def _log_label_option(p):
+    """--log-label of audit and report: the label is a natural log; mean errors also in percent."""
+    p.add_argument(
+        "--log-label",
+        action="store_true",
+        help="the label is a natural logarithm (log wage): mean errors are also stated as percent differences "
+        "of the original values (regression models, in-memory engine)",
+    )
+
+
+def label_scale(args) -> str:
+    """The audit's ``label_scale`` from --log-label (refused where it cannot apply, before any work)."""
+    if not getattr(args, "log_label", False):
+        return "linear"
+    if getattr(args, "engine", None) == "dask":
+        raise CLIError("--log-label needs --engine numpy: the Dask audit writes tables without findings")
+    return "log"
 
 
 def _engine_options(p):
@@ -892,11 +913,25 @@ def cmd_predict(args) -> int:
         lower, upper = predict_intervals(model, df, base=base, method=args.interval, delta=args.delta, gamma=args.gamma)
         out["lower"], out["upper"] = lower, upper
     write_csv(pd.DataFrame(out), args.out)
+    if args.interval and len(df):
+        import numpy as np
+
+        from .specs import interval_range_note
+
+        sc = model.scale
+        past = [float(np.mean(np.asarray(lower) < sc.lo)), float(np.mean(np.asarray(upper) > sc.hi))]
+        params = {
+            "label": {"lo": sc.lo, "hi": sc.hi, "source": sc.source},
+            "intervals_past_range": {args.interval: past},
+        }
+        if note := interval_range_note(params):
+            print(f"note: {note.replace('audited rows', 'predicted rows').rstrip('.')}.", file=sys.stderr)
     return 0
 
 
 def cmd_audit(args) -> int:
     refuse_output_over_input(args)
+    scale = label_scale(args)
     if args.engine == "dask":
         _refuse_base_model_on_dask(args)
         from .cli_dask import audit as audit_dask
@@ -924,6 +959,7 @@ def cmd_audit(args) -> int:
         min_group_count=args.min_group_count,
         variance_tolerance=tol,
         progress=progress_lines("audit"),
+        label_scale=scale,
     )
     doc = result.to_json()
     from .cli_compare import periods_json
@@ -932,11 +968,11 @@ def cmd_audit(args) -> int:
     if periods is not None:
         doc["periods"] = periods
     atomic_write_text(args.out, json.dumps(doc, allow_nan=False))
-    from .specs import outside_range_note
+    from .specs import interval_range_note, outside_range_note
 
-    outside = outside_range_note(result.params)
-    if outside:
-        print(f"note: {outside}.", file=sys.stderr)
+    for note in (outside_range_note(result.params), interval_range_note(result.params)):
+        if note:
+            print(f"note: {note.rstrip('.')}.", file=sys.stderr)
     _warn_status(result)
     summary = {
         "findings": len(result.findings),
@@ -1039,7 +1075,9 @@ def cmd_report(args) -> int:
     from .cli_compare import check_period, period_result
 
     check_period(args, model, df)  # before the audit: a wrong column is said at once
-    result = audit(model, df, y, **_applied_options(args, base), progress=progress_lines("report"))
+    result = audit(
+        model, df, y, **_applied_options(args, base), progress=progress_lines("report"), label_scale=label_scale(args)
+    )
     periods = period_result(args, model, df, y, base)
     over_time = {} if periods is None else {"periods": periods, "period_column": args.period}
     if report_format(args) == "html":

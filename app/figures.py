@@ -575,6 +575,20 @@ def calibration_before_after_figure(
         else np.full(len(idx), np.nan)
     )
     counts = bg["count"].loc[idx].to_numpy() if "count" in bg else np.full(len(idx), np.nan)
+
+    def bars(col, x, color):
+        """95% error bars of each worst cell's error (that cell's own standard error; |error| stays >= 0)."""
+        if col not in bg:
+            return {}
+        half = 1.959963984540054 * bg[col].astype(float).loc[idx].to_numpy()
+        half = np.where(np.isfinite(half), half, 0.0)
+        return {
+            "error_x": dict(
+                type="data", symmetric=False, array=half, arrayminus=np.minimum(half, np.nan_to_num(x)),
+                thickness=1.3, width=4, color=color,
+            )
+        }  # fmt: skip
+
     custom = np.column_stack([[_hover_safe(n) for n in names], counts, b, a, wb, wa])
     u = info["units"]
     hover = (
@@ -586,9 +600,15 @@ def calibration_before_after_figure(
     if has_base:
         fig.add_trace(_connectors(b, a, disp))
         base_marker = dict(color=HOLDOUT_COLOR, size=15, symbol="diamond", line=dict(width=1, color="#7a5500"))
-        fig.add_trace(_markers(b, disp, "base model", base_marker, custom, hover))
+        fig.add_trace(
+            _markers(
+                b, disp, "base model", base_marker, custom, hover, **bars("calib_error_worst_se_base", b, "#b07a00")
+            )
+        )
     after_marker = dict(color=FIT_COLOR, size=9, symbol="circle", line=dict(width=1, color="#003d5c"))
-    fig.add_trace(_markers(a, disp, "multicalibrated", after_marker, custom, hover))
+    fig.add_trace(
+        _markers(a, disp, "multicalibrated", after_marker, custom, hover, **bars("calib_error_worst_se", a, "#003d5c"))
+    )
     fig.update_yaxes(categoryorder="array", categoryarray=disp, automargin=True)
     # the name twice in one line ran off the figure for a long name: the units say which label it is
     what = info["name"] if len(info["name"]) <= 12 else "label"
@@ -602,7 +622,11 @@ def calibration_before_after_figure(
         if len(disp) < n_all
         else f"all {n_all} groups"
     )
-    sub = f"per predicted-mean bucket; {shown}" + ("" if has_base else "; no base prediction was given")
+    cells = audit.params.get("min_cell_count") if isinstance(audit.params, dict) else None
+    sub = (
+        f"per predicted-mean bucket{f' of ≥ {cells} rows' if cells else ''}; bars: 95% CI of that cell's error; "
+        f"{shown}" + ("" if has_base else "; no base prediction was given")
+    )
     _base_layout(fig, title, height, subtitle=sub, left=_left_margin(disp))
     fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
     _footer(

@@ -22,6 +22,7 @@ from app.specs import (
     FitSettings,
     LabelSpec,
     SplitSpec,
+    label_scale,
     mean_bucket_rule,
     prepare_label,
 )
@@ -349,7 +350,7 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
         if getattr(run.model, "task", "regression") == "binary":
             task_args = {"threshold": settings.threshold}
         else:
-            task_args = {"delta": settings.delta, "gamma": settings.gamma}
+            task_args = {"delta": settings.delta, "gamma": settings.gamma, "label_scale": label_scale(run.label_spec)}
         run.audit = audit_fn(
             run.model,
             X_test,

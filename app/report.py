@@ -37,20 +37,21 @@ from mmc_core.thresholds import NO_GROUP_MOMENT_Z
 
 from . import figures as F
 from .pdf_doc import KALEIDO_MESSAGE, _title_page, report_label
-from .specs import descent_thresholds, missed_reason, outside_range_note, threshold_rules
+from .specs import descent_thresholds, interval_range_note, missed_reason, outside_range_note, threshold_rules
 from .validate import unlisted_notes
 from .report_tables import (
     _below,
     _calibration_table,
-    _chunks,
+    even_chunks,
     _coverage_table,
     _convergence_warning,
     _findings_section,
     _in_sample_warning,
     _short,
-    _subset,
+    audit_subset,
     _variance_table,
     findings_summary,
+    mean_error_note,
     scorecard_table,
 )
 
@@ -606,7 +607,7 @@ def build_report_pdf(
             title=f"Group scorecard (the first {len(card)} of {len(audit.scorecard)} groups by harm and evidence)",
         )
         doc.para(
-            f"Mean error: observed - predicted, in {units}. Detectable: the smallest mean error this group's rows "
+            f"{mean_error_note(audit, units)} Detectable: the smallest mean error this group's rows "
             "find with 80% power among all the audit's tests: a group without a finding is not shown to be fine, "
             "only that any error is smaller than that. Every group is in audit.json and on the dashboard's "
             "Results page.",
@@ -740,13 +741,13 @@ def build_report_pdf(
     cov = audit.coverage
     has_cov = not cov.empty and len(cov.columns) > 0
     if has_cov:
-        chunks = _chunks(list(cov.index), MAX_HEATMAP_ROWS)
+        chunks = even_chunks(list(cov.index), MAX_HEATMAP_ROWS)
 
         def parts(builder, heading, caption):
             heading = numbered(heading)
             for i, names in enumerate(chunks):
                 part = f" (part {i + 1} of {len(chunks)})" if len(chunks) > 1 else ""
-                sub = _subset(audit, names) if len(chunks) > 1 else audit
+                sub = audit_subset(audit, names) if len(chunks) > 1 else audit
                 pdf.add_page()
                 add_figure(builder(sub), heading + part, caption, fill=True)
 
@@ -771,7 +772,8 @@ def build_report_pdf(
             lambda a: F.width_heatmap(a, **names),
             "Interval widths",
             f"Mean interval width in {units}. Read together with the coverage: the best method is "
-            "the narrowest one that still reaches the target in every group.",
+            "the narrowest one that still reaches the target in every group."
+            + (f" {past}" if (past := interval_range_note(audit.params)) else ""),
         )
     else:
         skipped.append("interval coverage and widths (no interval method is available for this model)")

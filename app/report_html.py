@@ -62,7 +62,7 @@ def build_report_html(model, table, y, base=None, delta: float = 0.1, gamma: flo
     from . import figures as F
     from .figures_convergence import convergence_figure
     from .pdf_doc import report_label
-    from .report_tables import findings_summary, scorecard_table
+    from .report_tables import findings_summary, mean_error_note, scorecard_table
     from .specs import descent_thresholds
 
     if audit is None:
@@ -92,8 +92,9 @@ def build_report_html(model, table, y, base=None, delta: float = 0.1, gamma: flo
     if card is not None:
         body += [
             "<h2>Group scorecard</h2>",
-            "<p class='note'>Every listed group, first by harm and evidence. Detectable: the smallest mean error the "
-            "group's rows find with 80% power among all tests.</p>",
+            "<p class='note'>Every listed group, first by harm and evidence. "
+            + _t(mean_error_note(audit, names["units"]))
+            + " Detectable: the smallest mean error the group's rows find with 80% power among all tests.</p>",
             _table(card),
         ]
     info = dict(model.info or {})

@@ -1,7 +1,7 @@
 """The tables and texts of the regression PDF report: number formatting, the compact variance / coverage /
 calibration tables (the largest groups first, groups below gamma marked), the plain-language key findings
 (:func:`findings_summary`, also used by the classifier report) and the helpers that split a long group list over
-several heatmaps (:func:`_subset`, :func:`_chunks`). Functions of an ``AuditResult`` with no figure export
+several heatmaps (:func:`audit_subset`, :func:`even_chunks`). Functions of an ``AuditResult`` with no figure export
 (only :func:`_findings_section` writes, through the document layer of :mod:`app.pdf_doc`); :mod:`app.report`
 lays them out.
 """
@@ -76,14 +76,31 @@ def scorecard_table(audit, top: int | None = None, name_chars: int = 30) -> pd.D
         return "–" if not np.isfinite(float(v)) else f"{_num(v, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
 
     tested = d["tested"].to_numpy(bool)
+    det = d["mean_error_detectable"].to_numpy(float)
+    if "mean_error_percent" in d:  # a log label: the mean error as the percent difference of the original values
+
+        def pct(v):
+            return f"{v:+.1f}%" if abs(v) < 1e3 else f"{_num(v, 3)}%"
+
+        mean_col, mean_cells = (
+            "mean error, % [95% CI]",
+            [
+                "–" if not np.isfinite(v) else f"{pct(v)} [{pct(lo)}, {pct(hi)}]"
+                for v, lo, hi in d[["mean_error_percent", "mean_error_percent_lo", "mean_error_percent_hi"]].to_numpy(
+                    float
+                )
+            ],
+        )
+        det_cells = [f"±{100 * np.expm1(v):.1f}%" if np.isfinite(v) else "" for v in det]
+    else:
+        mean_col = "mean error [95% CI]"
+        mean_cells = [ci(*v) for v in d[["mean_error", "mean_error_lo", "mean_error_hi"]].to_numpy(float)]
+        det_cells = [f"±{_num(v, 2)}" if np.isfinite(v) else "" for v in det]
     rows = {
         "group": _name_col(audit, d.index, name_chars),
         "rows": [f"{int(n):,}" for n in d["n"]],
-        "mean error [95% CI]": [ci(*v) for v in d[["mean_error", "mean_error_lo", "mean_error_hi"]].to_numpy(float)],
-        "detectable": [
-            f"±{_num(v, 2)}" if t and np.isfinite(v) else "too small to test"
-            for v, t in zip(d["mean_error_detectable"].to_numpy(float), tested)
-        ],
+        mean_col: mean_cells,
+        "detectable": [c if t and c else "too small to test" for c, t in zip(det_cells, tested)],
         "spread obs/pred [95% CI]": [
             ci(*v, digits=2) for v in d[["spread_ratio", "spread_ratio_lo", "spread_ratio_hi"]].to_numpy(float)
         ],
@@ -94,6 +111,16 @@ def scorecard_table(audit, top: int | None = None, name_chars: int = 30) -> pd.D
         "findings": [f or "–" for f in d["findings"]],
     }
     return pd.DataFrame(rows)
+
+
+def mean_error_note(audit, units: str) -> str:
+    """What the scorecard's mean error column holds: label units, or percent for a log label."""
+    if getattr(audit, "params", {}).get("label_scale") == "log":
+        return (
+            "Mean error: observed - predicted of the log label, shown as the percent difference of the original "
+            "values (observed above predicted is +)."
+        )
+    return f"Mean error: observed - predicted, in {units}."
 
 
 def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
@@ -297,7 +324,7 @@ def _in_sample_warning(doc, n_rows: int, info: dict) -> None:
         )
 
 
-def _subset(audit, names):
+def audit_subset(audit, names):
     """The audit restricted to some groups (for splitting tall heatmaps over pages): a copy whose coverage, width
     and coverage-by-bucket tables hold only ``names``."""
     names = list(names)
@@ -312,7 +339,7 @@ def _subset(audit, names):
     return part
 
 
-def _chunks(index, size: int) -> list:
+def even_chunks(index, size: int) -> list:
     idx = list(index)
     if len(idx) <= size:
         return [idx]

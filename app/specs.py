@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -55,6 +56,9 @@ class LabelSpec:
     q_lo: float = 0.01
     q_hi: float = 0.99
     log: bool = False
+    # the label column is itself a natural log (log wage): the audit states mean errors also in percent, as it
+    # does for ``log`` (mmc_core.metrics.audit's label_scale)
+    percent: bool = False
     # binary labels (two distinct values): "auto" switches to a classifier audit; ``positive`` names the
     # positive class (as text) when the values are not 0/1 or true/false. Scaling and log are then unused.
     task: str = "auto"
@@ -80,6 +84,26 @@ class SplitSpec:
     test: float = 0.3
     base: float = 0.3
     seed: int = 0
+
+
+# names of labels that are natural logs: log_wage, ln_price, logsales, and the wooldridge style lwage / lsalary
+_LOG_NAME = re.compile(
+    r"^(?:(?:log|ln)(?:[_\-. ]|(?!in|ic|ist|o)[a-z])|l(?:wage|sal|salary|price|inc|income|earn|earns|earnings|rent|"
+    r"sales|output|value|crime|pop|avgsal|hrwage|faminc|rev|cost|emp|hours|hrs|gdp|y)\b)",
+    re.IGNORECASE,
+)
+
+
+def looks_like_log(name) -> bool:
+    """Whether a label's name says it is a natural log (the dashboard's starting guess, which the analyst sees
+    and can change)."""
+    return isinstance(name, str) and bool(_LOG_NAME.match(name.strip()))
+
+
+def label_scale(spec: LabelSpec, task: str = "regression") -> str:
+    """The audit's label_scale for a label spec and the fitted model's task: "log" when a regression's fitted
+    label is a natural log (logged in the app or declared one), else "linear"."""
+    return "log" if (spec.log or spec.percent) and task != "binary" else "linear"
 
 
 SKEWED = 1.0  # |sample skewness| of the label above which the app's "auto" mean buckets are quantile buckets
@@ -280,6 +304,40 @@ def count(n, word: str) -> str:
     if n is None:
         return f"? {word}s"
     return f"{int(n):,} {word}{'' if int(n) == 1 else 's'}"
+
+
+def interval_range_note(audit_params: dict, declare: str = "declare it (mmc fit --label-range LO,HI)") -> str | None:
+    """A sentence when the audit's intervals reach past the label's observed range (None when none do, or when the
+    range was declared: the ends are then clipped to it). ``declare``: how the reader declares a known range.
+    The calibrated intervals are the ones named when the audit has them, else the first method computed."""
+    past = audit_params.get("intervals_past_range") or {}
+    lab = audit_params.get("label") or {}
+    if not isinstance(past, dict) or not past or lab.get("source") == "declared":
+        return None
+    m = "calibrated" if "calibrated" in past else next(iter(past))
+    below, above = (float(v) for v in past[m])
+    if not (below or above):
+        return None
+    lo, hi = float(lab.get("lo", 0.0)), float(lab.get("hi", 0.0))
+    where = " and ".join(
+        t
+        for t in (
+            f"{_share(below)} of the lower ends below {lo:g}" if below else "",
+            f"{_share(above)} of the upper ends above {hi:g}" if above else "",
+        )
+        if t
+    )
+    return (
+        f"The {m} intervals reach beyond the label's observed range [{lo:g}, {hi:g}] on the audited rows ({where}). "
+        "They are not cut there because an observed range does not bound new labels. If the label cannot leave a "
+        f"known range (a count or hours cannot be negative), {declare}: interval ends are then clipped to it, and "
+        "no label can fall outside, so coverage stays as it is."
+    )
+
+
+def _share(v: float) -> str:
+    """0.234 -> "23%", 0.0004 -> "<1%" (a share that is not 0 is never printed as 0%)."""
+    return "<1%" if 0 < v < 0.005 else f"{v:.0%}"
 
 
 def outside_range_note(audit_params: dict) -> str | None:

@@ -64,6 +64,9 @@ __all__ = [
     "select_findings",
     "status_of",
     "variance_disparities",
+    "LABEL_SCALES",
+    "log_percent",
+    "with_percent",
 ]
 
 ADJUSTMENTS = ("holm", "bh")
@@ -80,6 +83,9 @@ VARIANCE_TOLERANCE = 0.1
 # least this share: below it the "disparity" is rounding (an unfitted model's equal variances gave "1.0000
 # times (95% CI 1.0000-1.0000): the model is more certain about this group")
 DISPARITY_MIN = 0.01
+# "log": the label is a natural logarithm (log wage, log price); mean errors are then also stated as percent
+# differences of the original values, which is how an analyst reads them (0.05 log points is about 5.1%)
+LABEL_SCALES = ("linear", "log")
 _Z95 = 1.959963984540054
 
 
@@ -655,6 +661,31 @@ def _within_note(groups) -> str:
     )
 
 
+def log_percent(x):
+    """A difference of natural logs as the percent difference of the original values: 0.05 -> 5.13 (and the
+    ends of an interval map to the ends of the percent interval, since the map is increasing)."""
+    return 100.0 * np.expm1(np.asarray(x, dtype=float))
+
+
+def with_percent(rec: dict) -> dict:
+    """A mean or calibration finding of a natural-log label with ``percent`` and ``percent_interval`` added (the
+    original values' ratio of geometric means, observed / predicted, minus 1) and its sentence saying them;
+    other kinds are returned unchanged. A new dict: the caller's record is not changed."""
+    if rec.get("kind") not in ("mean", "calibration"):
+        return rec
+    out = dict(rec)
+    out["percent"] = float(log_percent(rec["estimate"]))
+    out["percent_interval"] = [float(v) for v in log_percent(rec["interval"])]
+    if "text" in out:
+        out["text"] = describe(out)
+    return out
+
+
+def _pct(v: float, sign: str = "+") -> str:
+    """5.126 -> "+5.1%" ("5.1%" with ``sign=""``); thousands as the other numbers of the sentences."""
+    return f"{v:{sign}.1f}%" if abs(v) < 1e3 else ("+" if sign and v > 0 else "") + f"{_g(v)}%"
+
+
 def percent(share: float) -> str:
     """0.95 -> "95%", 0.975 -> "97.5%" (no rounding to a level that was not asked for)."""
     return f"{100 * share:.10g}%"
@@ -692,10 +723,17 @@ def describe(rec: dict) -> str:
             else f"group {g} with predictions in [{_g(rec['bucket'][0])}, {_g(rec['bucket'][1])})"
         )
         verb = "under-predicts" if rec["estimate"] > 0 else "over-predicts"
-        return (
+        out = (
             f"For {where} (n={n}) the model {verb} the mean: observed {_g(rec['observed'])} vs predicted "
             f"{_g(rec['predicted'])} (difference {_g(rec['estimate'])}, {ci} {_g(lo)} to {_g(hi)}; {padj})."
         )
+        if "percent" in rec:  # a log label: the same difference on the original scale
+            pc, (plo, phi) = rec["percent"], rec["percent_interval"]
+            out += (
+                f" On the original scale (a log label): observed {_pct(abs(pc), '')} "
+                f"{'above' if pc > 0 else 'below'} predicted ({ci} {_pct(plo)} to {_pct(phi)})."
+            )
+        return out
     if kind == "variance":
         verb = "understates" if rec["estimate"] > 1 else "overstates"
         tol = rec.get("tolerance") or 0.0

@@ -20,8 +20,9 @@ Tables (pandas DataFrames)
 ``by_group`` (index: group name, in the model's order; "all" first), columns:
     count, mass (count / n), mean_label, mean_pred, mean_pred_base,
     calib_error_worst / calib_error_worst_base: the largest |mean prediction - mean label| over the group's
-        mean buckets G(p, i) with at least ``min_cell_count`` rows (default 20: a worst cell of a handful of rows
-        is noise; NaN when no cell of the group is that large),
+        mean buckets G(p, i) with at least ``min_cell_count`` rows (default ``min_group_count``, the smallest
+        cell the findings test: a worst cell of a handful of rows is noise; NaN when no cell of the group is that
+        large), calib_error_worst_se / calib_error_worst_se_base: the standard error of that cell's mean error,
     calib_error_worst_weighted / calib_error_worst_weighted_base: the largest (count(cell) / n) * |mean
         prediction - mean label| over the same cells (the paper's mass-weighted statistic, label units),
     pred_var: mean predicted variance m_2(x) (NaN for a mean-only model),
@@ -97,7 +98,7 @@ import numpy as np
 import pandas as pd
 
 from . import findings as fnd
-from .scorecard import scorecard
+from .scorecard import scorecard, with_percent
 from . import intervals as iv
 from .errors import DataError, MMCError, ModelFormatError
 from .findings import VARIANCE_TOLERANCE
@@ -207,21 +208,28 @@ def _bootstrap_ratios(
 
 def _worst_cells(pairs: MembershipSums, pred_u, y_u, grid, n: int, span: float, min_count: int = 20):
     """Per-group worst |mean pred - mean label| over the mean buckets of ``pred_u`` (unweighted over cells of at
-    least ``min_count`` rows, and mass-weighted over all cells), and the long table pieces of the cells."""
+    least ``min_count`` rows, with that cell's standard error, and mass-weighted over all cells), and the long
+    table pieces of the cells."""
     m = grid.m
     b = grid.index(pred_u)
     cnt = pairs.cell_table(b, m)
     sp = pairs.cell_table(b, m, pred_u)
     sy = pairs.cell_table(b, m, y_u)
+    srr = pairs.cell_table(b, m, (y_u - pred_u) ** 2)
     err = _div(sp - sy, cnt) * span  # signed, label units
     absw = np.abs(sp - sy) / max(n, 1) * span
-    with np.errstate(invalid="ignore"):
-        big = (cnt >= max(min_count, 1)).any(axis=1)
-        worst = np.where(
-            big, np.max(np.where(cnt >= max(min_count, 1), np.abs(np.nan_to_num(err)), -np.inf), axis=1), np.nan
-        )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # the standard error of a cell's mean residual (n - 1 in the variance: a 2-row cell is not exact)
+        se = np.sqrt(np.maximum(srr - (sy - sp) ** 2 / cnt, 0.0) / ((cnt - 1) * cnt)) * span
+        big_cells = cnt >= max(min_count, 1)
+        big = big_cells.any(axis=1)
+        key = np.where(big_cells, np.abs(np.nan_to_num(err)), -np.inf)
+        at = np.argmax(key, axis=1)
+        rows = np.arange(key.shape[0])
+        worst = np.where(big, key[rows, at], np.nan)
+        worst_se = np.where(big & (cnt[rows, at] >= 2), se[rows, at], np.nan)
         worst_w = np.where(cnt.sum(1) > 0, np.max(np.where(cnt > 0, absw, -np.inf), axis=1), np.nan)
-    return worst, worst_w, cnt, sp, sy, err
+    return worst, worst_se, worst_w, cnt, sp, sy, err
 
 
 # ---- the result object -----------------------------------------------------------------------------------
@@ -353,7 +361,7 @@ def audit(
     n_boot: int = 200,
     seed: int = 0,
     bucket_method: str | None = None,
-    min_cell_count: int = 20,
+    min_cell_count: int | None = None,
     min_group_count: int = 30,
     error_control: str = "holm",
     findings_level: float = 0.05,
@@ -361,6 +369,7 @@ def audit(
     threshold: float = 0.5,
     n_buckets: int = 10,
     progress: Callable[[str], None] | None = None,
+    label_scale: str = "linear",
 ) -> AuditResult:
     """Audit ``model`` on the rows of ``table`` with labels ``y`` (original units).
 
@@ -369,7 +378,9 @@ def audit(
     model cannot compute are listed in ``params["methods_unavailable"]``). ``bucket_method``: the method of
     ``coverage_by_bucket`` (default ``calibrated`` if available, else the first computed). ``progress``: called
     with a short description as each stage starts (the bootstrap once per block of replicates): a long audit
-    (millions of rows) says what it is doing.
+    (millions of rows) says what it is doing. ``label_scale``: "log" for a label that is a natural logarithm
+    (log wage): mean errors are then also stated as percent differences of the original values, in the findings
+    (``percent``, ``percent_interval``) and the scorecard (``mean_error_percent``); "linear" (default) otherwise.
     """
     iv._check_prob("delta", delta)
     iv._check_prob("gamma", gamma)
@@ -377,6 +388,10 @@ def audit(
         raise MMCError(f"n_boot must be a non-negative integer, got {n_boot!r}")
     if isinstance(min_group_count, bool) or not isinstance(min_group_count, (int, np.integer)) or min_group_count < 2:
         raise MMCError(f"min_group_count must be an integer >= 2, got {min_group_count!r}")
+    if min_cell_count is None:  # the worst-cell errors over the cells the findings would test, no smaller ones
+        min_cell_count = int(min_group_count)
+    elif isinstance(min_cell_count, bool) or not isinstance(min_cell_count, (int, np.integer)) or min_cell_count < 1:
+        raise MMCError(f"min_cell_count must be an integer >= 1, got {min_cell_count!r}")
     if error_control not in fnd.ADJUSTMENTS:
         raise MMCError(f"error_control must be one of {', '.join(fnd.ADJUSTMENTS)}, got {error_control!r}")
     if not (isinstance(findings_level, (int, float)) and 0 < findings_level < 1):
@@ -387,6 +402,10 @@ def audit(
         or not (0 <= variance_tolerance < 1)
     ):
         raise MMCError(f"variance_tolerance must be a number in [0, 1), got {variance_tolerance!r}")
+    if label_scale not in fnd.LABEL_SCALES:
+        raise MMCError(f"label_scale must be one of {', '.join(fnd.LABEL_SCALES)}, got {label_scale!r}")
+    if label_scale != "linear" and getattr(model, "task", "regression") == "binary":
+        raise MMCError("label_scale='log' applies to a regression label; a classifier's label is 0/1")
     if getattr(model, "task", "regression") == "binary":
         from .binary import audit_binary_model
 
@@ -419,10 +438,11 @@ def audit(
     bg["mean_label"] = scale.mean_from_unit(_div(pairs.group_sums(yu), cnt))
     bg["mean_pred"] = scale.mean_from_unit(_div(pairs.group_sums(mu), cnt))
     bg["mean_pred_base"] = scale.mean_from_unit(_div(pairs.group_sums(before_u), cnt))
-    w, ww, c_m, sp_m, sy_m, err_m = _worst_cells(pairs, mu, yu, grid, n, span, min_cell_count)
-    wb, wwb, c_b, sp_b, sy_b, err_b = _worst_cells(pairs, before_u, yu, grid, n, span, min_cell_count)
+    w, w_se, ww, c_m, sp_m, sy_m, err_m = _worst_cells(pairs, mu, yu, grid, n, span, min_cell_count)
+    wb, wb_se, wwb, c_b, sp_b, sy_b, err_b = _worst_cells(pairs, before_u, yu, grid, n, span, min_cell_count)
     bg["calib_error_worst"], bg["calib_error_worst_weighted"] = w, ww
     bg["calib_error_worst_base"], bg["calib_error_worst_weighted_base"] = wb, wwb
+    bg["calib_error_worst_se"], bg["calib_error_worst_se_base"] = w_se, wb_se
     resid = yu - mu
     emp = residual_variance(pairs.group_sums(resid), pairs.group_sums(resid**2), cnt)
     ybar = _div(pairs.group_sums(yu), cnt)
@@ -453,6 +473,9 @@ def audit(
     methods = tuple(methods)
     avail = set(iv.available_methods(model))
     unavailable, cov_cols, wid_cols, details, bucket_cols = {}, {}, {}, {}, {}
+    # the shares of interval ends beyond an observed label range (unit scale [0, 1]): not clipped, since new labels
+    # may leave that range, but an analyst reading "-2,849 hours" is told (a declared range clips the ends)
+    past_range = {}
     bmu = grid.index(mu)
     for meth in methods:
         if meth not in iv.METHODS:
@@ -476,6 +499,8 @@ def audit(
         nonfin = pairs.group_sums((~fin).astype(float))
         wid_cols[meth] = np.where(nonfin > 0, np.inf, _div(wsum, cnt))
         details[meth] = json_clean(info)
+        if scale.source != "declared" and n:
+            past_range[meth] = [float(np.mean(lo_u < 0.0)), float(np.mean(hi_u > 1.0))]
         bucket_cols[meth] = _div(pairs.cell_table(bmu, m, inside), c_m)
         if meth == bucket_method or (bucket_method is None and meth == "calibrated"):
             bucket_inside = inside
@@ -610,6 +635,8 @@ def audit(
         "moments": list(model.moments),
         "odd_moments": model.params.odd_moments,
         "label_outside_range": int(np.sum((yu < -1e-9) | (yu > 1 + 1e-9))),
+        # {method: [share of lower ends below, share of upper ends above]} the observed label range
+        "intervals_past_range": past_range,
     }
     params.update(
         {
@@ -618,6 +645,7 @@ def audit(
             "error_control": error_control,
             "findings_level": float(findings_level),
             "variance_tolerance": float(variance_tolerance),
+            "label_scale": label_scale,
         }
     )
     all_tests: list = []
@@ -645,6 +673,9 @@ def audit(
         status = fnd.status_of(n_tests, min_group_count)
         params["n_tests"] = n_tests
         card = scorecard(all_tests, names, cnt, n_tests, findings_level, min_group_count)
+        if label_scale == "log":
+            found = [fnd.with_percent(t) for t in found]
+            card = with_percent(card)
     except Exception as e:  # noqa: BLE001 - reported as a failure, never as "no findings"
         found, disp, status, card = [], [], f"failed: {type(e).__name__}: {e}", None
     return AuditResult(

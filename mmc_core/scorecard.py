@@ -28,7 +28,7 @@ import pandas as pd
 
 from . import findings as fnd
 
-__all__ = ["POWER", "scorecard", "detectable_z", "spread_detectable", "coverage_shortfall"]
+__all__ = ["POWER", "scorecard", "detectable_z", "spread_detectable", "coverage_shortfall", "with_percent"]
 
 POWER = 0.8
 
@@ -182,3 +182,12 @@ def scorecard(tests: list, names, cnt, n_tests: int, level: float, min_count: in
     tab = pd.DataFrame(cols, index=pd.Index(list(names), name="group"))
     order = np.lexsort((-tab["n"].to_numpy(), tab["p_min"].to_numpy(), -tab["harm"].to_numpy()))
     return tab.iloc[order]
+
+
+def with_percent(card: pd.DataFrame) -> pd.DataFrame:
+    """The scorecard of a natural-log label with its mean errors also as percent differences of the original
+    values (``mean_error_percent``, ``_lo``, ``_hi``; :func:`mmc_core.findings.log_percent`)."""
+    out = card.copy()
+    for c in ("mean_error", "mean_error_lo", "mean_error_hi"):
+        out[c.replace("mean_error", "mean_error_percent")] = fnd.log_percent(card[c].to_numpy(dtype=float))
+    return out

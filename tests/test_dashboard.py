@@ -1298,20 +1298,49 @@ def test_coverage_headline_and_intervals_beyond_an_observed_range_are_read_right
     as a green "+9.1 pts" gain, though the Coverage tab calls over-coverage "wider than needed"; and intervals
     such as [-2849, 3746] hours stood without a word. Over-coverage is now grey (a shortfall stays red), and
     the Coverage tab says when interval ends leave an observed range and how to declare a known one."""
-    from types import SimpleNamespace
 
-    from app.ui.results_page import _coverage_delta_color, outside_range_note
+    from app.specs import interval_range_note
+    from app.ui.results_page import _coverage_delta_color
 
     assert _coverage_delta_color(0.091) == "off" and _coverage_delta_color(-0.02) == "normal"
     assert _coverage_delta_color(float("nan")) == "off"
-    observed = SimpleNamespace(lo=0.0, hi=4950.0, source="observed")
-    ints = {"calibrated": (np.array([-2849.0, 10.0, 20.0, 30.0]), np.array([3746.0, 5000.0, 100.0, 200.0]))}
-    note = outside_range_note(ints, observed)
+    observed = {"lo": 0.0, "hi": 4950.0, "source": "observed"}
+    params = {"label": observed, "intervals_past_range": {"plugin": [0.5, 0.0], "calibrated": [0.25, 0.25]}}
+    note = interval_range_note(params, "declare it on the Data page")
+    assert note.startswith("The calibrated intervals")
     assert "25% of the lower ends below 0" in note and "25% of the upper ends above 4950" in note
     assert "declare it on the Data page" in note
-    assert outside_range_note(ints, SimpleNamespace(lo=0.0, hi=4950.0, source="declared")) is None
-    inside = {"calibrated": (np.array([0.0, 10.0]), np.array([4950.0, 20.0]))}
-    assert outside_range_note(inside, observed) is None
+    assert interval_range_note({**params, "label": {**observed, "source": "declared"}}) is None
+    assert interval_range_note({**params, "intervals_past_range": {"calibrated": [0.0, 0.0]}}) is None
+    assert "<1% of the lower ends" in interval_range_note({**params, "intervals_past_range": {"x": [0.001, 0.0]}})
+
+
+def test_the_audit_records_interval_ends_past_an_observed_range():
+    """The shares the note reads are the audit's own: interval ends below / above the fitted label range (an
+    observed range; none recorded for a declared one, whose ends are clipped)."""
+    from mmc_core import MomentMulticalibrator
+    from mmc_core.metrics import audit
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"g": rng.choice(["a", "b"], 3000)})
+    y = np.abs(rng.standard_normal(3000)) * np.where(X["g"] == "a", 1.0, 5.0)  # >= 0, skewed: ends go below 0
+    for label_range, recorded in ((None, True), ((0.0, float(y.max()) + 1), False)):
+        est = MomentMulticalibrator(groups=["g"], label_range=label_range).fit(X.iloc[:2000], y[:2000])
+        res = audit(est.model_, X.iloc[2000:], y[2000:], methods=("calibrated", "plugin"))
+        past = res.params["intervals_past_range"]
+        if not recorded:
+            assert past == {}
+            continue
+        lo, hi = (np.asarray(v) for v in _ints(est.model_, X.iloc[2000:]))
+        assert past["calibrated"][0] == pytest.approx(float(np.mean(lo < est.model_.scale.lo)))
+        assert past["calibrated"][1] == pytest.approx(float(np.mean(hi > est.model_.scale.hi)))
+        assert past["calibrated"][0] > 0
+
+
+def _ints(model, X):
+    from mmc_core.intervals import predict_intervals
+
+    return predict_intervals(model, X, method="calibrated", delta=0.1, gamma=0.05)
 
 
 def test_groups_are_not_ranked_by_a_spread_the_model_predicts_equal_for_all():

@@ -10,7 +10,7 @@ import streamlit as st
 
 from app import demo_data
 from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
-from app.specs import BASE_MODELS
+from app.specs import BASE_MODELS, looks_like_log
 from app.ui import admission, budget, state
 from app.ui.common import choose_one, columns_multiselect, esc, label_error, sanitize
 from mmc_core.errors import MMCError
@@ -59,6 +59,7 @@ def _on_label_change():
     else:
         state.put("base_features", [c for c in current if c != new and c not in flags])
     state.put("label_positive", None)
+    state.put("label_percent", looks_like_log(new))
     # the declared range's starting values are the new label's own (they were the previous label's: choosing
     # `score` after the guessed `base` offered base's -1.41 .. 149.3, a browser session)
     demo = d.get("demo")
@@ -377,6 +378,14 @@ def _regression_label_widgets():
         a.number_input("Clip below quantile (%)", 0.0, 49.0, step=0.5, **state.bind("label_qlo"))
         b.number_input("Clip above quantile (%)", 51.0, 100.0, step=0.5, **state.bind("label_qhi"))
     st.checkbox("Log scale (fit ln label; all outputs in log units)", **state.bind("label_log"))
+    st.checkbox(
+        "The label is already a natural log (log wage): state mean errors also in percent",
+        **state.bind("label_percent"),
+        disabled=bool(st.session_state.get("label_log")),
+        help="Findings and the scorecard then also give each mean error as the percent difference of the original "
+        "values (0.05 log points is +5.1%). A label logged with the box above is stated in percent too. Ticked at "
+        "first when the label's name looks like a log (log_..., ln_..., lwage).",
+    )
     st.text_input(
         "Units of the label (for axis titles)",
         **state.bind("label_units"),

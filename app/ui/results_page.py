@@ -19,7 +19,7 @@ import streamlit as st
 
 from app.figure_style import _coverage_tested, _fmt, _legend_line
 from app.ui import state
-from app.specs import count, not_converged_note
+from app.specs import count, interval_range_note, not_converged_note
 from app.ui.common import download, esc, show_fit_notes, run_and_frame, tabbed
 
 METHOD_LABELS = {
@@ -53,11 +53,15 @@ def _run_key(run) -> str:
 # cached computations (keyed on the run; the run object itself is not hashed)
 # ---------------------------------------------------------------------------------------------------
 @st.cache_data(show_spinner=False, max_entries=64)
-def _figure(kind: str, key: str, _run, arg=None, units: str = ""):
-    """One figure of the run's audit (what ``audit()`` computed on the test rows; nothing recomputed here)."""
+def _figure(kind: str, key: str, _run, arg=None, units: str = "", groups: tuple | None = None):
+    """One figure of the run's audit (what ``audit()`` computed on the test rows; nothing recomputed here);
+    ``groups``: the heatmaps' rows, when the Coverage tab shows a page of them."""
     from app import figures as F
+    from app.report_tables import audit_subset
 
     audit, delta = _run.audit, _run.settings.delta
+    if groups is not None:
+        audit = audit_subset(audit, groups)
     names = {"label": _run.label.name, "units": units}
     if kind == "variance":
         return F.variance_disparity_figure(audit, top=arg, **names)
@@ -205,7 +209,7 @@ def all_findings(found: list, s: dict, line) -> str:
 def scorecard(run):
     """Every listed group in one searchable table (app.report_tables.scorecard_table; the PDF shows its first
     rows): estimates with intervals, what the group's size can detect, and its findings."""
-    from app.report_tables import scorecard_table
+    from app.report_tables import mean_error_note, scorecard_table
 
     table = scorecard_table(run.audit, name_chars=60)
     if table is None:
@@ -213,7 +217,7 @@ def scorecard(run):
     with st.expander(f"Group scorecard: all {len(table)} groups, first by harm and evidence", expanded=True):
         st.dataframe(table, width="stretch", hide_index=True, height=min(420, 38 + 35 * len(table)))
         st.caption(
-            "Mean error: observed - predicted on the test rows. Detectable: the smallest mean error the group's "
+            mean_error_note(run.audit, "the label's units") + " Detectable: the smallest mean error the group's "
             "rows find with 80% power among all the audit's tests; no finding means any error is smaller than "
             "that, not that there is none. Search the table with its toolbar's magnifier."
         )
@@ -444,12 +448,11 @@ def coverage_tab(run, frame):
         "group**? White = on target, red = too few rows covered, blue = wider than needed. Groups marked † "
         f"hold less than γ = {s.gamma:g} of the rows."
     )
-    st.plotly_chart(_figure("coverage", _run_key(run), run, None, state.units()), width="stretch", key="fig_coverage")
-    try:
-        ints = _test_intervals(_run_key(run), run, frame)["ints"]
-    except Exception:  # noqa: BLE001 - a caption only (the figures above say what failed)
-        ints = {}
-    if note := outside_range_note(ints, run.model.scale):
+    groups = heatmap_groups(run.audit)
+    st.plotly_chart(
+        _figure("coverage", _run_key(run), run, None, state.units(), groups), width="stretch", key="fig_coverage"
+    )
+    if note := interval_range_note(run.audit.params, "declare it on the Data page (Label range: declared)"):
         st.info(esc(note), icon=":material/straighten:")
     methods = [m for m in run.audit.coverage.columns if m in run.audit.coverage_by_bucket_of]
     if methods:
@@ -462,39 +465,50 @@ def coverage_tab(run, frame):
             format_func=lambda m: METHOD_LABELS.get(m, m),
         )
         st.plotly_chart(
-            _figure("bucket", _run_key(run), run, ss["res_method"], state.units()),
+            _figure("bucket", _run_key(run), run, ss["res_method"], state.units(), groups),
             width="stretch",
             key="fig_bucket",
         )
-    st.plotly_chart(_figure("width", _run_key(run), run, None, state.units()), width="stretch", key="fig_width")
+    st.plotly_chart(_figure("width", _run_key(run), run, None, state.units(), groups), width="stretch", key="fig_width")
 
 
-def outside_range_note(ints: dict, scale) -> str | None:
-    """What to make of interval ends beyond the label's observed range (None when none are, or when the range
-    was declared: the ends are then clipped to it). Not clipped to an observed range, since new labels may
-    leave it; but an analyst seeing "-2849 hours" should learn that a known bound can be declared."""
-    if getattr(scale, "source", "declared") == "declared" or not ints:
+HEATMAP_PAGE = 40  # groups per page of the Coverage tab's heatmaps (the PDF splits at 42)
+
+
+def heatmap_groups(audit) -> tuple | None:
+    """The groups the Coverage tab's heatmaps show (None: all of them). Past HEATMAP_PAGE groups, a name filter
+    and pages of HEATMAP_PAGE, the groups with findings or flags first (app.report_tables.priority_groups), so
+    no group is out of reach and none hides in a figure too tall to read."""
+    from app.report_tables import even_chunks, priority_groups
+
+    names = list(audit.coverage.index)
+    if len(names) <= HEATMAP_PAGE:
         return None
-    m = "calibrated" if "calibrated" in ints else next(iter(ints))
-    lo, hi = (np.asarray(v, dtype=float) for v in ints[m])
-    below, above = float(np.mean(lo < scale.lo)), float(np.mean(hi > scale.hi))
-    if not (below or above):
-        return None
-    where = " and ".join(
-        t
-        for t in (
-            f"{below:.0%} of the lower ends below {scale.lo:g}" if below else "",
-            f"{above:.0%} of the upper ends above {scale.hi:g}" if above else "",
-        )
-        if t
+    first = [g for g in priority_groups(audit) if g in set(names)]
+    ordered = first + [g for g in names if g not in set(first)]
+    a, b = st.columns([2, 1])
+    text = a.text_input(
+        f"Filter the {len(names)} groups by name",
+        **state.bind("res_heat_filter"),
+        placeholder="e.g. race=B",
+        help="The heatmaps below show the groups whose name contains this text (any case).",
     )
-    return (
-        f"The {METHOD_LABELS.get(m, m).lower()} intervals reach beyond the label's observed range "
-        f"[{scale.lo:g}, {scale.hi:g}] on the test rows ({where}). They are not cut there because an observed "
-        "range does not bound new labels. If the label cannot leave a known range (a count or hours cannot be "
-        "negative), declare it on the Data page (Label range: declared): interval ends are then clipped to it, "
-        "and no label can fall outside, so coverage stays as it is."
-    )
+    if text:
+        ordered = [g for g in ordered if text.strip().lower() in str(g).lower()]
+        if not ordered:
+            st.warning(f"No group's name contains {esc(text)!r}.")
+            return ()
+    pages = even_chunks(ordered, HEATMAP_PAGE)
+    labels = [
+        f"groups {sum(map(len, pages[:i])) + 1}-{sum(map(len, pages[: i + 1]))} of {len(ordered)}"
+        for i in range(len(pages))
+    ]
+    if len(pages) == 1:
+        return tuple(pages[0])
+    if st.session_state.get("res_heat_page") not in labels:
+        state.put("res_heat_page", labels[0])
+    pick = b.selectbox("Page", labels, **state.bind("res_heat_page"), help="Groups with findings or flags come first.")
+    return tuple(pages[labels.index(pick)])
 
 
 def calibration_tab(run):

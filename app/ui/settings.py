@@ -33,6 +33,7 @@ class Settings:
     label_qlo: float = 1.0
     label_qhi: float = 99.0
     label_log: bool = False
+    label_percent: bool = False  # the label column is a natural log: mean errors also in percent
     label_units: str = ""
     label_positive: str | None = None  # binary labels whose values are not 0/1: the positive class (as text)
     # base prediction
@@ -73,6 +74,8 @@ class Settings:
     disc_target: str = "base"
     # results / export
     res_method: str = "calibrated"
+    res_heat_filter: str = ""  # the Coverage tab's heatmaps: a group-name filter and a page, past 40 groups
+    res_heat_page: str = ""
     res_moment: int = 2
     res_top: int = 30
     res_threshold: float = 0.5  # binary labels: the decision threshold of the rate table (slider)

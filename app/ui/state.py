@@ -20,7 +20,7 @@ import pandas as pd
 import streamlit as st
 
 from app import demo_data
-from app.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec, frame_key
+from app.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec, frame_key, looks_like_log
 from app.ui.settings import Settings
 
 DEFAULT_DATASET = "synthetic_scores"
@@ -432,6 +432,7 @@ def apply_suggestions(frame: pd.DataFrame, demo=None):
         order = 1
     new["label_col"] = label
     new["label_log"] = False
+    new["label_percent"] = looks_like_log(label)
     new["label_positive"] = None
     new["res_threshold"] = 0.5
     new["label_units"] = {
@@ -485,6 +486,7 @@ def label_spec() -> LabelSpec:
         q_lo=float(s.label_qlo) / 100,
         q_hi=float(s.label_qhi) / 100,
         log=bool(s.label_log),
+        percent=bool(s.label_percent),
         positive=s.label_positive or None,
     )
 
