@@ -453,9 +453,9 @@ def classifier_rates(df: pd.DataFrame, run: AuditRun, threshold: float):
     if base is not None:
         before = np.clip(base, 0.0, 1.0)
     else:  # the constant the fit started from, as in the audit
-        from mmc_core.intervals import _initial_constant
+        from mmc_core.intervals import initial_constant
 
-        before = np.full(test.size, _initial_constant(model))
+        before = np.full(test.size, initial_constant(model))
     return threshold_rates(
         mu,
         run.label.y[test],

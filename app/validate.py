@@ -66,11 +66,11 @@ def _integer_id(s: pd.Series, x: pd.Series | None, n: int) -> str | None:
 
 
 def _fmt(v) -> str:
-    """A value as the group names write it (:func:`mmc_core.groups._format_value`: 3, not 3.0), numpy scalars
+    """A value as the group names write it (:func:`mmc_core.groups.format_value`: 3, not 3.0), numpy scalars
     included."""
-    from mmc_core.groups import _format_value
+    from mmc_core.groups import format_value
 
-    return _format_value(v.item() if isinstance(v, np.generic) else v)
+    return format_value(v.item() if isinstance(v, np.generic) else v)
 
 
 def _step(key: np.ndarray, val: np.ndarray):

@@ -15,7 +15,7 @@ import numbers
 import numpy as np
 
 from .errors import MMCError
-from .tables import _take
+from .tables import take_rows
 
 # "held-out" is the default; "auto": "cross-fit" with the in-memory (numpy) engine up to CROSS_FIT_MAX_ROWS rows,
 # "held-out" above that and with the Dask engine
@@ -54,7 +54,7 @@ def fold_ids(n: int, random_state, folds: int = CROSS_FIT_FOLDS) -> np.ndarray:
 def _rows(X, idx) -> dict:
     """Rows ``idx`` of the table; a table without columns (only the whole population) gets a row-number column
     so the fold's fit still knows its row count."""
-    return _take(X, idx) or {"__mmc_row__": np.asarray(idx)}
+    return take_rows(X, idx) or {"__mmc_row__": np.asarray(idx)}
 
 
 def out_of_fold_predictions(est, X, yu, base_u, gset, task: str, stop=None, folds: int = CROSS_FIT_FOLDS) -> dict:

@@ -35,7 +35,8 @@ import numpy as np
 from .auditor import chernoff_auditor
 from .buckets import mean_grid, moment_grid, moment_projection
 from .errors import MMCError
-from .estimator import _n_rows, _take, auto_threshold, to_label_array
+from .estimator import auto_threshold, to_label_array
+from .tables import count_rows, take_rows
 from .groups import GroupSet, loadable_name
 from .moments import LabelScale, MomentKind, pseudo_label
 from .oracle import FeatureMatrix, Rule, SetOracle, TreeOracle
@@ -443,7 +444,7 @@ def discover(
     check_seed(seed, "seed")
     if test not in ("z", "chernoff"):
         raise MMCError(f"test must be 'z' or 'chernoff', got {test!r}")
-    n = _n_rows(X)
+    n = count_rows(X)
     if n < 20:
         raise MMCError(f"discovery needs at least 20 rows, got {n}")
     y = to_label_array(y, f"label '{label_name}'", n)
@@ -554,7 +555,7 @@ def fit_with_discovery(
     listed = list(gset.groups)
     learned: list = []
     taken = set(gset.names)
-    n = _n_rows(X)
+    n = count_rows(X)
     seen_keys = set()
     history = []
     oracle = _make_oracle(oracle, max_depth, est.random_state if isinstance(est.random_state, int) else 0)
@@ -584,7 +585,7 @@ def fit_with_discovery(
         if rnd == rounds or (stop is not None and stop()):
             break
         fit_idx = est.fit_index_
-        Xf = _take(X, fit_idx)
+        Xf = take_rows(X, fit_idx)
         yu = est.label_scale_.to_unit(to_label_array(y, f"label '{label_name}'", n)[fit_idx], f"label '{label_name}'")
         F = _Features(Xf, features, fit_idx.size)
         search, check = _split(fit_idx.size, search_fraction, (est.random_state or 0) + 1000 + rnd)

@@ -23,8 +23,8 @@ from .model import FittedModel
 from .recalibrate import BASE_RECALIBRATIONS, affine_base, fit_affine, fit_group_linear, group_linear_base
 from .moments import LabelScale, MomentKind, pseudo_label
 from .binary import TASK_BINARY, TASKS, resolve_task  # noqa: F401 - TASKS re-exported
-from .sklearn_params import SklearnParams, _json_params
-from .tables import _n_rows, _take, as_table, to_label_array
+from .sklearn_params import SklearnParams, json_params
+from .tables import count_rows, take_rows, as_table, to_label_array
 from .thresholds import (  # noqa: F401 - the rule constants are re-exported for older imports
     AUTO_BUCKETS,
     AUTO_LEVEL,
@@ -41,7 +41,7 @@ from .thresholds import (  # noqa: F401 - the rule constants are re-exported for
     SE_MOMENT_SHRINK,
     SE_MIN_COUNT,
     THRESHOLD_RULES,
-    _check_unit_interval,
+    check_unit_interval,
     auto_threshold,
     bonferroni_z,
     check_seed,
@@ -251,7 +251,7 @@ def fit_info(est, model, search: BucketSearch, rows: FitRows, achieved, floors) 
         "alpha_rule": effective_rule(est.alpha, est.step),
         "beta_rule": effective_rule(est.beta, est.step),
         "history": res.history,
-        "estimator_params": _json_params(_saved_params(est)),
+        "estimator_params": json_params(_saved_params(est)),
     }
 
 
@@ -745,7 +745,7 @@ class MomentMulticalibrator(SklearnParams):
                 f"base_recalibration must be one of {', '.join(BASE_RECALIBRATIONS)}, got {self.base_recalibration!r}"
             )
         X = as_table(X)
-        n = _n_rows(X)
+        n = count_rows(X)
         if n < 2:
             raise DataError(f"need at least 2 rows to fit, got n_samples={n}")
         task, y, binary_info = resolve_task(y, self.task, self.positive_label, label_name)
@@ -791,7 +791,7 @@ class MomentMulticalibrator(SklearnParams):
         fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
         del perm, y  # row-length arrays no longer needed: at tens of millions of rows memory is the limit
         # without held-out rows the fitting rows are all the rows: the arrays are used as they are, not copied
-        Xf = _take(X, fit_idx) if n_cal else X
+        Xf = take_rows(X, fit_idx) if n_cal else X
         yu_f = yu[fit_idx] if n_cal else yu
         memb = gset.evaluate(Xf, fit_idx.size)
         affine = within = memb_h = None
@@ -801,7 +801,7 @@ class MomentMulticalibrator(SklearnParams):
                 affine = fit_affine(yu_f, mu0)
                 mu0 = affine_base(mu0, *affine)
             elif self.base_recalibration in ("group-linear", "auto"):
-                memb_h = gset.evaluate(_take(X, cal_idx), n_cal) if n_cal else None
+                memb_h = gset.evaluate(take_rows(X, cal_idx), n_cal) if n_cal else None
                 held = (yu[cal_idx], base_u[cal_idx], memb_h.sums()) if memb_h is not None else None
                 within = fit_group_linear(yu_f, mu0, memb.sums(), held)
                 mu0 = group_linear_base(mu0, memb.sums(), within)
@@ -1045,7 +1045,7 @@ class MomentMulticalibrator(SklearnParams):
         )
         del d  # the locals hold what is needed; resid is dropped after the descent
         if memb_h is None and n_cal:
-            memb_h = gset.evaluate(_take(X, cal_idx), n_cal)
+            memb_h = gset.evaluate(take_rows(X, cal_idx), n_cal)
         mu_h = None
         if n_cal:
             mu_h = base_u[cal_idx] if base_u is not None else np.full(n_cal, float(np.mean(yu_f)))
@@ -1144,7 +1144,7 @@ class MomentMulticalibrator(SklearnParams):
                 # Only the held-out rows (never the rows the moments were fitted on); also a stopped fit's
                 # (the fold models would be as partial as it is, and the user is waiting).
                 model.extras["intervals"] = intervals.calibrate(
-                    model, _take(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx]
+                    model, take_rows(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx]
                 )
         rows = FitRows(n, fit_idx.size, n_cal, memb.sizes, base_clipped, label_name)
         model.info = {"task": task, **fit_info(self, model, search, rows, achieved, floors)}
@@ -1267,10 +1267,10 @@ class MomentMulticalibrator(SklearnParams):
         when given, else the column ``base_column`` of X when the model uses a base prediction."""
         self._check_fitted(method)
         if base_prediction is not None:
-            return to_label_array(base_prediction, "base prediction", _n_rows(X))
+            return to_label_array(base_prediction, "base prediction", count_rows(X))
         if self.model_.uses_base:
             if self.base_column is not None:
-                return to_label_array(self._base_column_of(X), f"base prediction '{self.base_column}'", _n_rows(X))
+                return to_label_array(self._base_column_of(X), f"base prediction '{self.base_column}'", count_rows(X))
             raise MMCError("this model was fitted on a base prediction: pass base_prediction (or set base_column)")
         return None
 

@@ -64,7 +64,7 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
 
 
-def _is_numeric_column(col: np.ndarray) -> bool:
+def is_numeric_column(col: np.ndarray) -> bool:
     return col.dtype.kind in "biuf"
 
 
@@ -92,13 +92,13 @@ def _column(table, name: str) -> np.ndarray:
         # mixed objects (numbers and text): compare everything as text, numbers formatted like group labels
         nonstr = ~miss & ~np.frompyfunc(lambda v: isinstance(v, str), 1, 1)(out).astype(bool)
         if nonstr.any():
-            out[nonstr] = [_format_value(v) for v in out[nonstr]]
+            out[nonstr] = [format_value(v) for v in out[nonstr]]
     out[miss] = None
     return out
 
 
-def _missing(arr: np.ndarray) -> np.ndarray:
-    if _is_numeric_column(arr):
+def missing_mask(arr: np.ndarray) -> np.ndarray:
+    if is_numeric_column(arr):
         return np.isnan(arr)
     return np.equal(arr, None)  # type: ignore[call-overload]  # elementwise "is None" of an object array
 
@@ -117,7 +117,7 @@ def _zero_led(v) -> bool:
     return True
 
 
-def _format_value(v) -> str:
+def format_value(v) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     if isinstance(v, float):
@@ -196,24 +196,24 @@ class Condition:
 
     def label(self) -> str:
         if self.op == "==":
-            return f"{self.column}={_format_value(self.value)}"
+            return f"{self.column}={format_value(self.value)}"
         if self.op in ("in", "not in"):
-            return f"{self.column} {self.op} {{{', '.join(_format_value(v) for v in self.values)}}}"
+            return f"{self.column} {self.op} {{{', '.join(format_value(v) for v in self.values)}}}"
         if self.op == "between":
             # the open ends as inequalities ("age < 36", not "age in [-inf, 36)")
             if self.lo is None and self.hi is None:
                 return f"{self.column} in [-inf, inf)"
             if self.lo is None:
-                return f"{self.column} < {_format_value(self.hi)}"
+                return f"{self.column} < {format_value(self.hi)}"
             if self.hi is None:
-                return f"{self.column} >= {_format_value(self.lo)}"
-            return f"{self.column} in [{_format_value(self.lo)}, {_format_value(self.hi)})"
-        return f"{self.column}{self.op}{_format_value(self.value)}"
+                return f"{self.column} >= {format_value(self.lo)}"
+            return f"{self.column} in [{format_value(self.lo)}, {format_value(self.hi)})"
+        return f"{self.column}{self.op}{format_value(self.value)}"
 
     # ---- evaluation ------------------------------------------------------------------------------
     def _coerce(self, arr: np.ndarray, v):
         """The value in the column's terms: numbers for numeric columns, text for text columns."""
-        if _is_numeric_column(arr):
+        if is_numeric_column(arr):
             if _is_number(v):
                 return float(v)
             if _zero_led(v):
@@ -232,7 +232,7 @@ class Condition:
                 raise GroupDefinitionError(
                     f"column '{self.column}' is numeric but the group compares it with the text {v!r}"
                 ) from None
-        return _format_value(v) if _is_number(v) else v
+        return format_value(v) if _is_number(v) else v
 
     def mask(self, table, columns: dict | None = None) -> np.ndarray:
         if columns is None:
@@ -240,7 +240,7 @@ class Condition:
         if self.column not in columns:
             columns[self.column] = _column(table, self.column)
         arr = columns[self.column]
-        numeric = _is_numeric_column(arr)
+        numeric = is_numeric_column(arr)
         if self.op == "between":
             if not numeric:
                 raise GroupDefinitionError(f"column '{self.column}' is not numeric; 'between' needs numbers")
@@ -619,7 +619,7 @@ class Membership:
         return out
 
 
-def _quartile_edges(values: np.ndarray, n_bins: int = 4) -> list:
+def quartile_edges(values: np.ndarray, n_bins: int = 4) -> list:
     """Inner cut points of ``n_bins`` quantile bins (distinct; none at or below the minimum: no empty bin)."""
     v = values[np.isfinite(values)]
     if v.size == 0 or n_bins < 2:
@@ -636,12 +636,12 @@ def column_conditions(table, c: str, n_bins: int = 4, max_values: int = MAX_VALU
     per value, or (numeric columns with more than ``max_values`` distinct values, or any numeric column when
     ``bin_numeric``) one per ``n_bins``-quantile bin computed on ``table``."""
     arr = _column(table, c)
-    if _is_numeric_column(arr):
+    if is_numeric_column(arr):
         distinct = np.unique(arr[np.isfinite(arr)])
         if distinct.size > max_values or (bin_numeric and distinct.size > n_bins):
-            return numeric_conditions(c, distinct, _quartile_edges(arr, n_bins))
+            return numeric_conditions(c, distinct, quartile_edges(arr, n_bins))
         return numeric_conditions(c, distinct)
-    miss = _missing(arr)
+    miss = missing_mask(arr)
     return text_conditions(c, sorted({str(v) for v in arr[~miss]}))
 
 
@@ -851,7 +851,7 @@ class GroupSet:
             present = ~np.isnan(arr) if arr.dtype.kind == "f" else arr != None  # noqa: E711 (elementwise: None is missing text)
             miss = np.flatnonzero(~hit & present)
             if miss.size:
-                seen = list(dict.fromkeys(_format_value(v) for v in arr[miss[:10_000]]))
+                seen = list(dict.fromkeys(format_value(v) for v in arr[miss[:10_000]]))
                 out.append((col, int(miss.size), seen[:max_examples]))
         return out
 

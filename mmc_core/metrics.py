@@ -105,7 +105,7 @@ from .findings import VARIANCE_TOLERANCE
 from .binary import binary_labels, check_threshold
 from .moments import MomentKind
 from .sums import MembershipSums
-from .tables import _n_rows, as_table, to_label_array
+from .tables import count_rows, as_table, to_label_array
 
 __all__ = ["audit", "AuditResult", "FORMAT", "VERSION", "check_threshold", "binary_labels", "json_clean"]
 
@@ -316,15 +316,15 @@ def _audit_rows(model, table, n: int, base, constant: str):
     base clipped to the label range, else the model's initial constant (``constant`` says what it is)."""
     if n == 0:
         raise DataError("the audit needs at least one labelled row")
-    n_table = _n_rows(as_table(table))
+    n_table = count_rows(as_table(table))
     if n_table != n:  # before the base: a label column one short is not the base prediction's fault
         raise DataError(f"the table has {n_table} rows but there are {n} labels")
     base_arr = None if base is None else to_label_array(base, "the base prediction", n)
-    ctx = iv._Context(model, table, base_arr)
+    ctx = iv.IntervalContext(model, table, base_arr)
     if ctx.n != n:
         raise DataError(f"the table has {ctx.n} rows but there are {n} labels")
     if base_arr is None:
-        return ctx, np.full(n, iv._initial_constant(model)), f"initial constant ({constant})"
+        return ctx, np.full(n, iv.initial_constant(model)), f"initial constant ({constant})"
     scale = model.scale
     return ctx, np.clip((base_arr - scale.lo) / scale.span, 0.0, 1.0), "base prediction"
 
@@ -382,8 +382,8 @@ def audit(
     (log wage): mean errors are then also stated as percent differences of the original values, in the findings
     (``percent``, ``percent_interval``) and the scorecard (``mean_error_percent``); "linear" (default) otherwise.
     """
-    iv._check_prob("delta", delta)
-    iv._check_prob("gamma", gamma)
+    iv.check_prob("delta", delta)
+    iv.check_prob("gamma", gamma)
     if not isinstance(n_boot, int) or n_boot < 0:
         raise MMCError(f"n_boot must be a non-negative integer, got {n_boot!r}")
     if isinstance(min_group_count, bool) or not isinstance(min_group_count, (int, np.integer)) or min_group_count < 2:
@@ -485,7 +485,7 @@ def audit(
             continue
         say(f"{meth} intervals")
         try:
-            lo_u, hi_u, info = iv._unit_interval(ctx, meth, delta, gamma)
+            lo_u, hi_u, info = iv.unit_interval(ctx, meth, delta, gamma)
         except ModelFormatError:
             raise  # a damaged model file is an error, not a missing method
         except MMCError as e:
@@ -509,7 +509,7 @@ def audit(
     if bucket_method is None:
         bucket_method = "calibrated" if "calibrated" in cov_cols else (next(iter(cov_cols)) if cov_cols else None)
         if bucket_method is not None and bucket_method != "calibrated":
-            lo_u, hi_u, _ = iv._unit_interval(ctx, bucket_method, delta, gamma)
+            lo_u, hi_u, _ = iv.unit_interval(ctx, bucket_method, delta, gamma)
             bucket_inside = ((yu >= lo_u) & (yu <= hi_u)).astype(float)
     elif bucket_method not in cov_cols:
         raise MMCError(f"bucket_method {bucket_method!r} is not among the computed methods ({', '.join(cov_cols)})")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import MMCError
-from .groups import Condition, Group, _column, _is_numeric_column, _missing
+from .groups import Condition, Group, _column, is_numeric_column, missing_mask
 
 __all__ = ["FeatureMatrix", "Rule", "SetOracle", "TreeOracle", "MAX_CATEGORIES"]
 
@@ -73,11 +73,11 @@ class FeatureMatrix:
         ] = []  # source[j] = (column, None) numeric, or (column, value) indicator
         for c in features:
             arr = _column(table, c)
-            if _is_numeric_column(arr):
+            if is_numeric_column(arr):
                 blocks.append(arr.astype(np.float32)[:, None])
                 self.source.append((c, None))
                 continue
-            miss = _missing(arr)
+            miss = missing_mask(arr)
             vals, counts = np.unique(arr[~miss].astype(str), return_counts=True)
             if vals.size == 0:
                 raise MMCError(f"feature column '{c}' has no values")

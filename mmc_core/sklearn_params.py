@@ -66,7 +66,7 @@ class SklearnParams:
         return f"{type(self).__name__}({', '.join(changed)})"
 
 
-def _json_params(params: dict) -> dict:
+def json_params(params: dict) -> dict:
     """Constructor parameters as JSON values (tuples as lists, numpy scalars as numbers); a value JSON cannot
     hold (e.g. a numpy Generator as random_state) is left out, and loading then uses the default."""
     out = {}

@@ -57,7 +57,7 @@ def as_table(X):
     )
 
 
-def _n_rows(X) -> int:
+def count_rows(X) -> int:
     if hasattr(X, "shape"):
         return int(X.shape[0])
     if not X:
@@ -65,7 +65,7 @@ def _n_rows(X) -> int:
     return len(next(iter(X.values())))
 
 
-def _take(X, idx):
+def take_rows(X, idx):
     """Rows ``idx`` of a DataFrame or a dict of columns, as a dict of numpy columns."""
     if hasattr(X, "iloc"):
         return {c: X[c].to_numpy()[idx] for c in X.columns}

@@ -35,7 +35,7 @@ THRESHOLD_RULES = ("se", "auto")
 FLOOR_MASS = 0.01  # groups of at least this share of the fitting rows set the span of the moment grid
 
 
-def _check_unit_interval(name: str, v, open_right: bool = True):
+def check_unit_interval(name: str, v, open_right: bool = True):
     if not isinstance(v, numbers.Real) or isinstance(v, bool) or not np.isfinite(float(v)) or not 0 < float(v) < 1:
         raise MMCError(f"{name} must be a number strictly between 0 and 1, got {v!r}")
 
@@ -100,7 +100,7 @@ def validate_params(
             if v not in THRESHOLD_RULES:
                 raise MMCError(f"{name} must be a number in (0, 1), 'se' or 'auto', got {v!r}")
         else:
-            _check_unit_interval(name, v)
+            check_unit_interval(name, v)
     if not (isinstance(n_buckets, str) and n_buckets == "auto") and (
         not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000
     ):

@@ -243,7 +243,7 @@ def test_mean_only_model_errors_and_calibrated_fallback():
 def test_plugin_formula_and_choice(cal_model):
     est, table, _ = cal_model
     model = est.model_
-    ctx = iv._Context(model, table)
+    ctx = iv.IntervalContext(model, table)
     for a in (2, 3, 4):
         lo, hi = iv.predict_intervals(model, table, method="plugin", delta=0.1, moment=a)
         h = (np.maximum(ctx.moms[a], 0) / 0.1) ** (1 / a)
@@ -259,7 +259,7 @@ def test_plugin_formula_and_choice(cal_model):
     }
     ok = [a for a in cov if cov[a] >= 0.9]
     want = min(ok, key=widths.get) if ok else max(cov, key=cov.get)
-    _, _, info = iv._unit_interval(ctx, "plugin", 0.1, 0.05)
+    _, _, info = iv.unit_interval(ctx, "plugin", 0.1, 0.05)
     assert info["moment"] == want
     # tamper with the stored coverage: a moment that fails on held-out rows is never chosen when another passes
     saved = json.loads(json.dumps(rec))
@@ -267,7 +267,7 @@ def test_plugin_formula_and_choice(cal_model):
         for a in (2, 3, 4):
             rec["plugin_coverage"][str(a)][k] = 0.5
         rec["plugin_coverage"]["3"][k] = 0.95
-        _, _, info = iv._unit_interval(ctx, "plugin", 0.1, 0.05)
+        _, _, info = iv.unit_interval(ctx, "plugin", 0.1, 0.05)
         assert info["moment"] == 3
     finally:
         model.extras["intervals"] = saved
@@ -347,8 +347,8 @@ def test_multimoment_intervals(cal_model):
     est, table, _ = cal_model
     model = est.model_
     gamma, delta = 0.05, 0.1
-    ctx = iv._Context(model, table)
-    lo, hi, info = iv._unit_interval(ctx, "multimoment", delta, gamma, clip=False)
+    ctx = iv.IntervalContext(model, table)
+    lo, hi, info = iv.unit_interval(ctx, "multimoment", delta, gamma, clip=False)
     half = (hi - lo) / 2
     widths = np.vstack([iv.guaranteed_halfwidth(model, ctx.moms[a], a, delta, gamma) for a in (2, 3, 4)])
     covered = ~((lo == 0.0) & (hi == 1.0))
@@ -780,7 +780,7 @@ def test_calibrated_formula_gcp(cal_model):
         mu, moms = model.predict_unit(table)
         q = memb.to_dense().astype(float) @ theta
         half = np.maximum(q, 0) * np.sqrt(np.maximum(moms[2], rec["floor"]))
-        lo, hi, _ = iv._unit_interval(iv._Context(model, table), "calibrated", 0.1, 0.05, clip=False)
+        lo, hi, _ = iv.unit_interval(iv.IntervalContext(model, table), "calibrated", 0.1, 0.05, clip=False)
         np.testing.assert_allclose(lo, mu - half, atol=1e-12)
         np.testing.assert_allclose(hi, mu + half, atol=1e-12)
     finally:
@@ -828,7 +828,7 @@ def test_benchmark_approach_records_load_and_predict(cal_model, tmp_path, approa
         q_lo = np.max([q_of(t) for t in rec["theta_lower"][k:]] + [np.zeros(len(mu))], axis=0)
     else:
         q_up = q_lo = np.maximum(q_of(rec["theta"][k]), 0.0)
-    lo, hi, _ = iv._unit_interval(iv._Context(loaded, table), "calibrated", 0.1, 0.05, clip=False)
+    lo, hi, _ = iv.unit_interval(iv.IntervalContext(loaded, table), "calibrated", 0.1, 0.05, clip=False)
     np.testing.assert_allclose(lo, mu - q_lo * sd, atol=1e-12)
     np.testing.assert_allclose(hi, mu + q_up * sd, atol=1e-12)
 
@@ -867,8 +867,8 @@ def test_original_units_and_base():
     lo, hi = iv.predict_intervals(model, t, base=base, method="calibrated")
     # two-sided around the mean prediction: the mean lies inside, each end is its own calibrated distance away
     assert np.all(lo <= pred["mean"] + 1e-9) and np.all(pred["mean"] <= hi + 1e-9)
-    ctx = iv._Context(model, t, base)
-    (half_lo, half_hi), _ = iv._half_calibrated(ctx, 0.1, 0.05)[1:]
+    ctx = iv.IntervalContext(model, t, base)
+    (half_lo, half_hi), _ = iv.half_calibrated(ctx, 0.1, 0.05)[1:]
     # (the declared range 0..100 clips the ends)
     np.testing.assert_allclose(lo, np.maximum(pred["mean"] - 100 * half_lo, 0.0), atol=1e-9)
     np.testing.assert_allclose(hi, np.minimum(pred["mean"] + 100 * half_hi, 100.0), atol=1e-9)

@@ -90,7 +90,7 @@ def _fit(rule, memb, u, deltas, margin):
 
 
 def _rows(rule, memb, theta):
-    return iv._row_sum(memb, theta) if rule == "sum" else iv._row_max(memb, theta)
+    return iv.row_sum(memb, theta) if rule == "sum" else iv.row_max(memb, theta)
 
 
 @pytest.mark.parametrize("rule", ["sum", "max"])
@@ -170,7 +170,7 @@ def test_max_rule_is_each_rows_widest_group_quantile():
             assert up[j, g] == pytest.approx(s[k - 1], abs=1e-6)
     # new rows: one of a = r only (its groups have no calibration rows except through b)
     new = gs.evaluate({"a": np.array(["r", "p"]), "b": np.array(["s", "t"])}, 2)
-    q = iv._row_max(new, up[0])
+    q = iv.row_max(new, up[0])
     names = list(gs.names)
     finite = [g for g in range(len(names)) if np.isfinite(up[0, g]) and new.to_dense()[0, g]]
     assert q[0] == pytest.approx(max(up[0, g] for g in finite))
@@ -185,7 +185,7 @@ def test_max_rule_is_each_rows_widest_group_quantile():
     )
     up_r, _ = iv.fit_group_max(only_r.evaluate({"a": a}, n), u, [0.1])
     assert np.isinf(up_r[0, 1])
-    assert iv._row_max(only_r.evaluate({"a": np.array(["r"])}, 1), up_r[0])[0] == up_r[0, 0]
+    assert iv.row_max(only_r.evaluate({"a": np.array(["r"])}, 1), up_r[0])[0] == up_r[0, 0]
 
 
 def test_max_rule_sorts_each_pair_once_for_all_deltas(monkeypatch):

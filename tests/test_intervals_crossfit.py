@@ -84,9 +84,9 @@ def test_count_guarantee_on_out_of_fold_scores(fitted, delta):
     """Every group (n_g rows, all of them calibration rows) has >= k_g rows whose out-of-fold score is inside."""
     tr, gs, est = fitted
     model, oof = est.model_, est.oof_predictions_unit_
-    ctx = iv._Context(model, tr, tr["base_pred"].to_numpy())
+    ctx = iv.IntervalContext(model, tr, tr["base_pred"].to_numpy())
     ctx.mu, ctx.moms = oof["mean"], oof["moments"]  # the out-of-fold predictions in place of the final model's
-    mu, (h_lo, h_up), _ = iv._half_calibrated(ctx, delta, 0.05)
+    mu, (h_lo, h_up), _ = iv.half_calibrated(ctx, delta, 0.05)
     y = model.scale.to_unit(tr["outcome"].to_numpy())
     inside = (y >= mu - h_lo) & (y <= mu + h_up)
     dense = ctx.memb.to_dense()

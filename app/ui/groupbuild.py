@@ -15,7 +15,7 @@ import pandas as pd
 
 from mmc_core import Condition, GroupSet
 from mmc_core.errors import GroupDefinitionError
-from mmc_core.groups import MAX_GROUPS, MAX_VALUES, _quartile_edges
+from mmc_core.groups import MAX_GROUPS, MAX_VALUES, quartile_edges
 from mmc_core.groups import column_conditions as core_column_conditions
 
 __all__ = [
@@ -65,7 +65,7 @@ def distinct_values(s: pd.Series, limit: int = 200) -> list:
 def quantile_edges(s: pd.Series, n_bins: int) -> list:
     """Inner cut points of ``n_bins`` quantile bins, exactly as ``mmc fit --group-cols`` cuts (mmc_core)."""
     v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)
-    return _quartile_edges(v, n_bins)
+    return quartile_edges(v, n_bins)
 
 
 def column_conditions(

@@ -10,7 +10,7 @@ import numbers
 import numpy as np
 
 from mmc_core.errors import MMCError
-from mmc_core.intervals._common import _pairs
+from mmc_core.intervals._common import membership_pairs
 
 from .symmetric import MARGIN_Z, Z_UNDER, _level_quantile, _subset_membership
 
@@ -41,7 +41,7 @@ class _Design:
     def __init__(self, memb):
         self.memb = memb
         self.n, self.G = memb.n, memb.n_groups
-        self.pr, self.pg = _pairs(memb)
+        self.pr, self.pg = membership_pairs(memb)
         self.A = None
         self.sig, self.n_sig = np.zeros(self.n, dtype=np.int64), 1
         if self.n and self.G:

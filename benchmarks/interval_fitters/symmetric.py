@@ -9,7 +9,7 @@ import numpy as np
 
 from mmc_core.errors import MMCError
 from mmc_core.groups import Membership
-from mmc_core.intervals._common import _group_conformal, _pairs, _row_max, _threshold_rows
+from mmc_core.intervals._common import group_conformal, membership_pairs, row_max, threshold_rows
 
 SYMMETRIC_APPROACHES = ("gcp", "gcp-cv", "mondrian-std", "mondrian-relaxed")
 
@@ -75,17 +75,17 @@ def fit_threshold(
     n_g = memb.sizes.astype(float)
     info: dict = {"iterations": 0, "converged": True}
     if approach == "mondrian-std":
-        out = (_group_conformal(memb, s, [delta])[:, 0], "max")
+        out = (group_conformal(memb, s, [delta])[:, 0], "max")
         return (*out, info) if return_info else out
     se = np.sqrt(delta * (1 - delta) / np.maximum(n_g, 1.0))
     if approach == "mondrian-relaxed":
         level = 1.0 - delta + margin + margin_z * math.sqrt(delta * (1 - delta) / max(n, 1))
         target = np.minimum(1.0, np.ceil((n_g + 1) * level - 1e-12) / np.maximum(n_g, 1.0))
-        pr, pg = _pairs(memb)
+        pr, pg = membership_pairs(memb)
 
         def relaxed(d):
-            th = _group_conformal(memb, s, [d])[:, 0]
-            cov_row = s <= _row_max(memb, th)
+            th = group_conformal(memb, s, [d])[:, 0]
+            cov_row = s <= row_max(memb, th)
             cov = np.bincount(pg, weights=cov_row[pr].astype(float), minlength=G) / np.maximum(n_g, 1.0)
             ok = bool(np.all((cov >= target - z_under * se)[n_g > 0]) and cov_row.mean() >= min(level, 1.0))
             return ok, th
@@ -143,7 +143,7 @@ def fit_threshold(
         info["too_few_rows"] = True
         return (theta, "sum", info) if return_info else (theta, "sum")
     theta[0] = _level_quantile(s, target[0])  # group 0 is the whole population
-    pr, pg = _pairs(memb)
+    pr, pg = membership_pairs(memb)
     q = np.full(n, theta[0])
     covered = s <= q
     cnt = np.bincount(pg, weights=covered[pr].astype(float), minlength=G)
@@ -198,7 +198,7 @@ def cv_margin(
     fold = np.random.default_rng(seed).permutation(n) % folds
     n_g = memb.sizes.astype(float)
     se = np.sqrt(delta * (1 - delta) / np.maximum(n_g, 1.0))
-    pr, pg = _pairs(memb)
+    pr, pg = membership_pairs(memb)
     for mg in margins:
         covered = np.zeros(n, dtype=bool)
         for k in range(folds):
@@ -206,7 +206,7 @@ def cv_margin(
             mt = _subset_membership(memb, tr)
             theta, combine = fit_threshold(mt, s[tr], delta, "gcp", margin=mg, margin_z=0.0, **kw)
             me = _subset_membership(memb, te)
-            q = _threshold_rows(me, theta, combine)
+            q = threshold_rows(me, theta, combine)
             covered[te] = s[te] <= q
         cov = np.bincount(pg, weights=covered[pr].astype(float), minlength=memb.n_groups) / np.maximum(n_g, 1.0)
         z = (cov - (1 - delta)) / se

@@ -224,19 +224,19 @@ from ._common import (  # noqa: F401
     FLOOR_FRACTION,
     normal_ppf,
     conformal_quantile,
-    _check_prob,
+    check_prob,
     grid_delta,
     usable_moments,
-    _row_sum,
-    _row_max,
+    row_sum,
+    row_max,
 )
 from .paper import guaranteed_halfwidth, plugin_halfwidth, greedy_cover
 from .conditional import CC_DEFAULT_COMBINE, CC_MARGIN, CC_MARGIN_CROSS_FIT, fit_conditional, fit_group_max
-from .record import calibrate, _initial_constant  # noqa: F401
+from .record import calibrate, initial_constant  # noqa: F401
 from .predict import (  # noqa: F401
-    _Context,
-    _half_calibrated,
-    _unit_interval,
+    IntervalContext,
+    half_calibrated,
+    unit_interval,
     predict_intervals,
     available_methods,
     interval_table,

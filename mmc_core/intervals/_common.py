@@ -117,7 +117,7 @@ def conformal_quantile(scores, delta: float) -> float:
     return float(s[k - 1]) if 1 <= k <= s.size else (math.inf if k > s.size else -math.inf)
 
 
-def _check_prob(name: str, v):
+def check_prob(name: str, v):
     if not isinstance(v, numbers.Real) or isinstance(v, bool) or not math.isfinite(v) or not 0 < float(v) < 1:
         raise MMCError(f"{name} must be a number strictly between 0 and 1, got {v!r}")
 
@@ -125,7 +125,7 @@ def _check_prob(name: str, v):
 def grid_delta(delta: float, deltas=DELTA_GRID) -> int:
     """Index of the largest grid delta <= ``delta`` (conservative); MMCError outside the grid (above its
     largest delta the intervals would silently be that delta's, e.g. 50% intervals for a request of 10%)."""
-    _check_prob("delta", delta)
+    check_prob("delta", delta)
     arr = np.asarray(deltas, dtype=float)
     ok = np.flatnonzero(arr <= delta * (1 + 1e-9))
     if ok.size == 0:
@@ -148,7 +148,7 @@ def _group_sorted(memb, values: np.ndarray):
     return v[order], memb.indptr[:-1]
 
 
-def _group_conformal(memb, scores: np.ndarray, deltas) -> np.ndarray:
+def group_conformal(memb, scores: np.ndarray, deltas) -> np.ndarray:
     """(G, D) conformal quantile of ``scores`` within each group for each delta (inf when too few rows)."""
     sv, starts = _group_sorted(memb, scores)
     n_g = memb.sizes.astype(float)[:, None]
@@ -160,11 +160,11 @@ def _group_conformal(memb, scores: np.ndarray, deltas) -> np.ndarray:
     return out
 
 
-def _to_json_list(arr) -> list:
+def to_json_list(arr) -> list:
     return [v if math.isfinite(v) else None for v in np.ravel(np.asarray(arr, dtype=float)).tolist()]
 
 
-def _from_json_list(lst, where: str, length: int | None = None, allow_null: bool = True) -> np.ndarray:
+def from_json_list(lst, where: str, length: int | None = None, allow_null: bool = True) -> np.ndarray:
     if not isinstance(lst, list) or (length is not None and len(lst) != length):
         raise ModelFormatError(
             f"model extras: intervals.{where} must be a list" + (f" of {length} numbers" if length is not None else "")
@@ -186,7 +186,7 @@ def usable_moments(model) -> tuple:
     return tuple(a for a in model.moments if a % 2 == 0 or model.params.odd_moments == MomentKind.ABSOLUTE)
 
 
-def _need_moments(model, method: str) -> tuple:
+def need_moments(model, method: str) -> tuple:
     use = usable_moments(model)
     if not model.moments:
         raise MMCError(
@@ -202,16 +202,16 @@ def _need_moments(model, method: str) -> tuple:
 
 
 # ---- the multicalibrated threshold -----------------------------------------------------------------------
-def _pairs(memb):
+def membership_pairs(memb):
     sums = memb.sums()
     return sums.pr, sums.pg
 
 
-def _row_sum(memb, theta: np.ndarray) -> np.ndarray:
+def row_sum(memb, theta: np.ndarray) -> np.ndarray:
     return memb.sums().row_sums(theta)
 
 
-def _row_max(memb, theta: np.ndarray) -> np.ndarray:
+def row_max(memb, theta: np.ndarray) -> np.ndarray:
     """max over the groups containing each row of theta (inf entries skipped; rows with none: inf)."""
     theta = np.asarray(theta, dtype=float)
     t = np.where(np.isfinite(theta), theta, -np.inf)
@@ -227,9 +227,9 @@ def _row_max(memb, theta: np.ndarray) -> np.ndarray:
     return out
 
 
-def _threshold_rows(memb, theta: np.ndarray, combine: str) -> np.ndarray:
+def threshold_rows(memb, theta: np.ndarray, combine: str) -> np.ndarray:
     if combine == "sum":  # an infinite theta (too few calibration rows) makes its rows' intervals unbounded
-        return _row_sum(memb, theta)
+        return row_sum(memb, theta)
     if combine == "max":
-        return _row_max(memb, theta)
+        return row_max(memb, theta)
     raise ModelFormatError(f"model extras: intervals.calibrated.combine = {combine!r} must be 'sum' or 'max'")

@@ -21,7 +21,7 @@ CC_MARGIN = 0.9
 # (benchmarks/README.md, issue 9, 30 splits): 0.9 flagged 0.61% of the groups, 1.25 0.37% (held-out at 0.9: 0.41%).
 CC_MARGIN_CROSS_FIT = 1.25
 CC_SWEEPS = 1
-_CC_OPTIONS = ("margin", "sweeps", "two_sided", "combine")
+CC_OPTIONS = ("margin", "sweeps", "two_sided", "combine")
 # How a row's group thresholds combine: "max" (fit_group_max, the default) or "sum" (fit_conditional).
 CC_COMBINE = ("max", "sum")
 CC_DEFAULT_COMBINE = "max"

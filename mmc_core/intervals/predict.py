@@ -7,24 +7,24 @@ import numpy as np
 from ..errors import MMCError, ModelFormatError
 from ._common import (
     METHODS,
-    _check_prob,
-    _from_json_list,
-    _need_moments,
-    _pairs,
-    _row_max,
-    _threshold_rows,
+    check_prob,
+    from_json_list,
+    need_moments,
+    membership_pairs,
+    row_max,
+    threshold_rows,
     normal_ppf,
     usable_moments,
 )
 from .paper import greedy_cover, guaranteed_halfwidth, plugin_halfwidth
 from .record import (
-    _finite_nonneg,
-    _initial_constant,
-    _predict_on,
-    _record,
-    _record_at,
-    _record_matrix,
-    _record_object,
+    finite_nonneg,
+    initial_constant,
+    predict_on,
+    stored_record,
+    record_at,
+    record_matrix,
+    record_object,
 )
 
 
@@ -38,7 +38,7 @@ def _n_rows(table) -> int:
         raise MMCError("the table has no columns") from None
 
 
-class _Context:
+class IntervalContext:
     """Predictions shared by all methods for one table."""
 
     def __init__(self, model, table, base=None):
@@ -59,7 +59,7 @@ class _Context:
                 f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass it "
                 "(base=..., or --pred COL)"
             )
-        self.memb, self.mu, self.moms = _predict_on(model, table, self.base_unit if model.uses_base else None, n)
+        self.memb, self.mu, self.moms = predict_on(model, table, self.base_unit if model.uses_base else None, n)
         self.n = self.memb.n
 
     def center(self, rec) -> np.ndarray:
@@ -69,7 +69,7 @@ class _Context:
                 raise MMCError("this model's baselines were calibrated on a base prediction: pass it")
             return self.base_unit
         if kind == "constant":
-            return np.full(self.n, _initial_constant(self.model))
+            return np.full(self.n, initial_constant(self.model))
         raise ModelFormatError(f"model extras: intervals.center = {kind!r} must be 'base' or 'constant'")
 
 
@@ -79,7 +79,7 @@ def _reference_moments(ctx, a):
     if rec:
         mq = rec.get("moment_quantiles")
         if isinstance(mq, dict) and str(a) in mq:
-            v = _from_json_list(mq[str(a)], f"moment_quantiles.{a}", allow_null=False)
+            v = from_json_list(mq[str(a)], f"moment_quantiles.{a}", allow_null=False)
             if np.any(v < 0):
                 raise ModelFormatError(f"model extras: intervals.moment_quantiles.{a} has negative values")
             return v
@@ -87,7 +87,7 @@ def _reference_moments(ctx, a):
 
 
 def _choose_guaranteed(ctx, delta, gamma, moment=None):
-    use = _need_moments(ctx.model, "guaranteed")
+    use = need_moments(ctx.model, "guaranteed")
     if moment is not None:
         if moment not in use:
             raise MMCError(f"moment {moment} is not usable for intervals; usable: {list(use)}")
@@ -99,7 +99,7 @@ def _choose_guaranteed(ctx, delta, gamma, moment=None):
 
 
 def _choose_plugin(ctx, delta, moment=None):
-    use = _need_moments(ctx.model, "plugin")
+    use = need_moments(ctx.model, "plugin")
     if moment is not None:
         if moment not in use:
             raise MMCError(f"moment {moment} is not usable for intervals; usable: {list(use)}")
@@ -108,13 +108,13 @@ def _choose_plugin(ctx, delta, moment=None):
     widths = {a: float(np.mean(plugin_halfwidth(_reference_moments(ctx, a), a, delta))) for a in use}
     if not rec:
         return min(widths, key=widths.get), None
-    rec, deltas, k = _record_at(ctx.model, "plugin", delta)
-    pc = _record_object(rec, "plugin_coverage")
+    rec, deltas, k = record_at(ctx.model, "plugin", delta)
+    pc = record_object(rec, "plugin_coverage")
     cov = {}
     for a in use:
         if str(a) not in pc:
             raise ModelFormatError(f"model extras: intervals.plugin_coverage lacks moment {a}")
-        c = _from_json_list(pc[str(a)], f"plugin_coverage.{a}", deltas.size, allow_null=False)
+        c = from_json_list(pc[str(a)], f"plugin_coverage.{a}", deltas.size, allow_null=False)
         if np.any((c < 0) | (c > 1)):
             raise ModelFormatError(f"model extras: intervals.plugin_coverage.{a} must lie in [0, 1]")
         cov[a] = float(c[k])
@@ -124,7 +124,7 @@ def _choose_plugin(ctx, delta, moment=None):
 
 
 def _half_guaranteed(ctx, delta, gamma, moment=None):
-    _check_prob("gamma", gamma)
+    check_prob("gamma", gamma)
     a = _choose_guaranteed(ctx, delta, gamma, moment)
     return ctx.mu, guaranteed_halfwidth(ctx.model, ctx.moms[a], a, delta, gamma), {"moment": a}
 
@@ -137,10 +137,10 @@ def _half_plugin(ctx, delta, gamma, moment=None):
 def _multimoment_cells(ctx, delta, gamma):
     """Incidence pairs (row, cell) over all usable moments, each cell's mass, and the widths."""
     model = ctx.model
-    use = _need_moments(model, "multimoment")
+    use = need_moments(model, "multimoment")
     p = model.params
     m, G = p.m, ctx.memb.n_groups
-    pr, pg = _pairs(ctx.memb)
+    pr, pg = membership_pairs(ctx.memb)
     bmu = p.mean_grid.index(ctx.mu)
     rows, sets, widths = [], [], []
     per_a = G * m * m
@@ -161,7 +161,7 @@ def _multimoment_cells(ctx, delta, gamma):
 
 
 def _half_multimoment(ctx, delta, gamma, moment=None):
-    _check_prob("gamma", gamma)
+    check_prob("gamma", gamma)
     pr, ps, pw, n_sets, mass, use = _multimoment_cells(ctx, delta, gamma)
     eligible = np.flatnonzero(mass >= gamma * (1 - 1e-12))
     chosen, cur, covered = greedy_cover(pr, ps, pw, ctx.n, n_sets, eligible)
@@ -170,15 +170,15 @@ def _half_multimoment(ctx, delta, gamma, moment=None):
     return ctx.mu, half, info
 
 
-def _half_calibrated(ctx, delta, gamma, moment=None):
-    rec, deltas, k = _record_at(ctx.model, "calibrated", delta)
-    part = _record_object(rec, "calibrated")
+def half_calibrated(ctx, delta, gamma, moment=None):
+    rec, deltas, k = record_at(ctx.model, "calibrated", delta)
+    part = record_object(rec, "calibrated")
     G = ctx.memb.n_groups
     rows_up = part.get("theta")
     if not isinstance(rows_up, list) or len(rows_up) != deltas.size:
         raise ModelFormatError(f"model extras: intervals.calibrated.theta must be a list of {deltas.size} lists")
-    theta = _from_json_list(rows_up[k], f"calibrated.theta[{k}]", G)
-    floor = _finite_nonneg(part.get("floor"), "calibrated.floor")
+    theta = from_json_list(rows_up[k], f"calibrated.theta[{k}]", G)
+    floor = finite_nonneg(part.get("floor"), "calibrated.floor")
     scale_kind = part.get("scale")
     if scale_kind == "m2":
         if 2 not in ctx.model.moments:
@@ -188,7 +188,7 @@ def _half_calibrated(ctx, delta, gamma, moment=None):
         scale = np.ones(ctx.n)
     else:
         raise ModelFormatError(f"model extras: intervals.calibrated.scale = {scale_kind!r} must be 'm2' or 'none'")
-    q = _threshold_rows(ctx.memb, theta, part.get("combine"))
+    q = threshold_rows(ctx.memb, theta, part.get("combine"))
     info = {"grid_delta": float(deltas[k]), "approach": part.get("approach")}
     if "theta_lower" not in part:
         return ctx.mu, np.maximum(q, 0.0) * scale, info
@@ -202,35 +202,35 @@ def _half_calibrated(ctx, delta, gamma, moment=None):
         raise ModelFormatError(f"model extras: intervals.calibrated.theta_lower must be a list of {deltas.size} lists")
     q_up, q_lo = np.maximum(q, 0.0), np.zeros(ctx.n)
     for j in range(k, deltas.size):
-        th_lo = _from_json_list(rows[j], f"calibrated.theta_lower[{j}]", G)
-        q_lo = np.maximum(q_lo, _threshold_rows(ctx.memb, th_lo, combine))
+        th_lo = from_json_list(rows[j], f"calibrated.theta_lower[{j}]", G)
+        q_lo = np.maximum(q_lo, threshold_rows(ctx.memb, th_lo, combine))
         if j > k:
-            th_up = _from_json_list(rows_up[j], f"calibrated.theta[{j}]", G)
-            q_up = np.maximum(q_up, _threshold_rows(ctx.memb, th_up, combine))
+            th_up = from_json_list(rows_up[j], f"calibrated.theta[{j}]", G)
+            q_up = np.maximum(q_up, threshold_rows(ctx.memb, th_up, combine))
     return ctx.mu, (q_lo * scale, q_up * scale), info
 
 
 def _half_split(ctx, delta, gamma, moment=None):
-    rec, deltas, k = _record_at(ctx.model, "split-conformal", delta)
-    q = _from_json_list(rec.get("split_conformal"), "split_conformal", deltas.size)
+    rec, deltas, k = record_at(ctx.model, "split-conformal", delta)
+    q = from_json_list(rec.get("split_conformal"), "split_conformal", deltas.size)
     if np.any(q < 0):
         raise ModelFormatError("model extras: intervals.split_conformal has negative values")
     return ctx.center(rec), np.full(ctx.n, q[k]), {"grid_delta": float(deltas[k])}
 
 
 def _half_mondrian(ctx, delta, gamma, moment=None):
-    rec, deltas, k = _record_at(ctx.model, "mondrian", delta)
+    rec, deltas, k = record_at(ctx.model, "mondrian", delta)
     G = ctx.memb.n_groups
-    qm = _record_matrix(rec.get("mondrian"), "q", "mondrian", G, deltas.size)
-    half = _row_max(ctx.memb, qm[:, k])
+    qm = record_matrix(rec.get("mondrian"), "q", "mondrian", G, deltas.size)
+    half = row_max(ctx.memb, qm[:, k])
     skipped = int(np.sum(~np.isfinite(qm[:, k])))
     return ctx.center(rec), half, {"grid_delta": float(deltas[k]), "groups_skipped": skipped}
 
 
 def _half_gaussian(ctx, delta, gamma, moment=None):
-    rec = _record(ctx.model, "gaussian")
+    rec = stored_record(ctx.model, "gaussian")
     g = rec.get("gaussian")
-    sd = _finite_nonneg(g.get("sd") if isinstance(g, dict) else None, "gaussian.sd")
+    sd = finite_nonneg(g.get("sd") if isinstance(g, dict) else None, "gaussian.sd")
     z = normal_ppf(1 - delta / 2)
     return ctx.center(rec), np.full(ctx.n, z * sd), {"z": z}
 
@@ -239,7 +239,7 @@ _HALF = {
     "guaranteed": _half_guaranteed,
     "plugin": _half_plugin,
     "multimoment": _half_multimoment,
-    "calibrated": _half_calibrated,
+    "calibrated": half_calibrated,
     "split-conformal": _half_split,
     "mondrian": _half_mondrian,
     "gaussian": _half_gaussian,
@@ -253,13 +253,13 @@ BINARY_NO_INTERVALS = (
 )
 
 
-def _unit_interval(ctx, method, delta, gamma, moment=None, clip=True):
+def unit_interval(ctx, method, delta, gamma, moment=None, clip=True):
     if getattr(ctx.model, "task", "regression") == "binary":
         raise MMCError(BINARY_NO_INTERVALS)
     if method not in _HALF:
         raise MMCError(f"unknown interval method {method!r}; expected one of {', '.join(METHODS)}")
-    _check_prob("delta", delta)
-    _check_prob("gamma", gamma)
+    check_prob("delta", delta)
+    check_prob("gamma", gamma)
     center, half, info = _HALF[method](ctx, delta, gamma, moment)
     half_lo, half_hi = half if isinstance(half, tuple) else (half, half)  # two-sided: (below, above) the centre
     lo, hi = center - half_lo, center + half_hi
@@ -299,8 +299,8 @@ def predict_intervals(
     from ..threads import one_blas_thread
 
     with one_blas_thread():  # results independent of the machine's BLAS threads (mmc_core.threads)
-        ctx = _Context(model, table, base)
-        lo, hi, _ = _unit_interval(ctx, method, delta, gamma, moment)
+        ctx = IntervalContext(model, table, base)
+        lo, hi, _ = unit_interval(ctx, method, delta, gamma, moment)
     return _to_original(model, lo, hi)
 
 
@@ -336,9 +336,9 @@ def interval_table(
     damaged calibration record still raises ModelFormatError). ``with_info`` also returns
     {method: details} (the moment chosen, the grid delta used, uncovered rows, ...).
     """
-    _check_prob("delta", delta)
-    _check_prob("gamma", gamma)
-    ctx = _Context(model, table, base)
+    check_prob("delta", delta)
+    check_prob("gamma", gamma)
+    ctx = IntervalContext(model, table, base)
     methods = METHODS if methods is None else tuple(methods)
     avail = set(available_methods(model))
     out, info = {}, {}
@@ -348,7 +348,7 @@ def interval_table(
         if skip_unavailable and m not in avail:
             continue
         try:
-            lo, hi, inf = _unit_interval(ctx, m, delta, gamma)
+            lo, hi, inf = unit_interval(ctx, m, delta, gamma)
         except ModelFormatError:
             raise
         except MMCError as e:  # e.g. a delta below the calibration grid

@@ -18,14 +18,14 @@ from ._common import (
     N_MOMENT_QUANTILES,
     RECORD_FORMAT,
     RECORD_VERSION,
-    _from_json_list,
-    _group_conformal,
-    _to_json_list,
+    from_json_list,
+    group_conformal,
+    to_json_list,
     grid_delta,
     usable_moments,
 )
 from .conditional import (
-    _CC_OPTIONS,
+    CC_OPTIONS,
     CC_COMBINE,
     CC_DEFAULT_COMBINE,
     fit_conditional,
@@ -34,7 +34,7 @@ from .conditional import (
 
 
 # ---- calibration (called by MomentMulticalibrator.fit: held-out rows, or every row cross-fitted) -----------
-def _predict_on(model, table, base_unit, n):
+def predict_on(model, table, base_unit, n):
     memb = model.groups.evaluate(table, n)
     mu, moms = model.initial(memb.n, base_unit, memb)
     mu, moms = model.replay(memb, mu, moms)
@@ -83,7 +83,7 @@ def calibrate(
     if rows not in ("held-out", "cross-fit"):
         raise MMCError(f"calibrate: rows must be 'held-out' or 'cross-fit', got {rows!r}")
     if predictions is None:
-        memb, mu, moms = _predict_on(model, table_cal, base_unit, n)
+        memb, mu, moms = predict_on(model, table_cal, base_unit, n)
     else:
         memb = model.groups.evaluate(table_cal, n)
         mu, moms = _given_predictions(model, predictions, n)
@@ -91,7 +91,7 @@ def calibrate(
     if base_unit is not None:
         center, center_kind = base_unit, "base"
     else:
-        center, center_kind = np.full(n, _initial_constant(model)), "constant"
+        center, center_kind = np.full(n, initial_constant(model)), "constant"
     r_base = np.abs(y - center)
     rec = {
         "format": RECORD_FORMAT,
@@ -105,19 +105,19 @@ def calibrate(
         rec["folds"] = int(folds)
     # moments: distribution of the predictions (for choosing a) and held-out plug-in coverage
     qs = np.linspace(0, 1, N_MOMENT_QUANTILES)
-    rec["moment_quantiles"] = {str(a): _to_json_list(np.quantile(moms[a], qs)) for a in model.moments}
+    rec["moment_quantiles"] = {str(a): to_json_list(np.quantile(moms[a], qs)) for a in model.moments}
     cover = {}
     for a in usable_moments(model):
         dev = np.abs(y - mu) ** a
         cov = np.mean(dev[:, None] <= np.maximum(moms[a], 0.0)[:, None] / deltas[None, :], axis=0)
-        cover[str(a)] = _to_json_list(cov)
+        cover[str(a)] = to_json_list(cov)
     rec["plugin_coverage"] = cover
     # baselines
     srt = np.sort(r_base)
     k = np.ceil((n + 1) * (1 - deltas) - 1e-12).astype(np.int64)
-    rec["split_conformal"] = _to_json_list(np.where(k <= n, srt[np.clip(k, 1, n) - 1], np.inf))
-    mq = _group_conformal(memb, r_base, deltas)
-    rec["mondrian"] = {"n": [int(v) for v in memb.sizes], "q": [_to_json_list(row) for row in mq]}
+    rec["split_conformal"] = to_json_list(np.where(k <= n, srt[np.clip(k, 1, n) - 1], np.inf))
+    mq = group_conformal(memb, r_base, deltas)
+    rec["mondrian"] = {"n": [int(v) for v in memb.sizes], "q": [to_json_list(row) for row in mq]}
     rec["gaussian"] = {"sd": float(np.sqrt(np.mean(r_base**2)))}
     # the multicalibrated threshold on the standardized score
     opts = dict(options or {})
@@ -130,9 +130,9 @@ def calibrate(
         floor, scale_kind = 0.0, "none"
         u = y - mu
     if approach == "cc":
-        unknown = sorted(set(opts) - set(_CC_OPTIONS))
+        unknown = sorted(set(opts) - set(CC_OPTIONS))
         if unknown:
-            raise MMCError(f"cc: unknown option(s) {', '.join(unknown)}; expected {', '.join(_CC_OPTIONS)}")
+            raise MMCError(f"cc: unknown option(s) {', '.join(unknown)}; expected {', '.join(CC_OPTIONS)}")
         up, lo, combine = _fit_cc(memb, u, deltas, opts)
         unconverged = []  # the fits always finish
     elif fitter is not None:
@@ -142,7 +142,7 @@ def calibrate(
             f"unknown threshold approach {approach!r}; mmc_core offers {', '.join(APPROACHES)} (the benchmark-only "
             "approaches need calibrate(..., fitter=benchmarks.interval_fitters.fit_approach))"
         )
-    extra = {} if lo is None else {"theta_lower": [_to_json_list(row) for row in lo]}
+    extra = {} if lo is None else {"theta_lower": [to_json_list(row) for row in lo]}
     rec["calibrated"] = {
         "approach": approach,
         "options": _json_options(opts),
@@ -151,7 +151,7 @@ def calibrate(
         "floor": floor,
         "combine": combine,
         "n": [int(v) for v in memb.sizes],
-        "theta": [_to_json_list(row) for row in up],
+        "theta": [to_json_list(row) for row in up],
         **extra,
         "unconverged_deltas": sorted(unconverged),
     }
@@ -206,14 +206,14 @@ def _json_options(opts: dict) -> dict:
     return out
 
 
-def _initial_constant(model) -> float:
+def initial_constant(model) -> float:
     if model.init_mean.get("kind") == "constant":
         return float(model.init_mean["value"])
     return 0.5
 
 
 # ---- validation of the stored record ----------------------------------------------------------------------
-def _record(model, method: str) -> dict:
+def stored_record(model, method: str) -> dict:
     rec = model.extras.get("intervals") if isinstance(model.extras, dict) else None
     if not rec:
         raise MMCError(
@@ -231,32 +231,32 @@ def _record(model, method: str) -> dict:
 
 
 def _record_deltas(rec) -> np.ndarray:
-    d = _from_json_list(rec.get("deltas"), "deltas", allow_null=False)
+    d = from_json_list(rec.get("deltas"), "deltas", allow_null=False)
     if d.size == 0 or np.any(d <= 0) or np.any(d >= 1) or np.any(np.diff(d) <= 0):
         raise ModelFormatError("model extras: intervals.deltas must be increasing numbers in (0, 1)")
     return d
 
 
-def _record_at(model, method: str, delta: float) -> tuple[dict, np.ndarray, int]:
+def record_at(model, method: str, delta: float) -> tuple[dict, np.ndarray, int]:
     """The record ``method`` reads, its delta grid, and the index of the grid delta that serves ``delta``."""
-    rec = _record(model, method)
+    rec = stored_record(model, method)
     deltas = _record_deltas(rec)
     return rec, deltas, grid_delta(delta, deltas)
 
 
-def _record_object(rec: dict, key: str) -> dict:
+def record_object(rec: dict, key: str) -> dict:
     part = rec.get(key)
     if not isinstance(part, dict):
         raise ModelFormatError(f"model extras: intervals.{key} must be an object")
     return part
 
 
-def _record_matrix(rec_part, key, where, n_rows, n_cols, nonneg=True) -> np.ndarray:
+def record_matrix(rec_part, key, where, n_rows, n_cols, nonneg=True) -> np.ndarray:
     rows = rec_part.get(key) if isinstance(rec_part, dict) else None
     if not isinstance(rows, list) or len(rows) != n_rows:
         raise ModelFormatError(f"model extras: intervals.{where}.{key} must be a list of {n_rows} lists")
     out = (
-        np.vstack([_from_json_list(r, f"{where}.{key}[{i}]", n_cols) for i, r in enumerate(rows)])
+        np.vstack([from_json_list(r, f"{where}.{key}[{i}]", n_cols) for i, r in enumerate(rows)])
         if n_rows
         else np.zeros((0, n_cols))
     )
@@ -265,7 +265,7 @@ def _record_matrix(rec_part, key, where, n_rows, n_cols, nonneg=True) -> np.ndar
     return out
 
 
-def _finite_nonneg(v, where):
+def finite_nonneg(v, where):
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
         raise ModelFormatError(f"model extras: intervals.{where} = {v!r} must be a non-negative number")
     return float(v)
