@@ -3,7 +3,7 @@ ridge / logistic regression) fitted on the base-model rows only, with the proces
 (:func:`cached_base_model`) that lets the multicalibration be re-run with new parameters without refitting it.
 In a thread the fit polls a stop flag between chunks of boosting iterations (:class:`StoppedByUser`); in the
 dashboard's worker process, which Stop terminates, it runs in one call (:data:`KILLABLE`). It runs with one
-OpenMP / BLAS thread (:func:`_limit_threads`) so it does not fight the dashboard server for the cores. Kept apart
+OpenMP / BLAS thread (:func:`limit_threads`) so it does not fight the dashboard server for the cores. Kept apart
 from :mod:`app.pipeline` because it is the only part that needs scikit-learn.
 """
 
@@ -23,7 +23,7 @@ import pandas as pd
 from app.specs import BASE_MODELS, BaseSpec, LabelSpec, PreparedLabel, SplitSpec
 from mmc_core.errors import DataError, MMCError
 
-_BASE_LOCK = threading.Lock()  # guards the process-wide caches (base models, discoveries, the fork server)
+BASE_LOCK = threading.Lock()  # guards the process-wide caches (base models, discoveries, the fork server)
 
 
 def _feature_frame(df: pd.DataFrame, features) -> pd.DataFrame:
@@ -63,7 +63,7 @@ def _hold_for_test(stop):
         time.sleep(0.05)
 
 
-def _limit_threads():
+def limit_threads():
     """At most one OpenMP / BLAS thread for fits inside the dashboard: the server's own threads (page runs,
     the 4-per-second live view) compete for the same cores, and spinning OpenMP workers waiting for the GIL made
     an in-app gradient-boosting fit over ten times slower than the same fit in a plain Python process."""
@@ -127,7 +127,7 @@ def fit_base_model(
             random_state=seed,
             warm_start=True,
         )
-        with _limit_threads():
+        with limit_threads():
             _grow(est, pre.fit_transform(X), y, stop, progress, max_iter=200, one_call=one_call)
         model = Pipeline([("pre", pre), ("clf" if binary else "reg", est)])
     elif kind == "ridge":
@@ -146,7 +146,7 @@ def fit_base_model(
         model = make_pipeline(_preprocessor(cat, num, linear=True), last)
         if stop is not None and stop():
             raise StoppedByUser("stopped during the base-model fit")
-        with _limit_threads():
+        with limit_threads():
             model.fit(X, y)
     else:
         raise MMCError(f"unknown base model {kind!r}; choose one of {', '.join(BASE_MODELS)}")
@@ -249,7 +249,7 @@ def cached_base_model(
     ``key`` (data hash, label, split, spec, row digest) so re-running the multicalibration with new parameters does
     not refit it. ``seconds`` ({"fit", "predict"}) is None when the cache answered (and the model is None when a
     worker process fitted it: only the predictions come back)."""
-    with _BASE_LOCK:
+    with BASE_LOCK:
         if key in _BASE_CACHE:
             _BASE_CACHE.move_to_end(key)
             return (*_BASE_CACHE[key], None)
@@ -258,7 +258,7 @@ def cached_base_model(
         t0 = time.perf_counter()
         model = fit_base_model(X.iloc[rows], y[rows], spec.model, seed, stop=stop, progress=progress, binary=binary)
         t1 = time.perf_counter()
-        with _limit_threads():
+        with limit_threads():
             pred = np.asarray(model.predict(X), dtype=float)
         seconds = {"fit": t1 - t0, "predict": time.perf_counter() - t1}
     except MMCError:
@@ -275,7 +275,7 @@ def cached_base_model(
 def cache_put(key: tuple, pred: np.ndarray, model=None):
     """Keep a base model's predictions (the four most recent). A worker process's fit is put here by the server
     (with no model: only the predictions are used again), so the next run does not fit it again."""
-    with _BASE_LOCK:
+    with BASE_LOCK:
         _BASE_CACHE[key] = (pred, model)
         _BASE_CACHE.move_to_end(key)
         while len(_BASE_CACHE) > 4:
@@ -285,7 +285,7 @@ def cache_put(key: tuple, pred: np.ndarray, model=None):
 def cache_entries(data_key: str | None = None) -> list:
     """The cached (key, predictions), oldest first, only those of the table ``data_key`` if given: what a worker
     process starts with (it is forked from the fork server, which has none of the server's cache)."""
-    with _BASE_LOCK:
+    with BASE_LOCK:
         return [(k, v[0]) for k, v in _BASE_CACHE.items() if data_key is None or k[0] == data_key]
 
 
@@ -466,7 +466,7 @@ class LoadedBaseModel:
                 )
         if len(X) == 0:
             return np.zeros(0)
-        with _limit_threads():
+        with limit_threads():
             if self.output == "probability":
                 return np.asarray(self.model.predict_proba(X)[:, 1], dtype=float)
             return np.asarray(self.model.predict(X), dtype=float)
@@ -592,7 +592,7 @@ def export_base_model(run, df: pd.DataFrame) -> bytes:
     spec_key = BaseSpec("model", None, spec.model, tuple(feats))
 
     def cached():
-        with _BASE_LOCK:
+        with BASE_LOCK:
             entries = list(_BASE_CACHE.items())
         for key, (_, model) in reversed(entries):
             if (
@@ -616,7 +616,7 @@ def export_base_model(run, df: pd.DataFrame) -> bytes:
     import itertools
 
     for model in itertools.chain(cached(), refits()):  # lazily: a refit only when no cached model fits
-        with _limit_threads():
+        with limit_threads():
             pred = np.clip(np.asarray(model.predict(X), dtype=float), lo, hi)
         gap = float(np.max(np.abs(pred - want))) if want.size else 0.0
         if gap <= tol:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from app.base_model import _BASE_LOCK, StoppedByUser, _limit_threads, base_prediction
-from app.pipeline import _take_rows, split_rows
+from app.base_model import BASE_LOCK, StoppedByUser, limit_threads, base_prediction
+from app.pipeline import take_table_rows, split_rows
 from app.specs import DISCOVERED_PREFIX, AuditRun, BaseSpec, LabelSpec, SplitSpec, prepare_label
 from mmc_core.errors import DataError, MMCError
 from mmc_core.findings import percent
@@ -158,7 +158,7 @@ def run_discovery(
             "and discover on its model)"
         )
     key = (data_key, label_spec, base_spec, split_spec, spec, run.finished_at if spec.target == "model" and run else 0)
-    with _BASE_LOCK:
+    with BASE_LOCK:
         if data_key and key in _DISCOVER_CACHE:
             _DISCOVER_CACHE.move_to_end(key)
             return _DISCOVER_CACHE[key]
@@ -183,7 +183,7 @@ def run_discovery(
         cols = feats
     if rows.size < 40:
         raise DataError(f"only {rows.size} row(s) outside the test (and base-model) rows: too few to discover on")
-    X = _take_rows(df, rows, cols)
+    X = take_table_rows(df, rows, cols)
     say(f"searching {rows.size:,} rows ({target_note})")
     try:
         disc = discover(
@@ -236,7 +236,7 @@ def run_discovery(
         seconds=time.perf_counter() - t0,
     )
     if data_key:
-        with _BASE_LOCK:
+        with BASE_LOCK:
             _DISCOVER_CACHE[key] = out
             while len(_DISCOVER_CACHE) > 8:
                 _DISCOVER_CACHE.popitem(last=False)
@@ -302,7 +302,7 @@ class DiscoverJob:
         from mmc_core.discover import DiscoveryStopped
 
         try:
-            with _limit_threads():
+            with limit_threads():
                 res = run_discovery(
                     *self.args,
                     run=self.run,

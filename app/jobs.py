@@ -17,7 +17,7 @@ import traceback
 
 import numpy as np
 
-from app.base_model import _BASE_LOCK, StoppedByUser, cache_entries, cache_put
+from app.base_model import BASE_LOCK, StoppedByUser, cache_entries, cache_put
 from app.pipeline import NOT_AUDITED, run_pipeline
 from app.specs import AuditRun, kept_model_text
 from mmc_core.errors import MMCError
@@ -37,7 +37,7 @@ def prewarm():
     """Import scikit-learn in a background thread, once per process. The first import takes seconds (scipy and
     all), holds the import lock and the interpreter, and used to happen inside the first in-app base-model fit,
     where Stop could not interrupt it and it counted as fit time."""
-    with _BASE_LOCK:
+    with BASE_LOCK:
         if _PREWARM:
             return
         # The fit thread (scikit-learn's Cython drops and retakes the GIL thousands of times per boosting
@@ -408,7 +408,7 @@ def _mp_context():
     child starts in a fraction of a second (and is forked from a single-threaded process, not the server)."""
     import multiprocessing as mp
 
-    with _BASE_LOCK:
+    with BASE_LOCK:
         if not _MP_CTX:
             _install_job_preparation()
             try:

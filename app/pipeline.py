@@ -83,7 +83,7 @@ def planned_thresholds(est, df: pd.DataFrame, label, base: np.ndarray | None, gr
     live chart draws the thresholds the fit will use. Keys: see that method (``z``, ``n_fit``, ``resid_sd``
     feed the Run page's description of the "se" test)."""
     return est.planned_thresholds(
-        _take_rows(df, fit_rows, sorted(groups.columns())),
+        take_table_rows(df, fit_rows, sorted(groups.columns())),
         label.y[fit_rows],
         groups,
         base_prediction=None if base is None else base[fit_rows],
@@ -131,7 +131,7 @@ def error_metrics(y, pred) -> dict:
     }
 
 
-def _take_rows(df: pd.DataFrame, rows: np.ndarray, columns) -> pd.DataFrame:
+def take_table_rows(df: pd.DataFrame, rows: np.ndarray, columns) -> pd.DataFrame:
     return df.iloc[rows][list(columns)].reset_index(drop=True)
 
 
@@ -203,7 +203,7 @@ def run_pipeline(
     if binary:  # a classifier audit: the mean (a probability) only; k, delta and gamma are not used
         settings = replace(settings, n_moments=1)
     est = make_estimator(settings, label, split_spec.seed)
-    X_fit = _take_rows(df, fit_rows, group_cols)
+    X_fit = take_table_rows(df, fit_rows, group_cols)
     if on_thresholds is not None:
         on_thresholds(planned_thresholds(est, df, label, base, groups, fit_rows))
     base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
@@ -212,7 +212,7 @@ def run_pipeline(
         from mmc_core.discover import fit_with_discovery
 
         say(f"multicalibrating on {rows_text} and {len(groups)} groups, discovering groups on {len(feats)} feature(s)")
-        X_fit = _take_rows(df, fit_rows, sorted(set(group_cols) | set(feats)))
+        X_fit = take_table_rows(df, fit_rows, sorted(set(group_cols) | set(feats)))
         try:
             fit_with_discovery(
                 est,
@@ -345,7 +345,7 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
         from mmc_core.metrics import audit as audit_fn
 
         group_cols = sorted(run.model.groups.columns())
-        X_test = _take_rows(df, test, group_cols)
+        X_test = take_table_rows(df, test, group_cols)
         # a classifier is audited at its decision threshold; a regression's intervals at delta / gamma
         if getattr(run.model, "task", "regression") == "binary":
             task_args = {"threshold": settings.threshold}
@@ -389,7 +389,7 @@ def predictions_table(
     rows = np.arange(len(df)) if rows is None else np.asarray(rows)
     model = run.model
     group_cols = sorted(model.groups.columns())
-    table = _take_rows(df, rows, group_cols)
+    table = take_table_rows(df, rows, group_cols)
     base = None if run.base is None else run.base[rows]
     preds = model.predict(table, base)
     out = df.iloc[rows].reset_index(drop=True).copy()
@@ -447,7 +447,7 @@ def classifier_rates(df: pd.DataFrame, run: AuditRun, threshold: float):
     test = run.split["test"]
     model = run.model
     group_cols = sorted(model.groups.columns())
-    X_test = _take_rows(df, test, group_cols)
+    X_test = take_table_rows(df, test, group_cols)
     base = None if run.base is None else run.base[test]
     mu = model.predict(X_test, base if model.uses_base else None)["mean"]  # in [floor, 1 - floor]
     if base is not None:
@@ -475,7 +475,7 @@ def row_details(df: pd.DataFrame, run: AuditRun, row: int, intervals: dict | Non
     cover is defined over a population); without it they are computed on this row alone."""
     model = run.model
     group_cols = sorted(model.groups.columns())
-    table = _take_rows(df, np.array([row]), group_cols)
+    table = take_table_rows(df, np.array([row]), group_cols)
     base = None if run.base is None else run.base[[row]]
     preds = {k: float(v[0]) for k, v in model.predict(table, base).items()}
     if intervals is None:
