@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
         "compare",
         help="compare two models (or prediction columns) group by group on the same labelled rows",
         description="Paired comparison: per group the RMSE, mean error, spread ratio, interval coverage and width "
-        "of sides A and B, the difference B - A with a 95%% interval, and findings (Holm or BH over every test) "
+        "of sides A and B (classifiers: also the selection rate, TPR and FPR at --threshold), the difference B - A "
+        "with a 95%% interval, and findings (Holm or BH over every test) "
         "naming where B is worse or better than A. Side A is --pred-a if given, else the first --model; side B is "
         "--pred-b if given, else the last --model.",
     )
@@ -39,7 +40,9 @@ def add_parser(sub) -> None:
     c.add_argument(
         "--interval",
         default="calibrated",
-        help="interval method of the models' sides (default calibrated; see `mmc predict --interval`)",
+        help="interval method of the models' sides (default calibrated; see `mmc predict --interval`); with "
+        "--engine dask every method formed row by row: not multimoment, and guaranteed / plugin only for a model "
+        "with an interval calibration",
     )
     c.add_argument("--delta", type=float, default=0.1, help="interval miscoverage (default 0.1)")
     choice_option(c, "--error-control", ["holm", "bh"], "adjustment over every test: holm (family-wise) or bh (FDR)")
@@ -118,10 +121,10 @@ def cmd_compare(args) -> int:
     if args.threshold is not None and not 0 < args.threshold < 1:
         raise CLIError(f"--threshold must be strictly between 0 and 1, got {args.threshold}")
     threshold = args.threshold if args.threshold is not None else (0.5 if binary else None)
-    if getattr(args, "engine", "numpy") == "dask":
-        if threshold is not None:
-            raise CLIError("classifier comparisons (rates at a threshold) are not offered with --engine dask yet")
-        return _write(args, spec, _compare_on_dask(args, spec, models, extra))
+    dask = getattr(args, "engine", "numpy") == "dask"
+    _check_interval(args, spec, models, dask)
+    if dask:
+        return _write(args, spec, _compare_on_dask(args, spec, models, extra, threshold))
     text_cols = set()
     for m in models.values():
         text_cols |= set(m.groups.text_columns())
@@ -163,15 +166,42 @@ def _options(args) -> dict:
     }
 
 
-def _compare_on_dask(args, spec, models, extra):
-    from mmc_core.engines.dask_engine import compare_dask, groups_from_columns
+def _check_interval(args, spec, models, dask: bool) -> None:
+    """--interval is a method each regression model side can form (on Dask: row by row, partition by partition);
+    CLIError naming the option otherwise, before any data is read. Classifier and mean-only models form no
+    intervals (the option does not apply to them), nor do prediction columns."""
+    from mmc_core.errors import MMCError
+    from mmc_core.intervals import available_methods
 
     from .cli import CLIError
+
+    for kind, src, _ in spec:
+        model = models.get(src) if kind == "model" else None
+        if model is None or model.task == "binary" or not model.moments:
+            continue
+        have = available_methods(model)
+        if args.interval not in have:
+            raise CLIError(
+                f"--interval {args.interval} is not available for model {src} (available: {', '.join(have) or 'none'})"
+            )
+        if dask:
+            from mmc_core.engines.dask_engine import check_interval_method
+
+            try:
+                check_interval_method(model, args.interval)
+            except MMCError as e:
+                raise CLIError(f"--interval {args.interval} with --engine dask: {e}") from None
+
+
+def _compare_on_dask(args, spec, models, extra, threshold):
+    from mmc_core.engines.dask_engine import compare_dask, groups_from_columns
+
     from .cli_dask import dask_session, dask_table
 
-    if args.interval != "calibrated":
-        raise CLIError("--interval does not apply with --engine dask (it compares no intervals yet)")
-    ddf = dask_table(args, [("label column", args.label)])
+    need = [("label column", args.label)] + [("prediction column", src) for kind, src, _ in spec if kind == "column"]
+    if any(m.uses_base for m in models.values()):
+        need.append(("prediction column", args.pred))
+    ddf = dask_table(args, need)
     sides = [(kind, models[src] if kind == "model" else src, name) for kind, src, name in spec]
     with dask_session(args) as client:
         groups = _groups(
@@ -181,7 +211,9 @@ def _compare_on_dask(args, spec, models, extra):
             extra,
             lambda cols: groups_from_columns(ddf, cols, args.max_order, client=client),
         )
-        return compare_dask(ddf, args.label, sides, groups, args.pred, **_options(args))
+        return compare_dask(
+            ddf, args.label, sides, groups, args.pred, method=args.interval, threshold=threshold, **_options(args)
+        )
 
 
 def _write(args, spec, res) -> int:
@@ -261,20 +293,33 @@ def add_period_option(p, where: str = "written under 'periods' in the audit JSON
     p.add_argument(
         "--period",
         help="a column of periods (dates, quarters, batches): also audit each group per period and test its "
-        f"changes between consecutive periods ({where})",
+        f"changes between consecutive periods ({where}); a classifier's are its calibration and its rates at "
+        "--threshold (mmc audit only)",
     )
 
 
 def check_period(args, model, df) -> None:
-    """--period names a column of the data, and the model is a regression (CLIError otherwise)."""
+    """--period names a column of the data; `mmc report` draws its Over time section for regression models only
+    (a classifier's periods are audited by `mmc audit --period`). CLIError otherwise."""
     if not getattr(args, "period", None):
         return
     from .cli import CLIError
 
     if args.period not in df.columns:
         raise CLIError(f"period column '{args.period}' is not in the data")
-    if model.task == "binary":
-        raise CLIError("--period audits regression models; classifier periods are not offered yet")
+    if model.task == "binary" and getattr(args, "command", None) == "report":
+        raise CLIError(
+            "--period: the report's Over time section is for regression models; a classifier's periods are "
+            "audited by `mmc audit --period` (rates at the threshold per group and period)"
+        )
+
+
+def period_threshold(args, model):
+    """A classifier's decision threshold of the period rates (--threshold, default 0.5); None for a regression."""
+    if model.task != "binary":
+        return None
+    t = getattr(args, "threshold", None)
+    return 0.5 if t is None else t
 
 
 def period_result(args, model, df, y, base):
@@ -288,11 +333,17 @@ def period_result(args, model, df, y, base):
 
     check_period(args, model, df)
     method = "calibrated" if "calibrated" in available_methods(model) else None
-    s = (
-        side(model, df, name="the model", base=base, method=method or "calibrated", delta=args.delta)
-        if method
-        else (side(model.predict(df, base)["mean"], name="the model"))
-    )
+    threshold = period_threshold(args, model)
+    if model.task == "binary":  # the raw label column, as the audit takes it: 0/1 through the positive class
+        from mmc_core.binary import binary_labels
+
+        y = binary_labels(model, y, f"label column '{args.label}'")
+    if method or model.task == "binary":  # a classifier: its probability and decisions at the threshold
+        s = side(model, df, name="the model", base=base, method="calibrated", delta=args.delta, threshold=threshold)
+    else:  # no interval calibration: the mean and the variance (the spread) without intervals
+        pred = model.predict(df, base)
+        cols = {"mean": pred["mean"], "variance": pred.get("moment_2")}
+        s = side({k: v for k, v in cols.items() if v is not None}, name="the model")
     res = compare_periods(
         df,
         y,

@@ -239,12 +239,18 @@ def audit(args) -> int:
     missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
     if missing:
         raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
-    if getattr(args, "period", None) and model.task == "binary":
-        raise CLIError("--period audits regression models; classifier periods are not offered yet")
+    method = None
+    if getattr(args, "period", None):
+        from mmc_core.intervals import available_methods
+
+        # as in memory (app.cli_compare.period_result): the calibrated intervals when the model has them
+        method = "calibrated" if "calibrated" in available_methods(model) else None
     with dask_session(args):
         tables = audit_tables_dask(model, ddf, args.label, args.pred if model.uses_base else None)
         if getattr(args, "period", None):
             from mmc_core.engines.dask_engine import periods_dask
+
+            from .cli_compare import period_threshold
 
             per = periods_dask(
                 model,
@@ -252,6 +258,8 @@ def audit(args) -> int:
                 args.label,
                 args.period,
                 args.pred if model.uses_base else None,
+                method=method,
+                threshold=period_threshold(args, model),
                 delta=args.delta,
                 min_group_count=args.min_group_count,
                 error_control=args.error_control,

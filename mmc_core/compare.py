@@ -26,7 +26,9 @@ Its interval allows for its selection (Benjamini and Yekutieli's false-coverage-
 
 **Periods** (:func:`compare_periods`): one model, rows split by a period column. Per (group, period) the same
 values, and tests of each group's change between consecutive periods (or against the first) of its mean error,
-spread (log R), coverage and RMSE: unpaired, the periods hold different rows.
+spread (log R), coverage and RMSE, and for a classifier of its rates at the decision threshold (selection rate,
+TPR, FPR): unpaired, the periods hold different rows. A rate is tested where it is a mean over at least
+``min_group_count`` rows in both periods (TPR over the group's positives, FPR over its negatives).
 
 Everything is a sum over (group, cell) through :class:`mmc_core.sums.MembershipSums`: no loop over rows,
 groups or periods.
@@ -63,6 +65,10 @@ __all__ = [
 # the compared values, in the order of the tables; "width" is descriptive (never a finding)
 VALUES = ("rmse", "mean_error", "spread", "coverage", "width", "selection_rate", "tpr", "fpr")
 _TESTED = ("rmse", "mean_error", "spread", "coverage")
+# changes between periods: those and a classifier's rates at its threshold (a change of a rate either way is a
+# change; between two models a higher rate is neither better nor worse, so the comparison shows rates untested)
+_PERIOD_TESTED = _TESTED + ("selection_rate", "tpr", "fpr")
+_RATE_BASE = {"tpr": "positives", "fpr": "negatives"}  # the rows a rate is a mean over, when not every row
 _WORDS = {
     "rmse": "root mean squared error",
     "mean_error": "mean error (size)",
@@ -632,12 +638,19 @@ def compare_periods(
     ``period`` : array (n,) of period labels (sortable: dates, quarters, batch numbers); periods are taken in
     sorted order. ``reference``: "previous" tests each period against the one before it, "first" against the
     first. The changes tested (signed, later minus reference) are of the mean error, the log spread ratio, the
-    coverage and the RMSE, for every group with at least ``min_group_count`` rows in both periods; unpaired
-    (different rows), so the variance of a change is the sum of the two periods' delta-method variances.
+    coverage and the RMSE, for every group with at least ``min_group_count`` rows in both periods, and, when the
+    side has decisions (a classifier: :func:`side` with a threshold; labels 0/1), of the selection rate, TPR and
+    FPR (TPR where the group has ``min_group_count`` positives in both periods, FPR negatives); unpaired
+    (different rows), so the variance of a change is the sum of the two periods' delta-method variances. All
+    changes are adjusted together (``error_control`` at ``level``).
     """
     table, y, memb = _check_common(y, table, groups, min_group_count, error_control, level, delta)
     if reference not in ("previous", "first"):
         raise MMCError(f"reference must be 'previous' or 'first', got {reference!r}")
+    if not isinstance(s, Side):
+        raise MMCError(f"the side must be a Side (mmc_core.compare.side), got {type(s).__name__}")
+    if s.decision is not None and not np.isin(y, (0.0, 1.0)).all():
+        raise DataError("rates at a decision threshold need 0/1 labels; this label has other values")
     per = np.asarray(period)
     if per.shape != y.shape:
         raise DataError(f"period has {per.size} values for {y.size} labels")
@@ -702,9 +715,9 @@ def periods_from_sums(
         se = _se(gr, S, cnt)
         lo, hi = _interval(v, se, cnt, 0.05)
         rows.update({what: v, f"{what}_lo": lo, f"{what}_hi": hi})
-        if what not in _TESTED:  # widths and rates: shown per period, not tested for change
+        if what not in _PERIOD_TESTED:  # widths: shown per period, not tested for change
             continue
-        # changes of the mean error, log R (spread), coverage and RMSE
+        # changes of the mean error, log R (spread), coverage, RMSE and a classifier's rates
         if what == "spread":
             with np.errstate(invalid="ignore", divide="ignore"):
                 vt, gt = np.log(v), gr / v[:, None]
@@ -716,10 +729,16 @@ def periods_from_sums(
         r = np.where(has, ref, 0)
         est = np.where(has, vt - vt[r], np.nan)
         se_c = np.where(has, np.sqrt(se_t**2 + se_t[r] ** 2), np.nan)
-        df = np.where(has, np.minimum(cnt, cnt[r]), np.inf)  # no reference: NaN change, no quantile needed
+        # rows each value is a mean over: the cell's rows, a TPR's positives, an FPR's negatives
+        base_n = cnt
+        if what in _RATE_BASE:
+            with np.errstate(invalid="ignore"):
+                pos = np.rint(cnt * M[:, lay.at[0]["y"]])
+            base_n = np.nan_to_num(pos if what == "tpr" else cnt - pos, nan=0.0)
+        df = np.where(has, np.minimum(base_n, base_n[r]), np.inf)  # no reference: NaN change, no quantile needed
         clo, chi = _interval(est, se_c, df, 0.05)
         ch.update({f"{what}_change": est, f"{what}_change_lo": clo, f"{what}_change_hi": chi})
-        ok = has & (cnt >= min_group_count) & (cnt[r] >= min_group_count) & np.isfinite(est) & np.isfinite(se_c)
+        ok = has & (np.minimum(base_n, base_n[r]) >= min_group_count) & np.isfinite(est) & np.isfinite(se_c)
         ses[what] = np.where(ok, se_c, np.nan)
         p = _tests(est, se_c, df, ok, np.abs(vt) + np.abs(np.where(has, vt[r], 0)) + (what == "spread"))
         for c in np.flatnonzero(ok):
@@ -767,6 +786,9 @@ def _change_text(f: dict, name: str) -> str:
         "mean_error": ("mean error", "{:+.4g}", 1.0),
         "spread": ("observed / predicted spread", "{:.3g}", None),
         "coverage": ("interval coverage", "{:.1%}", 1.0),
+        "selection_rate": ("selection rate", "{:.1%}", 1.0),
+        "tpr": ("true positive rate", "{:.1%}", 1.0),
+        "fpr": ("false positive rate", "{:.1%}", 1.0),
     }[f["kind"]]
     word, fmt, _ = what
     change = (

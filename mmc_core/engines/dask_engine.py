@@ -1130,27 +1130,142 @@ def audit_tables_dask(model, ddf, label, base_col=None):
     return _audit_json(model, tot)
 
 
-def _compare_side(df, kind, src, name, base_col):
-    from ..compare import Side
+def _compare_side(df, kind, src, name, base_col, method=None, delta=0.1, threshold=None):
+    """One side on a partition's rows, built as the in-memory engine builds it (:func:`mmc_core.compare.side`):
+    a column's mean (its decisions at ``threshold``), or a model's mean, variance, its ``method`` intervals at
+    ``delta`` (none when ``method`` is None) and a classifier's decisions (at ``threshold``, default 0.5)."""
+    from ..compare import Side, side
     from ..model import FittedModel
 
     if kind == "column":
-        return Side(name, to_label_array(df[src], f"prediction column '{src}'"))
+        return side(to_label_array(df[src], f"prediction column '{src}'"), name=name, threshold=threshold)
     model = _model_cache(src, FittedModel)
     base = to_label_array(df[base_col], f"prediction column '{base_col}'") if model.uses_base else None
+    if method is not None:
+        return side(model, df, name=name, base=base, method=method, delta=delta, threshold=threshold)
     pred = model.predict(df, base)
-    return Side(name, pred["mean"], pred.get("moment_2"))
+    if getattr(model, "task", "regression") == "binary" and threshold is None:
+        threshold = 0.5
+    dec = None if threshold is None else (np.asarray(pred["mean"]) >= threshold).astype(float)
+    return Side(name, np.asarray(pred["mean"], float), pred.get("moment_2"), decision=dec)
 
 
-def _compare_part(df, specs, label, base_col, groups_json, has, target, shift):
+def _side_labels(df, specs, label, sides):
+    """The partition's labels as the in-memory command reads them: through the first classifier model's own
+    positive class when a side is a classifier model, else the numbers; 0/1 when a side has decisions."""
+    from ..model import FittedModel
+
+    binary = [
+        m
+        for m in (_model_cache(src, FittedModel) for kind, src, _ in specs if kind == "model")
+        if getattr(m, "task", "regression") == "binary"
+    ]
+    if binary:
+        from ..binary import binary_labels
+
+        y = binary_labels(binary[0], df[label], f"label '{label}'")
+    else:
+        y = to_label_array(df[label], f"label '{label}'")
+    if any(s.decision is not None for s in sides) and not np.isin(y, (0.0, 1.0)).all():
+        raise DataError("rates at a decision threshold need 0/1 labels; this label has other values")
+    return y
+
+
+def _side_sums(df, specs, label, base_col, opts, memb_of, cells_of, n_cells, has, target, shift, G):
+    """Per (group, cell) sums (:func:`mmc_core.compare.cell_sums`) of the sides' quantities on one partition;
+    zeros for an empty partition (nothing to predict)."""
     from ..compare import Layout, cell_sums
+
+    lay = Layout(has, target)
+    if len(df) == 0:
+        C = G * n_cells
+        return np.zeros(C), np.zeros((C, lay.K)), np.zeros((C, lay.K, lay.K))
+    sides = [_compare_side(df, kind, src, name, base_col, *opts) for kind, src, name in specs]
+    y = _side_labels(df, specs, label, sides)
+    cells = cells_of(df)
+    return cell_sums(memb_of(df).sums(), lay.rows(sides, y), cells, n_cells, shift)
+
+
+def _compare_part(df, specs, label, base_col, opts, groups_json, has, target, shift):
     from ..groups import GroupSet
 
-    y = to_label_array(df[label], f"label '{label}'")
-    sides = [_compare_side(df, kind, src, name, base_col) for kind, src, name in specs]
-    lay = Layout(has, target)
-    memb = _model_cache(groups_json, GroupSet).evaluate(df, len(df))
-    return cell_sums(memb.sums(), lay.rows(sides, y), None, 1, shift)
+    gs = _model_cache(groups_json, GroupSet)
+    return _side_sums(
+        df,
+        specs,
+        label,
+        base_col,
+        opts,
+        lambda d: gs.evaluate(d, len(d)),
+        lambda d: None,
+        1,
+        has,
+        target,
+        shift,
+        len(gs),
+    )
+
+
+def _plain_specs(ddf, specs, base_col):
+    plain = []
+    for kind, src, name in specs:
+        if kind == "model":
+            if src.uses_base and (base_col is None or base_col not in ddf.columns):
+                raise DataError(f"model {name!r} was fitted on a base prediction: pass it (--pred COL)")
+            plain.append((kind, src.to_json(), name))
+        elif kind == "column":
+            if src not in ddf.columns:
+                raise DataError(f"prediction column '{src}' is not in the data")
+            plain.append((kind, src, name))
+        else:
+            raise MMCError(f"a side is ('model', FittedModel, name) or ('column', column, name), got kind {kind!r}")
+    return plain
+
+
+ROW_LOCAL_NOTE = "the Dask engine forms intervals partition by partition"
+
+
+def check_interval_method(model, method: str) -> None:
+    """MMCError unless ``model``'s intervals by ``method`` can be formed partition by partition, as on the whole
+    table: every method whose interval of a row depends on the model and that row only. ``multimoment`` chooses
+    its cover over all rows at once; ``guaranteed`` and ``plugin`` choose their moment on the model's stored
+    calibration quantiles (row-local), or lacking them on the predicted rows (not)."""
+    from ..intervals import available_methods
+
+    if getattr(model, "task", "regression") == "binary" or not model.moments:
+        return  # no intervals: the in-memory side has none either
+    if method not in available_methods(model):
+        raise MMCError(
+            f"interval method {method!r} is not available for this model "
+            f"(available: {', '.join(available_methods(model))})"
+        )
+    if method == "multimoment":
+        raise MMCError(
+            f"interval method 'multimoment' is not offered with the Dask engine: its cover is chosen over all rows "
+            f"at once and {ROW_LOCAL_NOTE} (use calibrated, split-conformal, mondrian or gaussian)"
+        )
+    if method in ("guaranteed", "plugin"):
+        rec = model.extras.get("intervals") if isinstance(model.extras, dict) else None
+        mq = rec.get("moment_quantiles") if isinstance(rec, dict) else None
+        if not (isinstance(mq, dict) and all(str(a) in mq for a in model.moments)):
+            raise MMCError(
+                f"interval method {method!r} chooses its moment on the predicted rows for this model (it has no "
+                f"stored calibration quantiles) and {ROW_LOCAL_NOTE}: use the numpy engine or another method"
+            )
+
+
+def _head_layout(ddf, plain, label, base_col, opts, delta):
+    """The layout of the sides' quantities (what each side has) and one shift for every partition (the sums must
+    add), both from the first rows: their means keep the covariances of values far from zero exact."""
+    from ..compare import Layout
+
+    head = ddf.head(1000, npartitions=-1)
+    if not len(head):
+        raise DataError("the data has no rows")
+    sides = [_compare_side(head, k, s, n, base_col, *opts) for k, s, n in plain]
+    lay = Layout.of(sides, 1 - delta)
+    has = [(s.variance is not None, s.lower is not None, s.decision is not None) for s in sides]
+    return lay, has, lay.rows(sides, _side_labels(head, plain, label, sides)).mean(axis=1)
 
 
 def compare_dask(
@@ -1160,50 +1275,43 @@ def compare_dask(
     groups,
     base_col=None,
     *,
+    method: str | None = None,
+    threshold: float | None = None,
     delta: float = 0.1,
     min_group_count: int = 30,
     error_control: str = "holm",
     level: float = 0.05,
 ):
-    """:func:`mmc_core.compare.compare` on a Dask DataFrame: per partition the per-group sums of both sides'
-    residuals, squares and variances (no intervals: the Dask engine predicts none yet), added with the fan-in
-    tree of the audit; the comparison is then made from the totals. ``specs``: two (kind, source, name), kind
-    "model" (source a FittedModel) or "column" (source a column name)."""
+    """:func:`mmc_core.compare.compare` on a Dask DataFrame, with the sides of :func:`mmc_core.compare.side`:
+    per partition the per-group sums of both sides' residuals, squares, variances, interval coverage and width
+    (the models' ``method`` intervals at ``delta``, formed row by row as in memory; None: no intervals, as
+    ``mmc_core.compare.Side`` objects without ends; :func:`check_interval_method` says which methods can be
+    formed partition by partition) and decisions at ``threshold`` (a
+    classifier model's default 0.5; the labels then through its positive class), added with the fan-in tree of
+    the audit; the comparison is then made from the totals. ``specs``: two (kind, source, name), kind "model"
+    (source a FittedModel) or "column" (source a column name)."""
     _require()
     import dask
 
-    from ..compare import Layout, compare_from_sums
+    from ..compare import compare_from_sums
 
     if label not in ddf.columns:
         raise DataError(f"label column '{label}' is not in the data")
-    plain = []
-    for kind, src, name in specs:
-        if kind == "model":
-            if src.uses_base and (base_col is None or base_col not in ddf.columns):
-                raise DataError(f"model {name!r} was fitted on a base prediction: pass it (--pred COL)")
-            plain.append((kind, src.to_json(), name))
-        else:
-            if src not in ddf.columns:
-                raise DataError(f"prediction column '{src}' is not in the data")
-            plain.append((kind, src, name))
+    if threshold is not None and not (isinstance(threshold, (int, float)) and 0 < threshold < 1):
+        raise MMCError(f"threshold must be a number strictly between 0 and 1, got {threshold!r}")
+    plain = _plain_specs(ddf, specs, base_col)
+    for kind, src, _ in specs:
+        if kind == "model" and method is not None:
+            check_interval_method(src, method)
     missing = sorted(c for c in groups.columns() if c not in ddf.columns)
     if missing:
         raise DataError(f"the data lacks group column(s) the groups need: {', '.join(missing)}")
-    has = [(kind == "model" and 2 in src.moments, False) for kind, src, _ in specs]
-    lay = Layout(has, 1 - delta)
-    # one shift for every partition (the sums must add): the first non-empty partition's means
-    head = ddf.head(1000, npartitions=-1)
+    opts = (method, delta, threshold)
+    lay, has, shift = _head_layout(ddf, plain, label, base_col, opts, delta)
     gjson = json.dumps(groups.to_json())
-    shift = (
-        lay.rows([_compare_side(head, k, s, n, base_col) for k, s, n in plain], head[label].to_numpy(float)).mean(
-            axis=1
-        )
-        if len(head)
-        else np.zeros(lay.K)
-    )
     args = [dask.delayed(v, pure=True) for v in (plain, gjson)]
     parts = [
-        dask.delayed(_compare_part, pure=False)(d, args[0], label, base_col, args[1], has, 1 - delta, shift)
+        dask.delayed(_compare_part, pure=False)(d, args[0], label, base_col, opts, args[1], has, 1 - delta, shift)
         for d in ddf.to_delayed()
     ]
     cnt, S1, S2 = _tree_sum(parts)
@@ -1213,17 +1321,24 @@ def compare_dask(
     )
 
 
-def _period_part(df, model_json, label, base_col, period_col, labels, has, target, shift):
-    from ..compare import Layout, cell_sums
+def _period_part(df, specs, label, base_col, opts, period_col, labels, has, target, shift):
     from ..model import FittedModel
 
-    y = to_label_array(df[label], f"label '{label}'")
-    side = _compare_side(df, "model", model_json, "the model", base_col)
-    lay = Layout(has, target)
-    code = np.searchsorted(labels, df[period_col].to_numpy())
-    model = _model_cache(model_json, FittedModel)
-    memb = model.groups.evaluate(df, len(df))
-    return cell_sums(memb.sums(), lay.rows([side], y), code.astype(np.int64), len(labels), shift)
+    model = _model_cache(specs[0][1], FittedModel)
+    return _side_sums(
+        df,
+        specs,
+        label,
+        base_col,
+        opts,
+        lambda d: model.groups.evaluate(d, len(d)),
+        lambda d: np.searchsorted(labels, d[period_col].to_numpy()).astype(np.int64),
+        len(labels),
+        has,
+        target,
+        shift,
+        len(model.groups),
+    )
 
 
 def periods_dask(
@@ -1233,19 +1348,22 @@ def periods_dask(
     period_col,
     base_col=None,
     *,
+    method: str | None = None,
+    threshold: float | None = None,
     reference: str = "previous",
     delta: float = 0.1,
     min_group_count: int = 30,
     error_control: str = "holm",
     level: float = 0.05,
 ):
-    """:func:`mmc_core.compare.compare_periods` of a model on a Dask DataFrame (its mean and variance; no
-    intervals): the distinct periods first (one pass), then per partition the per-(group, period) sums, added
-    with the fan-in tree."""
+    """:func:`mmc_core.compare.compare_periods` of a model on a Dask DataFrame: its mean, variance, ``method``
+    intervals at ``delta`` (None: none) and a classifier's decisions at ``threshold`` (default 0.5; its rates
+    per period and their changes); the distinct periods first (one pass), then per partition the
+    per-(group, period) sums, added with the fan-in tree."""
     _require()
     import dask
 
-    from ..compare import Layout, check_periods, periods_from_sums
+    from ..compare import check_periods, periods_from_sums
 
     for what, col in (("label", label), ("period", period_col)):
         if col not in ddf.columns:
@@ -1254,19 +1372,23 @@ def periods_dask(
         raise DataError("this model was fitted on a base prediction: pass it (--pred COL)")
     if reference not in ("previous", "first"):
         raise MMCError(f"reference must be 'previous' or 'first', got {reference!r}")
+    if threshold is not None and not (isinstance(threshold, (int, float)) and 0 < threshold < 1):
+        raise MMCError(f"threshold must be a number strictly between 0 and 1, got {threshold!r}")
+    if method is not None:
+        check_interval_method(model, method)
     missing, values = dask.compute(ddf[period_col].isna().sum(), ddf[period_col].drop_duplicates())
     if int(missing):
         raise DataError(f"period column '{period_col}' has {int(missing)} missing value(s): drop or fill them")
     labels = np.unique(values.to_numpy())
     check_periods(labels)
-    has = [(2 in model.moments, False)]
-    lay = Layout(has, 1 - delta)
-    mjson = model.to_json()
-    head = ddf.head(1000, npartitions=-1)
-    shift = lay.rows([_compare_side(head, "model", mjson, "m", base_col)], head[label].to_numpy(float)).mean(axis=1)
-    text = dask.delayed(mjson, pure=True)
+    plain = [("model", model.to_json(), "the model")]
+    opts = (method, delta, threshold)
+    lay, has, shift = _head_layout(ddf, plain, label, base_col, opts, delta)
+    text = dask.delayed(plain, pure=True)
     parts = [
-        dask.delayed(_period_part, pure=False)(d, text, label, base_col, period_col, labels, has, 1 - delta, shift)
+        dask.delayed(_period_part, pure=False)(
+            d, text, label, base_col, opts, period_col, labels, has, 1 - delta, shift
+        )
         for d in ddf.to_delayed()
     ]
     cnt, S1, S2 = _tree_sum(parts)
