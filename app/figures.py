@@ -412,7 +412,7 @@ def _coverage_cells(z, audit, title, subtitle, x_labels, x_title, target: float,
     cells of fewer rows than the audit tests (its minimum group count) are printed but not coloured."""
     zmin, zmax = _coverage_range(z.to_numpy(dtype=float), target)
     scale = coverage_colorscale(zmin, zmax, target)
-    # the audit tests groups and cells from min_group_count rows (mmc_core.metrics._findings)
+    # the audit tests groups and cells from min_group_count rows (mmc_core.audit_findings.group_findings)
     min_n = float((audit.params or {}).get("min_group_count") or 0)
     n = (
         np.asarray(counts, dtype=float)

@@ -237,7 +237,7 @@ class ClassifierAudit:
         return (s / ref if ref != 0 else s * np.nan).rename(f"{metric} / {reference}")
 
     def to_json(self) -> dict:
-        from .metrics import json_clean
+        from .audit_result import json_clean
 
         return {
             "format": "mmc-audit-classifier-audit",
@@ -486,7 +486,8 @@ def audit_binary_model(model, table, y, base, opts):
     findings) are imported from :mod:`mmc_core.metrics` when called (that module imports this one)."""
     from . import intervals as iv
     from .findings import status_of
-    from .metrics import AuditResult, _audit_rows, _findings
+    from .audit_findings import audit_rows, group_findings
+    from .audit_result import AuditResult
     from .scorecard import scorecard
 
     threshold, n_buckets = check_threshold(opts.threshold), opts.n_buckets
@@ -495,7 +496,7 @@ def audit_binary_model(model, table, y, base, opts):
     y01 = binary_labels(model, y)
     n = y01.size
     # the label range of a binary model is [0, 1]: the unit-scale "before" is the base itself, clipped
-    ctx, before, base_kind = _audit_rows(model, table, n, base, "positive share of the fitting rows")
+    ctx, before, base_kind = audit_rows(model, table, n, base, "positive share of the fitting rows")
     from .model import binary_clip
 
     mu = binary_clip(model, ctx.mu)
@@ -546,7 +547,7 @@ def audit_binary_model(model, table, y, base, opts):
     }
     all_tests: list = []
     try:
-        found, n_tests = _findings(
+        found, n_tests = group_findings(
             pairs,
             names,
             model.scale,

@@ -14,7 +14,7 @@ from scipy import stats
 
 from mmc_core import GroupSet
 from mmc_core import findings as fnd
-from mmc_core import metrics
+from mmc_core import audit_findings, metrics
 from mmc_core.buckets import mean_grid
 from mmc_core.errors import MMCError
 from mmc_core.synthetic import demo_distribution
@@ -88,13 +88,13 @@ def test_mean_and_rate_findings_intervals_exclude_zero():
         )
         mu = np.full(4000, 0.3)
         y = 0.3 + 0.08 * (rng.lognormal(0.0, 1.0, 4000) - np.exp(0.5)) + 0.02 * (g == 0)
-        found, _ = metrics._findings(
+        found, _ = audit_findings.group_findings(
             memb.sums(), list(memb.names), UNIT_SCALE, mu, y, None, mean_grid(1), None, None, 0.9, 30, "holm",
             0.05, 0.0,
         )  # fmt: skip
         mu = np.where(rng.random(4000) < 0.5, 0.02, 0.98)
         yb = (rng.random(4000) < np.where(g == 0, np.where(mu < 0.5, 0.09, 0.98), mu)).astype(float)
-        found_b, _ = metrics._findings(
+        found_b, _ = audit_findings.group_findings(
             memb.sums(), list(memb.names), UNIT_SCALE, mu, yb, None, mean_grid(1), None, None, 0.9, 30, "holm",
             0.05, 0.0, True,
         )  # fmt: skip
@@ -152,7 +152,7 @@ def _exact_findings(
     if cover_drop is not None:
         p_in = np.where(d, 0.9 - cover_drop, p_in)
     inside = (rng.random(n) < p_in).astype(float)
-    found, n_tests = metrics._findings(
+    found, n_tests = audit_findings.group_findings(
         memb.sums(),
         list(memb.names),
         UNIT_SCALE,
@@ -274,7 +274,7 @@ def test_the_findings_intervals_cover_the_truth_after_selection(control):
     for seed in range(100):
         _, tab, y, memb, shift = _race_age_world(seed, 0.005, 0.015)
         mu = DIST.true_mean(tab) - shift
-        found, n_tests = metrics._findings(
+        found, n_tests = audit_findings.group_findings(
             memb.sums(), list(memb.names), UNIT_SCALE, mu, y, DIST.true_moment(tab, 2), mean_grid(5), None,
             None, 0.9, 30, control, 0.05, 0.1,
         )  # fmt: skip
@@ -312,7 +312,7 @@ def test_variance_findings_intervals_cover_the_truth_with_skewed_residuals():
     truth: the mean true variance / the mean predicted variance over the finding's rows). A group's own sample
     kurtosis understates the tail when no large residual was drawn, exactly when its variance looks low, so
     the intervals of findings of overstated variance sat too low: 10 of 26 missed their truth (0.385) before the
-    standard error was floored by the kurtosis pooled over the groups (metrics._pooled_sd); 0 of 26 with
+    standard error was floored by the kurtosis pooled over the groups (audit_findings._pooled_sd); 0 of 26 with
     it. Bound: 0.05 plus 3 binomial standard errors of the share missed."""
     missed = []
     for seed in range(100):
@@ -320,7 +320,7 @@ def test_variance_findings_intervals_cover_the_truth_with_skewed_residuals():
         mu, true_var = DIST.true_mean(tab), DIST.true_moment(tab, 2)
         y = mu + np.sqrt(true_var) * (rng.exponential(1.0, mu.size) - 1.0)
         var_pred = true_var / np.exp(log_factor)
-        found, _ = metrics._findings(
+        found, _ = audit_findings.group_findings(
             memb.sums(), list(memb.names), UNIT_SCALE, mu, y, var_pred, mean_grid(5), None, None, 0.9, 30,
             "holm", 0.05, 0.1,
         )  # fmt: skip
@@ -402,7 +402,7 @@ def test_a_cell_holding_the_whole_group_is_not_tested_twice():
     memb = GroupSet.from_columns(tab, ["sex", "race"], 2).evaluate(tab)
     y = 0.5 + 0.05 * rng.standard_normal(n)
     mu = np.where(tab["race"] == "D", 0.48, 0.5)  # D under-predicted by 0.02; every prediction in [0.4, 0.6)
-    found, n_tests = metrics._findings(
+    found, n_tests = audit_findings.group_findings(
         memb.sums(),
         list(memb.names),
         UNIT_SCALE,
@@ -430,11 +430,11 @@ def test_small_groups_are_never_tested():
     memb = GroupSet.from_columns(df, ["race"], 1).evaluate(df)
     mu = DIST.true_mean(tab) + 0.5 * (df["race"] == "Z").to_numpy()  # wildly wrong on the tiny group
     v = DIST.true_moment(tab, 2)
-    found, _ = metrics._findings(
+    found, _ = audit_findings.group_findings(
         memb.sums(), list(memb.names), UNIT_SCALE, mu, y, v, mean_grid(5), None, None, 0.9, 30, "holm", 0.05
     )
     assert not any(f["group"] == "race=Z" for f in found)
-    found, _ = metrics._findings(
+    found, _ = audit_findings.group_findings(
         memb.sums(), list(memb.names), UNIT_SCALE, mu, y, v, mean_grid(5), None, None, 0.9, 5, "holm", 0.05
     )
     assert any(f["group"] == "race=Z" and f["kind"] == "mean" for f in found)
@@ -608,7 +608,7 @@ def test_a_classifier_audit_does_not_flag_a_group_without_positives():
     y[c_rows] = 0.0
     memb = GroupSet.from_columns(pd.DataFrame({"g": g}), ["g"]).evaluate(pd.DataFrame({"g": g}))
     args = (memb.sums(), list(memb.names), UNIT_SCALE, p, y, None, mean_grid(5), None, None, 0.0, 30, "holm", 0.05)
-    found, _ = metrics._findings(*args, binary=True)
+    found, _ = audit_findings.group_findings(*args, binary=True)
     assert found == [], [f["text"] for f in found]
 
 
@@ -629,7 +629,7 @@ def test_mean_tests_correct_for_skewed_residuals(monkeypatch):
     memb = GroupSet.from_columns(pd.DataFrame({"g": g}), ["g"]).evaluate(pd.DataFrame({"g": g}))
     seen = []
     monkeypatch.setattr(fnd, "select_findings", lambda tests, *a: seen.extend(tests) or [])
-    metrics._findings(
+    audit_findings.group_findings(
         memb.sums(),
         list(memb.names),
         UNIT_SCALE,
@@ -670,7 +670,7 @@ def test_variance_interval_covers_the_true_ratio_with_heavy_tails():
     in 87.0%, in the form of Bonett's interval (centred at log(c R), widened by c = n / (n - z)) 89.3%, and
     85.6% with skewed (centred exponential) noise: a group's own sample kurtosis is low exactly when its
     sample variance is. With the standard error floored by the kurtosis pooled over the groups
-    (metrics._pooled_sd): t5 95.6%, exponential 93.7%, normal 95.6% (93.9% before). Each must reach
+    (audit_findings._pooled_sd): t5 95.6%, exponential 93.7%, normal 95.6% (93.9% before). Each must reach
     93%: the 95% target less about 3 standard errors of a coverage over 1,344 intervals (0.6 points each)."""
     cover = {"t5": [], "normal": [], "exponential": []}
     for rep in range(150):

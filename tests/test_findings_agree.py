@@ -15,7 +15,7 @@ from scipy import stats
 
 from mmc_core import GroupSet
 from mmc_core import findings as fnd
-from mmc_core import metrics
+from mmc_core import audit_findings, metrics
 from mmc_core.buckets import mean_grid
 from mmc_core.synthetic import demo_distribution
 from mmc_core.moments import LabelScale
@@ -27,7 +27,7 @@ TOL = metrics.VARIANCE_TOLERANCE
 
 
 def _run(memb, mu, y, v, inside=None, control="holm", tol=TOL, target=0.9):
-    return metrics._findings(
+    return audit_findings.group_findings(
         memb.sums(), list(memb.names), UNIT_SCALE, mu, y, v, mean_grid(5), inside,
         None if inside is None else "calibrated", target, 30, control, 0.05, tol,
     )  # fmt: skip
@@ -135,7 +135,7 @@ def test_the_variance_interval_inverts_the_variance_test():
     names = list(memb.names)
     cnt = pairs.group_sums()
     r = y - mu
-    sums, _ = metrics._ratio_sums(pairs, cnt, r, v)
+    sums, _ = audit_findings._ratio_sums(pairs, cnt, r, v)
     for f in (f for f in found if f["kind"] == "variance"):
         i = names.index(f["group"])
         for end, side in zip(f["interval"], ("hi", "lo")):  # the lower end is where H0 'ratio <= end' is rejected

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmc_core import GroupSet, MomentMulticalibrator, metrics
+from mmc_core import GroupSet, MomentMulticalibrator, audit_findings, metrics
 from mmc_core.buckets import mean_grid
 from mmc_core.moments import LabelScale
 from mmc_core.scorecard import detectable_z, scorecard
@@ -34,7 +34,7 @@ def _audit(seed, shift=0.0, var_ratio=1.0, cover_drop=0.0):
     inside = (rng.random(N) < np.where(d, 0.9 - cover_drop, 0.9)).astype(float)
     tests: list = []
     names = list(memb.names)
-    found, n_tests = metrics._findings(
+    found, n_tests = audit_findings.group_findings(
         memb.sums(), names, UNIT, mu, y, v, mean_grid(5), inside, "calibrated", 0.9, 30, "holm", 0.05, 0.1,
         collect=tests,
     )  # fmt: skip
