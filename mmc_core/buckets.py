@@ -104,7 +104,8 @@ def moment_grid(a: int, m: int, odd_moments: str, inner: tuple = ()) -> BucketGr
     return BucketGrid(0.0, r, m, tuple(inner))
 
 
-def _clean(edges, lo: float, hi: float) -> tuple:
+def inner_edges(edges, lo: float, hi: float) -> tuple:
+    """The distinct edges strictly inside (lo, hi), sorted: a grid's interior edges."""
     e = np.unique(np.asarray(edges, dtype=float))
     e = e[(e > lo) & (e < hi)]
     return tuple(float(x) for x in e)
@@ -116,7 +117,7 @@ def quantile_edges(values: np.ndarray, m: int, lo: float = 0.0, hi: float = 1.0)
     v = np.asarray(values, dtype=float)
     if v.size == 0 or m < 2 or not np.ptp(v) > 0:
         return ()
-    return _clean(np.quantile(v, np.arange(1, m) / m), lo, hi)
+    return inner_edges(np.quantile(v, np.arange(1, m) / m), lo, hi)
 
 
 def geometric_edges(low: float, high: float, m: int) -> tuple:

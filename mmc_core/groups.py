@@ -68,7 +68,7 @@ def is_numeric_column(col: np.ndarray) -> bool:
     return col.dtype.kind in "biuf"
 
 
-def _column(table, name: str) -> np.ndarray:
+def table_column(table, name: str) -> np.ndarray:
     """The column as float (numeric and boolean columns) or as an object array of text / None."""
     try:
         col = table[name]
@@ -238,7 +238,7 @@ class Condition:
         if columns is None:
             columns = {}
         if self.column not in columns:
-            columns[self.column] = _column(table, self.column)
+            columns[self.column] = table_column(table, self.column)
         arr = columns[self.column]
         numeric = is_numeric_column(arr)
         if self.op == "between":
@@ -635,7 +635,7 @@ def column_conditions(table, c: str, n_bins: int = 4, max_values: int = MAX_VALU
     """The conditions of one group column, as ``mmc fit --group-cols`` and the dashboard both build them: one
     per value, or (numeric columns with more than ``max_values`` distinct values, or any numeric column when
     ``bin_numeric``) one per ``n_bins``-quantile bin computed on ``table``."""
-    arr = _column(table, c)
+    arr = table_column(table, c)
     if is_numeric_column(arr):
         distinct = np.unique(arr[np.isfinite(arr)])
         if distinct.size > max_values or (bin_numeric and distinct.size > n_bins):
@@ -844,7 +844,7 @@ class GroupSet:
             listed = {c.value for c in conds if c.op == "=="} | {v for c in conds if c.op == "in" for v in c.values}
             if len(listed) < 2:
                 continue
-            arr = columns[col] = _column(table, col)
+            arr = columns[col] = table_column(table, col)
             hit = np.zeros(arr.shape[0], dtype=bool)
             for c in {(c.op, c.value, c.values): c for c in conds}.values():
                 hit |= c.mask(table, columns)

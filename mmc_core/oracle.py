@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import MMCError
-from .groups import Condition, Group, _column, is_numeric_column, missing_mask
+from .groups import Condition, Group, table_column, is_numeric_column, missing_mask
 
 __all__ = ["FeatureMatrix", "Rule", "SetOracle", "TreeOracle", "MAX_CATEGORIES"]
 
@@ -72,7 +72,7 @@ class FeatureMatrix:
             tuple[str, str | None]
         ] = []  # source[j] = (column, None) numeric, or (column, value) indicator
         for c in features:
-            arr = _column(table, c)
+            arr = table_column(table, c)
             if is_numeric_column(arr):
                 blocks.append(arr.astype(np.float32)[:, None])
                 self.source.append((c, None))

@@ -652,7 +652,7 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     import dataclasses
 
     from .. import intervals
-    from ..buckets import _clean
+    from ..buckets import inner_edges
     from ..estimator import FitRows, cells_keep_given, check_held_out, fit_info, search_buckets, state_achieved
     from ..model import FittedModel
     from ..moments import LabelScale
@@ -700,7 +700,7 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
             np.arange(1, m) / m,
             nonempty_range=True,
         )
-        return () if qs is None else _clean(qs, 0.0, 1.0)
+        return () if qs is None else inner_edges(qs, 0.0, 1.0)
 
     stats = _DaskFitStats(parts, moments, est.odd_moments, nf, mean_quantiles)
     load_seconds = time.perf_counter() - t_load
@@ -943,9 +943,9 @@ def exact_quantiles(sketches, brackets, qs, nonempty_range: bool = False):
 
 
 def _cols_values(df, columns):
-    from ..groups import _column
+    from ..groups import table_column
 
-    return {c: _column(df, c) for c in columns}
+    return {c: table_column(df, c) for c in columns}
 
 
 def _uniques(cols, cap):
