@@ -252,7 +252,7 @@ def descent_thresholds(model) -> tuple:
 
 def not_converged_note(has_moments: bool) -> str:
     """What a stopped or capped model's guarantees are, for every page and report that warns about it: the
-    stated thresholds are what the kept model achieves on its fitting rows (mmc_core.estimator.state_achieved),
+    stated thresholds are what the kept model achieves on its fitting rows (mmc_core.fit_steps.state_achieved),
     so its guarantees hold at those values, not at the ones the fit was asked for."""
     stated = "α and β" if has_moments else "α"
     return (

@@ -220,7 +220,7 @@ def test_cells_are_saved_as_version_5_and_checked_on_load(tmp_path):
     np.testing.assert_allclose(mu_fit, est.fit_mean_unit_, rtol=0, atol=1e-12)
     # the stated multicalibration is of these final predictions: the largest mass-weighted |mean residual| over
     # the (group, mean bucket) cells of the fitting rows
-    from mmc_core.estimator import _achieved
+    from mmc_core.fit_steps import achieved_thresholds as _achieved
 
     memb = groups.evaluate(fit_rows, len(fit_rows))
     yu = (y[est.fit_index_] + 1) / 3

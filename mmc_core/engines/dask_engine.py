@@ -166,7 +166,7 @@ class _Part:
     """One row partition on a worker: labels, membership, predictions and the partition's cell sums."""
 
     def __init__(self, df, index: int, label: str, base_col, gset, fraction: float, seed, group_cols):
-        from ..estimator import to_label_array
+        from ..tables import to_label_array
 
         self.index = index
         n = len(df)
@@ -574,7 +574,7 @@ def fit_dask(
 ):
     """``MomentMulticalibrator.fit`` on a Dask DataFrame (``y`` / ``base_prediction``: column names or Dask
     Series of the same frame). Same model JSON, same descent; see the module docstring for what differs."""
-    from ..estimator import validate_params
+    from ..thresholds import validate_params
     from ..groups import GroupSet
 
     _require()
@@ -653,7 +653,7 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
 
     from .. import intervals
     from ..buckets import inner_edges
-    from ..estimator import FitRows, cells_keep_given, check_held_out, fit_info, search_buckets, state_achieved
+    from ..fit_steps import FitRows, cells_keep_given, check_held_out, fit_info, search_buckets, state_achieved
     from ..model import FittedModel
     from ..moments import LabelScale
 
