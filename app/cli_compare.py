@@ -8,9 +8,11 @@ import json
 import os
 import sys
 
+from .cli_common import period_threshold
+
 
 def add_parser(sub) -> None:
-    from .cli import choice_option
+    from .cli_common import choice_option
 
     c = sub.add_parser(
         "compare",
@@ -67,7 +69,7 @@ def add_parser(sub) -> None:
 
 def _sides_spec(args):
     """[(kind, source, name)] for A and B: kind "model" (a path) or "column"."""
-    from .cli import CLIError
+    from .cli_common import CLIError
 
     models = list(args.model)
     if len(models) > 2:
@@ -97,7 +99,7 @@ def cmd_compare(args) -> int:
     from mmc_core import FittedModel, GroupSet
     from mmc_core.compare import compare, side
 
-    from .cli import CLIError, check_out, check_prob, refuse_output_over_input
+    from .cli_common import CLIError, check_out, check_prob, refuse_output_over_input
     from .io import numeric_column, read_table
 
     refuse_output_over_input(args)
@@ -173,7 +175,7 @@ def _check_interval(args, spec, models, dask: bool) -> None:
     from mmc_core.errors import MMCError
     from mmc_core.intervals import available_methods
 
-    from .cli import CLIError
+    from .cli_common import CLIError
 
     for kind, src, _ in spec:
         model = models.get(src) if kind == "model" else None
@@ -267,7 +269,7 @@ def _groups(args, columns, models, extra, from_columns):
     when they differ, each name once). ``from_columns(cols)`` builds groups from columns on the engine's table."""
     from mmc_core import GroupSet
 
-    from .cli import CLIError
+    from .cli_common import CLIError
 
     if args.group_cols:
         for c in args.group_cols:
@@ -303,7 +305,7 @@ def check_period(args, model, df) -> None:
     (a classifier's periods are audited by `mmc audit --period`). CLIError otherwise."""
     if not getattr(args, "period", None):
         return
-    from .cli import CLIError
+    from .cli_common import CLIError
 
     if args.period not in df.columns:
         raise CLIError(f"period column '{args.period}' is not in the data")
@@ -312,14 +314,6 @@ def check_period(args, model, df) -> None:
             "--period: the report's Over time section is for regression models; a classifier's periods are "
             "audited by `mmc audit --period` (rates at the threshold per group and period)"
         )
-
-
-def period_threshold(args, model):
-    """A classifier's decision threshold of the period rates (--threshold, default 0.5); None for a regression."""
-    if model.task != "binary":
-        return None
-    t = getattr(args, "threshold", None)
-    return 0.5 if t is None else t
 
 
 def period_result(args, model, df, y, base):

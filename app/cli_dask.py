@@ -72,7 +72,7 @@ def dask_table(args, need, sized=None):
     checked on them; default all, as `predict` writes them all)."""
     from mmc_core.engines.dask_engine import read_parquet
 
-    from .cli import CLIError
+    from .cli_common import CLIError
 
     ddf = read_parquet(args.data, sized_columns=sized)
     for what, col in need:
@@ -85,7 +85,7 @@ def fit(args) -> int:
     from mmc_core import GroupSet
     from mmc_core.engines.dask_engine import groups_from_columns
 
-    from .cli import CLIError, check_out
+    from .cli_common import CLIError, check_out
 
     check_out(args.out)
     if args.discover:
@@ -108,7 +108,7 @@ def fit(args) -> int:
     # only the columns the fit uses are read from the files (the others could take gigabytes)
     used = [c for _, c in need if c] + (list(extra.columns()) if extra is not None else [])
     ddf = ddf[list(dict.fromkeys(used))]
-    from app.cli import estimator_from_args
+    from app.cli_common import estimator_from_args
 
     est = estimator_from_args(args)
     started = time.monotonic()
@@ -178,7 +178,7 @@ def fit(args) -> int:
 
 
 def _check_out_dir(path):
-    from .cli import CLIError
+    from .cli_common import CLIError
 
     parent = os.path.dirname(os.path.abspath(path.rstrip("/")))
     if not os.path.isdir(parent):
@@ -193,7 +193,7 @@ def predict(args) -> int:
     from mmc_core import FittedModel
     from mmc_core.engines.dask_engine import predict_dask
 
-    from .cli import CLIError, prediction_columns, refuse_overwrite
+    from .cli_common import CLIError, prediction_columns, refuse_overwrite
 
     _check_out_dir(args.out)
     if args.interval:
@@ -229,7 +229,7 @@ def audit(args) -> int:
     from mmc_core.engines.dask_engine import audit_tables_dask
     from mmc_core.model import atomic_write_text
 
-    from .cli import CLIError, check_out
+    from .cli_common import CLIError, check_out
 
     check_out(args.out)
     model = FittedModel.load(args.model)
@@ -250,7 +250,7 @@ def audit(args) -> int:
         if getattr(args, "period", None):
             from mmc_core.engines.dask_engine import periods_dask
 
-            from .cli_compare import period_threshold
+            from .cli_common import period_threshold
 
             per = periods_dask(
                 model,
@@ -284,7 +284,7 @@ def _memory_limit(text: str) -> str:
 
 def add_engine_options(p):
     """--engine, --scheduler, --workers, --memory-limit (fit, predict, audit)."""
-    from .cli import choice_option
+    from .cli_common import choice_option
 
     choice_option(
         p, "--engine", ["numpy", "dask"], "numpy (default: in memory) or dask (--data is then a Parquet glob or folder)"
