@@ -131,6 +131,29 @@ def error_metrics(y, pred) -> dict:
     }
 
 
+def worse_note(what: str, before_loss, after_loss) -> str | None:
+    """A sentence when a per-row loss (squared error, log loss) is higher after multicalibration than before on
+    the same rows: by how much, whether beyond chance (the paired z of the per-row differences, which shares the
+    rows' noise between the two) and why it can happen. None when it is not higher."""
+    d = np.asarray(after_loss, dtype=float) - np.asarray(before_loss, dtype=float)
+    d = d[np.isfinite(d)]
+    if d.size < 2 or not float(d.mean()) > 0:
+        return None
+    se = float(d.std(ddof=1)) / np.sqrt(d.size)
+    z = float(d.mean()) / se if se > 0 else float("inf")
+    sure = (
+        f"beyond chance (paired z = {z:.1f})"
+        if z >= 2
+        else f"within sampling noise (paired z = {z:.1f}): these rows do not show that it is worse"
+    )
+    return (
+        f"The {what} is higher after multicalibration than for the base on the test rows, {sure}. Multicalibration "
+        "moves each group's and bucket's predictions to what its fitting rows show; on new rows the part of a "
+        "correction that was noise adds error. The fit's stage summary (Run page) says which step moved the "
+        "held-out error; more rows per group, fewer or larger groups, or a larger minimum cell help."
+    )
+
+
 def take_table_rows(df: pd.DataFrame, rows: np.ndarray, columns) -> pd.DataFrame:
     return df.iloc[rows][list(columns)].reset_index(drop=True)
 

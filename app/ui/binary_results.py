@@ -43,7 +43,7 @@ def _num(v, nd: int = 3) -> str:
     return _fmt(v, nd, "f")
 
 
-def headline(run):
+def headline(run, frame=None):
     bg = run.audit.by_group
     ov = bg.iloc[0]
     info = run.model.info
@@ -79,6 +79,34 @@ def headline(run):
         ),
     ):
         col.metric(name, _num(ov[key]), delta=change(key), delta_color="inverse", help=text)
+    if (
+        frame is not None
+        and (d := change("log_loss"))
+        and d.startswith("+")
+        and (note := log_loss_worse_note(run, frame))
+    ):
+        st.caption(esc(note))
+
+
+def log_loss_worse_note(run, frame) -> str | None:
+    """app.pipeline.worse_note of the test rows' log losses, base score against multicalibrated (None without a
+    base score, or when the rows or the model cannot give them)."""
+    import numpy as np
+
+    from app.pipeline import take_table_rows, worse_note
+
+    if run.base is None:
+        return None
+    test = run.split["test"]
+    table = take_table_rows(frame, test, sorted(run.model.groups.columns()))
+    base = np.clip(np.asarray(run.base[test], dtype=float), 1e-12, 1 - 1e-12)
+    after = np.clip(run.model.predict(table, run.base[test])["mean"], 1e-12, 1 - 1e-12)
+    y = np.asarray(run.label.y[test], dtype=float)
+
+    def loss(p):
+        return -(y * np.log(p) + (1 - y) * np.log(1 - p))
+
+    return worse_note("log loss", loss(base), loss(after))
 
 
 def findings_box(run):
@@ -210,7 +238,7 @@ def render_binary(run, frame):
     )
     if run.stopped or not run.converged:
         st.warning(not_converged_note(False))
-    headline(run)
+    headline(run, frame)
     show_fit_notes(run.model)
     findings_box(run)
     tabbed(

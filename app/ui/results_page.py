@@ -157,8 +157,20 @@ def rmse_line(run, frame):
             f"Test rows: root mean squared error {b['rmse']:.4g} (base) → {after['rmse']:.4g} "
             f"(multicalibrated) {u}; R² {b['r2']:.3f} → {after['r2']:.3f}."
         )
+        if run.base is not None and (note := rmse_worse_note(run, frame)):
+            st.caption(esc(note))
     else:
         st.caption(f"Test rows: root mean squared error {after['rmse']:.4g} {u}; R² {after['r2']:.3f}.")
+
+
+def rmse_worse_note(run, frame) -> str | None:
+    """app.pipeline.worse_note of the test rows' squared errors, base against multicalibrated."""
+    from app.pipeline import worse_note
+
+    test = run.split["test"]
+    y = run.label.y[test]
+    after = _test_intervals(_run_key(run), run, frame)["mean"]
+    return worse_note("root mean squared error", (y - run.base[test]) ** 2, (y - after) ** 2)
 
 
 def _pct(v):
