@@ -106,6 +106,23 @@ def label_scale(spec: LabelSpec, task: str = "regression") -> str:
     return "log" if (spec.log or spec.percent) and task != "binary" else "linear"
 
 
+def binary_values(frame: pd.DataFrame, label) -> list | None:
+    """The two values of a binary label column (None when it is not binary), and whether they need a declared
+    positive class: [values..., needs_positive]."""
+    if label not in frame.columns:
+        return None
+    s = frame[label]
+    vals = list(pd.unique(s.dropna()))
+    if len(vals) != 2:
+        return None
+    is01 = all(
+        isinstance(v, (bool, np.bool_))
+        or (isinstance(v, (int, float, np.integer, np.floating)) and float(v) in (0.0, 1.0))
+        for v in vals
+    )
+    return sorted((str(v) for v in vals)) + [not is01]
+
+
 SKEWED = 1.0  # |sample skewness| of the label above which the app's "auto" mean buckets are quantile buckets
 
 

@@ -128,7 +128,7 @@ def findings_box(run):
                 f"probability beyond sampling error (groups and cells with at least {s['min_count']} test "
                 "rows)."
             )
-        from app.ui.results_page import all_findings
+        from app.ui.common import all_findings
 
         more = all_findings(run.audit.findings, s, lambda f: f"- {esc(f['text'])}")
         st.caption(
@@ -214,7 +214,7 @@ def tables_tab(run):
 
 def run_page_note(d):
     """On the Run page: a binary label is a classifier audit; say which settings do not apply."""
-    from app.ui.data_page import binary_values
+    from app.specs import binary_values
 
     label = st.session_state.get("label_col")
     if d is None or binary_values(d["df"], label) is None:

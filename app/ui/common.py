@@ -208,3 +208,14 @@ def chosen_periods(run) -> tuple:
         return None, None
     res = (st.session_state.get("_period_memo") or {}).get(("periods", run.finished_at, column))
     return (column, res) if res is not None else (None, None)
+
+
+def all_findings(found: list, s: dict, line) -> str:
+    """Every finding under an expander when there are more than the ones shown (the PDF sends readers to this
+    page for those it leaves out); returns the caption's words about them ("" when all are shown)."""
+    more = s["n_found"] - len(s["shown"])
+    if more <= 0:
+        return ""
+    with st.expander(f"All {s['n_found']} findings"):
+        st.markdown("\n".join(line(f) for f in found))
+    return f"{more} more finding(s) under 'All {s['n_found']} findings', and in the audit JSON (Export page). "

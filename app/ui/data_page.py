@@ -10,7 +10,7 @@ import streamlit as st
 
 from app import demo_data
 from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
-from app.specs import BASE_MODELS, looks_like_log
+from app.specs import BASE_MODELS, binary_values, looks_like_log
 from app.ui import admission, budget, state
 from app.ui.common import choose_one, columns_multiselect, esc, label_error, sanitize
 from mmc_core.errors import MMCError
@@ -72,23 +72,6 @@ def _on_label_change():
         if y.notna().any():
             state.put("label_lo", float(y.min()))
             state.put("label_hi", float(y.max()))
-
-
-def binary_values(frame: pd.DataFrame, label) -> list | None:
-    """The two values of a binary label column (None when it is not binary), and whether they need a declared
-    positive class: [values..., needs_positive]."""
-    if label not in frame.columns:
-        return None
-    s = frame[label]
-    vals = list(pd.unique(s.dropna()))
-    if len(vals) != 2:
-        return None
-    is01 = all(
-        isinstance(v, (bool, np.bool_))
-        or (isinstance(v, (int, float, np.integer, np.floating)) and float(v) in (0.0, 1.0))
-        for v in vals
-    )
-    return sorted((str(v) for v in vals)) + [not is01]
 
 
 def binary_section(values: list):

@@ -20,7 +20,7 @@ import streamlit as st
 from app.figure_style import _coverage_tested, _fmt, _legend_line
 from app.ui import state
 from app.specs import count, interval_range_note, not_converged_note
-from app.ui.common import download, esc, show_fit_notes, run_and_frame, tabbed
+from app.ui.common import all_findings, download, esc, show_fit_notes, run_and_frame, tabbed
 
 METHOD_LABELS = {
     "guaranteed": "guaranteed (paper, Section 5)",
@@ -205,17 +205,6 @@ KIND_TITLES = {
 
 def _finding_line(f) -> str:
     return f"- **{esc(KIND_TITLES.get(f['kind'], f['kind']))}:** {esc(f['text'])}"
-
-
-def all_findings(found: list, s: dict, line) -> str:
-    """Every finding under an expander when there are more than the ones shown (the PDF sends readers to this
-    page for those it leaves out); returns the caption's words about them ("" when all are shown)."""
-    more = s["n_found"] - len(s["shown"])
-    if more <= 0:
-        return ""
-    with st.expander(f"All {s['n_found']} findings"):
-        st.markdown("\n".join(line(f) for f in found))
-    return f"{more} more finding(s) under 'All {s['n_found']} findings', and in the audit JSON (Export page). "
 
 
 def scorecard(run):

@@ -619,7 +619,7 @@ def settings_form(d):
                 format_func=_fmt_alpha,
                 help="Same test for the pseudo-moments (y − μ(x))^a within each (mean bucket, moment bucket) cell.",
             )
-        from app.ui.data_page import binary_values
+        from app.specs import binary_values
 
         st.selectbox(
             "k: moments fitted",
@@ -704,7 +704,7 @@ def split_summary(d) -> dict | None:
         )
     except MMCError:
         return None
-    from app.ui.data_page import binary_values
+    from app.specs import binary_values
 
     n_cal = sp["calibration"].size
     # the held-out rows choose the kept round and judge the base map and the cells; a regression's also
@@ -749,7 +749,7 @@ def render():
             settings,
             json.dumps(_groups_json(), sort_keys=True),
         )
-        from app.ui.data_page import binary_values
+        from app.specs import binary_values
 
         if binary_values(d["df"], ss.get("label_col")) is not None:  # a classifier fits the mean only (k = 1)
             settings = dataclasses.replace(settings, n_moments=1)
