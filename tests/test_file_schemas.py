@@ -81,7 +81,7 @@ TAMPERED = {
     "a negative moment cell penalty": (
         _set(["moment_cells", "2", "rounds", 0, "penalty"], -3.0),
         "at moment_cells.2.rounds[0].penalty:",
-        "> 0",
+        ">= 0",
     ),
     "a cell weight over 1": (_set(["cells", "rounds", 0, "weight"], 5.0), "at cells.rounds[0].weight:", "<= 1"),
     "a string among the calibrated thresholds": (

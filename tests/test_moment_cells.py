@@ -85,7 +85,7 @@ def test_right_predictions_get_no_correction_beyond_the_gate_level():
     # a little more for the choice among penalties). Over 60 worlds, at most 8 fits may keep a correction (the
     # binomial's 99.5% point at 6%); a gate that applies half a stage at z = 1 kept one in most of them.
     rng = np.random.default_rng(5)
-    kept = 0
+    kept, levels = 0, []
     for _ in range(60):
         n, n_h = 4_000, 1_500
         df = pd.DataFrame({"g": rng.integers(0, 4, n + n_h), "h": rng.integers(0, 3, n + n_h)})
@@ -94,9 +94,15 @@ def test_right_predictions_get_no_correction_beyond_the_gate_level():
         s_all = _gaussian_pseudo(v_all, rng)
         fit, held = np.arange(n), np.arange(n, n + n_h)
         sums, sums_h = (gs.evaluate(df.iloc[rows], rows.size).sums() for rows in (fit, held))
-        cell, _ = gated_moment_cells(s_all[fit], v_all[fit], sums, (s_all[held], v_all[held], sums_h))
-        kept += cell is not None
+        cell, check = gated_moment_cells(s_all[fit], v_all[fit], sums, (s_all[held], v_all[held], sums_h))
+        # the cells proper (ridge rounds); the level round after them is one constant, checked below
+        kept += cell is not None and any(rd["penalty"] > 0 for rd in cell["rounds"])
+        # the level: the factor that makes the predictions' sum the pseudo-labels' over all n + n_h rows, whose
+        # log is off by about sd(s / v) / sqrt(n + n_h) = sqrt(2 / 5,500) here (chi-square(1) pseudo-labels)
+        if cell is not None and "level" in check:
+            levels.append(abs(np.log(check["level"])) / np.sqrt(2 / (n + n_h)))
     assert kept <= 8, kept
+    assert levels and max(levels) < 3.5, levels  # 60 draws of |N(0, 1)|: beyond 3.5 in 60 has p < 3%
 
 
 def test_penalties_grow_with_the_pseudo_labels_dispersion():
