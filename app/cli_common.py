@@ -94,6 +94,8 @@ def check_out(path: str):
         raise CLIError(f"output folder does not exist: {folder}")
     if os.path.isdir(path):
         raise CLIError(f"--out {path} is a folder; give a file name")
+    if os.path.exists(path) and not os.path.isfile(path):  # a device, FIFO or socket (--out /dev/full)
+        raise CLIError(f"--out {path} exists and is not a regular file; give a file name")
     if not os.access(folder, os.W_OK | os.X_OK):  # before the work, not after it
         raise CLIError(f"cannot write to the output folder {folder} (permission denied)")
 

@@ -262,10 +262,13 @@ def _csv_estimate(data: bytes, name: str, header: list, columns=None) -> TableEs
     sample = data[body_start : max(cut, body_start)].decode("utf-8", errors="replace")
     index = {h.strip(): i for i, h in enumerate(header)}
     cells: dict[str, list] = {h.strip(): [] for h in (header if read is None else read)}
-    for line in csv.reader(io.StringIO(sample)):
-        for c, values in cells.items():
-            if index[c] < len(line):
-                values.append(line[index[c]].strip())
+    try:
+        for line in csv.reader(io.StringIO(sample)):
+            for c, values in cells.items():
+                if index[c] < len(line):
+                    values.append(line[index[c]].strip())
+    except csv.Error as e:  # a bare carriage return in an unquoted cell: rows would be split where it stands
+        raise DataError(f"{name} is not a well-formed CSV: {e}; a cell holding a line break must be quoted") from None
     for c, values in cells.items():
         text = [v for v in values if v not in _NA and not _is_number(v)]
         if text:

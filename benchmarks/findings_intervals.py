@@ -49,7 +49,7 @@ if ROOT not in sys.path:
 
 from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
 from mmc_core import findings as fnd  # noqa: E402
-from mmc_core import metrics  # noqa: E402
+from mmc_core import audit_findings, metrics  # noqa: E402
 from mmc_core.buckets import mean_grid  # noqa: E402
 from mmc_core.metrics import audit  # noqa: E402
 from mmc_core.synthetic import demo_distribution  # noqa: E402
@@ -132,7 +132,7 @@ def null_world(n_audits: int, n: int, seed0: int = 20000) -> tuple[int, dict]:
         df = pd.DataFrame(tab)
         memb = GroupSet.from_columns(df, ["sex", "race", "age"], 2).evaluate(df)
         inside = (rng.random(n) < 0.9).astype(float)
-        found, _ = metrics._findings(
+        found, _ = audit_findings.group_findings(
             memb.sums(), list(memb.names), UNIT_SCALE, dist.true_mean(tab), y, dist.true_moment(tab, 2),
             mean_grid(5), inside, "calibrated", 0.9, 30, "holm", 0.05, metrics.VARIANCE_TOLERANCE,
         )  # fmt: skip

@@ -56,6 +56,8 @@ def atomic_write_bytes(path, data: bytes):
     ``path`` is replaced rather than written through."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(path) and not os.path.isfile(path):  # a device, FIFO or socket would be replaced by a file
+        raise MMCError(f"cannot write {path}: it exists and is not a regular file")
     try:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     except OSError as e:  # the folder is missing, read-only or not a folder: name the user's path, not the temp file

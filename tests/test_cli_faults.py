@@ -144,3 +144,36 @@ def test_a_long_audit_says_what_it_is_doing(table, fitted, tmp_path, monkeypatch
     assert cli.main(["audit", "--data", str(table), "--model", str(fitted), "--label", "y", "--out", str(out)]) == 0
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("mmc: audit: ")]
     assert lines[0] == "mmc: audit: bootstrap intervals (200 replicates)..." and lines[-1] == "mmc: audit: findings..."
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a FIFO")
+def test_an_out_that_is_not_a_regular_file_is_refused_and_kept(table, tmp_path, capsys):
+    """`--out /dev/full` (as root) replaced the device with the model: an --out that exists and is not a regular
+    file (a device, FIFO or socket) is refused before any work, and left as it was."""
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    rc = cli.main(["fit", "--data", str(table), "--label", "y", "--group-cols", "g", "--out", str(fifo)])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and "not a regular file" in line and str(fifo) in line
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    from mmc_core.errors import MMCError
+    from mmc_core.model import atomic_write_text
+
+    with pytest.raises(MMCError, match="not a regular file"):  # the writer refuses it too, whoever calls it
+        atomic_write_text(fifo, "{}")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_bare_carriage_return_in_an_unquoted_cell_is_a_data_error(tmp_path, capsys):
+    """A cell holding a bare CR, unquoted (pandas' to_csv writes it so): its rows would be split where it stands.
+    It was `internal error` (exit 1); it is one line naming the file, exit 2, nothing written."""
+    path = tmp_path / "cr.csv"
+    rows = "".join(f"{'x' if i != 3 else 'a' + chr(13) + '=1+1'},{i},{i % 3}\n" for i in range(40))
+    path.write_bytes(("name,y,g\n" + rows).encode())
+    out = tmp_path / "m.json"
+    rc = cli.main(["fit", "--data", str(path), "--label", "y", "--group-cols", "g", "--out", str(out)])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and "cr.csv is not a well-formed CSV" in line and "must be quoted" in line
+    assert not out.exists()

@@ -686,7 +686,7 @@ def test_variance_interval_covers_the_true_ratio_with_heavy_tails():
             ("exponential", rng.exponential(1.0, n) - 1.0),
         )
         for kind, e in noise:
-            tests = metrics._variance_tests(
+            tests = audit_findings._variance_tests(
                 pairs, list(memb.names), pairs.group_sums(), sd * e, sd**2, UNIT_SCALE, 30, 0.0
             )
             cover[kind] += [t["interval"][0] <= 1 <= t["interval"][1] for t in tests if t["n"] < 150]
