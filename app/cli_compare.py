@@ -296,24 +296,19 @@ def add_period_option(p, where: str = "written under 'periods' in the audit JSON
         "--period",
         help="a column of periods (dates, quarters, batches): also audit each group per period and test its "
         f"changes between consecutive periods ({where}); a classifier's are its calibration and its rates at "
-        "--threshold (mmc audit only)",
+        "--threshold",
     )
 
 
 def check_period(args, model, df) -> None:
-    """--period names a column of the data; `mmc report` draws its Over time section for regression models only
-    (a classifier's periods are audited by `mmc audit --period`). CLIError otherwise."""
+    """--period names a column of the data (a classifier's periods too: its rates at --threshold). CLIError
+    otherwise."""
     if not getattr(args, "period", None):
         return
     from .cli_common import CLIError
 
     if args.period not in df.columns:
         raise CLIError(f"period column '{args.period}' is not in the data")
-    if model.task == "binary" and getattr(args, "command", None) == "report":
-        raise CLIError(
-            "--period: the report's Over time section is for regression models; a classifier's periods are "
-            "audited by `mmc audit --period` (rates at the threshold per group and period)"
-        )
 
 
 def period_result(args, model, df, y, base):
@@ -348,6 +343,8 @@ def period_result(args, model, df, y, base):
         min_group_count=getattr(args, "min_group_count", 30),
         error_control=getattr(args, "error_control", "holm"),
     )
+    if threshold is not None:
+        res.params["threshold"] = float(threshold)  # the rates' threshold, said in the reports' Over time section
     for f in res.findings[:10]:
         print(f"- {f['text']}", file=sys.stderr)
     return res

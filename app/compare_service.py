@@ -56,15 +56,17 @@ def _union_groups(a, b) -> GroupSet:
     return ga + GroupSet([g for g in gb.groups if g.name not in known])
 
 
-def _side(run, df, rows, name, delta, model=None):
-    """The side of ``model`` (default: the run's) on ``rows``, with the run's base prediction and threshold."""
+def _side(run, df, rows, name, delta, model=None, threshold=None):
+    """The side of ``model`` (default: the run's) on ``rows``, with the run's base prediction and threshold (or
+    ``threshold``, a classifier's)."""
     from mmc_core.intervals import available_methods
 
     model = run.model if model is None else model
     X = df.iloc[rows]
     base = run.base[rows] if (run.base is not None and model.uses_base) else None
     if getattr(model, "task", "regression") == "binary":
-        return side(model, X, name=name, base=base, threshold=float(getattr(run.settings, "threshold", 0.5)))
+        thr = getattr(run.settings, "threshold", 0.5) if threshold is None else threshold
+        return side(model, X, name=name, base=base, threshold=float(thr))
     if model.moments and "calibrated" in available_methods(model):
         return side(model, X, name=name, base=base, method="calibrated", delta=delta)
     pred = model.predict(X, base)
@@ -191,16 +193,23 @@ def period_columns(df: pd.DataFrame, run, max_periods: int | None = None) -> lis
     return out
 
 
-def periods_of_run(df: pd.DataFrame, run, column: str, delta: float = 0.1):
+def periods_of_run(df: pd.DataFrame, run, column: str, delta: float = 0.1, threshold: float | None = None):
     """The run's model audited per period of ``column`` on its test rows, with the tests of each group's changes
-    between consecutive periods (mmc_core.compare.compare_periods)."""
+    between consecutive periods (mmc_core.compare.compare_periods). A classifier's rates are at ``threshold``
+    (default: the run's), recorded in the result's params as ``threshold``."""
     from mmc_core.compare import compare_periods
 
     rows = run.test_rows
-    s = _side(run, df, rows, "the model", delta)
-    return compare_periods(
+    binary = getattr(run.model, "task", "regression") == "binary"
+    if threshold is None:
+        threshold = float(getattr(run.settings, "threshold", 0.5))
+    s = _side(run, df, rows, "the model", delta, threshold=threshold)
+    res = compare_periods(
         df.iloc[rows], run.label.y[rows], s, run.model.groups, df[column].to_numpy()[rows], delta=delta
     )
+    if binary:
+        res.params["threshold"] = float(threshold)
+    return res
 
 
 # ---- the Over time section of the audit's reports (PDF and HTML, from the CLI and the dashboard) ----------------
@@ -210,7 +219,19 @@ PERIOD_VALUE_WORDS = {
     "mean_error": "mean error",
     "coverage": "interval coverage",
     "rmse": "RMSE",
+    "selection_rate": "selection rate",
+    "tpr": "true positive rate",
+    "fpr": "false positive rate",
 }
+RATES = ("selection_rate", "tpr", "fpr")  # a classifier's rates at its decision threshold, shown in percent
+
+
+def period_values(res) -> list:
+    """The values the result has per period, in the order the Results page offers them: a classifier's rates
+    first (selection rate, TPR, FPR), then its calibration (mean error: observed share minus predicted
+    probability) and RMSE; a regression's spread, mean error, coverage and RMSE."""
+    order = RATES + ("mean_error", "rmse") if "selection_rate" in res.by_period else tuple(PERIOD_VALUE_WORDS)
+    return [v for v in order if v in res.by_period]
 
 
 def period_intro(res, column: str) -> str:
@@ -218,7 +239,16 @@ def period_intro(res, column: str) -> str:
     p = res.params
     labels = [str(x) for x in res.periods]
     shown = ", ".join(labels[:6]) + (f", … {labels[-1]}" if len(labels) > 6 else "")
-    values = [PERIOD_VALUE_WORDS[v] for v in PERIOD_VALUE_WORDS if f"{v}_change" in res.changes] or ["values"]
+    values = [PERIOD_VALUE_WORDS[v] for v in period_values(res) if f"{v}_change" in res.changes] or ["values"]
+    rates = ""
+    if "selection_rate" in res.by_period:
+        thr = p.get("threshold")
+        rates = (
+            f" Rates are at the decision threshold{f' {thr:g}' if thr is not None else ''} (decided positive: "
+            "predicted probability ≥ threshold); a true (false) positive rate is tested where the group has that "
+            "many positives (negatives) in both periods. The mean error is the observed share of positives minus "
+            "the mean predicted probability."
+        )
     return (
         f"The model audited on each period of the column '{column}' ({len(labels)} periods, in sorted order: "
         f"{shown}; {p['n']:,} rows). For every group with at least {p['min_group_count']} rows in both periods, "
@@ -226,7 +256,7 @@ def period_intro(res, column: str) -> str:
         + ("each period to the next" if p.get("reference", "previous") == "previous" else "the first period")
         + f" is tested: {res.n_tests} tests of change, adjusted together by "
         f"{CONTROL_WORDS.get(p['error_control'], p['error_control'])} at {p['level']:g}. A finding's interval is "
-        "selection-adjusted: it keeps its level among the changes selected as findings."
+        "selection-adjusted: it keeps its level among the changes selected as findings." + rates
     )
 
 
@@ -247,9 +277,10 @@ def period_headline(res, column: str) -> str:
     )
 
 
-def _change_cells(f: dict) -> tuple[str, str]:
+def _change_cells(f: dict, probability: bool = False) -> tuple[str, str]:
     """(from → to, change with its selection-adjusted interval) of one period finding, in the value's units: the
-    spread as the factor its ratio was multiplied by, the coverage in percentage points."""
+    spread as the factor its ratio was multiplied by, the coverage and a classifier's rates in percentage points,
+    other values on the probability scale (``probability``: a classifier's) with three decimals."""
     lo, hi = f["interval"]
     est, kind = f["estimate"], f["kind"]
     if kind == "spread":
@@ -257,11 +288,13 @@ def _change_cells(f: dict) -> tuple[str, str]:
             f"{f['before']:#.3g} → {f['after']:#.3g}",
             f"×{np.exp(est):.3g} (×{np.exp(lo):.3g} to ×{np.exp(hi):.3g})",
         )
-    if kind == "coverage":
+    if kind == "coverage" or kind in RATES:
         return (
             f"{f['before']:.1%} → {f['after']:.1%}",
             f"{100 * est:+.1f} pts ({100 * lo:+.1f} to {100 * hi:+.1f})",
         )
+    if probability:
+        return f"{f['before']:.3f} → {f['after']:.3f}", f"{est:+.3f} ({lo:+.3f} to {hi:+.3f})"
     return f"{f['before']:#.4g} → {f['after']:#.4g}", f"{est:+#.3g} ({lo:+#.3g} to {hi:+#.3g})"
 
 
@@ -271,8 +304,9 @@ def period_findings_table(res, top: int | None = None) -> pd.DataFrame:
     from mmc_core.findings import p_words
 
     rows = []
+    probability = "selection_rate" in res.by_period  # a classifier: its values are on the probability scale
     for f in res.findings[:top]:
-        before_after, change = _change_cells(f)
+        before_after, change = _change_cells(f, probability)
         rows.append(
             [
                 str(f["group"]),
@@ -288,9 +322,22 @@ def period_findings_table(res, top: int | None = None) -> pd.DataFrame:
     )
 
 
+def period_table_note(res) -> str:
+    """The note under the table of period findings: how each kind of change is printed."""
+    kinds = {f["kind"] for f in res.findings}
+    parts = []
+    if "spread" in kinds:
+        parts.append("Spread: observed over predicted variance; its change is the factor the ratio was multiplied by.")
+    pts = [PERIOD_VALUE_WORDS[k] for k in ("coverage",) + RATES if k in kinds]
+    if pts:
+        parts.append(f"{', '.join(pts)[:1].upper() + ', '.join(pts)[1:]}: the change in percentage points.")
+    parts.append("Change: the later period minus the earlier, with its selection-adjusted interval.")
+    return " ".join(parts)
+
+
 def period_chart_values(res) -> list:
     """The values the reports chart by period: each with a finding, else the first the result has (the spread,
-    as the Results page shows first)."""
-    have = [v for v in PERIOD_VALUE_WORDS if v in res.by_period]
+    or a classifier's selection rate, as the Results page shows first)."""
+    have = period_values(res)
     found = {f["kind"] for f in res.findings}
     return [v for v in have if v in found] or have[:1]

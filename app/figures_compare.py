@@ -120,7 +120,11 @@ PERIOD_TITLES = {
     "spread": "Spread ratio (observed / predicted variance)",
     "coverage": "Interval coverage",
     "rmse": "Root mean squared error",
+    "selection_rate": "Selection rate (share decided positive)",
+    "tpr": "True positive rate (positives decided positive)",
+    "fpr": "False positive rate (negatives decided positive)",
 }
+PERIOD_PERCENT = ("coverage", "selection_rate", "tpr", "fpr")  # drawn on a percent axis
 
 
 def period_figure(res, value: str = "spread", top: int = 8) -> go.Figure:
@@ -142,6 +146,7 @@ def period_figure(res, value: str = "spread", top: int = 8) -> go.Figure:
     width = min(0.3, 0.06 * (len(chosen) - 1))
     offsets = np.linspace(-width / 2, width / 2, len(chosen)) if len(chosen) > 1 else np.zeros(1)
     colors = iter(PERIOD_COLORS * (1 + len(chosen) // len(PERIOD_COLORS)))
+    fmt = ".1%" if value in PERIOD_PERCENT else ".4g"
     fig = go.Figure()
     for k, (g, name) in enumerate(zip(chosen, _display_names(chosen))):
         rows = per[per["group"] == g]
@@ -161,8 +166,8 @@ def period_figure(res, value: str = "spread", top: int = 8) -> go.Figure:
                 ),
                 error_y=dict(type="data", symmetric=False, array=hi - y, arrayminus=y - lo, thickness=1, color=color),
                 customdata=[[lab, a, b, int(c)] for lab, a, b, c in zip(labels, lo, hi, rows["n"])],
-                hovertemplate="%{fullData.name}<br>%{customdata[0]}: %{y:.4g} (95% CI %{customdata[1]:.4g} to "
-                "%{customdata[2]:.4g}; %{customdata[3]} rows)<extra></extra>",
+                hovertemplate=f"%{{fullData.name}}<br>%{{customdata[0]}}: %{{y:{fmt}}} (95% CI "
+                f"%{{customdata[1]:{fmt}}} to %{{customdata[2]:{fmt}}}; %{{customdata[3]}} rows)<extra></extra>",
             )
         )
     if value == "spread":
@@ -186,5 +191,7 @@ def period_figure(res, value: str = "spread", top: int = 8) -> go.Figure:
         f"(adjusted over all {res.n_tests} tests of change).{more}",
     )
     fig.update_xaxes(title="period", tickmode="array", tickvals=list(range(P)), ticktext=labels, range=[-0.5, P - 0.5])
+    if value in PERIOD_PERCENT:
+        fig.update_yaxes(tickformat=".0%")
     _footer(fig, legend_rows=legend_rows)
     return fig

@@ -474,6 +474,7 @@ def _over_time_section(doc, res, column: str, heading: str, add_figure) -> None:
         period_findings_table,
         period_headline,
         period_intro,
+        period_table_note,
     )
     from .figures_compare import period_figure
 
@@ -493,9 +494,7 @@ def _over_time_section(doc, res, column: str, heading: str, add_figure) -> None:
         )
         more = len(res.findings) - len(table)
         doc.para(
-            "Spread: observed over predicted variance; its change is the factor the ratio was multiplied by. "
-            "Coverage: its change in percentage points. Change: the later period minus the earlier, with its "
-            "selection-adjusted interval."
+            period_table_note(res)
             + (
                 f" {more} more finding(s) are in the HTML report and the audit JSON (mmc audit --period)."
                 if more > 0
@@ -549,7 +548,8 @@ def build_report_pdf(
     rates : (threshold, rates, disparities) of a binary model at a threshold chosen after the audit (the dashboard's
         slider; :func:`app.pipeline.classifier_rates`): the report's rates, disparities and stated threshold are these
     periods : the model audited per period of ``period_column`` (``mmc_core.compare.compare_periods`` on the same rows;
-        regression models): adds the section "Over time" with its findings and trend charts
+        a classifier's with its rates at the threshold): adds the section "Over time" with its findings and trend
+        charts
 
     Raises
     ------
@@ -572,11 +572,20 @@ def build_report_pdf(
     if getattr(audit, "task", "regression") == "binary":
         from app.report_binary import binary_report
 
-        if periods is not None:
-            raise ValueError("the Over time section is for regression models; classifier periods are not offered")
+        def over_time(doc, add_figure, number):
+            heading = f"{number}. Over time: {_short(period_column, 40)}"
+            _over_time_section(doc, periods, period_column, heading, add_figure)
 
         return binary_report(
-            model, audit, label, data_name, rates=rates, notes=unlisted, render=figure_to_png, width=EXPORT_WIDTH
+            model,
+            audit,
+            label,
+            data_name,
+            rates=rates,
+            notes=unlisted,
+            render=figure_to_png,
+            width=EXPORT_WIDTH,
+            over_time=None if periods is None else over_time,
         )
     y = np.asarray(y, dtype=float)
     info = dict(model.info or {})

@@ -37,13 +37,15 @@ def binary_report(
     *,
     render,
     width: int,
+    over_time=None,
 ) -> bytes:
     """The PDF of a classifier audit: findings, per-group probability metrics before / after, reliability
     diagrams, rates at the threshold and the disparity summaries (figures and tables from app/figures_binary.py,
     the same the dashboard shows). ``rates``: (threshold, rates, disparities) at a threshold the analyst chose
     after the audit (the dashboard's slider); without it, the audit's own threshold and rates. ``notes``:
     sentences about the data printed under its table (e.g. categories no group lists). ``render(fig)``: the
-    figure's PNG bytes at ``width`` px (the regression report's renderer)."""
+    figure's PNG bytes at ``width`` px (the regression report's renderer). ``over_time(doc, add_figure, number)``:
+    draws the section "Over time" (app.report's, for the periods the caller holds) as section ``number``."""
     info = dict(model.info or {})
     label = report_label(model, label)
     params = audit.params
@@ -184,6 +186,8 @@ def binary_report(
             size=8,
             color=(70, 70, 70),
         )
+    if over_time is not None:
+        over_time(doc, add_figure, 4)
     doc.ensure(30)
     doc.heading("Not in this report", size=11)
     doc.bullets(

@@ -125,8 +125,6 @@ def build_report_html(model, table, y, base=None, delta: float = 0.1, gamma: flo
     for heading, fig in figs:
         body += [f"<h2>{_t(heading)}</h2>", _figure(fig)]
     if periods is not None:
-        if getattr(audit, "task", "regression") == "binary":
-            raise ValueError("the Over time section is for regression models; classifier periods are not offered")
         body += _over_time(periods, period_column)
     n = len(y)
     return _page(
@@ -138,7 +136,13 @@ def build_report_html(model, table, y, base=None, delta: float = 0.1, gamma: flo
 
 def _over_time(res, column: str) -> list:
     """The section "Over time" (as the PDF's): what was tested, the changes found or that none was, the charts."""
-    from .compare_service import period_chart_values, period_findings_table, period_headline, period_intro
+    from .compare_service import (
+        period_chart_values,
+        period_findings_table,
+        period_headline,
+        period_intro,
+        period_table_note,
+    )
     from .figures_compare import period_figure
 
     body = [
@@ -150,9 +154,7 @@ def _over_time(res, column: str) -> list:
     if len(table):
         body += [
             _table(table),
-            "<p class='note'>Spread: observed over predicted variance; its change is the factor the ratio was "
-            "multiplied by. Coverage: its change in percentage points. Change: the later period minus the earlier, "
-            "with its selection-adjusted interval.</p>",
+            f"<p class='note'>{_t(period_table_note(res))}</p>",
         ]
     return body + [_figure(period_figure(res, value)) for value in period_chart_values(res)]
 

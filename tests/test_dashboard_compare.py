@@ -90,6 +90,48 @@ def test_results_over_time_names_a_group_whose_spread_changed():
     assert any("by period" in _title(s) for s in _plotly_specs(at))
 
 
+def test_results_over_time_names_a_group_whose_positive_rate_changed_for_a_classifier():
+    """A 0/1 label whose positives became far more frequent for region=east in the second quarter: Results' Over
+    time names east's change of selection rate first, offers the rates' trend charts, follows the rates tab's
+    threshold, and its HTML report carries the section."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(4)
+    n = 4000
+    df = pd.DataFrame({"region": rng.choice(["north", "south", "east"], n), "x": rng.normal(size=n)})
+    df["quarter"] = np.array(["2026Q1", "2026Q2"])[rng.integers(0, 2, n)]
+    late = ((df["quarter"] == "2026Q2") & (df["region"] == "east")).to_numpy()
+    p = 1 / (1 + np.exp(-(df["x"].to_numpy() + np.where(late, 2.0, 0.0))))
+    df["hired"] = (rng.random(n) < p).astype(int)
+    at = _page(run_uploaded(df, "hires.csv", "hired"), "results")
+    assert at.session_state["run"].model.task == "binary"
+    at.selectbox(key="res_period").select("quarter").run()
+    assert not at.exception, [e.value for e in at.exception]
+    changes = next(m.value for m in at.markdown if "changed from" in m.value).replace("\\", "")
+    assert changes.startswith("- The model's selection rate for region=east changed from"), changes
+    assert "(2026Q1) to" in changes  # east first, the surest (quarter is a group too: other rates may move)
+    values = at.radio(key="res_period_value").options
+    assert values[:3] == [
+        "Selection rate (share decided positive)",
+        "True positive rate (positives decided positive)",
+        "False positive rate (negatives decided positive)",
+    ]
+    assert any("Selection rate (share decided positive) by period" in _title(s) for s in _plotly_specs(at))
+    assert any("Report with Over time (HTML)" == b.proto.label for b in at.get("download_button"))
+    at.slider(key="res_threshold").set_value(0.7).run()  # the rates tab's threshold: the period rates follow it
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("decision threshold 0.7 " in c.value for c in at.caption)
+    (res,) = at.session_state["_period_memo"].values()
+    assert res.params["threshold"] == 0.7
+    from app.ui.results_page import _period_report
+
+    run, frame = at.session_state["run"], at.session_state["data"]["df"]
+    page = _period_report("html", "classifier at 0.7", "quarter", "", "", run, frame, res).decode()  # own key
+    section = page[page.index("<h2>Over time: quarter</h2>") :]
+    assert "decision threshold 0.7" in section and "<td>region=east</td>" in section
+
+
 def test_group_names_with_markdown_are_shown_literally_on_every_page():
     """Issue 35: a group named with markdown link or image syntax became a live link. After a run on a table
     whose values carry both, no page's markdown holds an unescaped link, image or tag."""

@@ -1,6 +1,7 @@
 """`mmc report --period COLUMN` (issue 37): the audit over time in the PDF and HTML reports. A model fitted on one
 table is reported on a second one split into two quarters, where group g=3's noise was planted larger in the
-second quarter (its variance doubled): the reports' section "Over time" names that group's change of spread."""
+second quarter (its variance doubled): the reports' section "Over time" names that group's change of spread. A
+classifier's section names the group whose selection rate was planted higher in the second quarter."""
 
 from __future__ import annotations
 
@@ -101,24 +102,65 @@ def test_a_missing_period_column_is_one_line_and_writes_nothing(files, capsys, e
     assert not out.exists()
 
 
-def test_a_classifier_report_with_periods_is_refused_and_points_to_mmc_audit(tmp_path, capsys):
-    rng = np.random.default_rng(5)
-    n = 2000
-    df = pd.DataFrame({"g": rng.integers(0, 2, n), "x": rng.normal(size=n)})
-    df["hired"] = np.where(rng.random(n) < 1 / (1 + np.exp(-df["x"])), "yes", "no")
-    df["quarter"] = np.array(["q1", "q2"])[rng.integers(0, 2, n)]
-    data, model = tmp_path / "d.csv", tmp_path / "m.json"
-    df.to_csv(data, index=False)
-    fit = ["fit", "--data", str(data), "--label", "hired", "--positive", "yes", "--group-cols", "g"]
-    assert main([*fit, "--out", str(model)]) == 0
-    common = ["--model", str(model), "--data", str(data), "--label", "hired", "--period", "quarter"]
+@pytest.fixture(scope="module")
+def classifier_files(tmp_path_factory):
+    """A classifier fitted on one table (its base score the true probability) and reported on a second split into
+    two quarters, where the scorer drifted for g=2 in the second quarter (its score raised by 0.25, the truth
+    unchanged): g=2's selection rate rises from about half to most of its rows."""
+    d = tmp_path_factory.mktemp("classifier_periods")
+    rng = np.random.default_rng(1)
+
+    def table(n):
+        df = pd.DataFrame({"g": rng.integers(0, 3, n), "x": rng.normal(size=n)})
+        df["score"] = 1 / (1 + np.exp(-df["x"]))
+        return df
+
+    fit = table(4000)
+    fit["hired"] = np.where(rng.random(len(fit)) < fit["score"], "yes", "no")
+    fit.to_csv(d / "fit.csv", index=False)
+    df = table(6000)
+    df["quarter"] = np.array(["2026Q1", "2026Q2"])[rng.integers(0, 2, len(df))]
+    df["hired"] = np.where(rng.random(len(df)) < df["score"], "yes", "no")
+    late = (df["quarter"] == "2026Q2") & (df["g"] == 2)
+    df.loc[late, "score"] = np.clip(df.loc[late, "score"] + 0.25, 0, 1)
+    df.to_csv(d / "new.csv", index=False)
+    model = d / "model.json"
+    args = ["fit", "--data", str(d / "fit.csv"), "--label", "hired", "--positive", "yes", "--pred", "score"]
+    assert main([*args, "--group-cols", "g", "--out", str(model)]) == 0
+    common = ["--model", str(model), "--data", str(d / "new.csv"), "--label", "hired", "--pred", "score"]
+    return {"dir": d, "common": [*common, "--period", "quarter"]}
+
+
+def test_a_classifier_html_report_has_the_over_time_section_with_its_rates(classifier_files, capsys):
+    d, common = classifier_files["dir"], classifier_files["common"]
     capsys.readouterr()
-    out = tmp_path / "r.html"
-    assert main(["report", *common, "--out", str(out)]) == 2
-    errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("mmc: error:")]
-    assert not out.exists()
-    assert len(errors) == 1 and "--period" in errors[0] and "mmc audit --period" in errors[0]
-    assert main(["audit", *common, "--out", str(tmp_path / "a.json")]) == 0  # the classifier's rates per period
+    out = d / "r.html"
+    assert main(["report", *common, "--out", str(out)]) == 0
+    assert "selection rate for g=2 changed from" in capsys.readouterr().err
+    page = out.read_text()
+    section = page[page.index("<h2>Over time: quarter</h2>") :]
+    assert "Rates are at the decision threshold 0.5" in section
+    table = section[section.index("<table>") : section.index("</table>")]
+    rows = table.split("<tr>")[2:]
+    rate_rows = [r for r in rows if "<td>selection rate</td>" in r]
+    assert rows[0] in rate_rows and "<td>g=2</td>" in rows[0] and "2026Q1 → 2026Q2" in rows[0], table
+    assert " pts (" in rows[0]  # a rate's change in percentage points
+    assert not any(f"<td>g={k}</td>" in r for r in rows for k in (0, 1)), table  # no group unchanged is named
+    assert "Selection rate (share decided positive) by period" in section  # the trend chart of the rate
+    assert main(["audit", *common, "--out", str(d / "a.json")]) == 0  # the same rates per period in the JSON
+
+
+@needs_browser
+@needs_poppler
+def test_a_classifier_pdf_report_has_the_over_time_section_with_its_rates(classifier_files, capsys):
+    out = classifier_files["dir"] / "r.pdf"
+    assert main(["report", *classifier_files["common"], "--threshold", "0.5", "--out", str(out)]) == 0
+    text = subprocess.run(["pdftotext", "-layout", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    section = text[text.index("4. Over time: quarter") :]
+    assert "group(s): g=2" in " ".join(section.split())  # the headline names it first (the surest change)
+    lines = [ln for ln in section.splitlines() if "selection rate" in ln and "2026Q1 → 2026Q2" in ln]
+    assert lines and lines[0].split()[0] == "g=2" and " pts (" in lines[0], section[:3000]
+    assert "Over time: selection rate by period" in section
 
 
 def test_results_over_time_offers_the_reports_with_its_section():

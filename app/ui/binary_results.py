@@ -227,8 +227,9 @@ def run_page_note(d):
     )
 
 
-def render_binary(run, frame):
-    """The Results page of a binary (classifier) run."""
+def render_binary(run, frame, over_time=None):
+    """The Results page of a binary (classifier) run. ``over_time()``: draws the Over time view (the Results page's,
+    passed in so that this module imports no page back) under the findings."""
     params = run.audit.params
     classes = (params.get("label") or {}).get("classes") or ["0", "1"]
     st.caption(
@@ -241,6 +242,8 @@ def render_binary(run, frame):
     headline(run, frame)
     show_fit_notes(run.model)
     findings_box(run)
+    if over_time is not None:
+        over_time()
     tabbed(
         "results_tab_binary",
         {

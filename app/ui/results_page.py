@@ -226,10 +226,18 @@ def scorecard(run):
 
 def over_time(run, frame):
     """The model per period of a column the analyst picks (dates, quarters, batches): each group's values per period
-    and the changes found beyond chance (mmc_core.compare.compare_periods on the test rows)."""
-    if getattr(run.model, "task", "regression") == "binary":
-        return
+    and the changes found beyond chance (mmc_core.compare.compare_periods on the test rows). A classifier's values
+    are its rates at the rates tab's threshold (selection rate, TPR, FPR) and its calibration (mean error)."""
     from app import compare_service as cs
+
+    binary = getattr(run.model, "task", "regression") == "binary"
+    threshold = round(float(state.settings().res_threshold), 4) if binary else None
+    changes = (
+        "the changes of each group's selection rate, true and false positive rates (at the decision threshold of "
+        "the rates tab) and calibration between consecutive periods"
+        if binary
+        else "the changes of each group's mean error, spread, coverage and RMSE between consecutive periods"
+    )
 
     with st.expander("Over time: the model per period of a column", expanded=bool(st.session_state.get("res_period"))):
         options = [None] + cs.period_columns(frame, run)
@@ -238,17 +246,16 @@ def over_time(run, frame):
             options,
             format_func=lambda c: "(none)" if c is None else str(c),
             key="res_period",
-            help="A column whose values are periods or batches (2 to 200 values): the audit per period, and the "
-            "changes of each group's mean error, spread, coverage and RMSE between consecutive periods.",
+            help=f"A column whose values are periods or batches (2 to 200 values): the audit per period, and {changes}.",
         )
         if column is None:
             st.caption("Pick a column to see each group over time.")
             return
-        key = ("periods", run.finished_at, column)
+        key = ("periods", run.finished_at, column)  # as app.ui.common.chosen_periods looks it up
         memo = st.session_state.setdefault("_period_memo", {})
-        if key not in memo:
+        if key not in memo or memo[key].params.get("threshold") != threshold:  # a classifier's rates: at the slider's
             memo.clear()
-            memo[key] = cs.periods_of_run(frame, run, column, delta=run.settings.delta)
+            memo[key] = cs.periods_of_run(frame, run, column, delta=run.settings.delta, threshold=threshold)
         res = memo[key]
         if res.findings:
             st.markdown("\n".join(f"- {esc(cs.sentence(f['text']))}" for f in res.findings[:10]))
@@ -256,7 +263,11 @@ def over_time(run, frame):
             st.markdown(f"No group's values change between periods beyond chance ({res.n_tests} tests of change).")
         from app.figures_compare import PERIOD_TITLES, period_figure
 
-        values = [v for v in ("spread", "mean_error", "coverage", "rmse") if v in res.by_period]
+        if binary:
+            st.caption(f"Rates at the decision threshold {threshold:g} (set on the tab Rates at a threshold).")
+        values = cs.period_values(res)
+        if st.session_state.get("res_period_value") not in (None, *values):  # a value of another task's run
+            del st.session_state["res_period_value"]
         value = st.radio("Value", values, format_func=PERIOD_TITLES.get, horizontal=True, key="res_period_value")
         st.plotly_chart(period_figure(res, value), width="stretch", key="fig_period")
         period_downloads(run, frame, column, res)
@@ -269,7 +280,8 @@ def period_downloads(run, frame, column: str, res) -> None:
 
     stem = report_file_name(run.data_name).removesuffix(".pdf")
     stem += "_over_" + "".join(ch if ch.isalnum() else "_" for ch in str(column))[:40]
-    args = (_run_key(run), str(column), state.units(), dropped_note(run))
+    # the key names the rates' threshold: a classifier's report at another slider threshold is another report
+    args = (f"{_run_key(run)}:{res.params.get('threshold')}", str(column), state.units(), dropped_note(run))
 
     def build(fmt):
         return lambda: _period_report(fmt, *args, run, frame, res)
@@ -304,12 +316,14 @@ def _period_report(fmt: str, key: str, column: str, units: str, data_note: str, 
     with the section "Over time" of ``column`` (``_res``: the period audit the view shows)."""
     from app.ui.export_page import build_pdf, report_inputs
 
+    thr = _res.params.get("threshold")  # a classifier's: the slider's, as the Export page's PDF
     if fmt == "pdf":
-        return build_pdf(_run, _frame, periods=_res, period_column=column)
+        return build_pdf(_run, _frame, threshold=thr, periods=_res, period_column=column)
     from app.report_html import build_report_html
 
     table, y, common = report_inputs(_run, _frame)
-    return build_report_html(_run.model, table, y, **common, periods=_res, period_column=column)
+    more = {} if thr is None else {"threshold": thr}
+    return build_report_html(_run.model, table, y, **common, **more, periods=_res, period_column=column)
 
 
 def findings(run):
@@ -703,7 +717,7 @@ def render():
         from app.ui.binary_results import render_binary
 
         if run.audit is not None:
-            render_binary(run, frame)
+            render_binary(run, frame, over_time=lambda: over_time(run, frame))
             return
     st.caption(
         f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
