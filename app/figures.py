@@ -71,7 +71,6 @@ from app.figure_style import (
     _method_order,
     _method_tick,
     _rows_height,
-    _unit_power,
     coverage_colorscale,
     label_info,
 )
@@ -177,12 +176,13 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     er, er_lo, er_hi = _col(bg, "emp_var_ratio"), _col(bg, "emp_var_ratio_lo"), _col(bg, "emp_var_ratio_hi")
     counts = bg["count"].to_numpy() if "count" in bg else np.full(k, np.nan)
     mass = _col(bg, "mass")
-    u2 = _unit_power(info["units"], 2)
+    u = info["units"]
     safe = [_hover_safe(n) for n in names]
-    custom = np.column_stack([safe, counts, mass, pv, ev, pr, pr_lo, pr_hi, er, er_lo, er_hi]).astype(object)
+    # SDs in label units, in plain digits (variances in squared units, "2.03e+08", read as nothing: issue 35)
+    custom = np.column_stack([safe, counts, mass, pred_sd, emp_sd, pr, pr_lo, pr_hi, er, er_lo, er_hi]).astype(object)
     hover = (
         "<b>%{customdata[0]}</b><br>rows %{customdata[1]} (mass %{customdata[2]:.3f})<br>"
-        f"predicted variance %{{customdata[3]:.4g}} {u2}<br>observed variance %{{customdata[4]:.4g}} {u2}<br>"
+        f"predicted SD %{{customdata[3]:,.4~r}} {u}<br>observed SD %{{customdata[4]:,.4~r}} {u}<br>"
         "relative to all rows: predicted %{customdata[5]:.2f} [%{customdata[6]:.2f}, %{customdata[7]:.2f}], "
         "observed %{customdata[8]:.2f} [%{customdata[9]:.2f}, %{customdata[10]:.2f}]<extra></extra>"
     )
@@ -593,8 +593,8 @@ def calibration_before_after_figure(
     u = info["units"]
     hover = (
         "<b>%{customdata[0]}</b><br>rows %{customdata[1]}<br>"
-        f"base: %{{customdata[2]:.3g}} {u} (mass-weighted %{{customdata[4]:.2g}})<br>"
-        f"multicalibrated: %{{customdata[3]:.3g}} {u} (mass-weighted %{{customdata[5]:.2g}})<extra></extra>"
+        f"base: %{{customdata[2]:,.3~r}} {u} (mass-weighted %{{customdata[4]:,.2~r}})<br>"
+        f"multicalibrated: %{{customdata[3]:,.3~r}} {u} (mass-weighted %{{customdata[5]:,.2~r}})<extra></extra>"
     )
     fig = go.Figure()
     if has_base:
@@ -640,18 +640,33 @@ def calibration_before_after_figure(
 
 
 _MOMENT_NAMES = {2: "variance", 3: "third absolute central moment", 4: "fourth central moment"}
+_MOMENT_ROOTS = {
+    2: "SD",
+    3: "cube root of the third absolute central moment",
+    4: "fourth root of the fourth central moment",
+}
+
+
+def _moment_root(values, a: int) -> np.ndarray:
+    """The a-th root of central moments (sign kept for a signed odd moment): the moment on the label's scale."""
+    v = np.asarray(values, dtype=float)
+    return np.sign(v) * np.abs(v) ** (1.0 / a)
 
 
 def moment_reliability_figure(audit: AuditResult, moment: int = 2, *, label: str, units: str = "") -> go.Figure:
-    """Predicted vs observed a-th central moment per (group, mean bucket, moment bucket) cell.
+    """Predicted vs observed a-th central moment per (group, mean bucket, moment bucket) cell, on the label's scale.
 
     Each marker is one cell; its area is proportional to the cell's mass. Points on the diagonal are
-    calibrated. Cells of groups below gamma are drawn hollow.
+    calibrated. Cells of groups below gamma are drawn hollow. The moments are drawn as their a-th roots (the SD for
+    the variance; a signed odd moment keeps its sign), so every number is in label units: a variance in squared
+    dollars ("2.03e+08 USD²") read as nothing an analyst knows (issue 35).
     """
     info = label_info(audit, label, units)
     a = int(moment)
     mname = _MOMENT_NAMES.get(a, f"{a}th central moment")
-    title = f"Moment reliability: predicted vs observed {mname} per cell"
+    # what is drawn: the moment's a-th root, in label units
+    root = _MOMENT_ROOTS.get(a, f"{a}th root of the {mname}")
+    title = f"Moment reliability: predicted vs observed {root} per cell"
     mc = audit.moment_cells
     if mc.empty:
         return _empty(title, "The audit has no moment cells.")
@@ -660,18 +675,18 @@ def moment_reliability_figure(audit: AuditResult, moment: int = 2, *, label: str
     if df.empty:
         have = sorted(set(int(v) for v in mc["moment"]))
         return _empty(title, f"No cells for moment {a} (the audit has moments {have}).")
-    u2 = _unit_power(info["units"], a)
+    u = info["units"]
     mass = df["mass"].astype(float).to_numpy() if "mass" in df else np.ones(len(df))
     mmax = float(np.nanmax(mass)) if len(mass) else 1.0
     size = 5 + 28 * np.sqrt(np.clip(mass, 0, None) / (mmax if mmax > 0 else 1.0))
     below = np.asarray(_below_gamma(audit, df["group"]), dtype=bool) if "group" in df else np.zeros(len(df), bool)
-    pred, emp = df["predicted"].astype(float).to_numpy(), df["empirical"].astype(float).to_numpy()
+    pred, emp = _moment_root(df["predicted"], a), _moment_root(df["empirical"], a)
     cols = [c for c in ("group", "mean_bucket", "moment_bucket", "count", "mass") if c in df.columns]
     custom = df[cols].to_numpy(dtype=object)
     if "group" in cols:
         custom[:, 0] = [_hover_safe(g) for g in custom[:, 0]]
     hv = "<br>".join(f"{c.replace('_', ' ')} %{{customdata[{i}]}}" for i, c in enumerate(cols))
-    hover = hv + f"<br>predicted %{{x:.4g}} {u2}<br>observed %{{y:.4g}} {u2}<extra></extra>"
+    hover = hv + f"<br>predicted %{{x:,.4~r}} {u}<br>observed %{{y:,.4~r}} {u}<extra></extra>"
     fig = go.Figure()
     for flag, name, sym in ((False, "cell (area ∝ mass)", "circle"), (True, "cell of a group below γ", "circle-open")):
         k = below == flag
@@ -724,17 +739,17 @@ def moment_reliability_figure(audit: AuditResult, moment: int = 2, *, label: str
     if use_log:
         ticks = dict(dtick=1 if rng[1] - rng[0] >= 2 else "D2", tickformat="~s")
     fig.update_xaxes(
-        type=axis_type, range=rng, title_text=f"predicted {mname} ({u2}){scale_note}", zeroline=False, **ticks
+        type=axis_type, range=rng, title_text=f"predicted {root} ({u}){scale_note}", zeroline=False, **ticks
     )
     fig.update_yaxes(
-        type=axis_type, range=rng, title_text=f"observed {mname} ({u2}){scale_note}", zeroline=False, **ticks
+        type=axis_type, range=rng, title_text=f"observed {root} ({u}){scale_note}", zeroline=False, **ticks
     )
     w_err = ""
-    if "error" in df.columns and "mass" in df.columns:
-        e = df["error"].astype(float).to_numpy()
+    if "mass" in df.columns:
+        e = pred - emp  # on the drawn scale: label units
         tot = float(np.nansum(mass))
         if tot > 0:
-            w_err = f"; mass-weighted mean |error| {np.nansum(np.abs(e) * mass) / tot:.3g} {u2}"
+            w_err = f"; mass-weighted mean |error| {_fmt(np.nansum(np.abs(e) * mass) / tot, 3)} {u}"
     _base_layout(fig, title, 640, subtitle=f"{len(df)} cells (group × mean bucket × moment bucket){w_err}", left=90)
     _footer(fig, axis_px=60, legend_rows=1)
     return fig

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from app import figures_binary as FB
 from app.pdf_doc import _title_page, report_label
-from app.report_tables import _convergence_warning, _findings_section, _in_sample_warning, _short, priority_groups
+from app.report_tables import (
+    _convergence_warning,
+    _findings_section,
+    _in_sample_warning,
+    _short,
+    mean_error_note,
+    priority_groups,
+    scorecard_table,
+)
 
 _BINARY_HOW_TO_READ = (
     "The label is a 0/1 outcome, so the model's prediction is a probability, and every number in this report "
@@ -25,6 +33,9 @@ _BINARY_HOW_TO_READ = (
     "probability, calibration errors, log loss, Brier) percentile bootstrap intervals over the test rows. No "
     "prediction intervals are given: for a 0/1 outcome an interval is {0}, {1} or {0, 1}."
 )
+
+
+SCORECARD_ROWS = 10  # the first page's scorecard rows, as app.report's
 
 
 def binary_report(
@@ -71,6 +82,20 @@ def binary_report(
         "No miscalibrated group or bucket found",
     )
     _convergence_warning(doc, info, False)
+    card = scorecard_table(audit, top=SCORECARD_ROWS)
+    if card is not None:  # first, as in the regression report (the classifier report had none: issue 35)
+        doc.data_table(
+            card,
+            col_widths=(52, 16, 52, 24, 42),
+            size=7.3,
+            title=f"Group scorecard (the first {len(card)} of {len(audit.scorecard)} groups by harm and evidence)",
+        )
+        doc.para(
+            f"{mean_error_note(audit, '')} Detectable: the smallest difference this group's rows find with 80% power "
+            "among all the audit's tests. Every group is in audit.json and on the dashboard's Results page.",
+            size=7.8,
+            color=(70, 70, 70),
+        )
     classes = params["label"].get("classes") or [0, 1]
     p = model.params
     doc.heading("Model and run", size=12)

@@ -110,11 +110,23 @@ def scorecard_table(audit, top: int | None = None, name_chars: int = 30) -> pd.D
         ],
         "findings": [f or "–" for f in d["findings"]],
     }
+    if getattr(audit, "task", "regression") == "binary":
+        # a classifier's audit tests the probability only: its mean error is the share of positives minus the
+        # mean predicted probability, and a 0/1 label has no spread or interval columns to show
+        rows = {
+            "group": rows["group"],
+            "rows": rows["rows"],
+            "observed − predicted probability [95% CI]": rows[mean_col],
+            "detectable": rows["detectable"],
+            "findings": rows["findings"],
+        }
     return pd.DataFrame(rows)
 
 
 def mean_error_note(audit, units: str) -> str:
     """What the scorecard's mean error column holds: label units, or percent for a log label."""
+    if getattr(audit, "task", "regression") == "binary":
+        return "Observed − predicted: the group's share of positives minus its mean predicted probability."
     if getattr(audit, "params", {}).get("label_scale") == "log":
         return (
             "Mean error: observed - predicted of the log label, shown as the percent difference of the original "

@@ -342,8 +342,12 @@ def test_moment_reliability(fitted, moment):
     assert sum(len(tr.x) for tr in pts) == int(np.isfinite(cells["predicted"].astype(float)).sum())
     diag = next(tr for tr in fig.data if tr.mode == "lines")
     assert list(diag.x) == list(diag.y)  # the diagonal
-    sup = {2: "²", 3: "³", 4: "⁴"}[moment]
-    assert f"{units(a)}{sup}" in fig.layout.xaxis.title.text and f"{units(a)}{sup}" in fig.layout.yaxis.title.text
+    # in label units: the moment's a-th root (issue 35: no squared units), its points those of the audit's cells
+    assert f"({units(a)})" in fig.layout.xaxis.title.text and f"({units(a)})" in fig.layout.yaxis.title.text
+    xs = np.sort(np.concatenate([np.asarray(tr.x, dtype=float) for tr in pts]))
+    ok = np.isfinite(cells["predicted"].astype(float))
+    want = cells["predicted"].astype(float)[ok].to_numpy()
+    assert xs == pytest.approx(np.sort(np.sign(want) * np.abs(want) ** (1 / moment)))
     # sized by mass: a cell of larger mass never gets a smaller marker (checked point by point, from the mass each
     # marker's hover carries, which must be the audit's)
     sizes = np.concatenate([np.atleast_1d(tr.marker.size) for tr in pts]).astype(float)
@@ -574,3 +578,23 @@ def test_thousands_are_written_with_separators_not_exponents():
 
     labels = _bucket_labels([0, 1], {"lo": 0.0, "hi": 1980.0}, edges=[0.0, 990.0, 1980.0])
     assert labels == ["[0, 990)", "[990, 1980]"]  # no separator inside an interval's ends
+
+
+def test_no_squared_units_or_exponents_in_the_group_charts(fitted):
+    """Issue 35: variances were stated in squared units ("2.03e+08 USD²") in the moment chart's axes, subtitle and
+    hovers and in the variance chart's hovers; every number of these charts is now in label units, in plain digits."""
+    import json
+    import re
+
+    a = fitted.audit
+    figs = [F.moment_reliability_figure(a, m, label="salary", units="USD") for m in (2, 3, 4)]
+    figs += [
+        F.variance_disparity_figure(a, label="salary", units="USD"),
+        F.calibration_before_after_figure(a, label="salary", units="USD"),
+    ]
+    for fig in figs:
+        text = json.dumps(fig.to_plotly_json(), ensure_ascii=False, default=str)
+        assert not re.search(r"USD[²³⁴^]|squared", text), fig.layout.title.text
+        # hovers in d3's plain-digit format, not "g" (22330 with ".4g" is "2.233e+4" in the browser)
+        hovers = re.findall(r"%\{[^}]*:([^}]*)\}", " ".join(str(tr.hovertemplate) for tr in fig.data))
+        assert not [f for f in hovers if f.endswith("g")], hovers

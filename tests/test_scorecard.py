@@ -157,3 +157,37 @@ def test_classifier_charts_show_flagged_minority_groups_before_large_ones():
     minority = next(g for g in flagged)
     assert any(minority in str(s) for s in shown)
     assert not any(minority in str(s) for s in largest)  # the size order alone left it out
+
+
+def test_the_classifier_scorecard_is_on_results_and_the_pdf(tmp_path, monkeypatch):
+    """Issue 35, found in a browser on a table new to the tests (cps91, inlf): the classifier Results page and PDF
+    had no scorecard, so a group was listed only when a chart had room for it. Both now show it: every group, the
+    probability's observed - predicted with its interval, no spread or coverage columns (a 0/1 label has none)."""
+    import shutil
+    import subprocess
+
+    from app import report as R
+    from app.report_tables import scorecard_table
+    from tests.apptest_helpers import run_uploaded, switch
+    from tests.test_report import stand_in_renderer
+
+    rng = np.random.default_rng(7)
+    n = 1500
+    df = pd.DataFrame({"x": rng.normal(size=n), "grp": rng.choice(["a", "b", "c"], n, p=[0.6, 0.33, 0.07])})
+    df["y"] = (rng.random(n) < 1 / (1 + np.exp(-df["x"] - 0.8 * (df["grp"] == "c")))).astype(int)
+    gs = GroupSet.from_columns(df, ["grp"], 1)
+    est = MomentMulticalibrator(n_moments=1, task="binary").fit(df, df["y"], gs)
+    res = metrics.audit(est.model_, df, df["y"].to_numpy())
+    table = scorecard_table(res)
+    assert sorted(table["group"]) == sorted(gs.names)
+    assert "observed − predicted probability [95% CI]" in table and "coverage [95% CI]" not in table
+    if shutil.which("pdftotext"):
+        stand_in_renderer(monkeypatch)
+        path = tmp_path / "c.pdf"
+        path.write_bytes(R.build_report_pdf(est.model_, df, df["y"].to_numpy(), audit=res, label="y"))
+        first = subprocess.run(["pdftotext", "-l", "1", str(path), "-"], capture_output=True, text=True).stdout
+        assert f"Group scorecard (the first {len(gs)} of {len(gs)} groups" in " ".join(first.split())
+    at = switch(run_uploaded(df, "clf.csv", "y"), "results")
+    run = at.session_state["run"]
+    frames = [d.value for d in at.dataframe]
+    assert any("detectable" in f.columns and len(f) == len(run.model.groups.names) for f in frames)

@@ -138,6 +138,24 @@ def findings_box(run):
         )
 
 
+def scorecard_box(run):
+    """Every listed group of the classifier audit in one searchable table (app.report_tables.scorecard_table), as
+    the regression Results page shows it: the classifier page had none, so a group was in the scorecard only when
+    the calibration chart had room for it (issue 35)."""
+    from app.report_tables import mean_error_note, scorecard_table
+
+    table = scorecard_table(run.audit, name_chars=60)
+    if table is None:
+        return
+    with st.expander(f"Group scorecard: all {len(table)} groups, first by harm and evidence", expanded=True):
+        st.dataframe(table, width="stretch", hide_index=True, height=min(420, 38 + 35 * len(table)))
+        st.caption(
+            mean_error_note(run.audit, "") + " Detectable: the smallest difference the group's rows find with 80% "
+            "power among all the audit's tests; no finding means any difference is smaller than that, not that "
+            "there is none. Search the table with its toolbar's magnifier."
+        )
+
+
 def _n_boot(run) -> str:
     n = run.audit.params.get("n_boot")
     return f"{int(n):,}" if n is not None else "–"
@@ -242,6 +260,7 @@ def render_binary(run, frame, over_time=None):
     headline(run, frame)
     show_fit_notes(run.model)
     findings_box(run)
+    scorecard_box(run)
     if over_time is not None:
         over_time()
     tabbed(
