@@ -40,10 +40,17 @@ def client():
 def _write(d, df, sizes=PARTS):
     """The table as one Parquet file (the in-memory engine) and as a folder of partitions (Dask)."""
     df.to_parquet(d / "all.parquet")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.Schema.from_pandas(df, preserve_index=False)
     (d / "parts").mkdir()
     b = np.cumsum([0, *sizes])
     for i in range(len(sizes)):
-        df.iloc[b[i] : b[i + 1]].to_parquet(d / "parts" / f"part-{i}.parquet")
+        # one schema for every part: with the minimum pandas / pyarrow a part whose text column is all missing was
+        # written as type null, and Dask refused the parts' differing schemas
+        part = pa.Table.from_pandas(df.iloc[b[i] : b[i + 1]], schema=schema, preserve_index=False)
+        pq.write_table(part, d / "parts" / f"part-{i}.parquet")
     return d / "all.parquet", str(d / "parts")
 
 
