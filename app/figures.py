@@ -121,6 +121,19 @@ def _log_ticks(lo: float, hi: float) -> dict:
     return dict(tickmode="array", tickvals=vals, ticktext=[f"{v:g}" for v in vals])
 
 
+def _with_findings(audit: AuditResult, names) -> np.ndarray:
+    """Whether each group of ``names`` is named by one of the audit's findings (a chart with room for some groups
+    shows these first: issue 35 judges that every group with a finding is on every group chart)."""
+    found = {str(f.get("group")) for f in (getattr(audit, "findings", None) or []) if isinstance(f, dict)}
+    return np.array([str(n) in found for n in names], dtype=bool)
+
+
+def _first_note(found: np.ndarray, small: np.ndarray) -> str:
+    """What a chart showing some groups put first: groups with findings, then groups of mass >= gamma."""
+    first = (["groups with findings"] if found.any() else []) + (["groups of mass ≥ γ"] if small.any() else [])
+    return f" ({', then '.join(first)} first)" if first else ""
+
+
 def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label: str, units: str = "") -> go.Figure:
     """Predicted vs observed spread per group, in absolute terms and relative to the whole population.
 
@@ -155,12 +168,14 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
             # and how far the group's observed spread is from the whole population's: the disparities the
             # text lists (a browser session found the top one left out of a chart chosen by misjudgement only)
             far = np.abs(np.log(np.clip(_col(bg, "emp_var_ratio"), 1e-300, None)))
-        # groups the guarantees cover (mass >= gamma) first: tiny groups have noisy variances
+        # groups with findings first (issue 35: a group the findings name was left off the chart), then the
+        # groups the guarantees cover (mass >= gamma): tiny groups have noisy variances
         small = np.asarray(_below_gamma(audit, bg.index), dtype=bool)
-        key = np.fmax(np.nan_to_num(gap, nan=-1.0), np.nan_to_num(far, nan=-1.0)) - 1e6 * small
+        found = _with_findings(audit, bg.index)
+        key = np.fmax(np.nan_to_num(gap, nan=-1.0), np.nan_to_num(far, nan=-1.0)) - 1e6 * small + 1e7 * found
         keep = np.argsort(-key, kind="stable")[:top]
         bg = bg.iloc[np.sort(keep)]
-        selection = " (groups of mass ≥ γ first)" if small.any() else ""
+        selection = _first_note(found, small)
     er = _col(bg, "emp_var_ratio")
     order = np.argsort(np.nan_to_num(er, nan=np.inf), kind="stable")
     bg = bg.iloc[order]
@@ -553,10 +568,15 @@ def calibration_before_after_figure(
     before = bg["calib_error_worst_base"].astype(float) if has_base else pd.Series(np.nan, index=bg.index)
     key = np.fmax(after.to_numpy(), before.to_numpy())
     small = np.asarray(_below_gamma(audit, bg.index), dtype=bool)
-    # groups the guarantees cover (mass >= gamma) first: worst cells of tiny groups are mostly noise
-    order = pd.Series(np.nan_to_num(key, nan=-1.0) - 1e6 * small, index=bg.index).sort_values(ascending=False)
-    n_all = int(np.isfinite(key).sum())
-    order = order[np.isfinite(key)[bg.index.get_indexer(order.index)]]
+    # groups with findings first (issue 35), then the groups the guarantees cover (mass >= gamma): worst cells of
+    # tiny groups are mostly noise
+    found = _with_findings(audit, bg.index)
+    order = pd.Series(np.nan_to_num(key, nan=-1.0) - 1e6 * small + 1e7 * found, index=bg.index)
+    order = order.sort_values(ascending=False)
+    # a group with a finding but no bucket large enough for a worst cell keeps its row, marked as such
+    drawn = np.isfinite(key) | found
+    n_all = int(drawn.sum())
+    order = order[drawn[bg.index.get_indexer(order.index)]]
     if top is not None:
         order = order.iloc[:top]
     idx = list(order.index)[::-1]  # largest at the top
@@ -609,6 +629,21 @@ def calibration_before_after_figure(
     fig.add_trace(
         _markers(a, disp, "multicalibrated", after_marker, custom, hover, **bars("calib_error_worst_se", a, "#003d5c"))
     )
+    cells = audit.params.get("min_cell_count") if isinstance(audit.params, dict) else None
+    none = ~np.isfinite(a) & ~np.isfinite(b)
+    if none.any():
+        fig.add_trace(
+            go.Scatter(
+                x=np.zeros(int(none.sum())),
+                y=[d for d, z in zip(disp, none) if z],
+                mode="text",
+                text=[f"no bucket of ≥ {cells} test rows" if cells else "no bucket large enough"] * int(none.sum()),
+                textposition="middle right",
+                textfont=dict(size=11, color=MUTED),
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
     fig.update_yaxes(categoryorder="array", categoryarray=disp, automargin=True)
     # the name twice in one line ran off the figure for a long name: the units say which label it is
     what = info["name"] if len(info["name"]) <= 12 else "label"
@@ -617,12 +652,10 @@ def calibration_before_after_figure(
     )
     height = _rows_height(len(disp), per_row=26, extra=220)
     shown = (
-        f"the {len(disp)} of {n_all} groups with the largest error"
-        + (" (groups of mass ≥ γ first)" if small.any() else "")
+        f"the {len(disp)} of {n_all} groups with the largest error" + _first_note(found, small)
         if len(disp) < n_all
         else f"all {n_all} groups"
     )
-    cells = audit.params.get("min_cell_count") if isinstance(audit.params, dict) else None
     sub = (
         f"per predicted-mean bucket{f' of ≥ {cells} rows' if cells else ''}; bars: 95% CI of that cell's error; "
         f"{shown}" + ("" if has_base else "; no base prediction was given")

@@ -209,13 +209,15 @@ def convergence_figure(
         return [lo - pad, hi + pad]
 
     bounds = [b for b in (mean_bound, moment_bound) if b is not None and math.isfinite(b) and b > 0]
-    violation = dict(title_text="mass-weighted<br>violation", dtick="D2", tickformat=".0e")
+    # plain digits ("0.00002", "1,000"), not "2e−5" or "10³": no scientific notation below 1e9 (issue 35)
+    violation = dict(title_text="mass-weighted<br>violation", dtick="D2", tickformat=".1~r")
     panels = [(1, violation, log_range(mv, hmv, cv, [alpha]))]
     if moments:
         panels.append((2, violation, log_range(xv, bv, hxv, [beta])))
-    panels.append((r_cnt, dict(title_text="count (log)"), log_range(vc, mu, mo if moments else None, [1.0], bounds)))
+    count = dict(title_text="count (log)", tickformat=",~r")
+    panels.append((r_cnt, count, log_range(vc, mu, mo if moments else None, [1.0], bounds)))
     for row, title_row, rng in panels:
-        fig.update_yaxes(type="log", exponentformat="power", row=row, col=1, range=rng, **title_row)
+        fig.update_yaxes(type="log", exponentformat="none", row=row, col=1, range=rng, **title_row)
     fig.update_xaxes(title_text="round", row=r_cnt, col=1)
     n = len(x)
     fig.update_xaxes(

@@ -257,7 +257,7 @@ def _outside(audit) -> str:
     return f". Note: {note}." if note else ""
 
 
-def _param_rows(model, audit, delta, gamma, label) -> list:
+def _param_rows(model, audit, delta, gamma, label, units: str = "") -> list:
     p, info, sc = model.params, dict(model.info or {}), model.scale
     moments = tuple(p.moments)
     k = max(moments) if moments else 1
@@ -308,8 +308,8 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
     missed = not se and (p.alpha > used_alpha or (used_beta is not None and p.beta > used_beta))
     if missed:  # early stopping kept a round that misses the thresholds the descent used
         auto_txt += (
-            f"; the descent used α = {used_alpha:.3g}"
-            + (f", β = {used_beta:.3g}" if used_beta is not None else "")
+            f"; the descent used α = {F._fmt(used_alpha, 3)}"
+            + (f", β = {F._fmt(used_beta, 3)}" if used_beta is not None else "")
             + f", and the kept model achieves the values stated here ({missed_reason(info)})"
         )
     if se:
@@ -330,18 +330,18 @@ def _param_rows(model, audit, delta, gamma, label) -> list:
     secs = f", descent {float(info['seconds']):.2f} s" if "seconds" in info else ""
     base_text = describe_base(model.init_mean, info)
     rows = [
-        ("Label", f"{label} in [{sc.lo:g}, {sc.hi:g}], range {src_txt}" + _outside(audit)),
+        ("Label", f"{label} in [{F._fmt(sc.lo, 6)}, {F._fmt(sc.hi, 6)}], range {src_txt}" + _outside(audit)),
         ("Mode", str(info.get("mode", "–"))),
         (
             "Thresholds",
-            f"α = {p.alpha:.3g} (means)"
-            + (f", β = {p.beta:.3g} (moments)" if moments else "")
+            f"α = {F._fmt(p.alpha, 3)} (means)"
+            + (f", β = {F._fmt(p.beta, 3)} (moments)" if moments else "")
             + f"; mass-weighted, label scaled to [0, 1]{auto_txt}",
         ),
         (
             "Predictors",
             (("mean and variance" if k == 2 else f"mean and central moments 2..{k}{odd}") if moments else "mean only")
-            + f"; m = {p.m} buckets per predictor (mean bucket width {(sc.hi - sc.lo) / p.m:.3g} {label} units)",
+            + f"; m = {p.m} buckets per predictor (mean bucket width {F._fmt((sc.hi - sc.lo) / p.m, 3)} {units or label + ' units'})",
         ),
         (
             "Step rule",
@@ -625,7 +625,7 @@ def build_report_pdf(
         )
 
     doc.heading("Model and run", size=12)
-    doc.kv_table(_param_rows(model, audit, delta, gamma, label))
+    doc.kv_table(_param_rows(model, audit, delta, gamma, label, units))
     doc.heading("Data", size=12)
     drows, dnotes = _data_rows(audit, model, y, data_name, gamma)
     dnotes += unlisted

@@ -598,3 +598,58 @@ def test_no_squared_units_or_exponents_in_the_group_charts(fitted):
         # hovers in d3's plain-digit format, not "g" (22330 with ".4g" is "2.233e+4" in the browser)
         hovers = re.findall(r"%\{[^}]*:([^}]*)\}", " ".join(str(tr.hovertemplate) for tr in fig.data))
         assert not [f for f in hovers if f.endswith("g")], hovers
+
+
+def test_convergence_axes_in_plain_digits(fitted):
+    """Issue 35, found on a new table's Run page: the violation axis read "2e−2" and the count axis "10³" (tick
+    formats ".0e" and exponent "power"). Every log axis now prints plain digits."""
+    m = fitted.model
+    fig = F.convergence_figure(m.info["history"], m.params.alpha, m.params.beta, m.params.mean_update_bound())
+    axes = [a for k, a in fig.layout.to_plotly_json().items() if k.startswith("yaxis")]
+    logs = [a for a in axes if a.get("type") == "log"]
+    assert logs
+    for a in logs:
+        assert "e" not in str(a.get("tickformat", "")) and a.get("exponentformat") == "none", a
+
+
+def test_groups_with_findings_are_on_the_charts_that_show_a_few(fitted):
+    """Issue 35, found in a browser on a new table of 50 groups: the variance chart (30 groups by misjudged spread)
+    left out 'all' and 'band=small & rural=yes', both named by mean findings. Groups with findings now come first
+    on the variance and the mean-calibration charts, whatever their own ranking."""
+    a = fitted.audit
+    top = 5
+
+    def names_on(fig) -> set:
+        out = [t for tr in fig.data if tr.y is not None for t in tr.y if isinstance(t, str)]
+        lay = fig.layout.to_plotly_json()
+        out += [t for k, ax in lay.items() if k.startswith("yaxis") for t in (ax.get("ticktext") or ())]
+        return {str(t).replace(F.BELOW_GAMMA_MARK, "").strip() for t in out}
+
+    shown = names_on(F.variance_disparity_figure(a, top=top, **NAMES))
+    shown |= names_on(F.calibration_before_after_figure(a, top=top, **NAMES))
+    left_out = [str(g) for g in a.by_group.index if str(g) not in shown][:2]
+    assert len(left_out) == 2
+    found = view(a, findings=[{"kind": "mean", "group": g, "text": "x"} for g in left_out])
+    for fig in (
+        F.variance_disparity_figure(found, top=top, **NAMES),
+        F.calibration_before_after_figure(found, top=top, **NAMES),
+    ):
+        assert set(left_out) <= names_on(fig), (fig.layout.title.text, left_out)
+        assert "groups with findings" in str(fig.layout.title.text).replace("<br>", " ")
+
+
+def test_a_group_with_a_finding_but_no_large_bucket_keeps_its_calibration_row(fitted):
+    """The same browser session: 'band=small & rural=yes' (a mean finding, 67 test rows in 5 quantile buckets) has
+    no bucket of the minimum count, so no worst cell, and was dropped from the calibration chart. Its row stays,
+    saying why it has no marker."""
+    a = fitted.audit
+    g = str(a.by_group.index[-1])
+    bg = a.by_group.copy()
+    for c in [c for c in bg.columns if c.startswith("calib_error_worst")]:
+        bg.loc[g, c] = np.nan
+    fig = F.calibration_before_after_figure(
+        view(a, by_group=bg, findings=[{"kind": "mean", "group": g, "text": "x"}]), top=5, **NAMES
+    )
+    note = [tr for tr in fig.data if tr.mode == "text"]
+    assert note and any(g in str(y) for y in note[0].y) and "no bucket of" in note[0].text[0]
+    assert any(g in str(y) for y in fig.layout.yaxis.categoryarray)

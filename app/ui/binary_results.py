@@ -9,6 +9,7 @@ import math
 
 import streamlit as st
 
+from app.figure_style import _fmt
 from app.ui import state
 from app.specs import count, not_converged_note
 from app.ui.common import esc, show_fit_notes, tabbed
@@ -38,8 +39,6 @@ def _reliability(key: str, _run):
 
 
 def _num(v, nd: int = 3) -> str:
-    from app.figure_style import _fmt
-
     return _fmt(v, nd, "f")
 
 
@@ -253,7 +252,7 @@ def render_binary(run, frame, over_time=None):
     st.caption(
         f"{esc(run.data_name)} · binary label **{esc(run.label.name)}** (positive class "
         f"**{esc(classes[1])}**) · classifier audit · {run.model.info.get('n_groups')} groups · "
-        f"α = {run.alpha:.3g}, m = {run.settings.n_buckets} · audited on {run.split['test'].size:,} test rows"
+        f"α = {_fmt(run.alpha, 3)}, m = {run.settings.n_buckets} · audited on {run.split['test'].size:,} test rows"
     )
     if run.stopped or not run.converged:
         st.warning(not_converged_note(False))

@@ -154,13 +154,13 @@ def rmse_line(run, frame):
     if bm.get("base_test"):
         b = bm["base_test"]
         st.caption(
-            f"Test rows: root mean squared error {b['rmse']:.4g} (base) → {after['rmse']:.4g} "
+            f"Test rows: root mean squared error {_fmt(b['rmse'], 4)} (base) → {_fmt(after['rmse'], 4)} "
             f"(multicalibrated) {u}; R² {b['r2']:.3f} → {after['r2']:.3f}."
         )
         if run.base is not None and (note := rmse_worse_note(run, frame)):
             st.caption(esc(note))
     else:
-        st.caption(f"Test rows: root mean squared error {after['rmse']:.4g} {u}; R² {after['r2']:.3f}.")
+        st.caption(f"Test rows: root mean squared error {_fmt(after['rmse'], 4)} {u}; R² {after['r2']:.3f}.")
 
 
 def rmse_worse_note(run, frame) -> str | None:
@@ -449,7 +449,7 @@ def spread_ranking(t: pd.DataFrame) -> tuple[str, str]:
     sd = sd[np.isfinite(sd)]
     if sd.size and "observed SD" in t.columns and np.ptp(sd) <= 1e-9 * max(float(np.max(np.abs(sd))), 1e-300):
         return "observed SD", (
-            f"Groups by observed SD (the model predicts the same SD, {sd[0]:.3g}, for every group: no group is "
+            f"Groups by observed SD (the model predicts the same SD, {_fmt(sd[0], 3)}, for every group: no group is "
             "less certain than another by its own account)"
         )
     return "predicted SD", "Least certain groups (largest predicted SD)"
@@ -583,7 +583,7 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
                 showlegend=False,
                 line=dict(color=OKABE_ITO["blue"] if inside else OKABE_ITO["vermillion"], width=6),
                 marker=dict(symbol="line-ns", size=14, line=dict(width=2)),
-                hovertemplate=f"{lab}: [{lo:.4g}, {hi:.4g}]<extra></extra>",
+                hovertemplate=f"{lab}: [{_fmt(lo, 4)}, {_fmt(hi, 4)}]<extra></extra>",
             )
         )
     mu = details["pred"]["mean"]
@@ -595,10 +595,10 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
             y=[None],
             mode="lines",
             line=dict(color="#555", dash="dot", width=2),
-            name=f"predicted mean {mu:.4g}",
+            name=f"predicted mean {_fmt(mu, 4)}",
         )
     )
-    fig.add_trace(_legend_line(f"observed {name} {y:.4g}", dict(color=OKABE_ITO["orange"], width=3)))
+    fig.add_trace(_legend_line(f"observed {name} {_fmt(y, 4)}", dict(color=OKABE_ITO["orange"], width=3)))
     if any(not (lo <= y <= hi) for _, (lo, hi) in rows):
         miss = dict(color=OKABE_ITO["vermillion"], width=6)
         fig.add_trace(_legend_line("interval misses the observed value", miss))
@@ -648,17 +648,17 @@ def explorer_tab(run, frame):
     with c2:
         p = det["pred"]
         k = st.columns(4)
-        k[0].metric(f"Observed {esc(run.label.name)}{u}", f"{det['label']:.4g}")
+        k[0].metric(f"Observed {esc(run.label.name)}{u}", _fmt(det["label"], 4))
         k[1].metric(
             f"Predicted mean{u}",
-            f"{p['mean']:.4g}",
+            _fmt(p["mean"], 4),
             delta=None if det["base"] is None else f"{p['mean'] - det['base']:+.3g} vs base",
             delta_color="off",
         )
         if "moment_2" in p:
-            k[2].metric(f"Predicted SD{u}", f"{math.sqrt(max(p['moment_2'], 0)):.4g}")
+            k[2].metric(f"Predicted SD{u}", _fmt(math.sqrt(max(p["moment_2"], 0)), 4))
         if det["base"] is not None:
-            k[3].metric(f"Base prediction{u}", f"{det['base']:.4g}")
+            k[3].metric(f"Base prediction{u}", _fmt(det["base"], 4))
     st.caption(
         f"{state.file_row(row + 1).capitalize()} (test row {pos:,}). Central moments: "
         + ", ".join(f"m{k.split('_')[1]} = {_fmt(v, 4)}" for k, v in det["pred"].items() if k.startswith("moment_"))
@@ -721,7 +721,9 @@ def render():
             return
     st.caption(
         f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
-        f"α = {run.alpha:.3g}" + (f", β = {run.beta:.3g}" if run.model.moments else "") + f"{_rule_note(run.model)}, "
+        f"α = {_fmt(run.alpha, 3)}"
+        + (f", β = {_fmt(run.beta, 3)}" if run.model.moments else "")
+        + f"{_rule_note(run.model)}, "
         f"m = {run.settings.n_buckets}, "
         f"k = {run.settings.n_moments} · "
         + (
