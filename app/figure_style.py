@@ -254,7 +254,7 @@ def _legend_line(name: str, line: dict) -> go.Scatter:
     return go.Scatter(x=[None], y=[None], mode="lines", line=line, name=name)
 
 
-def _fmt(v, digits: int = 3, kind: str = "g") -> str:
+def format_number(v, digits: int = 3, kind: str = "g") -> str:
     """A number for display, "–" when missing or not finite: ``digits`` significant digits ("g"), decimals ("f")
     or a percentage with that many decimals ("%")."""
     try:
@@ -279,9 +279,9 @@ def _method_order(cols) -> list:
 
 
 def _end(v) -> str:
-    """An interval end: :func:`_fmt` without thousands separators ("[990, 1980)": a comma inside the number
+    """An interval end: :func:`format_number` without thousands separators ("[990, 1980)": a comma inside the number
     would read as the one between the ends)."""
-    return _fmt(v).replace(",", "")
+    return format_number(v).replace(",", "")
 
 
 def _bucket_labels(cols, info: dict, m=None, edges=None) -> list:

@@ -64,7 +64,7 @@ from app.figure_style import (
     _display_names,
     _hover_safe,
     _empty,
-    _fmt,
+    format_number,
     _footer,
     _legend_line,
     _left_margin,
@@ -416,7 +416,7 @@ def _heatmap(
     if any(below):
         note += (
             f" {BELOW_GAMMA_MARK.strip()} group mass below γ = "
-            f"{_fmt(audit.params.get('gamma'))}: the guarantees do not cover it."
+            f"{format_number(audit.params.get('gamma'))}: the guarantees do not cover it."
         )
     _footer(fig, axis_px=8, note=note)
     return fig
@@ -530,7 +530,7 @@ def width_heatmap(audit: AuditResult, *, label: str, units: str = "") -> go.Figu
 
     sub = f"mean of upper − lower bound ({info['units']}); narrower is better only where coverage holds"
     if capped:
-        sub += f"; colour scale capped at {_fmt(zmax)} (darkest = at or above)"
+        sub += f"; colour scale capped at {format_number(zmax)} (darkest = at or above)"
     return _heatmap(
         wd,
         audit,
@@ -782,7 +782,7 @@ def moment_reliability_figure(audit: AuditResult, moment: int = 2, *, label: str
         e = pred - emp  # on the drawn scale: label units
         tot = float(np.nansum(mass))
         if tot > 0:
-            w_err = f"; mass-weighted mean |error| {_fmt(np.nansum(np.abs(e) * mass) / tot, 3)} {u}"
+            w_err = f"; mass-weighted mean |error| {format_number(np.nansum(np.abs(e) * mass) / tot, 3)} {u}"
     _base_layout(fig, title, 640, subtitle=f"{len(df)} cells (group × mean bucket × moment bucket){w_err}", left=90)
     _footer(fig, axis_px=60, legend_rows=1)
     return fig

@@ -26,7 +26,7 @@ from app.figure_style import (
     _base_layout,
     _display_names,
     _empty,
-    _fmt,
+    format_number,
     _left_margin,
     _rows_height,
     _short,
@@ -241,10 +241,10 @@ def classifier_disparity_table(disparities: pd.DataFrame) -> pd.DataFrame:
             {
                 "column": str(col),
                 "groups": int(d["groups"]),
-                "DP difference": _fmt(d["demographic_parity_difference"]),
-                "DP ratio": _fmt(d["demographic_parity_ratio"]),
-                "EO difference": _fmt(d["equalized_odds_difference"]),
-                "EO ratio": _fmt(d["equalized_odds_ratio"]),
+                "DP difference": format_number(d["demographic_parity_difference"]),
+                "DP ratio": format_number(d["demographic_parity_ratio"]),
+                "EO difference": format_number(d["equalized_odds_difference"]),
+                "EO ratio": format_number(d["equalized_odds_ratio"]),
                 "below 4/5 of the top selection rate": ", ".join(d["four_fifths_flagged"]) or "none",
             }
         )

@@ -308,8 +308,8 @@ def _param_rows(model, audit, delta, gamma, label, units: str = "") -> list:
     missed = not se and (p.alpha > used_alpha or (used_beta is not None and p.beta > used_beta))
     if missed:  # early stopping kept a round that misses the thresholds the descent used
         auto_txt += (
-            f"; the descent used α = {F._fmt(used_alpha, 3)}"
-            + (f", β = {F._fmt(used_beta, 3)}" if used_beta is not None else "")
+            f"; the descent used α = {F.format_number(used_alpha, 3)}"
+            + (f", β = {F.format_number(used_beta, 3)}" if used_beta is not None else "")
             + f", and the kept model achieves the values stated here ({missed_reason(info)})"
         )
     if se:
@@ -330,18 +330,21 @@ def _param_rows(model, audit, delta, gamma, label, units: str = "") -> list:
     secs = f", descent {float(info['seconds']):.2f} s" if "seconds" in info else ""
     base_text = describe_base(model.init_mean, info)
     rows = [
-        ("Label", f"{label} in [{F._fmt(sc.lo, 6)}, {F._fmt(sc.hi, 6)}], range {src_txt}" + _outside(audit)),
+        (
+            "Label",
+            f"{label} in [{F.format_number(sc.lo, 6)}, {F.format_number(sc.hi, 6)}], range {src_txt}" + _outside(audit),
+        ),
         ("Mode", str(info.get("mode", "–"))),
         (
             "Thresholds",
-            f"α = {F._fmt(p.alpha, 3)} (means)"
-            + (f", β = {F._fmt(p.beta, 3)} (moments)" if moments else "")
+            f"α = {F.format_number(p.alpha, 3)} (means)"
+            + (f", β = {F.format_number(p.beta, 3)} (moments)" if moments else "")
             + f"; mass-weighted, label scaled to [0, 1]{auto_txt}",
         ),
         (
             "Predictors",
             (("mean and variance" if k == 2 else f"mean and central moments 2..{k}{odd}") if moments else "mean only")
-            + f"; m = {p.m} buckets per predictor (mean bucket width {F._fmt((sc.hi - sc.lo) / p.m, 3)} {units or label + ' units'})",
+            + f"; m = {p.m} buckets per predictor (mean bucket width {F.format_number((sc.hi - sc.lo) / p.m, 3)} {units or label + ' units'})",
         ),
         (
             "Step rule",

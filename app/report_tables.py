@@ -27,11 +27,11 @@ def _num(v, digits: int = 3) -> str:
         return "–"
     if math.isfinite(f) and f != 0 and abs(f) >= 1e9:  # scientific notation from 1e9 only (issue 35)
         return f"{f:.{digits - 1}e}"
-    return F._fmt(f, digits)
+    return F.format_number(f, digits)
 
 
 def _pct(v) -> str:
-    return F._fmt(v, 1, "%")
+    return F.format_number(v, 1, "%")
 
 
 def _short(s, n=30) -> str:

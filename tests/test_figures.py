@@ -568,11 +568,25 @@ def test_thousands_are_written_with_separators_not_exponents():
     """A PDF calibration table read "mean label 1.12e+03" (hours of work), the dashboard "2.233e+04" dollars:
     numbers from 1,000 to under a billion keep their significant digits with thousands separators (issue 35: no
     scientific notation below 1e9); tiny ones are written out."""
-    from app.figure_style import _fmt
+    from app.figure_style import format_number
 
-    assert (_fmt(1120.4), _fmt(999.6), _fmt(-22978.6), _fmt(4950)) == ("1,120", "1,000", "-23,000", "4,950")
-    assert (_fmt(0.5), _fmt(12.345, 2), _fmt(2.5e6), _fmt(0.1234, 1, "%")) == ("0.5", "12", "2,500,000", "12.3%")
-    assert (_fmt(2.03e8), _fmt(1.5e9), _fmt(0.0000123)) == ("203,000,000", "1.5e+09", "0.0000123")
+    assert (format_number(1120.4), format_number(999.6), format_number(-22978.6), format_number(4950)) == (
+        "1,120",
+        "1,000",
+        "-23,000",
+        "4,950",
+    )
+    assert (format_number(0.5), format_number(12.345, 2), format_number(2.5e6), format_number(0.1234, 1, "%")) == (
+        "0.5",
+        "12",
+        "2,500,000",
+        "12.3%",
+    )
+    assert (format_number(2.03e8), format_number(1.5e9), format_number(0.0000123)) == (
+        "203,000,000",
+        "1.5e+09",
+        "0.0000123",
+    )
     # the coverage-by-bucket axis read "[990, 1.98e+03)" (a browser re-check of mroz)
     from app.figure_style import _bucket_labels
 

@@ -9,10 +9,10 @@ import math
 
 import streamlit as st
 
-from app.figure_style import _fmt
+from app.figure_style import format_number
 from app.ui import state
 from app.specs import count, not_converged_note
-from app.ui.common import esc, show_fit_notes, tabbed
+from app.ui.common import scorecard_box as common_scorecard, esc, show_fit_notes, tabbed
 
 RATE_TABLE_COLUMNS = ("group", "n", "selection rate", "true positive rate", "false positive rate", "precision")
 
@@ -39,7 +39,7 @@ def _reliability(key: str, _run):
 
 
 def _num(v, nd: int = 3) -> str:
-    return _fmt(v, nd, "f")
+    return format_number(v, nd, "f")
 
 
 def headline(run, frame=None):
@@ -138,21 +138,9 @@ def findings_box(run):
 
 
 def scorecard_box(run):
-    """Every listed group of the classifier audit in one searchable table (app.report_tables.scorecard_table), as
-    the regression Results page shows it: the classifier page had none, so a group was in the scorecard only when
-    the calibration chart had room for it (issue 35)."""
-    from app.report_tables import mean_error_note, scorecard_table
-
-    table = scorecard_table(run.audit, name_chars=60)
-    if table is None:
-        return
-    with st.expander(f"Group scorecard: all {len(table)} groups, first by harm and evidence", expanded=True):
-        st.dataframe(table, width="stretch", hide_index=True, height=min(420, 38 + 35 * len(table)))
-        st.caption(
-            mean_error_note(run.audit, "") + " Detectable: the smallest difference the group's rows find with 80% "
-            "power among all the audit's tests; no finding means any difference is smaller than that, not that "
-            "there is none. Search the table with its toolbar's magnifier."
-        )
+    """The classifier audit's groups in the Results pages' one scorecard table (app.ui.common.scorecard_box): the
+    classifier page had none, so a group was listed only when the calibration chart had room for it (issue 35)."""
+    common_scorecard(run.audit, "", "difference")
 
 
 def _n_boot(run) -> str:
@@ -252,7 +240,7 @@ def render_binary(run, frame, over_time=None):
     st.caption(
         f"{esc(run.data_name)} · binary label **{esc(run.label.name)}** (positive class "
         f"**{esc(classes[1])}**) · classifier audit · {run.model.info.get('n_groups')} groups · "
-        f"α = {_fmt(run.alpha, 3)}, m = {run.settings.n_buckets} · audited on {run.split['test'].size:,} test rows"
+        f"α = {format_number(run.alpha, 3)}, m = {run.settings.n_buckets} · audited on {run.split['test'].size:,} test rows"
     )
     if run.stopped or not run.converged:
         st.warning(not_converged_note(False))

@@ -219,3 +219,21 @@ def all_findings(found: list, s: dict, line) -> str:
     with st.expander(f"All {s['n_found']} findings"):
         st.markdown("\n".join(line(f) for f in found))
     return f"{more} more finding(s) under 'All {s['n_found']} findings', and in the audit JSON (Export page). "
+
+
+def scorecard_box(audit, units: str, what: str = "mean error") -> None:
+    """Every listed group of ``audit`` in one searchable table (app.report_tables.scorecard_table; the PDF shows
+    its first rows), for the regression and the classifier Results pages: estimates with intervals, what the
+    group's size can detect (``what``: the quantity it detects) and its findings."""
+    from app.report_tables import mean_error_note, scorecard_table
+
+    table = scorecard_table(audit, name_chars=60)
+    if table is None:
+        return
+    with st.expander(f"Group scorecard: all {len(table)} groups, first by harm and evidence", expanded=True):
+        st.dataframe(table, width="stretch", hide_index=True, height=min(420, 38 + 35 * len(table)))
+        st.caption(
+            mean_error_note(audit, units) + f" Detectable: the smallest {what} the group's rows find with 80% power "
+            f"among all the audit's tests; no finding means any {what} is smaller than that, not that there is "
+            "none. Search the table with its toolbar's magnifier."
+        )

@@ -17,10 +17,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.figure_style import _coverage_tested, _fmt, _legend_line
+from app.figure_style import _coverage_tested, format_number, _legend_line
 from app.ui import state
 from app.specs import count, interval_range_note, not_converged_note
-from app.ui.common import all_findings, download, esc, show_fit_notes, run_and_frame, tabbed
+from app.ui.common import all_findings, download, esc, scorecard_box, show_fit_notes, run_and_frame, tabbed
 
 METHOD_LABELS = {
     "guaranteed": "guaranteed (paper, Section 5)",
@@ -154,13 +154,13 @@ def rmse_line(run, frame):
     if bm.get("base_test"):
         b = bm["base_test"]
         st.caption(
-            f"Test rows: root mean squared error {_fmt(b['rmse'], 4)} (base) → {_fmt(after['rmse'], 4)} "
+            f"Test rows: root mean squared error {format_number(b['rmse'], 4)} (base) → {format_number(after['rmse'], 4)} "
             f"(multicalibrated) {u}; R² {b['r2']:.3f} → {after['r2']:.3f}."
         )
         if run.base is not None and (note := rmse_worse_note(run, frame)):
             st.caption(esc(note))
     else:
-        st.caption(f"Test rows: root mean squared error {_fmt(after['rmse'], 4)} {u}; R² {after['r2']:.3f}.")
+        st.caption(f"Test rows: root mean squared error {format_number(after['rmse'], 4)} {u}; R² {after['r2']:.3f}.")
 
 
 def rmse_worse_note(run, frame) -> str | None:
@@ -174,7 +174,7 @@ def rmse_worse_note(run, frame) -> str | None:
 
 
 def _pct(v):
-    return _fmt(v, 1, "%")
+    return format_number(v, 1, "%")
 
 
 def _coverage_delta_color(diff: float) -> str:
@@ -208,20 +208,8 @@ def _finding_line(f) -> str:
 
 
 def scorecard(run):
-    """Every listed group in one searchable table (app.report_tables.scorecard_table; the PDF shows its first
-    rows): estimates with intervals, what the group's size can detect, and its findings."""
-    from app.report_tables import mean_error_note, scorecard_table
-
-    table = scorecard_table(run.audit, name_chars=60)
-    if table is None:
-        return
-    with st.expander(f"Group scorecard: all {len(table)} groups, first by harm and evidence", expanded=True):
-        st.dataframe(table, width="stretch", hide_index=True, height=min(420, 38 + 35 * len(table)))
-        st.caption(
-            mean_error_note(run.audit, "the label's units") + " Detectable: the smallest mean error the group's "
-            "rows find with 80% power among all the audit's tests; no finding means any error is smaller than "
-            "that, not that there is none. Search the table with its toolbar's magnifier."
-        )
+    """Every listed group in one searchable table (app.ui.common.scorecard_box)."""
+    scorecard_box(run.audit, "the label's units")
 
 
 def over_time(run, frame):
@@ -449,7 +437,7 @@ def spread_ranking(t: pd.DataFrame) -> tuple[str, str]:
     sd = sd[np.isfinite(sd)]
     if sd.size and "observed SD" in t.columns and np.ptp(sd) <= 1e-9 * max(float(np.max(np.abs(sd))), 1e-300):
         return "observed SD", (
-            f"Groups by observed SD (the model predicts the same SD, {_fmt(sd[0], 3)}, for every group: no group is "
+            f"Groups by observed SD (the model predicts the same SD, {format_number(sd[0], 3)}, for every group: no group is "
             "less certain than another by its own account)"
         )
     return "predicted SD", "Least certain groups (largest predicted SD)"
@@ -583,7 +571,7 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
                 showlegend=False,
                 line=dict(color=OKABE_ITO["blue"] if inside else OKABE_ITO["vermillion"], width=6),
                 marker=dict(symbol="line-ns", size=14, line=dict(width=2)),
-                hovertemplate=f"{lab}: [{_fmt(lo, 4)}, {_fmt(hi, 4)}]<extra></extra>",
+                hovertemplate=f"{lab}: [{format_number(lo, 4)}, {format_number(hi, 4)}]<extra></extra>",
             )
         )
     mu = details["pred"]["mean"]
@@ -595,10 +583,10 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
             y=[None],
             mode="lines",
             line=dict(color="#555", dash="dot", width=2),
-            name=f"predicted mean {_fmt(mu, 4)}",
+            name=f"predicted mean {format_number(mu, 4)}",
         )
     )
-    fig.add_trace(_legend_line(f"observed {name} {_fmt(y, 4)}", dict(color=OKABE_ITO["orange"], width=3)))
+    fig.add_trace(_legend_line(f"observed {name} {format_number(y, 4)}", dict(color=OKABE_ITO["orange"], width=3)))
     if any(not (lo <= y <= hi) for _, (lo, hi) in rows):
         miss = dict(color=OKABE_ITO["vermillion"], width=6)
         fig.add_trace(_legend_line("interval misses the observed value", miss))
@@ -648,20 +636,22 @@ def explorer_tab(run, frame):
     with c2:
         p = det["pred"]
         k = st.columns(4)
-        k[0].metric(f"Observed {esc(run.label.name)}{u}", _fmt(det["label"], 4))
+        k[0].metric(f"Observed {esc(run.label.name)}{u}", format_number(det["label"], 4))
         k[1].metric(
             f"Predicted mean{u}",
-            _fmt(p["mean"], 4),
+            format_number(p["mean"], 4),
             delta=None if det["base"] is None else f"{p['mean'] - det['base']:+.3g} vs base",
             delta_color="off",
         )
         if "moment_2" in p:
-            k[2].metric(f"Predicted SD{u}", _fmt(math.sqrt(max(p["moment_2"], 0)), 4))
+            k[2].metric(f"Predicted SD{u}", format_number(math.sqrt(max(p["moment_2"], 0)), 4))
         if det["base"] is not None:
-            k[3].metric(f"Base prediction{u}", _fmt(det["base"], 4))
+            k[3].metric(f"Base prediction{u}", format_number(det["base"], 4))
     st.caption(
         f"{state.file_row(row + 1).capitalize()} (test row {pos:,}). Central moments: "
-        + ", ".join(f"m{k.split('_')[1]} = {_fmt(v, 4)}" for k, v in det["pred"].items() if k.startswith("moment_"))
+        + ", ".join(
+            f"m{k.split('_')[1]} = {format_number(v, 4)}" for k, v in det["pred"].items() if k.startswith("moment_")
+        )
     )
     a, b = st.columns([3, 2], gap="large")
     with a:
@@ -721,8 +711,8 @@ def render():
             return
     st.caption(
         f"{esc(run.data_name)} · label **{esc(run.label.name)}** · {run.model.info.get('n_groups')} groups · "
-        f"α = {_fmt(run.alpha, 3)}"
-        + (f", β = {_fmt(run.beta, 3)}" if run.model.moments else "")
+        f"α = {format_number(run.alpha, 3)}"
+        + (f", β = {format_number(run.beta, 3)}" if run.model.moments else "")
         + f"{_rule_note(run.model)}, "
         f"m = {run.settings.n_buckets}, "
         f"k = {run.settings.n_moments} · "
