@@ -53,7 +53,7 @@ METHOD_LABELS = {
 
 # ---------------------------------------------------------------------------------------------------
 # shared helpers
-def _method_tick(method: str) -> str:
+def method_tick(method: str) -> str:
     """A method's axis label on at most two short lines (narrow heatmap columns stay readable)."""
     label = METHOD_LABELS.get(method, method)
     for sep in (" ", "-"):
@@ -69,8 +69,8 @@ def label_info(audit: AuditResult, label: str, units: str = "") -> dict:
     the report's label argument; empty units read "<label> units") and the range the audit was scaled with."""
     rng = audit.params["label"]
     # shortened (a 7,000-character name ran over the neighbouring panel) and made safe (app.display's rule)
-    name = _hover_safe(label or "label", LABEL_CHARS)
-    units = _hover_safe(units, LABEL_CHARS) if units else f"{name} units"
+    name = hover_safe(label or "label", LABEL_CHARS)
+    units = hover_safe(units, LABEL_CHARS) if units else f"{name} units"
     return {"name": name, "units": units, "lo": rng["lo"], "hi": rng["hi"]}
 
 
@@ -79,7 +79,7 @@ def _unit_power(units: str, a: int) -> str:
     return f"{units}{sup.get(a, f'^{a}')}"
 
 
-def _short(name: str, n: int = MAX_NAME) -> str:
+def short_name(name: str, n: int = MAX_NAME) -> str:
     """Shorten a group name to ``n`` characters. Conjunctions ("a=1 & b=2") are shortened part by part, so
     every condition stays visible: "maritl=2. Married & educ…=4. College Grad"."""
     name = str(name)
@@ -108,29 +108,29 @@ def _short_part(part: str, k: int) -> str:
     return part if len(part) <= k else part[: k - 1] + "…"
 
 
-def _hover_safe(text: str, limit: int | None = None) -> str:
+def hover_safe(text: str, limit: int | None = None) -> str:
     """User text in a Plotly figure (axis labels, hover labels and titles render a little HTML: <b>, <a href>):
     app.display's rule (bidi controls shown as "[U+202E]", never applied; cut to ``limit`` characters), then
     angle brackets neutralised, so a group named "Zürich <b>x</b>" is drawn as written."""
     return display_text(text, limit).replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _display_names(names, below=None, n: int = MAX_NAME) -> list:
+def display_names(names, below=None, n: int = MAX_NAME) -> list:
     """Shortened, unique axis labels (user text made safe for Plotly); groups below gamma get the † mark."""
     out, seen = [], {}
     below = below if below is not None else [False] * len(names)
     for name, b in zip(names, below):
-        s = _short(name, n)
+        s = short_name(name, n)
         if s in seen:
             seen[s] += 1
             s = f"{s[: max(1, n - 4)]}…#{seen[s]}"
         else:
             seen[s] = 1
-        out.append(_hover_safe(s) + (BELOW_GAMMA_MARK if b else ""))
+        out.append(hover_safe(s) + (BELOW_GAMMA_MARK if b else ""))
     return out
 
 
-def _below_gamma(audit: AuditResult, names) -> list:
+def below_gamma(audit: AuditResult, names) -> list:
     """True for groups whose mass is below gamma (``large_enough`` is False; a classifier audit has no gamma)."""
     le = audit.by_group.get("large_enough")
     if le is None:
@@ -138,20 +138,22 @@ def _below_gamma(audit: AuditResult, names) -> list:
     return [not bool(le.get(n, True)) for n in names]
 
 
-def _coverage_tested(audit: AuditResult, names) -> np.ndarray:
+def coverage_tested(audit: AuditResult, names) -> np.ndarray:
     """True for the groups whose coverage is read as a result: mass >= gamma and at least the audit's minimum
     group count of test rows (the ones the coverage heatmaps colour; an 11-row group's coverage moves 9 points
     per row and read as the "worst group" of a 601-row table)."""
     min_n = float((audit.params or {}).get("min_group_count") or 0)
     counts = audit.by_group["count"].reindex([str(v) for v in names]).to_numpy(dtype=float)
-    return ~np.asarray(_below_gamma(audit, names), dtype=bool) & (counts >= min_n)
+    return ~np.asarray(below_gamma(audit, names), dtype=bool) & (counts >= min_n)
 
 
-def _rows_height(n_rows: int, per_row: float = 24, extra: float = 190, minimum: float = 360) -> int:
+def rows_height(n_rows: int, per_row: float = 24, extra: float = 190, minimum: float = 360) -> int:
+    """A figure's height in pixels for ``n_rows`` rows: ``extra`` plus ``per_row`` a row, at least ``minimum``."""
     return int(max(minimum, extra + per_row * n_rows))
 
 
-def _left_margin(labels) -> int:
+def left_margin(labels) -> int:
+    """The left margin in pixels that fits the longest axis label (at most 330)."""
     longest = max((len(str(s)) for s in labels), default=5)
     return int(min(330, 30 + 7.6 * longest))
 
@@ -159,7 +161,7 @@ def _left_margin(labels) -> int:
 SUBTITLE_CHARS = 125  # characters of a 12 px subtitle line at the export width
 
 
-def _base_layout(
+def base_layout(
     fig: go.Figure,
     title: str,
     height: int,
@@ -168,6 +170,7 @@ def _base_layout(
     bottom: int = 60,
     legend: bool = True,
 ) -> go.Figure:
+    """Apply the common layout to ``fig``: font, bold title with a wrapped subtitle, margins and legend."""
     # Plotly does not wrap titles: a long subtitle ran off the right edge (cut in the PDF), so it is wrapped at
     # the width of the export (900 px at 12 px: about 125 characters) and the top margin grows with it
     lines = textwrap.wrap(subtitle, width=SUBTITLE_CHARS, break_long_words=False) if subtitle else []
@@ -203,7 +206,7 @@ def _base_layout(
     return fig
 
 
-def _footer(fig: go.Figure, axis_px: int = 58, legend_rows: int = 0, note: str | None = None) -> None:
+def add_footer(fig: go.Figure, axis_px: int = 58, legend_rows: int = 0, note: str | None = None) -> None:
     """Lay out what sits under the plot area, top to bottom: the x-axis title (``axis_px``), a horizontal
     legend of ``legend_rows`` rows, a one-line note. Sets the bottom margin to fit and places legend and
     note in paper coordinates computed from pixels, so nothing overlaps whatever the figure height."""
@@ -232,14 +235,15 @@ def _footer(fig: go.Figure, axis_px: int = 58, legend_rows: int = 0, note: str |
         )
 
 
-def _empty(title: str, message: str, height: int = 320) -> go.Figure:
+def empty_figure(title: str, message: str, height: int = 320) -> go.Figure:
+    """A placeholder figure: the common layout with ``title`` and ``message`` where the plot would be."""
     fig = go.Figure()
-    _base_layout(fig, title, height, legend=False)
-    _message_only(fig, message)
+    base_layout(fig, title, height, legend=False)
+    message_only(fig, message)
     return fig
 
 
-def _message_only(fig: go.Figure, message: str, color: str = "#555555") -> None:
+def message_only(fig: go.Figure, message: str, color: str = "#555555") -> None:
     """Turn ``fig`` into a message where a figure will be: the text centred, no axes (the results' empty figures,
     the teaching tab before its first step)."""
     fig.add_annotation(
@@ -249,7 +253,7 @@ def _message_only(fig: go.Figure, message: str, color: str = "#555555") -> None:
     fig.update_yaxes(visible=False)
 
 
-def _legend_line(name: str, line: dict) -> go.Scatter:
+def legend_line(name: str, line: dict) -> go.Scatter:
     """A legend entry for a line drawn some other way (a reference line, error bars, a coloured bar)."""
     return go.Scatter(x=[None], y=[None], mode="lines", line=line, name=name)
 
@@ -274,7 +278,8 @@ def format_number(v, digits: int = 3, kind: str = "g") -> str:
     return out
 
 
-def _method_order(cols) -> list:
+def method_order(cols) -> list:
+    """The interval methods of ``cols`` in the order shown (their column order), as strings."""
     return [str(c) for c in cols]
 
 
@@ -284,7 +289,7 @@ def _end(v) -> str:
     return format_number(v).replace(",", "")
 
 
-def _bucket_labels(cols, info: dict, m=None, edges=None) -> list:
+def bucket_labels(cols, info: dict, m=None, edges=None) -> list:
     """Mean-bucket column names: integers are turned into label-unit ranges ([lo, hi), the last closed), from
     the audit's bucket edges when given, else from the label range."""
     cols = list(cols)
@@ -312,7 +317,7 @@ def _bucket_labels(cols, info: dict, m=None, edges=None) -> list:
     return [str(c) for c in cols]
 
 
-def _coverage_range(z: np.ndarray, target: float) -> tuple[float, float]:
+def coverage_range(z: np.ndarray, target: float) -> tuple[float, float]:
     """Colour range of a coverage heatmap: from the lowest value (at least 0.05 below the target) to 1."""
     finite = z[np.isfinite(z)]
     lo = min(float(finite.min()) if finite.size else target, target - 0.05)

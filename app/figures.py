@@ -57,26 +57,26 @@ from app.figure_style import (
     OBSERVED_COLOR,
     OKABE_ITO,
     WIDTH_SCALE,
-    _base_layout,
-    _below_gamma,
-    _bucket_labels,
-    _coverage_range,
-    _display_names,
-    _hover_safe,
-    _empty,
+    base_layout,
+    below_gamma,
+    bucket_labels,
+    coverage_range,
+    display_names,
+    hover_safe,
+    empty_figure,
     format_number,
-    _footer,
-    _legend_line,
-    _left_margin,
-    _method_order,
-    _method_tick,
-    _rows_height,
+    add_footer,
+    legend_line,
+    left_margin,
+    method_order,
+    method_tick,
+    rows_height,
     coverage_colorscale,
     label_info,
 )
 
 # re-exported: tests and app.report_tables use them as figures.X
-from app.figure_style import MAX_NAME as MAX_NAME, METHOD_LABELS as METHOD_LABELS, _short as _short
+from app.figure_style import MAX_NAME as MAX_NAME, METHOD_LABELS as METHOD_LABELS
 from app.figures_convergence import convergence_figure
 from mmc_core.metrics import AuditResult
 
@@ -151,14 +151,14 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     title = "Variance disparities: predicted vs observed spread per group"
     bg = audit.by_group
     if not {"pred_var", "emp_var"} <= set(bg.columns) or len(bg) == 0:
-        return _empty(title, "The audit has no per-group variances.")
+        return empty_figure(title, "The audit has no per-group variances.")
     pv_all, ev_all = _col(bg, "pred_var"), _col(bg, "emp_var")
     ok = np.isfinite(ev_all) & (_col(bg, "count") > 0 if "count" in bg.columns else True)
     if not np.isfinite(pv_all).any():
-        return _empty(title, "The model predicts the mean only: there are no predicted variances to audit.")
+        return empty_figure(title, "The model predicts the mean only: there are no predicted variances to audit.")
     bg = bg[ok]
     if len(bg) == 0:
-        return _empty(title, "No group has rows to estimate a variance on.")
+        return empty_figure(title, "No group has rows to estimate a variance on.")
     n_all = len(bg)
     pv, ev = _col(bg, "pred_var"), _col(bg, "emp_var")
     selection = ""
@@ -170,7 +170,7 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
             far = np.abs(np.log(np.clip(_col(bg, "emp_var_ratio"), 1e-300, None)))
         # groups with findings first (issue 35: a group the findings name was left off the chart), then the
         # groups the guarantees cover (mass >= gamma): tiny groups have noisy variances
-        small = np.asarray(_below_gamma(audit, bg.index), dtype=bool)
+        small = np.asarray(below_gamma(audit, bg.index), dtype=bool)
         found = _with_findings(audit, bg.index)
         key = np.fmax(np.nan_to_num(gap, nan=-1.0), np.nan_to_num(far, nan=-1.0)) - 1e6 * small + 1e7 * found
         keep = np.argsort(-key, kind="stable")[:top]
@@ -180,8 +180,8 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     order = np.argsort(np.nan_to_num(er, nan=np.inf), kind="stable")
     bg = bg.iloc[order]
     names = [str(n) for n in bg.index]
-    below = _below_gamma(audit, bg.index)
-    disp = _display_names(names, below)
+    below = below_gamma(audit, bg.index)
+    disp = display_names(names, below)
     k = len(disp)
     ypos = np.arange(k, dtype=float)  # numeric rows so the two markers of a group can sit side by side
 
@@ -192,7 +192,7 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     counts = bg["count"].to_numpy() if "count" in bg else np.full(k, np.nan)
     mass = _col(bg, "mass")
     u = info["units"]
-    safe = [_hover_safe(n) for n in names]
+    safe = [hover_safe(n) for n in names]
     # SDs in label units, in plain digits (variances in squared units, "2.03e+08", read as nothing: issue 35)
     custom = np.column_stack([safe, counts, mass, pred_sd, emp_sd, pr, pr_lo, pr_hi, er, er_lo, er_hi]).astype(object)
     hover = (
@@ -258,7 +258,7 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     if math.isfinite(ov_sd):
         fig.add_vline(x=ov_sd, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2 - 1)
     fig.add_vline(x=1.0, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2)
-    fig.add_trace(_legend_line("all rows (overall level)", dict(color=MUTED, dash="dash", width=1.5)), 1, 2)
+    fig.add_trace(legend_line("all rows (overall level)", dict(color=MUTED, dash="dash", width=1.5)), 1, 2)
 
     allv = np.concatenate([pr, pr_lo, pr_hi, er, er_lo, er_hi, [1.0]])
     allv = allv[np.isfinite(allv) & (allv > 0)]
@@ -287,21 +287,21 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     fig.update_yaxes(showticklabels=False, row=1, col=2)
     for y_ in ypos[1::2]:  # zebra bands help the eye across the two panels
         fig.add_hrect(y0=y_ - 0.5, y1=y_ + 0.5, fillcolor="#f3f3f3", line_width=0, layer="below")
-    height = _rows_height(k, per_row=26, extra=260)
+    height = rows_height(k, per_row=26, extra=260)
     shown = (
         f"the {k} of {n_all} groups where predicted and observed variance disagree most or the observed variance "
         f"is farthest from that of all rows{selection}"
         if k < n_all
         else f"all {n_all} groups"
     )
-    _base_layout(
+    base_layout(
         fig,
         title,
         height,
         subtitle=f"{info['name']}: {shown}; sorted by observed variance relative to all rows.",
-        left=_left_margin(disp),
+        left=left_margin(disp),
     )
-    _footer(
+    add_footer(
         fig,
         axis_px=60,
         legend_rows=2,
@@ -356,8 +356,8 @@ def _heatmap(
     told apart from one of 2,000. Cells of fewer than ``min_count`` rows keep their value and count but no
     colour (a 1-row cell at coverage 0 was painted the darkest red)."""
     names = [str(n) for n in z.index]
-    below = _below_gamma(audit, z.index)
-    disp = _display_names(names, below)
+    below = below_gamma(audit, z.index)
+    disp = display_names(names, below)
     raw = z.to_numpy(dtype=float)
     if counts is None:
         counts = np.repeat(_group_counts(audit, names)[:, None], raw.shape[1], axis=1)
@@ -383,7 +383,7 @@ def _heatmap(
         for j in range(vals.shape[1]):
             c = counts[i, j]
             rows = f"<br>rows in this cell {int(c):,}" if np.isfinite(c) else ""
-            custom[i, j] = f"<b>{_hover_safe(n)}</b>{rows}<br>{hover_value} {text[i, j]}"
+            custom[i, j] = f"<b>{hover_safe(n)}</b>{rows}<br>{hover_value} {text[i, j]}"
     text_size = 12 if n_cols <= 8 else (10 if n_cols <= 12 else 8)
     fig = go.Figure(
         go.Heatmap(
@@ -409,8 +409,8 @@ def _heatmap(
     fig.update_xaxes(
         type="category", side="top", title_text=x_title, tickangle=0 if n_cols <= 8 else -35, automargin=True
     )
-    height = _rows_height(len(disp), per_row=34 if print_counts else 22, extra=230)
-    _base_layout(fig, title, height, subtitle=subtitle, left=_left_margin(disp), legend=False)
+    height = rows_height(len(disp), per_row=34 if print_counts else 22, extra=230)
+    base_layout(fig, title, height, subtitle=subtitle, left=left_margin(disp), legend=False)
     fig.update_layout(margin=dict(t=125 if n_cols <= 8 else 150), plot_bgcolor="#f2f2f2")
     note = "n = test rows in the cell." if print_counts else "Hover a cell for its row count."
     if any(below):
@@ -418,14 +418,14 @@ def _heatmap(
             f" {BELOW_GAMMA_MARK.strip()} group mass below γ = "
             f"{format_number(audit.params.get('gamma'))}: the guarantees do not cover it."
         )
-    _footer(fig, axis_px=8, note=note)
+    add_footer(fig, axis_px=8, note=note)
     return fig
 
 
 def _coverage_cells(z, audit, title, subtitle, x_labels, x_title, target: float, counts=None) -> go.Figure:
     """A coverage heatmap: diverging colours centred on the target 1 - delta, values printed to 2 decimals;
     cells of fewer rows than the audit tests (its minimum group count) are printed but not coloured."""
-    zmin, zmax = _coverage_range(z.to_numpy(dtype=float), target)
+    zmin, zmax = coverage_range(z.to_numpy(dtype=float), target)
     scale = coverage_colorscale(zmin, zmax, target)
     # the audit tests groups and cells from min_group_count rows (mmc_core.audit_findings.group_findings)
     min_n = float((audit.params or {}).get("min_group_count") or 0)
@@ -464,9 +464,9 @@ def coverage_heatmap(audit: AuditResult, delta: float) -> go.Figure:
     title = "Interval coverage by group and method"
     cov = audit.coverage
     if cov.empty:
-        return _empty(title, "The audit has no coverage table.")
+        return empty_figure(title, "The audit has no coverage table.")
     target = 1.0 - float(delta)
-    labels = [_method_tick(m) for m in _method_order(cov.columns)]
+    labels = [method_tick(m) for m in method_order(cov.columns)]
     subtitle = (
         f"share of rows inside their interval; target 1 − δ = {target:.2f} (white); red = under-covers, blue = "
         "over-covers"
@@ -485,12 +485,12 @@ def coverage_by_bucket_heatmap(
     title = f"Coverage of the {METHOD_LABELS.get(method, method)} intervals by predicted-mean bucket"
     cb = audit.coverage_by_bucket_of.get(method, audit.coverage_by_bucket)
     if cb.empty:
-        return _empty(title, "The audit has no coverage-by-bucket table.")
-    labels = _bucket_labels(cb.columns, info, None, audit.params.get("mean_buckets"))
+        return empty_figure(title, "The audit has no coverage-by-bucket table.")
+    labels = bucket_labels(cb.columns, info, None, audit.params.get("mean_buckets"))
     keep = cb.notna().any(axis=0).to_numpy()  # drop buckets no group's predictions fall in
     cb, labels = cb.loc[:, keep], [lab for lab, k in zip(labels, keep) if k]
     if cb.empty:
-        return _empty(title, "No coverage values in any bucket.")
+        return empty_figure(title, "No coverage values in any bucket.")
     target = 1.0 - float(delta)
     subtitle = f"target 1 − δ = {target:.2f} (white); blank = no rows of the group in the bucket; red = under-covers"
     x_title = f"predicted mean μ(x) ({info['units']})"
@@ -507,7 +507,7 @@ def width_heatmap(audit: AuditResult, *, label: str, units: str = "") -> go.Figu
     title = "Mean interval width by group and method"
     wd = audit.width
     if wd.empty:
-        return _empty(title, "The audit has no width table.")
+        return empty_figure(title, "The audit has no width table.")
     vals = wd.to_numpy(dtype=float)
     finite = vals[np.isfinite(vals)]
     zmax = float(np.max(finite)) if finite.size else 1.0
@@ -522,8 +522,8 @@ def width_heatmap(audit: AuditResult, *, label: str, units: str = "") -> go.Figu
             typical = cm[cm <= 2.5 * np.median(cm)]
             if typical.size and typical.size < cm.size:
                 zmax, capped = float(typical.max()) * 1.05, True
-    methods = _method_order(wd.columns)
-    labels = [_method_tick(m) for m in methods]
+    methods = method_order(wd.columns)
+    labels = [method_tick(m) for m in methods]
 
     def digits(v: float) -> str:
         return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
@@ -562,12 +562,12 @@ def calibration_before_after_figure(
     title = "Mean calibration: worst cell per group, before and after"
     bg = audit.by_group
     if "calib_error_worst" not in bg.columns or len(bg) == 0:
-        return _empty(title, "The audit has no calibration errors.")
+        return empty_figure(title, "The audit has no calibration errors.")
     after = bg["calib_error_worst"].astype(float)
     has_base = "calib_error_worst_base" in bg.columns and np.isfinite(bg["calib_error_worst_base"].astype(float)).any()
     before = bg["calib_error_worst_base"].astype(float) if has_base else pd.Series(np.nan, index=bg.index)
     key = np.fmax(after.to_numpy(), before.to_numpy())
-    small = np.asarray(_below_gamma(audit, bg.index), dtype=bool)
+    small = np.asarray(below_gamma(audit, bg.index), dtype=bool)
     # groups with findings first (issue 35), then the groups the guarantees cover (mass >= gamma): worst cells of
     # tiny groups are mostly noise
     found = _with_findings(audit, bg.index)
@@ -581,8 +581,8 @@ def calibration_before_after_figure(
         order = order.iloc[:top]
     idx = list(order.index)[::-1]  # largest at the top
     names = [str(n) for n in idx]
-    below = _below_gamma(audit, idx)
-    disp = _display_names(names, below)
+    below = below_gamma(audit, idx)
+    disp = display_names(names, below)
     a, b = after.loc[idx].to_numpy(), before.loc[idx].to_numpy()
     wa = (
         bg["calib_error_worst_weighted"].astype(float).loc[idx].to_numpy()
@@ -609,7 +609,7 @@ def calibration_before_after_figure(
             )
         }  # fmt: skip
 
-    custom = np.column_stack([[_hover_safe(n) for n in names], counts, b, a, wb, wa])
+    custom = np.column_stack([[hover_safe(n) for n in names], counts, b, a, wb, wa])
     u = info["units"]
     hover = (
         "<b>%{customdata[0]}</b><br>rows %{customdata[1]}<br>"
@@ -650,7 +650,7 @@ def calibration_before_after_figure(
     fig.update_xaxes(
         rangemode="tozero", title_text=f"largest |mean prediction − mean {what}| over the group's buckets ({u})"
     )
-    height = _rows_height(len(disp), per_row=26, extra=220)
+    height = rows_height(len(disp), per_row=26, extra=220)
     shown = (
         f"the {len(disp)} of {n_all} groups with the largest error" + _first_note(found, small)
         if len(disp) < n_all
@@ -660,9 +660,9 @@ def calibration_before_after_figure(
         f"per predicted-mean bucket{f' of ≥ {cells} rows' if cells else ''}; bars: 95% CI of that cell's error; "
         f"{shown}" + ("" if has_base else "; no base prediction was given")
     )
-    _base_layout(fig, title, height, subtitle=sub, left=_left_margin(disp))
+    base_layout(fig, title, height, subtitle=sub, left=left_margin(disp))
     fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
-    _footer(
+    add_footer(
         fig,
         axis_px=60,
         note=f"{BELOW_GAMMA_MARK.strip()} group mass below γ: small cells make worst-cell errors noisy."
@@ -702,22 +702,22 @@ def moment_reliability_figure(audit: AuditResult, moment: int = 2, *, label: str
     title = f"Moment reliability: predicted vs observed {root} per cell"
     mc = audit.moment_cells
     if mc.empty:
-        return _empty(title, "The audit has no moment cells.")
+        return empty_figure(title, "The audit has no moment cells.")
     df = mc[mc["moment"].astype(int) == a]
     df = df[np.isfinite(df["predicted"].astype(float)) & np.isfinite(df["empirical"].astype(float))]
     if df.empty:
         have = sorted(set(int(v) for v in mc["moment"]))
-        return _empty(title, f"No cells for moment {a} (the audit has moments {have}).")
+        return empty_figure(title, f"No cells for moment {a} (the audit has moments {have}).")
     u = info["units"]
     mass = df["mass"].astype(float).to_numpy() if "mass" in df else np.ones(len(df))
     mmax = float(np.nanmax(mass)) if len(mass) else 1.0
     size = 5 + 28 * np.sqrt(np.clip(mass, 0, None) / (mmax if mmax > 0 else 1.0))
-    below = np.asarray(_below_gamma(audit, df["group"]), dtype=bool) if "group" in df else np.zeros(len(df), bool)
+    below = np.asarray(below_gamma(audit, df["group"]), dtype=bool) if "group" in df else np.zeros(len(df), bool)
     pred, emp = _moment_root(df["predicted"], a), _moment_root(df["empirical"], a)
     cols = [c for c in ("group", "mean_bucket", "moment_bucket", "count", "mass") if c in df.columns]
     custom = df[cols].to_numpy(dtype=object)
     if "group" in cols:
-        custom[:, 0] = [_hover_safe(g) for g in custom[:, 0]]
+        custom[:, 0] = [hover_safe(g) for g in custom[:, 0]]
     hv = "<br>".join(f"{c.replace('_', ' ')} %{{customdata[{i}]}}" for i, c in enumerate(cols))
     hover = hv + f"<br>predicted %{{x:,.4~r}} {u}<br>observed %{{y:,.4~r}} {u}<extra></extra>"
     fig = go.Figure()
@@ -783,6 +783,6 @@ def moment_reliability_figure(audit: AuditResult, moment: int = 2, *, label: str
         tot = float(np.nansum(mass))
         if tot > 0:
             w_err = f"; mass-weighted mean |error| {format_number(np.nansum(np.abs(e) * mass) / tot, 3)} {u}"
-    _base_layout(fig, title, 640, subtitle=f"{len(df)} cells (group × mean bucket × moment bucket){w_err}", left=90)
-    _footer(fig, axis_px=60, legend_rows=1)
+    base_layout(fig, title, 640, subtitle=f"{len(df)} cells (group × mean bucket × moment bucket){w_err}", left=90)
+    add_footer(fig, axis_px=60, legend_rows=1)
     return fig

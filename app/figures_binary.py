@@ -23,15 +23,15 @@ from plotly.subplots import make_subplots
 from app.figure_style import (
     FIT_COLOR,
     HOLDOUT_COLOR,
-    _base_layout,
-    _display_names,
-    _empty,
+    base_layout,
+    display_names,
+    empty_figure,
     format_number,
-    _left_margin,
-    _rows_height,
-    _short,
+    left_margin,
+    rows_height,
+    hover_safe,
+    short_name,
 )
-from app.figures import _hover_safe
 
 __all__ = [
     "wilson_interval",
@@ -270,14 +270,14 @@ def reliability_figure(
     calibration. ``cells``: :func:`mmc_core.binary.reliability_cells` (``audit.calibration_cells``)."""
     title = "Reliability by group: observed vs predicted probability"
     if cells is None or len(cells) == 0:
-        return _empty(title, "No reliability cells (no test rows).")
+        return empty_figure(title, "No reliability cells (no test rows).")
     cells = cells[cells["count"] >= min_count]
     groups = [g for g in _pick_groups(by_group, top, first) if (cells["group"] == g).any()]
     rows = max(1, math.ceil(len(groups) / cols))
     fig = make_subplots(
         rows=rows,
         cols=cols,
-        subplot_titles=[_hover_safe(_short(str(g), 34)) for g in groups],
+        subplot_titles=[hover_safe(short_name(str(g), 34)) for g in groups],
         horizontal_spacing=0.07,
         vertical_spacing=0.12 if rows > 1 else 0.1,
         shared_xaxes=False,
@@ -331,7 +331,7 @@ def reliability_figure(
                     ),
                     customdata=custom,
                     hovertemplate=(
-                        f"<b>{_hover_safe(str(g))}</b> ({which})<br>scores in [%{{customdata[1]:.1f}}, "
+                        f"<b>{hover_safe(str(g))}</b> ({which})<br>scores in [%{{customdata[1]:.1f}}, "
                         "%{customdata[2]:.1f})<br>rows %{customdata[0]}<br>predicted %{x:.3f}<br>observed "
                         "%{y:.3f} (95% CI %{customdata[3]:.3f}–%{customdata[4]:.3f})<extra></extra>"
                     ),
@@ -359,7 +359,7 @@ def reliability_figure(
     for ann in fig.layout.annotations:
         ann.font = dict(size=12)
     height = 120 + 250 * rows
-    _base_layout(
+    base_layout(
         fig,
         title,
         height,
@@ -385,10 +385,10 @@ def rate_figure(
     groups' shares of positives, which the latter has not)."""
     title = f"Rates by group at threshold {threshold:g}"
     if rates is None or len(rates) == 0:
-        return _empty(title, "No groups.")
+        return empty_figure(title, "No groups.")
     rates = wilson_rates(rates, base_rate, level)
     groups = _pick_groups(rates, top, first)[::-1]  # "all" at the top
-    disp = _display_names([str(g) for g in groups])
+    disp = display_names([str(g) for g in groups])
     fig = make_subplots(
         rows=1,
         cols=len(metrics),
@@ -425,7 +425,7 @@ def rate_figure(
                         thickness=1.2,
                         width=3,
                     ),
-                    customdata=np.column_stack([[_hover_safe(str(g)) for g in groups], lo, hi]),
+                    customdata=np.column_stack([[hover_safe(str(g)) for g in groups], lo, hi]),
                     hovertemplate=(
                         f"<b>%{{customdata[0]}}</b> ({which})<br>{RATE_NAMES[m]} %{{x:.3f}} "
                         f"(Wilson {level:.0%} CI %{{customdata[1]:.3f}}–%{{customdata[2]:.3f}})<extra></extra>"
@@ -438,13 +438,13 @@ def rate_figure(
     fig.update_yaxes(tickvals=list(range(len(groups))), ticktext=disp, row=1, col=1, automargin=True)
     for ann in fig.layout.annotations:
         ann.font = dict(size=12)
-    height = _rows_height(len(groups), per_row=30, extra=200)
-    _base_layout(
+    height = rows_height(len(groups), per_row=30, extra=200)
+    base_layout(
         fig,
         title,
         height,
         subtitle=f"decision = predicted probability ≥ threshold; bars: Wilson score {level:.0%} intervals",
-        left=_left_margin(disp),
+        left=left_margin(disp),
     )
     fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0 + 40.0 / height, xanchor="right", x=1.0))
     return fig

@@ -10,13 +10,13 @@ import plotly.graph_objects as go
 from .figure_style import (
     MUTED,
     OKABE_ITO,
-    _base_layout,
-    _display_names,
-    _footer,
-    _hover_safe,
-    _left_margin,
-    _rows_height,
-    _short,
+    base_layout,
+    display_names,
+    add_footer,
+    hover_safe,
+    left_margin,
+    rows_height,
+    short_name,
 )
 
 # colour-blind safe (Okabe-Ito), and told apart by the marker's shape as well: worse points right, better left
@@ -59,8 +59,8 @@ def difference_figure(res, value: str = "rmse", top: int | None = TOP) -> go.Fig
     names = list(tab.index)
     found = {f["group"]: f["direction"] for f in res.findings if f["kind"] == value}
     shown = shown_groups(res, value, top)
-    labels = _display_names([names[i] for i in shown])
-    a, b = (_hover_safe(_short(str(n), 50)) for n in res.names)
+    labels = display_names([names[i] for i in shown])
+    a, b = (hover_safe(short_name(str(n), 50)) for n in res.names)
     fig = go.Figure()
     for kind, (symbol, color, size, legend) in MARKS.items():
         idx = [k for k, i in enumerate(shown) if found.get(names[i], "") == kind]
@@ -94,14 +94,14 @@ def difference_figure(res, value: str = "rmse", top: int | None = TOP) -> go.Fig
         if n_ok > len(shown)
         else ""
     )
-    _base_layout(
+    base_layout(
         fig,
         f"{TITLES.get(value, value)}: {b} minus {a}",
-        _rows_height(len(shown)),
+        rows_height(len(shown)),
         subtitle=f"Right of 0: {_side_name('B', b)} is worse than {_side_name('A', a)}. Bars: 95% intervals, paired "
         "on the same rows; a "
         f"finding is a difference beyond chance after adjusting over all {res.n_tests} tests.{more}",
-        left=_left_margin(labels),
+        left=left_margin(labels),
     )
     fig.update_yaxes(categoryorder="array", categoryarray=labels)
     fig.update_xaxes(title="difference (B - A)", zeroline=False)
@@ -148,7 +148,7 @@ def period_figure(res, value: str = "spread", top: int = 8) -> go.Figure:
     colors = iter(PERIOD_COLORS * (1 + len(chosen) // len(PERIOD_COLORS)))
     fmt = ".1%" if value in PERIOD_PERCENT else ".4g"
     fig = go.Figure()
-    for k, (g, name) in enumerate(zip(chosen, _display_names(chosen))):
+    for k, (g, name) in enumerate(zip(chosen, display_names(chosen))):
         rows = per[per["group"] == g]
         y, lo, hi = (rows[c].to_numpy(float) for c in (value, f"{value}_lo", f"{value}_hi"))
         color = OKABE_ITO["black"] if g == "all" else next(colors)
@@ -183,7 +183,7 @@ def period_figure(res, value: str = "spread", top: int = 8) -> go.Figure:
     )
     # the legend under the plot, about three names a row: above it, it ran over the two-line subtitle
     legend_rows = -(-len(chosen) // 3)
-    _base_layout(
+    base_layout(
         fig,
         f"{PERIOD_TITLES.get(value, value)} by period",
         440 + 24 * legend_rows,
@@ -193,5 +193,5 @@ def period_figure(res, value: str = "spread", top: int = 8) -> go.Figure:
     fig.update_xaxes(title="period", tickmode="array", tickvals=list(range(P)), ticktext=labels, range=[-0.5, P - 0.5])
     if value in PERIOD_PERCENT:
         fig.update_yaxes(tickformat=".0%")
-    _footer(fig, legend_rows=legend_rows)
+    add_footer(fig, legend_rows=legend_rows)
     return fig

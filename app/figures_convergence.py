@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.figure_style import FIT_COLOR, HOLDOUT_COLOR, MUTED, OKABE_ITO, _base_layout, _empty, _footer
+from app.figure_style import FIT_COLOR, HOLDOUT_COLOR, MUTED, OKABE_ITO, base_layout, empty_figure, add_footer
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ def convergence_figure(
     """
     rows = [dict(r) for r in (history or [])]
     if not rows:
-        return _empty(title, "No rounds yet: the history fills in as the fit runs.", height=360)
+        return empty_figure(title, "No rounds yet: the history fills in as the fit runs.", height=360)
     df = pd.DataFrame(rows)
     if "round" not in df:
         df["round"] = np.arange(len(df))
@@ -225,14 +225,14 @@ def convergence_figure(
     )
     fig.update_layout(barmode="overlay")
     status = f"{n} round{'s' if n != 1 else ''} shown"
-    _base_layout(
+    base_layout(
         fig,
         title,
         760 if moments else 560,
         subtitle=f"Violations on the label scaled to [0, 1], weighted by cell mass; {status}.",
         left=90,
     )
-    _footer(fig, axis_px=60, legend_rows=2)
+    add_footer(fig, axis_px=60, legend_rows=2)
     for a in fig.layout.annotations[:r_cnt]:  # subplot titles: left-aligned and bold-ish
         a.update(x=0.0, xanchor="left", font=dict(size=13, color="#333333"))
     return fig

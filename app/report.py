@@ -36,18 +36,17 @@ from mmc_core.recalibrate import describe as describe_base
 from mmc_core.thresholds import NO_GROUP_MOMENT_Z
 
 from . import figures as F
+from .figure_style import below_gamma, short_name
 from .pdf_doc import KALEIDO_MESSAGE, _title_page, report_label
 from .specs import descent_thresholds, interval_range_note, missed_reason, outside_range_note, threshold_rules
 from .validate import unlisted_notes
 from .report_tables import (
-    _below,
     _calibration_table,
     even_chunks,
     _coverage_table,
     _convergence_warning,
     _findings_section,
     _in_sample_warning,
-    _short,
     audit_subset,
     _variance_table,
     findings_summary,
@@ -413,20 +412,20 @@ def _data_rows(audit, model, y, data_name, gamma) -> tuple[list, list]:
             rows.append(
                 (
                     "Smallest groups",
-                    "; ".join(f"{_short(g, 40)} ({int(c):,} rows)" for g, c in zip(small.index, small["count"])),
+                    "; ".join(f"{short_name(g, 40)} ({int(c):,} rows)" for g, c in zip(small.index, small["count"])),
                 )
             )
             empty = [str(g) for g, c in zip(bg.index, bg["count"]) if int(c) == 0]
             if empty:
                 more = f" and {len(empty) - 8} more" if len(empty) > 8 else ""
                 notes.append(f"{len(empty)} group(s) have no rows in this data: " + ", ".join(empty[:8]) + more)
-        below = [g for g, b in zip(bg.index, _below(audit, bg.index)) if b]
+        below = [g for g, b in zip(bg.index, below_gamma(audit, bg.index)) if b]
         rows.append(
             (
                 "Groups below γ",
                 (
                     f"{len(below)}: "
-                    + ", ".join(_short(g, 40) for g in below[:6])
+                    + ", ".join(short_name(g, 40) for g in below[:6])
                     + (f" and {len(below) - 6} more (marked † in the figures)" if len(below) > 6 else "")
                 )
                 if below
@@ -439,7 +438,7 @@ def _data_rows(audit, model, y, data_name, gamma) -> tuple[list, list]:
             (
                 "Discovered groups",
                 f"{len(found)}: "
-                + "; ".join(_short(g, 60) for g in found[:6])
+                + "; ".join(short_name(g, 60) for g in found[:6])
                 + (f" and {len(found) - 6} more" if len(found) > 6 else ""),
             )
         )
@@ -487,7 +486,7 @@ def _over_time_section(doc, res, column: str, heading: str, add_figure) -> None:
     doc.para(period_headline(res, column), size=9.5, style="B" if res.findings else "")
     table = period_findings_table(res, top=PERIOD_TABLE_ROWS)
     if len(table):
-        table["group"] = [_short(g, 48) for g in table["group"]]
+        table["group"] = [short_name(g, 48) for g in table["group"]]
         doc.data_table(
             table,
             col_widths=(38, 27, 30, 26, 46, 19),
@@ -576,7 +575,7 @@ def build_report_pdf(
         from app.report_binary import binary_report
 
         def over_time(doc, add_figure, number):
-            heading = f"{number}. Over time: {_short(period_column, 40)}"
+            heading = f"{number}. Over time: {short_name(period_column, 40)}"
             _over_time_section(doc, periods, period_column, heading, add_figure)
 
         return binary_report(
@@ -834,7 +833,9 @@ def build_report_pdf(
             )
 
     if periods is not None:
-        _over_time_section(doc, periods, period_column, numbered(f"Over time: {_short(period_column, 40)}"), add_figure)
+        _over_time_section(
+            doc, periods, period_column, numbered(f"Over time: {short_name(period_column, 40)}"), add_figure
+        )
 
     if skipped:
         doc.ensure(30)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 
 from app import figures_binary as FB
+from app.figure_style import short_name
 from app.pdf_doc import _title_page, report_label
 from app.report_tables import (
     _convergence_warning,
     _findings_section,
     _in_sample_warning,
-    _short,
     mean_error_note,
     priority_groups,
     scorecard_table,
@@ -130,7 +130,7 @@ def binary_report(
             ("Groups", f"{len(bg):,} (overlapping; 'all' is the whole population)"),
             (
                 "Smallest groups",
-                "; ".join(f"{_short(g, 40)} ({int(c):,} rows)" for g, c in zip(small.index, small["count"])),
+                "; ".join(f"{short_name(g, 40)} ({int(c):,} rows)" for g, c in zip(small.index, small["count"])),
             ),
         ]
     )

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import figures as F
-from .figure_style import _coverage_tested
+from .figure_style import below_gamma, coverage_tested, short_name
 from .specs import not_converged_note
 
 
@@ -34,17 +34,9 @@ def _pct(v) -> str:
     return F.format_number(v, 1, "%")
 
 
-def _short(s, n=30) -> str:
-    return F._short(str(s), n)  # the figures' conjunction-aware shortening (one definition)
-
-
-def _below(audit, names) -> list:
-    return F._below_gamma(audit, names)  # the one definition of "below gamma"
-
-
 def _name_col(audit, names, n=30) -> list:
-    below = _below(audit, names)
-    return [_short(nm, n) + (F.BELOW_GAMMA_MARK if b else "") for nm, b in zip(names, below)]
+    below = below_gamma(audit, names)
+    return [short_name(nm, n) + (F.BELOW_GAMMA_MARK if b else "") for nm, b in zip(names, below)]
 
 
 def priority_groups(audit) -> list:
@@ -150,7 +142,7 @@ def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
     if d.empty:
         return None
     gap = np.abs(np.log(d["pred_var"].astype(float) / d["emp_var"].astype(float)))
-    small = pd.Series(_below(audit, d.index), index=d.index, dtype=float)
+    small = pd.Series(below_gamma(audit, d.index), index=d.index, dtype=float)
     found = {f.get("group") for f in (audit.findings or []) if f.get("kind") == "variance"}
     flagged = pd.Series([g in found for g in d.index], index=d.index, dtype=float)
     d = d.loc[
@@ -183,7 +175,7 @@ def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
     if cov.empty:
         return None
     target = 1 - delta
-    big = _coverage_tested(audit, cov.index)  # the groups the dashboard's headline and heatmaps read
+    big = coverage_tested(audit, cov.index)  # the groups the dashboard's headline and heatmaps read
     rows = []
     for m in cov.columns:
         c = cov[m].astype(float)
@@ -194,7 +186,7 @@ def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
             {
                 "method": F.METHOD_LABELS.get(str(m), str(m)),
                 "coverage (all)": _pct(overall),
-                "worst group (mass ≥ γ)": f"{_short(worst, 26)}: {_pct(cb.min())}" if worst is not None else "–",
+                "worst group (mass ≥ γ)": f"{short_name(worst, 26)}: {_pct(cb.min())}" if worst is not None else "–",
                 f"groups under {target - 0.05:.0%}": f"{int((cb < target - 0.05).sum())} of {int(cb.notna().sum())}",
                 "mean width (all)": _num(wid[m].astype(float).get("all", np.nan)) if m in wid else "–",
             }
@@ -208,7 +200,7 @@ def _calibration_table(audit, top: int = 12) -> pd.DataFrame | None:
         return None
     has_base = "calib_error_worst_base" in bg and np.isfinite(bg["calib_error_worst_base"].astype(float)).any()
     key = bg["calib_error_worst_base"].astype(float) if has_base else bg["calib_error_worst"].astype(float)
-    key = key.fillna(-1.0) - 1e6 * pd.Series(_below(audit, bg.index), index=bg.index, dtype=float)
+    key = key.fillna(-1.0) - 1e6 * pd.Series(below_gamma(audit, bg.index), index=bg.index, dtype=float)
     d = bg.loc[key.sort_values(ascending=False).index[:top]]  # groups of mass >= gamma first
     out = {"group": _name_col(audit, d.index, 34), "rows": [f"{int(v):,}" for v in d["count"]] if "count" in d else "–"}
     if "mean_label" in d:

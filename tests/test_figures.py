@@ -588,9 +588,9 @@ def test_thousands_are_written_with_separators_not_exponents():
         "0.0000123",
     )
     # the coverage-by-bucket axis read "[990, 1.98e+03)" (a browser re-check of mroz)
-    from app.figure_style import _bucket_labels
+    from app.figure_style import bucket_labels
 
-    labels = _bucket_labels([0, 1], {"lo": 0.0, "hi": 1980.0}, edges=[0.0, 990.0, 1980.0])
+    labels = bucket_labels([0, 1], {"lo": 0.0, "hi": 1980.0}, edges=[0.0, 990.0, 1980.0])
     assert labels == ["[0, 990)", "[990, 1980]"]  # no separator inside an interval's ends
 
 

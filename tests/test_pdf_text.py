@@ -61,12 +61,12 @@ def test_a_label_of_7000_characters_is_shortened_not_a_crash(tmp_path, monkeypat
 
 
 def test_one_rule_for_every_page():
-    from app.figure_style import _hover_safe
+    from app.figure_style import hover_safe
     from app.ui.common import esc
 
     s = "a\u202eb\u2066c"
     assert visible_controls(s) == "a[U+202E]b[U+2066]c"
-    assert "[U+202E]" in _hover_safe(s) and "\u202e" not in _hover_safe(s)
+    assert "[U+202E]" in hover_safe(s) and "\u202e" not in hover_safe(s)
     assert "\u202e" not in esc(s) and "U+202E" in esc(s)
     assert shorten("abc", 3) == "abc" and shorten("abcd", 3) == "ab…"
     pdf = pdf_doc._make_pdf("t")

@@ -524,7 +524,7 @@ def test_the_worst_group_coverage_is_read_only_where_the_heatmap_colours_it(demo
     """A 601-row table's Results headline named an 11-row group (mass >= gamma on the test rows, but fewer than
     the audit's 30-row minimum, left uncoloured as "not tested" by the heatmap) as the worst-covered group, at
     81.8%. The headline and the PDF's coverage table now read the same groups the heatmaps colour."""
-    from app.figure_style import _below_gamma, _coverage_tested
+    from app.figure_style import below_gamma, coverage_tested
     from app.report_tables import _coverage_table
     from mmc_core.metrics import audit
 
@@ -533,10 +533,10 @@ def test_the_worst_group_coverage_is_read_only_where_the_heatmap_colours_it(demo
     names = res.coverage.index
     counts = res.by_group["count"].reindex(names).to_numpy(float)
     min_n = res.params["min_group_count"]
-    big = ~np.asarray(_below_gamma(res, names), dtype=bool)
+    big = ~np.asarray(below_gamma(res, names), dtype=bool)
     small_big = big & (counts < min_n)
     assert small_big.any()  # the case: groups of mass >= gamma with fewer test rows than the audit tests
-    tested = _coverage_tested(res, names)
+    tested = coverage_tested(res, names)
     assert not tested[small_big].any() and tested[big & (counts >= min_n)].all()
     cal = res.coverage["calibrated"].astype(float)
     worst_tested = cal[tested].idxmin()

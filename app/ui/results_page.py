@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.figure_style import _coverage_tested, format_number, _legend_line
+from app.figure_style import coverage_tested, format_number, legend_line
 from app.ui import state
 from app.specs import count, interval_range_note, not_converged_note
 from app.ui.common import all_findings, download, esc, scorecard_box, show_fit_notes, run_and_frame, tabbed
@@ -129,7 +129,7 @@ def headline(run):
             help=f"Share of test rows inside their calibrated {target:.0%} interval (above the target: wider "
             "than needed, not better).",
         )
-        tested = _coverage_tested(audit, col.index)
+        tested = coverage_tested(audit, col.index)
         min_n = float((audit.params or {}).get("min_group_count") or 0)
         worst = float(col[tested].min()) if tested.any() else float("nan")
         c[4].metric(
@@ -190,9 +190,9 @@ def _pts(diff: float, target: float) -> str | None:
 
 
 def _large_enough(audit, index) -> np.ndarray:
-    from app.figure_style import _below_gamma  # the one definition of "below gamma"
+    from app.figure_style import below_gamma  # the one definition of "below gamma"
 
-    return ~np.asarray(_below_gamma(audit, index), dtype=bool)
+    return ~np.asarray(below_gamma(audit, index), dtype=bool)
 
 
 KIND_TITLES = {
@@ -586,10 +586,10 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
             name=f"predicted mean {format_number(mu, 4)}",
         )
     )
-    fig.add_trace(_legend_line(f"observed {name} {format_number(y, 4)}", dict(color=OKABE_ITO["orange"], width=3)))
+    fig.add_trace(legend_line(f"observed {name} {format_number(y, 4)}", dict(color=OKABE_ITO["orange"], width=3)))
     if any(not (lo <= y <= hi) for _, (lo, hi) in rows):
         miss = dict(color=OKABE_ITO["vermillion"], width=6)
-        fig.add_trace(_legend_line("interval misses the observed value", miss))
+        fig.add_trace(legend_line("interval misses the observed value", miss))
     fig.update_layout(
         height=120 + 38 * len(rows),
         margin=dict(l=10, r=20, t=40, b=50),

@@ -20,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.figure_style import _legend_line, _message_only
+from app.figure_style import legend_line, message_only
 from app.figures import OKABE_ITO
 from mmc_core import GroupSet
 from mmc_core.descent import DescentParams
@@ -312,7 +312,7 @@ def truth_figure(lesson: Lesson, units: str = "points", scale: float = 100.0) ->
         )
         if show:
             tolerance = "tolerance: what the auditor lets pass at this sample size"
-            fig.add_trace(_legend_line(tolerance, dict(color=TOL, width=10)), 1, col)
+            fig.add_trace(legend_line(tolerance, dict(color=TOL, width=10)), 1, col)
 
         # the dots, drawn in this order: (column, hover label, the trace's own style)
         truth = "truth: E[y|x] (left), E[(y − μ(x))²|x] = what m₂ targets (right)"
@@ -374,10 +374,10 @@ def cells_figure(lesson: Lesson, ev: dict | None, units: str = "points") -> go.F
     """The audited group's cells and the population violation of each, with the chosen cells marked."""
     fig = go.Figure()
     if ev and ev.get("kind") == "converged":  # after "Run to end": Step has nothing left to do
-        _message_only(fig, "Converged: no cell violates its threshold, so the auditor has nothing to choose.")
+        message_only(fig, "Converged: no cell violates its threshold, so the auditor has nothing to choose.")
         return _layout(fig, "The auditor's choice", 380)
     if not ev or ev.get("kind") not in ("mean_update", "moment_update"):
-        _message_only(fig, "Press Step: the auditor's chosen cells appear here.", color="#555")
+        message_only(fig, "Press Step: the auditor's chosen cells appear here.", color="#555")
         return _layout(fig, "The auditor's choice", 380)
     kind, z = cell_stats(lesson, ev)
     c = lesson.config
