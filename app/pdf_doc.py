@@ -202,7 +202,7 @@ def report_label(model, label) -> str:
     return display_text(label or "label", REPORT_LABEL_CHARS)
 
 
-def _title_page(window_title: str, title: str, facts: str):
+def title_page(window_title: str, title: str, facts: str):
     """A new report on its first page: the title (large, blue) and one grey line of ``facts`` with the time it was
     generated. Returns (pdf, doc)."""
     pdf = _make_pdf(window_title)

@@ -37,18 +37,18 @@ from mmc_core.thresholds import NO_GROUP_MOMENT_Z
 
 from . import figures as F
 from .figure_style import below_gamma, short_name
-from .pdf_doc import KALEIDO_MESSAGE, _title_page, report_label
+from .pdf_doc import KALEIDO_MESSAGE, title_page, report_label
 from .specs import descent_thresholds, interval_range_note, missed_reason, outside_range_note, threshold_rules
 from .validate import unlisted_notes
 from .report_tables import (
-    _calibration_table,
+    calibration_table,
     even_chunks,
-    _coverage_table,
-    _convergence_warning,
-    _findings_section,
-    _in_sample_warning,
+    coverage_table,
+    convergence_warning,
+    findings_section,
+    in_sample_warning,
     audit_subset,
-    _variance_table,
+    variance_table,
     findings_summary,
     mean_error_note,
     scorecard_table,
@@ -594,7 +594,7 @@ def build_report_pdf(
     label = report_label(model, label)
     units = units or f"{label} units"
     names = {"label": label, "units": units}  # what the figures print about the label
-    pdf, doc = _title_page(
+    pdf, doc = title_page(
         f"mmc-audit report: {label} on {data_name}",
         f"Moment multicalibration audit: {label}",
         f"Data: {data_name} · {len(y):,} rows · {len(model.groups.names):,} groups",
@@ -602,13 +602,13 @@ def build_report_pdf(
     tested = ["means", "bucket calibration"] + (["variances"] if model.moments else [])
     has_intervals = not audit.coverage.empty  # a mean-only audit has one row per group and no columns
     tested += ["interval coverage"] if has_intervals else []
-    _findings_section(
+    findings_section(
         doc,
         audit,
         f"the model's {', '.join(tested[:-1])} and {tested[-1]} on every group and cell",
         "No defect found",
     )
-    _convergence_warning(doc, info, bool(model.moments))
+    convergence_warning(doc, info, bool(model.moments))
     card = scorecard_table(audit, top=SCORECARD_ROWS)
     if card is not None:
         doc.data_table(
@@ -634,8 +634,8 @@ def build_report_pdf(
     doc.kv_table(drows)
     for n_ in dnotes:
         doc.para(n_, size=8.5, style="I")
-    _in_sample_warning(doc, len(y), info)
-    ct = _coverage_table(audit, delta)
+    in_sample_warning(doc, len(y), info)
+    ct = coverage_table(audit, delta)
     if ct is not None:
         doc.data_table(
             ct,
@@ -733,7 +733,7 @@ def build_report_pdf(
             "more (or less) variable than the population.",
             max_height=160,
         )
-        vt = _variance_table(audit, top=8)
+        vt = variance_table(audit, top=8)
         if vt is not None:
             doc.data_table(
                 vt,
@@ -798,7 +798,7 @@ def build_report_pdf(
         "and after multicalibration.",
         max_height=140,
     )
-    calt = _calibration_table(audit, top=10)
+    calt = calibration_table(audit, top=10)
     if calt is not None:
         w = [60, 14] + [(186 - 74) / (len(calt.columns) - 2)] * (len(calt.columns) - 2)
         doc.data_table(

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from app import figures_binary as FB
 from app.figure_style import short_name
-from app.pdf_doc import _title_page, report_label
+from app.pdf_doc import title_page, report_label
 from app.report_tables import (
-    _convergence_warning,
-    _findings_section,
-    _in_sample_warning,
+    convergence_warning,
+    findings_section,
+    in_sample_warning,
     mean_error_note,
     priority_groups,
     scorecard_table,
@@ -69,19 +69,19 @@ def binary_report(
         thr, rate_rows, disparities = float(rates[0]), rates[1], rates[2]
     # the reader must know which threshold the rates are at when it is not the one the audit ran with
     chosen = f" (chosen on the dashboard; the audit ran at {audit_thr:g})" if thr != audit_thr else ""
-    pdf, doc = _title_page(
+    pdf, doc = title_page(
         f"mmc-audit classifier report: {label} on {data_name}",
         f"Classifier audit: {label}",
         f"Data: {data_name} · {int(params['n']):,} rows · {len(bg):,} groups · decision threshold {thr:g}{chosen}",
     )
 
-    _findings_section(
+    findings_section(
         doc,
         audit,
         "the predicted probability on every group and every group × probability bucket",
         "No miscalibrated group or bucket found",
     )
-    _convergence_warning(doc, info, False)
+    convergence_warning(doc, info, False)
     card = scorecard_table(audit, top=SCORECARD_ROWS)
     if card is not None:  # first, as in the regression report (the classifier report had none: issue 35)
         doc.data_table(
@@ -136,7 +136,7 @@ def binary_report(
     )
     for note in notes:
         doc.para(note, size=8.5, style="I")
-    _in_sample_warning(doc, int(params["n"]), info)
+    in_sample_warning(doc, int(params["n"]), info)
     doc.heading("How to read this report", size=12)
     doc.para(_BINARY_HOW_TO_READ, size=9)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .display import shorten
-from .pdf_doc import _title_page
+from .pdf_doc import title_page
 
 TABLE_ROWS = 25
 
@@ -45,7 +45,7 @@ def build_compare_pdf(res, data_name: str, label: str) -> bytes:
     from .report import EXPORT_WIDTH, figure_to_png
 
     a, b = (shorten(n, 60) for n in res.names)
-    pdf, doc = _title_page(
+    pdf, doc = title_page(
         f"mmc-audit comparison: {b} against {a}",
         f"Comparison: {b} against {a}",
         f"Label: {shorten(label, 60)} · data: {shorten(data_name, 60)} · {res.params['n']:,} rows · "

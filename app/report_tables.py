@@ -2,7 +2,7 @@
 calibration tables (the largest groups first, groups below gamma marked), the plain-language key findings
 (:func:`findings_summary`, also used by the classifier report) and the helpers that split a long group list over
 several heatmaps (:func:`audit_subset`, :func:`even_chunks`). Functions of an ``AuditResult`` with no figure export
-(only :func:`_findings_section` writes, through the document layer of :mod:`app.pdf_doc`); :mod:`app.report`
+(only :func:`findings_section` writes, through the document layer of :mod:`app.pdf_doc`); :mod:`app.report`
 lays them out.
 """
 
@@ -127,7 +127,7 @@ def mean_error_note(audit, units: str) -> str:
     return f"Mean error: observed - predicted, in {units}."
 
 
-def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
+def variance_table(audit, top: int = 12) -> pd.DataFrame | None:
     """The groups whose predicted and observed variance disagree most (largest |log(predicted/observed)|),
     the groups with a variance finding first (a group on page 1's findings was left out of a top-8 table that
     put groups below gamma last)."""
@@ -170,7 +170,8 @@ def _variance_table(audit, top: int = 12) -> pd.DataFrame | None:
     )
 
 
-def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
+def coverage_table(audit, delta: float) -> pd.DataFrame | None:
+    """Coverage per interval method: over all rows, the worst tested group, groups under target - 0.05, width."""
     cov, wid = audit.coverage, audit.width
     if cov.empty:
         return None
@@ -194,7 +195,8 @@ def _coverage_table(audit, delta: float) -> pd.DataFrame | None:
     return pd.DataFrame(rows)
 
 
-def _calibration_table(audit, top: int = 12) -> pd.DataFrame | None:
+def calibration_table(audit, top: int = 12) -> pd.DataFrame | None:
+    """The ``top`` groups by worst calibration-cell error (base model's if known), groups of mass >= gamma first."""
     bg = audit.by_group
     if "calib_error_worst" not in bg:
         return None
@@ -272,7 +274,7 @@ def _variance_note(tol) -> str:
     return f" A variance counts as misstated only when it is off by more than {1 + tol:.2g}x beyond chance."
 
 
-def _findings_section(doc, audit, tested: str, none_found: str) -> None:
+def findings_section(doc, audit, tested: str, none_found: str) -> None:
     """The "Key findings" block of both PDF reports: the findings shown (any more are counted, and where to find
     them said) or ``none_found``, then what was ``tested`` and how; or why the findings could not be computed. Then the
     descriptive variance disparities, if any."""
@@ -306,7 +308,7 @@ def _findings_section(doc, audit, tested: str, none_found: str) -> None:
         doc.bullets([d["text"] for d in s["disparities"]])
 
 
-def _convergence_warning(doc, info: dict, has_moments: bool) -> None:
+def convergence_warning(doc, info: dict, has_moments: bool) -> None:
     """Both reports say, under the findings, when the fit did not converge."""
     if not info.get("converged", True):
         doc.para(
@@ -316,7 +318,7 @@ def _convergence_warning(doc, info: dict, has_moments: bool) -> None:
         )
 
 
-def _in_sample_warning(doc, n_rows: int, info: dict) -> None:
+def in_sample_warning(doc, n_rows: int, info: dict) -> None:
     """Both reports warn when the audited table is as large as the fitting table (probably the same rows)."""
     if n_rows == info.get("n_rows"):
         doc.para(

@@ -521,7 +521,7 @@ def test_variance_figure_keeps_the_group_farthest_from_the_overall_level(fitted)
 def test_pdf_variance_table_lists_the_groups_with_a_variance_finding(fitted):
     """The PDF's "disagree most" table (top 8) put groups below gamma last, so a group that was a page-1
     variance finding could be missing from it (an exploratory session). Groups with a finding come first."""
-    from app.report_tables import _variance_table
+    from app.report_tables import variance_table
 
     a = fitted.audit
     bg = a.by_group
@@ -533,7 +533,7 @@ def test_pdf_variance_table_lists_the_groups_with_a_variance_finding(fitted):
     assert cand, "the fixture must have a testable group below gamma, or this test is vacuous"
     g = cand[0]
     found = view(a, findings=[{"kind": "variance", "group": g, "text": "x"}])
-    shown = [str(v).rstrip(F.BELOW_GAMMA_MARK) for v in _variance_table(found, top=3)["group"]]
+    shown = [str(v).rstrip(F.BELOW_GAMMA_MARK) for v in variance_table(found, top=3)["group"]]
     assert any(g.startswith(s.rstrip("…")) for s in shown[:1]), (g, shown)
 
 

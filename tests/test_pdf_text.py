@@ -109,7 +109,7 @@ def test_the_footer_and_every_table_cell_fit_whatever_the_text(tmp_path):
     """A 7,000-character name in a key-value or data table, a heading or the footer: cut with an ellipsis to a
     few lines instead of a row taller than a page (fpdf2 refuses to lay that out)."""
     long = "y" * 7000
-    pdf, doc = pdf_doc._title_page(f"mmc-audit report: {long} on d.csv", f"Audit: {long}", "facts")
+    pdf, doc = pdf_doc.title_page(f"mmc-audit report: {long} on d.csv", f"Audit: {long}", "facts")
     doc.heading(f"Errors ({long} units)")
     doc.kv_table([("Label", long), (long, "x"), ("Words", " ".join(["word"] * 3000))])
     doc.data_table(pd.DataFrame({long: [long, "a"], "rows": [1, 2]}), col_widths=(60, 20))

@@ -525,7 +525,7 @@ def test_the_worst_group_coverage_is_read_only_where_the_heatmap_colours_it(demo
     the audit's 30-row minimum, left uncoloured as "not tested" by the heatmap) as the worst-covered group, at
     81.8%. The headline and the PDF's coverage table now read the same groups the heatmaps colour."""
     from app.figure_style import below_gamma, coverage_tested
-    from app.report_tables import _coverage_table
+    from app.report_tables import coverage_table
     from mmc_core.metrics import audit
 
     new = demo_distribution().sample_table(400, np.random.default_rng(3))
@@ -542,5 +542,5 @@ def test_the_worst_group_coverage_is_read_only_where_the_heatmap_colours_it(demo
     worst_tested = cal[tested].idxmin()
     from app.figures import METHOD_LABELS
 
-    row = _coverage_table(res, 0.1).set_index("method").loc[METHOD_LABELS["calibrated"]]
+    row = coverage_table(res, 0.1).set_index("method").loc[METHOD_LABELS["calibrated"]]
     assert str(row["worst group (mass ≥ γ)"]).startswith(worst_tested[:20])
