@@ -43,7 +43,7 @@ _depth = 0
 _libc: object = None  # None: not looked up yet; False: no glibc here
 
 
-def _glibc():
+def glibc():
     """glibc's mallopt / malloc_trim, or None (another C library, or none found)."""
     global _libc
     if _libc is None:
@@ -64,7 +64,7 @@ def _applies(n_rows) -> bool:
         n_rows is not None
         and n_rows >= LARGE_ROWS
         and not any(os.environ.get(v) for v in _USER_TUNED)
-        and _glibc() is not None
+        and glibc() is not None
     )
 
 
@@ -73,7 +73,7 @@ def reuse_freed_memory(n_rows):
     """Keep freed memory for reuse while the block runs, for a table of ``n_rows`` rows (see the module
     docstring); a no-op below LARGE_ROWS rows, without glibc, or when the allocator is tuned by the user."""
     global _depth
-    lib = _glibc() if _applies(n_rows) else None
+    lib = glibc() if _applies(n_rows) else None
     if lib is None:
         yield
         return

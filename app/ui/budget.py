@@ -57,6 +57,6 @@ def release_memory() -> None:
         pass
     from mmc_core import memory
 
-    lib = memory._glibc()
+    lib = memory.glibc()
     if lib is not None:
         lib.malloc_trim(0)
