@@ -152,8 +152,8 @@ def group_findings(
             t["interval"] = [v * span for v in t["interval"]]
             continue
         t["interval"] = [
-            t["estimate"] - fnd._Z95 * t["statistic_se"] * span,
-            t["estimate"] + fnd._Z95 * t["statistic_se"] * span,
+            t["estimate"] - fnd.Z95 * t["statistic_se"] * span,
+            t["estimate"] + fnd.Z95 * t["statistic_se"] * span,
         ]
         t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
     if var_pred is not None:
@@ -372,6 +372,6 @@ def _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol) -
         t["tolerance"] = float(var_tol)
         t["estimate"] = t.pop("ratio")
         se = t.pop("se_ratio")
-        t["interval"] = list(fnd.ratio_interval(t["estimate"], se, t["n"], fnd._Z95))
+        t["interval"] = list(fnd.ratio_interval(t["estimate"], se, t["n"], fnd.Z95))
         t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
     return var_t

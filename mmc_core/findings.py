@@ -67,6 +67,7 @@ __all__ = [
     "LABEL_SCALES",
     "log_percent",
     "with_percent",
+    "Z95",
 ]
 
 ADJUSTMENTS = ("holm", "bh")
@@ -86,7 +87,7 @@ DISPARITY_MIN = 0.01
 # "log": the label is a natural logarithm (log wage, log price); mean errors are then also stated as percent
 # differences of the original values, which is how an analyst reads them (0.05 log points is about 5.1%)
 LABEL_SCALES = ("linear", "log")
-_Z95 = 1.959963984540054
+Z95 = 1.959963984540054  # the standard normal 97.5% quantile: two-sided 95% intervals
 
 
 # ---- distributions ---------------------------------------------------------------------------------------
@@ -189,7 +190,7 @@ def binom_cdf(k, n, p) -> np.ndarray:
     return out
 
 
-def wilson_interval(k, n, z: float = _Z95):
+def wilson_interval(k, n, z: float = Z95):
     """Wilson score interval of a proportion k / n, elementwise."""
     k = np.asarray(k, dtype=float)
     n = np.asarray(n, dtype=float)
