@@ -48,6 +48,7 @@ def _graph(mods: dict | None = None):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         skip = _type_checking_nodes(tree)
         is_pkg = path.name == "__init__.py"
+        aliases = {}  # a name bound to a module of the graph ("F", "mmc_core.memory") -> that module
         for node in ast.walk(tree):
             if id(node) in skip:
                 continue
@@ -61,14 +62,24 @@ def _graph(mods: dict | None = None):
                 for alias in node.names:
                     sub = f"{target}.{alias.name}"
                     dest = sub if sub in mods else target
+                    if sub in mods:
+                        aliases[alias.asname or alias.name] = sub
                     if dest in mods and dest != name:
                         edges[name].add(dest)
                         if alias.name.startswith("_") and not alias.name.startswith("__") and dest == target:
                             private.append((name, target, alias.name))
             elif isinstance(node, ast.Import):
                 for alias in node.names:
+                    if alias.name in mods:
+                        aliases[alias.asname or alias.name] = alias.name
                     if alias.name in mods and alias.name != name:
                         edges[name].add(alias.name)
+        # an imported module's _name read as an attribute (F._short, memory._glibc) is the same reach
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                target = aliases.get(ast.unparse(node.value))
+                if target is not None and target != name:
+                    private.append((name, target, node.attr))
     return mods, edges, private
 
 
@@ -141,13 +152,16 @@ def test_the_graph_sees_what_it_should():
 
 def test_the_reader_finds_private_imports(tmp_path):
     # the private-import test passes on no finding: the reader must see one, relative or absolute, at module
-    # level or in a function, and must not count a module's own names, dunders or TYPE_CHECKING imports
+    # level or in a function, imported or read as a module's attribute, and must not count a module's own
+    # names, dunders or TYPE_CHECKING imports
     files = {
         "pkg/__init__.py": "",
         "pkg/a.py": "def _x(): pass\n",
         "pkg/b.py": "from .a import _x\n",
         "pkg/c.py": "def f():\n    from pkg.a import _x\n",
         "pkg/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import _x\nfrom pkg.a import __doc__\n",
+        "pkg/e.py": "from pkg import a\nimport pkg.a as m\ndef f():\n    return a._x, m._x, a.__doc__, a.f\n",
+        "pkg/f.py": "import pkg.a\ndef _y(): pass\nz = pkg.a._x\n",
     }
     mods = {}
     for rel, text in files.items():
@@ -157,4 +171,10 @@ def test_the_reader_finds_private_imports(tmp_path):
         parts = rel.removesuffix(".py").removesuffix("/__init__").split("/")
         mods[".".join(parts)] = path
     _, _, private = _graph(mods)
-    assert sorted(private) == [("pkg.b", "pkg.a", "_x"), ("pkg.c", "pkg.a", "_x")]
+    assert sorted(private) == [
+        ("pkg.b", "pkg.a", "_x"),
+        ("pkg.c", "pkg.a", "_x"),
+        ("pkg.e", "pkg.a", "_x"),
+        ("pkg.e", "pkg.a", "_x"),
+        ("pkg.f", "pkg.a", "_x"),
+    ]
