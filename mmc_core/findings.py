@@ -707,8 +707,13 @@ P_FLOOR = 1e-6
 
 
 def p_words(p: float) -> str:
-    """'p = 0.0033' or, below ``P_FLOOR``, 'p < 1e-6' (the record keeps the computed value)."""
-    return f"p < {P_FLOOR:.0e}".replace("e-0", "e-") if p < P_FLOOR else f"p = {p:.2g}"
+    """'p = 0.0033', 'p = 0.0000076' or, below ``P_FLOOR``, 'p < 0.000001' (the record keeps the computed value):
+    written out in full, as every number below 1e9 is (issue 35; "p = 7.6e-06" was the only scientific notation
+    left on a Results page)."""
+    if p < P_FLOOR:
+        return f"p < {np.format_float_positional(P_FLOOR, trim='-')}"
+    out = f"{p:.2g}"
+    return f"p = {np.format_float_positional(float(out), trim='-') if 'e' in out else out}"
 
 
 def describe(rec: dict) -> str:

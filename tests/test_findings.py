@@ -712,6 +712,9 @@ def test_a_p_value_beyond_what_the_data_can_vouch_for_is_stated_as_a_bound():
         "p_adjusted": 2.2e-37,
         "adjustment": "holm",
     }
-    assert "adjusted p < 1e-6, holm" in fnd.describe(rec) and "e-37" not in fnd.describe(rec)
+    assert "adjusted p < 0.000001, holm" in fnd.describe(rec) and "e-37" not in fnd.describe(rec)
     assert "adjusted p = 0.0033, holm" in fnd.describe({**rec, "p_adjusted": 0.0033})
-    assert fnd.p_words(fnd.P_FLOOR / 2) == "p < 1e-6" and fnd.p_words(0.04) == "p = 0.04"
+    assert fnd.p_words(fnd.P_FLOOR / 2) == "p < 0.000001" and fnd.p_words(0.04) == "p = 0.04"
+    # no scientific notation below the floor either (issue 35): "p = 7.6e-06" is written out
+    assert fnd.p_words(7.6e-6) == "p = 0.0000076" and fnd.p_words(3.02e-5) == "p = 0.00003"
+    assert fnd.p_words(1e-4) == "p = 0.0001" and fnd.p_words(0.5) == "p = 0.5" and fnd.p_words(1.0) == "p = 1"
