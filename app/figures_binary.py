@@ -40,6 +40,7 @@ __all__ = [
     "RATE_INTERVAL_NOTE",
     "reliability_figure",
     "rate_figure",
+    "finding_groups",
     "classifier_calibration_table",
     "classifier_rate_table",
     "classifier_disparity_table",
@@ -167,15 +168,26 @@ def _ci_text(v, lo, hi, digits: int = 3) -> str:
     return f"{v:.{digits}f}"
 
 
-def _pick_groups(bg: pd.DataFrame, top: int | None, first=()) -> list:
-    """ "all" first, then the groups of ``first`` (those with findings or flags, by harm and evidence), then the
-    largest groups, at most ``top`` in all. The largest alone hid the minority groups the analyst came for
-    (colour=Black, the group the four-fifths rule flagged, never appeared)."""
+def finding_groups(audit) -> list:
+    """The groups the audit's findings name, in the findings' order: a chart with room for some groups shows all
+    of these whatever its room (issue 35: every group with a finding is on every group chart)."""
+    out = [f.get("group") for f in (getattr(audit, "findings", None) or []) if isinstance(f, dict)]
+    return [g for g in dict.fromkeys(out) if isinstance(g, str)]
+
+
+def _pick_groups(bg: pd.DataFrame, top: int | None, first=(), always=()) -> list:
+    """ "all" first, then the groups of ``always`` (those with findings: all of them, ``top`` grows to hold
+    them), then those of ``first`` (findings or flags, by harm and evidence), then the largest groups, at most
+    ``top`` in all. The largest alone hid the minority groups the analyst came for (colour=Black, the group the
+    four-fifths rule flagged, never appeared); a cap of 9 panels hid the tenth group with a finding."""
     names = list(bg.index)
+    known = set(names[1:])
+    must = [n for n in dict.fromkeys(always) if n in known]
+    if top is not None:
+        top = max(top, 1 + len(must))
     if top is None or len(names) <= top:
         return names
-    known = set(names[1:])
-    chosen = [n for n in dict.fromkeys(first) if n in known][: max(top - 1, 0)]
+    chosen = [n for n in dict.fromkeys([*must, *first]) if n in known][: max(top - 1, 0)]
     for n in bg.iloc[1:].sort_values("count", ascending=False).index:
         if len(chosen) >= top - 1:
             break
@@ -263,16 +275,23 @@ def classifier_disparity_table(disparities: pd.DataFrame) -> pd.DataFrame:
 
 
 def reliability_figure(
-    cells: pd.DataFrame, by_group: pd.DataFrame, top: int = 9, cols: int = 3, min_count: int = 1, first=()
+    cells: pd.DataFrame,
+    by_group: pd.DataFrame,
+    top: int = 9,
+    cols: int = 3,
+    min_count: int = 1,
+    first=(),
+    always=(),
 ) -> go.Figure:
     """Per-group reliability diagrams: observed share of positives (Wilson 95% interval) against the mean
     predicted probability per score bucket, before (base) and after multicalibration; the diagonal is perfect
-    calibration. ``cells``: :func:`mmc_core.binary.reliability_cells` (``audit.calibration_cells``)."""
+    calibration. ``cells``: :func:`mmc_core.binary.reliability_cells` (``audit.calibration_cells``). Panels:
+    "all", every group of ``always`` (:func:`finding_groups`), then ``first``'s and the largest up to ``top``."""
     title = "Reliability by group: observed vs predicted probability"
     if cells is None or len(cells) == 0:
         return empty_figure(title, "No reliability cells (no test rows).")
     cells = cells[cells["count"] >= min_count]
-    groups = [g for g in _pick_groups(by_group, top, first) if (cells["group"] == g).any()]
+    groups = [g for g in _pick_groups(by_group, top, first, always) if (cells["group"] == g).any()]
     rows = max(1, math.ceil(len(groups) / cols))
     fig = make_subplots(
         rows=rows,
@@ -378,16 +397,17 @@ def rate_figure(
     base_rate=None,
     level: float = 0.95,
     first=(),
+    always=(),
 ) -> go.Figure:
     """Per-group rates at the decision threshold (decision = probability >= threshold), with Wilson score
     intervals at ``level`` (:func:`wilson_rates`), before (base) and after multicalibration. ``rates``:
     ``audit.by_group`` or :func:`mmc_core.binary.threshold_rates` at another threshold (``base_rate``: the
-    groups' shares of positives, which the latter has not)."""
+    groups' shares of positives, which the latter has not). Rows: as :func:`reliability_figure`'s panels."""
     title = f"Rates by group at threshold {threshold:g}"
     if rates is None or len(rates) == 0:
         return empty_figure(title, "No groups.")
     rates = wilson_rates(rates, base_rate, level)
-    groups = _pick_groups(rates, top, first)[::-1]  # "all" at the top
+    groups = _pick_groups(rates, top, first, always)[::-1]  # "all" at the top
     disp = display_names([str(g) for g in groups])
     fig = make_subplots(
         rows=1,

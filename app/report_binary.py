@@ -170,10 +170,10 @@ def binary_report(
     )
     pdf.add_page()
     add_figure(
-        FB.reliability_figure(audit.calibration_cells, bg, first=first),
+        FB.reliability_figure(audit.calibration_cells, bg, first=first, always=FB.finding_groups(audit)),
         "2. Reliability diagrams",
         "Observed share of positives against the average predicted probability in each tenth of the "
-        "probability scale, per group (the largest groups), before (orange) and after (blue) "
+        "probability scale, per group (every group with a finding, then the largest), before (orange) and after (blue) "
         "multicalibration. Points on the dashed diagonal are calibrated; bars are Wilson 95% intervals, "
         "so small buckets scatter widely.",
         max_height=190,
@@ -182,7 +182,7 @@ def binary_report(
     # Wilson intervals from the counts (the groups' positives: the audit's shares, the same test rows)
     rate_rows = FB.wilson_rates(rate_rows, bg["base_rate"])
     add_figure(
-        FB.rate_figure(rate_rows, thr, first=first),
+        FB.rate_figure(rate_rows, thr, first=first, always=FB.finding_groups(audit)),
         f"3. Rates by group at threshold {thr:g}",
         "Selection rate (share decided positive), true positive rate and false positive rate per group, "
         "with Wilson score 95% intervals, before and after multicalibration.",

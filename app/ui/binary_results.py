@@ -35,7 +35,8 @@ def _reliability(key: str, _run):
 
     from app.report_tables import priority_groups
 
-    return F.reliability_figure(_run.audit.calibration_cells, _run.audit.by_group, first=priority_groups(_run.audit))
+    a = _run.audit
+    return F.reliability_figure(a.calibration_cells, a.by_group, first=priority_groups(a), always=F.finding_groups(a))
 
 
 def _num(v, nd: int = 3) -> str:
@@ -191,7 +192,8 @@ def rates_tab(run, frame):
     st.caption(F.RATE_INTERVAL_NOTE)
     from app.report_tables import priority_groups
 
-    st.plotly_chart(F.rate_figure(rates, thr, first=priority_groups(run.audit)), width="stretch", key="bin_rates")
+    fig = F.rate_figure(rates, thr, first=priority_groups(run.audit), always=F.finding_groups(run.audit))
+    st.plotly_chart(fig, width="stretch", key="bin_rates")
     st.markdown(
         "**Disparities across the values of each column** (after multicalibration; as fairlearn's "
         "MetricFrame computes them)"
