@@ -3,9 +3,10 @@
 Without ``--scheduler`` a ``distributed.LocalCluster`` of ``--workers`` processes (one thread and
 ``--memory-limit`` each) is started for the command and closed after it (also on Ctrl-C and on errors); with
 ``--scheduler ADDRESS`` the command connects to an existing cluster and leaves it running. Bad input (a glob
-matching nothing, Parquet files with different schemas, a scheduler that does not answer) is one line on
-stderr and exit 2, before anything is written. An --out that is an input (the model, a groups file, the --data
-folder or one of its files) is refused by :func:`app.cli.refuse_output_over_input` before the engine is chosen.
+matching nothing, Parquet files with different schemas, a scheduler that does not answer, a label with a missing
+value) is one line on stderr and exit 2, before anything is written and with no progress line before it
+(:class:`HeldLines`). An --out that is an input (the model, a groups file, the --data folder or one of its files)
+is refused by :func:`app.cli.refuse_output_over_input` before the engine is chosen.
 """
 
 from __future__ import annotations
@@ -16,10 +17,58 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 
 SCHEDULER_TIMEOUT = 10  # seconds: an unreachable --scheduler is reported well within 30 s
+PROGRESS_HOLD = 10.0  # seconds: progress lines wait this long for the work to start (a bad input: one line only)
+MIN_MEMORY_LIMIT = 256 * 10**6  # bytes a local worker needs at least (at 100MB or 1KB the cluster never answered)
+WORKERS_PER_CPU = 4  # local worker processes per CPU at most (1,000 of them took the machine's memory)
+
+
+class HeldLines:
+    """The progress lines of a Dask command on stderr, held back until the work has truly started: a bad input
+    found only on the cluster (a label with a missing value, a text prediction column, a constant label) is then
+    the one line the user sees, as on the in-memory engine, not "starting a local Dask cluster" and "fitting"
+    first. The lines are shown when :meth:`start` is called (the rows passed the checks: the descent's first
+    round) or once PROGRESS_HOLD seconds have passed (a long start still says what it is doing); a block that ends
+    before, with an error, Ctrl-C or quickly done, drops them (a quick command says nothing, as in memory)."""
+
+    def __init__(self, hold: float | None = None):
+        self._lock = threading.Lock()
+        self._lines: list = []
+        self._state = "held"  # -> "shown" or "dropped"
+        self._timer = threading.Timer(PROGRESS_HOLD if hold is None else hold, self.start)
+        self._timer.daemon = True
+
+    def __enter__(self):
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._timer.cancel()
+        with self._lock:
+            if self._state == "held":
+                self._state, self._lines = "dropped", []
+        return False
+
+    def say(self, line: str) -> None:
+        with self._lock:
+            if self._state == "shown":
+                print(line, file=sys.stderr, flush=True)
+            elif self._state == "held":
+                self._lines.append(line)
+
+    def start(self) -> None:
+        """Show the held lines, and every later one as it comes."""
+        with self._lock:
+            if self._state != "held":
+                return
+            self._state = "shown"
+            for line in self._lines:
+                print(line, file=sys.stderr, flush=True)
+            self._lines = []
 
 
 class _Interrupt:
@@ -49,17 +98,19 @@ class _Interrupt:
 
 
 @contextmanager
-def dask_session(args):
+def dask_session(args, lines: HeldLines | None = None):
+    """A Dask client for the command (see the module docstring); its progress lines go through ``lines`` (held
+    until the work starts: :class:`HeldLines`; a block of its own when not given)."""
     from mmc_core.engines.dask_engine import close_client, start_client
 
+    if lines is None:
+        with HeldLines() as own, dask_session(args, own) as client:
+            yield client
+        return
     if args.scheduler:
-        print(f"mmc: connecting to the Dask scheduler at {args.scheduler}", file=sys.stderr, flush=True)
+        lines.say(f"mmc: connecting to the Dask scheduler at {args.scheduler}")
     else:
-        print(
-            f"mmc: starting a local Dask cluster: {args.workers} worker process(es), {args.memory_limit} each",
-            file=sys.stderr,
-            flush=True,
-        )
+        lines.say(f"mmc: starting a local Dask cluster: {args.workers} worker process(es), {args.memory_limit} each")
     client, cluster = start_client(args.scheduler, args.workers, args.memory_limit, SCHEDULER_TIMEOUT)
     try:
         yield client
@@ -74,7 +125,10 @@ def dask_table(args, need, sized=None):
 
     from .cli_common import CLIError
 
-    ddf = read_parquet(args.data, sized_columns=sized)
+    # a label or prediction with a missing or infinite value, a period column with a missing one: refused from
+    # the files' statistics before any cluster starts (group columns may miss values)
+    complete = {col: (what, what != "period column") for what, col in need if col and what != "group column"}
+    ddf = read_parquet(args.data, sized_columns=sized, complete=complete)
     for what, col in need:
         if col and col not in ddf.columns:
             raise CLIError(f"{what} '{col}' is not in the data")
@@ -113,17 +167,18 @@ def fit(args) -> int:
     est = estimator_from_args(args)
     started = time.monotonic()
 
-    def progress(row) -> bool:  # one line per round on stderr
-        print(
+    lines = HeldLines()
+
+    def progress(row) -> bool:  # one line per round on stderr; the first round: the rows passed every check
+        lines.start()
+        lines.say(
             f"mmc: round {row['round']}: {row['violating_cells']} violating mean cell(s), "
             f"{row['mean_updates']} mean / {row['moment_updates']} moment updates, "
-            f"{time.monotonic() - started:.0f} s",
-            file=sys.stderr,
-            flush=True,
+            f"{time.monotonic() - started:.0f} s"
         )
         return False
 
-    with _Interrupt() as intr, dask_session(args) as client:
+    with lines, _Interrupt() as intr, dask_session(args, lines) as client:
         groups = (
             groups_from_columns(ddf, args.group_cols, args.max_order, client=client)
             if args.group_cols
@@ -131,11 +186,9 @@ def fit(args) -> int:
         )
         if extra is not None:
             groups = groups + extra
-        print(
+        lines.say(
             f"mmc: fitting {ddf.npartitions} partition(s) x {len(groups):,} groups on Dask (Ctrl-C stops "
-            "before the next update)",
-            file=sys.stderr,
-            flush=True,
+            "before the next update)"
         )
         est.fit(
             ddf,
@@ -277,9 +330,40 @@ def _memory_limit(text: str) -> str:
     import argparse
     import re
 
-    if text != "auto" and not re.fullmatch(r"\s*\d+(\.\d+)?\s*([kKmMgGtTpP]i?)?[bB]?\s*", text):
+    if text == "auto":
+        return text
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:([kKmMgGtTpP])(i?))?[bB]?\s*", text)
+    if not m:
         raise argparse.ArgumentTypeError(f"{text!r} is not a memory size (e.g. 6GB, 500MiB or auto)")
+    # as Dask reads it (dask.utils.parse_bytes): kB = 1000, KiB = 1024, a bare number is bytes
+    power = "kmgtp".index(m.group(2).lower()) + 1 if m.group(2) else 0
+    size = float(m.group(1)) * (1024 if m.group(3) else 1000) ** power
+    if size < MIN_MEMORY_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is too little memory for a Dask worker: give at least {MIN_MEMORY_LIMIT // 10**6}MB "
+            "(e.g. 6GB, 500MiB or auto)"
+        )
     return text
+
+
+def _workers(text: str) -> int:
+    """--workers: a positive integer, at most WORKERS_PER_CPU per CPU of this machine (checked when parsed,
+    before any cluster starts)."""
+    import argparse
+
+    cpus = os.cpu_count() or 1
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if n > WORKERS_PER_CPU * cpus:
+        raise argparse.ArgumentTypeError(
+            f"{n} local worker processes is more than {WORKERS_PER_CPU} per CPU (this machine has {cpus}); "
+            "use fewer, or --scheduler for a larger cluster"
+        )
+    return n
 
 
 def add_engine_options(p):
@@ -296,7 +380,7 @@ def add_engine_options(p):
     )
     p.add_argument(
         "--workers",
-        type=int,
+        type=_workers,
         default=2,
         help="with --engine dask and no --scheduler: local worker processes (default 2)",
     )

@@ -492,7 +492,8 @@ def test_cli_non_finite_base_is_refused_as_by_the_numpy_engine(client, tmp_path,
     args += ["--data", str(d), "--pred", "p", "--out", str(out)] + (["--label", "y"] if command == "audit" else [])
     assert main(args) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mmc: error:")]
-    assert len(err) == 1 and "prediction column 'p' has 1 missing or infinite value(s)" in err[0]
+    # refused from the Parquet footer's statistics, before the cluster is asked (issue 38)
+    assert len(err) == 1 and "prediction column 'p' has infinite value(s) (a.parquet" in err[0]
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-mmc-")]
 
 
@@ -526,7 +527,14 @@ def test_cli_memory_limit_is_checked_when_parsed(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_bad_label_on_a_local_cluster_is_one_line_without_worker_tracebacks(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     d, model = _tiny_parts(tmp_path, y=np.nan)
+    # the NaN stored as a number, not as null: the footer's statistics do not show it (a missing value they show is
+    # refused before the cluster starts), so the worker finds it
+    t = pd.read_parquet(d / "a.parquet")
+    pq.write_table(pa.table({c: pa.array(t[c].to_numpy(), from_pandas=False) for c in t.columns}), d / "a.parquet")
     out = tmp_path / "audit.json"
     args = ["audit", "--engine", "dask", "--workers", "1", "--memory-limit", "1GB", "--model", str(model)]
     args += ["--data", str(d), "--pred", "p", "--label", "y", "--out", str(out)]

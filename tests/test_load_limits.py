@@ -357,7 +357,7 @@ def test_dask_fit_reads_only_the_columns_it_uses(wide_zeros, tmp_path, monkeypat
         seen.append(list(ddf.columns))
         raise Stop
 
-    monkeypatch.setattr(cli_dask, "dask_session", lambda args: contextlib.nullcontext(None))
+    monkeypatch.setattr(cli_dask, "dask_session", lambda args, lines=None: contextlib.nullcontext(None))
     monkeypatch.setattr(MomentMulticalibrator, "fit", fit)
     argv = ["fit", "--engine", "dask", "--data", str(wide_zeros), "--label", "y", "--pred", "p"]
     with pytest.raises(Stop):

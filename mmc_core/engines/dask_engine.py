@@ -1494,11 +1494,43 @@ def _row_group_bytes(rg, names: set, text: set) -> int:
     return total
 
 
-def read_parquet(pattern: str, columns=None, sized_columns=None):
+def _check_complete(f: str, meta, complete: dict) -> None:
+    """DataError when a column of ``complete`` (column -> (role, finite)) holds a missing value, or, when
+    ``finite``, an infinite one, as the row groups' statistics in the footer of ``f`` record them (no row read;
+    a column without statistics is checked when its rows are)."""
+    import math
+    import os
+
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            if col.path_in_schema not in complete or col.statistics is None:
+                continue
+            role, finite = complete[col.path_in_schema]
+            st = col.statistics
+            where = f"{os.path.basename(f)}, row group {g + 1}"
+            if st.has_null_count and st.null_count:
+                raise DataError(
+                    f"{role} '{col.path_in_schema}' has {st.null_count:,} missing value(s) ({where}); drop or fill "
+                    "them first"
+                )
+            if finite and st.has_min_max and st.physical_type in ("FLOAT", "DOUBLE"):
+                ends = [v for v in (st.min, st.max) if isinstance(v, float) and math.isinf(v)]
+                if ends:
+                    raise DataError(
+                        f"{role} '{col.path_in_schema}' has infinite value(s) ({where}: {ends[0]:g}); drop or fix them "
+                        "first"
+                    )
+
+
+def read_parquet(pattern: str, columns=None, sized_columns=None, complete=None):
     """A Dask DataFrame over the Parquet files matching ``pattern`` (a glob or a folder): one clear error for
     a glob that matches nothing or files whose schemas differ (checked from the footers, no rows read), or a row
     group (a partition) that would take more than ``MAX_PARTITION_BYTES`` once read, over ``sized_columns`` (the
-    columns the command uses; default ``columns``, or all)."""
+    columns the command uses; default ``columns``, or all). ``complete`` (column -> (role, finite)): columns that
+    must have no missing (and, when ``finite``, no infinite) value, refused from the footers' statistics before
+    any cluster starts (a label with a missing value was found on the workers only, after the progress lines)."""
     import glob
     import os
 
@@ -1523,6 +1555,8 @@ def read_parquet(pattern: str, columns=None, sized_columns=None):
         names = {n for n, _ in sig} if used is None else set(used)
         text = {fld.name for fld in schema if not _fixed_width(fld.type)}
         groups += meta.num_row_groups
+        if complete:
+            _check_complete(f, meta, complete)
         for g in range(meta.num_row_groups):
             need = _row_group_bytes(meta.row_group(g), names, text)
             if need > MAX_PARTITION_BYTES:
