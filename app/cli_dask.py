@@ -6,7 +6,9 @@ Without ``--scheduler`` a ``distributed.LocalCluster`` of ``--workers`` processe
 matching nothing, Parquet files with different schemas, a scheduler that does not answer, a label with a missing
 value) is one line on stderr and exit 2, before anything is written and with no progress line before it
 (:class:`HeldLines`). An --out that is an input (the model, a groups file, the --data folder or one of its files)
-is refused by :func:`app.cli.refuse_output_over_input` before the engine is chosen.
+is refused by :func:`app.cli.refuse_output_over_input` before the engine is chosen. `predict --out X.csv` writes
+one CSV file, as the in-memory engine writes it (:func:`app.io.write_csv_parts`); any other --out a folder of
+Parquet files.
 """
 
 from __future__ import annotations
@@ -230,6 +232,39 @@ def fit(args) -> int:
     return 0
 
 
+def is_csv_out(path) -> bool:
+    """`mmc predict --engine dask --out X.csv` writes one CSV file; any other --out a folder of Parquet files."""
+    return str(path).lower().endswith(".csv")
+
+
+def computed_partitions(client, ddf, ahead: int | None = None):
+    """The partitions of ``ddf`` as pandas DataFrames, in order, computed on the cluster ``ahead`` at a time
+    (default: two per worker) so that the workers stay busy while the client writes, and at most ``ahead``
+    partitions are held at once."""
+    from collections import deque
+
+    if ahead is None:
+        ahead = 2 * max(1, len(client.scheduler_info().get("workers", {})))
+    parts = iter(ddf.to_delayed())
+    queue: deque = deque()
+    try:
+        while True:
+            while len(queue) < ahead:
+                nxt = next(parts, None)
+                if nxt is None:
+                    break
+                queue.append(client.compute(nxt))
+            if not queue:
+                return
+            fut = queue.popleft()
+            df = fut.result()
+            fut.release()
+            yield df
+    finally:
+        for fut in queue:
+            fut.cancel()
+
+
 def _check_out_dir(path):
     from .cli_common import CLIError
 
@@ -238,7 +273,8 @@ def _check_out_dir(path):
         raise CLIError(f"output folder does not exist: {parent}")
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise CLIError(
-            f"--out {path} exists and is not an empty folder (predictions are written as a folder of Parquet files)"
+            f"--out {path} exists and is not an empty folder (predictions are written as a folder of Parquet "
+            "files, or as one CSV file to an --out ending in .csv)"
         )
 
 
@@ -246,9 +282,13 @@ def predict(args) -> int:
     from mmc_core import FittedModel
     from mmc_core.engines.dask_engine import predict_dask
 
-    from .cli_common import CLIError, prediction_columns, refuse_overwrite
+    from .cli_common import CLIError, check_out, prediction_columns, refuse_overwrite
 
-    _check_out_dir(args.out)
+    as_csv = is_csv_out(args.out)
+    if as_csv:  # one CSV file, as the in-memory engine writes it
+        check_out(args.out)
+    else:
+        _check_out_dir(args.out)
     if args.interval:
         raise CLIError(
             "--interval is not supported with --engine dask yet (predict the mean and moments, or use the numpy engine)"
@@ -262,11 +302,19 @@ def predict(args) -> int:
         col = model.init_mean.get("column")
         raise CLIError(f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass --pred COL")
     refuse_overwrite(ddf.columns, prediction_columns(model))
+    base_col = args.pred if model.uses_base else None
+    if as_csv:
+        from .io import write_csv_parts
+
+        with dask_session(args) as client:  # Ctrl-C or an error: the temporary file is removed, nothing written
+            rows = write_csv_parts(computed_partitions(client, predict_dask(model, ddf, base_col)), args.out)
+        print(json.dumps({"out": args.out, "partitions": ddf.npartitions, "rows": rows}))
+        return 0
     out = args.out.rstrip("/")
     tmp = tempfile.mkdtemp(prefix=".tmp-mmc-", dir=os.path.dirname(os.path.abspath(out)))
     try:
         with dask_session(args):  # Ctrl-C aborts (KeyboardInterrupt): the cluster is closed, nothing is written
-            predict_dask(model, ddf, args.pred if model.uses_base else None).to_parquet(tmp, write_index=False)
+            predict_dask(model, ddf, base_col).to_parquet(tmp, write_index=False)
         if os.path.isdir(out):
             os.rmdir(out)  # empty (checked above)
         os.replace(tmp, out)

@@ -25,6 +25,7 @@ __all__ = [
     "read_table_bytes",
     "numeric_column",
     "write_csv",
+    "write_csv_parts",
     "write_bytes",
     "escape_formulas",
     "MAX_ROWS",
@@ -438,23 +439,41 @@ def escape_formulas(df: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns=ren)
 
 
-def write_bytes(path, data: bytes):
+def write_bytes(path, data):
+    """``data`` (bytes, or byte chunks as they are made) written atomically (mmc_core.model.atomic_write_bytes)."""
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
     if not os.path.isdir(folder):
         raise DataError(f"output folder does not exist: {folder}")
     atomic_write_bytes(path, data)
 
 
-def csv_bytes(df: pd.DataFrame) -> bytes:
+def csv_bytes(df: pd.DataFrame, header: bool = True) -> bytes:
     """``df`` as CSV text, the one CSV writer of mmc: formula-looking cells escaped, cells with a line break quoted
     (CRLF line ends, :data:`CSV_LINE_END`), every float at full precision (the shortest text that
     reads back as the same double: re-predicting from an exported base prediction with the exported model gives
-    the exported mean, also on rows whose base lies at a bucket edge; 6 or 10 digits moved such rows)."""
+    the exported mean, also on rows whose base lies at a bucket edge; 6 or 10 digits moved such rows).
+    ``header=False``: the rows only (a later part of one table, :func:`write_csv_parts`)."""
     return (
         escape_formulas(df)
-        .to_csv(index=False, float_format=None, lineterminator=CSV_LINE_END, quoting=csv.QUOTE_MINIMAL)
+        .to_csv(index=False, header=header, float_format=None, lineterminator=CSV_LINE_END, quoting=csv.QUOTE_MINIMAL)
         .encode("utf-8")
     )
+
+
+def write_csv_parts(parts, path) -> int:
+    """The DataFrames ``parts`` (one table's parts in order, e.g. the partitions of a Dask table, computed as they
+    are written) as one CSV file: what :func:`write_csv` writes for the whole table (:func:`csv_bytes`, the header
+    once), to a temporary file renamed into place when every part is written (an error leaves nothing). Returns
+    the number of rows written."""
+    rows = [0]
+
+    def chunks():
+        for i, df in enumerate(parts):
+            rows[0] += len(df)
+            yield csv_bytes(df, header=i == 0)
+
+    write_bytes(path, chunks())
+    return rows[0]
 
 
 def write_csv(df: pd.DataFrame, path):

@@ -51,9 +51,11 @@ def _default_mode() -> int:
     return 0o666 & ~mask
 
 
-def atomic_write_bytes(path, data: bytes):
+def atomic_write_bytes(path, data):
     """Write to a temporary file in the target folder, then rename: never a partial file, and a symlink at
-    ``path`` is replaced rather than written through."""
+    ``path`` is replaced rather than written through. ``data``: bytes, or an iterable of byte chunks written as
+    they come (a table computed part by part, `mmc predict --engine dask`); an error raised while a chunk is
+    made is passed on as it is (a worker's OSError is not a failed write), and nothing is written."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.exists(path) and not os.path.isfile(path):  # a device, FIFO or socket would be replaced by a file
@@ -62,15 +64,21 @@ def atomic_write_bytes(path, data: bytes):
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     except OSError as e:  # the folder is missing, read-only or not a folder: name the user's path, not the temp file
         raise MMCError(f"cannot write {path}: {e.strerror or e}") from None
+    chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+    writing = False
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in chunks:
+                writing = True
+                f.write(chunk)
+                writing = False
+            writing = True  # closing flushes
         os.chmod(tmp, _default_mode())
         os.replace(tmp, path)
     except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(e, OSError):
+        if isinstance(e, OSError) and writing:
             raise MMCError(f"cannot write {path}: {e.strerror or e}") from None
         raise
 

@@ -373,3 +373,47 @@ def test_dask_progress_lines_are_shown_once_the_descent_runs(parts, dask_schedul
     assert lines[1].startswith("mmc: fitting 3 partition(s) x 3 groups on Dask")
     assert lines[2].startswith("mmc: round 0: ")
     assert out.exists()
+
+
+def test_dask_predict_to_a_csv_name_writes_the_in_memory_csv(parts, dask_scheduler, tmp_path, capsys):
+    """`mmc predict --engine dask --out x.csv` wrote a folder of Parquet files named x.csv: it writes one CSV file,
+    byte for byte what the in-memory engine writes (formula cells escaped, line breaks quoted, the header once),
+    the partitions in order."""
+    payload = ["=cmd|' /C calc'!A0", "x\r=1+1", "a\nb", " @SUM(A1)", "plain"]
+
+    def add_text(d):
+        d["note"] = [payload[i % len(payload)] for i in range(len(d))]
+
+    data = parts.copy("d", add_text)
+    one = tmp_path / "one.parquet"
+    add_text(whole := parts.table.copy())
+    whole.to_parquet(one, index=False)
+    base = ["predict", "--model", str(parts.model_path), "--pred", "p"]
+    ref, out = tmp_path / "ref.csv", tmp_path / "x.csv"
+    assert cli.main([*base, "--data", str(one), "--out", str(ref)]) == 0
+    dask = ["--engine", "dask", "--scheduler", dask_scheduler]
+    assert cli.main([*base, *dask, "--data", str(data), "--out", str(out)]) == 0
+    assert out.is_file() and out.read_bytes() == ref.read_bytes()
+    back = pd.read_csv(out)
+    assert len(back) == len(whole) and not back["note"].astype(str).str.match(r"^\s*[=+\-@]").any()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
+
+
+def test_dask_predict_to_csv_that_fails_writes_nothing(parts, dask_scheduler, tmp_path, monkeypatch, capsys):
+    """An error in the last partition (found on the workers) leaves neither the CSV nor a temporary file, and the
+    CSV that was there before is kept; a folder named x.csv is refused before any work."""
+    from app import cli_dask
+
+    monkeypatch.setattr(cli_dask, "PROGRESS_HOLD", 1e6, raising=False)
+    data = parts.copy("d", _set("p", 395, np.nan), arrow=True)  # a NaN the footers do not show
+    out = tmp_path / "x.csv"
+    out.write_bytes(b"kept\r\n")
+    args = ["predict", "--engine", "dask", "--scheduler", dask_scheduler, "--model", str(parts.model_path)]
+    args += ["--data", str(data), "--pred", "p", "--out", str(out)]
+    assert cli.main(args) == 2
+    assert "prediction column 'p' has 1 missing or infinite value(s)" in _only_one_line(capsys.readouterr().err)
+    assert out.read_bytes() == b"kept\r\n" and not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
+    folder = tmp_path / "f.csv"
+    folder.mkdir()
+    assert cli.main(args[:-1] + [str(folder)]) == 2
+    assert "is a folder" in _only_one_line(capsys.readouterr().err)
