@@ -417,3 +417,51 @@ def test_dask_predict_to_csv_that_fails_writes_nothing(parts, dask_scheduler, tm
     folder.mkdir()
     assert cli.main(args[:-1] + [str(folder)]) == 2
     assert "is a folder" in _only_one_line(capsys.readouterr().err)
+
+
+BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"
+
+
+def test_group_names_from_values_with_bidi_controls_are_escaped_alike_everywhere(parts, dask_scheduler, tmp_path):
+    """A value holding a bidirectional control (U+202E and its kin) must not become part of a group name as it is:
+    a groups file with such a name is refused, since the name would read as something else. Names built from
+    values escape it as its code ("[U+202E]", mmc_core.groups.loadable_name, the rule the model loader agrees
+    with): the same names from both engines' `mmc fit --group-cols`, each model read back by `mmc audit`, and
+    from the dashboard's group builder, whose raw names were refused, so such a column gave no groups there."""
+    import json
+
+    from app.ui import groupbuild
+    from mmc_core import FittedModel, GroupSet
+
+    values = [f"a{ch}b" for ch in BIDI_CONTROLS]
+
+    def bidi(d):
+        d["g"] = [values[i % len(values)] for i in range(len(d))]
+
+    data = parts.copy("d", bidi)
+    one = tmp_path / "one.parquet"
+    bidi(whole := parts.table.copy())
+    whole.to_parquet(one, index=False)
+    names = {}
+    for engine, src in (("numpy", one), ("dask", data)):
+        model = tmp_path / f"{engine}.json"
+        extra = ["--engine", "dask", "--scheduler", dask_scheduler] if engine == "dask" else []
+        args = ["fit", "--data", str(src), "--label", "y", "--group-cols", "g", "--max-rounds", "1", *extra]
+        assert cli.main([*args, "--out", str(model)]) == 0
+        names[engine] = FittedModel.load(model).groups.names  # the model written loads back
+        audit = tmp_path / f"{engine}-audit.json"
+        assert (
+            cli.main(["audit", "--data", str(src), "--label", "y", "--model", str(model), *extra, "--out", str(audit)])
+            == 0
+        )
+        assert json.loads(audit.read_text())
+    built = groupbuild.suggest_groups(whole, ["g"])
+    names["dashboard"] = groupbuild.validate_groups(built, whole.columns).names
+    expected = ["all"] + sorted(f"g=a[U+{ord(ch):04X}]b" for ch in BIDI_CONTROLS)
+    for engine, got in names.items():
+        assert sorted(got) == sorted(expected), engine
+        assert not any(ch in n for n in got for ch in BIDI_CONTROLS), engine
+    # the escaped names and the raw values: the groups still hold the rows of their value
+    gs = GroupSet.from_json(groupbuild.groups_file(built))
+    memb = gs.evaluate(whole, len(whole)).to_dense()
+    assert memb[:, 1:].sum(axis=0).tolist() == [sum(v == x for v in whole["g"]) for x in sorted(values)]

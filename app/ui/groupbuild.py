@@ -15,7 +15,7 @@ import pandas as pd
 
 from mmc_core import Condition, GroupSet
 from mmc_core.errors import GroupDefinitionError
-from mmc_core.groups import MAX_GROUPS, MAX_VALUES, quartile_edges
+from mmc_core.groups import MAX_GROUPS, MAX_VALUES, quartile_edges, unique_names
 from mmc_core.groups import column_conditions as core_column_conditions
 
 __all__ = [
@@ -96,7 +96,10 @@ def definition(g: dict) -> str:
 
 
 def intersections(per_column: list, max_order: int) -> list:
-    """All groups from one condition of each of up to ``max_order`` different columns (order 1 first)."""
+    """All groups from one condition of each of up to ``max_order`` different columns (order 1 first), named as
+    ``mmc fit --group-cols`` names them (:func:`mmc_core.groups.unique_names`): a value's bidirectional controls
+    shown as their code ("[U+202E]"), line breaks escaped, long names cut with a digest. The plain label made
+    names a groups file refuses, so a column holding such a value gave no groups at all."""
     if max_order < 1:
         raise GroupDefinitionError(f"the intersection order must be >= 1, got {max_order}")
     count = sum(
@@ -109,12 +112,15 @@ def intersections(per_column: list, max_order: int) -> list:
             f"these columns and order {max_order} give {count + 1:,} groups; the limit is "
             f"{MAX_GROUPS:,} (lower the order, use fewer bins or fewer columns)"
         )
-    groups = []
-    for r in range(1, min(max_order, len(per_column)) + 1):
-        for combo in itertools.combinations(range(len(per_column)), r):
-            for conds in itertools.product(*(per_column[i] for i in combo)):
-                groups.append({"name": group_name(list(conds)), "where": [dict(c) for c in conds]})
-    return groups
+    combos = [
+        list(conds)
+        for r in range(1, min(max_order, len(per_column)) + 1)
+        for combo in itertools.combinations(range(len(per_column)), r)
+        for conds in itertools.product(*(per_column[i] for i in combo))
+    ]
+    keys = [tuple(Condition.from_dict(c) for c in conds) for conds in combos]
+    names = unique_names([group_name(conds) for conds in combos], keys)
+    return [{"name": name, "where": [dict(c) for c in conds]} for name, conds in zip(names, combos)]
 
 
 def validate_groups(groups: list, columns=None) -> GroupSet:
