@@ -108,12 +108,12 @@ def describe_stages(stages) -> str | None:
         dec = max(0, 3 - math.floor(math.log10(first))) if first > 0 and math.isfinite(first) else 3
 
         def fmt(x, dec=dec):
-            return f"{x:.{dec}f}"
+            return f"{x:,.{dec}f}"  # "4,717" for a dollar label: thousands separated, as everywhere (issue 35)
 
         steps = [
             f"{STAGE_LABELS[s]} {'+' if b > a else '-'}{fmt(abs(b - a))}"
             for (_, a), (s, b) in zip(vals, vals[1:])
-            if float(fmt(abs(b - a))) > 0
+            if float(fmt(abs(b - a)).replace(",", "")) > 0
         ]
         moved = "; ".join(steps) if steps else "no stage changed it"
         parts.append(f"{what} {fmt(vals[0][1])} -> {fmt(vals[-1][1])} ({moved})")
@@ -159,7 +159,7 @@ def stage_sentences(stages, info: dict, n_mean_updates: int, n_moment_updates: i
         parts = []
         ra, rb = a.get("rmse"), b.get("rmse")
         if isinstance(ra, (int, float)) and isinstance(rb, (int, float)):
-            sa, sb = (f"{ra * ra:.4f}", f"{rb * rb:.4f}") if binary else (f"{ra:.{dec}f}", f"{rb:.{dec}f}")
+            sa, sb = (f"{ra * ra:.4f}", f"{rb * rb:.4f}") if binary else (f"{ra:,.{dec}f}", f"{rb:,.{dec}f}")
             if sa != sb:
                 parts.append(f"held-out {what} {sa} -> {sb}")
         va, vb = a.get("variance_error"), b.get("variance_error")

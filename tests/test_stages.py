@@ -96,6 +96,12 @@ def test_describe_stages_reads_what_is_there():
     assert describe_stages(two) == "On the held-out rows, the mean's RMSE 10.00 -> 9.50 (descent (kept round) -0.50)."
     same = [{"stage": "start", "rmse": 10.0}, {"stage": "descent", "rmse": 10.0}]
     assert "no stage changed it" in describe_stages(same)
+    # a dollar label's RMSE with thousands separators, as every number below 1e9 (issue 35: "RMSE 4717 -> 4717")
+    dollars = [{"stage": "start", "rmse": 4717.2}, {"stage": "descent", "rmse": 3499.6}]
+    assert (
+        describe_stages(dollars)
+        == "On the held-out rows, the mean's RMSE 4,717 -> 3,500 (descent (kept round) -1,218)."
+    )
     # records a file could hold that are not stages are skipped, not shown
     assert stage_rows([{"stage": "x"}, "y", {"stage": "descent", "rmse": True}]) == [
         {"stage": STAGE_LABELS["descent"], "rmse": None}
@@ -139,3 +145,12 @@ def test_plain_sentences_of_a_classifier_say_brier_and_no_variance():
         "chosen on the held-out rows): held-out Brier score 0.2500 -> 0.1600."
     )
     assert stage_sentences([recs[0]], {}, 0, 0) == [] and stage_sentences(None, {}, 0, 0) == []
+
+
+def test_plain_sentences_of_a_dollar_label_separate_thousands():
+    """Issue 35: a dollar label's held-out RMSE read "4717 -> 4701"; thousands are separated as everywhere else."""
+    from mmc_core.stages import stage_sentences
+
+    recs = [{"stage": "start", "rmse": 4717.2}, {"stage": "descent", "rmse": 4701.4}]
+    (line,) = stage_sentences(recs, {"kept_round": 1}, 2, 0)
+    assert line.endswith("held-out RMSE 4,717 -> 4,701.")

@@ -411,13 +411,20 @@ def variance_tab(run):
                 f"{int(small.sum())} group(s) with fewer than {min_n} test rows are left out of this table "
                 "(their spread cannot be estimated)."
             )
+        # SDs of 1 and more with thousands separators ("10,700 USD", not "10700": issue 35), rounded to 3 significant
+        # digits first; smaller ones as before (the browser's separators would round 0.00123 to 0)
+        sd_cols = [c for c in ("predicted SD", "observed SD") if c in top.columns]
+        sd_fmt, sds = "%.3g", np.abs(top[sd_cols].to_numpy(float)).ravel()
+        if np.isfinite(sds).any() and sds[np.isfinite(sds)].min() >= 1:
+            top[sd_cols] = top[sd_cols].astype(float).map(lambda v: float(f"{v:.3g}"))
+            sd_fmt = "localized"
         st.dataframe(
             top,
             width="stretch",
             column_config={
                 "mass": st.column_config.NumberColumn(format="%.3f"),
-                "predicted SD": st.column_config.NumberColumn(format="%.3g"),
-                "observed SD": st.column_config.NumberColumn(format="%.3g"),
+                "predicted SD": st.column_config.NumberColumn(format=sd_fmt),
+                "observed SD": st.column_config.NumberColumn(format=sd_fmt),
                 # both ratios, as in the chart beside: predicted and observed variance relative to all rows'
                 "var_ratio": st.column_config.NumberColumn("predicted var. / all rows", format="%.3f"),
                 "var_ratio_lo": st.column_config.NumberColumn("predicted 95% low", format="%.3f"),
