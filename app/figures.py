@@ -162,6 +162,8 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     n_all = len(bg)
     pv, ev = _col(bg, "pred_var"), _col(bg, "emp_var")
     selection = ""
+    if top is not None:  # room for every group with a finding, however many (issue 35)
+        top = max(top, int(_with_findings(audit, bg.index).sum()))
     if top is not None and len(bg) > top:
         with np.errstate(divide="ignore", invalid="ignore"):
             gap = np.abs(np.log(np.clip(pv, 1e-300, None) / np.clip(ev, 1e-300, None)))
@@ -577,8 +579,8 @@ def calibration_before_after_figure(
     drawn = np.isfinite(key) | found
     n_all = int(drawn.sum())
     order = order[drawn[bg.index.get_indexer(order.index)]]
-    if top is not None:
-        order = order.iloc[:top]
+    if top is not None:  # room for every group with a finding, however many (issue 35)
+        order = order.iloc[: max(top, int(found.sum()))]
     idx = list(order.index)[::-1]  # largest at the top
     names = [str(n) for n in idx]
     below = below_gamma(audit, idx)
