@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from mmc_core import GroupSet
-from mmc_core.compare import ComparisonResult, compare, side
+from mmc_core.compare import POINTS, ComparisonResult, compare, points_text, side
 
 MAX_PAST_RUNS = 4  # runs kept for comparison besides the current one (each holds its model and predictions)
 
@@ -288,11 +288,8 @@ def _change_cells(f: dict, probability: bool = False) -> tuple[str, str]:
             f"{f['before']:#.3g} → {f['after']:#.3g}",
             f"×{np.exp(est):.3g} (×{np.exp(lo):.3g} to ×{np.exp(hi):.3g})",
         )
-    if kind == "coverage" or kind in RATES:
-        return (
-            f"{f['before']:.1%} → {f['after']:.1%}",
-            f"{100 * est:+.1f} pts ({100 * lo:+.1f} to {100 * hi:+.1f})",
-        )
+    if kind in POINTS:  # the coverage and a classifier's rates: as the finding's sentence says them
+        return f"{f['before']:.1%} → {f['after']:.1%}", "{} pts ({} to {})".format(*points_text(est, lo, hi))
     if probability:
         return f"{f['before']:.3f} → {f['after']:.3f}", f"{est:+.3f} ({lo:+.3f} to {hi:+.3f})"
     return f"{f['before']:#.4g} → {f['after']:#.4g}", f"{est:+#.3g} ({lo:+#.3g} to {hi:+#.3g})"

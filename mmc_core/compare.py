@@ -30,6 +30,9 @@ spread (log R), coverage and RMSE, and for a classifier of its rates at the deci
 TPR, FPR): unpaired, the periods hold different rows. A rate is tested where it is a mean over at least
 ``min_group_count`` rows in both periods (TPR over the group's positives, FPR over its negatives).
 
+A finding's sentence says a difference or change of a share (coverage, selection rate, TPR, FPR) in percentage
+points ("+34.3 points, CI +30.0 to +38.7"), as the tables and reports do; its numeric fields stay fractions.
+
 Everything is a sum over (group, cell) through :class:`mmc_core.sums.MembershipSums`: no loop over rows,
 groups or periods.
 """
@@ -57,6 +60,7 @@ __all__ = [
     "cell_sums",
     "Layout",
     "detectable",
+    "points_text",
     "ComparisonResult",
     "PeriodResult",
     "VALUES",
@@ -419,6 +423,10 @@ class ComparisonResult:
     ``v_b``, the difference ``v_diff`` (B - A of the compared form) and its 95% interval ``v_lo``, ``v_hi``.
     ``overall``: the row of the group of all rows. ``findings``: the significant differences, B's worsenings
     first. ``n_tests``: how many differences were tested together.
+
+    Units: coverage and a classifier's rates (selection_rate, tpr, fpr) are fractions (0 to 1) in every numeric
+    field, their differences differences of fractions; a finding's ``text`` says a difference of coverage in
+    percentage points (the ``estimate`` x 100).
     """
 
     names: tuple
@@ -580,7 +588,7 @@ def _finding_text(f: dict, a: str, b: str, target: float) -> str:
     else:
         core = (
             f"interval coverage {100 * f['b']:.1f}% against {100 * f['a']:.1f}% (target {100 * target:.0f}%; distance "
-            f"{100 * f['estimate']:+.1f} points, CI {100 * lo:+.1f} to {100 * hi:+.1f})"
+            "{} points, CI {} to {})".format(*points_text(f["estimate"], lo, hi))
         )
     return f"{b} is {verb} than {a} for {g} (n = {n:,}): {core}, adjusted {fnd.p_words(f['p_adjusted'])}"
 
@@ -593,6 +601,11 @@ class PeriodResult:
     ``by_period``: one row per (group, period): n and each value of :data:`VALUES` the side has (mean_error
     signed, spread as the ratio R) with a 95% interval (``v_lo``, ``v_hi``). ``changes``: per (group, period) the
     change from the reference period (``v_change`` and its interval). ``findings``: significant changes.
+
+    Units: the coverage and a classifier's rates (selection_rate, tpr, fpr) are fractions (0 to 1) in every
+    numeric field, their changes differences of fractions (``before``, ``after``, ``estimate`` and ``interval``
+    of a finding too); a finding's ``text`` says such a change in percentage points (the field x 100: "+34.3
+    points, CI +30.0 to +38.7"). The spread's change is of log R.
     """
 
     periods: list
@@ -779,23 +792,39 @@ def _plain(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
+# values that are shares of rows (probabilities): their changes and differences are said in percentage points
+POINTS = ("coverage", "selection_rate", "tpr", "fpr")
+
+
+def points_text(estimate: float, lo: float, hi: float) -> tuple[str, str, str]:
+    """A difference of two shares (fractions) and its interval ends in percentage points, signed: one decimal
+    (+34.3), more where the difference is under 0.1 points so it does not read +0.0; the three with the same
+    decimals. The numbers stay fractions everywhere else (JSON, tables' data): x 100 here only."""
+    est, lo, hi = 100 * estimate, 100 * lo, 100 * hi
+    dec = 1
+    if 0 < abs(est) < 0.095:  # two significant digits: 0.042 -> +0.042 (the ends to the same place)
+        dec = min(6, 1 - int(np.floor(np.log10(abs(est)))))
+    return f"{est:+.{dec}f}", f"{lo:+.{dec}f}", f"{hi:+.{dec}f}"
+
+
 def _change_text(f: dict, name: str) -> str:
     lo, hi = f["interval"]
-    what = {
-        "rmse": ("root mean squared error", "{:.4g}", 1.0),
-        "mean_error": ("mean error", "{:+.4g}", 1.0),
-        "spread": ("observed / predicted spread", "{:.3g}", None),
-        "coverage": ("interval coverage", "{:.1%}", 1.0),
-        "selection_rate": ("selection rate", "{:.1%}", 1.0),
-        "tpr": ("true positive rate", "{:.1%}", 1.0),
-        "fpr": ("false positive rate", "{:.1%}", 1.0),
+    word, fmt = {
+        "rmse": ("root mean squared error", "{:.4g}"),
+        "mean_error": ("mean error", "{:+.4g}"),
+        "spread": ("observed / predicted spread", "{:.3g}"),
+        "coverage": ("interval coverage", "{:.1%}"),
+        "selection_rate": ("selection rate", "{:.1%}"),
+        "tpr": ("true positive rate", "{:.1%}"),
+        "fpr": ("false positive rate", "{:.1%}"),
     }[f["kind"]]
-    word, fmt, _ = what
-    change = (
-        f"log ratio {f['estimate']:+.3g}, CI {lo:+.3g} to {hi:+.3g}"
-        if f["kind"] == "spread"
-        else f"{f['estimate']:+.3g}, CI {lo:+.3g} to {hi:+.3g}"
-    )
+    if f["kind"] == "spread":
+        change = f"log ratio {f['estimate']:+.3g}, CI {lo:+.3g} to {hi:+.3g}"
+    elif f["kind"] in POINTS:  # a change of a share: in percentage points, as the tables and reports say it
+        est, lo_, hi_ = points_text(f["estimate"], lo, hi)
+        change = f"{est} points, CI {lo_} to {hi_}"
+    else:
+        change = f"{f['estimate']:+.3g}, CI {lo:+.3g} to {hi:+.3g}"
     return (
         f"{name}'s {word} for {f['group']} changed from {fmt.format(f['before'])} ({f['reference']}) to "
         f"{fmt.format(f['after'])} ({f['period']}) ({change}), adjusted {fnd.p_words(f['p_adjusted'])}"

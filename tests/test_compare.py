@@ -6,6 +6,7 @@ their level; a difference planted at the stated detectable size is found with ab
 at half of it far less often; the same for changes between periods.
 """
 
+import re
 from statistics import NormalDist
 
 import numpy as np
@@ -261,6 +262,54 @@ def test_a_planted_spread_change_is_found_and_named():
         compare_periods(df, y, gaussian_side("M", df["x"].to_numpy(), sd), _groups(df), np.zeros(len(df)))
     with pytest.raises(DataError, match="missing"):
         compare_periods(df, y, gaussian_side("M", df["x"].to_numpy(), sd), _groups(df), np.where(g == 0, None, "a"))
+
+
+POINTS_RE = re.compile(r"([+-]\d+\.\d+) points, CI ([+-]\d+\.\d+) to ([+-]\d+\.\d+)\)")
+
+
+def _says_points(f: dict) -> None:
+    """The finding's sentence states its change of a share in percentage points: the numeric fields (fractions)
+    x 100, to the sentence's last decimal."""
+    m = POINTS_RE.search(f["text"])
+    assert m, f["text"]
+    for said, value in zip(m.groups(), (f["estimate"], *f["interval"])):
+        step = 10.0 ** -len(said.split(".")[1])
+        assert abs(float(said) - 100 * value) <= step / 2 + 1e-9, (said, value, f["text"])
+    assert f"{f['estimate']:+.3g}," not in f["text"]  # not the fraction as well
+
+
+def test_rate_and_coverage_changes_are_said_in_percentage_points():
+    """A planted rise of one group's selection rate between periods, a planted drop of one group's interval
+    coverage between periods and between two models: each finding's sentence says it in points, equal to its
+    numeric field (a fraction) x 100."""
+    rng = np.random.default_rng(37)
+    n = 6000
+    df = pd.DataFrame({"g": rng.integers(0, 2, n), "x": rng.normal(size=n)})
+    q = np.array(["2026Q1", "2026Q2"])[rng.integers(0, 2, n)]
+    df.loc[(df["g"] == 1) & (q == "2026Q2"), "x"] += 1.0  # more of g=1 decided positive in Q2
+    p = 1 / (1 + np.exp(-1.5 * df["x"].to_numpy()))
+    y = (rng.random(n) < p).astype(float)
+    res = compare_periods(df, y, side(p, name="M", threshold=0.5), _groups(df), q)
+    f = next(f for f in res.findings if (f["kind"], f["group"]) == ("selection_rate", "g=1"))
+    assert f["after"] - f["before"] > 0.2 and "M's selection rate for g=1 changed from" in f["text"]
+    _says_points(f)
+
+    df, y, sd = world(rng, n, k=2)
+    y = y + np.where((q == "2026Q2") & (df["g"] == 1), 1.5 * sd * rng.normal(size=n), 0.0)  # g=1's noise grows
+    m = gaussian_side("M", df["x"].to_numpy(), sd)
+    cov = next(f for f in compare_periods(df, y, m, _groups(df), q).findings if f["kind"] == "coverage")
+    assert cov["estimate"] < -0.1 and "interval coverage" in cov["text"]
+    _says_points(cov)
+    narrow = gaussian_side("narrow", m.mean, np.where(df["g"] == 1, 0.5, 1.0) * sd)  # under-covers g=1
+    paired = next(f for f in compare(df, y, m, narrow, _groups(df)).findings if f["kind"] == "coverage")
+    _says_points(paired)
+
+
+def test_points_keep_small_changes_readable():
+    from mmc_core.compare import points_text
+
+    assert points_text(0.343, 0.201, 0.485) == ("+34.3", "+20.1", "+48.5")
+    assert points_text(-0.0004, -0.0009, 0.0001) == ("-0.040", "-0.090", "+0.010")  # not "-0.0 points"
 
 
 def test_detectable_size_formula():
