@@ -278,6 +278,25 @@ def format_number(v, digits: int = 3, kind: str = "g") -> str:
     return out
 
 
+def format_pair(a, b, digits: int = 4) -> tuple[str, str]:
+    """Two numbers compared side by side ("0.4420 → 0.4402"): both with the same decimals, ``digits`` significant
+    digits of the larger, more decimals (up to 4 more) when that would show two different numbers as equal,
+    thousands separated; :func:`format_number` of each when one is missing, not finite or from 1e9 (issue 35)."""
+    try:
+        x, y = float(a), float(b)
+    except (TypeError, ValueError):
+        return format_number(a, digits), format_number(b, digits)
+    if not (math.isfinite(x) and math.isfinite(y)) or max(abs(x), abs(y)) >= 1e9:
+        return format_number(a, digits), format_number(b, digits)
+    top = max(abs(x), abs(y))
+    dec = max(0, digits - 1 - math.floor(math.log10(top))) if top > 0 else digits - 1
+    for extra in range(5):
+        sx, sy = f"{x:,.{dec + extra}f}", f"{y:,.{dec + extra}f}"
+        if x == y or sx != sy:
+            break
+    return sx, sy
+
+
 def method_order(cols) -> list:
     """The interval methods of ``cols`` in the order shown (their column order), as strings."""
     return [str(c) for c in cols]

@@ -667,3 +667,15 @@ def test_a_group_with_a_finding_but_no_large_bucket_keeps_its_calibration_row(fi
     note = [tr for tr in fig.data if tr.mode == "text"]
     assert note and any(g in str(y) for y in note[0].y) and "no bucket of" in note[0].text[0]
     assert any(g in str(y) for y in fig.layout.yaxis.categoryarray)
+
+
+def test_compared_numbers_share_their_decimals():
+    """Issue 35: "RMSE 0.442 → 0.4402" (the base's 0.4420 lost its trailing zero): both sides of an arrow now show
+    the same decimals, enough to tell two different numbers apart."""
+    from app.figure_style import format_pair
+
+    assert format_pair(0.442, 0.4402) == ("0.4420", "0.4402")
+    assert format_pair(4717.2, 4716.9) == ("4,717.2", "4,716.9")  # 4 digits would show both as 4,717
+    assert format_pair(12345.0, 9876.0) == ("12,345", "9,876")
+    assert format_pair(0.5, 0.5) == ("0.5000", "0.5000")
+    assert format_pair(None, 0.5) == ("–", "0.5")

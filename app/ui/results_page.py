@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.figure_style import coverage_tested, format_number, legend_line
+from app.figure_style import coverage_tested, format_number, format_pair, legend_line
 from app.ui import state
 from app.specs import count, interval_range_note, not_converged_note
 from app.ui.common import all_findings, download, esc, scorecard_box, show_fit_notes, run_and_frame, tabbed
@@ -153,10 +153,9 @@ def rmse_line(run, frame):
     u = esc(state.units() or f"{run.label.name} units")
     if bm.get("base_test"):
         b = bm["base_test"]
-        st.caption(
-            f"Test rows: root mean squared error {format_number(b['rmse'], 4)} (base) → {format_number(after['rmse'], 4)} "
-            f"(multicalibrated) {u}; R² {b['r2']:.3f} → {after['r2']:.3f}."
-        )
+        r0, r1 = format_pair(b["rmse"], after["rmse"], 4)
+        q0, q1 = format_pair(b["r2"], after["r2"], 3)
+        st.caption(f"Test rows: root mean squared error {r0} (base) → {r1} (multicalibrated) {u}; R² {q0} → {q1}.")
         if run.base is not None and (note := rmse_worse_note(run, frame)):
             st.caption(esc(note))
     else:
