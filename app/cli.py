@@ -580,15 +580,17 @@ def cmd_fit(args) -> int:
                 "them (they stay in 'all' and in groups of other columns)",
                 file=sys.stderr,
             )
+    from .figure_style import interval_text  # plotly: only when a note is printed
+
     if info.get("base_clipped"):
         print(
             f"note: {info['base_clipped']} base prediction(s) lay outside the label range "
-            f"[{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] and were clipped to it",
+            f"{interval_text(est.label_scale_.lo, est.label_scale_.hi, 6)} and were clipped to it",
             file=sys.stderr,
         )
     if est.label_scale_.source == "observed":
         print(
-            f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
+            f"note: label range taken from the data: {interval_text(est.label_scale_.lo, est.label_scale_.hi, 6)} "
             "(pass --label-range LO,HI to declare it)",
             file=sys.stderr,
         )
@@ -737,11 +739,13 @@ def _refuse_base_model_on_dask(args) -> None:
 def _note_base_range(model, base):
     if base is None:
         return
+    from .figure_style import interval_text
+
     out = (base < model.scale.lo) | (base > model.scale.hi)
     if out.any():
         print(
             f"note: {int(out.sum())} base prediction(s) lie outside the model's label range "
-            f"[{model.scale.lo:g}, {model.scale.hi:g}] and were clipped to it",
+            f"{interval_text(model.scale.lo, model.scale.hi, 6)} and were clipped to it",
             file=sys.stderr,
         )
 

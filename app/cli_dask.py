@@ -211,9 +211,11 @@ def fit(args) -> int:
             print("mmc: nothing was written (use --save-partial to keep a partial model)", file=sys.stderr)
             return 130
     est.save(args.out)
+    from .figure_style import interval_text
+
     if est.label_scale_.source == "observed":
         print(
-            f"note: label range taken from the data: [{est.label_scale_.lo:g}, {est.label_scale_.hi:g}] "
+            f"note: label range taken from the data: {interval_text(est.label_scale_.lo, est.label_scale_.hi, 6)} "
             "(pass --label-range LO,HI to declare it)",
             file=sys.stderr,
         )

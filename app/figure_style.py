@@ -302,10 +302,11 @@ def method_order(cols) -> list:
     return [str(c) for c in cols]
 
 
-def _end(v) -> str:
-    """An interval end: :func:`format_number` without thousands separators ("[990, 1980)": a comma inside the number
-    would read as the one between the ends)."""
-    return format_number(v).replace(",", "")
+def interval_text(lo, hi, digits: int = 3, closed_right: bool = True) -> str:
+    """An interval for display, "[16,400; 119,000)" (``closed_right`` False) or "[717.6; 119,000]": each end by
+    :func:`format_number` with ``digits`` significant digits, thousands separated as every number (issue 35), and a
+    semicolon between the ends, which no thousands separator can be read as."""
+    return f"[{format_number(lo, digits)}; {format_number(hi, digits)}{']' if closed_right else ')'}"
 
 
 def bucket_labels(cols, info: dict, m=None, edges=None) -> list:
@@ -320,7 +321,7 @@ def bucket_labels(cols, info: dict, m=None, edges=None) -> list:
         for c in cols:
             i = int(c)
             if 0 <= i <= last:
-                out.append(f"[{_end(e[i])}, {_end(e[i + 1])}{']' if i == last else ')'}")
+                out.append(interval_text(e[i], e[i + 1], closed_right=i == last))
             else:
                 out.append(str(c))
         return out
@@ -331,7 +332,7 @@ def bucket_labels(cols, info: dict, m=None, edges=None) -> list:
         out = []
         for i in idx:
             a, b = info["lo"] + i * w, info["lo"] + (i + 1) * w
-            out.append(f"[{_end(a)}, {_end(b)}{']' if i == m - 1 else ')'}")
+            out.append(interval_text(a, b, closed_right=i == m - 1))
         return out
     return [str(c) for c in cols]
 

@@ -364,12 +364,14 @@ def outside_range_note(audit_params: dict) -> str | None:
     n_out = int(audit_params.get("label_outside_range") or 0)
     if n_out <= 0:
         return None
+    from app.figure_style import interval_text
+
     lab = audit_params.get("label") or {}
     n = int(audit_params.get("n") or 0)
     how = "declared" if lab.get("source") == "declared" else "fitted"
     return (
         f"{n_out:,} of the {n:,} audited labels lie outside the model's {how} label range "
-        f"[{float(lab.get('lo', 0)):g}, {float(lab.get('hi', 0)):g}], which its predictions never leave: their "
+        f"{interval_text(float(lab.get('lo', 0)), float(lab.get('hi', 0)), 6)}, which its predictions never leave: their "
         "errors weigh in every group they belong to (check the unit, or whether these rows belong to the "
         "population the model was fitted on)"
     )
@@ -422,10 +424,12 @@ def prepare_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel:
             lo, hi = math.log(lo), math.log(hi)
         if not hi > lo:
             raise DataError(f"the declared label range needs LO < HI, got [{spec.lo}, {spec.hi}]")
+        from app.figure_style import interval_text
+
         outside = int(np.sum((y < lo) | (y > hi)))
         if outside:
             raise DataError(
-                f"{outside} label value(s) lie outside the declared range [{spec.lo:g}, {spec.hi:g}] "
+                f"{outside} label value(s) lie outside the declared range {interval_text(spec.lo, spec.hi, 6)} "
                 f"(min {float(np.min(y)):g}, max {float(np.max(y)):g}); widen it or choose 'robust'"
             )
         note = "declared range"

@@ -416,7 +416,7 @@ def test_audit_says_when_labels_lie_outside_the_model_range(csvs, capsys, tmp_pa
     args = ["audit", "--model", str(model), "--label", "outcome", "--out", str(tmp_path / "a.json")]
     code, _, err = run(args + ["--data", str(tmp_path / "odd.csv")], capsys)
     assert code == 0
-    assert "note: 40 of the 2,000 audited labels lie outside the model's declared label range [0, 100]" in err
+    assert "note: 40 of the 2,000 audited labels lie outside the model's declared label range [0; 100]" in err
     code, _, err = run(args + ["--data", str(csvs / "train.csv")], capsys)
     assert code == 0 and "outside the model's" not in err
 

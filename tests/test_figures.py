@@ -591,7 +591,7 @@ def test_thousands_are_written_with_separators_not_exponents():
     from app.figure_style import bucket_labels
 
     labels = bucket_labels([0, 1], {"lo": 0.0, "hi": 1980.0}, edges=[0.0, 990.0, 1980.0])
-    assert labels == ["[0, 990)", "[990, 1980]"]  # no separator inside an interval's ends
+    assert labels == ["[0; 990)", "[990; 1,980]"]  # thousands separated; a semicolon between the ends
 
 
 def test_no_squared_units_or_exponents_in_the_group_charts(fitted):
@@ -679,3 +679,18 @@ def test_compared_numbers_share_their_decimals():
     assert format_pair(12345.0, 9876.0) == ("12,345", "9,876")
     assert format_pair(0.5, 0.5) == ("0.5000", "0.5000")
     assert format_pair(None, 0.5) == ("–", "0.5")
+
+
+def test_interval_ends_are_thousands_separated():
+    """Issue 35: heatmap buckets read "[16400, 119000)" and range notes "[717.6, 119000]": the ends are now
+    thousands separated, with a semicolon between them that no separator can be confused with."""
+    from app.figure_style import bucket_labels, interval_text
+    from app.specs import outside_range_note
+
+    assert bucket_labels([0, 1], {"lo": None, "hi": None}, edges=[717.6, 16400.0, 119000.0]) == [
+        "[718; 16,400)",
+        "[16,400; 119,000]",
+    ]
+    assert interval_text(717.6, 119000.0, 6) == "[717.6; 119,000]"
+    note = outside_range_note({"label_outside_range": 3, "n": 1200, "label": {"lo": 717.6, "hi": 119000.0}})
+    assert "label range [717.6; 119,000]," in note

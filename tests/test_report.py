@@ -515,7 +515,7 @@ def test_report_label_row_says_when_audited_labels_lie_outside_the_range():
 
     params = {"n": 500, "label_outside_range": 3, "label": {"lo": -20.0, "hi": 140.0, "source": "declared"}}
     text = _outside(SimpleNamespace(params=params))
-    assert "3 of the 500 audited labels lie outside the model's declared label range [-20, 140]" in text
+    assert "3 of the 500 audited labels lie outside the model's declared label range [-20; 140]" in text
     assert _outside(SimpleNamespace(params={**params, "label_outside_range": 0})) == ""
     assert _outside(None) == ""
 

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app import demo_data
+from app.figure_style import interval_text
 from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
 from app.specs import BASE_MODELS, binary_values, looks_like_log
 from app.ui import admission, budget, state
@@ -410,7 +411,7 @@ def label_section(d):
                     _drop_button(lab, n_bad, "label", "drop_missing_label")
         else:
             st.markdown(
-                f"Fitted label **{esc(summary['name'])}** in **[{summary['lo']:.4g}, {summary['hi']:.4g}]** "
+                f"Fitted label **{esc(summary['name'])}** in **{interval_text(summary['lo'], summary['hi'], 4)}** "
                 f"({esc(summary['note'])}); mean {summary['mean']:.4g}, SD {summary['sd']:.4g}."
             )
             st.plotly_chart(

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.figure_style import coverage_tested, format_number, format_pair, legend_line
+from app.figure_style import coverage_tested, format_number, format_pair, interval_text, legend_line
 from app.ui import state
 from app.specs import count, interval_range_note, not_converged_note
 from app.ui.common import all_findings, download, esc, scorecard_box, show_fit_notes, run_and_frame, tabbed
@@ -577,7 +577,7 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
                 showlegend=False,
                 line=dict(color=OKABE_ITO["blue"] if inside else OKABE_ITO["vermillion"], width=6),
                 marker=dict(symbol="line-ns", size=14, line=dict(width=2)),
-                hovertemplate=f"{lab}: [{format_number(lo, 4)}, {format_number(hi, 4)}]<extra></extra>",
+                hovertemplate=f"{lab}: {interval_text(lo, hi, 4)}<extra></extra>",
             )
         )
     mu = details["pred"]["mean"]
