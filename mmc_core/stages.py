@@ -169,11 +169,25 @@ def stage_sentences(stages, info: dict, n_mean_updates: int, n_moment_updates: i
 
     kept = info.get("kept_round")
     has_var = any("variance_error" in r for r in rows)
+
+    def updates(n: int, key: str, word: str) -> str:
+        # the run summary counts every update the descent made (info["mean_updates"]), the kept model's log only
+        # those up to the kept round: the same term for both, and both numbers when they differ (issue 35: "0
+        # corrections" stood next to "1 mean update")
+        made = info.get(key)
+        if isinstance(made, int) and not isinstance(made, bool) and made != n:
+            return f"{n:,} {word}{'s' if n != 1 else ''} kept of the {made:,} the descent made"
+        return f"{n:,} {word}{'s' if n != 1 else ''}"
+
     text = {
         "base map": "Base map: the base prediction recalibrated on the fitting rows (a line, per group when the "
         "held-out rows bear that out)",
-        "descent": f"Descent: {n_mean_updates} correction{'s' if n_mean_updates != 1 else ''} of groups' means"
-        + (f" and {n_moment_updates} of their variances" if has_var else "")
+        "descent": f"Descent: {updates(n_mean_updates, 'mean_updates', 'mean update')} (corrections of groups' means)"
+        + (
+            f" and {updates(n_moment_updates, 'moment_updates', 'moment update')} (of their variances)"
+            if has_var
+            else ""
+        )
         + ", where a group's cell was off beyond chance"
         + (f" (the model of round {kept}, chosen on the held-out rows)" if isinstance(kept, int) else ""),
         "mean cells": "Mean cell corrections: small corrections of every group's prediction bands at once, each "

@@ -127,7 +127,11 @@ def test_plain_sentences_one_per_stage_with_its_held_out_change():
     heads = {"base map": "Base map:", "descent": "Descent:", "mean cells": "Mean cell", "moment cells": "Variance cell"}
     assert [line.split(" ")[0] for line in lines] == [heads[s["stage"]].split(" ")[0] for s in info["stages"][1:]]
     descent = next(line for line in lines if line.startswith("Descent:"))
-    assert f"Descent: {n_mean} correction" in descent and f"the model of round {info['kept_round']}" in descent
+    assert (
+        f"Descent: {n_mean} " in descent
+        and "mean update" in descent
+        and f"the model of round {info['kept_round']}" in descent
+    )
     # the variance's typical group error, as a percentage, before and after the stage that moved it most
     recs = info["stages"]
     k = max(range(1, len(recs)), key=lambda i: abs(recs[i]["variance_error"] - recs[i - 1]["variance_error"]))
@@ -141,7 +145,7 @@ def test_plain_sentences_of_a_classifier_say_brier_and_no_variance():
     recs = [{"stage": "start", "rmse": 0.5}, {"stage": "descent", "rmse": 0.4}]
     (line,) = stage_sentences(recs, {"task": "binary", "kept_round": 3}, 4, 0)
     assert line == (
-        "Descent: 4 corrections of groups' means, where a group's cell was off beyond chance (the model of round 3, "
+        "Descent: 4 mean updates (corrections of groups' means), where a group's cell was off beyond chance (the model of round 3, "
         "chosen on the held-out rows): held-out Brier score 0.2500 -> 0.1600."
     )
     assert stage_sentences([recs[0]], {}, 0, 0) == [] and stage_sentences(None, {}, 0, 0) == []
@@ -154,3 +158,21 @@ def test_plain_sentences_of_a_dollar_label_separate_thousands():
     recs = [{"stage": "start", "rmse": 4717.2}, {"stage": "descent", "rmse": 4701.4}]
     (line,) = stage_sentences(recs, {"kept_round": 1}, 2, 0)
     assert line.endswith("held-out RMSE 4,717 -> 4,701.")
+
+
+def test_plain_descent_sentence_counts_updates_as_the_run_summary_does():
+    """Issue 35: the stage summary said "Descent: 0 corrections" next to the run summary's "1 mean update": the
+    kept model's log ends at the kept round, the summary counts every update the descent made. Both now say
+    "mean update", and both numbers when they differ."""
+    from mmc_core.stages import stage_sentences
+
+    recs = [
+        {"stage": "start", "rmse": 0.5, "variance_error": 0.3},
+        {"stage": "descent", "rmse": 0.4, "variance_error": 0.2},
+    ]
+    info = {"kept_round": 0, "mean_updates": 1, "moment_updates": 3}
+    (line,) = stage_sentences(recs, info, 0, 3)
+    assert line.startswith(
+        "Descent: 0 mean updates kept of the 1 the descent made (corrections of groups' means) and 3 moment updates "
+        "(of their variances), where"
+    )
