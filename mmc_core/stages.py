@@ -155,16 +155,51 @@ def stage_sentences(stages, info: dict, n_mean_updates: int, n_moment_updates: i
     if isinstance(first, (int, float)) and first > 0 and math.isfinite(first):
         dec = max(0, 3 - math.floor(math.log10(first)))
 
-    def change(a: dict, b: dict) -> str:
+    def num(x) -> float | None:
+        ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+        return float(x) if ok else None
+
+    def change(a: dict, b: dict, last: bool) -> str:
+        # a metric that got worse says why it can and what decides (issue 35), as app.pipeline.worse_note does
+        # for the test rows
+        decide = (
+            "the audit of the test rows (Results page) says whether it ends up right"
+            if last
+            else "the later stages and the audit of the test rows (Results page) decide"
+        )
         parts = []
-        ra, rb = a.get("rmse"), b.get("rmse")
-        if isinstance(ra, (int, float)) and isinstance(rb, (int, float)):
+        ra, rb = num(a.get("rmse")), num(b.get("rmse"))
+        if ra is not None and rb is not None:
             sa, sb = (f"{ra * ra:.4f}", f"{rb * rb:.4f}") if binary else (f"{ra:,.{dec}f}", f"{rb:,.{dec}f}")
             if sa != sb:
                 parts.append(f"held-out {what} {sa} -> {sb}")
-        va, vb = a.get("variance_error"), b.get("variance_error")
-        if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and _pct_off(va) != _pct_off(vb):
-            parts.append(f"groups' variances off by {_pct_off(va)} -> {_pct_off(vb)} (typical group)")
+                if rb > ra:
+                    parts[-1] += (
+                        " (worse here: the stage's corrections follow its fitting rows, and on other rows the part "
+                        f"of a correction that was noise adds error; {decide})"
+                    )
+        va, vb = num(a.get("variance_error")), num(b.get("variance_error"))
+        if va is not None and vb is not None and _pct_off(va) != _pct_off(vb):
+            line = f"groups' variances off by {_pct_off(va)} -> {_pct_off(vb)} (typical group"
+            if vb > va:
+                # variance_error compares each group's mean predicted variance with its mean squared residual
+                # around the stage's own mean (stage_effects): a stage that moves only the mean changes it too
+                vm, mm = num(b.get("variance_moved")), num(b.get("mean_moved"))
+                if vm is not None and vm < 1e-9 and ra is not None and rb is not None and rb != ra:
+                    why = (
+                        "this stage leaves the predicted variances as they were, and a group's variance is "
+                        "compared with its squared errors around the stage's mean, which this stage made "
+                        + ("smaller" if rb < ra else "larger")
+                    )
+                elif mm is not None and mm > 0:
+                    why = (
+                        "a group's variance is compared with its squared errors around the stage's mean, which "
+                        "this stage moved too"
+                    )
+                else:
+                    why = "the stage's variance corrections follow its fitting rows and are partly noise on others"
+                line += f"; worse here: {why}; {decide}"
+            parts.append(line + ")")
         return "; ".join(parts)
 
     kept = info.get("kept_round")
@@ -196,10 +231,10 @@ def stage_sentences(stages, info: dict, n_mean_updates: int, n_moment_updates: i
         "the held-out rows bear that out",
     }
     out = []
-    for a, b in zip(rows, rows[1:]):
+    for i, (a, b) in enumerate(zip(rows, rows[1:])):
         head = text.get(b["stage"])
         if head is None:
             continue
-        moved = change(a, b)
+        moved = change(a, b, i == len(rows) - 2)
         out.append(f"{head}" + (f": {moved}." if moved else "."))
     return out

@@ -176,3 +176,23 @@ def test_plain_descent_sentence_counts_updates_as_the_run_summary_does():
         "Descent: 0 mean updates kept of the 1 the descent made (corrections of groups' means) and 3 moment updates "
         "(of their variances), where"
     )
+
+
+def test_plain_sentences_explain_a_metric_that_got_worse():
+    """Issue 35: "Base map: variances off by 28% -> 37%" got worse with no word why. The base map leaves the
+    variances as they were and only makes the mean's errors smaller, against which the variances are checked; a
+    worse metric now says why it can be and that the later stages and the test rows' audit decide."""
+    from mmc_core.stages import stage_sentences
+
+    recs = [
+        {"stage": "start", "rmse": 0.4420, "variance_error": 0.2469},
+        {"stage": "base map", "rmse": 0.4402, "mean_moved": 0.01, "variance_moved": 0.0, "variance_error": 0.3148},
+        {"stage": "descent", "rmse": 0.4410, "mean_moved": 0.002, "variance_moved": 0.1, "variance_error": 0.2},
+    ]
+    base, descent = stage_sentences(recs, {"kept_round": 2}, 3, 1)
+    assert "variances off by 28% -> 37% (typical group; worse here: this stage leaves the predicted variances" in base
+    assert (
+        "which this stage made smaller; the later stages and the audit of the test rows (Results page) decide)" in base
+    )
+    assert "held-out RMSE 0.4402 -> 0.4410 (worse here:" in descent and "says whether it ends up right" in descent
+    assert "worse here" not in descent.split("variances off by")[1]  # 37% -> 22%: better, no note
