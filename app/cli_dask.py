@@ -146,6 +146,13 @@ def fit(args) -> int:
     check_out(args.out)
     if args.discover:
         raise CLIError("--discover is not supported with --engine dask (run `mmc discover` on a sample)")
+    if args.task == "binary" or args.positive:
+        # the Dask engine fits the label as a number; silently fitting a regression where the user asked for a
+        # classifier would hand back a model of the wrong kind
+        flag = "--task binary" if args.task == "binary" else "--positive"
+        raise CLIError(
+            f"{flag}: classifier fits run in memory only (drop --engine dask); the Dask engine fits regressions"
+        )
     if args.max_order < 1:
         raise CLIError(f"--max-order must be >= 1, got {args.max_order}")
     for c in args.group_cols:

@@ -465,3 +465,15 @@ def test_group_names_from_values_with_bidi_controls_are_escaped_alike_everywhere
     gs = GroupSet.from_json(groupbuild.groups_file(built))
     memb = gs.evaluate(whole, len(whole)).to_dense()
     assert memb[:, 1:].sum(axis=0).tolist() == [sum(v == x for v in whole["g"]) for x in sorted(values)]
+
+
+@pytest.mark.parametrize("option", [["--task", "binary"], ["--positive", "yes"]])
+def test_dask_refuses_a_classifier_fit_instead_of_fitting_a_regression(parts, tmp_path, monkeypatch, capsys, option):
+    """`fit --engine dask --task binary` on a continuous label wrote a regression model (exit 0) where the in-memory
+    engine refuses the label; the Dask engine has no classifier fit, so asking for one is one line, exit 2."""
+    _no_cluster(monkeypatch)
+    out = tmp_path / "fitted.json"
+    args = ["fit", "--engine", "dask", "--data", str(parts.copy("d")), "--label", "y", "--out", str(out)]
+    assert cli.main(args + option) == 2
+    assert "classifier fits run in memory only" in _only_one_line(capsys.readouterr().err)
+    assert not out.exists()
