@@ -97,6 +97,7 @@ def describe_stages(stages) -> str | None:
     if len(rows) < 2:
         return None
     parts = []
+    worse: list[str] = []
     for key, what in (
         ("rmse", "the mean's RMSE"),
         ("variance_error", "the variance's group error (mean |log(predicted / observed)|)"),
@@ -117,9 +118,29 @@ def describe_stages(stages) -> str | None:
         ]
         moved = "; ".join(steps) if steps else "no stage changed it"
         parts.append(f"{what} {fmt(vals[0][1])} -> {fmt(vals[-1][1])} ({moved})")
+        if any(" +" in step for step in steps):
+            worse.append(key)
     if not parts:
         return None
-    return "On the held-out rows, " + ", and ".join(parts) + "."
+    out = "On the held-out rows, " + ", and ".join(parts) + "."
+    if worse:
+        # a stage that made an error larger says why it can (issue 35), as stage_sentences does
+        why = []
+        if "rmse" in worse:
+            why.append(
+                "a mean correction follows its fitting rows, and on other rows the part of it that was noise adds error"
+            )
+        if "variance_error" in worse:
+            why.append(
+                "the variance's group error is taken around each stage's own mean, so a stage that moves only the "
+                "mean changes it too"
+            )
+        out += (
+            " A + is a stage that made the error larger on these rows: "
+            + "; ".join(why)
+            + ". The later stages and the audit of the test rows decide."
+        )
+    return out
 
 
 def stage_rows(stages) -> list[dict]:

@@ -196,3 +196,20 @@ def test_plain_sentences_explain_a_metric_that_got_worse():
     )
     assert "held-out RMSE 0.4402 -> 0.4410 (worse here:" in descent and "says whether it ends up right" in descent
     assert "worse here" not in descent.split("variances off by")[1]  # 37% -> 22%: better, no note
+
+
+def test_technical_stage_sentence_explains_a_stage_that_made_an_error_larger():
+    """Issue 35: the PDF's "What each stage changed" listed "base map +0.068" for the variance's error with no word
+    why; a + now comes with the reason and what decides."""
+    recs = [
+        {"stage": "start", "rmse": 0.4420, "variance_error": 0.247},
+        {"stage": "base map", "rmse": 0.4402, "variance_error": 0.315},
+    ]
+    text = describe_stages(recs)
+    assert "(base map +0.0680)" in text
+    assert text.endswith(
+        "A + is a stage that made the error larger on these rows: the variance's group error is taken around each "
+        "stage's own mean, so a stage that moves only the mean changes it too. The later stages and the audit of "
+        "the test rows decide."
+    )
+    assert "A + is" not in describe_stages([recs[0], {"stage": "base map", "rmse": 0.44, "variance_error": 0.2}])
