@@ -36,7 +36,7 @@ from mmc_core.recalibrate import describe as describe_base
 from mmc_core.thresholds import NO_GROUP_MOMENT_Z
 
 from . import figures as F
-from .figure_style import below_gamma, short_name
+from .figure_style import below_gamma, interval_text, short_name
 from .pdf_doc import KALEIDO_MESSAGE, title_page, report_label
 from .specs import descent_thresholds, interval_range_note, missed_reason, outside_range_note, threshold_rules
 from .validate import unlisted_notes
@@ -331,7 +331,7 @@ def _param_rows(model, audit, delta, gamma, label, units: str = "") -> list:
     rows = [
         (
             "Label",
-            f"{label} in [{F.format_number(sc.lo, 6)}, {F.format_number(sc.hi, 6)}], range {src_txt}" + _outside(audit),
+            f"{label} in {interval_text(sc.lo, sc.hi, 6)}, range {src_txt}" + _outside(audit),
         ),
         ("Mode", str(info.get("mode", "–"))),
         (

@@ -331,6 +331,8 @@ def interval_range_note(audit_params: dict, declare: str = "declare it (mmc fit 
     lab = audit_params.get("label") or {}
     if not isinstance(past, dict) or not past or lab.get("source") == "declared":
         return None
+    from app.figure_style import format_number, interval_text
+
     m = "calibrated" if "calibrated" in past else next(iter(past))
     below, above = (float(v) for v in past[m])
     if not (below or above):
@@ -339,13 +341,13 @@ def interval_range_note(audit_params: dict, declare: str = "declare it (mmc fit 
     where = " and ".join(
         t
         for t in (
-            f"{_share(below)} of the lower ends below {lo:g}" if below else "",
-            f"{_share(above)} of the upper ends above {hi:g}" if above else "",
+            f"{_share(below)} of the lower ends below {format_number(lo, 6)}" if below else "",
+            f"{_share(above)} of the upper ends above {format_number(hi, 6)}" if above else "",
         )
         if t
     )
     return (
-        f"The {m} intervals reach beyond the label's observed range [{lo:g}, {hi:g}] on the audited rows ({where}). "
+        f"The {m} intervals reach beyond the label's observed range {interval_text(lo, hi, 6)} on the audited rows ({where}). "
         "They are not cut there because an observed range does not bound new labels. If the label cannot leave a "
         f"known range (a count or hours cannot be negative), {declare}: interval ends are then clipped to it, and "
         "no label can fall outside, so coverage stays as it is."

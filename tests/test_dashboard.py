@@ -1308,7 +1308,8 @@ def test_coverage_headline_and_intervals_beyond_an_observed_range_are_read_right
     params = {"label": observed, "intervals_past_range": {"plugin": [0.5, 0.0], "calibrated": [0.25, 0.25]}}
     note = interval_range_note(params, "declare it on the Data page")
     assert note.startswith("The calibrated intervals")
-    assert "25% of the lower ends below 0" in note and "25% of the upper ends above 4950" in note
+    assert "25% of the lower ends below 0" in note and "25% of the upper ends above 4,950" in note
+    assert "observed range [0; 4,950] on the audited rows" in note  # issue 35: thousands separated, ";" between
     assert "declare it on the Data page" in note
     assert interval_range_note({**params, "label": {**observed, "source": "declared"}}) is None
     assert interval_range_note({**params, "intervals_past_range": {"calibrated": [0.0, 0.0]}}) is None

@@ -105,7 +105,7 @@ def test_layout_with_stand_in_renderer(demo, tmp_path, monkeypatch):
         "Interval coverage by method",
         "Groups below",
         "fresh.csv",
-        "[0, 100]",
+        "[0; 100]",
         "declared",
         "dropped on the Data page before the run",
     ):
