@@ -164,7 +164,7 @@ def _ci_text(v, lo, hi, digits: int = 3) -> str:
     if not math.isfinite(v):
         return "–"
     if math.isfinite(lo) and math.isfinite(hi):
-        return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+        return f"{v:.{digits}f} [{lo:.{digits}f}; {hi:.{digits}f}]"
     return f"{v:.{digits}f}"
 
 

@@ -29,7 +29,7 @@ def _table(res, value: str) -> pd.DataFrame:
             "A": [f(v) for v in d[f"{value}_a"]],
             "B": [f(v) for v in d[f"{value}_b"]],
             "B - A [95% CI]": [
-                f"{f(e)} [{f(lo)}, {f(hi)}]"
+                f"{f(e)} [{f(lo)}; {f(hi)}]"
                 for e, lo, hi in d[[f"{value}_diff", f"{value}_lo", f"{value}_hi"]].to_numpy(float)
             ],
             "detectable": [f(v) for v in d.get(f"{value}_detectable", pd.Series(np.nan, index=d.index))],

@@ -64,8 +64,8 @@ def scorecard_table(audit, top: int | None = None, name_chars: int = 30) -> pd.D
         return None
     d = card if top is None else card.iloc[:top]
 
-    def ci(v, lo, hi, digits=3):
-        return "–" if not np.isfinite(float(v)) else f"{_num(v, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
+    def ci(v, lo, hi, digits=3):  # ";" between the ends, as figure_style.interval_text: "-3,520 [-4,300; -2,700]"
+        return "–" if not np.isfinite(float(v)) else f"{_num(v, digits)} [{_num(lo, digits)}; {_num(hi, digits)}]"
 
     tested = d["tested"].to_numpy(bool)
     det = d["mean_error_detectable"].to_numpy(float)
@@ -77,7 +77,7 @@ def scorecard_table(audit, top: int | None = None, name_chars: int = 30) -> pd.D
         mean_col, mean_cells = (
             "mean error, % [95% CI]",
             [
-                "–" if not np.isfinite(v) else f"{pct(v)} [{pct(lo)}, {pct(hi)}]"
+                "–" if not np.isfinite(v) else f"{pct(v)} [{pct(lo)}; {pct(hi)}]"
                 for v, lo, hi in d[["mean_error_percent", "mean_error_percent_lo", "mean_error_percent_hi"]].to_numpy(
                     float
                 )
@@ -97,7 +97,7 @@ def scorecard_table(audit, top: int | None = None, name_chars: int = 30) -> pd.D
             ci(*v, digits=2) for v in d[["spread_ratio", "spread_ratio_lo", "spread_ratio_hi"]].to_numpy(float)
         ],
         "coverage [95% CI]": [
-            "–" if not np.isfinite(c) else f"{c:.0%} [{lo:.0%}, {hi:.0%}]"
+            "–" if not np.isfinite(c) else f"{c:.0%} [{lo:.0%}; {hi:.0%}]"
             for c, lo, hi in d[["coverage", "coverage_lo", "coverage_hi"]].to_numpy(float)
         ],
         "findings": [f or "–" for f in d["findings"]],
@@ -150,7 +150,7 @@ def variance_table(audit, top: int = 12) -> pd.DataFrame | None:
     ]  # findings, then mass >= gamma
 
     def ci(v, lo, hi):
-        return f"{_num(v, 2)} [{_num(lo, 2)}, {_num(hi, 2)}]"
+        return f"{_num(v, 2)} [{_num(lo, 2)}; {_num(hi, 2)}]"
 
     def col(c):
         return d[c] if c in d else pd.Series(np.nan, index=d.index)

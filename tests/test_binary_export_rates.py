@@ -112,14 +112,14 @@ def test_rate_intervals_are_wilson_from_the_true_counts_and_never_a_point():
             ok = v.notna()
             assert ((a[ok] <= v[ok] + 1e-12) & (v[ok] <= b[ok] + 1e-12) & (a[ok] < b[ok])).all(), (col, suffix)
     text = FB.classifier_rate_table(rates, base_rate=share).set_index("group")
-    assert text.loc["race=C", "true positive rate"] != "1.000 [1.000, 1.000]"
-    assert text.loc["race=C", "false positive rate"].startswith("0.000 [0.000, 0.")
-    assert "[0.000, 0.000]" not in " ".join(text.astype(str).to_numpy().ravel())
+    assert text.loc["race=C", "true positive rate"] != "1.000 [1.000; 1.000]"
+    assert text.loc["race=C", "false positive rate"].startswith("0.000 [0.000; 0.")
+    assert "[0.000; 0.000]" not in " ".join(text.astype(str).to_numpy().ravel())
     # the calibration table's positive share is a proportion too
     bg = classifier_audit(score, y, gs, df, base=base, threshold=thr, n_boot=50).by_group
     cal = FB.classifier_calibration_table(bg).set_index("group")
-    assert cal.loc["race=D", "positive share"] != "0.000 [0.000, 0.000]"
-    assert cal.loc["race=D", "positive share"].startswith("0.000 [0.000, 0.")
+    assert cal.loc["race=D", "positive share"] != "0.000 [0.000; 0.000]"
+    assert cal.loc["race=D", "positive share"].startswith("0.000 [0.000; 0.")
     fig = FB.rate_figure(rates, thr, base_rate=share)
     assert "Wilson" in fig.layout.title.text or "Wilson" in str(fig.layout)
 
@@ -144,7 +144,7 @@ def test_pdf_says_how_the_rate_intervals_are_computed(tmp_path, monkeypatch):
     flat = " ".join(text.split())
     assert "Wilson score 95% intervals" in flat and "Intervals of the rates: Wilson score" in flat
     assert "percentile bootstrap" in flat
-    assert "[1.000, 1.000]" not in flat and "[0.000, 0.000]" not in flat
+    assert "[1.000; 1.000]" not in flat and "[0.000; 0.000]" not in flat
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -204,14 +204,14 @@ def test_export_csv_decisions_are_at_the_results_page_threshold(monkeypatch):
     run = ss["run"]
     assert run.model.task == "binary" and run.settings.threshold == 0.5
 
-    # Results: at 0.1 a small group's TPR is 1 (the bootstrap said 1.000 [1.000, 1.000]); Wilson is not a point
+    # Results: at 0.1 a small group's TPR is 1 (the bootstrap said 1.000 [1.000; 1.000]); Wilson is not a point
     _page(at, "results")
     at.slider(key="res_threshold").set_value(0.1).run()
     assert not at.exception
     table = next(t.value for t in at.table if "true positive rate" in t.value.columns)
     tpr = table.loc["black=1", "true positive rate"]
-    assert tpr.startswith("1.000 [") and tpr != "1.000 [1.000, 1.000]", tpr
-    lo = float(re.search(r"\[([0-9.]+),", tpr).group(1))
+    assert tpr.startswith("1.000 [") and tpr != "1.000 [1.000; 1.000]", tpr
+    lo = float(re.search(r"\[([0-9.]+);", tpr).group(1))
     assert 0.85 < lo < 0.99  # 35 or so positives, all decided positive
     assert any("Wilson score" in c.value for c in at.caption)
     assert any("Wilson score" in m.value for m in at.markdown)

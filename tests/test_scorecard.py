@@ -191,3 +191,18 @@ def test_the_classifier_scorecard_is_on_results_and_the_pdf(tmp_path, monkeypatc
     run = at.session_state["run"]
     frames = [d.value for d in at.dataframe]
     assert any("detectable" in f.columns and len(f) == len(run.model.groups.names) for f in frames)
+
+
+def test_confidence_intervals_in_tables_separate_their_ends_with_a_semicolon():
+    """Issue 35: "-3,520 [-4,300, -2,700]" (the scorecard) used the comma both inside the numbers and between the
+    ends; every interval's ends are now separated as figure_style.interval_text does: "[-4,300; -2,700]"."""
+    from types import SimpleNamespace
+
+    from app.figures_binary import _ci_text
+    from app.report_tables import scorecard_table
+
+    _, card = _audit(1, shift=0.05)
+    table = scorecard_table(SimpleNamespace(scorecard=card, params={}, by_group=pd.DataFrame(index=card.index)))
+    cells = [c for c in table.astype(str).to_numpy().ravel() if "[" in c and "%" not in c]
+    assert cells and all(";" in c and ", " not in c for c in cells)
+    assert _ci_text(0.5, 0.25, 0.75) == "0.500 [0.250; 0.750]"
