@@ -200,8 +200,8 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     hover = (
         "<b>%{customdata[0]}</b><br>rows %{customdata[1]} (mass %{customdata[2]:.3f})<br>"
         f"predicted SD %{{customdata[3]:,.4~r}} {u}<br>observed SD %{{customdata[4]:,.4~r}} {u}<br>"
-        "relative to all rows: predicted %{customdata[5]:.2f} [%{customdata[6]:.2f}, %{customdata[7]:.2f}], "
-        "observed %{customdata[8]:.2f} [%{customdata[9]:.2f}, %{customdata[10]:.2f}]<extra></extra>"
+        "relative to all rows: predicted %{customdata[5]:.2f} [%{customdata[6]:.2f}; %{customdata[7]:.2f}], "
+        "observed %{customdata[8]:.2f} [%{customdata[9]:.2f}; %{customdata[10]:.2f}]<extra></extra>"
     )
 
     fig = make_subplots(

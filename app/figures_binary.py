@@ -350,7 +350,7 @@ def reliability_figure(
                     ),
                     customdata=custom,
                     hovertemplate=(
-                        f"<b>{hover_safe(str(g))}</b> ({which})<br>scores in [%{{customdata[1]:.1f}}, "
+                        f"<b>{hover_safe(str(g))}</b> ({which})<br>scores in [%{{customdata[1]:.1f}}; "
                         "%{customdata[2]:.1f})<br>rows %{customdata[0]}<br>predicted %{x:.3f}<br>observed "
                         "%{y:.3f} (95% CI %{customdata[3]:.3f}–%{customdata[4]:.3f})<extra></extra>"
                     ),

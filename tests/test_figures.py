@@ -183,6 +183,8 @@ def test_variance_disparity_figure(fitted):
     # sorted by the observed ratio (bottom to top)
     xs = np.asarray(obs.x, float)[np.argsort(np.asarray(obs.y, float))]
     assert list(xs) == sorted(xs)
+    # an interval's ends are separated by ";" as every interval shown (issue 35)
+    assert "[%{customdata[9]:.2f}; %{customdata[10]:.2f}]" in obs.hovertemplate
     # the plotted values are the audit's
     bg = a.by_group
     for name, x in zip(np.asarray(obs.customdata, dtype=object)[:, 0], obs.x):

@@ -579,7 +579,7 @@ def describe(ev: dict | None, lesson: Lesson, units: str = "points") -> str:
     d = ev["deltas"]
     if kind == "mean_update":
         where = ", ".join(
-            f"μ ∈ [{i * width:.0f}, {(i + 1) * width:.0f})" + ("" if j is None else f" × m₂ bucket {j}")
+            f"μ ∈ [{i * width:.0f}; {(i + 1) * width:.0f})" + ("" if j is None else f" × m₂ bucket {j}")
             for i, j in cells
         )
         direction = "down" if d[0] > 0 else "up"
