@@ -726,7 +726,7 @@ def describe(rec: dict) -> str:
         where = (
             f"group {g}"
             if kind == "mean"
-            else f"group {g} with predictions in [{_g(rec['bucket'][0])}, {_g(rec['bucket'][1])})"
+            else f"group {g} with predictions in [{_g(rec['bucket'][0])}; {_g(rec['bucket'][1])})"
         )
         verb = "under-predicts" if rec["estimate"] > 0 else "over-predicts"
         out = (

@@ -718,3 +718,14 @@ def test_a_p_value_beyond_what_the_data_can_vouch_for_is_stated_as_a_bound():
     # no scientific notation below the floor either (issue 35): "p = 7.6e-06" is written out
     assert fnd.p_words(7.6e-6) == "p = 0.0000076" and fnd.p_words(3.02e-5) == "p = 0.00003"
     assert fnd.p_words(1e-4) == "p = 0.0001" and fnd.p_words(0.5) == "p = 0.5" and fnd.p_words(1.0) == "p = 1"
+
+
+def test_a_calibration_findings_bucket_separates_its_ends_with_a_semicolon():
+    """Issue 35: "with predictions in [16,400, 119,000)" read as three numbers; the ends are now separated by ";"
+    as every interval shown (app.figure_style.interval_text)."""
+    rec = {
+        "kind": "calibration", "group": "union=1", "n": 88, "interval": [500.0, 2000.0],
+        "bucket": [16400.0, 119000.0], "estimate": 1200.0, "observed": 30000.0, "predicted": 28800.0,
+        "p_adjusted": 0.001, "adjustment": "holm",
+    }  # fmt: skip
+    assert "group union=1 with predictions in [16,400; 119,000) (n=88)" in fnd.describe(rec)
