@@ -415,7 +415,7 @@ def variance_tab(run):
         sd_cols = [c for c in ("predicted SD", "observed SD") if c in top.columns]
         sd_fmt, sds = "%.3g", np.abs(top[sd_cols].to_numpy(float)).ravel()
         if np.isfinite(sds).any() and sds[np.isfinite(sds)].min() >= 1:
-            top[sd_cols] = top[sd_cols].astype(float).map(lambda v: float(f"{v:.3g}"))
+            top[sd_cols] = top[sd_cols].astype(float).apply(lambda col: col.map(lambda v: float(f"{v:.3g}")))
             sd_fmt = "localized"
         st.dataframe(
             top,
