@@ -213,7 +213,7 @@ class MomentMulticalibrator(SklearnParams):
         then (group, tenth of the moment prediction) cells, a penalized log-link ridge of the pseudo-labels
         (squared residuals around the final mean) multiplies each cell's predictions, shrunk by the rows
         behind it; the held-out rows choose the penalty by the QLIKE loss and the share of it they bear out,
-        apply it only when their evidence for it reaches z >= 2, and drop it where it leaves a group's variance more misstated than before (``model_.moment_cells``, a
+        apply it only when their evidence for it reaches z >= 2.25, and drop it where it leaves a group's variance more misstated than before (``model_.moment_cells``, a
         version-7 file; ``info["moment_cells"]`` says what happened; ``beta_`` is measured after it).
 
     Attributes

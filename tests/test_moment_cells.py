@@ -60,7 +60,7 @@ def test_a_misstated_group_is_corrected_to_within_its_standard_error():
 
 def test_right_predictions_are_left_alone_in_most_worlds():
     # the predictions ARE the true variances: over 20 worlds, a kept correction moves a group's mean prediction by
-    # more than 2 of its standard errors in at most 2 (the stacked gate's z >= 2 has about 2.5% chance per stage)
+    # more than 2 of its standard errors in at most 2 (the stacked gate's z >= 2.25 has about 1.2% chance per stage)
     rng = np.random.default_rng(11)
     moved = 0
     for _ in range(20):
@@ -81,7 +81,7 @@ def test_right_predictions_are_left_alone_in_most_worlds():
 
 def test_right_predictions_get_no_correction_beyond_the_gate_level():
     # the predictions ARE the true variances, in overlapping groups: a stage is applied only when the held-out
-    # evidence for it reaches z = 2 (one-sided 2.3% under no effect, so about 4.5% of fits over the two stages,
+    # evidence for it reaches z = 2.25 (one-sided 1.2% under no effect, so about 2.5% of fits over the two stages,
     # a little more for the choice among penalties). Over 60 worlds, at most 8 fits may keep a correction (the
     # binomial's 99.5% point at 6%); a gate that applies half a stage at z = 1 kept one in most of them.
     rng = np.random.default_rng(5)
