@@ -147,23 +147,28 @@ def group_table(res: ComparisonResult, value: str) -> pd.DataFrame:
     """The per-group table of one compared value, as the page shows it: rows, A, B, the difference B - A (its
     compared form: positive = B worse) with its 95% interval, the detectable difference and the finding (worse /
     better / empty), sorted from the largest worsening to the largest improvement (groups without a difference
-    last)."""
+    last). A share (coverage, a classifier's rates: ``POINTS``) is shown as it is said everywhere else: A and B
+    in percent, the difference, its interval and the detectable difference in percentage points (the column
+    names say so); ``res.by_group`` keeps the fractions."""
     tab = res.by_group
     found = {f["group"]: f["direction"] for f in res.findings if f["kind"] == value}
+    scale, share, pts = (100.0, " (%)", " (pts)") if value in POINTS else (1.0, "", "")
     out = pd.DataFrame(
         {
             "rows": tab["n"].to_numpy(),
-            "A": tab[f"{value}_a"].to_numpy(float),
-            "B": tab[f"{value}_b"].to_numpy(float),
-            "B - A": tab[f"{value}_diff"].to_numpy(float),
-            "95% low": tab[f"{value}_lo"].to_numpy(float),
-            "95% high": tab[f"{value}_hi"].to_numpy(float),
-            "detectable": (tab[f"{value}_detectable"].to_numpy(float) if f"{value}_detectable" in tab else np.nan),
+            "A" + share: scale * tab[f"{value}_a"].to_numpy(float),
+            "B" + share: scale * tab[f"{value}_b"].to_numpy(float),
+            "B - A" + pts: scale * tab[f"{value}_diff"].to_numpy(float),
+            "95% low" + pts: scale * tab[f"{value}_lo"].to_numpy(float),
+            "95% high" + pts: scale * tab[f"{value}_hi"].to_numpy(float),
+            "detectable" + pts: (
+                scale * tab[f"{value}_detectable"].to_numpy(float) if f"{value}_detectable" in tab else np.nan
+            ),
             "finding": [found.get(g, "") for g in tab.index],
         },
         index=pd.Index([str(g) for g in tab.index], name="group"),
     )
-    key = np.nan_to_num(-out["B - A"].to_numpy(float), nan=np.inf)
+    key = np.nan_to_num(-out["B - A" + pts].to_numpy(float), nan=np.inf)
     return out.iloc[np.argsort(key, kind="stable")]
 
 

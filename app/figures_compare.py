@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from mmc_core.compare import POINTS
+
 from .figure_style import (
     MUTED,
     OKABE_ITO,
@@ -52,10 +54,12 @@ def shown_groups(res, value: str, top: int | None = TOP) -> list:
 def difference_figure(res, value: str = "rmse", top: int | None = TOP) -> go.Figure:
     """Per group, the difference B - A of ``value`` (its compared form: positive = B worse) with its 95% interval
     (a forest chart built from ``res.by_group``): the groups of :func:`shown_groups`, a finding marked by colour
-    and shape (worse: vermillion, pointing right; better: blue, pointing left), a note of the groups left out."""
+    and shape (worse: vermillion, pointing right; better: blue, pointing left), a note of the groups left out.
+    A share's difference (coverage, a classifier's rates) is drawn in percentage points, as the table says it."""
     tab = res.by_group
-    est = tab[f"{value}_diff"].to_numpy(float)
-    lo, hi = tab[f"{value}_lo"].to_numpy(float), tab[f"{value}_hi"].to_numpy(float)
+    scale = 100.0 if value in POINTS else 1.0
+    est = scale * tab[f"{value}_diff"].to_numpy(float)
+    lo, hi = scale * tab[f"{value}_lo"].to_numpy(float), scale * tab[f"{value}_hi"].to_numpy(float)
     names = list(tab.index)
     found = {f["group"]: f["direction"] for f in res.findings if f["kind"] == value}
     shown = shown_groups(res, value, top)
@@ -104,7 +108,9 @@ def difference_figure(res, value: str = "rmse", top: int | None = TOP) -> go.Fig
         left=left_margin(labels),
     )
     fig.update_yaxes(categoryorder="array", categoryarray=labels)
-    fig.update_xaxes(title="difference (B - A)", zeroline=False)
+    fig.update_xaxes(
+        title="difference (B - A), percentage points" if value in POINTS else "difference (B - A)", zeroline=False
+    )
     return fig
 
 

@@ -13,27 +13,29 @@ from .pdf_doc import title_page
 TABLE_ROWS = 25
 
 
-def _table(res, value: str) -> pd.DataFrame:
-    d = res.by_group
-    found = {f["group"]: f["direction"] for f in res.findings if f["kind"] == value}
-    order = np.argsort(-np.nan_to_num(np.abs(d[f"{value}_diff"].to_numpy(float)), nan=-1.0))[:TABLE_ROWS]
-    d = d.iloc[order]
+def table_text(res, value: str) -> pd.DataFrame:
+    """The page's table (app.compare_service.group_table, shares in percent and points) as text: the
+    ``TABLE_ROWS`` largest differences either way, largest first."""
+    from .compare_service import group_table
+
+    tab = group_table(res, value)
+    diff, low, high, detectable = (c for c in tab.columns if c.startswith(("B - A", "95% ", "detectable")))
+    tab = tab.iloc[np.argsort(-np.nan_to_num(np.abs(tab[diff].to_numpy(float)), nan=-1.0), kind="stable")]
+    tab = tab.iloc[:TABLE_ROWS]
 
     def f(v):
         return "–" if not np.isfinite(v) else f"{v:.4g}"
 
+    a_col, b_col = tab.columns[1], tab.columns[2]
     return pd.DataFrame(
         {
-            "group": [shorten(g, 40) for g in d.index],
-            "rows": [f"{int(n):,}" for n in d["n"]],
-            "A": [f(v) for v in d[f"{value}_a"]],
-            "B": [f(v) for v in d[f"{value}_b"]],
-            "B - A [95% CI]": [
-                f"{f(e)} [{f(lo)}; {f(hi)}]"
-                for e, lo, hi in d[[f"{value}_diff", f"{value}_lo", f"{value}_hi"]].to_numpy(float)
-            ],
-            "detectable": [f(v) for v in d.get(f"{value}_detectable", pd.Series(np.nan, index=d.index))],
-            "finding": [found.get(g, "") for g in d.index],
+            "group": [shorten(g, 40) for g in tab.index],
+            "rows": [f"{int(n):,}" for n in tab["rows"]],
+            a_col: [f(v) for v in tab[a_col]],
+            b_col: [f(v) for v in tab[b_col]],
+            f"{diff} [95% CI]": [f"{f(e)} [{f(lo)}; {f(hi)}]" for e, lo, hi in tab[[diff, low, high]].to_numpy(float)],
+            detectable: [f(v) for v in tab[detectable]],
+            "finding": list(tab["finding"]),
         }
     )
 
@@ -71,7 +73,7 @@ def build_compare_pdf(res, data_name: str, label: str) -> bytes:
         doc.heading(TITLES.get(value, value), size=12)
         doc.figure(figure_to_png(fig), EXPORT_WIDTH, int(fig.layout.height or 500), max_height=150)
         doc.data_table(
-            _table(res, value),
+            table_text(res, value),
             col_widths=(52, 15, 20, 20, 42, 20, 17),
             size=7.5,
             title=f"The {min(TABLE_ROWS, len(res.by_group))} largest differences (A: {a}, B: {b})",

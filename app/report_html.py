@@ -161,7 +161,7 @@ def _over_time(res, column: str) -> list:
 
 def build_compare_html(res, data_name: str, label: str) -> bytes:
     """A comparison (mmc_core.compare.ComparisonResult) as HTML bytes."""
-    from .compare_service import headline, sentence
+    from .compare_service import group_table, headline, sentence
     from .figures_compare import TITLES, difference_figure
 
     a, b = (str(x) for x in res.names)
@@ -170,10 +170,9 @@ def build_compare_html(res, data_name: str, label: str) -> bytes:
     if shown:
         body.append("<ul>" + "".join(f"<li>{_t(sentence(f['text']))}</li>" for f in shown) + "</ul>")
     for value in res.params["compared"]:
-        tab = res.by_group[["n", f"{value}_a", f"{value}_b", f"{value}_diff", f"{value}_lo", f"{value}_hi"]]
         body += [
             f"<h2>{_t(TITLES.get(value, value))}</h2>",
             _figure(difference_figure(res, value)),
-            _table(tab.reset_index().round(4)),
+            _table(group_table(res, value).reset_index().round(4)),
         ]
     return _page(f"Comparison: {b} against {a}", f"Label: {label} · data: {data_name} · {res.params['n']:,} rows", body)

@@ -101,3 +101,49 @@ def test_the_period_chart_draws_the_changed_group_thick_and_apart():
     xs = [t.x[0] for t in fig.data]
     assert len(set(xs)) == 3 and max(xs) - min(xs) < 0.5  # side by side around the period's position
     assert "Showing 3 of 6 groups" in fig.layout.title.text
+
+
+def test_coverage_is_shown_in_percent_and_points_in_the_table_chart_and_reports():
+    """A share is said in percent (A, B) and percentage points (B - A, its interval, the detectable difference)
+    on the page's table, the chart's axis and both reports' tables, as in the findings' sentences; the result's
+    own table keeps the fractions."""
+    from app.report_compare import table_text as pdf_table
+    from app.report_html import build_compare_html
+
+    rng = np.random.default_rng(3)
+    n, k = 6000, 6
+    g = rng.integers(0, k, n)
+    df = pd.DataFrame({"g": np.asarray([f"k{i}" for i in range(k)], dtype=object)[g]})
+    mu = rng.normal(size=n)
+    y = mu + rng.normal(size=n)
+    half_b = np.where(g == 1, 0.6, 1.96)  # B's intervals under-cover g=1
+    a = Side("A", mu, np.ones(n), mu - 1.96, mu + 1.96)
+    b = Side("B", mu, np.ones(n), mu - half_b, mu + half_b)
+    res = compare(df, y, a, b, GroupSet.from_columns(df, ["g"]))
+    assert "coverage" in res.params["compared"]
+    tab = group_table(res, "coverage")
+    assert list(tab.columns) == [
+        "rows",
+        "A (%)",
+        "B (%)",
+        "B - A (pts)",
+        "95% low (pts)",
+        "95% high (pts)",
+        "detectable (pts)",
+        "finding",
+    ]
+    raw = res.by_group.loc["g=k1"]
+    assert np.isclose(tab.loc["g=k1", "B - A (pts)"], 100 * raw["coverage_diff"])
+    assert np.isclose(tab.loc["g=k1", "A (%)"], 100 * raw["coverage_a"]) and 90 < tab.loc["g=k1", "A (%)"] < 100
+    assert tab.loc["g=k1", "finding"] == "worse" and tab.index[0] == "g=k1"
+    fig = difference_figure(res, "coverage")
+    assert "percentage points" in fig.layout.xaxis.title.text
+    xs = np.concatenate([np.asarray(t.x, float) for t in fig.data])
+    assert np.isclose(np.max(np.abs(xs)), 100 * np.nanmax(np.abs(res.by_group["coverage_diff"])))
+    pdf = pdf_table(res, "coverage")
+    assert "B - A (pts) [95% CI]" in pdf.columns and pdf.iloc[0]["group"] == "g=k1"
+    assert float(pdf.iloc[0]["A (%)"]) > 90
+    html = build_compare_html(res, "t", "y").decode()
+    assert "B - A (pts)" in html and "A (%)" in html
+    # the other values keep their own units
+    assert "B - A" in group_table(res, "rmse").columns
