@@ -734,12 +734,12 @@ def render():
         st.warning(not_converged_note(bool(run.model.moments)))
     if run.audit is None:
         if run.stopped:
-            from app.ui.run_page import audit_kept_model
+            from app.ui.run_summary import audit_kept_model
 
             st.info("The run was stopped before its audit: the model fitted so far is kept.")
             st.button("Audit this model now", key="res_audit_kept", on_click=audit_kept_model)
             if st.session_state.get("run_before_stop") is not None:
-                from app.ui.run_page import bring_back_run_before_stop
+                from app.ui.run_summary import bring_back_run_before_stop
 
                 st.button(
                     "Bring back the previous complete run (audited)",
