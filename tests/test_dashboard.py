@@ -505,7 +505,7 @@ def test_a_label_with_text_cells_is_still_the_label_never_the_prediction_column(
     """Regression (found in a browser session): with a few text cells in ``y`` the upload silently chose the
     prediction column ``pred`` as the label. The label-named column stays the label; the Data page names its
     bad cells and offers to drop those rows."""
-    from app.ui.state import guess_label
+    from app.ui.table_facts import guess_label
 
     at = _new()
     at.radio(key="src_kind").set_value("Upload a file").run()

@@ -357,17 +357,17 @@ def test_stop_during_the_audit_ends_the_job_at_once(synth, monkeypatch):
     "alpha, beta", [("auto", "auto"), ("se", "se"), ("auto", "se"), (0.01, 0.02)], ids=["auto", "se", "mixed", "given"]
 )
 def test_dashboard_threshold_preview_is_what_the_fit_uses(synth, alpha, beta):
-    """Issue 15: the Run page's preview (state.threshold_preview) and the live chart's thresholds (on_thresholds)
+    """Issue 15: the Run page's preview (table_facts.threshold_preview) and the live chart's thresholds (on_thresholds)
     both come from the estimator's one resolver, so they equal the thresholds the fitted model used, for every
     rule (the app used to re-implement the "auto" rule)."""
-    from app.ui import state
+    from app.ui import table_facts
 
     groups = _groups(synth, ["sex", "race"], order=2)
     lspec, bspec, sspec = LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"), SplitSpec(seed=4)
     settings = FitSettings(alpha=alpha, beta=beta, n_moments=3, n_boot=0)
     seen = {}
     run = run_pipeline(synth, lspec, bspec, sspec, groups, settings, on_thresholds=seen.update)
-    preview = state.threshold_preview(
+    preview = table_facts.threshold_preview(
         synth, "synth", lspec, bspec, sspec, len(groups["groups"]) + 1, settings, json.dumps(groups)
     )
     used = run.model.info["thresholds_used"]

@@ -26,7 +26,7 @@ import streamlit as st
 
 from app.jobs import FitJob
 from app.specs import count
-from app.ui import state
+from app.ui import state, table_facts
 from app.ui.common import esc, label_error
 from app.ui.run_settings import settings_form
 from app.ui.run_summary import show_run_summary
@@ -379,14 +379,14 @@ def render():
     with left:
         settings_form(d)
     settings = state.fit_settings()
-    lab = state.label_summary(d["df"], d["key"], state.label_spec())
+    lab = table_facts.label_summary(d["df"], d["key"], state.label_spec())
     sizes = split_summary(d)
     with right:
         st.markdown("##### What these settings imply")
         n_fit = sizes["multicalibration fitting"] if sizes else 0
         lo, hi = (lab.get("lo"), lab.get("hi")) if "error" not in lab else (None, None)
         n_groups = len(ss.get("groups") or []) + 1
-        preview = state.threshold_preview(
+        preview = table_facts.threshold_preview(
             d["df"],
             d["key"],
             state.label_spec(),
