@@ -250,8 +250,8 @@ def _summary_section(doc, model, audit, info: dict, units: str, has_intervals: b
 
 
 def _model_and_data_section(doc, model, audit, y, info: dict, settings: dict, unlisted: list) -> None:
-    """ "Model and run", "Data" with its notes, and the interval coverage by method (``settings``: delta, gamma,
-    label, units, data_name)."""
+    """The sections "Model and run" and "Data" with its notes, and the interval coverage by method
+    (``settings``: delta, gamma, label, units, data_name)."""
     delta, gamma, units = settings["delta"], settings["gamma"], settings["units"]
     doc.heading("Model and run", size=12)
     doc.kv_table(param_rows(model, audit, delta, gamma, settings["label"], units))
