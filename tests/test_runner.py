@@ -468,13 +468,13 @@ def test_lesson_steps_and_figures():
         Lesson,
         LessonConfig,
         cells_figure,
-        describe,
         group_table,
         min_rows,
         potential_figure,
         truth_figure,
         two_point_figure,
     )
+    from app.ui.teaching_text import describe
 
     # the paper's sample size condition 2 sqrt(ln(2 / delta) / (2 n)) <= min(alpha, beta), n in steps of 10,000:
     # min_rows satisfies it and the step below does not (checked for a few settings, not one hard-coded value)
@@ -579,7 +579,8 @@ def test_teaching_converged_message_says_how_loose_beta_is():
     message now puts beta and the variances in the page's units."""
     import numpy as np
 
-    from app.ui.teaching_figs import Lesson, LessonConfig, describe
+    from app.ui.teaching_figs import Lesson, LessonConfig
+    from app.ui.teaching_text import describe
 
     lesson = Lesson(LessonConfig())
     text = describe({"kind": "converged"}, lesson)
