@@ -112,6 +112,77 @@ class DiscoverResult:
 _DISCOVER_CACHE: "OrderedDict[tuple, DiscoverResult]" = OrderedDict()
 
 
+def _checked_features(df, label_spec: LabelSpec, base_spec: BaseSpec, spec, run, data_key: str) -> list:
+    """The rule features, after the checks that the inputs can work (DataError with a sentence for the user)."""
+    feats = [f for f in spec.features if f in df.columns]
+    if not spec.features:
+        raise DataError("choose at least one feature column for the rules (Discover searches conditions on them)")
+    missing = [f for f in spec.features if f not in df.columns]
+    if missing:
+        raise DataError(f"feature column(s) not in the data: {', '.join(map(str, missing))}")
+    if label_spec.column in feats:
+        raise DataError(
+            f"the label '{label_spec.column}' cannot be a feature of a group (groups must be known for new rows)"
+        )
+    if spec.target == "model":
+        if run is None or run.data_key != data_key:
+            raise DataError(
+                "there is no fitted model for this table yet: run the audit first, or discover on the base prediction"
+            )
+    elif base_spec.kind == "none":
+        raise DataError(
+            "Discover looks for groups on which a prediction is wrong, and there is no base prediction: "
+            "choose a prediction column or an in-app base model on the Data page (or run the audit "
+            "and discover on its model)"
+        )
+    return feats
+
+
+def _target(df, label, label_spec, base_spec, split_spec, spec, run, feats, data_key, stop, say) -> tuple:
+    """What is searched: (rows, base prediction, its words, model or None, columns): the last run's fitting and
+    held-out rows with its model, or the base prediction's fitting rows (the base model fitted if needed)."""
+    if spec.target == "model":
+        rows = np.sort(np.concatenate([run.split["fit"], run.split["calibration"]]))
+        base = run.base
+        target_note = "the last run's multicalibrated model"
+        model = run.model
+        cols = sorted(set(feats) | set(model.groups.columns()))
+    else:
+        split = split_rows(len(df), split_spec, base_spec.kind == "model", 0.0)
+        rows = split["fit"]
+        if base_spec.kind == "model":
+            say(f"fitting the base model on {split['base'].size:,} rows")
+        base, _ = base_prediction(
+            df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop, progress=None
+        )
+        target_note = "the base prediction"
+        model = None
+        cols = feats
+    return rows, base, target_note, model, cols
+
+
+def _one_group_per_rule(disc, top: int) -> tuple:
+    """The findings shown (at most ``top`` per kind), one per rule: a rule accepted for the mean and for the
+    variance is shown once (the strongest kind first, mean before moments) with its other findings in ``also``;
+    and the group of each, named apart."""
+    shown, also, seen = [], [], {}
+    for f in disc.top(top):
+        k = f.rule.key()
+        if k in seen:
+            also[seen[k]].append(f)
+            continue
+        seen[k] = len(shown)
+        shown.append(f)
+        also.append([])
+    taken: set = set()
+    groups = []
+    for f in shown:
+        g = discovered_group(f, taken)
+        taken.add(g["name"])
+        groups.append(g)
+    return shown, also, groups
+
+
 def run_discovery(
     df: pd.DataFrame,
     label_spec: LabelSpec,
@@ -136,27 +207,7 @@ def run_discovery(
             phase(text)
 
     t0 = time.perf_counter()
-    feats = [f for f in spec.features if f in df.columns]
-    if not spec.features:
-        raise DataError("choose at least one feature column for the rules (Discover searches conditions on them)")
-    missing = [f for f in spec.features if f not in df.columns]
-    if missing:
-        raise DataError(f"feature column(s) not in the data: {', '.join(map(str, missing))}")
-    if label_spec.column in feats:
-        raise DataError(
-            f"the label '{label_spec.column}' cannot be a feature of a group (groups must be known for new rows)"
-        )
-    if spec.target == "model":
-        if run is None or run.data_key != data_key:
-            raise DataError(
-                "there is no fitted model for this table yet: run the audit first, or discover on the base prediction"
-            )
-    elif base_spec.kind == "none":
-        raise DataError(
-            "Discover looks for groups on which a prediction is wrong, and there is no base prediction: "
-            "choose a prediction column or an in-app base model on the Data page (or run the audit "
-            "and discover on its model)"
-        )
+    feats = _checked_features(df, label_spec, base_spec, spec, run, data_key)
     key = (data_key, label_spec, base_spec, split_spec, spec, run.finished_at if spec.target == "model" and run else 0)
     with BASE_LOCK:
         if data_key and key in _DISCOVER_CACHE:
@@ -164,23 +215,9 @@ def run_discovery(
             return _DISCOVER_CACHE[key]
     say("preparing the label and the rows")
     label = prepare_label(df, label_spec)
-    if spec.target == "model":
-        rows = np.sort(np.concatenate([run.split["fit"], run.split["calibration"]]))
-        base = run.base
-        target_note = "the last run's multicalibrated model"
-        model = run.model
-        cols = sorted(set(feats) | set(model.groups.columns()))
-    else:
-        split = split_rows(len(df), split_spec, base_spec.kind == "model", 0.0)
-        rows = split["fit"]
-        if base_spec.kind == "model":
-            say(f"fitting the base model on {split['base'].size:,} rows")
-        base, _ = base_prediction(
-            df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop, progress=None
-        )
-        target_note = "the base prediction"
-        model = None
-        cols = feats
+    rows, base, target_note, model, cols = _target(
+        df, label, label_spec, base_spec, split_spec, spec, run, feats, data_key, stop, say
+    )
     if rows.size < 40:
         raise DataError(f"only {rows.size} row(s) outside the test (and base-model) rows: too few to discover on")
     X = take_table_rows(df, rows, cols)
@@ -205,23 +242,7 @@ def run_discovery(
         )
     except ImportError as e:
         raise DataError(f"Discover needs scikit-learn ({e})") from None
-    # one group per rule: a rule accepted for the mean and for the variance is shown once (the strongest kind
-    # first, mean before moments), with its other findings in ``also``
-    shown, also, seen = [], [], {}
-    for f in disc.top(int(spec.top)):
-        k = f.rule.key()
-        if k in seen:
-            also[seen[k]].append(f)
-            continue
-        seen[k] = len(shown)
-        shown.append(f)
-        also.append([])
-    taken: set = set()
-    groups = []
-    for f in shown:
-        g = discovered_group(f, taken)
-        taken.add(g["name"])
-        groups.append(g)
+    shown, also, groups = _one_group_per_rule(disc, int(spec.top))
     out = DiscoverResult(
         disc,
         shown,

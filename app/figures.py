@@ -1,7 +1,8 @@
 """Plotly figures built from the audit tables (tables first, plots from tables).
 
-Why one module of ~650 lines: a dozen builders of 30-80 lines each that share the palette, the cell labels and
-the hover conventions below; the convergence and classifier figures and the style live in their own modules.
+The regression audit's figures, one builder each, drawn in named steps that share the palette, the cell labels
+and the hover conventions below; the heatmaps, the convergence and classifier figures and the style live in their
+own modules.
 
 Every builder takes the tables of an :class:`mmc_core.metrics.AuditResult` (or a fitted model's history)
 and returns a ``plotly.graph_objects.Figure``. The Streamlit dashboard shows these figures and the PDF
@@ -20,16 +21,16 @@ Conventions shared by all figures:
 * long group names are shortened on the axis; the full name is in the hover text;
 * figure heights grow with the number of groups so no label is cut off.
 
-This module holds the regression audit's figures (variance disparities, the coverage and width heatmaps,
+This module holds the regression audit's figures (variance disparities,
 calibration before / after, moment reliability). The palette and the shared helpers are in
-:mod:`app.figure_style`, the convergence figure in :mod:`app.figures_convergence` (re-exported here), the
-classifier figures and tables in :mod:`app.figures_binary`.
+:mod:`app.figure_style`, the convergence figure in :mod:`app.figures_convergence` and the heatmaps in
+:mod:`app.figures_heatmaps` (both re-exported here: the reports and pages draw every regression figure as
+``figures.X``), the classifier figures and tables in :mod:`app.figures_binary`.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -56,11 +57,8 @@ from app.figure_style import (
     MUTED,
     OBSERVED_COLOR,
     OKABE_ITO,
-    WIDTH_SCALE,
     base_layout,
     below_gamma,
-    bucket_labels,
-    coverage_range,
     display_names,
     hover_safe,
     empty_figure,
@@ -68,16 +66,14 @@ from app.figure_style import (
     add_footer,
     legend_line,
     left_margin,
-    method_order,
-    method_tick,
     rows_height,
-    coverage_colorscale,
     label_info,
 )
 
 # re-exported: tests and app.report_tables use them as figures.X
 from app.figure_style import MAX_NAME as MAX_NAME, METHOD_LABELS as METHOD_LABELS
 from app.figures_convergence import convergence_figure
+from app.figures_heatmaps import coverage_by_bucket_heatmap, coverage_heatmap, width_heatmap
 from mmc_core.metrics import AuditResult
 
 
@@ -134,32 +130,9 @@ def _first_note(found: np.ndarray, small: np.ndarray) -> str:
     return f" ({', then '.join(first)} first)" if first else ""
 
 
-def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label: str, units: str = "") -> go.Figure:
-    """Predicted vs observed spread per group, in absolute terms and relative to the whole population.
-
-    Left panel: standard deviations in label units, the square roots of the mean predicted variance m_2(x)
-    and of the observed variance of the residual y - mu(x) (around the group's mean residual), joined by a
-    grey bar; the dashed line is the whole population's observed SD. Right panel: the same two variances as ratios to the whole population's
-    (``var_ratio`` and ``emp_var_ratio`` of the audit) with their 95% bootstrap intervals; the line at 1 is
-    the overall level. A group whose observed ratio is far from its predicted ratio is one whose uncertainty
-    the model misjudges. Groups are sorted by the observed ratio; with ``top`` only the ``top`` groups
-    with the largest predicted/observed disagreement or the largest distance of the observed ratio from 1
-    (whichever is larger, in log terms) are shown. Groups below gamma are drawn hollow and
-    carry a dagger. ``label`` / ``units``: the label's name and units as the axes print them.
-    """
-    info = label_info(audit, label, units)
-    title = "Variance disparities: predicted vs observed spread per group"
-    bg = audit.by_group
-    if not {"pred_var", "emp_var"} <= set(bg.columns) or len(bg) == 0:
-        return empty_figure(title, "The audit has no per-group variances.")
-    pv_all, ev_all = _col(bg, "pred_var"), _col(bg, "emp_var")
-    ok = np.isfinite(ev_all) & (_col(bg, "count") > 0 if "count" in bg.columns else True)
-    if not np.isfinite(pv_all).any():
-        return empty_figure(title, "The model predicts the mean only: there are no predicted variances to audit.")
-    bg = bg[ok]
-    if len(bg) == 0:
-        return empty_figure(title, "No group has rows to estimate a variance on.")
-    n_all = len(bg)
+def _variance_rows(audit: AuditResult, bg: pd.DataFrame, top: int | None) -> tuple:
+    """The groups the variance chart shows, sorted by observed variance relative to all rows, and the note of
+    what was put first when only ``top`` of them fit."""
     pv, ev = _col(bg, "pred_var"), _col(bg, "emp_var")
     selection = ""
     if top is not None:  # room for every group with a finding, however many (issue 35)
@@ -181,19 +154,18 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     er = _col(bg, "emp_var_ratio")
     order = np.argsort(np.nan_to_num(er, nan=np.inf), kind="stable")
     bg = bg.iloc[order]
-    names = [str(n) for n in bg.index]
-    below = below_gamma(audit, bg.index)
-    disp = display_names(names, below)
-    k = len(disp)
-    ypos = np.arange(k, dtype=float)  # numeric rows so the two markers of a group can sit side by side
+    return bg, selection
 
+
+def _variance_hover(bg: pd.DataFrame, names: list, u: str) -> tuple:
+    """The per-group hover of the variance chart (customdata, template) and the columns it draws."""
+    k = len(names)
     pv, ev = _col(bg, "pred_var"), _col(bg, "emp_var")
     pred_sd, emp_sd = np.sqrt(np.clip(pv, 0, None)), np.sqrt(np.clip(ev, 0, None))
     pr, pr_lo, pr_hi = _col(bg, "var_ratio"), _col(bg, "var_ratio_lo"), _col(bg, "var_ratio_hi")
     er, er_lo, er_hi = _col(bg, "emp_var_ratio"), _col(bg, "emp_var_ratio_lo"), _col(bg, "emp_var_ratio_hi")
     counts = bg["count"].to_numpy() if "count" in bg else np.full(k, np.nan)
     mass = _col(bg, "mass")
-    u = info["units"]
     safe = [hover_safe(n) for n in names]
     # SDs in label units, in plain digits (variances in squared units, "2.03e+08", read as nothing: issue 35)
     custom = np.column_stack([safe, counts, mass, pred_sd, emp_sd, pr, pr_lo, pr_hi, er, er_lo, er_hi]).astype(object)
@@ -203,17 +175,16 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
         "relative to all rows: predicted %{customdata[5]:.2f} [%{customdata[6]:.2f}; %{customdata[7]:.2f}], "
         "observed %{customdata[8]:.2f} [%{customdata[9]:.2f}; %{customdata[10]:.2f}]<extra></extra>"
     )
+    cols = dict(pred_sd=pred_sd, emp_sd=emp_sd, pr=pr, pr_lo=pr_lo, pr_hi=pr_hi, er=er, er_lo=er_lo, er_hi=er_hi)
+    return custom, hover, cols
 
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        shared_yaxes=True,
-        column_widths=[0.48, 0.52],
-        horizontal_spacing=0.035,
-        # short: long group names leave each panel a third of a PDF page, and longer titles ran into each other
-        # (the axis titles below carry the units and the scale)
-        subplot_titles=("SD: predicted vs observed", "Variance ÷ all rows (95% CI)"),
-    )
+
+def _variance_traces(fig, audit: AuditResult, bg: pd.DataFrame, names: list, below, ypos, u: str) -> tuple:
+    """Draw the SD markers (left) and the ratio markers with their intervals (right) and the all-rows lines;
+    return the ratios and the SDs drawn, which set the axes' ranges."""
+    custom, hover, c = _variance_hover(bg, names, u)
+    pred_sd, emp_sd, pr, pr_lo, pr_hi = c["pred_sd"], c["emp_sd"], c["pr"], c["pr_lo"], c["pr_hi"]
+    er, er_lo, er_hi = c["er"], c["er_lo"], c["er_hi"]
     big = ~np.asarray(below, dtype=bool)
 
     def sym(base):
@@ -261,9 +232,14 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
         fig.add_vline(x=ov_sd, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2 - 1)
     fig.add_vline(x=1.0, line=dict(color=MUTED, dash="dash", width=1.5), row=1, col=2)
     fig.add_trace(legend_line("all rows (overall level)", dict(color=MUTED, dash="dash", width=1.5)), 1, 2)
+    ratios = np.concatenate([pr, pr_lo, pr_hi, er, er_lo, er_hi, [1.0]])
+    return ratios, np.concatenate([pred_sd, emp_sd, [ov_sd]])
 
-    allv = np.concatenate([pr, pr_lo, pr_hi, er, er_lo, er_hi, [1.0]])
-    allv = allv[np.isfinite(allv) & (allv > 0)]
+
+def _variance_axes(fig, ratios: np.ndarray, sds: np.ndarray, ypos, disp: list, u: str) -> None:
+    """A log ratio axis (right) and an SD axis from 0 (left) that hold every mark, shared group rows, zebra bands."""
+    k = len(disp)
+    allv = ratios[np.isfinite(ratios) & (ratios > 0)]
     lo_ax, hi_ax = float(np.min(allv)), float(np.max(allv))
     pad = (math.log10(hi_ax) - math.log10(lo_ax)) * 0.06 + 0.02
     fig.update_xaxes(
@@ -274,9 +250,8 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
         title_text="ratio to all rows (log scale)",
         **_log_ticks(lo_ax, hi_ax),
     )
-    sds = np.concatenate([pred_sd, emp_sd, [ov_sd]])
     sd_max = float(np.nanmax(sds)) if np.isfinite(sds).any() else 1.0
-    fig.update_xaxes(range=[0, sd_max * 1.06], row=1, col=1, title_text=f"SD ({info['units']})")
+    fig.update_xaxes(range=[0, sd_max * 1.06], row=1, col=1, title_text=f"SD ({u})")
     fig.update_yaxes(
         tickmode="array",
         tickvals=ypos,
@@ -289,6 +264,52 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
     fig.update_yaxes(showticklabels=False, row=1, col=2)
     for y_ in ypos[1::2]:  # zebra bands help the eye across the two panels
         fig.add_hrect(y0=y_ - 0.5, y1=y_ + 0.5, fillcolor="#f3f3f3", line_width=0, layer="below")
+
+
+def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label: str, units: str = "") -> go.Figure:
+    """Predicted vs observed spread per group, in absolute terms and relative to the whole population.
+
+    Left panel: standard deviations in label units, the square roots of the mean predicted variance m_2(x)
+    and of the observed variance of the residual y - mu(x) (around the group's mean residual), joined by a
+    grey bar; the dashed line is the whole population's observed SD. Right panel: the same two variances as ratios to the whole population's
+    (``var_ratio`` and ``emp_var_ratio`` of the audit) with their 95% bootstrap intervals; the line at 1 is
+    the overall level. A group whose observed ratio is far from its predicted ratio is one whose uncertainty
+    the model misjudges. Groups are sorted by the observed ratio; with ``top`` only the ``top`` groups
+    with the largest predicted/observed disagreement or the largest distance of the observed ratio from 1
+    (whichever is larger, in log terms) are shown. Groups below gamma are drawn hollow and
+    carry a dagger. ``label`` / ``units``: the label's name and units as the axes print them.
+    """
+    info = label_info(audit, label, units)
+    title = "Variance disparities: predicted vs observed spread per group"
+    bg = audit.by_group
+    if not {"pred_var", "emp_var"} <= set(bg.columns) or len(bg) == 0:
+        return empty_figure(title, "The audit has no per-group variances.")
+    pv_all, ev_all = _col(bg, "pred_var"), _col(bg, "emp_var")
+    ok = np.isfinite(ev_all) & (_col(bg, "count") > 0 if "count" in bg.columns else True)
+    if not np.isfinite(pv_all).any():
+        return empty_figure(title, "The model predicts the mean only: there are no predicted variances to audit.")
+    bg = bg[ok]
+    if len(bg) == 0:
+        return empty_figure(title, "No group has rows to estimate a variance on.")
+    n_all = len(bg)
+    bg, selection = _variance_rows(audit, bg, top)
+    names = [str(n) for n in bg.index]
+    below = below_gamma(audit, bg.index)
+    disp = display_names(names, below)
+    k = len(disp)
+    ypos = np.arange(k, dtype=float)  # numeric rows so the two markers of a group can sit side by side
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        column_widths=[0.48, 0.52],
+        horizontal_spacing=0.035,
+        # short: long group names leave each panel a third of a PDF page, and longer titles ran into each other
+        # (the axis titles below carry the units and the scale)
+        subplot_titles=("SD: predicted vs observed", "Variance ÷ all rows (95% CI)"),
+    )
+    ratios, sds = _variance_traces(fig, audit, bg, names, below, ypos, info["units"])
+    _variance_axes(fig, ratios, sds, ypos, disp, info["units"])
     height = rows_height(k, per_row=26, extra=260)
     shown = (
         f"the {k} of {n_all} groups where predicted and observed variance disagree most or the observed variance "
@@ -317,257 +338,12 @@ def variance_disparity_figure(audit: AuditResult, top: int | None = 30, *, label
 
 
 # ---------------------------------------------------------------------------------------------------
-# heatmaps
-# ---------------------------------------------------------------------------------------------------
-def _group_counts(audit: AuditResult, names) -> np.ndarray:
-    """Test rows of each group."""
-    return audit.by_group["count"].reindex(names).to_numpy(dtype=float)
-
-
-def bucket_counts(audit: AuditResult, z: pd.DataFrame) -> np.ndarray | None:
-    """Rows of each (group, predicted-mean bucket) cell of a coverage-by-bucket table: the counts of the audit's
-    mean-calibration cells (the same buckets of the model's mean grid)."""
-    cc = audit.calibration_cells
-    if cc.empty:
-        return None
-    piv = cc.pivot_table(index="group", columns="bucket", values="count", aggfunc="sum")
-    return piv.reindex(index=z.index, columns=z.columns).to_numpy(dtype=float)
-
-
-def _heatmap(
-    z: pd.DataFrame,
-    audit: AuditResult,
-    title: str,
-    subtitle: str,
-    x_labels: list,
-    x_title: str,
-    colorscale,
-    zmin: float,
-    zmax: float,
-    colorbar_title: str,
-    value_fmt: str,
-    hover_value: str,
-    zmid: float | None = None,
-    counts: np.ndarray | None = None,
-    min_count: float = 0.0,
-) -> go.Figure:
-    """``value_fmt``: Python format spec of the printed values; ``hover_value``: hover label of the value.
-    Infinite values (unbounded intervals) print as ∞ and take the top colour; missing cells stay blank.
-    ``counts``: rows behind each cell (default: the group's test rows); shown on hover and printed under the
-    value where the cells are large enough (at most 10 columns and 60 rows), so a 0.50 cell of 2 rows is
-    told apart from one of 2,000. Cells of fewer than ``min_count`` rows keep their value and count but no
-    colour (a 1-row cell at coverage 0 was painted the darkest red)."""
-    names = [str(n) for n in z.index]
-    below = below_gamma(audit, z.index)
-    disp = display_names(names, below)
-    raw = z.to_numpy(dtype=float)
-    if counts is None:
-        counts = np.repeat(_group_counts(audit, names)[:, None], raw.shape[1], axis=1)
-    counts = np.asarray(counts, dtype=float)
-    text = np.where(np.isnan(raw), "", np.where(np.isinf(raw), np.where(raw > 0, "∞", "−∞"), ""))
-    fin = np.isfinite(raw)
-    text = text.astype(object)
-    fmt = value_fmt if callable(value_fmt) else (lambda v: format(v, value_fmt))
-    text[fin] = [fmt(v) for v in raw[fin]]
-    n_cols = raw.shape[1]
-    print_counts = n_cols <= 10 and len(names) <= 60 and np.isfinite(counts).any()
-    shown = text.copy()
-    if print_counts:
-        for i in range(raw.shape[0]):
-            for j in range(raw.shape[1]):
-                if text[i, j] != "" and np.isfinite(counts[i, j]):
-                    shown[i, j] = f"{text[i, j]}<br><span style='font-size:0.8em'>n={int(counts[i, j]):,}</span>"
-    vals = np.where(np.isposinf(raw), zmax, np.where(np.isneginf(raw), zmin, raw))
-    if min_count > 0:
-        vals = np.where(np.isfinite(counts) & (counts < min_count), np.nan, vals)
-    custom = np.empty(vals.shape, dtype=object)
-    for i, n in enumerate(names):
-        for j in range(vals.shape[1]):
-            c = counts[i, j]
-            rows = f"<br>rows in this cell {int(c):,}" if np.isfinite(c) else ""
-            custom[i, j] = f"<b>{hover_safe(n)}</b>{rows}<br>{hover_value} {text[i, j]}"
-    text_size = 12 if n_cols <= 8 else (10 if n_cols <= 12 else 8)
-    fig = go.Figure(
-        go.Heatmap(
-            z=vals,
-            x=x_labels,
-            y=disp,
-            colorscale=colorscale,
-            zmin=zmin,
-            zmax=zmax,
-            zmid=zmid,
-            text=shown,
-            texttemplate="%{text}",
-            textfont=dict(size=text_size),
-            customdata=custom,
-            hoverongaps=bool(min_count > 0),  # an uncoloured small cell still tells its value and count
-            xgap=1,
-            ygap=1,
-            hovertemplate="%{customdata}<br>%{x}<extra></extra>",
-            colorbar=dict(title=dict(text=colorbar_title, side="right"), thickness=14, len=min(1.0, 0.9)),
-        )
-    )
-    fig.update_yaxes(autorange="reversed", type="category", automargin=True, title_text="group")
-    fig.update_xaxes(
-        type="category", side="top", title_text=x_title, tickangle=0 if n_cols <= 8 else -35, automargin=True
-    )
-    height = rows_height(len(disp), per_row=34 if print_counts else 22, extra=230)
-    base_layout(fig, title, height, subtitle=subtitle, left=left_margin(disp), legend=False)
-    fig.update_layout(margin=dict(t=125 if n_cols <= 8 else 150), plot_bgcolor="#f2f2f2")
-    note = "n = test rows in the cell." if print_counts else "Hover a cell for its row count."
-    if any(below):
-        note += (
-            f" {BELOW_GAMMA_MARK.strip()} group mass below γ = "
-            f"{format_number(audit.params.get('gamma'))}: the guarantees do not cover it."
-        )
-    add_footer(fig, axis_px=8, note=note)
-    return fig
-
-
-def _coverage_cells(z, audit, title, subtitle, x_labels, x_title, target: float, counts=None) -> go.Figure:
-    """A coverage heatmap: diverging colours centred on the target 1 - delta, values printed to 2 decimals;
-    cells of fewer rows than the audit tests (its minimum group count) are printed but not coloured."""
-    zmin, zmax = coverage_range(z.to_numpy(dtype=float), target)
-    scale = coverage_colorscale(zmin, zmax, target)
-    # the audit tests groups and cells from min_group_count rows (mmc_core.audit_findings.group_findings)
-    min_n = float((audit.params or {}).get("min_group_count") or 0)
-    n = (
-        np.asarray(counts, dtype=float)
-        if counts is not None
-        else np.repeat(_group_counts(audit, [str(v) for v in z.index])[:, None], z.shape[1], axis=1)
-    )
-    small = np.isfinite(z.to_numpy(dtype=float)) & (n < min_n)
-    if min_n > 0 and small.any():
-        subtitle += f"; uncoloured = fewer than {min_n:,.0f} rows (not tested)"
-    return _heatmap(
-        z,
-        audit,
-        title,
-        subtitle,
-        x_labels,
-        x_title,
-        scale,
-        zmin,
-        zmax,
-        "coverage",
-        ".2f",
-        "coverage",
-        counts=n,  # the counts just found (the group counts when none were given, as _heatmap would take)
-        min_count=min_n,
-    )
-
-
-def coverage_heatmap(audit: AuditResult, delta: float) -> go.Figure:
-    """Empirical interval coverage per group (rows) and method (columns).
-
-    Diverging RdBu scale centred on the target 1 - delta (white): red cells under-cover, blue cells
-    over-cover (conservative intervals). Values are printed in the cells.
-    """
-    title = "Interval coverage by group and method"
-    cov = audit.coverage
-    if cov.empty:
-        return empty_figure(title, "The audit has no coverage table.")
-    target = 1.0 - float(delta)
-    labels = [method_tick(m) for m in method_order(cov.columns)]
-    subtitle = (
-        f"share of rows inside their interval; target 1 − δ = {target:.2f} (white); red = under-covers, blue = "
-        "over-covers"
-    )
-    return _coverage_cells(cov, audit, title, subtitle, labels, "interval method", target)
-
-
-def coverage_by_bucket_heatmap(
-    audit: AuditResult, delta: float, method: str | None = None, *, label: str, units: str = ""
-) -> go.Figure:
-    """Coverage of one interval method's intervals per group and predicted-mean bucket (centred on 1 - delta):
-    ``method`` None is the audit's ``coverage_by_bucket`` (its ``bucket_method``), else the audit's table of that
-    method (``coverage_by_bucket_of``)."""
-    info = label_info(audit, label, units)
-    method = method or audit.params.get("bucket_method") or "calibrated"
-    title = f"Coverage of the {METHOD_LABELS.get(method, method)} intervals by predicted-mean bucket"
-    cb = audit.coverage_by_bucket_of.get(method, audit.coverage_by_bucket)
-    if cb.empty:
-        return empty_figure(title, "The audit has no coverage-by-bucket table.")
-    labels = bucket_labels(cb.columns, info, None, audit.params.get("mean_buckets"))
-    keep = cb.notna().any(axis=0).to_numpy()  # drop buckets no group's predictions fall in
-    cb, labels = cb.loc[:, keep], [lab for lab, k in zip(labels, keep) if k]
-    if cb.empty:
-        return empty_figure(title, "No coverage values in any bucket.")
-    target = 1.0 - float(delta)
-    subtitle = f"target 1 − δ = {target:.2f} (white); blank = no rows of the group in the bucket; red = under-covers"
-    x_title = f"predicted mean μ(x) ({info['units']})"
-    return _coverage_cells(cb, audit, title, subtitle, labels, x_title, target, counts=bucket_counts(audit, cb))
-
-
-def width_heatmap(audit: AuditResult, *, label: str, units: str = "") -> go.Figure:
-    """Mean interval width per group and method, in label units (sequential colour scale).
-
-    The colour scale is capped at the widest non-outlying method so a very wide method (typically the
-    worst-case "guaranteed" intervals) does not wash out the others; the printed values are exact.
-    """
-    info = label_info(audit, label, units)
-    title = "Mean interval width by group and method"
-    wd = audit.width
-    if wd.empty:
-        return empty_figure(title, "The audit has no width table.")
-    vals = wd.to_numpy(dtype=float)
-    finite = vals[np.isfinite(vals)]
-    zmax = float(np.max(finite)) if finite.size else 1.0
-    zmin = float(np.min(finite)) * 0.9 if finite.size else 0.0
-    capped = False
-    if finite.size:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
-            col_max = np.nanmax(np.where(np.isfinite(vals), vals, np.nan), axis=0)
-        cm = col_max[np.isfinite(col_max)]
-        if cm.size >= 3:
-            typical = cm[cm <= 2.5 * np.median(cm)]
-            if typical.size and typical.size < cm.size:
-                zmax, capped = float(typical.max()) * 1.05, True
-    methods = method_order(wd.columns)
-    labels = [method_tick(m) for m in methods]
-
-    def digits(v: float) -> str:
-        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
-
-    sub = f"mean of upper − lower bound ({info['units']}); narrower is better only where coverage holds"
-    if capped:
-        sub += f"; colour scale capped at {format_number(zmax)} (darkest = at or above)"
-    return _heatmap(
-        wd,
-        audit,
-        title,
-        sub,
-        labels,
-        "interval method",
-        WIDTH_SCALE,
-        zmin,
-        zmax,
-        f"width ({info['units']})",
-        digits,
-        f"mean width ({info['units']})",
-    )
-
-
-# ---------------------------------------------------------------------------------------------------
 # calibration and moments
 # ---------------------------------------------------------------------------------------------------
-def calibration_before_after_figure(
-    audit: AuditResult, top: int | None = 20, *, label: str, units: str = ""
-) -> go.Figure:
-    """Worst-cell mean calibration error per group: base model vs multicalibrated (label units).
-
-    For each group, the largest |mean prediction - mean label| over its predicted-mean buckets. Groups are
-    the ``top`` with the largest error before or after; a grey connector shows the change.
-    """
-    info = label_info(audit, label, units)
-    title = "Mean calibration: worst cell per group, before and after"
+def _calibration_rows(audit: AuditResult, after: pd.Series, before: pd.Series, top: int | None) -> tuple:
+    """The groups the calibration chart shows, largest error first, how many could be drawn, and which groups
+    have a finding / are below γ (they decide what comes first)."""
     bg = audit.by_group
-    if "calib_error_worst" not in bg.columns or len(bg) == 0:
-        return empty_figure(title, "The audit has no calibration errors.")
-    after = bg["calib_error_worst"].astype(float)
-    has_base = "calib_error_worst_base" in bg.columns and np.isfinite(bg["calib_error_worst_base"].astype(float)).any()
-    before = bg["calib_error_worst_base"].astype(float) if has_base else pd.Series(np.nan, index=bg.index)
     key = np.fmax(after.to_numpy(), before.to_numpy())
     small = np.asarray(below_gamma(audit, bg.index), dtype=bool)
     # groups with findings first (issue 35), then the groups the guarantees cover (mass >= gamma): worst cells of
@@ -581,11 +357,14 @@ def calibration_before_after_figure(
     order = order[drawn[bg.index.get_indexer(order.index)]]
     if top is not None:  # room for every group with a finding, however many (issue 35)
         order = order.iloc[: max(top, int(found.sum()))]
-    idx = list(order.index)[::-1]  # largest at the top
+    return order, n_all, found, small
+
+
+def _calibration_traces(fig, bg: pd.DataFrame, idx: list, disp: list, errors: tuple, has_base: bool, u, cells) -> None:
+    """The base and multicalibrated worst-cell errors with their 95% bars, joined per group, and a note on each
+    group that has no bucket large enough (``errors``: after, before)."""
+    a, b = errors
     names = [str(n) for n in idx]
-    below = below_gamma(audit, idx)
-    disp = display_names(names, below)
-    a, b = after.loc[idx].to_numpy(), before.loc[idx].to_numpy()
     wa = (
         bg["calib_error_worst_weighted"].astype(float).loc[idx].to_numpy()
         if "calib_error_worst_weighted" in bg
@@ -612,13 +391,11 @@ def calibration_before_after_figure(
         }  # fmt: skip
 
     custom = np.column_stack([[hover_safe(n) for n in names], counts, b, a, wb, wa])
-    u = info["units"]
     hover = (
         "<b>%{customdata[0]}</b><br>rows %{customdata[1]}<br>"
         f"base: %{{customdata[2]:,.3~r}} {u} (mass-weighted %{{customdata[4]:,.2~r}})<br>"
         f"multicalibrated: %{{customdata[3]:,.3~r}} {u} (mass-weighted %{{customdata[5]:,.2~r}})<extra></extra>"
     )
-    fig = go.Figure()
     if has_base:
         fig.add_trace(_connectors(b, a, disp))
         base_marker = dict(color=HOLDOUT_COLOR, size=15, symbol="diamond", line=dict(width=1, color="#7a5500"))
@@ -631,7 +408,6 @@ def calibration_before_after_figure(
     fig.add_trace(
         _markers(a, disp, "multicalibrated", after_marker, custom, hover, **bars("calib_error_worst_se", a, "#003d5c"))
     )
-    cells = audit.params.get("min_cell_count") if isinstance(audit.params, dict) else None
     none = ~np.isfinite(a) & ~np.isfinite(b)
     if none.any():
         fig.add_trace(
@@ -646,6 +422,34 @@ def calibration_before_after_figure(
                 hoverinfo="skip",
             )
         )
+
+
+def calibration_before_after_figure(
+    audit: AuditResult, top: int | None = 20, *, label: str, units: str = ""
+) -> go.Figure:
+    """Worst-cell mean calibration error per group: base model vs multicalibrated (label units).
+
+    For each group, the largest |mean prediction - mean label| over its predicted-mean buckets. Groups are
+    the ``top`` with the largest error before or after; a grey connector shows the change.
+    """
+    info = label_info(audit, label, units)
+    title = "Mean calibration: worst cell per group, before and after"
+    bg = audit.by_group
+    if "calib_error_worst" not in bg.columns or len(bg) == 0:
+        return empty_figure(title, "The audit has no calibration errors.")
+    after = bg["calib_error_worst"].astype(float)
+    has_base = "calib_error_worst_base" in bg.columns and np.isfinite(bg["calib_error_worst_base"].astype(float)).any()
+    before = bg["calib_error_worst_base"].astype(float) if has_base else pd.Series(np.nan, index=bg.index)
+    order, n_all, found, small = _calibration_rows(audit, after, before, top)
+    idx = list(order.index)[::-1]  # largest at the top
+    names = [str(n) for n in idx]
+    below = below_gamma(audit, idx)
+    disp = display_names(names, below)
+    a, b = after.loc[idx].to_numpy(), before.loc[idx].to_numpy()
+    cells = audit.params.get("min_cell_count") if isinstance(audit.params, dict) else None
+    u = info["units"]
+    fig = go.Figure()
+    _calibration_traces(fig, bg, idx, disp, (a, b), has_base, u, cells)
     fig.update_yaxes(categoryorder="array", categoryarray=disp, automargin=True)
     # the name twice in one line ran off the figure for a long name: the units say which label it is
     what = info["name"] if len(info["name"]) <= 12 else "label"
@@ -686,6 +490,42 @@ def _moment_root(values, a: int) -> np.ndarray:
     """The a-th root of central moments (sign kept for a signed odd moment): the moment on the label's scale."""
     v = np.asarray(values, dtype=float)
     return np.sign(v) * np.abs(v) ** (1.0 / a)
+
+
+def _moment_axes(fig, pred: np.ndarray, emp: np.ndarray, a: int, what: str) -> None:
+    """The diagonal of perfect calibration and equal axes holding every cell (``what``: the axes' quantity and
+    units); log axes for a heavy-tailed higher moment."""
+    both = np.concatenate([pred, emp])
+    vmax = float(np.nanmax(both))
+    vmin = float(min(0.0, np.nanmin(both)))  # 0 unless signed odd moments
+    positive = both[both > 0]
+    use_log = a >= 3 and positive.size == both.size and positive.size > 0 and positive.max() / positive.min() > 100.0
+    if use_log:  # higher moments are heavy-tailed: a linear axis piles every cell into one corner
+        llo, lhi = math.log10(positive.min()), math.log10(positive.max())
+        pad = 0.05 * (lhi - llo)
+        lo, hi = 10 ** (llo - pad), 10 ** (lhi + pad)
+        rng = [llo - pad, lhi + pad]
+    else:
+        span = vmax - vmin if vmax > vmin else 1.0
+        lo, hi = vmin - 0.03 * span, vmax + 0.05 * span
+        rng = [lo, hi]
+    fig.add_trace(
+        go.Scatter(
+            x=[lo, hi],
+            y=[lo, hi],
+            mode="lines",
+            name="perfect calibration (diagonal)",
+            line=dict(color=OKABE_ITO["vermillion"], dash="dash", width=2),
+            hoverinfo="skip",
+        )
+    )
+    axis_type = "log" if use_log else "linear"
+    scale_note = " (log scale)" if use_log else ""
+    ticks = {}
+    if use_log:
+        ticks = dict(dtick=1 if rng[1] - rng[0] >= 2 else "D2", tickformat="~s")
+    fig.update_xaxes(type=axis_type, range=rng, title_text=f"predicted {what}{scale_note}", zeroline=False, **ticks)
+    fig.update_yaxes(type=axis_type, range=rng, title_text=f"observed {what}{scale_note}", zeroline=False, **ticks)
 
 
 def moment_reliability_figure(audit: AuditResult, moment: int = 2, *, label: str, units: str = "") -> go.Figure:
@@ -744,41 +584,7 @@ def moment_reliability_figure(audit: AuditResult, moment: int = 2, *, label: str
                 ),
             )
         )
-    both = np.concatenate([pred, emp])
-    vmax = float(np.nanmax(both))
-    vmin = float(min(0.0, np.nanmin(both)))  # 0 unless signed odd moments
-    positive = both[both > 0]
-    use_log = a >= 3 and positive.size == both.size and positive.size > 0 and positive.max() / positive.min() > 100.0
-    if use_log:  # higher moments are heavy-tailed: a linear axis piles every cell into one corner
-        llo, lhi = math.log10(positive.min()), math.log10(positive.max())
-        pad = 0.05 * (lhi - llo)
-        lo, hi = 10 ** (llo - pad), 10 ** (lhi + pad)
-        rng = [llo - pad, lhi + pad]
-    else:
-        span = vmax - vmin if vmax > vmin else 1.0
-        lo, hi = vmin - 0.03 * span, vmax + 0.05 * span
-        rng = [lo, hi]
-    fig.add_trace(
-        go.Scatter(
-            x=[lo, hi],
-            y=[lo, hi],
-            mode="lines",
-            name="perfect calibration (diagonal)",
-            line=dict(color=OKABE_ITO["vermillion"], dash="dash", width=2),
-            hoverinfo="skip",
-        )
-    )
-    axis_type = "log" if use_log else "linear"
-    scale_note = " (log scale)" if use_log else ""
-    ticks = {}
-    if use_log:
-        ticks = dict(dtick=1 if rng[1] - rng[0] >= 2 else "D2", tickformat="~s")
-    fig.update_xaxes(
-        type=axis_type, range=rng, title_text=f"predicted {root} ({u}){scale_note}", zeroline=False, **ticks
-    )
-    fig.update_yaxes(
-        type=axis_type, range=rng, title_text=f"observed {root} ({u}){scale_note}", zeroline=False, **ticks
-    )
+    _moment_axes(fig, pred, emp, a, f"{root} ({u})")
     w_err = ""
     if "mass" in df.columns:
         e = pred - emp  # on the drawn scale: label units

@@ -274,6 +274,83 @@ def classifier_disparity_table(disparities: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+_RELIABILITY_STYLES = {
+    "before": ("base model (before)", HOLDOUT_COLOR, "diamond"),
+    "after": ("multicalibrated (after)", FIT_COLOR, "circle"),
+}
+
+
+def _reliability_trace(d: pd.DataFrame, g, which: str, legend: bool) -> go.Scatter:
+    """One group's buckets for one score ("before" or "after"): markers sized by rows, Wilson bars, hover."""
+    name, color, symbol = _RELIABILITY_STYLES[which]
+    size = 5 + 10 * np.sqrt(d["count"].to_numpy() / max(float(d["count"].max()), 1.0))
+    custom = np.column_stack([d["count"], d["bucket_lo"], d["bucket_hi"], d["observed_lo"], d["observed_hi"]])
+    return go.Scatter(
+        x=d["mean_score"],
+        y=d["observed"],
+        mode="markers+lines",
+        name=name,
+        legendgroup=which,
+        showlegend=legend,
+        line=dict(color=color, width=1),
+        marker=dict(color=color, size=size, symbol=symbol, line=dict(width=0.5, color="#333")),
+        error_y=dict(
+            type="data",
+            symmetric=False,
+            array=d["observed_hi"] - d["observed"],
+            arrayminus=d["observed"] - d["observed_lo"],
+            color=color,
+            thickness=1,
+            width=2,
+        ),
+        customdata=custom,
+        hovertemplate=(
+            f"<b>{hover_safe(str(g))}</b> ({which})<br>scores in [%{{customdata[1]:.1f}}; "
+            "%{customdata[2]:.1f})<br>rows %{customdata[0]}<br>predicted %{x:.3f}<br>observed "
+            "%{y:.3f} (95% CI %{customdata[3]:.3f}–%{customdata[4]:.3f})<extra></extra>"
+        ),
+    )
+
+
+def _reliability_panel(fig, cells: pd.DataFrame, g, r: int, c: int, rows: int, shown: set) -> None:
+    """Group ``g``'s panel at row ``r``, column ``c``: the diagonal, its before / after buckets and its axes
+    (``shown``: the scores already in the legend, updated)."""
+    fig.add_trace(
+        go.Scatter(
+            x=[0, 1],
+            y=[0, 1],
+            mode="lines",
+            line=dict(color="#b0b0b0", dash="dash", width=1),
+            hoverinfo="skip",
+            showlegend=False,
+        ),
+        row=r,
+        col=c,
+    )
+    for which in ("before", "after"):
+        d = cells[(cells["group"] == g) & (cells["score"] == which)]
+        if d.empty:
+            continue
+        fig.add_trace(_reliability_trace(d, g, which, which not in shown), row=r, col=c)
+        shown.add(which)
+    fig.update_xaxes(
+        range=[-0.02, 1.02],
+        row=r,
+        col=c,
+        title_text="predicted probability" if r == rows else None,
+        title_font=dict(size=11),
+        tickfont=dict(size=10),
+    )
+    fig.update_yaxes(
+        range=[-0.02, 1.02],
+        row=r,
+        col=c,
+        title_text="observed share" if c == 1 else None,
+        title_font=dict(size=11),
+        tickfont=dict(size=10),
+    )
+
+
 def reliability_figure(
     cells: pd.DataFrame,
     by_group: pd.DataFrame,
@@ -302,79 +379,10 @@ def reliability_figure(
         shared_xaxes=False,
         shared_yaxes=False,
     )
-    styles = {
-        "before": ("base model (before)", HOLDOUT_COLOR, "diamond"),
-        "after": ("multicalibrated (after)", FIT_COLOR, "circle"),
-    }
     shown = set()
     for k, g in enumerate(groups):
         r, c = divmod(k, cols)
-        r, c = r + 1, c + 1
-        fig.add_trace(
-            go.Scatter(
-                x=[0, 1],
-                y=[0, 1],
-                mode="lines",
-                line=dict(color="#b0b0b0", dash="dash", width=1),
-                hoverinfo="skip",
-                showlegend=False,
-            ),
-            row=r,
-            col=c,
-        )
-        for which in ("before", "after"):
-            d = cells[(cells["group"] == g) & (cells["score"] == which)]
-            if d.empty:
-                continue
-            name, color, symbol = styles[which]
-            size = 5 + 10 * np.sqrt(d["count"].to_numpy() / max(float(d["count"].max()), 1.0))
-            custom = np.column_stack([d["count"], d["bucket_lo"], d["bucket_hi"], d["observed_lo"], d["observed_hi"]])
-            fig.add_trace(
-                go.Scatter(
-                    x=d["mean_score"],
-                    y=d["observed"],
-                    mode="markers+lines",
-                    name=name,
-                    legendgroup=which,
-                    showlegend=which not in shown,
-                    line=dict(color=color, width=1),
-                    marker=dict(color=color, size=size, symbol=symbol, line=dict(width=0.5, color="#333")),
-                    error_y=dict(
-                        type="data",
-                        symmetric=False,
-                        array=d["observed_hi"] - d["observed"],
-                        arrayminus=d["observed"] - d["observed_lo"],
-                        color=color,
-                        thickness=1,
-                        width=2,
-                    ),
-                    customdata=custom,
-                    hovertemplate=(
-                        f"<b>{hover_safe(str(g))}</b> ({which})<br>scores in [%{{customdata[1]:.1f}}; "
-                        "%{customdata[2]:.1f})<br>rows %{customdata[0]}<br>predicted %{x:.3f}<br>observed "
-                        "%{y:.3f} (95% CI %{customdata[3]:.3f}–%{customdata[4]:.3f})<extra></extra>"
-                    ),
-                ),
-                row=r,
-                col=c,
-            )
-            shown.add(which)
-        fig.update_xaxes(
-            range=[-0.02, 1.02],
-            row=r,
-            col=c,
-            title_text="predicted probability" if r == rows else None,
-            title_font=dict(size=11),
-            tickfont=dict(size=10),
-        )
-        fig.update_yaxes(
-            range=[-0.02, 1.02],
-            row=r,
-            col=c,
-            title_text="observed share" if c == 1 else None,
-            title_font=dict(size=11),
-            tickfont=dict(size=10),
-        )
+        _reliability_panel(fig, cells, g, r + 1, c + 1, rows, shown)
     for ann in fig.layout.annotations:
         ann.font = dict(size=12)
     height = 120 + 250 * rows

@@ -161,33 +161,10 @@ def take_table_rows(df: pd.DataFrame, rows: np.ndarray, columns) -> pd.DataFrame
 # ---------------------------------------------------------------------------------------------------
 # the pipeline
 # ---------------------------------------------------------------------------------------------------
-def run_pipeline(
-    df: pd.DataFrame,
-    label_spec: LabelSpec,
-    base_spec: BaseSpec,
-    split_spec: SplitSpec,
-    groups_json: dict,
-    settings: FitSettings,
-    callback=None,
-    phase=None,
-    data_key: str = "",
-    data_name: str = "",
-    on_thresholds=None,
-    stop=None,
-    on_fitted=None,
-) -> AuditRun:
-    """Prepare, split, base model, fit (with ``callback(history_row) -> stop?``), audit. See module doc.
-
-    ``on_thresholds(dict)`` receives the alpha / beta the fit will use (auto values computed) before it starts."""
+def _prepare(df, label_spec: LabelSpec, base_spec: BaseSpec, split_spec: SplitSpec, groups_json, settings) -> tuple:
+    """The prepared label, the groups (checked against the table and the label) and the split of the rows."""
     from mmc_core import GroupSet
 
-    def say(text):
-        if phase is not None:
-            phase(text)
-
-    timings = {}
-    t0 = time.perf_counter()
-    say("preparing the label and the split")
     label = prepare_label(df, label_spec)
     groups = GroupSet.from_json(groups_json)
     missing = sorted(c for c in groups.columns() if c not in df.columns)
@@ -196,9 +173,12 @@ def run_pipeline(
     if label_spec.column in groups.columns():
         raise DataError(f"the label '{label_spec.column}' cannot define groups (groups must be known for new rows)")
     split = split_rows(len(df), split_spec, base_spec.kind == "model", settings.calibration_fraction)
-    timings["prepare"] = time.perf_counter() - t0
+    return label, groups, split
 
-    t1 = time.perf_counter()
+
+def _base(df, label, label_spec: LabelSpec, base_spec: BaseSpec, split: dict, split_spec, data_key, stop, say):
+    """The base prediction and its note (:func:`app.base_model.base_prediction`), saying the base model's
+    progress; StoppedByUser when Stop came before it."""
     progress = None
     if base_spec.kind == "model":
         n_base = split["base"].size
@@ -209,26 +189,14 @@ def run_pipeline(
 
     if stop is not None and stop():
         raise StoppedByUser("stopped before the base model was fitted")
-    base, base_note = base_prediction(
-        df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop, progress=progress
-    )
-    timings["base_model"] = time.perf_counter() - t1
+    return base_prediction(df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop, progress=progress)
 
+
+def _fit(est, df, label, label_spec, base_spec, groups, base, fit_rows, settings, rows_text, callback, stop, say):
+    """Fit ``est`` on the fitting rows, with discovery when the settings ask for it; the groups of the fitted
+    model (discovery adds some)."""
     group_cols = sorted(groups.columns())
-    fit_rows = split["fit"]
-    # the rows as the Run page counts them: the estimator holds a share of its rows out (early stopping,
-    # interval calibration) and fits on the rest (the line said 3,500 where the page said 2,625 fitting rows)
-    n_held = int(round(settings.calibration_fraction * fit_rows.size))
-    rows_text = f"{fit_rows.size - n_held:,} fitting rows" + (f" ({n_held:,} more held out)" if n_held else "")
-    say(f"multicalibrating on {rows_text} and {len(groups)} groups")
-    t2 = time.perf_counter()
-    binary = label.task == "binary"
-    if binary:  # a classifier audit: the mean (a probability) only; k, delta and gamma are not used
-        settings = replace(settings, n_moments=1)
-    est = make_estimator(settings, label, split_spec.seed)
     X_fit = take_table_rows(df, fit_rows, group_cols)
-    if on_thresholds is not None:
-        on_thresholds(planned_thresholds(est, df, label, base, groups, fit_rows))
     base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
     if settings.discover:
         feats = _discovery_features(df, label_spec, settings)
@@ -266,9 +234,13 @@ def run_pipeline(
             base_name=base_name,
             stop=stop,
         )
-    timings["fit"] = time.perf_counter() - t2
-    model = est.model_
-    if binary:
+    return groups
+
+
+def _record_run_facts(model, label, base_note: str, groups, groups_json) -> None:
+    """What the model records of the run: a classifier's classes, where the label range came from, the base
+    prediction's note and the discovered groups."""
+    if label.task == "binary":
         model.binary = {
             "classes": [_json_scalar(c) for c in label.classes],
             "positive": _json_scalar(label.classes[1]),
@@ -288,11 +260,11 @@ def run_pipeline(
         for g in (groups_json.get("groups") if isinstance(groups_json, dict) else groups_json) or []
         if isinstance(g, dict) and "kind" in g and g.get("name") in set(groups.names)
     ]
-    split = dict(split)
-    split["calibration"] = fit_rows[np.asarray(est.calibration_index_, dtype=np.int64)]
-    split["fit"] = fit_rows[np.asarray(est.fit_index_, dtype=np.int64)]
 
-    thresholds = {
+
+def _thresholds(est, settings, model) -> dict:
+    """The thresholds the fit used (automatic values resolved) and the rule that set them."""
+    return {
         "alpha": float(est.alpha_),
         "beta": float(est.beta_),
         "moment_betas": {int(a): float(b) for a, b in getattr(est, "moment_betas_", {}).items()},
@@ -300,6 +272,64 @@ def run_pipeline(
         "rule": model.info.get("alpha_rule", "given"),  # "se" with the paper's step is the "auto" rule
         "z": float(getattr(est, "z_", 0.0) or 0.0),
     }
+
+
+def run_pipeline(
+    df: pd.DataFrame,
+    label_spec: LabelSpec,
+    base_spec: BaseSpec,
+    split_spec: SplitSpec,
+    groups_json: dict,
+    settings: FitSettings,
+    callback=None,
+    phase=None,
+    data_key: str = "",
+    data_name: str = "",
+    on_thresholds=None,
+    stop=None,
+    on_fitted=None,
+) -> AuditRun:
+    """Prepare, split, base model, fit (with ``callback(history_row) -> stop?``), audit. See module doc.
+
+    ``on_thresholds(dict)`` receives the alpha / beta the fit will use (auto values computed) before it starts."""
+
+    def say(text):
+        if phase is not None:
+            phase(text)
+
+    timings = {}
+    t0 = time.perf_counter()
+    say("preparing the label and the split")
+    label, groups, split = _prepare(df, label_spec, base_spec, split_spec, groups_json, settings)
+    timings["prepare"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    base, base_note = _base(df, label, label_spec, base_spec, split, split_spec, data_key, stop, say)
+    timings["base_model"] = time.perf_counter() - t1
+
+    fit_rows = split["fit"]
+    # the rows as the Run page counts them: the estimator holds a share of its rows out (early stopping,
+    # interval calibration) and fits on the rest (the line said 3,500 where the page said 2,625 fitting rows)
+    n_held = int(round(settings.calibration_fraction * fit_rows.size))
+    rows_text = f"{fit_rows.size - n_held:,} fitting rows" + (f" ({n_held:,} more held out)" if n_held else "")
+    say(f"multicalibrating on {rows_text} and {len(groups)} groups")
+    t2 = time.perf_counter()
+    binary = label.task == "binary"
+    if binary:  # a classifier audit: the mean (a probability) only; k, delta and gamma are not used
+        settings = replace(settings, n_moments=1)
+    est = make_estimator(settings, label, split_spec.seed)
+    if on_thresholds is not None:
+        on_thresholds(planned_thresholds(est, df, label, base, groups, fit_rows))
+    groups = _fit(
+        est, df, label, label_spec, base_spec, groups, base, fit_rows, settings, rows_text, callback, stop, say
+    )
+    timings["fit"] = time.perf_counter() - t2
+    model = est.model_
+    _record_run_facts(model, label, base_note, groups, groups_json)
+    split = dict(split)
+    split["calibration"] = fit_rows[np.asarray(est.calibration_index_, dtype=np.int64)]
+    split["fit"] = fit_rows[np.asarray(est.fit_index_, dtype=np.int64)]
+
     run = AuditRun(
         model=model,
         history=list(est.history_),
@@ -315,25 +345,30 @@ def run_pipeline(
         timings=timings,
         data_key=data_key,
         data_name=data_name,
-        thresholds=thresholds,
+        thresholds=_thresholds(est, settings, model),
         split_seed=split_spec.seed,
     )
     test = split["test"]
     if base is not None and not binary:  # RMSE / R² are label-unit metrics: not for a 0/1 outcome
         run.base_metrics = {"base_test": error_metrics(label.y[test], base[test])}
+    return _audit_unless_stopped(run, df, stop, on_fitted, say, t0)
 
+
+def _audit_unless_stopped(run: AuditRun, df, stop, on_fitted, say, t0: float) -> AuditRun:
+    """Audit the fitted run on its test rows (after handing a copy to ``on_fitted``), or, when Stop was pressed,
+    keep the model as fitted so far, not audited; the total time is ``t0`` on."""
     if stop is not None and stop():  # Stop pressed: keep the model as fitted so far, skip the audit
         run.stopped = True
         run.audit_error = NOT_AUDITED
-        timings["total"] = time.perf_counter() - t0
+        run.timings["total"] = time.perf_counter() - t0
         run.finished_at = time.time()
         say("stopped")
         return run
-    say(f"auditing on {test.size:,} test rows")
+    say(f"auditing on {run.split['test'].size:,} test rows")
     if on_fitted is not None:  # a separate copy: an abandoned audit must not change what the user was given
         on_fitted(replace(run, timings=dict(run.timings), split=dict(run.split)))
     audit_run(run, df)
-    timings["total"] = time.perf_counter() - t0
+    run.timings["total"] = time.perf_counter() - t0
     run.finished_at = time.time()
     say("done")
     return run

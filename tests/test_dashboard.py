@@ -125,7 +125,7 @@ def test_converged_summary_of_a_fit_whose_mean_needed_no_update():
     did all the work, which reads like a fit that did nothing; it now says the descent made no mean update, and
     why (not "the mean needed no update": the base map and the cells may have moved it, and fresh rows may still
     show a cell off: an audit on the mroz table found one at adjusted p = 0.003)."""
-    from app.ui.run_page import converged_text
+    from app.ui.run_text import converged_text
 
     zero = converged_text({"rounds": 0, "mean_updates": 0, "moment_updates": 7})
     assert zero == (
@@ -145,7 +145,7 @@ def test_converged_summary_of_a_fit_whose_mean_needed_no_update():
 def test_thresholds_caption_says_when_the_kept_model_misses_the_given_ones():
     """With a given alpha and early stopping, the kept round may miss it; the model then states what it achieves
     and the Run page must not present that value as the threshold 'set by you'."""
-    from app.ui.run_page import thresholds_used_text
+    from app.ui.run_text import thresholds_used_text
 
     info = {"thresholds_used": {"alpha": 0.002, "betas": {"2": 0.0005}}, "kept_round": 7, "early_stopped": True}
     met = thresholds_used_text(info, 0.002, 0.0005, {2: 0.0005}, auto=False)
@@ -505,7 +505,7 @@ def test_a_label_with_text_cells_is_still_the_label_never_the_prediction_column(
     """Regression (found in a browser session): with a few text cells in ``y`` the upload silently chose the
     prediction column ``pred`` as the label. The label-named column stays the label; the Data page names its
     bad cells and offers to drop those rows."""
-    from app.ui.state import guess_label
+    from app.ui.table_facts import guess_label
 
     at = _new()
     at.radio(key="src_kind").set_value("Upload a file").run()
@@ -1009,7 +1009,7 @@ def test_noise_warning_does_not_ask_to_turn_on_early_stopping_when_it_is_on():
     """The Run page said "Raise α or turn on early stopping" with early stopping already on (a browser
     session)."""
     from app.specs import FitSettings
-    from app.ui.run_page import implications
+    from app.ui.run_text import implications
 
     on = FitSettings(alpha=1e-5, beta=1e-5, step="paper")  # early_stopping "auto" with held-out rows: on
     off = FitSettings(alpha=1e-5, beta=1e-5, step="paper", early_stopping=False)
@@ -1078,7 +1078,7 @@ def test_se_text_quotes_no_error_for_cells_below_the_smallest_corrected_size():
     quoted "a cell of 5% of the fitting rows (16 rows): ±..." as if such a cell were corrected."""
     from types import SimpleNamespace
 
-    from app.ui.run_page import se_implications
+    from app.ui.run_text import se_implications
 
     settings = SimpleNamespace(n_buckets=5, n_moments=2, gamma=0.1, early_stopping="auto", calibration_fraction=0.25)
     preview = {"rule": "se", "z": 3.0, "z_group": 2.5, "n_fit": 320, "resid_sd": 1.0, "min_count": 20}

@@ -124,7 +124,7 @@ def test_results_over_time_names_a_group_whose_positive_rate_changed_for_a_class
     assert any("decision threshold 0.7 " in c.value for c in at.caption)
     (res,) = at.session_state["_period_memo"].values()
     assert res.params["threshold"] == 0.7
-    from app.ui.results_page import _period_report
+    from app.ui.results_over_time import _period_report
 
     run, frame = at.session_state["run"], at.session_state["data"]["df"]
     page = _period_report("html", "classifier at 0.7", "quarter", "", "", run, frame, res).decode()  # own key

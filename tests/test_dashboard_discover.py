@@ -120,9 +120,9 @@ def test_discover_finds_the_planted_group_adds_it_and_results_mark_it():
     disc = next(d.value for d in at.dataframe if "origin" in d.value.columns and "test rows" in d.value.columns)
     assert disc["group"].tolist() == [g["name"]] and disc["origin"].tolist() == ["discovered"]
     # the PDF report names it (the sentence and the row), without building the PDF
-    from app.report import DISCOVERED_NOTE, _data_rows
+    from app.report_text import DISCOVERED_NOTE, data_rows
 
-    rows, notes = _data_rows(run.audit, run.model, run.label.y[run.split["test"]], "planted", 0.05)
+    rows, notes = data_rows(run.audit, run.model, run.label.y[run.split["test"]], "planted", 0.05)
     assert any(k == "Discovered groups" and g["name"][:40] in v for k, v in rows) and DISCOVERED_NOTE in notes
     # a recipe with the discovered group loads back with it, still discovered
     _page(at, "groups")
@@ -230,7 +230,7 @@ def test_se_is_the_default_and_an_old_recipe_with_the_auto_rule_still_loads():
 def test_run_with_discovery_learns_the_planted_group_and_marks_it():
     """The Run page's "Discover groups during the fit" (mmc fit --discover): learned sets join the groups, the
     Results page and the PDF report mark them."""
-    from app.report import discovered_groups
+    from app.report_text import discovered_groups
     from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
     from app.ui.discover_tab import discovered_names
 

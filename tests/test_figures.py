@@ -17,6 +17,8 @@ import plotly.graph_objects as go
 import pytest
 
 from app import figures as F
+from app.figure_style import coverage_colorscale
+from app.figures_heatmaps import bucket_counts
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core.metrics import AuditResult
 from mmc_core.synthetic import demo_distribution
@@ -253,7 +255,7 @@ def test_coverage_heatmaps_centred_on_target(fitted, builder):
     if builder == "coverage":
         counts = np.repeat(a.by_group["count"].to_numpy()[:, None], text.shape[1], axis=1)
     else:
-        counts = F.bucket_counts(a, table.loc[:, table.notna().any(axis=0)])
+        counts = bucket_counts(a, table.loc[:, table.notna().any(axis=0)])
     for (i, j), t in np.ndenumerate(text):
         if t:
             assert f"n={int(counts[i, j]):,}" in t and f"rows in this cell {int(counts[i, j]):,}" in custom[i, j]
@@ -286,7 +288,7 @@ def test_width_heatmap_unbounded_intervals_print_infinity(fitted):
 
 @pytest.mark.parametrize("zmin,zmax,target", [(0.85, 1.0, 0.9), (0.2, 1.0, 0.9), (0.5, 1.0, 0.5), (0.9, 1.0, 0.95)])
 def test_coverage_colorscale_white_at_target(zmin, zmax, target):
-    cs = F.coverage_colorscale(zmin, zmax, target)
+    cs = coverage_colorscale(zmin, zmax, target)
     pos = [p for p, _ in cs]
     assert pos[0] == 0 and pos[-1] == pytest.approx(1) and pos == sorted(pos)
     c = (target - zmin) / (zmax - zmin)
@@ -449,7 +451,7 @@ def _coloured(a, table, by_bucket: bool = True) -> np.ndarray:
     (a 1-row cell at coverage 0 was painted the darkest red, a browser session)."""
     vals = table.to_numpy(float)
     n = (
-        F.bucket_counts(a, table)
+        bucket_counts(a, table)
         if by_bucket
         else np.repeat(a.by_group["count"].to_numpy(float)[:, None], vals.shape[1], 1)
     )
@@ -461,7 +463,7 @@ def test_small_coverage_cells_are_printed_but_not_coloured(fitted):
     fig = F.coverage_by_bucket_heatmap(a, DELTA, **NAMES)
     (hm,) = [tr for tr in fig.data if isinstance(tr, go.Heatmap)]
     z, text = np.asarray(hm.z, float), np.asarray(hm.text, dtype=object)
-    n = F.bucket_counts(a, a.coverage_by_bucket.loc[:, a.coverage_by_bucket.notna().any(axis=0)])
+    n = bucket_counts(a, a.coverage_by_bucket.loc[:, a.coverage_by_bucket.notna().any(axis=0)])
     small = (
         (np.asarray(n, float) < a.params["min_group_count"])
         & np.isfinite(np.asarray(n, float))

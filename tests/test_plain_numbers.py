@@ -30,7 +30,7 @@ def test_results_captions_write_out_numbers_in_label_units():
 def test_the_pdf_settings_write_out_numbers_in_label_units():
     """The same table's PDF: "mean bucket width 5.2e+04 claims units" in the settings table (and the label's range,
     alpha and beta in "g" format): written out, in the units the analyst stated."""
-    from app import report as R
+    from app import report_text as RT
     from mmc_core import metrics
     from mmc_core.estimator import MomentMulticalibrator
     from mmc_core.groups import GroupSet
@@ -42,7 +42,7 @@ def test_the_pdf_settings_write_out_numbers_in_label_units():
     gs = GroupSet.from_columns(df, ["grp"], 1)
     est = MomentMulticalibrator(n_moments=2, alpha=1e-5, beta=2e-5).fit(df, df["claims"], gs)
     res = metrics.audit(est.model_, df, df["claims"].to_numpy())
-    rows = dict(R._param_rows(est.model_, res, 0.1, 0.05, "claims", "USD"))
+    rows = dict(RT.param_rows(est.model_, res, 0.1, 0.05, "claims", "USD"))
     text = " ".join(str(v) for v in rows.values())
     assert not SCI.findall(text), SCI.findall(text)
     assert re.search(r"mean bucket width [\d,]+ USD\)", rows["Predictors"]), rows["Predictors"]

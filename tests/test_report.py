@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from app import report as R
+from app import report_text as RT
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core.synthetic import demo_distribution
 
@@ -372,13 +373,13 @@ def test_robust_label_range_is_named_as_such(demo):
     model = copy.deepcopy(demo["model"])
     model.scale = LabelScale(model.scale.lo, model.scale.hi, "robust")
     model.info["label_note"] = "clipped at the 1% and 99% quantiles (12 rows clipped)"
-    rows = dict((k, v) for k, v in R._param_rows(model, demo["audit"], 0.1, 0.05, "outcome"))
+    rows = dict((k, v) for k, v in RT.param_rows(model, demo["audit"], 0.1, 0.05, "outcome"))
     text = " ".join(str(v) for v in rows.values())
     assert "robust: clipped at quantiles" in text and "12 rows clipped" in text and "observed min/max" not in text
     # the dashboard's observed range is of all the table's rows (the mroz report said "of the fitting data")
     model.scale = LabelScale(model.scale.lo, model.scale.hi, "observed")
     model.info["label_note"] = "observed range of all 753 rows"
-    rows = dict((k, v) for k, v in R._param_rows(model, demo["audit"], 0.1, 0.05, "outcome"))
+    rows = dict((k, v) for k, v in RT.param_rows(model, demo["audit"], 0.1, 0.05, "outcome"))
     text = " ".join(str(v) for v in rows.values())
     assert "observed range of all 753 rows (not declared)" in text and "fitting data" not in text
 
@@ -502,22 +503,22 @@ def test_mean_only_reading_notes_promise_only_the_intervals_it_has():
     )
     cols = tuple(audit(est.model_, t, t["outcome"], n_boot=0).coverage.columns)
     assert cols and "guaranteed" not in cols
-    _, promises, _ = R.reading_notes(False, True, cols)
+    _, promises, _ = RT.reading_notes(False, True, cols)
     assert "'calibrated' intervals aim at 1 − δ" in promises and "'guaranteed' intervals cover" not in promises
-    _, promises, _ = R.reading_notes(True, True, ("guaranteed", "calibrated"))
+    _, promises, _ = RT.reading_notes(True, True, ("guaranteed", "calibrated"))
     assert "'guaranteed' intervals cover" in promises
 
 
 def test_report_label_row_says_when_audited_labels_lie_outside_the_range():
     from types import SimpleNamespace
 
-    from app.report import _outside
+    from app.report_text import outside_note
 
     params = {"n": 500, "label_outside_range": 3, "label": {"lo": -20.0, "hi": 140.0, "source": "declared"}}
-    text = _outside(SimpleNamespace(params=params))
+    text = outside_note(SimpleNamespace(params=params))
     assert "3 of the 500 audited labels lie outside the model's declared label range [-20; 140]" in text
-    assert _outside(SimpleNamespace(params={**params, "label_outside_range": 0})) == ""
-    assert _outside(None) == ""
+    assert outside_note(SimpleNamespace(params={**params, "label_outside_range": 0})) == ""
+    assert outside_note(None) == ""
 
 
 def test_the_worst_group_coverage_is_read_only_where_the_heatmap_colours_it(demo):

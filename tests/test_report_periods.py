@@ -179,7 +179,7 @@ def test_results_over_time_offers_the_reports_with_its_section():
     if chromium_available() is not None:
         assert "Report with Over time (PDF)" in buttons
     # what the button builds on click: the view's period audit in the report (the same cached function)
-    from app.ui.results_page import _period_report
+    from app.ui.results_over_time import _period_report
 
     run, frame = at.session_state["run"], at.session_state["data"]["df"]
     (res,) = at.session_state["_period_memo"].values()

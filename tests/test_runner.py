@@ -357,17 +357,17 @@ def test_stop_during_the_audit_ends_the_job_at_once(synth, monkeypatch):
     "alpha, beta", [("auto", "auto"), ("se", "se"), ("auto", "se"), (0.01, 0.02)], ids=["auto", "se", "mixed", "given"]
 )
 def test_dashboard_threshold_preview_is_what_the_fit_uses(synth, alpha, beta):
-    """Issue 15: the Run page's preview (state.threshold_preview) and the live chart's thresholds (on_thresholds)
+    """Issue 15: the Run page's preview (table_facts.threshold_preview) and the live chart's thresholds (on_thresholds)
     both come from the estimator's one resolver, so they equal the thresholds the fitted model used, for every
     rule (the app used to re-implement the "auto" rule)."""
-    from app.ui import state
+    from app.ui import table_facts
 
     groups = _groups(synth, ["sex", "race"], order=2)
     lspec, bspec, sspec = LabelSpec("outcome", "declared", 0, 100), BaseSpec("column", "base_pred"), SplitSpec(seed=4)
     settings = FitSettings(alpha=alpha, beta=beta, n_moments=3, n_boot=0)
     seen = {}
     run = run_pipeline(synth, lspec, bspec, sspec, groups, settings, on_thresholds=seen.update)
-    preview = state.threshold_preview(
+    preview = table_facts.threshold_preview(
         synth, "synth", lspec, bspec, sspec, len(groups["groups"]) + 1, settings, json.dumps(groups)
     )
     used = run.model.info["thresholds_used"]
@@ -468,13 +468,13 @@ def test_lesson_steps_and_figures():
         Lesson,
         LessonConfig,
         cells_figure,
-        describe,
         group_table,
         min_rows,
         potential_figure,
         truth_figure,
         two_point_figure,
     )
+    from app.ui.teaching_text import describe
 
     # the paper's sample size condition 2 sqrt(ln(2 / delta) / (2 n)) <= min(alpha, beta), n in steps of 10,000:
     # min_rows satisfies it and the step below does not (checked for a few settings, not one hard-coded value)
@@ -579,7 +579,8 @@ def test_teaching_converged_message_says_how_loose_beta_is():
     message now puts beta and the variances in the page's units."""
     import numpy as np
 
-    from app.ui.teaching_figs import Lesson, LessonConfig, describe
+    from app.ui.teaching_figs import Lesson, LessonConfig
+    from app.ui.teaching_text import describe
 
     lesson = Lesson(LessonConfig())
     text = describe({"kind": "converged"}, lesson)

@@ -12,7 +12,7 @@ from app import demo_data
 from app.figure_style import interval_text
 from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
 from app.specs import BASE_MODELS, binary_values, looks_like_log
-from app.ui import admission, budget, state
+from app.ui import admission, budget, state, table_facts
 from app.ui.common import choose_one, columns_multiselect, esc, label_error, sanitize
 from mmc_core.errors import MMCError
 
@@ -30,9 +30,9 @@ SCALINGS = {
 
 
 def _preselection(d: dict, label) -> list:
-    """The features pre-selected for ``label``, as on loading the table (state.preselected_features)."""
-    flags = state.feature_flags(d["df"], d["key"], label)
-    return state.preselected_features(d["df"], label, state.settings().base_col, d.get("demo"), flags)
+    """The features pre-selected for ``label``, as on loading the table (table_facts.preselected_features)."""
+    flags = table_facts.feature_flags(d["df"], d["key"], label)
+    return table_facts.preselected_features(d["df"], label, state.settings().base_col, d.get("demo"), flags)
 
 
 def _on_label_change():
@@ -47,14 +47,14 @@ def _on_label_change():
     if d is None:
         return
     frame, new = d["df"], s.label_col
-    flags = state.feature_flags(frame, d["key"], new)
+    flags = table_facts.feature_flags(frame, d["key"], new)
     current = list(s.base_features or [])
     if old in frame.columns and old != new:
         before = set(_preselection(d, old))
         removed, added = before - set(current), set(current) - before
         fresh = set(_preselection(d, new)) - removed
         # an added column flagged already before (an id, say) was the user's choice; a new leak is not
-        was = state.feature_flags(frame, d["key"], old)
+        was = table_facts.feature_flags(frame, d["key"], old)
         keep = fresh | {c for c in added if c != new and (c not in flags or c in was)}
         state.put("base_features", [c for c in frame.columns if c in keep])
     else:
@@ -293,14 +293,14 @@ def source_section():
 
 def overview_section(d):
     frame = d["df"]
-    prof = state.column_profile(frame, d["key"])
+    prof = table_facts.column_profile(frame, d["key"])
     c = st.columns(4)
     c[0].metric("Rows", f"{d['rows']:,}")
     c[1].metric("Columns", f"{d['cols']:,}")
     c[2].metric("Missing cells", f"{int(prof['missing'].sum()):,}")
     c[3].metric("Source", {"demo": "demo", "upload": "upload", "file": "file"}.get(d["source"], d["source"]))
-    n = min(state.PREVIEW_ROWS, d["rows"])
-    shown = state.preview(frame, d["key"])
+    n = min(table_facts.PREVIEW_ROWS, d["rows"])
+    shown = table_facts.preview(frame, d["key"])
     # numbered as the messages number rows: the file's data rows from 1 (the table's positions were 0-based,
     # and renumbered after a drop, so the preview's row 2 was the message's "data row 3")
     rows = d.get("file_rows")
@@ -382,7 +382,7 @@ def label_section(d):
     ss = st.session_state
     frame = d["df"]
     cols = list(frame.columns)
-    nums = state.numeric_columns(frame)
+    nums = table_facts.numeric_columns(frame)
     ordered = nums + [c for c in cols if c not in nums]
     sanitize("label_col", ordered, nums[-1] if nums else None)
     c1, c2 = st.columns([1, 1], gap="large")
@@ -401,12 +401,12 @@ def label_section(d):
         else:
             _regression_label_widgets()
     with c2:
-        summary = state.label_summary(frame, d["key"], state.label_spec())
+        summary = table_facts.label_summary(frame, d["key"], state.label_spec())
         if "error" in summary:
             st.error(esc(label_error(state.in_file_rows(summary["error"], d))), icon=":material/error:")
             lab = ss.get("label_col")
             if lab in frame.columns:
-                n_bad = int(state.label_problems(frame, d["key"], lab))
+                n_bad = int(table_facts.label_problems(frame, d["key"], lab))
                 if n_bad and n_bad < len(frame):
                     _drop_button(lab, n_bad, "label", "drop_missing_label")
         else:
@@ -425,8 +425,8 @@ def label_section(d):
 def base_section(d):
     ss = st.session_state
     frame = d["df"]
-    nums = [c for c in state.numeric_columns(frame) if c != ss.get("label_col")]
-    texts = [c for c in state.number_like(frame, d["key"]) if c != ss.get("label_col")]
+    nums = [c for c in table_facts.numeric_columns(frame) if c != ss.get("label_col")]
+    texts = [c for c in table_facts.number_like(frame, d["key"]) if c != ss.get("label_col")]
     c1, c2 = st.columns([1, 1], gap="large")
     with c1:
         st.radio(
@@ -449,7 +449,7 @@ def base_section(d):
             if not nums + texts:
                 st.warning("There is no numeric column other than the label.")
             col = ss.get("base_col")
-            n_bad = state.label_problems(frame, d["key"], col) if col in frame.columns else 0
+            n_bad = table_facts.label_problems(frame, d["key"], col) if col in frame.columns else 0
             if n_bad:
                 # the run stopped on it with "drop or fill them first", and only the label had a drop button
                 where = state.file_row(_first_bad_row(frame, col), d)
@@ -469,7 +469,7 @@ def base_section(d):
                 "Text columns are one-hot encoded; missing values are handled. Do not include columns that leak "
                 "the label.",
             )
-            flags = state.feature_flags(frame, d["key"], ss.get("label_col"))
+            flags = table_facts.feature_flags(frame, d["key"], ss.get("label_col"))
             chosen = [c for c in ss.get("base_features") or [] if c in flags]
             for c in chosen:
                 st.warning(f"Feature **{esc(c)}**: {esc(flags[c])}.", icon=":material/warning:")

@@ -221,6 +221,52 @@ def _same_as_listed(d, found: list) -> list:
     return [by_rows.get(np.asarray(rows[len(listed) + j]).tobytes()) for j in range(len(found))]
 
 
+def _nothing_found(disc, lead: str):
+    """No rule passed the check half: say so, what was searched and the strongest candidates."""
+    st.info(
+        "**No group found.** No rule on these features has a mean or variance error beyond sampling noise "
+        "on the check rows (adjusted p < 0.05 and above the size threshold). Try more features or a smaller "
+        "'smallest group', or accept that the prediction is calibrated on every such rule at this "
+        "sample size.",
+        icon=":material/search_off:",
+    )
+    st.caption(esc(lead))
+    best = disc.findings[:3]
+    if best:
+        st.caption(
+            "Strongest candidates (not significant): "
+            + "; ".join(f"{esc(f.name)} ({p_words(f.p_value)})" for f in best)
+        )
+
+
+def _found_card(i: int, g: dict, r: dict, others: list, same, added: bool):
+    """One found group: its rule, error, rows and adjusted p (and its other kinds of error, and the listed group
+    with the same rows), with the button that adds it."""
+    with st.container(border=True):
+        c1, c2 = st.columns([5, 1])
+        c1.markdown(
+            f"**{esc(r['rule'])}** · {esc(r['error'])}  \n"
+            f"{r['rows']:,} rows ({r['share']:.1%} of the searched rows) · observed − predicted "
+            f"{esc(r['observed − predicted'])} on {r['check rows']:,} check rows in "
+            f"{esc(r['region'])} · adjusted {p_words(r['p (adjusted)'])}"
+            + "".join(
+                f"  \nAlso: {esc(o['error'])}, {esc(o['observed − predicted'])}, adjusted {p_words(o['p (adjusted)'])}"
+                for o in others
+            )
+            + (f"  \n*Same rows as the listed group '{esc(same)}'.*" if same else "")
+        )
+        c2.button(
+            "Added ✓" if added else "Add",
+            key=f"disc_add_{i}",
+            disabled=added,
+            on_click=_add,
+            args=(i,),
+            type="secondary" if added else "primary",
+            width="stretch",
+            help=f"Adds the group '{g['name']}' to the list.",
+        )
+
+
 def _results(d):
     ss = st.session_state
     last = ss.get("disc_last")
@@ -244,20 +290,7 @@ def _results(d):
         f"with a Bonferroni correction over all candidates; {last['elapsed']:.1f} s."
     )
     if not res.findings:
-        st.info(
-            "**No group found.** No rule on these features has a mean or variance error beyond sampling noise "
-            "on the check rows (adjusted p < 0.05 and above the size threshold). Try more features or a smaller "
-            "'smallest group', or accept that the prediction is calibrated on every such rule at this "
-            "sample size.",
-            icon=":material/search_off:",
-        )
-        st.caption(esc(lead))
-        best = disc.findings[:3]
-        if best:
-            st.caption(
-                "Strongest candidates (not significant): "
-                + "; ".join(f"{esc(f.name)} ({p_words(f.p_value)})" for f in best)
-            )
+        _nothing_found(disc, lead)
         return
     st.markdown(
         f"**{len(res.findings)} group(s) found** — each is a rule (a group definition you can add), the "
@@ -269,31 +302,7 @@ def _results(d):
     rows = [describe_finding(f, res.label, units) for f in res.findings]
     others = [[describe_finding(o, res.label, units) for o in fs] for fs in (res.also or [[] for _ in rows])]
     for i, (g, r) in enumerate(zip(res.groups, rows)):
-        with st.container(border=True):
-            c1, c2 = st.columns([5, 1])
-            c1.markdown(
-                f"**{esc(r['rule'])}** · {esc(r['error'])}  \n"
-                f"{r['rows']:,} rows ({r['share']:.1%} of the searched rows) · observed − predicted "
-                f"{esc(r['observed − predicted'])} on {r['check rows']:,} check rows in "
-                f"{esc(r['region'])} · adjusted {p_words(r['p (adjusted)'])}"
-                + "".join(
-                    f"  \nAlso: {esc(o['error'])}, {esc(o['observed − predicted'])}, adjusted "
-                    f"{p_words(o['p (adjusted)'])}"
-                    for o in others[i]
-                )
-                + (f"  \n*Same rows as the listed group '{esc(same[i])}'.*" if same[i] else "")
-            )
-            added = g["name"] in in_list
-            c2.button(
-                "Added ✓" if added else "Add",
-                key=f"disc_add_{i}",
-                disabled=added,
-                on_click=_add,
-                args=(i,),
-                type="secondary" if added else "primary",
-                width="stretch",
-                help=f"Adds the group '{g['name']}' to the list.",
-            )
+        _found_card(i, g, r, others[i], same[i], g["name"] in in_list)
     fresh = [g for g in res.groups if g["name"] not in in_list]
     if len(fresh) > 1:
         st.button(f"Add all {len(fresh)}", key="disc_add_all", on_click=_add_all)

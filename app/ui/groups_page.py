@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from app.ui import groupbuild as gb
-from app.ui import state
+from app.ui import state, table_facts
 from app.ui.common import columns_multiselect, download, esc, feature_columns, sanitize, tab_state
 from app.ui.widgets import page_start
 from mmc_core.errors import MMCError
@@ -37,7 +37,7 @@ EVERY_ROW = "⚠ every row (= all)"
 def counts_table(d, groups: list) -> pd.DataFrame:
     frame = d["df"]
     text = json.dumps([{"name": "all", "where": []}] + groups)
-    sizes = state.group_sizes(frame, d["key"], text)
+    sizes = table_facts.group_sizes(frame, d["key"], text)
     gamma = float(st.session_state["p_gamma"])
     rows = []
     for i, (g, n) in enumerate(zip([{"name": "all", "where": []}] + groups, sizes)):
@@ -166,7 +166,7 @@ def _cond_widgets(d, prefix: str):
     col = st.selectbox("Column", options, key=f"{prefix}_col")
     if col is None:
         return None
-    info = state.column_values(frame, d["key"], col)
+    info = table_facts.column_values(frame, d["key"], col)
     if info["kind"] == "categorical":
         vals = info["values"]
         sanitize(f"{prefix}_vals", vals, multi=True)
@@ -230,7 +230,7 @@ def custom_group(d):
     st.button("Add this condition", key="cg_add_cond", disabled=cond is None, on_click=_cb_add_condition, args=(cond,))
     if draft:
         try:
-            sizes = state.group_sizes(d["df"], d["key"], json.dumps([{"name": "draft", "where": draft}]))
+            sizes = table_facts.group_sizes(d["df"], d["key"], json.dumps([{"name": "draft", "where": draft}]))
             n = sizes[-1]
         except MMCError as e:
             st.error(esc(e))

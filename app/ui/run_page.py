@@ -1,8 +1,9 @@
 """Run page: parameters with what they imply, the Run button, a live convergence chart and a Stop button.
 
-Why one module of ~560 lines: Streamlit executes a page file as a whole, and its parts (the settings form, the
-implications of the parameters, the live fragment, starting and finishing the job) share the page's
-session-state keys; the work it starts lives in :mod:`app.pipeline` and :mod:`app.jobs`.
+This module starts and finishes the job, draws the live view and lays the page out; the settings form is in
+:mod:`app.ui.run_settings`, what the parameters imply and the summary's sentences in :mod:`app.ui.run_text`
+(no Streamlit), the finished run's summary in :mod:`app.ui.run_summary`; the work it starts lives in
+:mod:`app.pipeline` and :mod:`app.jobs`.
 
 How the live view works: Run starts :class:`app.jobs.FitJob` (in a forked worker process). The page then draws
 three fragments while the job runs. The live view is re-executed every second (``st.fragment(run_every=...)``):
@@ -21,20 +22,19 @@ import math
 import os
 import time
 
-import pandas as pd
 import streamlit as st
 
 from app.jobs import FitJob
-from app.specs import STEP_HELP, count, descent_thresholds, kept_model_text, missed_reason
-from app.ui import state
-from app.ui.common import esc, show_fit_notes, label_error
+from app.specs import count
+from app.ui import state, table_facts
+from app.ui.common import esc, label_error
+from app.ui.run_settings import settings_form
+from app.ui.run_summary import show_run_summary
+from app.ui.run_text import implications
 from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
 
 POLL_SECONDS = 1.0  # seconds between two ticks of the live view (each costs the browser 50-200 ms, loaded)
 WORKER = os.environ.get("MMC_WORKER", "process")  # background runs in a forked process ("thread": in-process)
-RULES = {"se": "standard-error test per cell (default)", "auto": "noise threshold (previous rule)"}
-ALPHAS = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1]
-BETAS = [1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -112,33 +112,6 @@ def finalize():
         ss["run_error"] = job.error or "the run failed"
 
 
-def bring_back_run_before_stop():
-    """The Run page's button after a Stop: the last complete (audited) run back in place of the stopped one."""
-    ss = st.session_state
-    prev = ss.pop("run_before_stop", None)
-    if prev is not None:
-        ss["run"] = prev
-        for k in ("export_pdf", "export_pdf_error", "export_csv", "export_model", "export_groups", "export_audit"):
-            ss.pop(k, None)
-
-
-def audit_kept_model():
-    """Audit a stopped run's model (the Stop skipped the audit)."""
-    from app.pipeline import audit_run
-
-    ss = st.session_state
-    run, d = ss.get("run"), state.data()
-    if run is None or d is None or d["key"] != run.data_key:
-        return
-    audit_run(run, d["df"])
-    units = state.units()
-    if units and run.audit is not None and isinstance(getattr(run.audit, "params", None), dict):
-        run.audit.params["label_units"] = units
-    run.finished_at = time.time()  # new figures
-    for k in ("export_pdf", "export_pdf_error", "export_csv", "export_audit"):
-        ss.pop(k, None)
-
-
 def stopped_banner():
     """What Stop kept, right after it (or nothing)."""
     last = st.session_state.get("last_job") or {}
@@ -150,146 +123,6 @@ def stopped_banner():
             f"Stopped by you during {esc(last.get('stop_phase') or 'the run')}: {esc(kept)}.",
             icon=":material/stop_circle:",
         )
-
-
-# ---------------------------------------------------------------------------------------------------
-# implications of the parameters
-# ---------------------------------------------------------------------------------------------------
-def implications(
-    settings, n_rows: int, n_groups: int, lo: float | None, hi: float | None, units: str, preview: dict | None = None
-) -> list:
-    """Plain-language consequences of the parameters, as markdown bullet strings. With "auto" thresholds,
-    ``preview`` holds the values the run will use (None: known only once the base model is fitted)."""
-    m, k, g = settings.n_buckets, settings.n_moments, settings.gamma
-    if "se" in (settings.alpha, settings.beta) and settings.step == "exact":
-        return se_implications(settings, n_groups, lo, hi, units, preview)
-    # with the paper's step an "se" threshold is the "auto" noise rule (the per-cell test needs the exact step)
-    auto = any(v in ("auto", "se") for v in (settings.alpha, settings.beta))
-    if auto and not preview:
-        return [
-            ("**Thresholds α, β: automatic.** They are" if k >= 2 else "**Threshold α: automatic.** It is")
-            + " set just above the sampling noise of the fitting rows once the base model's residuals are known "
-            "(at the start of the run); the run summary shows " + ("them." if k >= 2 else "it."),
-            f"**Buckets:** m = {m} per predictor; **moments:** 2..{k}" if k >= 2 else f"**Buckets:** m = {m}.",
-        ]
-    a = float(preview["alpha"]) if auto else float(settings.alpha)
-    b = float(preview["beta"]) if auto else float(settings.beta)
-    span = (hi - lo) if (lo is not None and hi is not None and hi > lo) else None
-    u = f" {units}" if units else ""
-    out = []
-    if auto:
-        out.append(
-            f"**Automatic thresholds** for this data: α = **{a:.3g}**"
-            + (f", β = **{b:.3g}**" if k >= 2 else "")
-            + " (just above the sampling noise of a cell with 5% of the fitting rows, so the descent does not chase "
-            "noise)."
-        )
-    err = a / g
-    txt = f"**Mean, per cell:** error ≤ α / P(S). For a group of mass γ = {g:g}: ≤ {err:.3g} on the [0, 1] scale"
-    if span:
-        txt += f" = **{err * span:.3g}{u}**"
-    out.append(txt + "; for the whole population ≤ " + (f"{a * span:.3g}{u}." if span else f"{a:g}."))
-    if k >= 2:
-        vb = (b + 2 * a) / g + 2 / m
-        txt = (
-            f"**Variance, per cell:** the paper's worst case is (β + 2α) / P(S) + 2/m = {vb:.3g} on the [0, 1]² "
-            "scale for a γ-mass group (the 2/m comes from conditioning on mean buckets)"
-        )
-        if span:
-            txt += f", i.e. {vb * span**2:,.4g}{u}²" if u else f", i.e. {vb * span**2:,.4g} label units²"
-        out.append(txt + ". The Results page shows the errors actually reached.")
-    out.append(
-        f"**Iterations:** at most 1/α² − 1 = **{1 / a**2 - 1:,.0f}** mean updates"
-        + (
-            f", each followed by at most (k − 1)(1/β² − 1) = {(k - 1) * (1 / b**2 - 1):,.0f} moment updates."
-            if k >= 2
-            else "."
-        )
-    )
-    bw = f"{span / m:.3g}{u}" if span else f"{1 / m:.3g} of the range"
-    cells = n_groups * m + (n_groups * m * m * (k - 1) if k >= 2 else 0)
-    out.append(f"**Buckets:** m = {m} mean buckets, each {bw} wide; {n_groups} groups give {cells:,} cells to audit.")
-    if n_rows and not auto:
-        # sampling noise of a gamma-mass cell's mass-weighted residual, for a label SD of about 0.15 on [0, 1]
-        noise = 2 * 0.15 * math.sqrt(g) / math.sqrt(n_rows)
-        if a < noise:
-            es_on = settings.early_stopping is True or (
-                settings.early_stopping == "auto" and float(settings.calibration_fraction) > 0
-            )
-            advice = (
-                "Raise α; early stopping (on) keeps the round that does best on the held-out rows, which limits "
-                "the damage."
-                if es_on
-                else "Raise α or turn on early stopping."
-            )
-            out.append(
-                f"⚠️ With {n_rows:,} fitting rows, α = {a:g} is below the sampling noise of a γ-mass cell "
-                f"(≈ {noise:.2g}): the descent will partly fit noise. {advice}"
-            )
-    return out
-
-
-SE_RULE_TEXT = (
-    "**Thresholds: the per-cell standard-error test** (the library default, as `mmc fit`). A cell is "
-    "corrected only when its mean residual is at least z of *its own* standard errors from 0 "
-    "(Bonferroni at family-wise level 0.1 over every audited cell) and it has enough fitting rows, so "
-    "the descent does not chase noise."
-)
-
-
-def se_implications(
-    settings, n_groups: int, lo: float | None, hi: float | None, units: str, preview: dict | None
-) -> list:
-    """The "se" rule in plain words, with the z and the smallest correctable error the estimator computes
-    (``preview`` from :func:`app.pipeline.planned_thresholds`; None: known once the base model is fitted)."""
-    m, k = settings.n_buckets, settings.n_moments
-    out = [SE_RULE_TEXT]
-    span = (hi - lo) if (lo is not None and hi is not None and hi > lo) else None
-    u = f" {units}" if units else ""
-    if not preview or preview.get("rule") != "se":
-        out.append(
-            "The test's z and the smallest error it corrects are computed at the start of the run (they need "
-            "the base model's residuals); the run summary shows them."
-        )
-    else:
-        z, nf, sd = preview["z"], max(int(preview["n_fit"]), 1), float(preview["resid_sd"])
-        out.append(
-            f"**z = {z:.2f}** for cells (group × bucket), **z = {preview['z_group']:.2f}** for whole groups; "
-            f"cells with fewer than {preview['min_count']} fitting rows are never corrected."
-        )
-        parts = []
-        min_rows = int(preview["min_count"])
-        sizes = [(min_rows, f"the smallest corrected size, {min_rows} rows")]
-        for share, what in ((0.05, "5% of the fitting rows"), (settings.gamma, f"γ = {settings.gamma:g} of them")):
-            # a share below the smallest corrected size is never corrected: no error to quote for it
-            if share * nf >= min_rows + 0.5 and all(abs(share * nf - r) > 0.5 for r, _ in sizes):
-                sizes.append((max(int(round(share * nf)), 1), f"{what} ({max(int(round(share * nf)), 1):,} rows)"))
-        for rows, what in sizes:
-            d = z * sd / math.sqrt(max(rows, 1))
-            parts.append(
-                f"a cell of {what}: ±{d * span:.3g}{u}" if span else f"a cell of {what}: ±{d:.3g} of the label range"
-            )
-        out.append(
-            "**Smallest mean error corrected** (z × residual SD / √rows, with the residual SD of all "
-            f"{nf:,} fitting rows): " + "; ".join(parts) + ". Smaller errors are left as noise."
-        )
-        out.append(
-            f"After the fit, the {'α and β' if k >= 2 else 'α'} shown are the values the kept model *achieves* on "
-            "the fitting rows (every cell's mass-weighted error is below them), so the paper's guarantees hold with "
-            "them."
-        )
-    out.append(
-        f"**Buckets:** m = {m} per predictor; **moments:** " + ("the variance" if k == 2 else f"2..{k}")
-        if k >= 2
-        else f"**Buckets:** m = {m}; mean only."
-    )
-    if settings.early_stopping == "auto":
-        out.append(
-            "**Early stopping:** on (the round with the lowest held-out squared error is kept)."
-            if settings.calibration_fraction > 0
-            else "**Early stopping:** off (no rows are held out)."
-        )
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -507,192 +340,6 @@ def _timed_live_body():
 # ---------------------------------------------------------------------------------------------------
 # page
 # ---------------------------------------------------------------------------------------------------
-def _fmt_alpha(v: float) -> str:
-    return f"{v:g}"
-
-
-def _bucket_note(d):
-    """What "auto" buckets mean for this label, in one line."""
-    from app.specs import label_skewness, mean_bucket_rule
-
-    s = state.settings()
-    if d is None or not s.label_col or s.label_col not in d["df"].columns:
-        return
-    y = pd.to_numeric(d["df"][s.label_col], errors="coerce").to_numpy(dtype=float)
-    if s.p_mb == "auto":
-        rule = mean_bucket_rule("auto", y)
-        st.caption(
-            f"For this label (skewness {label_skewness(y):.2f}): {rule} buckets"
-            + (" (a uniform bucket would hold most of the rows of a skewed label)." if rule == "quantile" else ".")
-        )
-
-
-def settings_form(d):
-    ss = st.session_state
-    from app.ui.binary_results import run_page_note  # binary labels: which settings apply
-
-    run_page_note(d)
-    for key, opts in (("p_alpha", ALPHAS), ("p_beta", BETAS)):
-        if ss.get(key) not in opts:
-            ss[key] = min(opts, key=lambda o: abs(math.log(o) - math.log(max(float(ss.get(key) or 1e-3), 1e-9))))
-    st.toggle(
-        "Automatic thresholds α, β (recommended)",
-        **state.bind("p_auto"),
-        help="Corrects a cell only when its error is beyond its sampling noise. Reusing one sample for every "
-        "audit overfits when the thresholds are below the noise level; the automatic rules avoid that. "
-        "Turn it off to set α and β yourself.",
-    )
-    manual = not ss["p_auto"]
-    if not manual:
-        st.radio(
-            "Automatic rule",
-            list(RULES),
-            **state.bind("p_rule"),
-            format_func=lambda r: RULES[r],
-            horizontal=True,
-            help="se: each cell is tested against its own standard error (the library's and `mmc fit`'s "
-            "default). noise threshold: one mass-weighted threshold just above the noise of a 5%-mass "
-            "cell (the dashboard's rule before; it can understate group variances).",
-        )
-        if ss.get("p_rule") == "auto":
-            st.caption(
-                "The noise-threshold rule is the previous default (kept so older recipes repeat their "
-                "audit); the standard-error test is now the default."
-            )
-    c1, c2 = st.columns(2)
-    with c1:
-        if manual:
-            st.select_slider(
-                "α: mean threshold (mass-weighted)",
-                options=ALPHAS,
-                **state.bind("p_alpha"),
-                format_func=_fmt_alpha,
-                help="A cell S is flagged when P(S)·|mean residual over S| ≥ α. Smaller α = finer "
-                "calibration, more updates (at most 1/α² − 1).",
-            )
-        st.slider(
-            "m: buckets per predictor",
-            2,
-            40,
-            **state.bind("p_m"),
-            help="Level sets of the mean (and of each moment) prediction. More buckets = finer conditioning, "
-            "smaller cells.",
-        )
-        st.radio(
-            "Mean buckets",
-            ["auto", "uniform", "quantile"],
-            **state.bind("p_mb"),
-            format_func={
-                "auto": "auto: quantile when the label is skewed",
-                "uniform": "uniform: equal widths of the prediction",
-                "quantile": "quantile: equal shares of the rows",
-            }.get,
-            horizontal=False,
-        )
-        _bucket_note(d)
-        st.radio(
-            "Step rule",
-            ["exact", "paper"],
-            **state.bind("p_step"),
-            format_func=lambda s: STEP_HELP[s],
-            horizontal=False,
-        )
-        st.checkbox(
-            "Discover groups during the fit",
-            **state.bind("p_disc"),
-            help="As `mmc fit --discover`. After fitting, the learning oracle audits the model on the fitting rows (search and check "
-            "halves); sets with a significant error become groups and the model is refitted (at most "
-            "twice). Features, depth and smallest group: Groups page, tab 'Discover groups'.",
-        )
-        if ss.get("p_disc"):
-            feats = state.settings().disc_features or []
-            if feats:
-                st.caption("Rules on: " + esc(", ".join(map(str, feats))) + ".")
-            else:
-                st.warning("Choose the features for discovery on the Groups page (tab 'Discover groups').")
-    with c2:
-        if manual:
-            st.select_slider(
-                "β: moment threshold (mass-weighted)",
-                options=BETAS,
-                **state.bind("p_beta"),
-                format_func=_fmt_alpha,
-                help="Same test for the pseudo-moments (y − μ(x))^a within each (mean bucket, moment bucket) cell.",
-            )
-        from app.specs import binary_values
-
-        st.selectbox(
-            "k: moments fitted",
-            [1, 2, 3, 4],
-            **state.bind("p_k"),
-            # a classifier fits the probability only (the note above says so): the choice is not offered
-            disabled=binary_values(d["df"], ss.get("label_col")) is not None,
-            format_func=lambda k: {
-                1: "1: mean only (plain multicalibration)",
-                2: "2: mean and variance",
-                3: "3: + third absolute moment",
-                4: "4: + fourth moment",
-            }[k],
-            help="Central moments 2..k are fitted. Intervals need at least the variance (k ≥ 2).",
-        )
-    with st.expander("More settings: held-out rows, stopping, intervals"):
-        c3, c4, c5 = st.columns(3)
-        with c3:
-            st.slider(
-                "Held out of fitting for interval calibration (%)",
-                0,
-                50,
-                **state.bind("p_cal"),
-                step=5,
-                help="The estimator keeps this share of the fitting rows aside: they calibrate the intervals "
-                "and track the held-out violation during the run.",
-            )
-            st.checkbox(
-                "Early stopping (keep the round with the best held-out error)",
-                **state.bind("p_es"),
-                disabled=ss["p_cal"] == 0,
-                help="On by default, as in the library (early_stopping='auto'): it needs held-out rows.",
-            )
-        with c4:
-            st.number_input(
-                "Cap on rounds (0 = none)",
-                min_value=0,
-                max_value=100000,
-                step=10,
-                **state.bind("p_maxr"),
-                help="A capped run is reported as not converged.",
-            )
-            st.selectbox(
-                "Odd moments",
-                ["absolute", "signed"],
-                **state.bind("p_odd"),
-                format_func=lambda s: {
-                    "absolute": "absolute E|y − μ|^a (usable for intervals)",
-                    "signed": "signed E(y − μ)^a",
-                }[s],
-            )
-        with c5:
-            for label, key, lo, step, fmt, why in (
-                ("δ: interval miscoverage", "p_delta", 0.01, 0.01, "%.2f", "Intervals aim at coverage 1 − δ."),
-                (
-                    "γ: smallest cell mass covered",
-                    "p_gamma",
-                    0.001,
-                    0.005,
-                    "%.3f",
-                    "Guarantees (and the audit's marks) cover groups/cells of mass ≥ γ.",
-                ),
-            ):
-                st.number_input(label, min_value=lo, max_value=0.5, step=step, **state.bind(key), format=fmt, help=why)
-            st.number_input(
-                "Bootstrap resamples for intervals of ratios",
-                min_value=0,
-                max_value=2000,
-                step=50,
-                **state.bind("p_nboot"),
-            )
-
-
 def split_summary(d) -> dict | None:
     """Row counts of the split with the current settings (or None if the settings are invalid)."""
     from app.pipeline import split_rows
@@ -732,14 +379,14 @@ def render():
     with left:
         settings_form(d)
     settings = state.fit_settings()
-    lab = state.label_summary(d["df"], d["key"], state.label_spec())
+    lab = table_facts.label_summary(d["df"], d["key"], state.label_spec())
     sizes = split_summary(d)
     with right:
         st.markdown("##### What these settings imply")
         n_fit = sizes["multicalibration fitting"] if sizes else 0
         lo, hi = (lab.get("lo"), lab.get("hi")) if "error" not in lab else (None, None)
         n_groups = len(ss.get("groups") or []) + 1
-        preview = state.threshold_preview(
+        preview = table_facts.threshold_preview(
             d["df"],
             d["key"],
             state.label_spec(),
@@ -791,191 +438,6 @@ def render():
         st.info("No model yet: press **Run**.")
         return
     show_run_summary(run)
-
-
-def thresholds_used_text(info: dict, alpha: float, beta: float, moment_betas: dict, auto: bool) -> str:
-    """The caption of a run with given (or "auto") thresholds: the thresholds the descent used and, when the kept
-    model misses them (:func:`app.specs.missed_reason`), the values it achieves, which are the ones its
-    guarantees are stated with (``alpha``, ``beta``, ``moment_betas``: the model's stated values)."""
-    used = info.get("thresholds_used") or {}
-    ua = float(used.get("alpha", alpha))
-    ubs = {int(a): float(b) for a, b in (used.get("betas") or {}).items()}
-    has_moments = bool(ubs) or bool(moment_betas)
-
-    def betas(b2, others) -> str:
-        return f", β = {b2:.3g}" + "".join(f", β{a} = {v:.3g}" for a, v in sorted(others.items()) if a != 2)
-
-    text = f"Thresholds used: α = {ua:.3g}" + (betas(ubs.get(2, beta), ubs) if has_moments else "")
-    text += " (automatic: just above the sampling noise)." if auto else " (set by you)."
-    stated = {2: beta, **{int(a): float(b) for a, b in moment_betas.items()}}
-    if alpha > ua or (has_moments and any(stated.get(a, b) > b for a, b in ubs.items())):
-        text += (
-            f" The kept model does not meet them ({missed_reason(info)}): it achieves α = {alpha:.3g}"
-            + (betas(beta, stated) if has_moments else "")
-            + " on the fitting rows, and its guarantees are stated with these values."
-        )
-    return text
-
-
-def converged_text(info: dict) -> str:
-    """The first sentence of a converged run's summary. Round 0 is the moment pass before the first mean audit,
-    so a fit whose mean needed no update has 0 rounds but moment updates: said in words, not as "0 rounds"."""
-    if not info["rounds"]:
-        # not "the mean needed no update": the base map and the cells may still have moved it, and a cell the
-        # fitting rows do not show may still be off on fresh ones (the audit's findings say so)
-        return (
-            "Converged in the first pass: no mean cell was off by more than its threshold on the fitting rows, so "
-            f"the descent made no mean update; {count(info['moment_updates'], 'moment update')}."
-        )
-    return (
-        f"Converged in {count(info['rounds'], 'round')} ({count(info['mean_updates'], 'mean update')}, "
-        f"{count(info['moment_updates'], 'moment update')}, the first moment pass included)."
-    )
-
-
-def show_run_summary(run):
-    ss = st.session_state
-    info = run.model.info
-    t = run.timings
-    from app.ui.common import changed_since_note
-
-    if run.data_key == (state.data() or {}).get("key"):
-        changed_since_note(run)  # the label, groups or settings above are not this run's
-    if run.stopped:
-        audited = run.audit is not None
-        rounds = int(info["rounds"] or 0)
-        # an early-stopped kept round already says how far the descent ran ("Stopped by you after 20590 rounds:
-        # the model of round 432 (...; the descent ran 20590 rounds)")
-        says_rounds = info.get("early_stopped") and info.get("kept_round") not in (None, rounds)
-        head = (
-            "Stopped by you before the first mean update"
-            if not rounds
-            else "Stopped by you"
-            if says_rounds
-            else f"Stopped by you after {rounds:,} round{'s' if rounds != 1 else ''}"
-        )
-        st.warning(
-            f"{head}: {kept_model_text(info)} was kept"
-            + (" and audited" if audited else " (not audited)")
-            + f"; it does **not** reach the {'α, β' if run.model.moments else 'α'} the fit was asked for (its "
-            "guarantees hold at the values it achieves, stated below).",
-            icon=":material/stop_circle:",
-        )
-        if not audited:
-            st.button(
-                "Audit this model now",
-                key="audit_kept",
-                on_click=audit_kept_model,
-                help="Computes the Results page for the stopped model on the test rows (may take a while).",
-            )
-        before = ss.get("run_before_stop")
-        if before is not None:
-            st.info(
-                f"The previous complete run ({esc(before.data_name)}, "
-                f"{sum(g.get('name') != 'all' for g in before.groups_json.get('groups') or [])} groups, audited) is "
-                "set aside: the Results page now shows this stopped run.",
-                icon=":material/history:",
-            )
-            st.button("Bring back the previous run", key="run_before_stop_btn", on_click=bring_back_run_before_stop)
-    elif run.converged:
-        st.success(
-            f"{converged_text(info)} Fit {t.get('fit', 0):.2f} s, audit "
-            f"{t.get('audit', 0):.2f} s, total {t.get('total', 0):.2f} s.",
-            icon=":material/check_circle:",
-        )
-    else:
-        reason = "the round cap was reached" if run.settings.max_rounds else "it was not run to convergence"
-        if info.get("early_stopping"):
-            reason = f"early stopping kept round {info.get('kept_round')}"
-        st.warning(
-            f"Not converged: {reason}. ({count(info['rounds'], 'round')}, {count(info['mean_updates'], 'mean update')}.)"
-        )
-    last = ss.get("last_job") or {}
-    if last.get("stop_requested_at") and last.get("stop_seen_at"):
-        st.caption(
-            f"Stop pressed → the run saw it {last['stop_seen_at'] - last['stop_requested_at']:.2f} s later "
-            f"and ended {max(last['ended_at'] - last['stop_requested_at'], 0):.2f} s after the click."
-        )
-    show_fit_notes(run.model)
-    if run.audit_error and not run.stopped:
-        st.warning(f"Audit not available: {esc(run.audit_error)}")
-    cols = st.columns(4)
-    sizes = {k: v.size for k, v in run.split.items()}
-    cols[0].metric("Fitting rows", f"{sizes['fit']:,}", help="Rows the descent audited and updated on.")
-    xfit = (run.model.extras.get("intervals") or {}).get("rows") == "cross-fit"
-    cols[1].metric(
-        "Held-out rows",
-        f"{sizes['calibration']:,}",
-        help="Held out of the descent: they choose the kept round (early stopping), judge the base map and the "
-        "cell corrections after the descent (nothing is fitted on them)"
-        + (
-            "; the intervals are calibrated on every fitting and held-out row, each with a model fitted without it "
-            "(5-fold cross-fitting)."
-            if xfit
-            else " and calibrate the intervals."
-        ),
-    )
-    cols[2].metric("Test rows (audit)", f"{sizes['test']:,}", help="Never used for fitting; every result is on these.")
-    cols[3].metric(
-        "Base-model rows",
-        f"{sizes['base']:,}" if sizes["base"] else "—",
-        help="Rows the in-app base model was trained on (not used again).",
-    )
-    base_t = (
-        f"base model fitted in {t['base_model']:.2f} s" if run.base_spec.kind == "model" and "base_model" in t else ""
-    )
-    st.caption(
-        esc(
-            " · ".join(
-                x
-                for x in (run.label.note and f"Label {run.label.name}: {run.label.note}", info.get("base_note"), base_t)
-                if x
-            )
-        )
-    )
-    kept = info.get("kept_round") if info.get("early_stopping") else None
-    th = run.thresholds
-    mb = th.get("moment_betas") or {}
-    if th.get("rule") == "se":
-        st.caption(
-            f"Thresholds: per-cell standard-error test, z = {th.get('z', 0):.2f}. The kept model achieves "
-            f"α = {run.alpha:.3g}"
-            + (f", β = {run.beta:.3g}" if run.model.moments else "")
-            + ("".join(f", β{a} = {v:.3g}" for a, v in mb.items() if a != 2))
-            + " on the fitting rows (every cell's mass-weighted error is below them)."
-        )
-    else:
-        st.caption(thresholds_used_text(info, run.alpha, run.beta, mb, bool(th.get("auto"))))
-    st.plotly_chart(
-        _convergence_fig(run.history, *descent_thresholds(run.model), kept), width="stretch", key="final_chart"
-    )
-    _stages_table(run.model)
-    st.page_link("ui/results_page.py", label="See the results", icon=":material/insights:")
-
-
-def _stages_table(model) -> None:
-    """The held-out effect of each stage (mmc_core.stages): the chart above shows the descent only."""
-    from mmc_core.stages import stage_rows
-
-    rows = stage_rows(model.info.get("stages"))
-    if not rows:
-        return
-    df = pd.DataFrame(rows).rename(
-        columns={
-            "stage": "Stage",
-            "rmse": "Mean: RMSE",
-            "mean_moved": "Mean moved (avg |change|)",
-            "variance_error": "Variance: group error",
-            "variance_moved": "Variance moved (avg |log change|)",
-        }
-    )
-    with st.expander("What each stage changed (held-out rows)", expanded=True):
-        st.dataframe(df, hide_index=True, width="stretch")
-        st.caption(
-            "Measured on the held-out rows, which none of the stages was fitted on (they chose the kept round and "
-            "judged the cell steps). RMSE in the label's units; the variance's group error is the mass-weighted "
-            "|log(predicted / observed variance)| over groups with at least 2% of the rows (0.10: about 10% off)."
-        )
 
 
 if __name__ == "__main__":

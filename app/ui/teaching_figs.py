@@ -1,8 +1,8 @@
 """Teaching mode: a step-by-step controller around :class:`mmc_core.fresh.FreshDescent` and its figures.
 
-Why one module of ~600 lines: every figure of a lesson step is drawn from the same exact population state
+Why one module of ~560 lines: every figure of a lesson step is drawn from the same exact population state
 the controller keeps (the support, its probabilities, the current predictors); split, each figure would need
-the controller's internals.
+the controller's internals. The words of a step are in :mod:`app.ui.teaching_text`.
 
 Everything is computed exactly on the synthetic distribution's finite support (its probabilities are known),
 so the figures show population truths, while the algorithm itself only sees fresh samples, as in the paper.
@@ -36,7 +36,6 @@ __all__ = [
     "potential_figure",
     "truth_figure",
     "two_point_figure",
-    "describe",
 ]
 
 FONT = dict(family="DejaVu Sans, Arial, Helvetica, sans-serif", size=13, color="#222222")
@@ -370,6 +369,82 @@ def cell_stats(lesson: Lesson, ev: dict):
     return "mean", z
 
 
+def _mean_cells(fig, z, mean_labels: list, chosen: list, thr: float, sym: str, units: str) -> str:
+    """A mean update's cells as bars of their violation against ±threshold, the moved ones in red; the subtitle."""
+    m = len(mean_labels)
+    colors = [OKABE_ITO["vermillion"] if (i, None) in chosen else "#9ab7d3" for i in range(m)]
+    fig.add_trace(
+        go.Bar(
+            x=mean_labels,
+            y=z,
+            marker_color=colors,
+            name="population violation",
+            hovertemplate="%{x}: %{y:.4f}<extra></extra>",
+            showlegend=False,
+        )
+    )
+    for s in (thr, -thr):
+        fig.add_hline(y=s, line=dict(color="#333", dash="dash", width=1.5))
+    fig.add_annotation(
+        text=f"±{sym} = {thr:g}",
+        x=1,
+        xref="paper",
+        y=thr,
+        yanchor="bottom",
+        xanchor="right",
+        showarrow=False,
+        font=dict(size=12),
+    )
+    fig.update_yaxes(
+        title_text="Σ P(x)·(μ(x) − E[y|x]) over the cell<br>(mass-weighted, [0, 1] scale)",
+        zeroline=True,
+        zerolinecolor="#888",
+    )
+    fig.update_xaxes(title_text=f"mean bucket: predicted μ ({units})")
+    sub = "bars: each cell's true mass-weighted mean error before the update;<br>red = the cells the update moved"
+    return sub
+
+
+def _joint_cells(
+    fig, lesson: Lesson, kind: str, z, mean_labels: list, chosen: list, thr: float, sym: str, units: str
+) -> str:
+    """A moment (or joint) update's cells as a mean × variance bucket heatmap, the moved ones outlined; the
+    subtitle."""
+    m = len(mean_labels)
+    vmax = max(float(np.max(np.abs(z))), thr * 1.2)
+    mom_edges = lesson.fd.model.params.grid(2).edges() * 100**2
+    mom_labels = [f"{mom_edges[j]:.0f}–<br>{mom_edges[j + 1]:.0f}" for j in range(m)]
+    text = [[f"{z[i, j]:+.3f}" if z[i, j] != 0 else "" for j in range(m)] for i in range(m)]
+    fig.add_trace(
+        go.Heatmap(
+            z=z,
+            x=mom_labels,
+            y=mean_labels,
+            colorscale="RdBu_r",
+            zmid=0,
+            zmin=-vmax,
+            zmax=vmax,
+            text=text,
+            texttemplate="%{text}",
+            textfont=dict(size=12),
+            xgap=2,
+            ygap=2,
+            colorbar=dict(title=dict(text="violation", side="right"), thickness=12),
+            hovertemplate="%{y}, %{x}: %{z:.4f}<extra></extra>",
+        )
+    )
+    for i, j in chosen:
+        fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5, line=dict(color="black", width=3))
+    fig.update_xaxes(title_text=f"variance bucket: predicted m₂ ({units}²)", type="category", tickangle=0)
+    fig.update_yaxes(title_text=f"mean bucket: predicted μ ({units})", type="category")
+    what = "m₂(x) − E[(y − μ(x))²|x]" if kind == "moment" else "μ(x) − E[y|x]"
+    sub = (
+        f"cells: Σ P(x)·({what}) before the update;<br>outlined in black = the cells the update moved "
+        f"(threshold {sym} = {thr:g})"
+    )
+    return sub
+
+
 def cells_figure(lesson: Lesson, ev: dict | None, units: str = "points") -> go.Figure:
     """The audited group's cells and the population violation of each, with the chosen cells marked."""
     fig = go.Figure()
@@ -389,70 +464,9 @@ def cells_figure(lesson: Lesson, ev: dict | None, units: str = "points") -> go.F
     chosen = [tuple(cell) for cell in ev["cells"]]
     title = f"The auditor's choice: group “{ev['group']}”"
     if kind == "mean":
-        colors = [OKABE_ITO["vermillion"] if (i, None) in chosen else "#9ab7d3" for i in range(m)]
-        fig.add_trace(
-            go.Bar(
-                x=mean_labels,
-                y=z,
-                marker_color=colors,
-                name="population violation",
-                hovertemplate="%{x}: %{y:.4f}<extra></extra>",
-                showlegend=False,
-            )
-        )
-        for s in (thr, -thr):
-            fig.add_hline(y=s, line=dict(color="#333", dash="dash", width=1.5))
-        fig.add_annotation(
-            text=f"±{sym} = {thr:g}",
-            x=1,
-            xref="paper",
-            y=thr,
-            yanchor="bottom",
-            xanchor="right",
-            showarrow=False,
-            font=dict(size=12),
-        )
-        fig.update_yaxes(
-            title_text="Σ P(x)·(μ(x) − E[y|x]) over the cell<br>(mass-weighted, [0, 1] scale)",
-            zeroline=True,
-            zerolinecolor="#888",
-        )
-        fig.update_xaxes(title_text=f"mean bucket: predicted μ ({units})")
-        sub = "bars: each cell's true mass-weighted mean error before the update;<br>red = the cells the update moved"
+        sub = _mean_cells(fig, z, mean_labels, chosen, thr, sym, units)
     else:
-        vmax = max(float(np.max(np.abs(z))), thr * 1.2)
-        mom_edges = lesson.fd.model.params.grid(2).edges() * 100**2
-        mom_labels = [f"{mom_edges[j]:.0f}–<br>{mom_edges[j + 1]:.0f}" for j in range(m)]
-        text = [[f"{z[i, j]:+.3f}" if z[i, j] != 0 else "" for j in range(m)] for i in range(m)]
-        fig.add_trace(
-            go.Heatmap(
-                z=z,
-                x=mom_labels,
-                y=mean_labels,
-                colorscale="RdBu_r",
-                zmid=0,
-                zmin=-vmax,
-                zmax=vmax,
-                text=text,
-                texttemplate="%{text}",
-                textfont=dict(size=12),
-                xgap=2,
-                ygap=2,
-                colorbar=dict(title=dict(text="violation", side="right"), thickness=12),
-                hovertemplate="%{y}, %{x}: %{z:.4f}<extra></extra>",
-            )
-        )
-        for i, j in chosen:
-            fig.add_shape(
-                type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5, line=dict(color="black", width=3)
-            )
-        fig.update_xaxes(title_text=f"variance bucket: predicted m₂ ({units}²)", type="category", tickangle=0)
-        fig.update_yaxes(title_text=f"mean bucket: predicted μ ({units})", type="category")
-        what = "m₂(x) − E[(y − μ(x))²|x]" if kind == "moment" else "μ(x) − E[y|x]"
-        sub = (
-            f"cells: Σ P(x)·({what}) before the update;<br>outlined in black = the cells the update moved "
-            f"(threshold {sym} = {thr:g})"
-        )
+        sub = _joint_cells(fig, lesson, kind, z, mean_labels, chosen, thr, sym, units)
     return _layout(fig, title, 380, sub)
 
 
@@ -542,56 +556,4 @@ def two_point_figure() -> go.Figure:
         340,
         "the true predictors (Var = 0 everywhere) fail a naive variance-calibration test, "
         "<br>but pass once the cells also fix the predicted mean",
-    )
-
-
-def describe(ev: dict | None, lesson: Lesson, units: str = "points") -> str:
-    """One paragraph, in words, of what the last step did."""
-    if ev is None:
-        return (
-            "Nothing has happened yet. Each **Step** draws a fresh sample of "
-            f"{lesson.config.n:,} rows and asks the auditor whether some cell is miscalibrated."
-        )
-    c = lesson.config
-    m = c.m
-    width = 100 / m
-    kind = ev["kind"]
-    if kind == "converged":
-        # β bounds a cell's variance error times its mass, on the [0, 1] scale: at teaching sizes that is about
-        # as large as the variances themselves, so "converged" can leave them off by a factor of 3-4 (a browser
-        # session); say so, in the page's units
-        v_true = float(np.sum(lesson.prob * lesson.true_var)) * 100**2
-        return (
-            "**Converged.** On a fresh sample no cell of any group fails the auditor's test: the mean is "
-            f"α = {c.alpha:g}-multicalibrated and the variance β-calibrated within every (group, mean bucket, "
-            "variance bucket) cell, up to the finite-sample slack of Section 4. Both are *mass-weighted* bounds "
-            f"on the [0, 1] scale: β = {c.beta:g} allows a variance error of {c.beta * 100**2:,.0f} {units}² in a "
-            f"cell holding all rows, and more in smaller cells, while the true variances average "
-            f"{v_true:,.0f} {units}². So the predicted variances may still be far from their targets: lower β "
-            "to make them match (the paper's bound on the number of steps grows as 1/β²)."
-        )
-    if kind == "moment_pass":
-        return (
-            f"**Variance passes.** On {c.n:,} fresh rows no (mean bucket, variance bucket) cell of any group "
-            f"fails the β = {c.beta:g} test for the variance: back to auditing the mean."
-        )
-    cells = ev["cells"]
-    d = ev["deltas"]
-    if kind == "mean_update":
-        where = ", ".join(
-            f"μ ∈ [{i * width:.0f}; {(i + 1) * width:.0f})" + ("" if j is None else f" × m₂ bucket {j}")
-            for i, j in cells
-        )
-        direction = "down" if d[0] > 0 else "up"
-        return (
-            f"**Mean update.** The auditor flagged group **{ev['group']}** on {len(cells)} cell(s) ({where}): "
-            f"there the predicted mean is off by more than α = {c.alpha:g} (mass-weighted, on a fresh sample of "
-            f"{c.n:,} rows). The update moves μ {direction} by α·100 = {abs(d[0]) * 100:g} {units} on those rows "
-            "(the paper's step). The variance is then re-fitted."
-        )
-    where = ", ".join(f"(μ bucket {i}, m₂ bucket {j})" for i, j in cells)
-    direction = "down" if d[0] > 0 else "up"
-    return (
-        f"**Variance update.** In group **{ev['group']}**, cell(s) {where} fail the β = {c.beta:g} test for the "
-        f"pseudo-variance (y − μ(x))². The update moves m₂ {direction} by β·100² = {abs(d[0]) * 1e4:g} {units}² there."
     )

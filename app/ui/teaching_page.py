@@ -6,12 +6,12 @@ from __future__ import annotations
 import streamlit as st
 
 from app.ui import state
+from app.ui.teaching_text import describe
 from app.ui.teaching_figs import (
     POPULATIONS,
     Lesson,
     LessonConfig,
     cells_figure,
-    describe,
     min_rows,
     potential_figure,
     truth_figure,
