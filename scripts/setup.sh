@@ -54,3 +54,9 @@ install_project() {  # install_project SPEC : create .venv if needed and pip ins
         exit 1
     fi
 }
+
+test_workers() {  # pytest-xdist options: one worker per core, at most 4 (MMC_TEST_WORKERS overrides; 0 = none)
+    local n="${MMC_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+    [ "$n" -gt 4 ] && [ -z "${MMC_TEST_WORKERS:-}" ] && n=4
+    if [ "$n" -gt 1 ]; then echo "-n $n --dist loadfile"; fi
+}

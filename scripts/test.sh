@@ -6,8 +6,10 @@
 #
 # Steps: apt-get install chromium chromium-driver poppler-utils fonts-droid-fallback fonts-nanum fonts-symbola (only when missing; needs root or
 # password-less sudo, otherwise the browser/PDF-rendering tests skip), python3 -m venv .venv,
-# pip install -e ".[test]", pytest -m "slow or not slow" -q -ra --durations=15 (the 15 slowest tests are
-# listed, to keep CI well under its 30 minutes). Exits non-zero when a test fails
+# pip install -e ".[test]", pytest -m "slow or not slow" -q -ra --durations=15 -n WORKERS --dist loadfile (one
+# worker per core, at most 4; MMC_TEST_WORKERS overrides, 0 = in this process; a test file's tests stay on one
+# worker, so a browser test's fixed port is never taken twice; the 15 slowest tests are listed, to keep CI
+# well under its 30 minutes). Exits non-zero when a test fails
 # and also when pytest collects no test at all (its exit code 5).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -23,7 +25,7 @@ install_project ".[test]"
 # ---- tests ----------------------------------------------------------------------------------------
 log "setup done in ${SECONDS} s; pytest (all markers)"
 rc=0
-"$VENV/bin/python" -m pytest -m "slow or not slow" -q -ra --durations=15 "$@" || rc=$?
+"$VENV/bin/python" -m pytest -m "slow or not slow" -q -ra --durations=15 $(test_workers) "$@" || rc=$?
 log "finished in ${SECONDS} s (pytest exit code $rc)"
 if [ "$rc" -eq 5 ]; then
     log "ERROR: pytest collected no tests"

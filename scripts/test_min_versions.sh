@@ -36,7 +36,7 @@ install_project ".[test]"
 # ---- tests ----------------------------------------------------------------------------------------
 log "setup done in ${SECONDS} s; pytest (fast tier) against the minimum versions"
 rc=0
-"$VENV/bin/python" -m pytest -q -ra "$@" || rc=$?
+"$VENV/bin/python" -m pytest -q -ra $(test_workers) "$@" || rc=$?
 log "minimum versions: finished in ${SECONDS} s (pytest exit code $rc)"
 if [ "$rc" -eq 5 ]; then
     log "ERROR: pytest collected no tests"
