@@ -384,7 +384,7 @@ def test_a_dask_model_meets_the_schema(odd_table, tmp_path, capsys):
 
 def test_the_schemas_follow_the_code():
     """The versions the schema accepts are the ones the loader reads; the schema files ship in the wheel."""
-    from mmc_core.model import READABLE_VERSIONS
+    from mmc_core.model_format import READABLE_VERSIONS
     from mmc_core.schemas import schema
 
     assert tuple(schema("model")["properties"]["version"]["enum"]) == READABLE_VERSIONS
