@@ -611,7 +611,7 @@ def cmd_fit(args) -> int:
         model=args.out,
     )
     from mmc_core.cells import describe_cells
-    from mmc_core.recalibrate import describe
+    from mmc_core.base_map_text import describe
 
     base_text = describe(est.model_.init_mean, info)
     if base_text:
