@@ -186,7 +186,7 @@ def cell_sums(sums, Q: np.ndarray, cells: np.ndarray | None, n_cells: int, shift
 
 def _group_sums_by_layers(Qc, layers, G: int):
     """:func:`cell_sums` per group (one cell) through the membership's layers (each row's group in each layer, G
-    for none; :meth:`mmc_core.groups.Membership.layers`): a ``bincount`` per (layer, quantity or product) over the
+    for none; :meth:`mmc_core.membership.Membership.layers`): a ``bincount`` per (layer, quantity or product) over the
     rows in order, with the row's own weight: no gather of a weight per (row, group) pair (8x faster than the
     pairs on a million rows of 200 groups), and each group's rows are added in row order as over the pairs."""
     K = Qc.shape[0]

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .buckets import BucketGrid, mean_grid, moment_grid, moment_projection
-from .groups import Membership
+from .membership import Membership
 from .sums import MembershipSums
 from .moments import MomentKind, pseudo_label
 

@@ -15,7 +15,8 @@ import numpy as np
 from .binary import TASK_BINARY, resolve_task
 from .errors import DataError, MMCError
 from .fit_steps import check_held_out
-from .groups import GroupSet, Membership
+from .groups import GroupSet
+from .membership import Membership
 from .moments import LabelScale
 from .recalibrate import BASE_RECALIBRATIONS, affine_base, fit_affine, fit_group_linear, group_linear_base
 from .tables import as_table, count_rows, take_rows, to_label_array

@@ -16,7 +16,8 @@ import numpy as np
 
 from .descent import WHOLE, DescentParams, select_rows
 from .errors import DataError, MMCError, ModelFormatError
-from .groups import GroupSet, Membership
+from .groups import GroupSet
+from .membership import Membership
 from .recalibrate import affine_base, group_linear_base
 from .model_format import (
     BASE_KINDS,

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .groups import Membership
+from .membership import Membership
 from .sums import MembershipSums
 
 __all__ = [
