@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .buckets import fill_edges, geometric_edges
-from .descent import DescentParams
+from .descent_params import DescentParams
 from .errors import MMCError
 from .fit_steps import FitStats
 from .moments import MomentKind, max_central_moment

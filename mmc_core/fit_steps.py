@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 from .buckets import quantile_edges
-from .descent import DescentParams, descend
+from .descent import descend
+from .descent_params import DescentParams
 from .errors import DataError, MMCError
 from .moments import pseudo_label
 from .sklearn_params import json_params

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .descent import WHOLE, DescentParams, select_rows
+from .descent_params import WHOLE, DescentParams, select_rows
 from .errors import DataError, MMCError, ModelFormatError
 from .groups import GroupSet
 from .membership import Membership

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .descent import SE_SCOPES, STEP_RULES, WHOLE, DescentParams, Update
+from .descent_params import SE_SCOPES, STEP_RULES, WHOLE, DescentParams, Update
 from .errors import ModelFormatError
 from .groups import GroupSet
 from .moments import LabelScale, MomentKind
