@@ -514,7 +514,7 @@ def cmd_fit(args) -> int:
     fit_kw = {"label_name": args.label, "base_name": args.pred, "stop": stop_requested, "callback": progress}
     try:
         if args.discover:
-            from mmc_core.discover import fit_with_discovery
+            from mmc_core.discover_fit import fit_with_discovery
 
             fit_with_discovery(
                 est,
