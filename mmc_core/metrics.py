@@ -4,7 +4,7 @@ fairlearn's MetricFrame).
 The regression audit is one pass over shared state (the (group, row) membership pairs, the bucket grids, one
 bootstrap): ``audit`` checks its options and runs the steps that build each table from that state
 (:mod:`mmc_core.audit_tables`), then the findings (:mod:`mmc_core.audit_findings`). The classifier branch
-(:func:`mmc_core.binary.audit_binary_model`) lives next to the classifier metrics in ``binary.py``.
+(:func:`mmc_core.audit_binary.audit_binary_model`) builds on the classifier metrics of ``binary.py``.
 
 ``audit(model, table, y, base=None, delta=0.1, gamma=0.05, ...)`` returns an :class:`AuditResult`. Every
 number is in the label's ORIGINAL units (means affinely, a-th moments times span**a). All per-group and
@@ -125,9 +125,9 @@ FAR_OUTSIDE = 1e15
 @dataclasses.dataclass(frozen=True)
 class AuditOptions:
     """The options of :func:`audit` that its steps and its classifier branch
-    (:func:`mmc_core.binary.audit_binary_model`) read, built once by ``audit`` and checked by ``_check_options``
-    (``threshold`` and ``n_buckets`` are checked by the classifier branch: only a binary model's audit reads them;
-    ``min_cell_count`` None becomes ``min_group_count``)."""
+    (:func:`mmc_core.audit_binary.audit_binary_model`) read, built once by ``audit`` and checked by
+    ``_check_options`` (``threshold`` and ``n_buckets`` are checked by the classifier branch: only a binary model's
+    audit reads them; ``min_cell_count`` None becomes ``min_group_count``)."""
 
     n_boot: int
     seed: int
@@ -180,7 +180,7 @@ def audit(
         model, delta, gamma, replace(given, variance_tolerance=variance_tolerance, label_scale=label_scale)
     )
     if getattr(model, "task", "regression") == "binary":
-        from .binary import audit_binary_model
+        from .audit_binary import audit_binary_model
 
         return audit_binary_model(model, table, y, base, opts)
     return _audit_regression(model, table, y, base, delta, gamma, methods, bucket_method, opts, progress)
