@@ -17,10 +17,11 @@ uses the paper's Chernoff auditor (alg:auditor-single-set with failure probabili
 valid for any bounded label but needs far more rows.
 
 :func:`discover` is the audit (``mmc discover``; the dashboard can call it too),
-:func:`mmc_core.discover_fit.fit_with_discovery` runs ``mmc fit --discover``: fit on the listed groups, audit the fitted predictor with the oracle on the
-fitting rows (split into search and check halves), add the accepted sets as ordinary groups and refit;
-repeat until the oracle finds nothing or ``rounds`` audits are spent. See README, "Finding groups you did not
-list", for how this relates to the paper's interleaved AlternatingGradientDescentWithOracle.
+:func:`mmc_core.discover_fit.fit_with_discovery` runs ``mmc fit --discover``: fit on the listed groups, audit
+the fitted predictor with the oracle on the fitting rows (split into search and check halves), add the accepted
+sets as ordinary groups and refit; repeat until the oracle finds nothing or ``rounds`` audits are spent. See
+README, "Finding groups you did not list", for how this relates to the paper's interleaved
+AlternatingGradientDescentWithOracle.
 """
 
 from __future__ import annotations

@@ -331,8 +331,8 @@ class MomentMulticalibrator(SklearnParams):
 
     def planned_thresholds(self, X, y, groups=None, base_prediction=None, label_name: str = "label") -> dict:
         """The thresholds ``fit(X, y, groups, base_prediction)`` will use, computed by the fit's own steps
-        (same checks, label scale and calibration split, then :func:`mmc_core.fit_params.build_params`) without running the descent:
-        the one resolver of the "auto" and "se" rules (a number is returned as given).
+        (same checks, label scale and calibration split, then :func:`mmc_core.fit_params.build_params`) without
+        running the descent: the one resolver of the "auto" and "se" rules (a number is returned as given).
 
         Returns ``rule`` ("se", "auto" or "given"), ``alpha``, ``beta``, ``moment_betas`` {moment: beta}, the
         "se" test's ``z``, ``z_group`` and ``min_count`` (0 without it), ``n_fit`` (rows the descent fits on),
