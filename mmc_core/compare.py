@@ -414,23 +414,12 @@ def periods_from_sums(
         if what not in _PERIOD_TESTED:  # widths: shown per period, not tested for change
             continue
         # changes of the mean error, log R (spread), coverage, RMSE and a classifier's rates
-        if what == "spread":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                vt, gt = np.log(v), gr / v[:, None]
-            gt = np.nan_to_num(gt, nan=0.0, posinf=0.0, neginf=0.0)
-            se_t = delta_se(gt, S, cnt)
-        else:
-            vt, se_t = v, se
+        vt, se_t = _on_test_scale(what, v, gr, se, S, cnt)
         has = ref >= 0
         r = np.where(has, ref, 0)
         est = np.where(has, vt - vt[r], np.nan)
         se_c = np.where(has, np.sqrt(se_t**2 + se_t[r] ** 2), np.nan)
-        # rows each value is a mean over: the cell's rows, a TPR's positives, an FPR's negatives
-        base_n = cnt
-        if what in _RATE_BASE:
-            with np.errstate(invalid="ignore"):
-                pos = np.rint(cnt * M[:, lay.at[0]["y"]])
-            base_n = np.nan_to_num(pos if what == "tpr" else cnt - pos, nan=0.0)
+        base_n = _rows_behind(what, cnt, M, lay)
         df = np.where(has, np.minimum(base_n, base_n[r]), np.inf)  # no reference: NaN change, no quantile needed
         clo, chi = t_interval(est, se_c, df, 0.05)
         ch.update({f"{what}_change": est, f"{what}_change_lo": clo, f"{what}_change_hi": chi})
@@ -471,6 +460,25 @@ def periods_from_sums(
     return PeriodResult(
         [plain_value(v) for v in labels], pd.DataFrame(rows), pd.DataFrame(ch), found, len(tests), params
     )
+
+
+def _on_test_scale(what: str, v, gr, se, S, cnt) -> tuple:
+    """(value, se) on the scale a change is tested on: log R for the spread, the value itself otherwise."""
+    if what != "spread":
+        return v, se
+    with np.errstate(invalid="ignore", divide="ignore"):
+        vt, gt = np.log(v), gr / v[:, None]
+    gt = np.nan_to_num(gt, nan=0.0, posinf=0.0, neginf=0.0)
+    return vt, delta_se(gt, S, cnt)
+
+
+def _rows_behind(what: str, cnt, M, lay) -> np.ndarray:
+    """The rows each value is a mean over: the cell's rows, a TPR's positives, an FPR's negatives."""
+    if what not in _RATE_BASE:
+        return cnt
+    with np.errstate(invalid="ignore"):
+        pos = np.rint(cnt * M[:, lay.at[0]["y"]])
+    return np.nan_to_num(pos if what == "tpr" else cnt - pos, nan=0.0)
 
 
 def _change_text(f: dict, name: str) -> str:
