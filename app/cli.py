@@ -514,7 +514,7 @@ def cmd_fit(args) -> int:
     fit_kw = {"label_name": args.label, "base_name": args.pred, "stop": stop_requested, "callback": progress}
     try:
         if args.discover:
-            from mmc_core.discover import fit_with_discovery
+            from mmc_core.discover_fit import fit_with_discovery
 
             fit_with_discovery(
                 est,
@@ -611,7 +611,7 @@ def cmd_fit(args) -> int:
         model=args.out,
     )
     from mmc_core.cells import describe_cells
-    from mmc_core.recalibrate import describe
+    from mmc_core.base_map_text import describe
 
     base_text = describe(est.model_.init_mean, info)
     if base_text:

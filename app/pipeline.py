@@ -200,7 +200,7 @@ def _fit(est, df, label, label_spec, base_spec, groups, base, fit_rows, settings
     base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
     if settings.discover:
         feats = _discovery_features(df, label_spec, settings)
-        from mmc_core.discover import fit_with_discovery
+        from mmc_core.discover_fit import fit_with_discovery
 
         say(f"multicalibrating on {rows_text} and {len(groups)} groups, discovering groups on {len(feats)} feature(s)")
         X_fit = take_table_rows(df, fit_rows, sorted(set(group_cols) | set(feats)))

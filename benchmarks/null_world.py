@@ -95,7 +95,7 @@ def _verdict(f: dict, model, te_full: pd.DataFrame, groups, dist=None) -> str:
     if f["kind"] == "coverage":
         if dist is None:
             return "not judged"
-        from mmc_core.findings import _betainc
+        from mmc_core.distributions import betainc as _betainc
         from mmc_core.intervals import predict_intervals
         from mmc_core.synthetic import _beta_params
 

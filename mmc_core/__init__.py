@@ -11,7 +11,9 @@ from importlib.metadata import PackageNotFoundError, version
 from .compare import compare, compare_periods, side
 from .errors import DataError, GroupDefinitionError, MMCError, ModelFormatError, NotFittedError
 from .estimator import MomentMulticalibrator
-from .groups import Condition, Group, GroupSet, Membership
+from .conditions import Condition
+from .groups import Group, GroupSet
+from .membership import Membership
 from .metrics import audit
 from .model import FittedModel
 from .moments import LabelScale, max_central_moment

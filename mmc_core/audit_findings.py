@@ -78,13 +78,45 @@ def group_findings(
     span = scale.span
     cnt = pairs.group_sums()
     r = yu - mu
+    tests = _mean_tests(pairs, names, cnt, scale, mu, yu, r, grid, min_count, binary)
+    if var_pred is not None:
+        tests += _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol)
+    if inside is not None:
+        tests += _coverage_tests(pairs, names, cnt, r, inside, method, target, min_count, span)
+    found = fnd.select_findings(tests, control, level)
+    _selection_adjusted_intervals(found, len(tests), level, span, binary)
+    _link_mean_findings(found, pairs, names, cnt)
+    # ranked by harm (rows x the smallest defect the interval allows, label units: :func:`findings.harm`), not by
+    # p: the tiny p of a big group's marginal variance misstatement put it above a real mean misprediction
+    for t in found:
+        t["harm"] = fnd.harm(t)
+    found.sort(key=lambda t: (-t["harm"], t["p_adjusted"], -abs(t.get("z", 0.0))))
+    if collect is not None:  # every test with its standard error, for the scorecard (before the pops below)
+        collect.extend(dict(t) for t in tests)
+    for t in found:
+        for key in _WORKING_KEYS:
+            t.pop(key, None)
+        t.setdefault("method", None)
+        t["text"] = fnd.describe(t)
+    return found, len(tests)
 
-    def per_group(kind, x, s3=None, hall_min=0.0, **extra):
-        """The test of a zero mean of ``x`` in every group."""
-        return fnd.group_tests(
-            kind, names, cnt, pairs.group_sums(x), pairs.group_sums(x * x), min_count, s3=s3, hall_min=hall_min, **extra
-        )
 
+# a test's working figures, kept for the scorecard and dropped from the findings
+_WORKING_KEYS = (
+    "statistic_mean",
+    "statistic_se",
+    "statistic_se_label",
+    "statistic_skew",
+    "ratio_se",
+    "ratio_sums",
+    "residual_sd",
+)
+
+
+def _mean_tests(pairs, names, cnt, scale, mu, yu, r, grid, min_count, binary: bool) -> list:
+    """The mean tests per group and per (group, mean bucket) cell, with their estimates and intervals in label
+    units (a cell holding its whole group is left to the group's test)."""
+    span = scale.span
     m = grid.m
     b = grid.index(mu)
     edges = scale.mean_from_unit(grid.edges())
@@ -124,7 +156,18 @@ def group_findings(
         # HALL_MIN_ROWS rows (below, the sample skewness is too noisy to correct with)
         r3 = r * r * r
         hall = fnd.HALL_MIN_ROWS
-        tests = per_group("mean", r, s3=pairs.group_sums(r3), hall_min=hall, predicted=pred_g, observed=obs_g)
+        tests = fnd.group_tests(
+            "mean",
+            names,
+            cnt,
+            pairs.group_sums(r),
+            pairs.group_sums(r * r),
+            min_count,
+            s3=pairs.group_sums(r3),
+            hall_min=hall,
+            predicted=pred_g,
+            observed=obs_g,
+        )
         cal = fnd.group_tests(
             "calibration",
             cell_names,
@@ -145,6 +188,12 @@ def group_findings(
         g, i = t["group"]
         t["group"], t["bucket"] = g, [float(edges[i]), float(edges[i + 1])]
     tests += cal
+    _in_label_units(tests, span)
+    return tests
+
+
+def _in_label_units(tests: list, span: float) -> None:
+    """Each mean test's estimate and 95% interval in label units, and its z."""
     for t in tests:
         t["estimate"] = t["statistic_mean"] * span  # observed - predicted, label units
         t["statistic_se_label"] = t["statistic_se"] * span
@@ -156,54 +205,36 @@ def group_findings(
             t["estimate"] + fnd.Z95 * t["statistic_se"] * span,
         ]
         t["z"] = t["statistic_mean"] / t["statistic_se"] if t["statistic_se"] > 0 else 0.0
-    if var_pred is not None:
-        tests += _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol)
-    if inside is not None:
-        k = pairs.group_sums(inside)
-        # the exact lower-tail test, doubled: the equal-tailed exact test, whose inversion is the Clopper-Pearson
-        # interval the finding states (the one-sided p beside a Wilson interval let a finding's interval reach
-        # the target it was found below)
-        p = np.minimum(1.0, 2 * fnd.binom_cdf(np.round(k), cnt, target))
-        lo, hi = fnd.wilson_interval(k, cnt)
-        resid_sd = np.sqrt(np.maximum(residual_variance(pairs.group_sums(r), pairs.group_sums(r * r), cnt), 0.0))
-        for i in np.nonzero(cnt >= min_count)[0]:
-            tests.append(
-                {
-                    "kind": "coverage",
-                    "group": names[i],
-                    "n": int(cnt[i]),
-                    "method": method,
-                    "target": float(target),
-                    "estimate": float(k[i] / cnt[i]),
-                    "predicted": float(target),
-                    "observed": float(k[i] / cnt[i]),
-                    "interval": [float(lo[i]), float(hi[i])],
-                    "p_value": float(p[i]),
-                    "z": float((k[i] - target * cnt[i]) / math.sqrt(cnt[i] * target * (1 - target))),
-                    "residual_sd": float(resid_sd[i] * span),  # for the harm score only (popped below)
-                }
-            )
-    found = fnd.select_findings(tests, control, level)
-    _selection_adjusted_intervals(found, len(tests), level, span, binary)
-    _link_mean_findings(found, pairs, names, cnt)
-    # ranked by harm (rows x the smallest defect the interval allows, label units: :func:`findings.harm`), not by
-    # p: the tiny p of a big group's marginal variance misstatement put it above a real mean misprediction
-    for t in found:
-        t["harm"] = fnd.harm(t)
-    found.sort(key=lambda t: (-t["harm"], t["p_adjusted"], -abs(t.get("z", 0.0))))
-    if collect is not None:  # every test with its standard error, for the scorecard (before the pops below)
-        collect.extend(dict(t) for t in tests)
-    for t in found:
-        t.pop("statistic_mean", None)
-        t.pop("statistic_se", None)
-        t.pop("statistic_se_label", None)
-        t.pop("statistic_skew", None)
-        t.pop("ratio_se", None)
-        t.pop("ratio_sums", None)
-        t.pop("residual_sd", None)
-        t.setdefault("method", None)
-        t["text"] = fnd.describe(t)
-    return found, len(tests)
+
+
+def _coverage_tests(pairs, names, cnt, r, inside, method, target, min_count, span: float) -> list:
+    """The coverage test of ``method``'s intervals per group."""
+    k = pairs.group_sums(inside)
+    # the exact lower-tail test, doubled: the equal-tailed exact test, whose inversion is the Clopper-Pearson
+    # interval the finding states (the one-sided p beside a Wilson interval let a finding's interval reach
+    # the target it was found below)
+    p = np.minimum(1.0, 2 * fnd.binom_cdf(np.round(k), cnt, target))
+    lo, hi = fnd.wilson_interval(k, cnt)
+    resid_sd = np.sqrt(np.maximum(residual_variance(pairs.group_sums(r), pairs.group_sums(r * r), cnt), 0.0))
+    tests = []
+    for i in np.nonzero(cnt >= min_count)[0]:
+        tests.append(
+            {
+                "kind": "coverage",
+                "group": names[i],
+                "n": int(cnt[i]),
+                "method": method,
+                "target": float(target),
+                "estimate": float(k[i] / cnt[i]),
+                "predicted": float(target),
+                "observed": float(k[i] / cnt[i]),
+                "interval": [float(lo[i]), float(hi[i])],
+                "p_value": float(p[i]),
+                "z": float((k[i] - target * cnt[i]) / math.sqrt(cnt[i] * target * (1 - target))),
+                "residual_sd": float(resid_sd[i] * span),  # for the harm score only (popped below)
+            }
+        )
+    return tests
 
 
 def _selection_adjusted_intervals(found: list, n_tests: int, level: float, span: float, binary: bool) -> None:

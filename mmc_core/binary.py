@@ -1,8 +1,8 @@
 """Classifier audits: a 0/1 outcome and a score in [0, 1], per group, before and after multicalibration.
 
-Why one module of ~600 lines: the task resolution, the classifier metrics and their bootstrap, the reliability
-cells and the binary branch of ``audit()`` are all read off the same (group x score bucket) sums and change
-together whenever a metric is added; split, each part would import the others' internals.
+The task resolution, the classifier metrics and their bootstrap and the reliability cells are read off the same
+(group x score bucket) sums; the binary branch of ``audit()`` that assembles them is
+:mod:`mmc_core.audit_binary`.
 
 For a binary outcome the conditional variance is p(1 - p) once the mean is right, so mean multicalibration
 is the whole story; what an auditor asks is whether the score is calibrated on every group and bucket, and
@@ -477,116 +477,6 @@ def binary_labels(model, y, name: str = "the labels") -> np.ndarray:
             f"{name} has value(s) {shown} that are not the model's classes ({neg!r} negative, {pos!r} positive)"
         )
     return is_pos.astype(float)[codes]
-
-
-def audit_binary_model(model, table, y, base, opts):
-    """:func:`mmc_core.metrics.audit` of a binary model: an ``AuditResult`` with ``task="binary"`` (see the
-    metrics module docstring); ``opts``: the audit's ``mmc_core.metrics.AuditOptions``. Lives here, next to the
-    classifier metrics it is made of; the audit's shared parts (``AuditResult``, the membership pairs, the
-    findings) are imported from :mod:`mmc_core.metrics` when called (that module imports this one)."""
-    from . import intervals as iv
-    from .findings import status_of
-    from .audit_findings import audit_rows, group_findings
-    from .audit_result import AuditResult
-    from .scorecard import scorecard
-
-    threshold, n_buckets = check_threshold(opts.threshold), opts.n_buckets
-    if isinstance(n_buckets, bool) or not isinstance(n_buckets, (int, np.integer)) or not 1 <= n_buckets <= 100:
-        raise MMCError(f"n_buckets must be an integer from 1 to 100, got {n_buckets!r}")
-    y01 = binary_labels(model, y)
-    n = y01.size
-    # the label range of a binary model is [0, 1]: the unit-scale "before" is the base itself, clipped
-    ctx, before, base_kind = audit_rows(model, table, n, base, "positive share of the fitting rows")
-    from .model import binary_clip
-
-    mu = binary_clip(model, ctx.mu)
-    ca = classifier_audit(
-        mu,
-        y01,
-        model.groups,
-        table,
-        base=before,
-        threshold=threshold,
-        n_buckets=int(n_buckets),
-        min_cell_count=opts.min_cell_count,
-        n_boot=opts.n_boot,
-        seed=opts.seed,
-    )
-    bg = ca.by_group
-    cells = reliability_cells(mu, y01, model.groups, table, int(n_buckets), base=before)
-    empty = pd.DataFrame(index=bg.index)
-    overall = bg.iloc[0].copy()
-    overall.name = "overall"
-    pairs = ctx.memb.sums()
-    names = list(ctx.memb.names)
-    params = {
-        "task": "binary",
-        "threshold": threshold,
-        "n": int(n),
-        "n_buckets": int(n_buckets),
-        "label": {
-            "lo": 0.0,
-            "hi": 1.0,
-            "source": "binary",
-            "name": (model.info or {}).get("label") if isinstance(model.info, dict) else None,
-            "classes": (model.binary or {}).get("classes"),
-            "positive": (model.binary or {}).get("positive"),
-        },
-        "methods": [],
-        "methods_unavailable": {},
-        "intervals": iv.BINARY_NO_INTERVALS,
-        "base": base_kind,
-        "n_boot": int(opts.n_boot),
-        "seed": int(opts.seed),
-        "bootstrap_level": 0.95,
-        "min_cell_count": int(opts.min_cell_count),
-        "min_group_count": int(opts.min_group_count),
-        "error_control": opts.error_control,
-        "findings_level": float(opts.findings_level),
-        "moments": [],
-    }
-    all_tests: list = []
-    try:
-        found, n_tests = group_findings(
-            pairs,
-            names,
-            model.scale,
-            mu,
-            y01,
-            None,
-            model.params.mean_grid,
-            None,
-            None,
-            0.0,
-            opts.min_group_count,
-            opts.error_control,
-            opts.findings_level,
-            binary=True,
-            collect=all_tests,
-        )
-        for t in found:  # the mean of a 0/1 outcome is a probability
-            t["text"] = t["text"].replace("the mean:", "the probability of the positive class:")
-        status = status_of(n_tests, opts.min_group_count)
-        params["n_tests"] = n_tests
-        card = scorecard(all_tests, names, pairs.group_sums(), n_tests, opts.findings_level, opts.min_group_count)
-    except Exception as e:  # noqa: BLE001 - reported as a failure, never as "no findings"
-        found, status, card = [], f"failed: {type(e).__name__}: {e}", None
-    return AuditResult(
-        overall,
-        bg,
-        empty,
-        empty.copy(),
-        cells,
-        pd.DataFrame(),
-        empty.copy(),
-        params,
-        found,
-        [],
-        status,
-        task="binary",
-        classifier=ca,
-        scorecard=card,
-    )
 
 
 # ---- the task of a label (used by the estimator) -------------------------------------------------------

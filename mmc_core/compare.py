@@ -34,7 +34,8 @@ A finding's sentence says a difference or change of a share (coverage, selection
 points ("+34.3 points, CI +30.0 to +38.7"), as the tables and reports do; its numeric fields stay fractions.
 
 Everything is a sum over (group, cell) through :class:`mmc_core.sums.MembershipSums`: no loop over rows,
-groups or periods.
+groups or periods. The sides and those sums are :mod:`mmc_core.sides`; the tests, intervals and the selection
+of findings :mod:`mmc_core.compare_stats`.
 """
 
 from __future__ import annotations
@@ -46,9 +47,21 @@ import numpy as np
 import pandas as pd
 
 from . import findings as fnd
+from .compare_stats import (
+    POINTS,
+    check_inputs,
+    delta_se,
+    detectable,
+    plain_value,
+    points_text,
+    select_findings,
+    t_interval,
+    t_tests,
+)
 from .errors import DataError, MMCError
 from .groups import GroupSet
-from .tables import as_table, to_label_array
+from .sides import Layout, Side, cell_moments, cell_sums, side
+from .tables import to_label_array
 
 __all__ = [
     "Side",
@@ -83,336 +96,6 @@ _WORDS = {
     "tpr": "true positive rate",
     "fpr": "false positive rate",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class Side:
-    """What one side of a comparison predicts for each row (label units): the mean, and when it has them a
-    variance and interval ends, or (a classifier) its decisions at a threshold. ``name`` is how findings call
-    it."""
-
-    name: str
-    mean: np.ndarray
-    variance: np.ndarray | None = None
-    lower: np.ndarray | None = None
-    upper: np.ndarray | None = None
-    decision: np.ndarray | None = None  # a classifier's 0/1 decisions at a threshold (labels then 0/1)
-
-
-def side(
-    source,
-    table=None,
-    *,
-    name: str,
-    base=None,
-    method: str = "calibrated",
-    delta: float = 0.1,
-    threshold: float | None = None,
-) -> Side:
-    """A :class:`Side` from a fitted model (``FittedModel`` or a fitted ``MomentMulticalibrator``: its mean, its
-    variance when it has one and its ``method`` intervals at ``delta``), from a prediction column (1-D array: the
-    mean only), or from a dict with "mean" and optionally "variance", "lower", "upper". ``threshold``: a
-    probability's decisions (mean >= threshold) for the rates of a classifier (default 0.5 for a binary model,
-    none otherwise)."""
-    if threshold is not None and not (isinstance(threshold, (int, float)) and 0 < threshold < 1):
-        raise MMCError(f"threshold must be a number strictly between 0 and 1, got {threshold!r}")
-    model = getattr(source, "model_", source)
-    if hasattr(model, "predict") and hasattr(model, "groups"):
-        if table is None:
-            raise MMCError(f"side {name!r}: a model needs the table to predict on")
-        table = as_table(table)
-        pred = model.predict(table, None if base is None else to_label_array(base, f"side {name!r}: base"))
-        variance = pred.get("moment_2")
-        lower = upper = None
-        if getattr(model, "task", "regression") != "binary" and model.moments:
-            from .intervals import available_methods, predict_intervals
-
-            if method not in available_methods(model):
-                raise MMCError(
-                    f"side {name!r}: interval method {method!r} is not available for this model "
-                    f"(available: {', '.join(available_methods(model))})"
-                )
-            lower, upper = predict_intervals(model, table, base, method=method, delta=delta)
-        mean = np.asarray(pred["mean"], float)
-        if getattr(model, "task", "regression") == "binary" and threshold is None:
-            threshold = 0.5
-        return Side(name, mean, variance, lower, upper, _decisions(mean, threshold))
-    if isinstance(source, dict):
-        unknown = set(source) - {"mean", "variance", "lower", "upper"}
-        if unknown or "mean" not in source:
-            raise MMCError(f"side {name!r}: a dict needs 'mean' and may have 'variance', 'lower', 'upper'")
-        cols = {k: to_label_array(v, f"side {name!r}: {k}") for k, v in source.items() if v is not None}
-        if ("lower" in cols) != ("upper" in cols):
-            raise MMCError(f"side {name!r}: interval ends come in pairs: pass both 'lower' and 'upper'")
-        if "variance" in cols and (cols["variance"] < 0).any():
-            raise DataError(f"side {name!r}: variance has negative values")
-        return Side(
-            name,
-            cols["mean"],
-            cols.get("variance"),
-            cols.get("lower"),
-            cols.get("upper"),
-            _decisions(cols["mean"], threshold),
-        )
-    mean = to_label_array(source, f"side {name!r}: mean")
-    return Side(name, mean, decision=_decisions(mean, threshold))
-
-
-def _decisions(mean, threshold):
-    return None if threshold is None else (np.asarray(mean) >= threshold).astype(float)
-
-
-# ---- the delta method over (group, cell) means ------------------------------------------------------------
-def cell_sums(sums, Q: np.ndarray, cells: np.ndarray | None, n_cells: int, shift: np.ndarray):
-    """Per (group, cell) sums of the K rows of ``Q`` minus ``shift`` and of their pairwise products: count (C,),
-    S1 (C, K), S2 (C, K, K), with C = groups x ``n_cells``. Sums add across row blocks (Dask partitions) when
-    every block uses the same ``shift``; a shift near the quantities' means keeps the covariance of values far
-    from zero (widths, large labels) from cancelling catastrophically."""
-    K, n = Q.shape
-    Qc = Q - np.asarray(shift, float)[:, None]
-    if cells is None and not sums.by_signature:
-        layers = sums.memb.layers(first_fit=False)
-        if layers is not None:
-            return _group_sums_by_layers(Qc, layers, sums.memb.n_groups)
-    cells_ = np.zeros(n, dtype=np.int64) if cells is None else cells
-    cnt = sums.cell_sums(cells_, n_cells)
-    S1 = np.stack([sums.cell_sums(cells_, n_cells, Qc[k]) for k in range(K)], axis=1)
-    S2 = np.empty((cnt.size, K, K))
-    for k in range(K):
-        for j in range(k, K):
-            S2[:, k, j] = S2[:, j, k] = sums.cell_sums(cells_, n_cells, Qc[k] * Qc[j])
-    return cnt, S1, S2
-
-
-def _group_sums_by_layers(Qc, layers, G: int):
-    """:func:`cell_sums` per group (one cell) through the membership's layers (each row's group in each layer, G
-    for none; :meth:`mmc_core.groups.Membership.layers`): a ``bincount`` per (layer, quantity or product) over the
-    rows in order, with the row's own weight: no gather of a weight per (row, group) pair (8x faster than the
-    pairs on a million rows of 200 groups), and each group's rows are added in row order as over the pairs."""
-    K = Qc.shape[0]
-    cnt, S1, S2 = np.zeros(G + 1), np.zeros((G + 1, K)), np.zeros((G + 1, K, K))
-    for keys in layers:
-        cnt += np.bincount(keys, minlength=G + 1)
-        for k in range(K):
-            S1[:, k] += np.bincount(keys, weights=Qc[k], minlength=G + 1)
-            for j in range(k, K):
-                S2[:, k, j] += np.bincount(keys, weights=Qc[k] * Qc[j], minlength=G + 1)
-    iu = np.triu_indices(K, 1)
-    S2[:, iu[1], iu[0]] = S2[:, iu[0], iu[1]]
-    return cnt[:G], S1[:G], S2[:G]
-
-
-def cell_moments(cnt, S1, S2, shift):
-    """Means (C, K) and covariances (C, K, K, ddof 1) from :func:`cell_sums`."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        M = S1 / cnt[:, None]
-        S = (S2 - cnt[:, None, None] * M[:, :, None] * M[:, None, :]) / (cnt - 1)[:, None, None]
-    return M + np.asarray(shift, float)[None, :], S
-
-
-class Layout:
-    """Which rows of the quantity matrix hold each side's residual, squared residual, variance, coverage and
-    width; built from what the sides have (``has``: per side, (has a variance, has intervals)), so that every
-    block of rows (a Dask partition) lays its quantities out alike."""
-
-    def __init__(self, has, target: float):
-        self.at, k = [], 0
-        for flags in has:
-            has_var, has_int = flags[0], flags[1]
-            has_dec = len(flags) > 2 and flags[2]
-            at = {"r": k, "r2": k + 1}
-            k += 2
-            if has_var:
-                at["v"], k = k, k + 1
-            if has_int:
-                at["c"], at["w"], k = k, k + 1, k + 2
-            if has_dec:
-                at["d"], at["dy"], at["y"], k = k, k + 1, k + 2, k + 3
-            self.at.append(at)
-        self.K, self.target = k, target
-
-    @classmethod
-    def of(cls, sides, target: float) -> "Layout":
-        return cls([(s.variance is not None, s.lower is not None, s.decision is not None) for s in sides], target)
-
-    def rows(self, sides, y) -> np.ndarray:
-        """The (K, n) quantities of ``sides`` on labels ``y``."""
-        Q = np.empty((self.K, y.size))
-        for s, at in zip(sides, self.at):
-            r = y - s.mean
-            Q[at["r"]], Q[at["r2"]] = r, r * r
-            if "v" in at:
-                Q[at["v"]] = s.variance
-            if "c" in at:
-                Q[at["c"]] = (y >= s.lower) & (y <= s.upper)
-                Q[at["w"]] = s.upper - s.lower
-            if "d" in at:
-                Q[at["d"]], Q[at["dy"]], Q[at["y"]] = s.decision, s.decision * y, y
-        return Q
-
-    def value(self, M, i: int, what: str, compared: bool):
-        """Side ``i``'s value ``what`` per cell and its gradient over the K quantities, (C,), (C, K); NaN where the
-        side lacks what the value needs. ``compared``: the form that is compared (|mean error|, |log R|, |coverage
-        - target|) rather than the value shown."""
-        at, C, K = self.at[i], M.shape[0], M.shape[1]
-        grad = np.zeros((C, K))
-        need = {
-            "rmse": ("r2",),
-            "mean_error": ("r",),
-            "spread": ("r", "r2", "v"),
-            "coverage": ("c",),
-            "width": ("w",),
-            "selection_rate": ("d",),
-            "tpr": ("dy", "y"),
-            "fpr": ("d", "dy", "y"),
-        }
-        if any(k not in at for k in need[what]):
-            return np.full(C, np.nan), grad
-        with np.errstate(invalid="ignore", divide="ignore"):
-            if what == "rmse":
-                val = np.sqrt(M[:, at["r2"]])
-                grad[:, at["r2"]] = 0.5 / val
-            elif what == "mean_error":
-                val = M[:, at["r"]]
-                grad[:, at["r"]] = 1.0
-                if compared:
-                    sg = np.sign(val)
-                    val, grad = np.abs(val), grad * sg[:, None]
-            elif what == "spread":
-                mr, mv = M[:, at["r"]], M[:, at["v"]]
-                var = M[:, at["r2"]] - mr * mr
-                val = var / mv
-                grad[:, at["r"]] = -2 * mr / var
-                grad[:, at["r2"]] = 1 / var
-                grad[:, at["v"]] = -1 / mv
-                if compared:  # |log R|, gradient of log R times its sign
-                    lr = np.log(val)
-                    val, grad = np.abs(lr), grad * np.sign(lr)[:, None]
-                else:  # R itself: d R = R d log R
-                    grad = grad * val[:, None]
-            elif what == "coverage":
-                val = M[:, at["c"]]
-                grad[:, at["c"]] = 1.0
-                if compared:
-                    gap = val - self.target
-                    val, grad = np.abs(gap), grad * np.sign(gap)[:, None]
-            elif what == "width":
-                val = M[:, at["w"]]
-                grad[:, at["w"]] = 1.0
-            elif what == "selection_rate":
-                val = M[:, at["d"]]
-                grad[:, at["d"]] = 1.0
-            elif what == "tpr":  # mean(d y) / mean(y)
-                my, mdy = M[:, at["y"]], M[:, at["dy"]]
-                val = mdy / my
-                grad[:, at["dy"]], grad[:, at["y"]] = 1 / my, -mdy / my**2
-            else:  # fpr: mean(d (1 - y)) / mean(1 - y)
-                my, mdy, md = M[:, at["y"]], M[:, at["dy"]], M[:, at["d"]]
-                val = (md - mdy) / (1 - my)
-                grad[:, at["d"]], grad[:, at["dy"]] = 1 / (1 - my), -1 / (1 - my)
-                grad[:, at["y"]] = (md - mdy) / (1 - my) ** 2
-        return val, np.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
-
-
-def _se(grad, S, cnt):
-    """Standard error of a smooth function of cell means with gradient ``grad`` (C, K): sqrt(g' S g / n)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        v = np.einsum("ck,ckj,cj->c", grad, np.nan_to_num(S), grad) / cnt
-    return np.sqrt(np.maximum(v, 0.0))
-
-
-def _tests(est, se, cnt, ok, scale):
-    """Two-sided t p-values (df n - 1). Differences within rounding of ``scale`` (the size of the values
-    compared) are no difference (p = 1: two sides that agree on every row differ by 1e-16, with a standard error
-    of 1e-17); a real difference with no spread at all gets p = 0."""
-    p = np.ones_like(est)
-    tiny = 1e-9 * np.maximum(np.abs(scale), 1e-300)
-    real = ok & (np.abs(est) > tiny)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = est / se
-    pos = real & (se > tiny * 1e-3)
-    p[pos] = fnd.t_sf2(t[pos], cnt[pos] - 1)
-    p[real & ~pos] = 0.0
-    return p
-
-
-def _t_quantile(miss: float, df: np.ndarray) -> np.ndarray:
-    """The two-sided ``miss`` quantile of Student's t per degrees of freedom: the Cornish-Fisher series in 1/df
-    (Abramowitz and Stegun 26.7.5; from 20 degrees of freedom its error is < 1e-6 at miss = 0.05 and
-    < 1e-3 at miss = 1e-5), the exact inversion below that
-    (once per distinct df). The tables need one quantile per group; bisection per group would dominate."""
-    df = np.asarray(df, dtype=float)
-    z = fnd.normal_isf2(miss)
-    g = (
-        (z**3 + z) / 4,
-        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
-        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
-        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
-    )
-    nu = np.maximum(df, 1.0)
-    q = z + g[0] / nu + g[1] / nu**2 + g[2] / nu**3 + g[3] / nu**4
-    small = nu < 20
-    if small.any():
-        u, inv = np.unique(nu[small], return_inverse=True)
-        q[small] = fnd.t_isf2(miss, u)[inv]
-    return q
-
-
-def _interval(est, se, cnt, miss):
-    df = np.broadcast_to(np.maximum(np.asarray(cnt, float) - 1, 1), np.shape(est))
-    q = _t_quantile(miss, df).reshape(np.shape(est))
-    return est - q * se, est + q * se
-
-
-POWER = 0.8
-
-
-def detectable(se, n_tests: int, level: float, power: float = POWER):
-    """The smallest difference a test with standard error ``se`` finds with probability ``power`` among
-    ``n_tests`` tests at family-wise ``level``: (z_{level / (2 n_tests)} + z_{power}) x se, the first step of
-    Holm's procedure (Benjamini-Hochberg with one real difference alike). Smaller differences may exist unseen:
-    "too small to tell" is said by this number, not by the absence of a finding."""
-    if n_tests < 1:
-        return np.full(np.shape(se), np.nan)
-    from statistics import NormalDist
-
-    z = fnd.normal_isf2(level / n_tests) + NormalDist().inv_cdf(power)
-    return z * np.asarray(se, dtype=float)
-
-
-def _select(tests: list, error_control: str, level: float) -> list:
-    """The tests whose adjusted p-value is below ``level``, each with its selection-adjusted interval."""
-    if not tests:
-        return []
-    p_adj = fnd.adjust_pvalues(np.array([t["p_value"] for t in tests]), error_control)
-    found = []
-    for t, pa in zip(tests, p_adj):
-        t["p_adjusted"] = float(pa)
-        if pa <= level:
-            found.append(t)
-    miss = fnd.fcr_miss(len(found), len(tests), level)
-    for f in found:
-        q = float(_t_quantile(miss, np.array([max(f["n"] - 1, 1)]))[0])
-        f["interval"] = [f["estimate"] - q * f["se"], f["estimate"] + q * f["se"]]
-        f["interval_miss"] = miss
-    return found
-
-
-def _check_common(y, table, groups, min_group_count, error_control, level, delta):
-    table = as_table(table)
-    y = to_label_array(y, "label")
-    if not isinstance(groups, GroupSet):
-        raise MMCError(f"groups must be a GroupSet, got {type(groups).__name__}")
-    if isinstance(min_group_count, bool) or not isinstance(min_group_count, (int, np.integer)) or min_group_count < 2:
-        raise MMCError(f"min_group_count must be an integer >= 2, got {min_group_count!r}")
-    if error_control not in fnd.ADJUSTMENTS:
-        raise MMCError(f"error_control must be one of {', '.join(fnd.ADJUSTMENTS)}, got {error_control!r}")
-    if not 0 < level < 1:
-        raise MMCError(f"level must be in (0, 1), got {level!r}")
-    if not 0 < delta < 1:
-        raise MMCError(f"delta must be in (0, 1), got {delta!r}")
-    memb = groups.evaluate(table, y.size)
-    return table, y, memb
 
 
 @dataclasses.dataclass
@@ -488,7 +171,7 @@ def compare(
     -------
     ComparisonResult
     """
-    table, y, memb = _check_common(y, table, groups, min_group_count, error_control, level, delta)
+    table, y, memb = check_inputs(y, table, groups, min_group_count, error_control, level, delta)
     for s in (a, b):
         if not isinstance(s, Side):
             raise MMCError(f"sides must be Side objects (mmc_core.compare.side), got {type(s).__name__}")
@@ -532,14 +215,14 @@ def compare_from_sums(cnt, S1, S2, shift, lay, names, side_names, delta, min_gro
             # sides that agree on every row of a group differ by rounding (1e-16): no difference, no spread
             same = np.abs(cb - ca) <= 1e-9 * np.maximum(scale, 1e-300)
         est = np.where(same, 0.0, cb - ca)
-        se = np.where(same, 0.0, _se(gcb - gca, S, cnt))
-        lo, hi = _interval(est, se, cnt, 0.05)
+        se = np.where(same, 0.0, delta_se(gcb - gca, S, cnt))
+        lo, hi = t_interval(est, se, cnt, 0.05)
         cols.update({f"{what}_a": va, f"{what}_b": vb, f"{what}_diff": est, f"{what}_lo": lo, f"{what}_hi": hi})
         if what not in _TESTED:
             continue
         ok = testable & np.isfinite(est) & np.isfinite(se)
         ses[what] = np.where(ok, se, np.nan)
-        p = _tests(est, se, cnt, ok, scale)
+        p = t_tests(est, se, cnt, ok, scale)
         for g in np.flatnonzero(ok):
             tests.append(
                 {
@@ -554,7 +237,7 @@ def compare_from_sums(cnt, S1, S2, shift, lay, names, side_names, delta, min_gro
                     "direction": "worse" if est[g] > 0 else "better",
                 }
             )
-    found = _select(tests, error_control, level)
+    found = select_findings(tests, error_control, level)
     for f in found:
         f["text"] = _finding_text(f, a_name, b_name, 1 - delta)
     found.sort(key=lambda f: (f["direction"] != "worse", f["p_adjusted"], -f["n"]))
@@ -657,7 +340,7 @@ def compare_periods(
     (different rows), so the variance of a change is the sum of the two periods' delta-method variances. All
     changes are adjusted together (``error_control`` at ``level``).
     """
-    table, y, memb = _check_common(y, table, groups, min_group_count, error_control, level, delta)
+    table, y, memb = check_inputs(y, table, groups, min_group_count, error_control, level, delta)
     if reference not in ("previous", "first"):
         raise MMCError(f"reference must be 'previous' or 'first', got {reference!r}")
     if not isinstance(s, Side):
@@ -716,7 +399,7 @@ def periods_from_sums(
     # each (group, period) cell's reference cell: the group's previous (or first) period; none for the first
     ref = np.where(p_idx == 0, -1, np.arange(G * P) - 1 if reference == "previous" else g_idx * P)
     plain = np.empty(P + 1, dtype=object)
-    plain[:P] = [_plain(v) for v in labels]  # one per period; the last (None) for cells without a reference
+    plain[:P] = [plain_value(v) for v in labels]  # one per period; the last (None) for cells without a reference
     ref_label = plain[np.where(ref >= 0, p_idx[ref], P)]
     ch: dict = {"group": rows["group"], "period": rows["period"], "reference": ref_label}
     tests: list = []
@@ -725,42 +408,31 @@ def periods_from_sums(
         v, gr = lay.value(M, 0, what, compared=False)
         if not np.isfinite(v).any():
             continue
-        se = _se(gr, S, cnt)
-        lo, hi = _interval(v, se, cnt, 0.05)
+        se = delta_se(gr, S, cnt)
+        lo, hi = t_interval(v, se, cnt, 0.05)
         rows.update({what: v, f"{what}_lo": lo, f"{what}_hi": hi})
         if what not in _PERIOD_TESTED:  # widths: shown per period, not tested for change
             continue
         # changes of the mean error, log R (spread), coverage, RMSE and a classifier's rates
-        if what == "spread":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                vt, gt = np.log(v), gr / v[:, None]
-            gt = np.nan_to_num(gt, nan=0.0, posinf=0.0, neginf=0.0)
-            se_t = _se(gt, S, cnt)
-        else:
-            vt, se_t = v, se
+        vt, se_t = _on_test_scale(what, v, gr, se, S, cnt)
         has = ref >= 0
         r = np.where(has, ref, 0)
         est = np.where(has, vt - vt[r], np.nan)
         se_c = np.where(has, np.sqrt(se_t**2 + se_t[r] ** 2), np.nan)
-        # rows each value is a mean over: the cell's rows, a TPR's positives, an FPR's negatives
-        base_n = cnt
-        if what in _RATE_BASE:
-            with np.errstate(invalid="ignore"):
-                pos = np.rint(cnt * M[:, lay.at[0]["y"]])
-            base_n = np.nan_to_num(pos if what == "tpr" else cnt - pos, nan=0.0)
+        base_n = _rows_behind(what, cnt, M, lay)
         df = np.where(has, np.minimum(base_n, base_n[r]), np.inf)  # no reference: NaN change, no quantile needed
-        clo, chi = _interval(est, se_c, df, 0.05)
+        clo, chi = t_interval(est, se_c, df, 0.05)
         ch.update({f"{what}_change": est, f"{what}_change_lo": clo, f"{what}_change_hi": chi})
         ok = has & (np.minimum(base_n, base_n[r]) >= min_group_count) & np.isfinite(est) & np.isfinite(se_c)
         ses[what] = np.where(ok, se_c, np.nan)
-        p = _tests(est, se_c, df, ok, np.abs(vt) + np.abs(np.where(has, vt[r], 0)) + (what == "spread"))
+        p = t_tests(est, se_c, df, ok, np.abs(vt) + np.abs(np.where(has, vt[r], 0)) + (what == "spread"))
         for c in np.flatnonzero(ok):
             tests.append(
                 {
                     "kind": what,
                     "group": names[g_idx[c]],
-                    "period": _plain(labels[p_idx[c]]),
-                    "reference": _plain(labels[p_idx[r[c]]]),
+                    "period": plain_value(labels[p_idx[c]]),
+                    "reference": plain_value(labels[p_idx[r[c]]]),
                     "n": int(df[c]),
                     "n_period": int(cnt[c]),
                     "n_reference": int(cnt[r[c]]),
@@ -773,7 +445,7 @@ def periods_from_sums(
             )
     for what, se_c in ses.items():
         ch[f"{what}_change_detectable"] = detectable(se_c, len(tests), level)
-    found = _select(tests, error_control, level)
+    found = select_findings(tests, error_control, level)
     for f in found:
         f["text"] = _change_text(f, name)
     found.sort(key=lambda f: (f["p_adjusted"], -f["n"]))
@@ -785,26 +457,28 @@ def periods_from_sums(
         "reference": reference,
         "n": int(cnt[:P].sum()),  # the first group is every row
     }
-    return PeriodResult([_plain(v) for v in labels], pd.DataFrame(rows), pd.DataFrame(ch), found, len(tests), params)
+    return PeriodResult(
+        [plain_value(v) for v in labels], pd.DataFrame(rows), pd.DataFrame(ch), found, len(tests), params
+    )
 
 
-def _plain(v):
-    return v.item() if isinstance(v, np.generic) else v
+def _on_test_scale(what: str, v, gr, se, S, cnt) -> tuple:
+    """(value, se) on the scale a change is tested on: log R for the spread, the value itself otherwise."""
+    if what != "spread":
+        return v, se
+    with np.errstate(invalid="ignore", divide="ignore"):
+        vt, gt = np.log(v), gr / v[:, None]
+    gt = np.nan_to_num(gt, nan=0.0, posinf=0.0, neginf=0.0)
+    return vt, delta_se(gt, S, cnt)
 
 
-# values that are shares of rows (probabilities): their changes and differences are said in percentage points
-POINTS = ("coverage", "selection_rate", "tpr", "fpr")
-
-
-def points_text(estimate: float, lo: float, hi: float) -> tuple[str, str, str]:
-    """A difference of two shares (fractions) and its interval ends in percentage points, signed: one decimal
-    (+34.3), more where the difference is under 0.1 points so it does not read +0.0; the three with the same
-    decimals. The numbers stay fractions everywhere else (JSON, tables' data): x 100 here only."""
-    est, lo, hi = 100 * estimate, 100 * lo, 100 * hi
-    dec = 1
-    if 0 < abs(est) < 0.095:  # two significant digits: 0.042 -> +0.042 (the ends to the same place)
-        dec = min(6, 1 - int(np.floor(np.log10(abs(est)))))
-    return f"{est:+.{dec}f}", f"{lo:+.{dec}f}", f"{hi:+.{dec}f}"
+def _rows_behind(what: str, cnt, M, lay) -> np.ndarray:
+    """The rows each value is a mean over: the cell's rows, a TPR's positives, an FPR's negatives."""
+    if what not in _RATE_BASE:
+        return cnt
+    with np.errstate(invalid="ignore"):
+        pos = np.rint(cnt * M[:, lay.at[0]["y"]])
+    return np.nan_to_num(pos if what == "tpr" else cnt - pos, nan=0.0)
 
 
 def _change_text(f: dict, name: str) -> str:

@@ -1,8 +1,8 @@
 """Alternating gradient descent (the paper's alg:mean, alg:moment and alg:wrapper) on one sample.
 
-Why one module of ~700 lines: the parameters, the update record, the engine seam (CellStats), the numpy
-engine (CellState) and the descent loop change together whenever the paper's update rule or its audit
-changes; split, each piece would import all the others.
+This module is the loop (:func:`descend`); its parameters and the update record are
+:mod:`mmc_core.descent_params`, the engine seam (CellStats) and the numpy engine (CellState)
+:mod:`mmc_core.cell_state`.
 
 The sample's rows are the "distribution": the audit uses the exact empirical cell statistics, so at
 termination the guarantees of thm:wrapper-distr-known hold *exactly* on the fitting rows:
@@ -33,544 +33,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .buckets import BucketGrid, mean_grid, moment_grid, moment_projection
-from .groups import Membership
-from .sums import MembershipSums
-from .moments import MomentKind, pseudo_label
-
-__all__ = [
-    "DescentParams",
-    "Update",
-    "CellStats",
-    "CellState",
-    "DescentResult",
-    "descend",
-    "select_rows",
-    "group_cells",
-    "STEP_RULES",
-]
-
-STEP_RULES = ("exact", "paper")
-WHOLE = 1  # partition code of the whole-group cells (one cell per group)
-TIE = 1e-9  # relative: cell statistics closer than this are a tie (decided by position; see CellStats._worst)
-# A shrunken whole-group moment step takes at least this share of the group's gap: the step's progress stays a
-# fixed fraction of the exact step's, so the descent's termination argument is unchanged (see make_update).
-SHRINK_MIN = 0.5
-
-
-SE_SCOPES = ("all", "mean", "moments")
-
-
-@dataclass(frozen=True)
-class DescentParams:
-    """alpha, beta: mass-weighted violation thresholds; m: buckets per predictor; moments: the central
-    moments fitted (2..k); step: ``paper`` (eta = alpha or beta, the paper's step) or ``exact`` (shift each
-    violating cell by its mean residual: at least the paper's progress per update, usually far more; a whole
-    group's shrunken moment step, ``moment_shrink``, at least 3/4 of the exact step's)."""
-
-    alpha: float
-    beta: float
-    m: int
-    moments: tuple = (2,)
-    step: str = "exact"
-    odd_moments: str = MomentKind.ABSOLUTE
-    max_rounds: int | None = None
-    moment_betas: tuple = ()  # optional (a, beta_a) pairs: a threshold per moment (the "auto" rule scales each)
-    # --- model format 2 (all optional; the defaults reproduce format 1 exactly) ---
-    mean_edges: tuple = ()  # interior edges of the mean grid (data quantiles); () = uniform on [0, 1]
-    moment_edges: tuple = ()  # (a, interior edges) pairs: data-scale moment grids; absent = uniform
-    moment_floors: tuple = ()  # (a, floor) pairs: moment predictions are projected onto [floor, hi], floor > 0
-    z: float = 0.0  # > 0: a cell is violated only if also |t| >= z (its own standard error, see cell_violated)
-    z_group: float = 0.0  # > 0: whole groups are audited as cells too, with this critical value
-    z_group_moment: float = -1.0  # whole groups' critical value for the moments (< 0: z_group)
-    min_count: int = 0  # with z > 0: cells of fewer rows are never violated
-    moment_step: str = "add"  # "add": m_a -= delta (the paper's); "ratio": m_a *= factor (a scale's own step)
-    # > 0 (exact step only): a whole group's moment step takes the share max(SHRINK_MIN, 1 - moment_shrink /
-    # t^2) of the gap to the group's own fitting-row moment (t: the group's t statistic), on the log scale with
-    # the ratio step
-    moment_shrink: float = 0.0
-    # (a, floor) pairs: with the standard-error test, a moment cell's per-row residual variance is taken as at least
-    # the floor (the pooled variance of the moment's pseudo-labels): see CellStats.violated
-    moment_var_floors: tuple = ()
-    # which cells the standard-error test gates (with z > 0): "all", or only the "mean" cells (target 1) or the
-    # "moments" cells: a threshold given as a number is the paper's plain test, so the fit reaches it
-    se_scope: str = "all"
-
-    def __post_init__(self):
-        if self.moment_shrink > 0 and self.step != "exact":
-            raise ValueError("moment_shrink applies to the exact step only")
-        if self.se_scope not in SE_SCOPES:
-            raise ValueError(f"se_scope must be one of {', '.join(SE_SCOPES)}, got {self.se_scope!r}")
-
-    def se_tests(self, target: int) -> bool:
-        """Whether the standard-error test gates the cells of ``target`` (1: the mean's, a >= 2: moment a's)."""
-        return self.z > 0 and self.se_scope in ("all", "mean" if target == 1 else "moments")
-
-    def _lookup(self, pairs: tuple, a: int, default):
-        for b, v in pairs:
-            if b == a:
-                return v
-        return default
-
-    def beta_for(self, a: int) -> float:
-        """The moment-a threshold: beta_a when given per moment, else the common beta (the paper's)."""
-        for b, v in self.moment_betas:
-            if b == a:
-                return v
-        return self.beta
-
-    @property
-    def mean_grid(self) -> BucketGrid:
-        return mean_grid(self.m, self.mean_edges)
-
-    def grid(self, a: int) -> BucketGrid:
-        return moment_grid(a, self.m, self.odd_moments, self._lookup(self.moment_edges, a, ()))
-
-    def projection(self, target: int) -> tuple:
-        if target == 1:
-            return (0.0, 1.0)
-        lo, hi = moment_projection(target, self.odd_moments)
-        return (max(lo, self._lookup(self.moment_floors, target, lo)), hi)
-
-    @property
-    def is_format1(self) -> bool:
-        return not (
-            self.mean_edges
-            or self.moment_edges
-            or self.moment_floors
-            or self.z > 0
-            or self.min_count
-            or self.z_group > 0
-            or self.moment_step != "add"
-            or self.moment_shrink > 0
-        )
-
-    def moment_new(self, a: int, old: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """The a-th moment predictions after an update with per-row deltas (or factors), projected. Shared
-        by fitting and replay (same arithmetic, so replay is bit-identical)."""
-        lo, hi = self.projection(a)
-        return np.clip(old * d if self.moment_step == "ratio" else old - d, lo, hi)
-
-    def mean_update_bound(self) -> float:
-        """thm:wrapper-distr-known: at most 1/alpha^2 - 1 mean updates."""
-        return 1.0 / self.alpha**2 - 1.0
-
-    def moment_update_bound_per_call(self, a: int | None = None) -> float:
-        """thm:pseudo-moment-calibration: at most 1/beta^2 - 1 updates per PseudoMomentConsistency call."""
-        b = self.beta if a is None else self.beta_for(a)
-        return 1.0 / b**2 - 1.0
-
-
-@dataclass
-class Update:
-    """One gradient step on the violating cells of one group.
-
-    target: 1 for the mean predictor, a >= 2 for the a-th moment predictor. partition: 0 when the cells are
-    the mean buckets G(mu, i); a >= 2 when they are the joint cells G(mu, m_a, i, j) (cell = i * m + j);
-    1 (``WHOLE``, model format 2) when the one cell is the whole group G.
-    deltas: the amount subtracted from the predictor on each cell before projection.
-    """
-
-    target: int
-    partition: int
-    group: int
-    cells: np.ndarray
-    deltas: np.ndarray
-
-    def to_json(self) -> list:
-        return [
-            int(self.target),
-            int(self.partition),
-            int(self.group),
-            [int(c) for c in self.cells],
-            [float(d) for d in self.deltas],
-        ]
-
-    @classmethod
-    def from_json(cls, e) -> "Update":
-        return cls(int(e[0]), int(e[1]), int(e[2]), np.asarray(e[3], dtype=np.int64), np.asarray(e[4], dtype=float))
-
-
-def select_rows(upd: Update, rows_g: np.ndarray | None, cells_g: np.ndarray, n_cells: int):
-    """Rows of the group that lie in the update's cells, and the delta each receives. ``rows_g`` None: the
-    group is every row, in order (``cells_g`` is then per row of the table, and no gather is needed).
-
-    Shared by fitting and replay so that both compute the same sets with the same arithmetic.
-    """
-    inside = np.zeros(n_cells, dtype=bool)
-    inside[upd.cells] = ~np.isnan(upd.deltas)
-    lookup = np.zeros(n_cells)
-    lookup[upd.cells] = upd.deltas
-    sel = np.flatnonzero(inside[cells_g])
-    d = lookup[cells_g[sel]]
-    return (sel if rows_g is None else rows_g[sel]), d
-
-
-def group_cells(rows_g: np.ndarray, n: int, bmu: np.ndarray, m: int, bmom: np.ndarray | None, partition: int):
-    """(rows of the group or None for every row, each row's cell in the partition, cells per group): the
-    mean cells (partition 0), the joint cells with moment ``partition`` (bmom), or the whole group (WHOLE).
-    A group of every row (the whole population, updated most often) is not gathered."""
-    whole_table = rows_g.size == n
-    rows = None if whole_table else rows_g
-    if partition == WHOLE:
-        return rows, np.zeros(rows_g.size, dtype=np.int64), 1
-    b = bmu if whole_table else bmu[rows_g]
-    if partition == 0:
-        return rows, b, m
-    assert bmom is not None
-    return rows, b * m + (bmom if whole_table else bmom[rows_g]), m * m
-
-
-class CellStats:
-    """The engine seam: the audit side of a descent state, over (group x cell) sums only.
-
-    The descent never touches rows. It reads the per-(group, cell) sums an engine maintains (``S0``, ``C0``,
-    ``Q0`` for the mean cells G(mu, i); ``SA``, ``CA``, ``TA``, ``QA``, ``UA`` per moment a for the joint cells
-    G(mu, m_a, i, j); flat arrays of length |G| * cells) and chooses updates from them here; it hands each
-    update to the engine (``apply``), which changes its rows' predictions and refreshes the sums. An engine
-    implements:
-
-    * ``n`` (rows), ``G`` (groups), ``m``, ``p`` (the DescentParams) and the sums above;
-    * ``apply(update)``: apply one update to the predictions of its rows and refresh the sums;
-    * ``full_recompute()``: recompute every sum from the rows (convergence is decided on fresh sums);
-    * ``mean_potential()`` / ``moment_potential(a)``: mean over rows of (mu - y)^2 / (m_a - label_a)^2;
-    * ``cell_totals(target, g, partition)``: per-cell sums of the moment-``target`` predictions over the
-      group's cells (the ratio step's denominators);
-    * ``snapshot_predictions()``: a copy of the current predictions (early stopping keeps the best round).
-
-    :class:`CellState` is the in-memory numpy engine; ``mmc_core.engines.dask_engine`` holds the Dask one.
-    """
-
-    n: int
-    G: int
-    m: int
-    p: DescentParams
-    S0: np.ndarray
-    C0: np.ndarray
-    Q0: np.ndarray | None
-    SA: dict
-    CA: dict
-    TA: dict
-    QA: dict
-    UA: dict
-
-    @property
-    def se(self) -> bool:
-        """Whether the per-cell standard-error test is on (then sums of squares are maintained too)."""
-        return self.p.z > 0
-
-    # ---- engine interface (implemented by each engine) -------------------------------------------
-    def apply(self, upd: "Update"):
-        raise NotImplementedError
-
-    def full_recompute(self):
-        raise NotImplementedError
-
-    def mean_potential(self) -> float:
-        raise NotImplementedError
-
-    def moment_potential(self, a: int) -> float:
-        raise NotImplementedError
-
-    def cell_totals(self, target: int, g: int, partition: int) -> np.ndarray:
-        raise NotImplementedError
-
-    def snapshot_predictions(self) -> dict:
-        raise NotImplementedError
-
-    # ---- audit -----------------------------------------------------------------------------------
-    def _whole(self, *arrs):
-        """Per-group totals of cell arrays (the whole-group cells): block sums, no separate bookkeeping."""
-        return tuple(None if x is None else x.reshape(self.G, -1).sum(axis=1) for x in arrs)
-
-    def mean_blocks(self):
-        """(partition, sums, counts, sums of squares, cells per group) of every mean partition."""
-        out = [(0, self.S0, self.C0, self.Q0, self.m)]
-        if self.p.z_group > 0:
-            out.append((WHOLE, *self._whole(self.S0, self.C0, self.Q0), 1))
-        return out + [(a, self.SA[a], self.CA[a], self.QA.get(a), self.m * self.m) for a in self.p.moments]
-
-    def moment_blocks(self, a: int):
-        out = [(a, self.TA[a], self.CA[a], self.UA.get(a), self.m * self.m)]
-        if self.p.z_group > 0:
-            out.append((WHOLE, *self._whole(self.TA[a], self.CA[a], self.UA.get(a)), 1))
-        return out
-
-    def violated(self, S, C, Q, thr: float, partition: int = 0, target: int = 1) -> np.ndarray:
-        """The violated cells: |S| >= thr (the mass-weighted test, thr = alpha n), and with the standard-error
-        test also |t| >= z (z_group for whole groups, z_group_moment for whole groups of a moment ``target``
-        when set) and count >= min_count (see :func:`cell_violated`)."""
-        if not self.p.se_tests(target):
-            return cell_violated(S, C, Q, thr)
-        z = self.p.z
-        if partition == WHOLE:
-            z = self.p.z_group_moment if (target >= 2 and self.p.z_group_moment >= 0) else self.p.z_group
-        # A moment's pseudo-labels are heavy-tailed: a cell that drew none of the rare large residuals has a low
-        # mean AND a low sample variance, so its own t statistic says "variance overstated" far beyond its level
-        # (in null worlds of heavy-tailed tables one such step put a group 30% off). Its variance is taken as at
-        # least the pooled one: cells whose spread is below the pool are left to the moments' cell step.
-        floor = self.p._lookup(self.p.moment_var_floors, target, 0.0) if target >= 2 else 0.0
-        return cell_violated(S, C, Q, thr, z, self.p.min_count, floor)
-
-    def _masked_abs(self, S, C, Q, thr, partition, target=1):
-        if not self.se:
-            return np.abs(S)
-        return np.where(self.violated(S, C, Q, thr, partition, target), np.abs(S), 0.0)
-
-    def _worst(self, blocks, thr, target=1):
-        """The worst cell over the blocks. Ties are decided by position, not by rounding: a cell wins only if
-        it beats every earlier one by more than TIE (relative). Sums that are equal in exact arithmetic (a
-        whole group and its only non-zero cell; two groups with the same rows) then give the same choice
-        whichever order an engine adds rows in."""
-        best = (-1.0, 0, 0, None)
-        for part, S, C, Q, width in blocks:
-            arr = self._masked_abs(S, C, Q, thr, part, target) if (self.se and thr is not None) else np.abs(S)
-            k = int(np.argmax(arr))
-            if arr[k] > 0:
-                k = int(np.argmax(arr >= arr[k] * (1.0 - TIE)))
-            v = arr[k] / self.n
-            if v > best[0] * (1.0 + TIE) or best[3] is None:
-                best = (v, part, k // width, (S, C, Q, width))
-        return best
-
-    def worst_mean(self, thr: float | None = None):
-        """(|v| of the worst mean cell over all partitions, partition, group). With the standard-error test
-        (and ``thr``) only cells passing it count; |v| = 0 when none does."""
-        return self._worst(self.mean_blocks(), thr)[:3]
-
-    def worst_cell_mean(self) -> float:
-        """|v| of the worst mean cell of the paper (mean cells and joint mean-moment cells; not the whole-group
-        cells the "se" rule also audits): the quantity the stated alpha bounds, which the history records so
-        that the convergence chart and alpha speak of the same cells."""
-        return self._worst([b for b in self.mean_blocks() if b[0] != WHOLE], None)[0]
-
-    def worst_moment(self, a: int, thr: float | None = None):
-        v, _, g, _ = self._worst(self.moment_blocks(a), thr, a)
-        return v, g
-
-    def count_mean_violations(self, alpha: float) -> int:
-        thr = alpha * self.n
-        return int(sum(self.violated(S, C, Q, thr, part).sum() for part, S, C, Q, _ in self.mean_blocks()))
-
-    def make_update(self, target: int, thr: float, eta: float) -> Update | None:
-        """The update on the worst violated cell's group: all its violated cells of that partition."""
-        blocks = self.mean_blocks() if target == 1 else self.moment_blocks(target)
-        v, part, g, arrs = self._worst(blocks, thr, target)
-        if v * self.n < thr or v <= 0:
-            return None
-        S, C, Q, width = arrs
-        blk = slice(g * width, (g + 1) * width)
-        mask = self.violated(S[blk], C[blk], None if Q is None else Q[blk], thr, part, target) if self.se else None
-        upd = _make_update(target, part, g, S[blk], C[blk], thr, self.p.step, eta, mask)
-        if target >= 2 and self.p.moment_step == "ratio":
-            # scale every prediction of a violated cell by (mean target) / (mean prediction): the cell's
-            # residual becomes 0 as with the exact step, and predictions stay positive and keep their ratios
-            tot = self.cell_totals(target, g, part)[upd.cells]
-            upd.deltas = np.clip(1.0 - S[blk][upd.cells] / np.where(tot > 0, tot, 1.0), 1e-6, 1e6)
-        if target >= 2 and part == WHOLE and self.p.moment_shrink > 0 and Q is not None:
-            # The group's own fitting-row moment is a noisy estimate of its true one: an exact step to it made
-            # the fit follow the sample (a 300-row group's variance off the truth by 10-25% with heavy-tailed
-            # noise, then found by an audit of fresh rows). The James-Stein share 1 - 1 / t^2 of the gap is the
-            # gap's estimate given its t statistic (E t^2 = 1 + the squared true gap in standard errors), here
-            # with a floor of SHRINK_MIN (the progress the termination bound counts on). With the additive step
-            # |t| is then at most max(1 / |t|, |t| / 2); the ratio step (on the log scale) can leave more, and
-            # the group is corrected again. (Q is None without the standard-error test: no shrinkage then.)
-            s_, c_, q_ = float(S[blk][0]), float(C[blk][0]), float(Q[blk][0])
-            t2 = s_ * s_ * (c_ - 1.0) / max(c_ * q_ - s_ * s_, 1e-300)
-            w = max(SHRINK_MIN, 1.0 - self.p.moment_shrink / t2) if t2 > 0 else 1.0
-            upd.deltas = upd.deltas**w if self.p.moment_step == "ratio" else upd.deltas * w
-        return upd
-
-    def max_moment_violation(self) -> float:
-        if not self.p.moments:
-            return 0.0
-        return max(float(np.abs(self.TA[a]).max()) / self.n for a in self.p.moments)
-
-
-class CellState(CellStats):
-    """The numpy engine: predictions and incrementally maintained cell statistics over one set of rows.
-
-    With ``track_moment_sums`` it also keeps MA[a], the per-(group, joint cell) sums of the moment-a
-    predictions (the ratio step's denominators; the Dask engine ships them with every update's sums)."""
-
-    def __init__(
-        self,
-        params: DescentParams,
-        memb: Membership,
-        y: np.ndarray,
-        mu: np.ndarray,
-        moments: dict,
-        summer: MembershipSums | None = None,
-        track_moment_sums: bool = False,
-    ):
-        self.p = params
-        self.memb = memb
-        self.n = memb.n
-        self.G = memb.n_groups
-        self.m = params.m
-        self.y = np.asarray(y, dtype=float)
-        self.mu = np.array(mu, dtype=float)
-        self.mom = {a: np.array(moments[a], dtype=float) for a in params.moments}
-        # bucket indices as int32 (half the memory; cell keys are widened to int64 where they meet the groups)
-        self.bmu = params.mean_grid.index(self.mu).astype(np.int32)
-        self.bmom = {a: params.grid(a).index(self.mom[a]).astype(np.int32) for a in params.moments}
-        self.sums = summer if summer is not None else memb.sums()
-        self.track_ma = track_moment_sums
-        self._cells: tuple | None = None  # (group, partition, rows, cells): apply() reuses make_update's
-        self.full_recompute()
-
-    # ---- statistics ------------------------------------------------------------------------------
-    def label(self, a: int, mu: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return pseudo_label(a, y - mu, self.p.odd_moments)
-
-    def full_recompute(self):
-        m, mm, cell_sums = self.m, self.m * self.m, self.sums.cell_sums
-        res = self.mu - self.y
-        self.S0 = cell_sums(self.bmu, m, res)
-        self.C0 = cell_sums(self.bmu, m, None)
-        self.SA, self.CA, self.TA = {}, {}, {}
-        self.Q0, self.QA, self.UA = None, {}, {}
-        if self.se:
-            self.Q0 = cell_sums(self.bmu, m, res * res)
-        for a in self.p.moments:
-            cells = self.bmu * m + self.bmom[a]
-            self.SA[a] = cell_sums(cells, mm, res)
-            self.CA[a] = cell_sums(cells, mm, None)
-            t = self.mom[a] - self.label(a, self.mu, self.y)
-            self.TA[a] = cell_sums(cells, mm, t)
-            if self.se:
-                self.QA[a] = cell_sums(cells, mm, res * res)
-                self.UA[a] = cell_sums(cells, mm, t * t)
-        if self.track_ma:
-            self.MA = {a: cell_sums(self.bmu * m + self.bmom[a], mm, self.mom[a]) for a in self.p.moments}
-
-    def _target(self, a: int, ma: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """m_a - (y - mu)^a from the residual r = mu - y, in one buffer. (y - mu)^a is pseudo_label(a, r) up
-        to the sign (-1)^a of signed odd moments: a product of IEEE numbers flips exactly with a factor's sign,
-        so this equals ``ma - self.label(a, mu, y)`` to the last bit."""
-        lab = pseudo_label(a, r, self.p.odd_moments)
-        if a % 2 == 1 and self.p.odd_moments != MomentKind.ABSOLUTE:
-            return np.add(ma, lab, out=lab)
-        return np.subtract(ma, lab, out=lab)
-
-    # set_mean / set_moment drop each row-length temporary as soon as it is used (``del``): an update of a
-    # large group touches every row, and these temporaries, not the state, set the fit's peak memory.
-    def set_mean(self, rows: np.ndarray, new: np.ndarray):
-        if rows.size == 0:
-            return
-        self._cells = None
-        m, mm, sums = self.m, self.m * self.m, self.sums
-        ctx = sums.context(rows)
-        y = self.y[rows]
-        old = self.mu[rows]
-        b_old, b_new = self.bmu[rows], self.p.mean_grid.index(new)
-        r_old, r_new = old - y, new - y
-        del y, old
-        moved = b_old != b_new
-        any_moved = bool(moved.any())
-        se = self.se
-        sh = sums.shift_keys(ctx, m, b_old, b_new, moved)
-        sums.shift(self.S0, m, sh, r_old, r_new)
-        q_old = q_new = None
-        if se:
-            q_old, q_new = r_old * r_old, r_new * r_new
-            sums.shift(self.Q0, m, sh, q_old, q_new)
-        if any_moved:
-            sums.shift(self.C0, m, sh, masked=True)
-        del sh
-        for a in self.p.moments:
-            ba = self.bmom[a][rows]
-            sh = sums.shift_keys(ctx, mm, b_old * m + ba, b_new * m + ba, moved)
-            del ba
-            sums.shift(self.SA[a], mm, sh, r_old, r_new)
-            if any_moved:
-                sums.shift(self.CA[a], mm, sh, masked=True)
-            ma = self.mom[a][rows]
-            t_old, t_new = self._target(a, ma, r_old), self._target(a, ma, r_new)
-            sums.shift(self.TA[a], mm, sh, t_old, t_new)
-            if se:
-                sums.shift(self.QA[a], mm, sh, q_old, q_new)
-                sums.shift(self.UA[a], mm, sh, t_old * t_old, t_new * t_new)
-            del t_old, t_new
-            if self.track_ma and any_moved:
-                sums.shift(self.MA[a], mm, sh, ma, ma, masked=True)
-            del sh, ma
-        self.mu[rows] = new
-        self.bmu[rows] = b_new
-
-    def set_moment(self, a: int, rows: np.ndarray, new: np.ndarray):
-        if rows.size == 0:
-            return
-        self._cells = None
-        m, mm, sums = self.m, self.m * self.m, self.sums
-        ctx = sums.context(rows)
-        old = self.mom[a][rows]
-        b_old, b_new = self.bmom[a][rows], self.p.grid(a).index(new)
-        bmu = self.bmu[rows]
-        moved = b_old != b_new
-        sh = sums.shift_keys(ctx, mm, bmu * m + b_old, bmu * m + b_new, moved)
-        del ctx, bmu, b_old
-        lab = self.label(a, self.mu[rows], self.y[rows])
-        t_old, t_new = old - lab, new - lab
-        del lab
-        sums.shift(self.TA[a], mm, sh, t_old, t_new)
-        if self.se:
-            sums.shift(self.UA[a], mm, sh, t_old * t_old, t_new * t_new)
-        del t_old, t_new
-        if moved.any():
-            res = self.mu[rows] - self.y[rows]
-            sums.shift(self.SA[a], mm, sh, res, res, masked=True)
-            sums.shift(self.CA[a], mm, sh, masked=True)
-            if self.se:
-                rr = res * res
-                sums.shift(self.QA[a], mm, sh, rr, rr, masked=True)
-                del rr
-            del res
-        if self.track_ma:
-            sums.shift(self.MA[a], mm, sh, old, new)
-        del sh, old
-        self.mom[a][rows] = new
-        self.bmom[a][rows] = b_new
-
-    # ---- updates ---------------------------------------------------------------------------------
-    def cells_of_group(self, g: int, partition: int):
-        """:func:`group_cells` of group g; kept until predictions change (the ratio step reads them for its
-        denominators, then the update's apply for its rows)."""
-        c = self._cells
-        if c is not None and c[0] == g and c[1] == partition:
-            return c[2]
-        bmom = self.bmom[partition] if partition not in (0, WHOLE) else None
-        out = group_cells(self.memb.group_rows(g), self.n, self.bmu, self.m, bmom, partition)
-        self._cells = (g, partition, out)
-        return out
-
-    def apply(self, upd: Update):
-        rows_g, cells_g, n_cells = self.cells_of_group(upd.group, upd.partition)
-        rows, d = select_rows(upd, rows_g, cells_g, n_cells)
-        del rows_g, cells_g
-        if upd.target == 1:
-            lo, hi = self.p.projection(1)
-            new = np.clip(self.mu[rows] - d, lo, hi)
-            del d
-            self.set_mean(rows, new)
-        else:
-            new = self.p.moment_new(upd.target, self.mom[upd.target][rows], d)
-            del d
-            self.set_moment(upd.target, rows, new)
-
-    def cell_totals(self, target: int, g: int, partition: int) -> np.ndarray:
-        rows_g, cells_g, n_cells = self.cells_of_group(g, partition)
-        w = self.mom[target] if rows_g is None else self.mom[target][rows_g]
-        return np.bincount(cells_g, weights=w, minlength=n_cells)
-
-    def snapshot_predictions(self) -> dict:
-        return {"mu": self.mu.copy(), "mom": {a: v.copy() for a, v in self.mom.items()}}
-
-    def mean_potential(self) -> float:
-        return float(np.mean((self.mu - self.y) ** 2))
-
-    def moment_potential(self, a: int) -> float:
-        return float(np.mean((self.mom[a] - self.label(a, self.mu, self.y)) ** 2))
+from .cell_state import CellState, CellStats
+from .descent_params import SHRINK_MIN, WHOLE, DescentParams, Update
+
+# CellState and WHOLE are not used here: the Dask engine imports them from this module
+__all__ = ["CellState", "CellStats", "DescentParams", "DescentResult", "Update", "WHOLE", "descend"]
 
 
 @dataclass
@@ -590,35 +57,6 @@ class DescentResult:
     kept_round: int | None = None
     best_round: int | None = None
     extra: dict = field(default_factory=dict)
-
-
-def cell_violated(S, C, Q, thr: float, z: float = 0.0, min_count: int = 0, var_floor: float = 0.0) -> np.ndarray:
-    """Violated cells given their sums S, counts C and sums of squares Q of the residual.
-
-    Always: |S| >= thr (the paper's mass-weighted test, thr = alpha n). With z > 0 also: C >= max(min_count,
-    2) and the cell's t statistic |mean| / (sd / sqrt(C)) >= z, i.e. S^2 (C - 1) >= z^2 (C Q - S^2): a cell
-    is corrected only when its residual is large relative to *its own* standard error (with z from a
-    Bonferroni correction over the audited cells, the chance that any correct cell is flagged by noise at a
-    round is at most the chosen level). ``var_floor`` > 0: the cell's per-row variance is taken as at least
-    this (its sample variance, (Q - S^2 / C) / (C - 1), is replaced by the larger of the two).
-    """
-    out = np.abs(S) >= thr
-    if z > 0:
-        S2 = S * S
-        spread = C * Q - S2
-        if var_floor > 0:
-            spread = np.maximum(spread, C * (C - 1.0) * var_floor)
-        out &= (C >= max(min_count, 2)) & (S2 * (C - 1.0) >= (z * z) * spread)
-    return out
-
-
-def _make_update(target, partition, g, stats_block, counts_block, thr, step, eta, mask=None) -> Update:
-    cells = np.flatnonzero(np.abs(stats_block) >= thr if mask is None else mask)
-    if step == "paper":
-        deltas = eta * np.sign(stats_block[cells])
-    else:
-        deltas = stats_block[cells] / counts_block[cells]
-    return Update(target, partition, g, cells.astype(np.int64), deltas.astype(float))
 
 
 class _Stop(Exception):
@@ -645,25 +83,66 @@ def descend(
     ``stop()`` is polled before every update (also inside the moment passes, which can be long); returning
     True stops the run at once, leaving a consistent model (the log holds only completed updates).
     """
-    t0 = time.perf_counter()
-    p = params
-    log = [] if log is None else log
-    n = state.n
-    thr_a = p.alpha * n
-    counters = {"mean": 0, "moment": 0, "max_call": 0, "calls": 0}
-    ratio_cap = max(10_000, 20 * state.G * (p.m * p.m + 1))
-    phi_mu = state.mean_potential()
-    history, round_ends = [], []
+    run = _Run(params, state, holdout, callback, [] if log is None else log, stop, keep_best)
+    converged = stopped = False
+    try:
+        converged = run.rounds()
+    except _Stop:
+        stopped = True
+        if not run.history or run.round_ends[-1] != len(run.log):
+            # stopped inside a round: record where it stands, so the history and the kept log agree
+            run.history.append(run.snapshot(run.rnd, state.max_moment_violation()))
+            run.round_ends.append(len(run.log))
+    if converged:
+        # the verification pass may have added moment updates to the last round
+        run.history[-1] = run.snapshot(run.rnd, run.history[-1]["moment_violation_before_fit"])
+        run.round_ends[-1] = len(run.log)
+    counters = run.counters
+    return DescentResult(
+        log=run.log,
+        round_ends=run.round_ends,
+        history=run.history,
+        converged=converged,
+        stopped=stopped,
+        mean_updates=counters["mean"],
+        moment_updates=counters["moment"],
+        max_moment_updates_per_call=counters["max_call"],
+        pmc_calls=counters["calls"],
+        seconds=time.perf_counter() - run.t0,
+        state=state,
+        holdout=holdout,
+        extra={"best": run.best} if keep_best and "index" in run.best else {},
+    )
 
-    def push(upd: Update):
-        log.append(upd)
-        state.apply(upd)
-        if holdout is not None:
-            holdout.apply(upd)
 
-    def pmc(a: int):
+class _Run:
+    """One run of :func:`descend`: its log, counters and history, and the steps of a round."""
+
+    def __init__(self, p: DescentParams, state: CellStats, holdout, callback, log: list, stop, keep_best: bool):
+        self.t0 = time.perf_counter()
+        self.p, self.state, self.holdout, self.callback, self.log = p, state, holdout, callback, log
+        self.stop, self.keep_best = stop, keep_best
+        self.n = state.n
+        self.thr_a = p.alpha * self.n
+        self.counters = {"mean": 0, "moment": 0, "max_call": 0, "calls": 0}
+        self.ratio_cap = max(10_000, 20 * state.G * (p.m * p.m + 1))
+        self.phi_mu = state.mean_potential()
+        self.history: list = []
+        self.round_ends: list = []
+        self.best: dict = {"mse": np.inf}
+        self.rnd = 0
+
+    def push(self, upd: Update):
+        self.log.append(upd)
+        self.state.apply(upd)
+        if self.holdout is not None:
+            self.holdout.apply(upd)
+
+    def pmc(self, a: int):
+        """PseudoMomentConsistency for moment ``a``: updates until no cell of it is violated."""
+        p, state, counters = self.p, self.state, self.counters
         beta = p.beta_for(a)
-        thr_b = beta * n
+        thr_b = beta * self.n
         phi = None  # the potential at the start of the pass, computed only if the pass updates anything
         # a whole group's shrunken step (share w >= SHRINK_MIN of the exact one) lowers the potential by at least
         # w (2 - w) of what the exact step does: the bound is looser by that factor
@@ -671,18 +150,18 @@ def descend(
         count = 0
         counters["calls"] += 1
         while True:
-            if stop is not None and stop():
+            if self.stop is not None and self.stop():
                 raise _Stop
             upd = state.make_update(a, thr_b, beta)
             if upd is None:
                 break
             if phi is None:
                 phi = state.moment_potential(a)
-            push(upd)
+            self.push(upd)
             count += upd.cells.size
             if p.moment_step == "ratio":
                 # the potential bound is the additive step's; the ratio step gets a generous cap per pass
-                if count > ratio_cap:
+                if count > self.ratio_cap:
                     counters["capped"] = counters.get("capped", 0) + 1
                     break
             elif count > phi / (beta**2 * progress) * (1 + 1e-9) + 1e-9:
@@ -693,7 +172,9 @@ def descend(
         counters["moment"] += count
         counters["max_call"] = max(counters["max_call"], count)
 
-    def snapshot(rnd: int, before_moment: float) -> dict:
+    def snapshot(self, rnd: int, before_moment: float) -> dict:
+        """The history row of round ``rnd``."""
+        state, holdout, p = self.state, self.holdout, self.p
         v = state.worst_cell_mean()
         row = {
             "round": rnd,
@@ -701,9 +182,9 @@ def descend(
             "violating_cells": state.count_mean_violations(p.alpha),
             "max_moment_violation": state.max_moment_violation(),
             "moment_violation_before_fit": before_moment,
-            "mean_updates": counters["mean"],
-            "moment_updates": counters["moment"],
-            "seconds": time.perf_counter() - t0,
+            "mean_updates": self.counters["mean"],
+            "moment_updates": self.counters["moment"],
+            "seconds": time.perf_counter() - self.t0,
         }
         if holdout is not None and holdout.n > 0:
             row["holdout_max_mean_violation"] = holdout.worst_cell_mean()
@@ -713,80 +194,57 @@ def descend(
                 row["holdout_moment_mse"] = holdout.moment_potential(p.moments[0])
         return row
 
-    best = {"mse": np.inf}
-
-    def record(rnd: int, before_moment: float):
-        row = snapshot(rnd, before_moment)
-        history.append(row)
-        round_ends.append(len(log))
-        if keep_best and row.get("holdout_mse", np.inf) < best["mse"]:
+    def record(self, rnd: int, before_moment: float):
+        row = self.snapshot(rnd, before_moment)
+        self.history.append(row)
+        self.round_ends.append(len(self.log))
+        if self.keep_best and row.get("holdout_mse", np.inf) < self.best["mse"]:
             # the fitting-row predictions of the best held-out round so far (what replaying the log up to it
             # would give), so early stopping needs no replay on the fitting rows
-            best.update(mse=row["holdout_mse"], index=len(history) - 1, **state.snapshot_predictions())
-        if callback is not None and callback(row):
+            self.best.update(mse=row["holdout_mse"], index=len(self.history) - 1, **self.state.snapshot_predictions())
+        if self.callback is not None and self.callback(row):
             raise _Stop
 
-    rnd = 0
-    converged = stopped = False
-    verified = False
-    try:
+    def mean_step(self):
+        """One mean update: the worst cell's group, on all its violating cells of that partition."""
+        p = self.p
+        upd = self.state.make_update(1, self.thr_a, p.alpha)
+        assert upd is not None  # a violated cell was found just before, so there is an update
+        self.push(upd)
+        self.counters["mean"] += upd.cells.size
+        if self.counters["mean"] > self.phi_mu / p.alpha**2 * (1 + 1e-9) + 1e-9:
+            raise AssertionError(
+                f"internal error: {self.counters['mean']} mean updates exceed the potential bound "
+                f"{self.phi_mu / p.alpha**2:.1f} (a bug, not a stopping rule)"
+            )
+
+    def rounds(self) -> bool:
+        """Rounds until the mean audit passes on freshly summed statistics (True) or the round cap (False)."""
+        state, p = self.state, self.p
+        verified = False
         before = state.max_moment_violation()
         for a in p.moments:
-            pmc(a)
-        record(0, before)
+            self.pmc(a)
+        self.record(0, before)
         while True:
-            v, part, g = state.worst_mean(thr_a)
-            if v * n < thr_a or v <= 0:
+            v, part, g = state.worst_mean(self.thr_a)
+            if v * self.n < self.thr_a or v <= 0:
                 if not verified:
                     # Incremental sums drift by rounding; decide convergence on freshly summed statistics.
                     state.full_recompute()
                     verified = True
                     for a in p.moments:
-                        pmc(a)
+                        self.pmc(a)
                     continue
-                converged = True
-                break
+                return True
             verified = False
-            if p.max_rounds is not None and rnd >= p.max_rounds:
-                break
-            if stop is not None and stop():
+            if p.max_rounds is not None and self.rnd >= p.max_rounds:
+                return False
+            if self.stop is not None and self.stop():
                 raise _Stop
-            upd = state.make_update(1, thr_a, p.alpha)
-            assert upd is not None  # a violated cell was found just above, so there is an update
-            push(upd)
-            counters["mean"] += upd.cells.size
-            if counters["mean"] > phi_mu / p.alpha**2 * (1 + 1e-9) + 1e-9:
-                raise AssertionError(
-                    f"internal error: {counters['mean']} mean updates exceed the potential bound "
-                    f"{phi_mu / p.alpha**2:.1f} (a bug, not a stopping rule)"
-                )
-            rnd += 1
+            self.mean_step()
+            self.rnd += 1
             before = state.max_moment_violation()
             for a in p.moments:
-                pmc(a)
-            record(rnd, before)
-    except _Stop:
-        stopped = True
-        if not history or round_ends[-1] != len(log):
-            # stopped inside a round: record where it stands, so the history and the kept log agree
-            history.append(snapshot(rnd, state.max_moment_violation()))
-            round_ends.append(len(log))
-    if converged:
-        # the verification pass may have added moment updates to the last round
-        history[-1] = snapshot(rnd, history[-1]["moment_violation_before_fit"])
-        round_ends[-1] = len(log)
-    return DescentResult(
-        log=log,
-        round_ends=round_ends,
-        history=history,
-        converged=converged,
-        stopped=stopped,
-        mean_updates=counters["mean"],
-        moment_updates=counters["moment"],
-        max_moment_updates_per_call=counters["max_call"],
-        pmc_calls=counters["calls"],
-        seconds=time.perf_counter() - t0,
-        state=state,
-        holdout=holdout,
-        extra={"best": best} if keep_best and "index" in best else {},
-    )
+                self.pmc(a)
+            self.record(self.rnd, before)

@@ -1,8 +1,8 @@
 """Finding groups nobody listed: the paper's learning-oracle consistency auditor (Section 4.2).
 
-Why one module of ~600 lines: the regions, the search / check split, the candidate sets and the one
-multiplicity count of the acceptance test are shared by the discovery run and by the fit-time wrapper that
-adds the accepted groups; the oracles themselves are in :mod:`mmc_core.oracle`.
+The regions, the search / check split, the candidate sets and the one multiplicity count of the acceptance
+test are here, shared by the discovery run and by the fit-time wrapper that adds the accepted groups
+(:mod:`mmc_core.discover_fit`); the oracles themselves are in :mod:`mmc_core.oracle`.
 
 For each region R of the current predictor -- the mean buckets X(mu, i), and for the a-th moment the joint
 cells X(mu, m_a, i, j) -- a learning oracle (:mod:`mmc_core.oracle`) is run on a *search* sample with the
@@ -16,11 +16,12 @@ z-test at level ``level`` after a Bonferroni correction for every candidate test
 uses the paper's Chernoff auditor (alg:auditor-single-set with failure probability ``level``) instead; it is
 valid for any bounded label but needs far more rows.
 
-:func:`discover` is the audit (``mmc discover``; the dashboard can call it too), :func:`fit_with_discovery`
-runs ``mmc fit --discover``: fit on the listed groups, audit the fitted predictor with the oracle on the
-fitting rows (split into search and check halves), add the accepted sets as ordinary groups and refit;
-repeat until the oracle finds nothing or ``rounds`` audits are spent. See README, "Finding groups you did not
-list", for how this relates to the paper's interleaved AlternatingGradientDescentWithOracle.
+:func:`discover` is the audit (``mmc discover``; the dashboard can call it too),
+:func:`mmc_core.discover_fit.fit_with_discovery` runs ``mmc fit --discover``: fit on the listed groups, audit
+the fitted predictor with the oracle on the fitting rows (split into search and check halves), add the accepted
+sets as ordinary groups and refit; repeat until the oracle finds nothing or ``rounds`` audits are spent. See
+README, "Finding groups you did not list", for how this relates to the paper's interleaved
+AlternatingGradientDescentWithOracle.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .auditor import chernoff_auditor
 from .buckets import mean_grid, moment_grid, moment_projection
 from .errors import MMCError
 from .estimator import auto_threshold, to_label_array
-from .tables import count_rows, take_rows
+from .tables import count_rows
 from .groups import GroupSet, loadable_name
 from .moments import LabelScale, MomentKind, pseudo_label
 from .oracle import FeatureMatrix, Rule, SetOracle, TreeOracle
@@ -47,7 +48,6 @@ __all__ = [
     "Discovery",
     "discover",
     "oracle_audit",
-    "fit_with_discovery",
     "validate_discovery_params",
     "DiscoveryStopped",
 ]
@@ -146,7 +146,7 @@ class Discovery:
         groups: list = []
         names: set = set()
         for f in self.top(k):
-            name = _unique_name(f"found ({f.kind}): {f.name}", names)
+            name = unique_name(f"found ({f.kind}): {f.name}", names)
             d = f.rule.group(name).to_dict()
             d.update(
                 kind=f.kind,
@@ -179,7 +179,7 @@ class Discovery:
         ]
 
 
-def _unique_name(name: str, taken: set) -> str:
+def unique_name(name: str, taken: set) -> str:
     name = loadable_name(name)  # control and bidi characters of a rule's values escaped (mmc_core.groups)
     name = name if len(name) <= 190 else name[:187] + "..."
     out, k = name, 2
@@ -189,7 +189,7 @@ def _unique_name(name: str, taken: set) -> str:
     return out
 
 
-class _Features(FeatureMatrix):
+class DiscoveryFeatures(FeatureMatrix):
     """A FeatureMatrix that also keeps the table (rules are evaluated on it)."""
 
     def __init__(self, table, features, n):
@@ -198,7 +198,7 @@ class _Features(FeatureMatrix):
 
 
 def oracle_audit(
-    F: _Features,
+    F: DiscoveryFeatures,
     lbar: np.ndarray,
     target: np.ndarray,
     regions: np.ndarray,
@@ -293,7 +293,7 @@ def _adjust_intervals(findings: list, n_tested: int, level: float) -> None:
             f.ci_z, f.ci_fcr = z, float(level)
 
 
-def _dedup(findings: list, F: _Features) -> list:
+def _dedup(findings: list, F: DiscoveryFeatures) -> list:
     """Identical rules, and accepted sets of one kind overlapping by Jaccard >= DEDUP_JACCARD: keep the
     one with the larger violation. Returns all findings, accepted first, each part by violation."""
     findings = sorted(findings, key=lambda f: (not f.accepted, -f.violation))
@@ -328,14 +328,14 @@ def _dedup(findings: list, F: _Features) -> list:
     return kept
 
 
-def _split(n_rows: int, search_fraction: float, seed: int):
+def search_check_split(n_rows: int, search_fraction: float, seed: int):
     perm = np.random.default_rng(seed).permutation(n_rows)
     k = int(round(search_fraction * n_rows))
     return np.sort(perm[:k]), np.sort(perm[k:])
 
 
 def audit_predictor(
-    F: _Features,
+    F: DiscoveryFeatures,
     yu: np.ndarray,
     mu: np.ndarray,
     moms: dict,
@@ -390,7 +390,7 @@ def audit_predictor(
     return Discovery(findings, n_tested, int(search.size), int(check.size), thresholds, time.perf_counter() - t0)
 
 
-def _make_oracle(oracle, max_depth, seed):
+def make_oracle(oracle, max_depth, seed):
     if oracle is None:
         return TreeOracle(max_depth=int(max_depth), random_state=int(seed))
     if not hasattr(oracle, "learn_pair"):
@@ -398,7 +398,7 @@ def _make_oracle(oracle, max_depth, seed):
     return oracle
 
 
-def _search_info(features, max_depth, min_mass, level) -> dict:
+def search_info(features, max_depth, min_mass, level) -> dict:
     """What both discovery records say about the search: ``discover``'s ``info`` and a fit's ``info["discovery"]``."""
     return {"features": list(features), "max_depth": int(max_depth), "min_mass": float(min_mass), "level": float(level)}
 
@@ -440,19 +440,65 @@ def discover(
     :class:`DiscoveryStopped`. ``progress(done, total, text)`` (optional) is called after each region
     searched (``total`` is an upper bound: empty regions are skipped).
     """
-    validate_discovery_params(max_depth, min_mass, 5, level, search_fraction)
-    check_seed(seed, "seed")
-    if test not in ("z", "chernoff"):
-        raise MMCError(f"test must be 'z' or 'chernoff', got {test!r}")
-    n = count_rows(X)
-    if n < 20:
-        raise MMCError(f"discovery needs at least 20 rows, got {n}")
+    n = _check_discover_args(X, max_depth, min_mass, level, search_fraction, seed, test)
     y = to_label_array(y, f"label '{label_name}'", n)
     t0 = time.perf_counter()
     if getattr(model, "task", "regression") == "binary" or np.isin(y, (0.0, 1.0)).all():
         # a 0/1 outcome's variance is p (1 - p): its mean says everything, and "variance over-predicted ...
         # (released units)^2" read as nonsense
         n_moments = 1
+    scale, mu, moms, m, odd_moments = _predictor(
+        X, y, n, model, prediction, n_moments, n_buckets, odd_moments, label_range, search_fraction, seed, label_name
+    )
+    yu = scale.to_unit(y, f"label '{label_name}'")
+    F = DiscoveryFeatures(X, features, n)
+    search, check = search_check_split(n, search_fraction, seed)
+    res = audit_predictor(
+        F,
+        yu,
+        mu,
+        moms,
+        m,
+        odd_moments,
+        search,
+        check,
+        make_oracle(oracle, max_depth, seed),
+        min_mass,
+        level,
+        alpha,
+        beta,
+        test,
+        stop=stop,
+        progress=progress,
+    )
+    _in_label_units(res.findings, scale)
+    res.seconds = time.perf_counter() - t0
+    res.info = {
+        **search_info(features, max_depth, min_mass, level),
+        "test": test,
+        "seed": int(seed),
+        "buckets": int(m),
+        "label_range": [scale.lo, scale.hi],
+    }
+    return res
+
+
+def _predictor(
+    X,
+    y,
+    n: int,
+    model,
+    prediction,
+    n_moments: int,
+    n_buckets,
+    odd_moments,
+    label_range,
+    search_fraction,
+    seed,
+    label_name,
+) -> tuple:
+    """(scale, mu, moms, m, odd_moments): the audited predictor on the unit scale, a fitted model's or a
+    prediction column's (its moments then the search rows' constant mean pseudo-moments)."""
     if model is not None:
         scale = model.scale
         base_u = None
@@ -480,168 +526,29 @@ def discover(
             raise MMCError(f"n_buckets must be an integer from 1 to 1000, got {n_buckets!r}")
         if not isinstance(n_moments, numbers.Integral) or not 1 <= n_moments <= 8:
             raise MMCError(f"n_moments must be an integer from 1 (mean only) to 8, got {n_moments!r}")
-        search, _ = _split(n, search_fraction, seed)
+        search, _ = search_check_split(n, search_fraction, seed)
         moms = {}
         for a in range(2, int(n_moments) + 1):
             v = float(np.mean(pseudo_label(a, yu_[search] - mu[search], odd_moments)))
             moms[a] = np.full(n, float(np.clip(v, *moment_projection(a, odd_moments))))
-    yu = scale.to_unit(y, f"label '{label_name}'")
-    F = _Features(X, features, n)
-    search, check = _split(n, search_fraction, seed)
-    res = audit_predictor(
-        F,
-        yu,
-        mu,
-        moms,
-        m,
-        odd_moments,
-        search,
-        check,
-        _make_oracle(oracle, max_depth, seed),
-        min_mass,
-        level,
-        alpha,
-        beta,
-        test,
-        stop=stop,
-        progress=progress,
-    )
-    for f in res.findings:
+    return scale, mu, moms, m, odd_moments
+
+
+def _check_discover_args(X, max_depth, min_mass, level, search_fraction, seed, test: str) -> int:
+    """Check ``discover``'s arguments (an MMCError naming the first bad one); returns the number of rows."""
+    validate_discovery_params(max_depth, min_mass, 5, level, search_fraction)
+    check_seed(seed, "seed")
+    if test not in ("z", "chernoff"):
+        raise MMCError(f"test must be 'z' or 'chernoff', got {test!r}")
+    n = count_rows(X)
+    if n < 20:
+        raise MMCError(f"discovery needs at least 20 rows, got {n}")
+    return n
+
+
+def _in_label_units(findings: list, scale) -> None:
+    """Each finding's residual and its standard error in label units (a moment a's in units to the power a)."""
+    for f in findings:
         a = 1 if f.kind == "mean" else int(f.kind.split("_")[1])
         f.residual_label_units = f.residual * scale.span**a
         f.se_label_units = f.se * scale.span**a
-    res.seconds = time.perf_counter() - t0
-    res.info = {
-        **_search_info(features, max_depth, min_mass, level),
-        "test": test,
-        "seed": int(seed),
-        "buckets": int(m),
-        "label_range": [scale.lo, scale.hi],
-    }
-    return res
-
-
-def fit_with_discovery(
-    est,
-    X,
-    y,
-    groups=None,
-    base_prediction=None,
-    *,
-    features,
-    max_depth: int = 3,
-    min_mass: float = 0.01,
-    rounds: int = 2,
-    level: float = 0.05,
-    search_fraction: float = 0.5,
-    oracle: SetOracle | None = None,
-    label_name: str = "label",
-    base_name=None,
-    stop=None,
-    callback=None,
-):
-    """``mmc fit --discover``: alternate oracle audits and fits of ``est`` (a MomentMulticalibrator).
-
-    Round 1 fits on the listed ``groups``. Each audit runs the learning-oracle auditor on the fitted
-    predictor's residuals on the *fitting* rows (the estimator's held-out calibration rows are never looked
-    at), split into search and check halves; the sets it accepts join the groups as ordinary groups (a rule
-    each) and the estimator is refitted from scratch on all groups. Stops when an audit accepts nothing new
-    or after ``rounds`` audits. The model records the learned groups (``info["learned_sets"]``); they replay
-    like any other group.
-    """
-    validate_discovery_params(max_depth, min_mass, 5, level, search_fraction, rounds)
-    t0 = time.perf_counter()
-    gset = GroupSet.coerce(groups)
-    listed = list(gset.groups)
-    learned: list = []
-    taken = set(gset.names)
-    n = count_rows(X)
-    seen_keys = set()
-    history = []
-    oracle = _make_oracle(oracle, max_depth, est.random_state if isinstance(est.random_state, int) else 0)
-    # the audited fits end with the descent: shrunken cell corrections (mmc_core.cells) fitted on these same
-    # fitting rows would take part of an unlisted group's error in sample and hide it from the audit (a planted
-    # region was no longer found); the final model gets them as the caller asked
-    cells = getattr(est, "shrunken_cells", False)
-
-    def fit(with_cells: bool):
-        est.shrunken_cells = with_cells
-        try:
-            est.fit(
-                X,
-                y,
-                GroupSet(listed + [g for g, _ in learned]),
-                base_prediction=base_prediction,
-                callback=callback,
-                label_name=label_name,
-                base_name=base_name,
-                stop=stop,
-            )
-        finally:
-            est.shrunken_cells = cells
-
-    for rnd in range(rounds + 1):
-        fit(cells and rnd == rounds)
-        if rnd == rounds or (stop is not None and stop()):
-            break
-        fit_idx = est.fit_index_
-        Xf = take_rows(X, fit_idx)
-        yu = est.label_scale_.to_unit(to_label_array(y, f"label '{label_name}'", n)[fit_idx], f"label '{label_name}'")
-        F = _Features(Xf, features, fit_idx.size)
-        search, check = _split(fit_idx.size, search_fraction, (est.random_state or 0) + 1000 + rnd)
-        p = est.model_.params
-        res = audit_predictor(
-            F,
-            yu,
-            est.fit_mean_unit_,
-            est.fit_moments_unit_,
-            p.m,
-            p.odd_moments,
-            search,
-            check,
-            oracle,
-            min_mass,
-            level,
-            est.alpha_,
-            est.beta_,
-        )
-        new = []
-        for f in res.accepted():
-            k = f.rule.key()
-            if k in seen_keys:
-                continue
-            seen_keys.add(k)
-            new.append((f.rule.group(_unique_name(f"learned: {f.name}", taken)), f))
-        history.append(
-            {
-                "round": rnd + 1,
-                "candidates": res.n_candidates,
-                "accepted": len(res.accepted()),
-                "new": len(new),
-                "seconds": res.seconds,
-            }
-        )
-        if not new:
-            if cells:  # nothing more to learn: the final fit, with the corrections
-                fit(True)
-            break
-        learned += new
-    info = est.model_.info
-    info["learned_sets"] = [g.name for g, _ in learned]
-    info["discovery"] = {
-        **_search_info(features, max_depth, min_mass, level),
-        "rounds": history,
-        "seconds": time.perf_counter() - t0,
-        "found": [
-            {
-                "name": g.name,
-                "kind": f.kind,
-                "region": f.region,
-                "violation": float(f.violation),
-                "p_value": float(f.p_value),
-            }
-            for g, f in learned
-        ],
-    }
-    est.learned_groups_ = [g for g, _ in learned]
-    return est

@@ -1,39 +1,30 @@
 """The public estimator: scikit-learn style fit / predict over tables, labels and groups.
 
-Why one module of ~870 lines: ``fit`` is one sequence (checks, split, thresholds, descent, kept round, achieved
-thresholds, interval calibration, the fit record) that ``predict``, ``audit``, ``save`` and ``load`` mirror;
-the threshold rules, table handling, scikit-learn parameters and the binary task are already modules of their
-own (``thresholds``, ``tables``, ``sklearn_params``, ``binary``).
+A thin front end: what a fit decides before the descent is :mod:`mmc_core.fit_rows`, the thresholds and grids
+:mod:`mmc_core.fit_params`, the in-memory fit and the steps after the descent :mod:`mmc_core.fit_memory`, the
+steps both engines share :mod:`mmc_core.fit_steps`; the threshold rules, table handling, scikit-learn parameters
+and the binary task are modules of their own (``thresholds``, ``tables``, ``sklearn_params``, ``binary``).
+
+Why over ~600 lines: the class docstring alone is ~210 lines (every constructor parameter, the fitted attributes
+and examples, in numpydoc, which the API reference is generated from); the code is ~510.
 """
 
 from __future__ import annotations
 
 import numbers
-import types
 
 import numpy as np
 
-from .buckets import fill_edges, geometric_edges
-from .descent import CellState, DescentParams
+from .binary import TASK_BINARY, TASKS, resolve_task  # noqa: F401 - TASKS and resolve_task re-exported
 from .errors import DataError, MMCError, not_fitted
+from .fit_memory import fit_in_memory
+from .fit_params import build_params
+from .fit_rows import fitting_rows
+from .fit_steps import count_labels
 from .groups import GroupSet
 from .model import FittedModel
-from .recalibrate import BASE_RECALIBRATIONS, affine_base, fit_affine, fit_group_linear, group_linear_base
-from .moments import LabelScale, MomentKind, pseudo_label
-from .binary import TASK_BINARY, TASKS, resolve_task  # noqa: F401 - TASKS re-exported
 from .sklearn_params import SklearnParams
-from .tables import count_rows, take_rows, as_table, to_label_array
-from .fit_steps import (
-    FitRows,
-    FitStats,
-    achieved_thresholds,
-    cells_keep_given,
-    check_held_out,
-    count_labels,
-    fit_info,
-    search_buckets,
-    state_achieved,
-)
+from .tables import as_table, count_rows, to_label_array
 from .thresholds import (  # noqa: F401 - the rule constants are re-exported for older imports
     AUTO_BUCKETS,
     AUTO_LEVEL,
@@ -331,258 +322,17 @@ class MomentMulticalibrator(SklearnParams):
         self.max_order = max_order
 
     # ------------------------------------------------------------------------------------------
-    def _params(
-        self, alpha: float, beta: float, moments: tuple, moment_betas: tuple = (), m: int | None = None, **extra
-    ) -> DescentParams:
-        return DescentParams(
-            float(alpha),
-            float(beta),
-            int(self.n_buckets if m is None else m),
-            tuple(moments),
-            self.step,
-            self.odd_moments,
-            None if self.max_rounds is None else int(self.max_rounds),
-            moment_betas,
-            **extra,
-        )
-
     def _build_params(
-        self, m: int, G: int, nf: int, moments: tuple, resid: np.ndarray, mu0: np.ndarray, memb, stats=None
-    ):
-        """Thresholds, grids and floors for m buckets, all chosen from the fitting rows before the descent.
-
-        * alpha / beta "auto" (exact step): a cell is corrected only when its residual is at least z of *its
-          own* standard errors from 0, z = the Bonferroni critical value at level 0.1 over all audited cells,
-          and it has >= 20 rows; alpha_ / beta_a are then the mass-weighted floor such a cell must also pass.
-          With the paper step (or given numbers), the plain mass-weighted thresholds of format 1.
-        * mean_buckets "quantile": mean buckets at the quantiles of the initial mean prediction.
-        * moment_buckets "data": moment buckets evenly spaced on a log scale over the range of the groups'
-          average pseudo-moments (widened 1.5x each side), and moment predictions kept >= a floor > 0.
-        """
-        K = len(moments)
-        if stats is None:  # the numpy engine; the Dask engine passes the same figures computed by reductions
-            stats = FitStats.from_arrays(resid, mu0, memb, moments, self.odd_moments)
-        se = self.step == "exact" and (self.alpha == "se" or self.beta == "se")
-        # finer cells: family-wise level 0.1 (Bonferroni) over every audited cell; whole groups of the mean:
-        # family-wise level 0.1 too. (A per-family error rate of 1 was tried: in the null world -- the base IS
-        # the true mean -- it shifted a correct base by 0.2-0.45 label points in 3 of 10 seeds, each shift
-        # then found by the audit on fresh rows.) Whole groups of a moment: see z_group_moment below.
-        z = bonferroni_z(G * m * (1 + 2 * K * m), SE_LEVEL) if se else 0.0
-        z_group = bonferroni_z(G * (1 + K), SE_GROUP_LEVEL) if se else 0.0
-        z_group_moment = min(SE_GROUP_MOMENT_Z, z_group)
-        if self.shrunken_cells and self.calibration_fraction > 0:
-            # the moments' cell step (after the descent, judged on held-out rows) takes whole groups' moments
-            # with shrinkage; the descent's own whole-group test is a t test on skewed pseudo-labels, whose lower
-            # tail is heavy: in a world of equal spread (10,000 rows) it moved a small group's variance down by
-            # 20-30% in 3 of 10 fits (worst group up to 45% off; 8% at most without it). On islp_wage's held-out
-            # rows it had caught real group spread the cell step shrinks more (benchmarks/README.md, "Moment cells")
-            z_group_moment = NO_GROUP_MOMENT_Z
-        mgz = getattr(self, "mean_group_z", "bonferroni")
-        if not (
-            mgz in GROUP_Z_RULES
-            or (isinstance(mgz, numbers.Real) and not isinstance(mgz, bool) and 1.0 <= float(mgz) <= 10.0)
-        ):
-            raise MMCError(f"mean_group_z must be 'bonferroni' or a number from 1 to 10, got {mgz!r}")
-        if se and mgz not in GROUP_Z_RULES:
-            # Whole groups of the mean at a fixed critical value (issue 10, held-out tables): a significant
-            # bucket cell corrected on its own moves the means of the groups holding it by the part of their
-            # residual the other, not significant, buckets used to cancel; at the Bonferroni z_group that
-            # induced group-level bias (often 2-3 se) is left in place. Moments keep their own z_group_moment.
-            z_group = float(mgz)
-        min_count = SE_MIN_COUNT if se else 0
-
-        def thr(rule, spread, n_cells):
-            if rule == "se" and se:
-                # the floor: the mass-weighted residual of a min_count-row cell at z standard errors
-                return float(np.clip(z * spread * np.sqrt(min_count) / max(nf, 1), 1e-7, 0.05))
-            return auto_threshold(spread, n_cells, nf)
-
-        alpha = (
-            thr(self.alpha, stats.resid_std, G * m * (1 + K * m)) if isinstance(self.alpha, str) else float(self.alpha)
-        )
-        moment_betas: tuple = ()
-        if not isinstance(self.beta, str):
-            beta = float(self.beta)
-        elif not moments:
-            beta = 0.01  # unused: no moments are fitted
-        else:
-            # each moment on its own scale: a fourth moment's errors are far smaller than a variance's
-            per = {a: thr(self.beta, stats.label_std(a), G * m * m) for a in moments}
-            beta = per[2]
-            moment_betas = tuple((a, b) for a, b in per.items() if a != 2)
-        extra: dict = {"z": z, "z_group": z_group, "min_count": min_count}
-        if se and not (self.alpha == "se" and self.beta == "se"):
-            # the per-cell test gates only the family whose threshold is "se": the other one is the paper's plain
-            # test, which the descent then meets on the fitting rows
-            extra["se_scope"] = "mean" if self.alpha == "se" else "moments"
-        if se and moments and self.beta == "se":
-            extra["moment_var_floors"] = tuple(
-                (a, float(stats.label_std(a)) ** 2 * MOMENT_VAR_FLOOR_SHARE) for a in moments
-            )
-            # A moment's whole group is corrected from |t| >= z_group_moment (the Bonferroni z_group), part-way:
-            # the share max(1/2, 1 - 1 / t^2) of the gap to its own fitting-row moment (James-Stein with a floor
-            # of 1/2; DescentParams.moment_shrink). Smaller gaps are left to the moments' cell step after the
-            # descent, which shrinks each by its evidence and is judged on held-out rows (SE_GROUP_MOMENT_Z).
-            extra["z_group_moment"] = z_group_moment
-            extra["moment_shrink"] = SE_MOMENT_SHRINK
-        if (
-            self.moment_buckets == "data"
-            and self.step == "exact"
-            and not (self.odd_moments == MomentKind.SIGNED and K >= 2)
-        ):
-            extra["moment_step"] = "ratio"  # positive moments on their own (log) scale
-        if self.mean_buckets == "quantile" and m >= 2:
-            q = stats.mean_quantile_edges(m)
-            extra["mean_edges"] = fill_edges(q, m, 0.0, 1.0) if q else ()
-        if self.moment_buckets == "data":
-            edges, floors = [], []
-            sizes = stats.sizes.astype(float)
-            big = sizes >= max(FLOOR_MASS * nf, min_count, 1)
-            for a in moments:
-                if a % 2 == 1 and self.odd_moments == MomentKind.SIGNED:
-                    continue  # signed odd moments take both signs: keep the symmetric range grid
-                from .moments import max_central_moment
-
-                r = max_central_moment(a)
-                pooled = stats.label_mean(a)
-                gsum = stats.group_label_sums(a)
-                gm = gsum[big] / sizes[big] if big.any() else np.array([pooled])
-                gm = gm[gm > 0]
-                low, high = (float(gm.min()), float(gm.max())) if gm.size else (0.0, 0.0)
-                if not (low > 0 and high > low * 1.01):
-                    low, high = pooled / 3.0, pooled * 3.0
-                low, high = low / 1.5, min(high * 1.5, 0.9 * r)
-                b_a = beta if a == 2 else dict(moment_betas).get(a, beta)
-                floor = min(0.5 * b_a, 1e-3 * low) if low > 0 else 0.5 * b_a
-                floors.append((a, float(max(floor, 1e-15))))
-                if m >= 2 and 0 < low < high:
-                    edges.append((a, geometric_edges(low, high, m)))
-            extra["moment_edges"] = tuple(edges)
-            extra["moment_floors"] = tuple(floors)
-        params = self._params(alpha, beta, moments, moment_betas, m, **extra)
-        init_moments = {a: float(np.clip(stats.label_mean(a), *params.projection(a))) for a in moments}
-        return params, init_moments
-
-    def _fitting_rows(self, X, y, groups, base_prediction, label_name: str, base_name):
-        """Checks, label scale, calibration split and the fitting rows' residuals: everything ``fit`` decides
-        before the descent, shared with :meth:`planned_thresholds` so the preview cannot drift from the fit."""
-        validate_params(
-            self.alpha,
-            self.beta,
-            self.n_buckets,
-            self.n_moments,
-            self.step,
-            self.odd_moments,
-            self.calibration_fraction,
-            self.max_rounds,
-            self.mean_buckets,
-            self.moment_buckets,
-            self.early_stopping,
-        )
-        check_seed(self.random_state)
-        if not isinstance(self.shrunken_cells, (bool, np.bool_)):
-            raise MMCError(f"shrunken_cells must be True or False, got {self.shrunken_cells!r}")
-        if self.base_recalibration not in BASE_RECALIBRATIONS:
-            raise MMCError(
-                f"base_recalibration must be one of {', '.join(BASE_RECALIBRATIONS)}, got {self.base_recalibration!r}"
-            )
-        X = as_table(X)
-        n = count_rows(X)
-        if n < 2:
-            raise DataError(f"need at least 2 rows to fit, got n_samples={n}")
-        task, y, binary_info = resolve_task(y, self.task, self.positive_label, label_name)
-        k = int(self.n_moments)
-        if task == TASK_BINARY:
-            if self.n_moments not in (1, 2):
-                raise MMCError(
-                    f"moments={self.n_moments!r}: a binary label is fitted for the mean only (its "
-                    "variance is p(1 - p) once the probability p is right); use moments=1"
-                )
-            if self.label_range is not None and tuple(float(v) for v in self.label_range) != (0.0, 1.0):
-                raise MMCError(
-                    f"label range {self.label_range!r}: a binary label is a probability on [0, 1] "
-                    "(leave label_range unset)"
-                )
-            k = 1
-        y = to_label_array(y, f"label '{label_name}'", n)
-        if task == TASK_BINARY:
-            scale = LabelScale(0.0, 1.0, "binary")
-        elif self.label_range is None:
-            scale = LabelScale.observed(y)
-        else:
-            scale = LabelScale.declared(self.label_range)
-        yu = scale.to_unit(y, f"label '{label_name}'")
-        base_u = None
-        base_clipped = 0
-        if base_prediction is not None:
-            bname = f"base prediction '{base_name}'" if base_name else "base prediction"
-            base = to_label_array(base_prediction, bname, n)
-            # A base model may overshoot the label range a little; the mean predictor lives in the range
-            # (the paper projects onto it), so such values are clipped and the count is reported.
-            outside = (base < scale.lo) | (base > scale.hi)
-            base_clipped = int(outside.sum())
-            base_u = scale.to_unit(np.clip(base, scale.lo, scale.hi), bname)
-            del base
-        gset = GroupSet.coerce(groups)
-
-        rng = np.random.default_rng(self.random_state)
-        n_cal = int(round(self.calibration_fraction * n))
-        early = check_held_out(self, self.calibration_fraction, n, n - n_cal, n_cal)
-        perm = rng.permutation(n)
-        cal_idx = np.sort(perm[:n_cal])
-        fit_idx = np.sort(perm[n_cal:]) if n_cal else np.arange(n)
-        del perm, y  # row-length arrays no longer needed: at tens of millions of rows memory is the limit
-        # without held-out rows the fitting rows are all the rows: the arrays are used as they are, not copied
-        Xf = take_rows(X, fit_idx) if n_cal else X
-        yu_f = yu[fit_idx] if n_cal else yu
-        memb = gset.evaluate(Xf, fit_idx.size)
-        affine = within = memb_h = None
-        if base_u is not None:
-            mu0 = base_u[fit_idx] if n_cal else base_u
-            if self.base_recalibration == "affine":
-                affine = fit_affine(yu_f, mu0)
-                mu0 = affine_base(mu0, *affine)
-            elif self.base_recalibration in ("group-linear", "auto"):
-                memb_h = gset.evaluate(take_rows(X, cal_idx), n_cal) if n_cal else None
-                held = (yu[cal_idx], base_u[cal_idx], memb_h.sums()) if memb_h is not None else None
-                within = fit_group_linear(yu_f, mu0, memb.sums(), held)
-                mu0 = group_linear_base(mu0, memb.sums(), within)
-        else:
-            mu0 = np.full(fit_idx.size, float(np.mean(yu_f)))
-        moments = tuple(range(2, k + 1))
-        G, nf = len(gset), fit_idx.size
-        resid = yu_f - mu0
-        return types.SimpleNamespace(
-            X=X,
-            n=n,
-            task=task,
-            binary_info=binary_info,
-            scale=scale,
-            yu=yu,
-            yu_f=yu_f,
-            base_u=base_u,
-            base_clipped=base_clipped,
-            gset=gset,
-            n_cal=n_cal,
-            early=early,
-            cal_idx=cal_idx,
-            fit_idx=fit_idx,
-            Xf=Xf,
-            memb=memb,
-            mu0=mu0,
-            affine=affine,
-            within=within,
-            memb_h=memb_h,
-            moments=moments,
-            G=G,
-            nf=nf,
-            resid=resid,
-        )
+        self, m: int, G: int, nf: int, moments: tuple, resid: np.ndarray | None, mu0, memb, stats=None
+    ) -> tuple:
+        """Thresholds, grids and floors for m buckets (:func:`mmc_core.fit_params.build_params`); the Dask engine
+        calls it with its figures computed by reductions."""
+        return build_params(self, m, G, nf, moments, resid, mu0, memb, stats)
 
     def planned_thresholds(self, X, y, groups=None, base_prediction=None, label_name: str = "label") -> dict:
         """The thresholds ``fit(X, y, groups, base_prediction)`` will use, computed by the fit's own steps
-        (same checks, label scale and calibration split, then ``_build_params``) without running the descent:
-        the one resolver of the "auto" and "se" rules (a number is returned as given).
+        (same checks, label scale and calibration split, then :func:`mmc_core.fit_params.build_params`) without
+        running the descent: the one resolver of the "auto" and "se" rules (a number is returned as given).
 
         Returns ``rule`` ("se", "auto" or "given"), ``alpha``, ``beta``, ``moment_betas`` {moment: beta}, the
         "se" test's ``z``, ``z_group`` and ``min_count`` (0 without it), ``n_fit`` (rows the descent fits on),
@@ -594,11 +344,13 @@ class MomentMulticalibrator(SklearnParams):
         if self.groups is not None or self.base_column is not None:
             X = as_table(X)
             groups, base_prediction, _ = self._inputs_from_params(X, groups, base_prediction, None, False, None)
-        d = self._fitting_rows(X, y, groups, base_prediction, label_name, None)
+        d = fitting_rows(self, X, y, groups, base_prediction, label_name, None)
         params, _ = self._build_params(int(self.n_buckets), d.G, d.nf, d.moments, d.resid, d.mu0, d.memb)
+        resid = d.resid
+        assert resid is not None  # freed only after a descent
         rules = (self.alpha, self.beta)
         # "se" is the per-cell test of the exact step; with the paper's step an "se" threshold falls back to the
-        # "auto" noise rule (_build_params), and the preview says so
+        # "auto" noise rule (mmc_core.fit_params), and the preview says so
         se = self.step == "exact" and "se" in rules
         return {
             "rule": "se" if se else ("auto" if ("auto" in rules or "se" in rules) else "given"),
@@ -609,7 +361,7 @@ class MomentMulticalibrator(SklearnParams):
             "z_group": float(params.z_group),
             "min_count": int(params.min_count),
             "n_fit": int(d.nf),
-            "resid_sd": float(np.std(d.resid)),
+            "resid_sd": float(np.std(resid)),
             "n_groups": int(d.G),
         }
 
@@ -675,30 +427,11 @@ class MomentMulticalibrator(SklearnParams):
             X, groups, base_prediction, base_name, dask, client
         )
         if dask:
-            from .engines.dask_engine import fit_dask  # lazily: importing mmc_core never imports dask
-            from .threads import one_blas_thread
-
-            with one_blas_thread():  # the client's solves as the numpy engine's (workers run one thread each)
-                fit_dask(
-                    self,
-                    X,
-                    y,
-                    groups,
-                    base_prediction,
-                    callback=callback,
-                    label_name=label_name if label_name != "label" else None,
-                    base_name=base_name,
-                    stop=stop,
-                    client=client,
-                )
+            self._fit_dask(X, y, groups, base_prediction, callback, label_name, base_name, stop, client)
         else:
             if label_name == "label" and isinstance(getattr(y, "name", None), str) and y.name:
                 label_name = y.name  # a pandas Series names its column: errors and the model then say which
-            from .memory import reuse_freed_memory
-            from .threads import one_blas_thread
-
-            with reuse_freed_memory(count_labels(y)), one_blas_thread():
-                self._fit_in_memory(X, y, groups, base_prediction, callback, label_name, base_name, stop)
+            self._fit_in_memory(X, y, groups, base_prediction, callback, label_name, base_name, stop)
         self._set_features_in(X_given)
         return self
 
@@ -752,222 +485,50 @@ class MomentMulticalibrator(SklearnParams):
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
 
-    def _fit_in_memory(self, X, y, groups, base_prediction, callback, label_name, base_name, stop):
-        """The numpy engine's fit (see :meth:`fit`)."""
-        from .crossfit import check_interval_calibration
+    def _fit_dask(self, X, y, groups, base_prediction, callback, label_name, base_name, stop, client) -> None:
+        """The Dask engine's fit (:func:`mmc_core.engines.dask_engine.fit_dask`), which sets the fitted attributes."""
+        from .engines.dask_engine import fit_dask  # lazily: importing mmc_core never imports dask
+        from .threads import one_blas_thread
 
-        d = self._fitting_rows(X, y, groups, base_prediction, label_name, base_name)
-        X, n, task, binary_info, scale, yu, yu_f, base_u, base_clipped, gset = (
-            d.X,
-            d.n,
-            d.task,
-            d.binary_info,
-            d.scale,
-            d.yu,
-            d.yu_f,
-            d.base_u,
-            d.base_clipped,
-            d.gset,
-        )
-        n_cal, early, cal_idx, fit_idx, Xf, memb, mu0, affine, within, memb_h, moments, G, nf, resid = (
-            d.n_cal,
-            d.early,
-            d.cal_idx,
-            d.fit_idx,
-            d.Xf,
-            d.memb,
-            d.mu0,
-            d.affine,
-            d.within,
-            d.memb_h,
-            d.moments,
-            d.G,
-            d.nf,
-            d.resid,
-        )
-        del d  # the locals hold what is needed; resid is dropped after the descent
-        if memb_h is None and n_cal:
-            memb_h = gset.evaluate(take_rows(X, cal_idx), n_cal)
-        mu_h = None
-        if n_cal:
-            mu_h = base_u[cal_idx] if base_u is not None else np.full(n_cal, float(np.mean(yu_f)))
-            if affine is not None:
-                mu_h = affine_base(mu_h, *affine)
-            elif within is not None:
-                assert memb_h is not None
-                mu_h = group_linear_base(mu_h, memb_h.sums(), within)
-
-        def start(m):
-            params, init_moments = self._build_params(m, G, nf, moments, resid, mu0, memb)
-            state = CellState(params, memb, yu_f, mu0, {a: np.full(nf, v) for a, v in init_moments.items()})
-            holdout = None
-            if n_cal:
-                assert memb_h is not None and mu_h is not None  # both exist whenever n_cal > 0
-                holdout = CellState(
-                    params, memb_h, yu[cal_idx], mu_h, {a: np.full(n_cal, v) for a, v in init_moments.items()}
-                )
-            return params, init_moments, state, holdout
-
-        search = search_buckets(self, start, callback, stop, early)
-        score, m, params, init_moments, res, kept_round = search.runs[search.best]
-        resid = None  # the descents are done: free it (rebound, not deleted: start's closure shares the variable)
-
-        if base_u is None:
-            init_mean = {"kind": "constant", "value": float(np.mean(yu_f))}
-        elif affine is not None:
-            init_mean = {"kind": "base-affine", "column": base_name, "intercept": affine[0], "slope": affine[1]}
-        elif within is not None and within["validation"]["kept"]:
-            init_mean = {"kind": "base-group-linear", "column": base_name, **within}
-        else:
-            init_mean = {"kind": "base", "column": base_name}
-        log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
-        model = FittedModel(
-            params,
-            scale,
-            gset,
-            init_mean,
-            init_moments,
-            list(log),
-            list(res.round_ends[: kept_round + 1]),
-            task=task,
-            binary=binary_info,
-        )
-        snap = res.extra.get("best")
-        if kept_round == len(res.round_ends) - 1:
-            st = res.state
-            assert isinstance(st, CellState)  # the in-memory engine (the Dask engine has its own fit path)
-            fit_mu, fit_moms = st.mu.copy(), {a: v.copy() for a, v in st.mom.items()}
-        elif snap is not None and snap["index"] == kept_round:
-            fit_mu, fit_moms = snap["mu"], snap["mom"]
-        else:
-            base_f = None if base_u is None else (base_u[fit_idx] if n_cal else base_u)  # as given: predict maps it
-            fit_mu, fit_moms = model.predict_unit(Xf, base_f, fit_idx.size)
-        cells_check = moment_cells_check = None
-        before_cells = (fit_mu, fit_moms)
-        if self.shrunken_cells and n_cal and not (res.stopped or (stop is not None and stop())):
-            assert memb_h is not None
-            fit_mu, cells_check = self._shrunken_cells(model, memb, yu_f, fit_mu, memb_h, yu[cal_idx], base_u, cal_idx)
-            fit_moms, moment_cells_check = self._moment_cells(
-                model, memb, yu_f, fit_mu, fit_moms, memb_h, yu[cal_idx], base_u, cal_idx
+        with one_blas_thread():  # the client's solves as the numpy engine's (workers run one thread each)
+            fit_dask(
+                self,
+                X,
+                y,
+                groups,
+                base_prediction,
+                callback=callback,
+                label_name=label_name if label_name != "label" else None,
+                base_name=base_name,
+                stop=stop,
+                client=client,
             )
-        achieved = achieved_thresholds(params, memb, yu_f, fit_mu, fit_moms)
-        if not cells_keep_given(self, model, params, achieved, cells_check, moment_cells_check):
-            fit_mu, fit_moms = before_cells
-            achieved = achieved_thresholds(params, memb, yu_f, fit_mu, fit_moms)
-        _, floors = state_achieved(self, model, params, achieved)
-        if (model.has_cells or model.has_moment_cells) and 0 <= kept_round < len(res.history):
-            # the stated alpha is the model's after the cell corrections; the round's own value stays the descent's
-            res.history[kept_round]["cells_max_mean_violation"] = achieved["alpha"]
-        oof = None
-        if n_cal and task != TASK_BINARY and getattr(self, "_calibrate_intervals", True):
-            from . import intervals
 
-            interval_rows = check_interval_calibration(self.interval_calibration, n=n)
-            if interval_rows == "cross-fit" and not (res.stopped or (stop is not None and stop())):
-                # Every row, with the predictions of a model fitted without its fold (mmc_core.crossfit).
-                from .crossfit import CROSS_FIT_FOLDS, out_of_fold_predictions
+    def _fit_in_memory(self, X, y, groups, base_prediction, callback, label_name, base_name, stop):
+        """The numpy engine's fit (:func:`mmc_core.fit_memory.fit_in_memory`), then the fitted attributes."""
+        from .memory import reuse_freed_memory
+        from .threads import one_blas_thread
 
-                oof = out_of_fold_predictions(self, X, yu, base_u, gset, task, stop=stop)
-                if stop is not None and stop():  # stopped during the fold fits: their models are partial
-                    oof = None
-            if oof is not None:
-                model.extras["intervals"] = intervals.calibrate(
-                    model,
-                    X,
-                    yu,
-                    base_u,
-                    predictions=(oof["mean"], oof["moments"]),
-                    rows="cross-fit",
-                    folds=CROSS_FIT_FOLDS,
-                    # the configuration measured for cross-fitting (mmc_core.intervals, 1'.-3'.)
-                    options={"combine": "sum", "margin": intervals.CC_MARGIN_CROSS_FIT},
-                )
-            else:
-                # Only the held-out rows (never the rows the moments were fitted on); also a stopped fit's
-                # (the fold models would be as partial as it is, and the user is waiting).
-                model.extras["intervals"] = intervals.calibrate(
-                    model, take_rows(X, cal_idx), yu[cal_idx], None if base_u is None else base_u[cal_idx]
-                )
-        rows = FitRows(n, fit_idx.size, n_cal, memb.sizes, base_clipped, label_name)
-        model.info = {"task": task, **fit_info(self, model, search, rows, achieved, floors)}
-        if cells_check is not None:
-            model.info["shrunken_cells"] = cells_check
-        if moment_cells_check:
-            model.info["moment_cells"] = moment_cells_check
-        if n_cal:
-            from .stages import stage_effects
-
-            assert memb_h is not None
-            base_h = None if base_u is None else base_u[cal_idx]
-            model.info["stages"] = stage_effects(model, memb_h, yu[cal_idx], base_h)
-        if within is not None:  # the out-of-sample check of the group-linear map, kept or not
-            model.info["base_recalibration"] = {
-                "method": "group-linear",
-                "ridge": within["ridge"],
-                **within["validation"],
-            }
-        self._set_fitted(model)
+        with reuse_freed_memory(count_labels(y)), one_blas_thread():
+            fitted = fit_in_memory(
+                self,
+                X,
+                y,
+                groups,
+                base_prediction,
+                callback,
+                label_name,
+                base_name,
+                stop,
+                calibrate_intervals=getattr(self, "_calibrate_intervals", True),  # False in a cross-fit's folds
+            )
+        self._set_fitted(fitted.model)
         # row-level state of this fit (not saved with the model: a loaded estimator has None here)
-        self.fit_index_ = fit_idx
-        self.calibration_index_ = cal_idx
-        self.fit_mean_unit_, self.fit_moments_unit_ = fit_mu, fit_moms
-        self.oof_predictions_unit_ = oof  # cross-fit: every row's out-of-fold predictions and fold (else None)
-        if task == TASK_BINARY:  # probabilities never exactly 0 or 1 (see mmc_core.model.binary_clip)
-            binary_info["floor"] = 0.5 / (fit_idx.size + 1)
+        self.fit_index_ = fitted.fit_index
+        self.calibration_index_ = fitted.calibration_index
+        self.fit_mean_unit_, self.fit_moments_unit_ = fitted.fit_mean_unit, fitted.fit_moments_unit
+        self.oof_predictions_unit_ = fitted.oof_predictions_unit  # cross-fit: every row's out-of-fold predictions
         return self
-
-    @staticmethod
-    def _shrunken_cells(model, memb, y_f, fit_mu, memb_h, y_h, base_u, cal_idx) -> tuple:
-        """The shrunken cell corrections after the descent (:mod:`mmc_core.cells`), fitted on the fitting rows
-        (a seeded sample of ``CV_MAX_ROWS`` on a larger table: the cells' means are then precise anyway), their
-        penalty and weight chosen on the held-out rows with the kept model's predictions there. Sets ``model.cells`` when kept;
-        returns the fitting rows' final mean prediction and the check for ``info``."""
-        from .cells import apply_cells, gated_cells
-        from .recalibrate import capped
-
-        mu_h, moms_h = model.initial(memb_h.n, None if base_u is None else base_u[cal_idx], memb_h)
-        mu_h, _ = model.replay(memb_h, mu_h, moms_h)
-        sums = memb.sums()
-        sums_s, y_s, mu_s = capped(sums, y_f, fit_mu, 11)
-        s_h, yy, mm = capped(memb_h.sums(), y_h, mu_h, 13)
-        cells, check = gated_cells(y_s, mu_s, sums_s, (yy, mm, s_h))
-        if cells is None:
-            return fit_mu, check
-        model.cells = cells
-        return apply_cells(fit_mu, sums, cells), check
-
-    @staticmethod
-    def _moment_cells(model, memb, y_f, fit_mu, fit_moms, memb_h, y_h, base_u, cal_idx) -> tuple:
-        """The log-scale cell corrections of each positive moment (:func:`mmc_core.cells.gated_moment_cells`),
-        after the mean's: fitted on the fitting rows' pseudo-labels around the final mean (a seeded sample of
-        ``CV_MAX_ROWS`` on a larger table), judged on the held-out rows with the model's final predictions there.
-        Sets ``model.moment_cells`` when some are kept; returns the fitting rows' moment predictions and the
-        checks per moment for ``info`` (None when no moment is positive on the log scale)."""
-        from .cells import apply_moment_cells, gated_moment_cells
-        from .recalibrate import capped
-
-        p = model.params
-        if not p.moments or p.moment_step != "ratio":  # signed or additive moments: no log scale to work on
-            return fit_moms, None
-        mu_h, moms_h = model.initial(memb_h.n, None if base_u is None else base_u[cal_idx], memb_h)
-        mu_h, moms_h = model.replay(memb_h, mu_h, moms_h)  # with the mean's cells, if kept
-        sums, sums_h = memb.sums(), memb_h.sums()
-        cells, checks = {}, {}
-        for a in p.moments:
-            s_f = pseudo_label(a, y_f - fit_mu, p.odd_moments)
-            s_h = pseudo_label(a, y_h - mu_h, p.odd_moments)
-            sums_s, s_s, v_s = capped(sums, s_f, fit_moms[a], 17)
-            sh, ss_h, vv_h = capped(sums_h, s_h, moms_h[a], 19)
-            cell, checks[str(a)] = gated_moment_cells(s_s, v_s, sums_s, (ss_h, vv_h, sh))
-            if cell is not None:
-                cells[a] = cell
-        if not cells:
-            return fit_moms, checks
-        model.moment_cells = cells
-        out = dict(fit_moms)
-        for a, cell in cells.items():
-            out[a] = apply_moment_cells(fit_moms[a], sums, cell, p.projection(a))
-        return out, checks
 
     def _set_fitted(self, model: FittedModel) -> None:
         """Every fitted attribute that the model file holds (the one place they are set, for fit and load)."""

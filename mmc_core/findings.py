@@ -36,8 +36,9 @@ level, so that it never reaches the no-effect value (issue 34). Findings are ran
 level (bootstrap CI excluding 1) is *more uncertain*, which is what the model should say when it is true.
 They are listed apart and never adjusted as tests.
 
-Everything here is numpy: the normal and binomial tails are computed with ``math.erfc`` and a continued
-fraction for the regularized incomplete beta function, checked against scipy in the tests.
+Everything here is numpy: the normal and binomial tails (:mod:`mmc_core.distributions`) are computed with
+``math.erfc`` and a continued fraction for the regularized incomplete beta function, checked against scipy in
+the tests. How findings are written is :mod:`mmc_core.finding_text`.
 """
 
 from __future__ import annotations
@@ -47,7 +48,17 @@ from statistics import NormalDist
 
 import numpy as np
 
+from .distributions import (  # the audit's callers and the tests read these as findings.X
+    Z95,
+    binom_cdf,
+    norm_sf,
+    normal_isf2,
+    t_isf2,
+    t_sf2,
+    wilson_interval,
+)
 from .errors import MMCError
+from .finding_text import P_FLOOR, describe, log_percent, p_words, percent, with_percent  # the app reads them here
 
 __all__ = [
     "ADJUSTMENTS",
@@ -68,6 +79,11 @@ __all__ = [
     "log_percent",
     "with_percent",
     "Z95",
+    # the words of findings (mmc_core.finding_text), read here by the app and the tests
+    "P_FLOOR",
+    "describe",
+    "p_words",
+    "percent",
 ]
 
 ADJUSTMENTS = ("holm", "bh")
@@ -87,142 +103,6 @@ DISPARITY_MIN = 0.01
 # "log": the label is a natural logarithm (log wage, log price); mean errors are then also stated as percent
 # differences of the original values, which is how an analyst reads them (0.05 log points is about 5.1%)
 LABEL_SCALES = ("linear", "log")
-Z95 = 1.959963984540054  # the standard normal 97.5% quantile: two-sided 95% intervals
-
-
-# ---- distributions ---------------------------------------------------------------------------------------
-_erfc = np.frompyfunc(math.erfc, 1, 1)
-_lgamma = np.frompyfunc(math.lgamma, 1, 1)
-
-
-def norm_sf(z) -> np.ndarray:
-    """Upper tail P(Z > z) of the standard normal, elementwise (NaN stays NaN)."""
-    z = np.asarray(z, dtype=float)
-    out = np.full(z.shape, np.nan)
-    ok = ~np.isnan(z)
-    out[ok] = 0.5 * _erfc(z[ok] / math.sqrt(2.0)).astype(float)
-    return out
-
-
-def t_sf2(t, df) -> np.ndarray:
-    """Two-sided tail P(|T| > |t|) of Student's t with ``df`` degrees of freedom, elementwise (the normal tail
-    beyond 1e7 degrees of freedom, where the continued fraction would need too many terms; there the two
-    differ by a factor 1 + t^4 / (4 df), under 1e-3 up to |t| = 12)."""
-    t = np.abs(np.asarray(t, dtype=float))
-    df = np.broadcast_to(np.asarray(df, dtype=float), t.shape)
-    out = np.full(t.shape, np.nan)
-    ok = ~np.isnan(t) & (df > 0)
-    big = ok & (df > 1e7)
-    out[big] = 2 * norm_sf(t[big])
-    small = ok & ~big
-    if small.any():
-        tt, nu = t[small], df[small]
-        with np.errstate(over="ignore", invalid="ignore"):
-            x = np.where(np.isinf(tt), 0.0, nu / (nu + tt * tt))
-        out[small] = _betainc(nu / 2, np.full(nu.shape, 0.5), x)
-    return np.minimum(out, 1.0)
-
-
-def _betacf(a, b, x, iters: int = 3000, eps: float = 1e-15):
-    """Continued fraction of the incomplete beta function (modified Lentz), elementwise; x < (a+1)/(a+b+2)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c = np.ones_like(x)
-    d = 1.0 - qab * x / qap
-    d = np.where(np.abs(d) < tiny, tiny, d)
-    d = 1.0 / d
-    h = d.copy()
-    active = np.ones(x.shape, dtype=bool)
-    for m in range(1, iters + 1):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = np.where(np.abs(d) < tiny, tiny, d)
-        c = 1.0 + aa / c
-        c = np.where(np.abs(c) < tiny, tiny, c)
-        d = 1.0 / d
-        h = np.where(active, h * d * c, h)
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = np.where(np.abs(d) < tiny, tiny, d)
-        c = 1.0 + aa / c
-        c = np.where(np.abs(c) < tiny, tiny, c)
-        d = 1.0 / d
-        delta = d * c
-        h = np.where(active, h * delta, h)
-        active &= np.abs(delta - 1.0) > eps
-        if not active.any():
-            break
-    return h
-
-
-def _betainc(a, b, x) -> np.ndarray:
-    """Regularized incomplete beta I_x(a, b) for a, b > 0 and 0 <= x <= 1, elementwise."""
-    a, b, x = np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float), np.asarray(x, float))
-    out = np.where(x <= 0, 0.0, 1.0)
-    inner = (x > 0) & (x < 1)
-    if not inner.any():
-        return out
-    a_, b_, x_ = a[inner], b[inner], x[inner]
-    lbt = (_lgamma(a_ + b_) - _lgamma(a_) - _lgamma(b_)).astype(float) + a_ * np.log(x_) + b_ * np.log1p(-x_)
-    front = np.exp(lbt)
-    direct = x_ < (a_ + 1.0) / (a_ + b_ + 2.0)
-    res = np.empty_like(x_)
-    if direct.any():
-        res[direct] = front[direct] * _betacf(a_[direct], b_[direct], x_[direct]) / a_[direct]
-    flip = ~direct
-    if flip.any():
-        res[flip] = 1.0 - front[flip] * _betacf(b_[flip], a_[flip], 1.0 - x_[flip]) / b_[flip]
-    out[inner] = np.clip(res, 0.0, 1.0)
-    return out
-
-
-def binom_cdf(k, n, p) -> np.ndarray:
-    """P(X <= k) for X ~ Binomial(n, p), elementwise, exact (incomplete beta), k and n integer arrays."""
-    k = np.floor(np.asarray(k, dtype=float))
-    n = np.asarray(n, dtype=float)
-    k, n = np.broadcast_arrays(k, n)
-    out = np.where(k < 0, 0.0, 1.0)
-    mid = (k >= 0) & (k < n)
-    if mid.any():
-        out = out.astype(float)
-        out[mid] = _betainc(n[mid] - k[mid], k[mid] + 1.0, np.full(int(mid.sum()), 1.0 - float(p)))
-    return out
-
-
-def wilson_interval(k, n, z: float = Z95):
-    """Wilson score interval of a proportion k / n, elementwise."""
-    k = np.asarray(k, dtype=float)
-    n = np.asarray(n, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        phat = k / n
-        den = 1 + z * z / n
-        centre = (phat + z * z / (2 * n)) / den
-        half = z * np.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / den
-    return np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1)
-
-
-def normal_isf2(p) -> float:
-    """The z whose two-sided normal tail P(|Z| > z) is ``p``."""
-    return NormalDist().inv_cdf(1.0 - float(p) / 2.0)
-
-
-def t_isf2(p, df) -> np.ndarray:
-    """The |t| whose two-sided tail under Student's t with ``df`` degrees of freedom is ``p`` (the inverse of
-    :func:`t_sf2`), elementwise, by bisection: used for the few findings' intervals, not per row."""
-    df = np.atleast_1d(np.asarray(df, dtype=float))
-    p = np.broadcast_to(np.asarray(p, dtype=float), df.shape)
-    lo, hi = np.zeros(df.shape), np.full(df.shape, 4.0)
-    for _ in range(80):  # bracket: t_sf2 falls below p (df = 1, p = 1e-9 needs |t| ~ 6e8)
-        short = t_sf2(hi, df) > p
-        if not short.any():
-            break
-        hi = np.where(short, hi * 4.0, hi)
-    for _ in range(100):
-        mid = (lo + hi) / 2.0
-        above = t_sf2(mid, df) > p
-        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
-    return (lo + hi) / 2.0
 
 
 def ratio_interval(est: float, se: float, n: int, z: float) -> tuple[float, float]:
@@ -629,137 +509,3 @@ def variance_disparities(names, cnt, ratio, lo, hi, min_count: int, skip_first: 
     out = [d for d in out if not redundant(d)]
     out.sort(key=lambda d: -abs(math.log(d["estimate"])))
     return out
-
-
-# ---- words -----------------------------------------------------------------------------------------------
-def _g(v) -> str:
-    """Three significant digits, in the analyst's notation: thousands separators below 1e9 ("22,300", not
-    "2.23e+04"), tiny values written out ("0.0000123"); scientific notation from 1e9 only."""
-    out = f"{v:.3g}"
-    try:
-        f = float(out)
-    except ValueError:
-        return out
-    if 1e3 <= abs(f) < 1e9:
-        return f"{f:,.0f}"
-    if 0 < abs(f) < 1e-4:
-        return np.format_float_positional(f, trim="-")
-    return out
-
-
-def _sd(variance) -> float:
-    v = float(variance)
-    return math.sqrt(v) if v >= 0 else float("nan")
-
-
-def _within_note(groups) -> str:
-    if not groups:
-        return ""
-    shown = ", ".join(str(g) for g in groups[:3]) + (f" and {len(groups) - 3} more" if len(groups) > 3 else "")
-    return (
-        f" Part of this spread may be the mean error found on {shown}, which cover(s) part of this group: a "
-        "bias on some of its rows spreads the residuals, and the variance may be right once the mean is."
-    )
-
-
-def log_percent(x):
-    """A difference of natural logs as the percent difference of the original values: 0.05 -> 5.13 (and the
-    ends of an interval map to the ends of the percent interval, since the map is increasing)."""
-    return 100.0 * np.expm1(np.asarray(x, dtype=float))
-
-
-def with_percent(rec: dict) -> dict:
-    """A mean or calibration finding of a natural-log label with ``percent`` and ``percent_interval`` added (the
-    original values' ratio of geometric means, observed / predicted, minus 1) and its sentence saying them;
-    other kinds are returned unchanged. A new dict: the caller's record is not changed."""
-    if rec.get("kind") not in ("mean", "calibration"):
-        return rec
-    out = dict(rec)
-    out["percent"] = float(log_percent(rec["estimate"]))
-    out["percent_interval"] = [float(v) for v in log_percent(rec["interval"])]
-    if "text" in out:
-        out["text"] = describe(out)
-    return out
-
-
-def _pct(v: float, sign: str = "+") -> str:
-    """5.126 -> "+5.1%" ("5.1%" with ``sign=""``); thousands as the other numbers of the sentences."""
-    return f"{v:{sign}.1f}%" if abs(v) < 1e3 else ("+" if sign and v > 0 else "") + f"{_g(v)}%"
-
-
-def percent(share: float) -> str:
-    """0.95 -> "95%", 0.975 -> "97.5%" (no rounding to a level that was not asked for)."""
-    return f"{100 * share:.10g}%"
-
-
-def _ci_words(rec: dict) -> str:
-    """ "95% CI", or "selection-adjusted 95% CI" for an interval that allows for the finding's selection among
-    all the tests (:func:`fcr_miss`; 95% = 1 - the false coverage-statement rate ``interval_fcr``)."""
-    fcr = rec.get("interval_fcr", 0.05)
-    fcr = fcr if isinstance(fcr, (int, float)) and 0 < fcr < 1 else 0.05
-    return ("selection-adjusted " if "interval_miss" in rec else "") + f"{percent(1 - fcr)} CI"
-
-
-# Below this a p-value is stated as a bound: the t-type tests are normal approximations (Hall's skewness
-# correction included) whose far tail no data set of a few dozen rows can vouch for (a 31-row group of an
-# affairs count read "adjusted p = 2.2e-37")
-P_FLOOR = 1e-6
-
-
-def p_words(p: float) -> str:
-    """'p = 0.0033', 'p = 0.0000076' or, below ``P_FLOOR``, 'p < 0.000001' (the record keeps the computed value):
-    written out in full, as every number below 1e9 is (issue 35; "p = 7.6e-06" was the only scientific notation
-    left on a Results page)."""
-    if p < P_FLOOR:
-        return f"p < {np.format_float_positional(P_FLOOR, trim='-')}"
-    out = f"{p:.2g}"
-    return f"p = {np.format_float_positional(float(out), trim='-') if 'e' in out else out}"
-
-
-def describe(rec: dict) -> str:
-    """One plain sentence for a finding record (the numbers are the record's)."""
-    kind, g, n = rec["kind"], rec["group"], rec["n"]
-    lo, hi = rec["interval"]
-    ci = _ci_words(rec)
-    padj = f"adjusted {p_words(rec['p_adjusted'])}, {rec['adjustment']}"
-    if kind in ("mean", "calibration"):
-        where = (
-            f"group {g}"
-            if kind == "mean"
-            else f"group {g} with predictions in [{_g(rec['bucket'][0])}; {_g(rec['bucket'][1])})"
-        )
-        verb = "under-predicts" if rec["estimate"] > 0 else "over-predicts"
-        out = (
-            f"For {where} (n={n}) the model {verb} the mean: observed {_g(rec['observed'])} vs predicted "
-            f"{_g(rec['predicted'])} (difference {_g(rec['estimate'])}, {ci} {_g(lo)} to {_g(hi)}; {padj})."
-        )
-        if "percent" in rec:  # a log label: the same difference on the original scale
-            pc, (plo, phi) = rec["percent"], rec["percent_interval"]
-            out += (
-                f" On the original scale (a log label): observed {_pct(abs(pc), '')} "
-                f"{'above' if pc > 0 else 'below'} predicted ({ci} {_pct(plo)} to {_pct(phi)})."
-            )
-        return out
-    if kind == "variance":
-        verb = "understates" if rec["estimate"] > 1 else "overstates"
-        tol = rec.get("tolerance") or 0.0
-        beyond = f"; by more than {1 + tol:.2g}x" if tol > 0 else ""
-        # the interval inverts the finding's own test (metrics._selection_adjusted_intervals), so a finding's
-        # interval is clear of the tolerance band; a record whose interval is not (made by other code, or before
-        # that) is said to be so, never passed off as "by more than 1.1x"
-        band = 1 + tol
-        if (lo <= band) if rec["estimate"] > 1 else (hi >= 1 / band):
-            beyond = f"; the interval reaches within {band:.2g}x: not a finding by its own interval"
-        return (
-            # standard deviations in the sentence (the label's own units; variances are in squared units an
-            # analyst does not read), the test's ratio of variances beside them
-            f"For group {g} (n={n}) the model {verb} its uncertainty: predicted SD {_g(_sd(rec['predicted']))}, "
-            f"observed residual SD {_g(_sd(rec['observed']))} (observed variance {rec['estimate']:.2f} times the "
-            f"predicted, {ci} {lo:.2f}-{hi:.2f}{beyond}; {padj})." + _within_note(rec.get("mean_findings_within"))
-        )
-    if kind == "coverage":
-        return (
-            f"The {rec['method']} {rec['target']:.0%} intervals cover only {rec['estimate']:.1%} of group {g} "
-            f"(n={n}, {ci} {lo:.1%}-{hi:.1%}; {padj})."
-        )
-    raise MMCError(f"unknown finding kind {kind!r}")

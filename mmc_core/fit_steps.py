@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 from .buckets import quantile_edges
-from .descent import DescentParams, descend
+from .descent import descend
+from .descent_params import DescentParams
 from .errors import DataError, MMCError
 from .moments import pseudo_label
 from .sklearn_params import json_params
@@ -45,8 +46,8 @@ def achieved_thresholds(params: DescentParams, memb, y, mu, moms) -> dict:
 
 
 class FitStats:
-    """The figures the thresholds, grids and floors are chosen from (see ``_build_params``), from in-memory
-    arrays. The Dask engine computes the same figures by reductions over partitions."""
+    """The figures the thresholds, grids and floors are chosen from (see :func:`mmc_core.fit_params.build_params`),
+    from in-memory arrays. The Dask engine computes the same figures by reductions over partitions."""
 
     def __init__(self, resid, mu0, memb, moments, odd_moments):
         self.resid, self.mu0, self.memb, self.odd = resid, mu0, memb, odd_moments

@@ -15,7 +15,8 @@ import math
 import numpy as np
 
 from .auditor import chernoff_auditor
-from .descent import CellState, DescentParams, Update
+from .cell_state import CellState
+from .descent_params import DescentParams, Update
 from .groups import GroupSet
 from .model import FittedModel
 from .moments import LabelScale

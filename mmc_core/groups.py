@@ -1,9 +1,8 @@
 """Named, possibly overlapping groups defined by conditions on columns, and their membership.
 
-Why one module of ~530 lines (30 of them the grammar below): the condition grammar (:class:`Condition`,
-:class:`Group`), its vectorised evaluation (:class:`Membership`) and the set a model file stores
-(:class:`GroupSet`) are one data model, parsed, validated and evaluated by the same helpers; split, each part
-would import the others' private helpers.
+The groups (:class:`Group`) and the set a model file stores (:class:`GroupSet`) are built here on one condition
+(:class:`~mmc_core.conditions.Condition`, with the column handling they share) and evaluated into a
+:class:`~mmc_core.membership.Membership`; both are modules of their own.
 
 A group is a conjunction of conditions; the group with no conditions is the whole population. Definitions
 are data (parsed from JSON by an explicit grammar, never evaluated as code) so that a fitted model can
@@ -37,12 +36,21 @@ import json
 from collections import Counter
 import math
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
+from .conditions import (
+    Condition,
+    format_value,
+    is_number,
+    is_numeric_column,
+    missing_mask,
+    table_column,
+    zero_led,
+)
 from .errors import GroupDefinitionError
+from .membership import Membership
 
 __all__ = [
     "Condition",
@@ -55,221 +63,13 @@ __all__ = [
     "loadable_name",
 ]
 
-MAX_GROUPS = 5000  # more groups than this is refused: cell statistics grow as groups x buckets^2
-_OPS = ("==", "!=", "in", "not in", "<", "<=", ">", ">=", "between")
-_NAME_RE = re.compile(r"^[^\x00-\x1f]{1,200}$")
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-
-
-def is_numeric_column(col: np.ndarray) -> bool:
-    return col.dtype.kind in "biuf"
-
-
-def table_column(table, name: str) -> np.ndarray:
-    """The column as float (numeric and boolean columns) or as an object array of text / None."""
-    try:
-        col = table[name]
-    except (KeyError, IndexError, TypeError):
-        cols = list(table.keys()) if hasattr(table, "keys") else []
-        raise GroupDefinitionError(
-            f"group column '{name}' is not in the data (columns: {', '.join(map(str, cols[:30]))})"
-        ) from None
-    arr = np.asarray(col)
-    if arr.dtype.kind in "biuf":
-        return arr.astype(float)
-    # Strings, pandas StringDtype, categoricals, mixed objects: compare as text; missing stays missing.
-    import pandas as pd  # table-facing edge: pandas' notion of "missing" covers None, NaN, pd.NA, NaT
-
-    ser = pd.Series(col) if not isinstance(col, pd.Series) else col
-    if isinstance(ser.dtype, pd.CategoricalDtype):
-        ser = ser.astype(object)
-    miss = ser.isna().to_numpy()
-    out = np.array(ser.to_numpy(dtype=object, na_value=None), dtype=object, copy=True)
-    if not pd.api.types.is_string_dtype(ser.dtype) or ser.dtype == object:
-        # mixed objects (numbers and text): compare everything as text, numbers formatted like group labels
-        nonstr = ~miss & ~np.frompyfunc(lambda v: isinstance(v, str), 1, 1)(out).astype(bool)
-        if nonstr.any():
-            out[nonstr] = [format_value(v) for v in out[nonstr]]
-    out[miss] = None
-    return out
-
-
-def missing_mask(arr: np.ndarray) -> np.ndarray:
-    if is_numeric_column(arr):
-        return np.isnan(arr)
-    return np.equal(arr, None)  # type: ignore[call-overload]  # elementwise "is None" of an object array
-
-
-def _zero_led(v) -> bool:
-    """Text that reads as a number but is an identifier: a leading zero before another digit ("01", "-007")."""
-    if not isinstance(v, str):
-        return False
-    t = v.strip().lstrip("+-")
-    if len(t) < 2 or t[0] != "0" or not t[1].isdigit():
-        return False
-    try:
-        float(t)
-    except ValueError:
-        return False
-    return True
-
-
-def format_value(v) -> str:
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    if isinstance(v, float):
-        out = f"{v:.4g}"
-        if "e" in out and 1e4 <= abs(v) < 1e15:
-            # a cut of 10075.5 read "1.008e+04" next to its neighbour "10152": the digits up to one decimal
-            out = f"{v:.{math.floor(math.log10(abs(v))) + 2}g}"
-        return out
-    return str(v)
-
-
-@dataclass(frozen=True)
-class Condition:
-    column: str
-    op: str
-    value: object = None  # for ==, !=, <, <=, >, >=
-    values: tuple = ()  # for in / not in
-    lo: float | None = None  # for between: lo <= x < hi
-    hi: float | None = None
-
-    # ---- parsing ---------------------------------------------------------------------------------
-    @classmethod
-    def from_dict(cls, d, where: str = "condition") -> "Condition":
-        if not isinstance(d, dict):
-            raise GroupDefinitionError(f"{where}: a condition must be a JSON object, got {type(d).__name__}")
-        unknown = set(d) - {"column", "op", "value", "values", "lo", "hi"}
-        if unknown:
-            raise GroupDefinitionError(f"{where}: unknown key(s) {sorted(unknown)}")
-        col, op = d.get("column"), d.get("op", "==")
-        if not isinstance(col, str) or not col:
-            raise GroupDefinitionError(f"{where}: 'column' must be a non-empty string")
-        if op not in _OPS:
-            raise GroupDefinitionError(f"{where}: unknown op {op!r}; use one of {', '.join(_OPS)}")
-
-        def scalar(v, key):
-            if v is None or isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                raise GroupDefinitionError(f"{where}: '{key}' must be a string or a number, got {v!r}")
-            if isinstance(v, float) and not math.isfinite(v):
-                raise GroupDefinitionError(f"{where}: '{key}' must be finite")
-            return v
-
-        if op in ("in", "not in"):
-            vals = d.get("values")
-            if not isinstance(vals, list) or not vals:
-                raise GroupDefinitionError(f"{where}: op '{op}' needs a non-empty list 'values'")
-            if len(vals) > MAX_IN_VALUES:
-                raise GroupDefinitionError(
-                    f"{where}: op '{op}' lists {len(vals):,} values; the limit is {MAX_IN_VALUES:,} (group them "
-                    "into a column of their own, or use 'between')"
-                )
-            return cls(col, op, values=tuple(scalar(v, "values") for v in vals))
-        if op == "between":
-            lo, hi = d.get("lo"), d.get("hi")
-            for key, v in (("lo", lo), ("hi", hi)):
-                if v is not None and (not _is_number(v) or not math.isfinite(v)):
-                    raise GroupDefinitionError(f"{where}: '{key}' must be a finite number or null")
-            if lo is None and hi is None:
-                raise GroupDefinitionError(f"{where}: 'between' needs 'lo' or 'hi'")
-            if lo is not None and hi is not None and not lo < hi:
-                raise GroupDefinitionError(f"{where}: 'between' needs lo < hi, got [{lo}, {hi})")
-            return cls(col, op, lo=lo, hi=hi)
-        v = scalar(d.get("value"), "value")
-        if op in ("<", "<=", ">", ">=") and not _is_number(v):
-            raise GroupDefinitionError(f"{where}: op '{op}' needs a numeric 'value', got {v!r}")
-        return cls(col, op, value=v)
-
-    def to_dict(self) -> dict:
-        d: dict = {"column": self.column, "op": self.op}
-        if self.op in ("in", "not in"):
-            d["values"] = list(self.values)
-        elif self.op == "between":
-            d["lo"], d["hi"] = self.lo, self.hi
-        else:
-            d["value"] = self.value
-        return d
-
-    def label(self) -> str:
-        if self.op == "==":
-            return f"{self.column}={format_value(self.value)}"
-        if self.op in ("in", "not in"):
-            return f"{self.column} {self.op} {{{', '.join(format_value(v) for v in self.values)}}}"
-        if self.op == "between":
-            # the open ends as inequalities ("age < 36", not "age in [-inf, 36)")
-            if self.lo is None and self.hi is None:
-                return f"{self.column} in [-inf, inf)"
-            if self.lo is None:
-                return f"{self.column} < {format_value(self.hi)}"
-            if self.hi is None:
-                return f"{self.column} >= {format_value(self.lo)}"
-            return f"{self.column} in [{format_value(self.lo)}, {format_value(self.hi)})"
-        return f"{self.column}{self.op}{format_value(self.value)}"
-
-    # ---- evaluation ------------------------------------------------------------------------------
-    def _coerce(self, arr: np.ndarray, v):
-        """The value in the column's terms: numbers for numeric columns, text for text columns."""
-        if is_numeric_column(arr):
-            if _is_number(v):
-                return float(v)
-            if _zero_led(v):
-                # "01" and "1" are different groups of a text column but one number: matching them as numbers
-                # would silently merge groups (a model fitted on a Parquet file where the column was text,
-                # applied to a CSV that pandas read as numbers)
-                raise GroupDefinitionError(
-                    f"column '{self.column}' holds numbers here, but the group compares it with the text {v!r}, "
-                    f"which as a number equals {float(v):g} and would merge with other values: read the column "
-                    f"as text (the mmc command line does this for such columns; in Python, e.g. "
-                    f"pd.read_csv(..., dtype={{'{self.column}': str}}))"
-                )
-            try:
-                return float(v)
-            except (TypeError, ValueError):
-                raise GroupDefinitionError(
-                    f"column '{self.column}' is numeric but the group compares it with the text {v!r}"
-                ) from None
-        return format_value(v) if _is_number(v) else v
-
-    def mask(self, table, columns: dict | None = None) -> np.ndarray:
-        if columns is None:
-            columns = {}
-        if self.column not in columns:
-            columns[self.column] = table_column(table, self.column)
-        arr = columns[self.column]
-        numeric = is_numeric_column(arr)
-        if self.op == "between":
-            if not numeric:
-                raise GroupDefinitionError(f"column '{self.column}' is not numeric; 'between' needs numbers")
-            with np.errstate(invalid="ignore"):
-                m = np.ones(arr.shape, bool)
-                if self.lo is not None:
-                    m &= arr >= self.lo
-                if self.hi is not None:
-                    m &= arr < self.hi
-            return m
-        if self.op in ("<", "<=", ">", ">="):
-            if not numeric:
-                raise GroupDefinitionError(f"column '{self.column}' is not numeric; '{self.op}' needs numbers")
-            v = float(self.value)  # type: ignore[arg-type]  # a number: checked in from_dict
-            with np.errstate(invalid="ignore"):
-                return {"<": arr < v, "<=": arr <= v, ">": arr > v, ">=": arr >= v}[self.op]
-        if self.op in ("==", "!="):
-            v = self._coerce(arr, self.value)
-            eq = arr == v
-            eq = np.asarray(eq, dtype=bool)
-            return eq if self.op == "==" else ~eq
-        vals = [self._coerce(arr, v) for v in self.values]
-        m = np.isin(arr, np.array(vals, dtype=arr.dtype if numeric else object))
-        return m if self.op == "in" else ~m
-
-
 # Disjunction extension (discovered groups): "any": [[cond, ...], ...] holds when at least one inner list
 # holds entirely; a group is its "where" conjunction AND its "any" disjunction.
 MAX_ANY_TERMS, MAX_TERM_CONDITIONS = 64, 16
+MAX_GROUPS = 5000  # more groups than this is refused: cell statistics grow as groups x buckets^2
+_NAME_RE = re.compile(r"^[^\x00-\x1f]{1,200}$")
+
+
 # Descriptive fields `mmc discover` writes beside a group; read and ignored (they never change membership).
 # descriptive fields a group may carry (written by `mmc discover`, read back and kept, never evaluated)
 GROUP_INFO_KEYS = ("kind", "count", "mass", "mean_residual", "moment_error", "p_value", "region", "violation")
@@ -278,7 +78,6 @@ _INFO_KEYS = set(GROUP_INFO_KEYS)
 
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 MAX_NAME = 200
-MAX_IN_VALUES = 10_000  # values of one 'in' condition (2,000,000 took two minutes to evaluate)
 MAX_GROUPS_FILE_BYTES = 20 * 1024 * 1024  # a groups file of 5,000 discovered groups takes about 5 MB
 MAX_TEXT = 10_000  # characters of a column name or a text value in a group's condition (groups.schema.json)
 
@@ -358,7 +157,7 @@ class Group:
                 v is None
                 or isinstance(v, str)
                 and len(v) <= 200
-                or _is_number(v)
+                or is_number(v)
                 and math.isfinite(v)
                 or isinstance(v, bool)
             ):
@@ -405,218 +204,6 @@ class Group:
 
     def columns(self) -> set:
         return {c.column for c in self.where} | {c.column for term in self.any for c in term}
-
-
-@dataclass
-class Membership:
-    """Which rows belong to which group, in compressed form.
-
-    ``rows[indptr[g]:indptr[g+1]]`` are the (sorted) row indices of group g. The row-major view
-    (``row_indptr``, ``row_groups``) is built on first use; it lets an update touching rows R refresh
-    exactly the (row, group) pairs of R.
-    """
-
-    n: int
-    names: list
-    indptr: np.ndarray
-    rows: np.ndarray
-    _row_indptr: np.ndarray | None = field(default=None, repr=False)
-    _row_groups: np.ndarray | None = field(default=None, repr=False)
-    _row_ids: np.ndarray | None = field(default=None, repr=False)
-    _row_counts: np.ndarray | None = field(default=None, repr=False)
-    _layers: np.ndarray | None = field(default=None, repr=False)
-    _layers_not_by_position: bool = field(default=False, repr=False)
-    _sums: Any = field(default=None, repr=False)
-
-    @property
-    def n_groups(self) -> int:
-        return len(self.names)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return np.diff(self.indptr)
-
-    def group_rows(self, g: int) -> np.ndarray:
-        return self.rows[self.indptr[g] : self.indptr[g + 1]]
-
-    def sums(self):
-        """The :class:`~mmc_core.sums.MembershipSums` of this membership, built once (the signatures behind
-        it cost a sort of all (row, group) pairs) and shared by the descent, the audit and the intervals."""
-        if self._sums is None:
-            from .sums import MembershipSums
-
-            self._sums = MembershipSums(self)
-        return self._sums
-
-    def pair_groups(self, dtype=np.int64) -> np.ndarray:
-        """Group id of each stored (group, row) pair, aligned with ``rows`` (``dtype=None``: the narrowest type,
-        :meth:`group_dtype`, for storage; cast before arithmetic on the ids)."""
-        return np.repeat(np.arange(self.n_groups, dtype=dtype or self.group_dtype()), self.sizes)
-
-    def group_dtype(self) -> type[np.integer]:
-        """The narrowest type holding every group id: 1 byte a (row, group) pair with at most 256 groups. Arrays of
-        this type are only indexed with or cast (``np.multiply(ids, nc, dtype=np.int64)``), never multiplied in
-        place: ``uint8 * int`` wraps around."""
-        return np.uint8 if self.n_groups <= 256 else np.uint16 if self.n_groups <= 65536 else np.int32
-
-    def _row_major(self) -> tuple[np.ndarray, np.ndarray]:
-        """(row_indptr, row_groups): the pairs ordered by row, built once on first use."""
-        if self._row_indptr is None or self._row_groups is None:
-            order = np.argsort(self.rows, kind="stable")
-            self._row_groups = np.repeat(np.arange(self.n_groups, dtype=self.group_dtype()), self.sizes)[order]
-            del order
-            counts = np.bincount(self.rows, minlength=self.n)
-            self._row_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return self._row_indptr, self._row_groups
-
-    def release_row_major(self):
-        """Drop the row-major view (rebuilt on next use): 12 bytes a pair that sums by signature never need."""
-        self._row_indptr = self._row_groups = self._row_ids = self._row_counts = None
-
-    def pairs_for_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For rows R (distinct), all (position in R, group) pairs with R[position] in group."""
-        indptr, row_groups = self._row_major()
-        if rows.size * 4 > self.n:
-            # Many rows: one masked pass over all pairs beats gathering row by row.
-            if self._row_ids is None:
-                self._row_ids = np.repeat(np.arange(self.n, dtype=np.int32), np.diff(indptr))
-            row_ids = self._row_ids
-            inside = np.zeros(self.n, dtype=bool)
-            inside[rows] = True
-            sel = inside[row_ids]
-            pos = np.empty(self.n, dtype=np.int64)
-            pos[rows] = np.arange(rows.size)
-            return pos[row_ids[sel]], row_groups[sel]
-        starts = indptr[rows]
-        counts = indptr[rows + 1] - starts
-        total = int(counts.sum())
-        local = np.repeat(np.arange(rows.size, dtype=np.int64), counts)
-        offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
-        return local, row_groups[np.arange(total, dtype=np.int64) + offsets]
-
-    def groups_of_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For rows R (distinct, increasing): (the number of groups of each row of R, the group of each (row, group)
-        pair in row-major order). The pairs are those of :meth:`pairs_for_rows`, in the same order; a per-row
-        value reaches its pairs by ``np.repeat(value, counts)``, a sequential copy instead of a gather."""
-        indptr, row_groups = self._row_major()
-        if self._row_counts is None:
-            self._row_counts = np.diff(indptr).astype(np.int32)
-        all_counts = self._row_counts
-        counts = all_counts[rows]
-        if rows.size * 4 > self.n:
-            # Many rows: one sequential masked pass over the row-major pairs beats gathering row by row.
-            inside = np.zeros(self.n, dtype=bool)
-            inside[rows] = True
-            return counts, row_groups[np.repeat(inside, all_counts)]
-        starts = indptr[rows]
-        offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
-        offsets += np.arange(offsets.size, dtype=np.int64)
-        return counts, row_groups[offsets]
-
-    def layers(self, first_fit: bool = True) -> np.ndarray | None:
-        """Groups in layers: (L, n) small ints, the group of each row in each layer (``n_groups`` where the row has
-        none), every group in exactly one layer, so a row has at most one group per layer. Groups built from
-        columns fill few layers (the whole population; each column's values; each pair of columns' values).
-        A sum per layer over the rows, with each row's own weight, adds every (group, cell) over the same rows
-        in the same (row) order as over the pairs, without a weight per pair. None when the layers would be
-        mostly empty (then pairs are cheaper).
-
-        Built once: the layer of a group is its position among each row's groups when that position is the
-        same in all its rows (groups from columns without missing values; sequential passes over the row-major
-        pairs), else (with ``first_fit``) each group goes, in group order, to the lowest layer none of its rows
-        uses yet (a bit mask per row, a loop over groups, at most 63 layers)."""
-        if self._layers is None and not self._layers_not_by_position:
-            self._layers = self._layers_by_position()
-            self._layers_not_by_position = self._layers is None
-        if self._layers is None and first_fit:
-            self._layers = self._layers_first_fit()
-        return self._layers if self._layers is not None and self._layers.size else None
-
-    def _layer_dtype(self) -> type[np.integer]:
-        """The narrowest unsigned type for group ids and the 'no group' id: 1 byte a (layer, row) with < 255
-        groups."""
-        return np.uint8 if self.n_groups < 255 else np.uint16 if self.n_groups < 65535 else np.int32
-
-    def _layers_by_position(self) -> np.ndarray | None:
-        indptr, row_groups = self._row_major()
-        if self._row_counts is None:
-            self._row_counts = np.diff(indptr).astype(np.int32)
-        counts = self._row_counts
-        n_layers = int(counts.max(initial=0))
-        if self.n == 0 or self.n_groups == 0 or n_layers * self.n > 2 * self.rows.size:
-            return np.zeros((0, self.n), dtype=np.int32)
-        out: np.ndarray = np.full((n_layers, self.n), self.n_groups, dtype=self._layer_dtype())
-        seen = np.zeros(self.n_groups, dtype=bool)
-        for j in range(n_layers):
-            has = np.flatnonzero(counts > j)
-            g = row_groups[indptr[has] + j]
-            out[j, has] = g
-            present = np.bincount(g, minlength=self.n_groups) > 0
-            if (seen & present).any():  # a group at two positions: no layers by position
-                return None
-            seen |= present
-        return out
-
-    def _layers_first_fit(self) -> np.ndarray:
-        none = np.zeros((0, self.n), dtype=np.int32)
-        if self.n == 0 or self.n_groups == 0:
-            return none
-        used = np.zeros(self.n, dtype=np.uint64)
-        layer_of = np.zeros(self.n_groups, dtype=np.int64)
-        for g in range(self.n_groups):
-            rows = self.group_rows(g)
-            taken = int(np.bitwise_or.reduce(used[rows])) if rows.size else 0
-            free = (~taken & (taken + 1)).bit_length() - 1  # the lowest clear bit
-            if free >= 63:
-                return none
-            layer_of[g] = free
-            used[rows] |= np.uint64(1 << free)
-        del used
-        n_layers = int(layer_of.max()) + 1
-        if n_layers * self.n > 2 * self.rows.size:
-            return none
-        out: np.ndarray = np.full((n_layers, self.n), self.n_groups, dtype=self._layer_dtype())
-        for g in range(self.n_groups):
-            out[layer_of[g], self.group_rows(g)] = g
-        return out
-
-    def signatures(self) -> tuple[np.ndarray, int]:
-        """Signature id of each row: rows with the same set of groups share an id.
-
-        A row's signature is hashed as the wrapping sum of random 64-bit keys of its groups; two different
-        group sets collide with probability about (number of signatures)^2 / 2^64.
-        """
-        indptr, row_groups = self._row_major()
-        seeds = np.random.default_rng(0x5EED).integers(1, 2**63 - 1, size=max(self.n_groups, 1), dtype=np.int64)
-        keys = seeds.astype(np.uint64) * np.uint64(2) + np.uint64(1)
-        h = np.zeros(self.n, dtype=np.uint64)
-        counts = np.diff(indptr)
-        nonempty = np.flatnonzero(counts > 0)
-        if nonempty.size:
-            with np.errstate(over="ignore"):
-                h[nonempty] = np.add.reduceat(keys[row_groups], indptr[nonempty])
-        _, inverse = np.unique(h, return_inverse=True)
-        sig = inverse.ravel().astype(np.int64)
-        return sig, int(sig.max()) + 1 if sig.size else 0
-
-    def signature_matrix(self, sig: np.ndarray, n_sig: int) -> np.ndarray:
-        """Dense (signatures x groups) 0/1 matrix, from one representative row per signature."""
-        rep = np.zeros(n_sig, dtype=np.int64)
-        rep[sig[::-1]] = np.arange(sig.size - 1, -1, -1)
-        A = np.zeros((n_sig, self.n_groups))
-        indptr, row_groups = self._row_major()
-        starts, ends = indptr[rep], indptr[rep + 1]
-        counts = ends - starts
-        sig_ids = np.repeat(np.arange(n_sig), counts)
-        offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
-        A[sig_ids, row_groups[np.arange(int(counts.sum())) + offsets]] = 1.0
-        return A
-
-    def to_dense(self) -> np.ndarray:
-        """Boolean (n, |G|) matrix; for tests and small tables."""
-        out = np.zeros((self.n, self.n_groups), dtype=bool)
-        out[self.rows, self.pair_groups()] = True
-        return out
 
 
 def quartile_edges(values: np.ndarray, n_bins: int = 4) -> list:
@@ -822,7 +409,7 @@ class GroupSet:
         for g in self.groups:
             for c in list(g.where) + [c for term in g.any for c in term]:
                 vals = c.values if c.op in ("in", "not in") else (c.value,)
-                if any(_zero_led(v) for v in vals or ()):
+                if any(zero_led(v) for v in vals or ()):
                     out.add(c.column)
         return out
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import MMCError
-from .groups import Condition, Group, table_column, is_numeric_column, missing_mask
+from .conditions import Condition, is_numeric_column, missing_mask, table_column
+from .groups import Group
 
 __all__ = ["FeatureMatrix", "Rule", "SetOracle", "TreeOracle", "MAX_CATEGORIES"]
 

@@ -41,17 +41,17 @@ to ``predict`` goes through the same map.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from .groups import Membership
+from .membership import Membership
 from .sums import MembershipSums
 
 __all__ = [
     "BASE_RECALIBRATIONS",
     "MIN_GAIN_Z",
     "affine_base",
-    "describe",
     "fit_affine",
     "fit_group_linear",
     "group_linear_base",
@@ -299,16 +299,6 @@ def harmed_by(sets, level: float = 0.1, min_rows: int = 30) -> list:
     return [int(g) for g in np.flatnonzero(bad)]
 
 
-def _gate(d: np.ndarray) -> tuple[float, float, float]:
-    """(gain, z, weight) of paired squared-error reductions ``d``: weight min(1, z / MIN_GAIN_Z), 0 for z <= 0."""
-    gain, z = 0.0, 0.0
-    if d.size > 1:
-        gain = float(np.mean(d))
-        sd = float(np.std(d, ddof=1))
-        z = gain / (sd / math.sqrt(d.size)) if sd > 0 else (1e9 if gain > 0 else 0.0)
-    return gain, z, float(min(max(z / MIN_GAIN_Z, 0.0), 1.0))
-
-
 def stack_gate(e: np.ndarray, change: np.ndarray, paired: np.ndarray | None = None) -> tuple[float, float, float]:
     """(scale, z, weight) of a change judged on out-of-sample rows: scale = the least-squares coefficient of
     the residuals ``e`` on the rows' out-of-sample ``change`` (the share of the change that the labels bear
@@ -396,6 +386,45 @@ def fit_group_linear(
     "validation"}``; ``validation`` = {"rows", "gain", "scale", "z", "weight", "bend_scale", "bend_z",
     "bend_weight", "kept", ...} (gain: out-of-sample mean squared-error reduction per row of the full blended
     map, unit scale; kept: weight > 0)."""
+    rows = _map_rows(y, base, sums, held_out, seed)
+    # A map that leaves some group more biased on the out-of-sample rows than the base left it, by more than the
+    # Bonferroni z in standard errors (harmed_groups), is refitted without the between-group slope (which moves
+    # every group by its projected mean: one group's error fixed by a slope drags the others along); if that one
+    # harms a group too, the base is used as given.
+    cand = _candidate(rows, True)
+    dropped, map_harm = None, []
+    if cand["harmed"]:
+        dropped = cand["harmed"]
+        cand = _candidate(rows, False)
+        if cand["harmed"]:
+            map_harm = cand["harmed"]
+            cand["coef"] = np.concatenate([np.zeros(3), cand["coef"][3:4], np.zeros(rows.knots.size)])
+            cand["weight"], cand["bend_w"] = 0.0, 0.0
+    return _map_record(rows, cand, dropped, map_harm)
+
+
+@dataclass
+class _MapRows:
+    """What every candidate map is fitted and judged on: the fitting rows (a sample above ``CV_MAX_ROWS``), their
+    ridge projection on the groups (``c0`` + ``c``, ``proj``), the knots, the held-out rows and the folds of the
+    cross-fit (each fold's projection fitted without it)."""
+
+    y: np.ndarray
+    base: np.ndarray
+    sums: MembershipSums
+    held_out: tuple | None
+    ridge: float
+    c0: float
+    c: np.ndarray
+    proj: np.ndarray
+    within_z: float | None
+    knots: np.ndarray
+    cross_fit: bool
+    fold: np.ndarray
+    fold_proj: list
+
+
+def _map_rows(y, base, sums: MembershipSums, held_out, seed: int) -> _MapRows:
     y = np.asarray(y, dtype=float)
     base = np.asarray(base, dtype=float)
     sums, y, base = capped(sums, y, base, seed)  # fitted and cross-validated on a sample; applied to every row
@@ -418,7 +447,7 @@ def fit_group_linear(
         knots = np.unique(np.quantile(base, KNOT_QUANTILES))
         knots = knots[(knots > base.min()) & (knots < base.max())]
     fold = np.random.default_rng(seed + 1).permutation(n) % CV_FOLDS
-    fold_proj = []  # each fold's projection, fitted without it (the same for both candidates below)
+    fold_proj = []  # each fold's projection, fitted without it (the same for both candidates)
     if cross_fit:
         for k in range(CV_FOLDS):
             k0, kc = _group_projection(base, sums, ridge, (fold != k).astype(float))
@@ -426,130 +455,123 @@ def fit_group_linear(
     if held_out is not None and held_out[0].size:
         y_h, base_h, sums_h = held_out
         held_out = (np.asarray(y_h, dtype=float), np.asarray(base_h, dtype=float), sums_h)
+    return _MapRows(y, base, sums, held_out, ridge, c0, c, proj, within_z, knots, cross_fit, fold, fold_proj)
 
-    def sq(yy, b, ch):
-        return (np.clip(b + ch, 0.0, 1.0) - yy) ** 2
 
-    def candidate(between: bool) -> dict:
-        """The map fitted, its out-of-sample changes (held-out rows from the full fit, fitting rows from 5-fold
-        cross-fitting) and both gates: the bend against the straight map, then the blend against the base."""
-        lin = _coefficients(y, base, proj, between=between)
-        full = _coefficients(y, base, proj, knots=knots, between=between) if knots.size else None
-        sets = []  # (y, base, sums, change of the straight map, change of the bent map)
-        if held_out is not None and held_out[0].size:
-            y_h, base_h, sums_h = held_out
-            p_h = c0 + sums_h.row_sums(c)
-            sets.append(
-                (
-                    y_h,
-                    base_h,
-                    sums_h,
-                    _change(base_h, p_h, lin),
-                    None if full is None else _change(base_h, p_h, full, knots),
-                )
-            )
-        if cross_fit:
-            dl, df = np.zeros(n), np.zeros(n)
-            for k, p_k in enumerate(fold_proj):
-                w = (fold != k).astype(float)
-                out = fold == k
-                dl[out] = _change(base, p_k, _coefficients(y, base, p_k, w, between=between))[out]
-                if full is not None:
-                    df[out] = _change(base, p_k, _coefficients(y, base, p_k, w, knots, between), knots)[out]
-            sets.append((y, base, sums, dl, None if full is None else df))
-        # the bend first: the residuals after the straight map against the bent map's change over it (on every
-        # out-of-sample row), blended in at its own weight; then the residuals against the blended map's change,
-        # applied at its weight (the soft gate on the stacked scale)
-        # the cross-fitted rows (the last set when cross-fitting) are judged by maps fitted on each other's folds
-        paired = np.concatenate(
-            [np.full(st[0].size, cross_fit and k == len(sets) - 1) for k, st in enumerate(sets)]
-            or [np.zeros(0, dtype=bool)]
-        )
-        bend_scale, bend_z, bend_w = 0.0, 0.0, 0.0
-        if full is not None and sets:
-            after = [np.clip(b + ch, 0.0, 1.0) for _, b, _, ch, _ in sets]
-            bend_scale, bend_z, bend_w = stack_gate(
-                np.concatenate([yy - a for (yy, *_), a in zip(sets, after)]),
-                np.concatenate([np.clip(b + chf, 0.0, 1.0) - a for (_, b, _, _, chf), a in zip(sets, after)]),
-                paired,
-            )
-        pad = np.concatenate([lin[:4], np.zeros(knots.size)])
-        blend = pad if full is None else pad + bend_w * (full - pad)
-        changes = [ch if chf is None else ch + bend_w * (chf - ch) for _, _, _, ch, chf in sets]
-        d = np.concatenate([(b - yy) ** 2 - sq(yy, b, ch) for (yy, b, *_), ch in zip(sets, changes)] or [[]])
-        gain = float(np.mean(d)) if d.size else 0.0
-        scale, z, weight = (
-            (0.0, 0.0, 0.0)
-            if d.size < GATE_MIN_ROWS
-            else stack_gate(
-                np.concatenate([yy - b for (yy, b, *_) in sets] or [[]]),
-                np.concatenate([np.clip(b + ch, 0.0, 1.0) - b for (_, b, *_), ch in zip(sets, changes)] or [[]]),
-                paired,
-            )
-        )
-        coef = np.concatenate([blend[:3] * weight, [lin[3]], blend[4:] * weight])
-        harmed = (
-            harmed_groups([(yy, b, sm, weight * ch) for (yy, b, sm, *_), ch in zip(sets, changes)], HARM_LEVEL)
-            if HARM_LEVEL > 0 and weight > 0
-            else []
-        )
-        return {
-            "coef": coef,
-            "gain": gain,
-            "scale": scale,
-            "z": z,
-            "weight": weight,
-            "bend_scale": bend_scale,
-            "bend_z": bend_z,
-            "bend_w": bend_w,
-            "rows": int(d.size),
-            "harmed": harmed,
-        }
+def _out_of_sample_sets(r: _MapRows, lin: np.ndarray, full: np.ndarray | None, between: bool) -> list:
+    """[(y, base, sums, change of the straight map, change of the bent map)]: the held-out rows with the full
+    fit's changes, and the fitting rows with the 5-fold cross-fit's."""
+    sets = []
+    if r.held_out is not None and r.held_out[0].size:
+        y_h, base_h, sums_h = r.held_out
+        p_h = r.c0 + sums_h.row_sums(r.c)
+        chf = None if full is None else _change(base_h, p_h, full, r.knots)
+        sets.append((y_h, base_h, sums_h, _change(base_h, p_h, lin), chf))
+    if r.cross_fit:
+        n = r.base.size
+        dl, df = np.zeros(n), np.zeros(n)
+        for k, p_k in enumerate(r.fold_proj):
+            w = (r.fold != k).astype(float)
+            out = r.fold == k
+            dl[out] = _change(r.base, p_k, _coefficients(r.y, r.base, p_k, w, between=between))[out]
+            if full is not None:
+                df[out] = _change(r.base, p_k, _coefficients(r.y, r.base, p_k, w, r.knots, between), r.knots)[out]
+        sets.append((r.y, r.base, r.sums, dl, None if full is None else df))
+    return sets
 
-    # A map that leaves some group more biased on the out-of-sample rows than the base left it, by more than the
-    # Bonferroni z in standard errors (harmed_groups), is refitted without the between-group slope (which moves every group by its projected
-    # mean: one group's error fixed by a slope drags the others along); if that one harms a group too, the
-    # base is used as given.
-    cand = candidate(True)
-    dropped, map_harm = None, []
-    if cand["harmed"]:
-        dropped = cand["harmed"]
-        cand = candidate(False)
-        if cand["harmed"]:
-            map_harm = cand["harmed"]
-            cand["coef"] = np.concatenate([np.zeros(3), cand["coef"][3:4], np.zeros(knots.size)])
-            cand["weight"], cand["bend_w"] = 0.0, 0.0
-    coef, gain, z, weight = cand["coef"], cand["gain"], cand["z"], cand["weight"]
+
+def _candidate(r: _MapRows, between: bool) -> dict:
+    """The map fitted, its out-of-sample changes (held-out rows from the full fit, fitting rows from 5-fold
+    cross-fitting) and both gates: the bend against the straight map, then the blend against the base."""
+    lin = _coefficients(r.y, r.base, r.proj, between=between)
+    full = _coefficients(r.y, r.base, r.proj, knots=r.knots, between=between) if r.knots.size else None
+    sets = _out_of_sample_sets(r, lin, full, between)
+    # the bend first: the residuals after the straight map against the bent map's change over it (on every
+    # out-of-sample row), blended in at its own weight; then the residuals against the blended map's change,
+    # applied at its weight (the soft gate on the stacked scale)
+    # the cross-fitted rows (the last set when cross-fitting) are judged by maps fitted on each other's folds
+    paired = np.concatenate(
+        [np.full(st[0].size, r.cross_fit and k == len(sets) - 1) for k, st in enumerate(sets)]
+        or [np.zeros(0, dtype=bool)]
+    )
+    bend_scale, bend_z, bend_w = 0.0, 0.0, 0.0
+    if full is not None and sets:
+        after = [np.clip(b + ch, 0.0, 1.0) for _, b, _, ch, _ in sets]
+        bend_scale, bend_z, bend_w = stack_gate(
+            np.concatenate([yy - a for (yy, *_), a in zip(sets, after)]),
+            np.concatenate([np.clip(b + chf, 0.0, 1.0) - a for (_, b, _, _, chf), a in zip(sets, after)]),
+            paired,
+        )
+    pad = np.concatenate([lin[:4], np.zeros(r.knots.size)])
+    blend = pad if full is None else pad + bend_w * (full - pad)
+    changes = [ch if chf is None else ch + bend_w * (chf - ch) for _, _, _, ch, chf in sets]
+    d = np.concatenate(
+        [(b - yy) ** 2 - (np.clip(b + ch, 0.0, 1.0) - yy) ** 2 for (yy, b, *_), ch in zip(sets, changes)] or [[]]
+    )
+    gain = float(np.mean(d)) if d.size else 0.0
+    scale, z, weight = (
+        (0.0, 0.0, 0.0)
+        if d.size < GATE_MIN_ROWS
+        else stack_gate(
+            np.concatenate([yy - b for (yy, b, *_) in sets] or [[]]),
+            np.concatenate([np.clip(b + ch, 0.0, 1.0) - b for (_, b, *_), ch in zip(sets, changes)] or [[]]),
+            paired,
+        )
+    )
+    coef = np.concatenate([blend[:3] * weight, [lin[3]], blend[4:] * weight])
+    harmed = (
+        harmed_groups([(yy, b, sm, weight * ch) for (yy, b, sm, *_), ch in zip(sets, changes)], HARM_LEVEL)
+        if HARM_LEVEL > 0 and weight > 0
+        else []
+    )
+    return {
+        "coef": coef,
+        "gain": gain,
+        "scale": scale,
+        "z": z,
+        "weight": weight,
+        "bend_scale": bend_scale,
+        "bend_z": bend_z,
+        "bend_w": bend_w,
+        "rows": int(d.size),
+        "harmed": harmed,
+    }
+
+
+def _map_record(r: _MapRows, cand: dict, dropped, map_harm: list) -> dict:
+    """The kept map's coefficients (its group part removed when it is applied) and its validation record."""
+    coef, weight = cand["coef"], cand["weight"]
     kept = weight > 0
     m = {
-        "offset": float(c0),
-        "groups": [float(v) for v in c],
+        "offset": float(r.c0),
+        "groups": [float(v) for v in r.c],
         "slope": float(coef[0]),
         "between": float(coef[1]),
         "shift": float(coef[2]),
         "center": float(coef[3]),
-        "knots": [float(v) for v in knots],
+        "knots": [float(v) for v in r.knots],
         "bends": [float(v) for v in coef[4:]],
-        "ridge": float(ridge),
+        "ridge": float(r.ridge),
     }
-    removed = _remove_group_part(m, base, sums) if kept else None
+    removed = _remove_group_part(m, r.base, r.sums) if kept else None
+    names = r.sums.memb.names
     return {
         **m,
         "validation": {
             "rows": cand["rows"],
-            "gain": gain,
+            "gain": cand["gain"],
             "scale": cand["scale"],
-            "z": z,
+            "z": cand["z"],
             "weight": weight,
             "bend_scale": cand["bend_scale"],
             "bend_z": cand["bend_z"],
             "bend_weight": cand["bend_w"],
             "kept": kept,
             # the straight map's within slope in robust standard errors on the fitting rows (for the summary)
-            "within_z": within_z,
-            "between_dropped_for": [sums.memb.names[g] for g in dropped] if dropped else [],
+            "within_z": r.within_z,
+            "between_dropped_for": [names[g] for g in dropped] if dropped else [],
             # the groups the map without the between slope harmed too (it was then not used at all)
-            "map_dropped_for": [sums.memb.names[g] for g in map_harm],
+            "map_dropped_for": [names[g] for g in map_harm],
             # the size (root mean square over the fitting rows, unit scale) of the part of the map's change that
             # moved the groups' means, removed (:func:`_remove_group_part`); None: nothing removed
             "group_part_removed": removed,
@@ -575,128 +597,3 @@ def _remove_group_part(m: dict, base: np.ndarray, sums: MembershipSums) -> float
     m["group_part"] = {"offset": float(d0), "groups": [float(v) for v in d]}
     part = d0 + sums.row_sums(d)
     return float(np.sqrt(np.mean(part * part))) if part.size else 0.0
-
-
-def _group_list(names, most: int = 3) -> str:
-    """'group a' / 'groups a, b, c and 2 more'."""
-    names = [str(v) for v in names]
-    if len(names) == 1:
-        return f"group {names[0]}"
-    more = f" and {len(names) - most} more" if len(names) > most else ""
-    return f"groups {', '.join(names[:most])}{more}"
-
-
-def _z_text(z: float) -> str:
-    """A z for the summary sentence (a change the rows bear out exactly has an enormous one)."""
-    return f"{z:.1f}" if abs(z) < 100 else ("> 100" if z > 0 else "< -100")
-
-
-def _borne_out(check: dict) -> str:
-    """What the out-of-sample rows said of a map that was not applied."""
-    z = _z_text(check.get("z", 0.0))
-    return f"bear out {check['scale']:.0%} of it, z = {z}" if check["scale"] > 0 else f"do not bear it out, z = {z}"
-
-
-def describe(init_mean: dict, info: dict) -> str | None:
-    """One sentence on how the base prediction was used (None for a model without one), for the CLI summary,
-    the dashboard and the PDF report. Slopes are of the label on the base: 1 + the fitted slope."""
-    kind = init_mean.get("kind")
-    if kind == "base-affine":
-        return f"recalibrated by a line: label ≈ {init_mean['intercept']:.3g} + {init_mean['slope']:.3g} × base (unit scale)"
-    check = info.get("base_recalibration")
-    if kind == "base-group-linear":
-        z = check.get("z") if isinstance(check, dict) else None
-        w = check.get("weight", 1.0) if isinstance(check, dict) else 1.0
-        notes = []
-        if isinstance(z, (int, float)):
-            # a model saved before 2026-11-27 has no scale: its z was the squared-error gain's
-            scale = (check or {}).get("scale")
-            if isinstance(scale, (int, float)):
-                # the slopes stated are the applied ones: the weight scaled every coefficient of the map
-                if w >= 1:
-                    said = f"as fitted: rows it was not fitted on bear it out in full, z = {_z_text(z)}"
-                elif z >= MIN_GAIN_Z:
-                    said = (
-                        f"slopes as applied, {w:.0%} of the fitted map: the share of it that rows it was not "
-                        f"fitted on bear out, z = {_z_text(z)}"
-                    )
-                else:
-                    said = (
-                        f"slopes as applied, {w:.0%} of the fitted map: rows it was not fitted on bear out "
-                        f"{scale:.0%} of it, at z = {_z_text(z)} (all of that share needs z >= {MIN_GAIN_Z:g})"
-                    )
-                notes.append(said)
-            else:
-                notes.append(
-                    f"out-of-sample squared error lower, z = {z:.1f}"
-                    + ("" if w >= 1 else f", {w:.0%} of the fitted map")
-                )
-        n_bent = sum(1 for b in init_mean.get("bends") or [] if b)
-        if n_bent:
-            slopes = within_slopes(init_mean)
-            bz = check.get("bend_z") if isinstance(check, dict) else None
-            bw = check.get("bend_weight", 1.0) if isinstance(check, dict) else 1.0
-            if isinstance(bz, (int, float)):
-                bs = (check or {}).get("bend_scale")
-                if isinstance(bs, (int, float)):
-                    notes.append(
-                        f"the bend {'as fitted' if bw >= 1 else f'at {bw:.0%} of its fit'}: {bs:.0%} of it borne "
-                        f"out, z = {_z_text(bz)}"
-                    )
-                else:
-                    notes.append(f"bend: z = {bz:.1f}" + ("" if bw >= 1 else f", {bw:.0%} of the fitted bend"))
-            within = (
-                f"slope {' → '.join(f'{v:.2f}' for v in slopes)} within (bent at {n_bent} "
-                f"point{'s' if n_bent > 1 else ''} of the base's range)"
-            )
-        else:
-            within = f"slope {1 + init_mean['slope']:.2f} within"
-        wz = check.get("within_z") if isinstance(check, dict) else None
-        if isinstance(wz, (int, float)) and math.isfinite(wz) and abs(wz) < WITHIN_NOISE_Z:
-            # a slope fitted to noise is stated as such, not as a finding about the groups (a bent map's
-            # segments start from the same within slope)
-            within += f" (the straight slope indistinguishable from 1: |z| = {abs(wz):.1f} on the fitting rows)"
-        tail = f" ({'; '.join(notes)})" if notes else ""
-        dropped = check.get("between_dropped_for") if isinstance(check, dict) else None
-        if init_mean.get("group_part"):
-            cells = info.get("shrunken_cells")
-            untouched = info.get("kept_mean_updates") == 0 and not (isinstance(cells, dict) and cells.get("kept"))
-            return (
-                f"recalibrated within the groups: {within}{tail}; the groups' means are left as the base has "
-                f"them, for the descent and the cell step to correct, each on its own test"
-                # said outright when neither did: the groups' means are then the base's own, errors included
-                + ("; on this fit neither changed them" if untouched else "")
-            )
-        if dropped:
-            return (
-                f"recalibrated within the groups: {within}; no between-group slope (it left "
-                f"{_group_list(dropped)} more biased on out-of-sample rows){tail}"
-            )
-        return f"recalibrated within and between the groups: {within}, {1 + init_mean['between']:.2f} between{tail}"
-    if kind == "base":
-        if isinstance(check, dict) and check.get("map_dropped_for"):
-            return (
-                f"used as given (a group-linear recalibration would have left "
-                f"{_group_list(check['map_dropped_for'])} more biased on out-of-sample rows)"
-            )
-        if isinstance(check, dict) and check.get("between_dropped_for"):
-            return (
-                "used as given (with the between-group slope a group-linear recalibration left "
-                f"{_group_list(check['between_dropped_for'])} more biased on out-of-sample rows; without it, "
-                + (
-                    f"rows it was not fitted on {_borne_out(check)})"
-                    if isinstance(check.get("scale"), (int, float))
-                    else f"it did not lower the out-of-sample squared error: z = {check.get('z', 0.0):.1f})"
-                )
-            )
-        if isinstance(check, dict) and isinstance(check.get("scale"), (int, float)):
-            if check.get("rows", 0) < GATE_MIN_ROWS:
-                return f"used as given (fewer than {GATE_MIN_ROWS} out-of-sample rows to check a recalibration on)"
-            return f"used as given (rows a group-linear recalibration was not fitted on {_borne_out(check)})"
-        if isinstance(check, dict) and isinstance(check.get("z"), (int, float)):
-            return (
-                f"used as given (a group-linear recalibration did not lower the out-of-sample squared error: "
-                f"z = {check['z']:.1f})"
-            )
-        return "used as given"
-    return None

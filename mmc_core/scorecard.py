@@ -113,36 +113,8 @@ def scorecard(tests: list, names, cnt, n_tests: int, level: float, min_count: in
     G = len(names)
     idx = {g: i for i, g in enumerate(names)}
     z_b = NormalDist().inv_cdf(POWER)
-    # the mean and variance tests are t tests (n - 1 degrees of freedom): their critical values per group size
-    n_all = np.asarray(cnt, dtype=float)
-    t_a = np.full(G, np.nan)
-    if n_tests > 0 and (n_all >= 2).any():
-        sizes, inv = np.unique(np.maximum(n_all, 2), return_inverse=True)
-        t_a = fnd.t_isf2(level / n_tests, sizes - 1)[inv]
-    nan = np.full(G, np.nan)
-    cols = {
-        "n": np.asarray(cnt, dtype=np.int64),
-        "tested": np.asarray(cnt) >= min_count,
-        "findings": np.full(G, "", dtype=object),
-        "harm": np.zeros(G),
-        "p_min": np.ones(G),
-    }
-    for name in (
-        "mean_error",
-        "mean_error_lo",
-        "mean_error_hi",
-        "mean_error_detectable",
-        "spread_ratio",
-        "spread_ratio_lo",
-        "spread_ratio_hi",
-        "spread_detectable_high",
-        "spread_detectable_low",
-        "coverage",
-        "coverage_lo",
-        "coverage_hi",
-        "coverage_detectable",
-    ):
-        cols[name] = nan.copy()
+    t_a = _critical_t(cnt, n_tests, level)
+    cols = _empty_columns(cnt, min_count)
     kinds: list[list[str]] = [[] for _ in range(G)]
     var_tests: list = []
     for t in tests:  # one test per (group, kind) of the three group-level kinds; a few hundred at most
@@ -167,21 +139,66 @@ def scorecard(tests: list, names, cnt, n_tests: int, level: float, min_count: in
             cols["coverage"][i], cols["coverage_lo"][i], cols["coverage_hi"][i] = t["estimate"], lo, hi
             cols["coverage_detectable"][i] = target - coverage_shortfall(target, n, t_a[i], z_b)
     if var_tests:  # all groups' variance power at once (a vectorised search)
-        rows = np.array([i for i, _ in var_tests])
-        band = 1.0 + float(var_tests[0][1].get("tolerance") or 0.0)
-        high, low = spread_detectable(
-            np.array([t["ratio_sums"] for _, t in var_tests]).T,
-            cols["n"][rows],
-            np.array([t["estimate"] for _, t in var_tests]),
-            band,
-            t_a[rows],
-            z_b,
-        )
-        cols["spread_detectable_high"][rows], cols["spread_detectable_low"][rows] = high, low
+        _spread_power(cols, var_tests, t_a, z_b)
     cols["findings"] = np.array([", ".join(k) for k in kinds], dtype=object)
     tab = pd.DataFrame(cols, index=pd.Index(list(names), name="group"))
     order = np.lexsort((-tab["n"].to_numpy(), tab["p_min"].to_numpy(), -tab["harm"].to_numpy()))
     return tab.iloc[order]
+
+
+def _critical_t(cnt, n_tests: int, level: float) -> np.ndarray:
+    """Each group's critical value: the mean and variance tests are t tests (n - 1 degrees of freedom)."""
+    n_all = np.asarray(cnt, dtype=float)
+    t_a = np.full(n_all.size, np.nan)
+    if n_tests > 0 and (n_all >= 2).any():
+        sizes, inv = np.unique(np.maximum(n_all, 2), return_inverse=True)
+        t_a = fnd.t_isf2(level / n_tests, sizes - 1)[inv]
+    return t_a
+
+
+def _empty_columns(cnt, min_count: int) -> dict:
+    """The scorecard's columns before any test is read: counts, and NaN where a test fills in a value."""
+    G = len(cnt)
+    nan = np.full(G, np.nan)
+    cols = {
+        "n": np.asarray(cnt, dtype=np.int64),
+        "tested": np.asarray(cnt) >= min_count,
+        "findings": np.full(G, "", dtype=object),
+        "harm": np.zeros(G),
+        "p_min": np.ones(G),
+    }
+    for name in (
+        "mean_error",
+        "mean_error_lo",
+        "mean_error_hi",
+        "mean_error_detectable",
+        "spread_ratio",
+        "spread_ratio_lo",
+        "spread_ratio_hi",
+        "spread_detectable_high",
+        "spread_detectable_low",
+        "coverage",
+        "coverage_lo",
+        "coverage_hi",
+        "coverage_detectable",
+    ):
+        cols[name] = nan.copy()
+    return cols
+
+
+def _spread_power(cols: dict, var_tests: list, t_a, z_b: float) -> None:
+    """The smallest spread misstatements each variance-tested group could show, high and low."""
+    rows = np.array([i for i, _ in var_tests])
+    band = 1.0 + float(var_tests[0][1].get("tolerance") or 0.0)
+    high, low = spread_detectable(
+        np.array([t["ratio_sums"] for _, t in var_tests]).T,
+        cols["n"][rows],
+        np.array([t["estimate"] for _, t in var_tests]),
+        band,
+        t_a[rows],
+        z_b,
+    )
+    cols["spread_detectable_high"][rows], cols["spread_detectable_low"][rows] = high, low
 
 
 def with_percent(card: pd.DataFrame) -> pd.DataFrame:

@@ -170,77 +170,94 @@ def stage_sentences(stages, info: dict, n_mean_updates: int, n_moment_updates: i
     if len(rows) < 2:
         return []
     binary = info.get("task") == "binary"
-    what = "Brier score" if binary else "RMSE"
     first = rows[0].get("rmse")
     dec = 3
     if isinstance(first, (int, float)) and first > 0 and math.isfinite(first):
         dec = max(0, 3 - math.floor(math.log10(first)))
+    text = _stage_heads(info, n_mean_updates, n_moment_updates, any("variance_error" in r for r in rows))
+    out = []
+    for i, (a, b) in enumerate(zip(rows, rows[1:])):
+        head = text.get(b["stage"])
+        if head is None:
+            continue
+        moved = _change(a, b, i == len(rows) - 2, binary, dec)
+        out.append(f"{head}" + (f": {moved}." if moved else "."))
+    return out
 
-    def num(x) -> float | None:
-        ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-        return float(x) if ok else None
 
-    def change(a: dict, b: dict, last: bool) -> str:
-        # a metric that got worse says why it can and what decides (issue 35), as app.pipeline.worse_note does
-        # for the test rows
-        decide = (
-            "the audit of the test rows (Results page) says whether it ends up right"
-            if last
-            else "the later stages and the audit of the test rows (Results page) decide"
+def _num(x) -> float | None:
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return float(x) if ok else None
+
+
+def _change(a: dict, b: dict, last: bool, binary: bool, dec: int) -> str:
+    """What one stage changed on the held-out rows: its RMSE (a classifier's Brier score) and the groups'
+    variance error, each with why a worse figure can happen."""
+    # a metric that got worse says why it can and what decides (issue 35), as app.pipeline.worse_note does
+    # for the test rows
+    decide = (
+        "the audit of the test rows (Results page) says whether it ends up right"
+        if last
+        else "the later stages and the audit of the test rows (Results page) decide"
+    )
+    what = "Brier score" if binary else "RMSE"
+    parts = []
+    ra, rb = _num(a.get("rmse")), _num(b.get("rmse"))
+    if ra is not None and rb is not None:
+        sa, sb = (f"{ra * ra:.4f}", f"{rb * rb:.4f}") if binary else (f"{ra:,.{dec}f}", f"{rb:,.{dec}f}")
+        if sa != sb:
+            parts.append(f"held-out {what} {sa} -> {sb}")
+            if rb > ra:
+                parts[-1] += (
+                    " (worse here: the stage's corrections follow its fitting rows, and on other rows the part "
+                    f"of a correction that was noise adds error; {decide})"
+                )
+    va, vb = _num(a.get("variance_error")), _num(b.get("variance_error"))
+    if va is not None and vb is not None and _pct_off(va) != _pct_off(vb):
+        line = f"groups' variances off by {_pct_off(va)} -> {_pct_off(vb)} (typical group"
+        if vb > va:
+            line += f"; worse here: {_why_variance_worse(b, ra, rb)}; {decide}"
+        parts.append(line + ")")
+    return "; ".join(parts)
+
+
+def _why_variance_worse(b: dict, ra, rb) -> str:
+    # variance_error compares each group's mean predicted variance with its mean squared residual
+    # around the stage's own mean (stage_effects): a stage that moves only the mean changes it too
+    vm, mm = _num(b.get("variance_moved")), _num(b.get("mean_moved"))
+    if vm is not None and vm < 1e-9 and ra is not None and rb is not None and rb != ra:
+        return (
+            "this stage leaves the predicted variances as they were, and a group's variance is "
+            "compared with its squared errors around the stage's mean, which this stage made "
+            + ("smaller" if rb < ra else "larger")
         )
-        parts = []
-        ra, rb = num(a.get("rmse")), num(b.get("rmse"))
-        if ra is not None and rb is not None:
-            sa, sb = (f"{ra * ra:.4f}", f"{rb * rb:.4f}") if binary else (f"{ra:,.{dec}f}", f"{rb:,.{dec}f}")
-            if sa != sb:
-                parts.append(f"held-out {what} {sa} -> {sb}")
-                if rb > ra:
-                    parts[-1] += (
-                        " (worse here: the stage's corrections follow its fitting rows, and on other rows the part "
-                        f"of a correction that was noise adds error; {decide})"
-                    )
-        va, vb = num(a.get("variance_error")), num(b.get("variance_error"))
-        if va is not None and vb is not None and _pct_off(va) != _pct_off(vb):
-            line = f"groups' variances off by {_pct_off(va)} -> {_pct_off(vb)} (typical group"
-            if vb > va:
-                # variance_error compares each group's mean predicted variance with its mean squared residual
-                # around the stage's own mean (stage_effects): a stage that moves only the mean changes it too
-                vm, mm = num(b.get("variance_moved")), num(b.get("mean_moved"))
-                if vm is not None and vm < 1e-9 and ra is not None and rb is not None and rb != ra:
-                    why = (
-                        "this stage leaves the predicted variances as they were, and a group's variance is "
-                        "compared with its squared errors around the stage's mean, which this stage made "
-                        + ("smaller" if rb < ra else "larger")
-                    )
-                elif mm is not None and mm > 0:
-                    why = (
-                        "a group's variance is compared with its squared errors around the stage's mean, which "
-                        "this stage moved too"
-                    )
-                else:
-                    why = "the stage's variance corrections follow its fitting rows and are partly noise on others"
-                line += f"; worse here: {why}; {decide}"
-            parts.append(line + ")")
-        return "; ".join(parts)
+    if mm is not None and mm > 0:
+        return (
+            "a group's variance is compared with its squared errors around the stage's mean, which this stage moved too"
+        )
+    return "the stage's variance corrections follow its fitting rows and are partly noise on others"
 
+
+def _updates(info: dict, n: int, key: str, word: str) -> str:
+    # the run summary counts every update the descent made (info["mean_updates"]), the kept model's log only
+    # those up to the kept round: the same term for both, and both numbers when they differ (issue 35: "0
+    # corrections" stood next to "1 mean update")
+    made = info.get(key)
+    if isinstance(made, int) and not isinstance(made, bool) and made != n:
+        return f"{n:,} {word}{'s' if n != 1 else ''} kept of the {made:,} the descent made"
+    return f"{n:,} {word}{'s' if n != 1 else ''}"
+
+
+def _stage_heads(info: dict, n_mean_updates: int, n_moment_updates: int, has_var: bool) -> dict:
+    """What each stage does, in one clause per stage."""
     kept = info.get("kept_round")
-    has_var = any("variance_error" in r for r in rows)
-
-    def updates(n: int, key: str, word: str) -> str:
-        # the run summary counts every update the descent made (info["mean_updates"]), the kept model's log only
-        # those up to the kept round: the same term for both, and both numbers when they differ (issue 35: "0
-        # corrections" stood next to "1 mean update")
-        made = info.get(key)
-        if isinstance(made, int) and not isinstance(made, bool) and made != n:
-            return f"{n:,} {word}{'s' if n != 1 else ''} kept of the {made:,} the descent made"
-        return f"{n:,} {word}{'s' if n != 1 else ''}"
-
-    text = {
+    return {
         "base map": "Base map: the base prediction recalibrated on the fitting rows (a line, per group when the "
         "held-out rows bear that out)",
-        "descent": f"Descent: {updates(n_mean_updates, 'mean_updates', 'mean update')} (corrections of groups' means)"
+        "descent": f"Descent: {_updates(info, n_mean_updates, 'mean_updates', 'mean update')} (corrections of "
+        "groups' means)"
         + (
-            f" and {updates(n_moment_updates, 'moment_updates', 'moment update')} (of their variances)"
+            f" and {_updates(info, n_moment_updates, 'moment_updates', 'moment update')} (of their variances)"
             if has_var
             else ""
         )
@@ -251,11 +268,3 @@ def stage_sentences(stages, info: dict, n_mean_updates: int, n_moment_updates: i
         "moment cells": "Variance cell corrections: each group's variance rescaled by the evidence for it, where "
         "the held-out rows bear that out",
     }
-    out = []
-    for i, (a, b) in enumerate(zip(rows, rows[1:])):
-        head = text.get(b["stage"])
-        if head is None:
-            continue
-        moved = change(a, b, i == len(rows) - 2)
-        out.append(f"{head}" + (f": {moved}." if moved else "."))
-    return out

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # groups builds these sums (Membership.sums): a run-time import would be a cycle
-    from .groups import Membership
+if TYPE_CHECKING:  # a membership builds these sums (Membership.sums): a run-time import would be a cycle
+    from .membership import Membership
 
 __all__ = ["MembershipSums", "use_signatures", "Shift"]
 
@@ -46,7 +46,7 @@ class Shift:
     A key belongs to one row of the update: per signature (one key a row), per (row, group) pair at ``pos``
     (the row's position in the update, any order), per pair with ``counts`` (the pairs of each row of the
     update, in its order: a row's weight reaches its pairs by a sequential ``np.repeat``), or ``layered``: one
-    key per (layer, row) (see :meth:`~mmc_core.groups.Membership.layers`), the row's weight used as it is."""
+    key per (layer, row) (see :meth:`~mmc_core.membership.Membership.layers`), the row's weight used as it is."""
 
     __slots__ = ("k_old", "k_new", "pos", "counts", "mask", "size", "layered", "_masked")
 
@@ -90,7 +90,7 @@ class Shift:
 
 
 class MembershipSums:
-    """Sums over the groups of a :class:`~mmc_core.groups.Membership` (see the module docstring).
+    """Sums over the groups of a :class:`~mmc_core.membership.Membership` (see the module docstring).
 
     Whole-table sums: :meth:`cell_sums` (per (group, cell)), :meth:`group_sums`, :meth:`row_sums` (per row,
     the sum of its groups' values), :meth:`replicate_group_sums` (the bootstrap's weighted group sums).

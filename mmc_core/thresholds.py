@@ -8,7 +8,7 @@ import numbers
 
 import numpy as np
 
-from .descent import STEP_RULES
+from .descent_params import STEP_RULES
 from .errors import MMCError
 from .moments import MomentKind
 

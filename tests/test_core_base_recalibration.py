@@ -395,6 +395,7 @@ def test_knots_stay_inside_the_base_range_and_the_summary_states_the_slopes():
     them arbitrarily (the summary then printed "slope 0.39 within" for a map whose slope there was -0.11).
     Knots are kept strictly inside the base's range, and the summary's per-segment slopes are the map's."""
     from mmc_core import recalibrate as rc
+    from mmc_core.base_map_text import describe
 
     X, y, base, _ = _kinked_world(20_000, 31)
     base = np.where(np.random.default_rng(0).random(base.size) < 0.3, 0.0, base)
@@ -413,7 +414,7 @@ def test_knots_stay_inside_the_base_range_and_the_summary_states_the_slopes():
         lo, hi = edges[j] + 0.25 * (edges[j + 1] - edges[j]), edges[j] + 0.75 * (edges[j + 1] - edges[j])
         out = rc.group_linear_base(np.array([lo, hi]), memb.sums(), im)
         assert (out[1] - out[0]) / (hi - lo) == pytest.approx(slopes[j], abs=1e-9)
-    text = rc.describe(im, est.model_.info)
+    text = describe(im, est.model_.info)
     assert " → ".join(f"{v:.2f}" for v in slopes) in text and "bent at" in text, text
 
 
@@ -453,7 +454,7 @@ def test_one_group_error_is_not_spread_to_the_other_groups():
 
 
 def rc_describe(est):
-    from mmc_core.recalibrate import describe
+    from mmc_core.base_map_text import describe
 
     return describe(est.model_.init_mean, est.model_.info)
 
@@ -533,7 +534,7 @@ def test_a_right_map_is_applied_at_the_scale_the_fresh_rows_support():
 def test_a_model_saved_before_the_stacked_gate_is_described_as_it_was_checked():
     """A model file written before 2026-11-27 has no "scale": its z was the squared-error gain's, and the
     summary says so (the new wording would misstate what was checked)."""
-    from mmc_core.recalibrate import describe
+    from mmc_core.base_map_text import describe
 
     im = {"kind": "base-group-linear", "slope": -0.2, "between": -0.1, "bends": []}
     old = {"base_recalibration": {"z": 1.0, "weight": 0.5, "within_z": -5.0}}
@@ -587,7 +588,7 @@ def test_the_summary_says_when_nothing_took_up_the_groups_means():
     (no mean cell passes its test, too few held-out rows for the cells): the summary then says the groups'
     means are the base's own, instead of leaving the reader to assume they were corrected. An overconfident
     base (the label's slope on it 1/2 everywhere), 200 rows: the map is applied, nothing else moves."""
-    from mmc_core.recalibrate import describe
+    from mmc_core.base_map_text import describe
 
     rng = np.random.default_rng(0)
     n = 200

@@ -201,7 +201,8 @@ def test_group_variances_are_not_invented_where_the_spread_is_equal(monkeypatch)
     estimate (sqrt(2 / n) on the log scale, n its fitting rows) plus the level's (sqrt(2 / n_fit))."""
     import pandas as pd
 
-    import mmc_core.estimator as est_mod
+    import mmc_core.fit_memory as fit_memory_mod
+    import mmc_core.fit_params as params_mod
 
     def world(n, rng):
         a, b = rng.integers(0, 5, n), rng.choice(3, n, p=[0.5, 0.3, 0.2])
@@ -210,7 +211,9 @@ def test_group_variances_are_not_invented_where_the_spread_is_equal(monkeypatch)
         base = mean + 3 * (a == 4) - 2 * (c == 1) + 4 * (x - 0.5)
         return pd.DataFrame({"a": a, "b": b, "c": c, "x": x, "y": mean + 12 * rng.normal(size=n), "base": base})
 
-    no_cells = staticmethod(lambda model, memb, y_f, fit_mu, fit_moms, *rest: (fit_moms, None))
+    def no_cells(model, memb, y_f, fit_mu, fit_moms, *rest):
+        return fit_moms, None
+
     worst: dict = {"previous": [], "default": []}
     for seed in range(10):
         rng = np.random.default_rng(seed)
@@ -221,9 +224,9 @@ def test_group_variances_are_not_invented_where_the_spread_is_equal(monkeypatch)
         for rule in worst:
             with monkeypatch.context() as mp:
                 if rule == "previous":
-                    mp.setattr(est_mod, "SE_GROUP_MOMENT_Z", 1.0)
-                    mp.setattr(est_mod, "NO_GROUP_MOMENT_Z", 1.0)
-                    mp.setattr(est_mod.MomentMulticalibrator, "_moment_cells", no_cells)
+                    mp.setattr(params_mod, "SE_GROUP_MOMENT_Z", 1.0)
+                    mp.setattr(params_mod, "NO_GROUP_MOMENT_Z", 1.0)
+                    mp.setattr(fit_memory_mod, "moment_cells", no_cells)
                 est = MomentMulticalibrator(label_range=(-50, 250)).fit(tr, tr["y"], groups, base_prediction=tr["base"])
             v = est.predict_moments(te, base_prediction=te["base"])["moment_2"]
             worst[rule].append(max(abs(np.log(v[memb.group_rows(g)].mean() / 144.0)) for g in big))

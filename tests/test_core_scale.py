@@ -12,7 +12,7 @@ import pytest
 
 from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
 from mmc_core.buckets import BucketGrid, fill_edges, geometric_edges, quantile_edges
-from mmc_core.descent import cell_violated
+from mmc_core.cell_state import cell_violated
 from mmc_core.errors import MMCError, ModelFormatError
 from mmc_core.estimator import bonferroni_z
 

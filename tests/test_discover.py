@@ -16,7 +16,8 @@ import pytest
 from app.cli import main
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core.buckets import mean_grid
-from mmc_core.discover import discover, fit_with_discovery
+from mmc_core.discover import discover
+from mmc_core.discover_fit import fit_with_discovery
 from mmc_core.errors import GroupDefinitionError, MMCError
 from mmc_core.model import FittedModel
 from mmc_core.oracle import FeatureMatrix, TreeOracle

@@ -229,7 +229,7 @@ def test_a_model_with_the_most_groups_reads_back():
 
 
 def test_an_in_condition_over_the_limit_names_the_group(tmp_path, capsys):
-    from mmc_core.groups import MAX_IN_VALUES
+    from mmc_core.conditions import MAX_IN_VALUES
 
     big = [{"name": "big one", "where": [{"column": "race", "op": "in", "values": list(range(MAX_IN_VALUES + 1))}]}]
     path = _groups_file(tmp_path, big)
@@ -384,7 +384,7 @@ def test_a_dask_model_meets_the_schema(odd_table, tmp_path, capsys):
 
 def test_the_schemas_follow_the_code():
     """The versions the schema accepts are the ones the loader reads; the schema files ship in the wheel."""
-    from mmc_core.model import READABLE_VERSIONS
+    from mmc_core.model_format import READABLE_VERSIONS
     from mmc_core.schemas import schema
 
     assert tuple(schema("model")["properties"]["version"]["enum"]) == READABLE_VERSIONS

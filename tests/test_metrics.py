@@ -150,15 +150,15 @@ def test_bootstrap_matches_direct_loop():
 
 def test_bootstrap_paths_agree():
     """The signature path (rows with the same groups summed first) and the membership-pairs path."""
-    from mmc_core.metrics import _bootstrap_ratios
+    from mmc_core.audit_tables import bootstrap_ratios
     from mmc_core.sums import MembershipSums
 
     rng = np.random.default_rng(3)
     table = {"a": rng.choice(["x", "y", "z"], 300), "b": rng.choice(["u", "v"], 300)}
     memb = GroupSet.from_columns(table, ["a", "b"], 2).evaluate(table, 300)
     vals = {"v": rng.exponential(size=300)}
-    fast = _bootstrap_ratios(MembershipSums(memb, by_signature=True), vals, 30, 5)
-    slow = _bootstrap_ratios(MembershipSums(memb, by_signature=False), vals, 30, 5)
+    fast = bootstrap_ratios(MembershipSums(memb, by_signature=True), vals, 30, 5)
+    slow = bootstrap_ratios(MembershipSums(memb, by_signature=False), vals, 30, 5)
     np.testing.assert_allclose(fast["v"][0], slow["v"][0], rtol=1e-12)
     np.testing.assert_allclose(fast["v"][1], slow["v"][1], rtol=1e-12)
 

@@ -12,7 +12,8 @@ import pytest
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core.cells import apply_moment_cells, gated_moment_cells
 from mmc_core.errors import ModelFormatError
-from mmc_core.model import VERSION_MOMENT_CELLS, FittedModel
+from mmc_core.model import FittedModel
+from mmc_core.model_format import VERSION_MOMENT_CELLS
 
 
 def _world(n: int, rng: np.random.Generator) -> pd.DataFrame:

@@ -130,7 +130,7 @@ def test_a_row_sum_does_not_build_the_signatures(monkeypatch):
 
 def _random_membership(seed: int, n: int, n_groups: int, density: float):
     """Groups that are arbitrary row sets (overlapping, some empty), unlike groups built from columns."""
-    from mmc_core.groups import Membership
+    from mmc_core.membership import Membership
 
     rng = np.random.default_rng(seed)
     D = rng.random((n, n_groups)) < rng.uniform(0, density, n_groups)

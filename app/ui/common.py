@@ -6,7 +6,7 @@ import streamlit as st
 
 from mmc_core.cells import describe_cells
 from mmc_core.stages import describe_stages, stage_sentences
-from mmc_core.recalibrate import describe as describe_base
+from mmc_core.base_map_text import describe as describe_base
 
 from app.display import visible_controls
 

@@ -103,23 +103,39 @@ def calibrate(
     }
     if folds is not None:
         rec["folds"] = int(folds)
-    # moments: distribution of the predictions (for choosing a) and held-out plug-in coverage
+    rec.update(_moment_fields(model, y, mu, moms, deltas))
+    rec.update(_baselines(memb, r_base, deltas))
+    rec["calibrated"] = _calibrated(model, memb, y, mu, moms, deltas, approach, options, fitter)
+    return rec
+
+
+def _moment_fields(model, y, mu, moms: dict, deltas) -> dict:
+    """The moments' predictions' distribution (for choosing a) and their plug-in coverage on these rows."""
     qs = np.linspace(0, 1, N_MOMENT_QUANTILES)
-    rec["moment_quantiles"] = {str(a): to_json_list(np.quantile(moms[a], qs)) for a in model.moments}
+    quantiles = {str(a): to_json_list(np.quantile(moms[a], qs)) for a in model.moments}
     cover = {}
     for a in usable_moments(model):
         dev = np.abs(y - mu) ** a
         cov = np.mean(dev[:, None] <= np.maximum(moms[a], 0.0)[:, None] / deltas[None, :], axis=0)
         cover[str(a)] = to_json_list(cov)
-    rec["plugin_coverage"] = cover
-    # baselines
+    return {"moment_quantiles": quantiles, "plugin_coverage": cover}
+
+
+def _baselines(memb, r_base, deltas) -> dict:
+    """The baselines' thresholds: split conformal, Mondrian (per group) and Gaussian."""
+    n = r_base.size
     srt = np.sort(r_base)
     k = np.ceil((n + 1) * (1 - deltas) - 1e-12).astype(np.int64)
-    rec["split_conformal"] = to_json_list(np.where(k <= n, srt[np.clip(k, 1, n) - 1], np.inf))
     mq = group_conformal(memb, r_base, deltas)
-    rec["mondrian"] = {"n": [int(v) for v in memb.sizes], "q": [to_json_list(row) for row in mq]}
-    rec["gaussian"] = {"sd": float(np.sqrt(np.mean(r_base**2)))}
-    # the multicalibrated threshold on the standardized score
+    return {
+        "split_conformal": to_json_list(np.where(k <= n, srt[np.clip(k, 1, n) - 1], np.inf)),
+        "mondrian": {"n": [int(v) for v in memb.sizes], "q": [to_json_list(row) for row in mq]},
+        "gaussian": {"sd": float(np.sqrt(np.mean(r_base**2)))},
+    }
+
+
+def _calibrated(model, memb, y, mu, moms: dict, deltas, approach: str, options, fitter) -> dict:
+    """The multicalibrated threshold on the standardized score, fitted by ``approach``."""
     opts = dict(options or {})
     floor_fraction = float(opts.pop("floor_fraction", FLOOR_FRACTION))
     if 2 in model.moments:
@@ -143,7 +159,7 @@ def calibrate(
             "approaches need calibrate(..., fitter=benchmarks.interval_fitters.fit_approach))"
         )
     extra = {} if lo is None else {"theta_lower": [to_json_list(row) for row in lo]}
-    rec["calibrated"] = {
+    return {
         "approach": approach,
         "options": _json_options(opts),
         "floor_fraction": floor_fraction,
@@ -155,7 +171,6 @@ def calibrate(
         **extra,
         "unconverged_deltas": sorted(unconverged),
     }
-    return rec
 
 
 def _fit_cc(memb, u, deltas, opts: dict):
