@@ -610,7 +610,7 @@ def cmd_fit(args) -> int:
         label_range=[est.label_scale_.lo, est.label_scale_.hi],
         model=args.out,
     )
-    from mmc_core.cells import describe_cells
+    from mmc_core.cells_text import describe_cells
     from mmc_core.base_map_text import describe
 
     base_text = describe(est.model_.init_mean, info)

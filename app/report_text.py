@@ -5,7 +5,7 @@ out and the tests read them without building a PDF.
 
 from __future__ import annotations
 
-from mmc_core.cells import describe_cells
+from mmc_core.cells_text import describe_cells
 from mmc_core.descent import SHRINK_MIN
 from mmc_core.base_map_text import describe as describe_base
 from mmc_core.stages import describe_stages

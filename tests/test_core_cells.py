@@ -10,6 +10,7 @@ import pytest
 
 from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
 from mmc_core import cells as cl
+from mmc_core.cells_text import describe_cells
 from mmc_core.errors import MMCError, ModelFormatError
 from mmc_core.synthetic import demo_distribution
 
@@ -315,21 +316,21 @@ def test_the_summary_says_when_the_step_was_not_tried_and_survives_a_bad_file():
     est = _fit(X, y, mu, GroupSet.from_columns(X, ["g"]), True, 0, (-1, 2), n_moments=1)
     info = est.model_.info
     assert info["shrunken_cells"]["skipped"].startswith("75 held-out rows")
-    assert "only 75 held-out rows" in cl.describe_cells(info)
-    assert "z = 0.0" in cl.describe_cells({"shrunken_cells": {"kept": True, "rounds": None, "z": None}})
-    assert cl.describe_cells({"shrunken_cells": {"kept": False, "rounds": "x", "harmed": "y"}}).endswith("noise)")
+    assert "only 75 held-out rows" in describe_cells(info)
+    assert "z = 0.0" in describe_cells({"shrunken_cells": {"kept": True, "rounds": None, "z": None}})
+    assert describe_cells({"shrunken_cells": {"kept": False, "rounds": "x", "harmed": "y"}}).endswith("noise)")
     # the ridge step's wording (weight in the check); an old file's check keeps the empirical-Bayes wording
     ridge = {"kept": True, "rounds": 1, "z": 1.6, "scale": 0.95, "weight": 0.76, "penalty": 300.0}
-    text = cl.describe_cells({"shrunken_cells": ridge})
+    text = describe_cells({"shrunken_cells": ridge})
     assert "penalty 300 rows" in text and "applied at 76%" in text and "bear out 95% of it, z = 1.6" in text
-    assert "do not bear them out: z = -0.5" in cl.describe_cells(
+    assert "do not bear them out: z = -0.5" in describe_cells(
         {"shrunken_cells": dict(ridge, kept=False, z=-0.5, weight=0.0)}
     )
-    assert "none lowered the squared error" in cl.describe_cells(
+    assert "none lowered the squared error" in describe_cells(
         {"shrunken_cells": {"kept": False, "rounds": 1, "penalty": None, "weight": 0.0, "z": 0.0}}
     )
-    assert "shrunk by the evidence (2 rounds" in cl.describe_cells({"shrunken_cells": {"kept": True, "rounds": 2}})
-    assert "bear them out: z = 0.0" in cl.describe_cells(
+    assert "shrunk by the evidence (2 rounds" in describe_cells({"shrunken_cells": {"kept": True, "rounds": 2}})
+    assert "bear them out: z = 0.0" in describe_cells(
         {"shrunken_cells": {"kept": False, "rounds": 1, "penalty": 30.0, "weight": None, "z": "x"}}
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from mmc_core.cells import describe_cells
+from mmc_core.cells_text import describe_cells
 from mmc_core.stages import describe_stages, stage_sentences
 from mmc_core.base_map_text import describe as describe_base
 
