@@ -135,7 +135,7 @@ def fit_base_model(
         from sklearn.linear_model import LogisticRegressionCV, RidgeCV
 
         if binary:
-            kw = {}
+            kw: dict = {}
             # scikit-learn 1.9 warns that 1.10 changes two defaults (the fitted attributes, which we do not use,
             # and l1_ratios): state the new ones where they exist, so no FutureWarning reaches the analyst (the
             # same plain L2 fit); older versions have neither

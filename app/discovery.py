@@ -165,7 +165,9 @@ def _one_group_per_rule(disc, top: int) -> tuple:
     """The findings shown (at most ``top`` per kind), one per rule: a rule accepted for the mean and for the
     variance is shown once (the strongest kind first, mean before moments) with its other findings in ``also``;
     and the group of each, named apart."""
-    shown, also, seen = [], [], {}
+    shown: list = []
+    also: list = []
+    seen: dict = {}
     for f in disc.top(top):
         k = f.rule.key()
         if k in seen:

@@ -117,7 +117,8 @@ def hover_safe(text: str, limit: int | None = None) -> str:
 
 def display_names(names, below=None, n: int = MAX_NAME) -> list:
     """Shortened, unique axis labels (user text made safe for Plotly); groups below gamma get the † mark."""
-    out, seen = [], {}
+    out: list = []
+    seen: dict = {}
     below = below if below is not None else [False] * len(names)
     for name, b in zip(names, below):
         s = short_name(name, n)

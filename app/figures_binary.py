@@ -379,7 +379,7 @@ def reliability_figure(
         shared_xaxes=False,
         shared_yaxes=False,
     )
-    shown = set()
+    shown: set = set()
     for k, g in enumerate(groups):
         r, c = divmod(k, cols)
         _reliability_panel(fig, cells, g, r + 1, c + 1, rows, shown)

@@ -143,7 +143,7 @@ def _moment_panel(p: _Panels, beta: float | None) -> list:
     p.series(xv, 2, "moment: fitting rows", dict(color=OKABE_ITO["green"], width=2.5), "fitting rows: %{y:.3g}")
     held = dict(color=OKABE_ITO["purple"], width=2.5, dash="dash")
     p.series(hxv, 2, "moment: held-out rows", held, "held-out rows: %{y:.3g}")
-    if p.moments:
+    if p.moments and beta is not None:
         _log_hline(fig, beta, f"β = {beta:.3g} (threshold)", 2, OKABE_ITO["black"])
     if p.moments and not any(v is not None and np.any(v > 0) for v in (xv, bv, hxv)):
         fig.add_annotation(

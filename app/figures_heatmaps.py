@@ -92,7 +92,7 @@ def _heatmap(
     zmin: float,
     zmax: float,
     colorbar_title: str,
-    value_fmt: str,
+    value_fmt,
     hover_value: str,
     zmid: float | None = None,
     counts: np.ndarray | None = None,

@@ -105,6 +105,7 @@ class FitJob:
         self.args = (df, label_spec, base_spec, split_spec, groups_json, settings)
         self.settings = settings
         self.data_key, self.data_name = data_key, data_name
+        self.label_units = ""  # the units the analyst typed, for the run's texts (set by the Run page)
         self.history: list = []
         self.phase = "starting"
         self.status = "idle"
@@ -371,7 +372,7 @@ class FitJob:
                     self._done.set()
 
 
-_MP_CTX = []
+_MP_CTX: list = []
 _APP_DIR = os.path.dirname(os.path.abspath(__file__))
 
 

@@ -150,7 +150,7 @@ def _make_pdf(title_left: str):
             pdf.add_font("DejaVu", "B", bold)
             pdf.add_font("DejaVu", "I", italic or regular)
             pdf.unicode, pdf.family = True, "DejaVu"
-            pdf.glyphs = frozenset(pdf.fonts["dejavu"].cmap)
+            pdf.glyphs = frozenset(pdf.fonts["dejavu"].cmap)  # type: ignore[union-attr]  # a TTF font: just added
         except Exception:  # noqa: BLE001 - a broken font file: fall back to the core fonts
             pdf.unicode, pdf.family = False, "helvetica"
         if pdf.unicode:

@@ -405,6 +405,7 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
         group_cols = sorted(run.model.groups.columns())
         X_test = take_table_rows(df, test, group_cols)
         # a classifier is audited at its decision threshold; a regression's intervals at delta / gamma
+        task_args: dict
         if getattr(run.model, "task", "regression") == "binary":
             task_args = {"threshold": settings.threshold}
         else:

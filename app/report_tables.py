@@ -94,7 +94,8 @@ def scorecard_table(audit, top: int | None = None, name_chars: int = 30) -> pd.D
         mean_col: mean_cells,
         "detectable": [c if t and c else "too small to test" for c, t in zip(det_cells, tested)],
         "spread obs/pred [95% CI]": [
-            ci(*v, digits=2) for v in d[["spread_ratio", "spread_ratio_lo", "spread_ratio_hi"]].to_numpy(float)
+            ci(v, lo, hi, digits=2)
+            for v, lo, hi in d[["spread_ratio", "spread_ratio_lo", "spread_ratio_hi"]].to_numpy(float)
         ],
         "coverage [95% CI]": [
             "–" if not np.isfinite(c) else f"{c:.0%} [{lo:.0%}; {hi:.0%}]"

@@ -13,11 +13,13 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from mmc_core.errors import DataError
+from mmc_core.model import FittedModel
 from mmc_core.groups import GROUP_INFO_KEYS  # noqa: F401 - re-exported; defined once, in mmc_core
 
 SPLIT_NAMES = {
@@ -190,7 +192,7 @@ class PreparedLabel:
 class AuditRun:
     """Everything one pipeline run produced (kept in session state; survives reruns)."""
 
-    model: object  # mmc_core.FittedModel
+    model: FittedModel
     history: list
     converged: bool
     stopped: bool
@@ -472,7 +474,7 @@ def binary_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel | None:
     miss = int(s.isna().sum())
     if miss:
         raise DataError(f"the binary label '{spec.column}' has {miss:,} missing value(s): drop those rows first")
-    positive = spec.positive if spec.positive not in ("", None) else None
+    positive: Any = spec.positive if spec.positive not in ("", None) else None
     numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
     if positive is not None and numeric:
         try:

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from mmc_core import FittedModel, GroupSet, MomentMulticalibrator, cells
+from mmc_core.cells_text import describe_cells
 from mmc_core.sums import MembershipSums  # noqa: F401 - the type gated_moment_cells takes
 
 SIGMA = 10.0
@@ -69,6 +70,6 @@ def test_a_model_with_a_level_round_trips_and_says_so(tmp_path):
     est.save(path)
     back = FittedModel.load(path)
     np.testing.assert_allclose(back.predict(X)["moment_2"], est.predict_moments(X)["moment_2"], rtol=1e-12)
-    assert "its level set to the fitting and held-out rows'" in cells.describe_cells(
+    assert "its level set to the fitting and held-out rows'" in describe_cells(
         json.loads(path.read_text())["info"]
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
 from mmc_core.cells_text import describe_cells
@@ -17,10 +19,10 @@ def sanitize(key: str, options: list, default=None, multi: bool = False):
     from app.ui import state
 
     ss = st.session_state
-    v = ss.get(key)
+    v: Any = ss.get(key)
     is_setting = key in state.PERSIST
     if multi:
-        new = [x for x in (v or []) if x in options]
+        new: Any = [x for x in (v or []) if x in options]
         if new != list(v or []) or key not in ss:
             state.put(key, new) if is_setting else ss.__setitem__(key, new)
     elif v not in options:

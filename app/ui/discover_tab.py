@@ -215,7 +215,7 @@ def _same_as_listed(d, found: list) -> list:
     except Exception:  # noqa: BLE001 - a hint only
         return [None] * len(found)
     rows = [memb.group_rows(i + 1) for i in range(len(listed) + len(found))]
-    by_rows = {}
+    by_rows: dict = {}
     for i, g in enumerate(listed):
         by_rows.setdefault(rows[i].tobytes(), g["name"])
     return [by_rows.get(np.asarray(rows[len(listed) + j]).tobytes()) for j in range(len(found))]

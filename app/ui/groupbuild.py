@@ -149,7 +149,7 @@ def is_discovered(g: dict) -> bool:
 def _with_info(parsed: list, raw: list) -> list:
     """``parsed`` group dicts (from GroupSet, which drops descriptive fields) with the fields of the ``raw``
     group of the same name put back."""
-    by_name = {}
+    by_name: dict = {}
     for g in raw:
         if isinstance(g, dict) and isinstance(g.get("name"), str):
             by_name.setdefault(g["name"], info_fields(g))

@@ -8,6 +8,7 @@ file ``mmc fit --groups`` reads. Counts are live; groups below gamma mass are fl
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
@@ -17,6 +18,9 @@ from app.ui import state, table_facts
 from app.ui.common import columns_multiselect, download, esc, feature_columns, sanitize, tab_state
 from app.ui.widgets import page_start
 from mmc_core.errors import MMCError
+
+if TYPE_CHECKING:
+    from app.ui.settings import Settings
 
 
 def _groups() -> list:
@@ -343,7 +347,7 @@ COLUMN_SETTINGS = ("label_col", "base_col")  # a recipe naming a missing one is 
 COLUMN_LIST_SETTINGS = ("base_features", "disc_features", "qa_cols")  # missing entries are dropped and named
 
 
-def _check_recipe_columns(settings, raw: dict, columns) -> tuple[object, list]:
+def _check_recipe_columns(settings: Settings, raw: dict, columns) -> tuple[Settings, list]:
     """A recipe's column settings against this table: a label or base column it names that is missing refuses
     the import (naming it); feature lists lose their missing columns, which the message names."""
     cols = set(columns)
@@ -407,7 +411,7 @@ def _whole_population_note(raw, groups: list) -> list:
     return [f"{n} group(s) without conditions (the whole population, always audited as 'all')"] if n > 0 else []
 
 
-def _apply_import(new: list, settings, mode: str, source: str, notes: list = ()):
+def _apply_import(new: list, settings, mode: str, source: str, notes: tuple | list = ()):
     """Take imported groups (and a recipe's settings: they replace the current ones) and redraw."""
     ss = st.session_state
     groups = _groups()

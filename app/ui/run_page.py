@@ -20,6 +20,7 @@ import dataclasses
 import json
 import math
 import os
+import threading
 import time
 
 import streamlit as st
@@ -210,11 +211,9 @@ class _LiveFigure:
         self.job_id = job_id
         self.fig = None
         self.rows = -1
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     def refresh(self, hist: list, thr):
-        import threading
-
         if (self._thread is not None and self._thread.is_alive()) or len(hist) == self.rows:
             return
         self.rows = len(hist)

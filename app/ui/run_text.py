@@ -28,8 +28,8 @@ def implications(
             "(at the start of the run); the run summary shows " + ("them." if k >= 2 else "it."),
             f"**Buckets:** m = {m} per predictor; **moments:** 2..{k}" if k >= 2 else f"**Buckets:** m = {m}.",
         ]
-    a = float(preview["alpha"]) if auto else float(settings.alpha)
-    b = float(preview["beta"]) if auto else float(settings.beta)
+    a = float(preview["alpha"]) if auto and preview else float(settings.alpha)
+    b = float(preview["beta"]) if auto and preview else float(settings.beta)
     span = (hi - lo) if (lo is not None and hi is not None and hi > lo) else None
     u = f" {units}" if units else ""
     out = []

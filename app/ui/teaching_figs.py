@@ -364,9 +364,9 @@ def cell_stats(lesson: Lesson, ev: dict):
         z = np.zeros((m, m))
         np.add.at(z, (i, j), p * (mu[r] - tm))
         return "joint", z
-    z = np.zeros(m)
-    np.add.at(z, i, p * (mu[r] - tm))
-    return "mean", z
+    z1 = np.zeros(m)
+    np.add.at(z1, i, p * (mu[r] - tm))
+    return "mean", z1
 
 
 def _mean_cells(fig, z, mean_labels: list, chosen: list, thr: float, sym: str, units: str) -> str:

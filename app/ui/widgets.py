@@ -3,6 +3,8 @@ a finished background job (a fit or a Discover search) out of the session."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
 from app.ui import state
@@ -61,7 +63,7 @@ def running_job(key: str):
     return job if job is not None and job.running else None
 
 
-def job_inputs(d: dict) -> tuple:
+def job_inputs(d: dict) -> tuple[Any, Any, Any, Any]:
     """What every background job on the loaded table starts from: the table, then the label, base-prediction and
     split settings of the session (the first four arguments of FitJob and DiscoverJob)."""
     return d["df"], state.label_spec(), state.base_spec(), state.split_spec()
