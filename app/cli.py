@@ -87,9 +87,75 @@ def _seed(text: str) -> int:
     return v
 
 
+ERROR_CHARS = 2000  # an error line quoting a hostile name (a column of 100k characters) stays readable
+
+
+def _one_line(text) -> str:
+    """An error message as the one line the CLI prints: names quoted from the user's files (columns, groups,
+    labels) may hold line breaks, which would split it, or bidirectional controls (U+202E), which would reorder
+    what the terminal shows; :func:`mmc_core.jsonfile.one_line` escapes both and bounds the length."""
+    from mmc_core.jsonfile import one_line
+
+    return one_line(str(text), ERROR_CHARS)
+
+
+class _HeldNotes:
+    """stderr while a command runs, holding its "note:" and "warning:" lines back until the command has done its
+    work: a note said while the inputs are read ("only the whole table is compared", "--pred is ignored") came
+    before the error a later input caused, and a bad input was two lines. Held lines are written when any other
+    line is (a progress line: the inputs passed their checks) and when the command succeeds; an error drops them,
+    so that it is the one line."""
+
+    HELD = ("note: ", "warning: ")
+
+    def __init__(self, stream):
+        self.stream, self.held, self.part = stream, [], ""
+
+    def write(self, text) -> int:
+        self.part += text
+        *lines, self.part = self.part.split("\n")
+        for line in lines:
+            if line.startswith(self.HELD):
+                self.held.append(line + "\n")
+            else:
+                self.release()
+                self.stream.write(line + "\n")
+        return len(text)
+
+    def release(self) -> None:
+        for line in self.held:
+            self.stream.write(line)
+        self.held = []
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name):  # fileno, isatty, encoding: the real stream's
+        return getattr(self.stream, name)
+
+
+def _run(command, args) -> int:
+    """``command(args)`` with its notes held back (:class:`_HeldNotes`): written if it succeeds, dropped if not."""
+    real = sys.stderr
+    held = _HeldNotes(real)
+    sys.stderr = held
+    ok = False
+    try:
+        code = command(args)
+        ok = code == 0
+        return code
+    finally:
+        sys.stderr = real
+        if ok:
+            held.release()
+        if held.part and (ok or not held.part.startswith(_HeldNotes.HELD)):
+            real.write(held.part)
+        real.flush()
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, like every other user error
-        self.exit(EXIT_USAGE, f"mmc: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_USAGE, f"mmc: error: {_one_line(message)} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1131,9 +1197,11 @@ def main(argv=None) -> int:
     except SystemExit as e:  # usage errors and --help: argparse has printed its message
         return int(e.code or 0)
     try:
-        return COMMANDS[args.command](args)
+        if args.command == "dashboard":  # a server: what it says is said at once
+            return COMMANDS[args.command](args)
+        return _run(COMMANDS[args.command], args)
     except (MMCError, CLIError) as e:
-        print(f"mmc: error: {e}", file=sys.stderr)
+        print(f"mmc: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("mmc: interrupted; nothing was written", file=sys.stderr)
@@ -1146,13 +1214,13 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     except OSError as e:  # a full disk, a read-only folder, a file that vanished (also raised by Dask workers)
         where = f" {e.filename}" if getattr(e, "filename", None) else ""
-        print(f"mmc: error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
+        print(f"mmc: error: {_one_line(f'cannot read or write{where}: {e.strerror or e}')}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as e:  # a bug: one line for the user, the traceback on request
         if os.environ.get("MMC_TRACEBACK"):
             raise
         print(
-            f"mmc: internal error: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''} "
+            f"mmc: internal error: {type(e).__name__}: {_one_line(str(e).splitlines()[0][:300]) if str(e) else ''} "
             "(a bug: please report it; set MMC_TRACEBACK=1 for the traceback)",
             file=sys.stderr,
         )
