@@ -370,11 +370,14 @@ def read_table(path, text_columns=(), columns=None, limit: int | None = None) ->
         raise DataError(f"data file not found: {path}")
     if os.path.isdir(path):
         raise DataError(f"{path} is a folder, not a data file")
+    if not os.path.isfile(path):  # a FIFO blocked the command forever; /dev/zero was read until memory ran out
+        raise DataError(f"{path} is not a regular file (a device, FIFO or socket); give a data file")
     size = os.path.getsize(path)
     if size > MAX_FILE_BYTES:
         raise DataError(f"{path} is {size / 1e6:.0f} MB; the limit is {MAX_FILE_BYTES / 1e6:.0f} MB")
     with open(path, "rb") as f:
-        return read_table_bytes(f.read(), os.path.basename(path), text_columns, columns, limit)
+        data = f.read(MAX_FILE_BYTES + 1)  # bounded: the file may have grown since its size was read
+    return read_table_bytes(data, os.path.basename(path), text_columns, columns, limit)
 
 
 def numeric_column(df: pd.DataFrame, col: str, role: str = "column") -> np.ndarray:

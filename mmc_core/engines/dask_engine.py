@@ -1544,6 +1544,8 @@ def read_parquet(pattern: str, columns=None, sized_columns=None, complete=None):
 
     first, rows, groups = None, 0, 0
     for f in files:
+        if not os.path.isfile(f):  # reading a FIFO's footer waited for a writer forever
+            raise DataError(f"{f} is not a regular file (a folder, device, FIFO or socket); give Parquet files")
         try:
             meta = pq.read_metadata(f)
             schema = meta.schema.to_arrow_schema()
