@@ -503,7 +503,7 @@ def cmd_fit(args) -> int:
 
         return fit(args)
     from mmc_core import GroupSet
-    from .io import numeric_column, read_table
+    from .io import column_problem, numeric_column, read_table
 
     check_out(args.out)
     extra = None
@@ -520,6 +520,8 @@ def cmd_fit(args) -> int:
             raise CLIError(f"group column '{c}' is not in the data")
         if c == args.label:
             raise CLIError(f"the label '{c}' cannot define groups (groups must be computable on new rows)")
+        if why := column_problem(df[c]):
+            raise CLIError(f"group column '{c}' cannot be used: {why}")
     groups = GroupSet.from_columns(df, args.group_cols, args.max_order) if args.group_cols else GroupSet([])
     if extra is not None:
         for col in extra.columns():
@@ -700,13 +702,13 @@ def _fit_label(df, args):
     import pandas as pd
 
     from mmc_core.estimator import resolve_task
-    from .io import numeric_column
+    from .io import column_problem, numeric_column
 
     if args.task == "regression":
         if args.positive is not None:
             raise CLIError("--positive is only used with a binary label (--task binary or auto)")
         return "regression", numeric_column(df, args.label, "label column"), None
-    if args.label not in df.columns:
+    if args.label not in df.columns or column_problem(df[args.label]):
         return "regression", numeric_column(df, args.label, "label column"), None  # the usual error
     raw = df[args.label]
     if args.task == "auto" and raw.nunique(dropna=True) != 2:
@@ -739,7 +741,7 @@ def pd_numeric(s) -> bool:
 
 def _load_for_apply(args, need_label: bool):
     from mmc_core import FittedModel
-    from .io import numeric_column, read_table
+    from .io import column_problem, numeric_column, read_table
     from .validate import unlisted_notes
 
     model = FittedModel.load(args.model)
@@ -767,8 +769,8 @@ def _load_for_apply(args, need_label: bool):
     if need_label and model.task == "binary":
         from mmc_core.binary import binary_labels
 
-        if args.label not in df.columns:
-            numeric_column(df, args.label, "label column")  # raises "not in the data"
+        if args.label not in df.columns or column_problem(df[args.label]):
+            numeric_column(df, args.label, "label column")  # raises "not in the data", "cannot be used"
         if df[args.label].isna().any():
             raise CLIError(
                 f"label column '{args.label}' has {int(df[args.label].isna().sum())} missing value(s); drop them first"

@@ -191,6 +191,9 @@ def _parquet_estimate(data: bytes, name: str, columns=None) -> TableEstimate:
         raise DataError(f"{name} is not a readable Parquet file ({type(e).__name__})") from None
     fields = [f for f in schema if not f.name.startswith("__index_level_")]
     names = [f.name for f in fields]
+    dups = sorted(h for h, k in Counter(_invisible_stripped(n) for n in names).items() if k > 1)
+    if dups:  # pyarrow writes them; reading them back failed as "not a readable Parquet file"
+        raise DataError(f"{name} has duplicate column name(s): {', '.join(dups[:5])}")
     read = _wanted(names, columns)
     rows = int(meta.num_rows)
     # uncompressed bytes of each column over the row groups (text: the characters, plus their offsets)
@@ -298,6 +301,32 @@ def _header(text: str) -> list:
         raise DataError(f"the CSV header cannot be read ({e}); check its quotes") from None
 
 
+def _invisible_stripped(name: str) -> str:
+    """A column name as it reads: without the blanks around it and without invisible format characters (a
+    byte-order mark or zero-width space inside the header), which made "y" and "\ufeffy" two columns."""
+    import unicodedata
+
+    return "".join(c for c in name if unicodedata.category(c) != "Cf").strip()
+
+
+def column_problem(s: pd.Series) -> str | None:
+    """Why the column ``s`` cannot be a label, prediction or group column, or None: dates and times (their
+    nanosecond counts were audited as numbers), lists, maps or bytes in its cells (a Parquet list column was a
+    crash)."""
+    import datetime
+
+    if pd.api.types.is_datetime64_any_dtype(s) or pd.api.types.is_timedelta64_dtype(s):
+        return f"it holds dates or times ({s.dtype}), not numbers or categories"
+    if s.dtype != object:
+        return None
+    for v in s:
+        if isinstance(v, (list, tuple, dict, set, np.ndarray, bytes, bytearray)):
+            return f"its cells hold {type(v).__name__} values, not single numbers or text"
+        if isinstance(v, (datetime.date, datetime.time, datetime.timedelta)):
+            return "it holds dates or times, not numbers or categories"
+    return None
+
+
 def read_table_bytes(data: bytes, name: str, text_columns=(), columns=None, limit: int | None = None) -> pd.DataFrame:
     """Parse CSV or Parquet bytes (chosen by the file name's ending). ``text_columns``: CSV columns read as
     text, not numbers (a model's groups may name "01" and "1" apart; see GroupSet.text_columns). Integer
@@ -325,9 +354,13 @@ def read_table_bytes(data: bytes, name: str, text_columns=(), columns=None, limi
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise DataError(f"{name} is not UTF-8 text (bad byte at position {e.start}); save it as UTF-8 CSV") from None
+    nul = data.find(b"\x00")
+    if nul >= 0:  # text files hold none; pandas kept them inside names and cells
+        raise DataError(f"{name} holds a NUL byte (at byte {nul:,}): it is not a text CSV file")
     header = _header(text[: 4 * 2**20])
     stripped = [h.strip() for h in header]
-    dups = sorted(h for h, k in Counter(stripped).items() if k > 1)
+    seen = Counter(_invisible_stripped(h) for h in header)
+    dups = sorted(h for h, k in seen.items() if k > 1)
     if dups:
         raise DataError(f"{name} has duplicate column name(s): {', '.join(dups[:5])}")
     if any(h == "" for h in stripped) and len(stripped) > 1:
@@ -386,6 +419,8 @@ def numeric_column(df: pd.DataFrame, col: str, role: str = "column") -> np.ndarr
         names = df.attrs.get("file_columns") or list(df.columns)
         raise DataError(f"{role} '{col}' is not in the data (columns: {', '.join(map(str, names[:30]))})")
     s = df[col]
+    if why := column_problem(s):
+        raise DataError(f"{role} '{col}' cannot be used: {why}")
     if not (pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s)):
         conv = pd.to_numeric(s, errors="coerce")
         bad = conv.isna() & s.notna()
