@@ -514,6 +514,82 @@ def write_csv_parts(parts, path) -> int:
     return rows[0]
 
 
+class _Chunks:
+    """A write-only file for pyarrow that keeps what is written until :meth:`take` hands it on: a Parquet file
+    made part by part goes through :func:`write_bytes` (a temporary file renamed into place) as it is made."""
+
+    closed = False
+
+    def __init__(self):
+        self._parts: list = []
+        self._pos = 0
+
+    def write(self, b) -> int:
+        self._parts.append(bytes(b))
+        self._pos += len(b)
+        return len(b)
+
+    def tell(self) -> int:
+        return self._pos
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True
+
+    def take(self) -> bytes:
+        out, self._parts = b"".join(self._parts), []
+        return out
+
+
+def write_parquet_parts(parts, path, empty: pd.DataFrame) -> int:
+    """The DataFrames ``parts`` (one table's parts in order, e.g. a Dask table's partitions computed as they are
+    written) as one Parquet file, a row group a part, at ``path``: a temporary file renamed into place when every
+    part is written (an error leaves nothing), as :func:`write_csv` writes a whole table to a .parquet name. The
+    columns' types are the first non-empty part's; a later part that cannot take them is a DataError naming it.
+    ``empty`` (the table's columns, no rows) gives the types when every part is empty. Returns the rows written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [0]
+
+    def chunks():
+        sink, writer, schema = _Chunks(), None, None
+        try:
+            for i, df in enumerate(parts):
+                if not len(df):
+                    continue
+                try:
+                    table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+                    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    raise DataError(
+                        f"partition {i + 1} of the data has column types the earlier partitions do not have ({first}); "
+                        "write the predictions as CSV (--out NAME.csv) or a folder (--out NAME/)"
+                    ) from None
+                if writer is None:
+                    schema = table.schema
+                    writer = pq.ParquetWriter(sink, schema)
+                writer.write_table(table)
+                rows[0] += len(df)
+                yield sink.take()
+            if writer is None:
+                writer = pq.ParquetWriter(sink, pa.Table.from_pandas(empty, preserve_index=False).schema)
+            writer.close()
+            writer = None
+            yield sink.take()
+        finally:
+            if writer is not None:  # an error in a part: the half-made file is dropped with its temporary file
+                writer.close()
+
+    write_bytes(path, chunks())
+    return rows[0]
+
+
 def write_csv(df: pd.DataFrame, path):
     """The table as CSV (formula-looking cells escaped), or as Parquet when ``path`` ends in .parquet / .pq
     (a CSV under a Parquet name could not be read back)."""
