@@ -528,6 +528,11 @@ def cmd_fit(args) -> int:
             if col not in df.columns:
                 raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
         groups = groups + extra
+    from .io import check_fit_size
+
+    memb = groups.evaluate(df)  # the fit's memory and its time before a first line grow with the pairs
+    check_fit_size(len(df), memb.n_groups, len(memb.rows) + len(df))  # + the whole table's own group
+    del memb
     est = estimator_from_args(args, task=task)
     # Ctrl-C stops the descent at the end of the current round instead of killing it mid-update.
     interrupted = []
@@ -766,6 +771,12 @@ def _load_for_apply(args, need_label: bool):
         base = numeric_column(df, args.pred, "prediction column")
     elif args.pred:
         print("note: the model was fitted without a base prediction; --pred is ignored", file=sys.stderr)
+    if need_label:  # audit and report: their memory grows with the (row, group) pairs, checked before the work
+        from .io import check_audit_size
+
+        memb = model.groups.evaluate(df)
+        check_audit_size(len(df), memb.n_groups, len(memb.rows))
+        del memb
     if need_label and model.task == "binary":
         from mmc_core.binary import binary_labels
 

@@ -163,6 +163,47 @@ class TableEstimate:
         return self
 
 
+# The audit's memory grows with its (row, group) pairs as well as its rows: measured peak RSS of `mmc audit` and
+# `mmc report` is about 150 MB + 190 bytes a row + 120 bytes a pair (3.9M rows x 4 groups, 7.8M pairs: 1.86 GB;
+# 3M rows x 100 groups, 21M pairs, from a 0.1 MB Parquet file: 3.2 GB). The rows and pairs are checked against
+# AUDIT_WORK_BYTES before the audit starts; it scales with MMC_MAX_TABLE_MB.
+AUDIT_ROW_BYTES = 190
+AUDIT_PAIR_BYTES = 120
+AUDIT_WORK_BYTES = int(1.7e9 * MAX_TABLE_BYTES / 200e6)
+
+
+def check_audit_size(n_rows: int, n_groups: int, n_pairs: int) -> None:
+    """DataError (one line) when an audit of ``n_rows`` rows whose groups hold ``n_pairs`` (row, group) pairs in
+    all would take more memory than AUDIT_WORK_BYTES allows."""
+    need = AUDIT_ROW_BYTES * int(n_rows) + AUDIT_PAIR_BYTES * int(n_pairs)
+    if need > AUDIT_WORK_BYTES:
+        raise DataError(
+            f"the audit of {n_rows:,} rows x {n_groups:,} groups ({n_pairs:,} row-group memberships) would take about "
+            f"{_mb(need)} of working memory; the limit is {_mb(AUDIT_WORK_BYTES)}: audit a sample of the rows, or "
+            "a model with fewer or smaller groups"
+        )
+
+
+# `mmc fit` keeps the pairs in compact form (about 18 bytes a pair besides 110 a row: 3M rows x 1,080 groups,
+# 93M pairs, from a 0.1 MB Parquet file, took 2.06 GB, and 25 s before its first progress line); at most
+# MAX_FIT_PAIRS pairs (48M took 1.3 GB, 12 s) keep it bounded in memory and in the time before it says anything.
+FIT_ROW_BYTES = 110
+FIT_PAIR_BYTES = 18
+MAX_FIT_PAIRS = int(60_000_000 * MAX_TABLE_BYTES / 200e6)
+
+
+def check_fit_size(n_rows: int, n_groups: int, n_pairs: int) -> None:
+    """DataError (one line) when a fit of ``n_rows`` rows whose groups hold ``n_pairs`` (row, group) pairs would
+    take more memory than AUDIT_WORK_BYTES, or more pairs than MAX_FIT_PAIRS."""
+    need = FIT_ROW_BYTES * int(n_rows) + FIT_PAIR_BYTES * int(n_pairs)
+    if need > AUDIT_WORK_BYTES or n_pairs > MAX_FIT_PAIRS:
+        raise DataError(
+            f"the fit of {n_rows:,} rows x {n_groups:,} groups ({n_pairs:,} row-group memberships) is too large: the "
+            f"limit is {MAX_FIT_PAIRS:,} memberships (about {_mb(AUDIT_WORK_BYTES)} of working memory): use fewer "
+            "rows, a lower --max-order or fewer group columns"
+        )
+
+
 def _mb(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{max(n / 1e6, 0.1):.0f} MB" if n >= 1e6 else f"{n / 1e6:.1f} MB"
 

@@ -614,3 +614,28 @@ def test_predict_out_names_give_the_same_file_on_both_engines(work, dask_schedul
     assert main([*base, "--data", str(d / "good.csv"), "--out", str(tmp_path / "mem-folder") + "/"]) == 2
     assert "names a folder" in capsys.readouterr().err and not (tmp_path / "mem-folder").exists()
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
+
+
+# ---- bounded work: the (row, group) pairs are counted before a fit or an audit ---------------------------------------
+@pytest.mark.parametrize("command", ["fit", "audit", "report"])
+def test_too_many_row_group_pairs_are_refused_before_the_work(work, tmp_path, monkeypatch, capsys, command):
+    """A 0.1 MB Parquet file of 3M rows took `mmc audit` and `mmc report` to 3.2 GB with a model of 100 groups
+    (21M pairs), and `mmc fit --max-order 5` to 2.06 GB and 25 s before its first line (1,080 groups, 93M pairs):
+    the table's own limits count rows and columns, not pairs. The pairs are now counted first; here the limits
+    are lowered so that the 400-row table is over them."""
+    from app import io as table_io
+
+    d, _, _ = work
+    monkeypatch.setattr(table_io, "MAX_FIT_PAIRS", 1_000)
+    monkeypatch.setattr(table_io, "AUDIT_WORK_BYTES", 100_000)
+    out = tmp_path / ("m.json" if command == "fit" else "r.pdf" if command == "report" else "a.json")
+    if command == "fit":
+        args = ["fit", "--data", str(d / "good.csv"), "--label", "y", "--group-cols", "sex,race", "--max-order", "2"]
+    else:
+        args = [command, "--model", str(d / "model.json"), "--data", str(d / "good.csv"), "--label", "y"]
+        args += ["--pred", "base"]
+    capsys.readouterr()
+    assert main([*args, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "row-group memberships" in lines[0] and "400 rows" in lines[0], lines
+    assert not out.exists()
