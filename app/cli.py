@@ -87,9 +87,75 @@ def _seed(text: str) -> int:
     return v
 
 
+ERROR_CHARS = 2000  # an error line quoting a hostile name (a column of 100k characters) stays readable
+
+
+def _one_line(text) -> str:
+    """An error message as the one line the CLI prints: names quoted from the user's files (columns, groups,
+    labels) may hold line breaks, which would split it, or bidirectional controls (U+202E), which would reorder
+    what the terminal shows; :func:`mmc_core.jsonfile.one_line` escapes both and bounds the length."""
+    from mmc_core.jsonfile import one_line
+
+    return one_line(str(text), ERROR_CHARS)
+
+
+class _HeldNotes:
+    """stderr while a command runs, holding its "note:" and "warning:" lines back until the command has done its
+    work: a note said while the inputs are read ("only the whole table is compared", "--pred is ignored") came
+    before the error a later input caused, and a bad input was two lines. Held lines are written when any other
+    line is (a progress line: the inputs passed their checks) and when the command succeeds; an error drops them,
+    so that it is the one line."""
+
+    HELD = ("note: ", "warning: ")
+
+    def __init__(self, stream):
+        self.stream, self.held, self.part = stream, [], ""
+
+    def write(self, text) -> int:
+        self.part += text
+        *lines, self.part = self.part.split("\n")
+        for line in lines:
+            if line.startswith(self.HELD):
+                self.held.append(line + "\n")
+            else:
+                self.release()
+                self.stream.write(line + "\n")
+        return len(text)
+
+    def release(self) -> None:
+        for line in self.held:
+            self.stream.write(line)
+        self.held = []
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name):  # fileno, isatty, encoding: the real stream's
+        return getattr(self.stream, name)
+
+
+def _run(command, args) -> int:
+    """``command(args)`` with its notes held back (:class:`_HeldNotes`): written if it succeeds, dropped if not."""
+    real = sys.stderr
+    held = _HeldNotes(real)
+    sys.stderr = held
+    ok = False
+    try:
+        code = command(args)
+        ok = code == 0
+        return code
+    finally:
+        sys.stderr = real
+        if ok:
+            held.release()
+        if held.part and (ok or not held.part.startswith(_HeldNotes.HELD)):
+            real.write(held.part)
+        real.flush()
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, like every other user error
-        self.exit(EXIT_USAGE, f"mmc: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_USAGE, f"mmc: error: {_one_line(message)} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -437,7 +503,7 @@ def cmd_fit(args) -> int:
 
         return fit(args)
     from mmc_core import GroupSet
-    from .io import numeric_column, read_table
+    from .io import column_problem, numeric_column, read_table
 
     check_out(args.out)
     extra = None
@@ -454,12 +520,19 @@ def cmd_fit(args) -> int:
             raise CLIError(f"group column '{c}' is not in the data")
         if c == args.label:
             raise CLIError(f"the label '{c}' cannot define groups (groups must be computable on new rows)")
+        if why := column_problem(df[c]):
+            raise CLIError(f"group column '{c}' cannot be used: {why}")
     groups = GroupSet.from_columns(df, args.group_cols, args.max_order) if args.group_cols else GroupSet([])
     if extra is not None:
         for col in extra.columns():
             if col not in df.columns:
                 raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
         groups = groups + extra
+    from .io import check_fit_size
+
+    memb = groups.evaluate(df)  # the fit's memory and its time before a first line grow with the pairs
+    check_fit_size(len(df), memb.n_groups, len(memb.rows) + len(df))  # + the whole table's own group
+    del memb
     est = estimator_from_args(args, task=task)
     # Ctrl-C stops the descent at the end of the current round instead of killing it mid-update.
     interrupted = []
@@ -634,13 +707,13 @@ def _fit_label(df, args):
     import pandas as pd
 
     from mmc_core.estimator import resolve_task
-    from .io import numeric_column
+    from .io import column_problem, numeric_column
 
     if args.task == "regression":
         if args.positive is not None:
             raise CLIError("--positive is only used with a binary label (--task binary or auto)")
         return "regression", numeric_column(df, args.label, "label column"), None
-    if args.label not in df.columns:
+    if args.label not in df.columns or column_problem(df[args.label]):
         return "regression", numeric_column(df, args.label, "label column"), None  # the usual error
     raw = df[args.label]
     if args.task == "auto" and raw.nunique(dropna=True) != 2:
@@ -673,7 +746,7 @@ def pd_numeric(s) -> bool:
 
 def _load_for_apply(args, need_label: bool):
     from mmc_core import FittedModel
-    from .io import numeric_column, read_table
+    from .io import column_problem, numeric_column, read_table
     from .validate import unlisted_notes
 
     model = FittedModel.load(args.model)
@@ -698,11 +771,17 @@ def _load_for_apply(args, need_label: bool):
         base = numeric_column(df, args.pred, "prediction column")
     elif args.pred:
         print("note: the model was fitted without a base prediction; --pred is ignored", file=sys.stderr)
+    if need_label:  # audit and report: their memory grows with the (row, group) pairs, checked before the work
+        from .io import check_audit_size
+
+        memb = model.groups.evaluate(df)
+        check_audit_size(len(df), memb.n_groups, len(memb.rows))
+        del memb
     if need_label and model.task == "binary":
         from mmc_core.binary import binary_labels
 
-        if args.label not in df.columns:
-            numeric_column(df, args.label, "label column")  # raises "not in the data"
+        if args.label not in df.columns or column_problem(df[args.label]):
+            numeric_column(df, args.label, "label column")  # raises "not in the data", "cannot be used"
         if df[args.label].isna().any():
             raise CLIError(
                 f"label column '{args.label}' has {int(df[args.label].isna().sum())} missing value(s); drop them first"
@@ -1131,9 +1210,11 @@ def main(argv=None) -> int:
     except SystemExit as e:  # usage errors and --help: argparse has printed its message
         return int(e.code or 0)
     try:
-        return COMMANDS[args.command](args)
+        if args.command == "dashboard":  # a server: what it says is said at once
+            return COMMANDS[args.command](args)
+        return _run(COMMANDS[args.command], args)
     except (MMCError, CLIError) as e:
-        print(f"mmc: error: {e}", file=sys.stderr)
+        print(f"mmc: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("mmc: interrupted; nothing was written", file=sys.stderr)
@@ -1146,13 +1227,13 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     except OSError as e:  # a full disk, a read-only folder, a file that vanished (also raised by Dask workers)
         where = f" {e.filename}" if getattr(e, "filename", None) else ""
-        print(f"mmc: error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
+        print(f"mmc: error: {_one_line(f'cannot read or write{where}: {e.strerror or e}')}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as e:  # a bug: one line for the user, the traceback on request
         if os.environ.get("MMC_TRACEBACK"):
             raise
         print(
-            f"mmc: internal error: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''} "
+            f"mmc: internal error: {type(e).__name__}: {_one_line(str(e).splitlines()[0][:300]) if str(e) else ''} "
             "(a bug: please report it; set MMC_TRACEBACK=1 for the traceback)",
             file=sys.stderr,
         )

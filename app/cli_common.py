@@ -89,6 +89,10 @@ def refuse_output_over_input(args) -> None:
 
 
 def check_out(path: str):
+    if path.endswith(("/", os.sep)):  # a folder's name: the file would be written beside it under another name
+        raise CLIError(
+            f"--out {path} names a folder; give a file name (only `mmc predict --engine dask` writes a folder)"
+        )
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CLIError(f"output folder does not exist: {folder}")

@@ -6,9 +6,10 @@ Without ``--scheduler`` a ``distributed.LocalCluster`` of ``--workers`` processe
 matching nothing, Parquet files with different schemas, a scheduler that does not answer, a label with a missing
 value) is one line on stderr and exit 2, before anything is written and with no progress line before it
 (:class:`HeldLines`). An --out that is an input (the model, a groups file, the --data folder or one of its files)
-is refused by :func:`app.cli.refuse_output_over_input` before the engine is chosen. `predict --out X.csv` writes
-one CSV file, as the in-memory engine writes it (:func:`app.io.write_csv_parts`); any other --out a folder of
-Parquet files.
+is refused by :func:`app.cli.refuse_output_over_input` before the engine is chosen. `predict --out` writes
+what the in-memory engine writes to the same name: one Parquet file to a .parquet or .pq name
+(:func:`app.io.write_parquet_parts`), one CSV file to any other file name (:func:`app.io.write_csv_parts`);
+a folder of Parquet files, one per partition, only to a name ending in "/" or an empty folder (:func:`out_form`).
 """
 
 from __future__ import annotations
@@ -241,9 +242,19 @@ def fit(args) -> int:
     return 0
 
 
-def is_csv_out(path) -> bool:
-    """`mmc predict --engine dask --out X.csv` writes one CSV file; any other --out a folder of Parquet files."""
-    return str(path).lower().endswith(".csv")
+def out_form(path) -> str:
+    """What `mmc predict --engine dask --out PATH` writes: "folder" (one Parquet file per partition) for a name
+    ending in "/" or an existing folder not named like a file, else what the in-memory engine writes to that name,
+    "parquet" (one file) for .parquet / .pq and "csv" (one file) for any other name (an existing folder named so is
+    then refused as the in-memory engine refuses it). A name without an extension wrote a folder: a user who names a
+    file expects that file, and the in-memory engine wrote a CSV there."""
+    from .io import PARQUET_SUFFIXES
+
+    p = str(path)
+    as_file = p.lower().endswith((".csv", *PARQUET_SUFFIXES))
+    if p.endswith(("/", os.sep)) or (os.path.isdir(p) and not as_file):
+        return "folder"
+    return "parquet" if p.lower().endswith(PARQUET_SUFFIXES) else "csv"
 
 
 def computed_partitions(client, ddf, ahead: int | None = None):
@@ -277,13 +288,15 @@ def computed_partitions(client, ddf, ahead: int | None = None):
 def _check_out_dir(path):
     from .cli_common import CLIError
 
-    parent = os.path.dirname(os.path.abspath(path.rstrip("/")))
+    bare = path.rstrip("/") or path  # "x.csv/" names the file x.csv, which the rename would meet
+    parent = os.path.dirname(os.path.abspath(bare))
     if not os.path.isdir(parent):
         raise CLIError(f"output folder does not exist: {parent}")
-    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+    if os.path.lexists(bare) and (not os.path.isdir(bare) or os.path.islink(bare) or os.listdir(bare)):
         raise CLIError(
-            f"--out {path} exists and is not an empty folder (predictions are written as a folder of Parquet "
-            "files, or as one CSV file to an --out ending in .csv)"
+            f"--out {path} exists and is not an empty folder (predictions are written as one CSV file to a file "
+            "name, one Parquet file to a name ending in .parquet or .pq, or a folder of Parquet files to a name "
+            "ending in / or an empty folder)"
         )
 
 
@@ -293,11 +306,11 @@ def predict(args) -> int:
 
     from .cli_common import CLIError, check_out, prediction_columns, refuse_overwrite
 
-    as_csv = is_csv_out(args.out)
-    if as_csv:  # one CSV file, as the in-memory engine writes it
-        check_out(args.out)
-    else:
+    form = out_form(args.out)
+    if form == "folder":
         _check_out_dir(args.out)
+    else:  # one file, as the in-memory engine writes it
+        check_out(args.out)
     if args.interval:
         raise CLIError(
             "--interval is not supported with --engine dask yet (predict the mean and moments, or use the numpy engine)"
@@ -312,11 +325,16 @@ def predict(args) -> int:
         raise CLIError(f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass --pred COL")
     refuse_overwrite(ddf.columns, prediction_columns(model))
     base_col = args.pred if model.uses_base else None
-    if as_csv:
-        from .io import write_csv_parts
+    if form != "folder":
+        from .io import write_csv_parts, write_parquet_parts
 
         with dask_session(args) as client:  # Ctrl-C or an error: the temporary file is removed, nothing written
-            rows = write_csv_parts(computed_partitions(client, predict_dask(model, ddf, base_col)), args.out)
+            pred = predict_dask(model, ddf, base_col)
+            parts = computed_partitions(client, pred)
+            if form == "csv":
+                rows = write_csv_parts(parts, args.out)
+            else:
+                rows = write_parquet_parts(parts, args.out, pred._meta)
         print(json.dumps({"out": args.out, "partitions": ddf.npartitions, "rows": rows}))
         return 0
     out = args.out.rstrip("/")

@@ -329,7 +329,7 @@ def test_cli_fit_predict_audit_on_a_running_scheduler(client, tmp_path, capsys):
         df, df["y"], GroupSet.from_columns(df, ["region", "kind"])
     )
     assert_same_fit(est, MomentMulticalibrator.load(model), df)
-    out = tmp_path / "pred"
+    out = tmp_path / "pred.parquet"
     assert (
         main(
             [

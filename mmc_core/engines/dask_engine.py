@@ -1086,7 +1086,10 @@ def _audit_part(df, model_json, label, base_col):
 
         y = binary_labels(model, df[label], f"label '{label}'") if n else np.zeros(0)
     else:
-        y = df[label].to_numpy(dtype=float)
+        try:
+            y = df[label].to_numpy(dtype=float)
+        except (TypeError, ValueError):  # text on the workers: the in-memory engine's words, not a worker's crash
+            raise DataError(f"label '{label}' is not numeric (found non-numeric values)") from None
     if n and not np.all(np.isfinite(y)):
         raise DataError(f"label '{label}' has missing or infinite values")
     base_u = None
@@ -1524,6 +1527,34 @@ def _check_complete(f: str, meta, complete: dict) -> None:
                     )
 
 
+def _check_fields(f: str, schema, complete: dict) -> None:
+    """DataError for a file whose schema names a column twice (Dask failed reading it, a crash), or gives a label
+    or prediction of ``complete`` (column -> (role, finite); finite: a number is needed) dates, times, lists, maps
+    or structs (dates were fitted as nanosecond counts), as the in-memory engine refuses them
+    (:func:`app.io.column_problem`)."""
+    import os
+
+    import pyarrow as pa
+
+    from collections import Counter
+
+    dups = sorted(n for n, k in Counter(fld.name for fld in schema).items() if k > 1)
+    if dups:
+        raise DataError(f"{os.path.basename(f)} has duplicate column name(s): {', '.join(dups[:5])}")
+    for fld in schema:
+        role, finite = complete.get(fld.name, (None, False))
+        if not finite:
+            continue
+        t = fld.type
+        if pa.types.is_temporal(t):
+            why = f"it holds dates or times ({t}), not numbers"
+        elif pa.types.is_nested(t):
+            why = f"its cells hold {t} values, not single numbers"
+        else:
+            continue
+        raise DataError(f"{role} '{fld.name}' cannot be used ({os.path.basename(f)}): {why}")
+
+
 def read_parquet(pattern: str, columns=None, sized_columns=None, complete=None):
     """A Dask DataFrame over the Parquet files matching ``pattern`` (a glob or a folder): one clear error for
     a glob that matches nothing or files whose schemas differ (checked from the footers, no rows read), or a row
@@ -1544,6 +1575,8 @@ def read_parquet(pattern: str, columns=None, sized_columns=None, complete=None):
 
     first, rows, groups = None, 0, 0
     for f in files:
+        if not os.path.isfile(f):  # reading a FIFO's footer waited for a writer forever
+            raise DataError(f"{f} is not a regular file (a folder, device, FIFO or socket); give Parquet files")
         try:
             meta = pq.read_metadata(f)
             schema = meta.schema.to_arrow_schema()
@@ -1555,6 +1588,7 @@ def read_parquet(pattern: str, columns=None, sized_columns=None, complete=None):
         names = {n for n, _ in sig} if used is None else set(used)
         text = {fld.name for fld in schema if not _fixed_width(fld.type)}
         groups += meta.num_row_groups
+        _check_fields(f, schema, complete or {})
         if complete:
             _check_complete(f, meta, complete)
         for g in range(meta.num_row_groups):
