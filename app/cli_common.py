@@ -20,6 +20,8 @@ __all__ = [
     "refuse_overwrite",
     "FIT_PARAMS",
     "period_threshold",
+    "error_line",
+    "ERROR_CHARS",
 ]
 
 EXIT_USAGE = 2
@@ -27,6 +29,18 @@ EXIT_USAGE = 2
 
 class CLIError(Exception):
     pass
+
+
+ERROR_CHARS = 2000  # an error line quoting a hostile name (a column of 100k characters) stays readable
+
+
+def error_line(text) -> str:
+    """An error message as the one line the CLI prints: names quoted from the user's files (columns, groups,
+    labels) may hold line breaks, which would split it, or bidirectional controls (U+202E), which would reorder
+    what the terminal shows; :func:`mmc_core.jsonfile.one_line` escapes both and bounds the length."""
+    from mmc_core.jsonfile import one_line
+
+    return one_line(str(text), ERROR_CHARS)
 
 
 def choice_option(p, flag: str, choices: list, help: str):
