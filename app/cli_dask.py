@@ -139,39 +139,8 @@ def dask_table(args, need, sized=None):
 
 
 def fit(args) -> int:
-    from mmc_core import GroupSet
-    from mmc_core.engines.dask_engine import groups_from_columns
-
-    from .cli_common import CLIError, check_out
-
-    check_out(args.out)
-    if args.discover:
-        raise CLIError("--discover is not supported with --engine dask (run `mmc discover` on a sample)")
-    if args.task == "binary" or args.positive:
-        # the Dask engine fits the label as a number; silently fitting a regression where the user asked for a
-        # classifier would hand back a model of the wrong kind
-        flag = "--task binary" if args.task == "binary" else "--positive"
-        raise CLIError(
-            f"{flag}: classifier fits run in memory only (drop --engine dask); the Dask engine fits regressions"
-        )
-    if args.max_order < 1:
-        raise CLIError(f"--max-order must be >= 1, got {args.max_order}")
-    for c in args.group_cols:
-        if c == args.label:
-            raise CLIError(f"the label '{c}' cannot define groups (groups must be computable on new rows)")
-    need = [("label column", args.label), ("prediction column", args.pred)] + [
-        ("group column", c) for c in args.group_cols
-    ]
-    ddf = dask_table(args, need, sized=[c for _, c in need if c])
-    extra = None
-    if args.groups:
-        extra = GroupSet.from_file(args.groups)  # bounded: size, depth, numbers (mmc_core.jsonfile), then schema
-        for col in extra.columns():
-            if col not in ddf.columns:
-                raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
-    # only the columns the fit uses are read from the files (the others could take gigabytes)
-    used = [c for _, c in need if c] + (list(extra.columns()) if extra is not None else [])
-    ddf = ddf[list(dict.fromkeys(used))]
+    _check_fit_args(args)
+    ddf, extra = _fit_table(args)
     from app.cli_common import estimator_from_args
 
     est = estimator_from_args(args)
@@ -189,13 +158,7 @@ def fit(args) -> int:
         return False
 
     with lines, _Interrupt() as intr, dask_session(args, lines) as client:
-        groups = (
-            groups_from_columns(ddf, args.group_cols, args.max_order, client=client)
-            if args.group_cols
-            else GroupSet([])
-        )
-        if extra is not None:
-            groups = groups + extra
+        groups = _fit_groups(args, ddf, extra, client)
         lines.say(
             f"mmc: fitting {ddf.npartitions} partition(s) x {len(groups):,} groups on Dask (Ctrl-C stops "
             "before the next update)"
@@ -227,6 +190,69 @@ def fit(args) -> int:
             "(pass --label-range LO,HI to declare it)",
             file=sys.stderr,
         )
+    print(json.dumps(_fit_summary(args, est)))
+    return 0
+
+
+def _check_fit_args(args) -> None:
+    """The options of `mmc fit` the Dask engine refuses or checks before it reads anything."""
+    from .cli_common import CLIError, check_out
+
+    check_out(args.out)
+    if args.discover:
+        raise CLIError("--discover is not supported with --engine dask (run `mmc discover` on a sample)")
+    if args.task == "binary" or args.positive:
+        # the Dask engine fits the label as a number; silently fitting a regression where the user asked for a
+        # classifier would hand back a model of the wrong kind
+        flag = "--task binary" if args.task == "binary" else "--positive"
+        raise CLIError(
+            f"{flag}: classifier fits run in memory only (drop --engine dask); the Dask engine fits regressions"
+        )
+    if args.max_order < 1:
+        raise CLIError(f"--max-order must be >= 1, got {args.max_order}")
+    for c in args.group_cols:
+        if c == args.label:
+            raise CLIError(f"the label '{c}' cannot define groups (groups must be computable on new rows)")
+
+
+def _fit_table(args):
+    """The Dask DataFrame of the columns the fit uses (the others could take gigabytes) and the --groups file's
+    groups (or None), their columns checked against the files."""
+    from mmc_core import GroupSet
+
+    from .cli_common import CLIError
+
+    need = [("label column", args.label), ("prediction column", args.pred)] + [
+        ("group column", c) for c in args.group_cols
+    ]
+    ddf = dask_table(args, need, sized=[c for _, c in need if c])
+    extra = None
+    if args.groups:
+        extra = GroupSet.from_file(args.groups)  # bounded: size, depth, numbers (mmc_core.jsonfile), then schema
+        for col in extra.columns():
+            if col not in ddf.columns:
+                raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
+    # only the columns the fit uses are read from the files (the others could take gigabytes)
+    used = [c for _, c in need if c] + (list(extra.columns()) if extra is not None else [])
+    return ddf[list(dict.fromkeys(used))], extra
+
+
+def _fit_groups(args, ddf, extra, client):
+    """The groups of --group-cols (exact quartile cuts computed on the cluster) and of --groups."""
+    from mmc_core import GroupSet
+    from mmc_core.engines.dask_engine import groups_from_columns
+
+    groups = (
+        groups_from_columns(ddf, args.group_cols, args.max_order, client=client) if args.group_cols else GroupSet([])
+    )
+    if extra is not None:
+        groups = groups + extra
+    return groups
+
+
+def _fit_summary(args, est) -> dict:
+    """The one-line JSON `mmc fit --engine dask` prints last."""
+    info = est.model_.info
     summary = {k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups")}
     summary.update(
         alpha=est.alpha_,
@@ -238,8 +264,7 @@ def fit(args) -> int:
         engine=info["engine"],
         model=args.out,
     )
-    print(json.dumps(summary))
-    return 0
+    return summary
 
 
 def out_form(path) -> str:
