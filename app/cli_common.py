@@ -1,8 +1,9 @@
-"""What the commands of ``mmc`` share, apart from :mod:`app.cli` so that the commands in their own modules
-(:mod:`app.cli_compare`, :mod:`app.cli_dask`) import it without importing the parser that imports them: the one
-user-error type (:class:`CLIError`, one line and exit 2), the output checks made before any work (an output that
-would replace an input, an unwritable folder), the fit options as estimator parameters, and the columns
-`mmc predict` adds."""
+"""What the commands of ``mmc`` share, apart from :mod:`app.cli` so that the command modules
+(:mod:`app.cli_fit`, :mod:`app.cli_apply`, :mod:`app.cli_audit`, :mod:`app.cli_discover`, :mod:`app.cli_compare`,
+:mod:`app.cli_dask`) and the parser (:mod:`app.cli_parser`) import it without importing the entry point that imports
+them: the one user-error type (:class:`CLIError`, one line and exit 2) and that line (:func:`error_line`), the
+output checks made before any work (an output that would replace an input, an unwritable folder), the fit options
+as estimator parameters, and the columns `mmc predict` adds."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Without ``--scheduler`` a ``distributed.LocalCluster`` of ``--workers`` processe
 matching nothing, Parquet files with different schemas, a scheduler that does not answer, a label with a missing
 value) is one line on stderr and exit 2, before anything is written and with no progress line before it
 (:class:`HeldLines`). An --out that is an input (the model, a groups file, the --data folder or one of its files)
-is refused by :func:`app.cli.refuse_output_over_input` before the engine is chosen. `predict --out` writes
+is refused by :func:`app.cli_common.refuse_output_over_input` before the engine is chosen. `predict --out` writes
 what the in-memory engine writes to the same name: one Parquet file to a .parquet or .pq name
 (:func:`app.io.write_parquet_parts`), one CSV file to any other file name (:func:`app.io.write_csv_parts`);
 a folder of Parquet files, one per partition, only to a name ending in "/" or an empty folder (:func:`out_form`).
