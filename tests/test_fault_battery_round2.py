@@ -682,3 +682,18 @@ def test_a_command_that_says_nothing_for_a_while_says_it_still_works(work, tmp_p
     assert main(["predict", "--model", str(d / "model.json"), "--data", str(d / "good.csv"), "--out", "x.csv"]) == 0
     shown = "".join(seen) + capsys.readouterr().err
     assert "mmc: predict: still working, " in shown and shown.rstrip().endswith("note: done")
+
+
+def test_a_row_found_bad_on_a_dask_worker_names_its_partition(work, dask_scheduler, tmp_path, capsys):
+    """A NaN label the footers do not show is found by the worker holding its partition, which counted its row
+    within the partition: "first at row 7" of a 1,200-row table whose row 807 it was. The line names the
+    partition now."""
+    _, df, _ = work
+    data = _parts(tmp_path, "nan", df, _nan_at("y", 390), files=2)
+    out = tmp_path / "m.json"
+    args = ["fit", "--engine", "dask", "--scheduler", dask_scheduler, "--data", data, "--label", "y"]
+    capsys.readouterr()
+    assert main([*args, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "label 'y' has 1 missing or infinite value(s)" in lines[0], lines
+    assert "of Dask partition " in lines[0] and not out.exists()
