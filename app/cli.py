@@ -16,6 +16,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 __all__ = ["main", "build_parser"]
 
@@ -38,17 +40,32 @@ class _HeldNotes:
 
     def __init__(self, stream):
         self.stream, self.held, self.part = stream, [], ""
+        self.lock = threading.Lock()  # the heartbeat (:func:`_run`) writes from its own thread
+        self.last = time.monotonic()  # when a line was last shown
 
     def write(self, text) -> int:
-        self.part += text
-        *lines, self.part = self.part.split("\n")
-        for line in lines:
-            if line.startswith(self.HELD):
-                self.held.append(line + "\n")
-            else:
-                self.release()
-                self.stream.write(line + "\n")
+        with self.lock:
+            self.part += text
+            *lines, self.part = self.part.split("\n")
+            for line in lines:
+                if line.startswith(self.HELD):
+                    self.held.append(line + "\n")
+                else:
+                    self.release()
+                    self.stream.write(line + "\n")
+                    self.last = time.monotonic()
         return len(text)
+
+    def beat(self, command: str, started: float) -> None:
+        """A line saying the command still works, when nothing was shown for HEARTBEAT seconds (a long prediction
+        or comparison ran half a minute without a word)."""
+        with self.lock:
+            now = time.monotonic()
+            if now - self.last >= HEARTBEAT and not self.part:
+                self.release()
+                self.stream.write(f"mmc: {command}: still working, {now - started:.0f} s so far\n")
+                self.stream.flush()
+                self.last = now
 
     def release(self) -> None:
         for line in self.held:
@@ -62,17 +79,32 @@ class _HeldNotes:
         return getattr(self.stream, name)
 
 
+HEARTBEAT = 15.0  # seconds without a line on stderr after which a running command says it still works
+
+
 def _run(command, args) -> int:
-    """``command(args)`` with its notes held back (:class:`_HeldNotes`): written if it succeeds, dropped if not."""
+    """``command(args)`` with its notes held back (:class:`_HeldNotes`): written if it succeeds, dropped if not;
+    and a heartbeat line whenever it has said nothing for HEARTBEAT seconds."""
     real = sys.stderr
     held = _HeldNotes(real)
     sys.stderr = held
     ok = False
+    done = threading.Event()
+    started = time.monotonic()
+
+    def heartbeat():
+        while not done.wait(min(1.0, HEARTBEAT / 4)):
+            held.beat(args.command, started)
+
+    beater = threading.Thread(target=heartbeat, daemon=True)
+    beater.start()
     try:
         code = command(args)
         ok = code == 0
         return code
     finally:
+        done.set()
+        beater.join()
         sys.stderr = real
         if ok:
             held.release()

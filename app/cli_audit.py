@@ -1,14 +1,13 @@
 """``mmc audit`` and ``mmc report``: a fitted model audited on labelled rows, written as JSON (with a classifier's
-table on stdout) or as a PDF / HTML report; and the progress lines of the core's long computations."""
+table on stdout) or as a PDF / HTML report."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-import time
 
-__all__ = ["cmd_audit", "cmd_report", "progress_lines", "report_format", "PROGRESS_EVERY"]
+__all__ = ["cmd_audit", "cmd_report", "report_format"]
 
 from .cli_apply import (
     applied_options,
@@ -19,7 +18,7 @@ from .cli_apply import (
     load_for_apply,
     refuse_base_model_on_dask,
 )
-from .cli_common import CLIError, refuse_output_over_input
+from .cli_common import CLIError, progress_lines, refuse_output_over_input
 
 
 def cmd_audit(args) -> int:
@@ -122,23 +121,6 @@ def _classifier_text(result) -> str:
                 f"{', '.join(r['four_fifths_flagged']) or 'none'}"
             )
     return "\n".join(lines)
-
-
-PROGRESS_EVERY = 5.0  # seconds: a long command says what it is doing at most this often, a quick one says nothing
-
-
-def progress_lines(command: str):
-    """A ``progress`` callback for the core's long computations: a line on stderr for the stage under way once
-    PROGRESS_EVERY seconds have passed since the last line (or the start)."""
-    last = [time.monotonic()]
-
-    def say(what: str) -> None:
-        now = time.monotonic()
-        if now - last[0] >= PROGRESS_EVERY:
-            print(f"mmc: {command}: {what}...", file=sys.stderr, flush=True)
-            last[0] = now
-
-    return say
 
 
 def report_format(args) -> str:

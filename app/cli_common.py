@@ -3,11 +3,13 @@
 :mod:`app.cli_dask`) and the parser (:mod:`app.cli_parser`) import it without importing the entry point that imports
 them: the one user-error type (:class:`CLIError`, one line and exit 2) and that line (:func:`error_line`), the
 output checks made before any work (an output that would replace an input, an unwritable folder), the fit options
-as estimator parameters, and the columns `mmc predict` adds."""
+as estimator parameters, the columns `mmc predict` adds, and the progress lines of long computations."""
 
 from __future__ import annotations
 
 import os
+import sys
+import time
 
 __all__ = [
     "EXIT_USAGE",
@@ -23,6 +25,8 @@ __all__ = [
     "period_threshold",
     "error_line",
     "ERROR_CHARS",
+    "progress_lines",
+    "PROGRESS_EVERY",
 ]
 
 EXIT_USAGE = 2
@@ -195,3 +199,20 @@ def period_threshold(args, model):
         return None
     t = getattr(args, "threshold", None)
     return 0.5 if t is None else t
+
+
+PROGRESS_EVERY = 5.0  # seconds: a long command says what it is doing at most this often, a quick one says nothing
+
+
+def progress_lines(command: str):
+    """A ``progress`` callback for the core's long computations: a line on stderr for the stage under way once
+    PROGRESS_EVERY seconds have passed since the last line (or the start)."""
+    last = [time.monotonic()]
+
+    def say(what: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY:
+            print(f"mmc: {command}: {what}...", file=sys.stderr, flush=True)
+            last[0] = now
+
+    return say

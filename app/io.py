@@ -172,13 +172,13 @@ AUDIT_PAIR_BYTES = 120
 AUDIT_WORK_BYTES = int(1.7e9 * MAX_TABLE_BYTES / 200e6)
 
 
-def check_audit_size(n_rows: int, n_groups: int, n_pairs: int) -> None:
+def check_audit_size(n_rows: int, n_groups: int, n_pairs: int, what: str = "the audit") -> None:
     """DataError (one line) when an audit of ``n_rows`` rows whose groups hold ``n_pairs`` (row, group) pairs in
     all would take more memory than AUDIT_WORK_BYTES allows."""
     need = AUDIT_ROW_BYTES * int(n_rows) + AUDIT_PAIR_BYTES * int(n_pairs)
     if need > AUDIT_WORK_BYTES:
         raise DataError(
-            f"the audit of {n_rows:,} rows x {n_groups:,} groups ({n_pairs:,} row-group memberships) would take about "
+            f"{what} of {n_rows:,} rows x {n_groups:,} groups ({n_pairs:,} row-group memberships) would take about "
             f"{_mb(need)} of working memory; the limit is {_mb(AUDIT_WORK_BYTES)}: audit a sample of the rows, or "
             "a model with fewer or smaller groups"
         )
@@ -192,13 +192,14 @@ FIT_PAIR_BYTES = 18
 MAX_FIT_PAIRS = int(60_000_000 * MAX_TABLE_BYTES / 200e6)
 
 
-def check_fit_size(n_rows: int, n_groups: int, n_pairs: int) -> None:
+def check_fit_size(n_rows: int, n_groups: int, n_pairs: int, what: str = "the fit") -> None:
     """DataError (one line) when a fit of ``n_rows`` rows whose groups hold ``n_pairs`` (row, group) pairs would
-    take more memory than AUDIT_WORK_BYTES, or more pairs than MAX_FIT_PAIRS."""
+    take more memory than AUDIT_WORK_BYTES, or more pairs than MAX_FIT_PAIRS. ``what`` names the work in the
+    message ("the comparison")."""
     need = FIT_ROW_BYTES * int(n_rows) + FIT_PAIR_BYTES * int(n_pairs)
     if need > AUDIT_WORK_BYTES or n_pairs > MAX_FIT_PAIRS:
         raise DataError(
-            f"the fit of {n_rows:,} rows x {n_groups:,} groups ({n_pairs:,} row-group memberships) is too large: the "
+            f"{what} of {n_rows:,} rows x {n_groups:,} groups ({n_pairs:,} row-group memberships) is too large: the "
             f"limit is {MAX_FIT_PAIRS:,} memberships (about {_mb(AUDIT_WORK_BYTES)} of working memory): use fewer "
             "rows, a lower --max-order or fewer group columns"
         )

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..descent import CellState, CellStats
-from ..errors import MMCError
+from ..errors import DataError, MMCError
 from .dask_base import add_sums
 from .dask_quantiles import bracket, sketch
 
@@ -51,12 +51,18 @@ class _Part:
         self.index = index
         n = len(df)
         self.n = n
-        self.y = to_label_array(df[label].to_numpy(), f"label '{label}'", n) if n else np.zeros(0)
-        self.base = None
-        if base_col is not None:
-            self.base = (
-                to_label_array(df[base_col].to_numpy(), f"base prediction '{base_col}'", n) if n else np.zeros(0)
-            )
+        try:
+            self.y = to_label_array(df[label].to_numpy(), f"label '{label}'", n) if n else np.zeros(0)
+            self.base = None
+            if base_col is not None:
+                self.base = (
+                    to_label_array(df[base_col].to_numpy(), f"base prediction '{base_col}'", n) if n else np.zeros(0)
+                )
+        except DataError as e:  # "first at row 7" counts within this partition, which read like the table's row 7
+            raise DataError(
+                f"{e} of Dask partition {index + 1} (rows counted from 0 within it; partitions follow the --data "
+                "files in order)"
+            ) from None
         rng = np.random.default_rng([int(seed) if isinstance(seed, (int, np.integer)) else 0, int(index)])
         n_cal = int(round(fraction * n)) if fraction > 0 else 0
         perm = rng.permutation(n)
