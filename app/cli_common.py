@@ -1,12 +1,15 @@
-"""What the commands of ``mmc`` share, apart from :mod:`app.cli` so that the commands in their own modules
-(:mod:`app.cli_compare`, :mod:`app.cli_dask`) import it without importing the parser that imports them: the one
-user-error type (:class:`CLIError`, one line and exit 2), the output checks made before any work (an output that
-would replace an input, an unwritable folder), the fit options as estimator parameters, and the columns
-`mmc predict` adds."""
+"""What the commands of ``mmc`` share, apart from :mod:`app.cli` so that the command modules
+(:mod:`app.cli_fit`, :mod:`app.cli_apply`, :mod:`app.cli_audit`, :mod:`app.cli_discover`, :mod:`app.cli_compare`,
+:mod:`app.cli_dask`) and the parser (:mod:`app.cli_parser`) import it without importing the entry point that imports
+them: the one user-error type (:class:`CLIError`, one line and exit 2) and that line (:func:`error_line`), the
+output checks made before any work (an output that would replace an input, an unwritable folder), the fit options
+as estimator parameters, the columns `mmc predict` adds, and the progress lines of long computations."""
 
 from __future__ import annotations
 
 import os
+import sys
+import time
 
 __all__ = [
     "EXIT_USAGE",
@@ -20,6 +23,10 @@ __all__ = [
     "refuse_overwrite",
     "FIT_PARAMS",
     "period_threshold",
+    "error_line",
+    "ERROR_CHARS",
+    "progress_lines",
+    "PROGRESS_EVERY",
 ]
 
 EXIT_USAGE = 2
@@ -27,6 +34,18 @@ EXIT_USAGE = 2
 
 class CLIError(Exception):
     pass
+
+
+ERROR_CHARS = 2000  # an error line quoting a hostile name (a column of 100k characters) stays readable
+
+
+def error_line(text) -> str:
+    """An error message as the one line the CLI prints: names quoted from the user's files (columns, groups,
+    labels) may hold line breaks, which would split it, or bidirectional controls (U+202E), which would reorder
+    what the terminal shows; :func:`mmc_core.jsonfile.one_line` escapes both and bounds the length."""
+    from mmc_core.jsonfile import one_line
+
+    return one_line(str(text), ERROR_CHARS)
 
 
 def choice_option(p, flag: str, choices: list, help: str):
@@ -89,6 +108,10 @@ def refuse_output_over_input(args) -> None:
 
 
 def check_out(path: str):
+    if path.endswith(("/", os.sep)):  # a folder's name: the file would be written beside it under another name
+        raise CLIError(
+            f"--out {path} names a folder; give a file name (only `mmc predict --engine dask` writes a folder)"
+        )
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CLIError(f"output folder does not exist: {folder}")
@@ -176,3 +199,20 @@ def period_threshold(args, model):
         return None
     t = getattr(args, "threshold", None)
     return 0.5 if t is None else t
+
+
+PROGRESS_EVERY = 5.0  # seconds: a long command says what it is doing at most this often, a quick one says nothing
+
+
+def progress_lines(command: str):
+    """A ``progress`` callback for the core's long computations: a line on stderr for the stage under way once
+    PROGRESS_EVERY seconds have passed since the last line (or the start)."""
+    last = [time.monotonic()]
+
+    def say(what: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY:
+            print(f"mmc: {command}: {what}...", file=sys.stderr, flush=True)
+            last[0] = now
+
+    return say

@@ -6,9 +6,10 @@ Without ``--scheduler`` a ``distributed.LocalCluster`` of ``--workers`` processe
 matching nothing, Parquet files with different schemas, a scheduler that does not answer, a label with a missing
 value) is one line on stderr and exit 2, before anything is written and with no progress line before it
 (:class:`HeldLines`). An --out that is an input (the model, a groups file, the --data folder or one of its files)
-is refused by :func:`app.cli.refuse_output_over_input` before the engine is chosen. `predict --out X.csv` writes
-one CSV file, as the in-memory engine writes it (:func:`app.io.write_csv_parts`); any other --out a folder of
-Parquet files.
+is refused by :func:`app.cli_common.refuse_output_over_input` before the engine is chosen. `predict --out` writes
+what the in-memory engine writes to the same name: one Parquet file to a .parquet or .pq name
+(:func:`app.io.write_parquet_parts`), one CSV file to any other file name (:func:`app.io.write_csv_parts`);
+a folder of Parquet files, one per partition, only to a name ending in "/" or an empty folder (:func:`out_form`).
 """
 
 from __future__ import annotations
@@ -138,39 +139,8 @@ def dask_table(args, need, sized=None):
 
 
 def fit(args) -> int:
-    from mmc_core import GroupSet
-    from mmc_core.engines.dask_engine import groups_from_columns
-
-    from .cli_common import CLIError, check_out
-
-    check_out(args.out)
-    if args.discover:
-        raise CLIError("--discover is not supported with --engine dask (run `mmc discover` on a sample)")
-    if args.task == "binary" or args.positive:
-        # the Dask engine fits the label as a number; silently fitting a regression where the user asked for a
-        # classifier would hand back a model of the wrong kind
-        flag = "--task binary" if args.task == "binary" else "--positive"
-        raise CLIError(
-            f"{flag}: classifier fits run in memory only (drop --engine dask); the Dask engine fits regressions"
-        )
-    if args.max_order < 1:
-        raise CLIError(f"--max-order must be >= 1, got {args.max_order}")
-    for c in args.group_cols:
-        if c == args.label:
-            raise CLIError(f"the label '{c}' cannot define groups (groups must be computable on new rows)")
-    need = [("label column", args.label), ("prediction column", args.pred)] + [
-        ("group column", c) for c in args.group_cols
-    ]
-    ddf = dask_table(args, need, sized=[c for _, c in need if c])
-    extra = None
-    if args.groups:
-        extra = GroupSet.from_file(args.groups)  # bounded: size, depth, numbers (mmc_core.jsonfile), then schema
-        for col in extra.columns():
-            if col not in ddf.columns:
-                raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
-    # only the columns the fit uses are read from the files (the others could take gigabytes)
-    used = [c for _, c in need if c] + (list(extra.columns()) if extra is not None else [])
-    ddf = ddf[list(dict.fromkeys(used))]
+    _check_fit_args(args)
+    ddf, extra = _fit_table(args)
     from app.cli_common import estimator_from_args
 
     est = estimator_from_args(args)
@@ -188,13 +158,7 @@ def fit(args) -> int:
         return False
 
     with lines, _Interrupt() as intr, dask_session(args, lines) as client:
-        groups = (
-            groups_from_columns(ddf, args.group_cols, args.max_order, client=client)
-            if args.group_cols
-            else GroupSet([])
-        )
-        if extra is not None:
-            groups = groups + extra
+        groups = _fit_groups(args, ddf, extra, client)
         lines.say(
             f"mmc: fitting {ddf.npartitions} partition(s) x {len(groups):,} groups on Dask (Ctrl-C stops "
             "before the next update)"
@@ -226,6 +190,69 @@ def fit(args) -> int:
             "(pass --label-range LO,HI to declare it)",
             file=sys.stderr,
         )
+    print(json.dumps(_fit_summary(args, est)))
+    return 0
+
+
+def _check_fit_args(args) -> None:
+    """The options of `mmc fit` the Dask engine refuses or checks before it reads anything."""
+    from .cli_common import CLIError, check_out
+
+    check_out(args.out)
+    if args.discover:
+        raise CLIError("--discover is not supported with --engine dask (run `mmc discover` on a sample)")
+    if args.task == "binary" or args.positive:
+        # the Dask engine fits the label as a number; silently fitting a regression where the user asked for a
+        # classifier would hand back a model of the wrong kind
+        flag = "--task binary" if args.task == "binary" else "--positive"
+        raise CLIError(
+            f"{flag}: classifier fits run in memory only (drop --engine dask); the Dask engine fits regressions"
+        )
+    if args.max_order < 1:
+        raise CLIError(f"--max-order must be >= 1, got {args.max_order}")
+    for c in args.group_cols:
+        if c == args.label:
+            raise CLIError(f"the label '{c}' cannot define groups (groups must be computable on new rows)")
+
+
+def _fit_table(args):
+    """The Dask DataFrame of the columns the fit uses (the others could take gigabytes) and the --groups file's
+    groups (or None), their columns checked against the files."""
+    from mmc_core import GroupSet
+
+    from .cli_common import CLIError
+
+    need = [("label column", args.label), ("prediction column", args.pred)] + [
+        ("group column", c) for c in args.group_cols
+    ]
+    ddf = dask_table(args, need, sized=[c for _, c in need if c])
+    extra = None
+    if args.groups:
+        extra = GroupSet.from_file(args.groups)  # bounded: size, depth, numbers (mmc_core.jsonfile), then schema
+        for col in extra.columns():
+            if col not in ddf.columns:
+                raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
+    # only the columns the fit uses are read from the files (the others could take gigabytes)
+    used = [c for _, c in need if c] + (list(extra.columns()) if extra is not None else [])
+    return ddf[list(dict.fromkeys(used))], extra
+
+
+def _fit_groups(args, ddf, extra, client):
+    """The groups of --group-cols (exact quartile cuts computed on the cluster) and of --groups."""
+    from mmc_core import GroupSet
+    from mmc_core.engines.dask_engine import groups_from_columns
+
+    groups = (
+        groups_from_columns(ddf, args.group_cols, args.max_order, client=client) if args.group_cols else GroupSet([])
+    )
+    if extra is not None:
+        groups = groups + extra
+    return groups
+
+
+def _fit_summary(args, est) -> dict:
+    """The one-line JSON `mmc fit --engine dask` prints last."""
+    info = est.model_.info
     summary = {k: info[k] for k in ("rounds", "mean_updates", "moment_updates", "seconds", "converged", "n_groups")}
     summary.update(
         alpha=est.alpha_,
@@ -237,13 +264,22 @@ def fit(args) -> int:
         engine=info["engine"],
         model=args.out,
     )
-    print(json.dumps(summary))
-    return 0
+    return summary
 
 
-def is_csv_out(path) -> bool:
-    """`mmc predict --engine dask --out X.csv` writes one CSV file; any other --out a folder of Parquet files."""
-    return str(path).lower().endswith(".csv")
+def out_form(path) -> str:
+    """What `mmc predict --engine dask --out PATH` writes: "folder" (one Parquet file per partition) for a name
+    ending in "/" or an existing folder not named like a file, else what the in-memory engine writes to that name,
+    "parquet" (one file) for .parquet / .pq and "csv" (one file) for any other name (an existing folder named so is
+    then refused as the in-memory engine refuses it). A name without an extension wrote a folder: a user who names a
+    file expects that file, and the in-memory engine wrote a CSV there."""
+    from .io import PARQUET_SUFFIXES
+
+    p = str(path)
+    as_file = p.lower().endswith((".csv", *PARQUET_SUFFIXES))
+    if p.endswith(("/", os.sep)) or (os.path.isdir(p) and not as_file):
+        return "folder"
+    return "parquet" if p.lower().endswith(PARQUET_SUFFIXES) else "csv"
 
 
 def computed_partitions(client, ddf, ahead: int | None = None):
@@ -277,13 +313,15 @@ def computed_partitions(client, ddf, ahead: int | None = None):
 def _check_out_dir(path):
     from .cli_common import CLIError
 
-    parent = os.path.dirname(os.path.abspath(path.rstrip("/")))
+    bare = path.rstrip("/") or path  # "x.csv/" names the file x.csv, which the rename would meet
+    parent = os.path.dirname(os.path.abspath(bare))
     if not os.path.isdir(parent):
         raise CLIError(f"output folder does not exist: {parent}")
-    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+    if os.path.lexists(bare) and (not os.path.isdir(bare) or os.path.islink(bare) or os.listdir(bare)):
         raise CLIError(
-            f"--out {path} exists and is not an empty folder (predictions are written as a folder of Parquet "
-            "files, or as one CSV file to an --out ending in .csv)"
+            f"--out {path} exists and is not an empty folder (predictions are written as one CSV file to a file "
+            "name, one Parquet file to a name ending in .parquet or .pq, or a folder of Parquet files to a name "
+            "ending in / or an empty folder)"
         )
 
 
@@ -293,11 +331,11 @@ def predict(args) -> int:
 
     from .cli_common import CLIError, check_out, prediction_columns, refuse_overwrite
 
-    as_csv = is_csv_out(args.out)
-    if as_csv:  # one CSV file, as the in-memory engine writes it
-        check_out(args.out)
-    else:
+    form = out_form(args.out)
+    if form == "folder":
         _check_out_dir(args.out)
+    else:  # one file, as the in-memory engine writes it
+        check_out(args.out)
     if args.interval:
         raise CLIError(
             "--interval is not supported with --engine dask yet (predict the mean and moments, or use the numpy engine)"
@@ -312,11 +350,16 @@ def predict(args) -> int:
         raise CLIError(f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass --pred COL")
     refuse_overwrite(ddf.columns, prediction_columns(model))
     base_col = args.pred if model.uses_base else None
-    if as_csv:
-        from .io import write_csv_parts
+    if form != "folder":
+        from .io import write_csv_parts, write_parquet_parts
 
         with dask_session(args) as client:  # Ctrl-C or an error: the temporary file is removed, nothing written
-            rows = write_csv_parts(computed_partitions(client, predict_dask(model, ddf, base_col)), args.out)
+            pred = predict_dask(model, ddf, base_col)
+            parts = computed_partitions(client, pred)
+            if form == "csv":
+                rows = write_csv_parts(parts, args.out)
+            else:
+                rows = write_parquet_parts(parts, args.out, pred._meta)
         print(json.dumps({"out": args.out, "partitions": ddf.npartitions, "rows": rows}))
         return 0
     out = args.out.rstrip("/")

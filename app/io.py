@@ -163,6 +163,48 @@ class TableEstimate:
         return self
 
 
+# The audit's memory grows with its (row, group) pairs as well as its rows: measured peak RSS of `mmc audit` and
+# `mmc report` is about 150 MB + 190 bytes a row + 120 bytes a pair (3.9M rows x 4 groups, 7.8M pairs: 1.86 GB;
+# 3M rows x 100 groups, 21M pairs, from a 0.1 MB Parquet file: 3.2 GB). The rows and pairs are checked against
+# AUDIT_WORK_BYTES before the audit starts; it scales with MMC_MAX_TABLE_MB.
+AUDIT_ROW_BYTES = 190
+AUDIT_PAIR_BYTES = 120
+AUDIT_WORK_BYTES = int(1.7e9 * MAX_TABLE_BYTES / 200e6)
+
+
+def check_audit_size(n_rows: int, n_groups: int, n_pairs: int, what: str = "the audit") -> None:
+    """DataError (one line) when an audit of ``n_rows`` rows whose groups hold ``n_pairs`` (row, group) pairs in
+    all would take more memory than AUDIT_WORK_BYTES allows."""
+    need = AUDIT_ROW_BYTES * int(n_rows) + AUDIT_PAIR_BYTES * int(n_pairs)
+    if need > AUDIT_WORK_BYTES:
+        raise DataError(
+            f"{what} of {n_rows:,} rows x {n_groups:,} groups ({n_pairs:,} row-group memberships) would take about "
+            f"{_mb(need)} of working memory; the limit is {_mb(AUDIT_WORK_BYTES)}: audit a sample of the rows, or "
+            "a model with fewer or smaller groups"
+        )
+
+
+# `mmc fit` keeps the pairs in compact form (about 18 bytes a pair besides 110 a row: 3M rows x 1,080 groups,
+# 93M pairs, from a 0.1 MB Parquet file, took 2.06 GB, and 25 s before its first progress line); at most
+# MAX_FIT_PAIRS pairs (48M took 1.3 GB, 12 s) keep it bounded in memory and in the time before it says anything.
+FIT_ROW_BYTES = 110
+FIT_PAIR_BYTES = 18
+MAX_FIT_PAIRS = int(60_000_000 * MAX_TABLE_BYTES / 200e6)
+
+
+def check_fit_size(n_rows: int, n_groups: int, n_pairs: int, what: str = "the fit") -> None:
+    """DataError (one line) when a fit of ``n_rows`` rows whose groups hold ``n_pairs`` (row, group) pairs would
+    take more memory than AUDIT_WORK_BYTES, or more pairs than MAX_FIT_PAIRS. ``what`` names the work in the
+    message ("the comparison")."""
+    need = FIT_ROW_BYTES * int(n_rows) + FIT_PAIR_BYTES * int(n_pairs)
+    if need > AUDIT_WORK_BYTES or n_pairs > MAX_FIT_PAIRS:
+        raise DataError(
+            f"{what} of {n_rows:,} rows x {n_groups:,} groups ({n_pairs:,} row-group memberships) is too large: the "
+            f"limit is {MAX_FIT_PAIRS:,} memberships (about {_mb(AUDIT_WORK_BYTES)} of working memory): use fewer "
+            "rows, a lower --max-order or fewer group columns"
+        )
+
+
 def _mb(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{max(n / 1e6, 0.1):.0f} MB" if n >= 1e6 else f"{n / 1e6:.1f} MB"
 
@@ -191,6 +233,9 @@ def _parquet_estimate(data: bytes, name: str, columns=None) -> TableEstimate:
         raise DataError(f"{name} is not a readable Parquet file ({type(e).__name__})") from None
     fields = [f for f in schema if not f.name.startswith("__index_level_")]
     names = [f.name for f in fields]
+    dups = sorted(h for h, k in Counter(_invisible_stripped(n) for n in names).items() if k > 1)
+    if dups:  # pyarrow writes them; reading them back failed as "not a readable Parquet file"
+        raise DataError(f"{name} has duplicate column name(s): {', '.join(dups[:5])}")
     read = _wanted(names, columns)
     rows = int(meta.num_rows)
     # uncompressed bytes of each column over the row groups (text: the characters, plus their offsets)
@@ -298,6 +343,32 @@ def _header(text: str) -> list:
         raise DataError(f"the CSV header cannot be read ({e}); check its quotes") from None
 
 
+def _invisible_stripped(name: str) -> str:
+    """A column name as it reads: without the blanks around it and without invisible format characters (a
+    byte-order mark or zero-width space inside the header), which made "y" and "\ufeffy" two columns."""
+    import unicodedata
+
+    return "".join(c for c in name if unicodedata.category(c) != "Cf").strip()
+
+
+def column_problem(s: pd.Series) -> str | None:
+    """Why the column ``s`` cannot be a label, prediction or group column, or None: dates and times (their
+    nanosecond counts were audited as numbers), lists, maps or bytes in its cells (a Parquet list column was a
+    crash)."""
+    import datetime
+
+    if pd.api.types.is_datetime64_any_dtype(s) or pd.api.types.is_timedelta64_dtype(s):
+        return f"it holds dates or times ({s.dtype}), not numbers or categories"
+    if s.dtype != object:
+        return None
+    for v in s:
+        if isinstance(v, (list, tuple, dict, set, np.ndarray, bytes, bytearray)):
+            return f"its cells hold {type(v).__name__} values, not single numbers or text"
+        if isinstance(v, (datetime.date, datetime.time, datetime.timedelta)):
+            return "it holds dates or times, not numbers or categories"
+    return None
+
+
 def read_table_bytes(data: bytes, name: str, text_columns=(), columns=None, limit: int | None = None) -> pd.DataFrame:
     """Parse CSV or Parquet bytes (chosen by the file name's ending). ``text_columns``: CSV columns read as
     text, not numbers (a model's groups may name "01" and "1" apart; see GroupSet.text_columns). Integer
@@ -325,9 +396,13 @@ def read_table_bytes(data: bytes, name: str, text_columns=(), columns=None, limi
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise DataError(f"{name} is not UTF-8 text (bad byte at position {e.start}); save it as UTF-8 CSV") from None
+    nul = data.find(b"\x00")
+    if nul >= 0:  # text files hold none; pandas kept them inside names and cells
+        raise DataError(f"{name} holds a NUL byte (at byte {nul:,}): it is not a text CSV file")
     header = _header(text[: 4 * 2**20])
     stripped = [h.strip() for h in header]
-    dups = sorted(h for h, k in Counter(stripped).items() if k > 1)
+    seen = Counter(_invisible_stripped(h) for h in header)
+    dups = sorted(h for h, k in seen.items() if k > 1)
     if dups:
         raise DataError(f"{name} has duplicate column name(s): {', '.join(dups[:5])}")
     if any(h == "" for h in stripped) and len(stripped) > 1:
@@ -370,11 +445,14 @@ def read_table(path, text_columns=(), columns=None, limit: int | None = None) ->
         raise DataError(f"data file not found: {path}")
     if os.path.isdir(path):
         raise DataError(f"{path} is a folder, not a data file")
+    if not os.path.isfile(path):  # a FIFO blocked the command forever; /dev/zero was read until memory ran out
+        raise DataError(f"{path} is not a regular file (a device, FIFO or socket); give a data file")
     size = os.path.getsize(path)
     if size > MAX_FILE_BYTES:
         raise DataError(f"{path} is {size / 1e6:.0f} MB; the limit is {MAX_FILE_BYTES / 1e6:.0f} MB")
     with open(path, "rb") as f:
-        return read_table_bytes(f.read(), os.path.basename(path), text_columns, columns, limit)
+        data = f.read(MAX_FILE_BYTES + 1)  # bounded: the file may have grown since its size was read
+    return read_table_bytes(data, os.path.basename(path), text_columns, columns, limit)
 
 
 def numeric_column(df: pd.DataFrame, col: str, role: str = "column") -> np.ndarray:
@@ -383,6 +461,8 @@ def numeric_column(df: pd.DataFrame, col: str, role: str = "column") -> np.ndarr
         names = df.attrs.get("file_columns") or list(df.columns)
         raise DataError(f"{role} '{col}' is not in the data (columns: {', '.join(map(str, names[:30]))})")
     s = df[col]
+    if why := column_problem(s):
+        raise DataError(f"{role} '{col}' cannot be used: {why}")
     if not (pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s)):
         conv = pd.to_numeric(s, errors="coerce")
         bad = conv.isna() & s.notna()
@@ -471,6 +551,82 @@ def write_csv_parts(parts, path) -> int:
         for i, df in enumerate(parts):
             rows[0] += len(df)
             yield csv_bytes(df, header=i == 0)
+
+    write_bytes(path, chunks())
+    return rows[0]
+
+
+class _Chunks:
+    """A write-only file for pyarrow that keeps what is written until :meth:`take` hands it on: a Parquet file
+    made part by part goes through :func:`write_bytes` (a temporary file renamed into place) as it is made."""
+
+    closed = False
+
+    def __init__(self):
+        self._parts: list = []
+        self._pos = 0
+
+    def write(self, b) -> int:
+        self._parts.append(bytes(b))
+        self._pos += len(b)
+        return len(b)
+
+    def tell(self) -> int:
+        return self._pos
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True
+
+    def take(self) -> bytes:
+        out, self._parts = b"".join(self._parts), []
+        return out
+
+
+def write_parquet_parts(parts, path, empty: pd.DataFrame) -> int:
+    """The DataFrames ``parts`` (one table's parts in order, e.g. a Dask table's partitions computed as they are
+    written) as one Parquet file, a row group a part, at ``path``: a temporary file renamed into place when every
+    part is written (an error leaves nothing), as :func:`write_csv` writes a whole table to a .parquet name. The
+    columns' types are the first non-empty part's; a later part that cannot take them is a DataError naming it.
+    ``empty`` (the table's columns, no rows) gives the types when every part is empty. Returns the rows written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [0]
+
+    def chunks():
+        sink, writer, schema = _Chunks(), None, None
+        try:
+            for i, df in enumerate(parts):
+                if not len(df):
+                    continue
+                try:
+                    table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+                    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    raise DataError(
+                        f"partition {i + 1} of the data has column types the earlier partitions do not have ({first}); "
+                        "write the predictions as CSV (--out NAME.csv) or a folder (--out NAME/)"
+                    ) from None
+                if writer is None:
+                    schema = table.schema
+                    writer = pq.ParquetWriter(sink, schema)
+                writer.write_table(table)
+                rows[0] += len(df)
+                yield sink.take()
+            if writer is None:
+                writer = pq.ParquetWriter(sink, pa.Table.from_pandas(empty, preserve_index=False).schema)
+            writer.close()
+            writer = None
+            yield sink.take()
+        finally:
+            if writer is not None:  # an error in a part: the half-made file is dropped with its temporary file
+                writer.close()
 
     write_bytes(path, chunks())
     return rows[0]

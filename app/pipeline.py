@@ -172,6 +172,13 @@ def _prepare(df, label_spec: LabelSpec, base_spec: BaseSpec, split_spec: SplitSp
         raise DataError(f"the groups refer to column(s) not in the data: {', '.join(missing)}")
     if label_spec.column in groups.columns():
         raise DataError(f"the label '{label_spec.column}' cannot define groups (groups must be known for new rows)")
+    from .io import check_audit_size, check_fit_size
+
+    memb = groups.evaluate(df)  # the fit's and the audit's memory grow with the (row, group) pairs: checked first
+    pairs = len(memb.rows) + len(df)
+    del memb
+    check_fit_size(len(df), len(groups), pairs)
+    check_audit_size(len(df), len(groups), pairs)
     split = split_rows(len(df), split_spec, base_spec.kind == "model", settings.calibration_fraction)
     return label, groups, split
 

@@ -93,7 +93,7 @@ def validate_params(
     early_stopping,
 ):
     """Check the estimator's parameters; raise MMCError naming the parameter as Python spells it (the command
-    line names its flags instead: ``app.cli.estimator_from_args``). No defaults: the estimator's are the only
+    line names its flags instead: ``app.cli_common.estimator_from_args``). No defaults: the estimator's are the only
     ones."""
     for name, v in (("alpha", alpha), ("beta", beta)):
         if isinstance(v, str):

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import cli
+from app import cli, cli_common
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def test_a_long_audit_says_what_it_is_doing(table, fitted, tmp_path, monkeypatch
     audit(FittedModel.load(fitted), df, df["y"].to_numpy(), progress=said.append, n_boot=50)
     assert said[0] == "bootstrap intervals (50 replicates)" and said[-1] == "findings"
     assert "calibrated intervals" in said
-    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(cli_common, "PROGRESS_EVERY", 0.0)
     capsys.readouterr()
     out = tmp_path / "audit.json"
     assert cli.main(["audit", "--data", str(table), "--model", str(fitted), "--label", "y", "--out", str(out)]) == 0

@@ -17,6 +17,7 @@ distributed = pytest.importorskip("distributed", reason="the Dask engine needs d
 
 from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
 from mmc_core.engines import dask_engine as de  # noqa: E402
+from mmc_core.engines import dask_quantiles as dq  # noqa: E402
 from mmc_core.model import FittedModel  # noqa: E402
 from mmc_core.errors import MMCError  # noqa: E402
 
@@ -118,7 +119,7 @@ def test_exact_quantiles_bit_for_bit(n):
     chunks = np.array_split(v, 4)
     qs = np.array([0.2, 0.25, 0.5, 0.75, 0.8])
     got = de.exact_quantiles(
-        lambda: [de._sketch(c) for c in chunks], lambda lo, hi: [de._bracket(c, lo, hi) for c in chunks], qs
+        lambda: [dq.sketch(c) for c in chunks], lambda lo, hi: [dq.bracket(c, lo, hi) for c in chunks], qs
     )
     assert got.tolist() == np.quantile(v, qs).tolist()
 
@@ -329,7 +330,7 @@ def test_cli_fit_predict_audit_on_a_running_scheduler(client, tmp_path, capsys):
         df, df["y"], GroupSet.from_columns(df, ["region", "kind"])
     )
     assert_same_fit(est, MomentMulticalibrator.load(model), df)
-    out = tmp_path / "pred"
+    out = tmp_path / "pred.parquet"
     assert (
         main(
             [
