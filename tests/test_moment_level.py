@@ -70,6 +70,4 @@ def test_a_model_with_a_level_round_trips_and_says_so(tmp_path):
     est.save(path)
     back = FittedModel.load(path)
     np.testing.assert_allclose(back.predict(X)["moment_2"], est.predict_moments(X)["moment_2"], rtol=1e-12)
-    assert "its level set to the fitting and held-out rows'" in describe_cells(
-        json.loads(path.read_text())["info"]
-    )
+    assert "its level set to the fitting and held-out rows'" in describe_cells(json.loads(path.read_text())["info"])
