@@ -40,7 +40,8 @@ class _HeldNotes:
 
     def __init__(self, stream):
         self.stream, self.held, self.part = stream, [], ""
-        self.lock = threading.Lock()  # the heartbeat (:func:`_run`) writes from its own thread
+        self.lock = threading.RLock()  # the heartbeat (:func:`_run`) writes from its own thread, and a
+        # Ctrl-C handler prints from the main thread, maybe in the middle of a write: a plain Lock deadlocked it
         self.last = time.monotonic()  # when a line was last shown
 
     def write(self, text) -> int:

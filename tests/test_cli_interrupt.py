@@ -169,3 +169,31 @@ def test_sigterm_to_mmc_dashboard_stops_streamlit_too(tmp_path):
             time.sleep(0.3)
         else:
             raise AssertionError("Streamlit still serves the port after SIGTERM to mmc dashboard")
+
+
+def test_a_line_printed_by_the_ctrl_c_handler_mid_write_does_not_hang():
+    """The Ctrl-C handler prints from the main thread, possibly while that thread is inside a write of the CLI's
+    stderr wrapper (holding its lock): the handler's line must go out, not wait forever for the lock (seen as
+    `mmc fit` hanging after Ctrl-C on a loaded machine)."""
+    import io
+    import threading
+
+    from app.cli import _HeldNotes
+
+    nested: list = []
+
+    class Stream(io.StringIO):
+        def write(self, s):
+            if not nested:  # the signal arrives while the first line is being written
+                nested.append(True)
+                notes.write("mmc: stopping after the current round\n")
+            return super().write(s)
+
+    stream = Stream()
+    notes = _HeldNotes(stream)
+    t = threading.Thread(target=notes.write, args=("mmc: fitting round 1\n",), daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "a write from inside a write deadlocked"
+    assert "mmc: stopping after the current round" in stream.getvalue()
+    assert "mmc: fitting round 1" in stream.getvalue()
