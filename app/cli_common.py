@@ -140,23 +140,19 @@ def estimator_from_args(args, **extra):
     from mmc_core import MomentMulticalibrator
 
     from mmc_core.errors import MMCError
-    from mmc_core.thresholds import validate_params
+    from mmc_core.thresholds import validate_estimator_params
 
     cells = getattr(args, "shrunken_cells", "on") == "on"
     est = MomentMulticalibrator(**{k: getattr(args, k) for k in FIT_PARAMS}, shrunken_cells=cells, **extra)
     try:  # checked here, before the data is read, and said with the flags' names
-        validate_params(*(getattr(est, k) for k in VALIDATED))
+        validate_estimator_params(est)
     except MMCError as e:
         name, _, rest = str(e).partition(" ")
         raise CLIError(f"{FLAG_OF.get(name, name)} {rest}") from None
     return est
 
 
-# validate_params' arguments in order, and the flags of the parameters whose names differ
-VALIDATED = (
-    "alpha beta n_buckets n_moments step odd_moments calibration_fraction max_rounds mean_buckets "
-    "moment_buckets early_stopping"
-).split()
+# the flags of the parameters whose names differ
 FLAG_OF = {
     "alpha": "--alpha",
     "beta": "--beta",

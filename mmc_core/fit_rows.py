@@ -20,7 +20,7 @@ from .membership import Membership
 from .moments import LabelScale
 from .recalibrate import BASE_RECALIBRATIONS, affine_base, fit_affine, fit_group_linear, group_linear_base
 from .tables import as_table, count_rows, take_rows, to_label_array
-from .thresholds import check_seed, validate_params
+from .thresholds import check_seed, validate_estimator_params
 
 __all__ = ["FittingRows", "check_fit_params", "fitting_rows"]
 
@@ -72,19 +72,7 @@ def check_fit_params(est) -> None:
     est : MomentMulticalibrator
         The estimator about to fit.
     """
-    validate_params(
-        est.alpha,
-        est.beta,
-        est.n_buckets,
-        est.n_moments,
-        est.step,
-        est.odd_moments,
-        est.calibration_fraction,
-        est.max_rounds,
-        est.mean_buckets,
-        est.moment_buckets,
-        est.early_stopping,
-    )
+    validate_estimator_params(est)
     check_seed(est.random_state)
     if not isinstance(est.shrunken_cells, (bool, np.bool_)):
         raise MMCError(f"shrunken_cells must be True or False, got {est.shrunken_cells!r}")

@@ -79,6 +79,28 @@ def bonferroni_z(n_tests: int, level: float = AUTO_LEVEL) -> float:
     return float(NormalDist().inv_cdf(1.0 - level / (2.0 * max(int(n_tests), 1))))
 
 
+# the estimator's parameters validate_params checks, in its order of arguments
+VALIDATED_PARAMS = (
+    "alpha",
+    "beta",
+    "n_buckets",
+    "n_moments",
+    "step",
+    "odd_moments",
+    "calibration_fraction",
+    "max_rounds",
+    "mean_buckets",
+    "moment_buckets",
+    "early_stopping",
+)
+
+
+def validate_estimator_params(est) -> None:
+    """:func:`validate_params` on an estimator's own values (the in-memory fit, the Dask fit and the command line
+    check the same parameters, in one place): an MMCError naming the first bad one."""
+    validate_params(*(getattr(est, k) for k in VALIDATED_PARAMS))
+
+
 def validate_params(
     alpha,
     beta,

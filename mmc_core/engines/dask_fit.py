@@ -41,7 +41,7 @@ def fit_dask(
     """``MomentMulticalibrator.fit`` on a Dask DataFrame (``y`` / ``base_prediction``: column names or Dask
     Series of the same frame). Same model JSON, same descent; see the module docstring for what differs."""
     from ..groups import GroupSet
-    from ..thresholds import validate_params
+    from ..thresholds import validate_estimator_params
 
     require()
     # the group-linear map ("auto", the default) is fitted on a client-side sample, as the numpy engine fits it;
@@ -66,19 +66,7 @@ def fit_dask(
             "the held-out rows only): use interval_calibration='auto' or 'held-out', or the numpy engine"
         )
     client = resolve_client(client)
-    validate_params(
-        est.alpha,
-        est.beta,
-        est.n_buckets,
-        est.n_moments,
-        est.step,
-        est.odd_moments,
-        est.calibration_fraction,
-        est.max_rounds,
-        est.mean_buckets,
-        est.moment_buckets,
-        est.early_stopping,
-    )
+    validate_estimator_params(est)
     if not is_dask_collection(X):  # engine="dask" on an in-memory table: label / base may be arrays
         import dask.dataframe as dd
         import pandas as pd
