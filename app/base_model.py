@@ -9,9 +9,8 @@ from :mod:`app.pipeline` because it is the only part that needs scikit-learn.
 
 from __future__ import annotations
 
-import inspect
-
 import hashlib
+import inspect
 import os
 import threading
 import time
@@ -20,8 +19,8 @@ from collections import OrderedDict
 import numpy as np
 import pandas as pd
 
-from app.specs import BASE_MODELS, BaseSpec, LabelSpec, PreparedLabel, SplitSpec
 from app.base_model_file import BASE_MODEL_FORMAT, read_base_model_record
+from app.specs import BASE_MODELS, BaseSpec, LabelSpec, PreparedLabel, SplitSpec
 from mmc_core.errors import DataError, MMCError
 
 BASE_LOCK = threading.Lock()  # guards the process-wide caches (base models, discoveries, the fork server)
@@ -232,7 +231,7 @@ def _fit_digest(df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, feats: list) 
     return h.hexdigest()[:24]
 
 
-_BASE_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+_BASE_CACHE: OrderedDict[tuple, tuple] = OrderedDict()
 
 
 def cached_base_model(

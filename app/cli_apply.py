@@ -63,6 +63,7 @@ def check_threshold_applies(args, model) -> None:
 
 def load_for_apply(args, need_label: bool):
     from mmc_core import FittedModel
+
     from .io import column_problem, numeric_column, read_table
     from .validate import unlisted_notes
 

@@ -138,7 +138,6 @@ FIT_PARAMS = (
 def estimator_from_args(args, **extra):
     """The estimator ``mmc fit`` builds from its options (one place for both engines)."""
     from mmc_core import MomentMulticalibrator
-
     from mmc_core.errors import MMCError
     from mmc_core.thresholds import validate_estimator_params
 

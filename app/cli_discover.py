@@ -32,6 +32,7 @@ def features(args, df, exclude) -> list:
 def cmd_discover(args) -> int:
     from mmc_core.discover import discover
     from mmc_core.model import atomic_write_text
+
     from .io import numeric_column, read_table
 
     refuse_output_over_input(args)

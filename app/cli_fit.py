@@ -59,6 +59,7 @@ def _fit_inputs(args):
     """The table, the label (as the estimator takes it), the base prediction and the groups of `mmc fit`, each
     checked with one line naming what is wrong; the (row, group) pairs are counted before any work."""
     from mmc_core import GroupSet
+
     from .io import column_problem, numeric_column, read_table
 
     extra = None
@@ -249,8 +250,8 @@ def _fit_summary(args, est) -> dict:
         label_range=[est.label_scale_.lo, est.label_scale_.hi],
         model=args.out,
     )
-    from mmc_core.cells_text import describe_cells
     from mmc_core.base_map_text import describe
+    from mmc_core.cells_text import describe_cells
 
     base_text = describe(est.model_.init_mean, info)
     if base_text:
@@ -272,6 +273,7 @@ def _fit_label(df, args):
     import pandas as pd
 
     from mmc_core.estimator import resolve_task
+
     from .io import column_problem, numeric_column
 
     if args.task == "regression":

@@ -26,8 +26,8 @@ import streamlit as st  # noqa: E402
 
 from app.jobs import debug as _debug  # noqa: E402
 from app.jobs import prewarm  # noqa: E402
-from app.ui import persist, state  # noqa: E402
 from app.specs import count  # noqa: E402
+from app.ui import persist, state  # noqa: E402
 from app.ui.common import esc  # noqa: E402
 
 

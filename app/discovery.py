@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from app.base_model import BASE_LOCK, StoppedByUser, limit_threads, base_prediction
-from app.pipeline import take_table_rows, split_rows
+from app.base_model import BASE_LOCK, StoppedByUser, base_prediction, limit_threads
+from app.pipeline import split_rows, take_table_rows
 from app.specs import DISCOVERED_PREFIX, AuditRun, BaseSpec, LabelSpec, SplitSpec, prepare_label
 from mmc_core.errors import DataError, MMCError
 from mmc_core.findings import percent
@@ -109,7 +109,7 @@ class DiscoverResult:
     also: list = field(default_factory=list)  # per shown finding: findings of other kinds for the same rule
 
 
-_DISCOVER_CACHE: "OrderedDict[tuple, DiscoverResult]" = OrderedDict()
+_DISCOVER_CACHE: OrderedDict[tuple, DiscoverResult] = OrderedDict()
 
 
 def _checked_features(df, label_spec: LabelSpec, base_spec: BaseSpec, spec, run, data_key: str) -> list:
@@ -284,12 +284,12 @@ class DiscoverJob:
         self.started_at = self.ended_at = 0.0
         self.id = hashlib.sha1(f"d{id(self)}{time.time()}".encode()).hexdigest()[:8]
 
-    def start(self) -> "DiscoverJob":
+    def start(self) -> DiscoverJob:
         self.status, self.started_at = "running", time.time()
         threading.Thread(target=self._work, name=f"mmc-discover-{self.id}", daemon=True).start()
         return self
 
-    def run_sync(self) -> "DiscoverJob":
+    def run_sync(self) -> DiscoverJob:
         self.status, self.started_at = "running", time.time()
         self._work()
         return self

@@ -352,8 +352,7 @@ def coverage_colorscale(zmin: float, zmax: float, target: float) -> list:
     The two sides are stretched to the same intensity per unit of coverage: a cell 0.05 below the target is
     as dark red as a cell 0.05 above it is dark blue, so the (short) over-coverage side is not exaggerated.
     """
-    from plotly.colors import sample_colorscale
-    from plotly.colors import diverging
+    from plotly.colors import diverging, sample_colorscale
 
     RdBu = diverging.RdBu  # red (low) ... rgb(247,247,247) ... blue (high)
 

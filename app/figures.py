@@ -57,21 +57,22 @@ from app.figure_style import (
     MUTED,
     OBSERVED_COLOR,
     OKABE_ITO,
+    add_footer,
     base_layout,
     below_gamma,
     display_names,
-    hover_safe,
     empty_figure,
     format_number,
-    add_footer,
-    legend_line,
-    left_margin,
-    rows_height,
+    hover_safe,
     label_info,
+    left_margin,
+    legend_line,
+    rows_height,
 )
 
 # re-exported: tests and app.report_tables use them as figures.X
-from app.figure_style import MAX_NAME as MAX_NAME, METHOD_LABELS as METHOD_LABELS
+from app.figure_style import MAX_NAME as MAX_NAME
+from app.figure_style import METHOD_LABELS as METHOD_LABELS
 from app.figures_convergence import convergence_figure
 from app.figures_heatmaps import coverage_by_bucket_heatmap, coverage_heatmap, width_heatmap
 from mmc_core.metrics import AuditResult

@@ -27,9 +27,9 @@ from app.figure_style import (
     display_names,
     empty_figure,
     format_number,
+    hover_safe,
     left_margin,
     rows_height,
-    hover_safe,
     short_name,
 )
 

@@ -12,9 +12,9 @@ from mmc_core.compare import POINTS
 from .figure_style import (
     MUTED,
     OKABE_ITO,
+    add_footer,
     base_layout,
     display_names,
-    add_footer,
     hover_safe,
     left_margin,
     rows_height,

@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.figure_style import FIT_COLOR, HOLDOUT_COLOR, MUTED, OKABE_ITO, base_layout, empty_figure, add_footer
+from app.figure_style import FIT_COLOR, HOLDOUT_COLOR, MUTED, OKABE_ITO, add_footer, base_layout, empty_figure
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -9,10 +9,10 @@ is quoted, so every exported row reads back as one row (:func:`csv_bytes`, the o
 from __future__ import annotations
 
 import csv
-from collections import Counter
 import io
 import os
 import re
+from collections import Counter
 
 import numpy as np
 import pandas as pd

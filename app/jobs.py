@@ -128,7 +128,7 @@ class FitJob:
         self.id = hashlib.sha1(f"{id(self)}{time.time()}".encode()).hexdigest()[:8]
 
     # -- control --
-    def start(self) -> "FitJob":
+    def start(self) -> FitJob:
         """Run in the background: a daemon thread, or with ``worker="process"`` a child process forked from a
         preloaded fork server (its own interpreter: the fit never competes with the server's page runs for the
         GIL, and a phase that keeps nothing is ended by terminating the child). The child reports history rows,
@@ -229,7 +229,7 @@ class FitJob:
             if self._proc is not None:
                 self._proc.join(timeout=5)
 
-    def run_sync(self) -> "FitJob":
+    def run_sync(self) -> FitJob:
         """Run in the calling thread (used for the quick first demo audit and in tests)."""
         self.status = "running"
         self.started_at = time.time()

@@ -33,24 +33,24 @@ from mmc_core.errors import MMCError
 
 from . import figures as F
 from .figure_style import short_name
-from .pdf_doc import KALEIDO_MESSAGE, title_page, report_label
+from .pdf_doc import KALEIDO_MESSAGE, report_label, title_page
 from .report_periods import over_time_section
+from .report_tables import (
+    audit_subset,
+    calibration_table,
+    convergence_warning,
+    coverage_table,
+    even_chunks,
+    findings_section,
+    findings_summary,
+    in_sample_warning,
+    mean_error_note,
+    scorecard_table,
+    variance_table,
+)
 from .report_text import data_rows, param_rows, reading_notes
 from .specs import descent_thresholds, interval_range_note
 from .validate import unlisted_notes
-from .report_tables import (
-    calibration_table,
-    even_chunks,
-    coverage_table,
-    convergence_warning,
-    findings_section,
-    in_sample_warning,
-    audit_subset,
-    variance_table,
-    findings_summary,
-    mean_error_note,
-    scorecard_table,
-)
 
 SCORECARD_ROWS = 10  # the first page's scorecard: the groups first by harm and evidence
 

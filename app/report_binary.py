@@ -8,10 +8,9 @@ tests, serves both reports).
 
 from __future__ import annotations
 
-
 from app import figures_binary as FB
 from app.figure_style import short_name
-from app.pdf_doc import title_page, report_label
+from app.pdf_doc import report_label, title_page
 from app.report_tables import (
     convergence_warning,
     findings_section,

@@ -5,9 +5,9 @@ out and the tests read them without building a PDF.
 
 from __future__ import annotations
 
+from mmc_core.base_map_text import describe as describe_base
 from mmc_core.cells_text import describe_cells
 from mmc_core.descent import SHRINK_MIN
-from mmc_core.base_map_text import describe as describe_base
 from mmc_core.stages import describe_stages
 from mmc_core.thresholds import NO_GROUP_MOMENT_Z
 

@@ -42,10 +42,10 @@ from app.pipeline import (
     audit_run,
     classifier_rates,
     error_metrics,
+    planned_thresholds,
     predictions_table,
     row_details,
     run_pipeline,
-    planned_thresholds,
     split_rows,
 )
 from app.specs import (

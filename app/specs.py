@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from mmc_core.errors import DataError
-from mmc_core.model import FittedModel
 from mmc_core.groups import GROUP_INFO_KEYS  # noqa: F401 - re-exported; defined once, in mmc_core
+from mmc_core.model import FittedModel
 
 SPLIT_NAMES = {
     "base": "base-model training",
@@ -122,7 +122,7 @@ def binary_values(frame: pd.DataFrame, label) -> list | None:
         or (isinstance(v, (int, float, np.integer, np.floating)) and float(v) in (0.0, 1.0))
         for v in vals
     )
-    return sorted((str(v) for v in vals)) + [not is01]
+    return sorted(str(v) for v in vals) + [not is01]
 
 
 SKEWED = 1.0  # |sample skewness| of the label above which the app's "auto" mean buckets are quantile buckets

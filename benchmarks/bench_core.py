@@ -265,8 +265,9 @@ def work_core(cfg: dict) -> dict:
 
 
 def work_hkrr(cfg: dict) -> dict:
-    from mmc_core import GroupSet
     from multicalibration import MulticalibrationPredictor
+
+    from mmc_core import GroupSet
 
     out = {}
     table, y, base = generate(cfg["n"], tuple(cfg["cards"]), cfg["seed"], binary=True)
@@ -394,7 +395,7 @@ def machine_line() -> str:
     except (ValueError, OSError):
         mem = float("nan")
     try:
-        load = "load avg %.2f %.2f %.2f" % os.getloadavg()
+        load = "load avg {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     except OSError:
         load = ""
     return (

@@ -22,12 +22,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from coverage_protocol import DATASETS, EXTERNAL, register_cps
+
 from app.demo_data import load_dataset
+from benchmarks.interval_fitters import fit_approach
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv
-
-from benchmarks.interval_fitters import fit_approach
-from coverage_protocol import DATASETS, EXTERNAL, register_cps
 
 
 def measure(name: str, approach: str, repeats: int, seed: int = 1):

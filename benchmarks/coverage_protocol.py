@@ -125,10 +125,9 @@ import pandas as pd
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from app.demo_data import load_dataset
+from benchmarks.interval_fitters import fit_approach
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv
-
-from benchmarks.interval_fitters import fit_approach
 
 DATASETS = {
     # name: (label, group columns, non-group feature columns for the base model, shipped base column)

@@ -33,11 +33,10 @@ that added the null world (issue 34) and ``--help``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import warnings
-
-import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -47,13 +46,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
+from mmc_core import GroupSet, MomentMulticalibrator, audit_findings, metrics  # noqa: E402  # noqa: E402
 from mmc_core import findings as fnd  # noqa: E402
-from mmc_core import audit_findings, metrics  # noqa: E402
 from mmc_core.buckets import mean_grid  # noqa: E402
 from mmc_core.metrics import audit  # noqa: E402
-from mmc_core.synthetic import demo_distribution  # noqa: E402
 from mmc_core.moments import LabelScale  # noqa: E402
+from mmc_core.synthetic import demo_distribution  # noqa: E402
 
 UNIT_SCALE = LabelScale(0.0, 1.0)  # the label on [0, 1]: unit values are label values
 

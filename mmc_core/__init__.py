@@ -9,9 +9,9 @@ on the same rows, one model across periods), and the synthetic ground-truth dist
 from importlib.metadata import PackageNotFoundError, version
 
 from .compare import compare, compare_periods, side
+from .conditions import Condition
 from .errors import DataError, GroupDefinitionError, MMCError, ModelFormatError, NotFittedError
 from .estimator import MomentMulticalibrator
-from .conditions import Condition
 from .groups import Group, GroupSet
 from .membership import Membership
 from .metrics import audit

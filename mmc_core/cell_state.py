@@ -57,7 +57,7 @@ class CellStats:
         return self.p.z > 0
 
     # ---- engine interface (implemented by each engine) -------------------------------------------
-    def apply(self, upd: "Update"):
+    def apply(self, upd: Update):
         raise NotImplementedError
 
     def full_recompute(self):

@@ -364,7 +364,7 @@ def _qlike_scale(ratio: np.ndarray, d: np.ndarray) -> float:
 
 def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int) -> tuple:
     """One stage of :func:`gated_moment_cells`: (round or None, check)."""
-    from .recalibrate import HARM_LEVEL, stack_gate, harmed_by
+    from .recalibrate import HARM_LEVEL, harmed_by, stack_gate
 
     check: dict = {"bands": bands, "z": 0.0, "kept": False, "harmed": []}
     cand = fit_moment_cells(s, v, sums, bands)

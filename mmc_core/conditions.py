@@ -109,7 +109,7 @@ class Condition:
 
     # ---- parsing ---------------------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, d, where: str = "condition") -> "Condition":
+    def from_dict(cls, d, where: str = "condition") -> Condition:
         if not isinstance(d, dict):
             raise GroupDefinitionError(f"{where}: a condition must be a JSON object, got {type(d).__name__}")
         unknown = set(d) - {"column", "op", "value", "values", "lo", "hi"}

@@ -168,7 +168,7 @@ class Update:
         ]
 
     @classmethod
-    def from_json(cls, e) -> "Update":
+    def from_json(cls, e) -> Update:
         return cls(int(e[0]), int(e[1]), int(e[2]), np.asarray(e[3], dtype=np.int64), np.asarray(e[4], dtype=float))
 
 

@@ -37,10 +37,10 @@ from .auditor import chernoff_auditor
 from .buckets import mean_grid, moment_grid, moment_projection
 from .errors import MMCError
 from .estimator import auto_threshold, to_label_array
-from .tables import count_rows
 from .groups import GroupSet, loadable_name
 from .moments import LabelScale, MomentKind, pseudo_label
 from .oracle import FeatureMatrix, Rule, SetOracle, TreeOracle
+from .tables import count_rows
 from .thresholds import check_seed
 
 __all__ = [

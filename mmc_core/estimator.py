@@ -33,18 +33,18 @@ from .thresholds import (  # noqa: F401 - the rule constants are re-exported for
     GROUP_Z_RULES,
     MEAN_BUCKET_RULES,
     MOMENT_BUCKET_RULES,
-    SE_GROUP_LEVEL,
     MOMENT_VAR_FLOOR_SHARE,
     NO_GROUP_MOMENT_Z,
+    SE_GROUP_LEVEL,
     SE_GROUP_MOMENT_Z,
     SE_LEVEL,
-    SE_MOMENT_SHRINK,
     SE_MIN_COUNT,
+    SE_MOMENT_SHRINK,
     THRESHOLD_RULES,
-    check_unit_interval,
     auto_threshold,
     bonferroni_z,
     check_seed,
+    check_unit_interval,
     effective_rule,
     validate_params,
 )
@@ -661,7 +661,7 @@ class MomentMulticalibrator(SklearnParams):
         self.model_.save(path)
 
     @classmethod
-    def from_model(cls, model: FittedModel) -> "MomentMulticalibrator":
+    def from_model(cls, model: FittedModel) -> MomentMulticalibrator:
         """The estimator that fitted ``model``: its constructor parameters as they were given (``"se"``, ``"auto"``
         ... as saved in ``info["estimator_params"]``; for files written before that, the values the model
         used) and every fitted attribute the file holds. Refitting it on the same rows gives the same model.
@@ -708,5 +708,5 @@ class MomentMulticalibrator(SklearnParams):
         self.oof_predictions_unit_ = None
 
     @classmethod
-    def load(cls, path) -> "MomentMulticalibrator":
+    def load(cls, path) -> MomentMulticalibrator:
         return cls.from_model(FittedModel.load(path))

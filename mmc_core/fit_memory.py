@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .binary import TASK_BINARY
+from .cell_state import CellState
 from .cells import apply_cells, apply_moment_cells, gated_cells, gated_moment_cells
 from .crossfit import CROSS_FIT_FOLDS, check_interval_calibration, out_of_fold_predictions
-from .cell_state import CellState
 from .fit_params import build_params
 from .fit_rows import FittingRows, fitting_rows
 from .fit_steps import FitRows, achieved_thresholds, cells_keep_given, fit_info, search_buckets, state_achieved

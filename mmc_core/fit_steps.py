@@ -56,7 +56,7 @@ class FitStats:
         self._labels = {}
 
     @classmethod
-    def from_arrays(cls, resid, mu0, memb, moments, odd_moments) -> "FitStats":
+    def from_arrays(cls, resid, mu0, memb, moments, odd_moments) -> FitStats:
         return cls(resid, mu0, memb, moments, odd_moments)
 
     def _label(self, a):

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import Counter
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,7 +140,7 @@ class Group:
         return not self.where and not self.any
 
     @classmethod
-    def from_dict(cls, d, where: str = "group") -> "Group":
+    def from_dict(cls, d, where: str = "group") -> Group:
         if not isinstance(d, dict):
             hint = (
                 f"; to use the values of column {d!r} as groups, pass GroupSet.from_columns(X, [{d!r}, ...])"
@@ -283,7 +283,7 @@ class GroupSet:
 
     # ---- construction ----------------------------------------------------------------------------
     @classmethod
-    def from_json(cls, obj, where: str = "group definitions", path: str = "", schema: bool = True) -> "GroupSet":
+    def from_json(cls, obj, where: str = "group definitions", path: str = "", schema: bool = True) -> GroupSet:
         """Groups from a groups file's JSON: text or bytes (read through :mod:`mmc_core.jsonfile`: size, depth and
         number limits), or the parsed object. The format and version are checked first, then the number of groups
         (before anything is parsed one by one), then the schema (mmc_core/schemas/groups.schema.json: types,
@@ -325,7 +325,7 @@ class GroupSet:
             raise GroupDefinitionError(f"{where}: {e}") from None
 
     @classmethod
-    def from_file(cls, path) -> "GroupSet":
+    def from_file(cls, path) -> GroupSet:
         """Groups from the groups file ``path`` (``--groups``): refused from its size before it is read when over
         MAX_GROUPS_FILE_BYTES, then :meth:`from_json`, errors naming the file."""
         import os
@@ -341,7 +341,7 @@ class GroupSet:
     @classmethod
     def from_columns(
         cls, table, columns, max_order: int = 1, max_values: int = 10, conditions: dict | None = None
-    ) -> "GroupSet":
+    ) -> GroupSet:
         """Every value of each column (numeric columns with more than ``max_values`` distinct values are cut
         at their quartiles, computed on ``table``) plus all intersections of values of *different* columns
         up to ``max_order``, plus the whole population. ``conditions`` (column -> its conditions, as
@@ -380,7 +380,7 @@ class GroupSet:
         return cls([Group(name, conds) for name, conds in zip(names, combos)])
 
     @classmethod
-    def coerce(cls, groups) -> "GroupSet":
+    def coerce(cls, groups) -> GroupSet:
         """A GroupSet from None (the whole population only), a GroupSet, or group JSON (text or parsed)."""
         if groups is None:
             return cls([])
@@ -388,7 +388,7 @@ class GroupSet:
             return groups
         return cls.from_json(groups)
 
-    def __add__(self, other: "GroupSet") -> "GroupSet":
+    def __add__(self, other: GroupSet) -> GroupSet:
         return GroupSet(list(self.groups) + [g for g in other.groups if not g.is_everything])
 
     # ---- evaluation ------------------------------------------------------------------------------

@@ -89,22 +89,20 @@ JSON adds ``"task": "binary"``, ``"threshold"`` and ``"classifier"``.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from . import findings as fnd
-from .scorecard import scorecard, with_percent
 from . import intervals as iv
-from .errors import DataError, MMCError
-from .findings import VARIANCE_TOLERANCE
-from .binary import binary_labels, check_threshold
-from .tables import to_label_array
+from .audit_findings import (
+    audit_rows,
+    group_findings,
+    residual_variance,  # noqa: F401 - the Dask engine imports it from here
+)
 from .audit_result import FORMAT, VERSION, AuditResult, json_clean
-from .audit_findings import audit_rows, group_findings
-from .audit_findings import residual_variance  # noqa: F401 - the Dask engine imports it from here
 from .audit_tables import (
     calibration_cells_table,
     group_table,
@@ -112,6 +110,11 @@ from .audit_tables import (
     interval_tables,
     moment_cells_table,
 )
+from .binary import binary_labels, check_threshold
+from .errors import DataError, MMCError
+from .findings import VARIANCE_TOLERANCE
+from .scorecard import scorecard, with_percent
+from .tables import to_label_array
 
 __all__ = ["audit", "AuditResult", "FORMAT", "VERSION", "check_threshold", "binary_labels", "json_clean"]
 

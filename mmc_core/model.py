@@ -18,7 +18,6 @@ from .descent_params import WHOLE, DescentParams, select_rows
 from .errors import DataError, MMCError, ModelFormatError
 from .groups import GroupSet
 from .membership import Membership
-from .recalibrate import affine_base, group_linear_base
 from .model_format import (
     BASE_KINDS,
     FORMAT,
@@ -32,6 +31,7 @@ from .model_format import (
     read_model,
 )
 from .moments import LabelScale
+from .recalibrate import affine_base, group_linear_base
 
 __all__ = ["FittedModel", "FORMAT", "VERSION", "affine_base", "atomic_write_text", "atomic_write_bytes"]
 
@@ -327,7 +327,7 @@ class FittedModel:
         atomic_write_text(path, self.to_json())
 
     @classmethod
-    def load(cls, path) -> "FittedModel":
+    def load(cls, path) -> FittedModel:
         """The model in the file ``path``: refused from its size before it is read when over MAX_MODEL_BYTES, and
         read through :mod:`mmc_core.jsonfile` (depth, number and duplicate-key limits) and the model schema."""
         from .jsonfile import read_file
@@ -336,13 +336,13 @@ class FittedModel:
         return cls.from_json(text, str(path))
 
     @classmethod
-    def from_json(cls, text, where: str = "model") -> "FittedModel":
+    def from_json(cls, text, where: str = "model") -> FittedModel:
         from .jsonfile import loads
 
         return cls.from_dict(loads(text, where, ModelFormatError, kind="model file", max_bytes=MAX_MODEL_BYTES), where)
 
     @classmethod
-    def from_dict(cls, d, where: str = "model") -> "FittedModel":
+    def from_dict(cls, d, where: str = "model") -> FittedModel:
         """The model in a parsed model file, every section checked (:func:`mmc_core.model_format.read_model`)."""
         p = read_model(d, where)
         return cls(

@@ -7,7 +7,7 @@ fixed by a label range; means map back affinely and the a-th central moment maps
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from .errors import DataError, MMCError
 __all__ = ["LabelScale", "max_central_moment", "MomentKind", "pseudo_label"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def max_central_moment(a: int) -> float:
     """Largest E|y - E y|^a over all distributions of y on [0, 1] (r_2 = 1/4, r_4 = 1/12).
 
@@ -95,18 +95,18 @@ class LabelScale:
         return self.hi - self.lo
 
     @classmethod
-    def observed(cls, y: np.ndarray) -> "LabelScale":
+    def observed(cls, y: np.ndarray) -> LabelScale:
         return cls.from_observed(float(np.min(y)), float(np.max(y)))
 
     @classmethod
-    def from_observed(cls, lo, hi) -> "LabelScale":
+    def from_observed(cls, lo, hi) -> LabelScale:
         """The scale of the label's observed extremes (the Dask engine has them from its partitions' summaries)."""
         if not hi > lo:
             raise DataError(f"the label is constant ({lo}); there is nothing to calibrate")
         return cls(lo, hi, "observed")
 
     @classmethod
-    def declared(cls, label_range) -> "LabelScale":
+    def declared(cls, label_range) -> LabelScale:
         """The scale of a label range the user gave (``label_range``: LO, HI)."""
         try:
             lo, hi = (float(v) for v in label_range)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import MMCError
 from .conditions import Condition, is_numeric_column, missing_mask, table_column
+from .errors import MMCError
 from .groups import Group
 
 __all__ = ["FeatureMatrix", "Rule", "SetOracle", "TreeOracle", "MAX_CATEGORIES"]

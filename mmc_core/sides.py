@@ -165,7 +165,7 @@ class Layout:
         self.K, self.target = k, target
 
     @classmethod
-    def of(cls, sides, target: float) -> "Layout":
+    def of(cls, sides, target: float) -> Layout:
         return cls([(s.variance is not None, s.lower is not None, s.decision is not None) for s in sides], target)
 
     def rows(self, sides, y) -> np.ndarray:

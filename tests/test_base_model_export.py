@@ -17,8 +17,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.cli import main
-
-from tests.apptest_helpers import new_session as _new, switch as _page, wait_job as _wait_job
+from tests.apptest_helpers import new_session as _new
+from tests.apptest_helpers import switch as _page
+from tests.apptest_helpers import wait_job as _wait_job
 
 DEMO = Path(__file__).resolve().parents[1] / "demo_datasets" / "islp_wage.csv"
 

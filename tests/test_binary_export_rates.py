@@ -16,11 +16,10 @@ import re
 
 import numpy as np
 import pandas as pd
-
-from app.io import CSV_EXACT
 import pytest
 
 from app import figures_binary as FB
+from app.io import CSV_EXACT
 from mmc_core import GroupSet, MomentMulticalibrator
 
 # ---------------------------------------------------------------------------------------------------
@@ -159,9 +158,8 @@ def loan_run():
 
 
 def test_predictions_csv_round_trips_and_the_model_repredicts_it_exactly(loan_run):
-    from app.io import read_table_bytes
+    from app.io import csv_bytes, read_table_bytes
     from app.pipeline import predictions_table
-    from app.io import csv_bytes
     from mmc_core import FittedModel
 
     df, run = loan_run
@@ -185,7 +183,9 @@ def test_predictions_csv_round_trips_and_the_model_repredicts_it_exactly(loan_ru
 def test_export_csv_decisions_are_at_the_results_page_threshold(monkeypatch):
     import app.report
     from app.pipeline import classifier_rates
-    from tests.apptest_helpers import new_session as _new, switch as _page, wait_job as _wait_job
+    from tests.apptest_helpers import new_session as _new
+    from tests.apptest_helpers import switch as _page
+    from tests.apptest_helpers import wait_job as _wait_job
 
     built = []
 

@@ -118,6 +118,8 @@ def test_model_json_round_trip_and_old_files():
 
 
 def test_audit_rates_equal_fairlearn_through_the_public_path():
+    from functools import partial
+
     from fairlearn.metrics import (
         MetricFrame,
         demographic_parity_difference,
@@ -126,8 +128,6 @@ def test_audit_rates_equal_fairlearn_through_the_public_path():
         selection_rate,
         true_positive_rate,
     )
-    from functools import partial
-
     from sklearn.metrics import precision_score
 
     precision_score = partial(precision_score, zero_division=np.nan)  # undefined (nothing selected): NaN, as ours
@@ -359,6 +359,8 @@ def test_cli_binary_fit_predict_audit(tmp_path, capsys):
 
 
 def test_runner_binary_pipeline_and_live_rates():
+    from fairlearn.metrics import MetricFrame, selection_rate
+
     from app.demo_data import load_dataset
     from app.runner import (
         LabelSpec,
@@ -366,7 +368,6 @@ def test_runner_binary_pipeline_and_live_rates():
         predictions_table,
         prepare_label,
     )
-    from fairlearn.metrics import MetricFrame, selection_rate
 
     df = load_dataset("loanapp")
     lab = prepare_label(df, LabelSpec("approve"))

@@ -14,9 +14,8 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def _audit():
-    from mmc_core import GroupSet
-
     from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+    from mmc_core import GroupSet
 
     df = pd.read_csv(DATA / "crime1_arrests.csv")
     groups = GroupSet.from_columns(df, ["black", "hispan", "born60"], 2)

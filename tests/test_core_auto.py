@@ -73,8 +73,8 @@ def test_auto_does_not_fit_noise_where_a_tiny_alpha_does():
 
 
 def test_auto_beta_is_per_moment_and_saved():
-    from mmc_core.synthetic import demo_distribution
     from mmc_core import FittedModel
+    from mmc_core.synthetic import demo_distribution
 
     t = demo_distribution().sample_table(4000, np.random.default_rng(0))
     est = MomentMulticalibrator(n_moments=4, label_range=(0, 100)).fit(

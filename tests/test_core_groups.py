@@ -10,7 +10,6 @@ import pytest
 from mmc_core import GroupDefinitionError, GroupSet
 from mmc_core.groups import MAX_GROUPS, Condition, Group
 
-
 TABLE = {
     "sex": np.array(["F", "M", "F", "M", "F", None], dtype=object),
     "race": np.array(["A", "A", "B", "C", "B", "A"], dtype=object),

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from mmc_core import FittedModel, GroupSet, MomentMulticalibrator, ModelFormatError, max_central_moment
+from mmc_core import FittedModel, GroupSet, ModelFormatError, MomentMulticalibrator, max_central_moment
 from mmc_core.errors import DataError, MMCError
 from mmc_core.synthetic import demo_distribution
 

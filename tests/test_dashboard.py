@@ -21,8 +21,10 @@ from streamlit.testing.v1 import AppTest
 
 from mmc_core import FittedModel, GroupSet
 from mmc_core.synthetic import demo_distribution
-
-from tests.apptest_helpers import APP, new_session as _new, switch as _page, wait_job as _wait_job
+from tests.apptest_helpers import APP
+from tests.apptest_helpers import new_session as _new
+from tests.apptest_helpers import switch as _page
+from tests.apptest_helpers import wait_job as _wait_job
 
 
 def _plotly_specs(at: AppTest) -> list:

@@ -3,7 +3,10 @@ both held out; the groups that got worse named first."""
 
 from __future__ import annotations
 
-from tests.apptest_helpers import new_session as _new, run_uploaded, switch as _page, wait_job as _wait_job
+from tests.apptest_helpers import new_session as _new
+from tests.apptest_helpers import run_uploaded
+from tests.apptest_helpers import switch as _page
+from tests.apptest_helpers import wait_job as _wait_job
 from tests.test_dashboard import _plotly_specs, _title
 
 

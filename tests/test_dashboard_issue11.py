@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from streamlit.testing.v1 import AppTest
 
 from tests.fake_cps import cps_features
-from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
 FEATURES = ["educ", "exper", "tenure", "female", "black", "region", "married", "hours"]

@@ -18,8 +18,8 @@ distributed = pytest.importorskip("distributed", reason="the Dask engine needs d
 from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
 from mmc_core.engines import dask_engine as de  # noqa: E402
 from mmc_core.engines import dask_quantiles as dq  # noqa: E402
-from mmc_core.model import FittedModel  # noqa: E402
 from mmc_core.errors import MMCError  # noqa: E402
+from mmc_core.model import FittedModel  # noqa: E402
 
 SIZES = [5000, 60000, 12000, 40000, 1000, 52000, 30000]  # 200k rows in 7 unequal partitions
 

@@ -143,8 +143,8 @@ def test_oracle_handles_missing_and_text_and_reads_back_as_rules():
 
 
 def test_pluggable_oracle_is_used():
-    from mmc_core.oracle import Rule
     from mmc_core.groups import Condition
+    from mmc_core.oracle import Rule
 
     class Fixed:
         def learn_pair(self, F, rows, r, min_count):

@@ -12,8 +12,8 @@ import pytest
 
 from app.cli import main
 from mmc_core import GroupSet
-from mmc_core.errors import GroupDefinitionError
 from mmc_core.conditions import MAX_IN_VALUES
+from mmc_core.errors import GroupDefinitionError
 from mmc_core.groups import MAX_GROUPS, loadable_name
 
 

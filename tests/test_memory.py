@@ -8,8 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from mmc_core import GroupSet, MomentMulticalibrator
-from mmc_core import memory
+from mmc_core import GroupSet, MomentMulticalibrator, memory
 from mmc_core.synthetic import demo_distribution
 
 

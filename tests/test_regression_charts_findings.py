@@ -13,11 +13,10 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def test_every_group_with_a_finding_is_on_the_regression_charts():
-    from mmc_core import GroupSet
-
     from app import figures as F
     from app.figures_binary import finding_groups
     from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+    from mmc_core import GroupSet
 
     df = pd.read_csv(DATA / "fringe_annearn.csv")
     groups = GroupSet.from_columns(df, ["male", "white", "union", "married"], 2)

@@ -166,7 +166,8 @@ def test_a_classifier_pdf_report_has_the_over_time_section_with_its_rates(classi
 def test_results_over_time_offers_the_reports_with_its_section():
     """The Results page's Over time view, once a period column is picked, offers the audit's HTML (and PDF) report
     with that view as its section "Over time": the group whose spread was planted larger in one quarter named."""
-    from tests.apptest_helpers import run_quarters_world, switch as _page
+    from tests.apptest_helpers import run_quarters_world
+    from tests.apptest_helpers import switch as _page
 
     at = run_quarters_world()
     labels = [b.proto.label for b in at.get("download_button")]
@@ -201,11 +202,10 @@ def test_results_over_time_offers_the_reports_with_its_section():
 
 
 def test_without_a_change_the_section_says_none_was_found_and_how_many_tests_ran():
-    from mmc_core import GroupSet
-    from mmc_core.compare import Side, compare_periods
-
     from app.compare_service import period_chart_values, period_findings_table, period_headline
     from app.report_html import _over_time
+    from mmc_core import GroupSet
+    from mmc_core.compare import Side, compare_periods
 
     rng = np.random.default_rng(7)
     df = world(rng, 4000)

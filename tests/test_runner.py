@@ -464,6 +464,10 @@ def test_groups_file_round_trip_and_errors(wage):
 
 # ---- teaching -----------------------------------------------------------------------------------------------
 def test_lesson_steps_and_figures():
+    # the paper's sample size condition 2 sqrt(ln(2 / delta) / (2 n)) <= min(alpha, beta), n in steps of 10,000:
+    # min_rows satisfies it and the step below does not (checked for a few settings, not one hard-coded value)
+    import math
+
     from app.ui.teaching_figs import (
         Lesson,
         LessonConfig,
@@ -475,10 +479,6 @@ def test_lesson_steps_and_figures():
         two_point_figure,
     )
     from app.ui.teaching_text import describe
-
-    # the paper's sample size condition 2 sqrt(ln(2 / delta) / (2 n)) <= min(alpha, beta), n in steps of 10,000:
-    # min_rows satisfies it and the step below does not (checked for a few settings, not one hard-coded value)
-    import math
 
     def meets(n, a, b, d):
         return 2 * math.sqrt(math.log(2 / d) / (2 * n)) <= min(a, b)

@@ -115,7 +115,8 @@ def test_the_scorecard_is_on_the_pdfs_first_page_and_on_results(tmp_path, monkey
 
     from app import report as R
     from app.report_tables import scorecard_table
-    from tests.apptest_helpers import new_session as _new, switch as _page
+    from tests.apptest_helpers import new_session as _new
+    from tests.apptest_helpers import switch as _page
     from tests.test_report import stand_in_renderer
 
     rng = np.random.default_rng(3)

@@ -10,9 +10,10 @@ import math
 import streamlit as st
 
 from app.figure_style import format_number
-from app.ui import state
 from app.specs import count, not_converged_note
-from app.ui.common import scorecard_box as common_scorecard, esc, show_fit_notes, tabbed
+from app.ui import state
+from app.ui.common import esc, show_fit_notes, tabbed
+from app.ui.common import scorecard_box as common_scorecard
 
 RATE_TABLE_COLUMNS = ("group", "n", "selection rate", "true positive rate", "false positive rate", "precision")
 
@@ -32,7 +33,6 @@ def rates_at(key: str, _run, _frame, threshold: float):
 @st.cache_data(show_spinner=False, max_entries=16)
 def _reliability(key: str, _run):
     from app import figures_binary as F
-
     from app.report_tables import priority_groups
 
     a = _run.audit

@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import os
 
-
 from app import io as table_io
 
 SERVER_DEFAULT_MB = 600

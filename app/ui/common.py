@@ -6,11 +6,10 @@ from typing import Any
 
 import streamlit as st
 
+from app.display import visible_controls
+from mmc_core.base_map_text import describe as describe_base
 from mmc_core.cells_text import describe_cells
 from mmc_core.stages import describe_stages, stage_sentences
-from mmc_core.base_map_text import describe as describe_base
-
-from app.display import visible_controls
 
 
 def sanitize(key: str, options: list, default=None, multi: bool = False):

@@ -381,7 +381,6 @@ def _parse_import(data, frame) -> tuple[list, object, list]:
     the table ``frame``: every group must evaluate on it, and a recipe's label and base columns must exist (its
     feature lists lose missing columns: ``notes`` names them). Raises MMCError or ValueError with the reason."""
     from app.ui.settings import RECIPE_FORMAT, Settings
-
     from mmc_core.groups import MAX_GROUPS_FILE_BYTES
     from mmc_core.jsonfile import loads  # bounded: size, depth, numbers, duplicate keys (one line each)
 

@@ -18,9 +18,9 @@ import pandas as pd
 import streamlit as st
 
 from app.figure_style import coverage_tested, format_number, format_pair
-from app.ui import state
 from app.specs import count, interval_range_note, not_converged_note
-from app.ui.common import all_findings, esc, scorecard_box, show_fit_notes, run_and_frame, tabbed
+from app.ui import state
+from app.ui.common import all_findings, esc, run_and_frame, scorecard_box, show_fit_notes, tabbed
 from app.ui.results_data import METHOD_LABELS, audit_figure, intervals_of_test_rows, run_key
 from app.ui.results_explorer import explorer_tab
 from app.ui.results_over_time import over_time

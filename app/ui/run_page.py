@@ -32,7 +32,7 @@ from app.ui.common import esc, label_error
 from app.ui.run_settings import settings_form
 from app.ui.run_summary import show_run_summary
 from app.ui.run_text import implications
-from app.ui.widgets import job_inputs, outcome, running_job, page_start, start_job, take_finished
+from app.ui.widgets import job_inputs, outcome, page_start, running_job, start_job, take_finished
 
 POLL_SECONDS = 1.0  # seconds between two ticks of the live view (each costs the browser 50-200 ms, loaded)
 WORKER = os.environ.get("MMC_WORKER", "process")  # background runs in a forked process ("thread": in-process)

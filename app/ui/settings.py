@@ -100,7 +100,7 @@ class Settings:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict, base: "Settings | None" = None) -> "Settings":
+    def from_dict(cls, d: dict, base: Settings | None = None) -> Settings:
         """A Settings from (part of) a recipe's ``settings`` object: unknown keys and values of the wrong type
         or out of range raise ValueError naming the key; missing keys keep ``base``'s (or the default) value."""
         if not isinstance(d, dict):

@@ -12,10 +12,9 @@ re-fills every such key from the object at the start of every script run, and co
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
-import re
 import os
+import re
 
 import pandas as pd
 import streamlit as st

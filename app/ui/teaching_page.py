@@ -6,7 +6,6 @@ from __future__ import annotations
 import streamlit as st
 
 from app.ui import state
-from app.ui.teaching_text import describe
 from app.ui.teaching_figs import (
     POPULATIONS,
     Lesson,
@@ -17,6 +16,7 @@ from app.ui.teaching_figs import (
     truth_figure,
     two_point_figure,
 )
+from app.ui.teaching_text import describe
 
 TICK_SECONDS = 0.6
 

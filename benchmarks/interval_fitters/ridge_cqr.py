@@ -14,7 +14,6 @@ from mmc_core.intervals._common import membership_pairs
 
 from .symmetric import MARGIN_Z, Z_UNDER, _level_quantile, _subset_membership
 
-
 # ---- the two-sided ridge-penalized group quantile regression (approach "ridge-cqr") -----------------------
 # Defaults chosen with benchmarks/coverage_protocol.py on tuning seeds 0-99 (see its notes): the ridge weight of
 # a group's coefficient (in units of the pooled-standardized score: a group of n_g calibration rows keeps about

@@ -217,32 +217,32 @@ from __future__ import annotations
 
 # Beyond __all__: the names mmc_core.metrics, mmc_core.binary, app and the tests import from here.
 from ._common import (  # noqa: F401
-    METHODS,
-    DELTA_GRID,
     APPROACHES,
     DEFAULT_APPROACH,
+    DELTA_GRID,
     FLOOR_FRACTION,
-    normal_ppf,
-    conformal_quantile,
+    METHODS,
     check_prob,
+    conformal_quantile,
     grid_delta,
-    usable_moments,
-    row_sum,
+    normal_ppf,
     row_max,
+    row_sum,
+    usable_moments,
 )
-from .paper import guaranteed_halfwidth, plugin_halfwidth, greedy_cover
 from .conditional import CC_DEFAULT_COMBINE, CC_MARGIN, CC_MARGIN_CROSS_FIT, fit_conditional, fit_group_max
-from .record import calibrate, initial_constant  # noqa: F401
+from .paper import greedy_cover, guaranteed_halfwidth, plugin_halfwidth
 from .predict import (  # noqa: F401
-    IntervalContext,
-    half_calibrated,
-    unit_interval,
-    predict_intervals,
-    available_methods,
-    interval_table,
-    interval_info,
     BINARY_NO_INTERVALS,
+    IntervalContext,
+    available_methods,
+    half_calibrated,
+    interval_info,
+    interval_table,
+    predict_intervals,
+    unit_interval,
 )
+from .record import calibrate, initial_constant  # noqa: F401
 
 __all__ = [
     "METHODS",

@@ -11,7 +11,6 @@ import numpy as np
 from ..errors import MMCError, ModelFormatError
 from ..moments import MomentKind
 
-
 METHODS = ("guaranteed", "plugin", "multimoment", "calibrated", "split-conformal", "mondrian", "gaussian")
 DELTA_GRID = (
     0.005,

@@ -10,7 +10,6 @@ import numpy as np
 
 from ..errors import MMCError
 
-
 # ---- conditional conformal over the group indicators (approach "cc", the default) --------------------------
 # Margin of the per-group level in binomial standard errors of the group's calibration count (see
 # fit_conditional), the sweeps of exact block coordinate steps before the final upward pass.

@@ -9,11 +9,11 @@ from ._common import (
     METHODS,
     check_prob,
     from_json_list,
-    need_moments,
     membership_pairs,
+    need_moments,
+    normal_ppf,
     row_max,
     threshold_rows,
-    normal_ppf,
     usable_moments,
 )
 from .paper import greedy_cover, guaranteed_halfwidth, plugin_halfwidth
@@ -21,10 +21,10 @@ from .record import (
     finite_nonneg,
     initial_constant,
     predict_on,
-    stored_record,
     record_at,
     record_matrix,
     record_object,
+    stored_record,
 )
 
 

@@ -19,15 +19,15 @@ from ._common import (
     RECORD_FORMAT,
     RECORD_VERSION,
     from_json_list,
+    grid_delta,
     group_conformal,
     to_json_list,
-    grid_delta,
     usable_moments,
 )
 from .conditional import (
-    CC_OPTIONS,
     CC_COMBINE,
     CC_DEFAULT_COMBINE,
+    CC_OPTIONS,
     fit_conditional,
     fit_group_max,
 )

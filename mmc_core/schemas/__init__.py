@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 __all__ = ["check", "schema"]
@@ -106,7 +106,7 @@ def _array_test(sub):
     return test
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(which: str):
     from jsonschema import Draft202012Validator, validators
     from referencing import Registry, Resource
@@ -135,7 +135,7 @@ def _validator(which: str):
     return Strict(schema(which), registry=registry)
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema(which: str) -> dict:
     """The parsed schema ``which`` ("model" or "groups"), from the package's data."""
     return json.loads(resources.files(__package__).joinpath(f"{which}.schema.json").read_text(encoding="utf-8"))
