@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 
 __all__ = ["cmd_audit", "cmd_report", "report_format"]
 
@@ -155,23 +156,10 @@ def cmd_report(args) -> int:
     )
     periods = period_result(args, model, df, y, base)
     over_time = {} if periods is None else {"periods": periods, "period_column": args.period}
+    build: Callable[..., bytes] = build_report_pdf
     if report_format(args) == "html":
-        from .report_html import build_report_html
-
-        page = build_report_html(
-            model,
-            df,
-            y,
-            **applied_options(args, base),
-            label=args.label,
-            data_name=os.path.basename(args.data),
-            audit=result,
-            **over_time,
-        )
-        write_bytes(args.out, page)
-        _warn_status(result)
-        return 0
-    pdf = build_report_pdf(
+        from .report_html import build_report_html as build
+    page = build(
         model,
         df,
         y,
@@ -181,6 +169,6 @@ def cmd_report(args) -> int:
         audit=result,
         **over_time,
     )
-    write_bytes(args.out, pdf)
+    write_bytes(args.out, page)
     _warn_status(result)
     return 0
