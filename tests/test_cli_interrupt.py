@@ -57,7 +57,12 @@ def _fit_and_interrupt(csv, out, *extra):
     assert first.startswith("mmc: fitting"), (first, proc.poll())
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
-    out_, err = proc.communicate(timeout=120)
+    try:
+        out_, err = proc.communicate(timeout=120)
+    finally:  # a fit that does not stop must not outlive its test
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     return proc.returncode, first + err
 
 
