@@ -73,3 +73,26 @@ def wait_run_done(page, timeout: int = 120_000):
     expect(page.locator('[data-stale="true"]')).to_have_count(0, timeout=timeout)
     expect(page.get_by_role("button", name="Stop")).to_have_count(0, timeout=timeout)
     expect(page.locator('[data-stale="true"]')).to_have_count(0, timeout=timeout)
+
+
+def choose(page, label: str, option: str, attempts: int = 3) -> None:
+    """Pick ``option`` in the selectbox labelled ``label`` (a react-aria combobox): type it, wait for the list to
+    show it, Enter; checked, and tried again if another entry was taken. Enter after a fixed wait picked the
+    list's first entry when a loaded machine had not filtered it yet ('educ' for 'region'). The option is not
+    always drawn (a long list is virtualized; typing the current value filters nothing), so not seeing it is
+    no error by itself: the value read back decides."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    combo = page.get_by_test_id("stSelectbox").filter(has_text=label).get_by_role("combobox").first
+    for _ in range(attempts):
+        combo.click()
+        combo.fill(option)
+        try:
+            page.get_by_role("option", name=option, exact=True).first.wait_for(state="visible", timeout=10_000)
+        except PlaywrightTimeout:
+            pass
+        page.keyboard.press("Enter")
+        page.wait_for_timeout(1000)
+        if combo.input_value() == option:
+            return
+    assert combo.input_value() == option

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server, wait_run_done
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server, wait_run_done
 from tests.fake_cps import cps_features
 
 PORT = 8597
@@ -82,17 +82,6 @@ def _goto(page, title: str, heading: str):
     page.wait_for_timeout(600)
 
 
-def _select(page, label: str, option: str):
-    """A selectbox (a react-aria combobox in Streamlit 1.67): type the option, Enter."""
-    combo = page.get_by_test_id("stSelectbox").filter(has_text=label).get_by_role("combobox").first
-    combo.click()
-    combo.fill(option)
-    page.wait_for_timeout(500)
-    page.keyboard.press("Enter")
-    page.wait_for_timeout(1000)
-    assert combo.input_value() == option
-
-
 def _chips(page, label: str) -> list:
     box = page.get_by_test_id("stMultiSelect").filter(has_text=label).first
     return box.locator("[data-tag]").evaluate_all("els => els.map(e => e.getAttribute('aria-label'))")
@@ -138,7 +127,7 @@ def test_analyst_session_end_to_end(server, tmp_path):
         page.get_by_text("Upload a file").click()
         page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(csv))
         expect(page.get_by_text("100,000").first).to_be_visible(timeout=60_000)
-        _select(page, "Label column", "lwage")
+        choose(page, "Label column", "lwage")
         page.get_by_text("fit a model here (scikit-learn)").click()
         page.wait_for_timeout(800)
         # the leaking and the all-missing columns are flagged, not pre-selected
@@ -164,7 +153,7 @@ def test_analyst_session_end_to_end(server, tmp_path):
             timeout=20_000
         )
         page.get_by_role("tab", name="Custom group").click()
-        _select(page, "Column", "region")
+        choose(page, "Column", "region")
         values = page.get_by_test_id("stMultiSelect").filter(has_text="Values of").get_by_role("combobox").first
         values.click()
         values.fill("south")

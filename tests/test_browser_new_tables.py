@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server, wait_run_done
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server, wait_run_done
 
 PORT = 8611
 URL = f"http://127.0.0.1:{PORT}"
@@ -183,16 +183,6 @@ def _goto(page, title: str, heading: str):
     page.wait_for_timeout(300)
 
 
-def _select(page, label: str, option: str):
-    combo = page.get_by_test_id("stSelectbox").filter(has_text=label).get_by_role("combobox").first
-    combo.click()
-    combo.fill(option)
-    page.wait_for_timeout(400)
-    page.keyboard.press("Enter")
-    page.wait_for_timeout(800)
-    assert combo.input_value() == option
-
-
 def _chips(page, label: str) -> list:
     box = page.get_by_test_id("stMultiSelect").filter(has_text=label).first
     return box.locator("[data-tag]").evaluate_all("els => els.map(e => e.getAttribute('aria-label'))")
@@ -279,7 +269,7 @@ def _audit_table(page, kind: str) -> dict:
     page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(csv))
     expect(page.get_by_text(f"{len(df):,}").first).to_be_visible(timeout=60_000)
     page.wait_for_timeout(800)
-    _select(page, "Label column", t.label)
+    choose(page, "Label column", t.label)
     if t.units:
         page.get_by_test_id("stTextInput").filter(has_text="Units of the label").locator("input").fill(t.units)
         page.keyboard.press("Enter")
