@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server
-from tests.test_browser_e2e import _chips, _goto, _select, _slider, cps_csv
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server
+from tests.test_browser_e2e import _chips, _goto, _slider, cps_csv
 
 PORT = 8593
 URL = f"http://127.0.0.1:{PORT}"
@@ -210,7 +210,7 @@ def test_stop_shows_the_banner_within_a_second(server, tmp_path):
         page.get_by_text("Upload a file").click()
         page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(csv))
         expect(page.get_by_text(f"{N_ROWS:,}").first).to_be_visible(timeout=60_000)
-        _select(page, "Label column", "lwage")
+        choose(page, "Label column", "lwage")
         page.get_by_text("fit a model here (scikit-learn)").first.click()  # (a rerun may show a stale copy)
         page.wait_for_timeout(800)
         _slider(page, "Base-model training rows").press("End")  # 60% of the rows: a fit of several seconds
