@@ -225,7 +225,7 @@ def _early_stopped(est) -> bool:
 
 def _fit_digest(df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, feats: list) -> str:
     """What a base model is trained on (its rows, their labels and features), hashed: part of the cache key."""
-    h = hashlib.sha1(np.ascontiguousarray(rows).tobytes())
+    h = hashlib.sha1(np.ascontiguousarray(rows).tobytes(), usedforsecurity=False)
     h.update(np.ascontiguousarray(y[rows], dtype=float).tobytes())
     h.update(pd.util.hash_pandas_object(df.iloc[rows][feats], index=False).to_numpy().tobytes())
     return h.hexdigest()[:24]

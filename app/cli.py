@@ -154,7 +154,7 @@ def cmd_dashboard(args) -> int:
     if args.data:
         cmd += ["--", "--data", os.path.abspath(args.data)]
     print(f"mmc dashboard: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd)  # noqa: S603 - our own streamlit command line, no shell
     # a service manager (or `kill`) stops `mmc dashboard` with SIGTERM: pass it on, or Streamlit keeps the port
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
     try:

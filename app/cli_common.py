@@ -129,10 +129,22 @@ def check_prob(name: str, v: float):
 
 
 # the options of `mmc fit` that are MomentMulticalibrator parameters of the same name (their argparse dest)
-FIT_PARAMS = (
-    "alpha beta n_buckets n_moments step odd_moments label_range calibration_fraction early_stopping max_rounds "
-    "random_state mean_buckets moment_buckets base_recalibration"
-).split()
+FIT_PARAMS = [
+    "alpha",
+    "beta",
+    "n_buckets",
+    "n_moments",
+    "step",
+    "odd_moments",
+    "label_range",
+    "calibration_fraction",
+    "early_stopping",
+    "max_rounds",
+    "random_state",
+    "mean_buckets",
+    "moment_buckets",
+    "base_recalibration",
+]
 
 
 def estimator_from_args(args, **extra):

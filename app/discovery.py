@@ -282,7 +282,7 @@ class DiscoverJob:
         self._stop = threading.Event()
         self._done = threading.Event()
         self.started_at = self.ended_at = 0.0
-        self.id = hashlib.sha1(f"d{id(self)}{time.time()}".encode()).hexdigest()[:8]
+        self.id = hashlib.sha1(f"d{id(self)}{time.time()}".encode(), usedforsecurity=False).hexdigest()[:8]
 
     def start(self) -> DiscoverJob:
         self.status, self.started_at = "running", time.time()

@@ -64,7 +64,7 @@ def _import_sklearn():
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
-    except Exception:  # noqa: BLE001 - the first run starts it then
+    except Exception:  # noqa: BLE001, S110 - the first run starts it then
         pass
 
 
@@ -125,7 +125,7 @@ class FitJob:
         self._fitted: AuditRun | None = None
         self._abandoned = False
         self._thread: threading.Thread | None = None
-        self.id = hashlib.sha1(f"{id(self)}{time.time()}".encode()).hexdigest()[:8]
+        self.id = hashlib.sha1(f"{id(self)}{time.time()}".encode(), usedforsecurity=False).hexdigest()[:8]
 
     # -- control --
     def start(self) -> FitJob:

@@ -175,7 +175,7 @@ def _add_fallback_font(pdf, candidates=None) -> str | None:
             pdf.add_font(family, "", path)
             pdf.add_font(family, "B", path)
             pdf.add_font(family, "I", path)
-        except Exception:  # noqa: BLE001 - an unreadable font: try the next one
+        except Exception:  # noqa: BLE001, S112 - an unreadable font: try the next one
             continue
         used.append((family, path))
         pdf.glyphs = pdf.glyphs | frozenset(pdf.fonts[family].cmap)

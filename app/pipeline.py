@@ -57,7 +57,16 @@ def split_rows(n: int, spec: SplitSpec, with_base_model: bool, calibration_fract
 
 
 # the FitSettings fields that are MomentMulticalibrator parameters of the same name
-ESTIMATOR_SETTINGS = "alpha beta n_buckets step odd_moments calibration_fraction early_stopping max_rounds".split()
+ESTIMATOR_SETTINGS = (
+    "alpha",
+    "beta",
+    "n_buckets",
+    "step",
+    "odd_moments",
+    "calibration_fraction",
+    "early_stopping",
+    "max_rounds",
+)
 
 
 def make_estimator(settings: FitSettings, label, seed: int):

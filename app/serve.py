@@ -22,7 +22,7 @@ import socket
 import sys
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
-ANY_INTERFACE = ("0.0.0.0", "::")
+ANY_INTERFACE = ("0.0.0.0", "::")  # noqa: S104 - the names a bind to every interface uses
 ENV = "MMC_ALLOWED_HOSTS"  # more names, comma-separated ("*": any name, on purpose)
 
 

@@ -383,7 +383,7 @@ def outside_range_note(audit_params: dict) -> str | None:
 
 def frame_key(df: pd.DataFrame, name: str = "") -> str:
     """A content hash of a table (fast: pandas' row hashes on at most all rows, summed with shape/columns)."""
-    h = hashlib.sha1()
+    h = hashlib.sha1(usedforsecurity=False)
     h.update(name.encode())
     h.update(repr((df.shape, [str(c) for c in df.columns], [str(t) for t in df.dtypes])).encode())
     try:
@@ -508,7 +508,7 @@ def settings_dict(settings: FitSettings) -> dict:
 
 
 def groups_key(groups_json) -> str:
-    return hashlib.sha1(json.dumps(groups_json, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha1(json.dumps(groups_json, sort_keys=True).encode(), usedforsecurity=False).hexdigest()[:16]
 
 
 DISCOVERED_PREFIX = "found: "  # names of discovered groups start with this (every table and figure shows it)

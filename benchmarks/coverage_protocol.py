@@ -115,6 +115,7 @@ estimated after the fit) and a max-combination tuned to the marginal target did 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -343,10 +344,8 @@ def parse_approaches(text):
         opts = {}
         for kv in parts[1:]:
             k, v = kv.split("=")
-            try:
+            with contextlib.suppress(ValueError):  # a number, or the text as it is
                 v = float(v)
-            except ValueError:
-                pass
             opts[k] = v
         out.append((parts[0], opts))
     return out

@@ -386,7 +386,7 @@ def cell_violated(S, C, Q, thr: float, z: float = 0.0, min_count: int = 0, var_f
         spread = C * Q - S2
         if var_floor > 0:
             spread = np.maximum(spread, C * (C - 1.0) * var_floor)
-        out &= (C >= max(min_count, 2)) & (S2 * (C - 1.0) >= (z * z) * spread)
+        out &= (C >= max(min_count, 2)) & (S2 * (C - 1.0) >= (z * z) * spread)  # noqa: SIM300 - C, S2: arrays
     return out
 
 

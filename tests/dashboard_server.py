@@ -3,6 +3,7 @@ its health endpoint, and stopped (SIGTERM, then SIGKILL) afterwards."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -87,10 +88,8 @@ def choose(page, label: str, option: str, attempts: int = 3) -> None:
     for _ in range(attempts):
         combo.click()
         combo.fill(option)
-        try:
+        with contextlib.suppress(PlaywrightTimeout):  # read back below, and retried
             page.get_by_role("option", name=option, exact=True).first.wait_for(state="visible", timeout=10_000)
-        except PlaywrightTimeout:
-            pass
         page.keyboard.press("Enter")
         page.wait_for_timeout(1000)
         if combo.input_value() == option:

@@ -89,7 +89,7 @@ def test_fresh_mode_guarantees_hold_in_population():
             for c in np.unique(labels[dense[:, g]]):
                 S = dense[:, g] & (labels == c)
                 P = prob[S].sum()
-                if P <= 2 * eps + 1e-9:
+                if P <= 2 * eps + 1e-9:  # noqa: SIM300 - P is a probability, not a constant
                     continue
                 w = prob[S] / P
                 s_a = slack(P, alpha)

@@ -69,7 +69,7 @@ def test_outputs_are_in_label_units(fitted):
         assert np.all(p[f"moment_{a}"] >= 0) and p[f"moment_{a}"].max() <= max_central_moment(a) * 100.0**a * (
             1 + 1e-12
         )
-    assert 0 <= p["mean"].min() and p["mean"].max() <= 100
+    assert p["mean"].min() >= 0 and p["mean"].max() <= 100
     # Unit scale, fitting rows (n of them; the fit converged, so the guarantee holds there exactly), with the
     # truth m = E[y | x], sigma^2 = Var(y | x) known:
     #   mean m2 - mean sigma^2 = [mean m2 - mean (y - mu)^2]            |.| <= (joint cells of "all") beta

@@ -840,7 +840,7 @@ def test_a_reload_during_a_script_run_takes_that_runs_change_back(monkeypatch):
             held = persist._WORKSPACES[wid]
             work = {k: one.session_state[k] for k in persist.KEYS if k in one.session_state}
             work["groups"] = [*work["groups"], late_group]
-            token = one.session_state["ws_token"] if "ws_token" in one.session_state else None
+            token = one.session_state["ws_token"] if "ws_token" in one.session_state else None  # noqa: SIM401 - no .get on AppTest state
             persist._WORKSPACES[wid] = (held[0], work, held[2], False, held[4] + 1, token, None)
         return restored
 

@@ -121,7 +121,7 @@ def test_results_over_time_names_a_group_whose_positive_rate_changed_for_a_class
         "False positive rate (negatives decided positive)",
     ]
     assert any("Selection rate (share decided positive) by period" in _title(s) for s in _plotly_specs(at))
-    assert any("Report with Over time (HTML)" == b.proto.label for b in at.get("download_button"))
+    assert any(b.proto.label == "Report with Over time (HTML)" for b in at.get("download_button"))
     at.slider(key="res_threshold").set_value(0.7).run()  # the rates tab's threshold: the period rates follow it
     assert not at.exception, [e.value for e in at.exception]
     assert any("decision threshold 0.7 " in c.value for c in at.caption)

@@ -49,9 +49,8 @@ def test_large_tables_keep_freed_memory_and_restore_the_defaults(fake):
             pass
         assert fake.calls == ENTER
     assert fake.calls == ENTER + LEAVE
-    with pytest.raises(ValueError):  # restored on an exception too
-        with memory.reuse_freed_memory(memory.LARGE_ROWS):
-            raise ValueError
+    with pytest.raises(ValueError), memory.reuse_freed_memory(memory.LARGE_ROWS):  # restored on an exception too
+        raise ValueError
     assert fake.calls == 2 * (ENTER + LEAVE) and memory._depth == 0
 
 

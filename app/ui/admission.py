@@ -49,9 +49,8 @@ def admit(data: bytes, name: str) -> table_io.TableEstimate:
     est = table_io.estimate_table(data, name).check(limit)
     cap = budget.server_budget()
     total, _ = held()
-    if total + est.bytes > cap:
-        if persist.release_ended(need=total + est.bytes - cap):
-            budget.release_memory()
+    if total + est.bytes > cap and persist.release_ended(need=total + est.bytes - cap):
+        budget.release_memory()
     total, sessions = held()
     if total + est.bytes > cap:
         raise DataError(

@@ -52,7 +52,7 @@ def release_memory() -> None:
         import pyarrow as pa
 
         pa.default_memory_pool().release_unused()
-    except Exception:  # noqa: BLE001 - no pyarrow, or an old one
+    except Exception:  # noqa: BLE001, S110 - no pyarrow, or an old one
         pass
     from mmc_core import memory
 

@@ -195,11 +195,10 @@ def csv_section(run, frame):
     if ss.get("export_csv") is None and n <= AUTO_CSV_ROWS:
         ss["export_csv"] = build_csv(run, frame, chosen, which, thr)
         ss["export_csv_sig"] = sig
-    elif ss.get("export_csv") is None:
-        if st.button(f"Prepare the CSV ({n:,} rows)", key="csv_build"):
-            with st.spinner("Computing predictions and intervals…" if methods else "Computing predictions…"):
-                ss["export_csv"] = build_csv(run, frame, chosen, which, thr)
-                ss["export_csv_sig"] = sig
+    elif ss.get("export_csv") is None and st.button(f"Prepare the CSV ({n:,} rows)", key="csv_build"):
+        with st.spinner("Computing predictions and intervals…" if methods else "Computing predictions…"):
+            ss["export_csv"] = build_csv(run, frame, chosen, which, thr)
+            ss["export_csv_sig"] = sig
     if ss.get("export_csv") is not None:
         download("Download predictions.csv", ss["export_csv"], "predictions.csv", "csv_download", mime="text/csv")
         if getattr(run.model, "task", "") != "binary":

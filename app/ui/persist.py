@@ -138,7 +138,7 @@ def _sweep_forever(interval: float):
         try:
             if release_ended(older_than=KEEP_ENDED_SECONDS):
                 release_memory()
-        except Exception:  # noqa: BLE001 - the sweeper must never die of one bad record
+        except Exception:  # noqa: BLE001, S110 - the sweeper must never die of one bad record
             pass
 
 

@@ -504,7 +504,7 @@ def in_file_rows(message: str, d: dict | None = None) -> str:
 
 
 def bytes_key(data: bytes) -> str:
-    return hashlib.sha1(data).hexdigest()[:16]
+    return hashlib.sha1(data, usedforsecurity=False).hexdigest()[:16]
 
 
 def changes_since(run) -> list:

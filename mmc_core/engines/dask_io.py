@@ -3,6 +3,8 @@ before any cluster starts, and the client (a running scheduler or a LocalCluster
 
 from __future__ import annotations
 
+import contextlib
+
 from ..errors import DataError, MMCError
 from .dask_base import require
 
@@ -193,7 +195,5 @@ def start_client(scheduler: str | None = None, workers: int = 2, memory_limit: s
 def close_client(client, cluster):
     for obj in (client, cluster):
         if obj is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing is best effort
                 obj.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass

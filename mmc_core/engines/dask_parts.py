@@ -4,6 +4,7 @@ what the descent drives through its CellStats seam and the fit's statistics comp
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -340,10 +341,8 @@ class Parts:
         return [v for _, v in sorted(out, key=lambda t: t[0])]
 
     def close(self):
-        try:
+        with contextlib.suppress(Exception):  # the cluster may already be gone
             self._wait([a.clear() for a in self.actors])
-        except Exception:  # noqa: BLE001 - the cluster may already be gone
-            pass
         self.actors = []
 
 
