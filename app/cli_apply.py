@@ -71,9 +71,9 @@ def load_for_apply(args, need_label: bool):
     base_model = _base_model_file(args, model)
     text = set(model.groups.text_columns()) | set(base_model.text_features if base_model else ())
     df = read_table(args.data, sorted(text))
-    missing = sorted(c for c in model.groups.columns() if c not in df.columns)
+    missing = sorted(c for c in model.input_columns() if c not in df.columns)
     if missing:
-        raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+        raise CLIError(f"the data lacks column(s) the model needs: {', '.join(missing)}")
     for note in unlisted_notes(model.groups, df):
         print(f"note: {note}", file=sys.stderr)
     base = None

@@ -151,9 +151,9 @@ def cmd_compare(args) -> int:
             sides.append(side(numeric_column(df, src, "prediction column"), name=name, threshold=threshold))
             continue
         model = models[src]
-        missing = sorted(c for c in model.groups.columns() if c not in df.columns)
+        missing = sorted(c for c in model.input_columns() if c not in df.columns)
         if missing:
-            raise CLIError(f"the data lacks group column(s) model {src} needs: {', '.join(missing)}")
+            raise CLIError(f"the data lacks column(s) model {src} needs: {', '.join(missing)}")
         base = None
         if model.uses_base:
             if not args.pred:

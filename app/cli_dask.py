@@ -342,9 +342,9 @@ def predict(args) -> int:
         )
     model = FittedModel.load(args.model)
     ddf = dask_table(args, [("prediction column", args.pred if model.uses_base else None)])
-    missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
+    missing = sorted(c for c in model.input_columns() if c not in ddf.columns)
     if missing:
-        raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+        raise CLIError(f"the data lacks column(s) the model needs: {', '.join(missing)}")
     if model.uses_base and not args.pred:
         col = model.init_mean.get("column")
         raise CLIError(f"this model was fitted on a base prediction{f' ({col})' if col else ''}: pass --pred COL")
@@ -388,10 +388,10 @@ def audit(args) -> int:
     model = FittedModel.load(args.model)
     need = [("label column", args.label), ("prediction column", args.pred if model.uses_base else None)]
     need += [("period column", getattr(args, "period", None))]
-    ddf = dask_table(args, need, sized=[c for _, c in need if c] + list(model.groups.columns()))
-    missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
+    ddf = dask_table(args, need, sized=[c for _, c in need if c] + list(model.input_columns()))
+    missing = sorted(c for c in model.input_columns() if c not in ddf.columns)
     if missing:
-        raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+        raise CLIError(f"the data lacks column(s) the model needs: {', '.join(missing)}")
     method = None
     if getattr(args, "period", None):
         from mmc_core.intervals import available_methods

@@ -50,9 +50,9 @@ def cmd_discover(args) -> int:
     y = numeric_column(df, args.label, "label column")
     pred = numeric_column(df, args.pred, "prediction column") if args.pred else None
     if model is not None:
-        missing = sorted(c for c in model.groups.columns() if c not in df.columns)
+        missing = sorted(c for c in model.input_columns() if c not in df.columns)
         if missing:
-            raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+            raise CLIError(f"the data lacks column(s) the model needs: {', '.join(missing)}")
         if not model.uses_base and pred is not None:
             print("note: the model was fitted without a base prediction; --pred is ignored", file=sys.stderr)
             pred = None

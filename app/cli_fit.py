@@ -20,7 +20,13 @@ def _fit_columns(args, extra) -> list | None:
     columns read); all of them with --discover but no --features."""
     if args.discover and not args.features:
         return None
-    used = [args.label, args.pred, *args.group_cols, *(extra.columns() if extra is not None else ())]
+    used = [
+        args.label,
+        args.pred,
+        args.variance_pred,
+        *args.group_cols,
+        *(extra.columns() if extra is not None else ()),
+    ]
     return [c for c in [*used, *(args.features or ())] if c]
 
 
@@ -28,13 +34,20 @@ def cmd_fit(args) -> int:
     refuse_output_over_input(args)
     if args.features and not args.discover:
         raise CLIError("--features names the columns --discover may learn groups on: add --discover, or drop it")
+    if args.variance_pred and args.n_moments < 2:
+        raise CLIError(
+            f"--variance-pred gives the variance a starting point: it needs --moments 2 or more, got {args.n_moments}"
+        )
     if args.engine == "dask":
         from .cli_dask import fit
+
+        if args.variance_pred:
+            raise CLIError("--variance-pred is not supported with --engine dask: fit without --engine dask")
 
         return fit(args)
     check_out(args.out)
     df, y, base, groups, task, binary_info = _fit_inputs(args)
-    est = estimator_from_args(args, task=task)
+    est = estimator_from_args(args, task=task, variance_column=args.variance_pred)
     interrupted = _fit_with_progress(args, est, df, y, groups, base)
     info = est.model_.info
     if interrupted:
@@ -69,6 +82,8 @@ def _fit_inputs(args):
     df = read_table(args.data, extra.text_columns() if extra is not None else (), columns=_fit_columns(args, extra))
     task, y, binary_info = _fit_label(df, args)
     base = numeric_column(df, args.pred, "prediction column") if args.pred else None
+    if args.variance_pred:
+        numeric_column(df, args.variance_pred, "variance column")  # the estimator checks its values
     if args.max_order < 1:
         raise CLIError(f"--max-order must be >= 1, got {args.max_order}")
     for c in args.group_cols:
@@ -99,7 +114,7 @@ def _fit_with_progress(args, est, df, y, groups, base) -> bool:
     if args.discover:
         from mmc_core.discover import validate_discovery_params
 
-        feats = features(args, df, {args.label, args.pred})
+        feats = features(args, df, {args.label, args.pred, args.variance_pred})
         validate_discovery_params(args.max_depth, args.min_mass, rounds=args.discover_rounds)
     interrupted: list = []
     previous = signal.getsignal(signal.SIGINT)
@@ -263,6 +278,10 @@ def _fit_summary(args, est) -> dict:
 
     if stages_text := describe_stages(info.get("stages")):
         summary["stages"] = stages_text
+    from mmc_core.stages import describe_base_variance
+
+    if bv_text := describe_base_variance(info):
+        summary["base_variance"] = bv_text
     if args.discover:
         summary["learned_sets"] = len(info.get("learned_sets", []))
     return summary

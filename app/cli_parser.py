@@ -106,6 +106,11 @@ def _fit_input_options(f) -> None:
     f.add_argument("--data", required=True, help="training table (CSV or Parquet)")
     f.add_argument("--label", required=True, help="label column")
     f.add_argument("--pred", help="base prediction column (label units), used as the initial mean")
+    f.add_argument(
+        "--variance-pred",
+        help="base variance column (label units squared, from a model fitted on other rows), used as the initial "
+        "variance; later commands read the same column from their data",
+    )
     f.add_argument("--group-cols", type=_columns, default=[], help="columns whose values define groups, e.g. sex,race")
     f.add_argument(
         "--max-order", type=int, default=1, help="intersections of values of up to R different columns (default 1)"

@@ -111,7 +111,7 @@ def read_model(data: bytes, file_name: str, current, df: pd.DataFrame):
     task, cur = getattr(model, "task", "regression"), getattr(current.model, "task", "regression")
     if task != cur:
         raise ValueError(f"{file_name} is a {task} model and the current run is a {cur} audit: they do not compare")
-    missing = sorted(model.groups.columns() - set(df.columns))
+    missing = sorted(model.input_columns() - set(df.columns))
     if missing:
         raise ValueError(
             f"the groups of {file_name} use column(s) this table does not have: {', '.join(map(str, missing[:5]))}"

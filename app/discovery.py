@@ -146,7 +146,7 @@ def _target(df, label, label_spec, base_spec, split_spec, spec, run, feats, data
         base = run.base
         target_note = "the last run's multicalibrated model"
         model = run.model
-        cols = sorted(set(feats) | set(model.groups.columns()))
+        cols = sorted(set(feats) | set(model.input_columns()))
     else:
         split = split_rows(len(df), split_spec, base_spec.kind == "model", 0.0)
         rows = split["fit"]

@@ -418,7 +418,7 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
     try:
         from mmc_core.metrics import audit as audit_fn
 
-        group_cols = sorted(run.model.groups.columns())
+        group_cols = sorted(run.model.input_columns())
         X_test = take_table_rows(df, test, group_cols)
         # a classifier is audited at its decision threshold; a regression's intervals at delta / gamma
         task_args: dict
@@ -463,7 +463,7 @@ def predictions_table(
 
     rows = np.arange(len(df)) if rows is None else np.asarray(rows)
     model = run.model
-    group_cols = sorted(model.groups.columns())
+    group_cols = sorted(model.input_columns())
     table = take_table_rows(df, rows, group_cols)
     base = None if run.base is None else run.base[rows]
     preds = model.predict(table, base)
@@ -521,7 +521,7 @@ def classifier_rates(df: pd.DataFrame, run: AuditRun, threshold: float):
     threshold = check_threshold(threshold)
     test = run.split["test"]
     model = run.model
-    group_cols = sorted(model.groups.columns())
+    group_cols = sorted(model.input_columns())
     X_test = take_table_rows(df, test, group_cols)
     base = None if run.base is None else run.base[test]
     mu = model.predict(X_test, base if model.uses_base else None)["mean"]  # in [floor, 1 - floor]
@@ -549,7 +549,7 @@ def row_details(df: pd.DataFrame, run: AuditRun, row: int, intervals: dict | Non
     ``intervals`` ({method: (lower, upper)}) should come from an interval table of many rows (the multi-moment
     cover is defined over a population); without it they are computed on this row alone."""
     model = run.model
-    group_cols = sorted(model.groups.columns())
+    group_cols = sorted(model.input_columns())
     table = take_table_rows(df, np.array([row]), group_cols)
     base = None if run.base is None else run.base[[row]]
     preds = {k: float(v[0]) for k, v in model.predict(table, base).items()}

@@ -10,6 +10,11 @@ a variance around the same mean, the default ``MomentMulticalibrator``'s, fitted
   its groups);
 * ``hgb``: scikit-learn's HistGradientBoostingRegressor (Poisson loss: a log link, zeros allowed) of the
   squared residual on every feature and the mean, fitted on the post-processing rows.
+* ``bv`` (with ``--base-variance hgb`` or ``hgb-half``): the default estimator with ``variance_column``: a base
+  variance from a Poisson HistGradientBoostingRegressor of the base's out-of-fold squared residuals on the *base*
+  rows (5-fold cross_val_predict of the base model), predicted for the post-processing and test rows alike;
+  ``hgb-half`` takes its geometric mean with the base rows' mean squared residual (half-way to one constant on
+  the log scale).
 
 Metrics on the test rows: ``gerr`` the mass-weighted |log(mean predicted variance / mean squared residual)|
 over groups with >= 2% of the rows (heldout_protocol's ``var``), ``worst`` the largest of them, ``nll`` the
@@ -40,7 +45,21 @@ import heldout_protocol as hp
 
 from mmc_core import GroupSet, MomentMulticalibrator
 
-METHODS = ("mmc", "pooled", "own", "hgb")
+METHODS = ("mmc", "bv", "pooled", "own", "hgb")
+
+
+def _base_variance(X, y, tr, seed: int, kind: str) -> np.ndarray:
+    """Every row's base variance (``--base-variance``), from the base rows ``tr`` only."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from sklearn.model_selection import cross_val_predict
+
+    oof = cross_val_predict(HistGradientBoostingRegressor(random_state=seed), X.iloc[tr], y[tr], cv=5)
+    r2 = (y[tr] - oof) ** 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        v = HistGradientBoostingRegressor(loss="poisson", random_state=seed).fit(X.iloc[tr], r2).predict(X)
+    v = np.maximum(v, 1e-3 * r2.mean())
+    return np.sqrt(v * r2.mean()) if kind == "hgb-half" else v
 
 
 def _dense(groups: GroupSet, df: pd.DataFrame) -> np.ndarray:
@@ -62,7 +81,7 @@ def _group_null(y, base, rows, key, rng):
     return out, var
 
 
-def run_split(name: str, seed: int, null: str | None) -> dict:
+def run_split(name: str, seed: int, null: str | None, base_variance: str = "none") -> dict:
     from sklearn.ensemble import HistGradientBoostingRegressor
 
     df, label, gcols, drop = hp.load_table(name)
@@ -71,6 +90,7 @@ def run_split(name: str, seed: int, null: str | None) -> dict:
     X = hp._features(df, label, drop)
     hgb = HistGradientBoostingRegressor(random_state=seed).fit(X.iloc[tr], df[label].iloc[tr])
     base = np.clip(hgb.predict(X), lo, hi)
+    bvar = None if base_variance == "none" else _base_variance(X, df[label].to_numpy(float), tr, seed, base_variance)
     true_var = None
     if null is not None:
         df = df.copy()
@@ -98,7 +118,7 @@ def run_split(name: str, seed: int, null: str | None) -> dict:
     pm = est.predict_moments(test, base_prediction=base[te])
     mu_te, var_mmc = pm["mean"], pm["moment_2"]
     mu_po = est.predict(post, base_prediction=base[po])
-    r2_po, r2_te = (y_po - mu_po) ** 2, (y_te - mu_te) ** 2
+    r2_po = (y_po - mu_po) ** 2
     d_po, d_te = _dense(groups, post), _dense(groups, test)
     own_g = (d_po.T @ r2_po) / np.maximum(d_po.sum(axis=0), 1.0)
     own_g = np.maximum(own_g, 1e-3 * r2_po.mean())  # a group of equal labels: no zero variance
@@ -108,28 +128,37 @@ def run_split(name: str, seed: int, null: str | None) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         vh = HistGradientBoostingRegressor(loss="poisson", random_state=seed).fit(Xp, r2_po).predict(Xt)
+    own_mean: dict = {}
     preds = {"mmc": var_mmc, "pooled": np.full(te.size, r2_po.mean()), "own": own, "hgb": np.maximum(vh, 1e-12)}
-    if true_var is not None:
-        # what a variance around this mean should predict: the noise's and the mean's own error (the base is the
-        # true mean of a null world)
-        true_var = true_var + (base[te] - mu_te) ** 2
+    if bvar is not None:
+        post["_bv"], test["_bv"] = bvar[po], bvar[te]
+        est_bv = MomentMulticalibrator(label_range=(lo, hi), random_state=seed, variance_column="_bv")
+        est_bv.fit(post, y_po, groups, base_prediction=base[po])
+        pm_bv = est_bv.predict_moments(test, base_prediction=base[te])
+        preds["bv"] = pm_bv["moment_2"]
+        own_mean["bv"] = pm_bv["mean"]  # the moment buckets can move the mean too: scored around its own
     cnt = d_te.sum(axis=0)
     big = cnt >= 0.02 * te.size
-    obs = d_te.T @ r2_te
     out = {}
     for m, v in preds.items():
+        mu_m = own_mean.get(m, mu_te)
+        r2_m = (y_te - mu_m) ** 2
+        obs = d_te.T @ r2_m
         err = np.abs(np.log((d_te.T @ v)[big] / obs[big]))
         row = {
             "gerr": float(np.sum(cnt[big] * err) / cnt[big].sum()),
             "worst": float(err.max()),
-            "nll": float(np.mean(0.5 * np.log(2 * np.pi * v) + r2_te / (2 * v))),
+            "nll": float(np.mean(0.5 * np.log(2 * np.pi * v) + r2_m / (2 * v))),
         }
         if true_var is not None:
-            ratio = (d_te.T @ v)[big] / (d_te.T @ true_var)[big]
+            # what a variance around this mean should predict: the noise's and the mean's own error (the base is
+            # the true mean of a null world)
+            tv_m = true_var + (base[te] - mu_m) ** 2
+            ratio = (d_te.T @ v)[big] / (d_te.T @ tv_m)[big]
             row["truth"] = float(np.any((ratio > 1.1) | (ratio < 1 / 1.1)))
             row["true_worst"] = float(np.abs(np.log(ratio)).max())
             # created: some group misstated beyond 1.1x relative to the method's own level over all test rows
-            level = np.log(v.sum() / true_var.sum())
+            level = np.log(v.sum() / tv_m.sum())
             row["created"] = float(np.any(np.abs(np.log(ratio) - level) > np.log(1.1)))
         out[m] = row
     return out
@@ -143,6 +172,12 @@ def main(argv=None) -> int:
     ap.add_argument("--null", choices=["all", "deciles", "group"], default=None)
     ap.add_argument("--wooldridge-dir", default=None)
     ap.add_argument("--out", help="CSV of every (table, split, method) row")
+    ap.add_argument(
+        "--base-variance",
+        choices=["none", "hgb", "hgb-half"],
+        default="none",
+        help="also fit the estimator with variance_column set to this base variance (method 'bv')",
+    )
     args = ap.parse_args(argv)
     names = args.datasets.split(",")
     if args.wooldridge_dir:
@@ -153,7 +188,7 @@ def main(argv=None) -> int:
     rows = []
     for name in names:
         for s in range(args.seed_start, args.seed_start + args.splits):
-            for m, r in run_split(name, s, args.null).items():
+            for m, r in run_split(name, s, args.null, args.base_variance).items():
                 rows.append({"table": name, "seed": s, "method": m, **r})
     tab = pd.DataFrame(rows)
     if args.out:

@@ -182,6 +182,17 @@ class MomentMulticalibrator(SklearnParams):
         prediction method, so that the estimator needs only X and y (scikit-learn's ``Pipeline``,
         ``cross_val_score``, ``GridSearchCV``). A ``base_prediction`` argument wins when given. Default None:
         no base column (without a ``base_prediction`` argument the descent starts from the label's mean).
+    variance_column : str or None
+        The column of X that holds a base model's *variance* prediction (label units squared, >= 0), read by
+        ``fit`` and every prediction method: the variance then starts from ``factor x column ** power``
+        instead of from one constant, and the descent and the moment cells correct it per group. ``power`` (0,
+        0.25, 0.5, 0.75 or 1: how far the column is trusted; 0 is the constant start) is the one with the best
+        Gaussian log score on the fitting rows, ``factor`` gives them the constant start's level; both are in
+        ``model_.init_variance`` and ``info["base_variance"]``. A spread that follows a feature no group carries reaches the fit only
+        this way. Fit that model on rows other than these (as the base prediction's): out-of-fold values on
+        the fitting rows and a model's values on new rows differ in spread, and the fit then corrects cells by
+        that difference (benchmarks/README.md, issue 34). Needs n_moments >= 2; in-memory engine only.
+        Default None: the variance starts from the fitting rows' mean squared residual.
     groups : list of str, GroupSet, group definitions (JSON) or None
         The groups to calibrate on when ``fit`` is not given any: a list of column names builds
         ``GroupSet.from_columns(X, groups, max_order)`` on the X passed to ``fit`` (numeric columns with more
@@ -297,6 +308,7 @@ class MomentMulticalibrator(SklearnParams):
         base_column=None,
         groups=None,
         max_order=1,
+        variance_column=None,
     ):
         self.alpha = alpha
         self.beta = beta
@@ -320,6 +332,7 @@ class MomentMulticalibrator(SklearnParams):
         self.base_column = base_column
         self.groups = groups
         self.max_order = max_order
+        self.variance_column = variance_column
 
     # ------------------------------------------------------------------------------------------
     def _build_params(
@@ -489,6 +502,12 @@ class MomentMulticalibrator(SklearnParams):
         """The Dask engine's fit (:func:`mmc_core.engines.dask_engine.fit_dask`), which sets the fitted attributes."""
         from .engines.dask_engine import fit_dask  # lazily: importing mmc_core never imports dask
         from .threads import one_blas_thread
+
+        if self.variance_column is not None:
+            raise MMCError(
+                f"variance_column={self.variance_column!r} is not supported by the Dask engine: fit in memory, "
+                "or leave variance_column unset"
+            )
 
         with one_blas_thread():  # the client's solves as the numpy engine's (workers run one thread each)
             fit_dask(

@@ -21,7 +21,7 @@ from .crossfit import CROSS_FIT_FOLDS, check_interval_calibration, out_of_fold_p
 from .fit_params import build_params
 from .fit_rows import FittingRows, fitting_rows
 from .fit_steps import FitRows, achieved_thresholds, cells_keep_given, fit_info, search_buckets, state_achieved
-from .model import FittedModel
+from .model import FittedModel, variance_start
 from .moments import pseudo_label
 from .recalibrate import affine_base, capped, group_linear_base
 from .tables import take_rows
@@ -64,11 +64,11 @@ def fit_in_memory(
 
     def start(m):
         params, init_moments = build_params(est, m, d.G, d.nf, d.moments, d.resid, d.mu0, d.memb)
-        state = CellState(params, d.memb, d.yu_f, d.mu0, {a: np.full(d.nf, v) for a, v in init_moments.items()})
+        state = CellState(params, d.memb, d.yu_f, d.mu0, _start_moments(d, params, init_moments, d.fit_idx))
         holdout = None
         if d.n_cal:
             assert memb_h is not None and mu_h is not None  # both exist whenever n_cal > 0
-            moms_h = {a: np.full(d.n_cal, v) for a, v in init_moments.items()}
+            moms_h = _start_moments(d, params, init_moments, d.cal_idx)
             holdout = CellState(params, memb_h, d.yu[d.cal_idx], mu_h, moms_h)
         return params, init_moments, state, holdout
 
@@ -82,9 +82,12 @@ def fit_in_memory(
     if est.shrunken_cells and d.n_cal and not (res.stopped or (stop is not None and stop())):
         assert memb_h is not None
         y_h = d.yu[d.cal_idx]
-        fit_mu, cells_check = shrunken_cells(model, d.memb, d.yu_f, fit_mu, memb_h, y_h, d.base_u, d.cal_idx)
+        var_h = None if d.bvar_u is None else d.bvar_u[d.cal_idx]
+        fit_mu, cells_check = shrunken_cells(
+            model, d.memb, d.yu_f, fit_mu, memb_h, y_h, d.base_u, d.cal_idx, var_h=var_h
+        )
         fit_moms, moment_cells_check = moment_cells(
-            model, d.memb, d.yu_f, fit_mu, fit_moms, memb_h, y_h, d.base_u, d.cal_idx
+            model, d.memb, d.yu_f, fit_mu, fit_moms, memb_h, y_h, d.base_u, d.cal_idx, var_h=var_h
         )
     achieved = achieved_thresholds(params, d.memb, d.yu_f, fit_mu, fit_moms)
     if not cells_keep_given(est, model, params, achieved, cells_check, moment_cells_check):
@@ -104,6 +107,28 @@ def fit_in_memory(
         assert d.binary_info is not None
         d.binary_info["floor"] = 0.5 / (d.fit_idx.size + 1)
     return InMemoryFit(model, d.fit_idx, d.cal_idx, fit_mu, fit_moms, oof)
+
+
+def variance_factor(d: FittingRows, init_moments: dict) -> float | None:
+    """The factor on the base variance (``variance_column``) that gives the fitting rows the constant start's
+    level (the mean squared residual), or None without a base variance."""
+    if d.bvar_u is None or 2 not in init_moments:
+        return None
+    fit = d.bvar_u[d.fit_idx] if d.n_cal else d.bvar_u
+    return float(init_moments[2]) / float(np.mean(fit**d.bvar_power))
+
+
+def _start_moments(d: FittingRows, params, init_moments: dict, rows: np.ndarray) -> dict:
+    """The moments' starting values on ``rows`` (fitting or held-out rows): the constants, and for the variance
+    the base variance times its factor when the fit has one."""
+    n = rows.size if d.n_cal else d.nf
+    moms = {a: np.full(n, v) for a, v in init_moments.items()}
+    factor = variance_factor(d, init_moments)
+    if factor is not None:
+        assert d.bvar_u is not None
+        v = d.bvar_u[rows] if d.n_cal else d.bvar_u
+        moms[2] = variance_start(v, factor, params.projection(2), n, d.bvar_power)
+    return moms
 
 
 def _held_out_start(d: FittingRows) -> tuple:
@@ -133,6 +158,10 @@ def _kept_model(d: FittingRows, params, init_moments, res, kept_round: int, base
     else:
         init_mean = {"kind": "base", "column": base_name}
     log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
+    factor = variance_factor(d, init_moments)
+    init_variance = None
+    if factor is not None:
+        init_variance = {"column": d.variance_name, "factor": factor, "power": d.bvar_power}
     return FittedModel(
         params,
         d.scale,
@@ -143,6 +172,7 @@ def _kept_model(d: FittingRows, params, init_moments, res, kept_round: int, base
         list(res.round_ends[: kept_round + 1]),
         task=d.task,
         binary=d.binary_info,
+        init_variance=init_variance,
     )
 
 
@@ -198,12 +228,15 @@ def _record_checks(d: FittingRows, model: FittedModel, memb_h, cells_check, mome
         model.info["shrunken_cells"] = cells_check
     if moment_cells_check:
         model.info["moment_cells"] = moment_cells_check
+    if d.bvar_scores is not None:  # how far the base variance was trusted, and the log scores that chose it
+        model.info["base_variance"] = {"column": d.variance_name, "power": d.bvar_power, "log_scores": d.bvar_scores}
     if d.n_cal:
         from .stages import stage_effects
 
         assert memb_h is not None
         base_h = None if d.base_u is None else d.base_u[d.cal_idx]
-        model.info["stages"] = stage_effects(model, memb_h, d.yu[d.cal_idx], base_h)
+        var_h = None if d.bvar_u is None else d.bvar_u[d.cal_idx]
+        model.info["stages"] = stage_effects(model, memb_h, d.yu[d.cal_idx], base_h, var_h)
     if d.within is not None:  # the out-of-sample check of the group-linear map, kept or not
         model.info["base_recalibration"] = {
             "method": "group-linear",
@@ -212,7 +245,7 @@ def _record_checks(d: FittingRows, model: FittedModel, memb_h, cells_check, mome
         }
 
 
-def shrunken_cells(model, memb, y_f, fit_mu, memb_h, y_h, base_u, cal_idx) -> tuple:
+def shrunken_cells(model, memb, y_f, fit_mu, memb_h, y_h, base_u, cal_idx, var_h=None) -> tuple:
     """The shrunken cell corrections of the mean after the descent (:mod:`mmc_core.cells`).
 
     Fitted on the fitting rows (a seeded sample of ``CV_MAX_ROWS`` on a larger table: the cells' means are then
@@ -224,7 +257,7 @@ def shrunken_cells(model, memb, y_f, fit_mu, memb_h, y_h, base_u, cal_idx) -> tu
     (ndarray, dict)
         The fitting rows' final mean prediction and the check for ``info``.
     """
-    mu_h, moms_h = model.initial(memb_h.n, None if base_u is None else base_u[cal_idx], memb_h)
+    mu_h, moms_h = model.initial(memb_h.n, None if base_u is None else base_u[cal_idx], memb_h, var_h)
     mu_h, _ = model.replay(memb_h, mu_h, moms_h)
     sums = memb.sums()
     sums_s, y_s, mu_s = capped(sums, y_f, fit_mu, 11)
@@ -236,7 +269,7 @@ def shrunken_cells(model, memb, y_f, fit_mu, memb_h, y_h, base_u, cal_idx) -> tu
     return apply_cells(fit_mu, sums, cells), check
 
 
-def moment_cells(model, memb, y_f, fit_mu, fit_moms, memb_h, y_h, base_u, cal_idx) -> tuple:
+def moment_cells(model, memb, y_f, fit_mu, fit_moms, memb_h, y_h, base_u, cal_idx, var_h=None) -> tuple:
     """The log-scale cell corrections of each positive moment (:func:`mmc_core.cells.gated_moment_cells`).
 
     After the mean's: fitted on the fitting rows' pseudo-labels around the final mean (a seeded sample of
@@ -252,7 +285,7 @@ def moment_cells(model, memb, y_f, fit_mu, fit_moms, memb_h, y_h, base_u, cal_id
     p = model.params
     if not p.moments or p.moment_step != "ratio":  # signed or additive moments: no log scale to work on
         return fit_moms, None
-    mu_h, moms_h = model.initial(memb_h.n, None if base_u is None else base_u[cal_idx], memb_h)
+    mu_h, moms_h = model.initial(memb_h.n, None if base_u is None else base_u[cal_idx], memb_h, var_h)
     mu_h, moms_h = model.replay(memb_h, mu_h, moms_h)  # with the mean's cells, if kept
     sums, sums_h = memb.sums(), memb_h.sums()
     cells, checks = {}, {}

@@ -23,6 +23,7 @@ from .model_format import (
     FORMAT,
     MAX_MODEL_BYTES,
     VERSION,
+    VERSION_BASE_VARIANCE,
     VERSION_BENDS,
     VERSION_CELLS,
     VERSION_GROUP_PART,
@@ -79,6 +80,16 @@ def atomic_write_text(path, text: str):
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def variance_start(variance_unit, factor: float, bounds: tuple, n: int, power: float = 1.0) -> np.ndarray:
+    """Moment 2's starting values from a base variance (unit scale): ``factor`` x the base variance to the
+    ``power`` (1: as given; 0.5: half-way to one constant on the log scale), kept within the moment's
+    projection ``bounds``."""
+    v = np.asarray(variance_unit, dtype=float)
+    if v.shape != (n,):
+        raise DataError(f"base variance has {v.size} values for {n} rows")
+    return np.clip(float(factor) * (v if power == 1.0 else v ** float(power)), *bounds)
+
+
 def binary_clip(model, p: np.ndarray) -> np.ndarray:
     """A binary model's probabilities kept in [floor, 1 - floor]: ``binary["floor"]`` (0 when absent) is the
     Jeffreys estimate 0.5 / (n_fit + 1) of a class never seen in the fitting rows, the most extreme probability
@@ -108,6 +119,9 @@ class FittedModel:
     # per moment a, log-scale cell corrections of its predictions after the whole log
     # (mmc_core.cells.gated_moment_cells: {"edges", "values", "penalty", "weight"}), or None
     moment_cells: dict | None = None
+    # {"column": name, "factor": k, "power": p}: the variance starts at k x (the base variance in that column of
+    # the table, on the unit scale) ** p; the fit chose p and k (the fitting rows' level), or None
+    init_variance: dict | None = None
 
     # ---- prediction ------------------------------------------------------------------------------
     @property
@@ -143,9 +157,31 @@ class FittedModel:
     def uses_base(self) -> bool:
         return self.init_mean.get("kind") in BASE_KINDS
 
-    def initial(self, n: int, base_unit: np.ndarray | None = None, memb: Membership | None = None):
+    def input_columns(self) -> set:
+        """The columns of a table the model reads to predict: its groups' and its base variance's (the base
+        prediction is passed separately)."""
+        cols = self.groups.columns()
+        return cols | {self.init_variance["column"]} if self.init_variance else cols
+
+    def variance_unit(self, table, n: int) -> np.ndarray | None:
+        """The base variance of the rows of ``table`` on the unit scale, read from the column the model names
+        (None when the model starts from a constant variance)."""
+        if not self.init_variance:
+            return None
+        from .tables import variance_column
+
+        return variance_column(table, self.init_variance["column"], n) / self.scale.span**2
+
+    def initial(
+        self,
+        n: int,
+        base_unit: np.ndarray | None = None,
+        memb: Membership | None = None,
+        variance_unit: np.ndarray | None = None,
+    ):
         """Initial (mean, moments) for ``n`` rows: the constant or the base prediction through the model's
-        recalibration map (``memb``, the rows' groups, is needed by the "base-within" map)."""
+        recalibration map (``memb``, the rows' groups, is needed by the "base-within" map); the variance the
+        constant or, when the model starts from a base variance, ``variance_unit`` (unit scale) times its factor."""
         if self.uses_base:
             if base_unit is None:
                 col = self.init_mean.get("column") or "the base prediction"
@@ -163,6 +199,12 @@ class FittedModel:
         else:
             mu = np.full(n, float(self.init_mean["value"]))
         moms = {a: np.full(n, float(self.init_moments[a])) for a in self.moments}
+        if self.init_variance:
+            if variance_unit is None:
+                col = self.init_variance["column"]
+                raise DataError(f"this model starts its variance from the column {col!r}; the rows have no such column")
+            iv = self.init_variance
+            moms[2] = variance_start(variance_unit, iv["factor"], self.params.projection(2), n, iv.get("power", 1.0))
         return mu, moms
 
     def replay(self, memb: Membership, mu: np.ndarray, moms: dict, upto: int | None = None, with_cells: bool = True):
@@ -204,14 +246,14 @@ class FittedModel:
                 moms[a] = apply_moment_cells(moms[a], memb.sums(), cell, p.projection(a))
         return mu, moms
 
-    def stages(self, memb: Membership, base_unit: np.ndarray | None = None) -> list:
+    def stages(self, memb: Membership, base_unit: np.ndarray | None = None, variance_unit=None) -> list:
         """The predictions after each stage of the fit, for the rows of ``memb``: [(stage, mean, moments)] (unit
         scale) for "start" (the base prediction as given, or the constant), "base map" (when the model maps the
         base), "descent" (the kept log), "mean cells" and "moment cells" (when the model has them)."""
         from .cells import apply_cells, apply_moment_cells
 
         n, p = memb.n, self.params
-        mu, moms = self.initial(n, base_unit, memb)
+        mu, moms = self.initial(n, base_unit, memb, variance_unit)
         start = np.clip(np.asarray(base_unit, dtype=float), 0.0, 1.0) if self.uses_base else mu
         out = [("start", start.copy(), {a: v.copy() for a, v in moms.items()})]
         if self.init_mean.get("kind") in ("base-affine", "base-group-linear"):
@@ -235,7 +277,7 @@ class FittedModel:
 
         memb = self.groups.evaluate(table, n)
         with reuse_freed_memory(memb.n), one_blas_thread():  # the replay's temporaries; sums in one order
-            mu, moms = self.initial(memb.n, base_unit, memb)
+            mu, moms = self.initial(memb.n, base_unit, memb, self.variance_unit(table, memb.n))
             return self.replay(memb, mu, moms, upto)
 
     def predict(self, table, base: np.ndarray | None = None) -> dict:
@@ -288,7 +330,9 @@ class FittedModel:
         out = {
             "format": FORMAT,
             "version": (
-                VERSION_MOMENT_CELLS
+                VERSION_BASE_VARIANCE
+                if self.init_variance
+                else VERSION_MOMENT_CELLS
                 if self.has_moment_cells
                 else VERSION_GROUP_PART
                 if self.group_part
@@ -318,6 +362,8 @@ class FittedModel:
             out["cells"] = self.cells
         if self.has_moment_cells:
             out["moment_cells"] = {str(a): c for a, c in sorted((self.moment_cells or {}).items())}
+        if self.init_variance:
+            out["init"]["variance"] = dict(self.init_variance)
         return out
 
     def to_json(self) -> str:
@@ -359,4 +405,5 @@ class FittedModel:
             p.binary,
             p.cells,
             p.moment_cells,
+            p.init_variance,
         )

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_MODEL_BYTES",
     "READABLE_VERSIONS",
     "VERSION",
+    "VERSION_BASE_VARIANCE",
     "VERSION_BENDS",
     "VERSION_CELLS",
     "VERSION_GROUP_PART",
@@ -51,7 +52,19 @@ BASE_KINDS = ("base", "base-affine", "base-group-linear")  # init.mean kinds tha
 # written when a moment's predictions end with log-scale ridge cell corrections ("moment_cells", mmc_core.cells):
 # a reader of versions 1-6 would predict other moments
 VERSION_MOMENT_CELLS = 7
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
+# written when the variance starts from a base variance read from a column of the table ("init.variance"): a
+# reader of versions 1-7 would start from the constant and predict another variance
+VERSION_BASE_VARIANCE = 8
+READABLE_VERSIONS = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+)  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
 
 MAX_MODEL_BYTES = 200 * 1024 * 1024  # the largest model file read (a fit of 5,000 groups writes a few MB)
 
@@ -73,6 +86,7 @@ class ModelParts:
     binary: dict | None
     cells: dict | None
     moment_cells: dict | None
+    init_variance: dict | None
 
 
 def read_model(d, where: str = "model") -> ModelParts:
@@ -131,8 +145,9 @@ def read_model(d, where: str = "model") -> ModelParts:
         from .cells import check_moment_cells
 
         moment_cells = check_moment_cells(moment_cells, moments, G, bad)
-        if moment_cells and version != VERSION_MOMENT_CELLS:
-            raise bad(f"the model has moment_cells: the file must have version {VERSION_MOMENT_CELLS}")
+        if moment_cells and version < VERSION_MOMENT_CELLS:
+            raise bad(f"the model has moment_cells: the file must have version {VERSION_MOMENT_CELLS} or later")
+    init_variance = _read_init_variance(init, params, version, bad)
     return ModelParts(
         params,
         scale,
@@ -147,6 +162,7 @@ def read_model(d, where: str = "model") -> ModelParts:
         binary,
         cells,
         moment_cells or None,
+        init_variance,
     )
 
 
@@ -295,6 +311,24 @@ def _read_init_moments(init, params: DescentParams, bad) -> dict:
             raise bad(f"init.moments['{a}']={v!r} must be a number in [{lo}, {hi}]")
         init_moments[a] = float(v)
     return init_moments
+
+
+def _read_init_variance(init, params: DescentParams, version: int, bad) -> dict | None:
+    """init.variance ({"column", "factor"}: moment 2 starts at factor x the column's base variance), or None."""
+    v = init.get("variance")
+    if v is None:
+        return None
+    if version < VERSION_BASE_VARIANCE:
+        raise bad(f"init.variance is set: the file must have version {VERSION_BASE_VARIANCE} or later")
+    if 2 not in params.moments:
+        raise bad("init.variance is set but the model fits no variance (params.moments has no 2)")
+    factor = v.get("factor") if isinstance(v, dict) else None
+    if not _number(factor) or not factor > 0:
+        raise bad(f"init.variance.factor={factor!r} must be a positive number")
+    power = v.get("power", 1.0)
+    if not _number(power) or not 0 <= power <= 1:
+        raise bad(f"init.variance.power={power!r} must be a number in [0, 1]")
+    return {"column": str(v["column"]), "factor": float(factor), "power": float(power)}
 
 
 def _read_log(entries, version: int, params: DescentParams, G: int, bad) -> list:

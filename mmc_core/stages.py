@@ -18,7 +18,15 @@ import math
 
 import numpy as np
 
-__all__ = ["STAGE_LABELS", "STAGE_MIN_SHARE", "describe_stages", "stage_effects", "stage_rows", "stage_sentences"]
+__all__ = [
+    "STAGE_LABELS",
+    "STAGE_MIN_SHARE",
+    "describe_base_variance",
+    "describe_stages",
+    "stage_effects",
+    "stage_rows",
+    "stage_sentences",
+]
 
 STAGE_MIN_SHARE = 0.02  # groups with fewer of the rows are left out of the variance error (too noisy)
 STAGE_LABELS = {
@@ -35,9 +43,11 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def stage_effects(model, memb, y_unit: np.ndarray, base_unit: np.ndarray | None = None) -> list[dict]:
-    """The held-out effect of each stage of ``model`` on the rows of ``memb`` (labels ``y_unit`` and base
-    ``base_unit`` on the unit scale, shape (n,)).
+def stage_effects(
+    model, memb, y_unit: np.ndarray, base_unit: np.ndarray | None = None, variance_unit: np.ndarray | None = None
+) -> list[dict]:
+    """The held-out effect of each stage of ``model`` on the rows of ``memb`` (labels ``y_unit``, base
+    ``base_unit`` and base variance ``variance_unit`` on the unit scale, shape (n,)).
 
     Returns
     -------
@@ -56,7 +66,7 @@ def stage_effects(model, memb, y_unit: np.ndarray, base_unit: np.ndarray | None 
     ok = sizes >= max(STAGE_MIN_SHARE * n, 1.0)
     out: list[dict] = []
     prev_mu = prev_v = None
-    for name, mu, moms in model.stages(memb, base_unit):
+    for name, mu, moms in model.stages(memb, base_unit, variance_unit):
         if name == "start" and not model.uses_base:
             name = "constant"
         r2 = (y - mu) ** 2
@@ -268,3 +278,20 @@ def _stage_heads(info: dict, n_mean_updates: int, n_moment_updates: int, has_var
         "moment cells": "Variance cell corrections: each group's variance rescaled by the evidence for it, where "
         "the held-out rows bear that out",
     }
+
+
+def describe_base_variance(info: dict) -> str | None:
+    """One sentence on where the variance started when the fit had a base variance (``variance_column``), from
+    ``info["base_variance"]``; None without one."""
+    bv = (info or {}).get("base_variance")
+    if not bv:
+        return None
+    p = float(bv["power"])
+    how = {
+        1.0: "as given",
+        0.0: "not at all (it did not beat one constant: the variance started from the constant as usual)",
+    }.get(p, f"to the power {p:g} (part-way to one constant on the log scale)")
+    return (
+        f"the variance started from the base variance column '{bv['column']}', used {how}: of the powers "
+        f"{', '.join(sorted(bv['log_scores'], key=float))}, the best Gaussian log score on the fitting rows"
+    )

@@ -70,3 +70,20 @@ def take_rows(X, idx):
     if hasattr(X, "iloc"):
         return {c: X[c].to_numpy()[idx] for c in X.columns}
     return {c: np.asarray(v)[idx] for c, v in X.items()}
+
+
+def variance_column(table, column: str, n: int | None = None) -> np.ndarray:
+    """The base variance in the column ``column`` of ``table`` (label units squared): finite and >= 0, with at
+    least one positive value, or a DataError naming the column."""
+    cols = list(table.keys()) if hasattr(table, "keys") else []
+    if column not in cols:
+        raise DataError(
+            f"base variance column {column!r} (variance_column, mmc fit --variance-pred) is not in the data "
+            f"(columns: {', '.join(map(str, cols[:20]))})"
+        )
+    name = f"base variance '{column}' (variance_column)"
+    v = to_label_array(table[column], name, n)
+    neg = v < 0
+    if neg.any():
+        raise DataError(f"{name} has {int(neg.sum())} negative value(s) (first at row {int(np.flatnonzero(neg)[0])})")
+    return v

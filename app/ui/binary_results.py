@@ -98,7 +98,7 @@ def log_loss_worse_note(run, frame) -> str | None:
     if run.base is None:
         return None
     test = run.split["test"]
-    table = take_table_rows(frame, test, sorted(run.model.groups.columns()))
+    table = take_table_rows(frame, test, sorted(run.model.input_columns()))
     base = np.clip(np.asarray(run.base[test], dtype=float), 1e-12, 1 - 1e-12)
     after = np.clip(run.model.predict(table, run.base[test])["mean"], 1e-12, 1 - 1e-12)
     y = np.asarray(run.label.y[test], dtype=float)

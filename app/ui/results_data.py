@@ -81,7 +81,7 @@ def intervals_of_test_rows(key: str, _run, _frame) -> dict:
     from mmc_core.intervals import interval_table
 
     rows = _run.split["test"]
-    cols = sorted(_run.model.groups.columns())
+    cols = sorted(_run.model.input_columns())
     table = _frame.iloc[rows][cols].reset_index(drop=True)
     base = None if _run.base is None else _run.base[rows]
     preds = _run.model.predict(table, base)

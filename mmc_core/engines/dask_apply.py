@@ -43,9 +43,9 @@ def predict_dask(model, ddf, base_col=None):
     if model.uses_base and base_col is None:
         col = model.init_mean.get("column")
         raise DataError(f"this model was fitted on top of a base prediction ({col}); pass it (--pred COL)")
-    missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
+    missing = sorted(c for c in model.input_columns() if c not in ddf.columns)
     if missing:
-        raise DataError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+        raise DataError(f"the data lacks column(s) the model needs: {', '.join(missing)}")
     meta = ddf._meta.copy()
     meta["mean"] = np.zeros(0)
     for a in model.moments:
@@ -78,7 +78,7 @@ def _audit_part(df, model_json, label, base_col):
         base = to_label_array(df[base_col], f"prediction column '{base_col}'") if n else np.zeros(0)
         base_u = np.clip((base - model.scale.lo) / model.scale.span, 0.0, 1.0)
     memb = model.groups.evaluate(df, n)
-    mu, moms = model.initial(n, base_u, memb)
+    mu, moms = model.initial(n, base_u, memb, model.variance_unit(df, n))
     model.replay(memb, mu, moms)
     yu = (y - model.scale.lo) / model.scale.span
     import dataclasses
@@ -103,9 +103,9 @@ def audit_tables_dask(model, ddf, label, base_col=None):
         raise DataError(f"label column '{label}' is not in the data")
     if model.uses_base and base_col is None:
         raise DataError("this model was fitted on a base prediction: pass it (--pred COL)")
-    missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
+    missing = sorted(c for c in model.input_columns() if c not in ddf.columns)
     if missing:
-        raise DataError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
+        raise DataError(f"the data lacks column(s) the model needs: {', '.join(missing)}")
     import dask
 
     text = dask.delayed(model.to_json(), pure=True)

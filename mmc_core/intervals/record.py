@@ -36,7 +36,7 @@ from .conditional import (
 # ---- calibration (called by MomentMulticalibrator.fit: held-out rows, or every row cross-fitted) -----------
 def predict_on(model, table, base_unit, n):
     memb = model.groups.evaluate(table, n)
-    mu, moms = model.initial(memb.n, base_unit, memb)
+    mu, moms = model.initial(memb.n, base_unit, memb, model.variance_unit(table, memb.n))
     mu, moms = model.replay(memb, mu, moms)
     return memb, mu, moms
 
