@@ -349,7 +349,7 @@ class FittedModel:
             "params": params,
             "label_scale": {"lo": self.scale.lo, "hi": self.scale.hi, "source": self.scale.source},
             "groups": self.groups.to_json(),
-            "init": {"mean": self.init_mean, "moments": {str(a): v for a, v in self.init_moments.items()}},
+            "init": self._init_json(),
             "log": [u.to_json() for u in self.log],
             "round_ends": list(self.round_ends),
             "info": self.info,
@@ -362,9 +362,13 @@ class FittedModel:
             out["cells"] = self.cells
         if self.has_moment_cells:
             out["moment_cells"] = {str(a): c for a, c in sorted((self.moment_cells or {}).items())}
-        if self.init_variance:
-            out["init"]["variance"] = dict(self.init_variance)
         return out
+
+    def _init_json(self) -> dict:
+        init = {"mean": self.init_mean, "moments": {str(a): v for a, v in self.init_moments.items()}}
+        if self.init_variance:
+            init["variance"] = dict(self.init_variance)
+        return init
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), allow_nan=False, sort_keys=True, separators=(",", ":"))

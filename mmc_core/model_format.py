@@ -323,10 +323,10 @@ def _read_init_variance(init, params: DescentParams, version: int, bad) -> dict 
     if 2 not in params.moments:
         raise bad("init.variance is set but the model fits no variance (params.moments has no 2)")
     factor = v.get("factor") if isinstance(v, dict) else None
-    if not _number(factor) or not factor > 0:
+    if not isinstance(factor, (int, float)) or not _number(factor) or factor <= 0:
         raise bad(f"init.variance.factor={factor!r} must be a positive number")
     power = v.get("power", 1.0)
-    if not _number(power) or not 0 <= power <= 1:
+    if not isinstance(power, (int, float)) or not _number(power) or not 0 <= power <= 1:
         raise bad(f"init.variance.power={power!r} must be a number in [0, 1]")
     return {"column": str(v["column"]), "factor": float(factor), "power": float(power)}
 
