@@ -167,9 +167,10 @@ def table_rows(ddf, columns):
         raise
 
 
-def dask_table(args, need, sized=None):
+def dask_table(args, need, sized=None, groups=()):
     """The Dask DataFrame of --data; ``sized``: the columns the command reads (a partition's memory limit is
-    checked on them; default all, as `predict` writes them all)."""
+    checked on them; default all, as `predict` writes them all); ``groups``: the columns groups read besides the
+    group columns of ``need`` (their cells must be single values)."""
     from mmc_core.engines.dask_engine import read_parquet
 
     from .cli_common import CLIError
@@ -177,7 +178,9 @@ def dask_table(args, need, sized=None):
     # a label or prediction with a missing or infinite value, a period column with a missing one: refused from
     # the files' statistics before any cluster starts (group columns may miss values)
     complete = {col: (what, what != "period column") for what, col in need if col and what != "group column"}
-    ddf = read_parquet(args.data, sized_columns=sized, complete=complete)
+    scalar = {col: what for what, col in need if col and what == "group column"}
+    scalar.update({col: "group column" for col in groups if col not in scalar})
+    ddf = read_parquet(args.data, sized_columns=sized, complete=complete, scalar=scalar)
     for what, col in need:
         if col and col not in ddf.columns:
             raise CLIError(f"{what} '{col}' is not in the data")
@@ -272,10 +275,16 @@ def _fit_table(args):
     need = [("label column", args.label), ("prediction column", args.pred)] + [
         ("group column", c) for c in args.group_cols
     ]
-    ddf = dask_table(args, need, sized=[c for _, c in need if c])
     extra = None
     if args.groups:
         extra = GroupSet.from_file(args.groups)  # bounded: size, depth, numbers (mmc_core.jsonfile), then schema
+    ddf = dask_table(args, need, sized=[c for _, c in need if c], groups=extra.columns() if extra else ())
+    if ddf[args.label].dtype == bool:  # in memory a classifier: a regression here would be a model of another kind
+        raise CLIError(
+            f"label column '{args.label}' holds true/false values: a classifier's label; classifier fits run in "
+            "memory only (drop --engine dask)"
+        )
+    if extra is not None:
         for col in extra.columns():
             if col not in ddf.columns:
                 raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
@@ -388,7 +397,9 @@ def predict(args) -> int:
             "--interval is not supported with --engine dask yet (predict the mean and moments, or use the numpy engine)"
         )
     model = FittedModel.load(args.model)
-    ddf = dask_table(args, [("prediction column", args.pred if model.uses_base else None)])
+    ddf = dask_table(
+        args, [("prediction column", args.pred if model.uses_base else None)], groups=model.groups.columns()
+    )
     missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
     if missing:
         raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
@@ -447,7 +458,9 @@ def audit(args) -> int:
     model = FittedModel.load(args.model)
     need = [("label column", args.label), ("prediction column", args.pred if model.uses_base else None)]
     need += [("period column", getattr(args, "period", None))]
-    ddf = dask_table(args, need, sized=[c for _, c in need if c] + list(model.groups.columns()))
+    ddf = dask_table(
+        args, need, sized=[c for _, c in need if c] + list(model.groups.columns()), groups=model.groups.columns()
+    )
     missing = sorted(c for c in model.groups.columns() if c not in ddf.columns)
     if missing:
         raise CLIError(f"the data lacks group column(s) the model needs: {', '.join(missing)}")
