@@ -155,11 +155,11 @@ class FitJob:
         preloaded fork server (its own interpreter: the fit never competes with the server's page runs for the
         GIL, and a phase that keeps nothing is ended by terminating the child). The child reports history rows,
         phases and the result through a queue that a reader thread here turns into this object's attributes."""
-        from app.run_admission import RUNS
+        from app import run_admission
 
         self.status = "running"
         self.started_at = time.time()
-        self.admission = RUNS
+        self.admission = run_admission.RUNS
         self._thread = threading.Thread(target=self._admitted_run, name=f"mmc-fit-{self.id}", daemon=True)
         self._thread.start()
         return self

@@ -16,8 +16,25 @@ pytest.importorskip("dask.dataframe", reason="the Dask engine needs dask[datafra
 pytest.importorskip("distributed", reason="the Dask engine needs distributed")
 
 
+@pytest.fixture(scope="module")
+def scheduler():
+    """A cluster whose worker is a thread of this process (no process to spawn: an earlier test in this process
+    may have left __main__ a temporary script, which a spawned worker process would run)."""
+    import logging
+
+    import distributed
+
+    cluster = distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, silence_logs=logging.CRITICAL
+    )
+    client = distributed.Client(cluster)
+    yield client.scheduler.address
+    client.close()
+    cluster.close()
+
+
 @pytest.mark.parametrize("umask", [0o022, 0o027])
-def test_prediction_folder_mode_follows_the_umask(tmp_path, umask):
+def test_prediction_folder_mode_follows_the_umask(tmp_path, scheduler, umask):
     rng = np.random.default_rng(4)
     df = pd.DataFrame({"g": rng.choice(["a", "b"], 200), "y": rng.random(200), "p": rng.random(200)})
     df.to_csv(tmp_path / "d.csv", index=False)
@@ -31,7 +48,7 @@ def test_prediction_folder_mode_follows_the_umask(tmp_path, umask):
         # the in-memory engine's file, for the mode
         assert main([*argv, str(tmp_path / "d.csv"), "--out", str(tmp_path / "out.csv")]) == 0
         argv.append(str(tmp_path / "pq"))
-        dask = ["--engine", "dask", "--workers", "1", "--memory-limit", "1GB", "--out", str(tmp_path / "preds") + "/"]
+        dask = ["--engine", "dask", "--scheduler", scheduler, "--out", str(tmp_path / "preds") + "/"]
         assert main([*argv, *dask]) == 0
     finally:
         os.umask(old)

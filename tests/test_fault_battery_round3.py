@@ -327,7 +327,7 @@ def dask_scheduler():
     cluster = distributed.LocalCluster(
         n_workers=1,
         threads_per_worker=1,
-        processes=True,
+        processes=False,  # no worker process to spawn (an earlier test may have left __main__ a temporary script)
         memory_limit="1GB",
         dashboard_address=None,
         silence_logs=logging.CRITICAL,

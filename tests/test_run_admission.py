@@ -20,6 +20,15 @@ from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec
 MB = 10**6
 
 
+def _until(cond) -> None:
+    """Wait for ``cond()`` (another thread's step): polled, bounded so that a broken queue fails, not hangs."""
+    for _ in range(60_000):
+        if cond():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the other thread never got there")
+
+
 def test_a_run_that_does_not_fit_waits_for_the_one_in_progress():
     adm = RunAdmission(budget=lambda: 100 * MB)
     said, waiting, got = [], threading.Event(), []
@@ -54,8 +63,7 @@ def test_small_runs_run_side_by_side_and_a_large_one_runs_alone():
     said = []
     t = threading.Thread(target=lambda: said.append(adm.acquire("c", 1 * MB, stop.is_set, said.append)))
     t.start()
-    while adm.queued() == 0:  # the second run is in the queue (no timing: the queue's own count)
-        threading.Event().wait(0.01)
+    _until(lambda: adm.queued() == 1)  # the second run is in the queue (no timing: the queue's own count)
     stop.set()
     adm.wake()
     t.join(60)
@@ -77,12 +85,10 @@ def test_queue_is_first_come_first_served():
 
     t1 = threading.Thread(target=later, args=("large", 90 * MB))
     t1.start()
-    while adm.queued() < 1:
-        threading.Event().wait(0.01)
+    _until(lambda: adm.queued() >= 1)
     t2 = threading.Thread(target=later, args=("small", 20 * MB))
     t2.start()
-    while adm.queued() < 2:
-        threading.Event().wait(0.01)
+    _until(lambda: adm.queued() >= 2)
     assert order == []  # "small" (60 + 20 <= 100) waits behind "large"
     adm.release("a")
     t1.join(60)
@@ -168,8 +174,7 @@ def test_two_small_runs_run_side_by_side(blocking_runs):
     assert a.need_bytes < 200 * MB
     a.start()
     b.start()
-    while len(calls) < 2:  # both in their pipelines at once
-        threading.Event().wait(0.01)
+    _until(lambda: len(calls) == 2)  # both in their pipelines at once
     assert adm.held()[1] == 2 and adm.waited == 0
     gates["a"].set()
     gates["b"].set()
@@ -185,3 +190,27 @@ def test_run_estimate_grows_with_rows_groups_and_moments():
     from app import io as table_io
 
     assert run_bytes(0, 5_000_000, 10_000, 1) < run_admission.RUN_BASE_BYTES + 2 * table_io.AUDIT_WORK_BYTES
+
+
+def test_a_discovery_waits_for_a_run_and_stop_ends_it(blocking_runs, monkeypatch):
+    """The dashboard's other background work, the search for groups (app.discovery.DiscoverJob), reserves from
+    the same budget: it waits behind a run that fills it, says so, and Stop ends it with nothing kept."""
+    import app.discovery as discovery
+
+    adm, calls, gates, make = blocking_runs
+    searched = []
+    monkeypatch.setattr(discovery, "run_discovery", lambda *a, **kw: searched.append(1))
+    first, _, _ = make("first")
+    first.start()
+    _until(lambda: adm.held()[1] == 1)
+    df = pd.DataFrame({"x": np.zeros(2_000_000)})
+    search = discovery.DiscoverJob(df, LabelSpec("x"), BaseSpec(), SplitSpec(), None).start()
+    _until(lambda: adm.queued() == 1)
+    _until(lambda: search.phase.startswith("waiting for another analyst"))
+    search.stop()
+    assert search.wait(60) and search.status == "stopped" and "nothing was kept" in search.error
+    assert searched == [] and adm.queued() == 0
+    gates["first"].set()
+    assert first.wait(60)
+    again = discovery.DiscoverJob(df, LabelSpec("x"), BaseSpec(), SplitSpec(), None).start()
+    assert again.wait(60) and again.status == "done" and searched == [1] and adm.held() == (0, 0)
