@@ -457,6 +457,10 @@ def load_base_model_bytes(data: bytes, source: str = "the base-model file") -> L
 def load_base_model(path) -> LoadedBaseModel:
     """:func:`load_base_model_bytes` of the file at ``path`` (DataError if it cannot be read)."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise DataError(f"{path} is a folder, not a base-model file")
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would wait for a writer forever
+        raise DataError(f"{path} is not a regular file (a device, FIFO or socket); give a base-model file")
     if not os.path.isfile(path):
         raise DataError(f"base-model file not found: {path}")
     with open(path, "rb") as f:

@@ -107,14 +107,42 @@ def refuse_output_over_input(args) -> None:
                     )
 
 
+def check_out_name(path: str) -> None:
+    """CLIError when --out is longer than this system allows (a name over 255 bytes, a path over 4,095): said
+    before the work, not as "File name too long" once it is done."""
+    import errno
+
+    folder = os.path.dirname(os.path.abspath(path)) or os.sep
+    try:
+        name_max, path_max = os.pathconf(folder, "PC_NAME_MAX"), os.pathconf(folder, "PC_PATH_MAX")
+    except (OSError, ValueError):  # the folder is missing (said next), or the system states no limit
+        name_max, path_max = 255, 4096
+    encoded = os.fsencode(os.path.abspath(path))
+    longest = max((len(part) for part in encoded.split(b"/")), default=0)
+    if longest > name_max or len(encoded) >= path_max:
+        shown = path if len(path) <= 80 else path[:77] + "..."
+        raise CLIError(
+            f"--out {shown}: {os.strerror(errno.ENAMETOOLONG)} (a name is at most {name_max} bytes, a path "
+            f"{path_max - 1} bytes, on this system)"
+        )
+
+
 def check_out(path: str):
     if path.endswith(("/", os.sep)):  # a folder's name: the file would be written beside it under another name
         raise CLIError(
             f"--out {path} names a folder; give a file name (only `mmc predict --engine dask` writes a folder)"
         )
     folder = os.path.dirname(os.path.abspath(path))
+    check_out_name(path)
     if not os.path.isdir(folder):
+        if os.path.exists(folder):
+            raise CLIError(f"--out {path}: {folder} is a file, not a folder")
         raise CLIError(f"output folder does not exist: {folder}")
+    if os.path.islink(path) and not os.path.exists(path):  # the file would replace the link itself
+        raise CLIError(
+            f"--out {path} is a symbolic link to nothing (its target is missing, or the links form a loop); "
+            "give a file name"
+        )
     if os.path.isdir(path):
         raise CLIError(f"--out {path} is a folder; give a file name")
     if os.path.exists(path) and not os.path.isfile(path):  # a device, FIFO or socket (--out /dev/full)

@@ -121,9 +121,56 @@ def dask_session(args, lines: HeldLines | None = None):
         close_client(client, cluster)
 
 
-def dask_table(args, need, sized=None):
+def _first_bad(df, col):
+    """(rows, missing or infinite values, position of the first within the partition or -1) of ``col``."""
+    import numpy as np
+    import pandas as pd
+
+    s = df[col]
+    if not (pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s)):
+        return len(df), 0, -1  # text: the workers' own message stands
+    bad = ~np.isfinite(s.to_numpy(dtype=float, na_value=np.nan))
+    return len(df), int(bad.sum()), int(np.flatnonzero(bad)[0]) if bad.any() else -1
+
+
+@contextmanager
+def table_rows(ddf, columns):
+    """Within a Dask session: a worker's "missing or infinite value(s) (first at row 3)" counts within its
+    partition; it is replaced by the in-memory engine's message for the same table (the count over every
+    partition, "first in data row N" counted from 1 over the --data files in order), checked by one more pass
+    over ``columns`` ((role, name) pairs, in the order the in-memory command checks them) on that failure only."""
+    from mmc_core.errors import DataError
+
+    try:
+        yield
+    except DataError as e:
+        if "missing or infinite" not in str(e):
+            raise
+        import dask
+
+        for role, col in columns:
+            if not col or col not in ddf.columns:
+                continue
+            parts = dask.compute(*[dask.delayed(_first_bad)(d, col) for d in ddf[[col]].to_delayed()])
+            n, bad, first, offset = sum(p[0] for p in parts), sum(p[1] for p in parts), -1, 0
+            for rows, _, pos in parts:
+                if pos >= 0 and first < 0:
+                    first = offset + pos
+                offset += rows
+            if bad and bad == n:
+                raise DataError(f"{role} '{col}' has no usable values (all missing)") from None
+            if bad:
+                raise DataError(
+                    f"{role} '{col}' has {bad} missing or infinite value(s) (first in data row {first + 1}); "
+                    "drop or fill them first"
+                ) from None
+        raise
+
+
+def dask_table(args, need, sized=None, groups=()):
     """The Dask DataFrame of --data; ``sized``: the columns the command reads (a partition's memory limit is
-    checked on them; default all, as `predict` writes them all)."""
+    checked on them; default all, as `predict` writes them all); ``groups``: the columns groups read besides the
+    group columns of ``need`` (their cells must be single values)."""
     from mmc_core.engines.dask_engine import read_parquet
 
     from .cli_common import CLIError
@@ -131,7 +178,9 @@ def dask_table(args, need, sized=None):
     # a label or prediction with a missing or infinite value, a period column with a missing one: refused from
     # the files' statistics before any cluster starts (group columns may miss values)
     complete = {col: (what, what != "period column") for what, col in need if col and what != "group column"}
-    ddf = read_parquet(args.data, sized_columns=sized, complete=complete)
+    scalar = {col: what for what, col in need if col and what == "group column"}
+    scalar.update({col: "group column" for col in groups if col not in scalar})
+    ddf = read_parquet(args.data, sized_columns=sized, complete=complete, scalar=scalar)
     for what, col in need:
         if col and col not in ddf.columns:
             raise CLIError(f"{what} '{col}' is not in the data")
@@ -157,7 +206,8 @@ def fit(args) -> int:
         )
         return False
 
-    with lines, _Interrupt() as intr, dask_session(args, lines) as client:
+    checked = [("label column", args.label), ("prediction column", args.pred)]
+    with lines, _Interrupt() as intr, dask_session(args, lines) as client, table_rows(ddf, checked):
         groups = _fit_groups(args, ddf, extra, client)
         lines.say(
             f"mmc: fitting {ddf.npartitions} partition(s) x {len(groups):,} groups on Dask (Ctrl-C stops "
@@ -225,10 +275,16 @@ def _fit_table(args):
     need = [("label column", args.label), ("prediction column", args.pred)] + [
         ("group column", c) for c in args.group_cols
     ]
-    ddf = dask_table(args, need, sized=[c for _, c in need if c])
     extra = None
     if args.groups:
         extra = GroupSet.from_file(args.groups)  # bounded: size, depth, numbers (mmc_core.jsonfile), then schema
+    ddf = dask_table(args, need, sized=[c for _, c in need if c], groups=extra.columns() if extra else ())
+    if ddf[args.label].dtype == bool:  # in memory a classifier: a regression here would be a model of another kind
+        raise CLIError(
+            f"label column '{args.label}' holds true/false values: a classifier's label; classifier fits run in "
+            "memory only (drop --engine dask)"
+        )
+    if extra is not None:
         for col in extra.columns():
             if col not in ddf.columns:
                 raise CLIError(f"group file {args.groups} refers to column '{col}', which is not in the data")
@@ -341,7 +397,9 @@ def predict(args) -> int:
             "--interval is not supported with --engine dask yet (predict the mean and moments, or use the numpy engine)"
         )
     model = FittedModel.load(args.model)
-    ddf = dask_table(args, [("prediction column", args.pred if model.uses_base else None)])
+    ddf = dask_table(
+        args, [("prediction column", args.pred if model.uses_base else None)], groups=model.groups.columns()
+    )
     missing = sorted(c for c in model.input_columns() if c not in ddf.columns)
     if missing:
         raise CLIError(f"the data lacks column(s) the model needs: {', '.join(missing)}")
@@ -353,7 +411,8 @@ def predict(args) -> int:
     if form != "folder":
         from .io import write_csv_parts, write_parquet_parts
 
-        with dask_session(args) as client:  # Ctrl-C or an error: the temporary file is removed, nothing written
+        with dask_session(args) as client, table_rows(ddf, [("prediction column", base_col)]):
+            # Ctrl-C or an error: the temporary file is removed, nothing written
             pred = predict_dask(model, ddf, base_col)
             parts = computed_partitions(client, pred)
             if form == "csv":
@@ -365,7 +424,11 @@ def predict(args) -> int:
     out = args.out.rstrip("/")
     tmp = tempfile.mkdtemp(prefix=".tmp-mmc-", dir=os.path.dirname(os.path.abspath(out)))
     try:
-        with dask_session(args):  # Ctrl-C aborts (KeyboardInterrupt): the cluster is closed, nothing is written
+        # mkdtemp's 0700 is too private: the folder gets the mode of a plainly created one (0777 minus the
+        # umask), as the in-memory engine's files get 0666 minus the umask (mmc_core.model._default_mode)
+        os.chmod(tmp, _folder_mode())
+        # Ctrl-C aborts (KeyboardInterrupt): the cluster is closed, nothing is written
+        with dask_session(args), table_rows(ddf, [("prediction column", base_col)]):
             predict_dask(model, ddf, base_col).to_parquet(tmp, write_index=False)
         if os.path.isdir(out):
             os.rmdir(out)  # empty (checked above)
@@ -375,6 +438,13 @@ def predict(args) -> int:
         raise
     print(json.dumps({"out": out, "partitions": ddf.npartitions}))
     return 0
+
+
+def _folder_mode() -> int:
+    """The mode ``mkdir`` would give a folder: 0777 minus the umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o777 & ~mask
 
 
 def audit(args) -> int:
@@ -388,7 +458,9 @@ def audit(args) -> int:
     model = FittedModel.load(args.model)
     need = [("label column", args.label), ("prediction column", args.pred if model.uses_base else None)]
     need += [("period column", getattr(args, "period", None))]
-    ddf = dask_table(args, need, sized=[c for _, c in need if c] + list(model.input_columns()))
+    ddf = dask_table(
+        args, need, sized=[c for _, c in need if c] + list(model.input_columns()), groups=model.groups.columns()
+    )
     missing = sorted(c for c in model.input_columns() if c not in ddf.columns)
     if missing:
         raise CLIError(f"the data lacks column(s) the model needs: {', '.join(missing)}")
@@ -398,7 +470,8 @@ def audit(args) -> int:
 
         # as in memory (app.cli_compare.period_result): the calibrated intervals when the model has them
         method = "calibrated" if "calibrated" in available_methods(model) else None
-    with dask_session(args):
+    checked = [("prediction column", args.pred if model.uses_base else None), ("label column", args.label)]
+    with dask_session(args), table_rows(ddf, checked):
         tables = audit_tables_dask(model, ddf, args.label, args.pred if model.uses_base else None)
         if getattr(args, "period", None):
             from mmc_core.engines.dask_engine import periods_dask

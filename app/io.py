@@ -117,11 +117,11 @@ def _codes_as_text(df: pd.DataFrame, text: str, data: bytes, header: list, na: l
     ]
     if not ints:
         return df
-    raw_names = [h for h in header if h.strip() in set(ints)]
+    raw_names = [h for h in header if _column_name(h) in set(ints)]
     raw = pd.read_csv(
         io.BytesIO(data), encoding="utf-8-sig", usecols=raw_names, dtype=str, na_values=na, keep_default_na=True
     )
-    raw.columns = [str(c).strip() for c in raw.columns]
+    raw.columns = [_column_name(str(c)) for c in raw.columns]
     for c in ints:
         col = raw[c].dropna()
         if col.str.match(_ZERO_LED).any() and col.str.strip().nunique() > df[c].dropna().nunique():
@@ -332,6 +332,7 @@ def estimate_table(data: bytes, name: str, columns=None) -> TableEstimate:
     sample, without reading it; :meth:`TableEstimate.check` refuses it over a limit."""
     if _is_parquet(name):
         return _parquet_estimate(data, name, columns)
+    data = _cr_lines(data)
     head = data[: 4 * 2**20].decode("utf-8-sig", errors="replace")
     return _csv_estimate(data, name, _header(head), columns)
 
@@ -351,6 +352,27 @@ def _invisible_stripped(name: str) -> str:
     import unicodedata
 
     return "".join(c for c in name if unicodedata.category(c) != "Cf").strip()
+
+
+# characters that never belong to a name: a byte-order mark inside the header (files joined after their first
+# line), zero-width spaces and joiners that do not join, the soft hyphen; dropped from a CSV's column names, so
+# that "\ufeffage" is the column "age" the user sees (it was "not in the data"). Joiners that shape scripts
+# (U+200C, U+200D) are kept.
+_NOT_IN_NAMES = dict.fromkeys(map(ord, "\ufeff\u200b\u2060\u180e\u00ad"))
+
+
+def _column_name(name: str) -> str:
+    """A CSV column's name as the tables use it: without the blanks around it and :data:`_NOT_IN_NAMES`."""
+    return name.translate(_NOT_IN_NAMES).strip()
+
+
+def _cr_lines(data: bytes) -> bytes:
+    """A CSV whose lines end in a bare carriage return (classic Mac OS) with line feeds instead: the parsers read
+    one line of it otherwise ("new-line character seen in unquoted field"). Only a file without any line feed:
+    a bare carriage return inside a file of line feeds is a cell's line break, and refused unquoted."""
+    if b"\r" in data[: 4 * 2**20] and b"\n" not in data:
+        return data.replace(b"\r", b"\n")
+    return data
 
 
 def column_problem(s: pd.Series) -> str | None:
@@ -394,6 +416,7 @@ def read_table_bytes(data: bytes, name: str, text_columns=(), columns=None, limi
             raise DataError(f"{name} is not a readable Parquet file ({type(e).__name__})") from None
         df.columns = [str(c) for c in df.columns]
         return _with_file_columns(_check_shape(df, name), est)
+    data = _cr_lines(data)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -421,14 +444,14 @@ def read_table_bytes(data: bytes, name: str, text_columns=(), columns=None, limi
             na_values=na,
             keep_default_na=True,
             low_memory=False,
-            dtype={h: str for h in header if h.strip() in set(text_columns)} or None,
+            dtype={h: str for h in header if _column_name(h) in set(text_columns)} or None,
             **CSV_EXACT,
         )
     except pd.errors.EmptyDataError:
         raise DataError(f"{name} is empty") from None
     except pd.errors.ParserError as e:
         raise DataError(f"{name} is not a well-formed CSV: {str(e).splitlines()[0]}") from None
-    df.columns = [str(c).strip() for c in df.columns]
+    df.columns = [_column_name(str(c)) for c in df.columns]
     df = _codes_as_text(df, text, data, header, na)
     return _check_shape(df, name)
 

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
 import numpy as np
 
@@ -66,6 +67,25 @@ def _import_sklearn():
         forkserver.ensure_running()
     except Exception:  # noqa: BLE001, S110 - the first run starts it then
         pass
+
+
+def _run_need(df, groups_json, settings) -> int:
+    """The memory a run may take (app.run_admission.run_bytes): its table's rows and bytes, its groups (and the
+    whole table's), its moments."""
+    from app.run_admission import run_bytes
+
+    try:
+        from mmc_core import GroupSet
+
+        n_groups = len(GroupSet.from_json(groups_json)) + 1
+    except Exception:  # noqa: BLE001 - the run itself reports bad groups; count the listed ones
+        listed = groups_json.get("groups", []) if isinstance(groups_json, dict) else groups_json
+        n_groups = (len(listed) if isinstance(listed, list) else 0) + 1
+    try:
+        nbytes, rows = int(df.memory_usage(index=True, deep=False).sum()), len(df)
+    except Exception:  # noqa: BLE001 - not a DataFrame (tests)
+        nbytes = rows = 0
+    return run_bytes(nbytes, rows, n_groups, int(getattr(settings, "n_moments", 2) or 1))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -126,6 +146,8 @@ class FitJob:
         self._abandoned = False
         self._thread: threading.Thread | None = None
         self.id = hashlib.sha1(f"{id(self)}{time.time()}".encode(), usedforsecurity=False).hexdigest()[:8]
+        self.admission: Any = None  # app.run_admission.RunAdmission: set by start() for a background run
+        self.need_bytes = _run_need(df, groups_json, settings)
 
     # -- control --
     def start(self) -> FitJob:
@@ -133,9 +155,34 @@ class FitJob:
         preloaded fork server (its own interpreter: the fit never competes with the server's page runs for the
         GIL, and a phase that keeps nothing is ended by terminating the child). The child reports history rows,
         phases and the result through a queue that a reader thread here turns into this object's attributes."""
+        from app import run_admission
+
         self.status = "running"
         self.started_at = time.time()
-        if self.worker == "process":
+        self.admission = run_admission.RUNS
+        self._thread = threading.Thread(target=self._admitted_run, name=f"mmc-fit-{self.id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _admitted_run(self):
+        """The background run once the server's run budget admits it (app.run_admission: it waits in the queue,
+        saying so in its phase, while other analysts' runs hold the budget; Stop while waiting ends it, nothing
+        fitted); the reservation is returned when the run ends, however it ends."""
+        assert self.admission is not None
+        if not self.admission.acquire(self.id, self.need_bytes, self._stop.is_set, self._set_phase):
+            with self._lock:
+                self._seen()
+                self.kept = "nothing was fitted; the previous results are kept"
+                self.error, self.status = "stopped while waiting for another analyst's run to finish", "stopped"
+                self.args = None
+                self.ended_at = time.time()
+                self._done.set()
+            return
+        try:
+            self._set_phase("starting")
+            if self.worker != "process":
+                self._run()
+                return
             try:
                 queue = self._start_child()
             except Exception as e:  # noqa: BLE001 - reported on the page; Run works again
@@ -146,14 +193,12 @@ class FitJob:
                     self.status = "error"
                     self.ended_at = time.time()
                     self._done.set()
-                return self
-            self._thread = threading.Thread(
-                target=self._read_child, args=(queue,), name=f"mmc-read-{self.id}", daemon=True
-            )
-        else:
-            self._thread = threading.Thread(target=self._run, name=f"mmc-fit-{self.id}", daemon=True)
-        self._thread.start()
-        return self
+                return
+            if self._stop.is_set():  # Stop came between the admission and the child's start: pass it on
+                self.stop()
+            self._read_child(queue)
+        finally:
+            self.admission.release(self.id)
 
     def _start_child(self):
         """Start the worker process; returns the queue it reports through."""
@@ -241,6 +286,8 @@ class FitJob:
             self.stop_requested_at = time.time()
             self.stop_phase = self.phase
         self._stop.set()
+        if self.admission is not None:
+            self.admission.wake()  # a run waiting in the queue ends now
         if self._mp_stop is not None:
             self._mp_stop.set()
             if (

@@ -35,6 +35,7 @@ import itertools
 import json
 import math
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
@@ -77,6 +78,10 @@ _INFO_KEYS = set(GROUP_INFO_KEYS)
 
 
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# invisible characters that join nothing (zero-width space, word joiner, byte-order mark, soft hyphen, Mongolian
+# vowel separator): "a\u200bb" would read as a second "ab" (the joiners that shape scripts, U+200C and U+200D,
+# are kept)
+_INVISIBLE = frozenset("\u200b\u2060\ufeff\u00ad\u180e")
 MAX_NAME = 200
 MAX_GROUPS_FILE_BYTES = 20 * 1024 * 1024  # a groups file of 5,000 discovered groups takes about 5 MB
 MAX_TEXT = 10_000  # characters of a column name or a text value in a group's condition (groups.schema.json)
@@ -96,7 +101,7 @@ def loadable_name(text: str) -> str:
             out.append("\\t")
         elif o < 0x20 or o == 0x7F:
             out.append(f"\\x{o:02x}")
-        elif ch in _BIDI:
+        elif ch in _BIDI or ch in _INVISIBLE:
             out.append(f"[U+{o:04X}]")
         else:
             out.append(ch)
@@ -172,6 +177,11 @@ class Group:
             raise GroupDefinitionError(
                 f"{where}.name: 'name' holds a bidirectional control character (U+202E and the like), which would "
                 "make the name read as something else; remove it"
+            )
+        if any(c in _INVISIBLE for c in name):
+            raise GroupDefinitionError(
+                f"{where}.name: 'name' holds an invisible character (U+200B zero-width space and the like), which "
+                "would make it read as another name; remove it"
             )
         conds = d.get("where", [])
         if not isinstance(conds, list):
@@ -280,6 +290,13 @@ class GroupSet:
         dup = sorted(n for n, k in Counter(g.name for g in self.groups).items() if k > 1)
         if dup:
             raise GroupDefinitionError(f"duplicate group name(s): {', '.join(dup[:10])}")
+        # names that differ only in their Unicode form ("café" composed and decomposed) read as one name
+        same = sorted(n for n, k in Counter(unicodedata.normalize("NFC", g.name) for g in self.groups).items() if k > 1)
+        if same:
+            raise GroupDefinitionError(
+                f"group names that differ only in their Unicode normalization (they read alike): {', '.join(same[:10])}; "
+                "write them one way (NFC) in the data or the groups file"
+            )
 
     # ---- construction ----------------------------------------------------------------------------
     @classmethod

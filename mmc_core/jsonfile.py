@@ -61,8 +61,8 @@ def read_file(path, error: type[Exception], *, kind: str, max_bytes: int) -> str
         raise error(f"cannot read the {kind} {p}: {e.strerror or e}") from None
     if stat.S_ISDIR(st.st_mode):
         raise error(f"{p} is a folder, not a {kind}")
-    if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):  # opening a FIFO waited for a writer: a hang
-        raise error(f"{p} is a FIFO or socket, not a regular file; give a {kind}")
+    if not stat.S_ISREG(st.st_mode):  # opening a FIFO waited for a writer (a hang); /dev/zero was read to the limit
+        raise error(f"{p} is not a regular file (a device, FIFO or socket); give a {kind}")
     if st.st_size > max_bytes:  # before reading: a file this large is no file this tool wrote
         raise error(f"{p} is {_size(st.st_size)}; a {kind} is at most {_size(max_bytes)}")
     try:

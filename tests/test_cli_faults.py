@@ -325,12 +325,12 @@ def _groups_file(tmp_path):
 @pytest.mark.parametrize(
     "case, expected",
     [
-        ("label NaN (not null)", "label 'y' has 1 missing or infinite value(s)"),
+        ("label NaN (not null)", "label column 'y' has 1 missing or infinite value(s) (first in data row"),
         ("text base", "base prediction 'k' must be numeric"),
         ("label range", "lie outside the label range [0, 1]"),
         ("groups file", "column 'g' is numeric but the group compares it with the text 'abc'"),
         ("predict text base", "prediction column 'k' must be numeric"),
-        ("audit NaN (not null)", "label 'y' has missing or infinite values"),
+        ("audit NaN (not null)", "label column 'y' has 1 missing or infinite value(s) (first in data row"),
     ],
 )
 def test_dask_errors_found_on_the_cluster_are_the_only_line(

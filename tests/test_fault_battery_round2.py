@@ -687,7 +687,7 @@ def test_a_command_that_says_nothing_for_a_while_says_it_still_works(work, tmp_p
 def test_a_row_found_bad_on_a_dask_worker_names_its_partition(work, dask_scheduler, tmp_path, capsys):
     """A NaN label the footers do not show is found by the worker holding its partition, which counted its row
     within the partition: "first at row 7" of a 1,200-row table whose row 807 it was. The line names the
-    partition now."""
+    table's row now, as the in-memory engine does (tests/test_dask_table_rows.py)."""
     _, df, _ = work
     data = _parts(tmp_path, "nan", df, _nan_at("y", 390), files=2)
     out = tmp_path / "m.json"
@@ -695,5 +695,5 @@ def test_a_row_found_bad_on_a_dask_worker_names_its_partition(work, dask_schedul
     capsys.readouterr()
     assert main([*args, "--out", str(out)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "label 'y' has 1 missing or infinite value(s)" in lines[0], lines
-    assert "of Dask partition " in lines[0] and not out.exists()
+    assert len(lines) == 1 and "label column 'y' has 1 missing or infinite value(s)" in lines[0], lines
+    assert "(first in data row 391)" in lines[0] and not out.exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -183,12 +184,17 @@ def test_a_model_file_over_the_limit_is_refused_from_its_size_before_it_is_opene
 
 
 def test_a_stream_without_a_size_is_read_only_up_to_the_limit(tmp_path, monkeypatch):
-    """/dev/zero states size 0: the reader stops one byte past the limit instead of filling the memory."""
+    """/dev/zero states size 0: it is refused from its stat (not a regular file) before a byte is read, and a
+    regular file that states size 0 and streams (/proc) is read only one byte past the limit."""
     from mmc_core import model as M
 
     monkeypatch.setattr(M, "MAX_MODEL_BYTES", 10_000)
-    with pytest.raises(ModelFormatError, match="holds more than 10,000 bytes"):
+    with pytest.raises(ModelFormatError, match="not a regular file"):
         FittedModel.load("/dev/zero")
+    if os.path.exists("/proc/self/maps") and os.stat("/proc/self/maps").st_size == 0:
+        monkeypatch.setattr(M, "MAX_MODEL_BYTES", 10)
+        with pytest.raises(ModelFormatError, match="holds more than 10 bytes"):
+            FittedModel.load("/proc/self/maps")
 
 
 # ---- groups files ----------------------------------------------------------------------------------------------

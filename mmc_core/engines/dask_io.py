@@ -63,11 +63,13 @@ def _check_complete(f: str, meta, complete: dict) -> None:
                     )
 
 
-def _check_fields(f: str, schema, complete: dict) -> None:
+def _check_fields(f: str, schema, complete: dict, scalar: dict | None = None) -> None:
     """DataError for a file whose schema names a column twice (Dask failed reading it, a crash), or gives a label
     or prediction of ``complete`` (column -> (role, finite); finite: a number is needed) dates, times, lists, maps
     or structs (dates were fitted as nanosecond counts), as the in-memory engine refuses them
-    (:func:`app.io.column_problem`)."""
+    (:func:`app.io.column_problem`); and a column of ``scalar`` (column -> role: group columns) whose cells hold
+    lists, maps, structs or raw bytes (a struct column made one group per struct, where the in-memory engine
+    refuses it)."""
     import os
     from collections import Counter
 
@@ -77,6 +79,13 @@ def _check_fields(f: str, schema, complete: dict) -> None:
     if dups:
         raise DataError(f"{os.path.basename(f)} has duplicate column name(s): {', '.join(dups[:5])}")
     for fld in schema:
+        if scalar and fld.name in scalar:
+            t = fld.type
+            if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+                raise DataError(
+                    f"{scalar[fld.name]} '{fld.name}' cannot be used ({os.path.basename(f)}): its cells hold {t} "
+                    "values, not single numbers or text"
+                )
         role, finite = complete.get(fld.name, (None, False))
         if not finite:
             continue
@@ -90,13 +99,14 @@ def _check_fields(f: str, schema, complete: dict) -> None:
         raise DataError(f"{role} '{fld.name}' cannot be used ({os.path.basename(f)}): {why}")
 
 
-def read_parquet(pattern: str, columns=None, sized_columns=None, complete=None):
+def read_parquet(pattern: str, columns=None, sized_columns=None, complete=None, scalar=None):
     """A Dask DataFrame over the Parquet files matching ``pattern`` (a glob or a folder): one clear error for
     a glob that matches nothing or files whose schemas differ (checked from the footers, no rows read), or a row
     group (a partition) that would take more than ``MAX_PARTITION_BYTES`` once read, over ``sized_columns`` (the
     columns the command uses; default ``columns``, or all). ``complete`` (column -> (role, finite)): columns that
     must have no missing (and, when ``finite``, no infinite) value, refused from the footers' statistics before
-    any cluster starts (a label with a missing value was found on the workers only, after the progress lines)."""
+    any cluster starts (a label with a missing value was found on the workers only, after the progress lines).
+    ``scalar`` (column -> role): columns whose cells must be single values (group columns)."""
     import glob
     import os
 
@@ -123,7 +133,7 @@ def read_parquet(pattern: str, columns=None, sized_columns=None, complete=None):
         names = {n for n, _ in sig} if used is None else set(used)
         text = {fld.name for fld in schema if not _fixed_width(fld.type)}
         groups += meta.num_row_groups
-        _check_fields(f, schema, complete or {})
+        _check_fields(f, schema, complete or {}, scalar)
         if complete:
             _check_complete(f, meta, complete)
         for g in range(meta.num_row_groups):
