@@ -12,12 +12,12 @@ processes; summed, so pages shared after a fork count twice) is sampled every 0.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import threading
-import contextlib
 import time
 from pathlib import Path
 
