@@ -5,8 +5,8 @@ Without ``--data`` it opens on the bundled demo table ``synthetic_scores`` and r
 newcomer sees a complete audit right away.
 
 Pages (``st.navigation``): Data, Groups, Run, Results, Export (the audit workflow), Teaching and About.
-The pages live in ``app/ui/*_page.py``; the heavy lifting is in ``app/pipeline.py`` and its neighbours
-(``app/runner.py`` re-exports them).
+The pages live in ``app/ui/*_page.py``; the heavy lifting is in ``app/services/pipeline.py`` and its neighbours
+(``app/services/runner.py`` re-exports them).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-# `streamlit run` puts this script's folder (app/) first on sys.path, where app/io.py would shadow the
+# `streamlit run` puts this script's folder (app/) first on sys.path, where app/services/io.py would shadow the
 # standard library's io module for any later import. Drop it, and make sure the package root is importable.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_HERE.parent) not in sys.path:
@@ -24,9 +24,9 @@ if str(_HERE.parent) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app.jobs import debug as _debug  # noqa: E402
-from app.jobs import prewarm  # noqa: E402
-from app.specs import count  # noqa: E402
+from app.services.jobs import debug as _debug  # noqa: E402
+from app.services.jobs import prewarm  # noqa: E402
+from app.services.specs import count  # noqa: E402
 from app.ui import persist, state  # noqa: E402
 from app.ui.common import esc  # noqa: E402
 

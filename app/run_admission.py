@@ -20,7 +20,9 @@ from collections.abc import Callable
 
 RUN_DEFAULT_MB = 1000
 RUN_BASE_BYTES = 150 * 10**6  # a worker process with numpy, pandas and scikit-learn imported
-TABLE_COPIES = 3.1  # the table, its pickled copy in the worker and the split's (app.io: 3.1 x the table in fit)
+TABLE_COPIES = (
+    3.1  # the table, its pickled copy in the worker and the split's (app.services.io: 3.1 x the table in fit)
+)
 MOMENT_ROW_BYTES = 4 * 8  # per row and moment: the prediction, its pseudo-label and two working copies
 WAIT_POLL = 0.5  # seconds between two looks at Stop while waiting (Stop also wakes the queue at once)
 
@@ -36,10 +38,10 @@ def run_budget() -> int:
 
 def run_bytes(table_bytes: int, rows: int, n_groups: int, n_moments: int) -> int:
     """The memory a run on ``rows`` rows (``table_bytes`` as a DataFrame) with ``n_groups`` groups and
-    ``n_moments`` moments may take, from the measured costs of `mmc fit` and `mmc audit` (app.io): the worker,
+    ``n_moments`` moments may take, from the measured costs of `mmc fit` and `mmc audit` (app.services.io): the worker,
     3.1 x the table, the audit's bytes a row and a (row, group) pair (every row counted in every group: an upper
     bound; the run refuses more pairs than the audit's limit, so they count at most that limit)."""
-    from . import io as table_io
+    from .services import io as table_io
 
     rows, n_groups = max(int(rows), 0), max(int(n_groups), 1)
     pairs = table_io.AUDIT_PAIR_BYTES * rows * n_groups

@@ -4,11 +4,11 @@ For a few table sizes, on the same rows and features (a CPS-like table, gradient
 
 * ``sklearn``: the plain scikit-learn pipeline fitted in one call, default threads, in this process
   (``sklearn 1t``: the same with one OpenMP thread, as the app fits);
-* ``app chunks``: :func:`app.base_model.fit_base_model` as a thread worker runs it (boosting in chunks of
+* ``app chunks``: :func:`app.services.base_model.fit_base_model` as a thread worker runs it (boosting in chunks of
   BOOST_CHUNK iterations with a look at the stop flag between them, one OpenMP thread);
 * ``app 1 call``: the same function as the dashboard's worker process runs it (``KILLABLE``: one call, Stop
   terminates the process);
-* ``app job``: a whole dashboard run as the Run page starts it (:class:`app.jobs.FitJob` in a worker process
+* ``app job``: a whole dashboard run as the Run page starts it (:class:`app.services.jobs.FitJob` in a worker process
   forked from the fork server, capped at one descent round), reporting the run's ``timings["base_model"]``
   (the fit plus the prediction of every row, hashing and the cache), i.e. what the Run page prints as
   "base model fitted in ... s".
@@ -73,9 +73,9 @@ def plain_sklearn(X: pd.DataFrame, y: np.ndarray, seed: int):
 
 
 def app_job_seconds(df: pd.DataFrame, base_share: float) -> float:
-    from app.base_model import _BASE_CACHE
-    from app.jobs import FitJob
-    from app.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec
+    from app.services.base_model import _BASE_CACHE
+    from app.services.jobs import FitJob
+    from app.services.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec
 
     _BASE_CACHE.clear()  # a new fit every time
     job = FitJob(
@@ -107,11 +107,11 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
-    from app import base_model
-    from app.base_model import fit_base_model
-    from app.jobs import prewarm
-    from app.pipeline import split_rows
-    from app.specs import SplitSpec
+    from app.services import base_model
+    from app.services.base_model import fit_base_model
+    from app.services.jobs import prewarm
+    from app.services.pipeline import split_rows
+    from app.services.specs import SplitSpec
 
     prewarm()  # as the dashboard does: scikit-learn imported and the fork server started before the first run
     sizes = [int(float(s.lower().replace("k", "e3").replace("m", "e6"))) for s in a.sizes.split(",")]

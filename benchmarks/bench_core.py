@@ -163,7 +163,7 @@ def generate(n: int, cards, seed: int, binary: bool = False):
 # Errors (one function scores every method)
 # ---------------------------------------------------------------------------------------------------
 def _bucket_ours(pred: np.ndarray, m: int = M_BUCKETS) -> np.ndarray:
-    from mmc_core.buckets import mean_grid
+    from mmc_core.paper.buckets import mean_grid
 
     return mean_grid(m).index(pred)
 

@@ -51,7 +51,7 @@ def generate(path, rows, file_rows, seed=0):
 
 
 def groups():
-    from mmc_core.groups import Condition, Group, GroupSet
+    from mmc_core.groups.group_set import Condition, Group, GroupSet
 
     return GroupSet(
         [Group(f"c{j}={v}", (Condition(f"c{j}", "==", value=v),)) for j in range(COLS) for v in range(VALUES)]

@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
-from mmc_core.discover import discover  # noqa: E402
-from mmc_core.discover_fit import fit_with_discovery  # noqa: E402
+from mmc_core.discovery.discover_fit import fit_with_discovery  # noqa: E402
+from mmc_core.discovery.discover_groups import discover  # noqa: E402
 
 LABEL_RANGE = (-0.5, 1.5)
 SHAPES = {

@@ -1,5 +1,5 @@
 """The membership-sum primitive's two ways of summing, side by side: the measurement behind
-``mmc_core.sums.use_signatures`` (signatures while they are at most half the rows and the signature x group
+``mmc_core.groups.sums.use_signatures`` (signatures while they are at most half the rows and the signature x group
 table stays small; (row, group) pairs otherwise).
 
 One command::
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mmc_core.groups import GroupSet  # noqa: E402
-from mmc_core.sums import MembershipSums, use_signatures  # noqa: E402
+from mmc_core.groups.group_set import GroupSet  # noqa: E402
+from mmc_core.groups.sums import MembershipSums, use_signatures  # noqa: E402
 
 SHAPES = ((2, 4), (3, 8), (3, 12), (4, 12), (5, 12))
 NC = 100

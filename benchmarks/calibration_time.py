@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from coverage_protocol import DATASETS, EXTERNAL, register_cps
 
-from app.demo_data import load_dataset
+from app.services.demo_data import load_dataset
 from benchmarks.interval_fitters import fit_approach
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv

@@ -1,4 +1,4 @@
-"""What the shrunken cell corrections after the descent (``shrunken_cells``, :mod:`mmc_core.cells`) cost.
+"""What the shrunken cell corrections after the descent (``shrunken_cells``, :mod:`mmc_core.fit.cells`) cost.
 
     python benchmarks/cells_time.py                       # 200,000 and 2,000,000 rows, 2 repeats
     python benchmarks/cells_time.py --rows 100000 --repeats 3

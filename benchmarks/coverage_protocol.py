@@ -125,7 +125,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from app.demo_data import load_dataset
+from app.services.demo_data import load_dataset
 from benchmarks.interval_fitters import fit_approach
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv

@@ -2,8 +2,8 @@
 
 A finding is reported *because* its estimate is far from 0, so its estimate overshoots and a plain 95% interval
 around it misses the truth more often than 5%. The audit states each finding's interval at 1 - R 0.05 / m (R
-findings of m tests; Benjamini-Yekutieli false-coverage-rate intervals, ``mmc_core.findings.fcr_miss``). This
-script fits the tool on the demo distribution (``mmc_core.synthetic``; its true mean and variance are known per
+findings of m tests; Benjamini-Yekutieli false-coverage-rate intervals, ``mmc_core.auditing.findings.fcr_miss``). This
+script fits the tool on the demo distribution (``mmc_core.common.synthetic``; its true mean and variance are known per
 row), audits fresh rows, and scores every mean, calibration and variance finding against its truth on those rows:
 the mean of (true mean - prediction) over the finding's rows, or for a variance finding (mean true variance +
 the spread of true mean - prediction around its group mean) / mean predicted variance. Each audit is made twice:
@@ -46,12 +46,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from mmc_core import GroupSet, MomentMulticalibrator, audit_findings, metrics  # noqa: E402  # noqa: E402
-from mmc_core import findings as fnd  # noqa: E402
-from mmc_core.buckets import mean_grid  # noqa: E402
-from mmc_core.metrics import audit  # noqa: E402
-from mmc_core.moments import LabelScale  # noqa: E402
-from mmc_core.synthetic import demo_distribution  # noqa: E402
+from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402  # noqa: E402
+from mmc_core.auditing import audit_findings, metrics  # noqa: E402  # noqa: E402
+from mmc_core.auditing import findings as fnd  # noqa: E402
+from mmc_core.auditing.metrics import audit  # noqa: E402
+from mmc_core.common.synthetic import demo_distribution  # noqa: E402
+from mmc_core.paper.buckets import mean_grid  # noqa: E402
+from mmc_core.paper.moments import LabelScale  # noqa: E402
 
 UNIT_SCALE = LabelScale(0.0, 1.0)  # the label on [0, 1]: unit values are label values
 

@@ -34,7 +34,7 @@ moment_buckets="range"``); ``mmc-gz2`` / ``mmc-gz25``: the defaults with ``mean_
 groups of the mean corrected at that z instead of the Bonferroni one); ``mmc-none`` / ``mmc-affine`` /
 ``mmc-gl``: the defaults with ``base_recalibration="none"`` (the default before the group-linear map) /
 ``"affine"`` / ``"group-linear"`` (what the default ``"auto"`` does with the numpy engine); ``mmc-straight``: the
-defaults with the group-linear map never bent (no hinges: ``mmc_core.recalibrate.KNOT_QUANTILES = ()``, the
+defaults with the group-linear map never bent (no hinges: ``mmc_core.fit.recalibrate.KNOT_QUANTILES = ()``, the
 default before 2026-11-27); ``mmc-nocells``: the defaults without the shrunken cell corrections after the descent
 (``shrunken_cells=False``, the default before 2026-11-27 12:00 UTC); ``mmc-q`` / ``mmc-u``: the defaults with
 ``mean_buckets="quantile"`` / ``"uniform"``; ``mcgrad``: ``mcgrad.methods.RegressionMCGrad()`` with its defaults (``mcgrad.methods.MCGrad()``, the
@@ -93,8 +93,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from app.demo_data import load_dataset  # noqa: E402
-from mmc_core import GroupSet, MomentMulticalibrator, recalibrate  # noqa: E402
+from app.services.demo_data import load_dataset  # noqa: E402
+from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
+from mmc_core.fit import recalibrate  # noqa: E402
 
 DATASETS = {
     # name: (label, group columns, columns never used as features)
@@ -655,7 +656,7 @@ def many_tables_reading(tab: pd.DataFrame, level: float = 0.05) -> dict:
     """
     from statistics import NormalDist
 
-    from mmc_core.findings import adjust_pvalues, norm_sf
+    from mmc_core.auditing.findings import adjust_pvalues, norm_sf
 
     t = tab.dropna(subset=["z"])
     z = t["z"].to_numpy(float)

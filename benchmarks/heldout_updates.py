@@ -30,7 +30,7 @@ if ROOT not in sys.path:
 
 from benchmarks import heldout_protocol as hp  # noqa: E402
 from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
-from mmc_core.descent import WHOLE  # noqa: E402
+from mmc_core.paper.descent import WHOLE  # noqa: E402
 
 
 def _gbias(mu, y, dense) -> float:

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from mmc_core import GroupSet, MomentMulticalibrator
-from mmc_core.metrics import audit
-from mmc_core.synthetic import demo_distribution
+from mmc_core.auditing.metrics import audit
+from mmc_core.common.synthetic import demo_distribution
 
 
 def main(argv=None) -> int:
@@ -95,9 +95,9 @@ def _verdict(f: dict, model, te_full: pd.DataFrame, groups, dist=None) -> str:
     if f["kind"] == "coverage":
         if dist is None:
             return "not judged"
-        from mmc_core.distributions import betainc as _betainc
+        from mmc_core.auditing.distributions import betainc as _betainc
+        from mmc_core.common.synthetic import _beta_params
         from mmc_core.intervals import predict_intervals
-        from mmc_core.synthetic import _beta_params
 
         lo, hi = predict_intervals(
             model, te, te["base_pred"].to_numpy(), method=f["method"], delta=1.0 - float(f["target"])

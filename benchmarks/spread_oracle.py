@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import coverage_protocol as cp
 from mmc_core import MomentMulticalibrator
-from mmc_core.groups import GroupSet
+from mmc_core.groups.group_set import GroupSet
 from mmc_core.intervals.conditional import fit_group_max
 
 DELTA = 0.1

@@ -20,7 +20,7 @@ def render() -> str:
     """The page's text, from the parser ``mmc`` uses."""
     os.environ["COLUMNS"] = WIDTH
     sys.path.insert(0, str(ROOT))
-    from app.cli import build_parser
+    from app.cli.entry import build_parser
 
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices

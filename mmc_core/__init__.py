@@ -8,15 +8,15 @@ on the same rows, one model across periods), and the synthetic ground-truth dist
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .compare import compare, compare_periods, side
-from .conditions import Condition
-from .errors import DataError, GroupDefinitionError, MMCError, ModelFormatError, NotFittedError
-from .estimator import MomentMulticalibrator
-from .groups import Group, GroupSet
-from .membership import Membership
-from .metrics import audit
-from .model import FittedModel
-from .moments import LabelScale, max_central_moment
+from .auditing.metrics import audit
+from .common.errors import DataError, GroupDefinitionError, MMCError, ModelFormatError, NotFittedError
+from .comparison.compare_models import compare, compare_periods, side
+from .estimator.multicalibrator import MomentMulticalibrator
+from .fit.model import FittedModel
+from .groups.conditions import Condition
+from .groups.group_set import Group, GroupSet
+from .groups.membership import Membership
+from .paper.moments import LabelScale, max_central_moment
 
 __all__ = [
     "MomentMulticalibrator",

@@ -1,5 +1,5 @@
 """Worst group variance ratio (observed / predicted variance on the held-out test rows) of the dashboard's
-default run on a bundled demo, as the Results page computes it (app.runner.run_pipeline + the audit).
+default run on a bundled demo, as the Results page computes it (app.services.runner.run_pipeline + the audit).
 
     python scripts/dashboard_variance_ratio.py [DEMO] [--rule se|auto] [--es auto|off]
 
@@ -16,8 +16,8 @@ import time
 
 def main(argv=None):
     sys.path.insert(0, ".")
-    from app import demo_data
-    from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+    from app.services import demo_data
+    from app.services.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
     from app.ui.groupbuild import groups_file, suggest_groups
     from app.ui.settings import Settings
 
@@ -43,7 +43,7 @@ def main(argv=None):
     if ds.base_prediction:
         bspec = BaseSpec("column", ds.base_prediction)
     else:
-        from app.validate import feature_flags
+        from app.services.validate import feature_flags
 
         flags = feature_flags(df, ds.label)
         feats = tuple(c for c in df.columns if c != ds.label and c not in set(ds.ground_truth) and c not in flags)

@@ -36,7 +36,7 @@ def run_quarters_world() -> AppTest:
     import numpy as np
     import pandas as pd
 
-    from mmc_core.synthetic import demo_distribution
+    from mmc_core.common.synthetic import demo_distribution
 
     df = pd.DataFrame(demo_distribution().sample_table(6000, np.random.default_rng(2))).drop(
         columns=["true_mean", "true_var", "true_m3", "true_m4"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmc_core.buckets import mean_grid, moment_grid
+from mmc_core.paper.buckets import mean_grid, moment_grid
 
 
 def moment_label(a, r, odd):

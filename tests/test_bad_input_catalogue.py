@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
+from app.cli.entry import main
 
 ROWS = 400
 
@@ -465,8 +465,8 @@ def test_a_text_column_as_label_is_called_the_wrong_column_not_cells_to_fix():
     non-number cells keeps that advice."""
     import pandas as pd
 
-    from app.io import numeric_column
-    from mmc_core.errors import DataError
+    from app.services.io import numeric_column
+    from mmc_core.common.errors import DataError
 
     text = pd.DataFrame({"relig": ["slightly", "not", "very"] * 3})
     with pytest.raises(DataError, match="it is a text column: choose a numeric one"):

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app.cli import main
+from app.cli.entry import main
 from tests.apptest_helpers import new_session as _new
 from tests.apptest_helpers import switch as _page
 from tests.apptest_helpers import wait_job as _wait_job
@@ -76,8 +76,8 @@ def test_round_trip_new_rows_equal_the_dashboards_predictions(tmp_path, monkeypa
     """The issue's judgement: in-app base model -> export -> `mmc predict` on new rows equals the dashboard's
     predictions to 1e-9. The fit runs in the dashboard's own process (MMC_WORKER=thread), so the base model the
     dashboard fitted and used is at hand to predict the new rows with."""
-    from app import base_model as bm
-    from app.io import read_table
+    from app.services import base_model as bm
+    from app.services.io import read_table
 
     monkeypatch.setenv("MMC_WORKER", "thread")
     at = _run_demo("islp_wage")
@@ -118,7 +118,7 @@ def test_round_trip_new_rows_equal_the_dashboards_predictions(tmp_path, monkeypa
         np.testing.assert_allclose(got[k].to_numpy(), v, rtol=0, atol=1e-9, err_msg=k)
 
     # the dashboard's own export of its rows agrees too (the predictions.csv of the Export page)
-    from app.pipeline import predictions_table
+    from app.services.pipeline import predictions_table
 
     test = run.split["test"]
     rows_csv = tmp_path / "test_rows.csv"
@@ -190,9 +190,9 @@ def test_foreign_and_tampered_base_model_files_are_refused(tmp_path, capsys):
     them is built."""
     from sklearn.neighbors import KNeighborsRegressor
 
-    from app.base_model import base_model_record, dump_base_model, fit_base_model, load_base_model_bytes
+    from app.services.base_model import base_model_record, dump_base_model, fit_base_model, load_base_model_bytes
     from mmc_core import FittedModel
-    from mmc_core.errors import DataError
+    from mmc_core.common.errors import DataError
 
     rng = np.random.default_rng(0)
     X = pd.DataFrame({"x": rng.normal(size=200), "g": rng.choice(["a", "b"], 200).astype(object)})
@@ -263,7 +263,7 @@ def test_foreign_and_tampered_base_model_files_are_refused(tmp_path, capsys):
 def test_export_after_the_worker_process_fitted_the_base_model(tmp_path, capsys):
     """The dashboard's default: the base model is fitted in a worker process, whose model never reaches the
     server; the export fits it again and checks it reproduces the run's base predictions on every row."""
-    from app.pipeline import predictions_table
+    from app.services.pipeline import predictions_table
 
     at = _run_demo("islp_wage")
     run = at.session_state["run"]

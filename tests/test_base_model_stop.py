@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import app.base_model as bm
-from app.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec
+import app.services.base_model as bm
+from app.services.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec
 
 
 def _frame(n=3000, seed=0):
@@ -70,7 +70,7 @@ def test_in_a_killable_worker_the_model_is_fitted_in_one_call(monkeypatch):
 def test_stop_in_the_worker_process_during_the_base_model_fit_ends_the_job_at_once():
     import time
 
-    from app.jobs import FitJob
+    from app.services.jobs import FitJob
 
     df = _frame(120_000, seed=1)
     job = FitJob(
@@ -98,7 +98,7 @@ def test_a_base_model_fitted_in_a_worker_process_is_reused_by_the_next_run(monke
     """Each run's worker process is forked from the fork server, which has none of the server's cache: the base
     model used to be fitted again for every run. Now the worker sends the predictions back, and the next worker
     starts with them (a planted prediction shows that it is used instead of a new fit)."""
-    from app.jobs import FitJob
+    from app.services.jobs import FitJob
 
     monkeypatch.setattr(bm, "_BASE_CACHE", type(bm._BASE_CACHE)())
     df = _frame(4000, seed=2)
@@ -124,7 +124,7 @@ def test_a_base_model_fitted_in_a_worker_process_is_reused_by_the_next_run(monke
 
 
 def _job(df, **kw):
-    from app.jobs import FitJob
+    from app.services.jobs import FitJob
 
     return FitJob(
         df,
@@ -157,14 +157,14 @@ def test_a_worker_process_that_cannot_start_ends_the_job_with_an_error(monkeypat
 
 def test_job_children_do_not_run_the_dashboard_script(monkeypatch, tmp_path):
     """While a Streamlit page runs, __main__ is app/dashboard.py and app/ is first on sys.path: every job child
-    used to execute the whole script as __mp_main__ (importing Streamlit and every page) with app/io.py
+    used to execute the whole script as __mp_main__ (importing Streamlit and every page) with app/io.py (now app/services/io.py)
     shadowing the standard library's io. The preparation data the child starts from now has neither (a main
     module outside app/ keeps the standard behaviour), and a job started in that state runs to the end."""
     import sys
     import types
     from multiprocessing import spawn
 
-    import app.jobs as jobs
+    import app.services.jobs as jobs
 
     jobs._mp_context()
     app_dir = jobs._APP_DIR
@@ -186,7 +186,7 @@ def test_job_children_do_not_run_the_dashboard_script(monkeypatch, tmp_path):
 
 
 def test_the_test_hold_waits_for_stop_and_is_off_without_its_file(tmp_path, monkeypatch):
-    """The browser test's hold (app.base_model.HOLD_ENV): with its file present a fit waits and Stop ends it with
+    """The browser test's hold (app.services.base_model.HOLD_ENV): with its file present a fit waits and Stop ends it with
     StoppedByUser after the stop flag has been looked at; without the file (or the variable) a fit runs."""
     X = pd.DataFrame({"x": np.arange(200.0)})
     y = np.arange(200.0) % 7

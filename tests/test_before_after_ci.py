@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from mmc_core import MomentMulticalibrator
-from mmc_core.metrics import audit
+from mmc_core.auditing.metrics import audit
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_worst_cells_are_tested_cells_with_their_standard_error(result):
 
 
 def test_the_chart_draws_each_markers_interval(result):
-    from app.figures import calibration_before_after_figure
+    from app.figures.charts import calibration_before_after_figure
 
     _, _, _, res = result
     fig = calibration_before_after_figure(res, label="y")

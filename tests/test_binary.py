@@ -1,4 +1,4 @@
-"""Classifier audits (mmc_core.binary): label detection, per-group metrics against fairlearn and scikit-learn,
+"""Classifier audits (mmc_core.auditing.binary): label detection, per-group metrics against fairlearn and scikit-learn,
 calibration errors against a direct loop, and the bootstrap intervals' coverage on data with known rates."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from mmc_core import GroupSet
-from mmc_core.binary import METRICS, as_binary, classifier_audit, is_binary
-from mmc_core.errors import DataError, MMCError
+from mmc_core.auditing.binary import METRICS, as_binary, classifier_audit, is_binary
+from mmc_core.common.errors import DataError, MMCError
 
 
 def test_as_binary():

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import figures_binary as FB
-from app.io import CSV_EXACT
+from app.figures import binary as FB
+from app.services.io import CSV_EXACT
 from mmc_core import GroupSet, MomentMulticalibrator
 
 # ---------------------------------------------------------------------------------------------------
@@ -63,7 +63,7 @@ def _small_group_data(n=900, seed=5):
 
 
 def test_rate_intervals_are_wilson_from_the_true_counts_and_never_a_point():
-    from mmc_core.binary import classifier_audit, threshold_rates
+    from mmc_core.auditing.binary import classifier_audit, threshold_rates
 
     df, y, score, base = _small_group_data()
     gs = GroupSet.from_columns(df, ["race", "sex"], 1)
@@ -127,7 +127,7 @@ def test_pdf_says_how_the_rate_intervals_are_computed(tmp_path, monkeypatch):
     import shutil
     import subprocess
 
-    from app import report as R
+    from app.report import pdf as R
     from tests.test_report import stand_in_renderer
 
     if not shutil.which("pdftotext"):
@@ -158,8 +158,8 @@ def loan_run():
 
 
 def test_predictions_csv_round_trips_and_the_model_repredicts_it_exactly(loan_run):
-    from app.io import csv_bytes, read_table_bytes
-    from app.pipeline import predictions_table
+    from app.services.io import csv_bytes, read_table_bytes
+    from app.services.pipeline import predictions_table
     from mmc_core import FittedModel
 
     df, run = loan_run
@@ -181,8 +181,8 @@ def test_predictions_csv_round_trips_and_the_model_repredicts_it_exactly(loan_ru
 
 
 def test_export_csv_decisions_are_at_the_results_page_threshold(monkeypatch):
-    import app.report
-    from app.pipeline import classifier_rates
+    import app.report.pdf
+    from app.services.pipeline import classifier_rates
     from tests.apptest_helpers import new_session as _new
     from tests.apptest_helpers import switch as _page
     from tests.apptest_helpers import wait_job as _wait_job
@@ -193,8 +193,8 @@ def test_export_csv_decisions_are_at_the_results_page_threshold(monkeypatch):
         built.append(k.get("rates"))
         return b"%PDF-1.4 stand-in report"
 
-    monkeypatch.setattr(app.report, "build_report_pdf", fake_pdf)
-    monkeypatch.setattr(app.report, "chromium_available", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr(app.report.pdf, "build_report_pdf", fake_pdf)
+    monkeypatch.setattr(app.report.pdf, "chromium_available", lambda: "/usr/bin/chromium")
     at = _new()
     at.selectbox(key="demo_name").set_value("loanapp").run()
     _page(at, "run")

@@ -17,7 +17,7 @@ Two data sources: a synthetic generator with known true probabilities and a base
 some groups, and the bundled loanapp table with a logistic-regression score on credit and loan columns (no
 demographic column), fitted on its own rows, as practitioners often fit it: with ``class_weight="balanced"``
 (approvals are 88% of the rows), which makes its probabilities systematically too low. Everything is computed
-here with plain numpy, independently of ``mmc_core.binary``. The numbers are printed (pytest -s), with the worst
+here with plain numpy, independently of ``mmc_core.auditing.binary``. The numbers are printed (pytest -s), with the worst
 cell of the true probabilities on the synthetic rows: the noise floor of the worst-cell statistic.
 
 Measured first, and kept as a measurement only (``test_loanapp_plain_logistic_measured``): the same score fitted
@@ -129,7 +129,7 @@ def _loanapp(seed, balanced: bool):
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from app.demo_data import get_dataset, load_dataset
+    from app.services.demo_data import get_dataset, load_dataset
 
     ds = get_dataset("loanapp")
     df = load_dataset("loanapp")

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
+from app.cli.entry import main
 from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
-from mmc_core.errors import DataError, MMCError, ModelFormatError
-from mmc_core.metrics import audit
+from mmc_core.auditing.metrics import audit
+from mmc_core.common.errors import DataError, MMCError, ModelFormatError
 
 
 def _data(n=3000, seed=0):
@@ -361,8 +361,8 @@ def test_cli_binary_fit_predict_audit(tmp_path, capsys):
 def test_runner_binary_pipeline_and_live_rates():
     from fairlearn.metrics import MetricFrame, selection_rate
 
-    from app.demo_data import load_dataset
-    from app.runner import (
+    from app.services.demo_data import load_dataset
+    from app.services.runner import (
         LabelSpec,
         classifier_rates,
         predictions_table,
@@ -408,8 +408,8 @@ def test_dashboard_run_with_positive_class_0_audits_the_labels_once_flipped():
     """The dashboard prepares a classifier's labels as 0/1 with 1 = the chosen positive class. With positive
     class 0 those prepared labels are already flipped, so the audit (which maps the labels it is given through
     the model's positive class) must get the data's own values: the test rows' base rate is P(approve = 0)."""
-    from app.demo_data import get_dataset, load_dataset
-    from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+    from app.services.demo_data import get_dataset, load_dataset
+    from app.services.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
     from app.ui.export_page import test_inputs
 
     ds = get_dataset("loanapp")
@@ -453,12 +453,12 @@ def test_readme_classifier_commands_run(tmp_path):
 
 
 def test_pdf_report_of_a_binary_model(tmp_path, monkeypatch):
-    """The classifier section of the PDF: its tables and the two classifier figures (built by app/figures_binary.py),
+    """The classifier section of the PDF: its tables and the two classifier figures (built by app/figures/binary.py),
     nothing in label units, no interval or variance pages (figures replaced by grey boxes: no browser needed)."""
     import shutil
     import subprocess
 
-    from app import report as R
+    from app.report import pdf as R
     from tests.test_report import stand_in_renderer
 
     if not shutil.which("pdftotext"):
@@ -516,7 +516,7 @@ def test_audit_of_a_model_whose_positive_class_is_0_reads_the_labels_its_way(pos
     bound = est.model_.params.m * est.model_.info["achieved"]["alpha"]
     assert abs(overall["mean_score"] - overall["base_rate"]) <= bound + 1e-12
     assert not [f for f in res.findings if f.get("kind") in ("mean", "calibration")], res.findings
-    from mmc_core.binary import binary_labels
+    from mmc_core.auditing.binary import binary_labels
 
     # a slice holding only the negative class (no events) is audited, not refused
     neg = np.asarray(labels(np.ones(5, dtype=int)))
@@ -553,8 +553,8 @@ def test_cli_audit_of_a_model_with_positive_class_0(tmp_path, capsys):
 def loanapp_run(max_order: int = 1, n_boot: int = 20):
     """(table, run) of the bundled loanapp demo through the app's pipeline: label `approve`, a ridge (logistic)
     base model on three ratios, the demo's groups up to ``max_order``, split seed 1."""
-    from app.demo_data import get_dataset, load_dataset
-    from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+    from app.services.demo_data import get_dataset, load_dataset
+    from app.services.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
 
     df = load_dataset("loanapp")
     gs = GroupSet.from_columns(df, list(get_dataset("loanapp").groups), max_order)

@@ -52,14 +52,16 @@ def cps_csv(path: Path, n: int = 100_000, seed: int = 1) -> Path:
     return path
 
 
-HOLD = SHOTS.parent / "e2e-hold-base-fit"  # while it exists, the server's base-model fits wait (app.base_model)
+HOLD = (
+    SHOTS.parent / "e2e-hold-base-fit"
+)  # while it exists, the server's base-model fits wait (app.services.base_model)
 
 
 @pytest.fixture(scope="module")
 def server():
     SHOTS.mkdir(parents=True, exist_ok=True)
     HOLD.unlink(missing_ok=True)
-    from app.base_model import HOLD_ENV
+    from app.services.base_model import HOLD_ENV
 
     env = {HOLD_ENV: str(HOLD)}
     with dashboard_server(PORT, SHOTS.parent / "dashboard-e2e-server.log", env=env) as proc:

@@ -234,10 +234,10 @@ def _main_text(page) -> str:
 
 def _test_counts(df: pd.DataFrame, cols: tuple) -> dict:
     """Every group the Groups page makes from ``cols`` (each column's values, and the pairs of two columns' values)
-    with its number of test rows: the app's split is a seeded permutation (app.pipeline.split_rows, seed 0), so the
+    with its number of test rows: the app's split is a seeded permutation (app.services.pipeline.split_rows, seed 0), so the
     test rows are known here."""
-    from app.pipeline import split_rows
-    from app.specs import SplitSpec
+    from app.services.pipeline import split_rows
+    from app.services.specs import SplitSpec
 
     test = split_rows(len(df), SplitSpec(test=TEST_SHARE, base=BASE_SHARE, seed=0), True)["test"]
     is_test = pd.Series(False, index=df.index)

@@ -83,8 +83,8 @@ def _outside_fit_seconds(csv, features) -> dict:
 
     import pandas as pd
 
-    from app.pipeline import split_rows
-    from app.specs import SplitSpec
+    from app.services.pipeline import split_rows
+    from app.services.specs import SplitSpec
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_base_model.py"
     spec = importlib.util.spec_from_file_location("bench_base_model", path)
@@ -102,7 +102,7 @@ def _outside_fit_seconds(csv, features) -> dict:
 @pytest.fixture(scope="module")
 def server():
     SHOTS.mkdir(parents=True, exist_ok=True)
-    # the server's timing notes (app.jobs.debug) go to its log, which a failure message quotes
+    # the server's timing notes (app.services.jobs.debug) go to its log, which a failure message quotes
     with dashboard_server(PORT, SHOTS.parent / "dashboard-stop-server.log", env={"MMC_DEBUG_TIMING": "1"}) as proc:
         yield proc
 

@@ -14,7 +14,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def _audit():
-    from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+    from app.services.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
     from mmc_core import GroupSet
 
     df = pd.read_csv(DATA / "crime1_arrests.csv")
@@ -32,8 +32,8 @@ def _audit():
 
 
 def test_every_group_with_a_finding_is_on_the_classifier_charts():
-    from app import figures_binary as FB
-    from app.report_tables import priority_groups
+    from app.figures import binary as FB
+    from app.report.tables import priority_groups
 
     audit = _audit()
     found = FB.finding_groups(audit)

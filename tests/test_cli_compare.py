@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
+from app.cli.entry import main
 
 
 @pytest.fixture(scope="module")

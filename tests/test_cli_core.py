@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
-from mmc_core.synthetic import demo_distribution
+from app.cli.entry import main
+from mmc_core.common.synthetic import demo_distribution
 
 
 @pytest.fixture(scope="module")
@@ -248,8 +248,8 @@ def test_outputs_that_cannot_be_written_and_parquet_outputs(csvs, capsys, tmp_pa
     one line naming the user's path, exit 2; and a real Parquet file."""
     import tempfile
 
-    from mmc_core.errors import MMCError
-    from mmc_core.model import atomic_write_bytes
+    from mmc_core.common.errors import MMCError
+    from mmc_core.fit.model import atomic_write_bytes
 
     fit = ["fit", "--data", str(csvs / "train.csv"), "--label", "outcome", "--group-cols", "race"]
     model = tmp_path / "m.json"
@@ -379,7 +379,7 @@ def test_codes_with_leading_zeros_are_read_as_text(tmp_path, capsys):
     "01"; `mmc fit --group-cols site` merged them too (4 groups). A column whose text tells apart values that
     are one number is now text; zero-padded numbers written one way (months 01-12, `tier` 001/002 here) stay
     numbers, so numeric groups on them keep working (a review)."""
-    from app.io import read_table
+    from app.services.io import read_table
 
     csv = "site,tier,n,x,y\n01,001,3,0.5,10\n1,002,4,0.25,12\n02,001,,1.5,11\n2,002,5,0.0,9\n10,001,6,-0.5,8\n"
     (tmp_path / "d.csv").write_text(csv)

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import cli, cli_common
+from app.cli import common as cli_common
+from app.cli import entry as cli
 
 
 @pytest.fixture
@@ -131,7 +132,7 @@ def test_a_long_audit_says_what_it_is_doing(table, fitted, tmp_path, monkeypatch
     """`mmc audit` passes a progress callback down to the core: each stage (and each block of bootstrap
     replicates) is announced; the CLI prints at most one line per PROGRESS_EVERY seconds (0 here: every one)."""
     from mmc_core import FittedModel
-    from mmc_core.metrics import audit
+    from mmc_core.auditing.metrics import audit
 
     df = pd.read_csv(table)
     said: list = []
@@ -158,8 +159,8 @@ def test_an_out_that_is_not_a_regular_file_is_refused_and_kept(table, tmp_path, 
     line = _one_error_line(capsys.readouterr().err)
     assert rc == 2 and "not a regular file" in line and str(fifo) in line
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
-    from mmc_core.errors import MMCError
-    from mmc_core.model import atomic_write_text
+    from mmc_core.common.errors import MMCError
+    from mmc_core.fit.model import atomic_write_text
 
     with pytest.raises(MMCError, match="not a regular file"):  # the writer refuses it too, whoever calls it
         atomic_write_text(fifo, "{}")
@@ -340,7 +341,7 @@ def test_dask_errors_found_on_the_cluster_are_the_only_line(
     declared range, a groups file comparing a number with text) was printed after "connecting to the Dask
     scheduler" and "fitting ..." lines: the progress lines are held until the work has started (the descent's
     first round, or PROGRESS_HOLD seconds, set out of reach here: no clock in the test) and dropped on an error."""
-    from app import cli_dask
+    from app.cli import dask as cli_dask
 
     monkeypatch.setattr(cli_dask, "PROGRESS_HOLD", 1e6, raising=False)
     nan_label = case.endswith("(not null)")
@@ -362,7 +363,7 @@ def test_dask_errors_found_on_the_cluster_are_the_only_line(
 
 def test_dask_progress_lines_are_shown_once_the_descent_runs(parts, dask_scheduler, tmp_path, monkeypatch, capsys):
     """The held lines are not lost: a fit that starts says where it runs and what it fits, before its rounds."""
-    from app import cli_dask
+    from app.cli import dask as cli_dask
 
     monkeypatch.setattr(cli_dask, "PROGRESS_HOLD", 1e6, raising=False)
     out = tmp_path / "fitted.json"
@@ -402,7 +403,7 @@ def test_dask_predict_to_a_csv_name_writes_the_in_memory_csv(parts, dask_schedul
 def test_dask_predict_to_csv_that_fails_writes_nothing(parts, dask_scheduler, tmp_path, monkeypatch, capsys):
     """An error in the last partition (found on the workers) leaves neither the CSV nor a temporary file, and the
     CSV that was there before is kept; a folder named x.csv is refused before any work."""
-    from app import cli_dask
+    from app.cli import dask as cli_dask
 
     monkeypatch.setattr(cli_dask, "PROGRESS_HOLD", 1e6, raising=False)
     data = parts.copy("d", _set("p", 395, np.nan), arrow=True)  # a NaN the footers do not show
@@ -425,7 +426,7 @@ BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u2
 def test_group_names_from_values_with_bidi_controls_are_escaped_alike_everywhere(parts, dask_scheduler, tmp_path):
     """A value holding a bidirectional control (U+202E and its kin) must not become part of a group name as it is:
     a groups file with such a name is refused, since the name would read as something else. Names built from
-    values escape it as its code ("[U+202E]", mmc_core.groups.loadable_name, the rule the model loader agrees
+    values escape it as its code ("[U+202E]", mmc_core.groups.group_set.loadable_name, the rule the model loader agrees
     with): the same names from both engines' `mmc fit --group-cols`, each model read back by `mmc audit`, and
     from the dashboard's group builder, whose raw names were refused, so such a column gave no groups there."""
     import json

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmc_core.synthetic import demo_distribution
+from mmc_core.common.synthetic import demo_distribution
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +183,7 @@ def test_a_line_printed_by_the_ctrl_c_handler_mid_write_does_not_hang():
     import io
     import threading
 
-    from app.cli import _HeldNotes
+    from app.cli.entry import _HeldNotes
 
     nested: list = []
 

@@ -1,4 +1,4 @@
-"""Paired model comparison and audits over periods (mmc_core.compare), on worlds whose per-group truth is known.
+"""Paired model comparison and audits over periods (mmc_core.comparison.compare_models), on worlds whose per-group truth is known.
 
 The guarantees checked: two sides that differ only by estimation noise give a finding in at most `level` of the
 comparisons (Holm, family-wise); the 95% intervals of the differences cover the true population difference at
@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from mmc_core import GroupSet
-from mmc_core.compare import Side, compare, compare_periods, detectable, side
-from mmc_core.errors import DataError, MMCError
+from mmc_core.common.errors import DataError, MMCError
+from mmc_core.comparison.compare_models import Side, compare, compare_periods, detectable, side
 
 PHI = np.vectorize(NormalDist().cdf)
 Z90 = NormalDist().inv_cdf(0.95)  # 90% central intervals
@@ -306,7 +306,7 @@ def test_rate_and_coverage_changes_are_said_in_percentage_points():
 
 
 def test_points_keep_small_changes_readable():
-    from mmc_core.compare import points_text
+    from mmc_core.comparison.compare_models import points_text
 
     assert points_text(0.343, 0.201, 0.485) == ("+34.3", "+20.1", "+48.5")
     assert points_text(-0.0004, -0.0009, 0.0001) == ("-0.040", "-0.090", "+0.010")  # not "-0.0 points"

@@ -17,10 +17,10 @@ import pytest
 dd = pytest.importorskip("dask.dataframe", reason="the Dask engine needs dask[dataframe] (pip install '.[dask]')")
 distributed = pytest.importorskip("distributed", reason="the Dask engine needs distributed")
 
-from app.cli import main  # noqa: E402
+from app.cli.entry import main  # noqa: E402
 from mmc_core import GroupSet  # noqa: E402
-from mmc_core.compare import compare_periods, side  # noqa: E402
-from mmc_core.model import FittedModel  # noqa: E402
+from mmc_core.comparison.compare_models import compare_periods, side  # noqa: E402
+from mmc_core.fit.model import FittedModel  # noqa: E402
 
 PARTS = [700, 2300, 0, 400, 1600, 1000]  # 6000 rows in 6 unequal partitions, one empty
 TOL = 1e-9
@@ -178,7 +178,7 @@ def test_periods_on_dask_with_intervals_and_classifier_rates(client, regression,
             threshold=threshold,
         )
         if model.task == "binary":
-            from mmc_core.binary import binary_labels
+            from mmc_core.auditing.binary import binary_labels
 
             y = binary_labels(model, df[label])
         else:

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
-from mmc_core.errors import MMCError, ModelFormatError
-from mmc_core.recalibrate import _group_projection, fit_affine
+from mmc_core.common.errors import MMCError, ModelFormatError
+from mmc_core.fit.recalibrate import _group_projection, fit_affine
 
 
 def _world(n, seed, spread=1.8):
@@ -175,7 +175,7 @@ def test_the_gates_z_is_a_standard_normals_on_a_calibrated_base():
     200 calibrated bases (25% held out): z >= 2 at most 11 times (rate 2.3%: expected 4.6, P(>= 12) = 0.003)
     and the sample sd of z below 1.2 (for a standard normal its sd over 200 draws is 0.05). Measured: 4 and
     0.98 for the map, 2 and 1.01 for the bend."""
-    from mmc_core import recalibrate as rc
+    from mmc_core.fit import recalibrate as rc
 
     zs, bend_zs = [], []
     for seed in range(200):
@@ -201,7 +201,7 @@ def test_a_map_with_weak_evidence_is_applied_in_proportion(monkeypatch):
     out-of-sample rows support (the map is fitted again with a stand-in MIN_GAIN_Z that halves the same
     evidence, and its coefficients compared with the full map's). The straight map only: the bend has its own
     gate on MIN_GAIN_Z, which this stand-in would move too."""
-    from mmc_core import recalibrate as rc
+    from mmc_core.fit import recalibrate as rc
 
     monkeypatch.setattr(rc, "KNOT_QUANTILES", ())
     X, y, base, _ = _world2(3000, 11)
@@ -250,7 +250,7 @@ def test_group_linear_on_a_large_table_is_fitted_on_a_sample(monkeypatch):
     many rows (its |G| + 3 coefficients need no more; conjugate gradients over tens of millions of rows would
     take minutes) and applied to every row. Same world as above: both slopes -0.444, sampling error ~0.02
     with 2,000 rows, so 0.08 is 4 standard errors."""
-    import mmc_core.recalibrate as rc
+    import mmc_core.fit.recalibrate as rc
 
     monkeypatch.setattr(rc, "CV_MAX_ROWS", 2000)
     X, y, base, _ = _world2(20_000, 8)
@@ -286,7 +286,7 @@ def test_the_map_bends_where_the_base_is_miscalibrated_unevenly(tmp_path, monkey
     against the truth; the bar is 1.0). The bent map represents the truth exactly (hinge at the median), so
     what it leaves is sampling error, about (coefficients / fitting rows) x noise variance
     = (9 / 16,000) x 100 ~ 0.06 (measured 0.03); the bar is 0.25, four times that."""
-    import mmc_core.recalibrate as rc
+    import mmc_core.fit.recalibrate as rc
 
     X, y, base, _ = _kinked_world(20_000, 21)
     groups = GroupSet.from_columns(X, ["g"])
@@ -377,7 +377,7 @@ def test_no_bend_without_enough_out_of_sample_rows():
     """A 12-row table (9 fitting rows, 3 held out) once got a full bend fitted on 9 rows and checked on 3 that
     made fresh predictions 3.7x worse than the base (an exploratory review): below BEND_MIN_ROWS out-of-sample
     rows the map stays straight."""
-    import mmc_core.recalibrate as rc
+    import mmc_core.fit.recalibrate as rc
 
     for n in (12, 60):
         X, y, base, _ = _kinked_world(n, 1000 + n)
@@ -394,8 +394,8 @@ def test_knots_stay_inside_the_base_range_and_the_summary_states_the_slopes():
     minimum, where a hinge is the straight map's own term and least squares would split the slope between
     them arbitrarily (the summary then printed "slope 0.39 within" for a map whose slope there was -0.11).
     Knots are kept strictly inside the base's range, and the summary's per-segment slopes are the map's."""
-    from mmc_core import recalibrate as rc
-    from mmc_core.base_map_text import describe
+    from mmc_core.estimator.base_map_text import describe
+    from mmc_core.fit import recalibrate as rc
 
     X, y, base, _ = _kinked_world(20_000, 31)
     base = np.where(np.random.default_rng(0).random(base.size) < 0.3, 0.0, base)
@@ -454,7 +454,7 @@ def test_one_group_error_is_not_spread_to_the_other_groups():
 
 
 def rc_describe(est):
-    from mmc_core.base_map_text import describe
+    from mmc_core.estimator.base_map_text import describe
 
     return describe(est.model_.init_mean, est.model_.info)
 
@@ -477,7 +477,7 @@ def test_a_within_slope_fitted_to_a_sliver_of_noise_is_stated_as_noise():
     is now flagged when its robust z on the fitting rows is below WITHIN_NOISE_Z = 2: under no within signal z
     is about standard normal, so a fit escapes the flag at rate 4.6%, and more than 3 of 20 has probability
     0.011. A real within slope (the over-spread base of ``_world2``, z ~ -20) is stated without the flag."""
-    from mmc_core import recalibrate as rc
+    from mmc_core.fit import recalibrate as rc
 
     fits = []
     for seed in range(20):
@@ -511,7 +511,7 @@ def test_a_right_map_is_applied_at_the_scale_the_fresh_rows_support():
     the scale the out-of-sample rows support (about 1 here) times min(1, z / 2) of that scale: measured mean
     weight 0.74, error 0.35 of the base's. Bars: mean weight >= 0.6 and error ratio < 0.4 over 20 seeds (the
     old gate fails both)."""
-    from mmc_core import recalibrate as rc
+    from mmc_core.fit import recalibrate as rc
 
     weights, ratios = [], []
     for seed in range(20):
@@ -534,7 +534,7 @@ def test_a_right_map_is_applied_at_the_scale_the_fresh_rows_support():
 def test_a_model_saved_before_the_stacked_gate_is_described_as_it_was_checked():
     """A model file written before 2026-11-27 has no "scale": its z was the squared-error gain's, and the
     summary says so (the new wording would misstate what was checked)."""
-    from mmc_core.base_map_text import describe
+    from mmc_core.estimator.base_map_text import describe
 
     im = {"kind": "base-group-linear", "slope": -0.2, "between": -0.1, "bends": []}
     old = {"base_recalibration": {"z": 1.0, "weight": 0.5, "within_z": -5.0}}
@@ -558,7 +558,7 @@ def test_the_map_leaves_the_groups_means_to_the_descent():
     it; before, its between slope moved every group by most of that error, and where the base was right it
     moved them on noise: null worlds of 25 tables, +3.2% group-level bias from the map). The groups' means
     then come right through the descent's own tests, and the summary says so."""
-    from mmc_core.recalibrate import group_linear_base
+    from mmc_core.fit.recalibrate import group_linear_base
 
     X, y, base, truth = _world2(20_000, 5)
     groups = GroupSet.from_columns(X, ["g", "h"], 2)
@@ -588,7 +588,7 @@ def test_the_summary_says_when_nothing_took_up_the_groups_means():
     (no mean cell passes its test, too few held-out rows for the cells): the summary then says the groups'
     means are the base's own, instead of leaving the reader to assume they were corrected. An overconfident
     base (the label's slope on it 1/2 everywhere), 200 rows: the map is applied, nothing else moves."""
-    from mmc_core.base_map_text import describe
+    from mmc_core.estimator.base_map_text import describe
 
     rng = np.random.default_rng(0)
     n = 200

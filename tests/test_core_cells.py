@@ -1,4 +1,4 @@
-"""Shrunken cell corrections after the descent (mmc_core.cells): a ridge fit of the residuals over every (group,
+"""Shrunken cell corrections after the descent (mmc_core.fit.cells): a ridge fit of the residuals over every (group,
 band of the prediction) cell at once, the penalty chosen by cross-validation, applied at the share of it that
 held-out rows bear out and refitted on them too."""
 
@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
-from mmc_core import cells as cl
-from mmc_core.cells_text import describe_cells
-from mmc_core.errors import MMCError, ModelFormatError
-from mmc_core.synthetic import demo_distribution
+from mmc_core.common.errors import MMCError, ModelFormatError
+from mmc_core.common.synthetic import demo_distribution
+from mmc_core.estimator.cells_text import describe_cells
+from mmc_core.fit import cells as cl
 
 
 def _cell_bias_world(n, seed, bias_seed=0, size=0.02):
@@ -69,7 +69,7 @@ def test_ridge_cells_are_the_ridge_solution_of_each_band():
     groups (two columns and their intersections), small chunks of triples (several passes), dense indicator
     blocks (the path for rows in many groups), both membership modes, and a cap on the groups that get a
     coefficient (the others 0)."""
-    from mmc_core.sums import MembershipSums
+    from mmc_core.groups.sums import MembershipSums
 
     rng = np.random.default_rng(3)
     n = 2500
@@ -168,7 +168,7 @@ def test_cells_on_a_calibrated_base_add_little_error():
 
 
 def test_cells_after_the_descent_do_not_undo_its_corrections():
-    """The demo world (mmc_core.synthetic; the base misses race D by +8 points), 1,750 fitting rows. Fitted
+    """The demo world (mmc_core.common.synthetic; the base misses race D by +8 points), 1,750 fitting rows. Fitted
     before the descent, the shrunken corrections took part of race D's error, spread it over the overlapping
     groups' cells (the whole table's, each sex's), and left the descent too little to find: the error against
     the truth on fresh rows rose from 0.94 to 1.45 (seed 2) and from 1.27 to 2.06 (seed 5). After the descent
@@ -221,7 +221,7 @@ def test_cells_are_saved_as_version_5_and_checked_on_load(tmp_path):
     np.testing.assert_allclose(mu_fit, est.fit_mean_unit_, rtol=0, atol=1e-12)
     # the stated multicalibration is of these final predictions: the largest mass-weighted |mean residual| over
     # the (group, mean bucket) cells of the fitting rows
-    from mmc_core.fit_steps import achieved_thresholds as _achieved
+    from mmc_core.fit.fit_steps import achieved_thresholds as _achieved
 
     memb = groups.evaluate(fit_rows, len(fit_rows))
     yu = (y[est.fit_index_] + 1) / 3
@@ -290,7 +290,7 @@ def test_bad_shrunken_cells_parameter_is_named():
 def test_cells_apply_the_same_over_pairs_and_signatures():
     """apply_cells sums a row's cells over the (row, group) pairs, or per band over the signatures when the
     membership has them: the same predictions either way."""
-    from mmc_core.sums import MembershipSums
+    from mmc_core.groups.sums import MembershipSums
 
     rng = np.random.default_rng(5)
     X = pd.DataFrame({"g": rng.integers(0, 4, 4000).astype(str), "h": rng.integers(0, 3, 4000).astype(str)})

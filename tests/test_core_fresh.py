@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from mmc_core import GroupSet
-from mmc_core.auditor import chernoff_auditor
-from mmc_core.descent import DescentParams
-from mmc_core.fresh import FreshDescent
-from mmc_core.synthetic import demo_distribution
+from mmc_core.common.synthetic import demo_distribution
+from mmc_core.fit.fresh import FreshDescent
+from mmc_core.paper.auditor import chernoff_auditor
+from mmc_core.paper.descent import DescentParams
 from tests.reference import cells
 
 

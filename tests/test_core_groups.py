@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mmc_core import GroupDefinitionError, GroupSet
-from mmc_core.groups import MAX_GROUPS, Condition, Group
+from mmc_core.groups.group_set import MAX_GROUPS, Condition, Group
 
 TABLE = {
     "sex": np.array(["F", "M", "F", "M", "F", None], dtype=object),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mmc_core import GroupSet, MomentMulticalibrator
-from mmc_core.synthetic import demo_distribution
+from mmc_core.common.synthetic import demo_distribution
 from tests.reference import audit_sample, moment_label
 
 
@@ -160,7 +160,7 @@ def test_group_variance_tracks_truth_within_derived_bound():
 
 
 def test_moment_label_reference_agrees_with_engine():
-    from mmc_core.moments import pseudo_label
+    from mmc_core.paper.moments import pseudo_label
 
     r = np.linspace(-1, 1, 41)
     for a in (2, 3, 4, 5):
@@ -201,8 +201,8 @@ def test_group_variances_are_not_invented_where_the_spread_is_equal(monkeypatch)
     estimate (sqrt(2 / n) on the log scale, n its fitting rows) plus the level's (sqrt(2 / n_fit))."""
     import pandas as pd
 
-    import mmc_core.fit_memory as fit_memory_mod
-    import mmc_core.fit_params as params_mod
+    import mmc_core.estimator.fit_memory as fit_memory_mod
+    import mmc_core.fit.fit_params as params_mod
 
     def world(n, rng):
         a, b = rng.integers(0, 5, n), rng.choice(3, n, p=[0.5, 0.3, 0.2])

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mmc_core import FittedModel, GroupSet, ModelFormatError, MomentMulticalibrator, max_central_moment
-from mmc_core.errors import DataError, MMCError
-from mmc_core.synthetic import demo_distribution
+from mmc_core.common.errors import DataError, MMCError
+from mmc_core.common.synthetic import demo_distribution
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_same_seed_same_bytes_in_a_new_process(tmp_path):
     code = (
         "import numpy as np, sys\n"
         "from mmc_core import GroupSet, MomentMulticalibrator\n"
-        "from mmc_core.synthetic import demo_distribution\n"
+        "from mmc_core.common.synthetic import demo_distribution\n"
         "t = demo_distribution().sample_table(3000, np.random.default_rng(1))\n"
         "g = GroupSet.from_columns(t, ['sex', 'race'], 2)\n"
         "e = MomentMulticalibrator(alpha=0.002, beta=0.0005, n_moments=3, calibration_fraction=0.25, random_state=4)\n"

@@ -103,7 +103,7 @@ def test_core_invariants(problem):
 def test_potential_decreases_by_at_least_alpha_squared_per_mean_update(seed, step):
     """The potential argument behind the 1/alpha^2 bound: every mean cell update lowers
     (1/n) sum (mu - y)^2 by at least alpha^2 (on the fitting sample, y is the target)."""
-    from mmc_core.descent import CellState, DescentParams, Update, descend
+    from mmc_core.paper.descent import CellState, DescentParams, Update, descend
 
     rng = np.random.default_rng(seed)
     n = 200
@@ -133,7 +133,7 @@ def test_a_whole_groups_moment_step_takes_its_shrunken_share_of_the_gap(seed, ga
     (own moment / predicted moment)^w, w = max(1/2, 1 - 1 / t^2) with t the group's t statistic: the share of
     the gap its t supports, and never less than half (so the step's progress keeps the termination argument).
     With ``moment_shrink`` = 0 the step is exact (w = 1). One group (all rows), one bucket."""
-    from mmc_core.descent import WHOLE, CellState, DescentParams
+    from mmc_core.paper.descent import WHOLE, CellState, DescentParams
 
     rng = np.random.default_rng(seed)
     n = 300
@@ -176,8 +176,8 @@ def test_a_shrunken_moment_step_needs_the_exact_step():
     model file asking for both is refused with a clear error, not a traceback."""
     import pytest
 
-    from mmc_core.descent import DescentParams
-    from mmc_core.errors import MMCError
+    from mmc_core.common.errors import MMCError
+    from mmc_core.paper.descent import DescentParams
 
     with pytest.raises(ValueError, match="exact step only"):
         DescentParams(alpha=0.01, beta=0.01, m=5, step="paper", moment_shrink=1.0)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
-from mmc_core.buckets import BucketGrid, fill_edges, geometric_edges, quantile_edges
-from mmc_core.cell_state import cell_violated
-from mmc_core.errors import MMCError, ModelFormatError
-from mmc_core.estimator import bonferroni_z
+from mmc_core.common.errors import MMCError, ModelFormatError
+from mmc_core.estimator.multicalibrator import bonferroni_z
+from mmc_core.paper.buckets import BucketGrid, fill_edges, geometric_edges, quantile_edges
+from mmc_core.paper.cell_state import cell_violated
 
 
 def known_variance_table(n: int, seed: int):
@@ -277,7 +277,7 @@ def test_buckets_auto_needs_held_out_rows():
 def test_audit_of_every_model_it_fits_matches_a_direct_computation():
     """No predicted variance <= 0 (the audit's logarithms of variance ratios never fail), and the audit's per-group
     numbers agree with a direct computation."""
-    from mmc_core.metrics import audit
+    from mmc_core.auditing.metrics import audit
 
     t, y, base, var = known_variance_table(4000, 4)
     groups = GroupSet.from_columns(t, ["a", "b", "c"], 2)
@@ -308,7 +308,7 @@ def test_audit_of_every_model_it_fits_matches_a_direct_computation():
 def test_early_stopped_fit_predictions_equal_the_replayed_kept_log():
     """The fitting-row predictions of the kept round are snapshotted during the descent (no replay); they must
     be exactly what replaying the kept log gives."""
-    from mmc_core.synthetic import demo_distribution
+    from mmc_core.common.synthetic import demo_distribution
 
     d = demo_distribution()
     # the first draw whose fit stops early (which draws do depends on the fit's details; 2 of the first 8 did
@@ -331,8 +331,8 @@ def test_label_ranges_whose_moment_powers_overflow_are_refused(tmp_path):
     """Found in an exploratory session: `mmc fit --label-range=0,1e308` fitted, then every predict and audit
     of the model died in `span ** a` (OverflowError). Such a range is refused when declared, observed or
     loaded from an edited model file, with what to do instead."""
-    from mmc_core.errors import DataError
-    from mmc_core.moments import LabelScale
+    from mmc_core.common.errors import DataError
+    from mmc_core.paper.moments import LabelScale
 
     with pytest.raises(DataError, match="rescale the label"):
         LabelScale.declared((0, 1e308))
@@ -360,7 +360,7 @@ def test_label_ranges_whose_moment_powers_overflow_are_refused(tmp_path):
 @pytest.mark.parametrize("seed", [-1, True, 1.5, "3"])
 def test_a_bad_seed_is_refused_naming_the_parameter(seed):
     """A negative seed ended in numpy's 'expected non-negative integer' from deep inside SeedSequence."""
-    from mmc_core.discover import discover
+    from mmc_core.discovery.discover_groups import discover
 
     rng = np.random.default_rng(0)
     t = {"g": rng.choice(["a", "b"], 100), "x": rng.normal(size=100)}

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
-from app.io import CSV_EXACT, csv_bytes, read_table_bytes
+from app.cli.entry import main
+from app.services.io import CSV_EXACT, csv_bytes, read_table_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = re.compile(r"^(?:[\t\r]|\s*[=+\-@])")  # what a spreadsheet would execute (OWASP CSV injection)
@@ -165,7 +165,7 @@ def test_dashboard_turns_off_streamlits_table_download():
 
 
 def test_mmc_dashboard_passes_the_export_switch_to_streamlit(monkeypatch):
-    import app.cli as cli
+    import app.cli.entry as cli
 
     seen = []
 

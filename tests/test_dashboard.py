@@ -20,7 +20,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from mmc_core import FittedModel, GroupSet
-from mmc_core.synthetic import demo_distribution
+from mmc_core.common.synthetic import demo_distribution
 from tests.apptest_helpers import APP
 from tests.apptest_helpers import new_session as _new
 from tests.apptest_helpers import switch as _page
@@ -412,12 +412,12 @@ def test_exports(demo_at):
 def test_pdf_error_message_names_what_to_install(demo_at, monkeypatch):
     at = _page(demo_at, "export")
     monkeypatch.setenv("BROWSER_PATH", "/nonexistent/chromium")
-    import app.report as report
+    import app.report.pdf as report
 
     monkeypatch.setattr(report, "chromium_available", lambda: None)
 
     def boom(*a, **k):
-        from mmc_core.errors import MMCError
+        from mmc_core.common.errors import MMCError
 
         raise MMCError(report.CHROMIUM_MESSAGE)
 
@@ -676,11 +676,11 @@ def test_a_reload_takes_back_the_sessions_work():
 def test_a_reload_keeps_the_built_report_and_the_export_choices(monkeypatch):
     """An exploratory browser check: a reload on the Export page lost the built PDF (seconds of work to build
     again) and put predictions.csv back to all rows after the analyst chose the test rows only."""
-    import app.report
+    import app.report.pdf
     from app.ui import persist
 
-    monkeypatch.setattr(app.report, "build_report_pdf", lambda *a, **k: b"%PDF-1.4 stand-in report")
-    monkeypatch.setattr(app.report, "chromium_available", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr(app.report.pdf, "build_report_pdf", lambda *a, **k: b"%PDF-1.4 stand-in report")
+    monkeypatch.setattr(app.report.pdf, "chromium_available", lambda: "/usr/bin/chromium")
     persist.forget_all()
     at = _new()
     _upload_sample(at, "kept.csv", 600, 5)
@@ -882,7 +882,7 @@ def test_a_run_started_just_before_a_reload_is_in_the_workspace(monkeypatch):
     its save at the end, so the fit it had just started was in no workspace: it finished unseen and the
     reloaded page showed the old run. A started fit is saved at once (checked in the browser: the reloaded
     page then shows the new run, at 150 and 300 ms)."""
-    from app.jobs import FitJob
+    from app.services.jobs import FitJob
     from app.ui import persist
 
     persist.forget_all()
@@ -943,7 +943,7 @@ def test_the_papers_step_with_automatic_thresholds_draws_the_run_page():
     """Regression (found in a browser session): choosing the paper's step with the automatic thresholds
     crashed the Run page (ZeroDivisionError in se_implications: the per-cell test, z = 0, is the exact step's
     only). The page now says the thresholds follow the noise rule, and the estimator's preview says "auto"."""
-    from app.specs import FitSettings
+    from app.services.specs import FitSettings
     from mmc_core import MomentMulticalibrator
 
     at = _new()
@@ -1010,7 +1010,7 @@ def test_every_recent_table_keeps_its_work_when_switched_back_to():
 def test_noise_warning_does_not_ask_to_turn_on_early_stopping_when_it_is_on():
     """The Run page said "Raise α or turn on early stopping" with early stopping already on (a browser
     session)."""
-    from app.specs import FitSettings
+    from app.services.specs import FitSettings
     from app.ui.run_text import implications
 
     on = FitSettings(alpha=1e-5, beta=1e-5, step="paper")  # early_stopping "auto" with held-out rows: on
@@ -1301,7 +1301,7 @@ def test_coverage_headline_and_intervals_beyond_an_observed_range_are_read_right
     such as [-2849, 3746] hours stood without a word. Over-coverage is now grey (a shortfall stays red), and
     the Coverage tab says when interval ends leave an observed range and how to declare a known one."""
 
-    from app.specs import interval_range_note
+    from app.services.specs import interval_range_note
     from app.ui.results_page import _coverage_delta_color
 
     assert _coverage_delta_color(0.091) == "off" and _coverage_delta_color(-0.02) == "normal"
@@ -1322,7 +1322,7 @@ def test_the_audit_records_interval_ends_past_an_observed_range():
     """The shares the note reads are the audit's own: interval ends below / above the fitted label range (an
     observed range; none recorded for a declared one, whose ends are clipped)."""
     from mmc_core import MomentMulticalibrator
-    from mmc_core.metrics import audit
+    from mmc_core.auditing.metrics import audit
 
     rng = np.random.default_rng(0)
     X = pd.DataFrame({"g": rng.choice(["a", "b"], 3000)})

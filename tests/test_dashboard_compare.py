@@ -143,7 +143,7 @@ def test_group_names_with_markdown_are_shown_literally_on_every_page():
     import numpy as np
     import pandas as pd
 
-    from mmc_core.synthetic import demo_distribution
+    from mmc_core.common.synthetic import demo_distribution
 
     df = pd.DataFrame(demo_distribution().sample_table(3000, np.random.default_rng(5))).drop(
         columns=["true_mean", "true_var", "true_m3", "true_m4"]
@@ -170,7 +170,7 @@ def test_a_new_table_starts_from_the_default_settings():
     import numpy as np
     import pandas as pd
 
-    from mmc_core.synthetic import demo_distribution
+    from mmc_core.common.synthetic import demo_distribution
 
     at = _new()
     _page(at, "run")
@@ -190,7 +190,7 @@ def test_a_new_table_starts_from_the_default_settings():
 def test_a_skewed_label_gets_quantile_buckets_by_default():
     import numpy as np
 
-    from app.specs import mean_bucket_rule
+    from app.services.specs import mean_bucket_rule
 
     rng = np.random.default_rng(0)
     assert mean_bucket_rule("auto", rng.lognormal(10, 1, 5000)) == "quantile"  # wages: skewed

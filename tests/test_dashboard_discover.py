@@ -120,7 +120,7 @@ def test_discover_finds_the_planted_group_adds_it_and_results_mark_it():
     disc = next(d.value for d in at.dataframe if "origin" in d.value.columns and "test rows" in d.value.columns)
     assert disc["group"].tolist() == [g["name"]] and disc["origin"].tolist() == ["discovered"]
     # the PDF report names it (the sentence and the row), without building the PDF
-    from app.report_text import DISCOVERED_NOTE, data_rows
+    from app.report.text import DISCOVERED_NOTE, data_rows
 
     rows, notes = data_rows(run.audit, run.model, run.label.y[run.split["test"]], "planted", 0.05)
     assert any(k == "Discovered groups" and g["name"][:40] in v for k, v in rows) and DISCOVERED_NOTE in notes
@@ -141,7 +141,7 @@ def test_discover_nothing_found_and_bad_inputs_give_messages_not_tracebacks():
     assert "No group found" in _texts(at) and not any(b.key.startswith("disc_add_") for b in at.button)
     # while Discover runs, the tab shows its progress and a Stop button; Stop ends it, nothing is kept (a job
     # standing still in its 4th region stands in for a long search)
-    from app.runner import BaseSpec, DiscoverJob, DiscoverSpec, LabelSpec, SplitSpec
+    from app.services.runner import BaseSpec, DiscoverJob, DiscoverSpec, LabelSpec, SplitSpec
 
     job = DiscoverJob(
         df,
@@ -179,7 +179,7 @@ def test_discover_nothing_found_and_bad_inputs_give_messages_not_tracebacks():
 
 
 def test_discover_job_stops_and_reports_progress():
-    from app.runner import BaseSpec, DiscoverJob, DiscoverSpec, LabelSpec, SplitSpec
+    from app.services.runner import BaseSpec, DiscoverJob, DiscoverSpec, LabelSpec, SplitSpec
 
     df = planted_table(1500)
     args = (df, LabelSpec("y"), BaseSpec("column", "pred"), SplitSpec(seed=1), DiscoverSpec(features=("a", "b")))
@@ -230,8 +230,8 @@ def test_se_is_the_default_and_an_old_recipe_with_the_auto_rule_still_loads():
 def test_run_with_discovery_learns_the_planted_group_and_marks_it():
     """The Run page's "Discover groups during the fit" (mmc fit --discover): learned sets join the groups, the
     Results page and the PDF report mark them."""
-    from app.report_text import discovered_groups
-    from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+    from app.report.text import discovered_groups
+    from app.services.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
     from app.ui.discover_tab import discovered_names
 
     df = planted_table(2000)
@@ -266,7 +266,7 @@ def test_run_with_discovery_learns_the_planted_group_and_marks_it():
     bad = FitSettings(n_boot=0, discover=True, discover_features=())
     import pytest
 
-    from mmc_core.errors import DataError
+    from mmc_core.common.errors import DataError
 
     with pytest.raises(DataError, match="needs feature columns"):
         run_pipeline(df, LabelSpec("y"), BaseSpec("column", "pred"), SplitSpec(), groups, bad)

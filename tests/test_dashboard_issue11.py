@@ -215,7 +215,7 @@ def test_bug4_and_bug6_unusable_and_leaking_columns_are_flagged_not_preselected(
 
 
 def test_bug6_leak_detection_on_its_own():
-    from app.validate import feature_flags
+    from app.services.validate import feature_flags
 
     df = cps_table(800)
     flags = feature_flags(df, "lwage")
@@ -300,7 +300,7 @@ def test_recipe_export_and_import_round_trip():
 
 def _mean_finding(group, n, predicted, observed, interval, p, p_adj) -> dict:
     """A mean finding record as the audit writes it (Holm), with its sentence."""
-    from mmc_core import findings as fnd
+    from mmc_core.auditing import findings as fnd
 
     f = {
         "kind": "mean",
@@ -323,7 +323,7 @@ def test_bug7_findings_disparities_and_failures_render_and_tiny_groups_stay_out(
     at = _new()
     run = at.session_state["run"]
     audit = run.audit
-    from mmc_core import findings as fnd
+    from mmc_core.auditing import findings as fnd
 
     audit.findings = [_mean_finding("race=B", 62, 10.39, 9.23, [-1.9, -0.42], 0.002, 0.03)]
     audit.disparities = fnd.variance_disparities(

@@ -16,10 +16,10 @@ dd = pytest.importorskip("dask.dataframe", reason="the Dask engine needs dask[da
 distributed = pytest.importorskip("distributed", reason="the Dask engine needs distributed")
 
 from mmc_core import GroupSet, MomentMulticalibrator  # noqa: E402
+from mmc_core.common.errors import MMCError  # noqa: E402
 from mmc_core.engines import dask_engine as de  # noqa: E402
 from mmc_core.engines import dask_quantiles as dq  # noqa: E402
-from mmc_core.errors import MMCError  # noqa: E402
-from mmc_core.model import FittedModel  # noqa: E402
+from mmc_core.fit.model import FittedModel  # noqa: E402
 
 SIZES = [5000, 60000, 12000, 40000, 1000, 52000, 30000]  # 200k rows in 7 unequal partitions
 
@@ -264,7 +264,7 @@ def test_engine_argument_and_bad_engine(client):
     df = make_frame(3000)
     est = MomentMulticalibrator(n_moments=1, calibration_fraction=0.0).fit(df, "y", None, engine="dask", client=client)
     assert est.model_.info["engine"]["name"] == "dask"
-    from mmc_core.errors import MMCError
+    from mmc_core.common.errors import MMCError
 
     with pytest.raises(MMCError, match="engine"):
         MomentMulticalibrator().fit(df, df["y"], engine="spark")
@@ -273,7 +273,7 @@ def test_engine_argument_and_bad_engine(client):
 def test_bad_label_is_a_clear_error(client):
     df = make_frame(3000)
     df.loc[1500, "y"] = np.nan
-    from mmc_core.errors import DataError
+    from mmc_core.common.errors import DataError
 
     with pytest.raises(DataError, match="label 'y'"):
         MomentMulticalibrator(calibration_fraction=0.0).fit(split(df, [1000, 2000]), "y", None, client=client)
@@ -296,7 +296,7 @@ def _parquet_dir(tmp_path, df, sizes):
 
 
 def test_cli_fit_predict_audit_on_a_running_scheduler(client, tmp_path, capsys):
-    from app.cli import main
+    from app.cli.entry import main
 
     df = make_frame(20000)
     d = _parquet_dir(tmp_path, df, [4000, 11000, 5000])
@@ -379,8 +379,8 @@ def test_cli_fit_predict_audit_on_a_running_scheduler(client, tmp_path, capsys):
 
 @pytest.mark.parametrize("case", ["no-match", "schemas", "scheduler"])
 def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case):
-    from app import cli_dask
-    from app.cli import main
+    from app.cli import dask as cli_dask
+    from app.cli.entry import main
 
     assert cli_dask.SCHEDULER_TIMEOUT < 30  # an unreachable scheduler is reported within 30 s (no clock here)
 
@@ -485,7 +485,7 @@ def _tiny_parts(tmp_path, **changes):
 
 @pytest.mark.parametrize("command", ["predict", "audit"])
 def test_cli_non_finite_base_is_refused_as_by_the_numpy_engine(client, tmp_path, capsys, command):
-    from app.cli import main
+    from app.cli.entry import main
 
     d, model = _tiny_parts(tmp_path, p=np.inf)
     out = tmp_path / ("pred" if command == "predict" else "audit.json")
@@ -500,7 +500,7 @@ def test_cli_non_finite_base_is_refused_as_by_the_numpy_engine(client, tmp_path,
 
 @pytest.mark.parametrize("command", ["fit", "predict", "audit"])
 def test_cli_zero_rows_are_refused_before_the_cluster_starts(tmp_path, capsys, command):
-    from app.cli import main
+    from app.cli.entry import main
 
     d, model = _tiny_parts(tmp_path)
     empty = tmp_path / "empty"
@@ -517,7 +517,7 @@ def test_cli_zero_rows_are_refused_before_the_cluster_starts(tmp_path, capsys, c
 
 
 def test_cli_memory_limit_is_checked_when_parsed(tmp_path, capsys):
-    from app.cli import main
+    from app.cli.entry import main
 
     d, _ = _tiny_parts(tmp_path)
     args = ["fit", "--engine", "dask", "--data", str(d), "--label", "y", "--out", str(tmp_path / "m2.json")]
@@ -548,7 +548,7 @@ def test_cli_bad_label_on_a_local_cluster_is_one_line_without_worker_tracebacks(
 def test_compare_on_dask_is_the_numpy_comparison(client, tmp_path):
     """The same sums on 7 unequal partitions: every per-group number as the in-memory comparison (sides without
     intervals: the Dask engine predicts none), and the same findings."""
-    from mmc_core.compare import Side, compare
+    from mmc_core.comparison.compare_models import Side, compare
     from mmc_core.engines.dask_engine import compare_dask
 
     df = make_frame(30000)
@@ -577,7 +577,7 @@ def test_compare_on_dask_is_the_numpy_comparison(client, tmp_path):
 
 
 def test_periods_on_dask_are_the_numpy_periods(client, tmp_path):
-    from mmc_core.compare import Side, compare_periods
+    from mmc_core.comparison.compare_models import Side, compare_periods
     from mmc_core.engines.dask_engine import periods_dask
 
     df = make_frame(24000)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
+from app.cli.entry import main
 
 pytest.importorskip("dask.dataframe", reason="the Dask engine needs dask[dataframe]")
 distributed = pytest.importorskip("distributed", reason="the Dask engine needs distributed")

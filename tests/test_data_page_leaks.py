@@ -1,4 +1,4 @@
-"""Regression tests of the base-model feature leak check (app.validate.feature_flags) and of the Data page's
+"""Regression tests of the base-model feature leak check (app.services.validate.feature_flags) and of the Data page's
 pre-selection on a label change (app.ui.data_page._on_label_change).
 
 The leaks are those a user found on Wooldridge tables (mroz, loanapp, affairs), rebuilt here on small synthetic
@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import demo_data
-from app.validate import feature_flags
+from app.services import demo_data
+from app.services.validate import feature_flags
 
 APP = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
 ORDINARY = ("age", "educ", "kids", "female", "income")

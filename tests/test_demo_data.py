@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import demo_data
-from app.demo_data import DemoDataset, get_dataset, list_datasets, load_dataset
+from app.services import demo_data
+from app.services.demo_data import DemoDataset, get_dataset, list_datasets, load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / "demo_datasets"
@@ -221,7 +221,7 @@ def test_synthetic_ground_truth_is_consistent():
     assert abs(df["outcome"].mean() - df["true_mean"].mean()) <= 5 * np.sqrt(df["true_var"].mean() / n)
     # The base model misses race D by exactly 9 points in the population (from the generator's finite support);
     # the table's race-D rows average that gap up to 5 standard errors of their composition.
-    from mmc_core.synthetic import demo_distribution
+    from mmc_core.common.synthetic import demo_distribution
 
     dist = demo_distribution()
     sup, prob = dist.support()
@@ -255,7 +255,7 @@ def test_synthetic_regenerates_byte_identically(tmp_path):
     out = tmp_path / "synthetic_scores.csv"
     # The exact command documented in demo_datasets/README.md (plus --out, to leave the checkout alone).
     proc = subprocess.run(
-        [sys.executable, "-m", "app.demo_data", "--regenerate-synthetic", "--out", str(out)],
+        [sys.executable, "-m", "app.services.demo_data", "--regenerate-synthetic", "--out", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -263,13 +263,13 @@ def test_synthetic_regenerates_byte_identically(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes() == (DEMO_DIR / "synthetic_scores.csv").read_bytes(), (
-        "synthetic_scores.csv no longer matches mmc_core.synthetic.demo_distribution(): "
-        "run `python -m app.demo_data --regenerate-synthetic` and update demo_datasets/README.md"
+        "synthetic_scores.csv no longer matches mmc_core.common.synthetic.demo_distribution(): "
+        "run `python -m app.services.demo_data --regenerate-synthetic` and update demo_datasets/README.md"
     )
 
 
 def test_synthetic_table_matches_generator():
-    from mmc_core.synthetic import demo_distribution
+    from mmc_core.common.synthetic import demo_distribution
 
     t = demo_distribution().sample_table(demo_data.SYNTHETIC_ROWS, np.random.default_rng(demo_data.SYNTHETIC_SEED))
     df = load_dataset("synthetic_scores")
@@ -304,14 +304,14 @@ def test_env_var_overrides_and_falls_back(tmp_path, monkeypatch):
 
 def test_missing_files_give_a_helpful_error(tmp_path, monkeypatch):
     monkeypatch.setenv(demo_data.ENV_VAR, str(tmp_path))
-    monkeypatch.setattr(demo_data, "__file__", str(tmp_path / "pkg" / "app" / "demo_data.py"))
+    monkeypatch.setattr(demo_data, "__file__", str(tmp_path / "pkg" / "app" / "services" / "demo_data.py"))
     with pytest.raises(FileNotFoundError, match="MMC_DEMO_DIR"):
         load_dataset("islp_wage")
 
 
 def test_module_cli_lists_datasets():
     proc = subprocess.run(
-        [sys.executable, "-m", "app.demo_data"], cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "app.services.demo_data"], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
     for ds in list_datasets():

@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
+from app.cli.entry import main
 from mmc_core import GroupSet, MomentMulticalibrator
-from mmc_core.buckets import mean_grid
-from mmc_core.discover import discover
-from mmc_core.discover_fit import fit_with_discovery
-from mmc_core.errors import GroupDefinitionError, MMCError
-from mmc_core.model import FittedModel
-from mmc_core.oracle import FeatureMatrix, TreeOracle
+from mmc_core.common.errors import GroupDefinitionError, MMCError
+from mmc_core.discovery.discover_fit import fit_with_discovery
+from mmc_core.discovery.discover_groups import discover
+from mmc_core.discovery.oracle import FeatureMatrix, TreeOracle
+from mmc_core.fit.model import FittedModel
+from mmc_core.paper.buckets import mean_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_discover", ROOT / "benchmarks" / "bench_discover.py")
@@ -40,7 +40,7 @@ def _jaccard(a, b):
 # ---- import hygiene -----------------------------------------------------------------------------------
 def test_mmc_core_does_not_import_sklearn():
     code = (
-        "import sys, mmc_core, mmc_core.discover, mmc_core.oracle\n"
+        "import sys, mmc_core, mmc_core.discovery.discover_groups, mmc_core.discovery.oracle\n"
         "assert 'sklearn' not in sys.modules, 'sklearn imported'\nprint('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT))
@@ -143,8 +143,8 @@ def test_oracle_handles_missing_and_text_and_reads_back_as_rules():
 
 
 def test_pluggable_oracle_is_used():
-    from mmc_core.groups import Condition
-    from mmc_core.oracle import Rule
+    from mmc_core.discovery.oracle import Rule
+    from mmc_core.groups.group_set import Condition
 
     class Fixed:
         def learn_pair(self, F, rows, r, min_count):
@@ -189,8 +189,8 @@ def test_accepted_findings_have_selection_adjusted_intervals():
     Benjamini-Yekutieli),
     wider than the plain 95% one, still excluding 0 (accepted by the z test: p < level / m), and the dashboard's
     row says so; a candidate not accepted keeps the plain interval."""
-    from app.discovery import describe_finding
-    from mmc_core.findings import normal_isf2
+    from app.services.discovery import describe_finding
+    from mmc_core.auditing.findings import normal_isf2
 
     tr, _ = planted_table(8000, "mean", "3-cond", seed=1)
     res = discover(tr, tr["y"], prediction=tr["pred"], features=bench.features_of(tr), label_range=LABEL_RANGE)

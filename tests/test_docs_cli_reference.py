@@ -14,7 +14,7 @@ def test_cli_reference_is_current(monkeypatch):
     text = gen["render"]()
     page = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
     assert page == text, "docs/reference/cli.md is stale: run python docs/gen_cli_reference.py"
-    from app.cli import build_parser
+    from app.cli.entry import build_parser
 
     commands = [a for a in build_parser()._actions if a.dest == "command"][0].choices
     assert len(commands) >= 7

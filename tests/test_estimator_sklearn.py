@@ -13,9 +13,9 @@ from sklearn.base import clone
 from sklearn.utils import estimator_checks as ec
 
 from mmc_core import GroupSet, MomentMulticalibrator
-from mmc_core.errors import DataError, MMCError
+from mmc_core.common.errors import DataError, MMCError
+from mmc_core.common.synthetic import demo_distribution
 from mmc_core.intervals import predict_intervals
-from mmc_core.synthetic import demo_distribution
 
 # Checks that apply to a post-processor whose input is a table read by column name (run by name, so that they
 # run under the oldest supported scikit-learn too, which has no expected_failed_checks).

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
+from app.cli.entry import main
 
 ROWS = 400
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE
@@ -623,7 +623,7 @@ def test_too_many_row_group_pairs_are_refused_before_the_work(work, tmp_path, mo
     (21M pairs), and `mmc fit --max-order 5` to 2.06 GB and 25 s before its first line (1,080 groups, 93M pairs):
     the table's own limits count rows and columns, not pairs. The pairs are now counted first; here the limits
     are lowered so that the 400-row table is over them."""
-    from app import io as table_io
+    from app.services import io as table_io
 
     d, _, _ = work
     monkeypatch.setattr(table_io, "MAX_FIT_PAIRS", 1_000)
@@ -644,7 +644,7 @@ def test_too_many_row_group_pairs_are_refused_before_the_work(work, tmp_path, mo
 def test_too_many_pairs_for_a_comparison_are_refused_before_the_work(work, tmp_path, monkeypatch, capsys):
     """`mmc compare --group-cols a,b,c,d,e --max-order 5` on 3.4M rows (a 0.1 MB Parquet file) took 2.2 GB: its
     (row, group) pairs are counted first, as a fit's are."""
-    from app import io as table_io
+    from app.services import io as table_io
 
     d, _, _ = work
     monkeypatch.setattr(table_io, "MAX_FIT_PAIRS", 1_000)
@@ -663,7 +663,7 @@ def test_a_command_that_says_nothing_for_a_while_says_it_still_works(work, tmp_p
     the line instead of for a time)."""
     import sys
 
-    from app import cli
+    from app.cli import entry as cli
 
     d, _, _ = work
     monkeypatch.setattr(cli, "HEARTBEAT", 0.05)

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
+from app.cli.entry import main
 
 ROWS = 300
 OK = None  # the case is a valid input: exit 0

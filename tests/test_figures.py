@@ -1,4 +1,4 @@
-"""app/figures.py: every figure builder on a real (small) audit.
+"""app/figures/charts.py: every figure builder on a real (small) audit.
 
 Checks the contract the dashboard and the PDF report rely on: trace types, titles and axis titles with the
 label's units, one heatmap row per group, coverage colour scales centred on 1 - delta, groups below gamma
@@ -16,12 +16,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from app import figures as F
-from app.figure_style import coverage_colorscale
-from app.figures_heatmaps import bucket_counts
+from app.figures import charts as F
+from app.figures.figure_style import coverage_colorscale
+from app.figures.heatmaps import bucket_counts
 from mmc_core import GroupSet, MomentMulticalibrator
-from mmc_core.metrics import AuditResult
-from mmc_core.synthetic import demo_distribution
+from mmc_core.auditing.metrics import AuditResult
+from mmc_core.common.synthetic import demo_distribution
 
 DELTA = 0.1
 NAMES = {"label": "outcome", "units": "points"}  # what the caller states about the label (typed, no key-guessing)
@@ -29,7 +29,7 @@ NAMES = {"label": "outcome", "units": "points"}  # what the caller states about 
 
 @pytest.fixture(scope="module")
 def fitted():
-    from mmc_core.metrics import audit
+    from mmc_core.auditing.metrics import audit
 
     rng = np.random.default_rng(5)
     t = demo_distribution().sample_table(3000, rng)
@@ -382,7 +382,7 @@ def test_missing_tables_give_placeholders():
 
 
 # The published Okabe-Ito palette (Okabe & Ito 2008, "Color Universal Design"), written out here, not read
-# from app.figures: the figures must draw their coloured marks from it (greys, r = g = b, are neutral).
+# from app.figures.charts: the figures must draw their coloured marks from it (greys, r = g = b, are neutral).
 OKABE_ITO_PUBLISHED = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"}
 
 
@@ -525,7 +525,7 @@ def test_variance_figure_keeps_the_group_farthest_from_the_overall_level(fitted)
 def test_pdf_variance_table_lists_the_groups_with_a_variance_finding(fitted):
     """The PDF's "disagree most" table (top 8) put groups below gamma last, so a group that was a page-1
     variance finding could be missing from it (an exploratory session). Groups with a finding come first."""
-    from app.report_tables import variance_table
+    from app.report.tables import variance_table
 
     a = fitted.audit
     bg = a.by_group
@@ -544,7 +544,7 @@ def test_pdf_variance_table_lists_the_groups_with_a_variance_finding(fitted):
 def test_log_ratio_ticks_are_written_in_full():
     """plotly's "D2" ticks on a log axis are labelled "2", "5": the PDF's variance page read "2 5 1 2" for
     0.2, 0.5, 1 and 2."""
-    from app.figures import _log_ticks
+    from app.figures.charts import _log_ticks
 
     t = _log_ticks(0.15, 2.6)
     assert t["ticktext"] == ["0.2", "0.5", "1", "2"] and t["tickvals"] == pytest.approx([0.2, 0.5, 1.0, 2.0])
@@ -572,7 +572,7 @@ def test_thousands_are_written_with_separators_not_exponents():
     """A PDF calibration table read "mean label 1.12e+03" (hours of work), the dashboard "2.233e+04" dollars:
     numbers from 1,000 to under a billion keep their significant digits with thousands separators (issue 35: no
     scientific notation below 1e9); tiny ones are written out."""
-    from app.figure_style import format_number
+    from app.figures.figure_style import format_number
 
     assert (format_number(1120.4), format_number(999.6), format_number(-22978.6), format_number(4950)) == (
         "1,120",
@@ -592,7 +592,7 @@ def test_thousands_are_written_with_separators_not_exponents():
         "0.0000123",
     )
     # the coverage-by-bucket axis read "[990, 1.98e+03)" (a browser re-check of mroz)
-    from app.figure_style import bucket_labels
+    from app.figures.figure_style import bucket_labels
 
     labels = bucket_labels([0, 1], {"lo": 0.0, "hi": 1980.0}, edges=[0.0, 990.0, 1980.0])
     assert labels == ["[0; 990)", "[990; 1,980]"]  # thousands separated; a semicolon between the ends
@@ -676,7 +676,7 @@ def test_a_group_with_a_finding_but_no_large_bucket_keeps_its_calibration_row(fi
 def test_compared_numbers_share_their_decimals():
     """Issue 35: "RMSE 0.442 → 0.4402" (the base's 0.4420 lost its trailing zero): both sides of an arrow now show
     the same decimals, enough to tell two different numbers apart."""
-    from app.figure_style import format_pair
+    from app.figures.figure_style import format_pair
 
     assert format_pair(0.442, 0.4402) == ("0.4420", "0.4402")
     assert format_pair(4717.2, 4716.9) == ("4,717.2", "4,716.9")  # 4 digits would show both as 4,717
@@ -688,8 +688,8 @@ def test_compared_numbers_share_their_decimals():
 def test_interval_ends_are_thousands_separated():
     """Issue 35: heatmap buckets read "[16400, 119000)" and range notes "[717.6, 119000]": the ends are now
     thousands separated, with a semicolon between them that no separator can be confused with."""
-    from app.figure_style import bucket_labels, interval_text
-    from app.specs import outside_range_note
+    from app.figures.figure_style import bucket_labels, interval_text
+    from app.services.specs import outside_range_note
 
     assert bucket_labels([0, 1], {"lo": None, "hi": None}, edges=[717.6, 16400.0, 119000.0]) == [
         "[718; 16,400)",

@@ -1,5 +1,5 @@
-"""The Compare page's pure parts (issue 37): the forest chart of each group's difference (app.figures_compare),
-the headline and the per-group table (app.compare_service), on a world where B is worse for one group, better
+"""The Compare page's pure parts (issue 37): the forest chart of each group's difference (app.figures.compare),
+the headline and the per-group table (app.services.compare_service), on a world where B is worse for one group, better
 for another and alike elsewhere."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from app.compare_service import group_table, headline
-from app.figures_compare import BETTER, NEUTRAL, WORSE, difference_figure, shown_groups
+from app.figures.compare import BETTER, NEUTRAL, WORSE, difference_figure, shown_groups
+from app.services.compare_service import group_table, headline
 from mmc_core import GroupSet
-from mmc_core.compare import Side, compare
+from mmc_core.comparison.compare_models import Side, compare
 
 
 def _world(n=6000, k=40, seed=0):
@@ -82,8 +82,8 @@ def test_names_are_text_in_the_chart():
 
 
 def test_the_period_chart_draws_the_changed_group_thick_and_apart():
-    from app.figures_compare import period_figure
-    from mmc_core.compare import compare_periods
+    from app.figures.compare import period_figure
+    from mmc_core.comparison.compare_models import compare_periods
 
     rng = np.random.default_rng(0)
     n = 8000
@@ -107,8 +107,8 @@ def test_coverage_is_shown_in_percent_and_points_in_the_table_chart_and_reports(
     """A share is said in percent (A, B) and percentage points (B - A, its interval, the detectable difference)
     on the page's table, the chart's axis and both reports' tables, as in the findings' sentences; the result's
     own table keeps the fractions."""
-    from app.report_compare import table_text as pdf_table
-    from app.report_html import build_compare_html
+    from app.report.compare import table_text as pdf_table
+    from app.report.html import build_compare_html
 
     rng = np.random.default_rng(3)
     n, k = 6000, 6

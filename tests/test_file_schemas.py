@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
+from app.cli.entry import main
 from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
-from mmc_core.errors import GroupDefinitionError, ModelFormatError
+from mmc_core.common.errors import GroupDefinitionError, ModelFormatError
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = str(REPO / "demo_datasets" / "synthetic_scores.csv")
@@ -154,7 +154,7 @@ def test_hostile_json_in_a_model_file_is_one_line(fitted, tmp_path, capsys, make
 def test_nesting_is_bounded_by_a_scan_before_parsing(monkeypatch):
     """The depth limit holds before the parser runs: a recursion limit raised elsewhere cannot turn deep nesting
     into a crash of the C parser. Brackets inside strings do not count."""
-    from mmc_core import jsonfile
+    from mmc_core.common import jsonfile
 
     def no_parse(*a, **k):
         raise AssertionError("parsed")
@@ -167,7 +167,7 @@ def test_nesting_is_bounded_by_a_scan_before_parsing(monkeypatch):
 
 
 def test_a_model_file_over_the_limit_is_refused_from_its_size_before_it_is_opened(tmp_path, capsys, monkeypatch):
-    from mmc_core import model as M
+    from mmc_core.fit import model as M
 
     path = tmp_path / "big.json"
     path.write_text("{" + " " * 5000 + "}")
@@ -186,7 +186,7 @@ def test_a_model_file_over_the_limit_is_refused_from_its_size_before_it_is_opene
 def test_a_stream_without_a_size_is_read_only_up_to_the_limit(tmp_path, monkeypatch):
     """/dev/zero states size 0: it is refused from its stat (not a regular file) before a byte is read, and a
     regular file that states size 0 and streams (/proc) is read only one byte past the limit."""
-    from mmc_core import model as M
+    from mmc_core.fit import model as M
 
     monkeypatch.setattr(M, "MAX_MODEL_BYTES", 10_000)
     with pytest.raises(ModelFormatError, match="not a regular file"):
@@ -211,8 +211,8 @@ def _fit_with_groups(path, tmp_path):
 
 def test_200k_groups_are_refused_by_their_count_before_any_is_checked(tmp_path, capsys, monkeypatch):
     """The count comes first: neither the schema nor the parser (nor the duplicate check) sees one group."""
-    from mmc_core import groups as G
     from mmc_core import schemas
+    from mmc_core.groups import group_set as G
 
     def never(*a, **k):
         raise AssertionError("a group was checked before the count")
@@ -235,7 +235,7 @@ def test_a_model_with_the_most_groups_reads_back():
 
 
 def test_an_in_condition_over_the_limit_names_the_group(tmp_path, capsys):
-    from mmc_core.conditions import MAX_IN_VALUES
+    from mmc_core.groups.conditions import MAX_IN_VALUES
 
     big = [{"name": "big one", "where": [{"column": "race", "op": "in", "values": list(range(MAX_IN_VALUES + 1))}]}]
     path = _groups_file(tmp_path, big)
@@ -271,7 +271,7 @@ def test_hostile_groups_files_are_one_line(tmp_path, capsys, text, needles):
 
 
 def test_a_groups_file_over_the_limit_is_refused_before_it_is_read(tmp_path, capsys, monkeypatch):
-    from mmc_core import groups as G
+    from mmc_core.groups import group_set as G
 
     path = _groups_file(tmp_path, "[" + " " * 3000 + "]")
     monkeypatch.setattr(G, "MAX_GROUPS_FILE_BYTES", 2000)
@@ -390,7 +390,7 @@ def test_a_dask_model_meets_the_schema(odd_table, tmp_path, capsys):
 
 def test_the_schemas_follow_the_code():
     """The versions the schema accepts are the ones the loader reads; the schema files ship in the wheel."""
-    from mmc_core.model_format import READABLE_VERSIONS
+    from mmc_core.fit.model_format import READABLE_VERSIONS
     from mmc_core.schemas import schema
 
     assert tuple(schema("model")["properties"]["version"]["enum"]) == READABLE_VERSIONS

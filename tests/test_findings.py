@@ -1,4 +1,4 @@
-"""Findings (mmc_core.findings): the distributions against scipy, the adjustment against statsmodels, the error
+"""Findings (mmc_core.auditing.findings): the distributions against scipy, the adjustment against statsmodels, the error
 control under an exact null (the model IS the truth), power against planted defects, and the audit's
 handling of failures, tiny groups and zero variances."""
 
@@ -12,12 +12,13 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from mmc_core import GroupSet, audit_findings, metrics
-from mmc_core import findings as fnd
-from mmc_core.buckets import mean_grid
-from mmc_core.errors import MMCError
-from mmc_core.moments import LabelScale
-from mmc_core.synthetic import demo_distribution
+from mmc_core import GroupSet
+from mmc_core.auditing import audit_findings, metrics
+from mmc_core.auditing import findings as fnd
+from mmc_core.common.errors import MMCError
+from mmc_core.common.synthetic import demo_distribution
+from mmc_core.paper.buckets import mean_grid
+from mmc_core.paper.moments import LabelScale
 
 UNIT_SCALE = LabelScale(0.0, 1.0)  # the label on [0, 1]: unit values are label values
 
@@ -516,7 +517,7 @@ def test_a_failure_is_reported_as_a_failure(fitted, monkeypatch):
     monkeypatch.setattr(fnd, "select_findings", broken)
     r = metrics.audit(est.model_, te, te["outcome"], base=te["base_pred"], n_boot=0)
     assert r.findings == [] and r.findings_status.startswith("failed: FloatingPointError")
-    from app.report import findings_summary
+    from app.report.pdf import findings_summary
 
     s = findings_summary(r)
     assert s["failed"] and not s["shown"]
@@ -721,7 +722,7 @@ def test_a_p_value_beyond_what_the_data_can_vouch_for_is_stated_as_a_bound():
 
 def test_a_calibration_findings_bucket_separates_its_ends_with_a_semicolon():
     """Issue 35: "with predictions in [16,400, 119,000)" read as three numbers; the ends are now separated by ";"
-    as every interval shown (app.figure_style.interval_text)."""
+    as every interval shown (app.figures.figure_style.interval_text)."""
     rec = {
         "kind": "calibration", "group": "union=1", "n": 88, "interval": [500.0, 2000.0],
         "bucket": [16400.0, 119000.0], "estimate": 1200.0, "observed": 30000.0, "predicted": 28800.0,

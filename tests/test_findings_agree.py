@@ -13,11 +13,12 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from mmc_core import GroupSet, audit_findings, metrics
-from mmc_core import findings as fnd
-from mmc_core.buckets import mean_grid
-from mmc_core.moments import LabelScale
-from mmc_core.synthetic import demo_distribution
+from mmc_core import GroupSet
+from mmc_core.auditing import audit_findings, metrics
+from mmc_core.auditing import findings as fnd
+from mmc_core.common.synthetic import demo_distribution
+from mmc_core.paper.buckets import mean_grid
+from mmc_core.paper.moments import LabelScale
 
 UNIT_SCALE = LabelScale(0.0, 1.0)  # the label on [0, 1]: unit values are label values
 

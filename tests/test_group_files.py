@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
+from app.cli.entry import main
 from mmc_core import GroupSet
-from mmc_core.conditions import MAX_IN_VALUES
-from mmc_core.errors import GroupDefinitionError
-from mmc_core.groups import MAX_GROUPS, loadable_name
+from mmc_core.common.errors import GroupDefinitionError
+from mmc_core.groups.conditions import MAX_IN_VALUES
+from mmc_core.groups.group_set import MAX_GROUPS, loadable_name
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def test_hostile_groups_files_are_one_error(text, message):
 
 
 def test_too_many_groups_are_refused_by_their_count_before_parsing(monkeypatch):
-    from mmc_core import groups as G
+    from mmc_core.groups import group_set as G
 
     parsed = []
     real = G.Group.from_dict.__func__
@@ -96,7 +96,7 @@ def test_the_schema_catches_what_the_parser_would_ignore():
 
 
 def test_discovery_on_a_0_1_label_looks_for_mean_errors_only():
-    from mmc_core.discover import discover
+    from mmc_core.discovery.discover_groups import discover
 
     rng = np.random.default_rng(0)
     n = 3000

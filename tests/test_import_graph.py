@@ -48,7 +48,7 @@ def _graph(mods: dict | None = None):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         skip = _type_checking_nodes(tree)
         is_pkg = path.name == "__init__.py"
-        aliases = {}  # a name bound to a module of the graph ("F", "mmc_core.memory") -> that module
+        aliases = {}  # a name bound to a module of the graph ("F", "mmc_core.common.memory") -> that module
         for node in ast.walk(tree):
             if id(node) in skip:
                 continue
@@ -142,9 +142,9 @@ def test_no_import_of_another_modules_private_name():
 def test_the_graph_sees_what_it_should():
     # the reader must find real edges, or both tests above pass on an empty graph
     mods, edges, private = _graph()
-    assert "mmc_core.estimator" in mods and "app.ui.run_page" in mods
-    assert "mmc_core.groups" in edges["mmc_core.estimator"]
-    assert "mmc_core.groups" not in edges["mmc_core.sums"]  # under TYPE_CHECKING only
+    assert "mmc_core.estimator.multicalibrator" in mods and "app.ui.run_page" in mods
+    assert "mmc_core.groups.group_set" in edges["mmc_core.estimator.multicalibrator"]
+    assert "mmc_core.groups.group_set" not in edges["mmc_core.groups.sums"]  # under TYPE_CHECKING only
     assert _cycles(["a", "b", "c"], defaultdict(set, {"a": {"b"}, "b": {"c"}, "c": {"a"}})) == {
         frozenset({"a", "b", "c"})
     }

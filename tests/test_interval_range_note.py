@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import cli
+from app.cli import entry as cli
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ import pytest
 from benchmarks.interval_fitters import fit_approach, ridge_cqr, symmetric
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv
-from mmc_core.errors import MMCError, ModelFormatError
-from mmc_core.model import FittedModel
-from mmc_core.moments import max_central_moment
-from mmc_core.synthetic import _beta_params, demo_distribution
+from mmc_core.common.errors import MMCError, ModelFormatError
+from mmc_core.common.synthetic import _beta_params, demo_distribution
+from mmc_core.fit.model import FittedModel
+from mmc_core.paper.moments import max_central_moment
 
 DIST = demo_distribution()
 COLS = ["sex", "race", "age"]
@@ -951,7 +951,7 @@ def test_record_size_is_bounded(cal_model):
 
 # ---- CLI ---------------------------------------------------------------------------------------------------------
 def test_cli_predict_and_audit(tmp_path):
-    from app.cli import main
+    from app.cli.entry import main
 
     rng = np.random.default_rng(6)
     df = pd.DataFrame(DIST.sample_table(1200, rng, truth=False))

@@ -1,4 +1,4 @@
-"""Cross-fitted interval calibration (``interval_calibration="cross-fit"``, mmc_core.crossfit).
+"""Cross-fitted interval calibration (``interval_calibration="cross-fit"``, mmc_core.estimator.crossfit).
 
 What is checked, against the statements of the mmc_core.intervals docstring ("Cross-fitted calibration"):
 
@@ -27,9 +27,9 @@ import pytest
 
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv
-from mmc_core.crossfit import CROSS_FIT_FOLDS, fold_ids
-from mmc_core.errors import MMCError
-from mmc_core.synthetic import demo_distribution
+from mmc_core.common.errors import MMCError
+from mmc_core.common.synthetic import demo_distribution
+from mmc_core.estimator.crossfit import CROSS_FIT_FOLDS, fold_ids
 
 DIST = demo_distribution()
 COLS = ["sex", "race", "age"]
@@ -148,7 +148,7 @@ def test_default_is_held_out_and_auto_cross_fits_in_memory():
 def test_auto_calibrates_on_the_held_out_rows_above_the_size_limit_and_after_a_stop(monkeypatch):
     """Large tables: five more fits cost minutes while every group already has many held-out rows. A stopped
     fit: its fold models would be as partial as it is, and the analyst is waiting."""
-    import mmc_core.crossfit as cf
+    import mmc_core.estimator.crossfit as cf
 
     tr, gs = _sample(400, 5)
     auto = dict(n_moments=2, label_range=(0, 100), interval_calibration="auto")

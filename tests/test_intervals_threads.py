@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = r"""
 import json, sys
 import numpy as np
-from app.demo_data import load_dataset
+from app.services.demo_data import load_dataset
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv
 from benchmarks.interval_fitters import fit_approach

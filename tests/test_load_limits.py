@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from app import cli
-from app import io as mio
-from mmc_core.errors import DataError
+from app.cli import entry as cli
+from app.services import io as mio
+from mmc_core.common.errors import DataError
 
 
 def _zeros_parquet(path, rows: int, names: list[str], chunk: int = 500_000, dtype="float64"):
@@ -345,7 +345,7 @@ def test_dask_fit_reads_only_the_columns_it_uses(wide_zeros, tmp_path, monkeypat
     pytest.importorskip("dask.dataframe")
     import contextlib
 
-    from app import cli_dask
+    from app.cli import dask as cli_dask
     from mmc_core import MomentMulticalibrator
 
     seen = []

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import cli
-from app.specs import looks_like_log
+from app.cli import entry as cli
+from app.services.specs import looks_like_log
 from mmc_core import MomentMulticalibrator
-from mmc_core.errors import MMCError
-from mmc_core.metrics import audit
+from mmc_core.auditing.metrics import audit
+from mmc_core.common.errors import MMCError
 
 SHIFT = 0.1  # log points added to group a's labels on the audit rows: its true percent error is 100 (e^0.1 - 1)
 

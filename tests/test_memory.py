@@ -1,4 +1,4 @@
-"""mmc_core.memory: freed memory kept for reuse during large fits (glibc's mallopt), restored afterwards."""
+"""mmc_core.common.memory: freed memory kept for reuse during large fits (glibc's mallopt), restored afterwards."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-from mmc_core import GroupSet, MomentMulticalibrator, memory
-from mmc_core.synthetic import demo_distribution
+from mmc_core import GroupSet, MomentMulticalibrator
+from mmc_core.common import memory
+from mmc_core.common.synthetic import demo_distribution
 
 
 class FakeLibc:

@@ -1,4 +1,4 @@
-"""The audit (mmc_core.metrics): every table checked against hand-computed values on a tiny table, the
+"""The audit (mmc_core.auditing.metrics): every table checked against hand-computed values on a tiny table, the
 bootstrap against a direct loop, the JSON form, and the MetricFrame-style views."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core import intervals as iv
-from mmc_core.descent import DescentParams, Update
-from mmc_core.errors import DataError, MMCError
-from mmc_core.metrics import AuditResult, audit
-from mmc_core.model import FittedModel
-from mmc_core.moments import LabelScale
-from mmc_core.synthetic import demo_distribution
+from mmc_core.auditing.metrics import AuditResult, audit
+from mmc_core.common.errors import DataError, MMCError
+from mmc_core.common.synthetic import demo_distribution
+from mmc_core.fit.model import FittedModel
+from mmc_core.paper.descent import DescentParams, Update
+from mmc_core.paper.moments import LabelScale
 
 
 def tiny():
@@ -150,8 +150,8 @@ def test_bootstrap_matches_direct_loop():
 
 def test_bootstrap_paths_agree():
     """The signature path (rows with the same groups summed first) and the membership-pairs path."""
-    from mmc_core.audit_tables import bootstrap_ratios
-    from mmc_core.sums import MembershipSums
+    from mmc_core.auditing.audit_tables import bootstrap_ratios
+    from mmc_core.groups.sums import MembershipSums
 
     rng = np.random.default_rng(3)
     table = {"a": rng.choice(["x", "y", "z"], 300), "b": rng.choice(["u", "v"], 300)}

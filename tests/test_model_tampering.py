@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from app.cli import main
+from app.cli.entry import main
 
 DATA = "demo_datasets/synthetic_scores.csv"
 
@@ -70,7 +70,7 @@ def test_hostile_json_is_one_line(tmp_path, capsys, text, message):
 
 
 def test_a_model_file_too_large_is_refused_before_it_is_read(tmp_path, capsys, monkeypatch):
-    from mmc_core import model as M
+    from mmc_core.fit import model as M
 
     path = tmp_path / "big.json"
     path.write_text("{" + " " * 2000 + "}")
@@ -116,7 +116,7 @@ def test_every_kind_of_model_written_meets_the_schema(kw):
     import pandas as pd
 
     from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
-    from mmc_core.errors import ModelFormatError
+    from mmc_core.common.errors import ModelFormatError
     from mmc_core.schemas import check
 
     df = pd.read_csv(DATA)

@@ -1,4 +1,4 @@
-"""The moments' cell step (mmc_core.cells.gated_moment_cells): log-scale ridge corrections of a moment's
+"""The moments' cell step (mmc_core.fit.cells.gated_moment_cells): log-scale ridge corrections of a moment's
 (group, band) cells, judged on held-out rows, on worlds whose true variances are known."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from mmc_core import GroupSet, MomentMulticalibrator
-from mmc_core.cells import apply_moment_cells, gated_moment_cells
-from mmc_core.errors import ModelFormatError
-from mmc_core.model import FittedModel
-from mmc_core.model_format import VERSION_MOMENT_CELLS
+from mmc_core.common.errors import ModelFormatError
+from mmc_core.fit.cells import apply_moment_cells, gated_moment_cells
+from mmc_core.fit.model import FittedModel
+from mmc_core.fit.model_format import VERSION_MOMENT_CELLS
 
 
 def _world(n: int, rng: np.random.Generator) -> pd.DataFrame:
@@ -110,7 +110,7 @@ def test_penalties_grow_with_the_pseudo_labels_dispersion():
     # squared Gaussian residuals over their true variance: variance 2, the penalties as listed (up to noise);
     # a heavy tail (squared t with 5 degrees of freedom over its variance: variance about 2 + 6 * 2 = 14 in law,
     # noisy in a sample) multiplies them by var(s / v) / 2
-    from mmc_core.cells import CELL_PENALTIES, moment_penalties
+    from mmc_core.fit.cells import CELL_PENALTIES, moment_penalties
 
     rng = np.random.default_rng(2)
     gauss = rng.normal(size=200_000) ** 2

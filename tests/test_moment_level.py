@@ -1,4 +1,4 @@
-"""The moment's level after the cells (mmc_core.cells._level_round via gated_moment_cells): every row's moment is
+"""The moment's level after the cells (mmc_core.fit.cells._level_round via gated_moment_cells): every row's moment is
 multiplied by the factor that makes its sum equal the pseudo-labels' over the fitting and held-out rows together.
 In-sample residuals are smaller than new rows' (the mean was fitted on them), so the level from the fitting rows
 alone is too low; checked on a world whose true residual variance on new rows is known."""
@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmc_core import FittedModel, GroupSet, MomentMulticalibrator, cells
-from mmc_core.cells_text import describe_cells
-from mmc_core.sums import MembershipSums  # noqa: F401 - the type gated_moment_cells takes
+from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
+from mmc_core.estimator.cells_text import describe_cells
+from mmc_core.fit import cells
+from mmc_core.groups.sums import MembershipSums  # noqa: F401 - the type gated_moment_cells takes
 
 SIGMA = 10.0
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import build_parser, main
+from app.cli.entry import build_parser, main
 
 ROWS = 300
 # --engine dask cases name a scheduler nobody listens on: no cluster is ever started, and a guard that let the

@@ -138,7 +138,7 @@ def test_installed_package_works_outside_the_repo(installed):
     py = str(venv / "bin" / "python")
     code = (
         "import pathlib, sys, sysconfig, mmc_core, app\n"
-        "from app.demo_data import load_dataset, dataset_path, list_datasets\n"
+        "from app.services.demo_data import load_dataset, dataset_path, list_datasets\n"
         "site = pathlib.Path(sysconfig.get_paths()['purelib']).resolve()\n"
         f"repo = pathlib.Path({str(REPO)!r}).resolve()\n"
         "for mod in (mmc_core, app):\n"

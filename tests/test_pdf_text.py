@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import pdf_doc
-from app import report as R
-from app.display import LABEL_CHARS, display_text, shorten, visible_controls
+from app.figures.display import LABEL_CHARS, display_text, shorten, visible_controls
+from app.report import pdf as R
+from app.report import pdf_doc
 from mmc_core import GroupSet, MomentMulticalibrator
 from tests.test_report import stand_in_renderer
 
@@ -61,7 +61,7 @@ def test_a_label_of_7000_characters_is_shortened_not_a_crash(tmp_path, monkeypat
 
 
 def test_one_rule_for_every_page():
-    from app.figure_style import hover_safe
+    from app.figures.figure_style import hover_safe
     from app.ui.common import esc
 
     s = "a\u202eb\u2066c"

@@ -30,10 +30,10 @@ def test_results_captions_write_out_numbers_in_label_units():
 def test_the_pdf_settings_write_out_numbers_in_label_units():
     """The same table's PDF: "mean bucket width 5.2e+04 claims units" in the settings table (and the label's range,
     alpha and beta in "g" format): written out, in the units the analyst stated."""
-    from app import report_text as RT
-    from mmc_core import metrics
-    from mmc_core.estimator import MomentMulticalibrator
-    from mmc_core.groups import GroupSet
+    from app.report import text as RT
+    from mmc_core.auditing import metrics
+    from mmc_core.estimator.multicalibrator import MomentMulticalibrator
+    from mmc_core.groups.group_set import GroupSet
 
     rng = np.random.default_rng(5)
     n = 1500

@@ -13,9 +13,9 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def test_every_group_with_a_finding_is_on_the_regression_charts():
-    from app import figures as F
-    from app.figures_binary import finding_groups
-    from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
+    from app.figures import charts as F
+    from app.figures.binary import finding_groups
+    from app.services.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
     from mmc_core import GroupSet
 
     df = pd.read_csv(DATA / "fringe_annearn.csv")

@@ -1,4 +1,4 @@
-"""app/report.py: the PDF audit report.
+"""app/report/pdf.py: the PDF audit report.
 
 * fast: the layout with a stand-in figure renderer (no browser), and the one-line error when Chromium
   is missing (``mmc report`` exits 2);
@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import report as R
-from app import report_text as RT
+from app.report import pdf as R
+from app.report import text as RT
 from mmc_core import GroupSet, MomentMulticalibrator
-from mmc_core.synthetic import demo_distribution
+from mmc_core.common.synthetic import demo_distribution
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_CHROMIUM = os.path.exists("/usr/bin/chromium") or R.chromium_available() is not None
@@ -40,7 +40,7 @@ N_FIGURES = 8  # convergence, variance, coverage, coverage by bucket, width, cal
 @pytest.fixture(scope="module")
 def demo():
     """The demo-size setting of the brief: 4000 rows, 36 groups, moments 2..4, a base prediction."""
-    from mmc_core.metrics import audit
+    from mmc_core.auditing.metrics import audit
 
     t = demo_distribution().sample_table(4000, np.random.default_rng(0))
     est = MomentMulticalibrator(n_moments=4, label_range=(0, 100), calibration_fraction=0.25).fit(
@@ -129,7 +129,7 @@ def test_findings_of_a_wrong_model_are_printed_in_full(demo, tmp_path, monkeypat
     """A planted defect (the labels of race D raised by 10 points after the fit): the audit reports findings,
     and the PDF prints each shown finding's whole sentence, the count of the ones left out, and no
     'No defect found'."""
-    from mmc_core.metrics import audit
+    from mmc_core.auditing.metrics import audit
 
     stand_in_renderer(monkeypatch)
     y = demo["y"] + 10.0 * (np.asarray(demo["table"]["race"]) == "D")
@@ -254,7 +254,7 @@ def test_missing_chromium_is_one_actionable_line(tmp_path):
 def test_missing_chromium_raises_mmcerror():
     # in a fresh process: a kaleido server started by an earlier test would otherwise short-cut the check
     code = (
-        "import app.report as R\n"
+        "import app.report.pdf as R\n"
         "R.chromium_available = lambda: None\n"
         "try:\n    R._ensure_kaleido()\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
     )
@@ -311,7 +311,7 @@ def test_real_report_pages_carry_figures(real_report, tmp_path):
 @pytest.mark.slow
 @needs_browser
 def test_cli_report_end_to_end(tmp_path, capsys):
-    from app.cli import main
+    from app.cli.entry import main
 
     data = os.path.join(ROOT, "demo_datasets", "synthetic_scores.csv")
     model = tmp_path / "m.json"
@@ -389,7 +389,7 @@ def test_characters_no_font_has_are_written_as_codes_never_dropped(monkeypatch):
     the groups "性别=女" and "性别=男" were both printed as "=". Such characters are now written as their
     codes ("[U+5973]", not a Python escape: issue 38); with a fallback font installed (fonts-droid-fallback,
     which scripts/test.sh installs) they are printed as they are."""
-    from app import pdf_doc
+    from app.report import pdf_doc
 
     monkeypatch.setattr(pdf_doc, "FALLBACK_FONTS", ())
     pdf = pdf_doc._make_pdf("t")
@@ -439,7 +439,7 @@ def test_a_table_too_small_to_test_anything_is_not_reported_as_clean(tmp_path, m
     new = pd.DataFrame(demo_distribution().sample_table(6, np.random.default_rng(5)))
     data = R.build_report_pdf(est.model_, new, new["outcome"].to_numpy(float), label="outcome", data_name="tiny.csv")
     flat = " ".join(pdf_text(data, tmp_path).split())
-    from mmc_core.metrics import audit as run_audit
+    from mmc_core.auditing.metrics import audit as run_audit
 
     assert R.findings_summary(run_audit(est.model_, new, new["outcome"].to_numpy(float)))["n_tests"] == 0
     assert "Nothing could be tested" in flat and "No defect found" not in flat
@@ -451,7 +451,7 @@ def test_a_kept_round_that_misses_the_given_alpha_is_said_and_drawn_at_the_alpha
     model's (larger) alpha, but its convergence figure drew that value as the threshold the fit stopped at and
     the bound 1/alpha^2 - 1 used it too. The figure and the bound use the alpha the descent used; the
     Thresholds row says both."""
-    from app.specs import descent_thresholds
+    from app.services.specs import descent_thresholds
 
     stand_in_renderer(monkeypatch)
     t = demo_distribution().sample_table(8000, np.random.default_rng(0))
@@ -495,7 +495,7 @@ def test_a_figure_with_a_long_title_exports(tmp_path, monkeypatch):
 def test_mean_only_reading_notes_promise_only_the_intervals_it_has():
     """A mean-only model with held-out rows has calibrated intervals but no guaranteed ones (they need the
     moments); the notes promised both (seen on a rendered page)."""
-    from mmc_core.metrics import audit
+    from mmc_core.auditing.metrics import audit
 
     t = demo_distribution().sample_table(1500, np.random.default_rng(8))
     est = MomentMulticalibrator(n_moments=1, label_range=(0, 100)).fit(
@@ -512,7 +512,7 @@ def test_mean_only_reading_notes_promise_only_the_intervals_it_has():
 def test_report_label_row_says_when_audited_labels_lie_outside_the_range():
     from types import SimpleNamespace
 
-    from app.report_text import outside_note
+    from app.report.text import outside_note
 
     params = {"n": 500, "label_outside_range": 3, "label": {"lo": -20.0, "hi": 140.0, "source": "declared"}}
     text = outside_note(SimpleNamespace(params=params))
@@ -525,9 +525,9 @@ def test_the_worst_group_coverage_is_read_only_where_the_heatmap_colours_it(demo
     """A 601-row table's Results headline named an 11-row group (mass >= gamma on the test rows, but fewer than
     the audit's 30-row minimum, left uncoloured as "not tested" by the heatmap) as the worst-covered group, at
     81.8%. The headline and the PDF's coverage table now read the same groups the heatmaps colour."""
-    from app.figure_style import below_gamma, coverage_tested
-    from app.report_tables import coverage_table
-    from mmc_core.metrics import audit
+    from app.figures.figure_style import below_gamma, coverage_tested
+    from app.report.tables import coverage_table
+    from mmc_core.auditing.metrics import audit
 
     new = demo_distribution().sample_table(400, np.random.default_rng(3))
     res = audit(demo["model"], new, np.asarray(new["outcome"], float), base=np.asarray(new["base_pred"], float))
@@ -541,7 +541,7 @@ def test_the_worst_group_coverage_is_read_only_where_the_heatmap_colours_it(demo
     assert not tested[small_big].any() and tested[big & (counts >= min_n)].all()
     cal = res.coverage["calibrated"].astype(float)
     worst_tested = cal[tested].idxmin()
-    from app.figures import METHOD_LABELS
+    from app.figures.charts import METHOD_LABELS
 
     row = coverage_table(res, 0.1).set_index("method").loc[METHOD_LABELS["calibrated"]]
     assert str(row["worst group (mass ≥ γ)"]).startswith(worst_tested[:20])

@@ -3,8 +3,8 @@ every other failure is reported at once."""
 
 import pytest
 
-from app import report as R
-from mmc_core.errors import MMCError
+from app.report import pdf as R
+from mmc_core.common.errors import MMCError
 
 
 @pytest.mark.parametrize(

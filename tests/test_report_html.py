@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 
-from app.cli import main
+from app.cli.entry import main
 
 EVIL_LINK, EVIL_TAG = "[x](http://example.com)", "<img src=http://203.0.113.9/i.png>"
 

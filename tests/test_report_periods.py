@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.cli import main
-from app.report import chromium_available
+from app.cli.entry import main
+from app.report.pdf import chromium_available
 
 needs_browser = pytest.mark.skipif(chromium_available() is None, reason="the PDF's figures need Chromium")
 needs_poppler = pytest.mark.skipif(shutil.which("pdftotext") is None, reason="needs poppler-utils (pdftotext)")
@@ -202,10 +202,10 @@ def test_results_over_time_offers_the_reports_with_its_section():
 
 
 def test_without_a_change_the_section_says_none_was_found_and_how_many_tests_ran():
-    from app.compare_service import period_chart_values, period_findings_table, period_headline
-    from app.report_html import _over_time
+    from app.report.html import _over_time
+    from app.services.compare_service import period_chart_values, period_findings_table, period_headline
     from mmc_core import GroupSet
-    from mmc_core.compare import Side, compare_periods
+    from mmc_core.comparison.compare_models import Side, compare_periods
 
     rng = np.random.default_rng(7)
     df = world(rng, 4000)

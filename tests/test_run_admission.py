@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import app.jobs as jobs
+import app.services.jobs as jobs
 from app import run_admission
-from app.jobs import FitJob
 from app.run_admission import RunAdmission, run_bytes
-from app.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec
+from app.services.jobs import FitJob
+from app.services.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec
 
 MB = 10**6
 
@@ -187,15 +187,15 @@ def test_run_estimate_grows_with_rows_groups_and_moments():
     assert run_bytes(8 * 10_000, 10_000, 50, 2) > base
     assert run_bytes(8 * 10_000, 10_000, 5, 4) > base
     # pairs count at most the audit's limit (the run refuses more)
-    from app import io as table_io
+    from app.services import io as table_io
 
     assert run_bytes(0, 5_000_000, 10_000, 1) < run_admission.RUN_BASE_BYTES + 2 * table_io.AUDIT_WORK_BYTES
 
 
 def test_a_discovery_waits_for_a_run_and_stop_ends_it(blocking_runs, monkeypatch):
-    """The dashboard's other background work, the search for groups (app.discovery.DiscoverJob), reserves from
+    """The dashboard's other background work, the search for groups (app.services.discovery.DiscoverJob), reserves from
     the same budget: it waits behind a run that fills it, says so, and Stop ends it with nothing kept."""
-    import app.discovery as discovery
+    import app.services.discovery as discovery
 
     adm, calls, gates, make = blocking_runs
     searched = []

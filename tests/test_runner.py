@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.demo_data import load_dataset
-from app.runner import (
+from app.services.demo_data import load_dataset
+from app.services.runner import (
     AuditRun,
     BaseSpec,
     FitJob,
@@ -29,8 +29,8 @@ from app.runner import (
 )
 from app.ui import groupbuild as gb
 from mmc_core import FittedModel, GroupSet
-from mmc_core.errors import DataError, GroupDefinitionError
-from mmc_core.synthetic import demo_distribution
+from mmc_core.common.errors import DataError, GroupDefinitionError
+from mmc_core.common.synthetic import demo_distribution
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_split_rows_disjoint_and_sized():
 
 
 def test_in_app_base_model_is_trained_on_its_rows_only_and_cached(wage, monkeypatch):
-    import app.base_model as base_model  # where cached_base_model looks fit_base_model up
+    import app.services.base_model as base_model  # where cached_base_model looks fit_base_model up
 
     fits = []
     real_fit = base_model.fit_base_model
@@ -263,7 +263,7 @@ def test_fit_job_stops_a_long_run_quickly():
     assert 0 < n_updates <= polls["clear"], (n_updates, polls)
     assert len(job.history) <= rounds_before + 2
     assert run.audit is None and "not audited" in run.audit_error and "kept" in job.kept
-    from app.runner import audit_run
+    from app.services.runner import audit_run
 
     audit_run(run, df)  # the kept model can be audited afterwards
     assert run.audit is not None and not run.audit_error
@@ -277,7 +277,7 @@ def _stoppable_fit_frame(n=3000, seed=0):
 
 
 def test_base_model_fit_sees_the_stop_flag_between_boosting_chunks():
-    from app.runner import BOOST_CHUNK, StoppedByUser, fit_base_model
+    from app.services.runner import BOOST_CHUNK, StoppedByUser, fit_base_model
 
     df = _stoppable_fit_frame()
     seen = []
@@ -325,7 +325,7 @@ def test_fit_job_stopped_in_the_base_model_keeps_nothing():
 def test_stop_during_the_audit_ends_the_job_at_once(synth, monkeypatch):
     import threading
 
-    import mmc_core.metrics as metrics
+    import mmc_core.auditing.metrics as metrics
 
     entered, release = threading.Event(), threading.Event()
     real = metrics.audit
@@ -512,7 +512,7 @@ def test_lesson_steps_and_figures():
 
 
 def test_bug10_cli_and_dashboard_build_the_same_groups():
-    """Issue 11, item 10: one group builder (mmc_core.groups.column_conditions) for `--group-cols` and the
+    """Issue 11, item 10: one group builder (mmc_core.groups.group_set.column_conditions) for `--group-cols` and the
     dashboard's quick add / suggestions, so an exported groups file and a CLI run agree."""
     rng = np.random.default_rng(3)
     n = 2000
@@ -538,7 +538,7 @@ def test_bug10_cli_and_dashboard_build_the_same_groups():
 def test_the_kept_model_is_named_by_its_round():
     """Regression (found in a browser session): a stopped run said "the model fitted so far was kept" while
     early stopping had kept round 4046 of 8539; the words now name the round that was kept."""
-    from app.specs import kept_model_text
+    from app.services.specs import kept_model_text
 
     assert kept_model_text({"rounds": 8539, "kept_round": 4046, "early_stopped": True}) == (
         "the model of round 4,046 (the best on the held-out rows; the descent ran 8,539 rounds)"
@@ -552,9 +552,9 @@ def test_the_kept_model_is_named_by_its_round():
 def test_progress_line_counts_the_rows_the_run_page_counts():
     """The live line said "multicalibrating on 3,500 rows" while the Run page said "Fitting rows 2,625" (a
     browser session): the estimator holds 25% of its rows out. Both now count the fitting rows."""
-    from app.demo_data import load_dataset
-    from app.pipeline import run_pipeline
-    from app.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec
+    from app.services.demo_data import load_dataset
+    from app.services.pipeline import run_pipeline
+    from app.services.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec
     from mmc_core import GroupSet
 
     df = load_dataset("synthetic_scores").iloc[:2000].reset_index(drop=True)

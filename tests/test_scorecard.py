@@ -1,4 +1,4 @@
-"""The audit's group scorecard (mmc_core.scorecard): every listed group in it, and per-group power checked by
+"""The audit's group scorecard (mmc_core.auditing.scorecard): every listed group in it, and per-group power checked by
 simulation. The 'model' predicts the TRUE mean and variance of the demo distribution (its intervals truly cover
 90% of every row); a defect planted on race=D at the size the scorecard states as detectable (80% power at the
 audit's error control) must be found in 70-90% of audits, one at half that size far less often."""
@@ -11,11 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmc_core import GroupSet, MomentMulticalibrator, audit_findings, metrics
-from mmc_core.buckets import mean_grid
-from mmc_core.moments import LabelScale
-from mmc_core.scorecard import detectable_z, scorecard
-from mmc_core.synthetic import demo_distribution
+from mmc_core import GroupSet, MomentMulticalibrator
+from mmc_core.auditing import audit_findings, metrics
+from mmc_core.auditing.scorecard import detectable_z, scorecard
+from mmc_core.common.synthetic import demo_distribution
+from mmc_core.paper.buckets import mean_grid
+from mmc_core.paper.moments import LabelScale
 
 DIST = dataclasses.replace(demo_distribution(), base_bias={})
 UNIT = LabelScale(0.0, 1.0)
@@ -113,8 +114,8 @@ def test_the_scorecard_is_on_the_pdfs_first_page_and_on_results(tmp_path, monkey
     import shutil
     import subprocess
 
-    from app import report as R
-    from app.report_tables import scorecard_table
+    from app.report import pdf as R
+    from app.report.tables import scorecard_table
     from tests.apptest_helpers import new_session as _new
     from tests.apptest_helpers import switch as _page
     from tests.test_report import stand_in_renderer
@@ -141,8 +142,8 @@ def test_the_scorecard_is_on_the_pdfs_first_page_and_on_results(tmp_path, monkey
 def test_classifier_charts_show_flagged_minority_groups_before_large_ones():
     """Issue 35: the classifier charts showed 'all' and the largest groups only, so the group the four-fifths rule
     flags (a minority) never appeared. Groups with findings or flags now come first."""
-    from app import figures_binary as FB
-    from app.report_tables import priority_groups
+    from app.figures import binary as FB
+    from app.report.tables import priority_groups
 
     df = pd.read_csv("demo_datasets/loanapp.csv").dropna(subset=["male"])
     cols = ["black", "hispan", "male", "married", "self", "dep", "unit"]
@@ -167,8 +168,8 @@ def test_the_classifier_scorecard_is_on_results_and_the_pdf(tmp_path, monkeypatc
     import shutil
     import subprocess
 
-    from app import report as R
-    from app.report_tables import scorecard_table
+    from app.report import pdf as R
+    from app.report.tables import scorecard_table
     from tests.apptest_helpers import run_uploaded, switch
     from tests.test_report import stand_in_renderer
 
@@ -199,8 +200,8 @@ def test_confidence_intervals_in_tables_separate_their_ends_with_a_semicolon():
     ends; every interval's ends are now separated as figure_style.interval_text does: "[-4,300; -2,700]"."""
     from types import SimpleNamespace
 
-    from app.figures_binary import _ci_text
-    from app.report_tables import scorecard_table
+    from app.figures.binary import _ci_text
+    from app.report.tables import scorecard_table
 
     _, card = _audit(1, shift=0.05)
     table = scorecard_table(SimpleNamespace(scorecard=card, params={}, by_group=pd.DataFrame(index=card.index)))

@@ -1,7 +1,7 @@
 """MomentMulticalibrator in scikit-learn's model selection: the base prediction and the groups as constructor
 parameters (``base_column``, ``groups``) so that Pipeline, cross_val_score and GridSearchCV need only X and y;
 predict_proba of shape (n, 2); NotFittedError; keyword-only parameters. On the synthetic distribution whose
-true conditional mean is known (mmc_core.synthetic.demo_distribution)."""
+true conditional mean is known (mmc_core.common.synthetic.demo_distribution)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.validation import check_is_fitted
 
 from mmc_core import GroupSet, MomentMulticalibrator, NotFittedError
-from mmc_core.errors import MMCError
-from mmc_core.synthetic import demo_distribution
+from mmc_core.common.errors import MMCError
+from mmc_core.common.synthetic import demo_distribution
 
 DIST = demo_distribution()
 FEATURES = ["sex", "race", "age", "score"]

@@ -1,4 +1,4 @@
-"""What each stage of a fit changed on the held-out rows (mmc_core.stages): the numbers are the held-out rows'
+"""What each stage of a fit changed on the held-out rows (mmc_core.estimator.stages): the numbers are the held-out rows'
 own errors, the stages add up to the model's predictions, and on a world with known spread the variance stages
 are the ones that move the variance."""
 
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from mmc_core import GroupSet, MomentMulticalibrator
-from mmc_core.errors import ModelFormatError
-from mmc_core.model import FittedModel
-from mmc_core.stages import STAGE_LABELS, describe_stages, stage_rows
+from mmc_core.common.errors import ModelFormatError
+from mmc_core.estimator.stages import STAGE_LABELS, describe_stages, stage_rows
+from mmc_core.fit.model import FittedModel
 
 
 def _world(n: int, seed: int, base_error: float):
@@ -118,7 +118,7 @@ def test_model_file_stages_are_checked():
 
 
 def test_plain_sentences_one_per_stage_with_its_held_out_change():
-    from mmc_core.stages import stage_sentences
+    from mmc_core.estimator.stages import stage_sentences
 
     est, *_ = _fit(n=12000, seed=1)
     info = est.model_.info
@@ -140,7 +140,7 @@ def test_plain_sentences_one_per_stage_with_its_held_out_change():
 
 
 def test_plain_sentences_of_a_classifier_say_brier_and_no_variance():
-    from mmc_core.stages import stage_sentences
+    from mmc_core.estimator.stages import stage_sentences
 
     recs = [{"stage": "start", "rmse": 0.5}, {"stage": "descent", "rmse": 0.4}]
     (line,) = stage_sentences(recs, {"task": "binary", "kept_round": 3}, 4, 0)
@@ -153,7 +153,7 @@ def test_plain_sentences_of_a_classifier_say_brier_and_no_variance():
 
 def test_plain_sentences_of_a_dollar_label_separate_thousands():
     """Issue 35: a dollar label's held-out RMSE read "4717 -> 4701"; thousands are separated as everywhere else."""
-    from mmc_core.stages import stage_sentences
+    from mmc_core.estimator.stages import stage_sentences
 
     recs = [{"stage": "start", "rmse": 4717.2}, {"stage": "descent", "rmse": 4701.4}]
     (line,) = stage_sentences(recs, {"kept_round": 1}, 2, 0)
@@ -164,7 +164,7 @@ def test_plain_descent_sentence_counts_updates_as_the_run_summary_does():
     """Issue 35: the stage summary said "Descent: 0 corrections" next to the run summary's "1 mean update": the
     kept model's log ends at the kept round, the summary counts every update the descent made. Both now say
     "mean update", and both numbers when they differ."""
-    from mmc_core.stages import stage_sentences
+    from mmc_core.estimator.stages import stage_sentences
 
     recs = [
         {"stage": "start", "rmse": 0.5, "variance_error": 0.3},
@@ -182,7 +182,7 @@ def test_plain_sentences_explain_a_metric_that_got_worse():
     """Issue 35: "Base map: variances off by 28% -> 37%" got worse with no word why. The base map leaves the
     variances as they were and only makes the mean's errors smaller, against which the variances are checked; a
     worse metric now says why it can be and that the later stages and the test rows' audit decide."""
-    from mmc_core.stages import stage_sentences
+    from mmc_core.estimator.stages import stage_sentences
 
     recs = [
         {"stage": "start", "rmse": 0.4420, "variance_error": 0.2469},

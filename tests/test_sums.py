@@ -1,12 +1,12 @@
-"""The membership-sum primitive (mmc_core.sums): both ways of summing (membership signatures, (row, group)
+"""The membership-sum primitive (mmc_core.groups.sums): both ways of summing (membership signatures, (row, group)
 pairs) against a dense reference on random memberships, and the incremental shift against a full recount."""
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmc_core.groups import GroupSet
-from mmc_core.sums import MembershipSums, use_signatures
+from mmc_core.groups.group_set import GroupSet
+from mmc_core.groups.sums import MembershipSums, use_signatures
 
 
 def _membership(seed: int, n: int, n_cols: int, card: int):
@@ -87,7 +87,7 @@ def test_the_rule():
 def test_descent_state_stays_equal_to_a_fresh_count(mr, odd, se, track):
     """CellState's incrementally kept statistics (every sum of every moment, mean and moment updates, odd
     moments of both kinds, with and without the standard-error sums) equal a recount from its predictions."""
-    from mmc_core.descent import CellState, DescentParams
+    from mmc_core.paper.descent import CellState, DescentParams
 
     memb, rng = mr
     n = memb.n
@@ -114,7 +114,7 @@ def test_descent_state_stays_equal_to_a_fresh_count(mr, odd, se, track):
 def test_a_row_sum_does_not_build_the_signatures(monkeypatch):
     """Predicting interval thresholds (per-row sums of group coefficients) runs over the pairs: building the
     signatures (a sort of every pair) only pays off for the descent's and the audit's many sums."""
-    from mmc_core import groups
+    from mmc_core.groups import group_set as groups
 
     memb, rng = _membership(1, 3_000, 2, 4)
     builds = []
@@ -130,7 +130,7 @@ def test_a_row_sum_does_not_build_the_signatures(monkeypatch):
 
 def _random_membership(seed: int, n: int, n_groups: int, density: float):
     """Groups that are arbitrary row sets (overlapping, some empty), unlike groups built from columns."""
-    from mmc_core.membership import Membership
+    from mmc_core.groups.membership import Membership
 
     rng = np.random.default_rng(seed)
     D = rng.random((n, n_groups)) < rng.uniform(0, density, n_groups)
@@ -153,7 +153,7 @@ def _random_membership(seed: int, n: int, n_groups: int, density: float):
 def test_every_way_of_shifting_gives_the_same_bits(mr, nc, share):
     """An update's sums per layer, over its row-major pairs (repeated weights) and over pairs gathered by
     position are the same to the last bit: every (group, cell) adds the same rows in the same order."""
-    from mmc_core.sums import _RowLayers, _RowPairs
+    from mmc_core.groups.sums import _RowLayers, _RowPairs
 
     memb, rng = mr
     n, G = memb.n, memb.n_groups

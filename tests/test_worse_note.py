@@ -1,12 +1,12 @@
 """Wherever a metric gets worse after multicalibration the Results page says by how much, whether beyond chance
-and why (issue 35): app.pipeline.worse_note on per-row losses of the same rows."""
+and why (issue 35): app.services.pipeline.worse_note on per-row losses of the same rows."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from app.pipeline import worse_note
+from app.services.pipeline import worse_note
 
 
 def test_no_note_when_the_loss_is_not_higher():

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import io as table_io
+from app.services import io as table_io
 from app.ui import budget, persist
-from mmc_core.errors import DataError
+from mmc_core.common import DataError
 
 
 def _frames(work: dict):

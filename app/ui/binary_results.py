@@ -1,6 +1,6 @@
 """Results of a classifier audit (a binary label): per-group probability calibration before / after with
 bootstrap intervals, reliability diagrams, and the rates at a decision threshold with a slider that recomputes
-them from the stored test-row predictions (no refit). Figures and display tables come from ``app/figures_binary.py``
+them from the stored test-row predictions (no refit). Figures and display tables come from ``app/figures/binary.py``
 (the PDF report uses the same ones); every number is on the probability scale, never in label units."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 
 import streamlit as st
 
-from app.figure_style import format_number
-from app.specs import count, not_converged_note
+from app.figures.figure_style import format_number
+from app.services.specs import count, not_converged_note
 from app.ui import state
 from app.ui.common import esc, show_fit_notes, tabbed
 from app.ui.common import scorecard_box as common_scorecard
@@ -25,15 +25,15 @@ def _run_key(run) -> str:
 @st.cache_data(show_spinner=False, max_entries=64)
 def rates_at(key: str, _run, _frame, threshold: float):
     """(rates, disparities) of the run's test rows at ``threshold`` (cached per run and threshold)."""
-    from app.pipeline import classifier_rates
+    from app.services.pipeline import classifier_rates
 
     return classifier_rates(_frame, _run, threshold)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _reliability(key: str, _run):
-    from app import figures_binary as F
-    from app.report_tables import priority_groups
+    from app.figures import binary as F
+    from app.report.tables import priority_groups
 
     a = _run.audit
     return F.reliability_figure(a.calibration_cells, a.by_group, first=priority_groups(a), always=F.finding_groups(a))
@@ -89,11 +89,11 @@ def headline(run, frame=None):
 
 
 def log_loss_worse_note(run, frame) -> str | None:
-    """app.pipeline.worse_note of the test rows' log losses, base score against multicalibrated (None without a
+    """app.services.pipeline.worse_note of the test rows' log losses, base score against multicalibrated (None without a
     base score, or when the rows or the model cannot give them)."""
     import numpy as np
 
-    from app.pipeline import take_table_rows, worse_note
+    from app.services.pipeline import take_table_rows, worse_note
 
     if run.base is None:
         return None
@@ -110,7 +110,7 @@ def log_loss_worse_note(run, frame) -> str | None:
 
 
 def findings_box(run):
-    from app.report import findings_summary
+    from app.report.pdf import findings_summary
 
     s = findings_summary(run.audit)
     with st.container(border=True):
@@ -150,7 +150,7 @@ def _n_boot(run) -> str:
 
 
 def calibration_tab(run):
-    from app import figures_binary as F
+    from app.figures import binary as F
 
     bg = run.audit.by_group
     st.markdown(
@@ -168,7 +168,7 @@ def calibration_tab(run):
 
 
 def rates_tab(run, frame):
-    from app import figures_binary as F
+    from app.figures import binary as F
 
     st.slider(
         "Decision threshold (decision = predicted probability ≥ threshold)",
@@ -190,7 +190,7 @@ def rates_tab(run, frame):
     st.markdown(f"**Rates by group at threshold {thr:.2f}** (after multicalibration; Wilson score 95% intervals)")
     st.table(table[[c for c in RATE_TABLE_COLUMNS if c in table.columns]].set_index("group"))
     st.caption(F.RATE_INTERVAL_NOTE)
-    from app.report_tables import priority_groups
+    from app.report.tables import priority_groups
 
     fig = F.rate_figure(rates, thr, first=priority_groups(run.audit), always=F.finding_groups(run.audit))
     st.plotly_chart(fig, width="stretch", key="bin_rates")
@@ -221,7 +221,7 @@ def tables_tab(run):
 
 def run_page_note(d):
     """On the Run page: a binary label is a classifier audit; say which settings do not apply."""
-    from app.specs import binary_values
+    from app.services.specs import binary_values
 
     label = st.session_state.get("label_col")
     if d is None or binary_values(d["df"], label) is None:

@@ -3,7 +3,7 @@ few-MB file at the stated limits would have had it killed, losing every analyst'
 
 Every table a session holds (its current one, the ones set aside, those of sessions kept for a reload:
 app.ui.persist) counts against one budget per server process, ``MMC_SERVER_MEMORY_MB`` (default 600 MB of
-tables). An upload is estimated from its metadata or a sample (app.io.estimate_table) before it is read, and
+tables). An upload is estimated from its metadata or a sample (app.services.io.estimate_table) before it is read, and
 refused with one sentence when it is over the limit for one table (``MMC_UPLOAD_TABLE_MB``, default 100 MB:
 12.5M numeric cells) or when it would not fit beside the tables already held, after the workspaces of sessions
 that have ended were let go to make room. A refusal, and a workspace let go, hand the memory back
@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import os
 
-from app import io as table_io
+from app.services import io as table_io
 
 SERVER_DEFAULT_MB = 600
 TABLE_DEFAULT_MB = 100
@@ -54,8 +54,8 @@ def release_memory() -> None:
         pa.default_memory_pool().release_unused()
     except Exception:  # noqa: BLE001, S110 - no pyarrow, or an old one
         pass
-    from mmc_core import memory
+    from mmc_core.common import glibc
 
-    lib = memory.glibc()
+    lib = glibc()
     if lib is not None:
         lib.malloc_trim(0)

@@ -6,10 +6,9 @@ from typing import Any
 
 import streamlit as st
 
-from app.display import visible_controls
-from mmc_core.base_map_text import describe as describe_base
-from mmc_core.cells_text import describe_cells
-from mmc_core.stages import describe_stages, stage_sentences
+from app.figures.display import visible_controls
+from mmc_core.estimator import describe as describe_base
+from mmc_core.estimator import describe_cells, describe_stages, stage_sentences
 
 
 def sanitize(key: str, options: list, default=None, multi: bool = False):
@@ -223,10 +222,10 @@ def all_findings(found: list, s: dict, line) -> str:
 
 
 def scorecard_box(audit, units: str, what: str = "mean error") -> None:
-    """Every listed group of ``audit`` in one searchable table (app.report_tables.scorecard_table; the PDF shows
+    """Every listed group of ``audit`` in one searchable table (app.report.tables.scorecard_table; the PDF shows
     its first rows), for the regression and the classifier Results pages: estimates with intervals, what the
     group's size can detect (``what``: the quantity it detects) and its findings."""
-    from app.report_tables import mean_error_note, scorecard_table
+    from app.report.tables import mean_error_note, scorecard_table
 
     table = scorecard_table(audit, name_chars=60)
     if table is None:

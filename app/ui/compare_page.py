@@ -1,6 +1,6 @@
 """Compare page: two runs of this session (or a run and an uploaded model file) side by side, group by group, on
-the test rows both held out (mmc_core.compare through app.compare_service; the chart from app.figures_compare).
-A view only: every number comes from the pure functions of app.compare_service."""
+the test rows both held out (mmc_core.comparison.compare_models through app.services.compare_service; the chart from app.figures.compare).
+A view only: every number comes from the pure functions of app.services.compare_service."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import hashlib
 
 import streamlit as st
 
-from app import compare_service as cs
+from app.services import compare_service as cs
 from app.ui.common import download, esc, run_and_frame, sanitize, show_error
 
 VALUES = {"rmse": "RMSE", "mean_error": "Mean error", "spread": "Spread ratio", "coverage": "Coverage"}
@@ -154,7 +154,7 @@ def _show(res, current):
     )
     if value is None:
         return
-    from app.figures_compare import TOP, difference_figure
+    from app.figures.compare import TOP, difference_figure
 
     n_groups = int(res.by_group[f"{value}_diff"].notna().sum())
     top: int | None = n_groups
@@ -206,7 +206,7 @@ def _can_pdf() -> bool:
 
 
 def _pdf(res, current) -> bytes:
-    from app.report_compare import build_compare_pdf
+    from app.report.compare import build_compare_pdf
 
     return build_compare_pdf(res, current.data_name or "table", current.label.name)
 
@@ -218,7 +218,7 @@ def _json(res) -> bytes:
 
 
 def _html(res, current) -> bytes:
-    from app.report_html import build_compare_html
+    from app.report.html import build_compare_html
 
     return build_compare_html(res, current.data_name or "table", current.label.name)
 

@@ -8,13 +8,13 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import demo_data
-from app.figure_style import interval_text
-from app.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
-from app.specs import BASE_MODELS, binary_values, looks_like_log
+from app.figures.figure_style import interval_text
+from app.services import demo_data
+from app.services.io import MAX_COLUMNS, MAX_FILE_BYTES, MAX_ROWS, read_table_bytes
+from app.services.specs import BASE_MODELS, binary_values, looks_like_log
 from app.ui import admission, budget, state, table_facts
 from app.ui.common import choose_one, columns_multiselect, esc, label_error, sanitize
-from mmc_core.errors import MMCError
+from mmc_core.common import MMCError
 
 SOURCES = ["Bundled demo dataset", "Upload a file"]
 BASE_KINDS = {
@@ -99,7 +99,7 @@ def _drop_bad_rows(column: str):
     """Keep only the rows with a number in ``column`` (the label or the prediction column). The table stays the
     same upload (same file id, so it is not read again), every setting is kept, and each row keeps its number
     in the file for messages (``file_rows``)."""
-    from app.validate import label_problem_rows
+    from app.services.validate import label_problem_rows
 
     d = state.data()
     if d is None or column not in d["df"].columns:
@@ -126,7 +126,7 @@ def _drop_bad_rows(column: str):
 
 
 def _first_bad_row(frame: pd.DataFrame, column: str) -> int:
-    from app.validate import label_problem_rows
+    from app.services.validate import label_problem_rows
 
     return int(np.flatnonzero(label_problem_rows(frame, column))[0]) + 1
 
@@ -152,7 +152,7 @@ def _on_source_change():
         if d is None or d["source"] != "demo" or d["name"] != ss["demo_name"]:
             state.load_demo_into_state(ss["demo_name"])
     elif ss["src_kind"] == "File given on the command line" and ss.get("cli_data"):
-        from app.io import read_table
+        from app.services.io import read_table
 
         try:
             state.set_data(
@@ -503,7 +503,7 @@ def split_section(d):
     if sizes is None:
         # what the split itself says (a 1-row file was told to lower the shares, which cannot help it; with too few
         # base-model rows the share must be raised, not lowered)
-        from app.pipeline import split_rows
+        from app.services.pipeline import split_rows
 
         try:
             split_rows(

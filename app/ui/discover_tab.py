@@ -1,6 +1,6 @@
-"""Discover: find groups nobody listed (the paper's learning-oracle auditor, :mod:`mmc_core.discover`).
+"""Discover: find groups nobody listed (the paper's learning-oracle auditor, :mod:`mmc_core.discovery.discover_groups`).
 
-The tab on the Groups page runs :class:`app.discovery.DiscoverJob` in the background (a fragment polls its progress
+The tab on the Groups page runs :class:`app.services.discovery.DiscoverJob` in the background (a fragment polls its progress
 and offers Stop, like the Run page), shows every accepted set as a readable rule with its size, the direction and
 size of the error with a 95% interval and the adjusted p-value, and adds a chosen one to the group list with one
 click. Added groups carry ``kind`` (and the other descriptive fields ``mmc discover`` writes), which marks them as
@@ -14,12 +14,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.discovery import DiscoverJob, DiscoverSpec, describe_finding
+from app.services.discovery import DiscoverJob, DiscoverSpec, describe_finding
 from app.ui import groupbuild as gb
 from app.ui import state
 from app.ui.common import columns_multiselect, esc, sanitize
 from app.ui.widgets import job_inputs, outcome, running_job, start_job, take_finished
-from mmc_core.findings import p_words
+from mmc_core.auditing import p_words
 
 POLL_SECONDS = 0.25
 TARGETS = {"base": "the base prediction", "model": "the last run's multicalibrated model"}

@@ -7,10 +7,10 @@ import time
 
 import streamlit as st
 
-from app.io import csv_bytes
+from app.services.io import csv_bytes
 from app.ui import state
 from app.ui.common import chosen_periods, download, esc, run_and_frame
-from mmc_core.errors import MMCError
+from mmc_core.common import MMCError
 
 AUTO_CSV_ROWS = 100_000  # build the CSV without a click up to this many rows
 AUTO_BASE_ROWS = 20_000  # rebuild an in-app base model for the export without a click up to this many base rows
@@ -18,7 +18,7 @@ AUTO_BASE_ROWS = 20_000  # rebuild an in-app base model for the export without a
 
 def test_inputs(run, frame):
     """(table, label, base) of the run's test rows: what every report of the run is computed on."""
-    from app.pipeline import audit_labels
+    from app.services.pipeline import audit_labels
 
     rows = run.split["test"]
     table = frame.iloc[rows].reset_index(drop=True)
@@ -54,8 +54,8 @@ def build_pdf(run, frame, threshold: float | None = None, periods=None, period_c
     """The PDF report of ``run`` on its test rows; for a classifier, ``threshold`` is the decision threshold the
     analyst chose on the Results page (its rates are recomputed from the stored predictions, no refit).
     ``periods``: the Results page's period audit of ``period_column`` (the section "Over time"), or None."""
-    from app.pipeline import classifier_rates
-    from app.report import build_report_pdf
+    from app.report.pdf import build_report_pdf
+    from app.services.pipeline import classifier_rates
 
     table, y, common = report_inputs(run, frame)
     rates = None
@@ -97,7 +97,7 @@ def pdf_threshold(run) -> float | None:
 def build_csv(run, frame, methods, which: str, threshold: float | None = None) -> bytes:
     """predictions.csv of ``run``; for a classifier, ``mmc_decision`` at ``threshold`` (the Results page's
     slider, :func:`pdf_threshold`: the PDF's rates are at the same one)."""
-    from app.pipeline import predictions_table
+    from app.services.pipeline import predictions_table
 
     rows = run.split["test"] if which == "test" else None
     out = predictions_table(
@@ -115,11 +115,11 @@ def pdf_section(run, frame):
         "Results page, computed on the test rows."
     )
     try:
-        from app.report import CHROMIUM_MESSAGE, chromium_available
+        from app.report.pdf import CHROMIUM_MESSAGE, chromium_available
 
         chrome = chromium_available()
     except ImportError:
-        chrome, CHROMIUM_MESSAGE = None, "the report module (app/report.py) is not installed"
+        chrome, CHROMIUM_MESSAGE = None, "the report module (app/report/pdf.py) is not installed"
     if not chrome:
         st.warning(f"PDF export is unavailable: {CHROMIUM_MESSAGE}.", icon=":material/warning:")
     thr = pdf_threshold(run)
@@ -248,11 +248,11 @@ def has_app_base_model(run) -> bool:
 
 def model_zip(run, frame) -> bytes:
     """model.zip: model.json and base_model.skops (the in-app base model, see
-    :func:`app.base_model.export_base_model`), the two files ``mmc predict --base-model`` needs."""
+    :func:`app.services.base_model.export_base_model`), the two files ``mmc predict --base-model`` needs."""
     import io
     import zipfile
 
-    from app.base_model import BASE_MODEL_FILE, export_base_model
+    from app.services.base_model import BASE_MODEL_FILE, export_base_model
 
     skops_bytes = export_base_model(run, frame)
     buf = io.BytesIO()

@@ -1,6 +1,6 @@
 """Building group definitions from columns (pure functions; no Streamlit).
 
-Groups are kept as JSON-ready dicts in the format ``mmc fit --groups`` reads (see mmc_core/groups.py):
+Groups are kept as JSON-ready dicts in the format ``mmc fit --groups`` reads (see mmc_core/groups/group_set.py):
 ``{"name": ..., "where": [{"column": ..., "op": ..., ...}, ...]}``. Everything that turns text into a group
 goes through :meth:`mmc_core.GroupSet.from_json` (an explicit grammar; nothing is evaluated).
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from mmc_core import Condition, GroupSet
-from mmc_core.errors import GroupDefinitionError
+from mmc_core.common import GroupDefinitionError
 from mmc_core.groups import MAX_GROUPS, MAX_VALUES, quartile_edges, unique_names
 from mmc_core.groups import column_conditions as core_column_conditions
 
@@ -72,7 +72,7 @@ def column_conditions(
     df: pd.DataFrame, col: str, n_bins: int = 4, max_categories: int = MAX_CATEGORIES, bin_numeric: bool = False
 ) -> list:
     """One condition dict per value (categorical) or per quantile bin (numeric) of ``col``: the one group builder
-    of mmc_core (:func:`mmc_core.groups.column_conditions`), so a groups file exported here and a
+    of mmc_core (:func:`mmc_core.groups.group_set.column_conditions`), so a groups file exported here and a
     ``mmc fit --group-cols`` run on the same table define the same groups."""
     return [c.to_dict() for c in core_column_conditions(df, col, n_bins, max_categories, bin_numeric)]
 
@@ -97,7 +97,7 @@ def definition(g: dict) -> str:
 
 def intersections(per_column: list, max_order: int) -> list:
     """All groups from one condition of each of up to ``max_order`` different columns (order 1 first), named as
-    ``mmc fit --group-cols`` names them (:func:`mmc_core.groups.unique_names`): a value's bidirectional controls
+    ``mmc fit --group-cols`` names them (:func:`mmc_core.groups.group_set.unique_names`): a value's bidirectional controls
     shown as their code ("[U+202E]"), line breaks escaped, long names cut with a digest. The plain label made
     names a groups file refuses, so a column holding such a value gave no groups at all."""
     if max_order < 1:

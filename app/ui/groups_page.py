@@ -17,7 +17,7 @@ from app.ui import groupbuild as gb
 from app.ui import state, table_facts
 from app.ui.common import columns_multiselect, download, esc, feature_columns, sanitize, tab_state
 from app.ui.widgets import page_start
-from mmc_core.errors import MMCError
+from mmc_core.common import MMCError
 
 if TYPE_CHECKING:
     from app.ui.settings import Settings
@@ -263,8 +263,10 @@ def _cb_save_group(i: int, columns):
     ss = st.session_state
     groups = _groups()
     try:
-        from mmc_core.errors import GroupDefinitionError
-        from mmc_core.jsonfile import loads  # bounded: depth, numbers, duplicate keys (one line each)
+        from mmc_core.common import (
+            GroupDefinitionError,
+            loads,  # bounded: depth, numbers, duplicate keys (one line each)
+        )
 
         where = loads(ss["ed_json"], "the conditions", GroupDefinitionError, kind="condition list", max_bytes=10**6)
         name = ss["ed_name"].strip()
@@ -381,8 +383,8 @@ def _parse_import(data, frame) -> tuple[list, object, list]:
     the table ``frame``: every group must evaluate on it, and a recipe's label and base columns must exist (its
     feature lists lose missing columns: ``notes`` names them). Raises MMCError or ValueError with the reason."""
     from app.ui.settings import RECIPE_FORMAT, Settings
+    from mmc_core.common import loads  # bounded: size, depth, numbers, duplicate keys (one line each)
     from mmc_core.groups import MAX_GROUPS_FILE_BYTES
-    from mmc_core.jsonfile import loads  # bounded: size, depth, numbers, duplicate keys (one line each)
 
     text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
     obj = loads(text, "the file", ValueError, kind="groups file or recipe", max_bytes=MAX_GROUPS_FILE_BYTES)

@@ -32,7 +32,7 @@ def audit_figure(kind: str, key: str, _run, arg=None, units: str = "", groups: t
     ----------
     kind : "variance", "coverage", "bucket", "width", "calibration" or "moment"
     key : the run's cache key (:func:`run_key`); the run itself is not hashed
-    _run : app.pipeline.AuditRun
+    _run : app.services.pipeline.AuditRun
     arg : the builder's one argument (``top`` groups, the bucket table's method, the moment)
     units : the label's units as printed
     groups : the heatmaps' rows, when the Coverage tab shows a page of them
@@ -41,8 +41,8 @@ def audit_figure(kind: str, key: str, _run, arg=None, units: str = "", groups: t
     -------
     plotly.graph_objects.Figure
     """
-    from app import figures as F
-    from app.report_tables import audit_subset
+    from app.figures import charts as F
+    from app.report.tables import audit_subset
 
     audit, delta = _run.audit, _run.settings.delta
     if groups is not None:
@@ -70,7 +70,7 @@ def intervals_of_test_rows(key: str, _run, _frame) -> dict:
     Parameters
     ----------
     key : the run's cache key (:func:`run_key`); the run and the table are not hashed
-    _run : app.pipeline.AuditRun
+    _run : app.services.pipeline.AuditRun
     _frame : the run's table
 
     Returns

@@ -11,14 +11,14 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.figure_style import format_number, interval_text, legend_line
+from app.figures.figure_style import format_number, interval_text, legend_line
 from app.ui import state
 from app.ui.common import esc
 from app.ui.results_data import METHOD_LABELS, intervals_of_test_rows, run_key
 
 
 def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figure:
-    from app.figures import OKABE_ITO
+    from app.figures.charts import OKABE_ITO
 
     rows = [(m, v) for m, v in details["intervals"].items() if isinstance(v, tuple)]
     fig = go.Figure()
@@ -67,7 +67,7 @@ def _interval_figure(details: dict, y: float, name: str, units: str) -> go.Figur
 
 def explorer_tab(run, frame):
     """The Row explorer tab: one test row's features, predictions, every method's interval and its groups."""
-    from app.pipeline import row_details
+    from app.services.pipeline import row_details
 
     ss = st.session_state
     test = run.split["test"]

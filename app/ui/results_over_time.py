@@ -13,9 +13,9 @@ from app.ui.results_data import run_key
 
 def over_time(run, frame):
     """The model per period of a column the analyst picks (dates, quarters, batches): each group's values per period
-    and the changes found beyond chance (mmc_core.compare.compare_periods on the test rows). A classifier's values
+    and the changes found beyond chance (mmc_core.comparison.compare_models.compare_periods on the test rows). A classifier's values
     are its rates at the rates tab's threshold (selection rate, TPR, FPR) and its calibration (mean error)."""
-    from app import compare_service as cs
+    from app.services import compare_service as cs
 
     binary = getattr(run.model, "task", "regression") == "binary"
     threshold = round(float(state.settings().res_threshold), 4) if binary else None
@@ -48,7 +48,7 @@ def over_time(run, frame):
             st.markdown("\n".join(f"- {esc(cs.sentence(f['text']))}" for f in res.findings[:10]))
         else:
             st.markdown(f"No group's values change between periods beyond chance ({res.n_tests} tests of change).")
-        from app.figures_compare import PERIOD_TITLES, period_figure
+        from app.figures.compare import PERIOD_TITLES, period_figure
 
         if binary:
             st.caption(f"Rates at the decision threshold {threshold:g} (set on the tab Rates at a threshold).")
@@ -62,7 +62,7 @@ def over_time(run, frame):
 
 def period_downloads(run, frame, column: str, res) -> None:
     """The audit's HTML and PDF reports with this view as their section "Over time" (built on click, cached)."""
-    from app.report import CHROMIUM_MESSAGE, chromium_available
+    from app.report.pdf import CHROMIUM_MESSAGE, chromium_available
     from app.ui.export_page import dropped_note, report_file_name
 
     stem = report_file_name(run.data_name).removesuffix(".pdf")
@@ -106,7 +106,7 @@ def _period_report(fmt: str, key: str, column: str, units: str, data_note: str, 
     thr = _res.params.get("threshold")  # a classifier's: the slider's, as the Export page's PDF
     if fmt == "pdf":
         return build_pdf(_run, _frame, threshold=thr, periods=_res, period_column=column)
-    from app.report_html import build_report_html
+    from app.report.html import build_report_html
 
     table, y, common = report_inputs(_run, _frame)
     more = {} if thr is None else {"threshold": thr}

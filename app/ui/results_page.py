@@ -2,11 +2,11 @@
 
 One Streamlit page whose tabs share the per-run cached computations of :mod:`app.ui.results_data`; the section
 "Over time" is in :mod:`app.ui.results_over_time`, the row explorer in :mod:`app.ui.results_explorer`, the figures
-it shows are built in :mod:`app.figures`, the classifier results in :mod:`app.ui.binary_results`.
+it shows are built in :mod:`app.figures.charts`, the classifier results in :mod:`app.ui.binary_results`.
 
 Variance disparities (which groups the model is least certain about, and whether it knows), coverage and
 width heatmaps of the interval methods, mean calibration before / after, moment calibration per cell, and a
-row explorer. Figures come from ``app/figures.py`` (the PDF report uses the same ones) and are cached per run.
+row explorer. Figures come from ``app/figures/charts.py`` (the PDF report uses the same ones) and are cached per run.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app.figure_style import coverage_tested, format_number, format_pair
-from app.specs import count, interval_range_note, not_converged_note
+from app.figures.figure_style import coverage_tested, format_number, format_pair
+from app.services.specs import count, interval_range_note, not_converged_note
 from app.ui import state
 from app.ui.common import all_findings, esc, run_and_frame, scorecard_box, show_fit_notes, tabbed
 from app.ui.results_data import METHOD_LABELS, audit_figure, intervals_of_test_rows, run_key
@@ -28,7 +28,7 @@ from app.ui.results_over_time import over_time
 
 def _rule_note(model) -> str:
     """How alpha / beta were set, in a few words for the caption."""
-    from app.specs import threshold_rules
+    from app.services.specs import threshold_rules
 
     rules = set(threshold_rules(model).values())
     if "se" in rules:
@@ -83,7 +83,7 @@ def headline(run):
 
 
 def rmse_line(run, frame):
-    from app.pipeline import error_metrics
+    from app.services.pipeline import error_metrics
 
     bm = run.base_metrics or {}
     try:
@@ -103,8 +103,8 @@ def rmse_line(run, frame):
 
 
 def rmse_worse_note(run, frame) -> str | None:
-    """app.pipeline.worse_note of the test rows' squared errors, base against multicalibrated."""
-    from app.pipeline import worse_note
+    """app.services.pipeline.worse_note of the test rows' squared errors, base against multicalibrated."""
+    from app.services.pipeline import worse_note
 
     test = run.split["test"]
     y = run.label.y[test]
@@ -129,7 +129,7 @@ def _pts(diff: float, target: float) -> str | None:
 
 
 def _large_enough(audit, index) -> np.ndarray:
-    from app.figure_style import below_gamma  # the one definition of "below gamma"
+    from app.figures.figure_style import below_gamma  # the one definition of "below gamma"
 
     return ~np.asarray(below_gamma(audit, index), dtype=bool)
 
@@ -153,8 +153,8 @@ def scorecard(run):
 
 def findings(run):
     """The audit's findings (tested defects, each sentence with n, its selection-adjusted interval and adjusted p) and the
-    descriptive variance disparities, from :func:`app.report.findings_summary` (the PDF says the same)."""
-    from app.report import findings_summary
+    descriptive variance disparities, from :func:`app.report.pdf.findings_summary` (the PDF says the same)."""
+    from app.report.pdf import findings_summary
 
     s = findings_summary(run.audit)
     with st.container(border=True):
@@ -334,9 +334,9 @@ HEATMAP_PAGE = 40  # groups per page of the Coverage tab's heatmaps (the PDF spl
 
 def heatmap_groups(audit) -> tuple | None:
     """The groups the Coverage tab's heatmaps show (None: all of them). Past HEATMAP_PAGE groups, a name filter
-    and pages of HEATMAP_PAGE, the groups with findings or flags first (app.report_tables.priority_groups), so
+    and pages of HEATMAP_PAGE, the groups with findings or flags first (app.report.tables.priority_groups), so
     no group is out of reach and none hides in a figure too tall to read."""
-    from app.report_tables import even_chunks, priority_groups
+    from app.report.tables import even_chunks, priority_groups
 
     names = list(audit.coverage.index)
     if len(names) <= HEATMAP_PAGE:

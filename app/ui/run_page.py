@@ -3,9 +3,9 @@
 This module starts and finishes the job, draws the live view and lays the page out; the settings form is in
 :mod:`app.ui.run_settings`, what the parameters imply and the summary's sentences in :mod:`app.ui.run_text`
 (no Streamlit), the finished run's summary in :mod:`app.ui.run_summary`; the work it starts lives in
-:mod:`app.pipeline` and :mod:`app.jobs`.
+:mod:`app.services.pipeline` and :mod:`app.services.jobs`.
 
-How the live view works: Run starts :class:`app.jobs.FitJob` (in a forked worker process). The page then draws
+How the live view works: Run starts :class:`app.services.jobs.FitJob` (in a forked worker process). The page then draws
 three fragments while the job runs. The live view is re-executed every second (``st.fragment(run_every=...)``):
 each tick reads the job's history (one row per descent round) and redraws the progress line; when the job is
 over it triggers a full rerun and the result is stored in ``st.session_state["run"]`` (it survives reruns). The
@@ -25,8 +25,8 @@ import time
 
 import streamlit as st
 
-from app.jobs import FitJob
-from app.specs import count
+from app.services.jobs import FitJob
+from app.services.specs import count
 from app.ui import state, table_facts
 from app.ui.common import esc, label_error
 from app.ui.run_settings import settings_form
@@ -100,7 +100,7 @@ def finalize():
         elif prev is not None and not prev.stopped and prev.audit is not None:
             ss["run_before_stop"] = prev
         if prev is not None and prev is not run and not prev.stopped:
-            from app.compare_service import remember
+            from app.services.compare_service import remember
 
             ss["past_runs"] = remember(ss.get("past_runs") or [], prev)  # the Compare page's other side
         ss["run"] = run
@@ -146,7 +146,7 @@ def progress_of(history: list, alpha: float, max_rounds: int | None) -> float:
 
 def _convergence_fig(history, alpha: float, beta: float | None, kept_round=None):
     """``beta`` None: a mean-only model (a classifier, or k = 1), drawn without the moment panel."""
-    from app.figures_convergence import convergence_figure
+    from app.figures.convergence import convergence_figure
 
     return convergence_figure(history, alpha, beta, 1 / alpha**2 - 1, kept_round=kept_round)
 
@@ -240,7 +240,7 @@ def best_round_so_far(hist: list) -> int | None:
 
 
 def _live_body():
-    from app.jobs import debug as _debug
+    from app.services.jobs import debug as _debug
 
     _debug("fragment tick")
     ss = st.session_state
@@ -318,7 +318,7 @@ def _stop_box():
 
 
 def _press_stop(job):
-    from app.jobs import debug as _debug
+    from app.services.jobs import debug as _debug
 
     _debug(f"stop clicked in phase {job.phase!r}")
     job.stop()
@@ -333,7 +333,7 @@ def live_view():
 
 def _timed_live_body():
     """A tick, with its duration in the MMC_DEBUG_TIMING notes: a click on Stop waits for the tick in progress."""
-    from app.jobs import debug as _debug
+    from app.services.jobs import debug as _debug
 
     t0 = time.perf_counter()
     try:
@@ -347,8 +347,8 @@ def _timed_live_body():
 # ---------------------------------------------------------------------------------------------------
 def split_summary(d) -> dict | None:
     """Row counts of the split with the current settings (or None if the settings are invalid)."""
-    from app.pipeline import split_rows
-    from mmc_core.errors import MMCError
+    from app.services.pipeline import split_rows
+    from mmc_core.common import MMCError
 
     try:
         sp = split_rows(
@@ -356,7 +356,7 @@ def split_summary(d) -> dict | None:
         )
     except MMCError:
         return None
-    from app.specs import binary_values
+    from app.services.specs import binary_values
 
     n_cal = sp["calibration"].size
     # the held-out rows choose the kept round and judge the base map and the cells; a regression's also
@@ -401,7 +401,7 @@ def render():
             settings,
             json.dumps(_groups_json(), sort_keys=True),
         )
-        from app.specs import binary_values
+        from app.services.specs import binary_values
 
         if binary_values(d["df"], ss.get("label_col")) is not None:  # a classifier fits the mean only (k = 1)
             settings = dataclasses.replace(settings, n_moments=1)

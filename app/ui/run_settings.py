@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import streamlit as st
 
-from app.specs import STEP_HELP
+from app.services.specs import STEP_HELP
 from app.ui import state
 from app.ui.common import esc
 
@@ -24,7 +24,7 @@ def _fmt_alpha(v: float) -> str:
 
 def _bucket_note(d):
     """What "auto" buckets mean for this label, in one line."""
-    from app.specs import label_skewness, mean_bucket_rule
+    from app.services.specs import label_skewness, mean_bucket_rule
 
     s = state.settings()
     if d is None or not s.label_col or s.label_col not in d["df"].columns:
@@ -150,7 +150,7 @@ def _moment_settings(d, manual: bool):
             format_func=_fmt_alpha,
             help="Same test for the pseudo-moments (y − μ(x))^a within each (mean bucket, moment bucket) cell.",
         )
-    from app.specs import binary_values
+    from app.services.specs import binary_values
 
     st.selectbox(
         "k: moments fitted",

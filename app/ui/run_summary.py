@@ -10,8 +10,8 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app.figures_convergence import convergence_figure
-from app.specs import count, descent_thresholds, kept_model_text
+from app.figures.convergence import convergence_figure
+from app.services.specs import count, descent_thresholds, kept_model_text
 from app.ui import state
 from app.ui.common import esc, show_fit_notes
 from app.ui.run_text import converged_text, thresholds_used_text
@@ -29,7 +29,7 @@ def bring_back_run_before_stop():
 
 def audit_kept_model():
     """Audit a stopped run's model (the Stop skipped the audit)."""
-    from app.pipeline import audit_run
+    from app.services.pipeline import audit_run
 
     ss = st.session_state
     run, d = ss.get("run"), state.data()
@@ -45,7 +45,7 @@ def audit_kept_model():
 
 
 def show_run_summary(run):
-    """The last run's summary under the Run page's settings (``run``: an :class:`app.pipeline.AuditRun`)."""
+    """The last run's summary under the Run page's settings (``run``: an :class:`app.services.pipeline.AuditRun`)."""
     ss = st.session_state
     info = run.model.info
     from app.ui.common import changed_since_note
@@ -193,8 +193,8 @@ def _thresholds_caption(run):
 
 
 def _stages_table(model) -> None:
-    """The held-out effect of each stage (mmc_core.stages): the chart above shows the descent only."""
-    from mmc_core.stages import stage_rows
+    """The held-out effect of each stage (mmc_core.estimator.stages): the chart above shows the descent only."""
+    from mmc_core.estimator import stage_rows
 
     rows = stage_rows(model.info.get("stages"))
     if not rows:

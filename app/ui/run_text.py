@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from app.specs import count, missed_reason
+from app.services.specs import count, missed_reason
 
 __all__ = ["SE_RULE_TEXT", "implications", "se_implications", "thresholds_used_text", "converged_text"]
 
@@ -97,7 +97,7 @@ def se_implications(
     settings, n_groups: int, lo: float | None, hi: float | None, units: str, preview: dict | None
 ) -> list:
     """The "se" rule in plain words, with the z and the smallest correctable error the estimator computes
-    (``preview`` from :func:`app.pipeline.planned_thresholds`; None: known once the base model is fitted)."""
+    (``preview`` from :func:`app.services.pipeline.planned_thresholds`; None: known once the base model is fitted)."""
     m, k = settings.n_buckets, settings.n_moments
     out = [SE_RULE_TEXT]
     span = (hi - lo) if (lo is not None and hi is not None and hi > lo) else None
@@ -150,7 +150,7 @@ def se_implications(
 
 def thresholds_used_text(info: dict, alpha: float, beta: float, moment_betas: dict, auto: bool) -> str:
     """The caption of a run with given (or "auto") thresholds: the thresholds the descent used and, when the kept
-    model misses them (:func:`app.specs.missed_reason`), the values it achieves, which are the ones its
+    model misses them (:func:`app.services.specs.missed_reason`), the values it achieves, which are the ones its
     guarantees are stated with (``alpha``, ``beta``, ``moment_betas``: the model's stated values)."""
     used = info.get("thresholds_used") or {}
     ua = float(used.get("alpha", alpha))

@@ -19,8 +19,8 @@ import re
 import pandas as pd
 import streamlit as st
 
-from app import demo_data
-from app.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec, frame_key, looks_like_log
+from app.services import demo_data
+from app.services.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec, frame_key, looks_like_log
 from app.ui.settings import Settings
 from app.ui.table_facts import (
     PREDICTION_NAMES,
@@ -101,7 +101,7 @@ def init_session(cli_data: str | None = None):
         ss["data"] = None
         if cli_data:
             try:
-                from app.io import read_table
+                from app.services.io import read_table
                 from app.ui.budget import table_limit
 
                 df = read_table(cli_data, limit=table_limit())
@@ -346,8 +346,8 @@ def load_demo_into_state(name: str, autorun: bool = False):
 def apply_suggestions(frame: pd.DataFrame, demo=None):
     """Label, range, base prediction and groups: the demo's suggestions, or guesses for an upload. Columns that
     cannot be features (all missing, constant, identifiers, leaking the label) are never pre-selected."""
+    from app.services.validate import feature_flags
     from app.ui.groupbuild import suggest_groups
-    from app.validate import feature_flags
 
     ss = st.session_state
     nums = numeric_columns(frame)
@@ -478,7 +478,7 @@ def units() -> str:
     return (settings().label_units or "").strip()
 
 
-# the row a message of app.io names: "(first in data row 99)", "(e.g. 'x' in row 99)" (1-based)
+# the row a message of app.services.io names: "(first in data row 99)", "(e.g. 'x' in row 99)" (1-based)
 _ROW_REF = re.compile(r"\b(data row|in row) (\d+)\)")
 
 
@@ -493,7 +493,7 @@ def file_row(k: int, d: dict | None = None) -> str:
 
 
 def in_file_rows(message: str, d: dict | None = None) -> str:
-    """``message`` with the row number of the current table (app.io's "(first in data row 99)", "(e.g. 'x' in
+    """``message`` with the row number of the current table (app.services.io's "(first in data row 99)", "(e.g. 'x' in
     row 99)") in the file's own numbers (:func:`file_row`)."""
     d = data() if d is None else d
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec
+from app.services.specs import BaseSpec, FitSettings, LabelSpec, SplitSpec
 
 PREVIEW_ROWS = 200
 
@@ -73,7 +73,7 @@ def number_like(_frame: pd.DataFrame, key: str) -> list:
 def preselected_features(frame: pd.DataFrame, label, base_col, demo, flags) -> list:
     """The base-model features pre-selected for ``label`` (on loading a table, and again on a new label): every
     column but the label, the prediction column ``base_col``, a demo's truth and leaky columns, and the
-    ``flags`` (:func:`app.validate.feature_flags` of the label), in the table's order."""
+    ``flags`` (:func:`app.services.validate.feature_flags` of the label), in the table's order."""
     out = set(getattr(demo, "ground_truth", ()) or ()) | set(getattr(demo, "leaky", ()) or ())
     out |= set(flags) | {label, base_col}
     return [c for c in frame.columns if c not in out]
@@ -146,12 +146,12 @@ def threshold_preview(
     groups_text: str | None = None,
 ) -> dict | None:
     """The thresholds a run with these settings will use, asked of the estimator the run fits with
-    (:func:`app.pipeline.planned_thresholds`); None when the base model must be fitted first or the groups
+    (:func:`app.services.pipeline.planned_thresholds`); None when the base model must be fitted first or the groups
     file (``groups_text``, JSON) is missing. ``n_groups`` only keys the cache (the groups file decides)."""
-    from app.base_model import base_prediction
-    from app.pipeline import make_estimator, planned_thresholds, split_rows
-    from app.specs import prepare_label
-    from mmc_core.errors import MMCError
+    from app.services.base_model import base_prediction
+    from app.services.pipeline import make_estimator, planned_thresholds, split_rows
+    from app.services.specs import prepare_label
+    from mmc_core.common import MMCError
 
     if not isinstance(settings.alpha, str) and not isinstance(settings.beta, str):  # set by hand: nothing to compute
         a, b = float(settings.alpha), float(settings.beta)
@@ -175,14 +175,14 @@ def threshold_preview(
 @st.cache_data(show_spinner=False, max_entries=16)
 def label_problems(_frame: pd.DataFrame, key: str, label: str) -> int:
     """How many rows of ``label`` (any column meant to be numeric) are missing, not numbers or infinite."""
-    from app.validate import label_problem_rows
+    from app.services.validate import label_problem_rows
 
     return int(label_problem_rows(_frame, label).sum())
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def feature_flags(_frame: pd.DataFrame, key: str, label: str | None) -> dict:
-    from app.validate import feature_flags as flags
+    from app.services.validate import feature_flags as flags
 
     return flags(_frame, label)
 
@@ -190,8 +190,8 @@ def feature_flags(_frame: pd.DataFrame, key: str, label: str | None) -> dict:
 @st.cache_data(show_spinner=False, max_entries=16)
 def label_summary(_frame: pd.DataFrame, key: str, spec: LabelSpec) -> dict:
     """The prepared label's range and a histogram, or the error message."""
-    from app.specs import prepare_label
-    from mmc_core.errors import MMCError
+    from app.services.specs import prepare_label
+    from mmc_core.common import MMCError
 
     try:
         lab = prepare_label(_frame, spec)

@@ -1,4 +1,4 @@
-"""Teaching mode: a step-by-step controller around :class:`mmc_core.fresh.FreshDescent` and its figures.
+"""Teaching mode: a step-by-step controller around :class:`mmc_core.fit.fresh.FreshDescent` and its figures.
 
 Why one module of ~560 lines: every figure of a lesson step is drawn from the same exact population state
 the controller keeps (the support, its probabilities, the current predictors); split, each figure would need
@@ -20,12 +20,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.figure_style import legend_line, message_only
-from app.figures import OKABE_ITO
+from app.figures.charts import OKABE_ITO
+from app.figures.figure_style import legend_line, message_only
 from mmc_core import GroupSet
-from mmc_core.descent import DescentParams
-from mmc_core.fresh import FreshDescent
-from mmc_core.synthetic import DiscreteBetaDistribution, demo_distribution
+from mmc_core.common import DiscreteBetaDistribution, demo_distribution
+from mmc_core.fit import FreshDescent
+from mmc_core.paper import DescentParams
 
 __all__ = [
     "Lesson",

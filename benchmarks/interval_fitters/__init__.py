@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmc_core.errors import MMCError
+from mmc_core.common.errors import MMCError
 
 from .ridge_cqr import fit_two_sided
 from .symmetric import SYMMETRIC_APPROACHES, fit_threshold

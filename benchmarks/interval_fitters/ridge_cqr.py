@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from mmc_core.errors import MMCError
+from mmc_core.common.errors import MMCError
 from mmc_core.intervals._common import membership_pairs
 
 from .symmetric import MARGIN_Z, Z_UNDER, _level_quantile, _subset_membership

@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from mmc_core.errors import MMCError
+from mmc_core.common.errors import MMCError
+from mmc_core.groups.membership import Membership
 from mmc_core.intervals._common import group_conformal, membership_pairs, row_max, threshold_rows
-from mmc_core.membership import Membership
 
 SYMMETRIC_APPROACHES = ("gcp", "gcp-cv", "mondrian-std", "mondrian-relaxed")
 

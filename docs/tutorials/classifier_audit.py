@@ -7,7 +7,7 @@ approval is multicalibrated, and the audit reports calibration, Brier score and 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
-from app.demo_data import load_dataset
+from app.services.demo_data import load_dataset
 from mmc_core import GroupSet, MomentMulticalibrator, audit
 
 df = load_dataset("loanapp")  # 1,989 applications, label `approve`

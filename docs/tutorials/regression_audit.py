@@ -7,7 +7,7 @@ then audit both on rows neither was fitted on.
 import numpy as np
 from sklearn.linear_model import LinearRegression
 
-from app.demo_data import load_dataset
+from app.services.demo_data import load_dataset
 from mmc_core import GroupSet, MomentMulticalibrator, audit
 
 df = load_dataset("islp_wage")  # 3,000 rows, label `wage`

@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from ..errors import DataError
-from ..metrics import residual_variance
-from ..tables import to_label_array
+from ..auditing.metrics import residual_variance
+from ..common.errors import DataError
+from ..common.tables import to_label_array
 from .dask_base import model_cache, require, tree_sum
 
 __all__ = ["predict_dask", "audit_tables_dask"]
@@ -19,7 +19,7 @@ __all__ = ["predict_dask", "audit_tables_dask"]
 def _predict_frame(df, model_json, base_col, moments):
     import pandas as pd
 
-    from ..model import FittedModel
+    from ..fit.model import FittedModel
 
     model = model_cache(model_json, FittedModel)
     base = None if base_col is None else to_label_array(df[base_col], f"prediction column '{base_col}'")
@@ -57,13 +57,13 @@ def predict_dask(model, ddf, base_col=None):
 
 
 def _audit_part(df, model_json, label, base_col):
-    from ..descent import CellState
-    from ..model import FittedModel
+    from ..fit.model import FittedModel
+    from ..paper.descent import CellState
 
     model = model_cache(model_json, FittedModel)
     n = len(df)
     if getattr(model, "task", "regression") == "binary":  # through the model's own classes (positive class 0...)
-        from ..binary import binary_labels
+        from ..auditing.binary import binary_labels
 
         y = binary_labels(model, df[label], f"label '{label}'") if n else np.zeros(0)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import MMCError
+from ..common.errors import MMCError
 
 __all__ = ["FAN_IN", "require", "is_dask_collection", "resolve_client", "add_sums", "tree_sum", "model_cache"]
 

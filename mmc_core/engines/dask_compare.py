@@ -7,19 +7,19 @@ import json
 
 import numpy as np
 
-from ..errors import DataError, MMCError
-from ..tables import to_label_array
+from ..common.errors import DataError, MMCError
+from ..common.tables import to_label_array
 from .dask_base import model_cache, require, tree_sum
 
 __all__ = ["check_interval_method", "compare_dask", "periods_dask"]
 
 
 def _compare_side(df, kind, src, name, base_col, method=None, delta=0.1, threshold=None):
-    """One side on a partition's rows, built as the in-memory engine builds it (:func:`mmc_core.compare.side`):
+    """One side on a partition's rows, built as the in-memory engine builds it (:func:`mmc_core.comparison.compare_models.side`):
     a column's mean (its decisions at ``threshold``), or a model's mean, variance, its ``method`` intervals at
     ``delta`` (none when ``method`` is None) and a classifier's decisions (at ``threshold``, default 0.5)."""
-    from ..compare import Side, side
-    from ..model import FittedModel
+    from ..comparison.compare_models import Side, side
+    from ..fit.model import FittedModel
 
     if kind == "column":
         return side(to_label_array(df[src], f"prediction column '{src}'"), name=name, threshold=threshold)
@@ -37,7 +37,7 @@ def _compare_side(df, kind, src, name, base_col, method=None, delta=0.1, thresho
 def _side_labels(df, specs, label, sides):
     """The partition's labels as the in-memory command reads them: through the first classifier model's own
     positive class when a side is a classifier model, else the numbers; 0/1 when a side has decisions."""
-    from ..model import FittedModel
+    from ..fit.model import FittedModel
 
     binary = [
         m
@@ -45,7 +45,7 @@ def _side_labels(df, specs, label, sides):
         if getattr(m, "task", "regression") == "binary"
     ]
     if binary:
-        from ..binary import binary_labels
+        from ..auditing.binary import binary_labels
 
         y = binary_labels(binary[0], df[label], f"label '{label}'")
     else:
@@ -56,9 +56,9 @@ def _side_labels(df, specs, label, sides):
 
 
 def _side_sums(df, specs, label, base_col, opts, memb_of, cells_of, n_cells, has, target, shift, G):
-    """Per (group, cell) sums (:func:`mmc_core.compare.cell_sums`) of the sides' quantities on one partition;
+    """Per (group, cell) sums (:func:`mmc_core.comparison.compare_models.cell_sums`) of the sides' quantities on one partition;
     zeros for an empty partition (nothing to predict)."""
-    from ..compare import Layout, cell_sums
+    from ..comparison.compare_models import Layout, cell_sums
 
     lay = Layout(has, target)
     if len(df) == 0:
@@ -71,7 +71,7 @@ def _side_sums(df, specs, label, base_col, opts, memb_of, cells_of, n_cells, has
 
 
 def _compare_part(df, specs, label, base_col, opts, groups_json, has, target, shift):
-    from ..groups import GroupSet
+    from ..groups.group_set import GroupSet
 
     gs = model_cache(groups_json, GroupSet)
     return _side_sums(
@@ -141,7 +141,7 @@ def check_interval_method(model, method: str) -> None:
 def _head_layout(ddf, plain, label, base_col, opts, delta):
     """The layout of the sides' quantities (what each side has) and one shift for every partition (the sums must
     add), both from the first rows: their means keep the covariances of values far from zero exact."""
-    from ..compare import Layout
+    from ..comparison.compare_models import Layout
 
     head = ddf.head(1000, npartitions=-1)
     if not len(head):
@@ -166,10 +166,10 @@ def compare_dask(
     error_control: str = "holm",
     level: float = 0.05,
 ):
-    """:func:`mmc_core.compare.compare` on a Dask DataFrame, with the sides of :func:`mmc_core.compare.side`:
+    """:func:`mmc_core.comparison.compare_models.compare` on a Dask DataFrame, with the sides of :func:`mmc_core.comparison.compare_models.side`:
     per partition the per-group sums of both sides' residuals, squares, variances, interval coverage and width
     (the models' ``method`` intervals at ``delta``, formed row by row as in memory; None: no intervals, as
-    ``mmc_core.compare.Side`` objects without ends; :func:`check_interval_method` says which methods can be
+    ``mmc_core.comparison.compare_models.Side`` objects without ends; :func:`check_interval_method` says which methods can be
     formed partition by partition) and decisions at ``threshold`` (a
     classifier model's default 0.5; the labels then through its positive class), added with the fan-in tree of
     the audit; the comparison is then made from the totals. ``specs``: two (kind, source, name), kind "model"
@@ -177,7 +177,7 @@ def compare_dask(
     require()
     import dask
 
-    from ..compare import compare_from_sums
+    from ..comparison.compare_models import compare_from_sums
 
     if label not in ddf.columns:
         raise DataError(f"label column '{label}' is not in the data")
@@ -206,7 +206,7 @@ def compare_dask(
 
 
 def _period_part(df, specs, label, base_col, opts, period_col, labels, has, target, shift):
-    from ..model import FittedModel
+    from ..fit.model import FittedModel
 
     model = model_cache(specs[0][1], FittedModel)
     return _side_sums(
@@ -240,14 +240,14 @@ def periods_dask(
     error_control: str = "holm",
     level: float = 0.05,
 ):
-    """:func:`mmc_core.compare.compare_periods` of a model on a Dask DataFrame: its mean, variance, ``method``
+    """:func:`mmc_core.comparison.compare_models.compare_periods` of a model on a Dask DataFrame: its mean, variance, ``method``
     intervals at ``delta`` (None: none) and a classifier's decisions at ``threshold`` (default 0.5; its rates
     per period and their changes); the distinct periods first (one pass), then per partition the
     per-(group, period) sums, added with the fan-in tree."""
     require()
     import dask
 
-    from ..compare import check_periods, periods_from_sums
+    from ..comparison.compare_models import check_periods, periods_from_sums
 
     for what, col in (("label", label), ("period", period_col)):
         if col not in ddf.columns:

@@ -9,12 +9,12 @@ from columns), :mod:`~mmc_core.engines.dask_apply` (predictions, audit tables),
 :mod:`~mmc_core.engines.dask_compare` (comparisons, periods) and :mod:`~mmc_core.engines.dask_io` (Parquet in,
 the client started and closed). Nothing else in mmc_core imports them.
 
-How it maps onto the descent's seam (:class:`mmc_core.descent.CellStats`):
+How it maps onto the descent's seam (:class:`mmc_core.paper.descent.CellStats`):
 
 * Every row partition becomes one :class:`~mmc_core.engines.dask_parts._Part` object that lives on a worker
   for the whole fit. It holds the partition's labels, its group membership (evaluated per partition from the
-  same :class:`~mmc_core.groups.GroupSet`), its predictions and moment columns, and a numpy
-  :class:`~mmc_core.descent.CellState` that keeps the partition's (group x cell) sums up to date
+  same :class:`~mmc_core.groups.group_set.GroupSet`), its predictions and moment columns, and a numpy
+  :class:`~mmc_core.paper.descent.CellState` that keeps the partition's (group x cell) sums up to date
   incrementally. The partitions (Dask's own: ``ddf.to_delayed()``) are assigned round robin to one Dask
   *actor* per worker (``client.submit(..., actor=True)``), which computes them there and keeps them: actor
   state is never spilled, moved or recomputed behind our back, and an actor call is one direct round trip.

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError, GroupDefinitionError, MMCError
+from ..common.errors import DataError, GroupDefinitionError, MMCError
 from .dask_base import is_dask_collection, require, resolve_client
 from .dask_parts import DaskFitStats, Engine, Parts
 from .dask_quantiles import exact_quantiles
@@ -40,13 +40,13 @@ def fit_dask(
 ):
     """``MomentMulticalibrator.fit`` on a Dask DataFrame (``y`` / ``base_prediction``: column names or Dask
     Series of the same frame). Same model JSON, same descent; see the module docstring for what differs."""
-    from ..groups import GroupSet
-    from ..thresholds import validate_estimator_params
+    from ..fit.thresholds import validate_estimator_params
+    from ..groups.group_set import GroupSet
 
     require()
     # the group-linear map ("auto", the default) is fitted on a client-side sample, as the numpy engine fits it;
     # the affine map only in memory
-    from ..recalibrate import BASE_RECALIBRATIONS
+    from ..fit.recalibrate import BASE_RECALIBRATIONS
 
     if est.base_recalibration not in BASE_RECALIBRATIONS:
         raise MMCError(
@@ -120,8 +120,8 @@ class _Rows:
 
 
 def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop, frac, seed):
-    from ..fit_steps import FitRows, fit_info, search_buckets
-    from ..model import FittedModel
+    from ..fit.fit_steps import FitRows, fit_info, search_buckets
+    from ..fit.model import FittedModel
 
     t_load = time.perf_counter()
     rows = _load_rows(est, parts, label_name, base_name, frac)
@@ -181,8 +181,8 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
 def _load_rows(est, parts, label_name, base_name, frac) -> _Rows:
     """The partitions' row counts and label range, the label scale set on every partition and the initial mean
     (the fitting rows' mean label) set on them."""
-    from ..fit_steps import check_held_out
-    from ..moments import LabelScale
+    from ..fit.fit_steps import check_held_out
+    from ..paper.moments import LabelScale
 
     summ = parts.gather("summary")
     n = sum(s["n"] for s in summ)
@@ -208,7 +208,7 @@ def _group_linear_map(est, parts, gset, bcol, rows: _Rows):
     samples and applied on the workers when its out-of-sample check keeps it; None without a base or a map."""
     if bcol is None or est.base_recalibration not in ("auto", "group-linear"):
         return None
-    from ..recalibrate import fit_group_linear
+    from ..fit.recalibrate import fit_group_linear
 
     # the numpy engine's own samples (recalibrate.capped, seeds 0 and 7), drawn here over the rows in
     # partition order: on the same fitting rows the same map
@@ -225,7 +225,7 @@ def _group_linear_map(est, parts, gset, bcol, rows: _Rows):
 
 def _mean_quantiles(parts, bcol):
     """The inner edges of m quantile buckets of the initial mean, exact over the partitions."""
-    from ..buckets import inner_edges
+    from ..paper.buckets import inner_edges
 
     def mean_quantiles(m):
         if bcol is None:
@@ -251,7 +251,7 @@ def _init_mean(bcol, base_name, mean_fit, within) -> dict:
 
 def _cells(parts, model, gset, rows: _Rows):
     """The shrunken cell corrections of the mean, then the moments' (:func:`_moment_cells`): their checks."""
-    from ..cells import gated_cells
+    from ..fit.cells import gated_cells
 
     # as the numpy engine: fitted on a sample of the fitting rows (seed 11), the penalty and weight chosen on
     # one of the held-out rows (seed 13) with the kept model's predictions there
@@ -267,10 +267,10 @@ def _cells(parts, model, gset, rows: _Rows):
 
 def _achieved(est, parts, model, params, nf, n_log, checks):
     """The achieved (alpha, betas) of the model on the workers' rows and the thresholds' floors; the cell steps are
-    dropped again when :func:`mmc_core.fit_steps.cells_keep_given` says so."""
+    dropped again when :func:`mmc_core.fit.fit_steps.cells_keep_given` says so."""
     import dataclasses
 
-    from ..fit_steps import cells_keep_given, state_achieved
+    from ..fit.fit_steps import cells_keep_given, state_achieved
 
     plain = dataclasses.replace(params, z=0.0, z_group=0.0, min_count=0)
     K = len(plain.moments)
@@ -317,8 +317,8 @@ def _moment_cells(parts, model, gset, n_fit_parts, n_cal_parts) -> dict | None:
     """The moments' cell corrections as the numpy engine fits them (``MomentMulticalibrator._moment_cells``): on a
     sample of the fitting rows (seed 17) around the final mean, judged on one of the held-out rows (seed 19) with
     the model's final predictions there; applied on the workers. Returns the checks per moment (or None)."""
-    from ..cells import gated_moment_cells
-    from ..moments import pseudo_label
+    from ..fit.cells import gated_moment_cells
+    from ..paper.moments import pseudo_label
 
     p = model.params
     if not p.moments or p.moment_step != "ratio":
@@ -341,13 +341,13 @@ def _moment_cells(parts, model, gset, n_fit_parts, n_cal_parts) -> dict | None:
 
 def _client_sample(parts, gset, which, n_per_part, seed, what):
     """A sample of the fitting (``which`` "fit") or held-out rows brought to the client, as
-    :func:`mmc_core.recalibrate.capped` draws it from the rows in partition order (all of them up to
+    :func:`mmc_core.fit.recalibrate.capped` draws it from the rows in partition order (all of them up to
     ``CV_MAX_ROWS``; above, the rows ``rng(seed + 2).choice(n, CV_MAX_ROWS)`` in order): (its MembershipSums,
     the label, the prediction ``what``; unit scale). A few MB at most: the map and the cells have |G| + 7 and
     |G| x 10 coefficients, fitted as the numpy engine fits them."""
-    from ..groups import Membership
-    from ..recalibrate import CV_MAX_ROWS
-    from ..sums import MembershipSums
+    from ..fit.recalibrate import CV_MAX_ROWS
+    from ..groups.group_set import Membership
+    from ..groups.sums import MembershipSums
 
     total = int(sum(n_per_part))
     if total > CV_MAX_ROWS:

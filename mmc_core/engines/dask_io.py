@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..errors import DataError, MMCError
+from ..common.errors import DataError, MMCError
 from .dask_base import require
 
 __all__ = ["MAX_PARTITION_BYTES", "MAX_PARTITIONS", "read_parquet", "start_client", "close_client"]
@@ -67,7 +67,7 @@ def _check_fields(f: str, schema, complete: dict, scalar: dict | None = None) ->
     """DataError for a file whose schema names a column twice (Dask failed reading it, a crash), or gives a label
     or prediction of ``complete`` (column -> (role, finite); finite: a number is needed) dates, times, lists, maps
     or structs (dates were fitted as nanosecond counts), as the in-memory engine refuses them
-    (:func:`app.io.column_problem`); and a column of ``scalar`` (column -> role: group columns) whose cells hold
+    (:func:`app.services.io.column_problem`); and a column of ``scalar`` (column -> role: group columns) whose cells hold
     lists, maps, structs or raw bytes (a struct column made one group per struct, where the in-memory engine
     refuses it)."""
     import os

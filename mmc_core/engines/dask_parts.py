@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..descent import CellState, CellStats
-from ..errors import DataError, MMCError
+from ..common.errors import DataError, MMCError
+from ..paper.descent import CellState, CellStats
 from .dask_base import add_sums
 from .dask_quantiles import bracket, sketch
 
@@ -47,7 +47,7 @@ class _Part:
     """One row partition on a worker: labels, membership, predictions and the partition's cell sums."""
 
     def __init__(self, df, index: int, label: str, base_col, gset, fraction: float, seed, group_cols):
-        from ..tables import to_label_array
+        from ..common.tables import to_label_array
 
         self.index = index
         n = len(df)
@@ -117,8 +117,8 @@ class _Part:
             self.mu0_h = np.full(self.cal_idx.size, float(constant))
 
     def apply_map(self, m):
-        """The group-linear map (fitted on the client, :mod:`mmc_core.recalibrate`) applied to the initial mean."""
-        from ..recalibrate import group_linear_base
+        """The group-linear map (fitted on the client, :mod:`mmc_core.fit.recalibrate`) applied to the initial mean."""
+        from ..fit.recalibrate import group_linear_base
 
         self.mu0_f = group_linear_base(self.mu0_f, self.memb_f.sums(), m)
         if self.memb_h is not None:
@@ -151,7 +151,7 @@ class _Part:
         return bracket(self.mu0_f, lo, hi)
 
     def moments_pass1(self, moments, odd):
-        from ..moments import pseudo_label
+        from ..paper.moments import pseudo_label
 
         r = self.yu_f - self.mu0_f
         out = {"resid": float(r.sum()), "sizes": self.memb_f.sizes.astype(np.int64), "label": {}, "gsum": {}}
@@ -162,7 +162,7 @@ class _Part:
         return out
 
     def moments_pass2(self, moments, odd, means):
-        from ..moments import pseudo_label
+        from ..paper.moments import pseudo_label
 
         r = self.yu_f - self.mu0_f
         out = {"resid": float(np.sum((r - means["resid"]) ** 2))}
@@ -248,14 +248,14 @@ class _Part:
         return None
 
     def apply_cells(self, cells):
-        from ..cells import apply_cells
+        from ..fit.cells import apply_cells
 
         self.kept = (apply_cells(self.kept[0], self.memb_f.sums(), cells), self.kept[1])
         self.kept_h = None
         return None
 
     def apply_moment_cells(self, a, cell, bounds):
-        from ..cells import apply_moment_cells
+        from ..fit.cells import apply_moment_cells
 
         moms = dict(self.kept[1])
         moms[a] = apply_moment_cells(moms[a], self.memb_f.sums(), cell, bounds)
@@ -385,7 +385,7 @@ class _View(CellStats):
     def cell_totals(self, target, g, partition):
         mm = self.m * self.m
         blk = self.MA[target][g * mm : (g + 1) * mm]
-        from ..descent import WHOLE
+        from ..paper.descent import WHOLE
 
         return np.array([blk.sum()]) if partition == WHOLE else blk
 

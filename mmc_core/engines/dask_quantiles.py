@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..errors import GroupDefinitionError
+from ..common.errors import GroupDefinitionError
 from .dask_base import resolve_client
 
 __all__ = ["SKETCH", "sketch", "bracket", "exact_quantiles", "groups_from_columns"]
@@ -104,7 +104,7 @@ def exact_quantiles(sketches, brackets, qs, nonempty_range: bool = False):
 
 
 def _cols_values(df, columns):
-    from ..groups import table_column
+    from ..groups.group_set import table_column
 
     return {c: table_column(df, c) for c in columns}
 
@@ -130,11 +130,11 @@ def _bracket_col(cols, c, lo, hi):
 
 def groups_from_columns(ddf, columns, max_order: int = 1, max_values: int = 10, client=None):
     """``GroupSet.from_columns`` on a Dask DataFrame: the same groups, the same (exact) quartile cuts (the rule
-    of :func:`mmc_core.groups.column_conditions`: one group per value, numeric columns with more than
+    of :func:`mmc_core.groups.group_set.column_conditions`: one group per value, numeric columns with more than
     ``max_values`` distinct values cut at their quartiles)."""
     import dask
 
-    from ..groups import GroupSet, numeric_conditions, text_conditions
+    from ..groups.group_set import GroupSet, numeric_conditions, text_conditions
 
     client = resolve_client(client)
     columns = list(columns)

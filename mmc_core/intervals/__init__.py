@@ -137,7 +137,7 @@ clipped (new labels may fall outside it).
     format (``combine`` "sum" or "max"; ``theta_lower`` only for two-sided thresholds), so models calibrated
     with them, or saved by an older mmc-audit that offered them, load and predict unchanged.
 Cross-fitted calibration (``MomentMulticalibrator(interval_calibration="cross-fit")``, and "auto" with the
-    in-memory engine up to 200,000 rows; :mod:`mmc_core.crossfit`; not the default, see above).
+    in-memory engine up to 200,000 rows; :mod:`mmc_core.estimator.crossfit`; not the default, see above).
     The rows are split into 5 seeded folds; each fold's rows get the predictions (mu, m_a) of a model fitted
     with the same parameters on the other four folds (which holds out its own rows for early stopping), and
     :func:`calibrate` computes the whole record from ALL n rows with these out-of-fold predictions instead of
@@ -163,7 +163,7 @@ Cross-fitted calibration (``MomentMulticalibrator(interval_calibration="cross-fi
         scores. The fold models learn from 60% of the rows (80% minus their own 25% held out), the final model
         from 75%, which tends to make out-of-fold scores larger (conservative), but not always: in one protocol
         run the standardized scores had sd 1.004 out of fold and 1.022 for the final model on fresh rows
-        (1.013 on its held-out rows). Checked empirically, not proven: on mmc_core.synthetic's demo distribution (finite
+        (1.013 on its held-out rows). Checked empirically, not proven: on mmc_core.common.synthetic's demo distribution (finite
         feature support, Beta labels) the exact population coverage of every group, averaged over 30 training
         samples, is at least 1 - delta up to 3 Monte Carlo standard errors (tests/test_intervals_crossfit.py,
         slow), and on the protocol and the null world (benchmarks/README.md).
@@ -215,7 +215,7 @@ a grid keeps the model file small (about 3 x groups x 27 numbers) whatever the n
 
 from __future__ import annotations
 
-# Beyond __all__: the names mmc_core.metrics, mmc_core.binary, app and the tests import from here.
+# Beyond __all__: the names mmc_core.auditing.metrics, mmc_core.auditing.binary, app and the tests import from here.
 from ._common import (  # noqa: F401
     APPROACHES,
     DEFAULT_APPROACH,

@@ -8,8 +8,8 @@ import numbers
 
 import numpy as np
 
-from ..errors import MMCError, ModelFormatError
-from ..moments import MomentKind
+from ..common.errors import MMCError, ModelFormatError
+from ..paper.moments import MomentKind
 
 METHODS = ("guaranteed", "plugin", "multimoment", "calibrated", "split-conformal", "mondrian", "gaussian")
 DELTA_GRID = (

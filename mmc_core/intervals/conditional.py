@@ -8,7 +8,7 @@ import numbers
 
 import numpy as np
 
-from ..errors import MMCError
+from ..common.errors import MMCError
 
 # ---- conditional conformal over the group indicators (approach "cc", the default) --------------------------
 # Margin of the per-group level in binomial standard errors of the group's calibration count (see

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..moments import max_central_moment
+from ..paper.moments import max_central_moment
 
 
 def guaranteed_halfwidth(model, mom_a: np.ndarray, a: int, delta: float, gamma: float) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import MMCError, ModelFormatError
+from ..common.errors import MMCError, ModelFormatError
 from ._common import (
     METHODS,
     check_prob,
@@ -296,9 +296,9 @@ def predict_intervals(
     """
     if getattr(model, "task", "regression") == "binary":
         raise MMCError(BINARY_NO_INTERVALS)
-    from ..threads import one_blas_thread
+    from ..common.threads import one_blas_thread
 
-    with one_blas_thread():  # results independent of the machine's BLAS threads (mmc_core.threads)
+    with one_blas_thread():  # results independent of the machine's BLAS threads (mmc_core.common.threads)
         ctx = IntervalContext(model, table, base)
         lo, hi, _ = unit_interval(ctx, method, delta, gamma, moment)
     return _to_original(model, lo, hi)

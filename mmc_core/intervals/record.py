@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import MMCError, ModelFormatError
+from ..common.errors import MMCError, ModelFormatError
 from ._common import (
     APPROACHES,
     DEFAULT_APPROACH,

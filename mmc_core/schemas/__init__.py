@@ -228,7 +228,7 @@ def _group_name(doc, path) -> str:
                 return ""
             name = node.get("name") if isinstance(node, dict) else None
             if isinstance(name, str) and len(parts) > i + 1 and parts[i + 1] != "name":
-                from ..jsonfile import one_line
+                from ..common.jsonfile import one_line
 
                 return f" (group {one_line(repr(name), 80)})"
             return ""
@@ -240,7 +240,7 @@ def check(doc, which: str, where: str, error) -> None:
     "{where}: at {key path}: {what is wrong}", with the group's name when the place is inside a group."""
     from jsonschema.exceptions import best_match
 
-    from ..jsonfile import key_path, one_line
+    from ..common.jsonfile import key_path, one_line
 
     first = next(_validator(which).iter_errors(doc), None)
     if first is None:

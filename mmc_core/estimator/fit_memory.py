@@ -1,0 +1,306 @@
+"""The numpy engine's fit: the descent over the fitting rows in memory, then the steps after it.
+
+:func:`fit_in_memory` runs, in order: the fitting rows (:mod:`mmc_core.estimator.fit_rows`), the search over bucket counts
+with early stopping on the held-out rows (:func:`mmc_core.fit.fit_steps.search_buckets`), the kept model, the
+shrunken cell corrections of the mean (:func:`shrunken_cells`) and of the moments (:func:`moment_cells`), the
+thresholds achieved, the interval calibration and the fit record. The Dask engine runs the same steps by
+reductions (:mod:`mmc_core.engines.dask_engine`). Apart from the estimator so that the front end (parameters,
+predict, save and load) stays readable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..auditing.binary import TASK_BINARY
+from ..common.tables import take_rows
+from ..fit.cells import apply_cells, apply_moment_cells, gated_cells, gated_moment_cells
+from ..fit.fit_params import build_params
+from ..fit.fit_steps import FitRows, achieved_thresholds, cells_keep_given, fit_info, search_buckets, state_achieved
+from ..fit.model import FittedModel, variance_start
+from ..fit.recalibrate import affine_base, capped, group_linear_base
+from ..paper.cell_state import CellState
+from ..paper.moments import pseudo_label
+from .crossfit import CROSS_FIT_FOLDS, check_interval_calibration, out_of_fold_predictions
+from .fit_rows import FittingRows, fitting_rows
+
+__all__ = ["InMemoryFit", "fit_in_memory", "moment_cells", "shrunken_cells"]
+
+
+@dataclass
+class InMemoryFit:
+    """A finished in-memory fit: the model and the row-level state the estimator keeps (not saved with it)."""
+
+    model: FittedModel
+    fit_index: np.ndarray
+    calibration_index: np.ndarray
+    fit_mean_unit: np.ndarray
+    fit_moments_unit: dict
+    oof_predictions_unit: dict | None
+
+
+def fit_in_memory(
+    est, X, y, groups, base_prediction, callback, label_name, base_name, stop, calibrate_intervals: bool = True
+) -> InMemoryFit:
+    """The numpy engine's fit (see ``MomentMulticalibrator.fit``).
+
+    Parameters
+    ----------
+    est : MomentMulticalibrator
+        Its parameters say what to fit; it is not changed here.
+    X, y, groups, base_prediction, callback, label_name, base_name, stop
+        As ``MomentMulticalibrator.fit`` passes them on.
+    calibrate_intervals : bool
+        False for the folds of a cross-fit, whose models need no interval record of their own.
+
+    Returns
+    -------
+    InMemoryFit
+    """
+    d = fitting_rows(est, X, y, groups, base_prediction, label_name, base_name)
+    memb_h, mu_h = _held_out_start(d)
+
+    def start(m):
+        params, init_moments = build_params(est, m, d.G, d.nf, d.moments, d.resid, d.mu0, d.memb)
+        state = CellState(params, d.memb, d.yu_f, d.mu0, _start_moments(d, params, init_moments, d.fit_idx))
+        holdout = None
+        if d.n_cal:
+            assert memb_h is not None and mu_h is not None  # both exist whenever n_cal > 0
+            moms_h = _start_moments(d, params, init_moments, d.cal_idx)
+            holdout = CellState(params, memb_h, d.yu[d.cal_idx], mu_h, moms_h)
+        return params, init_moments, state, holdout
+
+    search = search_buckets(est, start, callback, stop, d.early)
+    _, _, params, init_moments, res, kept_round = search.runs[search.best]
+    d.resid = None  # the descents are done: free it
+    model = _kept_model(d, params, init_moments, res, kept_round, base_name)
+    fit_mu, fit_moms = _kept_predictions(d, model, res, kept_round)
+    cells_check = moment_cells_check = None
+    before_cells = (fit_mu, fit_moms)
+    if est.shrunken_cells and d.n_cal and not (res.stopped or (stop is not None and stop())):
+        assert memb_h is not None
+        y_h = d.yu[d.cal_idx]
+        var_h = None if d.bvar_u is None else d.bvar_u[d.cal_idx]
+        fit_mu, cells_check = shrunken_cells(
+            model, d.memb, d.yu_f, fit_mu, memb_h, y_h, d.base_u, d.cal_idx, var_h=var_h
+        )
+        fit_moms, moment_cells_check = moment_cells(
+            model, d.memb, d.yu_f, fit_mu, fit_moms, memb_h, y_h, d.base_u, d.cal_idx, var_h=var_h
+        )
+    achieved = achieved_thresholds(params, d.memb, d.yu_f, fit_mu, fit_moms)
+    if not cells_keep_given(est, model, params, achieved, cells_check, moment_cells_check):
+        fit_mu, fit_moms = before_cells
+        achieved = achieved_thresholds(params, d.memb, d.yu_f, fit_mu, fit_moms)
+    _, floors = state_achieved(est, model, params, achieved)
+    if (model.has_cells or model.has_moment_cells) and 0 <= kept_round < len(res.history):
+        # the stated alpha is the model's after the cell corrections; the round's own value stays the descent's
+        res.history[kept_round]["cells_max_mean_violation"] = achieved["alpha"]
+    oof = None
+    if d.n_cal and d.task != TASK_BINARY and calibrate_intervals:
+        oof = _calibrate_intervals(est, d, model, res, stop)
+    rows = FitRows(d.n, d.fit_idx.size, d.n_cal, d.memb.sizes, d.base_clipped, label_name)
+    model.info = {"task": d.task, **fit_info(est, model, search, rows, achieved, floors)}
+    _record_checks(d, model, memb_h, cells_check, moment_cells_check)
+    if d.task == TASK_BINARY:  # probabilities never exactly 0 or 1 (see mmc_core.fit.model.binary_clip)
+        assert d.binary_info is not None
+        d.binary_info["floor"] = 0.5 / (d.fit_idx.size + 1)
+    return InMemoryFit(model, d.fit_idx, d.cal_idx, fit_mu, fit_moms, oof)
+
+
+def variance_factor(d: FittingRows, init_moments: dict) -> float | None:
+    """The factor on the base variance (``variance_column``) that gives the fitting rows the constant start's
+    level (the mean squared residual), or None without a base variance."""
+    if d.bvar_u is None or 2 not in init_moments:
+        return None
+    fit = d.bvar_u[d.fit_idx] if d.n_cal else d.bvar_u
+    return float(init_moments[2]) / float(np.mean(fit**d.bvar_power))
+
+
+def _start_moments(d: FittingRows, params, init_moments: dict, rows: np.ndarray) -> dict:
+    """The moments' starting values on ``rows`` (fitting or held-out rows): the constants, and for the variance
+    the base variance times its factor when the fit has one."""
+    n = rows.size if d.n_cal else d.nf
+    moms = {a: np.full(n, v) for a, v in init_moments.items()}
+    factor = variance_factor(d, init_moments)
+    if factor is not None:
+        assert d.bvar_u is not None
+        v = d.bvar_u[rows] if d.n_cal else d.bvar_u
+        moms[2] = variance_start(v, factor, params.projection(2), n, d.bvar_power)
+    return moms
+
+
+def _held_out_start(d: FittingRows) -> tuple:
+    """(memb_h, mu_h): the held-out rows' membership and initial mean (None, None without held-out rows)."""
+    memb_h = d.memb_h
+    if memb_h is None and d.n_cal:
+        memb_h = d.gset.evaluate(take_rows(d.X, d.cal_idx), d.n_cal)
+    mu_h = None
+    if d.n_cal:
+        mu_h = d.base_u[d.cal_idx] if d.base_u is not None else np.full(d.n_cal, float(np.mean(d.yu_f)))
+        if d.affine is not None:
+            mu_h = affine_base(mu_h, *d.affine)
+        elif d.within is not None:
+            assert memb_h is not None
+            mu_h = group_linear_base(mu_h, memb_h.sums(), d.within)
+    return memb_h, mu_h
+
+
+def _kept_model(d: FittingRows, params, init_moments, res, kept_round: int, base_name) -> FittedModel:
+    """The model of the kept round: its initial mean (as the base was mapped) and the updates up to that round."""
+    if d.base_u is None:
+        init_mean = {"kind": "constant", "value": float(np.mean(d.yu_f))}
+    elif d.affine is not None:
+        init_mean = {"kind": "base-affine", "column": base_name, "intercept": d.affine[0], "slope": d.affine[1]}
+    elif d.within is not None and d.within["validation"]["kept"]:
+        init_mean = {"kind": "base-group-linear", "column": base_name, **d.within}
+    else:
+        init_mean = {"kind": "base", "column": base_name}
+    log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
+    factor = variance_factor(d, init_moments)
+    init_variance = None
+    if factor is not None:
+        init_variance = {"column": d.variance_name, "factor": factor, "power": d.bvar_power}
+    return FittedModel(
+        params,
+        d.scale,
+        d.gset,
+        init_mean,
+        init_moments,
+        list(log),
+        list(res.round_ends[: kept_round + 1]),
+        task=d.task,
+        binary=d.binary_info,
+        init_variance=init_variance,
+    )
+
+
+def _kept_predictions(d: FittingRows, model: FittedModel, res, kept_round: int) -> tuple:
+    """The fitting rows' mean and moment predictions of the kept round: the descent's own arrays when it kept
+    the last round or a snapshot of it, else the model's predictions."""
+    snap = res.extra.get("best")
+    if kept_round == len(res.round_ends) - 1:
+        st = res.state
+        assert isinstance(st, CellState)  # the in-memory engine (the Dask engine has its own fit path)
+        return st.mu.copy(), {a: v.copy() for a, v in st.mom.items()}
+    if snap is not None and snap["index"] == kept_round:
+        return snap["mu"], snap["mom"]
+    base_f = None if d.base_u is None else (d.base_u[d.fit_idx] if d.n_cal else d.base_u)  # as given: predict maps it
+    return model.predict_unit(d.Xf, base_f, d.fit_idx.size)
+
+
+def _calibrate_intervals(est, d: FittingRows, model: FittedModel, res, stop) -> dict | None:
+    """Sets ``model.extras["intervals"]``; returns every row's out-of-fold predictions when cross-fitted."""
+    from .. import intervals
+
+    oof = None
+    interval_rows = check_interval_calibration(est.interval_calibration, n=d.n)
+    if interval_rows == "cross-fit" and not (res.stopped or (stop is not None and stop())):
+        # Every row, with the predictions of a model fitted without its fold (mmc_core.estimator.crossfit).
+        oof = out_of_fold_predictions(est, d.X, d.yu, d.base_u, d.gset, d.task, stop=stop)
+        if stop is not None and stop():  # stopped during the fold fits: their models are partial
+            oof = None
+    if oof is not None:
+        model.extras["intervals"] = intervals.calibrate(
+            model,
+            d.X,
+            d.yu,
+            d.base_u,
+            predictions=(oof["mean"], oof["moments"]),
+            rows="cross-fit",
+            folds=CROSS_FIT_FOLDS,
+            # the configuration measured for cross-fitting (mmc_core.intervals, 1'.-3'.)
+            options={"combine": "sum", "margin": intervals.CC_MARGIN_CROSS_FIT},
+        )
+    else:
+        # Only the held-out rows (never the rows the moments were fitted on); also a stopped fit's
+        # (the fold models would be as partial as it is, and the user is waiting).
+        model.extras["intervals"] = intervals.calibrate(
+            model, take_rows(d.X, d.cal_idx), d.yu[d.cal_idx], None if d.base_u is None else d.base_u[d.cal_idx]
+        )
+    return oof
+
+
+def _record_checks(d: FittingRows, model: FittedModel, memb_h, cells_check, moment_cells_check) -> None:
+    """The held-out checks of the steps after the descent, in ``model.info``."""
+    if cells_check is not None:
+        model.info["shrunken_cells"] = cells_check
+    if moment_cells_check:
+        model.info["moment_cells"] = moment_cells_check
+    if d.bvar_scores is not None:  # how far the base variance was trusted, and the log scores that chose it
+        model.info["base_variance"] = {"column": d.variance_name, "power": d.bvar_power, "log_scores": d.bvar_scores}
+    if d.n_cal:
+        from .stages import stage_effects
+
+        assert memb_h is not None
+        base_h = None if d.base_u is None else d.base_u[d.cal_idx]
+        var_h = None if d.bvar_u is None else d.bvar_u[d.cal_idx]
+        model.info["stages"] = stage_effects(model, memb_h, d.yu[d.cal_idx], base_h, var_h)
+    if d.within is not None:  # the out-of-sample check of the group-linear map, kept or not
+        model.info["base_recalibration"] = {
+            "method": "group-linear",
+            "ridge": d.within["ridge"],
+            **d.within["validation"],
+        }
+
+
+def shrunken_cells(model, memb, y_f, fit_mu, memb_h, y_h, base_u, cal_idx, var_h=None) -> tuple:
+    """The shrunken cell corrections of the mean after the descent (:mod:`mmc_core.fit.cells`).
+
+    Fitted on the fitting rows (a seeded sample of ``CV_MAX_ROWS`` on a larger table: the cells' means are then
+    precise anyway), their penalty and weight chosen on the held-out rows with the kept model's predictions
+    there. Sets ``model.cells`` when kept.
+
+    Returns
+    -------
+    (ndarray, dict)
+        The fitting rows' final mean prediction and the check for ``info``.
+    """
+    mu_h, moms_h = model.initial(memb_h.n, None if base_u is None else base_u[cal_idx], memb_h, var_h)
+    mu_h, _ = model.replay(memb_h, mu_h, moms_h)
+    sums = memb.sums()
+    sums_s, y_s, mu_s = capped(sums, y_f, fit_mu, 11)
+    s_h, yy, mm = capped(memb_h.sums(), y_h, mu_h, 13)
+    cells, check = gated_cells(y_s, mu_s, sums_s, (yy, mm, s_h))
+    if cells is None:
+        return fit_mu, check
+    model.cells = cells
+    return apply_cells(fit_mu, sums, cells), check
+
+
+def moment_cells(model, memb, y_f, fit_mu, fit_moms, memb_h, y_h, base_u, cal_idx, var_h=None) -> tuple:
+    """The log-scale cell corrections of each positive moment (:func:`mmc_core.fit.cells.gated_moment_cells`).
+
+    After the mean's: fitted on the fitting rows' pseudo-labels around the final mean (a seeded sample of
+    ``CV_MAX_ROWS`` on a larger table), judged on the held-out rows with the model's final predictions there.
+    Sets ``model.moment_cells`` when some are kept.
+
+    Returns
+    -------
+    (dict, dict or None)
+        The fitting rows' moment predictions and the checks per moment for ``info`` (None when no moment is
+        positive on the log scale).
+    """
+    p = model.params
+    if not p.moments or p.moment_step != "ratio":  # signed or additive moments: no log scale to work on
+        return fit_moms, None
+    mu_h, moms_h = model.initial(memb_h.n, None if base_u is None else base_u[cal_idx], memb_h, var_h)
+    mu_h, moms_h = model.replay(memb_h, mu_h, moms_h)  # with the mean's cells, if kept
+    sums, sums_h = memb.sums(), memb_h.sums()
+    cells, checks = {}, {}
+    for a in p.moments:
+        s_f = pseudo_label(a, y_f - fit_mu, p.odd_moments)
+        s_h = pseudo_label(a, y_h - mu_h, p.odd_moments)
+        sums_s, s_s, v_s = capped(sums, s_f, fit_moms[a], 17)
+        sh, ss_h, vv_h = capped(sums_h, s_h, moms_h[a], 19)
+        cell, checks[str(a)] = gated_moment_cells(s_s, v_s, sums_s, (ss_h, vv_h, sh))
+        if cell is not None:
+            cells[a] = cell
+    if not cells:
+        return fit_moms, checks
+    model.moment_cells = cells
+    out = dict(fit_moms)
+    for a, cell in cells.items():
+        out[a] = apply_moment_cells(fit_moms[a], sums, cell, p.projection(a))
+    return out, checks
