@@ -148,7 +148,7 @@ def test_a_worker_process_that_cannot_start_ends_the_job_with_an_error(monkeypat
         raise BrokenPipeError(32, "Broken pipe")
 
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
-    job = _job(_frame(500)).start()  # started once the server's run budget admits it (app.run_admission)
+    job = _job(_frame(500)).start()  # started once the server's run budget admits it (app.services.run_admission)
     assert job.wait(60) and job.status == "error" and not job.running
     assert "could not start the fitting process" in job.error and "BrokenPipeError" in job.error
     job.stop()  # a later upload or Run stops the old job: no error

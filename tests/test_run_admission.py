@@ -1,4 +1,4 @@
-"""Issue 38: the dashboard's runs are admitted against one memory budget per server (app.run_admission): a run
+"""Issue 38: the dashboard's runs are admitted against one memory budget per server (app.services.run_admission): a run
 that does not fit beside the runs in progress waits in a visible queue (its phase says so, Stop ends it with
 nothing fitted), never starts past the budget; small runs run side by side. Counted, never timed: the runs'
 work is a stand-in that blocks until the test lets it end."""
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import app.services.jobs as jobs
-from app import run_admission
-from app.run_admission import RunAdmission, run_bytes
+from app.services import run_admission
+from app.services.run_admission import RunAdmission, run_bytes
 from app.services.jobs import FitJob
 from app.services.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec
 

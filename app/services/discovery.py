@@ -283,8 +283,8 @@ class DiscoverJob:
         self._done = threading.Event()
         self.started_at = self.ended_at = 0.0
         self.id = hashlib.sha1(f"d{id(self)}{time.time()}".encode(), usedforsecurity=False).hexdigest()[:8]
-        try:  # what the search may take, as a run with one group (app.run_admission)
-            from app.run_admission import run_bytes
+        try:  # what the search may take, as a run with one group (app.services.run_admission)
+            from app.services.run_admission import run_bytes
 
             self.need_bytes = run_bytes(int(df.memory_usage(index=True, deep=False).sum()), len(df), 2, 1)
         except Exception:  # noqa: BLE001 - not a DataFrame (the search reports it)
@@ -296,9 +296,9 @@ class DiscoverJob:
         return self
 
     def _admitted_work(self):
-        """The search once the server's run budget admits it (app.run_admission: it waits, saying so in its
+        """The search once the server's run budget admits it (app.services.run_admission: it waits, saying so in its
         phase, while other analysts' runs hold the budget; Stop while waiting ends it, nothing kept)."""
-        from app import run_admission
+        from app.services import run_admission
 
         runs = run_admission.RUNS
         if not runs.acquire(self.id, self.need_bytes, self._stop.is_set, self._set_phase):
@@ -323,7 +323,7 @@ class DiscoverJob:
 
     def stop(self):
         self._stop.set()
-        from app import run_admission
+        from app.services import run_admission
 
         run_admission.RUNS.wake()  # a search waiting in the queue ends now
 

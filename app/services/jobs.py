@@ -70,9 +70,9 @@ def _import_sklearn():
 
 
 def _run_need(df, groups_json, settings) -> int:
-    """The memory a run may take (app.run_admission.run_bytes): its table's rows and bytes, its groups (and the
+    """The memory a run may take (app.services.run_admission.run_bytes): its table's rows and bytes, its groups (and the
     whole table's), its moments."""
-    from app.run_admission import run_bytes
+    from app.services.run_admission import run_bytes
 
     try:
         from mmc_core import GroupSet
@@ -146,7 +146,7 @@ class FitJob:
         self._abandoned = False
         self._thread: threading.Thread | None = None
         self.id = hashlib.sha1(f"{id(self)}{time.time()}".encode(), usedforsecurity=False).hexdigest()[:8]
-        self.admission: Any = None  # app.run_admission.RunAdmission: set by start() for a background run
+        self.admission: Any = None  # app.services.run_admission.RunAdmission: set by start() for a background run
         self.need_bytes = _run_need(df, groups_json, settings)
 
     # -- control --
@@ -155,7 +155,7 @@ class FitJob:
         preloaded fork server (its own interpreter: the fit never competes with the server's page runs for the
         GIL, and a phase that keeps nothing is ended by terminating the child). The child reports history rows,
         phases and the result through a queue that a reader thread here turns into this object's attributes."""
-        from app import run_admission
+        from app.services import run_admission
 
         self.status = "running"
         self.started_at = time.time()
@@ -165,7 +165,7 @@ class FitJob:
         return self
 
     def _admitted_run(self):
-        """The background run once the server's run budget admits it (app.run_admission: it waits in the queue,
+        """The background run once the server's run budget admits it (app.services.run_admission: it waits in the queue,
         saying so in its phase, while other analysts' runs hold the budget; Stop while waiting ends it, nothing
         fitted); the reservation is returned when the run ends, however it ends."""
         assert self.admission is not None

@@ -121,7 +121,7 @@ def stopped_banner():
         if st.session_state.get("run") is None:
             kept = kept.replace("; the previous results are kept", "")
         phase = last.get("stop_phase") or "the run"
-        if phase.startswith("waiting for another analyst"):  # the server's queue of runs (app.run_admission)
+        if phase.startswith("waiting for another analyst"):  # the server's queue of runs (app.services.run_admission)
             phase = "the wait for another analyst's run to finish"
         st.warning(
             f"Stopped by you during {esc(phase)}: {esc(kept)}.",
@@ -168,7 +168,7 @@ CHART_EVERY = 3.0  # seconds between two redraws of the live chart (the progress
 def stopping_text(job) -> str:
     """What Stop keeps, as soon as the job has seen the flag (before its last bookkeeping is done)."""
     phase = job.stop_phase or job.phase
-    if phase.startswith("waiting for another analyst"):  # in the server's queue of runs (app.run_admission)
+    if phase.startswith("waiting for another analyst"):  # in the server's queue of runs (app.services.run_admission)
         kept = "; the previous results are kept" if st.session_state.get("run") is not None else ""
         return f"Stopped by you while the run waited for another analyst's run to finish: nothing was fitted{kept}."
     if phase.startswith("fitting the base model") or phase.startswith("preparing") or phase == "starting":
