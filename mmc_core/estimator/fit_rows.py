@@ -174,28 +174,40 @@ def fitting_rows(est, X, y, groups, base_prediction, label_name: str, base_name)
 
 # the powers of the base variance tried: 0 is the constant start, 1 the base variance as given
 VARIANCE_POWERS = (0.0, 0.25, 0.5, 0.75, 1.0)
+# a power above 0 must beat the constant start by this many standard errors of the rows' paired log-score
+# differences (the moment cells' gate, mmc_core.fit.cells.MOMENT_GATE_Z): a base variance that only looks better
+# by chance would otherwise move groups it knows nothing about
+VARIANCE_POWER_Z = 2.25
 
 
 def _variance_power(bvar_u, fit_idx, resid) -> dict:
     """{"bvar_power", "bvar_scores"}: the power p of the base variance whose start k x base ** p (k: the fitting
-    rows' level) has the best Gaussian log score on the fitting rows' residuals from the starting mean.
+    rows' level) has the best Gaussian log score on the fitting rows' residuals from the starting mean, among the
+    powers that beat the constant start (p = 0) by ``VARIANCE_POWER_Z`` standard errors; 0 when none does.
 
     A variance model's values are confidently wrong on some rows more often than not (measured on 19 real tables,
-    benchmarks/README.md: as given, the log score was worse on 11; at p = 0.5 better on as many as worse), and
-    the later stages correct groups and levels, not single rows: p says how far to trust it. The base variance
-    was fitted on other rows, so the fitting rows judge it out of sample; one number chosen on thousands of rows.
+    benchmarks/README.md: as given, the log score was worse on 11), and the later stages correct groups and
+    levels, not single rows: p says how far to trust it. The base variance was fitted on other rows, so the
+    fitting rows judge it out of sample.
     """
     if bvar_u is None:
         return {}
     v = bvar_u[fit_idx] if fit_idx is not None else bvar_u
     r2 = resid**2
     level = float(r2.mean())
-    scores = {}
+    rows = {}
     for p in VARIANCE_POWERS:
         s = v**p
         start = np.maximum(s * (level / float(s.mean())), 1e-9 * level)
-        scores[p] = float(np.mean(0.5 * np.log(start) + r2 / (2.0 * start)))
-    best = min(VARIANCE_POWERS, key=lambda p: (scores[p], p))
+        rows[p] = 0.5 * np.log(start) + r2 / (2.0 * start)
+    scores = {p: float(r.mean()) for p, r in rows.items()}
+    n = r2.size
+    best = 0.0
+    for p in VARIANCE_POWERS[1:]:
+        d = rows[p] - rows[0.0]
+        se = float(d.std(ddof=1)) / np.sqrt(n) if n > 1 else np.inf
+        if scores[p] < scores[best] and (se > 0 and float(d.mean()) / se <= -VARIANCE_POWER_Z):
+            best = p
     return {"bvar_power": best, "bvar_scores": {str(p): s for p, s in scores.items()}}
 
 

@@ -187,8 +187,9 @@ class MomentMulticalibrator(SklearnParams):
         ``fit`` and every prediction method: the variance then starts from ``factor x column ** power``
         instead of from one constant, and the descent and the moment cells correct it per group. ``power`` (0,
         0.25, 0.5, 0.75 or 1: how far the column is trusted; 0 is the constant start) is the one with the best
-        Gaussian log score on the fitting rows, ``factor`` gives them the constant start's level; both are in
-        ``model_.init_variance`` and ``info["base_variance"]``. A spread that follows a feature no group carries reaches the fit only
+        Gaussian log score on the fitting rows among those that beat the constant start by 2.25 standard
+        errors (else 0), ``factor`` gives them the constant start's level; both are in ``model_.init_variance``
+        and ``info["base_variance"]``. A spread that follows a feature no group carries reaches the fit only
         this way. Fit that model on rows other than these (as the base prediction's): out-of-fold values on
         the fitting rows and a model's values on new rows differ in spread, and the fit then corrects cells by
         that difference (benchmarks/README.md, issue 34). Needs n_moments >= 2; in-memory engine only.
