@@ -1,4 +1,4 @@
-"""User text in the PDF and the charts: Korean drawn with the installed fallback font (not as \\uXXXX codes),
+r"""User text in the PDF and the charts: Korean drawn with the installed fallback font (not as \uXXXX codes),
 bidirectional controls shown as their code (never applied: U+202E reversed chart labels), and a label of
 thousands of characters shortened instead of crashing the report (issue 38)."""
 
@@ -74,7 +74,7 @@ def test_one_rule_for_every_page():
 
 
 def test_a_character_no_font_has_is_shown_as_its_code_not_a_python_escape(monkeypatch):
-    """Without a font for Hangul the PDF printed "\\uc18c": now "[U+C18C]", the notation of the bidi controls."""
+    r"""Without a font for Hangul the PDF printed "\uc18c": now "[U+C18C]", the notation of the bidi controls."""
     monkeypatch.setattr(pdf_doc, "FALLBACK_FONTS", ())
     pdf = pdf_doc._make_pdf("t")
     if not pdf.unicode:

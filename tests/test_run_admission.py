@@ -13,8 +13,8 @@ import pytest
 
 import app.services.jobs as jobs
 from app.services import run_admission
-from app.services.run_admission import RunAdmission, run_bytes
 from app.services.jobs import FitJob
+from app.services.run_admission import RunAdmission, run_bytes
 from app.services.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec
 
 MB = 10**6

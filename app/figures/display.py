@@ -1,10 +1,10 @@
-"""User text as every page shows it (PDF, charts, dashboard): one rule for controls that would change how the
+r"""User text as every page shows it (PDF, charts, dashboard): one rule for controls that would change how the
 text around them is drawn, one for characters no font can draw, and one for length.
 
 Bidirectional controls (U+202E RIGHT-TO-LEFT OVERRIDE and its kin) in a group or column name reversed the chart
 labels drawn after them, so a name could read as something it is not. They are shown as their code, "[U+202E]",
 never applied; the name stays distinguishable from the same name without them. A character no installed font
-has is shown the same way (a PDF used to print it as a Python escape, "\\uc18c"). A label of 7,000 characters
+has is shown the same way (a PDF used to print it as a Python escape, "\uc18c"). A label of 7,000 characters
 crashed the PDF (a table row taller than a page): names are shortened for display, with an ellipsis.
 
 :func:`display_text` is the entry point: app/report/pdf_doc.py (every string the PDF draws) and app/figures/figure_style.py

@@ -239,7 +239,7 @@ def synthetic_table(n: int = SYNTHETIC_ROWS, seed: int = SYNTHETIC_SEED) -> pd.D
 
 
 def write_synthetic(path: str | os.PathLike, n: int = SYNTHETIC_ROWS, seed: int = SYNTHETIC_SEED) -> Path:
-    """Write the synthetic table exactly as shipped (fixed float format, '\\n' line endings)."""
+    r"""Write the synthetic table exactly as shipped (fixed float format, '\n' line endings)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     synthetic_table(n, seed).to_csv(

@@ -41,7 +41,7 @@ def run_bytes(table_bytes: int, rows: int, n_groups: int, n_moments: int) -> int
     ``n_moments`` moments may take, from the measured costs of `mmc fit` and `mmc audit` (app.services.io): the worker,
     3.1 x the table, the audit's bytes a row and a (row, group) pair (every row counted in every group: an upper
     bound; the run refuses more pairs than the audit's limit, so they count at most that limit)."""
-    from .services import io as table_io
+    from . import io as table_io
 
     rows, n_groups = max(int(rows), 0), max(int(n_groups), 1)
     pairs = table_io.AUDIT_PAIR_BYTES * rows * n_groups

@@ -1,4 +1,4 @@
-"""Bounded reading of the JSON files a user hands over (model files, groups files): every load of such a file goes
+r"""Bounded reading of the JSON files a user hands over (model files, groups files): every load of such a file goes
 through :func:`read_file` and :func:`loads`, which refuse, each in one line raised as the caller's error class:
 
 * a file over the caller's size limit, from its size before it is opened (and by reading at most the limit plus
@@ -9,7 +9,7 @@ through :func:`read_file` and :func:`loads`, which refuse, each in one line rais
   and a float of a million digits is no value a model holds), one that overflows to infinity (``1e400``), and
   the non-standard literals ``NaN``, ``Infinity`` and ``-Infinity``: none of these files holds a non-finite value;
 * a key given twice in one object (JSON parsers disagree on which one wins);
-* a lone UTF-16 surrogate escape (``"\\ud800"``: no character; printing or writing it fails later).
+* a lone UTF-16 surrogate escape (``"\ud800"``: no character; printing or writing it fails later).
 
 Value-level refusals name the key path of the value ("model.json: at params.alpha: NaN is not allowed ...").
 """

@@ -88,8 +88,8 @@ MAX_TEXT = 10_000  # characters of a column name or a text value in a group's co
 
 
 def loadable_name(text: str) -> str:
-    """A name every loader reads back, made from any text (a data value, a discovered rule): control characters
-    written as escapes ("\\n", "\\x00"), bidirectional controls as their code ("[U+202E]"), and past MAX_NAME
+    r"""A name every loader reads back, made from any text (a data value, a discovered rule): control characters
+    written as escapes ("\n", "\x00"), bidirectional controls as their code ("[U+202E]"), and past MAX_NAME
     characters cut, with a stable 8-character digest of the whole text so that names cut alike stay apart. A
     value of 300 characters or holding a line break made `mmc fit` write a model every later command refused."""
     out = []
@@ -115,8 +115,8 @@ def loadable_name(text: str) -> str:
 
 
 def unique_names(texts: list, keys: list) -> list:
-    """:func:`loadable_name` of each text, kept apart: texts that give one name (a value "a\nb" and a value
-    "a\\nb" both read ``a\nb``; column "a=b" value "c" and column "a" value "b=c" both read ``a=b=c``) each get
+    r""":func:`loadable_name` of each text, kept apart: texts that give one name (a value holding a line break,
+    "a" + newline + "b", and the four characters a\nb both read ``a\nb``; column "a=b" value "c" and column "a" value "b=c" both read ``a=b=c``) each get
     the digest of their key (the group's conditions) appended, stable from one fit to the next."""
     import hashlib
 
