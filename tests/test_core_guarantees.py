@@ -211,7 +211,7 @@ def test_group_variances_are_not_invented_where_the_spread_is_equal(monkeypatch)
         base = mean + 3 * (a == 4) - 2 * (c == 1) + 4 * (x - 0.5)
         return pd.DataFrame({"a": a, "b": b, "c": c, "x": x, "y": mean + 12 * rng.normal(size=n), "base": base})
 
-    def no_cells(model, memb, y_f, fit_mu, fit_moms, *rest):
+    def no_cells(model, memb, y_f, fit_mu, fit_moms, *rest, **kw):
         return fit_moms, None
 
     worst: dict = {"previous": [], "default": []}
