@@ -10,6 +10,7 @@ import pytest
 
 from app.cli import common as cli_common
 from app.cli import entry as cli
+from tests.dask_cluster import quiet_cluster
 
 
 @pytest.fixture
@@ -183,23 +184,10 @@ def test_a_bare_carriage_return_in_an_unquoted_cell_is_a_data_error(tmp_path, ca
 # ---- the Dask engine: a bad input is one line, before any progress line (issue 38) --------------------------------
 @pytest.fixture(scope="module")
 def dask_scheduler():
-    """The address of a running one-worker cluster, shared by the module's Dask cases (a cluster per case would take
-    seconds each); `--scheduler` holds its progress line back as `starting a local Dask cluster` is."""
-    import logging
-
-    distributed = pytest.importorskip("distributed", reason="the Dask engine needs distributed")
-    cluster = distributed.LocalCluster(  # its logs silenced, as `mmc` silences a cluster it starts itself
-        n_workers=1,
-        threads_per_worker=1,
-        processes=True,
-        memory_limit="1GB",
-        dashboard_address=None,
-        silence_logs=logging.CRITICAL,
-    )
-    client = distributed.Client(cluster)
-    yield client.scheduler.address
-    client.close()
-    cluster.close()
+    """The address of a one-worker cluster shared by the module's Dask cases; `--scheduler` holds its progress
+    line back as `starting a local Dask cluster` is."""
+    with quiet_cluster(processes=True) as address:
+        yield address
 
 
 @pytest.fixture

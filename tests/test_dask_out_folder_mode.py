@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from app.cli.entry import main
+from tests.dask_cluster import quiet_cluster
 
 pytest.importorskip("dask.dataframe", reason="the Dask engine needs dask[dataframe]")
 pytest.importorskip("distributed", reason="the Dask engine needs distributed")
@@ -18,19 +19,8 @@ pytest.importorskip("distributed", reason="the Dask engine needs distributed")
 
 @pytest.fixture(scope="module")
 def scheduler():
-    """A cluster whose worker is a thread of this process (no process to spawn: an earlier test in this process
-    may have left __main__ a temporary script, which a spawned worker process would run)."""
-    import logging
-
-    import distributed
-
-    cluster = distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, silence_logs=logging.CRITICAL
-    )
-    client = distributed.Client(cluster)
-    yield client.scheduler.address
-    client.close()
-    cluster.close()
+    with quiet_cluster(memory_limit=None) as address:
+        yield address
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027])

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from app.cli.entry import main
+from tests.dask_cluster import quiet_cluster
 
 pytest.importorskip("dask.dataframe", reason="the Dask engine needs dask[dataframe]")
 distributed = pytest.importorskip("distributed", reason="the Dask engine needs distributed")
@@ -18,20 +19,8 @@ ROWS = 300
 
 @pytest.fixture(scope="module")
 def scheduler():
-    import logging
-
-    cluster = distributed.LocalCluster(
-        n_workers=1,
-        threads_per_worker=1,
-        processes=False,  # no worker process to spawn (an earlier test may have left __main__ a temporary script)
-        memory_limit="1GB",
-        dashboard_address=None,
-        silence_logs=logging.CRITICAL,
-    )
-    client = distributed.Client(cluster)
-    yield client.scheduler.address
-    client.close()
-    cluster.close()
+    with quiet_cluster() as address:
+        yield address
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from app.cli.entry import main
+from tests.dask_cluster import quiet_cluster
 
 ROWS = 400
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE
@@ -414,23 +415,8 @@ def test_battery_in_memory(folder, capsys):
 # ---- the Dask engine: the same refusals, on partitioned Parquet ----------------------------------------------------
 @pytest.fixture(scope="module")
 def dask_scheduler():
-    """The address of a running one-worker cluster shared by the Dask cases (a cluster per case takes seconds)."""
-    import logging
-
-    distributed = pytest.importorskip("distributed", reason="the Dask engine needs distributed")
-    pytest.importorskip("dask.dataframe", reason="the Dask engine needs dask[dataframe]")
-    cluster = distributed.LocalCluster(
-        n_workers=1,
-        threads_per_worker=1,
-        processes=True,
-        memory_limit="1GB",
-        dashboard_address=None,
-        silence_logs=logging.CRITICAL,
-    )
-    client = distributed.Client(cluster)
-    yield client.scheduler.address
-    client.close()
-    cluster.close()
+    with quiet_cluster(processes=True) as address:
+        yield address
 
 
 def _parts(d, name, df, change=None, files=2):

@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 
 from app.cli.entry import main
+from tests.dask_cluster import quiet_cluster
 
 ROWS = 300
 OK = None  # the case is a valid input: exit 0
@@ -319,23 +320,8 @@ def test_battery_round3_in_memory(work, capsys):
 # ---- the Dask engine -------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def dask_scheduler():
-    """The address of a running one-worker cluster shared by the Dask cases (a cluster per case takes seconds)."""
-    import logging
-
-    distributed = pytest.importorskip("distributed", reason="the Dask engine needs distributed")
-    pytest.importorskip("dask.dataframe", reason="the Dask engine needs dask[dataframe]")
-    cluster = distributed.LocalCluster(
-        n_workers=1,
-        threads_per_worker=1,
-        processes=False,  # no worker process to spawn (an earlier test may have left __main__ a temporary script)
-        memory_limit="1GB",
-        dashboard_address=None,
-        silence_logs=logging.CRITICAL,
-    )
-    client = distributed.Client(cluster)
-    yield client.scheduler.address
-    client.close()
-    cluster.close()
+    with quiet_cluster() as address:
+        yield address
 
 
 def _dask_files(d, df):
