@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from .fit_rows import VARIANCE_POWER_Z
+
 __all__ = [
     "STAGE_LABELS",
     "STAGE_MIN_SHARE",
@@ -287,11 +289,15 @@ def describe_base_variance(info: dict) -> str | None:
     if not bv:
         return None
     p = float(bv["power"])
-    how = {
-        1.0: "as given",
-        0.0: "not at all (it did not beat one constant: the variance started from the constant as usual)",
-    }.get(p, f"to the power {p:g} (part-way to one constant on the log scale)")
+    if p == 0.0:
+        return (
+            f"the base variance column '{bv['column']}' was not used: no power of it beat one constant's Gaussian "
+            f"log score on the fitting rows by {VARIANCE_POWER_Z:g} standard errors, so the variance started from the "
+            "constant"
+        )
+    how = "as given" if p == 1.0 else f"to the power {p:g} (part-way to one constant on the log scale)"
     return (
         f"the variance started from the base variance column '{bv['column']}', used {how}: of the powers "
-        f"{', '.join(sorted(bv['log_scores'], key=float))}, the best Gaussian log score on the fitting rows"
+        f"{', '.join(sorted(bv['log_scores'], key=float))}, the best Gaussian log score on the fitting rows "
+        f"among those beating one constant by {VARIANCE_POWER_Z:g} standard errors"
     )
