@@ -224,3 +224,12 @@ def test_the_command_line_fits_predicts_and_refuses(tmp_path):
     r = mmc("fit", "--data", str(data), "--label", "y", "--variance-pred", "v_hat", "--engine", "dask",
             "--group-cols", "a", "--out", str(tmp_path / "m2.json"))  # fmt: skip
     assert r.returncode == 2 and "--engine dask" in r.stderr
+
+
+def test_the_report_says_where_the_variance_started(fits):
+    from app.report.text import param_rows
+
+    _, _, plain, with_base = fits
+    rows = dict(param_rows(with_base.model_, None, 0.1, 0.05, "y"))
+    assert "'v_hat'" in rows["Base variance"] and "as given" in rows["Base variance"]
+    assert "Base variance" not in dict(param_rows(plain.model_, None, 0.1, 0.05, "y"))
