@@ -11,6 +11,7 @@ file) must work: exit 0, no traceback, and nothing changed but the --out it name
 from __future__ import annotations
 
 import bz2
+import contextlib
 import hashlib
 import json
 import lzma
@@ -107,15 +108,17 @@ def _files(d, df):
         pa.table({"sex": pa.array(df["sex"]), "y": pa.array([2**64 - 1 - i for i in range(ROWS)], pa.uint64())}),
         d / "uint64.parquet",
     )
-    pq.write_table(
-        pa.table({"sex": pa.array(df["sex"]), "y": pa.array(df["y"].to_numpy().astype(np.float16))}),
-        d / "float16.parquet",
-    )
+    # pyarrow before 11 cannot write half floats to Parquet (then no user file holds them either)
+    with contextlib.suppress(pa.ArrowNotImplementedError):
+        pq.write_table(
+            pa.table({"sex": pa.array(df["sex"]), "y": pa.array(df["y"].to_numpy().astype(np.float16))}),
+            d / "float16.parquet",
+        )
     pq.write_table(
         pa.table({"sex": pa.array(df["sex"]), "y": pa.array([{"v": 1.0}] * ROWS)}), d / "struct_label.parquet"
     )
     pq.write_table(
-        pa.table({"m": pa.array([{"k": 1}] * ROWS, pa.map_(pa.string(), pa.int64())), "y": pa.array(df["y"])}),
+        pa.table({"m": pa.array([[("k", 1)]] * ROWS, pa.map_(pa.string(), pa.int64())), "y": pa.array(df["y"])}),
         d / "map.parquet",
     )
     pq.write_table(pa.table({"b": pa.array([b"\x00\xff"] * ROWS), "y": pa.array(df["y"])}), d / "binary.parquet")
@@ -211,7 +214,11 @@ def cases(d):
         ("a dictionary-encoded group column", fit_ok(p("dict.parquet"), "--group-cols", "sex"), OK),
         ("a boolean Parquet label: a classifier", fit_ok(p("bool_label.parquet"), "--group-cols", "sex"), OK),
         ("a uint64 label near 2**64", fit(p("uint64.parquet"), "--group-cols", "sex"), "constant"),
-        ("a float16 label", fit_ok(p("float16.parquet"), "--group-cols", "sex"), OK),
+        *(
+            [("a float16 label", fit_ok(p("float16.parquet"), "--group-cols", "sex"), OK)]
+            if (d / "float16.parquet").exists()
+            else []
+        ),
         ("a struct as the label", fit(p("struct_label.parquet")), "'y'"),
         ("a map as a group column", fit(p("map.parquet"), "--group-cols", "m"), "'m'"),
         ("raw bytes as a group column", fit(p("binary.parquet"), "--group-cols", "b"), "'b'"),
