@@ -11,7 +11,6 @@ left).
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import threading
@@ -22,6 +21,7 @@ import pytest
 
 from app.cli.entry import main
 from tests.dask_cluster import quiet_cluster
+from tests.file_snapshot import snapshot
 
 ROWS = 400
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE
@@ -315,23 +315,6 @@ def cases(d):
     ]
 
 
-def _snapshot(d) -> dict:
-    """Every entry under ``d``: a file by its content's digest, a symlink by its target, a folder by its name."""
-    out = {}
-    for root, dirs, files in os.walk(d):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, d)
-            if os.path.islink(path):
-                out[rel] = "-> " + os.readlink(path)
-            elif os.path.isfile(path):
-                with open(path, "rb") as f:
-                    out[rel] = hashlib.sha256(f.read()).hexdigest()
-            else:
-                out[rel] = "dir" if os.path.isdir(path) else "other"
-    return out
-
-
 class _FifoFeeder:
     """Writes ``payload`` into each FIFO of ``paths`` whenever a reader opens it, so that a command that reads a
     FIFO gets a file (and the case fails) instead of waiting for a writer forever; stops when the block ends."""
@@ -371,7 +354,7 @@ class _FifoFeeder:
 
 def _check(d, argv, expect, capsys) -> str | None:
     """None when ``argv`` ends as a bad input must, else what went wrong."""
-    before = _snapshot(d)
+    before = snapshot(d)
     capsys.readouterr()
     fifos = [os.path.join(root, f) for root, _, files in os.walk(d) for f in files if "fifo" in os.path.join(root, f)]
     with _FifoFeeder(fifos, (d / "good.parquet").read_bytes()):
@@ -389,7 +372,7 @@ def _check(d, argv, expect, capsys) -> str | None:
         problems.append(f"{expect!r} not named")
     if "Traceback" in err:
         problems.append("a traceback")
-    after = _snapshot(d)
+    after = snapshot(d)
     if after != before:
         changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
         problems.append(f"files changed: {changed[:5]}")

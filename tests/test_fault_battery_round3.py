@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bz2
 import contextlib
-import hashlib
 import json
 import lzma
 import os
@@ -25,6 +24,7 @@ import pytest
 
 from app.cli.entry import main
 from tests.dask_cluster import quiet_cluster
+from tests.file_snapshot import snapshot
 
 ROWS = 300
 OK = None  # the case is a valid input: exit 0
@@ -259,27 +259,10 @@ def cases(d):
 OK_OUTPUTS = ("ok-model.json", "ok.csv")
 
 
-def _snapshot(d) -> dict:
-    """Every entry under ``d``: a file by its content's digest, a symlink by its target, a folder by its name."""
-    out = {}
-    for root, dirs, files in os.walk(d):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, d)
-            if os.path.islink(path):
-                out[rel] = "-> " + os.readlink(path)
-            elif os.path.isfile(path):
-                with open(path, "rb") as f:
-                    out[rel] = hashlib.sha256(f.read()).hexdigest()
-            else:
-                out[rel] = "dir" if os.path.isdir(path) else "other"
-    return out
-
-
 def _check(d, argv, expect, capsys) -> str | None:
     """None when ``argv`` ends as it must (a bad input: one line, exit 2, nothing written; OK: exit 0), else what
     went wrong."""
-    before = _snapshot(d)
+    before = snapshot(d)
     capsys.readouterr()
     try:
         code = main(argv)
@@ -291,7 +274,7 @@ def _check(d, argv, expect, capsys) -> str | None:
     problems = []
     if "Traceback" in err:
         problems.append("a traceback")
-    after = _snapshot(d)
+    after = snapshot(d)
     if expect is OK:
         if code != 0:
             problems.append(f"exit {code}")

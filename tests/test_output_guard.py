@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from app.cli.entry import build_parser, main
+from tests.file_snapshot import snapshot
 
 ROWS = 300
 # --engine dask cases name a scheduler nobody listens on: no cluster is ever started, and a guard that let the
@@ -75,23 +76,6 @@ CASES = [
 FORMS = ["same path", "symlink out", "relative out", "symlink in"]
 
 
-def _snapshot(root) -> dict:
-    """Every entry under ``root`` (symlinks as their targets, not followed) with its bytes."""
-    seen = {}
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            p = os.path.join(folder, name)
-            rel = os.path.relpath(p, root)
-            if os.path.islink(p):
-                seen[rel] = ("link", os.readlink(p))
-            elif os.path.isfile(p):
-                with open(p, "rb") as fh:
-                    seen[rel] = ("file", fh.read())
-            else:
-                seen[rel] = ("dir", None)
-    return seen
-
-
 def _render(originals, tmp_path, args, out_token, form, monkeypatch):
     work = tmp_path / "work"
     shutil.copytree(originals, work, symlinks=True)
@@ -129,7 +113,7 @@ def test_output_that_is_an_input_is_refused_first(
     originals, tmp_path, capsys, monkeypatch, name, args, out_token, in_option, form
 ):
     argv, out = _render(originals, tmp_path, args, out_token, form, monkeypatch)
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     code = main(argv)
     stdout, err = capsys.readouterr()
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -137,7 +121,7 @@ def test_output_that_is_an_input_is_refused_first(
     assert len(lines) == 1 and lines[0].startswith("mmc: error: --out "), err
     assert in_option in lines[0] and "Traceback" not in err, err
     assert stdout == ""
-    assert _snapshot(tmp_path) == before  # nothing written, every input byte for byte as it was
+    assert snapshot(tmp_path) == before  # nothing written, every input byte for byte as it was
 
 
 def test_every_command_that_writes_is_covered():
