@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +30,14 @@ ARGS = [
 ]
 
 
+def free_port() -> int:
+    """A port no one listens on now. Fixed ports collided: two browser test files on two workers once shared
+    one, and a test drove the other file's server."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @contextmanager
 def dashboard_server(port: int, log_path: Path, start_timeout: float = 60, env: dict | None = None):
     log = open(log_path, "w")
@@ -48,9 +57,14 @@ def dashboard_server(port: int, log_path: Path, start_timeout: float = 60, env: 
                     break
             except OSError:
                 pass
+            if "is not available" in Path(log_path).read_text(errors="replace"):
+                raise RuntimeError(f"port {port} is taken by another server; see {log.name}")
             if proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"the dashboard did not start; see {log.name}")
             time.sleep(0.2)
+        log.flush()
+        if proc.poll() is not None or "is not available" in Path(log_path).read_text(errors="replace"):
+            raise RuntimeError(f"port {port} answered, but not from this server; see {log.name}")
         yield proc
     finally:
         try:

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server, wait_run_done
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, dashboard_server, free_port, wait_run_done
 
-PORT = 8593
+PORT = free_port()  # a fixed port collided with another file's server on another worker
 URL = f"http://127.0.0.1:{PORT}"
 
 pytestmark = [

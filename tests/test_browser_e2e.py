@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server, wait_run_done
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server, free_port, wait_run_done
 from tests.fake_cps import cps_features
 
-PORT = 8597
+PORT = free_port()  # a fixed port collided with another file's server on another worker
 URL = f"http://127.0.0.1:{PORT}"
 FEATURES = ["educ", "exper", "tenure", "female", "black", "region", "hours"]  # 'married' is taken out by hand
 

@@ -31,9 +31,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server, wait_run_done
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server, free_port, wait_run_done
 
-PORT = 8611
+PORT = free_port()  # a fixed port collided with another file's server on another worker
 URL = f"http://127.0.0.1:{PORT}"
 MIN_COUNT = 30  # the audit's smallest tested group (the dashboard's default)
 VIEWPORT = {"width": 1400, "height": 1100}

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server
+from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server, free_port
 from tests.test_browser_e2e import _chips, _goto, _slider, cps_csv
 
-PORT = 8593
+PORT = free_port()  # a fixed port collided with another file's server on another worker
 URL = f"http://127.0.0.1:{PORT}"
 LIMIT_MS = 1000.0  # the criterion
 N_ROWS = 250_000  # 60% of them for the base model: a fit of several seconds, long enough to press Stop in it

@@ -153,15 +153,12 @@ def test_dask_ctrl_c_twice_aborts_and_still_closes_the_cluster(big_parquet, tmp_
 def test_sigterm_to_mmc_dashboard_stops_streamlit_too(tmp_path):
     """Found in an exploratory session: SIGTERM to `mmc dashboard` (what a service manager or `kill` sends)
     ended the command but left its Streamlit child serving the port. It is passed on now: the child ends."""
-    import socket
     import time
     import urllib.request
 
-    from tests.dashboard_server import dashboard_server
+    from tests.dashboard_server import dashboard_server, free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with dashboard_server(port, tmp_path / "server.log", start_timeout=120) as proc:
         proc.send_signal(signal.SIGTERM)  # the parent only, not its process group
         proc.wait(timeout=60)

@@ -335,12 +335,21 @@ class _FifoFeeder:
                 self.stop.wait(0.02)
                 continue
             try:
-                os.set_blocking(fd, True)
-                os.write(fd, self.payload)
-            except OSError:
-                pass
+                self._write(fd)
             finally:
                 os.close(fd)
+
+    def _write(self, fd):
+        # non-blocking, so that a reader that stops reading without closing (a refused file left for the garbage
+        # collector) cannot hold this thread, and the test with it, forever: the block's end stops the writing
+        view = memoryview(self.payload)
+        while view and not self.stop.is_set():
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                self.stop.wait(0.01)
+            except OSError:
+                return
 
     def __enter__(self):
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -349,7 +358,8 @@ class _FifoFeeder:
 
     def __exit__(self, *exc):
         self.stop.set()
-        self.thread.join()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the FIFO feeder did not stop"
 
 
 def _check(d, argv, expect, capsys) -> str | None:

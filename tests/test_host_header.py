@@ -11,9 +11,9 @@ import inspect
 import pytest
 
 from app.serve import HostCheck, allowed_hosts, host_name, is_allowed, parse_args, typed_options
-from tests.dashboard_server import SHOTS, dashboard_server
+from tests.dashboard_server import SHOTS, dashboard_server, free_port
 
-PORT = 8602
+PORT = free_port()  # a fixed port collided with another file's server on another worker
 WS = {
     "Connection": "Upgrade",
     "Upgrade": "websocket",

@@ -81,8 +81,8 @@ def test_concurrent_fits_restore_when_the_last_one_leaves(fake):
 
     def work():
         with memory.reuse_freed_memory(memory.LARGE_ROWS):
-            inside.wait()
-            release.wait()
+            inside.wait(timeout=60)
+            release.wait(timeout=60)
 
     threads = [threading.Thread(target=work) for _ in range(2)]
     for t in threads:
@@ -92,7 +92,7 @@ def test_concurrent_fits_restore_when_the_last_one_leaves(fake):
     assert fake.calls == ENTER
     release.set()
     for t in threads:
-        t.join()
+        t.join(timeout=60)
     assert fake.calls == ENTER + LEAVE
 
 

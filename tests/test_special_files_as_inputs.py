@@ -41,7 +41,8 @@ class _Unblock:
 
     def __exit__(self, *exc):
         self.stop.set()
-        self.thread.join()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the FIFO opener did not stop"
 
 
 @pytest.fixture(scope="module")
