@@ -13,6 +13,7 @@ from .common.errors import DataError, GroupDefinitionError, MMCError, ModelForma
 from .comparison.compare_models import compare, compare_periods, side
 from .estimator.multicalibrator import MomentMulticalibrator
 from .fit.model import FittedModel
+from .fit.plan import FitPlan
 from .groups.conditions import Condition
 from .groups.group_set import Group, GroupSet
 from .groups.membership import Membership
@@ -25,6 +26,7 @@ __all__ = [
     "Condition",
     "Membership",
     "FittedModel",
+    "FitPlan",
     "LabelScale",
     "max_central_moment",
     "MMCError",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mmc_core import GroupSet, MomentMulticalibrator
-from mmc_core.estimator.multicalibrator import auto_threshold
+from mmc_core.fit import auto_threshold
 
 
 def _noise_problem(n, seed):
@@ -46,7 +46,7 @@ def test_auto_threshold_does_not_flag_pure_noise_cells():
     noise around a correct prediction (sd = the spread passed in). A cell is flagged when its mass-weighted
     residual |sum_cell r| / n reaches the threshold; over R independent tables the share of tables with any flagged
     cell (family-wise false flags) is at most the level 0.1, up to 3 binomial standard errors over R."""
-    from mmc_core.estimator.multicalibrator import AUTO_LEVEL
+    from mmc_core.fit import AUTO_LEVEL
 
     rng = np.random.default_rng(0)
     K, rows_per_cell, sd, R = 20, 500, 0.15, 1500

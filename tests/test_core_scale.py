@@ -12,7 +12,7 @@ import pytest
 
 from mmc_core import FittedModel, GroupSet, MomentMulticalibrator
 from mmc_core.common.errors import MMCError, ModelFormatError
-from mmc_core.estimator.multicalibrator import bonferroni_z
+from mmc_core.fit import bonferroni_z
 from mmc_core.paper.buckets import BucketGrid, fill_edges, geometric_edges, quantile_edges
 from mmc_core.paper.cell_state import cell_violated
 

@@ -432,6 +432,12 @@ def test_engine_dask_on_an_in_memory_table_with_arrays(client):
     )
     assert e_dk.model_.info["label"] == "label" and e_dk.model_.init_mean == e_np.model_.init_mean
     assert_same_fit(e_np, e_dk, df, df["base"].to_numpy())
+    # one plan for both engines: the same rows, stages and bucket counts, and thresholds from the same figures
+    p_np, p_dk = e_np.plan_.as_dict(), e_dk.plan_.as_dict()
+    t_np, t_dk = p_np.pop("thresholds"), p_dk.pop("thresholds")
+    assert p_dk == p_np and p_np["stages"] == ["descent"]
+    assert t_dk["5"]["alpha"] == pytest.approx(t_np["5"]["alpha"], rel=1e-9)
+    assert t_dk["5"]["beta"] == pytest.approx(t_np["5"]["beta"], rel=1e-9)
 
 
 def test_audit_tables_are_json_with_null_for_empty_groups(client):

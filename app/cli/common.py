@@ -179,12 +179,12 @@ def estimator_from_args(args, **extra):
     """The estimator ``mmc fit`` builds from its options (one place for both engines)."""
     from mmc_core import MomentMulticalibrator
     from mmc_core.common import MMCError
-    from mmc_core.fit import validate_estimator_params
+    from mmc_core.fit import check_parameters
 
     cells = getattr(args, "shrunken_cells", "on") == "on"
     est = MomentMulticalibrator(**{k: getattr(args, k) for k in FIT_PARAMS}, shrunken_cells=cells, **extra)
     try:  # checked here, before the data is read, and said with the flags' names
-        validate_estimator_params(est)
+        check_parameters(est)
     except MMCError as e:
         name, _, rest = str(e).partition(" ")
         raise CLIError(f"{FLAG_OF.get(name, name)} {rest}") from None
@@ -204,6 +204,12 @@ FLAG_OF = {
     "mean_buckets": "--mean-buckets",
     "moment_buckets": "--moment-buckets",
     "early_stopping": "--early-stopping",
+    "random_state": "--seed",
+    "base_recalibration": "--base-recalibration",
+    "shrunken_cells": "--shrunken-cells",
+    "task": "--task",
+    "variance_column": "--variance-pred",
+    "label_range": "--label-range",
 }
 
 

@@ -290,7 +290,7 @@ def _fit_label(df, args):
     """("regression", float label, None) or ("binary", 0/1 label, {"classes", "positive"})."""
     import pandas as pd
 
-    from mmc_core.estimator import resolve_task
+    from mmc_core.auditing import resolve_task
 
     from ..services.io import column_problem, numeric_column
 

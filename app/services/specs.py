@@ -462,7 +462,7 @@ def label_values(df: pd.DataFrame, column: str) -> list:
 def binary_label(df: pd.DataFrame, spec: LabelSpec) -> PreparedLabel | None:
     """The prepared 0/1 label when ``spec.column`` is binary (two distinct values) and the task allows it; None
     for a regression label. A DataError names the column when the positive class is needed or unknown."""
-    from mmc_core.estimator import resolve_task
+    from mmc_core.auditing import resolve_task
 
     if spec.task == "regression" or spec.column not in df.columns:
         return None

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..common.errors import DataError, MMCError
+from ..fit.parameters import TASKS
 
 
 def _factorize(values):
@@ -480,7 +481,6 @@ def binary_labels(model, y, name: str = "the labels") -> np.ndarray:
 
 
 # ---- the task of a label (used by the estimator) -------------------------------------------------------
-TASKS = ("auto", "regression", "binary")
 TASK_BINARY = "binary"
 
 

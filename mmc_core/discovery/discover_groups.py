@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..common.errors import MMCError
-from ..common.tables import count_rows
-from ..estimator.multicalibrator import auto_threshold, to_label_array
-from ..fit.thresholds import check_seed
+from ..common.tables import count_rows, to_label_array
+from ..fit.thresholds import auto_threshold, check_seed
 from ..groups.group_set import GroupSet, loadable_name
 from ..paper.auditor import chernoff_auditor
 from ..paper.buckets import mean_grid, moment_grid, moment_projection

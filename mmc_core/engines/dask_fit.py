@@ -40,21 +40,13 @@ def fit_dask(
 ):
     """``MomentMulticalibrator.fit`` on a Dask DataFrame (``y`` / ``base_prediction``: column names or Dask
     Series of the same frame). Same model JSON, same descent; see the module docstring for what differs."""
-    from ..fit.thresholds import validate_estimator_params
+    from ..fit.parameters import check_parameters
     from ..groups.group_set import GroupSet
 
     require()
+    check_parameters(est)
     # the group-linear map ("auto", the default) is fitted on a client-side sample, as the numpy engine fits it;
     # the affine map only in memory
-    from ..fit.recalibrate import BASE_RECALIBRATIONS
-
-    if est.base_recalibration not in BASE_RECALIBRATIONS:
-        raise MMCError(
-            f"base_recalibration must be one of {', '.join(map(repr, BASE_RECALIBRATIONS))}, got "
-            f"{est.base_recalibration!r}"
-        )
-    if not isinstance(est.shrunken_cells, (bool, np.bool_)):
-        raise MMCError(f"shrunken_cells must be True or False, got {est.shrunken_cells!r}")
     if est.base_recalibration == "affine":
         raise MMCError(
             f"base_recalibration={est.base_recalibration!r} is not supported by the Dask engine yet"
@@ -66,7 +58,6 @@ def fit_dask(
             "the held-out rows only): use interval_calibration='auto' or 'held-out', or the numpy engine"
         )
     client = resolve_client(client)
-    validate_estimator_params(est)
     if not is_dask_collection(X):  # engine="dask" on an in-memory table: label / base may be arrays
         import dask.dataframe as dd
         import pandas as pd
@@ -122,6 +113,7 @@ class _Rows:
 def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop, frac, seed):
     from ..fit.fit_steps import FitRows, fit_info, search_buckets
     from ..fit.model import FittedModel
+    from ..fit.plan import base_map_of, plan_fit
 
     t_load = time.perf_counter()
     rows = _load_rows(est, parts, label_name, base_name, frac)
@@ -129,14 +121,25 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     moments = tuple(range(2, int(est.n_moments) + 1))
     G = len(gset)
     stats = DaskFitStats(parts, moments, est.odd_moments, rows.nf, _mean_quantiles(parts, bcol))
+    plan = plan_fit(
+        est,
+        n_fit=rows.nf,
+        n_held_out=rows.n_cal,
+        n_groups=G,
+        moments=moments,
+        task="regression",  # the Dask engine fits regression labels only
+        stats=stats,
+        early=rows.early,
+        base_map=base_map_of(est, bcol is not None),
+    )
     load_seconds = time.perf_counter() - t_load
 
     def start(m):
-        params, init_moments = est._build_params(m, G, rows.nf, moments, None, None, None, stats=stats)
+        params, init_moments = plan.descent(m)
         eng = Engine(parts, params, init_moments, rows.nf, rows.n_cal)
         return params, init_moments, eng.fit, eng.holdout
 
-    search = search_buckets(est, start, callback, stop, rows.early)
+    search = search_buckets(est, plan, start, callback, stop)
     score, m, params, init_moments, res, kept_round = search.runs[search.best]
     init_mean = _init_mean(bcol, base_name, rows.mean_fit, within)
     log = res.log[: res.round_ends[kept_round]] if res.round_ends else res.log
@@ -149,7 +152,7 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     replay = not (last_run and kept_round == len(res.round_ends) - 1)
     parts.gather("kept_predictions", model, len(log), replay)
     cells_check = moment_cells_check = None
-    if est.shrunken_cells and rows.n_cal and not (res.stopped or (stop is not None and stop())):
+    if plan.has("mean cells") and not (res.stopped or (stop is not None and stop())):
         cells_check, moment_cells_check = _cells(parts, model, gset, rows)
     achieved, floors = _achieved(est, parts, model, params, rows.nf, len(log), (cells_check, moment_cells_check))
     if (model.has_cells or model.has_moment_cells) and 0 <= kept_round < len(res.history):
@@ -175,6 +178,7 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
         model.info["base_recalibration"] = {"method": "group-linear", "ridge": within["ridge"], **within["validation"]}
     est._set_fitted(model)
     est._clear_row_state()  # rows stay on the workers (per-partition split)
+    est.plan_ = plan
     return est
 
 

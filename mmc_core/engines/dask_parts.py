@@ -413,7 +413,7 @@ class Engine:
 
 # ---- fitting ----------------------------------------------------------------------------------------------
 class DaskFitStats:
-    """The figures ``MomentMulticalibrator._build_params`` chooses thresholds and grids from, by reductions."""
+    """The figures a fit's plan (:func:`mmc_core.fit.plan.plan_fit`) chooses thresholds and grids from, by reductions."""
 
     def __init__(self, parts, moments, odd, nf, mean_quantiles):
         p1 = parts.map_reduce("moments_pass1", moments, odd)

@@ -14,33 +14,27 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .base_map_text import describe
     from .cells_text import describe_cells
-    from .multicalibrator import MomentMulticalibrator, auto_threshold, resolve_task, to_label_array
+    from .multicalibrator import MomentMulticalibrator
     from .stages import describe_base_variance, describe_stages, stage_rows, stage_sentences
 
 _EXPORTS = {
     "MomentMulticalibrator": "multicalibrator",
-    "auto_threshold": "multicalibrator",
     "describe": "base_map_text",
     "describe_base_variance": "stages",
     "describe_cells": "cells_text",
     "describe_stages": "stages",
-    "resolve_task": "multicalibrator",
     "stage_rows": "stages",
     "stage_sentences": "stages",
-    "to_label_array": "multicalibrator",
 }
 
 __all__ = [
     "MomentMulticalibrator",
-    "auto_threshold",
     "describe",
     "describe_base_variance",
     "describe_cells",
     "describe_stages",
-    "resolve_task",
     "stage_rows",
     "stage_sentences",
-    "to_label_array",
 ]
 
 

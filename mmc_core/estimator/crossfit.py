@@ -16,10 +16,10 @@ import numpy as np
 
 from ..common.errors import MMCError
 from ..common.tables import take_rows
+from ..fit.parameters import check_value
 
 # "held-out" is the default; "auto": "cross-fit" with the in-memory (numpy) engine up to CROSS_FIT_MAX_ROWS rows,
 # "held-out" above that and with the Dask engine
-INTERVAL_CALIBRATIONS = ("auto", "held-out", "cross-fit")
 CROSS_FIT_FOLDS = 5
 # Above this many rows "auto" calibrates on the held-out rows: a group holding 1% of 200k rows already has
 # 500 of them (its margin costs ~1.3 points of coverage), while cross-fitting costs 5 more fits of a table
@@ -31,10 +31,7 @@ _FOLD_SEED_TAG = 0x78666974  # "xfit": the folds' stream is independent of the c
 def check_interval_calibration(value, engine: str = "numpy", n: int | None = None) -> str:
     """The rows the intervals are calibrated on for ``engine`` and a table of ``n`` rows: "held-out" or
     "cross-fit" ("auto" resolved); MMCError naming the parameter for any other value."""
-    if not isinstance(value, str) or value not in INTERVAL_CALIBRATIONS:
-        raise MMCError(
-            f"interval_calibration must be one of {', '.join(map(repr, INTERVAL_CALIBRATIONS))}, got {value!r}"
-        )
+    check_value("interval_calibration", value)
     if value == "auto":
         return "held-out" if engine == "dask" or (n is not None and n > CROSS_FIT_MAX_ROWS) else "cross-fit"
     return value

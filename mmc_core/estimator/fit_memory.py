@@ -17,16 +17,24 @@ import numpy as np
 from ..auditing.binary import TASK_BINARY
 from ..common.tables import take_rows
 from ..fit.cells import apply_cells, apply_moment_cells, gated_cells, gated_moment_cells
-from ..fit.fit_params import build_params
-from ..fit.fit_steps import FitRows, achieved_thresholds, cells_keep_given, fit_info, search_buckets, state_achieved
+from ..fit.fit_steps import (
+    FitRows,
+    FitStats,
+    achieved_thresholds,
+    cells_keep_given,
+    fit_info,
+    search_buckets,
+    state_achieved,
+)
 from ..fit.model import FittedModel, variance_start
+from ..fit.plan import FitPlan, base_map_of, plan_fit
 from ..fit.recalibrate import affine_base, capped, group_linear_base
 from ..paper.cell_state import CellState
 from ..paper.moments import pseudo_label
 from .crossfit import CROSS_FIT_FOLDS, check_interval_calibration, out_of_fold_predictions
 from .fit_rows import FittingRows, fitting_rows
 
-__all__ = ["InMemoryFit", "fit_in_memory", "moment_cells", "shrunken_cells"]
+__all__ = ["InMemoryFit", "fit_in_memory", "moment_cells", "plan_of_rows", "shrunken_cells"]
 
 
 @dataclass
@@ -34,6 +42,7 @@ class InMemoryFit:
     """A finished in-memory fit: the model and the row-level state the estimator keeps (not saved with it)."""
 
     model: FittedModel
+    plan: FitPlan
     fit_index: np.ndarray
     calibration_index: np.ndarray
     fit_mean_unit: np.ndarray
@@ -61,9 +70,10 @@ def fit_in_memory(
     """
     d = fitting_rows(est, X, y, groups, base_prediction, label_name, base_name)
     memb_h, mu_h = _held_out_start(d)
+    plan = plan_of_rows(est, d, calibrate_intervals)
 
     def start(m):
-        params, init_moments = build_params(est, m, d.G, d.nf, d.moments, d.resid, d.mu0, d.memb)
+        params, init_moments = plan.descent(m)
         state = CellState(params, d.memb, d.yu_f, d.mu0, _start_moments(d, params, init_moments, d.fit_idx))
         holdout = None
         if d.n_cal:
@@ -72,14 +82,14 @@ def fit_in_memory(
             holdout = CellState(params, memb_h, d.yu[d.cal_idx], mu_h, moms_h)
         return params, init_moments, state, holdout
 
-    search = search_buckets(est, start, callback, stop, d.early)
+    search = search_buckets(est, plan, start, callback, stop)
     _, _, params, init_moments, res, kept_round = search.runs[search.best]
     d.resid = None  # the descents are done: free it
     model = _kept_model(d, params, init_moments, res, kept_round, base_name)
     fit_mu, fit_moms = _kept_predictions(d, model, res, kept_round)
     cells_check = moment_cells_check = None
     before_cells = (fit_mu, fit_moms)
-    if est.shrunken_cells and d.n_cal and not (res.stopped or (stop is not None and stop())):
+    if plan.has("mean cells") and not (res.stopped or (stop is not None and stop())):
         assert memb_h is not None
         y_h = d.yu[d.cal_idx]
         var_h = None if d.bvar_u is None else d.bvar_u[d.cal_idx]
@@ -98,7 +108,7 @@ def fit_in_memory(
         # the stated alpha is the model's after the cell corrections; the round's own value stays the descent's
         res.history[kept_round]["cells_max_mean_violation"] = achieved["alpha"]
     oof = None
-    if d.n_cal and d.task != TASK_BINARY and calibrate_intervals:
+    if plan.has("intervals"):
         oof = _calibrate_intervals(est, d, model, res, stop)
     rows = FitRows(d.n, d.fit_idx.size, d.n_cal, d.memb.sizes, d.base_clipped, label_name)
     model.info = {"task": d.task, **fit_info(est, model, search, rows, achieved, floors)}
@@ -106,7 +116,23 @@ def fit_in_memory(
     if d.task == TASK_BINARY:  # probabilities never exactly 0 or 1 (see mmc_core.fit.model.binary_clip)
         assert d.binary_info is not None
         d.binary_info["floor"] = 0.5 / (d.fit_idx.size + 1)
-    return InMemoryFit(model, d.fit_idx, d.cal_idx, fit_mu, fit_moms, oof)
+    return InMemoryFit(model, plan, d.fit_idx, d.cal_idx, fit_mu, fit_moms, oof)
+
+
+def plan_of_rows(est, d: FittingRows, calibrate_intervals: bool = True) -> FitPlan:
+    """The plan of a fit on the fitting rows ``d`` (the fit's and the threshold preview's one source)."""
+    return plan_fit(
+        est,
+        n_fit=d.nf,
+        n_held_out=d.n_cal,
+        n_groups=d.G,
+        moments=d.moments,
+        task=d.task,
+        stats=FitStats.from_arrays(d.resid, d.mu0, d.memb, d.moments, est.odd_moments),
+        early=d.early,
+        base_map=base_map_of(est, d.base_u is not None),
+        intervals=calibrate_intervals,
+    )
 
 
 def variance_factor(d: FittingRows, init_moments: dict) -> float | None:

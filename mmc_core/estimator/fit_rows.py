@@ -16,13 +16,13 @@ from ..auditing.binary import TASK_BINARY, resolve_task
 from ..common.errors import DataError, MMCError
 from ..common.tables import as_table, count_rows, take_rows, to_label_array, variance_column
 from ..fit.fit_steps import check_held_out
-from ..fit.recalibrate import BASE_RECALIBRATIONS, affine_base, fit_affine, fit_group_linear, group_linear_base
-from ..fit.thresholds import check_seed, validate_estimator_params
+from ..fit.parameters import check_parameters
+from ..fit.recalibrate import affine_base, fit_affine, fit_group_linear, group_linear_base
 from ..groups.group_set import GroupSet
 from ..groups.membership import Membership
 from ..paper.moments import LabelScale
 
-__all__ = ["FittingRows", "check_fit_params", "fitting_rows"]
+__all__ = ["FittingRows", "fitting_rows"]
 
 
 @dataclass
@@ -69,27 +69,6 @@ class FittingRows:
     bvar_scores: dict | None = None
 
 
-def check_fit_params(est) -> None:
-    """Check the estimator's parameters that the fit reads (an MMCError naming the first bad one).
-
-    Parameters
-    ----------
-    est : MomentMulticalibrator
-        The estimator about to fit.
-    """
-    validate_estimator_params(est)
-    check_seed(est.random_state)
-    if not isinstance(est.shrunken_cells, (bool, np.bool_)):
-        raise MMCError(f"shrunken_cells must be True or False, got {est.shrunken_cells!r}")
-    vc = est.variance_column
-    if vc is not None and (not isinstance(vc, str) or not vc):
-        raise MMCError(f"variance_column must be a column name (a non-empty string) or None, got {vc!r}")
-    if est.base_recalibration not in BASE_RECALIBRATIONS:
-        raise MMCError(
-            f"base_recalibration must be one of {', '.join(BASE_RECALIBRATIONS)}, got {est.base_recalibration!r}"
-        )
-
-
 def fitting_rows(est, X, y, groups, base_prediction, label_name: str, base_name) -> FittingRows:
     """Checks, label scale, calibration split and the fitting rows' residuals: everything ``fit`` decides
     before the descent.
@@ -113,7 +92,7 @@ def fitting_rows(est, X, y, groups, base_prediction, label_name: str, base_name)
     -------
     FittingRows
     """
-    check_fit_params(est)
+    check_parameters(est)
     X = as_table(X)
     n = count_rows(X)
     if n < 2:

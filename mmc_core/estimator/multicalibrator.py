@@ -11,54 +11,20 @@ and examples, in numpydoc, which the API reference is generated from); the code 
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from ..auditing.binary import TASK_BINARY, TASKS, resolve_task  # noqa: F401 - TASKS and resolve_task re-exported
+from ..auditing.binary import TASK_BINARY
 from ..common.errors import DataError, MMCError, not_fitted
 from ..common.tables import as_table, count_rows, to_label_array
-from ..fit.fit_params import build_params
 from ..fit.fit_steps import count_labels
 from ..fit.model import FittedModel
+from ..fit.parameters import check_value
 from ..fit.sklearn_params import SklearnParams
-from ..fit.thresholds import (  # noqa: F401 - the rule constants are re-exported for older imports
-    AUTO_BUCKETS,
-    AUTO_LEVEL,
-    AUTO_REFERENCE_MASS,
-    FLOOR_MASS,
-    GROUP_Z_RULES,
-    MEAN_BUCKET_RULES,
-    MOMENT_BUCKET_RULES,
-    MOMENT_VAR_FLOOR_SHARE,
-    NO_GROUP_MOMENT_Z,
-    SE_GROUP_LEVEL,
-    SE_GROUP_MOMENT_Z,
-    SE_LEVEL,
-    SE_MIN_COUNT,
-    SE_MOMENT_SHRINK,
-    THRESHOLD_RULES,
-    auto_threshold,
-    bonferroni_z,
-    check_seed,
-    check_unit_interval,
-    effective_rule,
-    validate_params,
-)
 from ..groups.group_set import GroupSet
-from .fit_memory import fit_in_memory
+from .fit_memory import fit_in_memory, plan_of_rows
 from .fit_rows import fitting_rows
 
-__all__ = [
-    "MomentMulticalibrator",
-    "validate_params",
-    "to_label_array",
-    "auto_threshold",
-    "bonferroni_z",
-    "MEAN_BUCKET_RULES",
-    "MOMENT_BUCKET_RULES",
-    "AUTO_BUCKETS",
-]
+__all__ = ["MomentMulticalibrator"]
 
 
 class MomentMulticalibrator(SklearnParams):
@@ -255,6 +221,9 @@ class MomentMulticalibrator(SklearnParams):
         Their names, when X had string column names (a DataFrame or a dict of columns).
     fit_index_, calibration_index_ : ndarray
         The rows of the last fit's descent and its held-out rows (None on a loaded estimator).
+    plan_ : FitPlan
+        What the last fit decided before its descent and then followed: rows fitted and held out, the bucket
+        counts tried, the thresholds of each, and the stages it ran (None on a loaded estimator).
 
     Examples
     --------
@@ -336,17 +305,10 @@ class MomentMulticalibrator(SklearnParams):
         self.variance_column = variance_column
 
     # ------------------------------------------------------------------------------------------
-    def _build_params(
-        self, m: int, G: int, nf: int, moments: tuple, resid: np.ndarray | None, mu0, memb, stats=None
-    ) -> tuple:
-        """Thresholds, grids and floors for m buckets (:func:`mmc_core.fit.fit_params.build_params`); the Dask engine
-        calls it with its figures computed by reductions."""
-        return build_params(self, m, G, nf, moments, resid, mu0, memb, stats)
-
     def planned_thresholds(self, X, y, groups=None, base_prediction=None, label_name: str = "label") -> dict:
         """The thresholds ``fit(X, y, groups, base_prediction)`` will use, computed by the fit's own steps
-        (same checks, label scale and calibration split, then :func:`mmc_core.fit.fit_params.build_params`) without
-        running the descent: the one resolver of the "auto" and "se" rules (a number is returned as given).
+        (same checks, label scale and calibration split, then the fit's plan, :func:`mmc_core.fit.plan.plan_fit`)
+        without running the descent: the one resolver of the "auto" and "se" rules (a number is returned as given).
 
         Returns ``rule`` ("se", "auto" or "given"), ``alpha``, ``beta``, ``moment_betas`` {moment: beta}, the
         "se" test's ``z``, ``z_group`` and ``min_count`` (0 without it), ``n_fit`` (rows the descent fits on),
@@ -359,7 +321,7 @@ class MomentMulticalibrator(SklearnParams):
             X = as_table(X)
             groups, base_prediction, _ = self._inputs_from_params(X, groups, base_prediction, None, False, None)
         d = fitting_rows(self, X, y, groups, base_prediction, label_name, None)
-        params, _ = self._build_params(int(self.n_buckets), d.G, d.nf, d.moments, d.resid, d.mu0, d.memb)
+        params, _ = plan_of_rows(self, d).descent(int(self.n_buckets))
         resid = d.resid
         assert resid is not None  # freed only after a descent
         rules = (self.alpha, self.beta)
@@ -459,8 +421,7 @@ class MomentMulticalibrator(SklearnParams):
                 groups = self.groups
             else:
                 order = self.max_order
-                if isinstance(order, bool) or not isinstance(order, numbers.Integral) or order < 1:
-                    raise MMCError(f"max_order must be an integer >= 1, got {order!r}")
+                check_value("max_order", order)
                 if dask:
                     from ..engines.dask_engine import groups_from_columns
 
@@ -543,6 +504,7 @@ class MomentMulticalibrator(SklearnParams):
                 calibrate_intervals=getattr(self, "_calibrate_intervals", True),  # False in a cross-fit's folds
             )
         self._set_fitted(fitted.model)
+        self.plan_ = fitted.plan
         # row-level state of this fit (not saved with the model: a loaded estimator has None here)
         self.fit_index_ = fitted.fit_index
         self.calibration_index_ = fitted.calibration_index
@@ -723,6 +685,7 @@ class MomentMulticalibrator(SklearnParams):
 
     def _clear_row_state(self) -> None:
         """A loaded estimator has no fitting rows: the row-level attributes of a fit are None."""
+        self.plan_ = None
         self.fit_index_ = self.calibration_index_ = None
         self.fit_mean_unit_ = self.fit_moments_unit_ = None
         self.oof_predictions_unit_ = None

@@ -7,12 +7,10 @@ the thresholds read as one piece, away from the table handling and the fit loop.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..common.errors import MMCError
 from ..paper.buckets import fill_edges, geometric_edges
 from ..paper.descent_params import DescentParams
 from ..paper.moments import MomentKind, max_central_moment
@@ -150,12 +148,7 @@ def _se_test(est, G: int, m: int, K: int) -> _SeTest:
         # 20-30% in 3 of 10 fits (worst group up to 45% off; 8% at most without it). On islp_wage's held-out
         # rows it had caught real group spread the cell step shrinks more (benchmarks/README.md, "Moment cells")
         z_group_moment = NO_GROUP_MOMENT_Z
-    mgz = getattr(est, "mean_group_z", "bonferroni")
-    if not (
-        mgz in GROUP_Z_RULES
-        or (isinstance(mgz, numbers.Real) and not isinstance(mgz, bool) and 1.0 <= float(mgz) <= 10.0)
-    ):
-        raise MMCError(f"mean_group_z must be 'bonferroni' or a number from 1 to 10, got {mgz!r}")
+    mgz = est.mean_group_z  # checked with the other parameters (mmc_core.fit.parameters)
     if se and mgz not in GROUP_Z_RULES:
         # Whole groups of the mean at a fixed critical value (issue 10, held-out tables): a significant
         # bucket cell corrected on its own moves the means of the groups holding it by the part of their

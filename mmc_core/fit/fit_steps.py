@@ -18,7 +18,7 @@ from ..paper.descent import descend
 from ..paper.descent_params import DescentParams
 from ..paper.moments import pseudo_label
 from .sklearn_params import json_params
-from .thresholds import AUTO_BUCKETS, effective_rule
+from .thresholds import effective_rule
 
 
 def achieved_thresholds(params: DescentParams, memb, y, mu, moms) -> dict:
@@ -133,11 +133,12 @@ class BucketSearch:
         return self.runs[self.best][5]
 
 
-def search_buckets(est, start, callback, stop, early: bool) -> BucketSearch:
-    """Run the descent once per candidate bucket count and keep the best (shared by the in-memory fit and the
-    Dask engine). ``start(m)`` -> (params, init_moments, fitting state, held-out state or None); the callback is
-    passed only when there is a single candidate (its rounds are then the fit's rounds)."""
-    candidates = AUTO_BUCKETS if est.n_buckets == "auto" else (int(est.n_buckets),)
+def search_buckets(est, plan, start, callback, stop) -> BucketSearch:
+    """Run the descent once per bucket count of ``plan`` (a :class:`mmc_core.fit.plan.FitPlan`) and keep the best
+    (shared by the in-memory fit and the Dask engine). ``start(m)`` -> (params, init_moments, fitting state,
+    held-out state or None); the callback is passed only when there is a single candidate (its rounds are then the
+    fit's rounds)."""
+    candidates, early = plan.bucket_counts, plan.early_stopping
     t0 = time.perf_counter()
     runs = []
     for m in candidates:

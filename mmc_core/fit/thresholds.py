@@ -1,6 +1,7 @@
-"""The estimator's parameter rules: validation of its settings, and the threshold rules ("auto": just above the
-sampling noise of a 5%-mass cell; "se": the per-cell standard-error test and its Bonferroni critical values).
-One place for both, used by the estimator, the discovery auditor and the dashboard's threshold preview."""
+"""The threshold rules ("auto": just above the sampling noise of a 5%-mass cell; "se": the per-cell standard-error
+test and its Bonferroni critical values) and the rule names the parameters take, used by the estimator, the
+discovery auditor and the dashboard's threshold preview. The parameters themselves are checked in
+:mod:`mmc_core.fit.parameters`."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import numbers
 import numpy as np
 
 from ..common.errors import MMCError
-from ..paper.descent_params import STEP_RULES
-from ..paper.moments import MomentKind
 
 MEAN_BUCKET_RULES = ("quantile", "uniform")
 MOMENT_BUCKET_RULES = ("data", "range")
@@ -77,72 +76,3 @@ def bonferroni_z(n_tests: int, level: float = AUTO_LEVEL) -> float:
     from statistics import NormalDist
 
     return float(NormalDist().inv_cdf(1.0 - level / (2.0 * max(int(n_tests), 1))))
-
-
-# the estimator's parameters validate_params checks, in its order of arguments
-VALIDATED_PARAMS = (
-    "alpha",
-    "beta",
-    "n_buckets",
-    "n_moments",
-    "step",
-    "odd_moments",
-    "calibration_fraction",
-    "max_rounds",
-    "mean_buckets",
-    "moment_buckets",
-    "early_stopping",
-)
-
-
-def validate_estimator_params(est) -> None:
-    """:func:`validate_params` on an estimator's own values (the in-memory fit, the Dask fit and the command line
-    check the same parameters, in one place): an MMCError naming the first bad one."""
-    validate_params(*(getattr(est, k) for k in VALIDATED_PARAMS))
-
-
-def validate_params(
-    alpha,
-    beta,
-    n_buckets,
-    n_moments,
-    step,
-    odd_moments,
-    calibration_fraction,
-    max_rounds,
-    mean_buckets,
-    moment_buckets,
-    early_stopping,
-):
-    """Check the estimator's parameters; raise MMCError naming the parameter as Python spells it (the command
-    line names its flags instead: ``app.cli.common.estimator_from_args``). No defaults: the estimator's are the only
-    ones."""
-    for name, v in (("alpha", alpha), ("beta", beta)):
-        if isinstance(v, str):
-            if v not in THRESHOLD_RULES:
-                raise MMCError(f"{name} must be a number in (0, 1), 'se' or 'auto', got {v!r}")
-        else:
-            check_unit_interval(name, v)
-    if not (isinstance(n_buckets, str) and n_buckets == "auto") and (
-        not isinstance(n_buckets, numbers.Integral) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 1000
-    ):
-        raise MMCError(f"n_buckets must be an integer from 1 to 1000 or 'auto', got {n_buckets!r}")
-    if mean_buckets not in MEAN_BUCKET_RULES:
-        raise MMCError(f"mean_buckets must be one of {', '.join(MEAN_BUCKET_RULES)}, got {mean_buckets!r}")
-    if moment_buckets not in MOMENT_BUCKET_RULES:
-        raise MMCError(f"moment_buckets must be one of {', '.join(MOMENT_BUCKET_RULES)}, got {moment_buckets!r}")
-    if not (isinstance(early_stopping, bool) or (isinstance(early_stopping, str) and early_stopping == "auto")):
-        raise MMCError(f"early_stopping must be True, False or 'auto', got {early_stopping!r}")
-    if not isinstance(n_moments, numbers.Integral) or isinstance(n_moments, bool) or not 1 <= n_moments <= 8:
-        raise MMCError(f"n_moments must be an integer from 1 (mean only) to 8, got {n_moments!r}")
-    if step not in STEP_RULES:
-        raise MMCError(f"step must be one of {', '.join(STEP_RULES)}, got {step!r}")
-    if odd_moments not in MomentKind.ALL:
-        raise MMCError(f"odd_moments must be one of {', '.join(MomentKind.ALL)}, got {odd_moments!r}")
-    if not isinstance(calibration_fraction, numbers.Real) or not 0 <= calibration_fraction < 1:
-        raise MMCError(f"calibration_fraction must be in [0, 1), got {calibration_fraction!r}")
-    if max_rounds is not None and (not isinstance(max_rounds, numbers.Integral) or max_rounds < 0):
-        raise MMCError(f"max_rounds must be a non-negative integer or None, got {max_rounds!r}")
-    for name, v in (("alpha", alpha), ("beta", beta)):
-        if not isinstance(v, str) and v < 1e-6:
-            raise MMCError(f"{name} must be at least 1e-6, got {v!r}")
