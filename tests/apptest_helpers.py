@@ -3,6 +3,7 @@ switch, and waiting for the fit a click started (each checks that the page raise
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -59,3 +60,13 @@ def run_uploaded(df, name: str, label: str) -> AppTest:
     at.button(key="run_btn").click().run()
     wait_job(at)
     return at
+
+
+def plotly_specs(at: AppTest) -> list:
+    """The Plotly figures of the page, as dicts."""
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def chart_title(spec) -> str:
+    t = spec["layout"].get("title", {})
+    return t.get("text", "") if isinstance(t, dict) else str(t)

@@ -1,5 +1,5 @@
 """Issue 38, a third battery of files, paths and payloads, none of them in the earlier ones
-(tests/test_bad_input_catalogue.py, tests/test_cli_faults.py, tests/test_fault_battery_round2.py and the rest).
+(tests/test_bad_input_catalogue.py, tests/test_cli_faults.py, tests/test_bad_files_names_and_paths.py and the rest).
 
 Each case runs one `mmc` command (with --engine dask too where the command has it). A bad input must end as every
 bad input ends: exit status 2, exactly one printable line on stderr starting with "mmc: error:" and naming the

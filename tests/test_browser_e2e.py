@@ -15,13 +15,11 @@ import re
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
-import numpy as np
 import pytest
 
+from tests.browser_pages import chips, cps_csv, goto, slider
 from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server, free_port, wait_run_done
-from tests.fake_cps import cps_features
 
 PORT = free_port()  # a fixed port collided with another file's server on another worker
 URL = f"http://127.0.0.1:{PORT}"
@@ -31,25 +29,6 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian Chromium (/usr/bin/chromium) missing"),
 ]
-
-
-def cps_csv(path: Path, n: int = 100_000, seed: int = 1) -> Path:
-    rng = np.random.default_rng(seed)
-    df = cps_features(rng, n)
-    df["empty"] = np.nan
-    logw = (
-        0.5
-        + 0.08 * df["educ"]
-        + 0.01 * df["exper"]
-        - 0.15 * df["female"]
-        - 0.1 * df["black"]
-        + 0.002 * df["hours"]
-        + rng.normal(0, 0.45 + 0.1 * df["black"], n)
-    )
-    df["hrwage"] = np.exp(logw).round(3)  # leaks the label
-    df["lwage"] = logw.round(5)
-    df.to_csv(path, index=False)
-    return path
 
 
 HOLD = (
@@ -74,23 +53,6 @@ def _loopback(url: str) -> bool:
         return True
     host = urllib.parse.urlsplit(url).hostname or ""
     return host in ("127.0.0.1", "localhost", "::1")
-
-
-def _goto(page, title: str, heading: str):
-    from playwright.sync_api import expect
-
-    page.get_by_test_id("stSidebarNav").get_by_text(title, exact=True).click()
-    expect(page.get_by_role("heading", name=heading).first).to_be_visible(timeout=30_000)
-    page.wait_for_timeout(600)
-
-
-def _chips(page, label: str) -> list:
-    box = page.get_by_test_id("stMultiSelect").filter(has_text=label).first
-    return box.locator("[data-tag]").evaluate_all("els => els.map(e => e.getAttribute('aria-label'))")
-
-
-def _slider(page, label: str):
-    return page.get_by_test_id("stSlider").filter(has_text=label).get_by_role("slider")
 
 
 def _shot(page, name: str):
@@ -135,18 +97,18 @@ def test_analyst_session_end_to_end(server, tmp_path):
         # the leaking and the all-missing columns are flagged, not pre-selected
         expect(page.get_by_text(re.compile(r"hrwage \(leaks the label")).first).to_be_visible(timeout=20_000)
         expect(page.get_by_text(re.compile(r"empty \(all values are missing\)")).first).to_be_visible()
-        chips = _chips(page, "Feature columns")
-        assert "hrwage" not in chips and "empty" not in chips and "married" in chips
+        shown = chips(page, "Feature columns")
+        assert "hrwage" not in shown and "empty" not in shown and "married" in shown
         box = page.get_by_test_id("stMultiSelect").filter(has_text="Feature columns").first
         box.get_by_role("button", name="Remove married").click(force=True)
         page.wait_for_timeout(800)
-        assert _chips(page, "Feature columns") == FEATURES
-        _slider(page, "Base-model training rows").press("End")  # 60%: a base-model fit long enough to stop
+        assert chips(page, "Feature columns") == FEATURES
+        slider(page, "Base-model training rows").press("End")  # 60%: a base-model fit long enough to stop
         page.wait_for_timeout(800)
         _shot(page, "01_data")
 
         # ---- groups: columns with their intersections, then a custom condition
-        _goto(page, "Groups", "Groups")
+        goto(page, "Groups", "Groups")
         page.get_by_test_id("stNumberInput").filter(has_text="Intersections up to order").locator("input").fill("2")
         page.keyboard.press("Enter")
         page.wait_for_timeout(800)
@@ -181,12 +143,12 @@ def test_analyst_session_end_to_end(server, tmp_path):
         assert int(n_groups) > 20
 
         # ---- run settings: manual thresholds, m = 7, the paper's step (runs until stopped)
-        _goto(page, "Run", "Run the audit")
+        goto(page, "Run", "Run the audit")
         page.get_by_text("Automatic thresholds α, β (recommended)").click()
         page.wait_for_timeout(800)
-        _slider(page, "α: mean threshold").press("Home")
+        slider(page, "α: mean threshold").press("Home")
         page.wait_for_timeout(800)
-        m = _slider(page, "m: buckets per predictor")
+        m = slider(page, "m: buckets per predictor")
         m.press("ArrowRight")
         page.wait_for_timeout(500)
         m.press("ArrowRight")
@@ -197,7 +159,7 @@ def test_analyst_session_end_to_end(server, tmp_path):
         expect(page.get_by_text(re.compile(r"1/α² − 1 = 9,999,999,999")).first).to_be_visible()
 
         def check_settings(where: str):
-            _goto(page, "Run", "Run the audit")
+            goto(page, "Run", "Run the audit")
             expect(page.get_by_text("m = 7 mean buckets").first).to_be_visible(timeout=20_000)
             expect(page.get_by_text(re.compile(r"1/α² − 1 = 9,999,999,999")).first).to_be_visible()
             m_box = page.get_by_test_id("stSlider").filter(has_text="m: buckets per predictor").first
@@ -207,8 +169,8 @@ def test_analyst_session_end_to_end(server, tmp_path):
             assert page.get_by_role("radio", name=re.compile("^paper")).is_checked(), where
             assert not page.get_by_role("switch").first.is_checked(), where
             expect(page.get_by_text(re.compile(r"label lwage, \d+ groups, base: model")).first).to_be_visible()
-            _goto(page, "Data", "Data")
-            assert _chips(page, "Feature columns") == FEATURES, where
+            goto(page, "Data", "Data")
+            assert chips(page, "Feature columns") == FEATURES, where
             assert (
                 page.get_by_test_id("stSelectbox")
                 .filter(has_text="Label column")
@@ -217,7 +179,7 @@ def test_analyst_session_end_to_end(server, tmp_path):
                 == "lwage"
             ), where
             assert page.get_by_role("radio", name="fit a model here (scikit-learn)").is_checked(), where
-            _goto(page, "Groups", "Groups")
+            goto(page, "Groups", "Groups")
             assert re.search(r"Groups:\s*(\d+)", sidebar.inner_text()).group(1) == n_groups, where
             expect(page.get_by_role("tab", name="Custom group")).to_have_attribute("aria-selected", "true")
 
@@ -231,18 +193,18 @@ def test_analyst_session_end_to_end(server, tmp_path):
         check_settings("after Stop in the base-model fit")
 
         # ---- run 2: Stop during the descent (the model so far is kept, not audited)
-        _goto(page, "Run", "Run the audit")
+        goto(page, "Run", "Run the audit")
         page.get_by_role("button", name="Run", exact=True).click()
         timings["stop_in_descent"] = _stop(page, r"round \d+ · largest mean violation", "was kept")
         _shot(page, "04_stopped_in_descent")
         caption = page.get_by_text(re.compile(r"base model fitted in [0-9.]+ s")).first.inner_text()
         timings["base_fit_in_app"] = float(re.search(r"base model fitted in ([0-9.]+) s", caption).group(1))
-        _goto(page, "Results", "Results")
+        goto(page, "Results", "Results")
         expect(page.get_by_text("stopped before its audit").first).to_be_visible(timeout=20_000)
         check_settings("after Stop in the descent and a page round trip")
 
         # ---- run 3: automatic thresholds and the exact step, to the end; then exports
-        _goto(page, "Run", "Run the audit")
+        goto(page, "Run", "Run the audit")
         page.get_by_text("Automatic thresholds α, β (recommended)").click()
         page.wait_for_timeout(600)
         page.get_by_text(re.compile("^exact: shift each violating cell")).click()
@@ -251,13 +213,13 @@ def test_analyst_session_end_to_end(server, tmp_path):
         wait_run_done(page, timeout=300_000)
         expect(page.get_by_text(re.compile("Converged in|Not converged")).first).to_be_visible(timeout=300_000)
         _shot(page, "05_rerun")
-        _goto(page, "Results", "Results")
+        goto(page, "Results", "Results")
         expect(page.get_by_text("What the audit found").first).to_be_visible(timeout=60_000)
         expect(page.locator('[data-testid="stPlotlyChart"] .main-svg').first).to_be_visible(timeout=60_000)
         page.get_by_role("tab", name="Coverage").click()
         expect(page.get_by_text(re.compile(r"n=\d")).first).to_be_attached(timeout=30_000)  # counts in the cells
         _shot(page, "06_results_coverage")
-        _goto(page, "Export", "Export")
+        goto(page, "Export", "Export")
         page.get_by_role("button", name="Build the PDF report").click()
         with page.expect_download(timeout=300_000) as dl:
             page.get_by_role("button", name="Download mmc_report_cps_extract.pdf").click(timeout=300_000)
@@ -298,7 +260,7 @@ def test_discover_a_group_and_see_it_marked(server, tmp_path):
         page.get_by_text("Upload a file").click()
         page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(csv))
         expect(page.get_by_text("3,000").first).to_be_visible(timeout=60_000)
-        _goto(page, "Groups", "Groups")
+        goto(page, "Groups", "Groups")
         page.get_by_role("tab", name="Discover groups").click()
         page.get_by_role("button", name="Discover", exact=True).click()
         expect(page.get_by_text(re.compile(r"\d+ group\(s\) found")).first).to_be_visible(timeout=120_000)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser_pages import chips, cps_csv, goto, slider
 from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server, free_port
-from tests.test_browser_e2e import _chips, _goto, _slider, cps_csv
 
 PORT = free_port()  # a fixed port collided with another file's server on another worker
 URL = f"http://127.0.0.1:{PORT}"
@@ -213,14 +213,14 @@ def test_stop_shows_the_banner_within_a_second(server, tmp_path):
         choose(page, "Label column", "lwage")
         page.get_by_text("fit a model here (scikit-learn)").first.click()  # (a rerun may show a stale copy)
         page.wait_for_timeout(800)
-        _slider(page, "Base-model training rows").press("End")  # 60% of the rows: a fit of several seconds
+        slider(page, "Base-model training rows").press("End")  # 60% of the rows: a fit of several seconds
         page.wait_for_timeout(800)
-        features = _chips(page, "Feature columns")
+        features = chips(page, "Feature columns")
 
-        _goto(page, "Run", "Run the audit")
+        goto(page, "Run", "Run the audit")
         page.get_by_text("Automatic thresholds α, β (recommended)").click()
         page.wait_for_timeout(800)
-        _slider(page, "α: mean threshold").press("Home")
+        slider(page, "α: mean threshold").press("Home")
         page.wait_for_timeout(800)
         page.get_by_text(re.compile("^paper: move by alpha")).click()
         page.wait_for_timeout(800)

@@ -21,19 +21,10 @@ from streamlit.testing.v1 import AppTest
 
 from mmc_core import FittedModel, GroupSet
 from mmc_core.common.synthetic import demo_distribution
-from tests.apptest_helpers import APP
+from tests.apptest_helpers import APP, chart_title, plotly_specs
 from tests.apptest_helpers import new_session as _new
 from tests.apptest_helpers import switch as _page
 from tests.apptest_helpers import wait_job as _wait_job
-
-
-def _plotly_specs(at: AppTest) -> list:
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-
-
-def _title(spec) -> str:
-    t = spec["layout"].get("title", {})
-    return t.get("text", "") if isinstance(t, dict) else str(t)
 
 
 def _upload_sample(at: AppTest, name: str, n: int, seed: int) -> bytes:
@@ -72,7 +63,7 @@ def test_first_visit_runs_the_demo_audit(demo_at):
 
 def test_results_page_shows_every_figure(demo_at):
     at = _page(demo_at, "results")
-    titles = [_title(s) for s in _plotly_specs(at)]
+    titles = [chart_title(s) for s in plotly_specs(at)]
     for expected in (
         "Variance disparities",
         "Interval coverage by group and method",
@@ -93,7 +84,7 @@ def test_results_page_shows_every_figure(demo_at):
     assert "all" in det["groups"] and set(det["intervals"]) >= {"calibrated", "gaussian"}
     # another method for the bucket heatmap; a different row
     at.selectbox(key="res_method").select("mondrian").run()
-    assert any("Mondrian intervals" in _title(s) for s in _plotly_specs(at))
+    assert any("Mondrian intervals" in chart_title(s) for s in plotly_specs(at))
     at.number_input(key="res_row").set_value(5).run()
     assert not at.exception
     assert at.session_state["row_details"]["label"] == pytest.approx(
@@ -119,7 +110,7 @@ def test_run_page_live_run_and_settings(demo_at):
     assert run.model.params.alpha == max(0.002, run.model.info["achieved"]["alpha"]) and not run.thresholds["auto"]
     assert at.session_state["job"] is None
     assert any("Converged in" in s.value for s in at.success)
-    assert any("Convergence of the alternating descent" in _title(s) for s in _plotly_specs(at))
+    assert any("Convergence of the alternating descent" in chart_title(s) for s in plotly_specs(at))
 
 
 def test_converged_summary_of_a_fit_whose_mean_needed_no_update():
@@ -439,7 +430,7 @@ def test_teaching_page_step_and_reset():
     assert any("update" in m.value.lower() for m in at.markdown)
     at.button(key="t_step10").click().run()
     assert at.session_state["lesson"].fd.audits == 13
-    titles = [_title(s) for s in _plotly_specs(at)]
+    titles = [chart_title(s) for s in plotly_specs(at)]
     assert any("auditor's choice" in t for t in titles) and any("potential argument" in t for t in titles)
     assert any("two-point example" in t for t in titles)
     at.button(key="t_end").click().run()

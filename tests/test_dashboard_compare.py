@@ -3,11 +3,10 @@ both held out; the groups that got worse named first."""
 
 from __future__ import annotations
 
+from tests.apptest_helpers import chart_title, plotly_specs, run_uploaded
 from tests.apptest_helpers import new_session as _new
-from tests.apptest_helpers import run_uploaded
 from tests.apptest_helpers import switch as _page
 from tests.apptest_helpers import wait_job as _wait_job
-from tests.test_dashboard import _plotly_specs, _title
 
 
 def test_compare_page_names_the_groups_that_got_worse_first():
@@ -33,13 +32,13 @@ def test_compare_page_names_the_groups_that_got_worse_first():
     assert lines[0].startswith("- The current run is worse than Run 1 for ")  # worsenings first
     kinds = ["worse" if " is worse than " in line else "better" for line in lines]
     assert kinds == sorted(kinds, key=lambda k: k != "worse")
-    assert any("the current run minus Run 1" in _title(s) for s in _plotly_specs(at))
+    assert any("the current run minus Run 1" in chart_title(s) for s in plotly_specs(at))
     table = at.dataframe[0].value
     assert table["finding"].iloc[0] == "worse" and table["B - A"].is_monotonic_decreasing
     assert any("Detectable: the smallest difference" in c.value for c in at.caption)
     at.radio(key="cmp_value").set_value("spread").run()
     assert not at.exception
-    assert any("Distance of the spread ratio" in _title(s) for s in _plotly_specs(at))
+    assert any("Distance of the spread ratio" in chart_title(s) for s in plotly_specs(at))
     # the sides swapped: the earlier run (with the base prediction) is now better than the current one
     at.selectbox(key="cmp_a").set_value("current").run()
     at.selectbox(key="cmp_b").set_value(run_1).run()
@@ -90,7 +89,7 @@ def test_results_over_time_names_a_group_whose_spread_changed():
     assert not at.exception, [e.value for e in at.exception]
     text = " ".join(m.value for m in at.markdown).replace("\\", "")
     assert "spread for race=D changed from" in text and "(2026Q1) to" in text
-    assert any("by period" in _title(s) for s in _plotly_specs(at))
+    assert any("by period" in chart_title(s) for s in plotly_specs(at))
 
 
 def test_results_over_time_names_a_group_whose_positive_rate_changed_for_a_classifier():
@@ -120,7 +119,7 @@ def test_results_over_time_names_a_group_whose_positive_rate_changed_for_a_class
         "True positive rate (positives decided positive)",
         "False positive rate (negatives decided positive)",
     ]
-    assert any("Selection rate (share decided positive) by period" in _title(s) for s in _plotly_specs(at))
+    assert any("Selection rate (share decided positive) by period" in chart_title(s) for s in plotly_specs(at))
     assert any(b.proto.label == "Report with Over time (HTML)" for b in at.get("download_button"))
     at.slider(key="res_threshold").set_value(0.7).run()  # the rates tab's threshold: the period rates follow it
     assert not at.exception, [e.value for e in at.exception]

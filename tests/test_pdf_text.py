@@ -16,7 +16,7 @@ from app.figures.display import LABEL_CHARS, display_text, shorten, visible_cont
 from app.report import pdf as R
 from app.report import pdf_doc
 from mmc_core import GroupSet, MomentMulticalibrator
-from tests.test_report import stand_in_renderer
+from tests.report_stand_in import stand_in_renderer
 
 NANUM = "/usr/share/fonts/truetype/nanum/NanumGothic.ttf"
 

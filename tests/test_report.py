@@ -23,6 +23,7 @@ from app.report import pdf as R
 from app.report import text as RT
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core.common.synthetic import demo_distribution
+from tests.report_stand_in import stand_in_renderer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_CHROMIUM = os.path.exists("/usr/bin/chromium") or R.chromium_available() is not None
@@ -152,23 +153,6 @@ def test_findings_of_a_wrong_model_are_printed_in_full(demo, tmp_path, monkeypat
     assert miss == pytest.approx(summary["n_found"] * 0.05 / summary["n_tests"])
     note = f"each missing with probability {miss:.2g}): on average at most 5% of the findings' intervals miss"
     assert note in flat and note in summary["interval_note"]
-
-
-def stand_in_renderer(monkeypatch):
-    from PIL import Image
-
-    rendered = []
-
-    def fake_png(fig, width=R.EXPORT_WIDTH, height=None, scale=1.0):
-        rendered.append(fig.layout.title.text)
-        h = int(height or fig.layout.height or 500)
-        buf = io.BytesIO()
-        Image.new("RGB", (width // 4, h // 4), (90, 90, 90)).save(buf, format="PNG")
-        return buf.getvalue()
-
-    monkeypatch.setattr(R, "figure_to_png", fake_png)
-    monkeypatch.setattr(R, "_ensure_kaleido", lambda: None)
-    return rendered
 
 
 @needs_poppler
@@ -479,7 +463,6 @@ def test_a_figure_with_a_long_title_exports(tmp_path, monkeypatch):
     """kaleido 1.1 (the minimum version) names even an in-memory export after the figure's title and looks for
     that file in the working directory: a 300-character title with its subtitle failed with "File name too
     long" and the PDF export crashed (CI on the minimum versions). Such versions now get a path of our naming."""
-    import io
 
     import plotly.graph_objects as go
     from PIL import Image
