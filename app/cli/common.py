@@ -8,6 +8,7 @@ as estimator parameters, the columns `mmc predict` adds, and the progress lines 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -257,3 +258,31 @@ def progress_lines(command: str):
             last[0] = now
 
     return say
+
+
+class StopOnCtrlC:
+    """The commands' one Ctrl-C handler: the first Ctrl-C asks the fit to stop before its next update (``hit``, which
+    the fit's stop callback reads), a second aborts at once (KeyboardInterrupt). Outside the main thread, where a
+    signal handler cannot be set, it does nothing."""
+
+    def __init__(self):
+        self.hit = False
+        self.previous = None
+
+    def __enter__(self):
+        def on_sigint(signum, frame):
+            if self.hit:
+                raise KeyboardInterrupt
+            self.hit = True
+            print("\nmmc: stopping before the next update (Ctrl-C again to abort)...", file=sys.stderr, flush=True)
+
+        try:
+            self.previous = signal.signal(signal.SIGINT, on_sigint)
+        except ValueError:  # not in the main thread
+            self.previous = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False

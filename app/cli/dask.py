@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -72,32 +71,6 @@ class HeldLines:
             for line in self._lines:
                 print(line, file=sys.stderr, flush=True)
             self._lines = []
-
-
-class _Interrupt:
-    """First Ctrl-C: stop the descent before its next update; second: abort (KeyboardInterrupt)."""
-
-    def __init__(self):
-        self.hit = False
-        self.previous = None
-
-    def __enter__(self):
-        def on_sigint(signum, frame):
-            if self.hit:
-                raise KeyboardInterrupt
-            self.hit = True
-            print("\nmmc: stopping before the next update (Ctrl-C again to abort)...", file=sys.stderr, flush=True)
-
-        try:
-            self.previous = signal.signal(signal.SIGINT, on_sigint)
-        except ValueError:  # not in the main thread
-            self.previous = None
-        return self
-
-    def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-        return False
 
 
 @contextmanager
@@ -190,7 +163,7 @@ def dask_table(args, need, sized=None, groups=()):
 def fit(args) -> int:
     _check_fit_args(args)
     ddf, extra = _fit_table(args)
-    from app.cli.common import estimator_from_args
+    from app.cli.common import StopOnCtrlC, estimator_from_args
 
     est = estimator_from_args(args)
     started = time.monotonic()
@@ -207,7 +180,7 @@ def fit(args) -> int:
         return False
 
     checked = [("label column", args.label), ("prediction column", args.pred)]
-    with lines, _Interrupt() as intr, dask_session(args, lines) as client, table_rows(ddf, checked):
+    with lines, StopOnCtrlC() as intr, dask_session(args, lines) as client, table_rows(ddf, checked):
         groups = _fit_groups(args, ddf, extra, client)
         lines.say(
             f"mmc: fitting {ddf.npartitions} partition(s) x {len(groups):,} groups on Dask (Ctrl-C stops "

@@ -5,13 +5,12 @@ JSON summary on stdout). ``--engine dask`` runs :func:`app.cli.dask.fit` instead
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 
 __all__ = ["cmd_fit", "pd_numeric"]
 
-from .common import CLIError, check_out, estimator_from_args, refuse_output_over_input
+from .common import CLIError, StopOnCtrlC, check_out, estimator_from_args, refuse_output_over_input
 from .discover import discovery_kwargs, features
 
 
@@ -109,27 +108,15 @@ def _fit_inputs(args):
 
 def _fit_with_progress(args, est, df, y, groups, base) -> bool:
     """Fit ``est`` (with --discover: fit, audit and refit) with progress lines on stderr; the first Ctrl-C stops
-    the descent at the end of the current round instead of killing it mid-update. Whether it was interrupted."""
+    the descent before its next update instead of killing it mid-update. Whether it was interrupted."""
     feats = None
     if args.discover:
         from mmc_core.discovery import validate_discovery_params
 
         feats = features(args, df, {args.label, args.pred, args.variance_pred})
         validate_discovery_params(args.max_depth, args.min_mass, rounds=args.discover_rounds)
-    interrupted: list = []
-    previous = signal.getsignal(signal.SIGINT)
-
-    def on_sigint(signum, frame):
-        if interrupted:  # a second Ctrl-C aborts at once
-            raise KeyboardInterrupt
-        interrupted.append(True)
-        print("\nmmc: stopping after the current round (Ctrl-C again to abort)...", file=sys.stderr, flush=True)
-
-    try:
-        signal.signal(signal.SIGINT, on_sigint)
-    except ValueError:  # not in the main thread
-        previous = None
     announced: list = []
+    intr = StopOnCtrlC()
 
     def stop_requested() -> bool:  # polled before every update; the first poll says the descent is running
         if not announced:
@@ -141,11 +128,11 @@ def _fit_with_progress(args, est, df, y, groups, base) -> bool:
                 file=sys.stderr,
                 flush=True,
             )
-        return bool(interrupted)
+        return intr.hit
 
     # the same names, Ctrl-C poll and progress lines with and without --discover
     fit_kw = {"label_name": args.label, "base_name": args.pred, "stop": stop_requested, "callback": _progress()}
-    try:
+    with intr:
         if args.discover:
             from mmc_core.discovery import fit_with_discovery
 
@@ -162,10 +149,7 @@ def _fit_with_progress(args, est, df, y, groups, base) -> bool:
             )
         else:
             est.fit(df, y, groups, base_prediction=base, **fit_kw)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    return bool(interrupted)
+    return intr.hit
 
 
 def _progress():
