@@ -29,12 +29,13 @@ def cps_csv(path: Path, n: int = 100_000, seed: int = 1) -> Path:
     return path
 
 
-def goto(page, title: str, heading: str):
+def goto(page, title: str, heading: str, timeout: int = 30_000, settle: int = 600):
+    """Open the page ``title`` from the sidebar and wait for its ``heading`` (ms: ``timeout``), then ``settle``."""
     from playwright.sync_api import expect
 
     page.get_by_test_id("stSidebarNav").get_by_text(title, exact=True).click()
-    expect(page.get_by_role("heading", name=heading).first).to_be_visible(timeout=30_000)
-    page.wait_for_timeout(600)
+    expect(page.get_by_role("heading", name=heading).first).to_be_visible(timeout=timeout)
+    page.wait_for_timeout(settle)
 
 
 def chips(page, label: str) -> list:

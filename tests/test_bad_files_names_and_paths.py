@@ -21,6 +21,7 @@ import pytest
 
 from app.cli.entry import main
 from tests.dask_cluster import quiet_cluster
+from tests.fifo_feeder import FifoFeeder
 from tests.file_snapshot import snapshot
 
 ROWS = 400
@@ -315,59 +316,12 @@ def cases(d):
     ]
 
 
-class _FifoFeeder:
-    """Writes ``payload`` into each FIFO of ``paths`` whenever a reader opens it, so that a command that reads a
-    FIFO gets a file (and the case fails) instead of waiting for a writer forever; stops when the block ends."""
-
-    def __init__(self, paths, payload: bytes):
-        self.paths, self.payload, self.stop = list(paths), payload, threading.Event()
-
-    def _run(self):
-        while not self.stop.is_set():
-            fd = None
-            for path in self.paths:
-                try:
-                    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader opens it
-                    break
-                except OSError:
-                    continue
-            if fd is None:
-                self.stop.wait(0.02)
-                continue
-            try:
-                self._write(fd)
-            finally:
-                os.close(fd)
-
-    def _write(self, fd):
-        # non-blocking, so that a reader that stops reading without closing (a refused file left for the garbage
-        # collector) cannot hold this thread, and the test with it, forever: the block's end stops the writing
-        view = memoryview(self.payload)
-        while view and not self.stop.is_set():
-            try:
-                view = view[os.write(fd, view) :]
-            except BlockingIOError:
-                self.stop.wait(0.01)
-            except OSError:
-                return
-
-    def __enter__(self):
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(timeout=30)
-        assert not self.thread.is_alive(), "the FIFO feeder did not stop"
-
-
 def _check(d, argv, expect, capsys) -> str | None:
     """None when ``argv`` ends as a bad input must, else what went wrong."""
     before = snapshot(d)
     capsys.readouterr()
     fifos = [os.path.join(root, f) for root, _, files in os.walk(d) for f in files if "fifo" in os.path.join(root, f)]
-    with _FifoFeeder(fifos, (d / "good.parquet").read_bytes()):
+    with FifoFeeder(fifos, (d / "good.parquet").read_bytes()):
         code = main(argv)
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.strip()]

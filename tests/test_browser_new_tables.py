@@ -31,6 +31,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.browser_pages import chips, goto
 from tests.dashboard_server import ARGS, CHROMIUM, SHOTS, choose, dashboard_server, free_port, wait_run_done
 
 PORT = free_port()  # a fixed port collided with another file's server on another worker
@@ -175,30 +176,17 @@ def _on_chart(group: str, fig: dict) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # the browser
 # ---------------------------------------------------------------------------------------------------------------
-def _goto(page, title: str, heading: str):
-    from playwright.sync_api import expect
-
-    page.get_by_test_id("stSidebarNav").get_by_text(title, exact=True).click()
-    expect(page.get_by_role("heading", name=heading).first).to_be_visible(timeout=60_000)
-    page.wait_for_timeout(300)
-
-
-def _chips(page, label: str) -> list:
-    box = page.get_by_test_id("stMultiSelect").filter(has_text=label).first
-    return box.locator("[data-tag]").evaluate_all("els => els.map(e => e.getAttribute('aria-label'))")
-
-
 def _set_multiselect(page, label: str, values: list):
     """Make the multiselect ``label`` hold exactly ``values``: remove the others' chips, type the missing ones."""
     box = page.get_by_test_id("stMultiSelect").filter(has_text=label).first
-    for _ in range(3 * len(_chips(page, label))):  # one chip at a time: a click during a rerun can be lost
-        extra = [c for c in _chips(page, label) if c not in values]
+    for _ in range(3 * len(chips(page, label))):  # one chip at a time: a click during a rerun can be lost
+        extra = [c for c in chips(page, label) if c not in values]
         if not extra:
             break
         box.get_by_role("button", name=f"Remove {extra[0]}").click(force=True)
         page.wait_for_timeout(600)
     for v in values:
-        if v in _chips(page, label):
+        if v in chips(page, label):
             continue
         combo = box.get_by_role("combobox").first
         combo.click()
@@ -209,7 +197,7 @@ def _set_multiselect(page, label: str, values: list):
         page.wait_for_timeout(700)
         page.keyboard.press("Escape")
     page.wait_for_timeout(500)
-    assert sorted(_chips(page, label)) == sorted(values), _chips(page, label)
+    assert sorted(chips(page, label)) == sorted(values), chips(page, label)
 
 
 def _shot(page, name: str, full: bool = False):
@@ -264,7 +252,7 @@ def _audit_table(page, kind: str) -> dict:
     df = pd.read_csv(csv)
 
     # ---- Data: upload, label, base model without the groups' columns, the largest test share
-    _goto(page, "Data", "Data")
+    goto(page, "Data", "Data", timeout=60_000, settle=300)
     page.get_by_text("Upload a file").click()
     page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(csv))
     expect(page.get_by_text(f"{len(df):,}").first).to_be_visible(timeout=60_000)
@@ -286,7 +274,7 @@ def _audit_table(page, kind: str) -> dict:
         _shot(page, f"{kind}_1_data")
 
     # ---- Groups: every value of each column and every pair of two columns' values
-    _goto(page, "Groups", "Groups")
+    goto(page, "Groups", "Groups", timeout=60_000, settle=300)
     _set_multiselect(page, re.compile(r"^Columns"), list(t.groups))
     page.get_by_test_id("stNumberInput").filter(has_text="Intersections up to order").locator("input").fill("2")
     page.keyboard.press("Enter")
@@ -298,14 +286,14 @@ def _audit_table(page, kind: str) -> dict:
     assert made == len(expected), (made, sorted(expected))
 
     # ---- Run
-    _goto(page, "Run", "Run the audit")
+    goto(page, "Run", "Run the audit", timeout=60_000, settle=300)
     page.get_by_role("button", name="Run", exact=True).click()
     wait_run_done(page, timeout=300_000)
     expect(page.get_by_text(re.compile("Converged in|Not converged")).first).to_be_visible(timeout=300_000)
     run_text = _main_text(page)
 
     # ---- Results: the page's text, every chart's data, the scorecard's rows; a screenshot of each tab
-    _goto(page, "Results", "Results")
+    goto(page, "Results", "Results", timeout=60_000, settle=300)
     expect(page.get_by_text("What the audit found").first).to_be_visible(timeout=60_000)
     expect(page.get_by_text("Group scorecard").first).to_be_visible(timeout=60_000)
     page.get_by_role("tab").first.click()  # the Results tabs open where the previous table's were left
@@ -331,7 +319,7 @@ def _audit_table(page, kind: str) -> dict:
 
     pdf = None
     if t.pdf:
-        _goto(page, "Export", "Export")
+        goto(page, "Export", "Export", timeout=60_000, settle=300)
         page.get_by_role("button", name="Build the PDF report").click()
         button = page.get_by_role("button", name=re.compile(r"Download mmc_report_.*\.pdf"))
         expect(button).to_be_visible(timeout=300_000)

@@ -7,42 +7,13 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from app.cli.entry import main
-
-
-class _Unblock:
-    """Opens the FIFO for writing whenever a reader waits on it (and closes it at once: the reader sees an empty
-    file), so that a command that opens it fails the test instead of hanging it."""
-
-    def __init__(self, path):
-        self.path, self.stop = path, threading.Event()
-        self.opened = 0
-
-    def _run(self):
-        while not self.stop.is_set():
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:
-                self.stop.wait(0.01)
-                continue
-            self.opened += 1
-            os.close(fd)
-
-    def __enter__(self):
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(timeout=30)
-        assert not self.thread.is_alive(), "the FIFO opener did not stop"
+from tests.fifo_feeder import FifoFeeder
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +57,7 @@ def test_special_files_are_refused_in_one_line(work, capsys):
     d = work
     (d / "out").mkdir(exist_ok=True)
     failures = []
-    with _Unblock(str(d / "fifo.json")) as unblock:
+    with FifoFeeder([str(d / "fifo.json")]) as unblock:
         for argv in _cases(d):
             capsys.readouterr()
             code = main(argv)
