@@ -300,20 +300,15 @@ def test_the_findings_intervals_cover_the_truth_after_selection(control):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 34: a variance finding's interval now inverts its own test (the group's own standard error), "
-    "which is over-confident for skewed residuals: 7 of 26 intervals missed (0.27); the pooled-kurtosis floor "
-    "that covered (0 of 26) made the interval disagree with the test, and in the test it cut the findings 26 -> 9",
-)
 def test_variance_findings_intervals_cover_the_truth_with_skewed_residuals():
     """Variance findings' selection-adjusted intervals on skewed residuals (centred exponential noise with each
     row's true variance; the predicted variance off by a factor exp(+-0.15 to 0.45) on each race x age cell,
     truth: the mean true variance / the mean predicted variance over the finding's rows). A group's own sample
     kurtosis understates the tail when no large residual was drawn, exactly when its variance looks low, so
-    the intervals of findings of overstated variance sat too low: 10 of 26 missed their truth (0.385) before the
-    standard error was floored by the kurtosis pooled over the groups (audit_findings._pooled_sd); 0 of 26 with
-    it. Bound: 0.05 plus 3 binomial standard errors of the share missed."""
+    with the group's own standard deviation in the test (and the interval that inverts it) 7 of 26 intervals
+    missed their truth (0.27) and 4 of 100 audits with the variance right carried a variance finding. The test's
+    variance is now floored by the kurtosis pooled over the membership signatures (findings.ratio_stat): 1 of 19
+    missed. Bound: 0.05 plus 3 binomial standard errors of the share missed."""
     missed = []
     for seed in range(100):
         rng, tab, _, memb, log_factor = _race_age_world(seed, 0.15, 0.45)
@@ -729,3 +724,36 @@ def test_a_calibration_findings_bucket_separates_its_ends_with_a_semicolon():
         "p_adjusted": 0.001, "adjustment": "holm",
     }  # fmt: skip
     assert "group union=1 with predictions in [16,400; 119,000) (n=88)" in fnd.describe(rec)
+
+
+def test_the_pooled_kurtosis_is_the_noises_own_whatever_the_groups_misstatement():
+    """The variance test's floor uses the kurtosis of the standardized residual pooled over membership
+    signatures (audit_findings._pooled_kurtosis). Known truth: normal noise has kurtosis 3, centred exponential
+    noise 9. The predicted variance is off by its own factor exp(+-0.45) on every 3-way cell: pooled over the
+    groups (each group's ratio divided out) the kurtosis takes in that spread of factors (the floor then cost
+    most of the tests' power); over the signatures it does not. Tolerances (the row variances vary little, so
+    about 20,000 rows count): the sample kurtosis of normal draws has standard error sqrt(24 / n) = 0.035, 0.15
+    is 4 of them; the centred exponential's has sqrt((mu8 - mu4^2) / n) = sqrt((14833 - 81) / n) = 0.86, so
+    9 +- 3 (3.5 of them)."""
+    rng = np.random.default_rng(5)
+    n = 20_000
+    tab = pd.DataFrame({c: rng.choice(list("PQR"), n) for c in ("a", "b", "c")})
+    memb = GroupSet.from_columns(tab, ["a", "b", "c"], 2).evaluate(tab)
+    cell = (tab["a"] + tab["b"] + tab["c"]).to_numpy()
+    keys = np.unique(cell)
+    factor = np.exp(rng.choice([-0.45, 0.45], keys.size))[np.searchsorted(keys, cell)]
+    sd = rng.uniform(0.8, 1.25, n)
+    pairs = memb.sums()
+    cnt = pairs.group_sums()
+    for noise, truth, tol in (("normal", 3.0, 0.15), ("exponential", 9.0, 3.0)):
+        e = rng.standard_normal(n) if noise == "normal" else rng.exponential(1.0, n) - 1.0
+        r = sd * e
+        kappas = []
+        for v in (sd**2, sd**2 / factor):  # right, and misstated per cell
+            sums, (u2, vv, _) = audit_findings._ratio_sums(pairs, cnt, r, v, 30)
+            kappas.append(sums[9, 0])
+            assert abs(sums[9, 0] - truth) <= tol, (noise, sums[9, 0])
+        assert kappas[1] == pytest.approx(kappas[0], rel=0.02), (noise, kappas)
+        ratio = audit_findings.div(sums[0], sums[1])
+        by_group = audit_findings._group_kurtosis(u2, vv, pairs.pg, cnt, ratio, 30)
+        assert by_group > kappas[1] * 1.1, (noise, by_group, kappas)  # what the groups' pooling took in

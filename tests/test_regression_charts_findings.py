@@ -1,7 +1,8 @@
 """Issue 35: every group with a finding is on every group chart. The regression charts with room for some groups
 (variance disparities: 30 on Results, 20 in the PDF; mean calibration: 20) put the findings' groups first but cut
 at their room, so a table with more groups with findings than that lost some. On a real dollar label new to the
-tests (tests/data/fringe_annearn.csv) 17 of 33 groups have findings; the charts now grow to hold them all."""
+tests (tests/data/fringe_annearn.csv) 17 of 33 groups had findings (8 since the variance test allows for the tail
+pooled over the rows: the label's skewness is 5); the charts now grow to hold them all."""
 
 from __future__ import annotations
 
@@ -30,15 +31,15 @@ def test_every_group_with_a_finding_is_on_the_regression_charts():
         FitSettings(n_boot=20),
     )
     found = set(finding_groups(run.audit))
-    assert len(found) > 8, found
+    assert len(found) > 4, found
     names = dict(label="annearn", units="USD")
 
     def rows(fig):
         return {str(t).replace(" †", "") for t in fig.layout.yaxis.ticktext}
 
-    var = F.variance_disparity_figure(run.audit, top=8, **names)
+    var = F.variance_disparity_figure(run.audit, top=4, **names)
     assert found <= rows(var), found - rows(var)
-    cal = F.calibration_before_after_figure(run.audit, top=8, **names)
+    cal = F.calibration_before_after_figure(run.audit, top=4, **names)
     shown = {str(t).replace(" †", "") for tr in cal.data for t in (tr.y if tr.y is not None else ())}
     assert len(rows(var)) == len(found) and found <= shown, found - shown
     # with room to spare nothing changes: the room is filled as before

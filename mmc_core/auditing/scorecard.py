@@ -53,7 +53,7 @@ def spread_detectable(sums, cnt, est, band: float, z_a, z_b: float) -> tuple[np.
     cnt, est = np.asarray(cnt, dtype=float), np.asarray(est, dtype=float)
     need = z_a + z_b
     # powers of u2 in each sum (a = u2, b = v): a, b, aa, ab, bb, aaa, aab, abb, bbb
-    power = np.array([1, 0, 2, 1, 0, 3, 2, 1, 0])[:, None]
+    power = np.array([1, 0, 2, 1, 0, 3, 2, 1, 0, 0][: S.shape[0]])[:, None]  # the kurtosis floor is scale-free
 
     def stat(R, r0):
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):

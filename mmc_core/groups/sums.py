@@ -126,6 +126,13 @@ class MembershipSums:
                 memb.release_row_major()
         return self._by_signature
 
+    def signatures(self) -> tuple[np.ndarray, int]:
+        """(signature id of each row, number of signatures): rows with the same set of groups share an id (the
+        ones the sums use in signature mode, else computed)."""
+        if self.by_signature:
+            return self.sig, self.ns
+        return self.memb.signatures()
+
     @property
     def pg(self) -> np.ndarray:
         """Group of each (row, group) pair, aligned with ``memb.rows`` (pairs mode), as int64 (a copy: safe for
