@@ -349,6 +349,31 @@ def test_dask_errors_found_on_the_cluster_are_the_only_line(
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
 
 
+def test_dask_refuses_a_two_valued_label_the_default_engine_fits_as_a_classifier(
+    parts, dask_scheduler, tmp_path, monkeypatch, capsys
+):
+    """A 0/1 label with the default --task auto: the in-memory engine fits a classifier, the Dask engine fitted a
+    regression (variances of a 0/1 outcome, exit 0): two engines, two kinds of model for one table. Now one line
+    saying so and what to pass; with --task regression the Dask fit runs and says it is a regression."""
+    from app.cli import dask as cli_dask
+    from mmc_core.fit.model import FittedModel
+
+    monkeypatch.setattr(cli_dask, "PROGRESS_HOLD", 1e6, raising=False)
+
+    def zero_one(df):
+        df["y"] = (df["y"] > 0).astype(int)
+
+    data = parts.copy("d", zero_one)
+    out = tmp_path / "fitted.json"
+    args = ["fit", "--engine", "dask", "--scheduler", dask_scheduler, "--data", str(data), "--label", "y"]
+    assert cli.main(args + ["--group-cols", "g", "--out", str(out)]) == 2
+    line = _only_one_line(capsys.readouterr().err)
+    assert "label 'y' has two values (0 and 1)" in line and "--task regression" in line, line
+    assert not out.exists()
+    assert cli.main(args + ["--group-cols", "g", "--task", "regression", "--out", str(out)]) == 0
+    assert FittedModel.load(out).task == "regression"
+
+
 def test_dask_progress_lines_are_shown_once_the_descent_runs(parts, dask_scheduler, tmp_path, monkeypatch, capsys):
     """The held lines are not lost: a fit that starts says where it runs and what it fits, before its rounds."""
     from app.cli import dask as cli_dask

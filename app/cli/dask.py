@@ -165,7 +165,7 @@ def fit(args) -> int:
     ddf, extra = _fit_table(args)
     from app.cli.common import StopOnCtrlC, estimator_from_args
 
-    est = estimator_from_args(args)
+    est = estimator_from_args(args, task=args.task)  # "auto" or "regression": a classifier was refused above
     started = time.monotonic()
 
     lines = HeldLines()

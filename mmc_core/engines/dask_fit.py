@@ -195,6 +195,7 @@ def _load_rows(est, parts, label_name, base_name, frac) -> _Rows:
     if n < 2:
         raise DataError(f"need at least 2 rows to fit, got {n}")
     early = check_held_out(est, frac, n, nf, n_cal)
+    _refuse_a_classifier_label(est, summ, label_name)
     if est.label_range is None:
         scale = LabelScale.from_observed(min(s["ymin"] for s in summ), max(s["ymax"] for s in summ))
     else:
@@ -205,6 +206,22 @@ def _load_rows(est, parts, label_name, base_name, frac) -> _Rows:
     parts.gather("set_initial_mean", mean_fit)
     n_fit_parts, n_cal_parts = [s["nf"] for s in summ], [s["nc"] for s in summ]
     return _Rows(n, nf, n_cal, n_fit_parts, n_cal_parts, early, scale, mean_fit, sc["base_clipped"])
+
+
+def _refuse_a_classifier_label(est, summ, label_name) -> None:
+    """The Dask engine fits regressions only: a classifier asked for, or a label of two values under
+    ``task="auto"`` (which the default engine fits as a classifier: the two engines would hand back models of
+    different kinds for one table), is refused with what to do instead."""
+    if est.task == "binary":
+        raise DataError("classifier fits run in memory only (engine 'numpy'); the Dask engine fits regressions")
+    values = {v for s in summ if s["n"] for v in (s["ymin"], s["ymax"])}
+    if est.task == "auto" and len(values) == 2 and all(s["two_valued"] for s in summ):
+        lo, hi = sorted(values)
+        raise DataError(
+            f"label '{label_name}' has two values ({lo:g} and {hi:g}): in memory it is fitted as a classifier, "
+            "and the Dask engine fits regressions only; fit it in memory (drop --engine dask), or set "
+            "task='regression' (--task regression) to fit it as a number on Dask"
+        )
 
 
 def _group_linear_map(est, parts, gset, bcol, rows: _Rows):

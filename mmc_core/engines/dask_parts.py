@@ -90,6 +90,8 @@ class _Part:
             "nc": int(self.cal_idx.size),
             "ymin": float(y.min()) if y.size else math.inf,
             "ymax": float(y.max()) if y.size else -math.inf,
+            # only its smallest and largest value: with the other partitions', a label of two values
+            "two_valued": bool(np.all((y == y.min()) | (y == y.max()))) if y.size else True,
         }
 
     def set_scale(self, scale, label_name, bname):
