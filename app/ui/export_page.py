@@ -19,9 +19,10 @@ AUTO_BASE_ROWS = 20_000  # rebuild an in-app base model for the export without a
 def test_inputs(run, frame):
     """(table, label, base) of the run's test rows: what every report of the run is computed on."""
     from app.services.pipeline import audit_labels
+    from app.services.run_tables import with_variance
 
     rows = run.split["test"]
-    table = frame.iloc[rows].reset_index(drop=True)
+    table = with_variance(frame.iloc[rows].reset_index(drop=True), run, rows)
     base = None if run.base is None else run.base[rows]
     return table, audit_labels(run, rows), base
 
@@ -248,11 +249,11 @@ def has_app_base_model(run) -> bool:
 
 def model_zip(run, frame) -> bytes:
     """model.zip: model.json and base_model.skops (the in-app base model, see
-    :func:`app.services.base_model.export_base_model`), the two files ``mmc predict --base-model`` needs."""
+    :func:`app.services.base_model_export.export_base_model`), the two files ``mmc predict --base-model`` needs."""
     import io
     import zipfile
 
-    from app.services.base_model import BASE_MODEL_FILE, export_base_model
+    from app.services.base_model_export import BASE_MODEL_FILE, export_base_model
 
     skops_bytes = export_base_model(run, frame)
     buf = io.BytesIO()
