@@ -224,3 +224,44 @@ def load_base_model_bytes_variance(data: bytes):
     from app.services.base_model_export import load_base_model_bytes
 
     return load_base_model_bytes(data).variance
+
+
+def test_the_data_page_switch_reaches_the_run(monkeypatch):
+    from tests.apptest_helpers import new_session, switch, wait_job
+
+    monkeypatch.setenv("MMC_WORKER", "thread")
+    at = new_session()
+    at.selectbox(key="demo_name").select("islp_wage").run()
+    box = at.checkbox(key="base_variance")
+    assert box.value is True and box.label.startswith("Learn the spread from the features too")
+    box.uncheck().run()
+    switch(at, "run")
+    at.button(key="run_btn").click().run()
+    wait_job(at)
+    run = at.session_state["run"]
+    assert run.base_spec.kind == "model" and run.base_spec.variance is False
+    assert run.base_variance is None and run.model.init_variance is None
+
+
+def test_what_the_pages_derive_from_the_run_reads_its_base_variance():
+    """The Compare page, Discover on the last run's model, the export table and the report's test rows all give
+    the model its base variance column, which the user's table does not have."""
+    from app.services.compare_service import compare_runs
+    from app.services.discovery import DiscoverSpec, run_discovery
+    from app.services.run_tables import predictions_table, row_details
+    from app.ui.export_page import test_inputs
+
+    df, _ = _world(7, n=4_000)
+    on, off = _run(df), _run(df, variance=False)
+    assert on.model.init_variance and not off.model.init_variance
+    res = compare_runs(df, off, on)
+    assert res is not None
+    found = run_discovery(
+        df, LabelSpec("y"), on.base_spec, SplitSpec(0.3, 0.3, 0), DiscoverSpec(features=("x",), target="model"), on
+    )
+    assert found is not None
+    table = predictions_table(df, on, methods=["calibrated"])
+    assert "base_model_variance" not in table.columns and table["mmc_sd"].notna().all()
+    assert row_details(df, on, int(on.split["test"][0]))["pred"]["moment_2"] > 0
+    rows, _, _ = test_inputs(on, df)
+    assert "base_model_variance" in rows.columns

@@ -226,6 +226,23 @@ def _base(df, label, label_spec: LabelSpec, base_spec: BaseSpec, split: dict, sp
     return base_prediction(df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop, progress=progress)
 
 
+def _bases(df, label, label_spec, base_spec, split, split_spec, data_key, n_moments, stop, say, timings) -> tuple:
+    """(base prediction or None, the note, base variance or None, its sentence or ""): the base model and, when
+    the run fits one, its base variance (:func:`app.services.base_variance.run_base_variance`), each timed in
+    ``timings``; the note says both."""
+    t1 = time.perf_counter()
+    base, base_note = _base(df, label, label_spec, base_spec, split, split_spec, data_key, stop, say)
+    timings["base_model"] = time.perf_counter() - t1
+    t1 = time.perf_counter()
+    bvar, bvar_note = run_base_variance(
+        df, label, label_spec, base_spec, split, split_spec, data_key, n_moments, stop, say
+    )
+    if bvar_note:
+        timings["base_variance"] = time.perf_counter() - t1
+        base_note = f"{base_note}; base variance: {bvar_note}"
+    return base, base_note, bvar, bvar_note
+
+
 def _fit(est, df, label, label_spec, base_spec, groups, base, fit_rows, settings, rows_text, callback, stop, say):
     """Fit ``est`` on the fitting rows, with discovery when the settings ask for it; the groups of the fitted
     model (discovery adds some). ``base`` is (base prediction or None, (column, base variance) or None)."""
@@ -272,9 +289,9 @@ def _fit(est, df, label, label_spec, base_spec, groups, base, fit_rows, settings
     return groups
 
 
-def _record_run_facts(model, label, base_note: str, groups, groups_json) -> None:
+def _record_run_facts(model, label, base_note: str, groups, groups_json, bvar_note: str = "") -> None:
     """What the model records of the run: a classifier's classes, where the label range came from, the base
-    prediction's note and the discovered groups."""
+    prediction's note (and the base variance's sentence) and the discovered groups."""
     if label.task == "binary":
         model.binary = {
             "classes": [_json_scalar(c) for c in label.classes],
@@ -288,6 +305,8 @@ def _record_run_facts(model, label, base_note: str, groups, groups_json) -> None
     model.info["label_source"] = label.source
     model.info["label_note"] = label.note
     model.info["base_note"] = base_note
+    if bvar_note:  # the Run page's and the report's "Base variance" (app.services.specs.base_variance_text)
+        model.info["base_variance_note"] = bvar_note
     # groups found by Discover (they carry "kind", as `mmc discover` writes them): recorded in the model, so the
     # Results page and the PDF report can mark them
     model.info["discovered_groups"] = [
@@ -338,16 +357,9 @@ def run_pipeline(
     label, groups, split = _prepare(df, label_spec, base_spec, split_spec, groups_json, settings)
     timings["prepare"] = time.perf_counter() - t0
 
-    t1 = time.perf_counter()
-    base, base_note = _base(df, label, label_spec, base_spec, split, split_spec, data_key, stop, say)
-    timings["base_model"] = time.perf_counter() - t1
-    t1 = time.perf_counter()
-    bvar, bvar_note = run_base_variance(
-        df, label, label_spec, base_spec, split, split_spec, data_key, settings.n_moments, stop, say
+    base, base_note, bvar, bvar_note = _bases(
+        df, label, label_spec, base_spec, split, split_spec, data_key, settings.n_moments, stop, say, timings
     )
-    if bvar_note:
-        timings["base_variance"] = time.perf_counter() - t1
-        base_note = f"{base_note}; base variance: {bvar_note}"
     variance = None if bvar is None else (variance_column_name(df.columns), bvar)
 
     fit_rows = split["fit"]
@@ -363,26 +375,11 @@ def run_pipeline(
     est = make_estimator(settings, label, split_spec.seed, None if variance is None else variance[0])
     if on_thresholds is not None:
         on_thresholds(planned_thresholds(est, df, label, base, groups, fit_rows, variance))
-    groups = _fit(
-        est,
-        df,
-        label,
-        label_spec,
-        base_spec,
-        groups,
-        (base, variance),
-        fit_rows,
-        settings,
-        rows_text,
-        callback,
-        stop,
-        say,
-    )
+    fit_args = (label, label_spec, base_spec, groups, (base, variance), fit_rows, settings, rows_text)
+    groups = _fit(est, df, *fit_args, callback, stop, say)
     timings["fit"] = time.perf_counter() - t2
     model = est.model_
-    _record_run_facts(model, label, base_note, groups, groups_json)
-    if bvar_note:  # the Run page's and the report's "Base variance" (app.services.specs.base_variance_text)
-        model.info["base_variance_note"] = bvar_note
+    _record_run_facts(model, label, base_note, groups, groups_json, bvar_note)
     split = dict(split)
     split["calibration"] = fit_rows[np.asarray(est.calibration_index_, dtype=np.int64)]
     split["fit"] = fit_rows[np.asarray(est.fit_index_, dtype=np.int64)]
