@@ -300,7 +300,9 @@ def model_zip_section(run, frame, thr):
     feats = [f for f in run.base_spec.features if f != run.label_spec.column]
     st.caption(
         "This model starts from the base model fitted in the app, so it comes as one zip of two files: "
-        "`model.json` and `base_model.skops` (the scikit-learn base model in the skops format, not pickle). "
+        "`model.json` and `base_model.skops` (the scikit-learn base model"
+        + (", with the base variance model the variance starts from," if run.base_variance is not None else "")
+        + " in the skops format, not pickle). "
         "Unzip it and apply both to new rows with `mmc predict --model model.json --base-model base_model.skops "
         "--data new.csv --out predictions.csv`"
         + (f" (`--threshold {thr:g}` adds the `decision` column of predictions.csv)" if thr is not None else "")
