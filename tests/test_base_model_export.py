@@ -71,6 +71,21 @@ def _one_line_error(code: int, err: str) -> str:
     return lines[0]
 
 
+def _with_dashboard_variance(table: pd.DataFrame, run, X: pd.DataFrame, feats) -> pd.DataFrame:
+    """``table`` with the base variance column the run's model reads, from the base variance model the dashboard
+    fitted with its base model (app.services.base_variance; checked to give the run's own base variance on
+    ``X``, the run's feature rows); ``table`` itself when the model reads none."""
+    from app.services import base_model as bm
+    from app.services.base_variance import predict_variance
+
+    if not run.model.init_variance:
+        return table
+    var = [m for key, (_, m) in bm._BASE_CACHE.items() if len(key) == 6 and m is not None][-1]
+    np.testing.assert_array_equal(predict_variance(var["model"], X, var["floor"]), run.base_variance)
+    v_new = predict_variance(var["model"], bm._feature_frame(table, feats), var["floor"])
+    return table.assign(**{run.model.init_variance["column"]: v_new})
+
+
 # ---------------------------------------------------------------------------------------------------
 def test_round_trip_new_rows_equal_the_dashboards_predictions(tmp_path, monkeypatch, capsys):
     """The issue's judgement: in-app base model -> export -> `mmc predict` on new rows equals the dashboard's
@@ -90,8 +105,11 @@ def test_round_trip_new_rows_equal_the_dashboards_predictions(tmp_path, monkeypa
     lo, hi = run.label.lo, run.label.hi
     fitted = [
         m
-        for _, (pred, m) in list(bm._BASE_CACHE.items())
-        if m is not None and pred.shape == run.base.shape and np.array_equal(pred, np.asarray(m.predict(X)))
+        for key, (pred, m) in list(bm._BASE_CACHE.items())
+        if len(key) == 5  # a base model's entry; its base variance's key has the switch on the end
+        and m is not None
+        and pred.shape == run.base.shape
+        and np.array_equal(pred, np.asarray(m.predict(X)))
     ]
     assert fitted, "the dashboard's base model is not in its cache"
     dash_model = fitted[-1]
@@ -112,6 +130,7 @@ def test_round_trip_new_rows_equal_the_dashboards_predictions(tmp_path, monkeypa
     # the dashboard's predictions of the same rows: its base model, then its multicalibrated model
     table = read_table(new_csv, run.model.groups.text_columns())
     base_new = np.clip(dash_model.predict(bm._feature_frame(table, feats)), lo, hi)
+    table = _with_dashboard_variance(table, run, X, feats)  # the base variance's column, when the model reads it
     want = run.model.predict(table, base_new)
     assert len(got) == len(new)
     for k, v in want.items():
@@ -190,7 +209,8 @@ def test_foreign_and_tampered_base_model_files_are_refused(tmp_path, capsys):
     them is built."""
     from sklearn.neighbors import KNeighborsRegressor
 
-    from app.services.base_model import base_model_record, dump_base_model, fit_base_model, load_base_model_bytes
+    from app.services.base_model import fit_base_model
+    from app.services.base_model_export import base_model_record, dump_base_model, load_base_model_bytes
     from mmc_core import FittedModel
     from mmc_core.common.errors import DataError
 

@@ -112,14 +112,20 @@ def test_a_base_model_fitted_in_a_worker_process_is_reused_by_the_next_run(monke
     first = FitJob(*args, FitSettings(n_boot=0, max_rounds=2), data_key="t", worker="process").start()
     assert first.wait(300) and first.status == "done", first.error
     entries = bm.cache_entries("t")
-    assert len(entries) == 1  # the worker's fit, now in this process's cache
+    # the worker's fits, now in this process's cache: the base model and its base variance (its key has the
+    # switch on the end, app.services.base_variance)
+    assert len(entries) == 2 and entries[1][0] == (*entries[0][0], ("variance", True))
     key, pred = entries[0]
     assert np.array_equal(np.clip(pred, first.result.label.lo, first.result.label.hi), first.result.base)
+    assert np.array_equal(entries[1][1], first.result.base_variance)
     planted = np.full_like(pred, float(np.median(pred)))
     bm.cache_put(key, planted)
+    planted_v = np.full_like(pred, 2.0)
+    bm.cache_put(entries[1][0], planted_v)
     second = FitJob(*args, FitSettings(n_boot=0, max_rounds=3), data_key="t", worker="process").start()
     assert second.wait(300) and second.status == "done", second.error
     assert np.array_equal(second.result.base, planted)  # no second fit
+    assert np.array_equal(second.result.base_variance, planted_v)  # of either model
     assert bm.cache_entries("other table") == []
 
 

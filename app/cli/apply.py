@@ -71,9 +71,20 @@ def load_for_apply(args, need_label: bool):
     base_model = _base_model_file(args, model)
     text = set(model.groups.text_columns()) | set(base_model.text_features if base_model else ())
     df = read_table(args.data, sorted(text))
+    if base_model is not None:  # the base variance column of an in-app base variance model, from the file
+        have = set(df.columns)
+        df = base_model.add_variance(df, model)
+        df.attrs["mmc_added_columns"] = [c for c in df.columns if c not in have]
     missing = sorted(c for c in model.input_columns() if c not in df.columns)
     if missing:
-        raise CLIError(f"the data lacks column(s) the model needs: {', '.join(missing)}")
+        iv = model.init_variance or {}
+        also = (
+            " (the base variance of the dashboard's base model: pass --base-model FILE, the base model exported "
+            "with it)"
+            if iv.get("column") in missing and model.init_mean.get("column") == "base_model"
+            else ""
+        )
+        raise CLIError(f"the data lacks column(s) the model needs: {', '.join(missing)}{also}")
     for note in unlisted_notes(model.groups, df):
         print(f"note: {note}", file=sys.stderr)
     base = None
@@ -113,7 +124,7 @@ def load_for_apply(args, need_label: bool):
 
 
 def _base_model_file(args, model):
-    """The base model of --base-model (app.services.base_model.LoadedBaseModel), or None. Refused with one line: together
+    """The base model of --base-model (app.services.base_model_export.LoadedBaseModel), or None. Refused with one line: together
     with --pred, on a model fitted without a base prediction, on a file that is not an mmc base model or holds a
     type outside the trusted list (nothing in it runs)."""
     path = getattr(args, "base_model", None)
@@ -123,7 +134,7 @@ def _base_model_file(args, model):
         raise CLIError("pass either --pred COL or --base-model FILE, not both")
     if not model.uses_base:
         raise CLIError("--base-model: this model was fitted without a base prediction; leave --base-model out")
-    from ..services.base_model import load_base_model
+    from ..services.base_model_export import load_base_model
 
     return load_base_model(path)
 
@@ -170,7 +181,7 @@ def cmd_predict(args) -> int:
     refuse_overwrite(df.columns, prediction_columns(model, args.threshold is not None, bool(args.interval)))
     preds = model.predict(df, base)
     _note_base_range(model, base)
-    out = df.copy()
+    out = df.drop(columns=df.attrs.get("mmc_added_columns", []))  # the base variance is the model's input only
     for k, v in preds.items():
         out[k] = v
     if args.threshold is not None:

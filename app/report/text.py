@@ -6,12 +6,12 @@ out and the tests read them without building a PDF.
 from __future__ import annotations
 
 from mmc_core.estimator import describe as describe_base
-from mmc_core.estimator import describe_base_variance, describe_cells, describe_stages
+from mmc_core.estimator import describe_cells, describe_stages
 from mmc_core.fit import NO_GROUP_MOMENT_Z
 from mmc_core.paper import SHRINK_MIN
 
 from ..figures.figure_style import below_gamma, format_number, interval_text, short_name
-from ..services.specs import descent_thresholds, missed_reason, outside_range_note, threshold_rules
+from ..services.specs import base_variance_text, descent_thresholds, missed_reason, outside_range_note, threshold_rules
 
 __all__ = ["reading_notes", "param_rows", "data_rows", "outside_note", "discovered_groups", "DISCOVERED_NOTE"]
 
@@ -237,7 +237,7 @@ def param_rows(model, audit, delta, gamma, label, units: str = "") -> list:
         ("Converged", f"{conv_txt}; {rounds_txt} round{'s' if rounds != 1 else ''}{secs}"),
         *_update_rows(model, info),
         *([("Base prediction", base_text)] if base_text else []),
-        *([("Base variance", bv_text)] if (bv_text := describe_base_variance(info)) else []),
+        *([("Base variance", bv_text)] if (bv_text := base_variance_text(info)) else []),
         *([("After the descent", cells_text)] if (cells_text := describe_cells(info)) else []),
         *([("What each stage changed", stages_text)] if (stages_text := describe_stages(info.get("stages"))) else []),
         (

@@ -12,7 +12,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base_model import BASE_MODEL_FILE, base_prediction, export_base_model, load_base_model
+    from .base_model import base_prediction
+    from .base_model_export import BASE_MODEL_FILE, export_base_model, load_base_model
     from .compare_service import (
         PERIOD_VALUE_WORDS,
         group_table,
@@ -83,7 +84,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "BASE_MODELS": "specs",
-    "BASE_MODEL_FILE": "base_model",
+    "BASE_MODEL_FILE": "base_model_export",
     "BaseSpec": "specs",
     "DiscoverJob": "discovery",
     "DiscoverSpec": "discovery",
@@ -111,7 +112,7 @@ _EXPORTS = {
     "descent_thresholds": "specs",
     "describe_finding": "discovery",
     "error_metrics": "pipeline",
-    "export_base_model": "base_model",
+    "export_base_model": "base_model_export",
     "feature_flags": "validate",
     "frame_key": "specs",
     "group_table": "compare_service",
@@ -120,7 +121,7 @@ _EXPORTS = {
     "kept_model_text": "specs",
     "label_problem_rows": "validate",
     "label_skewness": "specs",
-    "load_base_model": "base_model",
+    "load_base_model": "base_model_export",
     "looks_like_log": "specs",
     "make_estimator": "pipeline",
     "mean_bucket_rule": "specs",

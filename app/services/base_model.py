@@ -19,14 +19,14 @@ from collections import OrderedDict
 import numpy as np
 import pandas as pd
 
-from app.services.base_model_file import BASE_MODEL_FORMAT, read_base_model_record
 from app.services.specs import BASE_MODELS, BaseSpec, LabelSpec, PreparedLabel, SplitSpec
 from mmc_core.common import DataError, MMCError
 
 BASE_LOCK = threading.Lock()  # guards the process-wide caches (base models, discoveries, the fork server)
 
 
-def _feature_frame(df: pd.DataFrame, features) -> pd.DataFrame:
+def feature_frame(df: pd.DataFrame, features) -> pd.DataFrame:
+    """The feature columns as the base models take them: booleans as numbers, text as objects (None missing)."""
     X = df[list(features)].copy()
     for c in X.columns:
         s = X[c]
@@ -84,6 +84,11 @@ class _Probability:
 
     def predict(self, X):
         return self.model.predict_proba(X)[:, 1]
+
+
+def unwrap(model) -> tuple:
+    """(the scikit-learn model a fitted base model holds, whether it is a classifier giving probabilities)."""
+    return (model.model, True) if isinstance(model, _Probability) else (model, False)
 
 
 def fit_base_model(
@@ -151,6 +156,11 @@ def fit_base_model(
     else:
         raise MMCError(f"unknown base model {kind!r}; choose one of {', '.join(BASE_MODELS)}")
     return _Probability(model) if binary else model
+
+
+def tree_preprocessor(cat: list, num: list):
+    """The gradient-boosting models' encoding (see :func:`_preprocessor`): the base variance model uses it too."""
+    return _preprocessor(cat, num, linear=False)
 
 
 def _preprocessor(cat: list, num: list, linear: bool):
@@ -223,7 +233,7 @@ def _early_stopped(est) -> bool:
     return not any(s > scores[-ref] + est.tol for s in scores[-ref + 1 :])
 
 
-def _fit_digest(df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, feats: list) -> str:
+def fit_digest(df: pd.DataFrame, y: np.ndarray, rows: np.ndarray, feats: list) -> str:
     """What a base model is trained on (its rows, their labels and features), hashed: part of the cache key."""
     h = hashlib.sha1(np.ascontiguousarray(rows).tobytes(), usedforsecurity=False)
     h.update(np.ascontiguousarray(y[rows], dtype=float).tobytes())
@@ -249,11 +259,10 @@ def cached_base_model(
     ``key`` (data hash, label, split, spec, row digest) so re-running the multicalibration with new parameters does
     not refit it. ``seconds`` ({"fit", "predict"}) is None when the cache answered (and the model is None when a
     worker process fitted it: only the predictions come back)."""
-    with BASE_LOCK:
-        if key in _BASE_CACHE:
-            _BASE_CACHE.move_to_end(key)
-            return (*_BASE_CACHE[key], None)
-    X = _feature_frame(df, spec.features)
+    hit = cache_lookup(key)
+    if hit is not None:
+        return (*hit, None)
+    X = feature_frame(df, spec.features)
     try:
         t0 = time.perf_counter()
         model = fit_base_model(X.iloc[rows], y[rows], spec.model, seed, stop=stop, progress=progress, binary=binary)
@@ -272,14 +281,34 @@ def cached_base_model(
     return pred, model, seconds
 
 
-def cache_put(key: tuple, pred: np.ndarray, model=None):
-    """Keep a base model's predictions (the four most recent). A worker process's fit is put here by the server
+CACHE_SIZE = 8  # four runs' base models, each with its base variance (app.services.base_variance)
+
+
+def cache_lookup(key: tuple, touch: bool = True) -> tuple | None:
+    """The cached (predictions, model) of ``key``, or None; ``touch`` makes it the most recent."""
+    with BASE_LOCK:
+        if key not in _BASE_CACHE:
+            return None
+        if touch:
+            _BASE_CACHE.move_to_end(key)
+        return _BASE_CACHE[key]
+
+
+def cache_put(key: tuple, pred, model=None):
+    """Keep a base model's predictions (the CACHE_SIZE most recent entries; a base variance's entry holds its
+    predictions or the one-line reason it could not be fitted). A worker process's fit is put here by the server
     (with no model: only the predictions are used again), so the next run does not fit it again."""
     with BASE_LOCK:
         _BASE_CACHE[key] = (pred, model)
         _BASE_CACHE.move_to_end(key)
-        while len(_BASE_CACHE) > 4:
+        while len(_BASE_CACHE) > CACHE_SIZE:
             _BASE_CACHE.popitem(last=False)
+
+
+def cache_items() -> list:
+    """Every cached (key, (predictions, model)), oldest first: what the export looks for a fitted model in."""
+    with BASE_LOCK:
+        return list(_BASE_CACHE.items())
 
 
 def cache_entries(data_key: str | None = None) -> list:
@@ -287,6 +316,17 @@ def cache_entries(data_key: str | None = None) -> list:
     process starts with (it is forked from the fork server, which has none of the server's cache)."""
     with BASE_LOCK:
         return [(k, v[0]) for k, v in _BASE_CACHE.items() if data_key is None or k[0] == data_key]
+
+
+def model_key(df, label, label_spec: LabelSpec, spec: BaseSpec, split: dict, split_spec: SplitSpec, data_key: str):
+    """The cache key of an in-app base model: (data_key, label spec, base spec, split spec, digest). The base spec
+    keeps the model and its features only (the label is never one of them; the base variance switch is not part
+    of the mean model, so turning it on or off does not refit it), and the digest holds what the model is trained
+    on -- its rows, their labels and features -- so an edited table under the same name (or no data_key at all)
+    never gets another table's model."""
+    feats = [f for f in spec.features if f != label_spec.column]
+    spec = BaseSpec("model", None, spec.model, tuple(feats))
+    return (data_key, label_spec, spec, split_spec, fit_digest(df, label.y, split["base"], feats))
 
 
 def base_prediction(
@@ -330,10 +370,8 @@ def base_prediction(
             raise DataError(problem)
         if split["base"].size == 0:
             raise DataError("no rows to train the base model on (the split gives it none)")
-        spec = BaseSpec("model", None, spec.model, tuple(feats))
-        # the key holds what the model is trained on -- its rows, their labels and features -- so an edited
-        # table under the same name (or no data_key at all) never gets another table's model
-        key = (data_key, label_spec, spec, split_spec, _fit_digest(df, label.y, split["base"], feats))
+        key = model_key(df, label, label_spec, spec, split, split_spec, data_key)
+        spec = key[2]
         b, _, seconds = cached_base_model(
             key,
             df,
@@ -366,173 +404,4 @@ def base_prediction(
     return np.clip(b, label.lo, label.hi), note
 
 
-# ---------------------------------------------------------------------------------------------------
-# the exported base model: a skops file (scikit-learn's own safe format, no pickle), read with a closed list
-# of trusted types (app.services.base_model_file), that `mmc predict --base-model` applies to new rows
-# ---------------------------------------------------------------------------------------------------
-BASE_MODEL_FILE = "base_model.skops"
-# the fitted model's predictions may differ from the run's stored ones by rounding only (relative to the span)
-REPRODUCE_TOLERANCE = 1e-9
-
-
-class LoadedBaseModel:
-    """A base model read from a skops file: ``predict(df)`` gives the base prediction of every row of ``df``
-    (fitted-label units: log units for a log label; a classifier's probability of the positive class), from the
-    feature columns ``features`` the file records."""
-
-    def __init__(self, record: dict, source: str = "the base model"):
-        self.record = record
-        self.source = source
-        self.features = [str(f) for f in record["features"]]
-        self.text_features = [str(f) for f in record.get("text_features", [])]
-        self.output = record["output"]
-        self.model = record["model"]
-
-    def missing(self, columns) -> list:
-        have = {str(c) for c in columns}
-        return [f for f in self.features if f not in have]
-
-    def predict(self, df: pd.DataFrame) -> np.ndarray:
-        missing = self.missing(df.columns)
-        if missing:
-            raise DataError(
-                f"the data lacks feature column(s) the base model needs: {', '.join(missing)} "
-                f"(it was fitted on {', '.join(self.features)})"
-            )
-        X = df[self.features].copy()
-        for c in self.features:
-            s = X[c]
-            if c in self.text_features:
-                X[c] = s.astype("string").astype(object).where(s.notna(), None)
-            elif pd.api.types.is_bool_dtype(s):
-                X[c] = s.astype(float)
-            elif not pd.api.types.is_numeric_dtype(s):
-                raise DataError(
-                    f"feature column '{c}' must hold numbers, as it did when the base model was fitted "
-                    f"(found text such as {str(s.dropna().iloc[0])[:40]!r})"
-                )
-        if len(X) == 0:
-            return np.zeros(0)
-        with limit_threads():
-            if self.output == "probability":
-                return np.asarray(self.model.predict_proba(X)[:, 1], dtype=float)
-            return np.asarray(self.model.predict(X), dtype=float)
-
-
-def base_model_record(model, X: pd.DataFrame, *, kind: str, label_name: str, log: bool, label_range, seed: int) -> dict:
-    """What the exported file holds: the scikit-learn pipeline and the facts needed to apply it to new rows."""
-    import sklearn
-
-    binary = isinstance(model, _Probability)
-    return {
-        "format": BASE_MODEL_FORMAT,
-        "version": 1,
-        "features": [str(c) for c in X.columns],
-        "text_features": [str(c) for c in X.columns if not pd.api.types.is_numeric_dtype(X[c])],
-        "output": "probability" if binary else "value",
-        "kind": kind,
-        "label": str(label_name),
-        "log": bool(log),
-        "label_range": [float(label_range[0]), float(label_range[1])],
-        "seed": int(seed),
-        "sklearn_version": str(sklearn.__version__),
-        "model": model.model if binary else model,
-    }
-
-
-def dump_base_model(record: dict) -> bytes:
-    """The skops file of ``record`` (see :func:`base_model_record`)."""
-    import skops.io
-
-    return skops.io.dumps(record)
-
-
-def load_base_model_bytes(data: bytes, source: str = "the base-model file") -> LoadedBaseModel:
-    """A :class:`LoadedBaseModel` from the bytes of a skops file; :class:`DataError` (one line) for anything
-    else: not a skops file, a type outside the trusted types (refused before skops builds anything, so
-    nothing in the file runs), or a skops file that is not an mmc base model (:mod:`app.services.base_model_file`)."""
-    return LoadedBaseModel(read_base_model_record(data, source), source)
-
-
-def load_base_model(path) -> LoadedBaseModel:
-    """:func:`load_base_model_bytes` of the file at ``path`` (DataError if it cannot be read)."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise DataError(f"{path} is a folder, not a base-model file")
-    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would wait for a writer forever
-        raise DataError(f"{path} is not a regular file (a device, FIFO or socket); give a base-model file")
-    if not os.path.isfile(path):
-        raise DataError(f"base-model file not found: {path}")
-    with open(path, "rb") as f:
-        return load_base_model_bytes(f.read(), path)
-
-
-def export_base_model(run, df: pd.DataFrame) -> bytes:
-    """The skops file of ``run``'s in-app base model, which reproduces ``run.base`` on the rows of ``df`` (the
-    table the run was fitted on).
-
-    The model the run used is taken from the cache when this process fitted it; a model fitted in a worker
-    process (the dashboard's default) came back as its predictions only, so it is fitted again on the same
-    rows, labels, features and seed (one OpenMP thread: the same model). Either way its predictions on every
-    row are compared with the run's: a model that does not reproduce them is never exported (DataError)."""
-    spec = run.base_spec
-    if spec.kind != "model" or run.base is None:
-        raise DataError("this run has no base model fitted in the app")
-    feats = [f for f in spec.features if f != run.label_spec.column]
-    missing = [f for f in feats if f not in df.columns]
-    if missing:
-        raise DataError(f"feature column(s) not in the data: {', '.join(missing)}")
-    rows = np.asarray(run.split["base"])
-    y = run.label.y
-    binary = run.label.task == "binary"
-    X = _feature_frame(df, feats)
-    want = np.asarray(run.base, dtype=float)
-    lo, hi = float(run.label.lo), float(run.label.hi)
-    tol = REPRODUCE_TOLERANCE * max(1.0, hi - lo)
-    digest = _fit_digest(df, y, rows, feats)
-    spec_key = BaseSpec("model", None, spec.model, tuple(feats))
-
-    def cached():
-        with BASE_LOCK:
-            entries = list(_BASE_CACHE.items())
-        for key, (_, model) in reversed(entries):
-            if (
-                model is not None
-                and key[1:3] == (run.label_spec, spec_key)
-                and key[4] == digest
-                and getattr(key[3], "seed", None) == run.split_seed
-            ):
-                yield model
-
-    def refits():
-        for one_call in (True, False) if spec.model == "hgb" else (True,):
-            try:
-                yield fit_base_model(
-                    X.iloc[rows], y[rows], spec.model, run.split_seed, binary=binary, one_call=one_call
-                )
-            except ValueError as e:
-                raise DataError(f"the base model could not be fitted again: {str(e).splitlines()[0]}") from None
-
-    worst = None
-    import itertools
-
-    for model in itertools.chain(cached(), refits()):  # lazily: a refit only when no cached model fits
-        with limit_threads():
-            pred = np.clip(np.asarray(model.predict(X), dtype=float), lo, hi)
-        gap = float(np.max(np.abs(pred - want))) if want.size else 0.0
-        if gap <= tol:
-            record = base_model_record(
-                model,
-                X,
-                kind=spec.model,
-                label_name=run.label.name,
-                log=bool(run.label_spec.log),
-                label_range=(lo, hi),
-                seed=run.split_seed,
-            )
-            return dump_base_model(record)
-        worst = gap if worst is None else min(worst, gap)
-    raise DataError(
-        f"the base model could not be rebuilt exactly (its predictions differ from this run's by up to {worst:.3g}): "
-        "run the audit again, then export"
-    )
+_feature_frame = feature_frame  # the older name, kept for the tests that read it

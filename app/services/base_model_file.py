@@ -1,7 +1,7 @@
 """The exported base model's file format, read without trusting it: a skops file (scikit-learn's own safe format,
 no pickle) whose schema may name only the types an mmc base model holds (:data:`TRUSTED_TYPES`), checked before
-skops builds anything and again by skops itself. :mod:`app.services.base_model` writes these files and wraps a record read
-here as a :class:`app.services.base_model.LoadedBaseModel`.
+skops builds anything and again by skops itself. :mod:`app.services.base_model_export` writes these files and wraps a record read
+here as a :class:`app.services.base_model_export.LoadedBaseModel`.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from mmc_core.common import DataError
 
 BASE_MODEL_FORMAT = "mmc-base-model"
-# Every type an exported base model may hold (the pipelines of fit_base_model, scikit-learn 1.4 and later, and
-# the plain values of the file's record). load_base_model refuses a file naming any other type before skops
+# Every type an exported base model may hold (the pipelines of fit_base_model and of the base variance's Poisson
+# model, scikit-learn 1.4 and later, and the plain values of the file's record). load_base_model refuses a file naming any other type before skops
 # builds anything, and passes this list (never trusted=True) to skops, which refuses anything else again.
 TRUSTED_TYPES = tuple(
     sorted(
@@ -39,11 +39,14 @@ TRUSTED_TYPES = tuple(
             "numpy.random._pcg64.PCG64",
             "numpy.random._mt19937.MT19937",
             "sklearn._loss._loss.CyHalfBinomialLoss",
+            "sklearn._loss._loss.CyHalfPoissonLoss",  # the base variance model (app.services.base_variance)
             "sklearn._loss._loss.CyHalfSquaredError",
             "sklearn._loss.link.IdentityLink",
             "sklearn._loss.link.Interval",
+            "sklearn._loss.link.LogLink",
             "sklearn._loss.link.LogitLink",
             "sklearn._loss.loss.HalfBinomialLoss",
+            "sklearn._loss.loss.HalfPoissonLoss",
             "sklearn._loss.loss.HalfSquaredError",
             "sklearn.compose._column_transformer.ColumnTransformer",
             "sklearn.ensemble._hist_gradient_boosting.binning._BinMapper",
@@ -77,7 +80,7 @@ def _schema_types(node, out: set) -> set:
 
 
 def read_base_model_record(data: bytes, source: str = "the base-model file") -> dict:
-    """The record of an mmc base-model file (see :func:`app.services.base_model.base_model_record`) from its bytes.
+    """The record of an mmc base-model file (see :func:`app.services.base_model_export.base_model_record`) from its bytes.
 
     Parameters
     ----------
@@ -129,6 +132,14 @@ def read_base_model_record(data: bytes, source: str = "the base-model file") -> 
         and record.get("output") in ("probability", "value")
         and hasattr(record.get("model"), "predict_proba" if record.get("output") == "probability" else "predict")
     )
+    var = record.get("variance") if ok else None
+    if var is not None and not (  # the base variance model of a newer file (record version 2)
+        isinstance(var, dict)
+        and hasattr(var.get("model"), "predict")
+        and isinstance(var.get("floor"), float)
+        and isinstance(var.get("column"), str)
+    ):
+        ok = False
     if not ok:
         raise DataError(not_ours)
     return record

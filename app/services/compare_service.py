@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from app.services.run_tables import with_variance
 from mmc_core import GroupSet
 from mmc_core.comparison import POINTS, ComparisonResult, compare, points_text, side
 
@@ -61,8 +62,9 @@ def _side(run, df, rows, name, delta, model=None, threshold=None):
     ``threshold``, a classifier's)."""
     from mmc_core.intervals import available_methods
 
+    own = model is None or model is run.model
     model = run.model if model is None else model
-    X = df.iloc[rows]
+    X = with_variance(df.iloc[rows], run, rows) if own else df.iloc[rows]
     base = run.base[rows] if (run.base is not None and model.uses_base) else None
     if getattr(model, "task", "regression") == "binary":
         thr = getattr(run.settings, "threshold", 0.5) if threshold is None else threshold

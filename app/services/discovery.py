@@ -20,6 +20,7 @@ import pandas as pd
 
 from app.services.base_model import BASE_LOCK, StoppedByUser, base_prediction, limit_threads
 from app.services.pipeline import split_rows, take_table_rows
+from app.services.run_tables import model_table
 from app.services.specs import DISCOVERED_PREFIX, AuditRun, BaseSpec, LabelSpec, SplitSpec, prepare_label
 from mmc_core.auditing import percent
 from mmc_core.common import DataError, MMCError
@@ -222,7 +223,8 @@ def run_discovery(
     )
     if rows.size < 40:
         raise DataError(f"only {rows.size} row(s) outside the test (and base-model) rows: too few to discover on")
-    X = take_table_rows(df, rows, cols)
+    # the last run's model reads its base variance too, which the table does not have (model_table adds it)
+    X = take_table_rows(df, rows, cols) if model is None or run is None else model_table(df, run, rows, extra=feats)
     say(f"searching {rows.size:,} rows ({target_note})")
     try:
         disc = discover(

@@ -15,6 +15,15 @@ import numpy as np
 import pandas as pd
 
 from app.services.base_model import StoppedByUser, base_prediction
+from app.services.base_variance import run_base_variance, variance_column_name
+from app.services.run_tables import (  # noqa: F401 - take_table_rows and the run tables: their old import path
+    classifier_rates,
+    model_table,
+    output_prefix,
+    predictions_table,
+    row_details,
+    take_table_rows,
+)
 from app.services.specs import (
     GROUP_INFO_KEYS,
     AuditRun,
@@ -69,9 +78,10 @@ ESTIMATOR_SETTINGS = (
 )
 
 
-def make_estimator(settings: FitSettings, label, seed: int):
+def make_estimator(settings: FitSettings, label, seed: int, variance_column: str | None = None):
     """The estimator a run fits with these settings on this prepared label (a classifier audit fits the mean
-    only). The live threshold preview asks this same estimator what it will use (:func:`planned_thresholds`)."""
+    only), its variance starting from the column ``variance_column`` when given (the in-app base variance).
+    The live threshold preview asks this same estimator what it will use (:func:`planned_thresholds`)."""
     from mmc_core import MomentMulticalibrator
 
     binary = label.task == "binary"
@@ -83,16 +93,28 @@ def make_estimator(settings: FitSettings, label, seed: int):
         label_range=(label.lo, label.hi),
         random_state=seed,
         task="binary" if binary else "regression",
+        variance_column=variance_column,
     )
 
 
-def planned_thresholds(est, df: pd.DataFrame, label, base: np.ndarray | None, groups, fit_rows: np.ndarray) -> dict:
+def fit_table(df: pd.DataFrame, rows: np.ndarray, columns, variance=None) -> pd.DataFrame:
+    """:func:`take_table_rows`, plus the base variance column when ``variance`` = (column, every row's base
+    variance) is given: the table the estimator fits on (the user's table does not have that column)."""
+    table = take_table_rows(df, rows, columns)
+    if variance is not None:
+        table[variance[0]] = np.asarray(variance[1], dtype=float)[rows]
+    return table
+
+
+def planned_thresholds(
+    est, df: pd.DataFrame, label, base: np.ndarray | None, groups, fit_rows: np.ndarray, variance=None
+) -> dict:
     """What ``est`` will use on these fitting rows, from the estimator's own resolver
     (:meth:`mmc_core.MomentMulticalibrator.planned_thresholds`: same split, same "auto" / "se" rule), so the
     live chart draws the thresholds the fit will use. Keys: see that method (``z``, ``n_fit``, ``resid_sd``
     feed the Run page's description of the "se" test)."""
     return est.planned_thresholds(
-        take_table_rows(df, fit_rows, sorted(groups.columns())),
+        fit_table(df, fit_rows, sorted(groups.columns()), variance),
         label.y[fit_rows],
         groups,
         base_prediction=None if base is None else base[fit_rows],
@@ -163,10 +185,6 @@ def worse_note(what: str, before_loss, after_loss) -> str | None:
     )
 
 
-def take_table_rows(df: pd.DataFrame, rows: np.ndarray, columns) -> pd.DataFrame:
-    return df.iloc[rows][list(columns)].reset_index(drop=True)
-
-
 # ---------------------------------------------------------------------------------------------------
 # the pipeline
 # ---------------------------------------------------------------------------------------------------
@@ -208,18 +226,36 @@ def _base(df, label, label_spec: LabelSpec, base_spec: BaseSpec, split: dict, sp
     return base_prediction(df, label, label_spec, base_spec, split, split_spec, data_key, stop=stop, progress=progress)
 
 
+def _bases(df, label, label_spec, base_spec, split, split_spec, data_key, n_moments, stop, say, timings) -> tuple:
+    """(base prediction or None, the note, base variance or None, its sentence or ""): the base model and, when
+    the run fits one, its base variance (:func:`app.services.base_variance.run_base_variance`), each timed in
+    ``timings``; the note says both."""
+    t1 = time.perf_counter()
+    base, base_note = _base(df, label, label_spec, base_spec, split, split_spec, data_key, stop, say)
+    timings["base_model"] = time.perf_counter() - t1
+    t1 = time.perf_counter()
+    bvar, bvar_note = run_base_variance(
+        df, label, label_spec, base_spec, split, split_spec, data_key, n_moments, stop, say
+    )
+    if bvar_note:
+        timings["base_variance"] = time.perf_counter() - t1
+        base_note = f"{base_note}; base variance: {bvar_note}"
+    return base, base_note, bvar, bvar_note
+
+
 def _fit(est, df, label, label_spec, base_spec, groups, base, fit_rows, settings, rows_text, callback, stop, say):
     """Fit ``est`` on the fitting rows, with discovery when the settings ask for it; the groups of the fitted
-    model (discovery adds some)."""
+    model (discovery adds some). ``base`` is (base prediction or None, (column, base variance) or None)."""
+    base, variance = base
     group_cols = sorted(groups.columns())
-    X_fit = take_table_rows(df, fit_rows, group_cols)
+    X_fit = fit_table(df, fit_rows, group_cols, variance)
     base_name = base_spec.column if base_spec.kind == "column" else ("base_model" if base is not None else None)
     if settings.discover:
         feats = _discovery_features(df, label_spec, settings)
         from mmc_core.discovery import fit_with_discovery
 
         say(f"multicalibrating on {rows_text} and {len(groups)} groups, discovering groups on {len(feats)} feature(s)")
-        X_fit = take_table_rows(df, fit_rows, sorted(set(group_cols) | set(feats)))
+        X_fit = fit_table(df, fit_rows, sorted(set(group_cols) | set(feats)), variance)
         try:
             fit_with_discovery(
                 est,
@@ -253,9 +289,9 @@ def _fit(est, df, label, label_spec, base_spec, groups, base, fit_rows, settings
     return groups
 
 
-def _record_run_facts(model, label, base_note: str, groups, groups_json) -> None:
+def _record_run_facts(model, label, base_note: str, groups, groups_json, bvar_note: str = "") -> None:
     """What the model records of the run: a classifier's classes, where the label range came from, the base
-    prediction's note and the discovered groups."""
+    prediction's note (and the base variance's sentence) and the discovered groups."""
     if label.task == "binary":
         model.binary = {
             "classes": [_json_scalar(c) for c in label.classes],
@@ -269,6 +305,8 @@ def _record_run_facts(model, label, base_note: str, groups, groups_json) -> None
     model.info["label_source"] = label.source
     model.info["label_note"] = label.note
     model.info["base_note"] = base_note
+    if bvar_note:  # the Run page's and the report's "Base variance" (app.services.specs.base_variance_text)
+        model.info["base_variance_note"] = bvar_note
     # groups found by Discover (they carry "kind", as `mmc discover` writes them): recorded in the model, so the
     # Results page and the PDF report can mark them
     model.info["discovered_groups"] = [
@@ -319,9 +357,10 @@ def run_pipeline(
     label, groups, split = _prepare(df, label_spec, base_spec, split_spec, groups_json, settings)
     timings["prepare"] = time.perf_counter() - t0
 
-    t1 = time.perf_counter()
-    base, base_note = _base(df, label, label_spec, base_spec, split, split_spec, data_key, stop, say)
-    timings["base_model"] = time.perf_counter() - t1
+    base, base_note, bvar, bvar_note = _bases(
+        df, label, label_spec, base_spec, split, split_spec, data_key, settings.n_moments, stop, say, timings
+    )
+    variance = None if bvar is None else (variance_column_name(df.columns), bvar)
 
     fit_rows = split["fit"]
     # the rows as the Run page counts them: the estimator holds a share of its rows out (early stopping,
@@ -333,15 +372,14 @@ def run_pipeline(
     binary = label.task == "binary"
     if binary:  # a classifier audit: the mean (a probability) only; k, delta and gamma are not used
         settings = replace(settings, n_moments=1)
-    est = make_estimator(settings, label, split_spec.seed)
+    est = make_estimator(settings, label, split_spec.seed, None if variance is None else variance[0])
     if on_thresholds is not None:
-        on_thresholds(planned_thresholds(est, df, label, base, groups, fit_rows))
-    groups = _fit(
-        est, df, label, label_spec, base_spec, groups, base, fit_rows, settings, rows_text, callback, stop, say
-    )
+        on_thresholds(planned_thresholds(est, df, label, base, groups, fit_rows, variance))
+    fit_args = (label, label_spec, base_spec, groups, (base, variance), fit_rows, settings, rows_text)
+    groups = _fit(est, df, *fit_args, callback, stop, say)
     timings["fit"] = time.perf_counter() - t2
     model = est.model_
-    _record_run_facts(model, label, base_note, groups, groups_json)
+    _record_run_facts(model, label, base_note, groups, groups_json, bvar_note)
     split = dict(split)
     split["calibration"] = fit_rows[np.asarray(est.calibration_index_, dtype=np.int64)]
     split["fit"] = fit_rows[np.asarray(est.fit_index_, dtype=np.int64)]
@@ -363,6 +401,7 @@ def run_pipeline(
         data_name=data_name,
         thresholds=_thresholds(est, settings, model),
         split_seed=split_spec.seed,
+        base_variance=bvar,
     )
     test = split["test"]
     if base is not None and not binary:  # RMSE / R² are label-unit metrics: not for a 0/1 outcome
@@ -418,8 +457,7 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
     try:
         from mmc_core.auditing import audit as audit_fn
 
-        group_cols = sorted(run.model.input_columns())
-        X_test = take_table_rows(df, test, group_cols)
+        X_test = model_table(df, run, test)
         # a classifier is audited at its decision threshold; a regression's intervals at delta / gamma
         task_args: dict
         if getattr(run.model, "task", "regression") == "binary":
@@ -442,133 +480,3 @@ def audit_run(run: AuditRun, df: pd.DataFrame) -> AuditRun:
         run.audit_error = str(e)
     run.timings["audit"] = time.perf_counter() - t3
     return run
-
-
-def predictions_table(
-    df: pd.DataFrame,
-    run: AuditRun,
-    methods=None,
-    rows: np.ndarray | None = None,
-    file_rows=None,
-    threshold: float | None = None,
-) -> pd.DataFrame:
-    """The original columns plus the row's number in the file, split, base, mean, SD, moments and interval
-    ends (per method), in label units (log units if the label was logged). ``rows`` limits it to some rows (all
-    by default). ``file_rows``: each row's number among the file's data rows (1-based) when ``df`` was made by
-    dropping rows from the file (the Data page's drop buttons), else 1, 2, ...: the column that joins an export
-    of a cleaned table, or of its test rows only, back to the file. ``threshold``: a classifier's decision
-    threshold of the ``decision`` column (1 when the probability ``mean`` >= it): the one chosen on the
-    dashboard, which the PDF's rates use too; by default the one the audit ran at (``run.settings.threshold``)."""
-    from mmc_core.intervals import interval_table
-
-    rows = np.arange(len(df)) if rows is None else np.asarray(rows)
-    model = run.model
-    group_cols = sorted(model.input_columns())
-    table = take_table_rows(df, rows, group_cols)
-    base = None if run.base is None else run.base[rows]
-    preds = model.predict(table, base)
-    out = df.iloc[rows].reset_index(drop=True).copy()
-    split = np.full(len(df), "", dtype=object)
-    for name in ("base", "fit", "calibration", "test"):
-        split[run.split[name]] = name
-    numbers = np.arange(1, len(df) + 1) if file_rows is None else np.asarray(file_rows, dtype=np.int64)
-    if numbers.size != len(df):
-        raise ValueError(f"file_rows has {numbers.size} entries for a table of {len(df)} rows")
-    new = {"file_row": numbers[rows], "split": split[rows]}
-    if base is not None:
-        new["base"] = base
-    new["mean"] = preds["mean"]
-    if getattr(model, "task", "regression") == "binary":  # the probability of the positive class
-        from mmc_core.auditing import check_threshold
-
-        thr = run.settings.threshold if threshold is None else check_threshold(threshold)
-        new["decision"] = (preds["mean"] >= thr).astype(int)
-    if "moment_2" in preds:
-        new["sd"] = np.sqrt(np.maximum(preds["moment_2"], 0.0))
-    for k, v in preds.items():
-        if k != "mean":
-            new[k] = v
-    if methods:
-        ints = interval_table(
-            model, table, base=base, delta=run.settings.delta, gamma=run.settings.gamma, methods=list(methods)
-        )
-        for m, (lo, hi) in ints.items():
-            new[f"lower_{m}"], new[f"upper_{m}"] = lo, hi
-    prefix = output_prefix(out.columns, new)
-    for k, v in new.items():
-        out[prefix + k] = v
-    out.attrs["mmc_prefix"] = prefix
-    return out
-
-
-def output_prefix(columns, names) -> str:
-    """The prefix of the tool's columns in an export: "mmc_", or "mmc_out_" ("mmc_out2_", ...) when the table
-    already has a column of one of those names (a user's own ``mmc_mean`` was silently replaced by the model's:
-    an exploratory browser check); the user's columns are never overwritten."""
-    taken = {str(c) for c in columns}
-    prefix, k = "mmc_", 1
-    while any(prefix + n in taken for n in names):
-        prefix = "mmc_out_" if k == 1 else f"mmc_out{k}_"
-        k += 1
-    return prefix
-
-
-def classifier_rates(df: pd.DataFrame, run: AuditRun, threshold: float):
-    """(rates, disparities) of a binary run's test rows at a new decision ``threshold``, from the stored
-    predictions (no refit; see :func:`mmc_core.auditing.binary.threshold_rates`)."""
-    from mmc_core.auditing import check_threshold, threshold_rates
-
-    threshold = check_threshold(threshold)
-    test = run.split["test"]
-    model = run.model
-    group_cols = sorted(model.input_columns())
-    X_test = take_table_rows(df, test, group_cols)
-    base = None if run.base is None else run.base[test]
-    mu = model.predict(X_test, base if model.uses_base else None)["mean"]  # in [floor, 1 - floor]
-    if base is not None:
-        before = np.clip(base, 0.0, 1.0)
-    else:  # the constant the fit started from, as in the audit
-        from mmc_core.intervals import initial_constant
-
-        before = np.full(test.size, initial_constant(model))
-    return threshold_rates(
-        mu,
-        run.label.y[test],
-        model.groups,
-        X_test,
-        threshold,
-        base=before,
-        n_boot=run.settings.n_boot,
-        seed=run.split_seed,
-    )
-
-
-def row_details(df: pd.DataFrame, run: AuditRun, row: int, intervals: dict | None = None) -> dict:
-    """One row: its values, predictions, intervals per method and the groups it belongs to.
-
-    ``intervals`` ({method: (lower, upper)}) should come from an interval table of many rows (the multi-moment
-    cover is defined over a population); without it they are computed on this row alone."""
-    model = run.model
-    group_cols = sorted(model.input_columns())
-    table = take_table_rows(df, np.array([row]), group_cols)
-    base = None if run.base is None else run.base[[row]]
-    preds = {k: float(v[0]) for k, v in model.predict(table, base).items()}
-    if intervals is None:
-        from mmc_core.intervals import interval_table
-
-        intervals = {
-            m: (float(lo[0]), float(hi[0]))
-            for m, (lo, hi) in interval_table(
-                model, table, base=base, delta=run.settings.delta, gamma=run.settings.gamma
-            ).items()
-        }
-    memb = model.groups.evaluate(table, 1)
-    groups = [model.groups.names[g] for g in range(len(model.groups)) if memb.sizes[g] > 0]
-    return {
-        "values": df.iloc[row].to_dict(),
-        "label": float(run.label.y[row]),
-        "base": None if base is None else float(base[0]),
-        "pred": preds,
-        "intervals": dict(intervals),
-        "groups": groups,
-    }

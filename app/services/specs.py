@@ -70,12 +70,16 @@ class LabelSpec:
 @dataclass(frozen=True)
 class BaseSpec:
     """The initial mean: ``none`` (the label mean), ``column`` (an existing prediction column, label units)
-    or ``model`` (a scikit-learn model, ``model`` in BASE_MODELS, fitted on ``features`` of the base rows)."""
+    or ``model`` (a scikit-learn model, ``model`` in BASE_MODELS, fitted on ``features`` of the base rows);
+    ``variance``: with ``model``, the initial variance from a base variance model too (see the field)."""
 
     kind: str = "none"
     column: str | None = None
     model: str = "hgb"
     features: tuple = ()
+    # an in-app model of a regression label with a fitted variance: also fit a base variance (a model of the base
+    # model's squared residuals on the same rows, app.services.base_variance) that the variance starts from
+    variance: bool = True
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,10 @@ class AuditRun:
     finished_at: float = 0.0
     thresholds: dict = field(default_factory=dict)  # alpha, beta, moment_betas actually used; auto: bool
     split_seed: int = 0
+    # every row's base variance (fitted-label units squared) from the in-app base variance model, or None: the
+    # model reads it from the column its init_variance names, which the user's table does not have
+    # (app.services.run_tables.model_table adds it)
+    base_variance: np.ndarray | None = None
 
     @property
     def alpha(self) -> float:
@@ -512,3 +520,14 @@ def groups_key(groups_json) -> str:
 
 
 DISCOVERED_PREFIX = "found: "  # names of discovered groups start with this (every table and figure shows it)
+
+
+def base_variance_text(info: dict) -> str | None:
+    """Where the variance started, for the Run page's fit notes and the PDF's settings: the estimator's sentence
+    (:func:`mmc_core.estimator.describe_base_variance`) and, for an in-app base variance
+    (:mod:`app.services.base_variance`), what fitted it or why it was not used (``info["base_variance_note"]``).
+    None when the run had neither."""
+    from mmc_core.estimator import describe_base_variance
+
+    parts = [t for t in (info.get("base_variance_note"), describe_base_variance(info)) if t]
+    return "; ".join(parts) or None

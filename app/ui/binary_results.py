@@ -93,12 +93,12 @@ def log_loss_worse_note(run, frame) -> str | None:
     base score, or when the rows or the model cannot give them)."""
     import numpy as np
 
-    from app.services.pipeline import take_table_rows, worse_note
+    from app.services.pipeline import model_table, worse_note
 
     if run.base is None:
         return None
     test = run.split["test"]
-    table = take_table_rows(frame, test, sorted(run.model.input_columns()))
+    table = model_table(frame, run, test)
     base = np.clip(np.asarray(run.base[test], dtype=float), 1e-12, 1 - 1e-12)
     after = np.clip(run.model.predict(table, run.base[test])["mean"], 1e-12, 1 - 1e-12)
     y = np.asarray(run.label.y[test], dtype=float)

@@ -7,6 +7,7 @@ from typing import Any
 import streamlit as st
 
 from app.figures.display import visible_controls
+from app.services.specs import base_variance_text
 from mmc_core.estimator import describe as describe_base
 from mmc_core.estimator import describe_cells, describe_stages, stage_sentences
 
@@ -168,6 +169,8 @@ def fit_notes(model) -> list:
     out = []
     if base_text := describe_base(model.init_mean, info):
         out.append(f"Base prediction: {base_text}.")
+    if bv_text := base_variance_text(info):
+        out.append(f"Base variance: {bv_text}.")
     if cells_text := describe_cells(info):
         out.append(f"After the descent: {cells_text}.")
     if stages_text := describe_stages(info.get("stages")):

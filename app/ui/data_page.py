@@ -485,6 +485,13 @@ def base_section(d):
                 "The model is trained on its own rows only (see the split below), so its predictions on the "
                 "fitting and test rows are honest out-of-sample predictions."
             )
+            st.checkbox(
+                "Learn the spread from the features too (a variance model of the base model's squared residuals)",
+                **state.bind("base_variance"),
+                help="Fitted on the base-model rows only, for a numeric label when the variance is fitted: the "
+                "variance then starts from it, so a spread that follows a feature no group carries is found. "
+                "Off: the variance starts from one constant.",
+            )
         else:
             st.caption("The mean predictor starts at the label mean; multicalibration alone then fits the means.")
 

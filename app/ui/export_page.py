@@ -19,9 +19,10 @@ AUTO_BASE_ROWS = 20_000  # rebuild an in-app base model for the export without a
 def test_inputs(run, frame):
     """(table, label, base) of the run's test rows: what every report of the run is computed on."""
     from app.services.pipeline import audit_labels
+    from app.services.run_tables import with_variance
 
     rows = run.split["test"]
-    table = frame.iloc[rows].reset_index(drop=True)
+    table = with_variance(frame.iloc[rows].reset_index(drop=True), run, rows)
     base = None if run.base is None else run.base[rows]
     return table, audit_labels(run, rows), base
 
@@ -248,11 +249,11 @@ def has_app_base_model(run) -> bool:
 
 def model_zip(run, frame) -> bytes:
     """model.zip: model.json and base_model.skops (the in-app base model, see
-    :func:`app.services.base_model.export_base_model`), the two files ``mmc predict --base-model`` needs."""
+    :func:`app.services.base_model_export.export_base_model`), the two files ``mmc predict --base-model`` needs."""
     import io
     import zipfile
 
-    from app.services.base_model import BASE_MODEL_FILE, export_base_model
+    from app.services.base_model_export import BASE_MODEL_FILE, export_base_model
 
     skops_bytes = export_base_model(run, frame)
     buf = io.BytesIO()
@@ -299,7 +300,9 @@ def model_zip_section(run, frame, thr):
     feats = [f for f in run.base_spec.features if f != run.label_spec.column]
     st.caption(
         "This model starts from the base model fitted in the app, so it comes as one zip of two files: "
-        "`model.json` and `base_model.skops` (the scikit-learn base model in the skops format, not pickle). "
+        "`model.json` and `base_model.skops` (the scikit-learn base model"
+        + (", with the base variance model the variance starts from," if run.base_variance is not None else "")
+        + " in the skops format, not pickle). "
         "Unzip it and apply both to new rows with `mmc predict --model model.json --base-model base_model.skops "
         "--data new.csv --out predictions.csv`"
         + (f" (`--threshold {thr:g}` adds the `decision` column of predictions.csv)" if thr is not None else "")

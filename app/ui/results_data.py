@@ -78,11 +78,11 @@ def intervals_of_test_rows(key: str, _run, _frame) -> dict:
     dict with "mean" (predicted means), "ints" (method -> (lower, upper)), "groups" (each group's test rows) and
     "names" (the groups' names)
     """
+    from app.services.run_tables import model_table
     from mmc_core.intervals import interval_table
 
     rows = _run.split["test"]
-    cols = sorted(_run.model.input_columns())
-    table = _frame.iloc[rows][cols].reset_index(drop=True)
+    table = model_table(_frame, _run, rows)
     base = None if _run.base is None else _run.base[rows]
     preds = _run.model.predict(table, base)
     ints = interval_table(_run.model, table, base=base, delta=_run.settings.delta, gamma=_run.settings.gamma)

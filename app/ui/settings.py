@@ -41,6 +41,8 @@ class Settings:
     base_col: str | None = None
     base_model: str = "hgb"
     base_features: list = field(default_factory=list)
+    # also a base variance model of the base model's squared residuals (app.services.base_variance)
+    base_variance: bool = True
     # split
     split_test: int = 30
     split_base: int = 30

@@ -437,7 +437,7 @@ def base_spec() -> BaseSpec:
     if s.base_kind == "column":
         return BaseSpec("column", s.base_col)
     if s.base_kind == "model":
-        return BaseSpec("model", None, s.base_model, tuple(s.base_features or ()))
+        return BaseSpec("model", None, s.base_model, tuple(s.base_features or ()), variance=bool(s.base_variance))
     return BaseSpec("none")
 
 
