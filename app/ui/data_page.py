@@ -486,11 +486,12 @@ def base_section(d):
                 "fitting and test rows are honest out-of-sample predictions."
             )
             st.checkbox(
-                "Learn the spread from the features too (a variance model of the base model's squared residuals)",
+                "Learn the spread from the features too",
                 **state.bind("base_variance"),
-                help="Fitted on the base-model rows only, for a numeric label when the variance is fitted: the "
-                "variance then starts from it, so a spread that follows a feature no group carries is found. "
-                "Off: the variance starts from one constant.",
+                help="A variance model of the base model's squared residuals (a Poisson gradient boosting of its "
+                "out-of-fold errors), fitted on the base-model rows only, for a numeric label when the variance is "
+                "fitted: the variance then starts from it, so a spread that follows a feature no group carries is "
+                "found. Off: the variance starts from one constant.",
             )
         else:
             st.caption("The mean predictor starts at the label mean; multicalibration alone then fits the means.")
