@@ -25,14 +25,12 @@ sys.path.insert(0, str(ROOT))
 
 
 def world(seed: int, n: int = 12_000) -> tuple[pd.DataFrame, np.ndarray]:
-    """The test's world: (table with a, b, x, y; every row's true sd)."""
-    rng = np.random.default_rng(seed)
-    a = rng.integers(0, 4, n)
-    b = rng.choice(3, n, p=[0.5, 0.3, 0.2])
-    x = rng.uniform(0.0, 1.0, n)
-    mean = 50.0 + 5.0 * a + 10.0 * (b == 1) + 20.0 * x
-    sd = (4.0 + 20.0 * x) * (1.0 + 0.3 * (a == 3)) * (1.0 + 0.4 * (b == 2))
-    return pd.DataFrame({"a": a, "b": b, "x": x, "y": mean + sd * rng.normal(size=n)}), sd
+    """The test's world (:func:`mmc_core.common.feature_spread_world`): (table with a, b, x, y; every row's true
+    sd)."""
+    from mmc_core.common import feature_spread_world
+
+    w = feature_spread_world(seed, n)
+    return pd.DataFrame({c: w[c] for c in ("a", "b", "x", "y")}), w["true_sd"]
 
 
 def _run(df, label: str, feats, gcols, variance: bool, seed: int = 0):

@@ -21,18 +21,14 @@ from app.services.base_model_export import base_model_record, dump_base_model, e
 from app.services.run_tables import model_table
 from app.services.runner import BaseSpec, FitSettings, LabelSpec, SplitSpec, run_pipeline
 from mmc_core import GroupSet
+from mmc_core.common import feature_spread_world
 
 FEATURES = ("a", "b", "x")
 
 
 def _world(seed: int, n: int = 12_000) -> tuple[pd.DataFrame, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    a = rng.integers(0, 4, n)
-    b = rng.choice(3, n, p=[0.5, 0.3, 0.2])
-    x = rng.uniform(0.0, 1.0, n)
-    mean = 50.0 + 5.0 * a + 10.0 * (b == 1) + 20.0 * x
-    sd = (4.0 + 20.0 * x) * (1.0 + 0.3 * (a == 3)) * (1.0 + 0.4 * (b == 2))
-    return pd.DataFrame({"a": a, "b": b, "x": x, "y": mean + sd * rng.normal(size=n)}), sd
+    w = feature_spread_world(seed, n)
+    return pd.DataFrame({c: w[c] for c in ("a", "b", "x", "y")}), w["true_sd"]
 
 
 def _groups(df):

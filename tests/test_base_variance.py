@@ -19,22 +19,18 @@ import pandas as pd
 import pytest
 
 from mmc_core import DataError, FittedModel, GroupSet, MMCError, ModelFormatError, MomentMulticalibrator
+from mmc_core.common import feature_spread_world
 
 N = 20_000
 
 
 def _world(seed: int, n: int = N) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    a = rng.integers(0, 4, n)
-    b = rng.choice(3, n, p=[0.5, 0.3, 0.2])
-    x = rng.uniform(0.0, 1.0, n)
-    mean = 50.0 + 5.0 * a + 10.0 * (b == 1) + 20.0 * x
-    sd = (4.0 + 20.0 * x) * (1.0 + 0.3 * (a == 3)) * (1.0 + 0.4 * (b == 2))
-    y = mean + sd * rng.normal(size=n)
-    base = mean + 2.0 * (a == 1)  # a bias the fit can remove
+    w = feature_spread_world(seed, n)
+    df = pd.DataFrame({c: w[c] for c in ("a", "b", "x", "y", "true_sd")})
+    df["base"] = w["true_mean"] + 2.0 * (w["a"] == 1)  # a bias the fit can remove
     # a base variance that knows x but not the groups, at the wrong level: the fit has to find both
-    v_hat = 2.0 * (4.0 + 20.0 * x) ** 2
-    return pd.DataFrame({"a": a, "b": b, "x": x, "y": y, "base": base, "v_hat": v_hat, "true_sd": sd})
+    df["v_hat"] = 2.0 * (4.0 + 20.0 * w["x"]) ** 2
+    return df[["a", "b", "x", "y", "base", "v_hat", "true_sd"]]
 
 
 def _groups(df):

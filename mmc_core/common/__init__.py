@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .errors import DataError, GroupDefinitionError, MMCError, ModelFormatError, NotFittedError, not_fitted
     from .jsonfile import key_path, loads, one_line, read_file
     from .memory import glibc, reuse_freed_memory
-    from .synthetic import DiscreteBetaDistribution, demo_distribution
+    from .synthetic import DiscreteBetaDistribution, demo_distribution, feature_spread_world
     from .tables import as_table, count_rows, take_rows, to_label_array, variance_column
     from .threads import one_blas_thread
 
@@ -29,6 +29,7 @@ _EXPORTS = {
     "as_table": "tables",
     "count_rows": "tables",
     "demo_distribution": "synthetic",
+    "feature_spread_world": "synthetic",
     "glibc": "memory",
     "key_path": "jsonfile",
     "loads": "jsonfile",
@@ -52,6 +53,7 @@ __all__ = [
     "as_table",
     "count_rows",
     "demo_distribution",
+    "feature_spread_world",
     "glibc",
     "key_path",
     "loads",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["DiscreteBetaDistribution", "demo_distribution", "beta_central_moment"]
+__all__ = ["DiscreteBetaDistribution", "demo_distribution", "beta_central_moment", "feature_spread_world"]
 
 
 def _beta_params(mu: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -188,3 +188,17 @@ def demo_distribution() -> DiscreteBetaDistribution:
         label_name="outcome",
         label_range=(0.0, 100.0),
     )
+
+
+def feature_spread_world(seed: int, n: int) -> dict[str, np.ndarray]:
+    """A table whose noise sd follows a numeric feature ``x`` that no group carries, times group factors: groups
+    from ``a`` (4 values) and ``b`` (3), label ``y`` = true mean + true sd x N(0, 1). The world where a variance
+    that only groups and mean bands can see misses most of the spread (a base variance of the features is needed):
+    the tests and benchmark of the base variance use it. Returns a, b, x, y, true_mean, true_sd."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 4, n)
+    b = rng.choice(3, n, p=[0.5, 0.3, 0.2])
+    x = rng.uniform(0.0, 1.0, n)
+    mean = 50.0 + 5.0 * a + 10.0 * (b == 1) + 20.0 * x
+    sd = (4.0 + 20.0 * x) * (1.0 + 0.3 * (a == 3)) * (1.0 + 0.4 * (b == 2))
+    return {"a": a, "b": b, "x": x, "y": mean + sd * rng.normal(size=n), "true_mean": mean, "true_sd": sd}
