@@ -361,8 +361,8 @@ def _group_kurtosis(u2, v, pg, cnt, ratio, min_count) -> float:
 
 def _pooled_sd(kappa: float, s_vv, cnt, c) -> np.ndarray:
     """Per group, the standard deviation of u2 - c v when u2 = c v e^2 with E e^2 = 1 and E e^4 = ``kappa``:
-    c sqrt((kappa - 1) mean(v^2)) (0 where ``kappa`` is NaN): the variance test's floor at ratio c
-    (:func:`findings.ratio_stat`), for the marginal interval of a test that is no finding."""
+    c sqrt((kappa - 1) mean(v^2)) (0 where ``kappa`` is NaN): the floor of the scorecard's marginal interval at
+    c = the group's estimate (the test's, :func:`findings.ratio_stat`, is at R r0)."""
     if not np.isfinite(kappa):
         return np.zeros(len(cnt))
     return c * np.sqrt(max(kappa - 1.0, 0.0) * np.maximum(div(s_vv, cnt), 0.0))
@@ -405,10 +405,10 @@ def _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol) -
     s_vv = sums[4]
     with np.errstate(divide="ignore", invalid="ignore"):
         se_pooled = np.where(ratio > 0, _pooled_sd(kappa, s_vv, cnt, ratio) / np.sqrt(cnt) / (s_v / cnt), 0.0)
-    se_ratio = np.fmax(se_ratio, se_pooled)  # the marginal interval of a test that is no finding (never shown)
+    se_ratio = np.fmax(se_ratio, se_pooled)  # the marginal 95% interval (the scorecard's), not a finding's
     # H0: the ratio E[u2] / E[v] lies within [1 / (1 + tol), 1 + tol]; each side's one-sided test at its
-    # boundary, the smaller p doubled (= the ordinary two-sided test when tol = 0). The test's variance is
-    # floored at its value under H0 from the pooled kurtosis (findings.ratio_stat), and a finding's interval
+    # boundary, the smaller p doubled (= the ordinary two-sided test when tol = 0). The test's variance is at
+    # least (kappa - 1) R r0 mean(v^2) with the pooled kurtosis (findings.ratio_stat), and a finding's interval
     # inverts this same test (findings.ratio_side_p, findings.ratio_test_interval).
     tol = 1.0 + float(var_tol)
     p_side = {}
