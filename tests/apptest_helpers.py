@@ -11,24 +11,36 @@ from streamlit.testing.v1 import AppTest
 APP = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
 
 
-def new_session() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
+def ok(at: AppTest) -> AppTest:
+    """``at``, once it is checked that its last run raised nothing."""
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def new_session() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=90)  # a ceiling per script run: a loaded machine is slow
+    at.run()
+    return ok(at)
 
 
 def switch(at: AppTest, name: str) -> AppTest:
     at.switch_page(f"ui/{name}_page.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return ok(at)
 
 
-def wait_job(at: AppTest, timeout: float = 120) -> None:
+def upload(at: AppTest, df, name: str = "table.csv") -> AppTest:
+    """The Data page's upload of ``df`` as a CSV file called ``name``."""
+    at.radio(key="src_kind").set_value("Upload a file").run()
+    at.file_uploader(key="upload").set_value((name, df.to_csv(index=False).encode(), "text/csv")).run()
+    return ok(at)
+
+
+def wait_job(at: AppTest, timeout: float = 120) -> AppTest:
     job = at.session_state["job"]
     if job is not None:
         assert job.wait(timeout), "the fit did not finish"
     at.run()
+    return at
 
 
 def run_quarters_world() -> AppTest:

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
+from tests.apptest_helpers import new_session as _new
+from tests.apptest_helpers import ok as _ok
+from tests.apptest_helpers import switch as _page
+from tests.apptest_helpers import upload, wait_job
 from tests.fake_cps import cps_features
 
-APP = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
 FEATURES = ["educ", "exper", "tenure", "female", "black", "region", "married", "hours"]
 
 
@@ -33,35 +35,12 @@ def cps_table(n: int = 3000, seed: int = 0) -> pd.DataFrame:
     return df
 
 
-def _new() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=90)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def _ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def _page(at: AppTest, name: str) -> AppTest:
-    at.switch_page(f"ui/{name}_page.py").run()
-    return _ok(at)
-
-
 def _upload(at: AppTest, df: pd.DataFrame, name: str = "cps.csv") -> AppTest:
-    at.radio(key="src_kind").set_value("Upload a file").run()
-    at.file_uploader(key="upload").set_value((name, df.to_csv(index=False).encode(), "text/csv")).run()
-    return _ok(at)
+    return upload(at, df, name)
 
 
 def _wait(at: AppTest, timeout: float = 120) -> AppTest:
-    job = at.session_state["job"]
-    if job is not None:
-        assert job.wait(timeout), "the run did not finish"
-    at.run()
-    return _ok(at)
+    return _ok(wait_job(at, timeout))
 
 
 def _texts(at: AppTest) -> str:

@@ -8,13 +8,15 @@ that is not one of the suggested groups (those are the values of ``a`` and ``c``
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
+from tests.apptest_helpers import new_session as _new
+from tests.apptest_helpers import ok as _ok
+from tests.apptest_helpers import switch as _page
+from tests.apptest_helpers import upload
 
 
 def planted_table(n: int = 3000, seed: int = 0, shift: float = 1.5) -> pd.DataFrame:
@@ -28,26 +30,8 @@ def planted_table(n: int = 3000, seed: int = 0, shift: float = 1.5) -> pd.DataFr
     return pd.DataFrame({"a": a, "b": b, "c": c, "pred": pred.round(4), "y": y.round(4)})
 
 
-def _new() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=90)
-    at.run()
-    return _ok(at)
-
-
-def _ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def _page(at: AppTest, name: str) -> AppTest:
-    at.switch_page(f"ui/{name}_page.py").run()
-    return _ok(at)
-
-
 def _upload(at: AppTest, df: pd.DataFrame, name: str = "planted.csv") -> AppTest:
-    at.radio(key="src_kind").set_value("Upload a file").run()
-    at.file_uploader(key="upload").set_value((name, df.to_csv(index=False).encode(), "text/csv")).run()
-    return _ok(at)
+    return upload(at, df, name)
 
 
 def _texts(at: AppTest) -> str:
