@@ -145,12 +145,14 @@ def _fit_model_options(f) -> None:
     choice_option(
         f,
         "--base-recalibration",
-        ["auto", "none", "affine", "group-linear"],  # mmc_core.fit.recalibrate.BASE_RECALIBRATIONS (lazy imports)
+        ["auto", "none", "affine", "group-linear", "group-logistic"],  # recalibrate.BASE_RECALIBRATIONS (lazy)
         "with --pred: 'affine' first maps the base prediction to a + b x pred by least squares on the fitting "
         "rows (an over-fitted base model's predictions are too spread out); 'group-linear' fits one slope within "
         "the listed groups and one between them (bent at the base's quartiles where that helps out of sample), "
         "applied at the share of it that out-of-sample rows bear out (in full at z >= 2 for that share); "
-        "default auto = group-linear ('affine' not with --engine dask)",
+        "'group-logistic' (0/1 labels): group-linear, then per group an intercept, slope and bend of the logit, "
+        "penalized and checked out of sample; default auto = group-linear ('affine' and 'group-logistic' not "
+        "with --engine dask)",
     )
     choice_option(
         f,

@@ -47,7 +47,7 @@ def fit_dask(
     check_parameters(est)
     # the group-linear map ("auto", the default) is fitted on a client-side sample, as the numpy engine fits it;
     # the affine map only in memory
-    if est.base_recalibration == "affine":
+    if est.base_recalibration in ("affine", "group-logistic"):
         raise MMCError(
             f"base_recalibration={est.base_recalibration!r} is not supported by the Dask engine yet"
             " (use the numpy engine, or base_recalibration='none')"

@@ -34,11 +34,36 @@ def describe(init_mean: dict, info: dict) -> str | None:
     if kind == "base-affine":
         return f"recalibrated by a line: label ≈ {init_mean['intercept']:.3g} + {init_mean['slope']:.3g} × base (unit scale)"
     check = info.get("base_recalibration")
+    logistic = _logistic_clause(init_mean, check)
     if kind == "base-group-linear":
-        return _group_linear_sentence(init_mean, info, check)
+        if not init_mean.get("logistic"):
+            return _group_linear_sentence(init_mean, info, check) + (f"; {logistic}" if logistic else "")
+        if isinstance(check, dict) and check.get("kept"):
+            return f"{_group_linear_sentence(init_mean, info, check)}; then {logistic}"
+        return f"{_as_given_sentence(check).replace('used as given', 'no group-linear map', 1)}; then {logistic}"
     if kind == "base":
-        return _as_given_sentence(check)
+        return _as_given_sentence(check) + (f"; {logistic}" if logistic else "")
     return None
+
+
+def _logistic_clause(init_mean: dict, check) -> str | None:
+    """The per-group logistic map of a 0/1 label's base, applied or not (None when it was not tried)."""
+    lg = check.get("logistic") if isinstance(check, dict) else None
+    if not isinstance(lg, dict):
+        return None
+    if not init_mean.get("logistic"):
+        if lg.get("harmed"):
+            return f"no per-group logistic map (it left {_group_list(lg['harmed'])} more biased on out-of-sample rows)"
+        if lg.get("rows", 0) < GATE_MIN_ROWS:
+            return "no per-group logistic map (too few rows to choose its penalty and check it)"
+        return f"no per-group logistic map (rows it was not fitted on {_borne_out(lg)})"
+    w = float(lg.get("weight", 1.0))
+    share = "as fitted" if w >= 0.995 else f"at {w:.0%} of its fit"
+    return (
+        f"mapped per group on the logit scale (an intercept, a slope and a bend per group, penalty {lg['lam']:g} "
+        f"chosen by cross-validation; {share}: rows it was not fitted on bear out {lg['scale']:.0%} of it, "
+        f"z = {_z_text(lg['z'])}, log loss {lg['gain']:.4f} lower per row)"
+    )
 
 
 def _gate_notes(check) -> list:

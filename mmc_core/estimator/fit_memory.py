@@ -26,9 +26,10 @@ from ..fit.fit_steps import (
     search_buckets,
     state_achieved,
 )
+from ..fit.logistic_map import mapped_base
 from ..fit.model import FittedModel, variance_start
 from ..fit.plan import FitPlan, base_map_of, plan_fit
-from ..fit.recalibrate import affine_base, capped, group_linear_base
+from ..fit.recalibrate import affine_base, capped
 from ..paper.cell_state import CellState
 from ..paper.moments import pseudo_label
 from .crossfit import CROSS_FIT_FOLDS, check_interval_calibration, out_of_fold_predictions
@@ -169,7 +170,7 @@ def _held_out_start(d: FittingRows) -> tuple:
             mu_h = affine_base(mu_h, *d.affine)
         elif d.within is not None:
             assert memb_h is not None
-            mu_h = group_linear_base(mu_h, memb_h.sums(), d.within)
+            mu_h = mapped_base(mu_h, memb_h.sums(), d.within)
     return memb_h, mu_h
 
 
@@ -179,7 +180,7 @@ def _kept_model(d: FittingRows, params, init_moments, res, kept_round: int, base
         init_mean = {"kind": "constant", "value": float(np.mean(d.yu_f))}
     elif d.affine is not None:
         init_mean = {"kind": "base-affine", "column": base_name, "intercept": d.affine[0], "slope": d.affine[1]}
-    elif d.within is not None and d.within["validation"]["kept"]:
+    elif d.within is not None and (d.within["validation"]["kept"] or d.within.get("logistic")):
         init_mean = {"kind": "base-group-linear", "column": base_name, **d.within}
     else:
         init_mean = {"kind": "base", "column": base_name}
@@ -269,6 +270,8 @@ def _record_checks(d: FittingRows, model: FittedModel, memb_h, cells_check, mome
             "ridge": d.within["ridge"],
             **d.within["validation"],
         }
+        if d.logistic is not None:  # its out-of-sample check too, kept or not
+            model.info["base_recalibration"]["logistic"] = {"lam": d.logistic["lam"], **d.logistic["validation"]}
 
 
 def shrunken_cells(model, memb, y_f, fit_mu, memb_h, y_h, base_u, cal_idx, var_h=None) -> tuple:

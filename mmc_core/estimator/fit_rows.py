@@ -16,6 +16,7 @@ from ..auditing.binary import TASK_BINARY, resolve_task
 from ..common.errors import DataError, MMCError
 from ..common.tables import as_table, count_rows, take_rows, to_label_array, variance_column
 from ..fit.fit_steps import check_held_out
+from ..fit.logistic_map import fit_group_logistic, group_logistic_base
 from ..fit.parameters import check_parameters
 from ..fit.recalibrate import affine_base, fit_affine, fit_group_linear, group_linear_base
 from ..groups.group_set import GroupSet
@@ -36,7 +37,9 @@ class FittingRows:
     ``mu0`` the fitting rows' initial mean, after the ``affine`` or group-linear (``within``) map of the base;
     ``memb_h`` the held-out rows' membership when the map needed it; ``moments`` the central moments fitted;
     ``G`` groups, ``nf`` fitting rows, ``resid`` their residuals from ``mu0``; ``bvar_u`` every row's base
-    variance (``variance_column``) on the unit scale, or None.
+    variance (``variance_column``) on the unit scale, or None; ``logistic`` the per-group logistic map's record
+    under ``base_recalibration="group-logistic"`` (kept or not; when kept its coefficients are also
+    ``within["logistic"]`` and ``mu0`` has been through it, after the group-linear map), else None.
     """
 
     X: Any
@@ -67,6 +70,7 @@ class FittingRows:
     variance_name: str | None = None
     bvar_power: float = 1.0
     bvar_scores: dict | None = None
+    logistic: dict | None = None
 
 
 def fitting_rows(est, X, y, groups, base_prediction, label_name: str, base_name) -> FittingRows:
@@ -98,6 +102,11 @@ def fitting_rows(est, X, y, groups, base_prediction, label_name: str, base_name)
     if n < 2:
         raise DataError(f"need at least 2 rows to fit, got n_samples={n}")
     task, binary_info, k, scale, yu = _labels(est, y, n, label_name)
+    if est.base_recalibration == "group-logistic" and task != TASK_BINARY:
+        raise MMCError(
+            "base_recalibration='group-logistic' maps a classifier's probabilities: it needs a 0/1 label (task "
+            f"'binary'); {label_name} was fitted as task {task!r} (use 'auto' or 'group-linear')"
+        )
     base_u, base_clipped = _base_on_scale(base_prediction, base_name, scale, n)
     gset = GroupSet.coerce(groups)
 
@@ -107,17 +116,26 @@ def fitting_rows(est, X, y, groups, base_prediction, label_name: str, base_name)
     Xf = take_rows(X, fit_idx) if n_cal else X
     yu_f = yu[fit_idx] if n_cal else yu
     memb = gset.evaluate(Xf, fit_idx.size)
-    affine = within = memb_h = None
+    affine = within = memb_h = logistic = None
     if base_u is not None:
         mu0 = base_u[fit_idx] if n_cal else base_u
         if est.base_recalibration == "affine":
             affine = fit_affine(yu_f, mu0)
             mu0 = affine_base(mu0, *affine)
-        elif est.base_recalibration in ("group-linear", "auto"):
+        elif est.base_recalibration in ("group-linear", "auto", "group-logistic"):
             memb_h = gset.evaluate(take_rows(X, cal_idx), n_cal) if n_cal else None
             held = (yu[cal_idx], base_u[cal_idx], memb_h.sums()) if memb_h is not None else None
             within = fit_group_linear(yu_f, mu0, memb.sums(), held)
             mu0 = group_linear_base(mu0, memb.sums(), within)
+            if est.base_recalibration == "group-logistic":
+                # a 0/1 label: then the per-group logistic map (mmc_core.fit.logistic_map), fitted and judged
+                # on what the group-linear map gives, so that it is applied only for what it adds to that
+                if held is not None:
+                    held = (held[0], group_linear_base(held[1], held[2], within), held[2])
+                logistic = fit_group_logistic(yu_f, mu0, memb.sums(), held)
+                if logistic["validation"]["kept"]:
+                    mu0 = group_logistic_base(mu0, memb.sums(), logistic)
+                    within["logistic"] = {k: v for k, v in logistic.items() if k != "validation"}
     else:
         mu0 = np.full(fit_idx.size, float(np.mean(yu_f)))
     return FittingRows(
@@ -147,6 +165,7 @@ def fitting_rows(est, X, y, groups, base_prediction, label_name: str, base_name)
         resid=yu_f - mu0,
         bvar_u=bvar_u,
         variance_name=est.variance_column,
+        logistic=logistic,
         **_variance_power(bvar_u, fit_idx if n_cal else None, yu_f - mu0),
     )
 

@@ -113,7 +113,7 @@ class MomentMulticalibrator(SklearnParams):
         With the "se" rule: the critical value for whole groups of the mean. "bonferroni" (default): family-wise
         level 0.1 over the whole-group cells (about 3-3.5). A number (e.g. 2): that z, so a group-level bias the
         fit's own bucket corrections create (issue 10) is corrected once it is that many standard errors from 0.
-    base_recalibration : {"auto", "none", "affine", "group-linear"}
+    base_recalibration : {"auto", "none", "affine", "group-linear", "group-logistic"}
         With a base prediction: "affine" first maps it to a + b x base (least squares on the fitting rows, on the
         unit scale, clipped to the label range) and starts the descent from that; the map is part of the model
         (``init.mean``: ``{"kind": "base-affine", "intercept": a, "slope": b}``) and applied to every base
@@ -129,7 +129,13 @@ class MomentMulticalibrator(SklearnParams):
         for z <= 0; :mod:`mmc_core.fit.recalibrate`; ``init.mean`` kind "base-group-linear"; the check is in
         ``model_.info["base_recalibration"]``). "none": the base prediction as given. "auto" (default):
         "group-linear" (both engines: the Dask engine fits the map on the client on the numpy engine's own sample of
-        the rows; "affine" is numpy only).
+        the rows; "affine" is numpy only). "group-logistic" (0/1 labels only, numpy engine): "group-linear",
+        then a per-group logistic map:
+        logit p = logit(base) + an intercept, slope and bend of logit(base) overall and per listed group,
+        ridge-penalized with the penalty chosen by 5-fold cross-validation, applied at the share that
+        out-of-sample rows bear out on the logit scale, not at all where it leaves a group more biased
+        (:mod:`mmc_core.fit.logistic_map`; ``init.mean["logistic"]``, version 9; its check in
+        ``model_.info["base_recalibration"]["logistic"]``).
     interval_calibration : {"held-out", "cross-fit", "auto"}
         Which rows the data-driven intervals (``mmc_core.intervals``) are calibrated on (needs
         calibration_fraction > 0; the final model is fitted the same way with either). "held-out" (default):

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         state_achieved,
     )
     from .fresh import FreshDescent
+    from .logistic_map import fit_group_logistic, group_logistic_base, mapped_base
     from .model import FittedModel, atomic_write_bytes, atomic_write_text, binary_clip, variance_start
     from .parameters import INTERVAL_CALIBRATIONS, PARAMETERS, TASKS, Parameter, check_parameters, check_value
     from .plan import STAGES, FitPlan, base_map_of, plan_fit
@@ -119,6 +120,9 @@ _EXPORTS = {
     "effective_rule": "thresholds",
     "fit_affine": "recalibrate",
     "fit_group_linear": "recalibrate",
+    "fit_group_logistic": "logistic_map",
+    "group_logistic_base": "logistic_map",
+    "mapped_base": "logistic_map",
     "fit_info": "fit_steps",
     "gated_cells": "cells",
     "gated_moment_cells": "cells",
@@ -183,6 +187,9 @@ __all__ = [
     "effective_rule",
     "fit_affine",
     "fit_group_linear",
+    "fit_group_logistic",
+    "group_logistic_base",
+    "mapped_base",
     "fit_info",
     "gated_cells",
     "gated_moment_cells",

@@ -19,6 +19,7 @@ from ..groups.group_set import GroupSet
 from ..groups.membership import Membership
 from ..paper.descent_params import WHOLE, DescentParams, select_rows
 from ..paper.moments import LabelScale
+from .logistic_map import mapped_base
 from .model_format import (
     BASE_KINDS,
     FORMAT,
@@ -28,11 +29,12 @@ from .model_format import (
     VERSION_BENDS,
     VERSION_CELLS,
     VERSION_GROUP_PART,
+    VERSION_LOGISTIC,
     VERSION_MOMENT_CELLS,
     VERSION_RIDGE_CELLS,
     read_model,
 )
-from .recalibrate import affine_base, group_linear_base
+from .recalibrate import affine_base
 
 __all__ = ["FittedModel", "FORMAT", "VERSION", "affine_base", "atomic_write_text", "atomic_write_bytes"]
 
@@ -154,6 +156,11 @@ class FittedModel:
         return self.init_mean.get("kind") == "base-group-linear" and any(self.init_mean.get("bends") or [])
 
     @property
+    def logistic(self) -> bool:
+        """True when a 0/1 label's base goes through the per-group logistic map first: such a file is version 9."""
+        return self.init_mean.get("kind") == "base-group-linear" and bool(self.init_mean.get("logistic"))
+
+    @property
     def uses_base(self) -> bool:
         return self.init_mean.get("kind") in BASE_KINDS
 
@@ -195,7 +202,7 @@ class FittedModel:
             elif kind == "base-group-linear":
                 if memb is None:
                     raise ValueError("the group-linear base map needs the rows' group membership")
-                mu = group_linear_base(mu, memb.sums(), self.init_mean)
+                mu = mapped_base(mu, memb.sums(), self.init_mean)
         else:
             mu = np.full(n, float(self.init_mean["value"]))
         moms = {a: np.full(n, float(self.init_moments[a])) for a in self.moments}
@@ -330,7 +337,9 @@ class FittedModel:
         out = {
             "format": FORMAT,
             "version": (
-                VERSION_BASE_VARIANCE
+                VERSION_LOGISTIC
+                if self.logistic
+                else VERSION_BASE_VARIANCE
                 if self.init_variance
                 else VERSION_MOMENT_CELLS
                 if self.has_moment_cells

@@ -28,6 +28,7 @@ __all__ = [
     "VERSION_BENDS",
     "VERSION_CELLS",
     "VERSION_GROUP_PART",
+    "VERSION_LOGISTIC",
     "VERSION_MOMENT_CELLS",
     "VERSION_RIDGE_CELLS",
     "ModelParts",
@@ -55,6 +56,9 @@ VERSION_MOMENT_CELLS = 7
 # written when the variance starts from a base variance read from a column of the table ("init.variance"): a
 # reader of versions 1-7 would start from the constant and predict another variance
 VERSION_BASE_VARIANCE = 8
+# written when a 0/1 label's base goes first through the per-group logistic map (init.mean "logistic",
+# mmc_core.fit.logistic_map): a reader of versions 1-8 would skip it and predict something else
+VERSION_LOGISTIC = 9
 READABLE_VERSIONS = (
     1,
     2,
@@ -64,6 +68,7 @@ READABLE_VERSIONS = (
     6,
     7,
     8,
+    9,
 )  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
 
 MAX_MODEL_BYTES = 200 * 1024 * 1024  # the largest model file read (a fit of 5,000 groups writes a few MB)
@@ -299,6 +304,20 @@ def _check_group_linear(init_mean: dict, G: int, version: int, bad) -> None:
             )
         if version < VERSION_GROUP_PART:
             raise bad(f"init.mean.group_part is set: the file must have version {VERSION_GROUP_PART} or later")
+    if init_mean.get("logistic") is not None:
+        _check_logistic(init_mean["logistic"], G, version, bad)
+
+
+def _check_logistic(lg, G: int, version: int, bad) -> None:
+    """init.mean.logistic: the per-group logistic map applied to the base before the group-linear map."""
+    if version < VERSION_LOGISTIC:
+        raise bad(f"init.mean.logistic is set: the file must have version {VERSION_LOGISTIC} or later")
+    if not isinstance(lg, dict) or not _finite_numbers([lg.get(k) for k in ("knot", "intercept", "slope", "bend")]):
+        raise bad("init.mean.logistic must have finite numbers knot, intercept, slope and bend")
+    for key in ("groups", "group_slopes", "group_bends"):
+        v = lg.get(key)
+        if not isinstance(v, list) or not _finite_numbers(v) or len(v) != G:
+            raise bad(f"init.mean.logistic.{key} must be a list of {G} finite numbers (one per group)")
 
 
 def _read_init_moments(init, params: DescentParams, bad) -> dict:

@@ -99,7 +99,7 @@ def base_map_of(est, has_base: bool) -> str:
     """The map of the base prediction a fit prepares its rows with: "none" without a base prediction."""
     if not has_base or est.base_recalibration == "none":
         return "none"
-    return "affine" if est.base_recalibration == "affine" else "group-linear"
+    return "affine" if est.base_recalibration == "affine" else "group-linear"  # "group-logistic" too: its first map
 
 
 def plan_fit(
