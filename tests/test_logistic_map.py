@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core.common.errors import MMCError, ModelFormatError
 from mmc_core.estimator.base_map_text import describe
-from mmc_core.fit.logistic_map import EPS, fit_group_logistic, group_logistic_base, logit_stack
+from mmc_core.fit.logistic_map import EPS, KEEP_Z, fit_group_logistic, group_logistic_base, logit_stack
 from mmc_core.fit.model import FittedModel
 
 
@@ -122,8 +122,9 @@ def test_the_estimator_maps_a_classifiers_base_saves_it_and_says_so(tmp_path):
     assert est.model_.task == "binary"
     assert est.model_.init_mean.get("logistic")
     pred = est.predict(new, base_prediction=base[8000:])
-    plain = MomentMulticalibrator(random_state=0).fit(fit, y[:8000], gs, base_prediction=base[:8000])
-    assert not plain.model_.init_mean.get("logistic")  # not the default
+    plain = MomentMulticalibrator(random_state=0, base_recalibration="group-linear")
+    plain.fit(fit, y[:8000], gs, base_prediction=base[:8000])
+    assert not plain.model_.init_mean.get("logistic")
     assert _kl(pred, p[8000:]) < _kl(plain.predict(new, base_prediction=base[8000:]), p[8000:])
     text = describe(est.model_.init_mean, est.model_.info)
     assert "mapped per group on the logit scale" in text and "bear out" in text
@@ -164,3 +165,53 @@ def test_the_command_line_fits_and_applies_the_logistic_map(tmp_path):
     assert main([*args, "--base-recalibration", "group-logistic"]) == 0
     doc = json.loads(model.read_text())
     assert doc["version"] == 9 and doc["init"]["mean"]["logistic"]
+
+
+def test_by_default_the_map_is_kept_only_when_the_whole_fit_is_better_with_it(monkeypatch):
+    from mmc_core.estimator import fit_memory
+
+    df, base, p, y = _world(0, 12_000)
+    gs = GroupSet.from_columns(df, ["a", "b"], 2)
+    fit, new = df.iloc[:8000].reset_index(drop=True), df.iloc[8000:].reset_index(drop=True)
+    runs = []
+    real = fit_memory._run_stages
+    monkeypatch.setattr(fit_memory, "_run_stages", lambda *a, **k: runs.append(a[4]) or real(*a, **k))
+    est = MomentMulticalibrator(random_state=0).fit(fit, y[:8000], gs, base_prediction=base[:8000])
+    # the default fits both pipelines (the second one not shown live: no callback) and keeps the map here
+    assert len(runs) == 2
+    final = est.model_.info["base_recalibration"]["logistic"]["final"]
+    assert final["kept"] and final["without"] - final["with"] >= KEEP_Z * final["se"]
+    assert est.model_.init_mean.get("logistic")
+    assert "the whole fit with it: held-out log loss" in describe(est.model_.init_mean, est.model_.info)
+    kept = est.predict(new, base_prediction=base[8000:])
+
+    # when the fit without the map predicts the held-out rows better, that fit is the model
+    real_loss = fit_memory._held_out_log_loss
+    monkeypatch.setattr(
+        fit_memory,
+        "_held_out_log_loss",
+        lambda d, model, memb_h: real_loss(d, model, memb_h) + (1.0 if model.init_mean.get("logistic") else 0.0),
+    )
+    est2 = MomentMulticalibrator(random_state=0).fit(fit, y[:8000], gs, base_prediction=base[:8000])
+    assert not est2.model_.init_mean.get("logistic")
+    lg = est2.model_.info["base_recalibration"]["logistic"]
+    assert not lg["kept"] and not lg["final"]["kept"]
+    assert "did not predict the held-out rows clearly better" in describe(est2.model_.init_mean, est2.model_.info)
+    plain = MomentMulticalibrator(random_state=0, base_recalibration="group-linear")
+    plain.fit(fit, y[:8000], gs, base_prediction=base[:8000])
+    dropped = est2.predict(new, base_prediction=base[8000:])
+    assert np.array_equal(dropped, plain.predict(new, base_prediction=base[8000:]))
+    assert not np.array_equal(dropped, kept)
+
+
+def test_no_map_with_fewer_rows_of_the_rarer_label_than_coefficients():
+    df, base, _, y = _world(6, 3000)
+    gs = GroupSet.from_columns(df, ["a", "b"], 2)
+    y = y.copy()
+    y[:] = 0.0
+    y[: 3 + 3 * len(gs) - 1] = 1.0  # one row of the rarer label short of the map's coefficients
+    m = fit_group_logistic(y, base, gs.evaluate(df).sums(), seed=0)
+    assert m["validation"]["too_few"] and not m["validation"]["kept"]
+    assert not any(m["groups"]) and m["slope"] == 0.0
+    y[3 + 3 * len(gs) - 1] = 1.0  # enough: fitted (kept or not, it has a record of its check)
+    assert "too_few" not in fit_group_logistic(y, base, gs.evaluate(df).sums(), seed=0)["validation"]

@@ -151,7 +151,8 @@ def _fit_model_options(f) -> None:
         "the listed groups and one between them (bent at the base's quartiles where that helps out of sample), "
         "applied at the share of it that out-of-sample rows bear out (in full at z >= 2 for that share); "
         "'group-logistic' (0/1 labels): group-linear, then per group an intercept, slope and bend of the logit, "
-        "penalized and checked out of sample; default auto = group-linear ('affine' and 'group-logistic' not "
+        "penalized and checked out of sample; default auto = group-linear, and for a 0/1 label the logistic map "
+        "too when the whole fit with it is better on the held-out rows ('affine' and 'group-logistic' not "
         "with --engine dask)",
     )
     choice_option(

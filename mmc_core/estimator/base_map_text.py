@@ -51,9 +51,18 @@ def _logistic_clause(init_mean: dict, check) -> str | None:
     lg = check.get("logistic") if isinstance(check, dict) else None
     if not isinstance(lg, dict):
         return None
+    final = lg.get("final") if isinstance(lg.get("final"), dict) else None
     if not init_mean.get("logistic"):
+        if final is not None:
+            return (
+                "no per-group logistic map (the whole fit with it did not predict the held-out rows clearly "
+                f"better: log loss {final['with']:.4f} against {final['without']:.4f} without it, standard error "
+                f"{final['se']:.4f})"
+            )
         if lg.get("harmed"):
             return f"no per-group logistic map (it left {_group_list(lg['harmed'])} more biased on out-of-sample rows)"
+        if lg.get("too_few"):
+            return "no per-group logistic map (fewer rows of the rarer label than it has coefficients)"
         if lg.get("rows", 0) < GATE_MIN_ROWS:
             return "no per-group logistic map (too few rows to choose its penalty and check it)"
         return f"no per-group logistic map (rows it was not fitted on {_borne_out(lg)})"
@@ -62,7 +71,12 @@ def _logistic_clause(init_mean: dict, check) -> str | None:
     return (
         f"mapped per group on the logit scale (an intercept, a slope and a bend per group, penalty {lg['lam']:g} "
         f"chosen by cross-validation; {share}: rows it was not fitted on bear out {lg['scale']:.0%} of it, "
-        f"z = {_z_text(lg['z'])}, log loss {lg['gain']:.4f} lower per row)"
+        f"z = {_z_text(lg['z'])}, log loss {lg['gain']:.4f} lower per row"
+        + (
+            f"; the whole fit with it: held-out log loss {final['with']:.4f} against {final['without']:.4f} without)"
+            if final is not None
+            else ")"
+        )
     )
 
 

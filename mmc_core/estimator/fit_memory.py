@@ -10,7 +10,9 @@ predict, save and load) stays readable.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +28,7 @@ from ..fit.fit_steps import (
     search_buckets,
     state_achieved,
 )
-from ..fit.logistic_map import mapped_base
+from ..fit.logistic_map import KEEP_Z, mapped_base
 from ..fit.model import FittedModel, variance_start
 from ..fit.plan import FitPlan, base_map_of, plan_fit
 from ..fit.recalibrate import affine_base, capped
@@ -70,8 +72,53 @@ def fit_in_memory(
     InMemoryFit
     """
     d = fitting_rows(est, X, y, groups, base_prediction, label_name, base_name)
+    run = _run_stages(est, d, plan_of_rows(est, d, calibrate_intervals), callback, stop, base_name)
+    if est.base_recalibration == "auto" and _logistic_kept(d) and not _stopped(run.res, stop):
+        # the per-group logistic map is kept only when the whole fit with it predicts the held-out rows better
+        # than the whole fit without it (by KEEP_Z standard errors): the map takes up part of what the descent and the cells would
+        # correct, and they then pass their held-out gates less often (benchmarks/README.md, "The per-group
+        # logistic map, built"); the second fit is not shown live
+        d_without = without_logistic(d)
+        other = _run_stages(est, d_without, plan_of_rows(est, d_without, calibrate_intervals), None, stop, base_name)
+        d, run = _choose_logistic(d, run, d_without, other)
+    model, res = run.model, run.res
+    oof = None
+    if run.plan.has("intervals"):
+        oof = _calibrate_intervals(est, d, model, res, stop)
+    rows = FitRows(d.n, d.fit_idx.size, d.n_cal, d.memb.sizes, d.base_clipped, label_name)
+    model.info = {"task": d.task, **fit_info(est, model, run.search, rows, run.achieved, run.floors)}
+    _record_checks(d, model, run.memb_h, run.cells_check, run.moment_cells_check)
+    if d.task == TASK_BINARY:  # probabilities never exactly 0 or 1 (see mmc_core.fit.model.binary_clip)
+        assert d.binary_info is not None
+        d.binary_info["floor"] = 0.5 / (d.fit_idx.size + 1)
+    return InMemoryFit(model, run.plan, d.fit_idx, d.cal_idx, run.fit_mu, run.fit_moms, oof)
+
+
+@dataclass
+class _StagesRun:
+    """One pass of the stages over prepared fitting rows: the kept model and what the fit record needs."""
+
+    plan: FitPlan
+    search: Any
+    res: Any
+    model: FittedModel
+    memb_h: Any
+    fit_mu: np.ndarray
+    fit_moms: dict
+    achieved: dict
+    floors: Any
+    cells_check: dict | None
+    moment_cells_check: dict | None
+
+
+def _stopped(res, stop) -> bool:
+    return bool(res.stopped or (stop is not None and stop()))
+
+
+def _run_stages(est, d: FittingRows, plan: FitPlan, callback, stop, base_name) -> _StagesRun:
+    """The search over bucket counts with early stopping, the kept model, the cell corrections of the mean and
+    moments and the thresholds achieved, on the fitting rows ``d``."""
     memb_h, mu_h = _held_out_start(d)
-    plan = plan_of_rows(est, d, calibrate_intervals)
 
     def start(m):
         params, init_moments = plan.descent(m)
@@ -90,7 +137,7 @@ def fit_in_memory(
     fit_mu, fit_moms = _kept_predictions(d, model, res, kept_round)
     cells_check = moment_cells_check = None
     before_cells = (fit_mu, fit_moms)
-    if plan.has("mean cells") and not (res.stopped or (stop is not None and stop())):
+    if plan.has("mean cells") and not _stopped(res, stop):
         assert memb_h is not None
         y_h = d.yu[d.cal_idx]
         var_h = None if d.bvar_u is None else d.bvar_u[d.cal_idx]
@@ -108,16 +155,52 @@ def fit_in_memory(
     if (model.has_cells or model.has_moment_cells) and 0 <= kept_round < len(res.history):
         # the stated alpha is the model's after the cell corrections; the round's own value stays the descent's
         res.history[kept_round]["cells_max_mean_violation"] = achieved["alpha"]
-    oof = None
-    if plan.has("intervals"):
-        oof = _calibrate_intervals(est, d, model, res, stop)
-    rows = FitRows(d.n, d.fit_idx.size, d.n_cal, d.memb.sizes, d.base_clipped, label_name)
-    model.info = {"task": d.task, **fit_info(est, model, search, rows, achieved, floors)}
-    _record_checks(d, model, memb_h, cells_check, moment_cells_check)
-    if d.task == TASK_BINARY:  # probabilities never exactly 0 or 1 (see mmc_core.fit.model.binary_clip)
-        assert d.binary_info is not None
-        d.binary_info["floor"] = 0.5 / (d.fit_idx.size + 1)
-    return InMemoryFit(model, plan, d.fit_idx, d.cal_idx, fit_mu, fit_moms, oof)
+    return _StagesRun(
+        plan, search, res, model, memb_h, fit_mu, fit_moms, achieved, floors, cells_check, moment_cells_check
+    )
+
+
+def _logistic_kept(d: FittingRows) -> bool:
+    return d.logistic is not None and bool(d.logistic["validation"]["kept"]) and d.n_cal > 0
+
+
+def without_logistic(d: FittingRows) -> FittingRows:
+    """The fitting rows ``d`` as the group-linear map alone prepared them (the per-group logistic map undone)."""
+    assert d.within is not None and d.mu0_before_logistic is not None
+    within = {k: v for k, v in d.within.items() if k != "logistic"}
+    mu0 = d.mu0_before_logistic
+    return dataclasses.replace(d, within=within, mu0=mu0, resid=d.yu_f - mu0, mu0_before_logistic=None)
+
+
+def _held_out_log_loss(d: FittingRows, model: FittedModel, memb_h) -> np.ndarray:
+    """Each held-out row's log loss under the final model (probabilities kept off 0 and 1 as predict keeps them)."""
+    var_h = None if d.bvar_u is None else d.bvar_u[d.cal_idx]
+    base_h = None if d.base_u is None else d.base_u[d.cal_idx]
+    mu, moms = model.initial(memb_h.n, base_h, memb_h, var_h)
+    mu, _ = model.replay(memb_h, mu, moms)
+    floor = 0.5 / (d.fit_idx.size + 1)
+    p = np.clip(mu, floor, 1.0 - floor)
+    y = d.yu[d.cal_idx]
+    return -(y * np.log(p) + (1.0 - y) * np.log(1.0 - p))
+
+
+def _choose_logistic(d: FittingRows, run: _StagesRun, d_without: FittingRows, other: _StagesRun) -> tuple:
+    """(rows, run) of the fit with the logistic map when its held-out log loss is lower by at least ``KEEP_Z``
+    standard errors of the rows' paired differences, else of the fit without it; the map's record says which
+    and by how much."""
+    with_map = _held_out_log_loss(d, run.model, run.memb_h)
+    without = _held_out_log_loss(d_without, other.model, other.memb_h)
+    diff = with_map - without
+    se = float(np.std(diff, ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else 0.0
+    final = {"with": float(np.mean(with_map)), "without": float(np.mean(without)), "se": se}
+    assert d.logistic is not None
+    if final["without"] - final["with"] >= KEEP_Z * se and final["with"] < final["without"]:
+        d.logistic["validation"]["final"] = {**final, "kept": True}
+        return d, run
+    record = dict(d.logistic)
+    record["validation"] = {**d.logistic["validation"], "kept": False, "final": {**final, "kept": False}}
+    d_without.logistic = record
+    return d_without, other
 
 
 def plan_of_rows(est, d: FittingRows, calibrate_intervals: bool = True) -> FitPlan:

@@ -38,8 +38,9 @@ class FittingRows:
     ``memb_h`` the held-out rows' membership when the map needed it; ``moments`` the central moments fitted;
     ``G`` groups, ``nf`` fitting rows, ``resid`` their residuals from ``mu0``; ``bvar_u`` every row's base
     variance (``variance_column``) on the unit scale, or None; ``logistic`` the per-group logistic map's record
-    under ``base_recalibration="group-logistic"`` (kept or not; when kept its coefficients are also
-    ``within["logistic"]`` and ``mu0`` has been through it, after the group-linear map), else None.
+    under ``base_recalibration="group-logistic"``, or "auto" with a 0/1 label (kept or not; when kept its coefficients are also
+    ``within["logistic"]`` and ``mu0`` has been through it, after the group-linear map; ``mu0_before_logistic``
+    is then ``mu0`` without it), else None.
     """
 
     X: Any
@@ -71,6 +72,7 @@ class FittingRows:
     bvar_power: float = 1.0
     bvar_scores: dict | None = None
     logistic: dict | None = None
+    mu0_before_logistic: np.ndarray | None = None
 
 
 def fitting_rows(est, X, y, groups, base_prediction, label_name: str, base_name) -> FittingRows:
@@ -116,7 +118,7 @@ def fitting_rows(est, X, y, groups, base_prediction, label_name: str, base_name)
     Xf = take_rows(X, fit_idx) if n_cal else X
     yu_f = yu[fit_idx] if n_cal else yu
     memb = gset.evaluate(Xf, fit_idx.size)
-    affine = within = memb_h = logistic = None
+    affine = within = memb_h = logistic = mu0_before = None
     if base_u is not None:
         mu0 = base_u[fit_idx] if n_cal else base_u
         if est.base_recalibration == "affine":
@@ -127,13 +129,14 @@ def fitting_rows(est, X, y, groups, base_prediction, label_name: str, base_name)
             held = (yu[cal_idx], base_u[cal_idx], memb_h.sums()) if memb_h is not None else None
             within = fit_group_linear(yu_f, mu0, memb.sums(), held)
             mu0 = group_linear_base(mu0, memb.sums(), within)
-            if est.base_recalibration == "group-logistic":
+            if est.base_recalibration == "group-logistic" or (task == TASK_BINARY and est.base_recalibration == "auto"):
                 # a 0/1 label: then the per-group logistic map (mmc_core.fit.logistic_map), fitted and judged
                 # on what the group-linear map gives, so that it is applied only for what it adds to that
                 if held is not None:
                     held = (held[0], group_linear_base(held[1], held[2], within), held[2])
                 logistic = fit_group_logistic(yu_f, mu0, memb.sums(), held)
                 if logistic["validation"]["kept"]:
+                    mu0_before = mu0
                     mu0 = group_logistic_base(mu0, memb.sums(), logistic)
                     within["logistic"] = {k: v for k, v in logistic.items() if k != "validation"}
     else:
@@ -166,6 +169,7 @@ def fitting_rows(est, X, y, groups, base_prediction, label_name: str, base_name)
         bvar_u=bvar_u,
         variance_name=est.variance_column,
         logistic=logistic,
+        mu0_before_logistic=mu0_before,
         **_variance_power(bvar_u, fit_idx if n_cal else None, yu_f - mu0),
     )
 

@@ -129,8 +129,11 @@ class MomentMulticalibrator(SklearnParams):
         for z <= 0; :mod:`mmc_core.fit.recalibrate`; ``init.mean`` kind "base-group-linear"; the check is in
         ``model_.info["base_recalibration"]``). "none": the base prediction as given. "auto" (default):
         "group-linear" (both engines: the Dask engine fits the map on the client on the numpy engine's own sample of
-        the rows; "affine" is numpy only). "group-logistic" (0/1 labels only, numpy engine): "group-linear",
-        then a per-group logistic map:
+        the rows; "affine" is numpy only) and, for a 0/1 label with the numpy engine, then a per-group logistic
+        map kept only when the whole fit with it predicts the held-out rows better than the whole fit without it
+        by at least ``KEEP_Z`` (1) standard errors of the rows' paired log-loss differences (two fits; the second
+        is not shown live; ``model_.info["base_recalibration"]["logistic"]["final"]``). "group-logistic" (0/1
+        labels only, numpy engine): "group-linear", then the per-group logistic map on its own gate:
         logit p = logit(base) + an intercept, slope and bend of logit(base) overall and per listed group,
         ridge-penalized with the penalty chosen by 5-fold cross-validation, applied at the share that
         out-of-sample rows bear out on the logit scale, not at all where it leaves a group more biased

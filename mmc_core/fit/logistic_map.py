@@ -18,12 +18,13 @@ multiplied by it; and it
 is not used when it leaves some group significantly more biased out of sample than the base did
 (:func:`mmc_core.fit.recalibrate.harmed_groups`).
 
-It is fitted on what the group-linear map gives (``base_recalibration="group-logistic"``; not the default) and
-judged against it, so it is applied only for what it adds. Measured (benchmarks/README.md, "The per-group
-logistic map, built"): on ``mplsstops`` (44k rows) it brought the fit's log loss from 0.00087 above MCGrad's
-defaults to within noise of them; on ``401ksubs`` (2,000 fitting rows) the fit ended worse with it (the map
-takes part of what the descent and the cells would correct, and they then pass their tests less often), so it
-is not the default.
+It is fitted on what the group-linear map gives and judged against it, so it is applied only for what it
+adds. Measured (benchmarks/README.md, "The per-group logistic map, built"): on ``mplsstops`` (44k rows) it
+brought the fit's log loss from 0.00087 above MCGrad's defaults to within noise of them; on ``401ksubs`` (2,000
+fitting rows) the fit ended worse with it (the map takes part of what the descent and the cells would correct,
+and they then pass their tests less often). So under ``base_recalibration="auto"`` the estimator keeps it only
+when the whole fit with it predicts the held-out rows better (``KEEP_Z``; mmc_core.estimator.fit_memory);
+``"group-logistic"`` applies it on its own gate.
 
 Each fit is Newton's method with the Newton direction solved by conjugate gradients over the membership sums
 (no dense design matrix: one pass over the (row, group) pairs per product), on at most ``CV_MAX_ROWS`` rows.
@@ -46,13 +47,20 @@ from .recalibrate import (
     harmed_groups,
 )
 
-__all__ = ["LAMBDA_GRID", "fit_group_logistic", "group_logistic_base", "logit_stack", "mapped_base"]
+__all__ = ["KEEP_Z", "LAMBDA_GRID", "fit_group_logistic", "group_logistic_base", "logit_stack", "mapped_base"]
 
 # the ridge of the per-group coefficients, in rows' curvature units (a group's intercept is halfway shrunk at
 # about lam / (p (1 - p)) rows); the benchmark's scikit-learn C of 0.003-0.1 is lam = 1 / C = 10-333
 LAMBDA_GRID = (10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
 # probabilities are clipped to [EPS, 1 - EPS] before the logit: a base of exactly 0 or 1 has no logit
 EPS = 1e-4
+# under base_recalibration="auto" the map is kept only when the whole fit with it predicts the held-out rows
+# better than the whole fit without it by at least this many standard errors of the rows' paired log-loss
+# differences (mmc_core.estimator.fit_memory). Chosen among 0, 0.5, 1, 1.5 and 2 on six classifier tables x 8-10
+# splits (benchmarks/README.md, "The per-group logistic map, built"): at 0 a 2,000-row table (401ksubs) ended
+# +0.00045 (se 0.00031) worse in test log loss than without the map; at 0.5 and 1 no table was worse and the
+# gains stayed (mplsstops -0.00041, tv16 -0.00028 at 1); at 2 most of them went
+KEEP_Z = 1.0
 MIN_ROWS = 200  # fewer fitting rows: the map is not fitted (5 folds of 40 rows cannot choose a penalty)
 _NEWTON_MAX = 25
 _NEWTON_TOL = 1e-7
@@ -262,17 +270,23 @@ def fit_group_logistic(
         ``{"knot", "lam", "intercept", "slope", "bend", "groups", "group_slopes", "group_bends",
         "validation"}``: the coefficients already multiplied by the weight the out-of-sample rows support
         (all 0 when the map is not used); ``validation`` = {"rows", "gain", "scale", "z", "weight", "kept",
-        "harmed", "cv_log_loss"} (gain: out-of-sample log-loss reduction per row of the weighted map).
+        "harmed", "cv_log_loss"} (gain: out-of-sample log-loss reduction per row of the weighted map), with
+        "too_few": True when the map was not fitted: fewer than ``MIN_ROWS`` rows, or fewer rows of the rarer
+        label than the map has coefficients (3 + 3 x groups).
     """
     y = np.asarray(y, dtype=float)
     base = np.clip(np.asarray(base, dtype=float), 0.0, 1.0)
     sums, y, base = capped(sums, y, base, seed)
     G, n = sums.G, base.size
     knot = float(np.median(_logit(base))) if n else 0.0
-    empty = {"knot": knot, "lam": float("nan"), **_coefficients(np.zeros(3 + 3 * G), G)}
+    empty = {"knot": knot, "lam": 0.0, **_coefficients(np.zeros(3 + 3 * G), G)}
     record = {"rows": 0, "gain": 0.0, "scale": 0.0, "z": 0.0, "weight": 0.0, "kept": False, "harmed": []}
-    if n < MIN_ROWS or np.all(y == y[0]):
-        return {**empty, "lam": 0.0, "validation": {**record, "cv_log_loss": {}}}
+    # at least as many rows of the rarer label as the map has coefficients: below that the fit is the penalty's
+    # more than the labels' (loanapp's classifier null worlds, ~440 fitting rows of which ~50 of the rarer
+    # label for 3 + 3 x 33 coefficients: the whole fit's divergence from the truth +0.00077 (se 0.00034))
+    rarer = float(min(y.sum(), n - y.sum())) if n else 0.0
+    if n < MIN_ROWS or rarer < 3 + 3 * G:
+        return {**empty, "validation": {**record, "too_few": True, "cv_log_loss": {}}}
     X = _Design(base, sums, knot)
     fold = np.random.default_rng([seed, 17]).permutation(n) % CV_FOLDS
     cv = np.zeros(len(LAMBDA_GRID))

@@ -58,8 +58,9 @@ __all__ = [
     "within_slopes",
 ]
 
-# "auto": group-linear (both engines); "group-logistic": group-linear, then for a 0/1 label the per-group logistic
-# map (mmc_core.fit.logistic_map; numpy engine)
+# "auto": group-linear (both engines), then for a 0/1 label the per-group logistic map (mmc_core.fit.logistic_map;
+# numpy engine) when the whole fit with it is better on the held-out rows; "group-logistic": the logistic map on
+# its own gate only
 BASE_RECALIBRATIONS = ("auto", "none", "affine", "group-linear", "group-logistic")
 # the group-linear map (and its bend) is applied at the full scale the out-of-sample rows support when that
 # scale is this many robust standard errors above 0 (one-sided: about 2.3% of fits of a map that does not
