@@ -2,9 +2,9 @@
 
 Per classifier table and split seed, the rows are cut as in ``heldout_protocol.py`` (40% / 30% / 30%) and the
 same seeded HistGradientBoostingRegressor is fitted on the first 40%; then the post-processing and test rows'
-labels are redrawn as Bernoulli(base): the base IS the true probability. The fit with the per-group logistic
-map (``mmc-lg``: ``base_recalibration="group-logistic"``, the group-linear map then the logistic map) and the
-default fit without it (``mmc``) are fitted on the post-processing rows and scored on the test rows
+labels are redrawn as Bernoulli(base): the base IS the true probability. The default fit (``mmc``: the
+group-linear map, then the per-group logistic map where the whole fit with it predicts the held-out rows better)
+and the fit without the logistic map (``mmc-gl``: ``base_recalibration="group-linear"``) are fitted on the post-processing rows and scored on the test rows
 against the truth: ``kl`` = mean Kullback-Leibler divergence of the prediction from the true probability (the
 excess log loss, 0 for the truth), ``gbias`` = sum_g n_g |mean over g of (pred - truth)| / sum_g n_g over the
 listed groups, and ``moved`` = the groups (>= 2% of the test rows) whose mean prediction moved off the truth by
@@ -58,7 +58,7 @@ def run_split(name: str, seed: int) -> list:
     p_te = base[te]
     se = np.sqrt((dense.T @ (p_te * (1 - p_te))) / np.maximum(cnt, 1)) / np.sqrt(np.maximum(cnt, 1))
     out = []
-    for method, rec in (("mmc-lg", "group-logistic"), ("mmc", "auto")):
+    for method, rec in (("mmc", "auto"), ("mmc-gl", "group-linear")):
         est = MomentMulticalibrator(label_range=(0, 1), random_state=seed, base_recalibration=rec)
         est.fit(post, y[po], groups, base_prediction=base[po])
         pred = est.predict(test, base_prediction=p_te)
@@ -95,10 +95,10 @@ def main(argv=None) -> int:
         for s in range(args.seed_start, args.seed_start + args.splits):
             rows += run_split(t, s)
     df = pd.DataFrame(rows)
-    print("| table | kl mmc-lg | kl mmc | diff (se) | gbias mmc-lg | gbias mmc | moved mmc-lg / mmc | kept | weight |")
+    print("| table | kl mmc | kl mmc-gl | diff (se) | gbias mmc | gbias mmc-gl | moved mmc / gl | kept | weight |")
     print("|---|---|---|---|---|---|---|---|---|")
     for t, d in df.groupby("table", sort=False):
-        a, b = d[d.method == "mmc-lg"].set_index("seed"), d[d.method == "mmc"].set_index("seed")
+        a, b = d[d.method == "mmc"].set_index("seed"), d[d.method == "mmc-gl"].set_index("seed")
         diff = a["kl"] - b["kl"]
         print(
             f"| {t} | {a['kl'].mean():.5f} | {b['kl'].mean():.5f} | {diff.mean():+.5f} ({diff.std(ddof=1) / np.sqrt(len(diff)):.5f}) "
