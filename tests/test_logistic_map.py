@@ -215,3 +215,14 @@ def test_no_map_with_fewer_rows_of_the_rarer_label_than_coefficients():
     assert not any(m["groups"]) and m["slope"] == 0.0
     y[3 + 3 * len(gs) - 1] = 1.0  # enough: fitted (kept or not, it has a record of its check)
     assert "too_few" not in fit_group_logistic(y, base, gs.evaluate(df).sums(), seed=0)["validation"]
+
+
+def test_without_held_out_rows_the_default_does_not_use_the_map():
+    df, base, _, y = _world(0, 8000)
+    gs = GroupSet.from_columns(df, ["a", "b"], 2)
+    est = MomentMulticalibrator(random_state=0, calibration_fraction=0.0).fit(df, y, gs, base_prediction=base)
+    lg = est.model_.info["base_recalibration"]["logistic"]
+    assert lg["no_held_out"] and not lg["kept"] and not est.model_.init_mean.get("logistic")
+    assert "no held-out rows" in describe(est.model_.init_mean, est.model_.info)
+    own = MomentMulticalibrator(random_state=0, calibration_fraction=0.0, base_recalibration="group-logistic")
+    assert own.fit(df, y, gs, base_prediction=base).model_.init_mean.get("logistic")  # its own gate only

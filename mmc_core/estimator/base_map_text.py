@@ -61,6 +61,8 @@ def _logistic_clause(init_mean: dict, check) -> str | None:
             )
         if lg.get("harmed"):
             return f"no per-group logistic map (it left {_group_list(lg['harmed'])} more biased on out-of-sample rows)"
+        if lg.get("no_held_out"):
+            return "no per-group logistic map (no held-out rows to check the whole fit with it on)"
         if lg.get("too_few"):
             return "no per-group logistic map (fewer rows of the rarer label than it has coefficients)"
         if lg.get("rows", 0) < GATE_MIN_ROWS:

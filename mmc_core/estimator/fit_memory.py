@@ -72,6 +72,9 @@ def fit_in_memory(
     InMemoryFit
     """
     d = fitting_rows(est, X, y, groups, base_prediction, label_name, base_name)
+    if est.base_recalibration == "auto" and _logistic_kept(d) and not d.n_cal:
+        # no held-out rows to check the whole fit with the map on: the default does not use it
+        d = _dropped(d, without_logistic(d), {"no_held_out": True})
     run = _run_stages(est, d, plan_of_rows(est, d, calibrate_intervals), callback, stop, base_name)
     if est.base_recalibration == "auto" and _logistic_kept(d) and not _stopped(run.res, stop):
         # the per-group logistic map is kept only when the whole fit with it predicts the held-out rows better
@@ -161,7 +164,16 @@ def _run_stages(est, d: FittingRows, plan: FitPlan, callback, stop, base_name) -
 
 
 def _logistic_kept(d: FittingRows) -> bool:
-    return d.logistic is not None and bool(d.logistic["validation"]["kept"]) and d.n_cal > 0
+    return d.logistic is not None and bool(d.logistic["validation"]["kept"])
+
+
+def _dropped(d: FittingRows, d_without: FittingRows, why: dict) -> FittingRows:
+    """``d_without`` with the map's record saying it was fitted, and why it is not used (``why`` in its check)."""
+    assert d.logistic is not None
+    record = dict(d.logistic)
+    record["validation"] = {**d.logistic["validation"], "kept": False, **why}
+    d_without.logistic = record
+    return d_without
 
 
 def without_logistic(d: FittingRows) -> FittingRows:
@@ -197,10 +209,7 @@ def _choose_logistic(d: FittingRows, run: _StagesRun, d_without: FittingRows, ot
     if final["without"] - final["with"] >= KEEP_Z * se and final["with"] < final["without"]:
         d.logistic["validation"]["final"] = {**final, "kept": True}
         return d, run
-    record = dict(d.logistic)
-    record["validation"] = {**d.logistic["validation"], "kept": False, "final": {**final, "kept": False}}
-    d_without.logistic = record
-    return d_without, other
+    return _dropped(d, d_without, {"final": {**final, "kept": False}}), other
 
 
 def plan_of_rows(est, d: FittingRows, calibrate_intervals: bool = True) -> FitPlan:
