@@ -183,6 +183,10 @@ def test_by_default_the_map_is_kept_only_when_the_whole_fit_is_better_with_it(mo
     assert final["kept"] and final["without"] - final["with"] >= KEEP_Z * final["se"]
     assert est.model_.init_mean.get("logistic")
     assert "the whole fit with it: held-out log loss" in describe(est.model_.init_mean, est.model_.info)
+    from mmc_core.estimator import stage_sentences
+
+    info = est.model_.info
+    assert any("a logistic curve per group" in t for t in stage_sentences(info["stages"], info, 0, 0))
     kept = est.predict(new, base_prediction=base[8000:])
 
     # when the fit without the map predicts the held-out rows better, that fit is the model

@@ -263,9 +263,17 @@ def _updates(info: dict, n: int, key: str, word: str) -> str:
 def _stage_heads(info: dict, n_mean_updates: int, n_moment_updates: int, has_var: bool) -> dict:
     """What each stage does, in one clause per stage."""
     kept = info.get("kept_round")
+    lg = ((info.get("base_recalibration") or {}) if isinstance(info.get("base_recalibration"), dict) else {}).get(
+        "logistic"
+    )
     return {
         "base map": "Base map: the base prediction recalibrated on the fitting rows (a line, per group when the "
-        "held-out rows bear that out)",
+        "held-out rows bear that out"
+        + (
+            "; then a logistic curve per group, kept because the whole fit with it predicted the held-out rows better)"
+            if isinstance(lg, dict) and lg.get("kept")
+            else ")"
+        ),
         "descent": f"Descent: {_updates(info, n_mean_updates, 'mean_updates', 'mean update')} (corrections of "
         "groups' means)"
         + (
