@@ -43,14 +43,10 @@ def run_split(
     name: str, seed: int, all_slopes: bool = False, hinge: bool = False, then_mmc: bool = False, big: float = 0.0
 ) -> dict:
     from mcgrad.methods import MCGrad
-    from sklearn.ensemble import HistGradientBoostingRegressor
     from sklearn.linear_model import LogisticRegression
 
-    df, label, gcols, drop = hp.load_table(name)
-    tr, po, te = hp.split(len(df), seed)
-    X = hp._features(df, label, drop)
-    hgb = HistGradientBoostingRegressor(random_state=seed).fit(X.iloc[tr], df[label].iloc[tr])
-    base = np.clip(hgb.predict(X), 0, 1)
+    sp = hp.base_split(name, seed, clip=(0, 1))
+    df, label, gcols, po, te, base = sp.df, sp.label, sp.gcols, sp.po, sp.te, sp.base
     post, test = df.iloc[po].reset_index(drop=True), df.iloc[te].reset_index(drop=True)
     y_po, y_te = post[label].to_numpy(float), test[label].to_numpy(float)
     b_po, b_te = base[po], base[te]

@@ -99,6 +99,7 @@ import os
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -378,7 +379,7 @@ METRICS = ("mse", "gbias", "cell", "var", "logloss")
 LOGLOSS_CLIP = 1e-6  # predictions clipped to [LOGLOSS_CLIP, 1 - LOGLOSS_CLIP] for the log loss
 
 
-def _features(df: pd.DataFrame, label: str, drop) -> pd.DataFrame:
+def features(df: pd.DataFrame, label: str, drop) -> pd.DataFrame:
     X = df.drop(columns=[label] + list(drop))
     for c in X.columns:
         if not pd.api.types.is_numeric_dtype(X[c]):
@@ -390,6 +391,34 @@ def split(n: int, seed: int):
     perm = np.random.default_rng(seed).permutation(n)
     a, b = int(0.4 * n), int(0.7 * n)
     return perm[:a], perm[a:b], perm[b:]
+
+
+@dataclass
+class BaseSplit:
+    """One split of a table with the protocol's base: rows ``tr`` (base), ``po`` (post-processing), ``te`` (test)
+    and every row's base prediction ``base``."""
+
+    df: pd.DataFrame
+    label: str
+    gcols: list
+    X: pd.DataFrame
+    tr: np.ndarray
+    po: np.ndarray
+    te: np.ndarray
+    base: np.ndarray
+
+
+def base_split(name: str, seed: int, clip: tuple | None = None) -> BaseSplit:
+    """Table ``name`` split by ``seed`` (40% / 30% / 30%), with a HistGradientBoostingRegressor fitted on the base
+    rows predicting every row, clipped to ``clip`` (the label's observed range by default)."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    df, label, gcols, drop = load_table(name)
+    lo, hi = clip if clip is not None else (float(df[label].min()), float(df[label].max()))
+    tr, po, te = split(len(df), seed)
+    X = features(df, label, drop)
+    hgb = HistGradientBoostingRegressor(random_state=seed).fit(X.iloc[tr], df[label].iloc[tr])
+    return BaseSplit(df, label, list(gcols), X, tr, po, te, np.clip(hgb.predict(X), lo, hi))
 
 
 def group_errors(memb_dense: np.ndarray, pred: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -467,15 +496,9 @@ def null_labels(y: np.ndarray, base: np.ndarray, rows: np.ndarray, how: str, rng
 
 
 def run_split(name: str, seed: int, methods, null: str | None = None) -> dict:
-    from sklearn.ensemble import HistGradientBoostingRegressor
-
-    df, label, gcols, drop = load_table(name)
+    sp = base_split(name, seed)
+    df, label, gcols, po, te, base = sp.df, sp.label, sp.gcols, sp.po, sp.te, sp.base
     lo, hi = float(df[label].min()), float(df[label].max())
-    tr, po, te = split(len(df), seed)
-    X = _features(df, label, drop)
-    hgb = HistGradientBoostingRegressor(random_state=seed)
-    hgb.fit(X.iloc[tr], df[label].iloc[tr])
-    base = np.clip(hgb.predict(X), lo, hi)
     if null is not None:  # the base (fitted on the real labels) becomes the true mean of the other rows
         df = df.copy()
         y_null = null_labels(df[label].to_numpy(float), base, np.r_[po, te], null, np.random.default_rng([seed, 7]))

@@ -42,15 +42,9 @@ def _gbias(mu, y, dense) -> float:
 
 def replay_updates(name: str, seed: int, **kw) -> pd.DataFrame:
     """One row per mean update of the fit on split ``seed`` of table ``name`` (see the module docstring)."""
-    from sklearn.ensemble import HistGradientBoostingRegressor
-
-    df, label, gcols, drop = hp.load_table(name)
+    sp = hp.base_split(name, seed)
+    df, label, gcols, po, te, base = sp.df, sp.label, sp.gcols, sp.po, sp.te, sp.base
     lo, hi = float(df[label].min()), float(df[label].max())
-    tr, po, te = hp.split(len(df), seed)
-    X = hp._features(df, label, drop)
-    base = np.clip(
-        HistGradientBoostingRegressor(random_state=seed).fit(X.iloc[tr], df[label].iloc[tr]).predict(X), lo, hi
-    )
     post, test = df.iloc[po].reset_index(drop=True), df.iloc[te].reset_index(drop=True)
     y_po, y_te = post[label].to_numpy(float), test[label].to_numpy(float)
     est = MomentMulticalibrator(label_range=(lo, hi), random_state=seed, **kw)

@@ -41,13 +41,8 @@ def _kl(q: np.ndarray, p: np.ndarray) -> float:
 
 
 def run_split(name: str, seed: int) -> list:
-    from sklearn.ensemble import HistGradientBoostingRegressor
-
-    df, label, gcols, drop = hp.load_table(name)
-    tr, po, te = hp.split(len(df), seed)
-    X = hp._features(df, label, drop)
-    hgb = HistGradientBoostingRegressor(random_state=seed).fit(X.iloc[tr], df[label].iloc[tr])
-    base = np.clip(hgb.predict(X), 0.001, 0.999)
+    sp = hp.base_split(name, seed, clip=(0.001, 0.999))
+    df, gcols, po, te, base = sp.df, sp.gcols, sp.po, sp.te, sp.base
     rng = np.random.default_rng([seed, 34])
     y = (rng.random(len(df)) < base).astype(float)
     post, test = df.iloc[po].reset_index(drop=True), df.iloc[te].reset_index(drop=True)

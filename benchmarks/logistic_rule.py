@@ -31,13 +31,8 @@ THRESHOLDS = (-np.inf, 0.0, 0.5, 1.0, 1.5, 2.0)
 
 
 def run_split(name: str, seed: int) -> dict:
-    from sklearn.ensemble import HistGradientBoostingRegressor
-
-    df, label, gcols, drop = hp.load_table(name)
-    tr, po, te = hp.split(len(df), seed)
-    X = hp._features(df, label, drop)
-    hgb = HistGradientBoostingRegressor(random_state=seed).fit(X.iloc[tr], df[label].iloc[tr])
-    base = np.clip(hgb.predict(X), 0, 1)
+    sp = hp.base_split(name, seed, clip=(0, 1))
+    df, label, gcols, po, te, base = sp.df, sp.label, sp.gcols, sp.po, sp.te, sp.base
     post, test = df.iloc[po].reset_index(drop=True), df.iloc[te].reset_index(drop=True)
     y_po, y_te = post[label].to_numpy(float), test[label].to_numpy(float)
     groups = GroupSet.from_columns(post, gcols, 2)

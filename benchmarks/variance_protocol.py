@@ -84,12 +84,9 @@ def _group_null(y, base, rows, key, rng):
 def run_split(name: str, seed: int, null: str | None, base_variance: str = "none") -> dict:
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    df, label, gcols, drop = hp.load_table(name)
+    sp = hp.base_split(name, seed)
+    df, label, gcols, X, tr, po, te, base = sp.df, sp.label, sp.gcols, sp.X, sp.tr, sp.po, sp.te, sp.base
     lo, hi = float(df[label].min()), float(df[label].max())
-    tr, po, te = hp.split(len(df), seed)
-    X = hp._features(df, label, drop)
-    hgb = HistGradientBoostingRegressor(random_state=seed).fit(X.iloc[tr], df[label].iloc[tr])
-    base = np.clip(hgb.predict(X), lo, hi)
     bvar = None if base_variance == "none" else _base_variance(X, df[label].to_numpy(float), tr, seed, base_variance)
     true_var = None
     if null is not None:
