@@ -1,0 +1,59 @@
+"""The benchmarks' ground truth is what it says: the known-truth worlds' stated moments of the rows they keep, and
+the held-out protocol's base split."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.heldout_protocol import base_split, split
+from benchmarks.variance_worlds import SKEW_S, kept_moments
+
+
+def _draw(world: str, n: int, rng) -> np.ndarray:
+    if world == "skewed":
+        s = SKEW_S
+        return (np.exp(s * rng.normal(size=n)) - np.exp(s * s / 2)) / np.sqrt((np.exp(s * s) - 1) * np.exp(s * s))
+    return rng.normal(size=n)
+
+
+@pytest.mark.parametrize("world", ["wage", "skewed"])
+@pytest.mark.parametrize("mean,sd", [(150.0, 30.0), (20.0, 15.0), (100.0, 10.0)])
+def test_kept_moments_are_the_truncated_draws_moments(world, mean, sd):
+    """The mean and sd of the rows a world keeps (0 <= y <= 200), against 400,000 draws: within 4 Monte Carlo
+    standard errors (the sd's from the squared deviations' own spread)."""
+    rng = np.random.default_rng(7)
+    y = mean + sd * _draw(world, 400_000, rng)
+    y = y[(y >= 0) & (y <= 200)]
+    m, s = kept_moments(np.array([mean]), np.array([sd]), world)
+    se_mean = y.std() / np.sqrt(y.size)
+    d2 = (y - y.mean()) ** 2
+    se_var = d2.std() / np.sqrt(y.size)
+    assert abs(y.mean() - m[0]) <= 4 * se_mean
+    assert abs(d2.mean() - s[0] ** 2) <= 4 * se_var
+
+
+def test_a_range_far_from_the_draws_leaves_the_moments_alone():
+    m, s = kept_moments(np.array([100.0]), np.array([1.0]), "skewed")  # the range is 100 sd away
+    assert m[0] == pytest.approx(100.0, abs=1e-9) and s[0] == pytest.approx(1.0, rel=1e-7)
+    m, s = kept_moments(np.array([100.0]), np.array([5.0]), "wage")
+    assert m[0] == pytest.approx(100.0, abs=1e-9) and s[0] == pytest.approx(5.0, rel=1e-9)
+
+
+def test_the_skewed_worlds_truncation_is_not_negligible():
+    """Why the correction exists: a high-variance row near the top of the range loses a visible share of its
+    variance to the dropped right tail (the stated truth was sd**2 before)."""
+    _, s = kept_moments(np.array([120.0]), np.array([34.0]), "skewed")
+    assert s[0] ** 2 < 0.9 * 34.0**2
+
+
+def test_base_split_fits_the_base_on_the_base_rows_only():
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    sp = base_split("synthetic_scores", 3, clip=(0.0, 50.0))
+    tr, po, te = split(len(sp.df), 3)
+    assert all(np.array_equal(a, b) for a, b in ((sp.tr, tr), (sp.po, po), (sp.te, te)))
+    y = sp.df[sp.label].to_numpy(float)
+    hgb = HistGradientBoostingRegressor(random_state=3).fit(sp.X.iloc[tr], y[tr])
+    assert np.array_equal(sp.base, np.clip(hgb.predict(sp.X), 0.0, 50.0))
+    assert sp.label not in sp.X.columns and set(sp.gcols) <= set(sp.df.columns)
