@@ -27,7 +27,7 @@ FEATURES = ("a", "b", "x")
 
 
 def _world(seed: int, n: int = 12_000) -> tuple[pd.DataFrame, np.ndarray]:
-    w = feature_spread_world(seed, n)
+    w = feature_spread_world(seed, n, mean_slope=0.0)  # x out of the mean: only a base variance can see it
     return pd.DataFrame({c: w[c] for c in ("a", "b", "x", "y")}), w["true_sd"]
 
 
@@ -64,8 +64,8 @@ def test_the_spread_along_a_feature_no_group_carries_is_found():
     assert np.array_equal(test, off.split["test"])
     c_off = np.corrcoef(_sd(off, df, test), true_sd[test])[0, 1]
     c_on = np.corrcoef(_sd(on, df, test), true_sd[test])[0, 1]
-    # measured 0.631 -> 0.926 on this seed (0.39-0.63 -> 0.89-0.93 over five): well past 0.8 with it and a gain
-    # of at least 0.2 (the smallest of the five was 0.30), where the benchmark's larger world went 0.597 -> 0.986
+    # measured 0.420 -> 0.917 on this seed (0.42-0.61 -> 0.89-0.92 over seeds 0-4): well past 0.8 with it and a
+    # gain of at least 0.2 (the smallest of the five was 0.30)
     assert c_on > 0.8 and c_on - c_off > 0.2, (c_off, c_on)
     assert on.model.init_variance["column"] == "base_model_variance"
     assert on.model.info["base_variance"]["power"] > 0  # the fit trusted it

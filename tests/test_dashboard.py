@@ -133,6 +133,11 @@ def test_converged_summary_of_a_fit_whose_mean_needed_no_update():
     one = converged_text({"rounds": 1, "mean_updates": 1, "moment_updates": 1})
     assert one == "Converged in 1 round (1 mean update, 1 moment update, the first moment pass included)."
     assert converged_text({"rounds": 0, "mean_updates": 0, "moment_updates": 1}).endswith("; 1 moment update.")
+    # a descent that leaves the moments to the cell step says so instead of "0 moment updates"
+    left = {"rounds": 2, "mean_updates": 5, "moment_updates": 0, "moments_left_to_cells": True}
+    assert converged_text(left) == (
+        "Converged in 2 rounds (5 mean updates, no moment update: the variance is left to the cell step after it)."
+    )
 
 
 def test_thresholds_caption_says_when_the_kept_model_misses_the_given_ones():

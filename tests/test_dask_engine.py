@@ -451,9 +451,10 @@ def test_audit_tables_are_json_with_null_for_empty_groups(client):
 
 def test_dask_meets_a_given_alpha_and_fits_the_moment_cells_as_numpy(client):
     """Issue 34 on the Dask engine: a given alpha is met on the fitting rows (the per-cell test gates only the
-    moments, whose beta is "se"), and the moments' cell step runs there too (its held-out rows are split per
-    partition, so the two engines' models differ by their rows; a saved model predicts what the fitted one
-    does)."""
+    moments, whose beta is "se"; the cell steps are dropped if they would break it), and with both thresholds
+    "se" the descent leaves the variance to the moments' cell step, which runs there as in numpy (its held-out
+    rows are split per partition, so the two engines' models differ by their rows; a saved model, whose rounds
+    may be banded by the mean, predicts what the fitted one does)."""
     sizes = [5000, 8000, 7000]
     df = make_frame(sum(sizes), seed=11)
     older = (df["age"] >= 55).to_numpy()  # a listed group whose spread is twice the rest's: evidence far past z = 2
@@ -465,7 +466,9 @@ def test_dask_meets_a_given_alpha_and_fits_the_moment_cells_as_numpy(client):
     for e in (e_np, e_dk):
         assert e.alpha_ <= 5e-4 and e.model_.params.se_scope == "moments"
     assert set(e_dk.model_.info["moment_cells"]) == set(e_np.model_.info["moment_cells"]) == {"2"}
+    e_dk = MomentMulticalibrator(n_moments=2).fit(split(df, sizes), "y", groups, base_prediction="base", client=client)
     m = e_dk.model_
+    assert m.params.z_moment >= 0 and e_dk.moment_updates_ == 0
     assert m.moment_cells, m.info["moment_cells"]
     again = FittedModel.from_json(m.to_json())
     base = df["base"].to_numpy()

@@ -13,7 +13,7 @@ from mmc_core import GroupSet, MomentMulticalibrator
 from mmc_core.common.errors import ModelFormatError
 from mmc_core.fit.cells import apply_moment_cells, gated_moment_cells
 from mmc_core.fit.model import FittedModel
-from mmc_core.fit.model_format import VERSION_MOMENT_CELLS
+from mmc_core.fit.model_format import VERSION_MEAN_BANDS
 
 
 def _world(n: int, rng: np.random.Generator) -> pd.DataFrame:
@@ -166,7 +166,7 @@ def test_model_file_round_trip_and_tampering():
     model = est.model_
     assert model.moment_cells, "this world's variance by group is far from the pooled start: cells are kept"
     d = json.loads(model.to_json())
-    assert d["version"] == VERSION_MOMENT_CELLS and set(d["moment_cells"]) == {"2"}
+    assert d["version"] == VERSION_MEAN_BANDS and set(d["moment_cells"]) == {"2"}
     back = FittedModel.from_json(model.to_json())
     p1, p2 = model.predict(te, te["base"].to_numpy()), back.predict(te, te["base"].to_numpy())
     assert np.array_equal(p1["moment_2"], p2["moment_2"])
@@ -175,8 +175,18 @@ def test_model_file_round_trip_and_tampering():
     with pytest.raises(ModelFormatError, match=r"moment_cells\.2\.rounds\[0\]\.weight"):
         FittedModel.from_dict(tampered)
     tampered = json.loads(model.to_json())
-    tampered["version"] = 6
-    with pytest.raises(ModelFormatError, match="version 7"):
+    tampered["version"] = 9  # a reader of version 9 would band a mean round by the moment
+    with pytest.raises(ModelFormatError, match="version 10"):
+        FittedModel.from_dict(tampered)
+    tampered = json.loads(model.to_json())
+    tampered["version"] = 9
+    del tampered["params"]["z_moment"]
+    assert any(rd.get("by") == "mean" for rd in tampered["moment_cells"]["2"]["rounds"])
+    with pytest.raises(ModelFormatError, match="banded by the mean: the file must have version 10"):
+        FittedModel.from_dict(tampered)
+    tampered = json.loads(model.to_json())
+    tampered["moment_cells"]["2"]["rounds"][0]["by"] = "label"
+    with pytest.raises(ModelFormatError, match=r"moment_cells\.2\.rounds\[0\]\.by"):
         FittedModel.from_dict(tampered)
     tampered = json.loads(model.to_json())
     tampered["moment_cells"]["3"] = tampered["moment_cells"]["2"]
@@ -203,3 +213,67 @@ def test_the_live_chart_marks_the_round_a_stop_would_keep():
     assert best_round_so_far(hist) == 1
     assert best_round_so_far([{"round": 0}]) is None  # no held-out rows
     assert best_round_so_far([*hist, {"round": 3, "holdout_mse": 0.4}]) == 1  # the earliest on ties
+
+
+def test_nested_groups_are_those_inside_two_larger_ones():
+    """Intersections of two columns' values lie in both parents and the whole table; a column's value lies in the
+    whole table only; a group equal to another is inside neither."""
+    from mmc_core.fit.cells import nested_groups
+
+    df = pd.DataFrame({"a": [0, 0, 1, 1, 0, 1], "b": [0, 1, 0, 1, 1, 1]})
+    memb = GroupSet.from_columns(df, ["a", "b"], max_order=2).evaluate(df, len(df))
+    dense = memb.to_dense().astype(float)
+    flags = nested_groups(dense.T @ dense)
+    assert [n for n, f in zip(memb.names, flags) if f] == [n for n in memb.names if " & " in n]
+    twin = np.column_stack([np.ones(4), [1, 1, 0, 0], [1, 1, 0, 0]])  # groups 1 and 2 hold the same rows
+    assert not nested_groups(twin.T @ twin).any()
+
+
+def test_a_spread_along_the_mean_is_found_by_the_mean_bands():
+    """The true variance rises with the mean (e^(2 mu)) and no group carries it; the prediction starts constant.
+    With the mean the cell step's (group, band of the mean) stage finds it: every tenth of the mean within 4
+    standard errors (sqrt(2 / n) on the log scale, Gaussian noise) of its true variance. Without the mean the
+    stage is not run and the prediction stays one level."""
+    rng = np.random.default_rng(8)
+    n, n_h = 18_000, 6_000
+    mu, mu_h = rng.uniform(0, 1, n), rng.uniform(0, 1, n_h)
+    g, g_h = rng.integers(0, 3, n), rng.integers(0, 3, n_h)
+    v_true, v_true_h = np.exp(2 * mu), np.exp(2 * mu_h)
+    s, s_h = _gaussian_pseudo(v_true, rng), _gaussian_pseudo(v_true_h, rng)
+    level = np.full(n, s.mean())
+    sums, sums_h = _sums(g), _sums(g_h)
+    cell, check = gated_moment_cells(s, level, sums, (s_h, np.full(n_h, s.mean()), sums_h, mu_h), mu=mu)
+    kept = [st for st in check["stages"] if st["kept"]]
+    assert any(st["by"] == "mean" for st in kept), check
+    fixed = apply_moment_cells(level, sums, cell, (0.0, np.inf), mu)
+    band = np.minimum((mu * 10).astype(int), 9)
+    for k in range(10):
+        sel = band == k
+        log_ratio = np.log(fixed[sel].mean() / v_true[sel].mean())
+        assert abs(log_ratio) <= 4.0 * np.sqrt(2.0 / sel.sum()), (k, log_ratio)
+    with pytest.raises(ValueError, match="needs the mean"):
+        apply_moment_cells(level, sums, cell, (0.0, np.inf))
+    _, check_no_mu = gated_moment_cells(s, level, sums, (s_h, np.full(n_h, s.mean()), sums_h))
+    assert all(st["by"] == "moment" for st in check_no_mu["stages"])
+
+
+def test_the_descent_leaves_the_moments_to_the_cell_step_only_when_it_follows():
+    """With both thresholds "se" and enough held-out rows the descent makes no moment update (the cell step fits
+    the variance); without held-out rows, with too few of them (the step is skipped below 100) or with a given
+    threshold (the steps are dropped when they break it) the descent corrects the moments itself."""
+    from mmc_core.fit.thresholds import NO_GROUP_MOMENT_Z
+
+    rng = np.random.default_rng(4)
+    tr = _world(8_000, rng)
+    groups = GroupSet.from_columns(tr, ["a", "b"])
+
+    def fit(rows=tr, **kw):
+        est = MomentMulticalibrator(label_range=(0, 200), **kw)
+        return est.fit(rows, rows["y"], groups, base_prediction=rows["base"])
+
+    left = fit()
+    assert left.model_.params.z_moment == NO_GROUP_MOMENT_Z and left.moment_updates_ == 0
+    assert left.model_.moment_cells
+    for est in (fit(calibration_fraction=0.0), fit(tr.iloc[:360]), fit(alpha=5e-3), fit(beta=5e-3)):
+        assert est.model_.params.z_moment == -1.0
+    assert fit(calibration_fraction=0.0).moment_updates_ > 0  # the world's spread by group is far from one level

@@ -175,14 +175,18 @@ def thresholds_used_text(info: dict, alpha: float, beta: float, moment_betas: di
 def converged_text(info: dict) -> str:
     """The first sentence of a converged run's summary. Round 0 is the moment pass before the first mean audit,
     so a fit whose mean needed no update has 0 rounds but moment updates: said in words, not as "0 rounds"."""
+    left = info.get("moments_left_to_cells") is True
+    moments = (
+        "no moment update: the variance is left to the cell step after it"
+        if left
+        else count(info["moment_updates"], "moment update")
+    )
     if not info["rounds"]:
         # not "the mean needed no update": the base map and the cells may still have moved it, and a cell the
         # fitting rows do not show may still be off on fresh ones (the audit's findings say so)
         return (
             "Converged in the first pass: no mean cell was off by more than its threshold on the fitting rows, so "
-            f"the descent made no mean update; {count(info['moment_updates'], 'moment update')}."
+            f"the descent made no mean update; {moments}."
         )
-    return (
-        f"Converged in {count(info['rounds'], 'round')} ({count(info['mean_updates'], 'mean update')}, "
-        f"{count(info['moment_updates'], 'moment update')}, the first moment pass included)."
-    )
+    tail = f"{moments})." if left else f"{moments}, the first moment pass included)."
+    return f"Converged in {count(info['rounds'], 'round')} ({count(info['mean_updates'], 'mean update')}, {tail}"

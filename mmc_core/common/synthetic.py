@@ -190,15 +190,17 @@ def demo_distribution() -> DiscreteBetaDistribution:
     )
 
 
-def feature_spread_world(seed: int, n: int) -> dict[str, np.ndarray]:
+def feature_spread_world(seed: int, n: int, mean_slope: float = 20.0) -> dict[str, np.ndarray]:
     """A table whose noise sd follows a numeric feature ``x`` that no group carries, times group factors: groups
-    from ``a`` (4 values) and ``b`` (3), label ``y`` = true mean + true sd x N(0, 1). The world where a variance
-    that only groups and mean bands can see misses most of the spread (a base variance of the features is needed):
-    the tests and benchmark of the base variance use it. Returns a, b, x, y, true_mean, true_sd."""
+    from ``a`` (4 values) and ``b`` (3), label ``y`` = true mean + true sd x N(0, 1), the mean rising by
+    ``mean_slope`` over x's range. With ``mean_slope=0`` the world where a variance that only groups and mean
+    bands can see misses most of the spread (a base variance of the features is needed); with x in the mean,
+    bands of the mean see it. The tests and benchmark of the base variance use it. Returns a, b, x, y,
+    true_mean, true_sd."""
     rng = np.random.default_rng(seed)
     a = rng.integers(0, 4, n)
     b = rng.choice(3, n, p=[0.5, 0.3, 0.2])
     x = rng.uniform(0.0, 1.0, n)
-    mean = 50.0 + 5.0 * a + 10.0 * (b == 1) + 20.0 * x
+    mean = 50.0 + 5.0 * a + 10.0 * (b == 1) + mean_slope * x
     sd = (4.0 + 20.0 * x) * (1.0 + 0.3 * (a == 3)) * (1.0 + 0.4 * (b == 2))
     return {"a": a, "b": b, "x": x, "y": mean + sd * rng.normal(size=n), "true_mean": mean, "true_sd": sd}

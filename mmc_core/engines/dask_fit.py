@@ -353,7 +353,7 @@ def _moment_cells(parts, model, gset, n_fit_parts, n_cal_parts) -> dict | None:
         _, _, v_s = _client_sample(parts, gset, "fit", n_fit_parts, 17, ("kept", a))
         _, _, v_h = _client_sample(parts, gset, "held", n_cal_parts, 19, ("held", a))
         s_s, s_h = pseudo_label(a, y_s - mu_s, p.odd_moments), pseudo_label(a, y_h - mu_h, p.odd_moments)
-        cell, checks[str(a)] = gated_moment_cells(s_s, v_s, sums_s, (s_h, v_h, sums_h))
+        cell, checks[str(a)] = gated_moment_cells(s_s, v_s, sums_s, (s_h, v_h, sums_h, mu_h), mu=mu_s)
         if cell is not None:
             model.moment_cells = {**(model.moment_cells or {}), a: cell}
             parts.gather("apply_moment_cells", a, cell, p.projection(a))

@@ -260,7 +260,7 @@ class _Part:
         from ..fit.cells import apply_moment_cells
 
         moms = dict(self.kept[1])
-        moms[a] = apply_moment_cells(moms[a], self.memb_f.sums(), cell, bounds)
+        moms[a] = apply_moment_cells(moms[a], self.memb_f.sums(), cell, bounds, self.kept[0])
         self.kept = (self.kept[0], moms)  # the held-out moments stay: each moment's cells are judged on its own
         return None
 

@@ -30,7 +30,13 @@ def _describe_moment_cells(info) -> str | None:
             out.append(f"{what} as the descent left it (its cell corrections would break the given alpha or beta)")
         elif kept:
             how = " and ".join(
-                ("whole groups" if st.get("bands") == 1 else "each group's bands")
+                (
+                    "whole groups"
+                    if st.get("bands") == 1
+                    else "each group's bands of the mean"
+                    if st.get("by") == "mean"
+                    else "each group's bands"
+                )
                 + f" ({_num(st, 'weight'):.0%}, z = {_num(st, 'z'):.1f})"
                 for st in kept
             )

@@ -415,7 +415,8 @@ def moment_cells(model, memb, y_f, fit_mu, fit_moms, memb_h, y_h, base_u, cal_id
         s_h = pseudo_label(a, y_h - mu_h, p.odd_moments)
         sums_s, s_s, v_s = capped(sums, s_f, fit_moms[a], 17)
         sh, ss_h, vv_h = capped(sums_h, s_h, moms_h[a], 19)
-        cell, checks[str(a)] = gated_moment_cells(s_s, v_s, sums_s, (ss_h, vv_h, sh))
+        mu_s, mu_hs = capped(sums, s_f, fit_mu, 17)[2], capped(sums_h, s_h, mu_h, 19)[2]  # the same seeded rows
+        cell, checks[str(a)] = gated_moment_cells(s_s, v_s, sums_s, (ss_h, vv_h, sh, mu_hs), mu=mu_s)
         if cell is not None:
             cells[a] = cell
     if not cells:
@@ -423,5 +424,5 @@ def moment_cells(model, memb, y_f, fit_mu, fit_moms, memb_h, y_h, base_u, cal_id
     model.moment_cells = cells
     out = dict(fit_moms)
     for a, cell in cells.items():
-        out[a] = apply_moment_cells(fit_moms[a], sums, cell, p.projection(a))
+        out[a] = apply_moment_cells(fit_moms[a], sums, cell, p.projection(a), fit_mu)
     return out, checks

@@ -270,15 +270,26 @@ def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
 # the penalties the held-out rows choose, the third and fourth steps move the coefficients by well under 1%
 MOMENT_CELL_ITERS = 4
 MOMENT_CELL_LOG_CAP = 3.0  # a row's moment moves by at most e^3 either way
-# the stages of the moment's correction: whole groups first (one band: a group's evidence is pooled over its
-# rows, not split in ten), then (group, band) cells of what that leaves
-MOMENT_CELL_STAGES = (1, CELL_BANDS)
+# the stages of the moment's correction, (bands, of what): whole groups first (one band: a group's evidence is
+# pooled over its rows, not split in ten), then (group, tenth of the mean) cells: the spread along the mean,
+# which the descent's (group, mean bucket, moment bucket) cells found when it still corrected the moments
+# (without this stage the known-truth worlds' log score of fresh rows was worse: benchmarks/README.md,
+# "Moments left to the cell step"), then (group, tenth of the moment so far) cells of what that leaves
+MOMENT_CELL_STAGES = ((1, "moment"), (CELL_BANDS, "mean"), (CELL_BANDS, "moment"))
+# the nested groups' penalty, times the others', among the candidates the held-out rows choose from: an
+# intersection whose spread is its parents' product then keeps little of its own noise (with the true mean, the
+# wage world's worst group went from 0.102 at one penalty to 0.066 at 100-1,000x for the intersections)
+NESTED_PENALTY_RATIOS = (1.0, 10.0, 100.0)
 # a stage is applied only when its held-out evidence reaches this z (one-sided 1.2% under no effect): a weight
 # ramping from z = 0 (min(1, z / 2), the mean cells' rule) applied noise in 17% of 190 table-derived null worlds
 # (a group's variance made 1.1x off), a ramp from z = 1 in 10%, a gate at z = 2 in 5.3%, this gate in 3.2%
 # (upper 95% bound 6.7%), at +0.6% of the group variance error on 19 real tables' held-out rows and no change
 # in the known-truth worlds (benchmarks/README.md, "The moment cells' gate", "The moment gate at z = 2.25")
 MOMENT_GATE_Z = 2.25
+# the bands-of-the-mean stage's gate: many more cells and candidates than whole groups, so more chances that one
+# looks good on noise; at 2.25 it made a group 1.1x off in 11 of 190 null worlds (its z there 2.5-3.0), at 3 in
+# 6 of 190, as without the stage (benchmarks/README.md, "Moments left to the cell step")
+MEAN_BAND_GATE_Z = 3.0
 # the level of a moment (a constant factor on every row) after the cells, from the fitting and held-out rows
 # together: the descent and the cells leave the fitting rows' level at their own in-sample residuals, which are
 # smaller than new rows' (the mean was fitted on them), and a level from the fitting rows alone (75% of the
@@ -287,51 +298,99 @@ LEVEL_MIN_HELD_OUT = 20
 
 
 def _log_change(v: np.ndarray, sums: MembershipSums, values: np.ndarray, edges) -> np.ndarray:
+    """A round's log change of every row: the sum of its cells' values in its band of ``v`` (the moment so far,
+    or the mean for a round banded by the mean)."""
     return np.clip(_step(v, sums, values, None, edges), -MOMENT_CELL_LOG_CAP, MOMENT_CELL_LOG_CAP)
 
 
-def apply_moment_cells(v: np.ndarray, sums: MembershipSums, cell: dict, bounds: tuple) -> np.ndarray:
+def _banding(rd: dict, v: np.ndarray, mu) -> np.ndarray:
+    """What a moment round's bands are of: the moment so far, or (``"by": "mean"``) the mean prediction."""
+    if rd.get("by", "moment") == "moment":
+        return v
+    if mu is None:
+        raise ValueError("a moment cell round banded by the mean needs the mean predictions")
+    return np.asarray(mu, dtype=float)
+
+
+def apply_moment_cells(v: np.ndarray, sums: MembershipSums, cell: dict, bounds: tuple, mu=None) -> np.ndarray:
     """A moment's predictions (unit scale) through its cell rounds: each multiplies them by e^(the sum of the
-    row's cells' values, in its band of the prediction so far), kept within ``bounds``."""
+    row's cells' values, in its band of the prediction so far, or of the mean ``mu`` (unit scale) for a round
+    with ``"by": "mean"``), kept within ``bounds``."""
     v = np.asarray(v, dtype=float)
     for rd in cell["rounds"]:
-        v = np.clip(v * np.exp(_log_change(v, sums, np.asarray(rd["values"], dtype=float), rd["edges"])), *bounds)
+        d = _log_change(_banding(rd, v, mu), sums, np.asarray(rd["values"], dtype=float), rd["edges"])
+        v = np.clip(v * np.exp(d), *bounds)
     return v
 
 
-def fit_moment_cells(s: np.ndarray, v: np.ndarray, sums: MembershipSums, bands: int = CELL_BANDS) -> dict:
+def nested_groups(gram_total: np.ndarray) -> np.ndarray:
+    """Which groups lie inside at least two larger ones (the whole table counted), from their co-membership
+    counts (H, H): the intersections of columns' values (``a=1 & b=2`` lies in ``a=1``, ``b=2`` and the whole
+    table), a narrower threshold inside a wider one; not the groups only the whole table contains."""
+    n_g = np.diag(gram_total)
+    inside = np.isclose(gram_total, n_g[:, None]) & (n_g[None, :] > n_g[:, None])
+    return inside.sum(axis=1) >= 2
+
+
+def fit_moment_cells(
+    s: np.ndarray,
+    v: np.ndarray,
+    sums: MembershipSums,
+    bands: int = CELL_BANDS,
+    by: np.ndarray | None = None,
+) -> dict:
     """Log-scale ridge corrections of the (group, band) cells of a moment prediction ``v`` > 0 (unit scale) for
-    its pseudo-labels ``s`` (e.g. squared residuals): per band of ``v`` (``bands`` at its quantiles), a row's
-    prediction is multiplied by e^(the sum of its cells' coefficients), fitted by penalized IRLS for a log link
-    with unit weights (the Gamma GLM's, whose loss is QLIKE, log m + s / m: right for the conditional mean of s
-    whatever the noise's law), one fit per penalty in ``CELL_PENALTIES``. A cell of n_c rows keeps about
-    n_c / (n_c + penalty) of its own log ratio, and overlapping cells share it, as the mean's cells do. Returns
-    ``{"edges", "values"}`` (values (penalties, |G|, bands), None with too few rows or a constant ``s``)."""
+    its pseudo-labels ``s`` (e.g. squared residuals): per band of ``v`` (or of ``by``, e.g. the mean prediction;
+    ``bands`` at its quantiles), a row's prediction is multiplied by e^(the sum of its cells' coefficients),
+    fitted by penalized IRLS for a log link with unit weights (the Gamma GLM's, whose loss is QLIKE,
+    log m + s / m: right for the conditional mean of s whatever the noise's law), one fit per candidate penalty.
+    A cell of n_c rows keeps about n_c / (n_c + penalty) of its own log ratio, and overlapping cells share it, as
+    the mean's cells do. The candidates: each of ``CELL_PENALTIES`` (scaled by :func:`moment_penalties`) for
+    every group, and the same with ``NESTED_PENALTY_RATIOS`` times it for the groups nested in others
+    (:func:`nested_groups`), so that an intersection's own coefficient is only what its parents' do not explain.
+    Returns ``{"edges", "values", "penalties", "nested"}`` (values (candidates, |G|, bands), None with too few
+    rows or a constant ``s``; penalties and nested: each candidate's penalty and ratio)."""
     s, v = np.asarray(s, dtype=float), np.asarray(v, dtype=float)
+    band_of = v if by is None else np.asarray(by, dtype=float)
     cuts = np.linspace(0.0, 1.0, bands + 1)[1:-1]
-    edges = np.unique(np.quantile(v, cuts)) if v.size and cuts.size else np.zeros(0)
+    edges = np.unique(np.quantile(band_of, cuts)) if band_of.size and cuts.size else np.zeros(0)
     if v.size < 2 * CELL_MIN_ROWS or not np.std(s) > 0 or not np.all(v > 0):
         return {"edges": edges.tolist(), "values": None}
     nb = edges.size + 1
-    key = _bands(v, edges)
+    key = _bands(band_of, edges)
     kept = _kept_groups(sums)
     sel = kept >= 0
     ratio = s / v
     xr0, gram = _stats(ratio, np.ones_like(ratio), sums, key, nb, kept)
-    eig = [np.linalg.eigh((g + g.T) / 2) for g in gram]
-    values = np.zeros((len(CELL_PENALTIES), sums.G, nb))
-    penalties = moment_penalties(ratio)
-    for i, lam in enumerate(penalties):
+    nested = nested_groups(gram.sum(axis=0))
+    ratios = NESTED_PENALTY_RATIOS if nested.any() else (1.0,)
+    cands = [(lam, r) for r in ratios for lam in moment_penalties(ratio)]
+    # (X'X + lam D) theta = b, D = diag(dh^2): with X'X scaled to D^-1/2 X'X D^-1/2 = V w V', theta = D^-1/2 V
+    # (V' D^-1/2 b) / (w + lam): one eigendecomposition per band and ratio serves every penalty
+    eig = {}
+    for r in ratios:
+        dh = np.where(nested, np.sqrt(r), 1.0)
+        eig[r] = (dh, [np.linalg.eigh((g + g.T) / 2 / dh[:, None] / dh[None, :]) for g in gram])
+    values = np.zeros((len(cands), sums.G, nb))
+    for i, (lam, r) in enumerate(cands):
+        dh, eig_r = eig[r]
         theta = np.zeros((nb, int(sel.sum())))
         xr = xr0
         for it in range(MOMENT_CELL_ITERS):
             if it:
                 values[i, sel] = theta.T[kept[sel]]
-                xr = _cell_sums(ratio * np.exp(-_log_change(v, sums, values[i], edges)) - 1.0, sums, key, nb, kept)
-            for j, (w, vec) in enumerate(eig):
-                theta[j] = vec @ ((vec.T @ (gram[j] @ theta[j] + xr[j])) / (np.maximum(w, 0.0) + lam))
+                d = _log_change(band_of, sums, values[i], edges)
+                xr = _cell_sums(ratio * np.exp(-d) - 1.0, sums, key, nb, kept)
+            for j, (w, vec) in enumerate(eig_r):  # Fisher scoring of the log link: (X'X + P) theta' = X'X theta + X'r
+                rhs = (gram[j] @ theta[j] + xr[j]) / dh
+                theta[j] = (vec @ ((vec.T @ rhs) / (np.maximum(w, 0.0) + lam))) / dh
         values[i, sel] = theta.T[kept[sel]]
-    return {"edges": edges.tolist(), "values": values, "penalties": penalties}
+    return {
+        "edges": edges.tolist(),
+        "values": values,
+        "penalties": [c[0] for c in cands],
+        "nested": [c[1] for c in cands],
+    }
 
 
 def moment_penalties(ratio: np.ndarray) -> tuple:
@@ -362,16 +421,18 @@ def _qlike_scale(ratio: np.ndarray, d: np.ndarray) -> float:
     return w
 
 
-def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int) -> tuple:
-    """One stage of :func:`gated_moment_cells`: (round or None, check)."""
+def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int, by=None, by_h=None) -> tuple:
+    """One stage of :func:`gated_moment_cells`: (round or None, check); bands of the moment, or of ``by`` /
+    ``by_h`` (the mean) on the fitting / held-out rows when given."""
     from .recalibrate import HARM_LEVEL, harmed_by, stack_gate
 
-    check: dict = {"bands": bands, "z": 0.0, "kept": False, "harmed": []}
-    cand = fit_moment_cells(s, v, sums, bands)
+    check: dict = {"bands": bands, "by": "moment" if by is None else "mean", "z": 0.0, "kept": False, "harmed": []}
+    cand = fit_moment_cells(s, v, sums, bands, by)
     if cand["values"] is None:
         return None, check
     ratio = s_h / v_h
-    changes = [_log_change(v_h, sums_h, vals, cand["edges"]) for vals in cand["values"]]
+    band_h = v_h if by is None else by_h
+    changes = [_log_change(band_h, sums_h, vals, cand["edges"]) for vals in cand["values"]]
     losses = [float(np.mean(d + ratio * np.exp(-d))) for d in changes]
     check.update(penalty=None, weight=0.0)
     best = int(np.argmin(losses))
@@ -380,8 +441,8 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int) -> tuple:
     d = changes[best]
     _, z, _ = stack_gate(ratio - 1.0, d)  # the evidence: the ratio residual against the change
     scale = _qlike_scale(ratio, d)  # the share borne out, on the loss's own (multiplicative) scale
-    weight = scale if z >= MOMENT_GATE_Z else 0.0
-    check.update(penalty=cand["penalties"][best], scale=scale, z=z, weight=weight)
+    weight = scale if z >= (MOMENT_GATE_Z if by is None else MEAN_BAND_GATE_Z) else 0.0
+    check.update(penalty=cand["penalties"][best], nested=cand["nested"][best], scale=scale, z=z, weight=weight)
     if not weight > 0:
         return None, check
     harmed = harmed_by([(sums_h, ratio - 1.0, ratio * np.exp(-weight * d) - 1.0)], HARM_LEVEL)
@@ -395,10 +456,12 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int) -> tuple:
         "penalty": cand["penalties"][best],
         "weight": weight,
     }
+    if by is not None:
+        rd["by"] = "mean"
     return rd, check
 
 
-def gated_moment_cells(s, v, sums: MembershipSums, held_out) -> tuple:
+def gated_moment_cells(s, v, sums: MembershipSums, held_out, mu=None) -> tuple:
     """(cell or None, its check) for one moment: in stages (``MOMENT_CELL_STAGES``: whole groups, then (group,
     band) cells), :func:`fit_moment_cells` on the fitting rows (pseudo-labels ``s``, predictions ``v`` so far),
     the penalty whose correction gives the held-out rows ``held_out`` = (s_h, v_h, sums_h) the lowest QLIKE loss
@@ -414,6 +477,7 @@ def gated_moment_cells(s, v, sums: MembershipSums, held_out) -> tuple:
         check["skipped"] = "no held-out rows to check them on"
         return None, check
     s_h, v_h, sums_h = np.asarray(held_out[0], dtype=float), np.asarray(held_out[1], dtype=float), held_out[2]
+    mu_h = held_out[3] if len(held_out) > 3 else None
     if not (np.all(v > 0) and np.all(v_h > 0)):
         return None, check
     rounds = []
@@ -422,14 +486,17 @@ def gated_moment_cells(s, v, sums: MembershipSums, held_out) -> tuple:
     elif v.size < 2 * CELL_MIN_ROWS:
         check["skipped"] = f"{v.size} fitting rows ({2 * CELL_MIN_ROWS} needed)"
     else:
-        for bands in MOMENT_CELL_STAGES:
-            rd, st = _moment_stage(s, v, sums, s_h, v_h, sums_h, bands)
+        for bands, of in MOMENT_CELL_STAGES:
+            if of == "mean" and (mu is None or mu_h is None):
+                continue
+            by, by_h = (mu, mu_h) if of == "mean" else (None, None)
+            rd, st = _moment_stage(s, v, sums, s_h, v_h, sums_h, bands, by, by_h)
             check["stages"].append(st)
             if rd is not None:
                 rounds.append(rd)
                 one = {"rounds": [rd]}
-                v = apply_moment_cells(v, sums, one, (0.0, np.inf))
-                v_h = apply_moment_cells(v_h, sums_h, one, (0.0, np.inf))
+                v = apply_moment_cells(v, sums, one, (0.0, np.inf), mu)
+                v_h = apply_moment_cells(v_h, sums_h, one, (0.0, np.inf), mu_h)
     if (level := _level_round(s, v, s_h, v_h, sums.G, n_held)) is not None:
         rounds.append(level)
         check["level"] = math.exp(level["values"][0][0])
@@ -526,5 +593,7 @@ def check_moment_cells(mc, moments, G: int, bad) -> dict:
                 raise bad(f"{where}.penalty must be a number >= 0")
             if not (finite(w) and 0.0 < w <= 1.0):
                 raise bad(f"{where}.weight must be a number in (0, 1]")
+            if rd.get("by", "moment") not in ("moment", "mean"):
+                raise bad(f'{where}.by must be "moment" or "mean", got {rd.get("by")!r}')
         out[a] = {"rounds": rounds}
     return out

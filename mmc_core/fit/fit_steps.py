@@ -188,6 +188,8 @@ def fit_info(est, model, search: BucketSearch, rows: FitRows, achieved, floors) 
         # the kept model's own (early stopping may keep fewer than the run made)
         "kept_mean_updates": sum(1 for u in model.log if u.target == 1),
         "moment_updates": int(res.moment_updates),
+        # the descent made no moment update by design: the moments' cell step after it fits them
+        "moments_left_to_cells": bool(params.z_moment >= 0),
         "max_moment_updates_per_call": int(res.max_moment_updates_per_call),
         "seconds": float(search.seconds),
         "n_rows": int(rows.n),

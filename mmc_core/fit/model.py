@@ -30,6 +30,7 @@ from .model_format import (
     VERSION_CELLS,
     VERSION_GROUP_PART,
     VERSION_LOGISTIC,
+    VERSION_MEAN_BANDS,
     VERSION_MOMENT_CELLS,
     VERSION_RIDGE_CELLS,
     read_model,
@@ -141,6 +142,13 @@ class FittedModel:
         return any(rd.get("combine") == "sum" for rd in (self.cells or {}).get("rounds") or [])
 
     @property
+    def mean_bands(self) -> bool:
+        """True when a moment cell round is banded by the mean or the descent left the moments to the cell step
+        (``params.z_moment``): such a file is version 10."""
+        rounds = [rd for cell in (self.moment_cells or {}).values() for rd in cell["rounds"]]
+        return any(rd.get("by") == "mean" for rd in rounds) or self.params.z_moment >= 0
+
+    @property
     def has_moment_cells(self) -> bool:
         """True when some moment's predictions end with cell corrections: such a file is version 7."""
         return bool(self.moment_cells)
@@ -250,7 +258,7 @@ class FittedModel:
             from .cells import apply_moment_cells
 
             for a, cell in self.moment_cells.items():
-                moms[a] = apply_moment_cells(moms[a], memb.sums(), cell, p.projection(a))
+                moms[a] = apply_moment_cells(moms[a], memb.sums(), cell, p.projection(a), mu)
         return mu, moms
 
     def stages(self, memb: Membership, base_unit: np.ndarray | None = None, variance_unit=None) -> list:
@@ -273,7 +281,7 @@ class FittedModel:
         if self.moment_cells:
             moms = dict(moms)
             for a, cell in self.moment_cells.items():
-                moms[a] = apply_moment_cells(moms[a], memb.sums(), cell, p.projection(a))
+                moms[a] = apply_moment_cells(moms[a], memb.sums(), cell, p.projection(a), mu)
             out.append(("moment cells", mu, moms))
         return out
 
@@ -328,6 +336,8 @@ class FittedModel:
             )
             if p.z_group_moment >= 0:
                 params["z_group_moment"] = p.z_group_moment
+            if p.z_moment >= 0:
+                params["z_moment"] = p.z_moment
             if p.moment_shrink > 0:
                 params["moment_shrink"] = p.moment_shrink
             if p.se_scope != "all":
@@ -337,7 +347,9 @@ class FittedModel:
         out = {
             "format": FORMAT,
             "version": (
-                VERSION_LOGISTIC
+                VERSION_MEAN_BANDS
+                if self.mean_bands
+                else VERSION_LOGISTIC
                 if self.logistic
                 else VERSION_BASE_VARIANCE
                 if self.init_variance

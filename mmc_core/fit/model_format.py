@@ -29,6 +29,7 @@ __all__ = [
     "VERSION_CELLS",
     "VERSION_GROUP_PART",
     "VERSION_LOGISTIC",
+    "VERSION_MEAN_BANDS",
     "VERSION_MOMENT_CELLS",
     "VERSION_RIDGE_CELLS",
     "ModelParts",
@@ -59,6 +60,10 @@ VERSION_BASE_VARIANCE = 8
 # written when a 0/1 label's base goes first through the per-group logistic map (init.mean "logistic",
 # mmc_core.fit.logistic_map): a reader of versions 1-8 would skip it and predict something else
 VERSION_LOGISTIC = 9
+# written when a moment's cell round is banded by the mean prediction (moment_cells rounds' "by": "mean") or the
+# descent left the moments to the cell step (params "z_moment"): a reader of versions 1-9 would band that round
+# by the moment and predict another variance
+VERSION_MEAN_BANDS = 10
 READABLE_VERSIONS = (
     1,
     2,
@@ -69,6 +74,7 @@ READABLE_VERSIONS = (
     7,
     8,
     9,
+    10,
 )  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
 
 MAX_MODEL_BYTES = 200 * 1024 * 1024  # the largest model file read (a fit of 5,000 groups writes a few MB)
@@ -152,6 +158,9 @@ def read_model(d, where: str = "model") -> ModelParts:
         moment_cells = check_moment_cells(moment_cells, moments, G, bad)
         if moment_cells and version < VERSION_MOMENT_CELLS:
             raise bad(f"the model has moment_cells: the file must have version {VERSION_MOMENT_CELLS} or later")
+        by_mean = any(rd.get("by") == "mean" for c in moment_cells.values() for rd in c["rounds"])
+        if by_mean and version < VERSION_MEAN_BANDS:
+            raise bad(f"moment_cells has a round banded by the mean: the file must have version {VERSION_MEAN_BANDS}")
     init_variance = _read_init_variance(init, params, version, bad)
     return ModelParts(
         params,
@@ -231,6 +240,8 @@ def _read_params(pr, version: int, bad) -> DescentParams:
     extra = {}
     if version >= 2:
         extra = _format2_params(pr, moments, m, odd, bad)
+    if extra.get("z_moment", -1) != -1 and version < VERSION_MEAN_BANDS:
+        raise bad(f"params.z_moment needs version {VERSION_MEAN_BANDS} or later")
     try:
         params = DescentParams(alpha, beta, m, moments, step, odd, max_rounds, tuple(sorted(moment_betas)), **extra)
         _ = params.mean_grid  # builds (and so validates) the grids
@@ -524,8 +535,10 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
     if ms not in ("add", "ratio"):
         raise bad(f"params.moment_step={ms!r} must be 'add' or 'ratio'")
     zgm, shrink = pr.get("z_group_moment", -1.0), pr.get("moment_shrink", 0.0)
-    for name, v in (("z", z), ("z_group", zg), ("z_group_moment", zgm), ("moment_shrink", shrink)):
-        if not _finite(v) or isinstance(v, bool) or not (0 <= v <= 100 or (name == "z_group_moment" and v == -1)):
+    zm = pr.get("z_moment", -1.0)
+    for name, v in (("z", z), ("z_group", zg), ("z_group_moment", zgm), ("z_moment", zm), ("moment_shrink", shrink)):
+        unset = name in ("z_group_moment", "z_moment") and v == -1
+        if not _finite(v) or isinstance(v, bool) or not (0 <= v <= 100 or unset):
             raise bad(f"params.{name}={v!r} must be a number in [0, 100]")
     if not isinstance(mc, int) or isinstance(mc, bool) or not 0 <= mc <= 10**9:
         raise bad(f"params.min_count={mc!r} must be a non-negative integer")
@@ -548,6 +561,7 @@ def _format2_params(pr: dict, moments: tuple, m: int, odd: str, bad) -> dict:
         "min_count": mc,
         "moment_step": ms,
         "z_group_moment": float(zgm),
+        "z_moment": float(zm),
         "moment_shrink": float(shrink),
     }
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..paper.descent_params import DescentParams
+from .cells import CELL_MIN_HELD_OUT, CELL_MIN_ROWS
 from .fit_params import build_params
 from .thresholds import AUTO_BUCKETS, effective_rule
 
@@ -141,7 +142,11 @@ def plan_fit(
     FitPlan
     """
     counts = AUTO_BUCKETS if est.n_buckets == "auto" else (int(est.n_buckets),)
-    descents = {m: build_params(est, m, n_groups, n_fit, moments, None, None, None, stats) for m in counts}
+    follow = bool(est.shrunken_cells) and n_held_out >= CELL_MIN_HELD_OUT and n_fit >= 2 * CELL_MIN_ROWS
+    descents = {
+        m: build_params(est, m, n_groups, n_fit, moments, None, None, None, stats, moment_cells_follow=follow)
+        for m in counts
+    }
     stages = ["descent"]
     if base_map != "none":
         stages.insert(0, "base map")

@@ -102,6 +102,8 @@ class CellStats:
         z = self.p.z
         if partition == WHOLE:
             z = self.p.z_group_moment if (target >= 2 and self.p.z_group_moment >= 0) else self.p.z_group
+        elif target >= 2 and self.p.z_moment >= 0:
+            z = self.p.z_moment
         # A moment's pseudo-labels are heavy-tailed: a cell that drew none of the rare large residuals has a low
         # mean AND a low sample variance, so its own t statistic says "variance overstated" far beyond its level
         # (in null worlds of heavy-tailed tables one such step put a group 30% off). Its variance is taken as at

@@ -60,6 +60,7 @@ class DescentParams:
     z: float = 0.0  # > 0: a cell is violated only if also |t| >= z (its own standard error, see cell_violated)
     z_group: float = 0.0  # > 0: whole groups are audited as cells too, with this critical value
     z_group_moment: float = -1.0  # whole groups' critical value for the moments (< 0: z_group)
+    z_moment: float = -1.0  # the moments' finer cells' critical value (< 0: z)
     min_count: int = 0  # with z > 0: cells of fewer rows are never violated
     moment_step: str = "add"  # "add": m_a -= delta (the paper's); "ratio": m_a *= factor (a scale's own step)
     # > 0 (exact step only): a whole group's moment step takes the share max(SHRINK_MIN, 1 - moment_shrink /
