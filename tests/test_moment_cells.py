@@ -277,3 +277,15 @@ def test_the_descent_leaves_the_moments_to_the_cell_step_only_when_it_follows():
     for est in (fit(calibration_fraction=0.0), fit(tr.iloc[:360]), fit(alpha=5e-3), fit(beta=5e-3)):
         assert est.model_.params.z_moment == -1.0
     assert fit(calibration_fraction=0.0).moment_updates_ > 0  # the world's spread by group is far from one level
+
+
+def test_the_report_says_when_the_descent_left_the_moments_to_the_cell_step():
+    from app.report.text import param_rows
+
+    rng = np.random.default_rng(4)
+    tr = _world(3_000, rng)
+    groups = GroupSet.from_columns(tr, ["a", "b"])
+    for kw, said in (({}, True), ({"beta": 5e-3}, False)):
+        est = MomentMulticalibrator(label_range=(0, 200), **kw).fit(tr, tr["y"], groups, base_prediction=tr["base"])
+        text = dict(param_rows(est.model_, None, 0.1, 0.05, "y"))["Thresholds"]
+        assert ("the moments left to the cell step after the descent" in text) == said, text

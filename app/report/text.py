@@ -139,7 +139,9 @@ def _thresholds_text(model, info: dict) -> str:
             f"only when |t| >= {float(info.get('z', 0)):.2f} against their own standard error, whole "
             f"groups at {float(info.get('z_group', 0)):.2f}"
             + (
-                "; whole groups' moments left to the cell step after the descent"
+                "; the moments left to the cell step after the descent, which made no moment update"
+                if moments and p.z_moment >= NO_GROUP_MOMENT_Z
+                else "; whole groups' moments left to the cell step after the descent"
                 if moments and p.z_group_moment >= NO_GROUP_MOMENT_Z
                 else f"; a whole group's moments from |t| >= {p.z_group_moment:g}, part-way: the share "
                 f"max({SHRINK_MIN:g}, 1 − {p.moment_shrink:g}/t²) of the gap to its own fitting-row moment"
