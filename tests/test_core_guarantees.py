@@ -186,6 +186,9 @@ def test_the_history_records_the_cells_alpha_speaks_of():
         after_cells = est.model_.has_cells or est.model_.has_moment_cells
         h = rec["cells_max_mean_violation"] if after_cells else rec["max_mean_violation"]
         assert h == pytest.approx(est.alpha_, rel=1e-6), (seed, h, est.alpha_)
+        if est.model_.has_moment_cells:  # and beta, of the same model
+            b = max(est.moment_betas_.values())
+            assert rec["cells_max_moment_violation"] == pytest.approx(b, rel=1e-6), (seed, b)
 
 
 @pytest.mark.slow

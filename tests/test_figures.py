@@ -137,6 +137,22 @@ def test_kept_round_is_named_in_the_legend_not_on_the_first_panel(fitted):
     assert not any("kept round" in (tr.name or "") for tr in last.data)  # the last round: nothing to mark
 
 
+def test_the_moments_after_their_cells_are_marked_on_the_moment_panel(fitted):
+    """With the moments left to the cell step the descent's moment line stays above the stated beta, which is the
+    model's after the cells: the kept round's value after them is a diamond on the moment panel (and only there)."""
+    m = fitted.model
+    plain_hist = [{k: v for k, v in r.items() if k != "cells_max_moment_violation"} for r in m.info["history"]]
+    hist = [dict(r) for r in plain_hist]
+    hist[1]["cells_max_moment_violation"] = 0.5 * m.params.beta
+    fig = F.convergence_figure(hist, m.params.alpha, m.params.beta, kept_round=1)
+    mark = [tr for tr in fig.data if tr.name == "moment: after the shrunken cell corrections"]
+    assert len(mark) == 1 and mark[0].marker.symbol == "diamond"
+    assert list(mark[0].x) == [1] and list(mark[0].y) == [0.5 * m.params.beta] and mark[0].yaxis == "y2"
+    serialisable(fig)
+    plain = F.convergence_figure(plain_hist, m.params.alpha, m.params.beta, kept_round=1)
+    assert not any(tr.name == "moment: after the shrunken cell corrections" for tr in plain.data)
+
+
 def test_convergence_zero_violations_do_not_break_log_axes():
     rows = [
         {

@@ -97,32 +97,36 @@ class _Panels:
         )
         self.fig.add_trace(trace.update(**extra), row, 1)
 
+    def after_cells(self, name: str, row: int, what: str, color: str):
+        """The diamond at the kept round: its model after the shrunken cell corrections, the model whose alpha
+        and beta are stated (the round's line stays the descent's); returns the column (None when missing)."""
+        v = self.col(name)
+        if v is None:
+            return None
+        at = np.isfinite(v)
+        marker = go.Scatter(
+            x=self.x[at],
+            y=_positive(v[at]),
+            mode="markers",
+            name=f"{what}: after the shrunken cell corrections",
+            marker=dict(symbol="diamond", size=11, color=color, line=dict(color="white", width=1)),
+            hovertemplate="round %{x}, after the cell corrections: %{y:.3g}<extra></extra>",
+        )
+        self.fig.add_trace(marker, row, 1)
+        return v
+
 
 def _mean_panel(p: _Panels, alpha: float) -> list:
     """The largest mean violation on the fitting and held-out rows, the kept model after the cell corrections,
     and α; returns the values drawn (they set the panel's range)."""
-    fig, x = p.fig, p.x
+    fig = p.fig
     mv, hmv = p.col("max_mean_violation"), p.col("holdout_max_mean_violation")
     p.series(
         mv, 1, "mean: fitting rows", dict(color=FIT_COLOR, width=2.5), "fitting rows: %{y:.3g}", True, legendgroup="fit"
     )
     held = dict(color=HOLDOUT_COLOR, width=2.5, dash="dash")
     p.series(hmv, 1, "mean: held-out rows", held, "held-out rows: %{y:.3g}")
-    cv = p.col("cells_max_mean_violation")  # the kept round's model after the shrunken cell corrections
-    if cv is not None:
-        at = np.isfinite(cv)
-        fig.add_trace(
-            go.Scatter(
-                x=x[at],
-                y=_positive(cv[at]),
-                mode="markers",
-                name="mean: after the shrunken cell corrections",
-                marker=dict(symbol="diamond", size=11, color=FIT_COLOR, line=dict(color="white", width=1)),
-                hovertemplate="round %{x}, after the cell corrections: %{y:.3g}<extra></extra>",
-            ),
-            1,
-            1,
-        )
+    cv = p.after_cells("cells_max_mean_violation", 1, "mean", FIT_COLOR)
     _log_hline(fig, alpha, f"α = {alpha:.3g} (threshold)", 1, OKABE_ITO["black"])
     return [mv, hmv, cv, [alpha]]
 
@@ -143,9 +147,10 @@ def _moment_panel(p: _Panels, beta: float | None) -> list:
     p.series(xv, 2, "moment: fitting rows", dict(color=OKABE_ITO["green"], width=2.5), "fitting rows: %{y:.3g}")
     held = dict(color=OKABE_ITO["purple"], width=2.5, dash="dash")
     p.series(hxv, 2, "moment: held-out rows", held, "held-out rows: %{y:.3g}")
+    cv = p.after_cells("cells_max_moment_violation", 2, "moment", OKABE_ITO["green"]) if p.moments else None
     if p.moments and beta is not None:
         _log_hline(fig, beta, f"β = {beta:.3g} (threshold)", 2, OKABE_ITO["black"])
-    if p.moments and not any(v is not None and np.any(v > 0) for v in (xv, bv, hxv)):
+    if p.moments and not any(v is not None and np.any(v > 0) for v in (xv, bv, hxv, cv)):
         fig.add_annotation(
             text="no moment violations to show (mean-only model, or every moment cell within β)",
             xref="x2 domain",
@@ -155,7 +160,7 @@ def _moment_panel(p: _Panels, beta: float | None) -> list:
             showarrow=False,
             font=dict(size=12, color="#555555"),
         )
-    return [xv, bv, hxv, [beta]]
+    return [xv, bv, hxv, cv, [beta]]
 
 
 def _count_panel(p: _Panels, mean_bound: float | None, moment_bound: float | None) -> list:

@@ -320,7 +320,13 @@ def _convergence_section(figs: _FigurePages, model, info: dict) -> None:
         )
         + ". "
         + (
-            "The diamond: the kept round's model after the shrunken cell corrections, the model whose α is stated. "
+            (
+                "The diamonds: the kept round's model after the shrunken cell corrections, the model whose α and β "
+                "are stated. "
+                if model.has_moment_cells
+                else "The diamond: the kept round's model after the shrunken cell corrections, the model whose α is "
+                "stated. "
+            )
             if model.has_cells or model.has_moment_cells
             else ""
         )

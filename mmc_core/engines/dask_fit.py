@@ -111,7 +111,7 @@ class _Rows:
 
 
 def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop, frac, seed):
-    from ..fit.fit_steps import FitRows, fit_info, search_buckets
+    from ..fit.fit_steps import FitRows, fit_info, mark_after_cells, search_buckets
     from ..fit.model import FittedModel
     from ..fit.plan import base_map_of, plan_fit
 
@@ -155,8 +155,7 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
     if plan.has("mean cells") and not (res.stopped or (stop is not None and stop())):
         cells_check, moment_cells_check = _cells(parts, model, gset, rows)
     achieved, floors = _achieved(est, parts, model, params, rows.nf, len(log), (cells_check, moment_cells_check))
-    if (model.has_cells or model.has_moment_cells) and 0 <= kept_round < len(res.history):
-        res.history[kept_round]["cells_max_mean_violation"] = achieved["alpha"]
+    mark_after_cells(res.history, kept_round, model, achieved)
     cal_rows = _calibrate_intervals(parts, model, bcol, rows.n_cal, seed)
     fit_rows = FitRows(rows.n, rows.nf, rows.n_cal, stats.sizes, rows.base_clipped, label_name)
     model.info = {

@@ -25,6 +25,7 @@ from ..fit.fit_steps import (
     achieved_thresholds,
     cells_keep_given,
     fit_info,
+    mark_after_cells,
     search_buckets,
     state_achieved,
 )
@@ -155,9 +156,7 @@ def _run_stages(est, d: FittingRows, plan: FitPlan, callback, stop, base_name) -
         fit_mu, fit_moms = before_cells
         achieved = achieved_thresholds(params, d.memb, d.yu_f, fit_mu, fit_moms)
     _, floors = state_achieved(est, model, params, achieved)
-    if (model.has_cells or model.has_moment_cells) and 0 <= kept_round < len(res.history):
-        # the stated alpha is the model's after the cell corrections; the round's own value stays the descent's
-        res.history[kept_round]["cells_max_mean_violation"] = achieved["alpha"]
+    mark_after_cells(res.history, kept_round, model, achieved)
     return _StagesRun(
         plan, search, res, model, memb_h, fit_mu, fit_moms, achieved, floors, cells_check, moment_cells_check
     )

@@ -223,6 +223,19 @@ def fit_info(est, model, search: BucketSearch, rows: FitRows, achieved, floors) 
 _INPUT_PARAMS = {"base_column": None, "max_order": 1}
 
 
+def mark_after_cells(history: list, kept_round: int, model, achieved: dict) -> None:
+    """Records on the kept round's history row the largest mean and moment violations of the model after its
+    cell steps (``cells_max_mean_violation``, ``cells_max_moment_violation``): the stated alpha and beta are that
+    model's, while the round's own values stay the descent's (with the moments left to the cell step, the
+    descent's moment line never reaches the stated beta)."""
+    if not 0 <= kept_round < len(history):
+        return
+    if model.has_cells or model.has_moment_cells:
+        history[kept_round]["cells_max_mean_violation"] = achieved["alpha"]
+    if model.has_moment_cells and achieved.get("betas"):
+        history[kept_round]["cells_max_moment_violation"] = max(achieved["betas"].values())
+
+
 def _saved_params(est) -> dict:
     """The constructor parameters a model file keeps (``info["estimator_params"]``)."""
     return {
