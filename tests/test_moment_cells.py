@@ -257,6 +257,68 @@ def test_a_spread_along_the_mean_is_found_by_the_mean_bands():
     assert all(st["by"] == "moment" for st in check_no_mu["stages"])
 
 
+def test_a_spread_along_the_mean_times_group_factors_is_one_curve_and_each_groups_level():
+    """The true variance is a factor per value of a and of b times e^(3 mu): one curve along the mean, the same
+    in every group, and each group's level. The bands-of-the-mean stage fits that design (one coefficient per
+    group, the same in every band, and one curve as the whole table's cells): every group, and every tenth of the
+    mean, within 4 standard errors (sqrt(2 / n) on the log scale, Gaussian noise) of its true variance."""
+    rng = np.random.default_rng(11)
+    n, n_h = 24_000, 8_000
+    f_a, f_b = np.array([1.0, 2.0, 0.6, 3.0]), np.array([1.0, 0.5, 1.8])
+
+    def draw(k):
+        a, b = rng.integers(0, 4, k), rng.choice(3, k, p=[0.5, 0.3, 0.2])
+        mu = np.clip(0.15 * a + rng.uniform(0, 0.5, k), 0, 1)
+        return a, b, mu, f_a[a] * f_b[b] * np.exp(3 * mu)
+
+    def sums_of(a, b):
+        df = pd.DataFrame({"a": a, "b": b})
+        return GroupSet.from_columns(df, ["a", "b"]).evaluate(df, len(df)).sums()
+
+    a, b, mu, v_true = draw(n)
+    a_h, b_h, mu_h, v_true_h = draw(n_h)
+    sums, sums_h = sums_of(a, b), sums_of(a_h, b_h)
+    s, s_h = _gaussian_pseudo(v_true, rng), _gaussian_pseudo(v_true_h, rng)
+    level, level_h = np.full(n, s.mean()), np.full(n_h, s.mean())
+    cell, check = gated_moment_cells(s, level, sums, (s_h, level_h, sums_h, mu_h), mu=mu)
+    curve = [rd for rd in cell["rounds"] if rd.get("by") == "mean"]
+    assert len(curve) == 1, check
+    values = np.asarray(curve[0]["values"])
+    assert np.allclose(values[1:], values[1:, :1])  # a group's coefficient is the same in every band
+    assert np.ptp(values[0]) > 1.0  # the curve: e^3 over the mean's range
+    assert any(st.get("curve") and st["kept"] for st in check["stages"]), check
+    from mmc_core.estimator.cells_text import describe_cells
+
+    assert "whole groups with one curve along the mean" in describe_cells({"moment_cells": {"2": check}})
+    a_t, b_t, mu_t, v_t = draw(n)
+    sums_t = sums_of(a_t, b_t)
+    fixed = apply_moment_cells(np.full(n, s.mean()), sums_t, cell, (0.0, np.inf), mu_t)
+    dense = sums_t.memb.to_dense().astype(bool)
+    for gi, name in enumerate(sums_t.memb.names):
+        sel = dense[:, gi]
+        log_ratio = np.log(fixed[sel].mean() / v_t[sel].mean())
+        assert abs(log_ratio) <= 4.0 * np.sqrt(2.0 / sel.sum()), (name, log_ratio)
+    band = np.searchsorted(np.quantile(mu_t, np.linspace(0, 1, 11)[1:-1]), mu_t, side="right")
+    for k in range(10):
+        sel = band == k
+        log_ratio = np.log(fixed[sel].mean() / v_t[sel].mean())
+        assert abs(log_ratio) <= 4.0 * np.sqrt(2.0 / sel.sum()), (k, log_ratio)
+
+
+def test_a_curve_along_the_mean_needs_the_whole_table_as_the_first_group():
+    """The curve is saved as the first group's cells, so a membership whose first group is not every row is
+    refused by name rather than fitted into a curve that would reach only that group's rows."""
+    from mmc_core.fit.cells import fit_moment_cells
+    from mmc_core.groups.membership import Membership
+
+    rng = np.random.default_rng(0)
+    g = rng.integers(0, 2, 200)
+    rows = [np.flatnonzero(g == k) for k in (0, 1)]
+    memb = Membership(200, ["g=0", "g=1"], np.array([0, rows[0].size, 200]), np.concatenate(rows))
+    with pytest.raises(ValueError, match="the whole table as the first group"):
+        fit_moment_cells(rng.exponential(1.0, 200), np.ones(200), memb.sums(), by=rng.uniform(0, 1, 200), curve=True)
+
+
 def test_the_descent_leaves_the_moments_to_the_cell_step_only_when_it_follows():
     """With both thresholds "se" and enough held-out rows the descent makes no moment update (the cell step fits
     the variance); without held-out rows, with too few of them (the step is skipped below 100) or with a given

@@ -187,12 +187,13 @@ class MomentMulticalibrator(SklearnParams):
         file; version 4: the empirical-Bayes step before 2026-11-27) and ``info["shrunken_cells"]`` says what
         happened. The stated multicalibration (``alpha_``, the
         achieved errors) is measured after this step. Each positive moment (the variance, ...) then gets the
-        same step on the log scale (:func:`mmc_core.fit.cells.gated_moment_cells`): in three stages, whole
-        groups, (group, tenth of the mean prediction) and (group, tenth of the moment prediction) cells, a
+        same step on the log scale (:func:`mmc_core.fit.cells.gated_moment_cells`): in four stages, whole
+        groups, whole groups with one curve along the tenths of the mean prediction, (group, tenth of the mean)
+        and (group, tenth of the moment prediction) cells, a
         penalized log-link ridge of the pseudo-labels (squared residuals around the final mean) multiplies each
         cell's predictions, shrunk by the rows behind it (nested groups, such as intersections, more when the
         held-out rows prefer it); the held-out rows choose the penalty by the QLIKE loss and the share of it
-        they bear out, apply it only when their evidence for it reaches z >= 2.25 (3 for the bands of the
+        they bear out, apply it only when their evidence for it reaches z >= 2.25 (3 for the stages along the
         mean), and drop it where it leaves a group's variance more misstated than before
         (``model_.moment_cells``; ``info["moment_cells"]`` says what happened; ``beta_`` is measured after
         it). With alpha and beta both "se" and at least 100 held-out rows the descent then makes no moment

@@ -271,11 +271,15 @@ def gated_cells(y, mu, sums: MembershipSums, held_out) -> tuple:
 MOMENT_CELL_ITERS = 4
 MOMENT_CELL_LOG_CAP = 3.0  # a row's moment moves by at most e^3 either way
 # the stages of the moment's correction, (bands, of what): whole groups first (one band: a group's evidence is
-# pooled over its rows, not split in ten), then (group, tenth of the mean) cells: the spread along the mean,
-# which the descent's (group, mean bucket, moment bucket) cells found when it still corrected the moments
-# (without this stage the known-truth worlds' log score of fresh rows was worse: benchmarks/README.md,
-# "Moments left to the cell step"), then (group, tenth of the moment so far) cells of what that leaves
-MOMENT_CELL_STAGES = ((1, "moment"), (CELL_BANDS, "mean"), (CELL_BANDS, "moment"))
+# pooled over its rows, not split in ten); then whole groups again with one curve along tenths of the mean, the
+# spread along the mean that the descent's (group, mean bucket, moment bucket) cells found when it still
+# corrected the moments, fitted on every row at once (per-group bands of the mean alone moved the groups'
+# averages with their own noise: the known-truth worlds' worst group 0.113 -> 0.094 in `wage`, 0.101 -> 0.080
+# in `wage-exact`, the log score of fresh rows better in every world; benchmarks/README.md, "One curve along the
+# mean"); then (group, tenth of the mean) cells for what one curve cannot say (a count label whose groups'
+# spreads rise with the mean differently: in fertil2 the curve is dropped by the harm check and these cells
+# do what they did before); then (group, tenth of the moment so far) cells of what is left
+MOMENT_CELL_STAGES = ((1, "moment"), (CELL_BANDS, "curve"), (CELL_BANDS, "mean"), (CELL_BANDS, "moment"))
 # the nested groups' penalty, times the others', among the candidates the held-out rows choose from: an
 # intersection whose spread is its parents' product then keeps little of its own noise (with the true mean, the
 # wage world's worst group went from 0.102 at one penalty to 0.066 at 100-1,000x for the intersections)
@@ -286,9 +290,10 @@ NESTED_PENALTY_RATIOS = (1.0, 10.0, 100.0)
 # (upper 95% bound 6.7%), at +0.6% of the group variance error on 19 real tables' held-out rows and no change
 # in the known-truth worlds (benchmarks/README.md, "The moment cells' gate", "The moment gate at z = 2.25")
 MOMENT_GATE_Z = 2.25
-# the bands-of-the-mean stage's gate: many more cells and candidates than whole groups, so more chances that one
-# looks good on noise; at 2.25 it made a group 1.1x off in 11 of 190 null worlds (its z there 2.5-3.0), at 3 in
-# 6 of 190, as without the stage (benchmarks/README.md, "Moments left to the cell step")
+# the gate of the two stages along the mean: their ten bands and the candidates' penalties give noise more
+# chances to look good; with the curve (in place of per-group bands) at 2.25 a group was made 1.1x off in 8 of
+# 190 null worlds, at 3 in 6 of 190, the fits the other stages make (per-group bands at 2.25: 11;
+# benchmarks/README.md, "One curve along the mean")
 MEAN_BAND_GATE_Z = 3.0
 # the level of a moment (a constant factor on every row) after the cells, from the fitting and held-out rows
 # together: the descent and the cells leave the fitting rows' level at their own in-sample residuals, which are
@@ -338,59 +343,105 @@ def fit_moment_cells(
     sums: MembershipSums,
     bands: int = CELL_BANDS,
     by: np.ndarray | None = None,
+    curve: bool = False,
 ) -> dict:
-    """Log-scale ridge corrections of the (group, band) cells of a moment prediction ``v`` > 0 (unit scale) for
-    its pseudo-labels ``s`` (e.g. squared residuals): per band of ``v`` (or of ``by``, e.g. the mean prediction;
-    ``bands`` at its quantiles), a row's prediction is multiplied by e^(the sum of its cells' coefficients),
-    fitted by penalized IRLS for a log link with unit weights (the Gamma GLM's, whose loss is QLIKE,
-    log m + s / m: right for the conditional mean of s whatever the noise's law), one fit per candidate penalty.
-    A cell of n_c rows keeps about n_c / (n_c + penalty) of its own log ratio, and overlapping cells share it, as
-    the mean's cells do. The candidates: each of ``CELL_PENALTIES`` (scaled by :func:`moment_penalties`) for
-    every group, and the same with ``NESTED_PENALTY_RATIOS`` times it for the groups nested in others
-    (:func:`nested_groups`), so that an intersection's own coefficient is only what its parents' do not explain.
-    Returns ``{"edges", "values", "penalties", "nested"}`` (values (candidates, |G|, bands), None with too few
-    rows or a constant ``s``; penalties and nested: each candidate's penalty and ratio)."""
+    """Log-scale ridge corrections of a moment prediction ``v`` > 0 (unit scale) for its pseudo-labels ``s``
+    (e.g. squared residuals): a row's prediction is multiplied by e^(the sum of its coefficients), fitted by
+    penalized IRLS for a log link with unit weights (the Gamma GLM's, whose loss is QLIKE, log m + s / m: right
+    for the conditional mean of s whatever the noise's law), one fit per candidate penalty. The coefficients:
+    one per (group, band) cell, the bands (``bands``, at the quantiles) of ``v`` or of ``by`` (the mean
+    prediction); with ``curve`` (and ``by``), one per group, the same in every band, and one curve along the
+    bands of ``by`` (the whole table's cells): a spread that follows the mean the same way in every group is then
+    one curve fitted on every row, and each group's coefficient is what the curve does not explain
+    (:class:`_MomentDesign`).
+    A coefficient of n_c rows keeps about n_c / (n_c + penalty) of its own log ratio, and overlapping groups
+    share it, as the mean's cells do. The candidates: each of ``CELL_PENALTIES`` (scaled by
+    :func:`moment_penalties`) for every coefficient, and the same with ``NESTED_PENALTY_RATIOS`` times it for the
+    groups nested in others (:func:`nested_groups`), so that an intersection's own coefficient is only what its
+    parents' do not explain. Returns ``{"edges", "values", "penalties", "nested"}`` (values (candidates, |G|,
+    bands): a row's log change is the sum of its groups' values in its band; None with too few rows or a
+    constant ``s``; penalties and nested: each candidate's penalty and ratio)."""
     s, v = np.asarray(s, dtype=float), np.asarray(v, dtype=float)
     band_of = v if by is None else np.asarray(by, dtype=float)
     cuts = np.linspace(0.0, 1.0, bands + 1)[1:-1]
     edges = np.unique(np.quantile(band_of, cuts)) if band_of.size and cuts.size else np.zeros(0)
     if v.size < 2 * CELL_MIN_ROWS or not np.std(s) > 0 or not np.all(v > 0):
         return {"edges": edges.tolist(), "values": None}
+    if curve and (by is None or not sums.memb.sizes[0] == v.size):  # saved as the whole table's cells
+        raise ValueError("a moment curve along the mean needs the mean and the whole table as the first group")
     nb = edges.size + 1
     key = _bands(band_of, edges)
     kept = _kept_groups(sums)
-    sel = kept >= 0
     ratio = s / v
     xr0, gram = _stats(ratio, np.ones_like(ratio), sums, key, nb, kept)
     nested = nested_groups(gram.sum(axis=0))
+    design = _MomentDesign(gram, kept, sums.G, nested, curve)
     ratios = NESTED_PENALTY_RATIOS if nested.any() else (1.0,)
     cands = [(lam, r) for r in ratios for lam in moment_penalties(ratio)]
     # (X'X + lam D) theta = b, D = diag(dh^2): with X'X scaled to D^-1/2 X'X D^-1/2 = V w V', theta = D^-1/2 V
-    # (V' D^-1/2 b) / (w + lam): one eigendecomposition per band and ratio serves every penalty
+    # (V' D^-1/2 b) / (w + lam): one eigendecomposition per block and ratio serves every penalty
     eig = {}
     for r in ratios:
-        dh = np.where(nested, np.sqrt(r), 1.0)
-        eig[r] = (dh, [np.linalg.eigh((g + g.T) / 2 / dh[:, None] / dh[None, :]) for g in gram])
+        dh = np.where(design.nested, np.sqrt(r), 1.0)
+        eig[r] = [(dh, np.linalg.eigh((g + g.T) / 2 / dh[:, None] / dh[None, :])) for g in design.blocks]
     values = np.zeros((len(cands), sums.G, nb))
     for i, (lam, r) in enumerate(cands):
-        dh, eig_r = eig[r]
-        theta = np.zeros((nb, int(sel.sum())))
+        theta = [np.zeros(g.shape[0]) for g in design.blocks]
         xr = xr0
         for it in range(MOMENT_CELL_ITERS):
             if it:
-                values[i, sel] = theta.T[kept[sel]]
-                d = _log_change(band_of, sums, values[i], edges)
+                d = _log_change(band_of, sums, design.values(theta), edges)
                 xr = _cell_sums(ratio * np.exp(-d) - 1.0, sums, key, nb, kept)
-            for j, (w, vec) in enumerate(eig_r):  # Fisher scoring of the log link: (X'X + P) theta' = X'X theta + X'r
-                rhs = (gram[j] @ theta[j] + xr[j]) / dh
+            # Fisher scoring of the log link: (X'X + P) theta' = X'X theta + X'r
+            for j, (b, (dh, (w, vec))) in enumerate(zip(design.rhs(xr), eig[r])):
+                rhs = (design.blocks[j] @ theta[j] + b) / dh
                 theta[j] = (vec @ ((vec.T @ rhs) / (np.maximum(w, 0.0) + lam))) / dh
-        values[i, sel] = theta.T[kept[sel]]
+        values[i] = design.values(theta)
     return {
         "edges": edges.tolist(),
         "values": values,
         "penalties": [c[0] for c in cands],
         "nested": [c[1] for c in cands],
     }
+
+
+class _MomentDesign:
+    """The ridge's design for :func:`fit_moment_cells` as independent blocks of its X'X: ``blocks`` (their X'X),
+    ``rhs(xr)`` (their X'r from the (band, kept group) sums), ``values(theta)`` (the (|G|, bands) table of every
+    row's log change) and ``nested`` (which of a block's coefficients get the nested groups' penalty)."""
+
+    def __init__(self, gram: np.ndarray, kept: np.ndarray, n_groups: int, nested: np.ndarray, curve: bool):
+        self.kept, self.sel, self.n_groups, self.curve = kept, kept >= 0, n_groups, curve
+        self.nb, self.H = gram.shape[0], gram.shape[1]
+        if not curve:  # (group, band) cells: bands share no row, one block per band
+            self.blocks, self.nested = list(gram), nested
+            return
+        self.nested = np.concatenate([nested, np.zeros(self.nb, dtype=bool)])
+        # whole groups (H) and the curve (nb): X'X = [[sum of the bands' co-memberships, each group's rows per
+        # band], [its transpose, each band's rows]]; the whole table (group 0, the largest, always kept) is
+        # the curve's sum, which the penalty tells apart
+        self.a0 = int(kept[0])
+        counts = np.stack([np.diag(g) for g in gram])  # (nb, H)
+        big = np.zeros((self.H + self.nb, self.H + self.nb))
+        big[: self.H, : self.H] = gram.sum(axis=0)
+        big[: self.H, self.H :] = counts.T
+        big[self.H :, : self.H] = counts
+        big[self.H :, self.H :] = np.diag(counts[:, self.a0])
+        self.blocks = [big]
+
+    def rhs(self, xr: np.ndarray) -> list:
+        if not self.curve:
+            return list(xr)
+        return [np.concatenate([xr.sum(axis=0), xr[:, self.a0]])]
+
+    def values(self, theta: list) -> np.ndarray:
+        out = np.zeros((self.n_groups, self.nb))
+        if not self.curve:
+            out[self.sel] = np.asarray(theta).T[self.kept[self.sel]]
+            return out
+        out[self.sel] = theta[0][: self.H][self.kept[self.sel], None]
+        out[0] += theta[0][self.H :]
+        return out
 
 
 def moment_penalties(ratio: np.ndarray) -> tuple:
@@ -421,13 +472,15 @@ def _qlike_scale(ratio: np.ndarray, d: np.ndarray) -> float:
     return w
 
 
-def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int, by=None, by_h=None) -> tuple:
+def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int, by=None, by_h=None, curve: bool = False) -> tuple:
     """One stage of :func:`gated_moment_cells`: (round or None, check); bands of the moment, or of ``by`` /
-    ``by_h`` (the mean) on the fitting / held-out rows when given."""
+    ``by_h`` (the mean) on the fitting / held-out rows when given; ``curve``: whole groups and one curve."""
     from .recalibrate import HARM_LEVEL, harmed_by, stack_gate
 
     check: dict = {"bands": bands, "by": "moment" if by is None else "mean", "z": 0.0, "kept": False, "harmed": []}
-    cand = fit_moment_cells(s, v, sums, bands, by)
+    if curve:
+        check["curve"] = True  # whole groups and one curve along the mean (:class:`_MomentDesign`)
+    cand = fit_moment_cells(s, v, sums, bands, by, curve)
     if cand["values"] is None:
         return None, check
     ratio = s_h / v_h
@@ -462,14 +515,15 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int, by=None, by_h=None) 
 
 
 def gated_moment_cells(s, v, sums: MembershipSums, held_out, mu=None) -> tuple:
-    """(cell or None, its check) for one moment: in stages (``MOMENT_CELL_STAGES``: whole groups, (group, band of
-    the mean) cells when the means are given - ``mu`` on the fitting rows, ``held_out[3]`` on the held-out ones -
-    then (group, band of the moment) cells), :func:`fit_moment_cells` on the fitting rows (pseudo-labels ``s``,
-    predictions ``v`` so far), the candidate penalty whose correction gives the held-out rows ``held_out`` =
-    (s_h, v_h, sums_h[, mu_h]) the lowest QLIKE loss (none unless one beats no correction), applied at the share
-    of it that minimizes their QLIKE when the evidence for it reaches z >= ``MOMENT_GATE_Z`` (``MEAN_BAND_GATE_Z``
-    for the bands of the mean; the stacked gate of the mean's cells, on the ratio residual s_h / v_h - 1 against
-    the log change; not at all below), and dropped when some group's held-out ratio residual grows beyond chance
+    """(cell or None, its check) for one moment: in stages (``MOMENT_CELL_STAGES``: whole groups, whole groups
+    with one curve along the bands of the mean when the means are given - ``mu`` on the fitting rows,
+    ``held_out[3]`` on the held-out ones - then (group, band of the moment) cells), :func:`fit_moment_cells` on
+    the fitting rows (pseudo-labels ``s``, predictions ``v`` so far), the candidate penalty whose correction
+    gives the held-out rows ``held_out`` = (s_h, v_h, sums_h[, mu_h]) the lowest QLIKE loss (none unless one
+    beats no correction), applied at the share of it that minimizes their QLIKE when the evidence for it reaches
+    z >= ``MOMENT_GATE_Z`` (``MEAN_BAND_GATE_Z`` for the curve along the mean; the stacked gate of the mean's
+    cells, on the ratio residual s_h / v_h - 1 against the log change; not at all below), and dropped when some
+    group's held-out ratio residual grows beyond chance
     (Bonferroni over the groups at ``HARM_LEVEL``). Nothing is fitted on the held-out rows. The cell:
     ``{"rounds": [...]}``, each round {"edges", "values", "penalty", "weight"[, "by": "mean"]}."""
     check: dict = {"kept": False, "stages": []}
@@ -489,10 +543,10 @@ def gated_moment_cells(s, v, sums: MembershipSums, held_out, mu=None) -> tuple:
         check["skipped"] = f"{v.size} fitting rows ({2 * CELL_MIN_ROWS} needed)"
     else:
         for bands, of in MOMENT_CELL_STAGES:
-            if of == "mean" and (mu is None or mu_h is None):
+            if of in ("curve", "mean") and (mu is None or mu_h is None):
                 continue
-            by, by_h = (mu, mu_h) if of == "mean" else (None, None)
-            rd, st = _moment_stage(s, v, sums, s_h, v_h, sums_h, bands, by, by_h)
+            by, by_h = (mu, mu_h) if of in ("curve", "mean") else (None, None)
+            rd, st = _moment_stage(s, v, sums, s_h, v_h, sums_h, bands, by, by_h, of == "curve")
             check["stages"].append(st)
             if rd is not None:
                 rounds.append(rd)
