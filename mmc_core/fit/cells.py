@@ -515,17 +515,17 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int, by=None, by_h=None, 
 
 
 def gated_moment_cells(s, v, sums: MembershipSums, held_out, mu=None) -> tuple:
-    """(cell or None, its check) for one moment: in stages (``MOMENT_CELL_STAGES``: whole groups, whole groups
-    with one curve along the bands of the mean when the means are given - ``mu`` on the fitting rows,
-    ``held_out[3]`` on the held-out ones - then (group, band of the moment) cells), :func:`fit_moment_cells` on
-    the fitting rows (pseudo-labels ``s``, predictions ``v`` so far), the candidate penalty whose correction
-    gives the held-out rows ``held_out`` = (s_h, v_h, sums_h[, mu_h]) the lowest QLIKE loss (none unless one
-    beats no correction), applied at the share of it that minimizes their QLIKE when the evidence for it reaches
-    z >= ``MOMENT_GATE_Z`` (``MEAN_BAND_GATE_Z`` for the curve along the mean; the stacked gate of the mean's
-    cells, on the ratio residual s_h / v_h - 1 against the log change; not at all below), and dropped when some
-    group's held-out ratio residual grows beyond chance
-    (Bonferroni over the groups at ``HARM_LEVEL``). Nothing is fitted on the held-out rows. The cell:
-    ``{"rounds": [...]}``, each round {"edges", "values", "penalty", "weight"[, "by": "mean"]}."""
+    """(cell or None, its check) for one moment: in stages (``MOMENT_CELL_STAGES``: whole groups; when the means
+    are given - ``mu`` on the fitting rows, ``held_out[3]`` on the held-out ones - whole groups with one curve
+    along the bands of the mean, then (group, band of the mean) cells; then (group, band of the moment) cells),
+    :func:`fit_moment_cells` on the fitting rows (pseudo-labels ``s``, predictions ``v`` so far), the candidate
+    penalty whose correction gives the held-out rows ``held_out`` = (s_h, v_h, sums_h[, mu_h]) the lowest QLIKE
+    loss (none unless one beats no correction), applied at the share of it that minimizes their QLIKE when the
+    evidence for it reaches z >= ``MOMENT_GATE_Z`` (``MEAN_BAND_GATE_Z`` for the two stages along the mean; the
+    stacked gate of the mean's cells, on the ratio residual s_h / v_h - 1 against the log change; not at all
+    below), and dropped when some group's held-out ratio residual grows beyond chance (Bonferroni over the
+    groups at ``HARM_LEVEL``). Nothing is fitted on the held-out rows. The cell: ``{"rounds": [...]}``, each
+    round {"edges", "values", "penalty", "weight"[, "by": "mean"]}."""
     check: dict = {"kept": False, "stages": []}
     n_held = 0 if held_out is None else int(np.asarray(held_out[0]).size)
     s, v = np.asarray(s, dtype=float), np.asarray(v, dtype=float)
