@@ -412,9 +412,8 @@ def moment_cells(model, memb, y_f, fit_mu, fit_moms, memb_h, y_h, base_u, cal_id
     for a in p.moments:
         s_f = pseudo_label(a, y_f - fit_mu, p.odd_moments)
         s_h = pseudo_label(a, y_h - mu_h, p.odd_moments)
-        sums_s, s_s, v_s = capped(sums, s_f, fit_moms[a], 17)
-        sh, ss_h, vv_h = capped(sums_h, s_h, moms_h[a], 19)
-        mu_s, mu_hs = capped(sums, s_f, fit_mu, 17)[2], capped(sums_h, s_h, mu_h, 19)[2]  # the same seeded rows
+        sums_s, s_s, v_s, mu_s = capped(sums, s_f, fit_moms[a], 17, also=(fit_mu,))
+        sh, ss_h, vv_h, mu_hs = capped(sums_h, s_h, moms_h[a], 19, also=(mu_h,))
         cell, checks[str(a)] = gated_moment_cells(s_s, v_s, sums_s, (ss_h, vv_h, sh, mu_hs), mu=mu_s)
         if cell is not None:
             cells[a] = cell

@@ -332,7 +332,7 @@ def stack_gate(e: np.ndarray, change: np.ndarray, paired: np.ndarray | None = No
     return scale, z, min(max(scale, 0.0), 1.0) * min(max(z / MIN_GAIN_Z, 0.0), 1.0)
 
 
-def _subsample(sums: MembershipSums, y: np.ndarray, base: np.ndarray, size: int, seed: int):
+def _subsample(sums: MembershipSums, y: np.ndarray, base: np.ndarray, size: int, seed: int, also=()):
     """A seeded sample of ``size`` rows (kept in row order) with their own membership: the map has only
     |G| + 3 + len(KNOT_QUANTILES) coefficients, and fitting them by conjugate gradients on tens of millions of rows would cost
     minutes (one pass over the (row, group) pairs per iteration)."""
@@ -346,15 +346,16 @@ def _subsample(sums: MembershipSums, y: np.ndarray, base: np.ndarray, size: int,
     counts = np.bincount(group_of_pair[in_sample], minlength=memb.n_groups)
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(memb.indptr.dtype)
     sub = Membership(size, list(memb.names), indptr, pos[memb.rows[in_sample]].astype(memb.rows.dtype))
-    return MembershipSums(sub), y[idx], base[idx]
+    return (MembershipSums(sub), y[idx], base[idx], *(np.asarray(a)[idx] for a in also))
 
 
-def capped(sums: MembershipSums, y, x, seed: int) -> tuple:
-    """(sums, y, x) as given, or for more than ``CV_MAX_ROWS`` rows a seeded sample of that many
-    (:func:`_subsample`): what is fitted or checked on a sample and then applied to every row."""
+def capped(sums: MembershipSums, y, x, seed: int, also=()) -> tuple:
+    """(sums, y, x, *also) as given, or for more than ``CV_MAX_ROWS`` rows a seeded sample of that many
+    (:func:`_subsample`; ``also``: more per-row arrays, taken at the same rows): what is fitted or checked on a
+    sample and then applied to every row."""
     if np.asarray(x).size > CV_MAX_ROWS:
-        return _subsample(sums, np.asarray(y), np.asarray(x), CV_MAX_ROWS, seed)
-    return sums, y, x
+        return _subsample(sums, np.asarray(y), np.asarray(x), CV_MAX_ROWS, seed, also)
+    return (sums, y, x, *also)
 
 
 def fit_group_linear(
