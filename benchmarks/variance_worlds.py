@@ -20,7 +20,7 @@ predicted sd, true sd) over rows (criterion >= 0.95), and the same worst-group e
 for each group's own residual variance on the fitting rows, for scale. The stated truth is that of the rows a
 world keeps (the label's range is 0-200; ``kept_moments``).
 
-    .venv/bin/python benchmarks/variance_worlds.py                      # 5 seeds, every world, 40,000 rows
+    .venv/bin/python benchmarks/variance_worlds.py                      # 10 seeds, every world, 40,000 rows
     .venv/bin/python benchmarks/variance_worlds.py --worlds wage --seeds 3 --n 20000
     .venv/bin/python benchmarks/variance_worlds.py --set variance_cells=False   # an estimator parameter
     .venv/bin/python benchmarks/variance_worlds.py --base-variance separate   # with variance_column (below)
@@ -203,7 +203,7 @@ def run(world: str, seed: int, n: int, params: dict, base_variance: str = "none"
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worlds", default=",".join(WORLDS))
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--seed-start", type=int, default=0)
     ap.add_argument("--n", type=int, default=40_000)
     ap.add_argument("--set", action="append", default=[], help="an estimator parameter, NAME=VALUE (repeatable)")

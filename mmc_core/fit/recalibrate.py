@@ -275,13 +275,15 @@ def harmed_groups(sets, level: float = 0.1, min_rows: int = 30) -> list:
     return harmed_by([(sm, yy - b, yy - np.clip(b + ch, 0.0, 1.0)) for yy, b, sm, ch in sets], level, min_rows)
 
 
-def harmed_by(sets, level: float = 0.1, min_rows: int = 30) -> list:
+def harmed_by(sets, level: float = 0.1, min_rows: int = 30, sd_floor: np.ndarray | None = None) -> list:
     """Groups whose mean out-of-sample residual grows beyond chance under a change.
 
     ``sets``: (sums, residual before, residual after) per set of out-of-sample rows. A group is harmed when the
     size of its mean residual after exceeds the size before by more than the two-sided Bonferroni critical value
     over the groups (family-wise ``level``) in standard errors of that mean. Returns the indices of such groups
-    (with at least ``min_rows`` out-of-sample rows)."""
+    (with at least ``min_rows`` out-of-sample rows). ``sd_floor`` (|G|,): the least standard deviation of a
+    row's residual after, per group (a group's few rows can understate it when the residuals have heavy
+    tails)."""
     from .thresholds import bonferroni_z
 
     if not sets:
@@ -296,6 +298,8 @@ def harmed_by(sets, level: float = 0.1, min_rows: int = 30) -> list:
     with np.errstate(divide="ignore", invalid="ignore"):
         m0, m1 = before / cnt, after / cnt
         var = np.maximum(after2 / cnt - m1 * m1, 0.0) * cnt / np.maximum(cnt - 1, 1)
+        if sd_floor is not None:
+            var = np.maximum(var, np.asarray(sd_floor, dtype=float) ** 2)
         se = np.sqrt(var / cnt)
         zc = bonferroni_z(int(np.sum(cnt >= min_rows)), level)
         bad = (cnt >= min_rows) & (np.abs(m1) - np.abs(m0) > zc * se)
