@@ -32,6 +32,7 @@ def client():
         n_workers=2, threads_per_worker=1, processes=True, memory_limit="2GB", dashboard_address=None
     )
     c = distributed.Client(cluster)
+    c.wait_for_workers(2, timeout=120)  # both: the tests compare partitions placed round robin over them
     yield c
     c.close()
     cluster.close()

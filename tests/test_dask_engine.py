@@ -30,6 +30,7 @@ def client():
         n_workers=2, threads_per_worker=1, processes=True, memory_limit="3GB", dashboard_address=None
     )
     c = distributed.Client(cluster)
+    c.wait_for_workers(2, timeout=120)  # both: the tests compare partitions placed round robin over them
     yield c
     c.close()
     cluster.close()
@@ -605,3 +606,49 @@ def test_periods_on_dask_are_the_numpy_periods(client, tmp_path):
         got.changes[num].to_numpy(float), want.changes[num].to_numpy(float), rtol=1e-7, atol=1e-8
     )
     assert [(f["group"], f["kind"]) for f in got.findings] == [(f["group"], f["kind"]) for f in want.findings]
+
+
+def _idle_cluster():
+    """An in-process cluster with no workers yet (threads: nothing to spawn, no memory monitor)."""
+    import logging
+
+    cluster = distributed.LocalCluster(
+        n_workers=0, processes=False, dashboard_address=None, memory_limit=0, silence_logs=logging.CRITICAL
+    )
+    return cluster, distributed.Client(cluster)
+
+
+def test_a_fit_waits_for_a_starting_clusters_first_worker():
+    # a cluster just created, or scaling up from none, reports no workers for a moment: the fit waits for one
+    # (it stopped with "no workers" at once, which CI hit with a new LocalCluster used at once)
+    import threading
+
+    df = make_frame(4000, seed=5)
+    cluster, client = _idle_cluster()
+    try:
+        timer = threading.Timer(1.0, cluster.scale, [1])
+        timer.start()
+        est = MomentMulticalibrator(n_moments=1).fit(
+            dd.from_pandas(df, npartitions=2), "y", GroupSet.from_columns(df, ["region", "kind"]), client=client
+        )
+        timer.join()
+        assert est.model_ is not None and len(client.scheduler_info()["workers"]) == 1
+    finally:
+        client.close()
+        cluster.close()
+
+
+def test_a_cluster_without_workers_gets_a_clear_error(monkeypatch):
+    from mmc_core.engines import dask_parts
+
+    monkeypatch.setattr(dask_parts, "WORKER_WAIT_SECONDS", 1)
+    df = make_frame(2000, seed=6)
+    cluster, client = _idle_cluster()
+    try:
+        with pytest.raises(MMCError, match=r"no workers \(waited 1 s"):
+            MomentMulticalibrator(n_moments=1).fit(
+                dd.from_pandas(df, npartitions=2), "y", GroupSet.from_columns(df, ["region", "kind"]), client=client
+            )
+    finally:
+        client.close()
+        cluster.close()

@@ -315,13 +315,31 @@ class _Block:
         self.parts = []
 
 
+# how long a fit waits for a cluster's first worker: a cluster just created (or scaling up from none) can report
+# no workers for a moment; a Client made on a new LocalCluster and used at once did, on a loaded CI machine
+WORKER_WAIT_SECONDS = 60
+
+
+def _workers(client) -> list:
+    """The addresses of the cluster's workers, sorted; waits up to ``WORKER_WAIT_SECONDS`` for a first one."""
+    workers = sorted(client.scheduler_info().get("workers", {}))
+    if workers:
+        return workers
+    try:
+        client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
+    except Exception as e:  # a TimeoutError whose class differs between distributed versions
+        raise MMCError(
+            f"the Dask cluster has no workers (waited {WORKER_WAIT_SECONDS} s for one): start some, or pass a "
+            "client whose cluster has them"
+        ) from e
+    return sorted(client.scheduler_info().get("workers", {}))
+
+
 class Parts:
     """The partition objects of one fit, in one actor per worker: map a method, reduce the results."""
 
     def __init__(self, client, delayed, *args):
-        workers = sorted(client.scheduler_info().get("workers", {}))
-        if not workers:
-            raise MMCError("the Dask cluster has no workers")
+        workers = _workers(client)
         self.client = client
         self.actors = [client.submit(_Block, workers=[w], actor=True, pure=False).result() for w in workers]
         self.n_partitions = len(delayed)
