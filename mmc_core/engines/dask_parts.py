@@ -327,7 +327,7 @@ def _workers(client) -> list:
         return workers
     try:
         client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
-    except Exception as e:  # a TimeoutError whose class differs between distributed versions
+    except TimeoutError as e:
         raise MMCError(
             f"the Dask cluster has no workers (waited {WORKER_WAIT_SECONDS} s for one): start some, or pass a "
             "client whose cluster has them"
