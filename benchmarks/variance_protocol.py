@@ -176,13 +176,7 @@ def main(argv=None) -> int:
         help="also fit the estimator with variance_column set to this base variance (method 'bv')",
     )
     args = ap.parse_args(argv)
-    names = args.datasets.split(",")
-    if args.wooldridge_dir:
-        hp.register_wooldridge(args.wooldridge_dir)
-        groups_of = {"wooldridge": hp.WOOLDRIDGE, "wooldridge-more": hp.WOOLDRIDGE_MORE}
-        groups_of["wooldridge-fresh"] = hp.WOOLDRIDGE_FRESH
-        groups_of["wooldridge-final"] = hp.WOOLDRIDGE_FINAL
-        names = [t for n in names for t in (list(groups_of[n]) if n in groups_of else [n])]
+    names = hp.dataset_names(args.datasets, args.wooldridge_dir)
     rows = []
     for name in names:
         for s in range(args.seed_start, args.seed_start + args.splits):

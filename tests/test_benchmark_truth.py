@@ -57,3 +57,53 @@ def test_base_split_fits_the_base_on_the_base_rows_only():
     hgb = HistGradientBoostingRegressor(random_state=3).fit(sp.X.iloc[tr], y[tr])
     assert np.array_equal(sp.base, np.clip(hgb.predict(sp.X), 0.0, 50.0))
     assert sp.label not in sp.X.columns and set(sp.gcols) <= set(sp.df.columns)
+
+
+def test_a_null_audits_coverage_truth_counts_the_pool_inside_each_rows_interval():
+    """P(lo <= base + e <= hi) over a pool of noise, by hand: both ends inclusive."""
+    from benchmarks.null_audits import _coverage_truth
+
+    pool = np.array([-2.0, -1.0, 0.0, 1.0, 2.0])
+    p = _coverage_truth(np.array([10.0, 10.0, 0.0]), np.array([9.0, 11.5, -5.0]), np.array([11.0, 20.0, -4.0]), pool)
+    assert p.tolist() == [3 / 5, 1 / 5, 0.0]  # e in [-1, 1]; e in [1.5, 10]; e in [-5, -4]
+
+
+@pytest.mark.parametrize(
+    "finding,false",
+    [
+        ({"kind": "mean", "estimate": -1.1, "interval": [-2.0, -0.2]}, True),  # true error +0.5: the other sign
+        ({"kind": "mean", "estimate": 0.9, "interval": [0.2, 2.0]}, False),
+        ({"kind": "variance", "estimate": 1.5, "interval": [1.2, 1.9], "tolerance": 0.1}, True),  # truth 1.05: in band
+        ({"kind": "variance", "estimate": 0.5, "interval": [0.3, 0.8], "tolerance": 0.1}, False),  # truth 0.84
+        ({"kind": "coverage", "estimate": 0.8, "interval": [0.7, 0.88]}, False),  # truth 0.85 < 0.9
+        ({"kind": "coverage", "estimate": 0.97, "interval": [0.92, 0.99]}, True),  # truth 0.85: not above
+    ],
+)
+def test_a_null_audit_finding_is_false_when_its_truth_lies_in_its_tests_null(finding, false):
+    """The scoring of ``null_audits.py`` on a hand-made group: gap (true mean - prediction) 0.5 on every row,
+    noise variance 2.1 against a predicted 2 (ratio 1.05) or 2.5 (0.84), true coverage 0.85 against 0.9."""
+    from benchmarks.null_audits import _score
+
+    sel = np.ones(4, dtype=bool)
+    gap = np.full(4, 0.5)
+    var = np.full(4, 2.0 if finding["estimate"] > 1 else 2.5)
+    out = _score(finding, sel, gap, 2.1, var, np.full(4, 0.85), 0.9)
+    assert out["false"] is false
+    assert out["missed"] is (not finding["interval"][0] <= out["truth"] <= finding["interval"][1])
+
+
+def test_dataset_names_expand_the_sets_and_refuse_an_unknown_table():
+    from benchmarks.heldout_protocol import DATASETS, dataset_names
+
+    first = next(iter(DATASETS))
+    assert dataset_names(f"{first},,{first}") == [first, first]
+    with pytest.raises(SystemExit, match="unknown dataset 'no_such_table'; valid: "):
+        dataset_names("no_such_table")
+
+
+def test_a_mean_finding_where_the_prediction_is_the_base_is_false_whatever_the_rounding():
+    from benchmarks.null_audits import _score
+
+    f = {"kind": "mean", "estimate": -0.5, "interval": [-0.9, -0.1]}
+    out = _score(f, np.ones(3, dtype=bool), np.full(3, -1.9e-17), 1.0, np.ones(3), np.ones(3), 0.9, span=10.0)
+    assert out["false"] is True

