@@ -645,6 +645,63 @@ def test_mean_tests_correct_for_skewed_residuals(monkeypatch):
         assert by[name]["p_value"] == pytest.approx(float(want))
 
 
+def _tailless_group_world(seed: int, shift_sd: float, n: int = 2000, k: int = 40):
+    """Right-skewed residuals (standardized log-normal, sigma 1) of a model whose mean and variance (1) are right,
+    except that one group's ``k`` rows drew none of the tail: their residuals are the noise's values below its 90th
+    percentile (a sample that missed the rare large ones, as 1.5% of 40-row samples do; moved by ``shift_sd``
+    standard deviations)."""
+    rng = np.random.default_rng(seed)
+    e = (np.exp(rng.normal(size=n)) - np.exp(0.5)) / np.sqrt((np.e - 1) * np.e)
+    g = np.where(np.arange(n) < k, "Q", rng.choice(["A", "B", "C"], n))
+    low = e[e < np.quantile(e, 0.9)][:k]
+    e[:k] = low + shift_sd
+    tab = pd.DataFrame({"g": g})
+    memb = GroupSet.from_columns(tab, ["g"]).evaluate(tab)
+    mu = np.full(n, 0.5)
+    return memb, mu, mu + 0.05 * e, np.full(n, 0.05**2)
+
+
+def test_a_small_group_that_missed_a_right_tail_is_not_a_mean_finding():
+    """40 rows of right-skewed residuals that missed the tail (six draws): their mean is -0.2 to -0.35 sd and
+    their own sd a third of the noise's, so each group's own t statistic put it at adjusted p 0.0004-0.04, a
+    false "over-predicts" on a group whose true error is 0 (on null worlds from real tables such small groups
+    carried most false mean findings). The mean test's variance is floored at half the model's variance of the
+    group (``MEAN_FLOOR_SHARE``): at most one of the six is a finding, and the same groups 1 sd off all are."""
+    flagged = {0.0: 0, 1.0: 0}
+    for seed in range(6):
+        for shift in flagged:
+            memb, mu, y, v = _tailless_group_world(seed, shift)
+            r = (y - mu)[:40] / 0.05 - shift
+            assert -0.35 < r.mean() < -0.2 and r.std() < 0.4  # the world is what the test says
+            args = (memb.sums(), list(memb.names), UNIT_SCALE, mu, y, v, mean_grid(5), None, None, 0.0, 30)
+            found, _ = audit_findings.group_findings(*args, "holm", 0.05)
+            flagged[shift] += any(f["group"] == "g=Q" and f["kind"] == "mean" for f in found)
+    assert flagged == {0.0: flagged[0.0], 1.0: 6} and flagged[0.0] <= 1, flagged
+
+
+@pytest.mark.slow
+def test_mean_findings_hold_their_level_with_right_skewed_residuals():
+    """200 audits of a model whose mean and variance are right, residuals standardized log-normal (sigma 1,
+    skewness 6), 1,500 rows, three columns and their pairs (~100 mean and calibration tests each, Holm at 5%):
+    audits with a mean or calibration finding at most 5%, one-sided 95% upper bound at most 8% (15 of 200 =
+    7.5% with each group's own variance; 4 of 200 with the floor)."""
+    hits = 0
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        n, s = 1500, 1.0
+        tab = pd.DataFrame({"a": rng.integers(0, 4, n), "b": rng.integers(0, 3, n), "c": rng.integers(0, 5, n)})
+        memb = GroupSet.from_columns(tab, ["a", "b", "c"], 2).evaluate(tab)
+        e = (np.exp(s * rng.normal(size=n)) - np.exp(s * s / 2)) / np.sqrt((np.exp(s * s) - 1) * np.exp(s * s))
+        mu = np.full(n, 0.5)
+        found, _ = audit_findings.group_findings(
+            memb.sums(), list(memb.names), UNIT_SCALE, mu, mu + 0.05 * e, np.full(n, 0.05**2), mean_grid(5),
+            None, None, 0.9, 30, "holm", 0.05, 0.1,
+        )  # fmt: skip
+        hits += any(f["kind"] in ("mean", "calibration") for f in found)
+    upper = float(stats.beta.ppf(0.95, hits + 1, 200 - hits))
+    assert hits <= 10 and upper <= 0.08, (hits, upper)
+
+
 def test_no_disparity_from_rounding_of_equal_variances():
     """A model stopped before its first update predicts one variance for every row: the ratios are 1 up to
     rounding and their bootstrap intervals collapse, and the audit listed "1.0000 times (95% CI 1.0000-1.0000):

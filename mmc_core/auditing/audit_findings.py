@@ -78,7 +78,7 @@ def group_findings(
     span = scale.span
     cnt = pairs.group_sums()
     r = yu - mu
-    tests = _mean_tests(pairs, names, cnt, scale, mu, yu, r, grid, min_count, binary)
+    tests = _mean_tests(pairs, names, cnt, scale, mu, yu, r, grid, min_count, binary, var_pred)
     if var_pred is not None:
         tests += _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol)
     if inside is not None:
@@ -113,9 +113,10 @@ _WORKING_KEYS = (
 )
 
 
-def _mean_tests(pairs, names, cnt, scale, mu, yu, r, grid, min_count, binary: bool) -> list:
+def _mean_tests(pairs, names, cnt, scale, mu, yu, r, grid, min_count, binary: bool, var_pred=None) -> list:
     """The mean tests per group and per (group, mean bucket) cell, with their estimates and intervals in label
-    units (a cell holding its whole group is left to the group's test)."""
+    units (a cell holding its whole group is left to the group's test). With the model's variance ``var_pred``
+    (unit scale), a group's or cell's residual variance counts as at least :func:`_mean_var_floor`."""
     span = scale.span
     m = grid.m
     b = grid.index(mu)
@@ -156,6 +157,7 @@ def _mean_tests(pairs, names, cnt, scale, mu, yu, r, grid, min_count, binary: bo
         # HALL_MIN_ROWS rows (below, the sample skewness is too noisy to correct with)
         r3 = r * r * r
         hall = fnd.HALL_MIN_ROWS
+        floor_g, floor_c = _mean_var_floor(pairs, cnt, r, var_pred, b, m, cc)
         tests = fnd.group_tests(
             "mean",
             names,
@@ -165,6 +167,7 @@ def _mean_tests(pairs, names, cnt, scale, mu, yu, r, grid, min_count, binary: bo
             min_count,
             s3=pairs.group_sums(r3),
             hall_min=hall,
+            var_floor=floor_g,
             predicted=pred_g,
             observed=obs_g,
         )
@@ -177,6 +180,7 @@ def _mean_tests(pairs, names, cnt, scale, mu, yu, r, grid, min_count, binary: bo
             min_count,
             s3=pairs.cell_table(b, m, r3).ravel(),
             hall_min=hall,
+            var_floor=floor_c,
             predicted=pred_c,
             observed=obs_c,
         )
@@ -190,6 +194,28 @@ def _mean_tests(pairs, names, cnt, scale, mu, yu, r, grid, min_count, binary: bo
     tests += cal
     _in_label_units(tests, span)
     return tests
+
+
+MEAN_FLOOR_SHARE = 0.5
+
+
+def _mean_var_floor(pairs, cnt, r, var_pred, b, m: int, cc) -> tuple:
+    """The least residual variance per row the mean tests use, per group and per (group, bucket) cell: the
+    model's predicted variance of their rows, scaled so that over all audited rows it sums to the squared
+    residuals (a level the audit rows show, not the model's). A group's own sample variance of a skewed or
+    heavy-tailed residual is low exactly when it drew none of the rare large residuals, which is when its mean
+    looks far off: on null worlds from real tables (the base the true mean) such small groups (30-140 rows)
+    carried most of the false mean findings (benchmarks/README.md, "False findings on table-derived null
+    worlds"). (0, 0) without a variance prediction."""
+    if var_pred is None:
+        return 0.0, 0.0
+    v = np.asarray(var_pred, dtype=float)
+    total = float(v.sum())
+    level = float(np.sum(r * r)) / total if total > 0 else 0.0
+    if not (math.isfinite(level) and level > 0):
+        return 0.0, 0.0
+    floors = (div(pairs.group_sums(v), cnt), div(pairs.cell_table(b, m, v).ravel(), cc))
+    return tuple(MEAN_FLOOR_SHARE * level * np.nan_to_num(f) for f in floors)  # an empty cell: untested
 
 
 def _in_label_units(tests: list, span: float) -> None:

@@ -170,7 +170,7 @@ def adjust_pvalues(p, method: str = "holm") -> np.ndarray:
 HALL_MIN_ROWS = 30
 
 
-def _t_test(s1, s2, cnt, s3=None, hall_min: float = 0.0, with_skew: bool = False):
+def _t_test(s1, s2, cnt, s3=None, hall_min: float = 0.0, with_skew: bool = False, var_floor=0.0):
     """Two-sided t test of a zero mean from sums s1 = sum x, s2 = sum x^2 (and s3 = sum x^3) over cnt rows.
 
     With ``s3`` the statistic is Hall's (1992) skewness-corrected transform of the studentized mean,
@@ -179,8 +179,9 @@ def _t_test(s1, s2, cnt, s3=None, hall_min: float = 0.0, with_skew: bool = False
     several times too liberal in the far tail where a multiplicity-adjusted test decides. Entries with fewer
     than ``hall_min`` rows keep the plain statistic. Returns (mean, se, p), and with ``with_skew`` also the
     skewness g each entry's statistic used (0 where the plain one), to invert the test (:func:`hall_interval`).
+    ``var_floor``: a lower bound on the quantity's variance per row (per entry or one number).
     """
-    mean, se, z, used = _hall_z(s1, s2, cnt, s3, hall_min)
+    mean, se, z, used = _hall_z(s1, s2, cnt, s3, hall_min, var_floor)
     p = t_sf2(z, np.maximum(cnt - 1, 1))
     return (mean, se, p, used) if with_skew else (mean, se, p)
 
@@ -437,12 +438,15 @@ def _records(kind, names, cnt, mean, se, p, min_count, extra, more=None) -> list
     return out
 
 
-def group_tests(kind: str, names, cnt, s1, s2, min_count: int, s3=None, hall_min: float = 0.0, **extra) -> list:
+def group_tests(
+    kind: str, names, cnt, s1, s2, min_count: int, s3=None, hall_min: float = 0.0, var_floor=0.0, **extra
+) -> list:
     """Tests of a zero mean for each group (or cell) with at least ``min_count`` rows.
 
     ``s1``, ``s2`` (``s3``): sums of the tested quantity, of its square (and cube: skewness-corrected test,
-    see :func:`_t_test`); ``extra``: per-entry arrays carried into
-    each record (e.g. predicted and observed means). Returns one dict per tested entry.
+    see :func:`_t_test`); ``var_floor``: the least variance per row of the quantity, per entry (the test, its
+    standard error and the skewness it corrects for all use the floored one); ``extra``: per-entry arrays
+    carried into each record (e.g. predicted and observed means). Returns one dict per tested entry.
     """
     cnt = np.asarray(cnt, dtype=float)
     mean, se, p, skew = _t_test(
@@ -452,6 +456,7 @@ def group_tests(kind: str, names, cnt, s1, s2, min_count: int, s3=None, hall_min
         None if s3 is None else np.asarray(s3, float),
         hall_min,
         with_skew=True,
+        var_floor=var_floor,
     )
     return _records(kind, names, cnt, mean, se, p, min_count, {**extra, "statistic_skew": skew})
 
