@@ -71,16 +71,19 @@ def group_findings(
     var_tol: float = 0.0,
     binary: bool = False,
     collect: list | None = None,
+    kurtosis_floor: float | None = None,
 ):
     """Every test of the model's claims on these rows (mean per group and per mean-bucket cell, variance,
     coverage of ``method``), adjusted as one family. Returns (findings, number of tests). ``binary``: the
-    label is a 0/1 outcome and ``mu`` a probability (mean tests: :func:`findings.binary_tests`)."""
+    label is a 0/1 outcome and ``mu`` a probability (mean tests: :func:`findings.binary_tests`).
+    ``kurtosis_floor``: the least kurtosis of the standardized residual the variance tests allow for (the
+    model's own fitting rows', ``info["residual_kurtosis"]``; None: the audit rows' alone)."""
     span = scale.span
     cnt = pairs.group_sums()
     r = yu - mu
     tests = _mean_tests(pairs, names, cnt, scale, mu, yu, r, grid, min_count, binary, var_pred)
     if var_pred is not None:
-        tests += _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol)
+        tests += _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol, kurtosis_floor)
     if inside is not None:
         tests += _coverage_tests(pairs, names, cnt, r, inside, method, target, min_count, span)
     found = fnd.select_findings(tests, control, level)
@@ -394,11 +397,13 @@ def _pooled_sd(kappa: float, s_vv, cnt, c) -> np.ndarray:
     return c * np.sqrt(max(kappa - 1.0, 0.0) * np.maximum(div(s_vv, cnt), 0.0))
 
 
-def _ratio_sums(pairs, cnt, r, var_pred, min_count):
+def _ratio_sums(pairs, cnt, r, var_pred, min_count, kurtosis_floor=None):
     """The variance test's sums per group (:data:`findings.RATIO_SUMS`, shape (10, groups)) over the (row, group)
     pairs: a = u2, the squared residual around the group's mean residual times n / (n - 1), b = v, the predicted
-    variance, and the kurtosis pooled over the rows (:func:`_pooled_kurtosis`, the same in every column).
-    Returns (sums, (u2, v, gs)), gs summing a pair-level array per group."""
+    variance, and the kurtosis pooled over the rows (:func:`_pooled_kurtosis`, the same in every column), at
+    least ``kurtosis_floor`` (the model's fitting rows': audit rows that drew none of a heavy tail's largest
+    residuals cannot show the tail they lack). Returns (sums, (u2, v, gs)), gs summing a pair-level array per
+    group."""
     pr, pg = pairs.pr, pairs.pg
     G = len(cnt)
 
@@ -411,16 +416,18 @@ def _ratio_sums(pairs, cnt, r, var_pred, min_count):
     a2, av, v2 = u2 * u2, u2 * v, v * v
     sums = np.array([gs(u2), gs(v), gs(a2), gs(av), gs(v2), gs(a2 * u2), gs(a2 * v), gs(av * v), gs(v2 * v)])
     kappa = _pooled_kurtosis(pairs, r, var_pred, u2, v, pg, cnt, div(sums[0], sums[1]), min_count)
+    if kurtosis_floor is not None and math.isfinite(kurtosis_floor):
+        kappa = float(np.fmax(kappa, kurtosis_floor))
     return np.vstack([sums, np.full((1, G), kappa)]), (u2, v, gs)
 
 
-def _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol) -> list:
+def _variance_tests(pairs, names, cnt, r, var_pred, scale, min_count, var_tol, kurtosis_floor=None) -> list:
     """The variance test of every group: the residual's variance around the group's own mean residual
     (:func:`residual_variance`) against the mean predicted variance, H0 their ratio within [1 / (1 + tol),
     1 + tol]. Computed over the (row, group) pairs, each centered at its group's mean: a group whose mean
     alone is off (the mean test's finding) is not also reported as understating its uncertainty."""
     pg = pairs.pg
-    sums, (u2, v, gs) = _ratio_sums(pairs, cnt, r, var_pred, min_count)
+    sums, (u2, v, gs) = _ratio_sums(pairs, cnt, r, var_pred, min_count, kurtosis_floor)
     s_u2, s_v = sums[0], sums[1]
     ratio = div(s_u2, s_v)
     # delta method for mean(u2) / mean(v): the residuals z = u2 - R v

@@ -312,6 +312,14 @@ def _audit_params(model, it, base_kind: str, edges, yu, delta, gamma, opts: Audi
     }
 
 
+def _fitted_kurtosis(model) -> float | None:
+    """The kurtosis of the standardized residuals on the model's fitting rows (``info["residual_kurtosis"]``),
+    or None (a model file without it, a model without a variance)."""
+    info = model.info if isinstance(getattr(model, "info", None), dict) else {}
+    k = info.get("residual_kurtosis")
+    return float(k) if isinstance(k, (int, float)) and not isinstance(k, bool) and np.isfinite(k) and k > 0 else None
+
+
 def _findings(model, pairs, names, mu, yu, moms, grid, it, delta, opts: AuditOptions) -> tuple:
     """(findings, number of tests, every test): :func:`mmc_core.auditing.audit_findings.group_findings` over the rows,
     with the coverage of the bucket method's intervals."""
@@ -333,6 +341,7 @@ def _findings(model, pairs, names, mu, yu, moms, grid, it, delta, opts: AuditOpt
         opts.findings_level,
         opts.variance_tolerance,
         collect=all_tests,
+        kurtosis_floor=_fitted_kurtosis(model),
     )
     return found, n_tests, all_tests
 

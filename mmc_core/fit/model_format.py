@@ -460,7 +460,7 @@ def _log_entry_types(entry) -> bool:
 
 def _check_info(info: dict, bad) -> None:
     """The run facts the reports read (``info`` is otherwise free-form): seconds, rounds, history."""
-    for key in ("seconds", "z", "z_group", "calibration_fraction"):
+    for key in ("seconds", "z", "z_group", "calibration_fraction", "residual_kurtosis"):
         if key in info and info[key] is not None and not _number(info[key]):
             raise bad(f"info.{key}={info[key]!r} must be a number")
     for key in ("rounds", "kept_round", "mean_updates", "moment_updates", "n_fit", "n_calibration"):
