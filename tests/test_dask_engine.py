@@ -143,6 +143,9 @@ def test_k2_groups_from_json_file_same_updates_and_predictions(client, tmp_path)
     groups = GroupSet.from_json(path.read_text())
     e_np, e_dk = _fit_both(client, df, groups, n_moments=2, max_rounds=6)
     assert_same_fit(e_np, e_dk, df)
+    # the fitting rows' residual kurtosis the audit's variance tests allow for, summed over the partitions
+    k_np = e_np.model_.info["residual_kurtosis"]
+    assert k_np > 1 and e_dk.model_.info["residual_kurtosis"] == pytest.approx(k_np, rel=1e-9)
     # same JSON format both ways: a Dask-fitted model saved and loaded predicts with numpy; a numpy one on Dask
     saved = tmp_path / "m.json"
     e_dk.save(saved)

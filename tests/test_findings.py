@@ -821,22 +821,31 @@ def test_the_pooled_kurtosis_is_the_noises_own_whatever_the_groups_misstatement(
         assert by_group > kappas[1] * 1.1, (noise, by_group, kappas)  # what the groups' pooling took in
 
 
-def test_residual_kurtosis_by_hand():
-    from mmc_core.estimator.fit_memory import residual_kurtosis
+def _kurtosis(r, v):
+    from mmc_core.fit.fit_steps import kurtosis_sums, residual_kurtosis
 
-    assert residual_kurtosis(np.array([1.0, -1.0, 1.0, -1.0]), np.ones(4)) == pytest.approx(1.0)
+    return residual_kurtosis(kurtosis_sums(np.asarray(r, dtype=float), v))
+
+
+def test_residual_kurtosis_by_hand():
+    assert _kurtosis([1.0, -1.0, 1.0, -1.0], np.ones(4)) == pytest.approx(1.0)
     # z^2 = 4, 0, 0, 0: E z^4 = 16 / 4, (E z^2)^2 = 1
-    assert residual_kurtosis(np.array([2.0, 0.0, 0.0, 0.0]), np.ones(4)) == pytest.approx(4.0)
+    assert _kurtosis([2.0, 0.0, 0.0, 0.0], np.ones(4)) == pytest.approx(4.0)
     # standardized by the variance: the same residuals with v = 4 on the first row read z^2 = 1, 0, 0, 0
-    assert residual_kurtosis(np.array([2.0, 0.0, 0.0, 0.0]), np.array([4.0, 1, 1, 1])) == pytest.approx(4.0)
-    assert residual_kurtosis(np.zeros(4), np.ones(4)) is None and residual_kurtosis(np.ones(4), None) is None
+    assert _kurtosis([2.0, 0.0, 0.0, 0.0], np.array([4.0, 1, 1, 1])) == pytest.approx(4.0)
+    assert _kurtosis(np.zeros(4), np.ones(4)) is None and _kurtosis(np.ones(4), None) is None
+    # sums of parts (as the Dask engine adds them over partitions) give the whole's
+    from mmc_core.fit.fit_steps import kurtosis_sums, residual_kurtosis
+
+    r = np.random.default_rng(0).standard_t(5, 100)
+    parts = kurtosis_sums(r[:37], np.ones(37)) + kurtosis_sums(r[37:], np.ones(63))
+    assert residual_kurtosis(parts) == pytest.approx(_kurtosis(r, np.ones(100)), rel=1e-12)
 
 
 def test_the_audit_allows_for_the_tail_of_the_models_fitting_rows(monkeypatch, tmp_path):
     """A fit records the kurtosis of its fitting rows' standardized residuals (the saved file keeps it) and the
     audit's variance tests get it as their kurtosis floor."""
     from mmc_core import MomentMulticalibrator
-    from mmc_core.estimator.fit_memory import residual_kurtosis
 
     rng = np.random.default_rng(3)
     n = 3000
@@ -849,7 +858,7 @@ def test_the_audit_allows_for_the_tail_of_the_models_fitting_rows(monkeypatch, t
     idx = est.fit_index_
     pm = est.predict_moments(X.iloc[idx], base_prediction=base[idx])
     span = est.model_.scale.span
-    want = residual_kurtosis((y[idx] - pm["mean"]) / span, pm["moment_2"] / span**2)
+    want = _kurtosis((y[idx] - pm["mean"]) / span, pm["moment_2"] / span**2)
     assert k == pytest.approx(want, rel=1e-6) and k > 10
     path = tmp_path / "m.json"
     est.save(path)
@@ -873,12 +882,10 @@ def test_variance_findings_hold_their_level_when_the_audit_rows_miss_the_tail():
     200 audits carried a variance finding ("overstates"). With the kurtosis of 4,000 fitting rows of the same
     noise as the floor (as a fitted model records it): at most 5% of audits, one-sided 95% upper bound at most
     8% (8 of 200 measured)."""
-    from mmc_core.estimator.fit_memory import residual_kurtosis
-
     hits = 0
     for seed in range(200):
         rng = np.random.default_rng(seed)
-        floor = residual_kurtosis(_lognormal(rng, 4000, 1.5), np.ones(4000))
+        floor = _kurtosis(_lognormal(rng, 4000, 1.5), np.ones(4000))
         n = 1500
         tab = pd.DataFrame({"a": rng.integers(0, 4, n), "b": rng.integers(0, 3, n), "c": rng.integers(0, 5, n)})
         memb = GroupSet.from_columns(tab, ["a", "b", "c"], 2).evaluate(tab)

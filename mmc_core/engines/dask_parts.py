@@ -269,6 +269,12 @@ class _Part:
         st = CellState(plain_params, self.memb_f, self.yu_f, mu, moms)
         return [st.S0] + [st.SA[a] for a in plain_params.moments] + [st.TA[a] for a in plain_params.moments]
 
+    def kurtosis_sums(self):
+        from ..fit.fit_steps import kurtosis_sums
+
+        mu, moms = self.kept
+        return kurtosis_sums(self.yu_f - mu, moms.get(2))
+
     def fit_predictions(self):
         mu, moms = self.kept
         return self.fit_idx, mu, moms

@@ -11,7 +11,6 @@ predict, save and load) stays readable.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +25,9 @@ from ..fit.fit_steps import (
     achieved_thresholds,
     cells_keep_given,
     fit_info,
+    kurtosis_sums,
     mark_after_cells,
+    residual_kurtosis,
     search_buckets,
     state_achieved,
 )
@@ -93,7 +94,7 @@ def fit_in_memory(
     rows = FitRows(d.n, d.fit_idx.size, d.n_cal, d.memb.sizes, d.base_clipped, label_name)
     model.info = {"task": d.task, **fit_info(est, model, run.search, rows, run.achieved, run.floors)}
     _record_checks(d, model, run.memb_h, run.cells_check, run.moment_cells_check)
-    if (k := residual_kurtosis(d.yu_f - run.fit_mu, run.fit_moms.get(2))) is not None:
+    if (k := residual_kurtosis(kurtosis_sums(d.yu_f - run.fit_mu, run.fit_moms.get(2)))) is not None:
         model.info["residual_kurtosis"] = k
     if d.task == TASK_BINARY:  # probabilities never exactly 0 or 1 (see mmc_core.fit.model.binary_clip)
         assert d.binary_info is not None
@@ -341,19 +342,6 @@ def _calibrate_intervals(est, d: FittingRows, model: FittedModel, res, stop) -> 
             model, take_rows(d.X, d.cal_idx), d.yu[d.cal_idx], None if d.base_u is None else d.base_u[d.cal_idx]
         )
     return oof
-
-
-def residual_kurtosis(r: np.ndarray, v: np.ndarray | None) -> float | None:
-    """The kurtosis E z^4 / (E z^2)^2 of the residuals ``r`` standardized by the predicted variance ``v`` (None
-    without a variance or a residual). The audit's variance tests allow for at least this tail: rows that drew
-    none of a heavy tail's largest residuals show a low kurtosis of their own (benchmarks/README.md, "False
-    findings on table-derived null worlds")."""
-    if v is None or r.size < 2:
-        return None
-    z2 = r * r / np.maximum(np.asarray(v, dtype=float), 1e-300)
-    m2 = float(np.mean(z2))
-    k = float(np.mean(z2 * z2)) / (m2 * m2) if m2 > 0 else math.nan
-    return k if math.isfinite(k) else None
 
 
 def _record_checks(d: FittingRows, model: FittedModel, memb_h, cells_check, moment_cells_check) -> None:
