@@ -670,8 +670,9 @@ def test_a_small_group_that_missed_a_right_tail_is_not_a_mean_finding():
     """40 rows of right-skewed residuals that missed the tail (six draws): their mean is -0.2 to -0.35 sd and
     their own sd a third of the noise's, so each group's own t statistic put it at adjusted p 0.0004-0.04, a
     false "over-predicts" on a group whose true error is 0 (on null worlds from real tables such small groups
-    carried most false mean findings). The mean test's variance is floored at half the model's variance of the
-    group (``MEAN_FLOOR_SHARE``): at most one of the six is a finding, and the same groups 1 sd off all are."""
+    carried most false mean findings). The mean test's variance is floored at the model's variance of the group
+    less two standard errors of a Gaussian sample variance (``MEAN_FLOOR_Z``; 0.55x at 40 rows): at most one
+    of the six is a finding, and the same groups 1 sd off all are."""
     flagged = {0.0: 0, 1.0: 0}
     for seed in range(6):
         for shift in flagged:
@@ -689,7 +690,7 @@ def test_mean_findings_hold_their_level_with_right_skewed_residuals():
     """200 audits of a model whose mean and variance are right, residuals standardized log-normal (sigma 1,
     skewness 6), 1,500 rows, three columns and their pairs (~100 mean and calibration tests each, Holm at 5%):
     audits with a mean or calibration finding at most 5%, one-sided 95% upper bound at most 8% (15 of 200 =
-    7.5% with each group's own variance; 4 of 200 with the floor)."""
+    7.5% with each group's own variance; 1 of 200 with the floor)."""
     hits = 0
     for seed in range(200):
         rng = np.random.default_rng(seed)
