@@ -823,24 +823,38 @@ def test_the_pooled_kurtosis_is_the_noises_own_whatever_the_groups_misstatement(
 
 
 def _kurtosis(r, v):
-    from mmc_core.fit.fit_steps import kurtosis_sums, residual_kurtosis
+    """The plain E z^4 / (E z^2)^2 of residuals ``r`` standardized by ``v``."""
+    z2 = np.asarray(r, dtype=float) ** 2 / v
+    return float(np.mean(z2 * z2) / np.mean(z2) ** 2)
 
-    return residual_kurtosis(kurtosis_sums(np.asarray(r, dtype=float), v))
+
+def _fitted_kurtosis(table, cols, r, v):
+    from mmc_core.auditing.audit_findings import kurtosis_of_parts, kurtosis_parts
+
+    return kurtosis_of_parts(kurtosis_parts(GroupSet.from_columns(table, cols).evaluate(table).sums(), r, v))
 
 
-def test_residual_kurtosis_by_hand():
-    assert _kurtosis([1.0, -1.0, 1.0, -1.0], np.ones(4)) == pytest.approx(1.0)
-    # z^2 = 4, 0, 0, 0: E z^4 = 16 / 4, (E z^2)^2 = 1
-    assert _kurtosis([2.0, 0.0, 0.0, 0.0], np.ones(4)) == pytest.approx(4.0)
-    # standardized by the variance: the same residuals with v = 4 on the first row read z^2 = 1, 0, 0, 0
-    assert _kurtosis([2.0, 0.0, 0.0, 0.0], np.array([4.0, 1, 1, 1])) == pytest.approx(4.0)
-    assert _kurtosis(np.zeros(4), np.ones(4)) is None and _kurtosis(np.ones(4), None) is None
-    # sums of parts (as the Dask engine adds them over partitions) give the whole's
-    from mmc_core.fit.fit_steps import kurtosis_sums, residual_kurtosis
-
-    r = np.random.default_rng(0).standard_t(5, 100)
-    parts = kurtosis_sums(r[:37], np.ones(37)) + kurtosis_sums(r[37:], np.ones(63))
-    assert residual_kurtosis(parts) == pytest.approx(_kurtosis(r, np.ones(100)), rel=1e-12)
+def test_the_fitting_rows_kurtosis_is_the_audits_pooled_estimate():
+    """By hand on two membership signatures (a=0, a=1; 200 rows each): each signature's residuals centred, their
+    squares times n / (n - 1), the sum of their squares over the sum of each signature's cross-product estimate
+    of R^2 times its sum of v^2. A variance misstated by a constant factor on a signature, however small (a
+    model predicting 1e-12 there), does not pass for a heavier tail (the plain ratio of z^2 = r^2 / v doubles)."""
+    rng = np.random.default_rng(0)
+    tab = pd.DataFrame({"a": np.repeat([0, 1], 200)})
+    r = rng.standard_t(5, 400) * np.repeat([1.0, 3.0], 200) + np.repeat([0.5, -1.0], 200)
+    v = np.repeat([1.0, 9.0], 200)
+    num = den = 0.0
+    for s in (slice(0, 200), slice(200, 400)):
+        n = 200
+        cu2 = (r[s] - r[s].mean()) ** 2 * n / (n - 1)
+        a1, a2, b1, b2 = cu2.sum(), (cu2**2).sum(), v[s].sum(), (v[s] ** 2).sum()
+        num += a2
+        den += (a1 * a1 - a2) / (b1 * b1 - b2) * b2
+    got = _fitted_kurtosis(tab, ["a"], r, v)
+    assert got == pytest.approx(num / den, rel=1e-12) and 3 < got < 12
+    v_bad = np.where(tab["a"] == 1, 1e-12, v)
+    assert _fitted_kurtosis(tab, ["a"], r, v_bad) == pytest.approx(got, rel=1e-9)
+    assert _kurtosis(r, v_bad) > 1.5 * got  # the plain moment ratio of z^2 = r^2 / v mixes the two scales
 
 
 def test_the_audit_allows_for_the_tail_of_the_models_fitting_rows(monkeypatch, tmp_path):
@@ -859,7 +873,8 @@ def test_the_audit_allows_for_the_tail_of_the_models_fitting_rows(monkeypatch, t
     idx = est.fit_index_
     pm = est.predict_moments(X.iloc[idx], base_prediction=base[idx])
     span = est.model_.scale.span
-    want = _kurtosis((y[idx] - pm["mean"]) / span, pm["moment_2"] / span**2)
+    fit_rows = X.iloc[idx].reset_index(drop=True)
+    want = _fitted_kurtosis(fit_rows, ["a"], (y[idx] - pm["mean"]) / span, pm["moment_2"] / span**2)
     assert k == pytest.approx(want, rel=1e-6) and k > 10
     path = tmp_path / "m.json"
     est.save(path)
@@ -881,7 +896,7 @@ def test_variance_findings_hold_their_level_when_the_audit_rows_miss_the_tail():
     """200 audits of a correct model, residuals standardized log-normal with sigma 1.5 (kurtosis ~10,000): 1,500
     audit rows rarely draw the largest residuals, so their own pooled kurtosis is far below the truth and 69 of
     200 audits carried a variance finding ("overstates"). With the kurtosis of 4,000 fitting rows of the same
-    noise as the floor (as a fitted model records it): at most 5% of audits, one-sided 95% upper bound at most
+    noise as the floor (the moment ratio; what a fit records for noise of one scale): at most 5% of audits, upper bound at most
     8% (8 of 200 measured)."""
     hits = 0
     for seed in range(200):

@@ -350,6 +350,38 @@ SIGNATURE_KURTOSIS_MIN_ROWS = 10
 
 
 def _pooled_kurtosis(pairs, r, var_pred, u2, v, pg, cnt, ratio, min_count) -> float:
+    """:func:`_kurtosis_parts` as one number (NaN: nothing to pool)."""
+    num, den = _kurtosis_parts(pairs, r, var_pred, u2, v, pg, cnt, ratio, min_count)
+    return num / den if den > 0 else float("nan")
+
+
+def kurtosis_parts(pairs, r, var_pred, min_count: int = 30) -> tuple[float, float]:
+    """(numerator, denominator) of the pooled kurtosis of the residuals ``r`` (unit scale) around the predicted
+    variance ``var_pred`` on the rows of ``pairs`` (:func:`_kurtosis_parts`): the audit's own estimate, which a
+    fit records on its fitting rows (``info["residual_kurtosis"]``, the variance tests' floor). The parts of
+    disjoint row sets (a Dask fit's partitions) add up."""
+    cnt = pairs.group_sums()
+    r, var_pred = np.asarray(r, dtype=float), np.asarray(var_pred, dtype=float)
+    u = r[pairs.pr] - div(pairs.group_sums(r), cnt)[pairs.pg]
+    u2 = u * u * div(cnt, cnt - 1)[pairs.pg]
+    v = var_pred[pairs.pr]
+    ratio = div(
+        np.bincount(pairs.pg, weights=u2, minlength=cnt.size), np.bincount(pairs.pg, weights=v, minlength=cnt.size)
+    )
+    return _kurtosis_parts(pairs, r, var_pred, u2, v, pairs.pg, cnt, ratio, min_count)
+
+
+def kurtosis_of_parts(parts) -> float | None:
+    """The kurtosis from (numerator, denominator) parts (:func:`kurtosis_parts`, summed over row sets), None when
+    there was nothing to pool."""
+    if parts is None:
+        return None
+    num, den = (float(x) for x in parts)
+    k = num / den if den > 0 else math.nan
+    return k if math.isfinite(k) and k > 0 else None
+
+
+def _kurtosis_parts(pairs, r, var_pred, u2, v, pg, cnt, ratio, min_count) -> tuple[float, float]:
     """The kurtosis E e^4 of the standardized residual e (u2 = R v e^2, E e^2 = 1) pooled over the audit's rows,
     the floor of the variance test (:func:`findings.ratio_stat`): sum of u2^2 over sum of R^2 v^2 with each
     cell's R^2 divided out by its unbiased cross-product estimate (sum over pairs i != j of u2_i u2_j over that
@@ -359,7 +391,7 @@ def _pooled_kurtosis(pairs, r, var_pred, u2, v, pg, cnt, ratio, min_count) -> fl
     :data:`SIGNATURE_KURTOSIS_MIN_ROWS` rows. Pooled over the groups' (row, group) pairs instead, as
     :func:`_group_kurtosis` does, the kurtosis took in every misstatement that varies within a group and the
     floor cost most of the tests' power (benchmarks/README.md, "Variance findings with skewed noise"). When
-    such signatures hold under half of the rows, the tested groups are the cells. NaN: nothing to pool."""
+    such signatures hold under half of the rows, the tested groups are the cells. (0, 0): nothing to pool."""
     sig, n_sig = pairs.signatures()
     n_s = np.bincount(sig, minlength=n_sig).astype(float)
     keep_s = n_s >= SIGNATURE_KURTOSIS_MIN_ROWS
@@ -377,9 +409,9 @@ def _pooled_kurtosis(pairs, r, var_pred, u2, v, pg, cnt, ratio, min_count) -> fl
     cross_v = b1 * b1 - b2
     keep = keep & (cross_v > 0)
     den = float(np.sum((div(a1 * a1 - a2, cross_v) * b2)[keep]))
-    if not den > 0:
-        return float("nan")
-    return float(np.sum(a2[keep]) / den)
+    if not (den > 0 and math.isfinite(den)):
+        return 0.0, 0.0
+    return float(np.sum(a2[keep])), den
 
 
 def _group_kurtosis(u2, v, pg, cnt, ratio, min_count) -> float:

@@ -313,8 +313,9 @@ def _audit_params(model, it, base_kind: str, edges, yu, delta, gamma, opts: Audi
 
 
 def _fitted_kurtosis(model) -> float | None:
-    """The kurtosis of the standardized residuals on the model's fitting rows (``info["residual_kurtosis"]``),
-    or None (a model file without it, a model without a variance)."""
+    """The pooled kurtosis of the residuals on the model's fitting rows (``info["residual_kurtosis"]``,
+    :func:`mmc_core.auditing.audit_findings.kurtosis_parts`), or None (a model file without it, a model without a
+    variance)."""
     info = model.info if isinstance(getattr(model, "info", None), dict) else {}
     k = info.get("residual_kurtosis")
     return float(k) if isinstance(k, (int, float)) and not isinstance(k, bool) and np.isfinite(k) and k > 0 else None

@@ -111,7 +111,8 @@ class _Rows:
 
 
 def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop, frac, seed):
-    from ..fit.fit_steps import FitRows, fit_info, mark_after_cells, residual_kurtosis, search_buckets
+    from ..auditing.audit_findings import kurtosis_of_parts
+    from ..fit.fit_steps import FitRows, fit_info, mark_after_cells, search_buckets
     from ..fit.model import FittedModel
     from ..fit.plan import base_map_of, plan_fit
 
@@ -173,8 +174,8 @@ def _fit_on_parts(est, parts, gset, bcol, label_name, base_name, callback, stop,
         model.info["shrunken_cells"] = cells_check
     if moment_cells_check:
         model.info["moment_cells"] = moment_cells_check
-    if (k := residual_kurtosis(parts.map_reduce("kurtosis_sums"))) is not None:
-        model.info["residual_kurtosis"] = k
+    if (k := kurtosis_of_parts(parts.map_reduce("kurtosis_parts"))) is not None:
+        model.info["residual_kurtosis"] = k  # summed over the partitions: their signatures are cells of their own
     if within is not None:  # the out-of-sample check of the group-linear map, kept or not
         model.info["base_recalibration"] = {"method": "group-linear", "ridge": within["ridge"], **within["validation"]}
     est._set_fitted(model)

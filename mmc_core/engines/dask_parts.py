@@ -269,11 +269,13 @@ class _Part:
         st = CellState(plain_params, self.memb_f, self.yu_f, mu, moms)
         return [st.S0] + [st.SA[a] for a in plain_params.moments] + [st.TA[a] for a in plain_params.moments]
 
-    def kurtosis_sums(self):
-        from ..fit.fit_steps import kurtosis_sums
+    def kurtosis_parts(self):
+        from ..auditing.audit_findings import kurtosis_parts
 
         mu, moms = self.kept
-        return kurtosis_sums(self.yu_f - mu, moms.get(2))
+        if 2 not in moms or not mu.size:
+            return None
+        return kurtosis_parts(self.memb_f.sums(), self.yu_f - mu, moms[2])
 
     def fit_predictions(self):
         mu, moms = self.kept

@@ -223,29 +223,6 @@ def fit_info(est, model, search: BucketSearch, rows: FitRows, achieved, floors) 
 _INPUT_PARAMS = {"base_column": None, "max_order": 1}
 
 
-def kurtosis_sums(r: np.ndarray, v: np.ndarray | None) -> np.ndarray | None:
-    """(rows, sum of z^2, sum of z^4) of the residuals ``r`` standardized by the predicted variance ``v``, z^2 =
-    r^2 / v: the sums :func:`residual_kurtosis` reads, added over partitions on Dask. None without a variance."""
-    if v is None:
-        return None
-    z2 = r * r / np.maximum(np.asarray(v, dtype=float), 1e-300)
-    return np.array([float(z2.size), float(z2.sum()), float((z2 * z2).sum())])
-
-
-def residual_kurtosis(sums) -> float | None:
-    """The kurtosis E z^4 / (E z^2)^2 of the fitting rows' standardized residuals from :func:`kurtosis_sums`
-    (None without a variance or a residual), recorded as ``info["residual_kurtosis"]``. The audit's variance
-    tests allow for at least this tail: rows that drew none of a heavy tail's largest residuals show a low
-    kurtosis of their own (benchmarks/README.md, "False findings on table-derived null worlds")."""
-    if sums is None:
-        return None
-    n, s2, s4 = (float(x) for x in sums)
-    if n < 2 or not s2 > 0:
-        return None
-    k = (s4 / n) / (s2 / n) ** 2
-    return k if np.isfinite(k) else None
-
-
 def mark_after_cells(history: list, kept_round: int, model, achieved: dict) -> None:
     """Records on the kept round's history row the largest mean and moment violations of the model after its
     cell steps (``cells_max_mean_violation``, ``cells_max_moment_violation``): the stated alpha and beta are that
