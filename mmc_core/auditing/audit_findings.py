@@ -362,13 +362,18 @@ def kurtosis_parts(pairs, r, var_pred, min_count: int = 30) -> tuple[float, floa
     disjoint row sets (a Dask fit's partitions) add up."""
     cnt = pairs.group_sums()
     r, var_pred = np.asarray(r, dtype=float), np.asarray(var_pred, dtype=float)
-    u = r[pairs.pr] - div(pairs.group_sums(r), cnt)[pairs.pg]
-    u2 = u * u * div(cnt, cnt - 1)[pairs.pg]
-    v = var_pred[pairs.pr]
+    u2, v = _centred_pairs(pairs, cnt, r, var_pred)
     ratio = div(
         np.bincount(pairs.pg, weights=u2, minlength=cnt.size), np.bincount(pairs.pg, weights=v, minlength=cnt.size)
     )
     return _kurtosis_parts(pairs, r, var_pred, u2, v, pairs.pg, cnt, ratio, min_count)
+
+
+def _centred_pairs(pairs, cnt, r, var_pred) -> tuple[np.ndarray, np.ndarray]:
+    """Per (row, group) pair: u2, the squared residual around the group's mean residual times n / (n - 1) (the
+    group's unbiased variance is the mean of u2), and v, the row's predicted variance."""
+    u = r[pairs.pr] - div(pairs.group_sums(r), cnt)[pairs.pg]
+    return u * u * div(cnt, cnt - 1)[pairs.pg], var_pred[pairs.pr]
 
 
 def kurtosis_of_parts(parts) -> float | None:
@@ -444,15 +449,13 @@ def _ratio_sums(pairs, cnt, r, var_pred, min_count, kurtosis_floor=None):
     least ``kurtosis_floor`` (the model's fitting rows': audit rows that drew none of a heavy tail's largest
     residuals cannot show the tail they lack). Returns (sums, (u2, v, gs)), gs summing a pair-level array per
     group."""
-    pr, pg = pairs.pr, pairs.pg
+    pg = pairs.pg
     G = len(cnt)
 
     def gs(x):
         return np.bincount(pg, weights=x, minlength=G).astype(float)
 
-    u = r[pr] - div(pairs.group_sums(r), cnt)[pg]
-    u2 = u * u * div(cnt, cnt - 1)[pg]  # n / (n - 1): the group's unbiased variance is the mean of u2
-    v = var_pred[pr]
+    u2, v = _centred_pairs(pairs, cnt, r, var_pred)
     a2, av, v2 = u2 * u2, u2 * v, v * v
     sums = np.array([gs(u2), gs(v), gs(a2), gs(av), gs(v2), gs(a2 * u2), gs(a2 * v), gs(av * v), gs(v2 * v)])
     kappa = _pooled_kurtosis(pairs, r, var_pred, u2, v, pg, cnt, div(sums[0], sums[1]), min_count)
