@@ -16,6 +16,12 @@ a variance around the same mean, the default ``MomentMulticalibrator``'s, fitted
   ``hgb-half`` takes its geometric mean with the base rows' mean squared residual (half-way to one constant on
   the log scale).
 
+* ``shrunk`` (with ``--shrunk``): ``mmc``'s variance times e^(a ridge of the ratio residual s / v - mean over
+  the whole groups, fitted on *every* post-processing row, penalty by generalized cross-validation among 1 ...
+  10,000 times the ratios' dispersion (``--shrunk-min-penalty`` drops the smaller ones), no gate), re-levelled
+  to the post-processing rows' mean squared residual: a post-hoc empirical-Bayes step of each group's own ratio
+  (benchmarks/README.md, "Whole groups shrunk on every post-processing row").
+
 Metrics on the test rows: ``gerr`` the mass-weighted |log(mean predicted variance / mean squared residual)|
 over groups with >= 2% of the rows (heldout_protocol's ``var``), ``worst`` the largest of them, ``nll`` the
 Gaussian negative log score mean(log(2 pi v) / 2 + r^2 / (2 v)). Null worlds (``--null``): the post-processing
@@ -45,7 +51,8 @@ import heldout_protocol as hp
 
 from mmc_core import GroupSet, MomentMulticalibrator
 
-METHODS = ("mmc", "bv", "pooled", "own", "hgb")
+METHODS = ("mmc", "bv", "shrunk", "pooled", "own", "hgb")
+SHRUNK_PENALTIES = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
 
 
 def _base_variance(X, y, tr, seed: int, kind: str) -> np.ndarray:
@@ -66,6 +73,31 @@ def _dense(groups: GroupSet, df: pd.DataFrame) -> np.ndarray:
     return groups.evaluate(df).to_dense().astype(float)
 
 
+def shrunk_groups(d_po, s, v_po, d_te, v_te, min_penalty: float = 0.0) -> np.ndarray:
+    """``shrunk``: the test rows' variance ``v_te`` times e^(d_te theta), theta the ridge of e = s / v_po -
+    mean over the post-processing rows' group indicators ``d_po`` at the penalty of least GCV (none when no
+    penalty beats theta = 0), re-levelled so that the post-processing rows' predictions sum to sum(s)."""
+    ratio = s / v_po
+    e = ratio - ratio.mean()
+    n = e.size
+    phi = max(float(np.var(ratio)) / 2.0, 1.0)
+    w, vec = np.linalg.eigh(d_po.T @ d_po)
+    w = np.maximum(w, 0.0)
+    bt = vec.T @ (d_po.T @ e)
+    ee = float(e @ e)
+    best, best_gcv = None, ee / n
+    for lam in (phi * x for x in SHRUNK_PENALTIES if x >= min_penalty):
+        dof = float(np.sum(w / (w + lam)))
+        gcv = (ee - float(np.sum(bt * bt * (w + 2 * lam) / (w + lam) ** 2))) / (n * (1 - dof / n) ** 2)
+        if gcv < best_gcv:
+            best, best_gcv = lam, gcv
+    if best is None:
+        return v_te
+    theta = vec @ (bt / (w + best))
+    c = s.sum() / float(np.sum(v_po * np.exp(np.clip(d_po @ theta, -3, 3))))
+    return v_te * np.exp(np.clip(d_te @ theta, -3, 3)) * c
+
+
 def _group_null(y, base, rows, key, rng):
     """base + residuals resampled within each value of ``key`` (centred per pool), and each row's true variance."""
     out, var = np.array(y, dtype=float), np.zeros(len(y))
@@ -81,7 +113,7 @@ def _group_null(y, base, rows, key, rng):
     return out, var
 
 
-def run_split(name: str, seed: int, null: str | None, base_variance: str = "none") -> dict:
+def run_split(name: str, seed: int, null: str | None, base_variance: str = "none", shrunk: float | None = None) -> dict:
     from sklearn.ensemble import HistGradientBoostingRegressor
 
     sp = hp.base_split(name, seed)
@@ -127,6 +159,9 @@ def run_split(name: str, seed: int, null: str | None, base_variance: str = "none
         vh = HistGradientBoostingRegressor(loss="poisson", random_state=seed).fit(Xp, r2_po).predict(Xt)
     own_mean: dict = {}
     preds = {"mmc": var_mmc, "pooled": np.full(te.size, r2_po.mean()), "own": own, "hgb": np.maximum(vh, 1e-12)}
+    if shrunk is not None:
+        v_po = est.predict_moments(post, base_prediction=base[po])["moment_2"]
+        preds["shrunk"] = shrunk_groups(d_po, r2_po, v_po, d_te, var_mmc, shrunk)
     if bvar is not None:
         post["_bv"], test["_bv"] = bvar[po], bvar[te]
         est_bv = MomentMulticalibrator(label_range=(lo, hi), random_state=seed, variance_column="_bv")
@@ -175,12 +210,16 @@ def main(argv=None) -> int:
         default="none",
         help="also fit the estimator with variance_column set to this base variance (method 'bv')",
     )
+    ap.add_argument("--shrunk", action="store_true", help="also the post-hoc method 'shrunk' (whole groups, GCV)")
+    ap.add_argument("--shrunk-min-penalty", type=float, default=0.0, help="'shrunk' tries no smaller penalty")
     args = ap.parse_args(argv)
     names = hp.dataset_names(args.datasets, args.wooldridge_dir)
     rows = []
     for name in names:
         for s in range(args.seed_start, args.seed_start + args.splits):
-            for m, r in run_split(name, s, args.null, args.base_variance).items():
+            for m, r in run_split(
+                name, s, args.null, args.base_variance, args.shrunk_min_penalty if args.shrunk else None
+            ).items():
                 rows.append({"table": name, "seed": s, "method": m, **r})
     tab = pd.DataFrame(rows)
     if args.out:

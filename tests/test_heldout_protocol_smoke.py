@@ -237,3 +237,13 @@ def test_null_audits_prints_its_table_and_scores_every_finding(tmp_path, capsys)
     assert set(df["table"]) == {"synthetic_scores"} and len(df) >= 1
     found = df[df["kind"].notna()]
     assert found["truth"].notna().all() and found["false"].isin([True, False]).all()
+
+
+def test_variance_protocol_prints_every_method_with_shrunk_on_a_null_world(capsys):
+    from benchmarks.variance_protocol import main
+
+    assert main(["--datasets", "islp_wage", "--splits", "1", "--null", "all", "--shrunk"]) == 0
+    out = capsys.readouterr().out
+    for m in ("mmc", "shrunk", "pooled", "own", "hgb"):
+        assert f"| islp_wage | {m} |" in out
+    assert "created" in out
