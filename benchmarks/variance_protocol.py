@@ -20,7 +20,9 @@ a variance around the same mean, the default ``MomentMulticalibrator``'s, fitted
   the whole groups, fitted on *every* post-processing row, penalty by generalized cross-validation among 1 ...
   10,000 times the ratios' dispersion (``--shrunk-min-penalty`` drops the smaller ones), no gate), re-levelled
   to the post-processing rows' mean squared residual: a post-hoc empirical-Bayes step of each group's own ratio
-  (benchmarks/README.md, "Whole groups shrunk on every post-processing row").
+  (benchmarks/README.md, "Whole groups shrunk on every post-processing row"). The default fit has done the same
+  with penalties of 3,000 and 10,000 only since 2026-12-07 (``mmc_core.fit.cells.shrunken_groups_round``), so
+  ``shrunk`` is now a second pass.
 
 Metrics on the test rows: ``gerr`` the mass-weighted |log(mean predicted variance / mean squared residual)|
 over groups with >= 2% of the rows (heldout_protocol's ``var``), ``worst`` the largest of them, ``nll`` the

@@ -86,7 +86,7 @@ def test_right_predictions_get_no_correction_beyond_the_gate_level():
     # a little more for the choice among penalties). Over 60 worlds, at most 8 fits may keep a correction (the
     # binomial's 99.5% point at 6%); a gate that applies half a stage at z = 1 kept one in most of them.
     rng = np.random.default_rng(5)
-    kept, levels = 0, []
+    kept, levels, shrunk = 0, [], [0.0]
     for _ in range(60):
         n, n_h = 4_000, 1_500
         df = pd.DataFrame({"g": rng.integers(0, 4, n + n_h), "h": rng.integers(0, 3, n + n_h)})
@@ -96,14 +96,25 @@ def test_right_predictions_get_no_correction_beyond_the_gate_level():
         fit, held = np.arange(n), np.arange(n, n + n_h)
         sums, sums_h = (gs.evaluate(df.iloc[rows], rows.size).sums() for rows in (fit, held))
         cell, check = gated_moment_cells(s_all[fit], v_all[fit], sums, (s_all[held], v_all[held], sums_h))
-        # the cells proper (ridge rounds); the level round after them is one constant, checked below
-        kept += cell is not None and any(rd["penalty"] > 0 for rd in cell["rounds"])
+        # the cells proper (the held-out stages); the whole groups' shrinkage and the level after them, below
+        kept += any(st["kept"] for st in check["stages"])
+        if cell is not None and "groups" in check:
+            rd = next(rd for rd in cell["rounds"] if rd["penalty"] == check["groups"]["penalty"])
+            moved = apply_moment_cells(v_all[fit], sums, {"rounds": [rd]}, (0.0, np.inf))
+            for k in range(sums.G):
+                rows = sums.memb.group_rows(k)
+                shrunk.append(abs(np.log(moved[rows].mean() / v_all[fit][rows].mean())))
         # the level: the factor that makes the predictions' sum the pseudo-labels' over all n + n_h rows, whose
         # log is off by about sd(s / v) / sqrt(n + n_h) = sqrt(2 / 5,500) here (chi-square(1) pseudo-labels)
         if cell is not None and "level" in check:
             levels.append(abs(np.log(check["level"])) / np.sqrt(2 / (n + n_h)))
     assert kept <= 8, kept
     assert levels and max(levels) < 3.5, levels  # 60 draws of |N(0, 1)|: beyond 3.5 in 60 has p < 3%
+    # the whole groups' shrinkage on every row keeps n / (n + penalty) of a group's mean ratio residual, whose sd
+    # is sqrt(2 / n) here: at most 0.5 sqrt(2 / penalty) = 0.013 (n = penalty = 3,000 rows, the smallest); a row
+    # sums the coefficients of its four groups (the table, g, h, g & h): sd 0.026 if they were independent, and
+    # 0.08 is 3 of those (a penalty of 300 rows would move groups about 3x as far)
+    assert max(shrunk) < 0.08, max(shrunk)
 
 
 def _lognormal_z2(rng, size: int) -> np.ndarray:
@@ -148,13 +159,16 @@ def test_a_correction_the_held_out_rows_contradict_for_a_group_is_dropped():
     # Gaussian squared residuals: group 1 is predicted 1.0 against a true 0.6 (a right correction), and group 2's
     # fitting rows say 2.0 where its held-out rows (2,000) say the 1.0 it is predicted (its fitting rows are
     # off). Moving group 2 toward 2.0 lowers its held-out ratio by about 11 standard errors, with the pooled spread as
-    # the floor: the stage that does it is dropped and group 2 keeps its prediction.
+    # the floor: the stage that does it is dropped (and the whole groups' round after the stages, fitted on every
+    # row, is dropped for the same reason), and group 2 keeps its prediction.
     rng = np.random.default_rng(6)
     g, g_h, sums, sums_h = _three_groups(6_000, [3_000, 3_000, 2_000], rng)
     s = np.array([1.0, 0.6, 2.0])[g] * rng.normal(size=g.size) ** 2
     s_h = np.array([1.0, 0.6, 1.0])[g_h] * rng.normal(size=g_h.size) ** 2
     cell, check = gated_moment_cells(s, np.ones(g.size), sums, (s_h, np.ones(g_h.size), sums_h))
     assert "g=2" in check["stages"][0]["harmed"], check["stages"][0]
+    # the whole groups' round on every row would move g=2 toward its 6,000 fitting rows' 2.0 as well: dropped
+    assert "g=2" in check["groups"]["harmed"], check["groups"]
     if cell is not None:
         fixed = apply_moment_cells(np.ones(g.size), sums, cell, (0.0, np.inf))
         assert abs(np.log(fixed[g == 2].mean())) < 0.25, fixed[g == 2].mean()
@@ -405,3 +419,62 @@ def test_the_report_says_when_the_descent_left_the_moments_to_the_cell_step():
         est = MomentMulticalibrator(label_range=(0, 200), **kw).fit(tr, tr["y"], groups, base_prediction=tr["base"])
         text = dict(param_rows(est.model_, None, 0.1, 0.05, "y"))["Thresholds"]
         assert ("the moments left to the cell step after the descent" in text) == said, text
+
+
+def test_whole_groups_are_shrunk_on_every_row_when_the_held_out_rows_are_too_few():
+    # 90 held-out rows: the held-out stages cannot run; groups' true variances 1x, 2x and 0.5x of the prediction,
+    # 3,000 fitting rows each. The whole groups' round, fitted on all 9,090 rows, keeps about n / (n + penalty) of
+    # each group's own ratio: the groups' order right, their spread between none and each group's own
+    from mmc_core.fit.cells import CELL_PENALTIES, GROUP_SHRINK_PENALTIES, moment_penalties
+
+    rng = np.random.default_rng(8)
+    g, g_h = np.repeat([0, 1, 2], 3000), np.repeat([0, 1, 2], 30)
+    factor = np.array([1.0, 2.0, 0.5])
+    s, s_h = factor[g] * rng.normal(size=g.size) ** 2, factor[g_h] * rng.normal(size=g_h.size) ** 2
+    sums = _sums(g)
+    cell, check = gated_moment_cells(s, np.ones(g.size), sums, (s_h, np.ones(g_h.size), _sums(g_h)))
+    assert "skipped" in check and not check["stages"]
+    assert cell is not None and "groups" in check, check
+    fixed = apply_moment_cells(np.ones(g.size), sums, cell, (0.0, np.inf))
+    pred = np.log([fixed[g == k].mean() for k in range(3)])
+    own = np.log([np.r_[s[g == k], s_h[g_h == k]].mean() for k in range(3)])
+    assert pred[1] > pred[0] > pred[2]
+    spread, own_spread = pred[1] - pred[2], own[1] - own[2]
+    assert spread < own_spread
+    ratio = np.r_[s, s_h]
+    largest = GROUP_SHRINK_PENALTIES[-1] * moment_penalties(ratio)[0] / CELL_PENALTIES[0]
+    # at least half the share the largest candidate keeps (half: the step is linear in s / v, not in its log)
+    assert spread > 0.5 * 3030 / (3030 + largest) * own_spread, (spread, own_spread, largest)
+
+
+def test_groups_whose_rows_do_not_differ_get_no_shrinkage_round():
+    from mmc_core.fit.cells import shrunken_groups_round
+
+    # every group holds the same pseudo-labels: no group differs from the table, so no penalty beats no change
+    base = np.random.default_rng(4).normal(size=800) ** 2
+    g = np.repeat([0, 1], 800)
+    s = np.r_[base, base]
+    assert shrunken_groups_round([(s, np.full(s.size, 0.7), _sums(g))]) is None
+    assert shrunken_groups_round([(s[:30], np.ones(30), _sums(g[:30]))]) is None  # under 2 x CELL_MIN_ROWS rows
+
+
+def test_the_summary_says_when_whole_groups_were_shrunk_on_every_row():
+    from mmc_core.estimator.cells_text import describe_cells
+
+    info = {
+        "moment_cells": {
+            "2": {
+                "kept": True,
+                "stages": [],
+                "skipped": "90 held-out rows to check them on (100 needed)",
+                "groups": {"penalty": 5821.4, "gcv_gain": 0.01, "rows": 9090},
+            }
+        }
+    }
+    text = describe_cells(info)
+    assert "only 90 held-out rows" in text
+    assert "whole groups shrunk toward their own on every post-processing row (penalty 5,821 rows" in text
+    bad = {"moment_cells": {"2": {"kept": True, "stages": [], "groups": {"penalty": None}}}}
+    assert "(penalty 0 rows" in describe_cells(bad)  # a model file's info is not validated
+    dropped = {"moment_cells": {"2": {"kept": False, "stages": [], "groups": {"penalty": 3000.0, "harmed": ["g=2"]}}}}
+    assert "not shrunk toward their own (the held-out rows of g=2 contradict it)" in describe_cells(dropped)

@@ -50,6 +50,19 @@ def _describe_moment_cells(info) -> str | None:
             out.append(f"{what} as the descent left it (only {c['skipped']})")
         else:
             out.append(f"{what} as the descent left it (the held-out rows do not bear out a correction)")
+        groups = c.get("groups")
+        if isinstance(groups, dict) and not c.get("broke_given"):
+            harmed = groups.get("harmed")
+            if isinstance(harmed, list) and harmed:
+                out[-1] += (
+                    ", its whole groups not shrunk toward their own (the held-out rows of "
+                    f"{', '.join(map(str, harmed[:3]))}{' ...' if len(harmed) > 3 else ''} contradict it)"
+                )
+            else:
+                out[-1] += (
+                    ", then its whole groups shrunk toward their own on every post-processing row "
+                    f"(penalty {_num(groups, 'penalty'):,.0f} rows, by cross-validation)"
+                )
         level = c.get("level")
         if isinstance(level, (int, float)) and not isinstance(level, bool) and level > 0 and not c.get("broke_given"):
             out[-1] += (

@@ -75,7 +75,8 @@ class MomentMulticalibrator(SklearnParams):
     calibration_fraction : float in [0, 1)
         Share of rows held out of the descent (seeded; default 0.25, as ``mmc fit``). They track held-out
         violations during fitting, choose the kept round (early stopping) and m ("auto"), judge the base map and
-        the shrunken cells (their weights; the cells' penalty; nothing is fitted on them), and calibrate the
+        the shrunken cells (their weights; the cells' penalty; nothing is fitted on them but the variance's
+        level and whole-group shrinkage, at penalties of thousands of rows), and calibrate the
         data-driven intervals (``mmc_core.intervals``); 0 fits on every row and leaves those intervals
         unavailable.
     early_stopping : bool or "auto"
@@ -194,7 +195,11 @@ class MomentMulticalibrator(SklearnParams):
         cell's predictions, shrunk by the rows behind it (nested groups, such as intersections, more when the
         held-out rows prefer it); the held-out rows choose the penalty by the QLIKE loss and the share of it
         they bear out, apply it only when their evidence for it reaches z >= 2.25 (3 for the stages along the
-        mean), and drop it where it leaves a group's variance more misstated than before
+        mean), and drop it where it leaves a group's variance more misstated than before; then one round of
+        whole groups fitted on every post-processing row (fitting and held-out), its penalty (3,000 or 10,000
+        rows, times the ratios' dispersion) chosen by generalized cross-validation, which a table's
+        held-out quarter is too small to judge, dropped where a group's held-out rows contradict it
+        (``info["moment_cells"][k]["groups"]``); then the level
         (``model_.moment_cells``; ``info["moment_cells"]`` says what happened; ``beta_`` is measured after
         it). With alpha and beta both "se" and at least 100 held-out rows the descent then makes no moment
         update (``model_.params.z_moment``): the step fits the moments alone (a version-10 file).
