@@ -52,6 +52,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import heldout_protocol as hp
 
 from mmc_core import GroupSet, MomentMulticalibrator
+from mmc_core.fit.cells import ridge_gcv_choice
 
 METHODS = ("mmc", "bv", "shrunk", "pooled", "own", "hgb")
 SHRUNK_PENALTIES = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
@@ -83,19 +84,10 @@ def shrunk_groups(d_po, s, v_po, d_te, v_te, min_penalty: float = 0.0) -> np.nda
     e = ratio - ratio.mean()
     n = e.size
     phi = max(float(np.var(ratio)) / 2.0, 1.0)
-    w, vec = np.linalg.eigh(d_po.T @ d_po)
-    w = np.maximum(w, 0.0)
-    bt = vec.T @ (d_po.T @ e)
-    ee = float(e @ e)
-    best, best_gcv = None, ee / n
-    for lam in (phi * x for x in SHRUNK_PENALTIES if x >= min_penalty):
-        dof = float(np.sum(w / (w + lam)))
-        gcv = (ee - float(np.sum(bt * bt * (w + 2 * lam) / (w + lam) ** 2))) / (n * (1 - dof / n) ** 2)
-        if gcv < best_gcv:
-            best, best_gcv = lam, gcv
+    lams = [phi * x for x in SHRUNK_PENALTIES if x >= min_penalty]
+    best, _, theta = ridge_gcv_choice(d_po.T @ d_po, d_po.T @ e, float(e @ e), n, lams)
     if best is None:
         return v_te
-    theta = vec @ (bt / (w + best))
     c = s.sum() / float(np.sum(v_po * np.exp(np.clip(d_po @ theta, -3, 3))))
     return v_te * np.exp(np.clip(d_te @ theta, -3, 3)) * c
 

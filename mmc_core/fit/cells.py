@@ -633,13 +633,27 @@ def shrunken_groups_round(parts) -> tuple | None:
         lo += sm.n
     xr = np.sum([x[0] for x, _ in pieces], axis=0)
     gram = np.sum([g[0] for _, g in pieces], axis=0)
-    w, vec = np.linalg.eigh((gram + gram.T) / 2)
-    w = np.maximum(w, 0.0)
-    bt = vec.T @ xr
-    ee = float(e @ e)
     scale = moment_penalties(ratio)[0] / CELL_PENALTIES[0]
-    best, best_gcv = None, ee / n  # GCV of no change: no coefficient, the residual sum of squares e'e
-    for lam in (scale * p for p in GROUP_SHRINK_PENALTIES):
+    best, rel_gcv, theta = ridge_gcv_choice(gram, xr, float(e @ e), n, [scale * p for p in GROUP_SHRINK_PENALTIES])
+    if best is None:
+        return None
+    values = np.zeros((sums.G, 1))
+    values[kept >= 0, 0] = theta[kept[kept >= 0]]
+    check = {"penalty": best, "gcv_gain": 1.0 - rel_gcv, "rows": n}
+    return {"edges": [], "values": values.tolist(), "penalty": best, "weight": 1.0}, check
+
+
+def ridge_gcv_choice(xtx: np.ndarray, xte: np.ndarray, ee: float, n: int, penalties) -> tuple:
+    """The ridge of a residual e on indicators X (no intercept) at the candidate penalty of least generalized
+    cross-validation, GCV = RSS / (n (1 - dof / n)^2), dof = tr X (X'X + lam)^-1 X', all from one
+    eigendecomposition of X'X: ``xtx`` (H, H), ``xte`` = X'e (H,), ``ee`` = e'e over ``n`` rows. Returns
+    (penalty, its GCV over no change's, coefficients (H,)), or (None, 1.0, None) when no penalty beats no
+    change (GCV e'e / n)."""
+    w, vec = np.linalg.eigh((xtx + xtx.T) / 2)
+    w = np.maximum(w, 0.0)
+    bt = vec.T @ xte
+    best, best_gcv = None, ee / n
+    for lam in penalties:
         dof = float(np.sum(w / (w + lam)))
         if dof >= n:
             continue
@@ -647,12 +661,8 @@ def shrunken_groups_round(parts) -> tuple | None:
         if gcv < best_gcv:
             best, best_gcv = lam, gcv
     if best is None:
-        return None
-    theta = vec @ (bt / (w + best))
-    values = np.zeros((sums.G, 1))
-    values[kept >= 0, 0] = theta[kept[kept >= 0]]
-    check = {"penalty": best, "gcv_gain": 1.0 - best_gcv / (ee / n), "rows": n}
-    return {"edges": [], "values": values.tolist(), "penalty": best, "weight": 1.0}, check
+        return None, 1.0, None
+    return best, best_gcv / (ee / n), vec @ (bt / (w + best))
 
 
 def _level_round(s, v, s_h, v_h, n_groups: int, n_held: int) -> dict | None:
