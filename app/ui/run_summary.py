@@ -148,8 +148,8 @@ def _row_counts(run):
         "Held-out rows",
         f"{sizes['calibration']:,}",
         help="Held out of the descent: they choose the kept round (early stopping), judge the base map and the "
-        "cell corrections after the descent (nothing is fitted on them but the variance's level and its whole-group "
-        "shrinkage, whose penalty of thousands of rows leaves any one row a negligible say)"
+        "cell corrections after the descent (nothing is fitted on them but the variance's level and its "
+        "whole-group shrinkage, whose penalty of thousands of rows leaves any one row a negligible say)"
         + (
             "; the intervals are calibrated on every fitting and held-out row, each with a model fitted without it "
             "(5-fold cross-fitting)."
@@ -213,6 +213,7 @@ def _stages_table(model) -> None:
         st.dataframe(df, hide_index=True, width="stretch")
         st.caption(
             "Measured on the held-out rows, which none of the stages was fitted on but the variance's level and its "
-            "whole-group shrinkage (they chose the kept round and judged the cell steps). RMSE in the label's units; the variance's group error is the mass-weighted "
-            "|log(predicted / observed variance)| over groups with at least 2% of the rows (0.10: about 10% off)."
+            "whole-group shrinkage (they chose the kept round and judged the cell steps). RMSE in the label's "
+            "units; the variance's group error is the mass-weighted |log(predicted / observed variance)| over "
+            "groups with at least 2% of the rows (0.10: about 10% off)."
         )
