@@ -221,8 +221,16 @@ def test_analyst_session_end_to_end(server, tmp_path):
         _shot(page, "06_results_coverage")
         goto(page, "Export", "Export")
         page.get_by_role("button", name="Build the PDF report").click()
-        with page.expect_download(timeout=300_000) as dl:
-            page.get_by_role("button", name="Download mmc_report_cps_extract.pdf").click(timeout=300_000)
+        pdf_button = page.get_by_role("button", name="Download mmc_report_cps_extract.pdf")
+        failed = page.get_by_text("Could not build the PDF")
+        try:  # the page's message (or its picture) says why, where a bare timeout would not
+            expect(pdf_button.or_(failed).first).to_be_visible(timeout=300_000)
+        except AssertionError:
+            _shot(page, "07_export_no_pdf")
+            raise
+        assert not failed.count(), failed.first.inner_text()
+        with page.expect_download(timeout=120_000) as dl:
+            pdf_button.click()
         assert dl.value.suggested_filename == "mmc_report_cps_extract.pdf"
         assert open(dl.value.path(), "rb").read(5) == b"%PDF-"
         with page.expect_download(timeout=120_000) as dl2:

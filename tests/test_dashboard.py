@@ -423,6 +423,23 @@ def test_pdf_error_message_names_what_to_install(demo_at, monkeypatch):
     assert any("PDF export is unavailable" in w.value for w in at.warning)
 
 
+def test_pdf_internal_error_is_a_message_not_a_traceback(demo_at, monkeypatch):
+    at = _page(demo_at, "export")
+    import app.report.pdf as report
+
+    monkeypatch.setattr(report, "chromium_available", lambda: "/usr/bin/chromium")
+
+    def boom(*a, **k):
+        raise KeyError("figure_7")
+
+    monkeypatch.setattr(report, "build_report_pdf", boom)
+    at.button(key="pdf_build").click().run()
+    assert not at.exception
+    shown = [e.value.replace("\\", "") for e in at.error]  # markdown escapes removed
+    assert any("internal error (KeyError: 'figure_7')" in m for m in shown), shown
+    assert "export_pdf" not in at.session_state
+
+
 def test_teaching_page_step_and_reset():
     at = _new()
     _page(at, "teaching")

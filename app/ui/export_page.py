@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import streamlit as st
@@ -11,6 +12,8 @@ from app.services.io import csv_bytes
 from app.ui import state
 from app.ui.common import chosen_periods, download, esc, run_and_frame
 from mmc_core.common import MMCError
+
+log = logging.getLogger(__name__)
 
 AUTO_CSV_ROWS = 100_000  # build the CSV without a click up to this many rows
 AUTO_BASE_ROWS = 20_000  # rebuild an in-app base model for the export without a click up to this many base rows
@@ -151,6 +154,13 @@ def pdf_section(run, frame):
                     f"PDF export needs the kaleido and fpdf2 packages: pip install kaleido fpdf2 ({e})"
                     if missing
                     else f"an internal import failed ({e}); restart the dashboard, and report it if it persists"
+                )
+                ss.pop("export_pdf", None)
+            except Exception as e:  # a bug of ours: say what failed on the page, keep the traceback in the log
+                log.exception("building the PDF report failed")
+                ss["export_pdf_error"] = (
+                    f"an internal error ({type(e).__name__}: {e}); the dashboard's log has the details, "
+                    "please report it"
                 )
                 ss.pop("export_pdf", None)
     if ss.get("export_pdf_error"):
