@@ -33,6 +33,8 @@ def _describe_moment_cells(info) -> str | None:
                 (
                     "whole groups"
                     if st.get("bands") == 1
+                    else "whole groups with one curve along the mean within groups"
+                    if st.get("by") == "mean" and st.get("curve") and st.get("along") == "mean within groups"
                     else "whole groups with one curve along the mean"
                     if st.get("by") == "mean" and st.get("curve")
                     else "each group's bands of the mean"

@@ -189,7 +189,8 @@ class MomentMulticalibrator(SklearnParams):
         happened. The stated multicalibration (``alpha_``, the
         achieved errors) is measured after this step. Each positive moment (the variance, ...) then gets the
         same step on the log scale (:func:`mmc_core.fit.cells.gated_moment_cells`): in four stages, whole
-        groups, whole groups with one curve along the tenths of the mean prediction, (group, tenth of the mean)
+        groups, whole groups with one curve along the tenths of the mean prediction (or of its part the groups
+        do not explain, whichever the held-out rows prefer), (group, tenth of the mean)
         and (group, tenth of the moment prediction) cells, a
         penalized log-link ridge of the pseudo-labels (squared residuals around the final mean) multiplies each
         cell's predictions, shrunk by the rows behind it (nested groups, such as intersections, more when the

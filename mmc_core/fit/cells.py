@@ -276,7 +276,8 @@ MOMENT_CELL_LOG_CAP = 3.0  # a row's moment moves by at most e^3 either way
 # corrected the moments, fitted on every row at once (per-group bands of the mean alone moved the groups'
 # averages with their own noise: the known-truth worlds' worst group 0.113 -> 0.094 in `wage`, 0.101 -> 0.080
 # in `wage-exact`, the log score of fresh rows better in every world; benchmarks/README.md, "One curve along the
-# mean"); then (group, tenth of the mean) cells for what one curve cannot say (a count label whose groups'
+# mean"), or along tenths of the mean's part the groups do not explain (``CURVE_ALONG``); then (group, tenth of
+# the mean) cells for what one curve cannot say (a count label whose groups'
 # spreads rise with the mean differently: in fertil2 the curve is dropped by the harm check and these cells
 # do what they did before); then (group, tenth of the moment so far) cells of what is left
 MOMENT_CELL_STAGES = ((1, "moment"), (CELL_BANDS, "curve"), (CELL_BANDS, "mean"), (CELL_BANDS, "moment"))
@@ -295,6 +296,14 @@ MOMENT_GATE_Z = 2.25
 # 190 null worlds, at 3 in 6 of 190, the fits the other stages make (per-group bands at 2.25: 11;
 # benchmarks/README.md, "One curve along the mean")
 MEAN_BAND_GATE_Z = 3.0
+# what the curve stage's curve may follow, the held-out rows choosing: the mean prediction, or the mean's part
+# that the groups do not explain (:func:`mean_centre`). Along the mean itself a band mixes the groups' shifts of
+# the mean with the spread that follows it inside them: where a feature moves both the mean and the spread and
+# the groups move only the mean, the curve gave high-mean groups a higher variance that their shrunken
+# coefficients only partly took back (the `feature` world's worst group 0.111 -> 0.078, corr(sd) 0.912 ->
+# 0.946, no known-truth world worse; a count label whose spread follows the mean across groups keeps the
+# curve along the mean; benchmarks/README.md, "One curve along the mean within groups")
+CURVE_ALONG = ("mean", "mean_within")
 # the level of a moment (a constant factor on every row) after the cells, from the fitting and held-out rows
 # together: the descent and the cells leave the fitting rows' level at their own in-sample residuals, which are
 # smaller than new rows' (the mean was fitted on them), and a level from the fitting rows alone (75% of the
@@ -314,22 +323,44 @@ def _log_change(v: np.ndarray, sums: MembershipSums, values: np.ndarray, edges) 
     return np.clip(_step(v, sums, values, None, edges), -MOMENT_CELL_LOG_CAP, MOMENT_CELL_LOG_CAP)
 
 
-def _banding(rd: dict, v: np.ndarray, mu) -> np.ndarray:
-    """What a moment round's bands are of: the moment so far, or (``"by": "mean"``) the mean prediction."""
-    if rd.get("by", "moment") == "moment":
+def _banding(rd: dict, v: np.ndarray, mu, sums: MembershipSums) -> np.ndarray:
+    """What a moment round's bands are of: the moment so far, the mean prediction (``"by": "mean"``), or the
+    mean's part that the groups do not explain (``"by": "mean_within"``: the mean minus the sum of the row's
+    groups' ``"centre"`` values, :func:`mean_centre`)."""
+    by = rd.get("by", "moment")
+    if by == "moment":
         return v
     if mu is None:
         raise ValueError("a moment cell round banded by the mean needs the mean predictions")
-    return np.asarray(mu, dtype=float)
+    mu = np.asarray(mu, dtype=float)
+    if by == "mean_within":
+        return mu - sums.row_sums(np.asarray(rd["centre"], dtype=float))
+    return mu
+
+
+def mean_centre(mu: np.ndarray, sums: MembershipSums) -> np.ndarray:
+    """The groups' part of the mean prediction (|G|,): the least-squares coefficients of ``mu`` on the (kept)
+    groups' indicators, the whole table's among them, so that ``mu`` minus the sum of a row's coefficients is
+    what membership does not explain. The indicators of overlapping groups are collinear (a column's values sum
+    to the whole table): a ridge of 1e-6 rows picks the least-norm solution without changing the fit."""
+    mu = np.asarray(mu, dtype=float)
+    kept = _kept_groups(sums)
+    xr, gram = _stats(mu, np.zeros_like(mu), sums, np.zeros(mu.size, dtype=np.int64), 1, kept)
+    h = gram.shape[1]
+    theta = np.linalg.solve(gram[0] + 1e-6 * np.eye(h), xr[0]) if h else np.zeros(0)
+    out = np.zeros(sums.G)
+    out[kept >= 0] = theta[kept[kept >= 0]]
+    return out
 
 
 def apply_moment_cells(v: np.ndarray, sums: MembershipSums, cell: dict, bounds: tuple, mu=None) -> np.ndarray:
     """A moment's predictions (unit scale) through its cell rounds: each multiplies them by e^(the sum of the
     row's cells' values, in its band of the prediction so far, or of the mean ``mu`` (unit scale) for a round
-    with ``"by": "mean"``), kept within ``bounds``."""
+    with ``"by": "mean"``, or of the mean minus its groups' part for ``"by": "mean_within"``), kept within
+    ``bounds``."""
     v = np.asarray(v, dtype=float)
     for rd in cell["rounds"]:
-        d = _log_change(_banding(rd, v, mu), sums, np.asarray(rd["values"], dtype=float), rd["edges"])
+        d = _log_change(_banding(rd, v, mu, sums), sums, np.asarray(rd["values"], dtype=float), rd["edges"])
         v = np.clip(v * np.exp(d), *bounds)
     return v
 
@@ -480,28 +511,52 @@ def _qlike_scale(ratio: np.ndarray, d: np.ndarray) -> float:
 
 def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int, by=None, by_h=None, curve: bool = False) -> tuple:
     """One stage of :func:`gated_moment_cells`: (round or None, check); bands of the moment, or of ``by`` /
-    ``by_h`` (the mean) on the fitting / held-out rows when given; ``curve``: whole groups and one curve."""
+    ``by_h`` (the mean) on the fitting / held-out rows when given; ``curve``: whole groups and one curve, along
+    the mean or along its part the groups do not explain (``CURVE_ALONG``), whichever candidate the held-out rows
+    prefer."""
     from .recalibrate import stack_gate
 
     check: dict = {"bands": bands, "by": "moment" if by is None else "mean", "z": 0.0, "kept": False, "harmed": []}
     if curve:
         check["curve"] = True  # whole groups and one curve along the mean (:class:`_MomentDesign`)
-    cand = fit_moment_cells(s, v, sums, bands, by, curve)
-    if cand["values"] is None:
-        return None, check
     ratio = s_h / v_h
-    band_h = v_h if by is None else by_h
-    changes = [_log_change(band_h, sums_h, vals, cand["edges"]) for vals in cand["values"]]
-    losses = [float(np.mean(d + ratio * np.exp(-d))) for d in changes]
+    options: list[tuple] = []  # (round's extra keys, band of the fitting rows, of the held-out rows)
+    if by is None:
+        options.append(({}, None, v_h))
+    elif not curve:
+        options.append(({"by": "mean"}, by, by_h))
+    else:
+        for along in CURVE_ALONG:
+            if along == "mean":
+                options.append(({"by": "mean"}, by, by_h))
+            else:  # the centre is the fitting rows' least squares; the held-out rows get the same coefficients
+                centre = mean_centre(by, sums)
+                extra = {"by": "mean_within", "centre": centre.tolist()}
+                options.append((extra, by - sums.row_sums(centre), by_h - sums_h.row_sums(centre)))
+    cands, changes, losses = [], [], []
+    for extra, band, band_h in options:
+        cand = fit_moment_cells(s, v, sums, bands, band, curve)
+        if cand["values"] is None:
+            continue
+        for i, vals in enumerate(cand["values"]):
+            d = _log_change(band_h, sums_h, vals, cand["edges"])
+            cands.append((extra, cand, i))
+            changes.append(d)
+            losses.append(float(np.mean(d + ratio * np.exp(-d))))
+    if not cands:
+        return None, check
     check.update(penalty=None, weight=0.0)
     best = int(np.argmin(losses))
     if not losses[best] < float(np.mean(ratio)):  # QLIKE at no change (ties: none)
         return None, check
+    extra, cand, i = cands[best]
     d = changes[best]
     _, z, _ = stack_gate(ratio - 1.0, d)  # the evidence: the ratio residual against the change
     scale = _qlike_scale(ratio, d)  # the share borne out, on the loss's own (multiplicative) scale
     weight = scale if z >= (MOMENT_GATE_Z if by is None else MEAN_BAND_GATE_Z) else 0.0
-    check.update(penalty=cand["penalties"][best], nested=cand["nested"][best], scale=scale, z=z, weight=weight)
+    check.update(penalty=cand["penalties"][i], nested=cand["nested"][i], scale=scale, z=z, weight=weight)
+    if curve:
+        check["along"] = "mean" if extra.get("by") == "mean" else "mean within groups"
     if not weight > 0:
         return None, check
     if harmed := _harmed_on_held_out(ratio, ratio * np.exp(-weight * d), sums_h):
@@ -510,12 +565,11 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int, by=None, by_h=None, 
     check["kept"] = True
     rd = {
         "edges": list(cand["edges"]),
-        "values": (weight * cand["values"][best]).tolist(),
-        "penalty": cand["penalties"][best],
+        "values": (weight * cand["values"][i]).tolist(),
+        "penalty": cand["penalties"][i],
         "weight": weight,
+        **extra,
     }
-    if by is not None:
-        rd["by"] = "mean"
     return rd, check
 
 
@@ -545,7 +599,8 @@ def _ratio_sd_floor(after: np.ndarray, sums_h: MembershipSums) -> np.ndarray:
 def gated_moment_cells(s, v, sums: MembershipSums, held_out, mu=None) -> tuple:
     """(cell or None, its check) for one moment: in stages (``MOMENT_CELL_STAGES``: whole groups; when the means
     are given - ``mu`` on the fitting rows, ``held_out[3]`` on the held-out ones - whole groups with one curve
-    along the bands of the mean, then (group, band of the mean) cells; then (group, band of the moment) cells),
+    along the bands of the mean or of its part within groups (``CURVE_ALONG``), then (group, band of the mean)
+    cells; then (group, band of the moment) cells),
     :func:`fit_moment_cells` on the fitting rows (pseudo-labels ``s``, predictions ``v`` so far), the candidate
     penalty whose correction gives the held-out rows ``held_out`` = (s_h, v_h, sums_h[, mu_h]) the lowest QLIKE
     loss (none unless one beats no correction), applied at the share of it that minimizes their QLIKE when the
@@ -555,7 +610,8 @@ def gated_moment_cells(s, v, sums: MembershipSums, held_out, mu=None) -> tuple:
     groups at ``HARM_LEVEL``). Nothing is fitted on the held-out rows by these stages; then one round of whole
     groups fitted on the fitting and held-out rows together (:func:`shrunken_groups_round`, also when the
     held-out rows are too few for the stages; ``check["groups"]``) and the level (:func:`_level_round`). The
-    cell: ``{"rounds": [...]}``, each round {"edges", "values", "penalty", "weight"[, "by": "mean"]}."""
+    cell: ``{"rounds": [...]}``, each round {"edges", "values", "penalty", "weight"[, "by": "mean" |
+    "mean_within", "centre"]}."""
     check: dict = {"kept": False, "stages": []}
     n_held = 0 if held_out is None else int(np.asarray(held_out[0]).size)
     s, v = np.asarray(s, dtype=float), np.asarray(v, dtype=float)
@@ -715,9 +771,10 @@ def check_cells(cells, G: int, bad) -> None:
 
 
 def check_moment_cells(mc, moments, G: int, bad) -> dict:
-    """A model file's moment_cells: {"a": {"rounds": [{"edges": increasing numbers >= 0, "values": G lists of
-    len(edges) + 1 finite numbers, "penalty": a number >= 0, "weight": a number in (0, 1]}, ...]}} for fitted
-    moments a. Returns them keyed by int; ``bad(msg)`` makes the error to raise."""
+    """A model file's moment_cells: {"a": {"rounds": [{"edges": increasing numbers (>= 0 unless by is
+    "mean_within"), "values": G lists of len(edges) + 1 finite numbers, "penalty": a number >= 0, "weight": a
+    number in (0, 1][, "by": "moment" | "mean" | "mean_within", "centre": G finite numbers with "mean_within"]},
+    ...]}} for fitted moments a. Returns them keyed by int; ``bad(msg)`` makes the error to raise."""
     if not isinstance(mc, dict):
         raise bad('moment_cells must be {"<moment>": {"rounds": [...]}}')
 
@@ -735,8 +792,12 @@ def check_moment_cells(mc, moments, G: int, bad) -> dict:
         for i, rd in enumerate(rounds):
             where = f"moment_cells.{key}.rounds[{i}]"
             edges = rd.get("edges") if isinstance(rd, dict) else None
-            if not isinstance(edges, list) or not all(finite(e) and e >= 0.0 for e in edges):
-                raise bad(f"{where}.edges must be a list of numbers >= 0")
+            by = rd.get("by", "moment") if isinstance(rd, dict) else None
+            if by not in ("moment", "mean", "mean_within"):
+                raise bad(f'{where}.by must be "moment", "mean" or "mean_within", got {by!r}')
+            within = by == "mean_within"  # a mean minus its groups' part is signed; the others are not
+            if not isinstance(edges, list) or not all(finite(e) and (within or e >= 0.0) for e in edges):
+                raise bad(f"{where}.edges must be a list of {'numbers' if within else 'numbers >= 0'}")
             if any(b <= e for e, b in zip(edges, edges[1:])):
                 raise bad(f"{where}.edges must increase")
             nb = len(edges) + 1
@@ -752,7 +813,10 @@ def check_moment_cells(mc, moments, G: int, bad) -> dict:
                 raise bad(f"{where}.penalty must be a number >= 0")
             if not (finite(w) and 0.0 < w <= 1.0):
                 raise bad(f"{where}.weight must be a number in (0, 1]")
-            if rd.get("by", "moment") not in ("moment", "mean"):
-                raise bad(f'{where}.by must be "moment" or "mean", got {rd.get("by")!r}')
+            centre = rd.get("centre")
+            if within != (centre is not None):
+                raise bad(f'{where}.centre must be given exactly when by is "mean_within"')
+            if within and not (isinstance(centre, list) and len(centre) == G and all(finite(x) for x in centre)):
+                raise bad(f"{where}.centre must be {G} finite numbers (one per group)")
         out[a] = {"rounds": rounds}
     return out

@@ -31,6 +31,7 @@ from .model_format import (
     VERSION_GROUP_PART,
     VERSION_LOGISTIC,
     VERSION_MEAN_BANDS,
+    VERSION_MEAN_WITHIN,
     VERSION_MOMENT_CELLS,
     VERSION_RIDGE_CELLS,
     read_model,
@@ -146,7 +147,13 @@ class FittedModel:
         """True when a moment cell round is banded by the mean or the descent left the moments to the cell step
         (``params.z_moment``): such a file is version 10."""
         rounds = [rd for cell in (self.moment_cells or {}).values() for rd in cell["rounds"]]
-        return any(rd.get("by") == "mean" for rd in rounds) or self.params.z_moment >= 0
+        return any(rd.get("by") in ("mean", "mean_within") for rd in rounds) or self.params.z_moment >= 0
+
+    @property
+    def mean_within(self) -> bool:
+        """True when a moment cell round is banded by the mean's part the groups do not explain: version 11."""
+        rounds = [rd for cell in (self.moment_cells or {}).values() for rd in cell["rounds"]]
+        return any(rd.get("by") == "mean_within" for rd in rounds)
 
     @property
     def has_moment_cells(self) -> bool:
@@ -347,7 +354,9 @@ class FittedModel:
         out = {
             "format": FORMAT,
             "version": (
-                VERSION_MEAN_BANDS
+                VERSION_MEAN_WITHIN
+                if self.mean_within
+                else VERSION_MEAN_BANDS
                 if self.mean_bands
                 else VERSION_LOGISTIC
                 if self.logistic

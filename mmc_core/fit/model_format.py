@@ -64,6 +64,9 @@ VERSION_LOGISTIC = 9
 # descent left the moments to the cell step (params "z_moment"): a reader of versions 1-9 would band that round
 # by the moment and predict another variance
 VERSION_MEAN_BANDS = 10
+# written when a moment's cell round is banded by the mean's part that the groups do not explain (moment_cells
+# rounds' "by": "mean_within" with the groups' "centre"): a reader of versions 1-10 would refuse the round
+VERSION_MEAN_WITHIN = 11
 READABLE_VERSIONS = (
     1,
     2,
@@ -75,6 +78,7 @@ READABLE_VERSIONS = (
     8,
     9,
     10,
+    11,
 )  # version 1: uniform grids, moments projected onto [0, hi], plain thresholds
 
 MAX_MODEL_BYTES = 200 * 1024 * 1024  # the largest model file read (a fit of 5,000 groups writes a few MB)
@@ -158,9 +162,14 @@ def read_model(d, where: str = "model") -> ModelParts:
         moment_cells = check_moment_cells(moment_cells, moments, G, bad)
         if moment_cells and version < VERSION_MOMENT_CELLS:
             raise bad(f"the model has moment_cells: the file must have version {VERSION_MOMENT_CELLS} or later")
-        by_mean = any(rd.get("by") == "mean" for c in moment_cells.values() for rd in c["rounds"])
-        if by_mean and version < VERSION_MEAN_BANDS:
+        bys = {rd.get("by") for c in moment_cells.values() for rd in c["rounds"]}
+        if bys & {"mean", "mean_within"} and version < VERSION_MEAN_BANDS:
             raise bad(f"moment_cells has a round banded by the mean: the file must have version {VERSION_MEAN_BANDS}")
+        if "mean_within" in bys and version < VERSION_MEAN_WITHIN:
+            raise bad(
+                "moment_cells has a round banded by the mean within groups: the file must have version "
+                f"{VERSION_MEAN_WITHIN}"
+            )
     init_variance = _read_init_variance(init, params, version, bad)
     return ModelParts(
         params,
