@@ -41,7 +41,8 @@ def _describe_moment_cells(info) -> str | None:
                     if st.get("by") == "mean"
                     else "each group's bands"
                 )
-                + f" ({_num(st, 'weight'):.0%}, z = {_num(st, 'z'):.1f})"
+                + f" ({_num(st, 'weight'):.0%}, z = {_num(st, 'z'):.1f}"
+                + (f", shuffled p = {_num(st, 'p_shuffled'):.2f})" if "p_shuffled" in st else ")")
                 for st in kept
             )
             out.append(
