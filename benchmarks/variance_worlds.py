@@ -24,6 +24,7 @@ world keeps (the label's range is 0-200; ``kept_moments``).
     .venv/bin/python benchmarks/variance_worlds.py --worlds wage --seeds 3 --n 20000
     .venv/bin/python benchmarks/variance_worlds.py --set variance_cells=False   # an estimator parameter
     .venv/bin/python benchmarks/variance_worlds.py --base-variance separate   # with variance_column (below)
+    .venv/bin/python benchmarks/variance_worlds.py --by-seed   # also each seed's worst group and why
 
 ``--base-variance separate``: every fit gets ``variance_column``, a base variance from scikit-learn's
 HistGradientBoostingRegressor (Poisson loss) of the squared residuals around the base, on the features a, b,
@@ -121,13 +122,17 @@ def dense(g: GroupSet, df: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def group_log_ratios(memb: np.ndarray, pred_var: np.ndarray, true_var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log(mean predicted / mean true variance) per group, which groups have >= MIN_SHARE of the rows)."""
+    sizes = memb.sum(axis=0)
+    return np.log((memb.T @ pred_var) / (memb.T @ true_var)), sizes >= MIN_SHARE * memb.shape[0]
+
+
 def group_errors(memb: np.ndarray, pred_var: np.ndarray, true_var: np.ndarray) -> tuple[float, float]:
     """Worst and mass-weighted mean |log(mean predicted / mean true variance)| over groups >= MIN_SHARE."""
-    n = memb.shape[0]
-    sizes = memb.sum(axis=0)
-    ok = sizes >= MIN_SHARE * n
-    err = np.abs(np.log((memb.T @ pred_var) / (memb.T @ true_var)))[ok]
-    return float(err.max()), float(np.average(err, weights=sizes[ok]))
+    lr, ok = group_log_ratios(memb, pred_var, true_var)
+    err = np.abs(lr[ok])
+    return float(err.max()), float(np.average(err, weights=memb.sum(axis=0)[ok]))
 
 
 FEATURES = ["a", "b", "c", "x", "w", "base"]
@@ -175,7 +180,10 @@ def run(world: str, seed: int, n: int, params: dict, base_variance: str = "none"
     tv = te["true_sd"].to_numpy() ** 2
     worst, avg = group_errors(memb, var, tv)
     # what a variance around the fit's own mean should predict: the noise's plus the mean's squared error
-    around = tv + (te["true_mean"].to_numpy() - pm["mean"]) ** 2
+    sq_err = (te["true_mean"].to_numpy() - pm["mean"]) ** 2
+    around = tv + sq_err
+    lr, ok = group_log_ratios(memb, var, tv)
+    w = int(np.argmax(np.where(ok, np.abs(lr), -1.0)))
     r2_te = (te["y"].to_numpy() - pm["mean"]) ** 2
     # references: one pooled constant and each group's own variance (of the residual around the fit's mean on the
     # fitting rows), the latter averaged over a row's groups on the log scale
@@ -184,7 +192,6 @@ def run(world: str, seed: int, n: int, params: dict, base_variance: str = "none"
     memb_tr = dense(g, tr)
     gv = (memb_tr.T @ r2) / np.maximum(memb_tr.sum(axis=0), 1.0)
     sizes = memb.sum(axis=0)
-    ok = sizes >= MIN_SHARE * len(te)
     own_err = np.abs(np.log(gv / ((memb.T @ tv) / np.maximum(sizes, 1.0))))[ok]
     return {
         "world": world,
@@ -197,6 +204,11 @@ def run(world: str, seed: int, n: int, params: dict, base_variance: str = "none"
         "pooled_worst": group_errors(memb, pooled, tv)[0],
         "own_worst": float(own_err.max()),
         "seconds": secs,
+        "worst_group": g.evaluate(te, len(te)).names[w],
+        "worst_rows": int(sizes[w]),
+        "worst_log_ratio": float(lr[w]),
+        # the share of that group's predicted variance that is the fit's mean error (E (mu - true mean)^2)
+        "worst_mean_share": float((memb[:, w] @ sq_err) / (memb[:, w] @ var)),
     }
 
 
@@ -208,6 +220,11 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=40_000)
     ap.add_argument("--set", action="append", default=[], help="an estimator parameter, NAME=VALUE (repeatable)")
     ap.add_argument("--base-variance", choices=["none", "separate", "crossfit"], default="none")
+    ap.add_argument(
+        "--by-seed",
+        action="store_true",
+        help="also a row per world and seed: the worst group, its rows, log ratio and the mean error's share",
+    )
     args = ap.parse_args(argv)
     params = {}
     for s in args.set:
@@ -248,6 +265,14 @@ def main(argv=None) -> int:
             f"{r.corr_min:.3f} | "
             f"{r.pooled_worst:.3f} | {r.own_worst:.3f} | {r.seconds:.1f} |"
         )
+    if args.by_seed:
+        print("\n| world | seed | worst group | its test rows | log(predicted / true) | the mean error's share |")
+        print("|---|---|---|---|---|---|")
+        for r in tab.itertuples():
+            print(
+                f"| {r.world} | {r.seed} | {r.worst_group} | {r.worst_rows} | {r.worst_log_ratio:+.3f} | "
+                f"{r.worst_mean_share:.3f} |"
+            )
     return 0
 
 

@@ -539,14 +539,17 @@ def structure_z(ratio: np.ndarray, change: np.ndarray) -> float:
     return stack_gate(ratio / level - 1.0, change - float(np.mean(change)))[1]
 
 
-def shuffled_structure_z(ratio: np.ndarray, changes: np.ndarray, permutations: int) -> np.ndarray:
+def shuffled_structure_z(
+    ratio: np.ndarray, changes: np.ndarray, permutations: int, exp_neg: np.ndarray | None = None
+) -> np.ndarray:
     """(permutations,): a stage's choice and :func:`structure_z` redone on seeded shuffles of the held-out ratios
     ``ratio`` (n,) over the rows, 0 where a shuffle leaves no candidate better than no change. ``changes`` (C, n):
     every candidate's held-out log change, fixed by the fitting rows, so a shuffle redoes only the held-out choice
     (lowest QLIKE among the C candidates) and the winner's z: under no effect the ratios are exchangeable over the
-    rows, whatever their tails."""
+    rows, whatever their tails. ``exp_neg``: e^(-changes) when the caller has it already."""
     d = np.asarray(changes, dtype=float)
-    e, d_mean, none = np.exp(-d), d.mean(axis=1), float(np.mean(ratio))
+    e = np.exp(-d) if exp_neg is None else np.asarray(exp_neg, dtype=float)
+    d_mean, none = d.mean(axis=1), float(np.mean(ratio))
     rng = np.random.default_rng(MOMENT_PERMUTATION_SEED)
     out = np.zeros(permutations)
     for j in range(permutations):
@@ -582,7 +585,7 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int, by=None, by_h=None, 
                 centre = mean_centre(by, sums)
                 extra = {"by": "mean_within", "centre": centre.tolist()}
                 options.append((extra, by - sums.row_sums(centre), by_h - sums_h.row_sums(centre)))
-    cands, changes, losses = [], [], []
+    cands, changes, exps, losses = [], [], [], []
     for extra, band, band_h in options:
         cand = fit_moment_cells(s, v, sums, bands, band, curve)
         if cand["values"] is None:
@@ -591,7 +594,8 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int, by=None, by_h=None, 
             d = _log_change(band_h, sums_h, vals, cand["edges"])
             cands.append((extra, cand, i))
             changes.append(d)
-            losses.append(float(np.mean(d + ratio * np.exp(-d))))
+            exps.append(np.exp(-d))
+            losses.append(float(np.mean(d + ratio * exps[-1])))
     if not cands:
         return None, check
     check.update(penalty=None, weight=0.0)
@@ -610,7 +614,8 @@ def _moment_stage(s, v, sums, s_h, v_h, sums_h, bands: int, by=None, by_h=None, 
         return None, check
     if MOMENT_PERMUTATIONS > 0:
         z_structure = structure_z(ratio, d)
-        reaching = int(np.sum(shuffled_structure_z(ratio, np.asarray(changes), MOMENT_PERMUTATIONS) >= z_structure))
+        shuffled = shuffled_structure_z(ratio, np.asarray(changes), MOMENT_PERMUTATIONS, np.asarray(exps))
+        reaching = int(np.sum(shuffled >= z_structure))
         check.update(z_structure=z_structure, p_shuffled=(1 + reaching) / (1 + MOMENT_PERMUTATIONS))
         if reaching > MOMENT_PERMUTATIONS_REACHING:  # shuffled held-out rows show as much: noise, or only a level
             check["weight"] = 0.0
