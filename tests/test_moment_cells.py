@@ -688,3 +688,65 @@ def test_the_summary_says_when_whole_groups_were_shrunk_on_every_row():
     assert "(penalty 0 rows" in describe_cells(bad)  # a model file's info is not validated
     dropped = {"moment_cells": {"2": {"kept": False, "stages": [], "groups": {"penalty": 3000.0, "harmed": ["g=2"]}}}}
     assert "not shrunk toward their own (the held-out rows of g=2 contradict it)" in describe_cells(dropped)
+
+
+def _crossed_world(n: int, tau: float, seed: int):
+    """Columns a (5 values) x b (4) with their intersections; true log variance = a's + b's + an intersection's
+    own deviation (sd ``tau``); Gaussian pseudo-labels s = v z^2 against v = 1. Returns (s, sums, the realized
+    intersections' deviations beyond their parents' (weighted least squares on a and b), their row counts, the
+    cells' leverages in that least squares)."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, 5, n), rng.integers(0, 4, n)
+    own = np.random.default_rng(10_000 + seed).normal(0.0, tau, (5, 4))
+    s = np.exp(0.3 * a - 0.2 * b + own[a, b]) * rng.normal(size=n) ** 2
+    df = pd.DataFrame({"a": a, "b": b})
+    sums = GroupSet.from_columns(df, ["a", "b"], max_order=2).evaluate(df, n).sums()
+    rows = np.bincount(a * 4 + b, minlength=20).astype(float)
+    # the deviations beyond a and b: the residual of the cells' e^own - 1 (the Pearson scale) on a's and b's
+    # indicators, weighted by the cells' rows
+    x = np.column_stack([np.repeat(np.eye(5), 4, axis=0), np.tile(np.eye(4), (5, 1))]) * np.sqrt(rows)[:, None]
+    t = (np.exp(own.ravel()) - 1.0) * np.sqrt(rows)
+    hat = x @ np.linalg.pinv(x)
+    return s, sums, (t - hat @ t) / np.sqrt(rows), rows, np.diag(hat)
+
+
+def test_the_intersections_penalty_comes_from_their_own_spread():
+    """``nested_penalty`` is the residual dispersion over tau^2, tau^2 the variance of the intersections' own
+    log deviations beyond their parents', by the method of moments. 200,000 rows, 20 intersections of ~10,000
+    rows, tau = 0.15: the estimate (dispersion / penalty) against the realized deviations' sum of squares over
+    the rows their parents leave free, sum(n_c dev_c^2) / sum(n_c (1 - h_c)) (what the estimator targets).
+    Bound from its sampling error: its numerator has variance about 4 n sigma^2 sum(dev^2) + 2 (k - p) sigma^4
+    (sigma^2 = 2 for Gaussian pseudo-labels, k - p = 12 cells beyond the parents), about 0.001 of the estimate
+    at these sizes: within 4 of those plus 5% (the Pearson scale's second-order terms, e^tau - 1 against tau),
+    over 5 seeds."""
+    from mmc_core.fit.cells import fit_moment_cells
+
+    sigma2 = 2.0
+    for seed in range(5):
+        s, sums, dev, rows, h = _crossed_world(200_000, 0.15, seed)
+        out = fit_moment_cells(s, np.ones_like(s), sums, bands=1)
+        free = float(np.sum(rows * (1.0 - h)))
+        target = float(np.sum(rows * dev**2)) / free
+        sd = np.sqrt(4 * rows.mean() * sigma2 * float(np.sum(dev**2)) + 2 * 12 * sigma2**2) / free
+        # the dispersion the estimate divides by: the Pearson residuals' variance, about sigma^2 (1 + the spread)
+        dispersion = sigma2 * (1.0 + float(np.sum(rows * dev**2)) / rows.sum())
+        tau2 = dispersion / out["nested_penalty"]
+        assert abs(tau2 - target) <= 4 * sd + 0.05 * target, (seed, tau2, target, sd)
+
+
+def test_intersections_without_a_spread_of_their_own_keep_little_of_it():
+    """tau = 0: the intersections' variance is their parents' product. The method-of-moments numerator is then
+    about sigma^2 (chi-square with 12 degrees of freedom - 12) over N (1 - 8 / 20) = 24,000 free rows: not
+    positive with probability 0.55 (the cap: nothing of their own kept), and even at chi-square 38 (P = 1.5e-4)
+    the penalty is about 2 x 24,000 / (2 x 26) = 920 rows, so a cell of ~2,000 rows keeps at most ~70% of its
+    own deviation in every seed; capped in at least 5 of 20 seeds (expected 11; P(fewer) < 0.01)."""
+    from mmc_core.fit.cells import NESTED_PENALTY_CAP, fit_moment_cells
+
+    capped = 0
+    for seed in range(20):
+        s, sums, _, rows, _ = _crossed_world(40_000, 0.0, seed)
+        out = fit_moment_cells(s, np.ones_like(s), sums, bands=1)
+        assert rows.max() / (rows.max() + out["nested_penalty"]) <= 0.7, (seed, out["nested_penalty"])
+        capped += out["nested_penalty"] == NESTED_PENALTY_CAP
+        assert all(r >= 1.0 for r in out["nested"])
+    assert capped >= 5, capped

@@ -193,7 +193,8 @@ class MomentMulticalibrator(SklearnParams):
         do not explain, whichever the held-out rows prefer), (group, tenth of the mean) and (group, tenth of
         the moment prediction) cells, a penalized log-link ridge of the pseudo-labels (squared residuals
         around the final mean) multiplies each cell's predictions, shrunk by the rows behind it (nested
-        groups, such as intersections, more when the held-out rows prefer it); the held-out rows choose the
+        groups, such as intersections, more: by the residual dispersion over the variance of their own
+        deviations beyond their parents', a method-of-moments estimate on the fitting rows); the held-out rows choose the
         penalty by the QLIKE loss and the share of it they bear out, apply it only when their evidence for it
         reaches z >= 2.25 (3 for the stages along the mean) and its structure beyond one level beats the same
         choice made on at least 98 of 100 shuffles of the held-out rows' ratios (heavy tails), and drop it
