@@ -194,12 +194,12 @@ class MomentMulticalibrator(SklearnParams):
         the moment prediction) cells, a penalized log-link ridge of the pseudo-labels (squared residuals
         around the final mean) multiplies each cell's predictions, shrunk by the rows behind it (nested
         groups, such as intersections, more: by the residual dispersion over the variance of their own
-        deviations beyond their parents', a method-of-moments estimate on the fitting rows); the held-out rows choose the
-        penalty by the QLIKE loss and the share of it they bear out, apply it only when their evidence for it
-        reaches z >= 2.25 (3 for the stages along the mean) and its structure beyond one level beats the same
-        choice made on at least 98 of 100 shuffles of the held-out rows' ratios (heavy tails), and drop it
-        where it leaves a group's variance more misstated than before; then one round of
-        whole groups fitted on every post-processing row (fitting and held-out), its penalty (3,000 or 10,000
+        deviations beyond their parents', a method-of-moments estimate on the fitting rows); the held-out rows
+        choose the penalty by the QLIKE loss and the share of it they bear out, apply it only when their
+        evidence for it reaches z >= 2.25 (3 for the stages along the mean) and its structure beyond one level
+        beats the same choice made on at least 98 of 100 shuffles of the held-out rows' ratios (heavy tails),
+        and drop it where it leaves a group's variance more misstated than before; then one round of whole
+        groups fitted on every post-processing row (fitting and held-out), its penalty (3,000 or 10,000
         rows, times the ratios' dispersion) chosen by generalized cross-validation, which a table's
         held-out quarter is too small to judge, dropped where a group's held-out rows contradict it
         (``info["moment_cells"][k]["groups"]``); then the level
