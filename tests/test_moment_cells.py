@@ -750,3 +750,82 @@ def test_intersections_without_a_spread_of_their_own_keep_little_of_it():
         capped += out["nested_penalty"] == NESTED_PENALTY_CAP
         assert all(r >= 1.0 for r in out["nested"])
     assert capped >= 5, capped
+
+
+def _curve_world(n: int, tau: float, seed: int, effects=None):
+    """Column a (5 values, log variance 0.3 a) and a feature m (the mean) whose ten quantile bands shift the log
+    variance by their own deviation (sd ``tau``, or the given ``effects``), independent of a; Gaussian
+    pseudo-labels s = v z^2 against v = 1. Returns (s, m, sums, the realized bands' deviations beyond the groups
+    on the Pearson scale (weighted least squares of the (a, band) cells' e^own - 1 on a's indicators, averaged
+    over each band's rows), the bands' rows, their leverages in that least squares, the bands' true effects)."""
+    rng = np.random.default_rng(seed)
+    a, m = rng.integers(0, 5, n), rng.uniform(0.0, 1.0, n)
+    own = np.random.default_rng(20_000 + seed).normal(0.0, tau, 10) if effects is None else np.asarray(effects)
+    band = np.searchsorted(np.quantile(m, np.linspace(0.0, 1.0, 11)[1:-1]), m, side="right")
+    s = np.exp(0.3 * a + own[band]) * rng.normal(size=n) ** 2
+    df = pd.DataFrame({"a": a})
+    sums = GroupSet.from_columns(df, ["a"]).evaluate(df, n).sums()
+    cell_rows = np.bincount(band * 5 + a, minlength=50).astype(float)
+    x = np.tile(np.eye(5), (10, 1))  # the (band, a) cells' a indicators
+    xtx_inv = np.linalg.pinv(x.T @ (cell_rows[:, None] * x))
+    t = np.repeat(np.exp(own) - 1.0, 5)
+    resid = t - x @ (xtx_inv @ (x.T @ (cell_rows * t)))
+    rows = cell_rows.reshape(10, 5).sum(axis=1)
+    dev = (cell_rows * resid).reshape(10, 5).sum(axis=1) / rows
+    u = (cell_rows[:, None] * x).reshape(10, 5, 5).sum(axis=1)  # n_b u_b: each band's rows per a value
+    lev = np.einsum("bi,ij,bj->b", u, xtx_inv, u) / rows
+    return s, m, sums, dev, rows, lev, own
+
+
+def test_the_curves_penalty_comes_from_its_own_spread():
+    """``curve_penalty`` is the residual dispersion over tau^2, tau^2 the variance of the curve's bands' log
+    deviations beyond the groups', by the method of moments, as the intersections' (above). 200,000 rows, ten
+    bands of 20,000, tau = 0.15: the estimate (dispersion / penalty) against the realized deviations' sum of
+    squares over the rows the groups leave free. Its numerator's sampling sd: about sqrt(4 n_b sigma^2
+    sum(dev^2) + 2 (k - p) sigma^4) / free rows (sigma^2 = 2, k - p = 9 bands beyond the whole table's level);
+    within 4 of those plus 5% (second-order terms of the Pearson scale), over 5 seeds. The dispersion: with
+    e = (1 + d) z^2 - 1, var(e) = 2 + 3 E d^2 to second order."""
+    from mmc_core.fit.cells import fit_moment_cells
+
+    sigma2 = 2.0
+    for seed in range(5):
+        s, m, sums, dev, rows, lev, _ = _curve_world(200_000, 0.15, seed)
+        out = fit_moment_cells(s, np.ones_like(s), sums, bands=10, by=m, curve=True)
+        free = float(np.sum(rows * (1.0 - lev)))
+        target = float(np.sum(rows * dev**2)) / free
+        sd = np.sqrt(4 * rows.mean() * sigma2 * float(np.sum(dev**2)) + 2 * 9 * sigma2**2) / free
+        dispersion = sigma2 + 3.0 * float(np.sum(rows * dev**2)) / rows.sum()
+        tau2 = dispersion / out["curve_penalty"]
+        assert abs(tau2 - target) <= 4 * sd + 0.05 * target, (seed, tau2, target, sd)
+
+
+def test_a_curve_without_a_spread_keeps_little_of_it():
+    """tau = 0: the bands carry nothing. The numerator is then about sigma^2 (chi-square with 9 degrees of
+    freedom - 9): not positive with probability 0.56 (the cap), and even at chi-square 33.7 (P = 1.2e-4) the
+    penalty is about 2 x 36,000 / (2 x 24.7) = 1,460 rows, so a band of 4,000 rows keeps at most ~73% of its
+    deviation in every seed; capped in at least 5 of 20 seeds (expected 11; P(fewer) < 0.01)."""
+    from mmc_core.fit.cells import NESTED_PENALTY_CAP, fit_moment_cells
+
+    capped = 0
+    for seed in range(20):
+        s, m, sums, _, rows, _, _ = _curve_world(40_000, 0.0, seed)
+        out = fit_moment_cells(s, np.ones_like(s), sums, bands=10, by=m, curve=True)
+        assert rows.max() / (rows.max() + out["curve_penalty"]) <= 0.75, (seed, out["curve_penalty"])
+        capped += out["curve_penalty"] == NESTED_PENALTY_CAP
+    assert capped >= 5, capped
+
+
+def test_a_large_curve_is_kept_whatever_the_groups_penalty():
+    """A spread that follows the mean (log effects -0.5 to 0.5 over the bands) and groups that differ by a known
+    0.3 a: every candidate, the groups' largest penalty included, keeps the curve, which has its own penalty
+    (the groups' penalty shrank it too before: a 4,000-row band kept 4,000 / 14,000 of it at 10,000 rows). Each
+    band's log ratio has a standard error of about sqrt(2 / 4,000) = 0.022 (Gaussian pseudo-labels): within 5
+    of those (0.11) of the truth around its mean."""
+    from mmc_core.fit.cells import fit_moment_cells
+
+    effects = np.linspace(-0.5, 0.5, 10)
+    s, m, sums, _, _, _, own = _curve_world(40_000, 0.0, 3, effects)
+    out = fit_moment_cells(s, np.ones_like(s), sums, bands=10, by=m, curve=True)
+    for values in out["values"]:
+        curve = values[0] - values[0].mean()  # the whole table's row: its level plus the curve
+        assert np.max(np.abs(curve - (own - own.mean()))) <= 0.11, curve

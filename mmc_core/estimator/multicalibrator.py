@@ -190,7 +190,8 @@ class MomentMulticalibrator(SklearnParams):
         achieved errors) is measured after this step. Each positive moment (the variance, ...) then gets the
         same step on the log scale (:func:`mmc_core.fit.cells.gated_moment_cells`): in four stages, whole
         groups, whole groups with one curve along the tenths of the mean prediction (or of its part the groups
-        do not explain, whichever the held-out rows prefer), (group, tenth of the mean) and (group, tenth of
+        do not explain, whichever the held-out rows prefer; the curve's own penalty from the spread of its
+        tenths, at most the groups'), (group, tenth of the mean) and (group, tenth of
         the moment prediction) cells, a penalized log-link ridge of the pseudo-labels (squared residuals
         around the final mean) multiplies each cell's predictions, shrunk by the rows behind it (nested
         groups, such as intersections, more: by the residual dispersion over the variance of their own
