@@ -266,12 +266,15 @@ def main(argv=None) -> int:
             f"{r.pooled_worst:.3f} | {r.own_worst:.3f} | {r.seconds:.1f} |"
         )
     if args.by_seed:
-        print("\n| world | seed | worst group | its test rows | log(predicted / true) | the mean error's share |")
-        print("|---|---|---|---|---|---|")
+        print(
+            "\n| world | seed | worst group | its test rows | log(predicted / true) | the mean error's share | "
+            "worst around the fit's mean |"
+        )
+        print("|---|---|---|---|---|---|---|")
         for r in tab.itertuples():
             print(
                 f"| {r.world} | {r.seed} | {r.worst_group} | {r.worst_rows} | {r.worst_log_ratio:+.3f} | "
-                f"{r.worst_mean_share:.3f} |"
+                f"{r.worst_mean_share:.3f} | {r.worst_around:.3f} |"
             )
     return 0
 
