@@ -147,17 +147,20 @@ def test_shrunk_groups_leaves_groups_that_do_not_differ_alone():
 
 def test_variance_worlds_by_seed_names_the_worst_group(capsys):
     """``--by-seed``: one row per seed naming the group whose |log(predicted / true variance)| is the seed's
-    worst (the summary's worst, recomputed here from the printed log ratio), its test rows >= 2% of them, and the
-    mean error's share of its predicted variance in [0, 1]."""
+    worst (the summary's worst, recomputed here from the printed log ratio), its test rows >= 2% of them, the
+    mean error's share of its predicted variance in [0, 1], and the seed's worst group against the variance
+    around the fit's mean (the summary's "worst around", averaged over the seeds)."""
     from benchmarks.variance_worlds import main
 
     assert main(["--worlds", "wage", "--seeds", "2", "--n", "4000", "--by-seed"]) == 0
     out = capsys.readouterr().out.splitlines()
     summary = next(line for line in out if line.startswith("| wage | ") and line.count("|") == 10)
-    rows = [line.split("|")[1:-1] for line in out if line.startswith("| wage | ") and line.count("|") == 7]
+    rows = [line.split("|")[1:-1] for line in out if line.startswith("| wage | ") and line.count("|") == 8]
     assert [r[1].strip() for r in rows] == ["0", "1"]
     worst = [abs(float(r[4])) for r in rows]
     mean_max = [float(x) for x in summary.split("|")[2].split(",")]
     assert mean_max == pytest.approx([round(np.mean(worst), 3), round(max(worst), 3)], abs=1.5e-3)
+    around = float(summary.split("|")[4])
+    assert around == pytest.approx(round(np.mean([float(r[6]) for r in rows]), 3), abs=1.5e-3)
     for r in rows:
-        assert "=" in r[2] and int(r[3]) >= 0.02 * 3_000 and 0.0 <= float(r[5]) <= 1.0
+        assert "=" in r[2] and int(r[3]) >= 0.02 * 3_000 and 0.0 <= float(r[5]) <= 1.0 and float(r[6]) >= 0.0
