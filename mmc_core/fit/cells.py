@@ -493,8 +493,9 @@ class _LogRidge:
         return _log_change(self.band_of, self.sums, values, self.edges)
 
     def values(self, lam: float, r: float, rc: float | None = None) -> np.ndarray:
-        """``rc``: the curve's penalty over ``lam`` (default: ``curve_lam`` / lam, at most 1)."""
-        if rc is None:  # the nested groups' penalty: the curve at its own, at most the others'
+        """The (|G|, bands) log changes at the groups' penalty ``lam``, the nested groups' at ``lam r`` and the
+        curve's at ``lam rc`` (default: the curve's own penalty ``curve_lam``, never above ``lam``)."""
+        if rc is None:
             rc = 1.0 if self.curve_lam is None else min(1.0, self.curve_lam / lam)
         design, eig = self.design, self._eigen(r, rc)
         theta = [np.zeros(g.shape[0]) for g in design.blocks]
