@@ -488,6 +488,10 @@ class _LogRidge:
             ]
         return self._eig[r, rc]
 
+    def curve_at(self, lam: float) -> float:
+        """The curve's penalty (rows) when the groups' is ``lam``: its own, never above ``lam``."""
+        return lam if self.curve_lam is None else min(lam, self.curve_lam)
+
     def change(self, values: np.ndarray) -> np.ndarray:
         """(n,): every fitting row's log change under a (|G|, bands) table."""
         return _log_change(self.band_of, self.sums, values, self.edges)
@@ -496,7 +500,7 @@ class _LogRidge:
         """The (|G|, bands) log changes at the groups' penalty ``lam``, the nested groups' at ``lam r`` and the
         curve's at ``lam rc`` (default: the curve's own penalty ``curve_lam``, never above ``lam``)."""
         if rc is None:
-            rc = 1.0 if self.curve_lam is None else min(1.0, self.curve_lam / lam)
+            rc = self.curve_at(lam) / lam
         design, eig = self.design, self._eigen(r, rc)
         theta = [np.zeros(g.shape[0]) for g in design.blocks]
         xr = self.xr0
@@ -523,7 +527,7 @@ def nested_penalty(ratio: np.ndarray, ridge: _LogRidge, lam: float) -> float:
     key, nb = (ridge.key, ridge.nb) if not design.curve else (np.zeros_like(ridge.key), 1)
     rows, sums_e, sums_e2 = (_cell_sums(x, ridge.sums, key, nb, ridge.kept) for x in (np.ones_like(e), e, e * e))
     ok = (rows >= CELL_MIN_ROWS) & design.nested[None, : rows.shape[1]]
-    lev = _leverage(design, design.nested, lam, ridge.curve_lam)
+    lev = _leverage(design, design.nested, lam, ridge.curve_at(lam))
     lev = lev[:, : design.H] if design.curve else lev[:, : rows.shape[1]]
     return _random_effect_penalty(e, rows[ok], sums_e[ok], sums_e2[ok], lev[ok])
 
@@ -541,7 +545,7 @@ def curve_penalty(ratio: np.ndarray, ridge: _LogRidge, lam: float) -> float:
         _cell_sums(x, ridge.sums, ridge.key, ridge.nb, ridge.kept)[:, a0] for x in (np.ones_like(e), e, e * e)
     )
     ok = rows >= CELL_MIN_ROWS
-    lev = _leverage(design, design.along, lam, None)[0, design.H :]
+    lev = _leverage(design, design.along, lam, lam)[0, design.H :]
     return _random_effect_penalty(e, rows[ok], sums_e[ok], sums_e2[ok], lev[ok])
 
 
@@ -563,14 +567,14 @@ def _random_effect_penalty(e, n, sums_e, sums_e2, lev) -> float:
     return float(min(max(np.var(e), 1e-12) / tau2, NESTED_PENALTY_CAP))
 
 
-def _leverage(design: _MomentDesign, own: np.ndarray, lam: float, curve_lam: float | None) -> np.ndarray:
+def _leverage(design: _MomentDesign, own: np.ndarray, lam: float, curve_lam: float) -> np.ndarray:
     """(blocks, coefficients): n_c h_c of every coefficient marked ``own`` (0 elsewhere) in the ridge of the
-    others but the nested groups and those marked (at penalty ``lam``, the curve's at ``curve_lam`` when given):
+    others but the nested groups and those marked (at penalty ``lam``, the curve's at ``curve_lam``):
     with u_c its rows' mean design row over them and A = (X'X + P)^-1, h_c = n_c u_c' A u_c, from the
     co-membership counts (n_c u_c is the cell's row of them)."""
     out = np.zeros((len(design.blocks), design.blocks[0].shape[0]))
     par = ~(design.nested | own)
-    pen = np.where(design.along, lam if curve_lam is None else min(lam, curve_lam), lam)[par]
+    pen = np.where(design.along, curve_lam, lam)[par]
     mine = np.flatnonzero(own)
     for b, g in enumerate(design.blocks):  # one block with the curve
         m = g[np.ix_(mine, par)]
