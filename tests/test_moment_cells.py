@@ -255,15 +255,16 @@ def test_a_right_correction_is_kept_when_a_groups_held_out_rows_miss_the_heavy_t
 
 
 def test_a_correction_the_held_out_rows_contradict_for_a_group_is_dropped():
-    # Gaussian squared residuals: group 1 is predicted 1.0 against a true 0.6 (a right correction), and group 2's
-    # fitting rows say 2.0 where its held-out rows (2,000) say the 1.0 it is predicted (its fitting rows are
-    # off). Moving group 2 toward 2.0 lowers its held-out ratio by about 11 standard errors, with the pooled spread as
-    # the floor: the stage that does it is dropped (and the whole groups' round after the stages, fitted on every
-    # row, is dropped for the same reason), and group 2 keeps its prediction.
+    # Gaussian squared residuals: group 1 is predicted 1.0 against a true 0.4 (a right correction), and group 2's
+    # fitting rows say 2.0 where its held-out rows (2,000) say 0.7 (its fitting rows are off). Relative to the
+    # held-out rows' level (0.70 in expectation; the level round sets the level), group 2's prediction is right
+    # before the change, and its held-out ratio moves away from that level by many standard errors as it goes
+    # toward 2.0, with the pooled spread as the floor: the stage that does it is dropped (and the whole groups' round after the
+    # stages, fitted on every row, is dropped for the same reason), and group 2 keeps its prediction.
     rng = np.random.default_rng(6)
     g, g_h, sums, sums_h = _three_groups(6_000, [3_000, 3_000, 2_000], rng)
-    s = np.array([1.0, 0.6, 2.0])[g] * rng.normal(size=g.size) ** 2
-    s_h = np.array([1.0, 0.6, 1.0])[g_h] * rng.normal(size=g_h.size) ** 2
+    s = np.array([1.0, 0.4, 2.0])[g] * rng.normal(size=g.size) ** 2
+    s_h = np.array([1.0, 0.4, 0.7])[g_h] * rng.normal(size=g_h.size) ** 2
     cell, check = gated_moment_cells(s, np.ones(g.size), sums, (s_h, np.ones(g_h.size), sums_h))
     assert "g=2" in check["stages"][0]["harmed"], check["stages"][0]
     # the whole groups' round on every row would move g=2 toward its 6,000 fitting rows' 2.0 as well: dropped
@@ -271,6 +272,29 @@ def test_a_correction_the_held_out_rows_contradict_for_a_group_is_dropped():
     if cell is not None:
         fixed = apply_moment_cells(np.ones(g.size), sums, cell, (0.0, np.inf))
         assert abs(np.log(fixed[g == 2].mean())) < 0.25, fixed[g == 2].mean()
+
+
+def test_a_right_correction_is_kept_when_the_held_out_rows_level_differs():
+    # Gaussian squared residuals, true variances 1, 0.25 and 4 by group, predicted 1.75 everywhere (the fitting
+    # rows' mean). The held-out rows' squared residuals are 0.3 times the fitting rows' law: the level differs (a
+    # heavy tail's few rows in the fitting rows make it so on real counts), the groups' relative spreads do not.
+    # The right correction leaves every held-out ratio at 0.3, further from 1 than group 2's 0.69 before it: judged
+    # against 1 that was harm and every stage was dropped; judged against the held-out level, every group is put
+    # right. Each group ends within 4 standard errors of its true variance relative to the whole table's (the log
+    # of a ratio of two groups' variance estimates from 6,000 Gaussian rows each has sd sqrt(2 / 6,000 * 2)).
+    rng = np.random.default_rng(9)
+    truth = np.array([1.0, 0.25, 4.0])
+    g, g_h, sums, sums_h = _three_groups(6_000, [2_000, 2_000, 2_000], rng)
+    s = truth[g] * rng.normal(size=g.size) ** 2
+    s_h = 0.3 * truth[g_h] * rng.normal(size=g_h.size) ** 2
+    v = np.full(g.size, s.mean())
+    cell, check = gated_moment_cells(s, v, sums, (s_h, np.full(g_h.size, s.mean()), sums_h))
+    assert check["stages"][0]["kept"] and not check["stages"][0]["harmed"], check["stages"][0]
+    fixed = apply_moment_cells(v, sums, cell, (0.0, np.inf))
+    tol = 4.0 * np.sqrt(2.0 / 6_000 * 2)
+    for k in range(3):
+        log_ratio = np.log(fixed[g == k].mean() / fixed[g == 0].mean()) - np.log(truth[k] / truth[0])
+        assert abs(log_ratio) <= tol, (k, log_ratio)
 
 
 def test_penalties_grow_with_the_pseudo_labels_dispersion():
