@@ -181,6 +181,29 @@ def test_a_real_difference_in_heavy_tailed_noise_beats_its_shuffles():
     assert abs(log_ratio) <= 4.0 * 3.5 / np.sqrt(sel.sum()), log_ratio
 
 
+def test_each_shuffles_z_is_the_structure_z_of_the_winner_on_the_shuffled_ratios():
+    """shuffled_structure_z's closed form (what is fixed per candidate computed once) gives, shuffle for shuffle,
+    what its definition does: the seeded permutations of the ratios, the candidate of least QLIKE on them, its
+    structure_z (0 when no candidate beats no change)."""
+    from mmc_core.fit.cells import MOMENT_PERMUTATION_SEED, shuffled_structure_z, structure_z
+
+    rng = np.random.default_rng(11)
+    g = rng.integers(0, 4, 3_000)
+    ratio = rng.chisquare(1, 3_000) * (1.0 + 0.1 * g)
+    changes = np.stack([np.log1p(k * 0.02 * g) + 0.01 * rng.normal(size=3_000) for k in range(6)])
+    d_mean, none = changes.mean(axis=1), ratio.mean()
+    perm_rng = np.random.default_rng(MOMENT_PERMUTATION_SEED)
+    expected = []
+    for _ in range(60):
+        shuffled = ratio[perm_rng.permutation(ratio.size)]
+        losses = d_mean + np.exp(-changes) @ shuffled / shuffled.size
+        best = int(np.argmin(losses))
+        expected.append(structure_z(shuffled, changes[best]) if losses[best] < none else 0.0)
+    got = shuffled_structure_z(ratio, changes, 60)
+    assert np.count_nonzero(expected) >= 30
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
 def test_a_fit_whose_stages_are_all_weak_keeps_none_of_them(monkeypatch):
     """The world above with no stage able to be strong (``MOMENT_STRONG_REACHING`` below 0): the first pass's
     kept stages are recorded as weak, the second keeps none (each must be strong), and the summary says why. A

@@ -697,16 +697,37 @@ def shuffles_reaching(z: float, shuffles, permutations: int, most: int) -> int:
 
 
 def shuffled_zs(ratio: np.ndarray, changes: np.ndarray, exp_neg: np.ndarray | None):
-    """The seeded shuffles' structure z, one at a time, for ever (see :func:`shuffled_structure_z`)."""
+    """The seeded shuffles' structure z, one at a time, for ever (see :func:`shuffled_structure_z`): each the
+    :func:`structure_z` of the winner on the shuffled ratios, from what is fixed per candidate (its change
+    beyond its level c, c'c and each row's HC3 factor), so that a shuffle costs a few passes over the rows."""
     d = np.asarray(changes, dtype=float)
     e = np.exp(-d) if exp_neg is None else np.asarray(exp_neg, dtype=float)
     d_mean, none = d.mean(axis=1), float(np.mean(ratio))
+    c = d - d_mean[:, None]
+    sxx = np.einsum("ij,ij->i", c, c)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lev = c * c / sxx[:, None]
+        usable = (sxx > 0) & ~np.any(lev >= 1 - 1e-12, axis=1)  # as stack_gate: no z without spread or leverage 1
+        q = np.where(usable[:, None], (c / (1 - lev)) ** 2, 0.0)
+    qc = q * c
+    qcc = np.einsum("ij,ij->i", qc, c)
     rng = np.random.default_rng(MOMENT_PERMUTATION_SEED)
+    shuffled = np.empty_like(ratio, dtype=float)
     while True:
-        shuffled = ratio[rng.permutation(ratio.size)]
+        shuffled[:] = ratio
+        rng.shuffle(shuffled)  # the same draws as ratio[rng.permutation(n)]
         losses = d_mean + (e @ shuffled) / shuffled.size
-        best = int(np.argmin(losses))
-        yield structure_z(shuffled, d[best]) if losses[best] < none else 0.0
+        b = int(np.argmin(losses))
+        level = float(np.mean(shuffled))
+        if not (losses[b] < none and level > 0 and usable[b] and shuffled.size > 1):
+            yield 0.0
+            continue
+        r = shuffled / level - 1.0
+        scale = float(c[b] @ r) / sxx[b]
+        # sum over rows of (c u / (1 - lev))^2 with u = r - scale c, expanded
+        terms = float(q[b] @ (r * r)) - 2.0 * scale * float(qc[b] @ r) + scale * scale * qcc[b]
+        se = math.sqrt(max(terms, 0.0)) / sxx[b]
+        yield scale / se if se > 0 else (1e9 if scale > 0 else 0.0)
 
 
 def _moment_stage(
