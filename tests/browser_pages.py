@@ -38,8 +38,13 @@ def goto(page, title: str, heading: str, timeout: int = 30_000, settle: int = 60
     page.wait_for_timeout(settle)
 
 
-def chips(page, label: str) -> list:
+def chips(page, label: str, timeout: int = 20_000) -> list:
+    """The chips of the multiselect ``label``, once it is drawn (a page draws its widgets after its heading, and
+    under load reading at once gave no chips at all)."""
+    from playwright.sync_api import expect
+
     box = page.get_by_test_id("stMultiSelect").filter(has_text=label).first
+    expect(box).to_be_visible(timeout=timeout)
     return box.locator("[data-tag]").evaluate_all("els => els.map(e => e.getAttribute('aria-label'))")
 
 
