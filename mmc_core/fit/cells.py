@@ -62,6 +62,8 @@ __all__ = [
     "fit_moment_cells",
     "gated_moment_cells",
     "shuffled_structure_z",
+    "shuffled_zs",
+    "shuffles_reaching",
     "structure_z",
 ]
 
