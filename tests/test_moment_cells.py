@@ -752,6 +752,82 @@ def test_groups_whose_rows_do_not_differ_get_no_shrinkage_round():
     assert shrunken_groups_round([(s[:30], np.ones(30), _sums(g[:30]))]) is None  # under 2 x CELL_MIN_ROWS rows
 
 
+def _two_column_sums(a: np.ndarray, b: np.ndarray):
+    df = pd.DataFrame({"a": a, "b": b})
+    return GroupSet.from_columns(df, ["a", "b"], 2).evaluate(df, len(df)).sums()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_small_tables_groups_that_differ_in_spread_keep_most_of_their_own_variance(seed):
+    # 1,600 post-processing rows, three groups whose true variances are 1x, 2x and 0.5x: the difference is far
+    # beyond chance (shuffled p <= 1/1001), so the round may take a small penalty and keep n_g / (n_g + penalty)
+    # of each group's own log ratio: with 533 rows a group and penalties from 30 x the dispersion (about 2
+    # here) at least 0.9 at the smallest, 0.2 at the largest small one; the large penalties alone (3,000 x)
+    # kept under a tenth
+    from mmc_core.fit.cells import (
+        CELL_PENALTIES,
+        GROUP_PERMUTATIONS,
+        GROUP_SHRINK_PENALTIES,
+        moment_penalties,
+        shrunken_groups_round,
+    )
+
+    rng = np.random.default_rng(seed)
+    g, g_h = np.repeat([0, 1, 2], 400), np.repeat([0, 1, 2], 133)
+    factor = np.array([1.0, 2.0, 0.5])
+    s, s_h = factor[g] * rng.normal(size=g.size) ** 2, factor[g_h] * rng.normal(size=g_h.size) ** 2
+    rd, check = shrunken_groups_round([(s, np.ones(g.size), _sums(g)), (s_h, np.ones(g_h.size), _sums(g_h))])
+    assert check["small"] and check["p_shuffled"] == 1 / (GROUP_PERMUTATIONS + 1), check
+    scale = moment_penalties(np.r_[s, s_h])[0] / CELL_PENALTIES[0]
+    assert check["penalty"] < GROUP_SHRINK_PENALTIES[0] * scale
+    values = np.array(rd["values"])[:, 0]  # the whole table first, then g=0, 1, 2
+    own = np.log([np.r_[s[g == k], s_h[g_h == k]].mean() for k in range(3)])
+    keep = 533 / (533 + check["penalty"])
+    # the log-link ridge's scoring steps: each group's log change its penalized share of its own log ratio (the
+    # level aside), not one linear step's ratio - 1 (which would say 2x as e^1)
+    assert values[2] - values[3] == pytest.approx(keep * (own[1] - own[2]), rel=0.05)
+    assert values[2] - values[3] > 0.6 * (own[1] - own[2])
+
+
+def test_a_null_tables_chance_structure_gets_no_small_penalty():
+    # exchangeable heavy-tailed ratios (t with 3 degrees of freedom, squared) over two columns' groups and their
+    # intersections: in these seeds the ratios' GCV prefers a small penalty by chance; the shuffled test on the
+    # ranks refuses it (the large penalties or none are left)
+    from mmc_core.fit.cells import CELL_PENALTIES, GROUP_SHRINK_PENALTIES, moment_penalties, shrunken_groups_round
+
+    for seed in (9, 55, 58):
+        rng = np.random.default_rng(seed)
+        a, b = rng.integers(0, 4, 1200), rng.integers(0, 3, 1200)
+        t = rng.standard_t(3, 1200) ** 2
+        parts = [(t[:900], np.ones(900), _two_column_sums(a[:900], b[:900]))]
+        parts.append((t[900:], np.ones(300), _two_column_sums(a[900:], b[900:])))
+        out = shrunken_groups_round(parts)
+        assert out is not None, seed
+        check = out[1]
+        assert check["small"] is False and check["p_shuffled"] > 0.01, (seed, check)
+        assert check["penalty"] >= GROUP_SHRINK_PENALTIES[0] * moment_penalties(t)[0] / CELL_PENALTIES[0]
+
+
+def test_each_shuffles_gcv_gain_is_the_gcv_choice_on_the_shuffled_rows():
+    from mmc_core.fit.cells import GROUP_PERMUTATION_SEED, GROUP_SMALL_PENALTIES, ridge_gcv_choice, shuffled_gcv_gains
+
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(0, 4, 700), rng.integers(0, 3, 700)
+    frames = [pd.DataFrame({"a": a[:500], "b": b[:500]}), pd.DataFrame({"a": a[500:], "b": b[500:]})]
+    groups = GroupSet.from_columns(frames[0], ["a", "b"], 2)
+    memberships = [groups.evaluate(df, len(df)) for df in frames]
+    x = np.vstack([m.to_dense() for m in memberships]).astype(float)  # (n, G) indicators, every group kept
+    u = rng.standard_t(3, 700) ** 2
+    u -= u.mean()
+    gram, pens = x.T @ x, [10.0 * p for p in GROUP_SMALL_PENALTIES]
+    kept = np.arange(x.shape[1])
+    gains = next(shuffled_gcv_gains(u, [m.sums() for m in memberships], kept, gram, pens))
+    shuffles = np.random.default_rng(GROUP_PERMUTATION_SEED).permuted(np.broadcast_to(u, (gains.size, 700)), axis=1)
+    for j in (0, 1, 7, gains.size - 1):
+        want = 1.0 - ridge_gcv_choice(gram, x.T @ shuffles[j], float(u @ u), 700, pens)[1]
+        assert gains[j] == pytest.approx(want, abs=1e-12)
+
+
 def test_the_summary_says_when_whole_groups_were_shrunk_on_every_row():
     from mmc_core.estimator.cells_text import describe_cells
 
@@ -772,6 +848,12 @@ def test_the_summary_says_when_whole_groups_were_shrunk_on_every_row():
     assert "(penalty 0 rows" in describe_cells(bad)  # a model file's info is not validated
     dropped = {"moment_cells": {"2": {"kept": False, "stages": [], "groups": {"penalty": 3000.0, "harmed": ["g=2"]}}}}
     assert "not shrunk toward their own (the held-out rows of g=2 contradict it)" in describe_cells(dropped)
+    small = {"moment_cells": {"2": {"kept": True, "stages": [], "groups": {"penalty": 62.2, "small": True}}}}
+    small["moment_cells"]["2"]["groups"]["p_shuffled"] = 1 / 1001
+    said = describe_cells(small)
+    assert "(penalty 62 rows, by cross-validation; the smaller penalties allowed, the groups' spreads" in said
+    assert "beyond chance (shuffled p = 0.001)" in said
+    assert "smaller penalties" not in describe_cells(info)
 
 
 def _crossed_world(n: int, tau: float, seed: int):

@@ -73,9 +73,15 @@ def _describe_moment_cells(info) -> str | None:
                     f"{', '.join(map(str, harmed[:3]))}{' ...' if len(harmed) > 3 else ''} contradict it)"
                 )
             else:
+                chance = (
+                    f"; the smaller penalties allowed, the groups' spreads differing beyond chance (shuffled p = "
+                    f"{_num(groups, 'p_shuffled'):.3f})"
+                    if groups.get("small") is True
+                    else ""
+                )
                 out[-1] += (
                     ", then its whole groups shrunk toward their own on every post-processing row "
-                    f"(penalty {_num(groups, 'penalty'):,.0f} rows, by cross-validation)"
+                    f"(penalty {_num(groups, 'penalty'):,.0f} rows, by cross-validation{chance})"
                 )
         level = c.get("level")
         if isinstance(level, (int, float)) and not isinstance(level, bool) and level > 0 and not c.get("broke_given"):

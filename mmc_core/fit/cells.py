@@ -61,6 +61,7 @@ __all__ = [
     "check_moment_cells",
     "fit_moment_cells",
     "gated_moment_cells",
+    "shuffled_gcv_gains",
     "shuffled_structure_z",
     "shuffled_zs",
     "shuffles_reaching",
@@ -353,8 +354,19 @@ LEVEL_MIN_HELD_OUT = 20
 # shrinkage on every post-processing row chooses from by GCV: with 1,000 among them it created a 1.1x
 # misstatement in 12 of 190 table-derived null worlds (the default before it: 6), from 3,000 in none more (and
 # none more in 120 of another 12 tables), while the group variance error of 31 real tables was better on 1-4 and
-# worse on none (benchmarks/README.md, "Whole groups shrunk on every post-processing row")
+# worse on none (benchmarks/README.md, "Whole groups shrunk on every post-processing row"); smaller ones only
+# past the shuffle test below
 GROUP_SHRINK_PENALTIES = (3000.0, 10000.0)
+# the smaller penalties the round may choose too, once its GCV gain over no change is beyond chance: reached by at
+# most ``GROUP_REACHING`` of ``GROUP_PERMUTATIONS`` seeded shuffles of the ratios' ranks over the rows, each
+# redoing the choice among all the penalties (p <= 1/1001). A small table's groups can differ in spread by a factor of 2 and
+# still be left at the pooled constant by the large penalties, while the small ones chosen without the test moved
+# groups of null worlds by chance (benchmarks/README.md, "Small penalties for groups whose spreads differ")
+GROUP_SMALL_PENALTIES = (30.0, 100.0, 300.0, 1000.0)
+GROUP_PERMUTATIONS = 1000
+GROUP_REACHING = 0
+GROUP_PERMUTATION_SEED = 20261208
+_SHUFFLE_BLOCK = 4_000_000  # shuffled rows x shuffles held at once
 
 
 def _log_change(v: np.ndarray, sums: MembershipSums, values: np.ndarray, edges) -> np.ndarray:
@@ -953,9 +965,12 @@ def shrunken_groups_round(parts) -> tuple | None:
     penalty is the one of ``GROUP_SHRINK_PENALTIES`` (times the ratios' dispersion) with the least GCV, the
     residual sum of squares over n (1 - effective coefficients / n)^2, a closed-form estimate of the error on
     new rows, from one eigendecomposition of the co-membership counts; it keeps about n_g / (n_g + penalty) of
-    a group's own ratio. The penalties are large: smaller ones, chosen by chance on heavy-tailed ratios, moved
-    small groups of table-derived null worlds beyond 1.1x. The caller drops the round where a group's held-out
-    rows contradict it (as a stage's); the level round that follows re-levels."""
+    a group's own ratio. Those penalties are large: smaller ones, chosen by chance on heavy-tailed ratios, moved
+    small groups of table-derived null worlds beyond 1.1x. So the smaller ``GROUP_SMALL_PENALTIES`` compete
+    only when the GCV gain over all the penalties, on the ratios' ranks, is beyond chance (:func:`shuffled_gcv_gains`; at most
+    ``GROUP_REACHING`` of ``GROUP_PERMUTATIONS`` shuffles reach it; ``check["p_shuffled"]``, ``["small"]``). The
+    caller drops the round where a group's held-out rows contradict it (as a stage's); the level round that
+    follows re-levels."""
     parts = [(np.asarray(s, dtype=float), np.asarray(v, dtype=float), sm) for s, v, sm in parts if np.size(s)]
     if not parts:
         return None
@@ -973,13 +988,112 @@ def shrunken_groups_round(parts) -> tuple | None:
     xr = np.sum([x[0] for x, _ in pieces], axis=0)
     gram = np.sum([g[0] for _, g in pieces], axis=0)
     scale = moment_penalties(ratio)[0] / CELL_PENALTIES[0]
-    best, rel_gcv, theta = ridge_gcv_choice(gram, xr, float(e @ e), n, [scale * p for p in GROUP_SHRINK_PENALTIES])
+    large = [scale * p for p in GROUP_SHRINK_PENALTIES]
+    every = [scale * p for p in GROUP_SMALL_PENALTIES] + large
+    ee = float(e @ e)
+    best, rel_gcv, theta = ridge_gcv_choice(gram, xr, ee, n, every)
+    check: dict = {}
+    if best is not None and best < large[0]:
+        # the test on the ratios' ranks: exact all the same, and a few rows of a heavy tail, which dominate the
+        # ratios' GCV gain, weigh no more than any other row, so a difference in spread shows at fewer rows
+        u = _midranks(ratio)
+        u -= u.mean()
+        gain = 1.0 - ridge_gcv_choice(gram, _parts_group_sums(u, parts, kept), float(u @ u), n, every)[1]
+        tried, reaching = 0, 0
+        for gains in shuffled_gcv_gains(u, [sm for _, _, sm in parts], kept, gram, every):
+            gains = gains[: GROUP_PERMUTATIONS - tried]
+            tried += gains.size
+            reaching += int(np.sum(gains >= gain))
+            if reaching > GROUP_REACHING or tried >= GROUP_PERMUTATIONS:
+                break
+        check["p_shuffled"] = (reaching + 1) / (tried + 1)
+        if reaching > GROUP_REACHING:
+            best, rel_gcv, theta = ridge_gcv_choice(gram, xr, ee, n, large)
+        else:
+            theta = _log_link_steps(parts, kept, gram, best, theta)
+        check["small"] = reaching <= GROUP_REACHING
     if best is None:
         return None
     values = np.zeros((sums.G, 1))
     values[kept >= 0, 0] = theta[kept[kept >= 0]]
-    check = {"penalty": best, "gcv_gain": 1.0 - rel_gcv, "rows": n}
+    check = {"penalty": best, "gcv_gain": 1.0 - rel_gcv, "rows": n, **check}
     return {"edges": [], "values": values.tolist(), "penalty": best, "weight": 1.0}, check
+
+
+def _midranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 0 .. n-1 of ``x`` (n,), ties at their mean rank (so that the ranks are a function of the values
+    alone, as a permutation test needs)."""
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    first = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    last = np.r_[first[1:], xs.size] - 1
+    ranks = np.empty(x.size)
+    ranks[order] = np.repeat((first + last) / 2.0, last - first + 1)
+    return ranks
+
+
+def _parts_group_sums(x: np.ndarray, parts, kept: np.ndarray) -> np.ndarray:
+    """The kept groups' sums of ``x`` (n,), the rows of the ``parts`` (each (.., .., MembershipSums)) in order."""
+    out, lo = np.zeros(int(np.sum(kept >= 0))), 0
+    for *_, sm in parts:
+        out += sm.group_sums(x[lo : lo + sm.n])[kept >= 0]
+        lo += sm.n
+    return out
+
+
+def _log_link_steps(parts, kept: np.ndarray, gram: np.ndarray, lam: float, theta: np.ndarray) -> np.ndarray:
+    """``MOMENT_CELL_ITERS`` - 1 more Fisher-scoring steps of the log-link ridge over the whole groups from
+    ``theta`` (the first, linear step): at a small penalty the coefficients are large, and one step on s / v
+    misstates a group's log ratio (a ratio of 2 as a log change of 1). Each step's gradient is the ratio
+    residual s / (v e^change) over its mean, minus 1 (the level is the level round's), its information
+    X'X + lam."""
+    a = gram + lam * np.eye(gram.shape[0])
+    full = np.zeros(kept.size)
+    for _ in range(MOMENT_CELL_ITERS - 1):
+        full[kept >= 0] = theta[kept[kept >= 0]]
+        r = [
+            s / v * np.exp(-np.clip(sm.row_sums(full), -MOMENT_CELL_LOG_CAP, MOMENT_CELL_LOG_CAP)) for s, v, sm in parts
+        ]
+        level = float(np.concatenate(r).mean())
+        if not level > 0:
+            break
+        grad = _parts_group_sums(np.concatenate(r) / level - 1.0, parts, kept)
+        theta = theta + np.linalg.solve(a, grad - lam * theta)
+    return theta
+
+
+def shuffled_gcv_gains(e: np.ndarray, sums_parts, kept: np.ndarray, gram: np.ndarray, penalties):
+    """Blocks of the seeded shuffles' GCV gains (1 - the least GCV over no change's, 0 where no penalty beats no
+    change), for ever: :func:`ridge_gcv_choice` redone on ``e`` (n,) shuffled over the rows of the parts
+    (``sums_parts``, their MembershipSums in order), the indicators and so ``gram`` fixed. Under no difference
+    between the groups the ratios are exchangeable over the rows, whatever their tails. The same seed every call."""
+    w, vec = _gram_eigen(gram)
+    ee, n = float(e @ e), e.size
+    rng = np.random.default_rng(GROUP_PERMUTATION_SEED)
+    block = max(1, min(GROUP_PERMUTATIONS, _SHUFFLE_BLOCK // max(n, 1)))
+    cols = kept >= 0
+    while True:
+        shuffled = rng.permuted(np.broadcast_to(e, (block, n)), axis=1)
+        xe, lo = np.zeros((block, int(cols.sum()))), 0
+        for sm in sums_parts:
+            xe += sm.replicate_group_sums(shuffled[:, lo : lo + sm.n])[:, cols]
+            lo += sm.n
+        gcv = np.stack([_gcv(w, xe @ vec, ee, n, lam) for lam in penalties])
+        yield np.maximum(1.0 - gcv.min(axis=0) / (ee / n), 0.0)
+
+
+def _gram_eigen(xtx: np.ndarray) -> tuple:
+    w, vec = np.linalg.eigh((xtx + xtx.T) / 2)
+    return np.maximum(w, 0.0), vec
+
+
+def _gcv(w: np.ndarray, bt: np.ndarray, ee: float, n: int, lam: float):
+    """GCV of the ridge at penalty ``lam`` from X'X's eigenvalues ``w`` and X'e in its eigenbasis ``bt`` (..., H);
+    inf when the effective coefficients reach n."""
+    dof = float(np.sum(w / (w + lam)))
+    if dof >= n:
+        return np.full(np.shape(bt)[:-1], np.inf)
+    return (ee - np.sum(bt * bt * (w + 2.0 * lam) / (w + lam) ** 2, axis=-1)) / (n * (1.0 - dof / n) ** 2)
 
 
 def ridge_gcv_choice(xtx: np.ndarray, xte: np.ndarray, ee: float, n: int, penalties) -> tuple:
@@ -988,15 +1102,11 @@ def ridge_gcv_choice(xtx: np.ndarray, xte: np.ndarray, ee: float, n: int, penalt
     eigendecomposition of X'X: ``xtx`` (H, H), ``xte`` = X'e (H,), ``ee`` = e'e over ``n`` rows. Returns
     (penalty, its GCV over no change's, coefficients (H,)), or (None, 1.0, None) when no penalty beats no
     change (GCV e'e / n)."""
-    w, vec = np.linalg.eigh((xtx + xtx.T) / 2)
-    w = np.maximum(w, 0.0)
+    w, vec = _gram_eigen(xtx)
     bt = vec.T @ xte
     best, best_gcv = None, ee / n
     for lam in penalties:
-        dof = float(np.sum(w / (w + lam)))
-        if dof >= n:
-            continue
-        gcv = (ee - float(np.sum(bt * bt * (w + 2.0 * lam) / (w + lam) ** 2))) / (n * (1.0 - dof / n) ** 2)
+        gcv = float(_gcv(w, bt, ee, n, lam))
         if gcv < best_gcv:
             best, best_gcv = lam, gcv
     if best is None:
