@@ -845,7 +845,7 @@ def _held_out_stages(s, v, sums, s_h, v_h, sums_h, mu, mu_h, strength: str) -> t
         if of in ("curve", "mean") and (mu is None or mu_h is None):
             continue
         by, by_h = (mu, mu_h) if of in ("curve", "mean") else (None, None)
-        now = "" if any(st["kept"] and st.get("strong") for st in checks) else strength
+        now = "" if _any_strong(checks) else strength
         rd, st = _moment_stage(s, v, sums, s_h, v_h, sums_h, bands, by, by_h, of == "curve", now)
         checks.append(st)
         if rd is not None:
@@ -854,6 +854,11 @@ def _held_out_stages(s, v, sums, s_h, v_h, sums_h, mu, mu_h, strength: str) -> t
             v = apply_moment_cells(v, sums, one, (0.0, np.inf), mu)
             v_h = apply_moment_cells(v_h, sums_h, one, (0.0, np.inf), mu_h)
     return rounds, v, v_h, checks
+
+
+def _any_strong(checks: list) -> bool:
+    """Whether some stage of ``checks`` was kept and judged strong (the rule one strong stage per fit reads)."""
+    return any(st["kept"] and st.get("strong") for st in checks)
 
 
 def _harmed_on_held_out(before: np.ndarray, after: np.ndarray, sums_h: MembershipSums) -> list:
@@ -928,7 +933,7 @@ def gated_moment_cells(s, v, sums: MembershipSums, held_out, mu=None) -> tuple:
         check["skipped"] = f"{v.size} fitting rows ({2 * CELL_MIN_ROWS} needed)"
     else:
         staged = _held_out_stages(s, v, sums, s_h, v_h, sums_h, mu, mu_h, "judge")
-        if MOMENT_PERMUTATIONS > 0 and staged[0] and not any(st["kept"] and st.get("strong") for st in staged[3]):
+        if MOMENT_PERMUTATIONS > 0 and staged[0] and not _any_strong(staged[3]):
             # only weak stages, what noise passes in a fit at up to four times a stage's level: again, each stage
             # kept only when strong (those before the first weak one see the same rows and fail again)
             check["weak_stages"] = staged[3]
