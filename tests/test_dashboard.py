@@ -1370,3 +1370,24 @@ def test_groups_are_not_ranked_by_a_spread_the_model_predicts_equal_for_all():
     assert by == "observed SD" and "same SD, 737, for every group" in heading
     varied = same.assign(**{"predicted SD": [700.0, 737.0, 800.0]})
     assert spread_ranking(varied) == ("predicted SD", "Least certain groups (largest predicted SD)")
+
+
+def _three_tabs():
+    import streamlit as st
+
+    from app.ui.common import kept_tabs
+
+    with kept_tabs("some_tab", ["a", "b", "c"])[1]:
+        st.write("in b")
+
+
+def test_the_open_tab_is_mirrored_on_every_run_that_draws_it():
+    # the mirror outlives a page switch (Streamlit drops a widget's state on a page without it); it was set only
+    # by the tab's change callback, which in the browser test once never ran for a click, and the Groups page
+    # reopened on its first tab. A tab whose value arrives with no change callback (set in the session here)
+    # is mirrored by the run that draws it
+    at = AppTest.from_function(_three_tabs)
+    at.session_state["some_tab"] = "b"
+    at.run()
+    assert not at.exception
+    assert at.session_state["_some_tab"] == "b"

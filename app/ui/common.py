@@ -74,9 +74,11 @@ def esc(text) -> str:
     return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in s)
 
 
-def tab_state(key: str, names: list) -> dict:
-    """Keyword arguments for ``st.tabs`` that keep the open tab across reruns (creating a group, a new run) and
-    page switches: the tab is a widget with ``key``, mirrored in a plain session key Streamlit never drops."""
+def kept_tabs(key: str, names: list):
+    """``st.tabs(names)`` that keep the open tab across reruns (creating a group, a new run) and page switches:
+    the tab is a widget with ``key``, mirrored in a plain session key Streamlit never drops, by its change
+    callback and again on every run that draws it (a tab clicked while another rerun was under way once left
+    the mirror unset in the browser test)."""
     ss = st.session_state
     store = f"_{key}"
 
@@ -84,13 +86,16 @@ def tab_state(key: str, names: list) -> dict:
         ss[store] = ss.get(key)
 
     default = ss.get(store) if ss.get(store) in names else None
-    return {"key": key, "default": default, "on_change": remember}
+    tabs = st.tabs(names, key=key, default=default, on_change=remember)
+    if ss.get(key) in names:
+        ss[store] = ss[key]
+    return tabs
 
 
 def tabbed(key: str, sections: dict) -> None:
-    """Tabs named by ``sections``' keys, each drawn by its value (a function), the open tab kept (:func:`tab_state`)."""
+    """Tabs named by ``sections``' keys, each drawn by its value (a function), the open tab kept (:func:`kept_tabs`)."""
     names = list(sections)
-    for tab, draw in zip(st.tabs(names, **tab_state(key, names)), sections.values()):
+    for tab, draw in zip(kept_tabs(key, names), sections.values()):
         with tab:
             draw()
 

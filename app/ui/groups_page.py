@@ -15,7 +15,7 @@ import streamlit as st
 
 from app.ui import groupbuild as gb
 from app.ui import state, table_facts
-from app.ui.common import columns_multiselect, download, esc, feature_columns, sanitize, tab_state
+from app.ui.common import columns_multiselect, download, esc, feature_columns, kept_tabs, sanitize
 from app.ui.widgets import page_start
 from mmc_core.common import MMCError
 
@@ -500,7 +500,7 @@ def render():
         st.error(err, icon=":material/error:")
     current_section(d)
     names = ["Quick add from columns", "Custom group", "Discover groups", "Edit · rename · remove", "Import · export"]
-    tabs = st.tabs(names, **tab_state("groups_tab", names))
+    tabs = kept_tabs("groups_tab", names)
     with tabs[0]:
         quick_add(d)
     with tabs[1]:
