@@ -359,9 +359,10 @@ LEVEL_MIN_HELD_OUT = 20
 GROUP_SHRINK_PENALTIES = (3000.0, 10000.0)
 # the smaller penalties the round may choose too, once its GCV gain over no change is beyond chance: reached by at
 # most ``GROUP_REACHING`` of ``GROUP_PERMUTATIONS`` seeded shuffles of the ratios' ranks over the rows, each
-# redoing the choice among all the penalties (p <= 1/1001). A small table's groups can differ in spread by a factor of 2 and
-# still be left at the pooled constant by the large penalties, while the small ones chosen without the test moved
-# groups of null worlds by chance (benchmarks/README.md, "Small penalties for groups whose spreads differ")
+# redoing the choice among all the penalties (p <= 1/1001). A small table's groups can differ in spread by a
+# factor of 2 and still be left at the pooled constant by the large penalties, while the small ones chosen without
+# the test moved groups of null worlds by chance (benchmarks/README.md, "Small penalties for groups whose spreads
+# differ")
 GROUP_SMALL_PENALTIES = (30.0, 100.0, 300.0, 1000.0)
 GROUP_PERMUTATIONS = 1000
 GROUP_REACHING = 0
@@ -871,7 +872,8 @@ def _harmed_on_held_out(before: np.ndarray, after: np.ndarray, sums_h: Membershi
     leaves the held-out level where it was (or moves it, as a heavy tail's few rows in the fitting rows do) looked
     like harm to every group far from that level, and right corrections were dropped (a county murder count
     whose held-out rows' mean ratio was 0.25: every stage dropped at permutation p 0.01, the test rows' group
-    variance error 3.03, against 0.47 with the stages kept (benchmarks/README.md, "The harm check relative to the held-out level")."""
+    variance error 3.03, against 0.47 with the stages kept (benchmarks/README.md, "The harm check relative to
+    the held-out level")."""
     from .recalibrate import HARM_LEVEL, harmed_by
 
     level_before, level_after = float(np.mean(before)), float(np.mean(after))
@@ -914,8 +916,8 @@ def gated_moment_cells(s, v, sums: MembershipSums, held_out, mu=None) -> tuple:
     (``check["weak_stages"]``: the first pass's checks). Nothing is fitted on the held-out rows by these stages;
     then one round of whole groups fitted on the fitting and held-out rows together
     (:func:`shrunken_groups_round`, also when the held-out rows are too few for the stages; ``check["groups"]``)
-    and the level (:func:`_level_round`). The cell: ``{"rounds": [...]}``, each round {"edges", "values", "penalty", "weight"[, "by": "mean" |
-    "mean_within", "centre"]}."""
+    and the level (:func:`_level_round`). The cell: ``{"rounds": [...]}``, each round {"edges", "values",
+    "penalty", "weight"[, "by": "mean" | "mean_within", "centre"]}."""
     check: dict = {"kept": False, "stages": []}
     n_held = 0 if held_out is None else int(np.asarray(held_out[0]).size)
     s, v = np.asarray(s, dtype=float), np.asarray(v, dtype=float)
@@ -972,10 +974,10 @@ def shrunken_groups_round(parts) -> tuple | None:
     new rows, from one eigendecomposition of the co-membership counts; it keeps about n_g / (n_g + penalty) of
     a group's own ratio. Those penalties are large: smaller ones, chosen by chance on heavy-tailed ratios, moved
     small groups of table-derived null worlds beyond 1.1x. So the smaller ``GROUP_SMALL_PENALTIES`` compete
-    only when the GCV gain over all the penalties, on the ratios' ranks, is beyond chance (:func:`shuffled_gcv_gains`; at most
-    ``GROUP_REACHING`` of ``GROUP_PERMUTATIONS`` shuffles reach it; ``check["p_shuffled"]``, ``["small"]``). The
-    caller drops the round where a group's held-out rows contradict it (as a stage's); the level round that
-    follows re-levels."""
+    only when the GCV gain over all the penalties, on the ratios' ranks, is beyond chance
+    (:func:`shuffled_gcv_gains`; at most ``GROUP_REACHING`` of ``GROUP_PERMUTATIONS`` shuffles reach it;
+    ``check["p_shuffled"]``, ``["small"]``). The caller drops the round where a group's held-out rows contradict
+    it (as a stage's); the level round that follows re-levels."""
     parts = [(np.asarray(s, dtype=float), np.asarray(v, dtype=float), sm) for s, v, sm in parts if np.size(s)]
     if not parts:
         return None
@@ -1015,7 +1017,7 @@ def shrunken_groups_round(parts) -> tuple | None:
         if reaching > GROUP_REACHING:
             best, rel_gcv, theta = ridge_gcv_choice(gram, xr, ee, n, large)
         else:
-            theta = _log_link_steps(parts, kept, gram, best, theta)
+            theta = _log_link_steps(ratio, parts, kept, gram, best, theta)
         check["small"] = reaching <= GROUP_REACHING
     if best is None:
         return None
@@ -1046,23 +1048,22 @@ def _parts_group_sums(x: np.ndarray, parts, kept: np.ndarray) -> np.ndarray:
     return out
 
 
-def _log_link_steps(parts, kept: np.ndarray, gram: np.ndarray, lam: float, theta: np.ndarray) -> np.ndarray:
+def _log_link_steps(ratio, parts, kept: np.ndarray, gram: np.ndarray, lam: float, theta: np.ndarray) -> np.ndarray:
     """``MOMENT_CELL_ITERS`` - 1 more Fisher-scoring steps of the log-link ridge over the whole groups from
     ``theta`` (the first, linear step): at a small penalty the coefficients are large, and one step on s / v
     misstates a group's log ratio (a ratio of 2 as a log change of 1). Each step's gradient is the ratio
-    residual s / (v e^change) over its mean, minus 1 (the level is the level round's), its information
-    X'X + lam."""
+    residual s / (v e^change) over its mean, minus 1 (the level is the level round's), its information X'X +
+    lam; ``ratio``: s / v over the parts' rows in order."""
     a = gram + lam * np.eye(gram.shape[0])
     full = np.zeros(kept.size)
     for _ in range(MOMENT_CELL_ITERS - 1):
         full[kept >= 0] = theta[kept[kept >= 0]]
-        r = [
-            s / v * np.exp(-np.clip(sm.row_sums(full), -MOMENT_CELL_LOG_CAP, MOMENT_CELL_LOG_CAP)) for s, v, sm in parts
-        ]
-        level = float(np.concatenate(r).mean())
+        change = np.concatenate([sm.row_sums(full) for *_, sm in parts])
+        r = ratio * np.exp(-np.clip(change, -MOMENT_CELL_LOG_CAP, MOMENT_CELL_LOG_CAP))
+        level = float(r.mean())
         if not level > 0:
             break
-        grad = _parts_group_sums(np.concatenate(r) / level - 1.0, parts, kept)
+        grad = _parts_group_sums(r / level - 1.0, parts, kept)
         theta = theta + np.linalg.solve(a, grad - lam * theta)
     return theta
 
