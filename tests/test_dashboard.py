@@ -1381,14 +1381,11 @@ def _three_tabs():
         st.write("in b")
 
 
-def test_the_open_tab_is_mirrored_on_every_run_that_draws_it(monkeypatch):
+def test_the_open_tab_is_mirrored_on_every_run_that_draws_it():
     # the mirror outlives a page switch (Streamlit drops a widget's state on a page without it); it was set only
     # by the tab's change callback, which in the browser test once never ran for a click, and the Groups page
     # reopened on its first tab. A tab whose value arrives with no change callback (set in the session here)
     # is mirrored by the run that draws it
-    # AppTest.from_function leaves its temporary script as __main__, which Dask's worker processes, spawned
-    # later in the session, re-run and die on (test_dashboard_analyst_session.py)
-    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
     at = AppTest.from_function(_three_tabs)
     at.session_state["some_tab"] = "b"
     at.run()

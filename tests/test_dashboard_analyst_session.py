@@ -388,13 +388,8 @@ def test_results_page_lists_every_finding_the_pdf_refers_to():
     assert any("3 more finding(s) under 'All 11 findings'" in c.value for c in at.caption)
 
 
-def test_classifier_results_list_every_finding_the_pdf_refers_to(monkeypatch):
+def test_classifier_results_list_every_finding_the_pdf_refers_to():
     """A review: the classifier PDF says the Results page lists every finding; its page showed the first 8 only."""
-    import sys
-
-    # AppTest.from_function runs a temporary script as __main__ and leaves it there: Dask's worker processes
-    # (spawned later in the session) re-run __main__ and died on it ("Nanny failed to start", CI)
-    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
 
     def page():
         from types import SimpleNamespace
