@@ -83,6 +83,17 @@ def _describe_moment_cells(info) -> str | None:
                     ", then its whole groups shrunk toward their own on every post-processing row "
                     f"(penalty {_num(groups, 'penalty'):,.0f} rows, by cross-validation{chance})"
                 )
+        qlike = c.get("groups_qlike")
+        if isinstance(qlike, dict) and not c.get("broke_given") and qlike.get("penalty") is not None:
+            harmed = qlike.get("harmed")
+            out[-1] += (
+                ", its whole groups not moved on the QLIKE scale (the held-out rows of "
+                f"{', '.join(map(str, harmed[:3]))}{' ...' if len(harmed) > 3 else ''} contradict it)"
+                if isinstance(harmed, list) and harmed
+                else ", then its whole groups moved on the QLIKE scale, their ranks still differing beyond chance "
+                f"(shuffled p = {_num(qlike, 'p_shuffled'):.3f}; penalty {_num(qlike, 'penalty'):,.0f} rows, by "
+                "cross-validation over folds of the rows)"
+            )
         level = c.get("level")
         if isinstance(level, (int, float)) and not isinstance(level, bool) and level > 0 and not c.get("broke_given"):
             out[-1] += (

@@ -204,7 +204,10 @@ class MomentMulticalibrator(SklearnParams):
         rows, times the ratios' dispersion; 30 to 1,000 too when none of 1,000 shuffles of the ratios' ranks
         finds as much difference between the groups) chosen by generalized cross-validation, which a table's
         held-out quarter is too small to judge, dropped where a group's held-out rows contradict it
-        (``info["moment_cells"][k]["groups"]``); then the level
+        (``info["moment_cells"][k]["groups"]``); then, when the ratios' ranks still differ between the groups
+        beyond chance (the same shuffles), a second whole-groups round on the QLIKE scale: the log-link ridge at
+        the penalty (3 to 10,000 rows) of least QLIKE over five folds of those rows
+        (``["groups_qlike"]``); then the level
         (``model_.moment_cells``; ``info["moment_cells"]`` says what happened; ``beta_`` is measured after
         it). With alpha and beta both "se" and at least 100 held-out rows the descent then makes no moment
         update (``model_.params.z_moment``): the step fits the moments alone (a version-10 file).

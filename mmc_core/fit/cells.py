@@ -368,6 +368,16 @@ GROUP_PERMUTATIONS = 1000
 GROUP_REACHING = 0
 GROUP_PERMUTATION_SEED = 20261208
 _SHUFFLE_BLOCK = 4_000_000  # shuffled rows x shuffles held at once
+# after that round, a second one over the whole groups on the QLIKE scale: the log-link ridge (Fisher scoring to
+# ``GROUP_QLIKE_ITERS`` steps) at the penalty (in rows, not scaled by the ratios' dispersion) of least QLIKE
+# over ``GROUP_CV_FOLDS`` seeded folds of every post-processing row, kept only when the ratios' ranks after the
+# first round still differ between groups beyond chance (the same shuffle test at the same level). The first
+# round's GCV weighs rows by their squared ratio, so a few rows of a heavy tail decide its penalty; QLIKE, the
+# loss a variance is judged by, weighs each row's ratio linearly (benchmarks/README.md, "Whole groups on the
+# QLIKE scale")
+GROUP_QLIKE_PENALTIES = (3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
+GROUP_CV_FOLDS = 5
+GROUP_QLIKE_ITERS = 8
 
 
 def _log_change(v: np.ndarray, sums: MembershipSums, values: np.ndarray, edges) -> np.ndarray:
@@ -915,9 +925,10 @@ def gated_moment_cells(s, v, sums: MembershipSums, held_out, mu=None) -> tuple:
     ``["p_strong"]``); otherwise they are fitted again, each kept only when strong until one is
     (``check["weak_stages"]``: the first pass's checks). Nothing is fitted on the held-out rows by these stages;
     then one round of whole groups fitted on the fitting and held-out rows together
-    (:func:`shrunken_groups_round`, also when the held-out rows are too few for the stages; ``check["groups"]``)
-    and the level (:func:`_level_round`). The cell: ``{"rounds": [...]}``, each round {"edges", "values",
-    "penalty", "weight"[, "by": "mean" | "mean_within", "centre"]}."""
+    (:func:`shrunken_groups_round`, also when the held-out rows are too few for the stages; ``check["groups"]``),
+    a second on the QLIKE scale (:func:`qlike_groups_round`; ``check["groups_qlike"]``) and the level
+    (:func:`_level_round`). The cell: ``{"rounds": [...]}``, each round {"edges", "values", "penalty",
+    "weight"[, "by": "mean" | "mean_within", "centre"]}."""
     check: dict = {"kept": False, "stages": []}
     n_held = 0 if held_out is None else int(np.asarray(held_out[0]).size)
     s, v = np.asarray(s, dtype=float), np.asarray(v, dtype=float)
@@ -941,12 +952,16 @@ def gated_moment_cells(s, v, sums: MembershipSums, held_out, mu=None) -> tuple:
             check["weak_stages"] = staged[3]
             staged = _held_out_stages(s, v, sums, s_h, v_h, sums_h, mu, mu_h, "need")
         rounds, v, v_h, check["stages"] = staged
-    if (shrunk := shrunken_groups_round([(s, v, sums), (s_h, v_h, sums_h)])) is not None:
-        rd, check["groups"] = shrunk
+    for key, whole_groups in (("groups", shrunken_groups_round), ("groups_qlike", qlike_groups_round)):
+        if (out := whole_groups([(s, v, sums), (s_h, v_h, sums_h)])) is None:
+            continue
+        rd, check[key] = out
+        if rd is None:
+            continue
         one = {"rounds": [rd]}
         moved_h = apply_moment_cells(v_h, sums_h, one, (0.0, np.inf), mu_h)
         if harmed := _harmed_on_held_out(s_h / v_h, s_h / moved_h, sums_h):
-            check["groups"]["harmed"] = harmed  # a group's held-out rows contradict their fitting rows: none
+            check[key]["harmed"] = harmed  # a group's held-out rows contradict their fitting rows: none
         else:
             rounds.append(rd)
             v, v_h = apply_moment_cells(v, sums, one, (0.0, np.inf), mu), moved_h
@@ -1001,30 +1016,123 @@ def shrunken_groups_round(parts) -> tuple | None:
     best, rel_gcv, theta = ridge_gcv_choice(gram, xr, ee, n, every)
     check: dict = {}
     if best is not None and best < large[0]:
-        # the test on the ratios' ranks: exact all the same, and a few rows of a heavy tail, which dominate the
-        # ratios' GCV gain, weigh no more than any other row, so a difference in spread shows at fewer rows
-        u = _midranks(ratio)
-        u -= u.mean()
-        gain = 1.0 - ridge_gcv_choice(gram, _parts_group_sums(u, parts, kept), float(u @ u), n, every)[1]
-        tried, reaching = 0, 0
-        for gains in shuffled_gcv_gains(u, [sm for _, _, sm in parts], kept, gram, every):
-            gains = gains[: GROUP_PERMUTATIONS - tried]
-            tried += gains.size
-            reaching += int(np.sum(gains >= gain))
-            if reaching > GROUP_REACHING or tried >= GROUP_PERMUTATIONS:
-                break
-        check["p_shuffled"] = (reaching + 1) / (tried + 1)
-        if reaching > GROUP_REACHING:
+        passed, check["p_shuffled"] = _ranks_beyond_chance(ratio, parts, kept, gram, every)
+        if not passed:
             best, rel_gcv, theta = ridge_gcv_choice(gram, xr, ee, n, large)
         else:
             theta = _log_link_steps(ratio, parts, kept, gram, best, theta)
-        check["small"] = reaching <= GROUP_REACHING
+        check["small"] = passed
     if best is None:
         return None
     values = np.zeros((sums.G, 1))
     values[kept >= 0, 0] = theta[kept[kept >= 0]]
     check = {"penalty": best, "gcv_gain": 1.0 - rel_gcv, "rows": n, **check}
     return {"edges": [], "values": values.tolist(), "penalty": best, "weight": 1.0}, check
+
+
+def _ranks_beyond_chance(ratio, parts, kept: np.ndarray, gram: np.ndarray, penalties) -> tuple:
+    """(passed, p): is the GCV gain of the whole groups' ridge (``penalties``) on the ranks of ``ratio`` reached by
+    at most ``GROUP_REACHING`` of ``GROUP_PERMUTATIONS`` seeded shuffles of those ranks over the rows? Exact
+    whatever the tails, and a few rows of a heavy tail, which dominate the ratios' own GCV gain, weigh no more
+    than any other row, so a difference in spread shows at fewer rows. The shuffles stop once too many reach."""
+    u = _midranks(ratio)
+    u -= u.mean()
+    n = u.size
+    gain = 1.0 - ridge_gcv_choice(gram, _parts_group_sums(u, parts, kept), float(u @ u), n, penalties)[1]
+    tried, reaching = 0, 0
+    for gains in shuffled_gcv_gains(u, [sm for _, _, sm in parts], kept, gram, penalties):
+        gains = gains[: GROUP_PERMUTATIONS - tried]
+        tried += gains.size
+        reaching += int(np.sum(gains >= gain))
+        if reaching > GROUP_REACHING or tried >= GROUP_PERMUTATIONS:
+            break
+    return reaching <= GROUP_REACHING, (reaching + 1) / (tried + 1)
+
+
+def qlike_groups_round(parts) -> tuple | None:
+    """A whole-groups round of a moment on the QLIKE scale, on every post-processing row: (round, check), or None
+    when the ratios' ranks show no difference between groups beyond chance (no check then) or no penalty's
+    cross-validated QLIKE beats no change (``check["penalty"]`` None). ``parts``: the (pseudo-labels,
+    predictions so far, MembershipSums) of the fitting and of the held-out rows.
+
+    After :func:`shrunken_groups_round`, whose GCV of the ratios s / v lets a few rows of a heavy tail choose the
+    penalty, this round fits the log-link ridge of s / v on the group indicators (a row's log change the sum of
+    its groups' coefficients; :func:`_qlike_ridge`) at the penalty of ``GROUP_QLIKE_PENALTIES`` with the least
+    QLIKE, sum(s / v') + log v', over ``GROUP_CV_FOLDS`` seeded folds of the rows, each fold predicted from the
+    others. It runs only when the ranks of s / v still differ between the groups beyond chance
+    (:func:`_ranks_beyond_chance`, ``check["p_shuffled"]``): a fold-chosen penalty alone moved groups of
+    table-derived null worlds by chance in a third of the fits. The level is the level round's."""
+    parts = [(np.asarray(s, dtype=float), np.asarray(v, dtype=float), sm) for s, v, sm in parts if np.size(s)]
+    if not parts:
+        return None
+    ratio = np.concatenate([s / v for s, v, _ in parts])
+    n = ratio.size
+    if n < 2 * CELL_MIN_ROWS or not np.all(np.isfinite(ratio)) or not np.std(ratio) > 0:
+        return None
+    kept = _kept_groups(parts[0][2])
+    fold = np.random.default_rng(GROUP_PERMUTATION_SEED).permutation(n) % GROUP_CV_FOLDS
+    grams, lo = np.zeros((GROUP_CV_FOLDS, int(np.sum(kept >= 0)), int(np.sum(kept >= 0)))), 0
+    for *_, sm in parts:  # each fold's co-membership counts, from the parts' rows
+        grams += _stats(np.zeros(sm.n), np.zeros(sm.n), sm, fold[lo : lo + sm.n], GROUP_CV_FOLDS, kept)[1]
+        lo += sm.n
+    gram = grams.sum(axis=0)
+    scale = moment_penalties(ratio)[0] / CELL_PENALTIES[0]
+    every = [scale * p for p in GROUP_SMALL_PENALTIES + GROUP_SHRINK_PENALTIES]
+    passed, p = _ranks_beyond_chance(ratio, parts, kept, gram, every)
+    if not passed:
+        return None
+    lams = np.asarray(GROUP_QLIKE_PENALTIES)
+    loss = np.zeros(lams.size + 1)  # the last: no change (one constant from the other folds)
+    for k in range(GROUP_CV_FOLDS):
+        train = fold != k
+        theta, c, change = _qlike_ridge(ratio, parts, kept, gram - grams[k], lams, train)
+        eta = np.clip(c[:, None] + change, -_QLIKE_ETA_CAP, _QLIKE_ETA_CAP)[:, ~train]
+        loss[:-1] += np.sum(ratio[~train] * np.exp(-eta) + eta, axis=1)
+        c0 = math.log(float(ratio[train].mean()))
+        loss[-1] += float(np.sum(ratio[~train] * math.exp(-c0) + c0))
+    j = int(np.argmin(loss))
+    check: dict = {"p_shuffled": p, "rows": n, "penalty": None if j == lams.size else float(lams[j])}
+    if j == lams.size:
+        return None, check
+    theta = _qlike_ridge(ratio, parts, kept, gram, lams[j : j + 1], np.ones(n, dtype=bool))[0][0]
+    values = np.zeros((kept.size, 1))
+    values[kept >= 0, 0] = theta[kept[kept >= 0]]
+    return {"edges": [], "values": values.tolist(), "penalty": float(lams[j]), "weight": 1.0}, check
+
+
+_QLIKE_ETA_CAP = 30.0  # a log ratio far past any a fit keeps (MOMENT_CELL_LOG_CAP): e^-eta stays finite
+
+
+def _qlike_ridge(ratio, parts, kept: np.ndarray, gram: np.ndarray, lams: np.ndarray, train: np.ndarray) -> tuple:
+    """The log-link ridge of ``ratio`` (n,) on the kept groups' indicators over the ``train`` rows, for each
+    penalty of ``lams`` (L,): minimizes sum(r e^-(c + X theta) + c + X theta) + lam |theta|^2 / 2 over theta and
+    the unpenalized constant c by ``GROUP_QLIKE_ITERS`` Fisher-scoring steps from (log mean r, 0) (each row's
+    information is 1, so the information is fixed: the train rows' count, X'1 and X'X = ``gram``). Returns theta
+    (L, H), c (L,) and every row's X theta (L, n)."""
+    L, H = lams.size, gram.shape[0]
+    info = np.zeros((L, H + 1, H + 1))
+    info[:, 0, 0] = max(int(train.sum()), 1)
+    info[:, 0, 1:] = info[:, 1:, 0] = np.diag(gram)  # an indicator's square is itself: X'1 = diag(X'X)
+    info[:, 1:, 1:] = gram[None] + lams[:, None, None] * np.eye(H)[None]
+    inverse = np.linalg.inv(info)
+    theta, full, cols = np.zeros((L, H)), np.zeros((L, kept.size)), kept >= 0
+    c = np.full(L, math.log(float(ratio[train].mean())))
+    for it in range(GROUP_QLIKE_ITERS + 1):
+        full[:, cols] = theta[:, kept[cols]]
+        change = np.vstack([np.concatenate([sm.row_sums(f) for *_, sm in parts]) for f in full])
+        if it == GROUP_QLIKE_ITERS:
+            break
+        eta = np.clip(c[:, None] + change, -_QLIKE_ETA_CAP, _QLIKE_ETA_CAP)
+        w = np.where(train, ratio * np.exp(-eta) - 1.0, 0.0)  # the score of each row's log
+        grad, lo = np.zeros((L, H + 1)), 0
+        grad[:, 0] = w.sum(axis=1)
+        for *_, sm in parts:
+            grad[:, 1:] += sm.replicate_group_sums(w[:, lo : lo + sm.n])[:, cols]
+            lo += sm.n
+        grad[:, 1:] -= lams[:, None] * theta
+        step = np.einsum("lij,lj->li", inverse, grad)
+        c, theta = c + step[:, 0], theta + step[:, 1:]
+    return theta, c, change
 
 
 def _midranks(x: np.ndarray) -> np.ndarray:
