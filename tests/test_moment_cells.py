@@ -757,6 +757,17 @@ def _two_column_sums(a: np.ndarray, b: np.ndarray):
     return GroupSet.from_columns(df, ["a", "b"], 2).evaluate(df, len(df)).sums()
 
 
+def _null_two_column_parts(seed: int):
+    """Exchangeable heavy-tailed ratios (t with 3 degrees of freedom, squared; predictions 1) over two columns'
+    groups and their intersections, 900 fitting and 300 held-out rows: (the ratios, the rounds' parts)."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, 4, 1200), rng.integers(0, 3, 1200)
+    t = rng.standard_t(3, 1200) ** 2
+    parts = [(t[:900], np.ones(900), _two_column_sums(a[:900], b[:900]))]
+    parts.append((t[900:], np.ones(300), _two_column_sums(a[900:], b[900:])))
+    return t, parts
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_small_tables_groups_that_differ_in_spread_keep_most_of_their_own_variance(seed):
     # 1,600 post-processing rows, three groups whose true variances are 1x, 2x and 0.5x: the difference is far
@@ -796,11 +807,7 @@ def test_a_null_tables_chance_structure_gets_no_small_penalty():
     from mmc_core.fit.cells import CELL_PENALTIES, GROUP_SHRINK_PENALTIES, moment_penalties, shrunken_groups_round
 
     for seed in (9, 55, 58):
-        rng = np.random.default_rng(seed)
-        a, b = rng.integers(0, 4, 1200), rng.integers(0, 3, 1200)
-        t = rng.standard_t(3, 1200) ** 2
-        parts = [(t[:900], np.ones(900), _two_column_sums(a[:900], b[:900]))]
-        parts.append((t[900:], np.ones(300), _two_column_sums(a[900:], b[900:])))
+        t, parts = _null_two_column_parts(seed)
         out = shrunken_groups_round(parts)
         assert out is not None, seed
         check = out[1]
@@ -865,11 +872,7 @@ def test_a_null_tables_chance_structure_gets_no_qlike_round(monkeypatch):
     import mmc_core.fit.cells as cells
 
     for seed in (11, 19, 20):
-        rng = np.random.default_rng(seed)
-        a, b = rng.integers(0, 4, 1200), rng.integers(0, 3, 1200)
-        t = rng.standard_t(3, 1200) ** 2
-        parts = [(t[:900], np.ones(900), _two_column_sums(a[:900], b[:900]))]
-        parts.append((t[900:], np.ones(300), _two_column_sums(a[900:], b[900:])))
+        parts = _null_two_column_parts(seed)[1]
         with monkeypatch.context() as m:
             m.setattr(cells, "GROUP_REACHING", cells.GROUP_PERMUTATIONS)
             forced = cells.qlike_groups_round(parts)
