@@ -26,6 +26,7 @@ world keeps (the label's range is 0-200; ``kept_moments``).
     .venv/bin/python benchmarks/variance_worlds.py --base-variance separate   # with variance_column (below)
     .venv/bin/python benchmarks/variance_worlds.py --by-seed   # also each seed's worst group and why
     .venv/bin/python benchmarks/variance_worlds.py --worlds feature --corr-limit   # the corr(sd) groups allow
+    .venv/bin/python benchmarks/variance_worlds.py --worlds wage,skewed --right-structure   # the true model's form
 
 ``--base-variance separate``: every fit gets ``variance_column``, a base variance from scikit-learn's
 HistGradientBoostingRegressor (Poisson loss) of the squared residuals around the base, on the features a, b,
@@ -191,7 +192,47 @@ def corr_limits(world: str, seed: int, n: int, est, te: pd.DataFrame, mu_te: np.
     return out
 
 
-def run(world: str, seed: int, n: int, params: dict, base_variance: str = "none", limits: bool = False) -> dict:
+def right_structure(tr: pd.DataFrame, te: pd.DataFrame, mu_tr: np.ndarray, memb: np.ndarray, seed: int) -> dict:
+    """The worst listed group's |log ratio| of the correctly specified variance model of ``wage`` and ``skewed``,
+    whose sd is a product of factors of a, b, c and x, so that every listed group's variance is log-additive in
+    a, b and c: a log-link gamma GLM (its deviance is QLIKE's; unpenalized) of the squared residuals on the
+    columns' main effects, around the true mean on every fitting row (``main_true``), around the fit's mean
+    ``mu_tr`` (``main_fit``), the same on the three quarters of the rows the fit is fitted on (``main_fit_3q``,
+    a seeded draw of that size), and with every listed group as a column, main and pairwise (``all_fit``)."""
+    import warnings
+
+    from sklearn.linear_model import GammaRegressor
+
+    def main_effects(d):
+        return pd.get_dummies(d[list(GROUP_COLS)].astype(str), drop_first=True).astype(float)
+
+    def worst(x_tr, r2, x_te, rows=slice(None)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = GammaRegressor(alpha=0.0, max_iter=2000).fit(x_tr[rows], r2[rows])
+        return group_errors(memb, model.predict(x_te), te["true_sd"].to_numpy() ** 2)[0]
+
+    x_tr, x_te = main_effects(tr).to_numpy(), main_effects(te).to_numpy()
+    r2_true = (tr["y"] - tr["true_mean"]).to_numpy() ** 2
+    r2_fit = (tr["y"].to_numpy() - mu_tr) ** 2
+    three_q = np.random.default_rng([seed, 1]).permutation(len(tr))[: int(0.75 * len(tr))]
+    return {
+        "main_true": worst(x_tr, r2_true, x_te),
+        "main_fit": worst(x_tr, r2_fit, x_te),
+        "main_fit_3q": worst(x_tr, r2_fit, x_te, three_q),
+        "all_fit": worst(dense(groups_for(tr), tr), r2_fit, memb),
+    }
+
+
+def run(
+    world: str,
+    seed: int,
+    n: int,
+    params: dict,
+    base_variance: str = "none",
+    limits: bool = False,
+    structure: bool = False,
+) -> dict:
     rng = np.random.default_rng(seed)
     tr, te = draw(world, n, rng), draw(world, n, rng)
     g = groups_for(tr)
@@ -238,6 +279,7 @@ def run(world: str, seed: int, n: int, params: dict, base_variance: str = "none"
         # the share of that group's predicted variance that is the fit's mean error (E (mu - true mean)^2)
         "worst_mean_share": float((memb[:, w] @ sq_err) / (memb[:, w] @ var)),
         **(corr_limits(world, seed, n, est, te, pm["mean"]) if limits else {}),
+        **(right_structure(tr, te, est.predict(tr, base_prediction=tr["base"]), memb, seed) if structure else {}),
     }
 
 
@@ -259,6 +301,11 @@ def main(argv=None) -> int:
         action="store_true",
         help="also the corr(sd) any function of the group columns and the (true / fitted) mean reaches",
     )
+    ap.add_argument(
+        "--right-structure",
+        action="store_true",
+        help="also the worst group of the correctly specified variance model (wage and skewed: main effects)",
+    )
     args = ap.parse_args(argv)
     params = {}
     for s in args.set:
@@ -268,7 +315,7 @@ def main(argv=None) -> int:
         except (ValueError, SyntaxError):
             params[k] = v
     rows = [
-        run(w, s, args.n, params, args.base_variance, args.corr_limit)
+        run(w, s, args.n, params, args.base_variance, args.corr_limit, args.right_structure)
         for w in args.worlds.split(",")
         for s in range(args.seed_start, args.seed_start + args.seeds)
     ]
@@ -309,6 +356,17 @@ def main(argv=None) -> int:
             print(
                 f"| {r.world} | {r.seed} | {r.worst_group} | {r.worst_rows} | {r.worst_log_ratio:+.3f} | "
                 f"{r.worst_mean_share:.3f} | {r.worst_around:.3f} |"
+            )
+    if args.right_structure:
+        print(
+            "\n| world | seed | the fit | main effects, true mean | fit's mean | fit's mean, 3/4 of the rows | "
+            "every listed group, fit's mean |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for r in tab.itertuples():
+            print(
+                f"| {r.world} | {r.seed} | {r.worst:.3f} | {r.main_true:.3f} | {r.main_fit:.3f} | "
+                f"{r.main_fit_3q:.3f} | {r.all_fit:.3f} |"
             )
     if args.corr_limit:
         print("\n| world | seed | corr(sd) of the fit | limit with the fitted mean | limit with the true mean |")

@@ -190,3 +190,17 @@ def test_the_corr_limit_of_the_feature_world_is_its_closed_form():
     exact = float(np.corrcoef(best, te["true_sd"])[0, 1])
     assert exact - 0.01 <= got["corr_limit_true_mean"] <= exact + 0.003, (got, exact)
     assert -1.0 <= got["corr_limit_fit_mean"] <= 1.0
+
+
+def test_variance_worlds_right_structure_scores_the_fit_and_four_glms(capsys):
+    """``--right-structure``: per seed, the fit's worst group (the summary's) and the worst group of four gamma
+    GLMs of the squared residuals, each a finite |log ratio|."""
+    from benchmarks.variance_worlds import main
+
+    assert main(["--worlds", "wage", "--seeds", "1", "--n", "3000", "--right-structure"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    summary = next(line for line in out if line.startswith("| wage | ") and line.count("|") == 10)
+    row = next(line for line in out if line.startswith("| wage | 0 |") and line.count("|") == 8).split("|")[3:-1]
+    values = [float(v) for v in row]
+    assert values[0] == pytest.approx(float(summary.split("|")[2].split(",")[1]), abs=1.5e-3)
+    assert all(np.isfinite(v) and v >= 0.0 for v in values)
