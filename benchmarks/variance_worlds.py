@@ -256,7 +256,8 @@ def run(
     r2_te = (te["y"].to_numpy() - pm["mean"]) ** 2
     # references: one pooled constant and each group's own variance (of the residual around the fit's mean on the
     # fitting rows), the latter averaged over a row's groups on the log scale
-    r2 = (tr["y"].to_numpy() - est.predict(tr, base_prediction=tr["base"])) ** 2
+    mu_tr = est.predict(tr, base_prediction=tr["base"])
+    r2 = (tr["y"].to_numpy() - mu_tr) ** 2
     pooled = np.full(len(te), r2.mean())
     memb_tr = dense(g, tr)
     gv = (memb_tr.T @ r2) / np.maximum(memb_tr.sum(axis=0), 1.0)
@@ -279,8 +280,17 @@ def run(
         # the share of that group's predicted variance that is the fit's mean error (E (mu - true mean)^2)
         "worst_mean_share": float((memb[:, w] @ sq_err) / (memb[:, w] @ var)),
         **(corr_limits(world, seed, n, est, te, pm["mean"]) if limits else {}),
-        **(right_structure(tr, te, est.predict(tr, base_prediction=tr["base"]), memb, seed) if structure else {}),
+        **(right_structure(tr, te, mu_tr, memb, seed) if structure else {}),
     }
+
+
+def _seed_table(tab: pd.DataFrame, columns: list) -> None:
+    """Prints a markdown table of one row per world and seed: ``columns`` are (title, column, format spec)."""
+    print("\n| world | seed | " + " | ".join(title for title, _, _ in columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
+    for r in tab.to_dict("records"):
+        cells = " | ".join(format(r[col], spec) for _, col, spec in columns)
+        print(f"| {r['world']} | {r['seed']} | {cells} |")
 
 
 def main(argv=None) -> int:
@@ -347,34 +357,36 @@ def main(argv=None) -> int:
             f"{r.pooled_worst:.3f} | {r.own_worst:.3f} | {r.seconds:.1f} |"
         )
     if args.by_seed:
-        print(
-            "\n| world | seed | worst group | its test rows | log(predicted / true) | the mean error's share | "
-            "worst around the fit's mean |"
+        _seed_table(
+            tab,
+            [
+                ("worst group", "worst_group", "s"),
+                ("its test rows", "worst_rows", "d"),
+                ("log(predicted / true)", "worst_log_ratio", "+.3f"),
+                ("the mean error's share", "worst_mean_share", ".3f"),
+                ("worst around the fit's mean", "worst_around", ".3f"),
+            ],
         )
-        print("|---|---|---|---|---|---|---|")
-        for r in tab.itertuples():
-            print(
-                f"| {r.world} | {r.seed} | {r.worst_group} | {r.worst_rows} | {r.worst_log_ratio:+.3f} | "
-                f"{r.worst_mean_share:.3f} | {r.worst_around:.3f} |"
-            )
     if args.right_structure:
-        print(
-            "\n| world | seed | the fit | main effects, true mean | fit's mean | fit's mean, 3/4 of the rows | "
-            "every listed group, fit's mean |"
+        _seed_table(
+            tab,
+            [
+                ("the fit", "worst", ".3f"),
+                ("main effects, true mean", "main_true", ".3f"),
+                ("fit's mean", "main_fit", ".3f"),
+                ("fit's mean, 3/4 of the rows", "main_fit_3q", ".3f"),
+                ("every listed group, fit's mean", "all_fit", ".3f"),
+            ],
         )
-        print("|---|---|---|---|---|---|---|")
-        for r in tab.itertuples():
-            print(
-                f"| {r.world} | {r.seed} | {r.worst:.3f} | {r.main_true:.3f} | {r.main_fit:.3f} | "
-                f"{r.main_fit_3q:.3f} | {r.all_fit:.3f} |"
-            )
     if args.corr_limit:
-        print("\n| world | seed | corr(sd) of the fit | limit with the fitted mean | limit with the true mean |")
-        print("|---|---|---|---|---|")
-        for r in tab.itertuples():
-            print(
-                f"| {r.world} | {r.seed} | {r.corr:.3f} | {r.corr_limit_fit_mean:.3f} | {r.corr_limit_true_mean:.3f} |"
-            )
+        _seed_table(
+            tab,
+            [
+                ("corr(sd) of the fit", "corr", ".3f"),
+                ("limit with the fitted mean", "corr_limit_fit_mean", ".3f"),
+                ("limit with the true mean", "corr_limit_true_mean", ".3f"),
+            ],
+        )
     return 0
 
 
